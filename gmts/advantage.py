@@ -1,0 +1,35 @@
+"""Stage 3 of the loop: group-relative advantages (METHOD.md, "One RLVR step").
+
+    A_i = (R_i - mean(R_group)) / (std(R_group) + eps)
+
+Every token of answer i gets the same A_i. A group whose rewards are all equal carries no signal: its A is exactly
+0 (numerator 0), never NaN, whichever std option is used.
+"""
+import torch
+
+STD_MODES = ("unbiased", "biased", "none")  # "none" = Dr. GRPO: subtract the group mean, divide by nothing
+
+
+def group_advantages(rewards, group_size, *, std="unbiased", eps=1e-6):
+    """rewards (N,) float, answers to one prompt contiguous (N = Q * G). Returns A (N,) float32.
+
+    std="unbiased" divides by the sample std (TRL's default, the reproduction's numbers: +2.47 / -0.35 in a group of
+    eight with one correct answer); "biased" by the population std; "none" does not divide (Dr. GRPO).
+    """
+    rewards = torch.as_tensor(rewards, dtype=torch.float32)
+    if rewards.dim() != 1:
+        raise ValueError(f"rewards must be 1-D (N,), got shape {tuple(rewards.shape)}")
+    if std not in STD_MODES:
+        raise ValueError(f"std must be one of {STD_MODES}, got {std!r}")
+    if not isinstance(group_size, int) or group_size < 2:
+        raise ValueError(f"group_size must be an int >= 2 (a group of one answer has no baseline), got {group_size!r}")
+    if rewards.numel() % group_size != 0:
+        raise ValueError(f"{rewards.numel()} rewards do not split into groups of {group_size}")
+    if not torch.isfinite(rewards).all():
+        raise ValueError(f"rewards contain NaN/inf: {rewards.tolist()}")
+    grouped = rewards.view(-1, group_size)                     # (Q, G)
+    centred = grouped - grouped.mean(dim=1, keepdim=True)
+    if std == "none":
+        return centred.reshape(-1)
+    spread = grouped.std(dim=1, keepdim=True, unbiased=(std == "unbiased"))
+    return (centred / (spread + eps)).reshape(-1)

@@ -1,0 +1,92 @@
+"""Stage 6 of the loop: the masked, clipped policy loss (METHOD.md, "One RLVR step" and "The loss").
+
+    ℓ_it(θ) = min(r_it A_it, clip(r_it, 1-ε1, 1+ε2) A_it) - β D_it,   D_it = π_ref/π_θ - log(π_ref/π_θ) - 1 (k3)
+    J(θ)    = Σ_i Σ_t w_it · m_it · ℓ_it(θ)
+
+w_it carries the normaliser, computed ONCE on the whole optimizer batch (loss_weights), so that summing the losses
+of any split of the batch into micro-batches gives exactly the full-batch loss and gradient.
+"""
+import torch
+
+from .scores import broadcast_advantages
+
+LOSS_NORMS = ("selected", "all", "sequence", "sequence-selected")
+KL_COVERAGE = ("selected", "all")
+
+
+def check_loss_config(selector, ratio, loss_norm):
+    """Refuse combinations that silently test nothing (METHOD.md, "The loss")."""
+    if loss_norm not in LOSS_NORMS:
+        raise ValueError(f"loss_norm must be one of {LOSS_NORMS}, got {loss_norm!r}")
+    if loss_norm == "sequence-selected" and selector != "none" and ratio < 1.0:
+        raise ValueError(
+            f"loss_norm='sequence-selected' with selector={selector!r}: dividing each answer by its own SELECTED "
+            "count cancels the effect of giving one answer more of the selected tokens, so the selector would test "
+            "nothing (METHOD.md, 'The loss'). Use loss_norm 'selected', 'all' or 'sequence' (full answer length).")
+
+
+def loss_weights(valid_mask, selected_mask, loss_norm="selected"):
+    """Per-token weights w_it · m_it (N, T) float32 for the WHOLE optimizer batch; slice rows for micro-batches.
+
+    selected           1/S on selected tokens, S = selected tokens in the batch (the paper's equation; DAPO's token mean)
+    all                1/N_valid on selected tokens: the authors' code, TRL and verl (non-selected stay in the denominator)
+    sequence           1/(N_answers · |o_i|) on selected tokens, |o_i| = the answer's full length
+    sequence-selected  1/(N_answers · S_i), S_i = the answer's selected count (TRL loss_type="grpo" with a mask;
+                       only meaningful without selection: see check_loss_config)
+    """
+    if loss_norm not in LOSS_NORMS:
+        raise ValueError(f"loss_norm must be one of {LOSS_NORMS}, got {loss_norm!r}")
+    if valid_mask.shape != selected_mask.shape:
+        raise ValueError(f"valid_mask {tuple(valid_mask.shape)} and selected_mask {tuple(selected_mask.shape)} differ")
+    if (selected_mask & ~valid_mask).any():
+        raise ValueError("selected_mask selects padding/prompt positions (not in valid_mask)")
+    m = selected_mask.float()
+    if loss_norm == "selected":
+        return m / m.sum().clamp(min=1)
+    if loss_norm == "all":
+        return m / valid_mask.sum().clamp(min=1).float()
+    n_answers = valid_mask.shape[0]
+    per_answer = (valid_mask if loss_norm == "sequence" else selected_mask).sum(dim=1, keepdim=True).clamp(min=1)
+    return m / (per_answer.float() * n_answers)
+
+
+def relative_token_weight(valid_mask, loss_norm):
+    """w_it up to a batch-wide constant, for the GMTS score |E · ω · w| (METHOD.md, "Length weight in ω").
+    Constant (None) under token means; 1/|o_i| under per-answer normalisation."""
+    if loss_norm in ("sequence", "sequence-selected"):
+        return 1.0 / valid_mask.sum(dim=1, keepdim=True).clamp(min=1).float().expand_as(valid_mask)
+    return None
+
+
+def token_objective(logp, old_logp, advantages, *, eps_low=0.2, eps_high=0.28, beta=0.0, ref_logp=None):
+    """Per-token parts of ℓ_it, both (N, T): the clipped surrogate and the k3 KL estimate D_it (0 when β = 0).
+    logp carries the gradient; old_logp and ref_logp are constants."""
+    adv = broadcast_advantages(advantages, logp).to(logp.dtype)
+    ratio = torch.exp(logp - old_logp.detach())
+    surrogate = torch.minimum(ratio * adv, torch.clamp(ratio, 1 - eps_low, 1 + eps_high) * adv)
+    if beta == 0.0:
+        return surrogate, torch.zeros_like(surrogate)
+    if ref_logp is None:
+        raise ValueError(f"beta={beta} needs ref_logp")
+    log_ref_over_pi = ref_logp.detach() - logp
+    kl = torch.exp(log_ref_over_pi) - log_ref_over_pi - 1
+    return surrogate, kl
+
+
+def policy_loss(logp, old_logp, advantages, weights, *, eps_low=0.2, eps_high=0.28, beta=0.0, ref_logp=None,
+                kl_weights=None):
+    """Scalar loss to MINIMISE: -J = -Σ w·m·surrogate + β Σ w_kl·D.
+
+    weights: (N, T) from loss_weights (rows of the full-batch tensor for a micro-batch).
+    kl_weights: where the KL term applies (defaults to `weights`, i.e. selected tokens only; pass weights built from
+    the valid mask to apply it to every token: METHOD.md leaves the KL term's coverage as a stated choice).
+    """
+    surrogate, kl = token_objective(logp, old_logp, advantages, eps_low=eps_low, eps_high=eps_high, beta=beta,
+                                    ref_logp=ref_logp)
+    weights = weights.to(surrogate.dtype)
+    # torch.where, not a bare product: a non-finite value at an unselected position must not leak in as 0 * inf.
+    loss = -torch.where(weights != 0, weights * surrogate, 0.0).sum()
+    if beta != 0.0:
+        kl_w = weights if kl_weights is None else kl_weights.to(kl.dtype)
+        loss = loss + beta * torch.where(kl_w != 0, kl_w * kl, 0.0).sum()
+    return loss

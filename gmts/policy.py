@@ -1,0 +1,122 @@
+"""The policy model: loading, and log-probs / entropies of completions in one (optionally checkpointed) forward.
+
+Models load through transformers from a hub id or a local folder, so checkpoints this project writes (ordinary
+transformers folders, safetensors) load anywhere transformers and vLLM do.
+"""
+import os
+
+import torch
+
+from .head import token_logprobs_and_entropy
+from .rollout import left_pad, positions
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def resolve_device(name="auto"):
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def resolve_dtype(name, device):
+    """bf16 on GPU, float32 on CPU (CPU bf16 matmuls are slow and sampling-sensitive), unless asked otherwise."""
+    if name == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    if name not in DTYPES:
+        raise ValueError(f"--dtype must be auto or one of {sorted(DTYPES)}, got {name!r}")
+    return DTYPES[name]
+
+
+def _offline_hint(name):
+    return (f"could not load {name!r}. Offline (no hub access), pass a local folder holding config.json and the "
+            "weights (*.safetensors), e.g. one written by `save_pretrained`, as --model /path/to/folder")
+
+
+def quiet_transformers():
+    """No per-load progress bars in our logs (our own tqdm bar is the one to watch)."""
+    from transformers.utils import logging as hf_logging
+    hf_logging.disable_progress_bar()
+
+
+def load_tokenizer(name_or_path):
+    from transformers import AutoTokenizer
+    try:
+        tok = AutoTokenizer.from_pretrained(name_or_path)
+    except (OSError, ValueError) as err:
+        raise SystemExit(f"error: tokenizer: {_offline_hint(name_or_path)} ({type(err).__name__}: {err})") from None
+    if tok.pad_token_id is None:     # sampling pads finished rows; any id works since masks come from the first eos
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def load_model(name_or_path, *, dtype, device):
+    from transformers import AutoModelForCausalLM
+    quiet_transformers()
+    if os.path.sep in str(name_or_path) and not os.path.exists(name_or_path):
+        raise SystemExit(f"error: --model {name_or_path!r} does not exist")
+    try:
+        model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=dtype)
+    except (OSError, ValueError) as err:
+        raise SystemExit(f"error: model: {_offline_hint(name_or_path)} ({type(err).__name__}: {err})") from None
+    return model.to(device)
+
+
+def end_of_sequence_ids(model, tokenizer):
+    """The ids that end an answer: the generation config's (`<|im_end|>` and `<|endoftext|>` for Qwen2.5 Instruct)
+    plus the tokenizer's eos."""
+    ids = set()
+    gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    for source in (gen_eos, tokenizer.eos_token_id):
+        if source is None:
+            continue
+        ids.update(source if isinstance(source, (list, tuple)) else [source])
+    if not ids:
+        raise ValueError("neither the model's generation config nor the tokenizer defines an end-of-sequence token")
+    return sorted(ids)
+
+
+def enable_gradient_checkpointing(model):
+    """Recompute each layer's activations in the backward pass instead of storing them (memory for time)."""
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):        # transformers >= 5.x name
+        model.activation_checkpointing_enable(kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    if hasattr(model, "enable_input_require_grads"):            # needed when the embeddings are frozen (LoRA)
+        model.enable_input_require_grads()
+    model.config.use_cache = False
+
+
+def completion_logprobs(model, prompt_ids, completion_ids, valid_mask, *, group_size, temperature=1.0,
+                        chunk_size=1024, with_entropy=False):
+    """log π_θ(o_it | q, o_i,<t) (N, T) float32, differentiable; and the entropies (N, T) (no grad) if asked.
+
+    prompt_ids: Q lists of ids; completion_ids, valid_mask: (N, T) with N = Q * group_size (or any N when prompt_ids
+    already has one prompt per row and group_size = 1). The output head runs only on valid completion positions and
+    in chunks (gmts/head.py), so no (tokens x vocab) logits are ever held. Padding positions get 0.
+    """
+    device = completion_ids.device
+    n_rows, width = completion_ids.shape
+    prompt_ids_rows = [p for p in prompt_ids for _ in range(group_size)]
+    if len(prompt_ids_rows) != n_rows:
+        raise ValueError(f"{len(prompt_ids)} prompts x {group_size} != {n_rows} completion rows")
+    ids, prompt_mask = left_pad(prompt_ids_rows, pad_id=0, device=device)
+    prompt_len = ids.shape[1]
+    input_ids = torch.cat([ids, completion_ids], dim=1)
+    attention = torch.cat([prompt_mask, valid_mask.long()], dim=1)
+    backbone = model.get_decoder()
+    hidden = backbone(input_ids=input_ids, attention_mask=attention, position_ids=positions(attention),
+                      use_cache=False).last_hidden_state                      # (N, P + T, H)
+    # Position P-1+t predicts completion token t.
+    h = hidden[:, prompt_len - 1: prompt_len - 1 + width][valid_mask]         # (n_valid, H)
+    head = model.get_output_embeddings()
+    logp_flat, ent_flat = token_logprobs_and_entropy(h, head.weight, completion_ids[valid_mask],
+                                                     head_bias=getattr(head, "bias", None), temperature=temperature,
+                                                     chunk_size=chunk_size, with_entropy=with_entropy)
+    # Scatter back to (N, T); float32 (float64 for a float64 model: tests check identities at 1e-10).
+    logp = torch.zeros((n_rows, width), dtype=logp_flat.dtype, device=device).masked_scatter(valid_mask, logp_flat)
+    entropy = None
+    if with_entropy:
+        entropy = torch.zeros((n_rows, width), dtype=ent_flat.dtype, device=device).masked_scatter(valid_mask, ent_flat)
+    return logp, entropy

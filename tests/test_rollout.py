@@ -1,0 +1,105 @@
+"""Rollout (gmts/rollout.py) and the training forward (gmts/policy.py) on a tiny random Qwen2."""
+import pytest
+import torch
+
+from gmts.policy import completion_logprobs
+from gmts.rollout import completion_mask, sample
+from conftest import tiny_qwen2
+
+EOS, PAD = [5, 7], 0
+
+
+def prompts():
+    return [[3, 9, 11, 4], [12, 13], [20, 21, 22, 23, 24, 25]]
+
+
+def run(model, seed=0, **kw):
+    args = dict(group_size=4, max_new_tokens=12, eos_token_ids=EOS, pad_token_id=PAD, temperature=1.0,
+                generator=torch.Generator().manual_seed(seed))
+    args.update(kw)
+    return sample(model, prompts(), **args)
+
+
+def test_shared_prefix_and_dropped_rows_draw_the_same_samples_as_the_plain_path():
+    model = tiny_qwen2(dtype=torch.float64, seed=4)
+    fast = run(model, share_prefix=True, drop_finished=True)
+    plain = run(model, share_prefix=False, drop_finished=False)
+    assert fast.completion_ids.shape == (12, 12)
+    assert torch.equal(fast.completion_ids, plain.completion_ids)
+    assert torch.equal(fast.valid_mask, plain.valid_mask)
+    torch.testing.assert_close(fast.logp, plain.logp, rtol=1e-9, atol=1e-9)
+    torch.testing.assert_close(fast.entropy, plain.entropy, rtol=1e-9, atol=1e-9)
+    assert fast.finished.any() and not fast.finished.all()   # some rows stopped early: the drop path was exercised
+    other = run(model, seed=1)
+    assert not torch.equal(other.completion_ids, fast.completion_ids)
+
+
+def test_greedy_matches_model_generate():
+    model = tiny_qwen2(seed=5)
+    roll = run(model, group_size=1, temperature=0.0)
+    for row, prompt in enumerate(prompts()):
+        out = model.generate(torch.tensor([prompt]), do_sample=False, max_new_tokens=12, eos_token_id=EOS,
+                             pad_token_id=PAD, attention_mask=torch.ones(1, len(prompt), dtype=torch.long))
+        expected = out[0, len(prompt):].tolist()
+        got = roll.completion_ids[row][roll.valid_mask[row]].tolist()
+        assert got == expected
+
+
+def test_rollout_logprobs_and_entropies_match_a_full_forward():
+    """The scores use rollout-time values in place of the training forward's (METHOD.md: test how close they are)."""
+    model = tiny_qwen2(seed=6)
+    roll = run(model)
+    logp, ent = completion_logprobs(model, roll.prompt_ids, roll.completion_ids, roll.valid_mask, group_size=4,
+                                    with_entropy=True, chunk_size=7)
+    torch.testing.assert_close(logp, roll.logp, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(ent, roll.entropy, rtol=1e-5, atol=1e-5)
+    assert (logp[~roll.valid_mask] == 0).all()
+
+
+def test_temperature_defines_the_policy():
+    model = tiny_qwen2(seed=7)
+    roll = run(model, temperature=0.7)
+    logp, ent = completion_logprobs(model, roll.prompt_ids, roll.completion_ids, roll.valid_mask, group_size=4,
+                                    temperature=0.7, with_entropy=True)
+    torch.testing.assert_close(logp, roll.logp, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(ent, roll.entropy, rtol=1e-5, atol=1e-5)
+
+
+def test_samples_follow_the_policy_distribution():
+    """Inverse-CDF sampling with one uniform per row draws from softmax(z/τ): first-token frequencies over many rows
+    match the model's probabilities (total variation well under the sampling noise bound)."""
+    model = tiny_qwen2(seed=8)
+    n = 6000
+    roll = sample(model, [[3, 9, 11]], group_size=n, max_new_tokens=1, eos_token_ids=EOS, pad_token_id=PAD,
+                  temperature=1.3, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        probs = torch.softmax(model(torch.tensor([[3, 9, 11]])).logits[0, -1] / 1.3, dim=-1)
+    counts = torch.bincount(roll.completion_ids[:, 0], minlength=probs.numel()).double()
+    expected = n * probs.double()
+    chi2 = ((counts - expected) ** 2 / expected).sum().item()
+    dof = probs.numel() - 1                                   # mean 63, sd ~11: 120 is > 5 sd out
+    assert chi2 < dof + 5 * (2 * dof) ** 0.5, chi2
+
+
+def test_mask_ends_at_the_first_eos_even_when_pad_equals_eos():
+    tokens = torch.tensor([[4, 5, 5, 5], [4, 4, 4, 4], [5, 1, 2, 5]])
+    mask = completion_mask(tokens, torch.tensor([5]), 4)
+    assert mask.tolist() == [[True, True, False, False], [True] * 4, [True, False, False, False]]
+
+
+def test_rows_stop_at_eos_and_padding_is_filled():
+    model = tiny_qwen2(seed=4, dtype=torch.float64)
+    roll = run(model)
+    for row in range(roll.completion_ids.shape[0]):
+        valid = roll.valid_mask[row]
+        toks = roll.completion_ids[row]
+        if roll.finished[row]:
+            last = int(valid.sum()) - 1
+            assert int(toks[last]) in EOS and not any(int(t) in EOS for t in toks[:last])
+        assert (toks[~valid] == PAD).all()
+
+
+def test_bad_arguments():
+    model = tiny_qwen2()
+    with pytest.raises(ValueError, match="at least one token"):
+        sample(model, [[1], []], group_size=2, max_new_tokens=3, eos_token_ids=EOS, pad_token_id=PAD)

@@ -1,0 +1,218 @@
+"""train.py end to end on a tiny random Qwen2 (offline, CPU): every selector, resume, faults, bad input."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TIMING = {"time_rollout_s", "time_train_s", "tokens_per_s", "peak_memory_mb"}
+
+
+DATA = {}
+
+
+@pytest.fixture(autouse=True)
+def _data(digit_data):
+    DATA["digits"] = digit_data
+
+
+def train_args(model_dir, out, *extra):
+    return ["--model", model_dir, "--data", DATA["digits"], "--steps", "2", "--prompts-per-step", "2",
+            "--group-size", "4", "--max-new-tokens", "3", "--micro-batch-size", "4", "--device", "cpu",
+            "--output-dir", str(out), "--lr", "1e-3", "--seed", "3", "--save-every", "1", *extra]
+
+
+def run_train(args, check=True, **kw):
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", OMP_NUM_THREADS="1")
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), *args], capture_output=True, text=True,
+                          env=env, cwd=ROOT, timeout=600, **kw)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"train.py failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def read_jsonl(path):
+    with open(path) as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
+@pytest.mark.parametrize("selector", ["none", "ets", "gmts", "random"])
+def test_two_steps_write_metrics_and_a_loadable_checkpoint(digit_model_dir, tmp_path, selector):
+    out = tmp_path / selector
+    proc = run_train(train_args(digit_model_dir, out, "--selector", selector))
+    metrics = read_jsonl(out / "metrics.jsonl")
+    assert [m["step"] for m in metrics] == [1, 2]
+    required = {"step", "reward_mean", "accuracy", "response_len_mean", "entropy_mean", "entropy_selected_mean",
+                "valid_tokens", "selected_tokens", "answers_with_selected", "selected_share_positive_adv",
+                "selection_overlap_ets_gmts", "grad_norm", "loss", "lr", "time_rollout_s", "time_train_s",
+                "tokens_per_s", "peak_memory_mb"}
+    assert required <= set(metrics[0]), required - set(metrics[0])
+    for m in metrics:
+        expected = m["valid_tokens"] if selector == "none" else -(-m["valid_tokens"] * 2 // 10)   # ceil(0.2 n)
+        assert m["selected_tokens"] == expected
+        assert m["grad_norm"] > 0 and torch.isfinite(torch.tensor(m["loss"]))
+    config = json.loads((out / "config.json").read_text())
+    assert config["selector"] == selector and config["eps_high"] == 0.2
+    from transformers import AutoModelForCausalLM
+    latest = (out / "checkpoints" / "latest").read_text().strip()
+    assert latest == "step-000002"
+    model = AutoModelForCausalLM.from_pretrained(out / "checkpoints" / latest)
+    start = AutoModelForCausalLM.from_pretrained(digit_model_dir)
+    moved = sum((a - b).abs().sum().item() for a, b in zip(model.parameters(), start.parameters()))
+    assert moved > 0
+    assert (out / "checkpoints" / latest / "model.safetensors").exists()
+    assert "reward" in proc.stderr and "2 steps" in proc.stdout     # tqdm bar, final summary
+    samples = read_jsonl(out / "samples.jsonl")
+    assert samples and {"step", "completion", "reward", "advantage"} <= set(samples[0])
+
+
+def test_resume_continues_exactly(digit_model_dir, tmp_path):
+    straight, split = tmp_path / "straight", tmp_path / "split"
+    args = ["--selector", "gmts", "--steps", "4"]
+    run_train(train_args(digit_model_dir, straight, *args))
+    run_train(train_args(digit_model_dir, split, "--selector", "gmts", "--steps", "2"))
+    run_train(["--resume", str(split), "--steps", "4"])
+    a, b = read_jsonl(straight / "metrics.jsonl"), read_jsonl(split / "metrics.jsonl")
+    assert len(a) == len(b) == 4
+    for x, y in zip(a, b):
+        assert {k: v for k, v in x.items() if k not in TIMING} == {k: v for k, v in y.items() if k not in TIMING}
+    from safetensors.torch import load_file
+    wa = load_file(straight / "checkpoints" / "step-000004" / "model.safetensors")
+    wb = load_file(split / "checkpoints" / "step-000004" / "model.safetensors")
+    assert wa.keys() == wb.keys()
+    for k in wa:
+        assert torch.equal(wa[k], wb[k]), k
+
+
+def test_sigterm_writes_a_checkpoint_and_resume_finishes(digit_model_dir, tmp_path):
+    out = tmp_path / "interrupted"
+    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    args = train_args(digit_model_dir, out, "--steps", "200", "--save-every", "0", "--max-new-tokens", "4")
+    proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "train.py"), *args], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 240
+    while time.time() < deadline and not (out / "metrics.jsonl").exists():
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=240)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    steps_done = len(read_jsonl(out / "metrics.jsonl"))
+    assert 1 <= steps_done < 200
+    latest = (out / "checkpoints" / "latest").read_text().strip()
+    assert latest == f"step-{steps_done:06d}"
+    assert not [d for d in os.listdir(out / "checkpoints") if d.startswith(".tmp")]
+    run_train(["--resume", str(out), "--steps", str(steps_done + 1)])
+    assert [m["step"] for m in read_jsonl(out / "metrics.jsonl")] == list(range(1, steps_done + 2))
+
+
+def test_dynamic_sampling_drops_all_equal_groups(digit_model_dir, tmp_path):
+    # Answers no random model will ever produce: every group is all-wrong, so DAPO keeps nothing and says so.
+    data = tmp_path / "impossible.jsonl"
+    data.write_text("".join(json.dumps({"question": f"q{i}", "answer": "987654321"}) + "\n" for i in range(6)))
+    out = tmp_path / "dapo"
+    run_train(train_args(digit_model_dir, out, "--data", str(data), "--algo", "dapo", "--selector", "gmts",
+                         "--max-sampling-tries", "3"))
+    metrics = read_jsonl(out / "metrics.jsonl")
+    assert all(m["sampling_tries"] == 3 and "no group" in m["skipped"] for m in metrics)
+    assert json.loads((out / "config.json").read_text())["eps_high"] == 0.28
+
+
+def test_collect_batch_keeps_only_mixed_groups(digit_model_dir):
+    sys.path.insert(0, ROOT)
+    import train
+    from gmts.config import parse_config
+    from gmts.policy import end_of_sequence_ids, load_model, load_tokenizer
+    cfg = parse_config(["--model", digit_model_dir, "--data", "arithmetic", "--algo", "dapo", "--group-size", "4",
+                        "--prompts-per-step", "3", "--max-new-tokens", "5", "--max-sampling-tries", "5",
+                        "--micro-batch-size", "4"])
+    tok = load_tokenizer(digit_model_dir)
+    model = load_model(digit_model_dir, dtype=torch.float32, device=torch.device("cpu"))
+    problems, ids, _ = train.load_prompts(cfg, tok)
+    stream = train.PromptStream(problems, ids, seed=0)
+    # A reward that depends on the text's length parity: some groups mixed, some all-equal.
+    fns = {name: (lambda text, ref: float(len(text) % 2)) for name in {p.reward for p in problems}}
+    batch, sampled, tries = train.collect_batch(cfg, model, tok, stream, end_of_sequence_ids(model, tok),
+                                                torch.Generator().manual_seed(0), fns)
+    assert 1 <= tries <= 5 and sampled.numel() == tries * 12
+    assert batch is not None and len(batch.problems) <= 3
+    assert batch.completion_ids.shape[0] == 4 * len(batch.problems)
+    assert (batch.rewards.view(-1, 4).std(dim=1) > 0).all()
+    assert stream.position == tries * 3
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--ratio", "0"], "--ratio"),
+    (["--ratio", "1.5"], "--ratio"),
+    (["--group-size", "1"], "--group-size"),
+    (["--micro-batch-size", "3"], "--micro-batch-size"),
+    (["--selector", "gmts", "--loss-norm", "sequence-selected"], "sequence-selected"),
+    (["--selector", "entropy"], "--selector"),
+    (["--algo", "dapo", "--beta", "0.1"], "--beta"),
+])
+def test_bad_config_fails_fast_with_the_flag_named(digit_model_dir, tmp_path, flags, message):
+    proc = run_train(train_args(digit_model_dir, tmp_path / "bad", *flags), check=False)
+    assert proc.returncode == 2 and message in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert not (tmp_path / "bad").exists()
+
+
+def test_missing_model_and_bad_data_name_the_problem(digit_model_dir, tmp_path):
+    proc = run_train(train_args(str(tmp_path / "nope"), tmp_path / "o1"), check=False)
+    assert proc.returncode != 0 and "nope" in proc.stderr and "local folder" in proc.stderr
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"question": "1+1", "answer": "2"}) + "\n{not json\n")
+    proc = run_train(train_args(digit_model_dir, tmp_path / "o2", "--data", str(bad)), check=False)
+    assert proc.returncode != 0 and f"{bad}:2" in proc.stderr
+
+
+def test_non_finite_loss_skips_updates_then_stops(digit_model_dir, tmp_path, monkeypatch):
+    sys.path.insert(0, ROOT)
+    import gmts
+    import train
+    real = gmts.policy_loss
+    monkeypatch.setattr(gmts, "policy_loss", lambda *a, **k: real(*a, **k) * float("nan"))
+    out = tmp_path / "nan"
+    with pytest.raises(SystemExit, match="3 steps in a row with a non-finite"):
+        train.main(train_args(digit_model_dir, out, "--steps", "10", "--selector", "gmts"))
+    metrics = read_jsonl(out / "metrics.jsonl")
+    assert len(metrics) == 3 and all("non-finite" in m["skipped"] for m in metrics)
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+    before = AutoModelForCausalLM.from_pretrained(digit_model_dir).state_dict()
+    after = load_file(out / "checkpoints" / "step-000002" / "model.safetensors")
+    for k, v in after.items():
+        assert torch.equal(v, before[k]), k                  # no update was applied
+
+
+QWEN_TOKENIZER = os.path.join(ROOT, "..", "shared", "data", "qwen2.5-tokenizer")
+QWEN_CONFIG = os.path.join(ROOT, "..", "shared", "data", "qwen2.5-configs", "Qwen2.5-0.5B-Instruct")
+
+
+@pytest.mark.skipif(not os.path.isdir(QWEN_TOKENIZER), reason="../shared/data/qwen2.5-tokenizer not present")
+def test_real_qwen_tokenizer_chat_template_eos_and_reward():
+    sys.path.insert(0, ROOT)
+    import data as datasets
+    import rewards
+    from transformers import GenerationConfig
+    from gmts.policy import end_of_sequence_ids, load_tokenizer
+    tok = load_tokenizer(QWEN_TOKENIZER)
+    ids = tok.apply_chat_template([{"role": "user", "content": "What is 2+3?"}], add_generation_prompt=True,
+                                  tokenize=False)
+    assert tok(ids, add_special_tokens=False)["input_ids"][-3:] == [151644, 77091, 198]
+    problem = datasets.load_problems("arithmetic", "train", limit=1)[0]
+    prompt = datasets.render_prompt(problem, tok)
+    assert prompt.startswith("<|im_start|>system\n") and prompt.endswith("<|im_start|>assistant\n")
+
+    class Model:  # only the generation config matters here
+        generation_config = GenerationConfig.from_pretrained(QWEN_CONFIG)
+    assert end_of_sequence_ids(Model(), tok) == [151643, 151645]
+    completion = tok("Adding them gives \\boxed{72}.", add_special_tokens=False)["input_ids"] + [151645, 151643]
+    text = tok.decode(completion[:completion.index(151645) + 1], skip_special_tokens=True)
+    assert text == "Adding them gives \\boxed{72}."
+    reward = rewards.get_reward("gsm8k")
+    assert reward(text, "72") == 1.0 and reward(text, "73") == 0.0

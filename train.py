@@ -1,0 +1,482 @@
+"""GRPO / DAPO with token selection (ETS, GMTS), in plain PyTorch.
+
+    python train.py --selector gmts                  # Qwen2.5-1.5B-Instruct on GSM8K, top-20% by |E·ω|
+    python train.py --preset paper-math --selector ets
+    python train.py --help                           # every option (gmts/config.py)
+
+One optimizer step is the loop of METHOD.md, read top to bottom in `train_step`:
+
+    rollout -> reward -> advantage -> score -> select -> masked loss -> optimizer step
+
+Everything the method needs is a pure function in gmts/ (tested in tests/test_method.py); this file only wires them
+together, logs what the reproduction notes say to log, and makes the run safe to interrupt and resume.
+"""
+import contextlib
+import copy
+import json
+import math
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass
+
+import torch
+from tqdm import tqdm
+
+import data as datasets
+import rewards
+import gmts
+from gmts import checkpoint as ckpt
+from gmts.config import Config, parse_config, resolve, to_dict, use_dynamic_sampling
+from gmts.optim import build_optimizer
+from gmts.policy import (completion_logprobs, enable_gradient_checkpointing, end_of_sequence_ids, load_model,
+                         load_tokenizer, resolve_device, resolve_dtype)
+from gmts.rollout import sample
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# The data stream: a seeded permutation per epoch, so a run is reproducible and resumes from a single integer.
+
+class PromptStream:
+    def __init__(self, problems, prompt_ids, seed, position=0):
+        self.problems, self.prompt_ids, self.seed, self.position = problems, prompt_ids, seed, position
+
+    def take(self, n):
+        out = []
+        for _ in range(n):
+            epoch, index = divmod(self.position, len(self.problems))
+            order = torch.randperm(len(self.problems), generator=torch.Generator().manual_seed(self.seed * 7919 + epoch))
+            out.append(int(order[index]))
+            self.position += 1
+        return out
+
+
+def load_prompts(cfg, tokenizer):
+    """Problems -> chat-templated prompt ids; prompts longer than --max-prompt-tokens are skipped and counted."""
+    options = json.loads(cfg.task_options) if cfg.task_options else {}
+    try:
+        problems = datasets.load_problems(cfg.data, cfg.split, limit=cfg.limit or None, seed=cfg.seed,
+                                          question_field=cfg.question_field or None,
+                                          answer_field=cfg.answer_field or None, template=cfg.template or None,
+                                          system_prompt=cfg.system_prompt or None, **options)
+    except (FileNotFoundError, ValueError, KeyError) as err:
+        raise SystemExit(f"error: --data {cfg.data!r}: {err}") from None
+    kept, ids = [], []
+    for problem in problems:
+        tokens = tokenizer(datasets.render_prompt(problem, tokenizer), add_special_tokens=False)["input_ids"]
+        if len(tokens) <= cfg.max_prompt_tokens:
+            kept.append(problem)
+            ids.append(tokens)
+    if not kept:
+        raise SystemExit(f"error: --data {cfg.data!r}: no problem fits --max-prompt-tokens {cfg.max_prompt_tokens}")
+    return kept, ids, len(problems) - len(kept)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# A batch of answers with their rewards and advantages.
+
+@dataclass
+class Batch:
+    problems: list          # Q problems
+    prompt_ids: list        # Q lists of ids
+    completion_ids: torch.Tensor  # (N, T)
+    valid: torch.Tensor     # (N, T) bool
+    logp: torch.Tensor      # (N, T) rollout-time log-probs
+    entropy: torch.Tensor   # (N, T) rollout-time entropies
+    texts: list             # N decoded completions
+    rewards: torch.Tensor   # (N,)
+    advantages: torch.Tensor  # (N,)
+
+
+def pad_cat(tensors, value):
+    width = max(t.shape[1] for t in tensors)
+    return torch.cat([torch.nn.functional.pad(t, (0, width - t.shape[1]), value=value) for t in tensors])
+
+
+def collect_batch(cfg, model, tokenizer, stream, eos_ids, generator, reward_fns):
+    """Rollout + reward + advantage. With dynamic sampling (DAPO), groups whose answers all got the same reward carry
+    no signal (A = 0): drop them and sample more prompts, at most --max-sampling-tries rollouts per step."""
+    G, dynamic = cfg.group_size, use_dynamic_sampling(cfg)
+    parts, sampled_rewards, tries = [], [], 0
+    kept_groups = 0
+    while kept_groups < cfg.prompts_per_step and tries < (cfg.max_sampling_tries if dynamic else 1):
+        tries += 1
+        idx = stream.take(cfg.prompts_per_step)
+        problems = [stream.problems[i] for i in idx]
+        prompt_ids = [stream.prompt_ids[i] for i in idx]
+        # 1. Rollout: G answers per prompt, with their log-probs and entropies (gmts/rollout.py).
+        roll = sample(model, prompt_ids, group_size=G, max_new_tokens=cfg.max_new_tokens, eos_token_ids=eos_ids,
+                      pad_token_id=tokenizer.pad_token_id, temperature=cfg.temperature, generator=generator)
+        texts = [tokenizer.decode(row[mask], skip_special_tokens=True)
+                 for row, mask in zip(roll.completion_ids.cpu(), roll.valid_mask.cpu())]
+        # 2. Reward: a program checks each answer (rewards/).
+        r = torch.tensor([reward_fns[p.reward](text, p.answer) for p, text in
+                          zip((p for p in problems for _ in range(G)), texts)], dtype=torch.float32)
+        sampled_rewards.append(r)
+        # 3. Advantage, per group: A_i = (R_i - mean) / (std + eps) (gmts/advantage.py).
+        adv = gmts.group_advantages(r, G, std=cfg.adv_std)
+        keep = torch.ones(len(problems), dtype=torch.bool)
+        if dynamic:
+            keep = r.view(-1, G).std(dim=1) > 0                          # mixed groups only
+        keep = keep & (torch.cumsum(keep.long(), 0) + kept_groups <= cfg.prompts_per_step)
+        rows = keep.repeat_interleave(G)
+        if keep.any():
+            dev = roll.completion_ids.device
+            parts.append(dict(problems=[p for p, k in zip(problems, keep) if k],
+                              prompt_ids=[p for p, k in zip(prompt_ids, keep) if k],
+                              completion_ids=roll.completion_ids[rows.to(dev)], valid=roll.valid_mask[rows.to(dev)],
+                              logp=roll.logp[rows.to(dev)], entropy=roll.entropy[rows.to(dev)],
+                              texts=[t for t, k in zip(texts, rows) if k], rewards=r[rows], advantages=adv[rows]))
+            kept_groups += int(keep.sum())
+    all_rewards = torch.cat(sampled_rewards)
+    if not parts:
+        return None, all_rewards, tries
+    batch = Batch(problems=sum((p["problems"] for p in parts), []),
+                  prompt_ids=sum((p["prompt_ids"] for p in parts), []),
+                  completion_ids=pad_cat([p["completion_ids"] for p in parts], tokenizer.pad_token_id),
+                  valid=pad_cat([p["valid"] for p in parts], False),
+                  logp=pad_cat([p["logp"] for p in parts], 0.0), entropy=pad_cat([p["entropy"] for p in parts], 0.0),
+                  texts=sum((p["texts"] for p in parts), []), rewards=torch.cat([p["rewards"] for p in parts]),
+                  advantages=torch.cat([p["advantages"] for p in parts]))
+    return batch, all_rewards, tries
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Scoring and the loss.
+
+@torch.no_grad()
+def scoring_pass(cfg, model, batch, device):
+    """A no-grad forward over the whole batch: log π_θ and E at the CURRENT θ (needed with --ppo-epochs > 1, where θ
+    moves between updates and the scores of every micro-batch must be known before the first backward)."""
+    logps, ents = [], []
+    for start in range(0, batch.completion_ids.shape[0], cfg.micro_batch_size):
+        rows = slice(start, start + cfg.micro_batch_size)
+        lp, ent = completion_logprobs(model, row_prompts(batch, rows), batch.completion_ids[rows], batch.valid[rows],
+                                      group_size=1, temperature=cfg.temperature, chunk_size=cfg.chunk_size,
+                                      with_entropy=True)
+        logps.append(lp.float())
+        ents.append(ent.float())
+    return torch.cat(logps), torch.cat(ents)
+
+
+def row_prompts(batch, rows):
+    G = batch.completion_ids.shape[0] // len(batch.prompt_ids)
+    return [batch.prompt_ids[i // G] for i in range(batch.completion_ids.shape[0])[rows]]
+
+
+def selection_diagnostics(cfg, batch, entropy, omega, selected, weight):
+    """What the reproduction notes say to log every step: is the change reachable (ETS/GMTS overlap), how the
+    selected tokens spread over answers, and on which side of the advantage they fall."""
+    valid = batch.valid
+    adv = batch.advantages.to(valid.device)
+    n_sel = int(selected.sum())
+    per_answer = selected.sum(dim=1)
+    ets = gmts.select_tokens(gmts.token_scores("ets", entropy), valid, cfg.ratio)
+    gms = gmts.select_tokens(gmts.token_scores("gmts", entropy, omega, weight=weight), valid, cfg.ratio)
+    return {
+        "entropy_mean": float(entropy[valid].mean()) if valid.any() else 0.0,
+        "entropy_selected_mean": float(entropy[selected].mean()) if n_sel else 0.0,
+        "valid_tokens": int(valid.sum()),
+        "selected_tokens": n_sel,
+        "answers_with_selected": int((per_answer > 0).sum()),
+        "top_answer_share": float(per_answer.max()) / n_sel if n_sel else 0.0,
+        "selected_share_positive_adv": float(selected[adv > 0].sum()) / n_sel if n_sel else 0.0,
+        "selection_overlap_ets_gmts": float((ets & gms).sum()) / max(int(ets.sum()), 1),
+    }
+
+
+def train_step(cfg, step, model, ref_model, optimizer, tokenizer, stream, eos_ids, sampler, select_gen, reward_fns,
+               device):
+    metrics = {"step": step}
+    t_start = time.time()
+
+    # 1-3. Rollout, reward, advantage (dynamic sampling inside for DAPO).
+    model.eval()
+    batch, sampled_rewards, tries = collect_batch(cfg, model, tokenizer, stream, eos_ids, sampler, reward_fns)
+    metrics.update(reward_mean=float(sampled_rewards.mean()), accuracy=float((sampled_rewards >= 1.0).float().mean()),
+                   sampling_tries=tries)
+    t_rollout = time.time() - t_start
+    if batch is None:      # every group was all-equal in every try: nothing to learn from this step
+        metrics.update(skipped="no group with mixed rewards", time_rollout_s=t_rollout, time_train_s=0.0)
+        return metrics, None
+    valid, adv = batch.valid, batch.advantages.to(device)
+    N = valid.shape[0]
+    group_ids = torch.arange(N, device=device) // cfg.group_size
+    metrics.update(groups=len(batch.problems), response_len_mean=float(valid.sum(1).float().mean()),
+                   mixed_groups=int((batch.rewards.view(-1, cfg.group_size).std(1) > 0).sum()))
+
+    # The reference model's log-probs, for the k3 KL term (only when β > 0).
+    ref_logp = None
+    if cfg.beta > 0:
+        with torch.no_grad(), (model.disable_adapter() if ref_model is None else contextlib.nullcontext()):
+            ref_logp = torch.cat([completion_logprobs(ref_model or model, row_prompts(batch, slice(s, s + cfg.micro_batch_size)),
+                                                      batch.completion_ids[s:s + cfg.micro_batch_size],
+                                                      valid[s:s + cfg.micro_batch_size], group_size=1,
+                                                      temperature=cfg.temperature, chunk_size=cfg.chunk_size)[0].float()
+                                  for s in range(0, N, cfg.micro_batch_size)])
+
+    weight = gmts.relative_token_weight(valid, cfg.loss_norm)    # w_it for |E·ω·w| (1/|o_i| under per-answer means)
+    old_logp = None
+    losses, grad_norms, skipped = [], [], 0
+    for epoch in range(cfg.ppo_epochs):
+        # 4. Score. One epoch, on-policy: r = 1 and E at θ equals E at θ_old, so the rollout's own log-probs and
+        #    entropies are the scores, with no extra forward pass (METHOD.md, "Where E and ω come from").
+        #    Several epochs: θ moves, so a no-grad scoring pass at the current θ first; its first pass is π_old.
+        if cfg.ppo_epochs == 1:
+            logp_now, entropy = batch.logp.to(device), batch.entropy.to(device)
+            old = logp_now
+        else:
+            logp_now, entropy = scoring_pass(cfg, model, batch, device)
+            if old_logp is None:
+                old_logp = logp_now
+            old = old_logp
+        omega = gmts.token_omega(logp_now, old, adv, eps_low=cfg.eps_low, eps_high=cfg.eps_high, beta=cfg.beta,
+                                 ref_logp=ref_logp)
+        scores = gmts.token_scores(cfg.selector, entropy, omega, weight=weight, generator=select_gen)
+
+        # 5. Select: exactly ceil(ρ · n) tokens over the WHOLE batch (or per group), never padding.
+        exclude = (batch.advantages == 0).to(device) if cfg.exclude_zero_adv else None
+        selected = gmts.select_tokens(scores, valid, cfg.ratio if cfg.selector != "none" else 1.0,
+                                      scope=cfg.select_scope, group_ids=group_ids, bottom=cfg.bottom, exclude=exclude)
+        if epoch == 0:
+            metrics.update(selection_diagnostics(cfg, batch, entropy, omega, selected, weight))
+
+        # 6. Masked loss. The weights carry the batch-wide normaliser, so micro-batch gradients sum to the full-batch
+        #    gradient; rows with nothing selected (and no KL) are skipped: they contribute exactly zero.
+        weights = gmts.loss_weights(valid, selected, cfg.loss_norm)
+        kl_weights = gmts.loss_weights(valid, valid, cfg.loss_norm) if cfg.beta > 0 and cfg.kl_coverage == "all" else None
+        active = ((weights.sum(1) > 0) | (kl_weights.sum(1) > 0 if kl_weights is not None else False)).nonzero().squeeze(1)
+        model.train()
+        optimizer.zero_grad(set_to_none=True)
+        loss_total = 0.0
+        for start in range(0, active.numel(), cfg.micro_batch_size):
+            rows = active[start:start + cfg.micro_batch_size]
+            logp, _ = completion_logprobs(model, [batch.prompt_ids[int(i) // cfg.group_size] for i in rows],
+                                          batch.completion_ids[rows], valid[rows], group_size=1,
+                                          temperature=cfg.temperature, chunk_size=cfg.chunk_size)
+            loss = gmts.policy_loss(logp, (old[rows] if cfg.ppo_epochs > 1 else logp.detach()), adv[rows],
+                                    weights[rows], eps_low=cfg.eps_low, eps_high=cfg.eps_high, beta=cfg.beta,
+                                    ref_logp=None if ref_logp is None else ref_logp[rows],
+                                    kl_weights=None if kl_weights is None else kl_weights[rows])
+            loss.backward()
+            loss_total += loss.item()
+
+        # 7. Optimizer step, unless the loss or gradient is not finite (then skip it and say so).
+        params = [p for p in model.parameters() if p.requires_grad]
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm if cfg.max_grad_norm > 0 else float("inf"))
+        if math.isfinite(loss_total) and torch.isfinite(grad_norm):
+            optimizer.step()
+        else:
+            skipped += 1
+        optimizer.zero_grad(set_to_none=True)
+        losses.append(loss_total)
+        grad_norms.append(float(grad_norm))
+
+    t_total = time.time() - t_start
+    metrics.update(loss=losses[-1], grad_norm=grad_norms[-1], time_rollout_s=t_rollout,
+                   time_train_s=t_total - t_rollout, tokens_per_s=int(valid.sum()) / t_total,
+                   peak_memory_mb=peak_memory_mb(device))
+    if skipped:
+        metrics["skipped"] = f"non-finite loss/gradient in {skipped} of {cfg.ppo_epochs} updates"
+    samples = [{"step": step, "problem": p.id, "completion": batch.texts[i * cfg.group_size], "answer": str(p.answer),
+                "reward": float(batch.rewards[i * cfg.group_size]), "advantage": float(batch.advantages[i * cfg.group_size])}
+               for i, p in enumerate(batch.problems[:cfg.log_samples])]
+    return metrics, samples
+
+
+def peak_memory_mb(device):
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2 ** 20
+    with open("/proc/self/status") as fh:       # process peak resident memory on Linux
+        for line in fh:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Setting up: config (and resume), seeds, model, optimizer, data.
+
+def seed_everything(seed):
+    import random
+
+    import numpy as np
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def add_lora(model, cfg):
+    try:
+        from peft import LoraConfig, get_peft_model
+    except ImportError:
+        raise SystemExit("error: --lora-rank needs peft: pip install peft") from None
+    seed_everything(cfg.seed)              # the adapter's init must not depend on what drew random numbers before
+    lora = LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha or 2 * cfg.lora_rank, lora_dropout=0.0,
+                      target_modules="all-linear", task_type="CAUSAL_LM")
+    return get_peft_model(model, lora)
+
+
+def setup(argv):
+    cfg = parse_config(argv)
+    resume_from, state = None, None
+    if cfg.resume:
+        resume_from = ckpt.find_checkpoint(cfg.resume)
+        state = ckpt.load_trainer_state(resume_from)
+        explicit = _explicit_flags(argv)
+        saved = dict(state["config"])
+        saved.update({k: getattr(cfg, k) for k in explicit})        # e.g. --steps to run longer
+        if "output_dir" not in explicit:
+            saved["output_dir"] = os.path.dirname(os.path.dirname(os.path.abspath(resume_from)))
+        saved["resume"] = cfg.resume
+        cfg = resolve(Config(**saved))
+    return cfg, resume_from, state
+
+
+def _explicit_flags(argv):
+    from gmts.config import build_parser
+    return set(vars(build_parser().parse_args(argv)).keys())
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    cfg, resume_from, state = setup(argv)
+    device = resolve_device(cfg.device)
+    dtype = resolve_dtype(cfg.dtype, device)
+    seed_everything(cfg.seed)
+
+    # Data and rewards first: a bad file or name fails in a second, before any model is loaded.
+    if cfg.tokenizer:
+        tokenizer = load_tokenizer(cfg.tokenizer)
+    elif os.path.isdir(cfg.model) or not resume_from:
+        tokenizer = load_tokenizer(cfg.model)
+    else:
+        tokenizer = load_tokenizer(resume_from)
+    problems, prompt_ids, n_too_long = load_prompts(cfg, tokenizer)
+    reward_fns = {name: rewards.get_reward(name) for name in {p.reward for p in problems}}
+
+    # The policy. On resume, full fine-tuning reloads the checkpoint's weights; LoRA reloads base + adapter.
+    if resume_from and not cfg.lora_rank:
+        model = load_model(resume_from, dtype=dtype, device=device)
+    else:
+        model = load_model(cfg.model, dtype=dtype, device=device)
+    ref_model = None
+    if cfg.beta > 0 and not cfg.lora_rank:
+        ref_model = copy.deepcopy(model).eval().requires_grad_(False)   # frozen π_ref = the starting policy
+    if cfg.lora_rank:
+        if resume_from:
+            from peft import PeftModel
+            model = PeftModel.from_pretrained(model, resume_from, is_trainable=True)
+        else:
+            model = add_lora(model, cfg)
+    if cfg.gradient_checkpointing:
+        enable_gradient_checkpointing(model)
+    eos_ids = end_of_sequence_ids(model, tokenizer)
+    optimizer = build_optimizer(model, cfg)
+
+    sampler = torch.Generator(device=device).manual_seed(cfg.seed)          # rollouts
+    select_gen = torch.Generator(device=device).manual_seed(cfg.seed + 1)   # the random selector, apart from rollouts
+    stream = PromptStream(problems, prompt_ids, cfg.seed)
+    start_step = 0
+    run_dir = cfg.output_dir
+    os.makedirs(run_dir, exist_ok=True)
+    metrics_path, samples_path = os.path.join(run_dir, "metrics.jsonl"), os.path.join(run_dir, "samples.jsonl")
+    if state is not None:
+        optimizer.load_state_dict(state["optimizer"])
+        ckpt.set_rng_state(state["rng"], sampler)
+        select_gen.set_state(state["select_rng"])
+        stream.position = state["data_position"]
+        start_step = state["step"]
+        ckpt.truncate_jsonl(metrics_path, start_step)
+        ckpt.truncate_jsonl(samples_path, start_step)
+    else:
+        for path in (metrics_path, samples_path):      # a fresh run in an old directory starts fresh logs
+            if os.path.exists(path):
+                os.remove(path)
+    ckpt.write_text_atomic(os.path.join(run_dir, "config.json"), json.dumps(to_dict(cfg), indent=2) + "\n")
+
+    n_params = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    print(f"gmts: {cfg.model} ({n_params / 1e6:.1f}M trainable) on {device} {str(dtype).replace('torch.', '')}; "
+          f"{len(problems)} problems from {cfg.data}" + (f" ({n_too_long} skipped: prompt too long)" if n_too_long else "")
+          + f"; selector {cfg.selector} ρ={cfg.ratio}; {cfg.algo}; output {run_dir}"
+          + (f"; resuming from {resume_from} at step {start_step}" if resume_from else ""), flush=True)
+
+    # Ctrl-C / SIGTERM: finish the current step, write a checkpoint, exit. A second Ctrl-C stops at once (the last
+    # checkpoint is still whole: checkpoints are written atomically).
+    stop = {"signal": None}
+
+    def request_stop(signum, _frame):
+        stop["signal"] = signum
+        signal.signal(signum, signal.SIG_DFL)
+        print(f"\ngmts: got signal {signum}; checkpointing after this step (again to stop now)", file=sys.stderr)
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, request_stop)
+
+    def save(step):
+        trainer_state = {"step": step, "config": to_dict(cfg), "optimizer": optimizer.state_dict(),
+                         "rng": ckpt.rng_state(sampler), "select_rng": select_gen.get_state(),
+                         "data_position": stream.position}
+        return ckpt.save_checkpoint(run_dir, step, model, tokenizer, trainer_state, keep=cfg.keep_checkpoints)
+
+    bad_in_a_row, last_saved, first, last = 0, start_step, None, None
+    t_run = time.time()
+    bar = tqdm(range(start_step + 1, cfg.steps + 1), initial=start_step, total=cfg.steps, desc="train", unit="step",
+               dynamic_ncols=True, mininterval=1.0)
+    for step in bar:
+        lr = cfg.lr * min(1.0, step / cfg.warmup_steps) if cfg.warmup_steps else cfg.lr
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        metrics, samples = train_step(cfg, step, model, ref_model, optimizer, tokenizer, stream, eos_ids, sampler,
+                                      select_gen, reward_fns, device)
+        metrics["lr"] = lr
+        if cfg.eval_every and step % cfg.eval_every == 0:
+            metrics.update(run_eval(cfg, model, tokenizer, eos_ids, device))
+        with open(metrics_path, "a") as fh:
+            fh.write(json.dumps(metrics) + "\n")
+        if samples:
+            with open(samples_path, "a") as fh:
+                fh.writelines(json.dumps(s) + "\n" for s in samples)
+        first = first or metrics
+        last = metrics
+        bar.set_postfix(reward=f"{metrics['reward_mean']:.3f}", acc=f"{metrics['accuracy']:.3f}",
+                        s_per_step=f"{metrics['time_rollout_s'] + metrics['time_train_s']:.1f}")
+        bad_in_a_row = bad_in_a_row + 1 if "non-finite" in str(metrics.get("skipped", "")) else 0
+        if bad_in_a_row >= cfg.max_bad_steps:
+            bar.close()
+            raise SystemExit(f"error: {bad_in_a_row} steps in a row with a non-finite loss or gradient (last at step "
+                             f"{step}); the last good checkpoint is {ckpt.find_checkpoint(run_dir) if last_saved else 'none'}. "
+                             "Lower --lr or check the data.")
+        if (cfg.save_every and step % cfg.save_every == 0) or step == cfg.steps or stop["signal"]:
+            save(step)
+            last_saved = step
+        if stop["signal"]:
+            bar.close()
+            print(f"gmts: stopped by signal {stop['signal']} after step {step}; resume with --resume {run_dir}")
+            sys.exit(128 + stop["signal"])
+    bar.close()
+    if cfg.lora_rank and last_saved == cfg.steps:
+        merged_dir = os.path.join(run_dir, "final-merged")
+        copy.deepcopy(model).merge_and_unload().save_pretrained(merged_dir, safe_serialization=True)
+        tokenizer.save_pretrained(merged_dir)
+    if last is not None:
+        print(f"gmts: {cfg.steps - start_step} steps in {time.time() - t_run:.1f}s; reward {first['reward_mean']:.3f} -> "
+              f"{last['reward_mean']:.3f}, accuracy {first['accuracy']:.3f} -> {last['accuracy']:.3f}; "
+              f"checkpoint {ckpt.find_checkpoint(run_dir)}")
+
+
+def run_eval(cfg, model, tokenizer, eos_ids, device):
+    """In-training evaluation with eval.py's protocol (same code path as `python eval.py`)."""
+    from gmts.evaluate import evaluate_model
+    was_training = model.training
+    model.eval()
+    result = evaluate_model(model, tokenizer, cfg.eval_data, limit=cfg.eval_limit, samples=cfg.eval_samples,
+                            temperature=cfg.eval_temperature, max_new_tokens=cfg.max_new_tokens, seed=cfg.seed,
+                            eos_ids=eos_ids, template=cfg.template or None, system_prompt=cfg.system_prompt or None,
+                            batch_size=cfg.micro_batch_size * cfg.group_size, progress=False)
+    model.train(was_training)
+    return {"eval_accuracy": result["accuracy"], "eval_ci95": result["ci95"], "eval_data": cfg.eval_data}
+
+
+if __name__ == "__main__":
+    main()
