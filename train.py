@@ -28,6 +28,7 @@ import data as datasets
 import rewards
 import gmts
 from gmts import checkpoint as ckpt
+from gmts import distributed as dist
 from gmts.config import Config, parse_config, resolve, to_dict, use_dynamic_sampling
 from gmts.optim import build_optimizer
 from gmts.policy import (completion_logprobs, enable_gradient_checkpointing, end_of_sequence_ids, load_model,
@@ -59,7 +60,7 @@ def load_prompts(cfg, tokenizer):
         problems = datasets.load_problems(cfg.data, cfg.split, limit=cfg.limit or None, seed=cfg.seed,
                                           question_field=cfg.question_field or None,
                                           answer_field=cfg.answer_field or None, template=cfg.template or None,
-                                          system_prompt=cfg.system_prompt or None, **options)
+                                          system_prompt=cfg.system_prompt, **options)
     except (FileNotFoundError, ValueError, KeyError) as err:
         raise SystemExit(f"error: --data {cfg.data!r}: {err}") from None
     kept, ids = [], []
@@ -95,14 +96,22 @@ def pad_cat(tensors, value):
 
 
 def collect_batch(cfg, model, tokenizer, stream, eos_ids, generator, reward_fns):
-    """Rollout + reward + advantage. With dynamic sampling (DAPO), groups whose answers all got the same reward carry
-    no signal (A = 0): drop them and sample more prompts, at most --max-sampling-tries rollouts per step."""
+    """Rollout + reward + advantage for this process's share of the step's prompts (all of them without torchrun).
+
+    With dynamic sampling (DAPO), groups whose answers all got the same reward carry no signal (A = 0): drop them and
+    sample more prompts, at most --max-sampling-tries rollouts per step. Every rank takes the same prompts from the
+    stream on every try (and uses its own slice), so the data position stays identical across ranks."""
     G, dynamic = cfg.group_size, use_dynamic_sampling(cfg)
-    parts, sampled_rewards, tries = [], [], 0
-    kept_groups = 0
-    while kept_groups < cfg.prompts_per_step and tries < (cfg.max_sampling_tries if dynamic else 1):
+    share = cfg.prompts_per_step // dist.world_size()
+    parts, sampled_rewards, tries, kept_groups = [], [], 0, 0
+    while tries < (cfg.max_sampling_tries if dynamic else 1):
+        still_needed = int(dist.all_reduce_sum(torch.tensor(int(kept_groups < share))))
+        if not still_needed:
+            break
         tries += 1
-        idx = stream.take(cfg.prompts_per_step)
+        idx = stream.take(cfg.prompts_per_step)[dist.rank() * share:(dist.rank() + 1) * share]
+        if kept_groups >= share:
+            continue
         problems = [stream.problems[i] for i in idx]
         prompt_ids = [stream.prompt_ids[i] for i in idx]
         # 1. Rollout: G answers per prompt, with their log-probs and entropies (gmts/rollout.py).
@@ -119,17 +128,17 @@ def collect_batch(cfg, model, tokenizer, stream, eos_ids, generator, reward_fns)
         keep = torch.ones(len(problems), dtype=torch.bool)
         if dynamic:
             keep = r.view(-1, G).std(dim=1) > 0                          # mixed groups only
-        keep = keep & (torch.cumsum(keep.long(), 0) + kept_groups <= cfg.prompts_per_step)
+        keep = keep & (torch.cumsum(keep.long(), 0) + kept_groups <= share)
         rows = keep.repeat_interleave(G)
         if keep.any():
-            dev = roll.completion_ids.device
+            on = rows.to(roll.completion_ids.device)
             parts.append(dict(problems=[p for p, k in zip(problems, keep) if k],
                               prompt_ids=[p for p, k in zip(prompt_ids, keep) if k],
-                              completion_ids=roll.completion_ids[rows.to(dev)], valid=roll.valid_mask[rows.to(dev)],
-                              logp=roll.logp[rows.to(dev)], entropy=roll.entropy[rows.to(dev)],
-                              texts=[t for t, k in zip(texts, rows) if k], rewards=r[rows], advantages=adv[rows]))
+                              completion_ids=roll.completion_ids[on], valid=roll.valid_mask[on], logp=roll.logp[on],
+                              entropy=roll.entropy[on], texts=[t for t, k in zip(texts, rows) if k],
+                              rewards=r[rows], advantages=adv[rows]))
             kept_groups += int(keep.sum())
-    all_rewards = torch.cat(sampled_rewards)
+    all_rewards = torch.cat(sampled_rewards) if sampled_rewards else torch.zeros(0)
     if not parts:
         return None, all_rewards, tries
     batch = Batch(problems=sum((p["problems"] for p in parts), []),
@@ -165,60 +174,65 @@ def row_prompts(batch, rows):
     return [batch.prompt_ids[i // G] for i in range(batch.completion_ids.shape[0])[rows]]
 
 
+def select(cfg, scores, valid, group_ids, exclude):
+    """Step 5: exactly ceil(ρ · n) tokens over the WHOLE batch (across ranks too), or per group; never padding."""
+    ratio = cfg.ratio if cfg.selector != "none" else 1.0
+    if cfg.select_scope == "group":       # whole groups live on one rank: per-group ranking is local
+        return gmts.select_tokens(scores, valid, ratio, scope="group", group_ids=group_ids, bottom=cfg.bottom,
+                                  exclude=exclude)
+    return dist.select_tokens_global(scores, valid, ratio, bottom=cfg.bottom, exclude=exclude)
+
+
 def selection_diagnostics(cfg, batch, entropy, omega, selected, weight):
     """What the reproduction notes say to log every step: is the change reachable (ETS/GMTS overlap), how the
-    selected tokens spread over answers, and on which side of the advantage they fall."""
+    selected tokens spread over answers, and on which side of the advantage they fall. Global over ranks."""
     valid = batch.valid
     adv = batch.advantages.to(valid.device)
-    n_sel = int(selected.sum())
     per_answer = selected.sum(dim=1)
-    ets = gmts.select_tokens(gmts.token_scores("ets", entropy), valid, cfg.ratio)
-    gms = gmts.select_tokens(gmts.token_scores("gmts", entropy, omega, weight=weight), valid, cfg.ratio)
+    ets = dist.select_tokens_global(gmts.token_scores("ets", entropy), valid, cfg.ratio)
+    gms = dist.select_tokens_global(gmts.token_scores("gmts", entropy, omega, weight=weight), valid, cfg.ratio)
+    sums = dist.all_reduce_sum(torch.tensor([
+        float(entropy[valid].sum()), float(entropy[selected].sum()), float(valid.sum()), float(selected.sum()),
+        float((per_answer > 0).sum()), float(selected[adv > 0].sum()), float((ets & gms).sum()), float(ets.sum())],
+        dtype=torch.float64)).tolist()
+    ent_sum, ent_sel_sum, n_valid, n_sel, answers, positive, overlap, n_ets = sums
+    top = max(dist.gather_objects(int(per_answer.max()) if per_answer.numel() else 0))
     return {
-        "entropy_mean": float(entropy[valid].mean()) if valid.any() else 0.0,
-        "entropy_selected_mean": float(entropy[selected].mean()) if n_sel else 0.0,
-        "valid_tokens": int(valid.sum()),
-        "selected_tokens": n_sel,
-        "answers_with_selected": int((per_answer > 0).sum()),
-        "top_answer_share": float(per_answer.max()) / n_sel if n_sel else 0.0,
-        "selected_share_positive_adv": float(selected[adv > 0].sum()) / n_sel if n_sel else 0.0,
-        "selection_overlap_ets_gmts": float((ets & gms).sum()) / max(int(ets.sum()), 1),
+        "entropy_mean": ent_sum / n_valid if n_valid else 0.0,
+        "entropy_selected_mean": ent_sel_sum / n_sel if n_sel else 0.0,
+        "valid_tokens": int(n_valid),
+        "selected_tokens": int(n_sel),
+        "answers_with_selected": int(answers),
+        "top_answer_share": top / n_sel if n_sel else 0.0,
+        "selected_share_positive_adv": positive / n_sel if n_sel else 0.0,
+        "selection_overlap_ets_gmts": overlap / max(n_ets, 1),
     }
 
 
-def train_step(cfg, step, model, ref_model, optimizer, tokenizer, stream, eos_ids, sampler, select_gen, reward_fns,
-               device):
-    metrics = {"step": step}
-    t_start = time.time()
+def reference_logprobs(cfg, model, ref_model, batch):
+    """log π_ref of the sampled tokens, for the k3 KL term (β > 0): the frozen starting model, or with LoRA the
+    same model with its adapters switched off (no second copy in memory)."""
+    ctx = model.disable_adapter() if ref_model is None else contextlib.nullcontext()
+    out = []
+    with torch.no_grad(), ctx:
+        for s in range(0, batch.valid.shape[0], cfg.micro_batch_size):
+            rows = slice(s, s + cfg.micro_batch_size)
+            out.append(completion_logprobs(ref_model or model, row_prompts(batch, rows), batch.completion_ids[rows],
+                                           batch.valid[rows], group_size=1, temperature=cfg.temperature,
+                                           chunk_size=cfg.chunk_size)[0].float())
+    return torch.cat(out)
 
-    # 1-3. Rollout, reward, advantage (dynamic sampling inside for DAPO).
-    model.eval()
-    batch, sampled_rewards, tries = collect_batch(cfg, model, tokenizer, stream, eos_ids, sampler, reward_fns)
-    metrics.update(reward_mean=float(sampled_rewards.mean()), accuracy=float((sampled_rewards >= 1.0).float().mean()),
-                   sampling_tries=tries)
-    t_rollout = time.time() - t_start
-    if batch is None:      # every group was all-equal in every try: nothing to learn from this step
-        metrics.update(skipped="no group with mixed rewards", time_rollout_s=t_rollout, time_train_s=0.0)
-        return metrics, None
-    valid, adv = batch.valid, batch.advantages.to(device)
-    N = valid.shape[0]
-    group_ids = torch.arange(N, device=device) // cfg.group_size
-    metrics.update(groups=len(batch.problems), response_len_mean=float(valid.sum(1).float().mean()),
-                   mixed_groups=int((batch.rewards.view(-1, cfg.group_size).std(1) > 0).sum()))
 
-    # The reference model's log-probs, for the k3 KL term (only when β > 0).
-    ref_logp = None
-    if cfg.beta > 0:
-        with torch.no_grad(), (model.disable_adapter() if ref_model is None else contextlib.nullcontext()):
-            ref_logp = torch.cat([completion_logprobs(ref_model or model, row_prompts(batch, slice(s, s + cfg.micro_batch_size)),
-                                                      batch.completion_ids[s:s + cfg.micro_batch_size],
-                                                      valid[s:s + cfg.micro_batch_size], group_size=1,
-                                                      temperature=cfg.temperature, chunk_size=cfg.chunk_size)[0].float()
-                                  for s in range(0, N, cfg.micro_batch_size)])
-
+def update_policy(cfg, model, ref_model, optimizer, batch, select_gen, device):
+    """Steps 4-7 on a batch of answers with their advantages: score -> select -> masked loss -> optimizer step.
+    --ppo-epochs updates; returns the metrics of the first selection and the last update, and that first selection."""
+    valid, adv = batch.valid.to(device), batch.advantages.to(device)
+    group_ids = torch.arange(valid.shape[0], device=device) // cfg.group_size
+    ref_logp = reference_logprobs(cfg, model, ref_model, batch) if cfg.beta > 0 else None
     weight = gmts.relative_token_weight(valid, cfg.loss_norm)    # w_it for |E·ω·w| (1/|o_i| under per-answer means)
-    old_logp = None
-    losses, grad_norms, skipped = [], [], 0
+    exclude = (adv == 0) if cfg.exclude_zero_adv else None
+    params = [p for p in model.parameters() if p.requires_grad]
+    metrics, old_logp, skipped = {}, None, 0
     for epoch in range(cfg.ppo_epochs):
         # 4. Score. One epoch, on-policy: r = 1 and E at θ equals E at θ_old, so the rollout's own log-probs and
         #    entropies are the scores, with no extra forward pass (METHOD.md, "Where E and ω come from").
@@ -228,28 +242,31 @@ def train_step(cfg, step, model, ref_model, optimizer, tokenizer, stream, eos_id
             old = logp_now
         else:
             logp_now, entropy = scoring_pass(cfg, model, batch, device)
-            if old_logp is None:
-                old_logp = logp_now
+            old_logp = logp_now if old_logp is None else old_logp
             old = old_logp
         omega = gmts.token_omega(logp_now, old, adv, eps_low=cfg.eps_low, eps_high=cfg.eps_high, beta=cfg.beta,
                                  ref_logp=ref_logp)
         scores = gmts.token_scores(cfg.selector, entropy, omega, weight=weight, generator=select_gen)
 
-        # 5. Select: exactly ceil(ρ · n) tokens over the WHOLE batch (or per group), never padding.
-        exclude = (batch.advantages == 0).to(device) if cfg.exclude_zero_adv else None
-        selected = gmts.select_tokens(scores, valid, cfg.ratio if cfg.selector != "none" else 1.0,
-                                      scope=cfg.select_scope, group_ids=group_ids, bottom=cfg.bottom, exclude=exclude)
+        # 5. Select.
+        selected = select(cfg, scores, valid, group_ids, exclude)
         if epoch == 0:
             metrics.update(selection_diagnostics(cfg, batch, entropy, omega, selected, weight))
+            first_selection = selected
 
-        # 6. Masked loss. The weights carry the batch-wide normaliser, so micro-batch gradients sum to the full-batch
-        #    gradient; rows with nothing selected (and no KL) are skipped: they contribute exactly zero.
-        weights = gmts.loss_weights(valid, selected, cfg.loss_norm)
-        kl_weights = gmts.loss_weights(valid, valid, cfg.loss_norm) if cfg.beta > 0 and cfg.kl_coverage == "all" else None
-        active = ((weights.sum(1) > 0) | (kl_weights.sum(1) > 0 if kl_weights is not None else False)).nonzero().squeeze(1)
+        # 6. Masked loss. The weights carry the batch-wide (global) normaliser, so micro-batch gradients sum to the
+        #    full-batch gradient; rows with nothing selected (and no KL) are skipped: they contribute exactly zero.
+        weights = gmts.loss_weights(valid, selected, cfg.loss_norm, reduce=dist.all_reduce_sum)
+        kl_weights = None
+        if cfg.beta > 0 and cfg.kl_coverage == "all":
+            kl_weights = gmts.loss_weights(valid, valid, cfg.loss_norm, reduce=dist.all_reduce_sum)
+        has_weight = weights.sum(1) > 0
+        if kl_weights is not None:
+            has_weight |= kl_weights.sum(1) > 0
+        active = has_weight.nonzero().squeeze(1)
         model.train()
         optimizer.zero_grad(set_to_none=True)
-        loss_total = 0.0
+        loss_total = torch.zeros((), dtype=torch.float64)
         for start in range(0, active.numel(), cfg.micro_batch_size):
             rows = active[start:start + cfg.micro_batch_size]
             logp, _ = completion_logprobs(model, [batch.prompt_ids[int(i) // cfg.group_size] for i in rows],
@@ -260,25 +277,52 @@ def train_step(cfg, step, model, ref_model, optimizer, tokenizer, stream, eos_id
                                     ref_logp=None if ref_logp is None else ref_logp[rows],
                                     kl_weights=None if kl_weights is None else kl_weights[rows])
             loss.backward()
-            loss_total += loss.item()
+            loss_total += loss.detach().double().cpu()
 
-        # 7. Optimizer step, unless the loss or gradient is not finite (then skip it and say so).
-        params = [p for p in model.parameters() if p.requires_grad]
+        # 7. Optimizer step (gradients summed over ranks first), unless the loss or gradient is not finite.
+        dist.all_reduce_gradients(params)
+        loss_total = float(dist.all_reduce_sum(loss_total))
         grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm if cfg.max_grad_norm > 0 else float("inf"))
         if math.isfinite(loss_total) and torch.isfinite(grad_norm):
             optimizer.step()
         else:
             skipped += 1
         optimizer.zero_grad(set_to_none=True)
-        losses.append(loss_total)
-        grad_norms.append(float(grad_norm))
-
-    t_total = time.time() - t_start
-    metrics.update(loss=losses[-1], grad_norm=grad_norms[-1], time_rollout_s=t_rollout,
-                   time_train_s=t_total - t_rollout, tokens_per_s=int(valid.sum()) / t_total,
-                   peak_memory_mb=peak_memory_mb(device))
+        metrics.update(loss=loss_total, grad_norm=float(grad_norm))
     if skipped:
         metrics["skipped"] = f"non-finite loss/gradient in {skipped} of {cfg.ppo_epochs} updates"
+    return metrics, first_selection
+
+
+def train_step(cfg, step, model, ref_model, optimizer, tokenizer, stream, eos_ids, sampler, select_gen, reward_fns,
+               device):
+    metrics = {"step": step}
+    t_start = time.time()
+
+    # 1-3. Rollout, reward, advantage (dynamic sampling inside for DAPO).
+    model.eval()
+    batch, sampled_rewards, tries = collect_batch(cfg, model, tokenizer, stream, eos_ids, sampler, reward_fns)
+    n_sampled, reward_sum, correct = dist.all_reduce_sum(torch.tensor(
+        [sampled_rewards.numel(), float(sampled_rewards.sum()), float((sampled_rewards >= 1.0).sum())],
+        dtype=torch.float64)).tolist()
+    metrics.update(reward_mean=reward_sum / max(n_sampled, 1), accuracy=correct / max(n_sampled, 1),
+                   sampling_tries=tries)
+    t_rollout = time.time() - t_start
+    have_batch = int(dist.all_reduce_sum(torch.tensor(int(batch is not None))))
+    if have_batch < dist.world_size():   # every group was all-equal in every try (on some rank): nothing to learn
+        metrics.update(skipped="no group with mixed rewards", time_rollout_s=t_rollout, time_train_s=0.0)
+        return metrics, None
+    n_groups, n_mixed, len_sum, n_answers = dist.all_reduce_sum(torch.tensor(
+        [len(batch.problems), int((batch.rewards.view(-1, cfg.group_size).std(1) > 0).sum()),
+         int(batch.valid.sum()), batch.valid.shape[0]], dtype=torch.float64)).tolist()
+    metrics.update(groups=int(n_groups), response_len_mean=len_sum / n_answers, mixed_groups=int(n_mixed))
+
+    # 4-7. Score, select, masked loss, optimizer step.
+    metrics.update(update_policy(cfg, model, ref_model, optimizer, batch, select_gen, device)[0])
+
+    t_total = time.time() - t_start
+    metrics.update(time_rollout_s=t_rollout, time_train_s=t_total - t_rollout,
+                   tokens_per_s=metrics["valid_tokens"] / t_total, peak_memory_mb=peak_memory_mb(device))
     samples = [{"step": step, "problem": p.id, "completion": batch.texts[i * cfg.group_size], "answer": str(p.answer),
                 "reward": float(batch.rewards[i * cfg.group_size]), "advantage": float(batch.advantages[i * cfg.group_size])}
                for i, p in enumerate(batch.problems[:cfg.log_samples])]
@@ -342,7 +386,16 @@ def _explicit_flags(argv):
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     cfg, resume_from, state = setup(argv)
+    rank, world, local_rank = dist.init()          # (0, 1, 0) without torchrun
+    main_process = rank == 0
+    if cfg.prompts_per_step % world:
+        raise SystemExit(f"error: --prompts-per-step {cfg.prompts_per_step} does not split over {world} processes")
+    if state is not None and len(state["rng"]) != world:
+        raise SystemExit(f"error: --resume: the checkpoint was written by {len(state['rng'])} processes; "
+                         f"resume with the same number (got {world})")
     device = resolve_device(cfg.device)
+    if device.type == "cuda" and world > 1:
+        device = torch.device("cuda", local_rank)
     dtype = resolve_dtype(cfg.dtype, device)
     seed_everything(cfg.seed)
 
@@ -355,6 +408,8 @@ def main(argv=None):
         tokenizer = load_tokenizer(resume_from)
     problems, prompt_ids, n_too_long = load_prompts(cfg, tokenizer)
     reward_fns = {name: rewards.get_reward(name) for name in {p.reward for p in problems}}
+    if cfg.eval_every:
+        check_eval_data(cfg, tokenizer)
 
     # The policy. On resume, full fine-tuning reloads the checkpoint's weights; LoRA reloads base + adapter.
     if resume_from and not cfg.lora_rank:
@@ -375,36 +430,38 @@ def main(argv=None):
     eos_ids = end_of_sequence_ids(model, tokenizer)
     optimizer = build_optimizer(model, cfg)
 
-    sampler = torch.Generator(device=device).manual_seed(cfg.seed)          # rollouts
-    select_gen = torch.Generator(device=device).manual_seed(cfg.seed + 1)   # the random selector, apart from rollouts
+    # Random streams: rollouts, and the random selector apart from them (so arms see the same rollouts). Each
+    # process samples its own answers; the data order is shared.
+    sampler = torch.Generator(device=device).manual_seed(cfg.seed + 1_000_003 * rank)
+    select_gen = torch.Generator(device=device).manual_seed(cfg.seed + 1 + 1_000_003 * rank)
     stream = PromptStream(problems, prompt_ids, cfg.seed)
     start_step = 0
     run_dir = cfg.output_dir
-    os.makedirs(run_dir, exist_ok=True)
     metrics_path, samples_path = os.path.join(run_dir, "metrics.jsonl"), os.path.join(run_dir, "samples.jsonl")
     if state is not None:
         optimizer.load_state_dict(state["optimizer"])
-        ckpt.set_rng_state(state["rng"], sampler)
-        select_gen.set_state(state["select_rng"])
+        ckpt.set_rng_state(state["rng"][rank], sampler)
+        select_gen.set_state(state["select_rng"][rank])
         stream.position = state["data_position"]
         start_step = state["step"]
-        ckpt.truncate_jsonl(metrics_path, start_step)
-        ckpt.truncate_jsonl(samples_path, start_step)
-    else:
-        for path in (metrics_path, samples_path):      # a fresh run in an old directory starts fresh logs
-            if os.path.exists(path):
+    if main_process:
+        os.makedirs(run_dir, exist_ok=True)
+        for path in (metrics_path, samples_path):
+            if state is not None:            # drop lines logged after the checkpoint (a crash between the two)
+                ckpt.truncate_jsonl(path, start_step)
+            elif os.path.exists(path):       # a fresh run in an old directory starts fresh logs
                 os.remove(path)
-    ckpt.write_text_atomic(os.path.join(run_dir, "config.json"), json.dumps(to_dict(cfg), indent=2) + "\n")
-
-    n_params = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    print(f"gmts: {cfg.model} ({n_params / 1e6:.1f}M trainable) on {device} {str(dtype).replace('torch.', '')}; "
-          f"{len(problems)} problems from {cfg.data}" + (f" ({n_too_long} skipped: prompt too long)" if n_too_long else "")
-          + f"; selector {cfg.selector} ρ={cfg.ratio}; {cfg.algo}; output {run_dir}"
-          + (f"; resuming from {resume_from} at step {start_step}" if resume_from else ""), flush=True)
+        ckpt.write_text_atomic(os.path.join(run_dir, "config.json"), json.dumps(to_dict(cfg), indent=2) + "\n")
+        n_params = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        print(f"gmts: {cfg.model} ({n_params / 1e6:.1f}M trainable) on {device} {str(dtype).replace('torch.', '')}"
+              + (f" x {world} processes" if world > 1 else "") + f"; {len(problems)} problems from {cfg.data}"
+              + (f" ({n_too_long} skipped: prompt too long)" if n_too_long else "")
+              + f"; selector {cfg.selector} ρ={cfg.ratio}; {cfg.algo}; output {run_dir}"
+              + (f"; resuming from {resume_from} at step {start_step}" if resume_from else ""), flush=True)
 
     # Ctrl-C / SIGTERM: finish the current step, write a checkpoint, exit. A second Ctrl-C stops at once (the last
     # checkpoint is still whole: checkpoints are written atomically).
-    stop = {"signal": None}
+    stop = {"signal": 0}
 
     def request_stop(signum, _frame):
         stop["signal"] = signum
@@ -414,15 +471,19 @@ def main(argv=None):
         signal.signal(sig, request_stop)
 
     def save(step):
-        trainer_state = {"step": step, "config": to_dict(cfg), "optimizer": optimizer.state_dict(),
-                         "rng": ckpt.rng_state(sampler), "select_rng": select_gen.get_state(),
-                         "data_position": stream.position}
-        return ckpt.save_checkpoint(run_dir, step, model, tokenizer, trainer_state, keep=cfg.keep_checkpoints)
+        # Every process's random state travels to the one that writes, so a resume continues each stream exactly.
+        rngs = dist.gather_objects((ckpt.rng_state(sampler), select_gen.get_state()))
+        if main_process:
+            trainer_state = {"step": step, "config": to_dict(cfg), "optimizer": optimizer.state_dict(),
+                             "rng": [r for r, _ in rngs], "select_rng": [s for _, s in rngs],
+                             "data_position": stream.position, "world_size": world}
+            ckpt.save_checkpoint(run_dir, step, model, tokenizer, trainer_state, keep=cfg.keep_checkpoints)
+        dist.barrier()
 
     bad_in_a_row, last_saved, first, last = 0, start_step, None, None
     t_run = time.time()
     bar = tqdm(range(start_step + 1, cfg.steps + 1), initial=start_step, total=cfg.steps, desc="train", unit="step",
-               dynamic_ncols=True, mininterval=1.0)
+               dynamic_ncols=True, mininterval=1.0, disable=not main_process)
     for step in bar:
         lr = cfg.lr * min(1.0, step / cfg.warmup_steps) if cfg.warmup_steps else cfg.lr
         for group in optimizer.param_groups:
@@ -431,12 +492,15 @@ def main(argv=None):
                                       select_gen, reward_fns, device)
         metrics["lr"] = lr
         if cfg.eval_every and step % cfg.eval_every == 0:
-            metrics.update(run_eval(cfg, model, tokenizer, eos_ids, device))
-        with open(metrics_path, "a") as fh:
-            fh.write(json.dumps(metrics) + "\n")
-        if samples:
-            with open(samples_path, "a") as fh:
-                fh.writelines(json.dumps(s) + "\n" for s in samples)
+            if main_process:
+                metrics.update(run_eval(cfg, model, tokenizer, eos_ids, device))
+            dist.barrier()
+        if main_process:
+            with open(metrics_path, "a") as fh:
+                fh.write(json.dumps(metrics) + "\n")
+            if samples:
+                with open(samples_path, "a") as fh:
+                    fh.writelines(json.dumps(s) + "\n" for s in samples)
         first = first or metrics
         last = metrics
         bar.set_postfix(reward=f"{metrics['reward_mean']:.3f}", acc=f"{metrics['accuracy']:.3f}",
@@ -447,35 +511,53 @@ def main(argv=None):
             raise SystemExit(f"error: {bad_in_a_row} steps in a row with a non-finite loss or gradient (last at step "
                              f"{step}); the last good checkpoint is {ckpt.find_checkpoint(run_dir) if last_saved else 'none'}. "
                              "Lower --lr or check the data.")
-        if (cfg.save_every and step % cfg.save_every == 0) or step == cfg.steps or stop["signal"]:
+        stopping = int(dist.all_reduce_sum(torch.tensor(stop["signal"])))   # any process signalled: all stop
+        if (cfg.save_every and step % cfg.save_every == 0) or step == cfg.steps or stopping:
             save(step)
             last_saved = step
-        if stop["signal"]:
+        if stopping:
             bar.close()
-            print(f"gmts: stopped by signal {stop['signal']} after step {step}; resume with --resume {run_dir}")
-            sys.exit(128 + stop["signal"])
+            signum = stop["signal"] or signal.SIGTERM
+            if main_process:
+                print(f"gmts: stopped by signal {signum} after step {step}; resume with --resume {run_dir}")
+            sys.exit(128 + signum)
     bar.close()
-    if cfg.lora_rank and last_saved == cfg.steps:
-        merged_dir = os.path.join(run_dir, "final-merged")
+    if cfg.lora_rank and last_saved == cfg.steps and main_process:
+        merged_dir = os.path.join(run_dir, "final-merged")        # plain weights for transformers / vLLM
         copy.deepcopy(model).merge_and_unload().save_pretrained(merged_dir, safe_serialization=True)
         tokenizer.save_pretrained(merged_dir)
-    if last is not None:
+    if last is not None and main_process:
         print(f"gmts: {cfg.steps - start_step} steps in {time.time() - t_run:.1f}s; reward {first['reward_mean']:.3f} -> "
               f"{last['reward_mean']:.3f}, accuracy {first['accuracy']:.3f} -> {last['accuracy']:.3f}; "
               f"checkpoint {ckpt.find_checkpoint(run_dir)}")
 
 
 def run_eval(cfg, model, tokenizer, eos_ids, device):
-    """In-training evaluation with eval.py's protocol (same code path as `python eval.py`)."""
+    """In-training evaluation with eval.py's protocol (the same code as `python eval.py`)."""
     from gmts.evaluate import evaluate_model
     was_training = model.training
     model.eval()
+    # As many rows per generation batch as a training rollout has (each prompt brings --eval-samples rows).
+    batch_size = max(1, cfg.prompts_per_step * cfg.group_size // max(cfg.eval_samples, 1))
     result = evaluate_model(model, tokenizer, cfg.eval_data, limit=cfg.eval_limit, samples=cfg.eval_samples,
                             temperature=cfg.eval_temperature, max_new_tokens=cfg.max_new_tokens, seed=cfg.seed,
-                            eos_ids=eos_ids, template=cfg.template or None, system_prompt=cfg.system_prompt or None,
-                            batch_size=cfg.micro_batch_size * cfg.group_size, progress=False)
+                            eos_ids=eos_ids, template=cfg.template or None, system_prompt=cfg.system_prompt,
+                            batch_size=batch_size, progress=False,
+                            task_options=json.loads(cfg.task_options) if cfg.task_options else None)
     model.train(was_training)
     return {"eval_accuracy": result["accuracy"], "eval_ci95": result["ci95"], "eval_data": cfg.eval_data}
+
+
+def check_eval_data(cfg, tokenizer):
+    """Fail at start-up, not at the first evaluation, when --eval-data names something that cannot be loaded."""
+    from gmts.evaluate import load_benchmark, split_data_arg
+    for spec in split_data_arg(cfg.eval_data):
+        try:
+            load_benchmark(spec, tokenizer, limit=cfg.eval_limit, template=cfg.template or None,
+                           system_prompt=cfg.system_prompt,
+                           task_options=json.loads(cfg.task_options) if cfg.task_options else None)
+        except (FileNotFoundError, ValueError, KeyError, SystemExit) as err:
+            raise SystemExit(f"error: --eval-data {spec!r}: {' '.join(str(err).split())}") from None
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ class Config:
     question_field: str = field(default="", metadata={"help": "column holding the question in a local file"})
     answer_field: str = field(default="", metadata={"help": "column holding the reference answer in a local file"})
     template: str = field(default="", metadata={"help": "prompt template (data/ names; default: the source's own)"})
-    system_prompt: str = field(default="", metadata={"help": "override the template's system prompt"})
+    system_prompt: str = field(default=None, metadata={"help": "override the template's system prompt ('' = none)"})
     task_options: str = field(default="", metadata={"help": "JSON options for the task, e.g. '{\"digits\": 2}' for arithmetic"})
     max_prompt_tokens: int = field(default=1024, metadata={"help": "problems with longer prompts are skipped (counted)"})
     # --- rollout ------------------------------------------------------------------------------------------------

@@ -25,8 +25,10 @@ def check_loss_config(selector, ratio, loss_norm):
             "nothing (METHOD.md, 'The loss'). Use loss_norm 'selected', 'all' or 'sequence' (full answer length).")
 
 
-def loss_weights(valid_mask, selected_mask, loss_norm="selected"):
+def loss_weights(valid_mask, selected_mask, loss_norm="selected", *, reduce=None):
     """Per-token weights w_it · m_it (N, T) float32 for the WHOLE optimizer batch; slice rows for micro-batches.
+
+    reduce: sums a count over data-parallel ranks (gmts.distributed.all_reduce_sum) so the normaliser is global.
 
     selected           1/S on selected tokens, S = selected tokens in the batch (the paper's equation; DAPO's token mean)
     all                1/N_valid on selected tokens: the authors' code, TRL and verl (non-selected stay in the denominator)
@@ -40,12 +42,13 @@ def loss_weights(valid_mask, selected_mask, loss_norm="selected"):
         raise ValueError(f"valid_mask {tuple(valid_mask.shape)} and selected_mask {tuple(selected_mask.shape)} differ")
     if (selected_mask & ~valid_mask).any():
         raise ValueError("selected_mask selects padding/prompt positions (not in valid_mask)")
+    total = reduce or (lambda count: count)
     m = selected_mask.float()
     if loss_norm == "selected":
-        return m / m.sum().clamp(min=1)
+        return m / total(m.sum()).clamp(min=1)
     if loss_norm == "all":
-        return m / valid_mask.sum().clamp(min=1).float()
-    n_answers = valid_mask.shape[0]
+        return m / total(valid_mask.sum()).clamp(min=1).float()
+    n_answers = total(torch.tensor(valid_mask.shape[0], device=valid_mask.device)).float()
     per_answer = (valid_mask if loss_norm == "sequence" else selected_mask).sum(dim=1, keepdim=True).clamp(min=1)
     return m / (per_answer.float() * n_answers)
 

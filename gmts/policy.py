@@ -28,6 +28,16 @@ def resolve_dtype(name, device):
     return DTYPES[name]
 
 
+def looks_like_path(name):
+    """'Qwen/Qwen2.5-1.5B-Instruct' is a hub id; '/data/m', './m', '~/m', 'runs/x/checkpoints/step-1' are paths."""
+    name = str(name)
+    return name.startswith((os.path.sep, ".", "~")) or name.count("/") > 1 or os.path.exists(name)
+
+
+def _one_line(err):
+    return " ".join(str(err).split())
+
+
 def _offline_hint(name):
     return (f"could not load {name!r}. Offline (no hub access), pass a local folder holding config.json and the "
             "weights (*.safetensors), e.g. one written by `save_pretrained`, as --model /path/to/folder")
@@ -44,7 +54,7 @@ def load_tokenizer(name_or_path):
     try:
         tok = AutoTokenizer.from_pretrained(name_or_path)
     except (OSError, ValueError) as err:
-        raise SystemExit(f"error: tokenizer: {_offline_hint(name_or_path)} ({type(err).__name__}: {err})") from None
+        raise SystemExit(f"error: tokenizer: {_offline_hint(name_or_path)} ({type(err).__name__}: {_one_line(err)})") from None
     if tok.pad_token_id is None:     # sampling pads finished rows; any id works since masks come from the first eos
         tok.pad_token = tok.eos_token
     return tok
@@ -53,12 +63,12 @@ def load_tokenizer(name_or_path):
 def load_model(name_or_path, *, dtype, device):
     from transformers import AutoModelForCausalLM
     quiet_transformers()
-    if os.path.sep in str(name_or_path) and not os.path.exists(name_or_path):
-        raise SystemExit(f"error: --model {name_or_path!r} does not exist")
+    if looks_like_path(name_or_path) and not os.path.exists(name_or_path):
+        raise SystemExit(f"error: --model {name_or_path!r}: no such local folder (a hub id looks like 'org/name')")
     try:
         model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=dtype)
     except (OSError, ValueError) as err:
-        raise SystemExit(f"error: model: {_offline_hint(name_or_path)} ({type(err).__name__}: {err})") from None
+        raise SystemExit(f"error: model: {_offline_hint(name_or_path)} ({type(err).__name__}: {_one_line(err)})") from None
     return model.to(device)
 
 

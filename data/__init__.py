@@ -1,0 +1,162 @@
+"""Problems for training and evaluation: `load_problems(source, split)` -> list[Problem].
+
+source: a built-in name (BUILTIN_SOURCES; see data/builtin.py for origins, data/arithmetic.py for the offline
+task) or a path to a local .jsonl / .json (optionally .gz) / .parquet file.
+
+Local files: one problem per row. The question comes from `question_field` (default: the first of question,
+problem, prompt, input), the reference from `answer_field` (default: answer, final_answer, target, output; for
+code rows: tests / test, with entry_point, or cases). A row may set "domain" (math | code | choice), "reward"
+(gsm8k | math | choice | code), "choices" (a list; the answer is then a letter, an index or the choice's text),
+"id" and "starter_code". Without a domain a row is math with the gsm8k reward (last \\boxed{}, else last number).
+The `reward=` and `domain=` options override every row. `split` is ignored for local files.
+
+limit: the first `limit` problems in file order (no shuffling here: shuffle in the trainer, with its seed).
+seed: only the arithmetic task uses it.
+"""
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import arithmetic, builtin, templates
+from .decontam import decontamination_report, format_report
+from .files import data_dir, fetch, read_records
+
+BUILTIN_SOURCES = tuple(builtin.CONVERTERS) + ("arithmetic",)
+DOMAINS = {"math": "gsm8k", "code": "code", "choice": "choice"}  # domain -> its default reward
+LETTERS = "ABCDEFGHIJ"
+
+
+@dataclass
+class Problem:
+    id: str  # stable id, e.g. "gsm8k/test/17"
+    question: str  # raw question text (with the lettered choices for multiple choice)
+    answer: Any  # reference for the reward fn: str (math/gsm8k/arithmetic), letter (choice), tests (code)
+    domain: str  # "math" | "code" | "choice"
+    reward: str  # name for rewards.get_reward: "gsm8k" | "math" | "choice" | "code"
+    messages: list[dict] = field(default_factory=list)  # chat messages (system + user) per the template
+    prompt: str = ""  # plain-text prompt for tokenizers without a chat template
+
+
+def render_prompt(problem: Problem, tokenizer) -> str:
+    """The text to feed the model: the tokenizer's chat template with the generation prompt when it has one,
+    else the plain prompt."""
+    if getattr(tokenizer, "chat_template", None):
+        return tokenizer.apply_chat_template(problem.messages, tokenize=False, add_generation_prompt=True)
+    return problem.prompt
+
+
+def _choice_letter(answer, choices: list, where: str) -> str:
+    text = str(answer).strip()
+    if isinstance(answer, int) and not isinstance(answer, bool) and 0 <= answer < len(choices):
+        return LETTERS[answer]
+    if len(text.strip("()")) == 1 and text.strip("()").upper() in LETTERS[:len(choices)]:
+        return text.strip("()").upper()
+    matches = [i for i, c in enumerate(choices) if str(c).strip().lower() == text.lower()]
+    if len(matches) == 1:
+        return LETTERS[matches[0]]
+    raise ValueError(f"{where}: answer {answer!r} is not a letter, an index or the text of one of the choices")
+
+
+def _first(row: dict, names, where: str, what: str, option: str):
+    for name in names:
+        if name in row and row[name] is not None:
+            return row[name]
+    raise ValueError(f"{where}: no {what} field (tried {', '.join(names)}; fields: {sorted(row)}); "
+                     f"pass {option}=<field name>")
+
+
+def _local_row(row, where, question_field, answer_field, domain, reward):
+    domain = domain or row.get("domain") or ("code" if any(k in row for k in ("tests", "test", "cases"))
+                                              else "choice" if "choices" in row else "math")
+    if domain not in DOMAINS:
+        raise ValueError(f"{where}: domain must be one of {sorted(DOMAINS)}, got {domain!r}")
+    question = _first(row, [question_field] if question_field else ["question", "problem", "prompt", "input"],
+                      where, "question", "question_field")
+    if domain == "code" and not answer_field:
+        tests = _first(row, ["tests", "test", "cases"], where, "tests", "answer_field")
+        answer = {"cases": tests} if "cases" in row and "tests" not in row and "test" not in row else \
+            {"tests": tests if isinstance(tests, str) else "\n".join(tests),
+             "entry_point": row.get("entry_point"), "setup": row.get("setup") or ""}
+    else:
+        answer = _first(row, [answer_field] if answer_field else ["answer", "final_answer", "target", "output"],
+                        where, "answer", "answer_field")
+    out = dict(question=str(question), answer=answer, domain=domain, reward=reward or row.get("reward") or
+               DOMAINS[domain], starter_code=row.get("starter_code"), id=row.get("id"))
+    if domain == "choice":
+        if "choices" in row:
+            out["choices"] = list(row["choices"])
+            out["answer"] = _choice_letter(answer, out["choices"], where)
+        else:  # the question already lists its options
+            out["answer"] = _choice_letter(answer, list(LETTERS), where)
+    elif domain == "math":
+        out["answer"] = str(answer).strip()
+    return out
+
+
+def _builtin_records(source: str, split: str):
+    files = builtin.FILES[source]
+    if split not in files:
+        raise ValueError(f"{source} has splits {sorted(files)}, got split={split!r}")
+    remote = files[split]
+    jsonl_copy = os.path.join(data_dir(), remote.name.rsplit(".", 1)[0] + ".jsonl")  # a converted parquet
+    if remote.name.endswith(".parquet") and os.path.exists(jsonl_copy):
+        path = jsonl_copy
+    else:
+        try:
+            path = fetch(remote)
+        except FileNotFoundError as e:
+            if not remote.name.endswith(".parquet"):
+                raise
+            raise FileNotFoundError(f"{e} Or place the same rows as JSON lines at {jsonl_copy}.") from None
+    records = read_records(path)
+    if source == "mbpp":  # one file, split by task_id
+        records = [(where, row) for where, row in records if row.get("task_id") in builtin.MBPP_TASK_IDS[split]]
+    convert = builtin.CONVERTERS[source]
+    return [(f"{source}/{split}/{i}", where, convert(row, where)) for i, (where, row) in enumerate(records)]
+
+
+def _local_records(path: str, question_field, answer_field, domain=None, reward=None):
+    stem = os.path.basename(path).split(".")[0]
+    return [(f"{stem}/{i}", where, _local_row(row, where, question_field, answer_field, domain, reward))
+            for i, (where, row) in enumerate(read_records(path))]
+
+
+def load_problems(source: str, split: str = "train", *, limit: int | None = None, seed: int = 0,
+                  question_field: str | None = None, answer_field: str | None = None,
+                  template: str | None = None, system_prompt: str | None = None, **task_options) -> list[Problem]:
+    """Problems of `source`/`split`, prompts built with `template` (data/templates.py; default per domain).
+    task_options: arithmetic knobs (n, digits, terms, ops, min_digits); for local files `reward=` / `domain=`."""
+    if limit is not None and limit < 0:
+        raise ValueError(f"limit must be >= 0, got {limit}")
+    if source in BUILTIN_SOURCES and (question_field or answer_field):
+        raise ValueError("question_field / answer_field apply to local files, not to built-in sources")
+    if source == "arithmetic":
+        rows = arithmetic.generate(split, seed, **task_options)
+        records = [(r["id"], r["id"], dict(r, domain="math", reward="gsm8k")) for r in rows]
+    elif source in builtin.CONVERTERS:
+        if task_options:
+            raise ValueError(f"{source} takes no options, got {sorted(task_options)}")
+        records = _builtin_records(source, split)
+    elif os.path.exists(source) or source.endswith((".jsonl", ".json", ".gz", ".parquet")):
+        if set(task_options) - {"domain", "reward"}:
+            raise ValueError(f"local files take the options domain= and reward=, got {sorted(task_options)}")
+        records = _local_records(source, question_field, answer_field, **task_options)
+    else:
+        raise ValueError(f"unknown source {source!r}: use one of {BUILTIN_SOURCES} or a path to a .jsonl/.json file")
+    problems = []
+    for default_id, where, row in records[:limit] if limit is not None else records:
+        if row["reward"] not in ("gsm8k", "math", "choice", "code"):
+            raise ValueError(f"{where}: unknown reward {row['reward']!r}")
+        question = str(row["question"])
+        if not question.strip():
+            raise ValueError(f"{where}: empty question")
+        if row.get("choices"):
+            question = templates.format_choices(question, row["choices"])
+        messages, prompt = templates.build(question, row["domain"], template, system_prompt, row.get("starter_code"))
+        problems.append(Problem(id=str(row.get("id") or default_id), question=question, answer=row["answer"],
+                                domain=row["domain"], reward=row["reward"], messages=messages, prompt=prompt))
+    return problems
+
+
+__all__ = ["Problem", "load_problems", "render_prompt", "decontamination_report", "format_report",
+           "BUILTIN_SOURCES"]

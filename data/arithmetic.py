@@ -1,0 +1,66 @@
+"""A procedurally generated task that needs no download: multi-step integer arithmetic, e.g. "What is 37 - 12 * 4?".
+
+Knobs (load_problems("arithmetic", split, seed=..., **options)):
+    n       number of problems (default 1000 for train, 200 for other splits)
+    digits  digits per operand (default 2); `min_digits` (default 1) lets operands be shorter
+    terms   operands per expression (default 3)
+    ops     operators to draw from (default "+-"; add "*" for precedence, which is harder)
+Difficulty grows with digits, terms and "*". For a 135M model, digits=1, terms=2 is easy and digits=2, terms=3
+is hard; pick the knobs that put the starting success rate in the range you want.
+
+Deterministic given (seed, split, knobs). Train and test never share a problem: every expression belongs to one
+split by a hash of its text (1 in 10 to test/validation, the rest to train), whatever the seed or n.
+"""
+import hashlib
+import random
+
+
+def _evaluate(operands: list[int], operators: list[str]) -> int:
+    """Usual precedence: multiplications first, then + and - from left to right."""
+    sums, signs = [operands[0]], []
+    for op, value in zip(operators, operands[1:]):
+        if op == "*":
+            sums[-1] *= value
+        else:
+            sums.append(value)
+            signs.append(op)
+    total = sums[0]
+    for op, value in zip(signs, sums[1:]):
+        total = total + value if op == "+" else total - value
+    return total
+
+
+def _split_of(text: str) -> str:
+    return "test" if hashlib.sha256(text.encode()).digest()[0] % 10 == 0 else "train"
+
+
+def generate(split: str = "train", seed: int = 0, n: int | None = None, digits: int = 2, terms: int = 3,
+             ops: str = "+-", min_digits: int = 1) -> list[dict]:
+    """[{"id", "question", "answer"}]; answer is the integer as a string."""
+    if split not in ("train", "test", "validation"):
+        raise ValueError(f"arithmetic splits are train, test, validation; got {split!r}")
+    n = n if n is not None else (1000 if split == "train" else 200)
+    if not (1 <= min_digits <= digits <= 18) or terms < 2 or n < 0 or not ops or set(ops) - set("+-*"):
+        raise ValueError(f"bad arithmetic options: n={n} digits={digits} min_digits={min_digits} terms={terms} "
+                         f"ops={ops!r} (need 1 <= min_digits <= digits <= 18, terms >= 2, ops from '+-*')")
+    want = "test" if split in ("test", "validation") else "train"
+    # validation and test draw from the same held-out pool with different streams, so they may overlap each
+    # other but never train
+    rng = random.Random(f"arithmetic/{split}/{seed}/{digits}/{min_digits}/{terms}/{ops}")
+    seen, problems = set(), []
+    for _ in range(200 * n + 1000):
+        if len(problems) == n:
+            break
+        sizes = [rng.randint(min_digits, digits) for _ in range(terms)]
+        operands = [rng.randint(0 if d == 1 else 10 ** (d - 1), 10 ** d - 1) for d in sizes]
+        operators = [rng.choice(ops) for _ in range(terms - 1)]
+        expression = " ".join(f"{a} {op}" for a, op in zip(operands, operators)) + f" {operands[-1]}"
+        if expression in seen or _split_of(expression) != want:
+            continue
+        seen.add(expression)
+        problems.append({"id": f"arithmetic/{split}/{len(problems)}", "question": f"What is {expression}?",
+                         "answer": str(_evaluate(operands, operators))})
+    if len(problems) < n:
+        raise ValueError(f"only {len(problems)} distinct {split} problems exist for digits={digits} terms={terms} "
+                         f"ops={ops!r}; ask for fewer (n={n}) or make them harder")
+    return problems

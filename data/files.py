@@ -1,0 +1,127 @@
+"""Reading records from .jsonl / .json (optionally .gz) / .parquet, and the download cache for built-in sources.
+
+Cache folder: $GMTS_DATA_DIR if set (relative paths are taken from the current directory), else ~/.cache/gmts.
+A built-in file lives at <cache>/<source>/<name>, e.g. <cache>/gsm8k/test.jsonl, so pointing GMTS_DATA_DIR at a
+folder laid out like shared/data works with no download. Offline (GMTS_OFFLINE=1 or HF_HUB_OFFLINE=1) nothing is
+downloaded and a missing file is an error that names the file, where to put it and where it comes from.
+"""
+import gzip
+import hashlib
+import io
+import json
+import os
+import urllib.request
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class RemoteFile:
+    name: str  # path inside the cache folder, "<source>/<file>"
+    url: str
+    sha256: str | None  # None: not pinned yet; the first download records it in <file>.sha256 and later loads check it
+
+
+def data_dir() -> str:
+    return os.path.abspath(os.environ.get("GMTS_DATA_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "gmts"))
+
+
+def offline() -> bool:
+    return any(os.environ.get(v, "").lower() in ("1", "true", "yes") for v in ("GMTS_OFFLINE", "HF_HUB_OFFLINE"))
+
+
+def sha256_of(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def fetch(remote: RemoteFile) -> str:
+    """Local path of a built-in file, downloading it once if needed; its checksum is verified on every load."""
+    path = os.path.join(data_dir(), remote.name)
+    if not os.path.exists(path):
+        where = (f"Place the file at {path} (from {remote.url}"
+                 + (f", sha256 {remote.sha256})" if remote.sha256 else ")")
+                 + " or set GMTS_DATA_DIR to a folder that contains " + remote.name)
+        if offline():
+            raise FileNotFoundError(f"{remote.name} is not in the data folder and downloads are off "
+                                    f"(GMTS_OFFLINE / HF_HUB_OFFLINE). {where}.")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        partial = path + ".partial"
+        try:
+            with urllib.request.urlopen(remote.url, timeout=60) as response, open(partial, "wb") as out:
+                out.write(response.read())
+        except OSError as e:  # URLError is an OSError
+            raise FileNotFoundError(f"could not download {remote.url} ({e}). {where}.") from e
+        os.replace(partial, path)
+        if remote.sha256 is None:
+            with open(path + ".sha256", "w") as f:
+                f.write(sha256_of(path) + "\n")
+    expected = remote.sha256
+    if expected is None and os.path.exists(path + ".sha256"):
+        with open(path + ".sha256") as f:
+            expected = f.read().strip()
+    if expected is not None:
+        actual = sha256_of(path)
+        if actual != expected:
+            raise ValueError(f"{path}: sha256 {actual} does not match the expected {expected}. The file is "
+                             f"damaged or a different version; delete it to download {remote.url} again.")
+    return path
+
+
+def _open_text(path: str):
+    if path.endswith(".gz"):
+        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8")
+    return open(path, encoding="utf-8")
+
+
+def read_records(path: str) -> list[tuple[str, dict]]:
+    """[(where, row)] with where = "file:line" (jsonl) or "file item i" (json), for error messages."""
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"no such data file: {path}")
+    base = path[:-3] if path.endswith(".gz") else path
+    if base.endswith(".parquet"):
+        try:
+            import pyarrow.parquet as pq
+        except ImportError as e:
+            raise ImportError(f"{path} is a parquet file: `pip install pyarrow` to read it, or convert it to "
+                              f".jsonl") from e
+        rows = pq.read_table(path).to_pylist()
+        records = [(f"{path} row {i}", row) for i, row in enumerate(rows)]
+    elif base.endswith(".jsonl"):
+        records = []
+        with _open_text(path) as f:
+            for lineno, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise ValueError(f"{path}:{lineno}: invalid JSON ({e.msg} at column {e.colno})") from None
+                records.append((f"{path}:{lineno}", row))
+    elif base.endswith(".json"):
+        with _open_text(path) as f:
+            text = f.read()
+        if not text.strip():
+            raise ValueError(f"{path}: empty file, no problems")
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}:{e.lineno}: invalid JSON ({e.msg} at column {e.colno})") from None
+        if isinstance(data, dict):  # {"data": [...]} and the like: the one list inside
+            lists = [v for v in data.values() if isinstance(v, list)]
+            if len(lists) != 1:
+                raise ValueError(f"{path}: expected a list of objects, or an object holding exactly one list")
+            data = lists[0]
+        if not isinstance(data, list):
+            raise ValueError(f"{path}: expected a list of objects, got {type(data).__name__}")
+        records = [(f"{path} item {i}", row) for i, row in enumerate(data)]
+    else:
+        raise ValueError(f"unsupported data file {path!r}: use .jsonl, .json (optionally .gz) or .parquet")
+    if not records:
+        raise ValueError(f"{path}: empty file, no problems")
+    for where, row in records:
+        if not isinstance(row, dict):
+            raise ValueError(f"{where}: expected a JSON object, got {type(row).__name__}")
+    return records

@@ -1,0 +1,208 @@
+"""Evaluate a checkpoint the way the paper does, with 95% intervals; compare two results honestly.
+
+    python eval.py --model Qwen/Qwen2.5-Math-1.5B --data math500 --samples 16 --temperature 1.0   # average@16
+    python eval.py --model runs/x/final --data gsm8k:test math500 --temperature 0                 # greedy, a table
+    python eval.py --model runs/x/final --data math500 --samples 4 --repeat 5                     # the noise floor
+    python eval.py --compare base.json trained.json                                               # paired B - A
+
+Every figure comes with a 95% percentile-bootstrap interval over problems (gmts/stats.py). Outputs: a summary JSON
+(--output) and, beside it, a per-problem .jsonl holding every sampled completion and its reward. The logic lives
+in gmts/evaluate.py (train.py's --eval-every calls the same evaluate_model); this file only reads flags, loads the
+model, prints and writes.
+"""
+import argparse
+import json
+import os
+import re
+import sys
+import time
+
+
+def build_parser():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--model", help="hub id or local folder (config.json + *.safetensors + tokenizer)")
+    p.add_argument("--tokenizer", default="", help="tokenizer id or folder, if not the model's")
+    p.add_argument("--data", nargs="+", default=["math500"], help="benchmarks, each name[:split] (split: test)")
+    p.add_argument("--limit", type=int, default=0, help="first N problems of each benchmark (0 = all)")
+    p.add_argument("--samples", type=int, default=1, help="samples per problem (k of average@k)")
+    p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (0 = greedy)")
+    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling (evaluation only)")
+    p.add_argument("--top-k", type=int, default=0, help="top-k sampling, 0 = off (evaluation only)")
+    p.add_argument("--max-new-tokens", type=int, default=1024)
+    p.add_argument("--batch-size", type=int, default=16, help="prompts per generation batch (x samples rows)")
+    p.add_argument("--repeat", type=int, default=1, help="evaluate R times with different seeds; report the spread")
+    p.add_argument("--seed", type=int, default=0, help="sampling seed (also seeds the bootstrap)")
+    p.add_argument("--data-seed", type=int, default=0, help="problem-set seed (only the arithmetic source uses it)")
+    p.add_argument("--template", default=None, help="prompt template (data/templates.py; default: the source's)")
+    p.add_argument("--system-prompt", default=None, help="replace the template's system prompt ('' drops it)")
+    p.add_argument("--question-field", default=None, help="question column of a local file")
+    p.add_argument("--answer-field", default=None, help="answer column of a local file")
+    p.add_argument("--task-options", default="", help='JSON options for the source, e.g. \'{"digits": 1}\'')
+    p.add_argument("--device", default="auto")
+    p.add_argument("--dtype", default="auto", help="auto (bf16 on GPU, float32 on CPU), float32, bfloat16, float16")
+    p.add_argument("--bootstrap", type=int, default=10_000, help="bootstrap resamples")
+    p.add_argument("--output", default="", help="summary JSON path (default out/eval/<model>_<data>_s<seed>.json); "
+                                                "the per-problem file is <output stem>.problems.jsonl")
+    p.add_argument("--compare", nargs=2, metavar=("A", "B"), help="two result files (.json or .problems.jsonl): "
+                                                                   "paired difference B - A with a 95%% interval")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    return p
+
+
+def pct(x):
+    return f"{100 * x:.1f}"
+
+
+def interval(ci):
+    return f"[{pct(ci[0])}, {pct(ci[1])}]"
+
+
+def print_table(result):
+    """Rows: the metrics; columns: one per benchmark, plus the average over benchmarks (as in the paper's tables)."""
+    benches = list(result["benchmarks"])
+    columns = benches + (["average"] if len(benches) > 1 else [])
+    entries = [result["benchmarks"][b] for b in benches] + ([result] if len(benches) > 1 else [])
+    rows = [(result["metric"], [pct(e["accuracy"]) for e in entries]),
+            ("  95% CI", [interval(e["ci95"]) for e in entries])]
+    for k in result["pass_at_k"]:
+        if k != "1" or result["samples"] > 1:
+            rows.append((f"pass@{k}", [pct(e["pass_at_k"][k]) for e in entries]))
+            rows.append(("  95% CI", [interval(e["pass_at_k_ci95"][k]) for e in entries]))
+    if result["repeats"] > 1:
+        rows.append((f"std over {result['repeats']} runs", [pct(e["repeat_spread"]["std"]) for e in entries]))
+        rows.append(("  noise floor (95%)", [pct(e["repeat_spread"]["noise_floor_95"]) for e in entries]))
+    rows.append(("problems", [str(e["n_problems"]) for e in entries]))
+    rows.append(("cut at max tokens %", [pct(result["benchmarks"][b]["truncated_share"]) for b in benches]
+                 + ([""] if len(benches) > 1 else [])))
+    first = max(len(r[0]) for r in rows)
+    widths = [max(len(c), *(len(r[1][i]) for r in rows)) for i, c in enumerate(columns)]
+    print(" " * first + "  " + "  ".join(c.rjust(w) for c, w in zip(columns, widths)))
+    for label, cells in rows:
+        print(label.ljust(first) + "  " + "  ".join(c.rjust(w) for c, w in zip(cells, widths)))
+
+
+def default_output(model, specs, seed):
+    tag = re.sub(r"[^A-Za-z0-9._-]+", "-", os.path.basename(os.path.normpath(model)) or "model")
+    data = "+".join(re.sub(r"[^A-Za-z0-9._-]+", "-", os.path.basename(s)) for s in specs)
+    return os.path.join("out", "eval", f"{tag}_{data}_s{seed}.json")
+
+
+def one_line_errors(fn, *args, **kwargs):
+    """Loading errors from transformers span several lines; the command line reports one."""
+    try:
+        return fn(*args, **kwargs)
+    except SystemExit as err:
+        raise SystemExit(" ".join(str(err.code).split())) from None
+
+
+def run_compare(args):
+    from gmts.evaluate import compare_results
+    try:
+        cmp = compare_results(args.compare[0], args.compare[1], seed=args.seed, n_bootstrap=args.bootstrap)
+    except ValueError as err:
+        raise SystemExit(f"error: --compare: {err}") from None
+    print(f"A = {cmp['a']}\nB = {cmp['b']}")
+    if cmp["settings_differ"]:
+        print(f"note: the runs differ in {', '.join(cmp['settings_differ'])}: "
+              + "; ".join(f"{k} {cmp['a_settings'][k]} vs {cmp['b_settings'][k]}" for k in cmp["settings_differ"]))
+    rows = list(cmp["benchmarks"].items())
+    if len(rows) > 1:
+        rows.append(("average", {"a": cmp["a_accuracy"], "b": cmp["b_accuracy"], "difference": cmp["difference"],
+                                 "ci95": cmp["ci95"], "verdict": cmp["verdict"]}))
+    width = max(len(name) for name, _ in rows)
+    print(f"{'':{width}}  {'A':>6}  {'B':>6}  {'B - A':>6}  {'95% CI':>15}  verdict")
+    for name, e in rows:
+        print(f"{name:{width}}  {pct(e['a']):>6}  {pct(e['b']):>6}  {100 * e['difference']:>+6.1f}  "
+              f"{interval(e['ci95']):>15}  {e['verdict']}")
+    words = {"better": "better than A", "worse": "worse than A", "indistinguishable": "indistinguishable from A"}
+    print(f"verdict: B is {words[cmp['verdict']]}"
+          + f" ({100 * cmp['difference']:+.1f} points, 95% CI {interval(cmp['ci95'])}, paired bootstrap over "
+            f"{cmp['n_problems']} problems)")
+    if args.output:
+        os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
+        with open(args.output, "w") as fh:
+            json.dump(cmp, fh, indent=2)
+    return cmp
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    if args.compare:
+        return run_compare(args)
+    if not args.model:
+        raise SystemExit("error: --model is required (or --compare A.json B.json)")
+    # Cheap checks first: a typo fails in a second, before torch and the model load.
+    # (a hub id is "owner/name": one slash, no leading "/", ".", "~"; anything else naming no folder is a typo)
+    looks_like_path = (os.path.isabs(args.model) or args.model.startswith((".", "~"))
+                       or args.model.count("/") > 1 or os.path.sep != "/" and os.path.sep in args.model)
+    if looks_like_path and not os.path.isdir(os.path.expanduser(args.model)):
+        raise SystemExit(f"error: --model {args.model!r}: no such folder")
+    for name in ("samples", "repeat", "batch_size", "max_new_tokens"):
+        if getattr(args, name) < 1:
+            raise SystemExit(f"error: --{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if args.limit < 0:
+        raise SystemExit(f"error: --limit must be >= 0, got {args.limit}")
+    try:
+        task_options = json.loads(args.task_options) if args.task_options else {}
+    except json.JSONDecodeError as err:
+        raise SystemExit(f"error: --task-options is not JSON: {err}") from None
+    if args.temperature == 0 and args.samples > 1:
+        print(f"note: --temperature 0 is greedy, so all {args.samples} samples would be identical; using --samples 1",
+              file=sys.stderr)
+        args.samples = 1
+
+    import torch
+    from gmts.evaluate import evaluate_model, load_benchmark, split_data_arg
+    from gmts.policy import end_of_sequence_ids, load_model, load_tokenizer, resolve_device, resolve_dtype
+    try:
+        specs = split_data_arg(args.data)
+        device = resolve_device(args.device)
+        dtype = resolve_dtype(args.dtype, device)
+    except (ValueError, RuntimeError) as err:
+        raise SystemExit(f"error: {err}") from None
+    tokenizer = one_line_errors(load_tokenizer, args.tokenizer or args.model)
+    data_kw = dict(limit=args.limit or None, data_seed=args.data_seed, template=args.template,
+                   system_prompt=args.system_prompt, question_field=args.question_field,
+                   answer_field=args.answer_field, task_options=task_options)
+    try:                      # load every benchmark once now: an unknown source fails before the model loads
+        sizes = {spec: len(load_benchmark(spec, tokenizer, **data_kw)[0]) for spec in specs}
+    except ValueError as err:
+        raise SystemExit(f"error: {err}") from None
+    model = one_line_errors(load_model, args.model, dtype=dtype, device=device).eval()
+    eos_ids = end_of_sequence_ids(model, tokenizer)
+    print(f"eval: {args.model} on {device} {str(dtype).replace('torch.', '')}; "
+          + ", ".join(f"{s} ({n} problems)" for s, n in sizes.items())
+          + f"; {args.samples} sample(s) at T={args.temperature}" + (f", top_p={args.top_p}" if args.top_p < 1 else "")
+          + (f", top_k={args.top_k}" if args.top_k else "") + f", {args.max_new_tokens} new tokens"
+          + (f", {args.repeat} repeats" if args.repeat > 1 else ""), file=sys.stderr, flush=True)
+
+    t0 = time.time()
+    try:
+        result = evaluate_model(model, tokenizer, specs, samples=args.samples, temperature=args.temperature,
+                                top_p=args.top_p, top_k=args.top_k, max_new_tokens=args.max_new_tokens,
+                                seed=args.seed, eos_ids=eos_ids, batch_size=args.batch_size,
+                                progress=not args.quiet, repeats=args.repeat, n_bootstrap=args.bootstrap, **data_kw)
+    except ValueError as err:
+        raise SystemExit(f"error: {err}") from None
+    records = result.pop("records")
+    summary = {"model": args.model, **result, "device": str(device), "dtype": str(dtype).replace("torch.", ""),
+               "template": args.template, "system_prompt": args.system_prompt, "wall_s": time.time() - t0,
+               "torch": torch.__version__}
+
+    output = args.output or default_output(args.model, specs, args.seed)
+    problems_path = (output[:-5] if output.endswith(".json") else output) + ".problems.jsonl"
+    summary["problems_file"] = problems_path
+    os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
+    with open(problems_path, "w") as fh:
+        fh.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
+    with open(output, "w") as fh:
+        json.dump(summary, fh, indent=2, ensure_ascii=False)
+
+    print_table(summary)
+    print(f"wrote {output} and {problems_path} ({summary['wall_s']:.1f}s)")
+    return summary
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,126 @@
+"""Several processes (torchrun), one batch: the method's batch-wide quantities made global.
+
+`torchrun --nproc-per-node N train.py ...` starts N copies of train.py. Each generates and trains on its own share of
+the step's prompts (whole groups, so advantages stay exact). What must be GLOBAL for the method to be the one in
+METHOD.md (and identical to a single process on the same batch):
+- the selection: the exact top-k over every rank's valid tokens, k = ceil(ρ · total), not a per-rank top-k;
+- the loss normaliser: the global selected / valid / answer count;
+- the gradient: the SUM over ranks of each rank's share of the global loss (the weights already carry 1/S).
+Only each rank's k best candidates travel for the selection (the global top-k is among their union), not all scores.
+Gradients are summed with one all-reduce per step, as DDP does, after all micro-batches; no wrapper, so uneven
+micro-batch counts across ranks (rows with nothing selected are skipped) cannot deadlock.
+"""
+import datetime
+import os
+
+import torch
+import torch.distributed as dist
+
+from .selection import check_ratio, check_scores, num_to_select, select_tokens, top_k_mask
+
+
+def init():
+    """(rank, world_size, local_rank); initialises the process group under torchrun, else (0, 1, 0)."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world == 1:
+        return 0, 1, 0
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if not dist.is_initialized():
+        backend = "nccl" if torch.cuda.is_available() and os.environ.get("GMTS_DIST_BACKEND") != "gloo" else "gloo"
+        if backend == "nccl":
+            torch.cuda.set_device(local_rank)
+        # Long timeout: rank 0 evaluates and writes checkpoints while the others wait at a barrier.
+        dist.init_process_group(backend, timeout=datetime.timedelta(hours=2))
+    return dist.get_rank(), dist.get_world_size(), local_rank
+
+
+def active():
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
+def world_size():
+    return dist.get_world_size() if active() else 1
+
+
+def rank():
+    return dist.get_rank() if active() else 0
+
+
+def _comm_device(tensor):
+    # gloo reduces CPU tensors; nccl needs CUDA ones.
+    return tensor.device if dist.get_backend() == "nccl" else torch.device("cpu")
+
+
+def all_reduce_sum(values):
+    """Sum a float/int tensor over ranks (returns a new tensor on the input's device)."""
+    values = torch.as_tensor(values)
+    if not active():
+        return values.clone()
+    buf = values.detach().to(_comm_device(values), torch.float64 if values.is_floating_point() else torch.long)
+    dist.all_reduce(buf)
+    return buf.to(values.device, values.dtype)
+
+
+def all_reduce_gradients(params):
+    """Sum every parameter's gradient over ranks, flattened into one buffer (one collective)."""
+    if not active():
+        return
+    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+    flat = torch.cat([g.reshape(-1).float() for g in grads])
+    comm = flat.to(_comm_device(flat))
+    dist.all_reduce(comm)
+    flat = comm.to(flat.device)
+    offset = 0
+    for p, g in zip(params, grads):
+        n = g.numel()
+        p.grad = flat[offset:offset + n].view_as(p).to(p.dtype)
+        offset += n
+
+
+def barrier():
+    if active():
+        dist.barrier()
+
+
+def gather_objects(obj):
+    if not active():
+        return [obj]
+    out = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def broadcast_object(obj):
+    if not active():
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+@torch.no_grad()
+def select_tokens_global(scores, valid_mask, ratio, *, bottom=False, exclude=None):
+    """select_tokens with scope="batch" over the union of every rank's batch. Equal to select_tokens on the
+    concatenation of the ranks' rows in rank order (ties: rank, then row, then column, as the single process would)."""
+    if not active() or scores is None:
+        return select_tokens(scores, valid_mask, ratio, bottom=bottom, exclude=exclude)
+    check_ratio(ratio)
+    eligible = select_tokens(None, valid_mask, ratio, exclude=exclude)
+    check_scores(scores, eligible)
+    n_local = int(eligible.sum())
+    k = num_to_select(ratio, int(all_reduce_sum(torch.tensor(n_local))))
+    # Local candidates: this rank's best min(k, n_local) tokens. The global top-k lies in the union of these.
+    pos = top_k_mask(scores, eligible, min(k, n_local), bottom).reshape(-1).nonzero().squeeze(1)
+    gathered = gather_objects((scores.reshape(-1)[pos].double().cpu(), pos.cpu()))
+    values = torch.cat([v for v, _ in gathered])
+    ranks = torch.cat([torch.full_like(p, r) for r, (_, p) in enumerate(gathered)])
+    positions = torch.cat([p for _, p in gathered])
+    # Order: best score first; ties by rank, then position: the row-major order of the ranks' rows concatenated in
+    # rank order, i.e. exactly the single process's tie order. (Stable sorts, least significant key first.)
+    order = torch.argsort(positions, stable=True)
+    order = order[torch.argsort(ranks[order], stable=True)]
+    order = order[torch.sort(values[order], descending=not bottom, stable=True).indices][:k]
+    mine = positions[order][ranks[order] == rank()].to(valid_mask.device)
+    chosen = torch.zeros(valid_mask.numel(), dtype=torch.bool, device=valid_mask.device)
+    chosen[mine] = True
+    return chosen.view_as(valid_mask)

@@ -1,0 +1,279 @@
+"""Token log-probs and entropies from final hidden states and the output head, chunk by chunk.
+
+Why: the full (tokens x vocab) logits are the memory bill of an RLVR step. For Qwen2.5 (vocab 151,936) 8k tokens of
+float32 logits are 5 GB, and log_softmax + entropy + backward make several more copies of that size (METHOD.md,
+"Where E and omega come from"). Here the head matmul, softmax and its backward run over chunks of tokens:
+
+  forward : per chunk z = h W^T (+ b), z /= tau; keep only per-token logsumexp and log p[target]  (and entropy, a score)
+  backward: per chunk recompute z, p = exp(z/tau - lse);  d logp_t / d z = (onehot(target) - p) / tau   (METHOD.md,
+            Proposition 3.1: grad_z log p_i = e_i - p), then grad_h = G W and grad_W += G^T h, grad_b += sum G.
+
+Nothing of size (tokens, V) is ever stored; peak extra memory is a few (chunk_size, V) float32 buffers, reused across
+chunks (reuse matters on CPU: each fresh multi-hundred-MB allocation page-faults through glibc's mmap).
+The price is one extra head matmul (the recompute) in the backward pass.
+
+Matmuls run in the inputs' dtype (bf16 on GPU; the autocast dtype when autocast is on); softmax / logsumexp math runs
+in float32 (float64 when the inputs are float64) one chunk at a time.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+
+def _softmax_dtype(compute_dtype: torch.dtype) -> torch.dtype:
+    # float32 at least: bf16 logsumexp over 151,936 entries loses ~3 significant digits.
+    return torch.float64 if compute_dtype == torch.float64 else torch.float32
+
+
+def _check_chunk_size(chunk_size: int) -> None:
+    if not isinstance(chunk_size, int) or isinstance(chunk_size, bool) or chunk_size < 1:
+        raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
+
+
+class _ChunkedHeadLogProb(torch.autograd.Function):
+    """logp[t] = log softmax(h_t W^T / tau + b / tau)[target_t] over flattened tokens, chunked (see module doc).
+
+    Inputs are 2D: hidden (N, H), weight (V, H), bias (V,) or None, targets (N,). Returns (logp (N,), entropy (N,)
+    or an empty tensor). Entropy is marked non-differentiable: it is a score, not part of the graph (METHOD.md)."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, bias, targets, temperature, chunk_size, with_entropy, compute_dtype):
+        device = hidden.device
+        n_tokens, vocab = hidden.shape[0], weight.shape[0]
+        sm_dtype = _softmax_dtype(compute_dtype)
+        with torch.autocast(device.type, enabled=False):
+            w = weight.to(compute_dtype)  # no copy when dtypes already match
+            b = None if bias is None else bias.to(compute_dtype)
+            logp = torch.empty(n_tokens, dtype=sm_dtype, device=device)
+            lse = torch.empty(n_tokens, dtype=sm_dtype, device=device)  # logsumexp of z / tau, saved for backward
+            entropy = torch.empty(n_tokens if with_entropy else 0, dtype=sm_dtype, device=device)
+
+            # Reused chunk buffers: z in the matmul dtype; a float32 view of it (the same memory when dtypes match);
+            # and exp(.) (only needed when entropy is asked for: sum p * shifted needs both at once).
+            rows = min(chunk_size, n_tokens)
+            z_buf = torch.empty(rows, vocab, dtype=compute_dtype, device=device)
+            zf_buf = z_buf if compute_dtype == sm_dtype else torch.empty(rows, vocab, dtype=sm_dtype, device=device)
+            p_buf = torch.empty(rows, vocab, dtype=sm_dtype, device=device) if with_entropy else None
+
+            for start in range(0, n_tokens, chunk_size):
+                end = min(start + chunk_size, n_tokens)
+                n = end - start
+                h = hidden[start:end].to(compute_dtype)
+                z = z_buf[:n]
+                if b is None:
+                    torch.matmul(h, w.t(), out=z)  # (n, V)
+                else:
+                    torch.addmm(b, h, w.t(), out=z)
+                zf = zf_buf[:n]
+                if zf is not z:
+                    zf.copy_(z)  # upcast once per chunk
+                if temperature != 1.0:
+                    zf.div_(temperature)  # divide (not * 1/tau) to round exactly like the plain z / tau
+                row_max = zf.amax(dim=-1, keepdim=True)  # (n, 1)
+                zf.sub_(row_max)  # shifted logits, <= 0
+                target_shifted = zf.gather(-1, targets[start:end, None]).squeeze(-1)  # (n,)
+                if with_entropy:
+                    p = torch.exp(zf, out=p_buf[:n])  # unnormalised probabilities
+                    sum_exp = p.sum(-1)
+                    # H = -sum p log p = log S - sum(e * s) / S with s = shifted logits, e = exp(s), S = sum e.
+                    # bmm makes the per-row dot product without a (n, V) temporary.
+                    dot = torch.bmm(p.unsqueeze(1), zf.unsqueeze(2)).view(n)
+                    entropy[start:end] = torch.log(sum_exp) - dot / sum_exp
+                else:
+                    sum_exp = zf.exp_().sum(-1)  # in place: the shifted logits are not needed any more
+                log_sum_exp = torch.log(sum_exp)
+                logp[start:end] = target_shifted - log_sum_exp
+                lse[start:end] = row_max.squeeze(-1) + log_sum_exp
+
+        ctx.save_for_backward(hidden, weight, bias, targets, lse)
+        ctx.temperature = temperature
+        ctx.chunk_size = chunk_size
+        ctx.compute_dtype = compute_dtype
+        ctx.mark_non_differentiable(entropy)
+        return logp, entropy
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_logp, _grad_entropy):
+        hidden, weight, bias, targets, lse = ctx.saved_tensors
+        need_h, need_w, need_b = ctx.needs_input_grad[0], ctx.needs_input_grad[1], ctx.needs_input_grad[2]
+        if not (need_h or need_w or need_b):
+            return (None,) * 8
+        device, compute_dtype = hidden.device, ctx.compute_dtype
+        sm_dtype = lse.dtype
+        n_tokens, vocab = hidden.shape[0], weight.shape[0]
+        chunk_size, inv_tau = ctx.chunk_size, 1.0 / ctx.temperature
+        # Accumulate grad_W / grad_b in float32 even for bf16 weights: summing chunk contributions in bf16 would
+        # round away small updates.
+        acc_dtype = torch.promote_types(compute_dtype, torch.float32)
+        with torch.autocast(device.type, enabled=False):
+            w = weight.to(compute_dtype)
+            b = None if bias is None else bias.to(compute_dtype)
+            grad_logp = grad_logp.to(sm_dtype)
+            grad_h = torch.empty(n_tokens, hidden.shape[1], dtype=compute_dtype, device=device) if need_h else None
+            grad_w = torch.zeros(vocab, hidden.shape[1], dtype=acc_dtype, device=device) if need_w else None
+            grad_b = torch.zeros(vocab, dtype=acc_dtype, device=device) if need_b else None
+
+            rows = min(chunk_size, n_tokens)
+            z_buf = torch.empty(rows, vocab, dtype=compute_dtype, device=device)
+            zf_buf = z_buf if compute_dtype == sm_dtype else torch.empty(rows, vocab, dtype=sm_dtype, device=device)
+
+            for start in range(0, n_tokens, chunk_size):
+                end = min(start + chunk_size, n_tokens)
+                n = end - start
+                h = hidden[start:end].to(compute_dtype)
+                z = z_buf[:n]
+                if b is None:
+                    torch.matmul(h, w.t(), out=z)
+                else:
+                    torch.addmm(b, h, w.t(), out=z)
+                zf = zf_buf[:n]
+                if zf is not z:
+                    zf.copy_(z)
+                if inv_tau != 1.0:
+                    zf.div_(ctx.temperature)
+                p = zf.sub_(lse[start:end, None]).exp_()  # softmax(z / tau), in place
+                g = grad_logp[start:end]  # (n,)
+                # G = d loss / d z = g * (onehot - p) / tau, built in place in the softmax buffer.
+                p.mul_((-g * inv_tau)[:, None])
+                p.scatter_add_(-1, targets[start:end, None], (g * inv_tau)[:, None])
+                if zf is not z:
+                    z.copy_(p)  # back to the matmul dtype for the two gradient matmuls
+                G = z
+                if need_h:
+                    torch.matmul(G, w, out=grad_h[start:end])  # (n, H)
+                if need_w:
+                    if acc_dtype == compute_dtype:
+                        grad_w.addmm_(G.t(), h)  # (V, H), no temporary
+                    else:
+                        grad_w.add_(G.t() @ h)
+                if need_b:
+                    grad_b.add_(G.sum(0, dtype=acc_dtype))
+
+        if need_h:
+            grad_h = grad_h.to(hidden.dtype)
+        if need_w:
+            grad_w = grad_w.to(weight.dtype)
+        if need_b:
+            grad_b = grad_b.to(bias.dtype)
+        return grad_h, grad_w, grad_b, None, None, None, None, None
+
+
+def token_logprobs_and_entropy(hidden: Tensor, head_weight: Tensor, targets: Tensor, *, head_bias: Tensor | None = None,
+                               temperature: float = 1.0, chunk_size: int = 1024, with_entropy: bool = True
+                               ) -> tuple[Tensor, Tensor | None]:
+    """hidden (..., H) any float dtype, head_weight (V, H), targets (...) long.
+    Returns logp (...) float32 = log softmax(hidden @ W.T / temperature)[target], differentiable w.r.t. hidden and
+    head_weight (and bias) through a custom autograd Function that never stores (tokens, V) logits: forward keeps only
+    per-token logsumexp (and target logits); backward recomputes each chunk's logits: d logp/d z = onehot - softmax.
+    entropy (...) float32 of softmax(z / temperature) computed WITHOUT gradient (it's a score, METHOD.md), or None.
+
+    The bias, when given, is part of z (z = h W^T + b) and is divided by the temperature too. float64 inputs give
+    float64 outputs (for gradcheck). Padding positions: any valid id works as their target; callers mask the result.
+    Under autocast the matmuls run in the autocast dtype; otherwise in head_weight's dtype (hidden is cast to it).
+    """
+    if hidden.dim() < 1 or head_weight.dim() != 2:
+        raise ValueError(f"expected hidden (..., H) and head_weight (V, H), got shapes {tuple(hidden.shape)} and "
+                         f"{tuple(head_weight.shape)}")
+    vocab, width = head_weight.shape
+    if hidden.shape[-1] != width:
+        raise ValueError(f"hidden size {hidden.shape[-1]} does not match head_weight {tuple(head_weight.shape)}")
+    if tuple(targets.shape) != tuple(hidden.shape[:-1]):
+        raise ValueError(f"targets shape {tuple(targets.shape)} must equal hidden's leading shape "
+                         f"{tuple(hidden.shape[:-1])}")
+    if targets.dtype != torch.long:
+        raise ValueError(f"targets must be torch.long, got {targets.dtype}")
+    if not hidden.is_floating_point() or not head_weight.is_floating_point():
+        raise ValueError(f"hidden and head_weight must be floating point, got {hidden.dtype} and {head_weight.dtype}")
+    if head_bias is not None and tuple(head_bias.shape) != (vocab,):
+        raise ValueError(f"head_bias must have shape ({vocab},), got {tuple(head_bias.shape)}")
+    if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature > 0):
+        raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}")
+    _check_chunk_size(chunk_size)
+
+    lead_shape = targets.shape
+    flat_hidden = hidden.reshape(-1, width)  # (N, H); a view when hidden is contiguous
+    flat_targets = targets.reshape(-1)
+    if flat_targets.numel() == 0:  # nothing to score; keep the result attached to the graph all the same
+        logp = (hidden.sum(-1) * 0).to(_softmax_dtype(head_weight.dtype))
+        return logp, (logp.detach().clone() if with_entropy else None)
+    lo, hi = int(flat_targets.min()), int(flat_targets.max())  # one sync; a bad id would be a device assert on GPU
+    if lo < 0 or hi >= vocab:
+        raise ValueError(f"targets must lie in [0, {vocab}), got min {lo} max {hi}")
+
+    device_type = hidden.device.type
+    if torch.is_autocast_enabled(device_type):
+        compute_dtype = torch.get_autocast_dtype(device_type)
+    else:
+        compute_dtype = head_weight.dtype
+
+    logp, entropy = _ChunkedHeadLogProb.apply(flat_hidden, head_weight, head_bias, flat_targets, float(temperature),
+                                             chunk_size, with_entropy, compute_dtype)
+    logp = logp.view(lead_shape)
+    return logp, (entropy.view(lead_shape) if with_entropy else None)
+
+
+@torch.no_grad()
+def token_entropy(logits: Tensor, chunk_size: int = 1024, *, temperature: float = 1.0) -> Tensor:
+    """float32 entropy of softmax(logits) over the last dim, computed chunk by chunk over the leading (flattened) dims
+    so that no float32 copy of the whole (..., V) tensor is made (upcast one chunk at a time). No gradient.
+
+    temperature: entropy of softmax(logits / temperature), without a scaled copy of the logits (METHOD.md: the
+    policy trained at sampling temperature tau is softmax(z / tau)). float64 logits give a float64 result."""
+    if logits.dim() < 1 or logits.shape[-1] == 0:
+        raise ValueError(f"logits must have a non-empty last (vocab) dim, got shape {tuple(logits.shape)}")
+    if not logits.is_floating_point():
+        raise ValueError(f"logits must be floating point, got {logits.dtype}")
+    if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature > 0):
+        raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}")
+    _check_chunk_size(chunk_size)
+    vocab = logits.shape[-1]
+    try:
+        rows = logits.view(-1, vocab)  # (N, V) view; fails for e.g. logits[:, :-1] of a (B, T, V) tensor
+    except RuntimeError:
+        # Not viewable as 2D: go one leading index at a time rather than let reshape copy the whole tensor.
+        return torch.stack([token_entropy(x, chunk_size, temperature=temperature) for x in logits.unbind(0)])
+    sm_dtype = _softmax_dtype(logits.dtype)
+    out = torch.empty(rows.shape[0], dtype=sm_dtype, device=logits.device)
+    for start in range(0, rows.shape[0], chunk_size):
+        shifted = rows[start:start + chunk_size].to(sm_dtype, copy=True)  # one fresh (upcast) chunk, ours to modify
+        if temperature != 1.0:
+            shifted.div_(temperature)
+        shifted.sub_(shifted.amax(dim=-1, keepdim=True))
+        e = shifted.exp()
+        sum_exp = e.sum(-1)
+        dot = torch.bmm(e.unsqueeze(1), shifted.unsqueeze(2)).view(-1)  # sum e * shifted, per row
+        out[start:start + chunk_size] = torch.log(sum_exp) - dot / sum_exp
+    return out.view(logits.shape[:-1])
+
+
+def causal_lm_hidden_and_head(model) -> tuple:
+    """(backbone, head_weight, head_bias) of a transformers causal LM, so that
+    model(input_ids, ...).logits == backbone(input_ids, ...) @ head_weight.T (+ head_bias).
+
+    backbone(**kwargs) calls the decoder (model.get_decoder(), i.e. model.model for Qwen2/Llama) and returns its
+    last_hidden_state (..., H), which already has the final norm applied. Refuses models whose logits are not a plain
+    linear map of that state (final logit soft-capping, logit scaling)."""
+    config = getattr(model, "config", None)
+    for attr in ("final_logit_softcapping", "logit_scale"):
+        value = getattr(config, attr, None)
+        if value not in (None, 1.0):
+            raise ValueError(f"model config has {attr}={value!r}: its logits are not hidden @ W.T; "
+                             "token_logprobs_and_entropy would be wrong for it")
+    head = model.get_output_embeddings()
+    if head is None or not hasattr(head, "weight"):
+        raise ValueError(f"{type(model).__name__} has no output embedding (lm_head) with a weight")
+    decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
+    if decoder is None:
+        decoder = getattr(model, "model", None)
+    if decoder is None:
+        raise ValueError(f"cannot find the decoder of {type(model).__name__} (no get_decoder() and no .model)")
+
+    def backbone(*args, **kwargs) -> Tensor:
+        return decoder(*args, **kwargs).last_hidden_state
+
+    return backbone, head.weight, getattr(head, "bias", None)

@@ -1,0 +1,81 @@
+"""Code reward: the completion's last Python code block must pass the problem's tests in the sandbox.
+
+The reference (Problem.answer for code problems) is one of:
+- a dict {"tests": str, "entry_point": str | None, "setup": str}: Python run after the solution, with the
+  solution's names in scope. Covers MBPP (asserts; setup = test_setup_code), HumanEval (`def check(candidate)`
+  plus entry_point) and KodCode (`from solution import f` and pytest-style `test_*` functions).
+- a dict {"cases": [{"input": str, "output": str}, ...]}: stdin/stdout programs (LiveCodeBench, Codeforces).
+- a str (= {"tests": str}) or a list of assert strings (joined with newlines).
+Optional keys "timeout" and "memory_mb" override the defaults per problem.
+"""
+import re
+
+from .sandbox import run_python
+
+_FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)```", re.DOTALL)
+
+
+def extract_code(completion: str) -> str | None:
+    """The last ```python (or ```py / ```python3) block; if the answer has no labelled block, the last unlabelled
+    one. An unclosed block (cut off by the length limit) does not count."""
+    labelled, unlabelled = None, None
+    for match in _FENCE.finditer(completion):
+        language = match.group(1).lower()
+        if language in ("python", "py", "python3"):
+            labelled = match.group(2)
+        elif language == "":
+            unlabelled = match.group(2)
+    code = labelled if labelled is not None else unlabelled
+    return code if code and code.strip() else None
+
+
+def _as_spec(reference) -> dict:
+    if isinstance(reference, str):
+        return {"tests": reference}
+    if isinstance(reference, (list, tuple)) and all(isinstance(t, str) for t in reference):
+        return {"tests": "\n".join(reference)}
+    if isinstance(reference, dict) and (reference.get("tests") or reference.get("cases") is not None):
+        return reference
+    raise ValueError(f"code reference must be a tests string, a list of asserts, or a dict with 'tests' or "
+                     f"'cases'; got {type(reference).__name__}: {str(reference)[:200]!r}")
+
+
+_sandbox_checked = False
+
+
+def check_sandbox():
+    """Run a trivially correct program once. If even that fails, the machine cannot run the sandbox (e.g. the
+    interpreter is unreadable for uid nobody) and every code reward would silently be 0: raise instead."""
+    global _sandbox_checked
+    if not _sandbox_checked:
+        result = run_python("x = 1", tests="assert x == 1", timeout=30)
+        if not result.passed:
+            raise RuntimeError(f"the code sandbox cannot run even a correct program on this machine "
+                               f"(returncode {result.returncode}): {result.stderr[-1000:]}")
+        _sandbox_checked = True
+
+
+def code_reward(completion: str, reference, *, timeout: float = 10.0, memory_mb: int = 2048) -> float:
+    """1.0 if the last code block passes every test within the limits, else 0.0. Never raises on a completion;
+    a malformed reference (a data bug) raises ValueError, a sandbox that cannot work here RuntimeError."""
+    spec = _as_spec(reference)
+    check_sandbox()
+    if not isinstance(completion, str):
+        return 0.0
+    code = extract_code(completion)
+    if code is None:
+        return 0.0
+    tests = spec.get("tests") or ""
+    if isinstance(tests, (list, tuple)):
+        tests = "\n".join(tests)
+    try:
+        result = run_python(code, tests=tests, entry_point=spec.get("entry_point"), setup=spec.get("setup") or "",
+                            cases=spec.get("cases"), timeout=float(spec.get("timeout", timeout)),
+                            memory_mb=int(spec.get("memory_mb", memory_mb)))
+    except (OSError, UnicodeEncodeError):  # e.g. lone surrogates in the completion cannot be written out
+        return 0.0
+    return 1.0 if result.passed else 0.0
+
+
+def has_code_block(completion: str) -> bool:
+    return isinstance(completion, str) and extract_code(completion) is not None

@@ -1,0 +1,241 @@
+"""gmts.analyze (the paper's Figures 2-3 measurements) and gmts.plot, on tiny offline models.
+
+The per-token gradient norms are checked against a direct computation written here independently: the model's own
+full logits, log_softmax, and one torch.autograd.grad of the token objective per token."""
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from gmts import analyze
+from gmts.rollout import sample
+from gmts.toy import tiny_model
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _prompt(tok, text="Say 1"):
+    ids = tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True)
+    return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+
+
+def _batch(model, tok, group_size=4, max_new_tokens=5, seed=0):
+    prompts = [_prompt(tok, "Say 1"), _prompt(tok, "Say 2")]
+    roll = sample(model, prompts, group_size=group_size, max_new_tokens=max_new_tokens,
+                  eos_token_ids=[tok.eos_token_id], pad_token_id=tok.pad_token_id,
+                  generator=torch.Generator().manual_seed(seed))
+    return prompts, roll
+
+
+def direct_token_gradients(model, prompt, completion, advantage, params, *, beta=0.0, ref_model=None):
+    """Independent reference: ||∇θ log π(o_t)|| and ||∇θ ℓ_t|| for every token t of one answer, from the full logits.
+    ℓ_t = r A - β (π_ref/π - log(π_ref/π) - 1) with r = π/π_old, π_old = π (a constant copy)."""
+    ids = torch.tensor([prompt + completion])
+    P = len(prompt)
+    ref_logp = None
+    if ref_model is not None:
+        with torch.no_grad():
+            ref_all = torch.log_softmax(ref_model(input_ids=ids).logits[0].double(), -1)
+        ref_logp = ref_all[P - 1 + torch.arange(len(completion)), torch.tensor(completion)]
+    logp_norms, obj_norms, entropies = [], [], []
+    for t, token in enumerate(completion):
+        logits = model(input_ids=ids).logits[0, P - 1 + t].double()
+        logp_all = torch.log_softmax(logits, -1)
+        entropies.append(float(-(logp_all.exp() * logp_all).sum().detach()))
+        logp = logp_all[token]
+        g = torch.autograd.grad(logp, params, retain_graph=True)
+        logp_norms.append(math.sqrt(sum(float(x.double().pow(2).sum()) for x in g)))
+        objective = torch.exp(logp - logp.detach()) * advantage
+        if beta:
+            d = ref_logp[t] - logp
+            objective = objective - beta * (torch.exp(d) - d - 1)
+        g = torch.autograd.grad(objective, params)
+        obj_norms.append(math.sqrt(sum(float(x.double().pow(2).sum()) for x in g)))
+    return logp_norms, obj_norms, entropies
+
+
+def test_gradient_norms_equal_direct_autograd_per_token():
+    model, tok = tiny_model(favour="12 ", dtype=torch.float64)
+    prompts, roll = _batch(model, tok)
+    rewards = [1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0]      # G = 4, unbiased std: A = +1.5 / -0.5 and ±0.866
+    records = analyze.analyze_groups(model, prompts, roll, rewards, params="all", progress=False)
+    assert len(records) == 8
+    params = list(model.parameters())
+    for rec in records:
+        completion = roll.completion_ids[rec["answer"]][roll.valid_mask[rec["answer"]]].tolist()
+        logp_norms, obj_norms, entropies = direct_token_gradients(model, prompts[rec["group"]], completion,
+                                                                  rec["advantage"], params)
+        assert rec["n_tokens"] == len(completion) == len(rec["grad_logp_norm"])
+        torch.testing.assert_close(torch.tensor(rec["grad_logp_norm"]), torch.tensor(logp_norms), rtol=1e-9, atol=1e-12)
+        torch.testing.assert_close(torch.tensor(rec["grad_objective_norm"]), torch.tensor(obj_norms), rtol=1e-9,
+                                   atol=1e-12)
+        torch.testing.assert_close(torch.tensor(rec["entropy"]), torch.tensor(entropies), rtol=1e-9, atol=1e-12)
+        # On-policy, β = 0: ω = A exactly, the GMTS score is |E·A|, ε = 1 - p.
+        assert rec["omega"] == pytest.approx([rec["advantage"]] * rec["n_tokens"])
+        assert rec["gmts_score"] == pytest.approx([abs(e * rec["advantage"]) for e in rec["entropy"]])
+        assert rec["epsilon"] == pytest.approx([1 - math.exp(lp) for lp in rec["logp"]])
+    assert {round(r["advantage"], 4) for r in records} == {1.5, -0.5, 0.866, -0.866}
+
+
+def test_last_layers_option_and_kl_term_match_direct_autograd():
+    model, tok = tiny_model(favour="12 ", dtype=torch.float64, layers=3)
+    ref, _ = tiny_model(favour="12 ", dtype=torch.float64, layers=3, seed=1)     # a different π_ref
+    prompts, roll = _batch(model, tok, max_new_tokens=4)
+    params, cut = analyze.analysis_parameters(model, "last:1")
+    last = model.get_decoder().layers[-1]
+    expected = {id(p) for p in [*last.parameters(), *model.get_decoder().norm.parameters(),
+                                model.get_output_embeddings().weight]}
+    assert {id(p) for p in params} == expected and cut is last
+    rewards = [1.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 1.0]
+    records = analyze.analyze_groups(model, prompts, roll, rewards, params="last:1", beta=0.1, ref_model=ref,
+                                     progress=False)
+    for rec in records[:3]:
+        completion = roll.completion_ids[rec["answer"]][roll.valid_mask[rec["answer"]]].tolist()
+        logp_norms, obj_norms, _ = direct_token_gradients(model, prompts[rec["group"]], completion, rec["advantage"],
+                                                          params, beta=0.1, ref_model=ref)
+        torch.testing.assert_close(torch.tensor(rec["grad_logp_norm"]), torch.tensor(logp_norms), rtol=1e-9, atol=1e-12)
+        torch.testing.assert_close(torch.tensor(rec["grad_objective_norm"]), torch.tensor(obj_norms), rtol=1e-9,
+                                   atol=1e-12)
+        # the KL term makes ω differ from A, and the coefficient autograd found through token_objective is ω
+        assert rec["objective_coef"] == pytest.approx(rec["omega"], rel=1e-9)
+        assert any(abs(w - rec["advantage"]) > 1e-4 for w in rec["omega"])
+    # every parameter's requires_grad is restored
+    assert all(p.requires_grad for p in model.parameters())
+
+
+def test_head_only_on_a_tied_head_is_the_outer_product_norm():
+    # Tied head (= the input embedding). With --params head, θ is the head's use only: ∇_W log p_t = (e - p) h_tᵀ,
+    # so the norm is ||e - p|| · ||h_t|| (Prop. 3.1's G_t times the hidden state's norm). Counting the embedding
+    # use as well would make it larger.
+    model, tok = tiny_model(dtype=torch.float64)
+    assert model.get_output_embeddings().weight is model.get_input_embeddings().weight
+    prompt, completion = _prompt(tok), [40, 41, 42, 43]
+    params, cut = analyze.analysis_parameters(model, "head")
+    out = analyze.answer_token_gradients(model, prompt, completion, params=params, cut_before=cut)
+    with torch.no_grad():
+        h = model.get_decoder()(input_ids=torch.tensor([prompt + completion])).last_hidden_state[0]
+    h = h[len(prompt) - 1: len(prompt) - 1 + len(completion)]
+    torch.testing.assert_close(out["grad_logp_norm"], out["logit_grad_norm"] * h.norm(dim=-1), rtol=1e-9, atol=0)
+    p = torch.softmax(h @ model.get_output_embeddings().weight.t(), -1)
+    e = torch.nn.functional.one_hot(torch.tensor(completion), p.shape[-1]).double()
+    torch.testing.assert_close(out["logit_grad_norm"], (e - p).norm(dim=-1), rtol=1e-9, atol=0)
+    full, _ = analyze.analysis_parameters(model, "all")
+    tied_all = analyze.answer_token_gradients(model, prompt, completion, params=[full[0]])   # embedding+head use
+    assert (tied_all["grad_logp_norm"] > out["grad_logp_norm"] + 1e-9).all()
+
+
+def test_bad_params_spec_names_it():
+    model, _ = tiny_model(layers=2)
+    for spec in ("last:0", "last:3", "first:1", "last:x"):
+        with pytest.raises(ValueError, match="--params"):
+            analyze.analysis_parameters(model, spec)
+
+
+def test_pearson_spearman_against_known_values():
+    assert analyze.pearson([1, 2, 3, 4], [2, 4, 6, 8]) == pytest.approx(1.0)
+    assert analyze.pearson([1, 2, 3], [5, 5, 5]) is None                     # constant: undefined, not NaN
+    assert analyze.spearman([1, 2, 3, 4, 5], [1, 8, 27, 64, 125]) == pytest.approx(1.0)   # monotone, not linear
+    assert analyze.ranks([10, 20, 20, 30]).tolist() == [1.0, 2.5, 2.5, 4.0]
+    # Spearman with ties = Pearson of average ranks: x ranks [1, 2.5, 2.5, 4], y ranks [1, 2, 3, 4]
+    assert analyze.spearman([1, 2, 2, 3], [1, 2, 3, 4]) == pytest.approx(0.9486832980505138)
+    scipy_stats = pytest.importorskip("scipy.stats")
+    g = torch.Generator().manual_seed(0)
+    x, y = (torch.randn(50, generator=g, dtype=torch.float64) for _ in range(2))
+    x[::5] = x[0]                                                            # ties
+    assert analyze.spearman(x, y) == pytest.approx(scipy_stats.spearmanr(x, y).statistic, abs=1e-12)
+    assert analyze.pearson(x, y) == pytest.approx(scipy_stats.pearsonr(x, y).statistic, abs=1e-12)
+
+
+def test_summary_recall_prefers_gmts_when_one_answer_carries_the_gradient():
+    # Synthetic records: answer 0 (A = +2.47) has LOW entropy, the seven wrong answers (A = -0.35) high entropy.
+    records = []
+    for i in range(8):
+        adv = 2.4748 if i == 0 else -0.3536
+        ent = [0.5 + 0.01 * t for t in range(10)] if i == 0 else [1.0 + 0.01 * t for t in range(10)]
+        glp = [e for e in ent]                                               # gradient tracks entropy within answers
+        records.append({"group": 0, "answer": i, "reward": float(i == 0), "advantage": adv, "n_tokens": 10,
+                        "entropy": ent, "grad_logp_norm": glp, "epsilon": [0.05] * 10,
+                        "grad_objective_norm": [abs(adv) * g for g in glp],
+                        "gmts_score": [abs(adv) * e for e in ent]})
+    s = analyze.summarize(records, ratio=0.2)
+    # k = ceil(0.2 * 80) = 16 true top tokens: answer 0's 10 (|A| = 2.47) and 6 of the wrong answers' highest.
+    # ETS ranks by entropy alone, misses all 10 of answer 0 and finds only those 6.
+    assert s["top_recall"]["gmts"] == 1.0 and s["top_recall"]["ets"] == pytest.approx(6 / 16)
+    assert s["groups"][0]["spearman_gmts_grad"] == pytest.approx(1.0)
+    assert s["groups"][0]["spearman_entropy_grad"] < 0.5     # right within the wrong answers, wrong across
+    assert s["pearson_logE_loggrad"]["mean"] == pytest.approx(1.0)
+    assert s["epsilon"]["share_below_0.1"] == 1.0 and sum(s["epsilon"]["histogram"]["counts"]) == 80
+
+
+def test_cli_end_to_end_writes_json_and_figures(digit_model_dir, digit_data, tmp_path):
+    out = tmp_path / "analysis.json"
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", OMP_NUM_THREADS="1")
+    proc = subprocess.run([sys.executable, "-m", "gmts.analyze", "--model", digit_model_dir, "--data", digit_data,
+                           "--prompts", "3", "--group-size", "4", "--max-new-tokens", "4", "--device", "cpu",
+                           "--seed", "1", "--params", "last:1", "--max-tokens-per-answer", "3",
+                           "--output", str(out)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(out.read_text())
+    assert {"config", "summary", "answers", "objective", "params", "n_params"} <= set(result)
+    summary = result["summary"]
+    assert {"groups", "pearson_logE_loggrad", "spearman_gmts_grad", "spearman_entropy_grad", "epsilon",
+            "top_recall", "pearson_logE_loggrad_within_answer"} <= set(summary)
+    assert len(summary["groups"]) == 3 and len(result["answers"]) == 12
+    for g in summary["groups"]:
+        assert {"pearson_logE_loggrad", "spearman_gmts_grad", "spearman_entropy_grad", "rewards", "advantages",
+                "problem"} <= set(g)
+    eps = summary["epsilon"]
+    assert eps["n"] == sum(a["n_tokens"] for a in result["answers"]) and 0 <= eps["quantiles"]["0.5"] <= 1
+    for a in result["answers"]:
+        assert a["n_tokens"] <= 3 and len(a["grad_objective_norm"]) == a["n_tokens"]
+        assert all(v >= 0 and math.isfinite(v) for v in a["grad_logp_norm"])
+    assert "Spearman(|E·ω|, ||∇ℓ||)" in proc.stdout and "per-token backward" in proc.stderr
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return
+    for fig in ("analysis_fig2.png", "analysis_fig3.png"):
+        assert (tmp_path / fig).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_cli_rejects_bad_flags_naming_them(capsys):
+    for argv, flag in ((["--group-size", "1"], "--group-size"), (["--params", "middle"], "--params"),
+                       (["--task-options", "[1]"], "--task-options")):
+        with pytest.raises(SystemExit) as exc:
+            analyze.main(["--model", "x", *argv])
+        assert exc.value.code == 2 and flag in capsys.readouterr().err
+
+
+def _synthetic_run(path, selector, seed, steps=5):
+    path.mkdir()
+    (path / "config.json").write_text(json.dumps({"selector": selector, "seed": seed, "ratio": 0.2}))
+    rows = [{"step": s, "reward_mean": 0.1 * s, "accuracy": 0.1 * s, "entropy_mean": 2.0 - 0.1 * s,
+             "grad_norm": 1.0 + s, "response_len_mean": 30 + s, "selection_overlap_ets_gmts": 0.7} for s in range(1, steps)]
+    rows.append({"step": steps, "reward_mean": 0.0, "accuracy": 0.0, "skipped": "no group with mixed rewards"})
+    (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+def test_plot_writes_a_png_comparing_runs(tmp_path):
+    pytest.importorskip("matplotlib")
+    from gmts import plot
+    a = _synthetic_run(tmp_path / "a", "ets", 0)
+    b = _synthetic_run(tmp_path / "b", "gmts", 0)
+    out = tmp_path / "runs.png"
+    plot.main([a, b, "--output", str(out), "--smooth", "2"])
+    data = out.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+    assert plot.run_label(json.loads((tmp_path / "b" / "config.json").read_text()), b) == "gmts ρ=0.2 seed 0"
+    assert plot.series(plot.read_run(a)[1], "grad_norm") == ([1, 2, 3, 4], [2.0, 3.0, 4.0, 5.0])
+    assert plot.moving_average([1.0, 3.0, 5.0], 2) == [1.0, 2.0, 4.0]
+    with pytest.raises(SystemExit, match="no metrics.jsonl"):
+        plot.main([str(tmp_path), "--output", str(tmp_path / "x.png")])
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "metrics.jsonl").write_text('{"step": 1}\n{oops\n')
+    with pytest.raises(SystemExit, match=r"metrics.jsonl:2"):
+        plot.main([str(bad), "--output", str(tmp_path / "y.png")])

@@ -1,0 +1,124 @@
+"""Data parallel (torchrun): one batch-wide threshold and one update across processes (gloo, CPU, 2 processes).
+
+The selected token set and the parameter update after one step on 2 processes must equal those of 1 process on the
+same batch, for ETS and GMTS; and `torchrun --nproc-per-node 2 train.py` must run, checkpoint and resume."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+Q, G, T, VOCAB = 4, 4, 7, 64
+
+
+def make_batch(seed=0):
+    """A fixed batch of Q groups x G answers with ragged lengths, rewards, entropies (the scores' inputs)."""
+    import train
+    gen = torch.Generator().manual_seed(seed)
+    n = Q * G
+    lengths = torch.randint(1, T + 1, (n,), generator=gen)
+    valid = torch.arange(T)[None, :] < lengths[:, None]
+    completion = torch.randint(3, VOCAB, (n, T), generator=gen).masked_fill(~valid, 0)
+    rewards = torch.tensor([1., 0, 0, 0, 1, 1, 0, 0, 0, 1, 1, 1, 0, 0, 1, 0])
+    import gmts
+    adv = gmts.group_advantages(rewards, G)
+    entropy = (torch.rand(n, T, generator=gen) * 3).masked_fill(~valid, 0)
+    entropy[3, 0] = entropy[9, 1] = entropy[12, 0] = 2.5          # ties across what will be different ranks
+    logp = -torch.rand(n, T, generator=gen).masked_fill(~valid, 0)
+    prompts = [[int(x) for x in torch.randint(3, VOCAB, (3 + q,), generator=gen)] for q in range(Q)]
+    return train.Batch(problems=list(range(Q)), prompt_ids=prompts, completion_ids=completion, valid=valid,
+                       logp=logp, entropy=entropy, texts=[""] * n, rewards=rewards, advantages=adv)
+
+
+def shard(batch, rank, world):
+    import train
+    q = Q // world
+    rows = slice(rank * q * G, (rank + 1) * q * G)
+    return train.Batch(problems=batch.problems[rank * q:(rank + 1) * q],
+                       prompt_ids=batch.prompt_ids[rank * q:(rank + 1) * q],
+                       completion_ids=batch.completion_ids[rows], valid=batch.valid[rows], logp=batch.logp[rows],
+                       entropy=batch.entropy[rows], texts=batch.texts[rows], rewards=batch.rewards[rows],
+                       advantages=batch.advantages[rows])
+
+
+def one_update(selector, batch, loss_norm):
+    import train
+    from conftest import tiny_qwen2
+    from gmts.config import parse_config
+    from gmts.optim import build_optimizer
+    torch.set_num_threads(1)
+    cfg = parse_config(["--selector", selector, "--group-size", str(G), "--prompts-per-step", str(Q),
+                        "--micro-batch-size", "2", "--lr", "1e-2", "--loss-norm", loss_norm])
+    model = tiny_qwen2(vocab_size=VOCAB, seed=11)
+    optimizer = build_optimizer(model, cfg)
+    metrics, selected = train.update_policy(cfg, model, None, optimizer, batch, torch.Generator(), torch.device("cpu"))
+    return selected, {k: v.detach().clone() for k, v in model.state_dict().items()}, metrics
+
+
+def _worker(rank, world, init_file, selector, loss_norm, out_dir):
+    import torch.distributed as dist
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    try:
+        selected, params, metrics = one_update(selector, shard(make_batch(), rank, world), loss_norm)
+        torch.save({"selected": selected, "params": params, "metrics": metrics}, os.path.join(out_dir, f"{rank}.pt"))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("selector, loss_norm", [("ets", "selected"), ("gmts", "selected"), ("gmts", "all"),
+                                                 ("gmts", "sequence")])
+def test_two_processes_equal_one_process(tmp_path, selector, loss_norm):
+    mp.spawn(_worker, args=(2, str(tmp_path / "init"), selector, loss_norm, str(tmp_path)), nprocs=2, join=True)
+    single_sel, single_params, single_metrics = one_update(selector, make_batch(), loss_norm)
+    parts = [torch.load(tmp_path / f"{r}.pt", weights_only=False) for r in range(2)]
+    both = torch.cat([p["selected"] for p in parts])
+    assert torch.equal(both, single_sel)
+    assert int(single_sel.sum()) == -(-int(make_batch().valid.sum()) * 2 // 10)      # ceil(0.2 n), global
+    for name, value in single_params.items():
+        for p in parts:
+            torch.testing.assert_close(p["params"][name], value, rtol=1e-5, atol=1e-6)
+    for key in ("selected_tokens", "valid_tokens", "answers_with_selected", "selection_overlap_ets_gmts"):
+        assert parts[0]["metrics"][key] == pytest.approx(single_metrics[key])
+    assert parts[0]["metrics"]["grad_norm"] == pytest.approx(single_metrics["grad_norm"], rel=1e-5)
+
+
+def test_per_rank_top_k_would_differ():
+    """The check above can fail: a per-rank top-k (each rank selecting ceil(ρ n_r) of its own tokens) picks a
+    different set on this batch."""
+    import gmts
+    batch = make_batch()
+    halves = [shard(batch, r, 2) for r in range(2)]
+    per_rank = torch.cat([gmts.select_tokens(gmts.token_scores("ets", h.entropy), h.valid, 0.2) for h in halves])
+    global_sel = gmts.select_tokens(gmts.token_scores("ets", batch.entropy), batch.valid, 0.2)
+    assert not torch.equal(per_rank, global_sel)
+
+
+def test_torchrun_two_processes_train_checkpoint_and_resume(digit_model_dir, digit_data, tmp_path):
+    out = tmp_path / "ddp"
+    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", GMTS_DIST_BACKEND="gloo")
+    base = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+            os.path.join(ROOT, "train.py")]
+    args = ["--model", digit_model_dir, "--data", digit_data, "--steps", "2", "--prompts-per-step", "2",
+            "--group-size", "4", "--max-new-tokens", "3", "--micro-batch-size", "4", "--device", "cpu",
+            "--selector", "gmts", "--output-dir", str(out), "--lr", "1e-3", "--save-every", "1"]
+    proc = subprocess.run(base + args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == [1, 2]
+    assert metrics[0]["groups"] == 2 and metrics[0]["selected_tokens"] == -(-metrics[0]["valid_tokens"] * 2 // 10)
+    state = torch.load(out / "checkpoints" / "step-000002" / "trainer_state.pt", weights_only=False)
+    assert state["world_size"] == 2 and len(state["rng"]) == 2
+    proc = subprocess.run(base + ["--resume", str(out), "--steps", "3"], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert len((out / "metrics.jsonl").read_text().splitlines()) == 3
+    single = subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), "--resume", str(out), "--steps", "4"],
+                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert single.returncode != 0 and "same number" in single.stderr
