@@ -232,7 +232,7 @@ def update_policy(cfg, model, ref_model, optimizer, batch, select_gen, device):
     weight = gmts.relative_token_weight(valid, cfg.loss_norm)    # w_it for |E·ω·w| (1/|o_i| under per-answer means)
     exclude = (adv == 0) if cfg.exclude_zero_adv else None
     params = [p for p in model.parameters() if p.requires_grad]
-    metrics, old_logp, skipped = {}, None, 0
+    metrics, old_logp, skipped, time_select = {}, None, 0, 0.0
     for epoch in range(cfg.ppo_epochs):
         # 4. Score. One epoch, on-policy: r = 1 and E at θ equals E at θ_old, so the rollout's own log-probs and
         #    entropies are the scores, with no extra forward pass (METHOD.md, "Where E and ω come from").
@@ -244,12 +244,14 @@ def update_policy(cfg, model, ref_model, optimizer, batch, select_gen, device):
             logp_now, entropy = scoring_pass(cfg, model, batch, device)
             old_logp = logp_now if old_logp is None else old_logp
             old = old_logp
+        t_select = time.time()
         omega = gmts.token_omega(logp_now, old, adv, eps_low=cfg.eps_low, eps_high=cfg.eps_high, beta=cfg.beta,
                                  ref_logp=ref_logp)
         scores = gmts.token_scores(cfg.selector, entropy, omega, weight=weight, generator=select_gen)
 
         # 5. Select.
         selected = select(cfg, scores, valid, group_ids, exclude)
+        time_select += time.time() - t_select
         if epoch == 0:
             metrics.update(selection_diagnostics(cfg, batch, entropy, omega, selected, weight))
             first_selection = selected
@@ -289,6 +291,7 @@ def update_policy(cfg, model, ref_model, optimizer, batch, select_gen, device):
             skipped += 1
         optimizer.zero_grad(set_to_none=True)
         metrics.update(loss=loss_total, grad_norm=float(grad_norm))
+    metrics["time_score_select_s"] = time_select        # ω, scores and the top-k (not the diagnostics)
     if skipped:
         metrics["skipped"] = f"non-finite loss/gradient in {skipped} of {cfg.ppo_epochs} updates"
     return metrics, first_selection
@@ -561,4 +564,7 @@ def check_eval_data(cfg, tokenizer):
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    finally:
+        dist.shutdown()     # a clean exit for every process under torchrun (gloo aborts without it)

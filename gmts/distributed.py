@@ -77,6 +77,11 @@ def all_reduce_gradients(params):
         offset += n
 
 
+def shutdown():
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
 def barrier():
     if active():
         dist.barrier()
