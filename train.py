@@ -30,10 +30,11 @@ import gmts
 from gmts import checkpoint as ckpt
 from gmts import distributed as dist
 from gmts.config import Config, parse_config, resolve, to_dict, use_dynamic_sampling
+from gmts.diagnostics import selection_diagnostics
 from gmts.optim import build_optimizer
-from gmts.policy import (completion_logprobs, enable_gradient_checkpointing, end_of_sequence_ids, load_model,
-                         load_tokenizer, resolve_device, resolve_dtype)
-from gmts.rollout import sample
+from gmts.policy import (add_lora, completion_logprobs, enable_gradient_checkpointing, end_of_sequence_ids,
+                         load_model, load_tokenizer, peak_memory_mb, resolve_device, resolve_dtype)
+from gmts.rollout import sample_batched
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -115,8 +116,9 @@ def collect_batch(cfg, model, tokenizer, stream, eos_ids, generator, reward_fns)
         problems = [stream.problems[i] for i in idx]
         prompt_ids = [stream.prompt_ids[i] for i in idx]
         # 1. Rollout: G answers per prompt, with their log-probs and entropies (gmts/rollout.py).
-        roll = sample(model, prompt_ids, group_size=G, max_new_tokens=cfg.max_new_tokens, eos_token_ids=eos_ids,
-                      pad_token_id=tokenizer.pad_token_id, temperature=cfg.temperature, generator=generator)
+        roll = sample_batched(model, prompt_ids, prompts_per_call=cfg.rollout_batch_size, group_size=G,
+                              max_new_tokens=cfg.max_new_tokens, eos_token_ids=eos_ids,
+                              pad_token_id=tokenizer.pad_token_id, temperature=cfg.temperature, generator=generator)
         texts = [tokenizer.decode(row[mask], skip_special_tokens=True)
                  for row, mask in zip(roll.completion_ids.cpu(), roll.valid_mask.cpu())]
         # 2. Reward: a program checks each answer (rewards/).
@@ -183,32 +185,6 @@ def select(cfg, scores, valid, group_ids, exclude):
     return dist.select_tokens_global(scores, valid, ratio, bottom=cfg.bottom, exclude=exclude)
 
 
-def selection_diagnostics(cfg, batch, entropy, omega, selected, weight):
-    """What the reproduction notes say to log every step: is the change reachable (ETS/GMTS overlap), how the
-    selected tokens spread over answers, and on which side of the advantage they fall. Global over ranks."""
-    valid = batch.valid
-    adv = batch.advantages.to(valid.device)
-    per_answer = selected.sum(dim=1)
-    ets = dist.select_tokens_global(gmts.token_scores("ets", entropy), valid, cfg.ratio)
-    gms = dist.select_tokens_global(gmts.token_scores("gmts", entropy, omega, weight=weight), valid, cfg.ratio)
-    sums = dist.all_reduce_sum(torch.tensor([
-        float(entropy[valid].sum()), float(entropy[selected].sum()), float(valid.sum()), float(selected.sum()),
-        float((per_answer > 0).sum()), float(selected[adv > 0].sum()), float((ets & gms).sum()), float(ets.sum())],
-        dtype=torch.float64)).tolist()
-    ent_sum, ent_sel_sum, n_valid, n_sel, answers, positive, overlap, n_ets = sums
-    top = max(dist.gather_objects(int(per_answer.max()) if per_answer.numel() else 0))
-    return {
-        "entropy_mean": ent_sum / n_valid if n_valid else 0.0,
-        "entropy_selected_mean": ent_sel_sum / n_sel if n_sel else 0.0,
-        "valid_tokens": int(n_valid),
-        "selected_tokens": int(n_sel),
-        "answers_with_selected": int(answers),
-        "top_answer_share": top / n_sel if n_sel else 0.0,
-        "selected_share_positive_adv": positive / n_sel if n_sel else 0.0,
-        "selection_overlap_ets_gmts": overlap / max(n_ets, 1),
-    }
-
-
 def reference_logprobs(cfg, model, ref_model, batch):
     """log π_ref of the sampled tokens, for the k3 KL term (β > 0): the frozen starting model, or with LoRA the
     same model with its adapters switched off (no second copy in memory)."""
@@ -253,7 +229,7 @@ def update_policy(cfg, model, ref_model, optimizer, batch, select_gen, device):
         selected = select(cfg, scores, valid, group_ids, exclude)
         time_select += time.time() - t_select
         if epoch == 0:
-            metrics.update(selection_diagnostics(cfg, batch, entropy, omega, selected, weight))
+            metrics.update(selection_diagnostics(valid, adv, entropy, omega, selected, cfg.ratio, weight))
             first_selection = selected
 
         # 6. Masked loss. The weights carry the batch-wide (global) normaliser, so micro-batch gradients sum to the
@@ -332,38 +308,8 @@ def train_step(cfg, step, model, ref_model, optimizer, tokenizer, stream, eos_id
     return metrics, samples
 
 
-def peak_memory_mb(device):
-    if device.type == "cuda":
-        return torch.cuda.max_memory_allocated(device) / 2 ** 20
-    with open("/proc/self/status") as fh:       # process peak resident memory on Linux
-        for line in fh:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
-
-
 # ----------------------------------------------------------------------------------------------------------------------
 # Setting up: config (and resume), seeds, model, optimizer, data.
-
-def seed_everything(seed):
-    import random
-
-    import numpy as np
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-
-
-def add_lora(model, cfg):
-    try:
-        from peft import LoraConfig, get_peft_model
-    except ImportError:
-        raise SystemExit("error: --lora-rank needs peft: pip install peft") from None
-    seed_everything(cfg.seed)              # the adapter's init must not depend on what drew random numbers before
-    lora = LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha or 2 * cfg.lora_rank, lora_dropout=0.0,
-                      target_modules="all-linear", task_type="CAUSAL_LM")
-    return get_peft_model(model, lora)
-
 
 def setup(argv):
     cfg = parse_config(argv)
@@ -400,7 +346,7 @@ def main(argv=None):
     if device.type == "cuda" and world > 1:
         device = torch.device("cuda", local_rank)
     dtype = resolve_dtype(cfg.dtype, device)
-    seed_everything(cfg.seed)
+    ckpt.seed_everything(cfg.seed)
 
     # Data and rewards first: a bad file or name fails in a second, before any model is loaded.
     if cfg.tokenizer:
@@ -427,7 +373,7 @@ def main(argv=None):
             from peft import PeftModel
             model = PeftModel.from_pretrained(model, resume_from, is_trainable=True)
         else:
-            model = add_lora(model, cfg)
+            model = add_lora(model, rank=cfg.lora_rank, alpha=cfg.lora_alpha, seed=cfg.seed)
     if cfg.gradient_checkpointing:
         enable_gradient_checkpointing(model)
     eos_ids = end_of_sequence_ids(model, tokenizer)

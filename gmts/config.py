@@ -40,6 +40,7 @@ class Config:
     group_size: int = field(default=8, metadata={"help": "answers sampled per prompt (G)"})
     max_new_tokens: int = field(default=256, metadata={"help": "completion length limit"})
     temperature: float = field(default=1.0, metadata={"help": "sampling temperature τ; the trained policy is softmax(z/τ)"})
+    rollout_batch_size: int = field(default=0, metadata={"help": "prompts per generation call (bounds KV-cache memory; 0 = all)"})
     # --- algorithm ----------------------------------------------------------------------------------------------
     algo: str = field(default="grpo", metadata={"help": "grpo (ε1=ε2=0.2, β allowed) | dapo (β=0, ε2=0.28, dynamic sampling)"})
     eps_low: float = field(default=0.2, metadata={"help": "ε1: lower clip"})
@@ -95,6 +96,7 @@ PRESETS = {
     "paper-math": dict(model="Qwen/Qwen2.5-Math-1.5B", data="math", template="math", max_prompt_tokens=1024,
                        max_new_tokens=2048, prompts_per_step=64, group_size=16, temperature=1.0, algo="dapo",
                        eps_low=0.2, eps_high=0.28, lr=3e-5, warmup_steps=0, ratio=0.2, eval_data="math500",
+                       rollout_batch_size=8, micro_batch_size=4,
                        eval_samples=16, eval_temperature=1.0),
 }
 
@@ -178,6 +180,8 @@ def resolve(cfg):
     if batch % cfg.micro_batch_size != 0:
         raise ValueError(f"--micro-batch-size {cfg.micro_batch_size} does not divide the batch of "
                          f"{cfg.prompts_per_step} prompts x {cfg.group_size} answers = {batch}")
+    if cfg.rollout_batch_size < 0:
+        raise ValueError(f"--rollout-batch-size must be >= 0 (0 = all prompts at once), got {cfg.rollout_batch_size}")
     if cfg.temperature <= 0:
         raise ValueError(f"--temperature must be > 0 for training rollouts, got {cfg.temperature}")
     if cfg.lr <= 0:

@@ -29,6 +29,7 @@ class MasterWeightAdamW:
     def step(self):
         for p, m in zip(self.params, self.master):
             m.grad = None if p.grad is None else p.grad.detach().to(self.state_device, torch.float32)
+            p.grad = None                         # free the low-precision gradient as soon as it is copied
         self.inner.step()
         for p, m in zip(self.params, self.master):
             p.copy_(m.to(p.device, non_blocking=True))

@@ -130,3 +130,28 @@ def completion_logprobs(model, prompt_ids, completion_ids, valid_mask, *, group_
     if with_entropy:
         entropy = torch.zeros((n_rows, width), dtype=ent_flat.dtype, device=device).masked_scatter(valid_mask, ent_flat)
     return logp, entropy
+
+
+def add_lora(model, *, rank, alpha=0.0, seed=0):
+    """LoRA adapters on every linear layer (peft). Seeded right before they are drawn, so the adapter's init does not
+    depend on what consumed random numbers before (the reproduction's arms differed in exactly that)."""
+    try:
+        from peft import LoraConfig, get_peft_model
+    except ImportError:
+        raise SystemExit("error: --lora-rank needs peft: pip install peft") from None
+    from .checkpoint import seed_everything
+    seed_everything(seed)
+    lora = LoraConfig(r=rank, lora_alpha=alpha or 2 * rank, lora_dropout=0.0, target_modules="all-linear",
+                      task_type="CAUSAL_LM")
+    return get_peft_model(model, lora)
+
+
+def peak_memory_mb(device):
+    """Peak memory so far: CUDA's allocator peak, or on CPU the process's peak resident set (VmHWM)."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2 ** 20
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from gmts.policy import completion_logprobs
-from gmts.rollout import completion_mask, sample
+from gmts.rollout import completion_mask, sample, sample_batched
 from conftest import tiny_qwen2
 
 EOS, PAD = [5, 7], 0
@@ -103,3 +103,15 @@ def test_bad_arguments():
     model = tiny_qwen2()
     with pytest.raises(ValueError, match="at least one token"):
         sample(model, [[1], []], group_size=2, max_new_tokens=3, eos_token_ids=EOS, pad_token_id=PAD)
+
+
+def test_chunked_rollout_equals_one_call_when_greedy():
+    model = tiny_qwen2(dtype=torch.float64, seed=9)
+    kw = dict(group_size=2, max_new_tokens=6, eos_token_ids=EOS, pad_token_id=PAD, temperature=0.0)
+    whole = sample(model, prompts(), **kw)
+    chunked = sample_batched(model, prompts(), prompts_per_call=1, **kw)
+    assert chunked.prompt_ids == whole.prompt_ids and chunked.completion_ids.shape[0] == 6
+    width = whole.completion_ids.shape[1]
+    assert torch.equal(chunked.completion_ids[:, :width], whole.completion_ids)
+    assert torch.equal(chunked.valid_mask[:, :width], whole.valid_mask)
+    torch.testing.assert_close(chunked.logp[:, :width], whole.logp, rtol=1e-9, atol=1e-9)

@@ -1,0 +1,200 @@
+"""Rollout tokens/s: gmts.rollout.sample (shared prefix, finished rows dropped) vs our plain path vs `model.generate`.
+
+Methods (same model, same prompt, G answers of up to --new-tokens each, temperature 1.0, no top-k / top-p):
+  generate : model.generate(prompt (1, P), num_return_sequences=G, do_sample=True, temperature=1.0, top_k=0,
+             top_p=1.0, max_new_tokens=T, KV cache). generate expands the ONE prompt to G rows before its prefill, so it
+             is the "prompt repeated G times" case. Sampling settings are passed explicitly (a checkpoint's
+             generation_config.json would otherwise set its own temperature / top-k / top-p).
+  plain    : gmts.rollout.sample(share_prefix=False, drop_finished=False): prompt repeated G times, no rows dropped.
+  ours     : gmts.rollout.sample(share_prefix=True, drop_finished=True): one prefill, KV cache repeated G times,
+             finished rows leave the batch.
+Both of ours also return per-token log-probs and entropies (the trainer's scores); generate returns tokens only.
+tokens/s = generated valid tokens (up to and including the first end-of-sequence token) / wall time of the call.
+
+Sameness: for a fixed seed `ours` and `plain` draw the same samples (tests/test_rollout.py); vs `generate` it is the
+same distribution (softmax(z / 1.0) over the whole vocabulary) but not the same samples: generate draws with
+torch.multinomial, we draw one uniform per row per step and invert the CDF.
+
+Models: "qwen2-41m" = a random Qwen2 with Qwen2.5's vocabulary (151,936), hidden 256, 4 layers, intermediate 640,
+4 heads / 2 KV heads, tied embeddings: 41.7M parameters (the anchor in shared/BENCHMARKING.md). A random model never
+stops early (worst case for dropping rows). A folder path (e.g. SmolLM2-135M-Instruct from bench/get_smollm2.py)
+is a real model that does stop.
+
+  python bench/bench_rollout.py                               # G = 8, 16 on qwen2-41m, 128 new tokens, 3 reps
+  python bench/bench_rollout.py --model ~/.cache/gmts/SmolLM2-135M-Instruct --groups 16 --reps 2
+  python bench/bench_rollout.py --smoke --out /tmp/r.json     # tiny shapes, seconds (tests/test_bench_smoke.py)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from bench.common import emit, environment, median, peak_bytes, reset_peak, run_worker  # noqa: E402
+
+METHODS = ("generate", "plain", "ours")
+QWEN_TOKENIZER = "/work/shared/data/qwen2.5-tokenizer"
+# The first GSM8K training question, in Qwen's chat format (a realistic prompt length: ~100 tokens).
+QUESTION = ("Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
+            "How many clips did Natalia sell altogether in April and May?")
+SYSTEM = "Please reason step by step, and put your final answer within \\boxed{}."
+
+
+def random_qwen2(vocab, hidden, layers, intermediate, seed=0):
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+    config = Qwen2Config(vocab_size=vocab, hidden_size=hidden, intermediate_size=intermediate,
+                         num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=4096, tie_word_embeddings=True)
+    torch.manual_seed(seed)
+    return Qwen2ForCausalLM(config).eval()
+
+
+def build(model_name: str):
+    """-> (model, prompt ids, eos ids, pad id)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    if model_name == "qwen2-41m":
+        model = random_qwen2(151_936, 256, 4, 640)
+        prompt = prompt_ids(AutoTokenizer.from_pretrained(QWEN_TOKENIZER)) if os.path.isdir(QWEN_TOKENIZER) \
+            else list(range(1000, 1100))
+        return model, prompt, [151645, 151643], 151643              # <|im_end|>, <|endoftext|>
+    if model_name == "tiny":                                        # --smoke: shapes that run in a second
+        return random_qwen2(512, 32, 2, 64), list(range(10, 40)), [0], 1
+    tok = AutoTokenizer.from_pretrained(model_name)
+    model = AutoModelForCausalLM.from_pretrained(model_name, dtype="float32").eval()
+    eos = model.generation_config.eos_token_id
+    eos = sorted(set((eos if isinstance(eos, list) else [eos]) + [tok.eos_token_id]) - {None})
+    return model, prompt_ids(tok), eos, tok.pad_token_id if tok.pad_token_id is not None else eos[0]
+
+
+def prompt_ids(tok):
+    messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": QUESTION}]
+    text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    return tok(text, add_special_tokens=False)["input_ids"]
+
+
+def run_once(method, model, prompt, G, new_tokens, eos, pad, seed):
+    """One rollout; returns the number of valid generated tokens."""
+    import torch
+    from gmts.rollout import completion_mask, sample
+    gen = torch.Generator().manual_seed(seed)
+    if method == "generate":
+        torch.manual_seed(seed)
+        out = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+                             num_return_sequences=G, do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
+                             repetition_penalty=1.0, max_new_tokens=new_tokens, eos_token_id=eos, pad_token_id=pad,
+                             use_cache=True)
+        completions = out[:, len(prompt):]
+        # generate pads finished rows with pad (which may equal eos): count up to the first eos, like the trainer.
+        return int(completion_mask(completions, torch.tensor(eos), completions.shape[1]).sum())
+    roll = sample(model, [prompt], group_size=G, max_new_tokens=new_tokens, eos_token_ids=eos, pad_token_id=pad,
+                  temperature=1.0, generator=gen, share_prefix=(method == "ours"), drop_finished=(method == "ours"))
+    return int(roll.valid_mask.sum())
+
+
+def worker(method, model_name, G, new_tokens, threads, seed, built=None):
+    """One measurement (normally in a fresh process). `built`: a model already built (--smoke runs in-process)."""
+    import torch
+    torch.set_num_threads(threads)
+    model, prompt, eos, pad = built or build(model_name)
+    run_once(method, model, prompt, 2, 2, eos, pad, seed)            # warm-up: kernels, caches, lazy imports
+    baseline = reset_peak()
+    t0 = time.perf_counter()
+    tokens = run_once(method, model, prompt, G, new_tokens, eos, pad, seed)
+    seconds = time.perf_counter() - t0
+    return {"method": method, "model": model_name, "G": G, "new_tokens": new_tokens, "prompt_tokens": len(prompt),
+          "params_m": sum(p.numel() for p in model.parameters()) / 1e6, "tokens": tokens, "seconds": seconds,
+          "tokens_per_s": tokens / seconds, "extra_peak_gb": (peak_bytes() - baseline) / 1e9}
+
+
+def load_average():
+    try:
+        with open("/proc/loadavg") as f:
+            return [float(x) for x in f.read().split()[:3]]
+    except OSError:
+        return None
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--worker", nargs=3, metavar=("METHOD", "G", "SEED"), help=argparse.SUPPRESS)
+    ap.add_argument("--model", default="qwen2-41m", help="qwen2-41m (random, Qwen2.5 vocab) or a model folder")
+    ap.add_argument("--groups", type=int, nargs="+", default=[8, 16], help="answers per prompt (G)")
+    ap.add_argument("--new-tokens", type=int, default=128)
+    ap.add_argument("--reps", type=int, default=3, help="A,B,C rounds per G (alternating), medians reported")
+    ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--smoke", action="store_true",
+                    help="tiny random model, G=2, 8 tokens, 1 rep, all in this process (a quick check, not a figure)")
+    ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "rollout.json"))
+    args = ap.parse_args()
+    if args.smoke:
+        args.model, args.groups, args.new_tokens, args.reps = "tiny", [2], 8, 1
+    model_name = args.model if args.model in ("qwen2-41m", "tiny") else os.path.expanduser(args.model)
+
+    if args.worker:
+        method, G, seed = args.worker
+        emit(worker(method, model_name, int(G), args.new_tokens, args.threads, int(seed)))
+        return
+
+    script = os.path.abspath(__file__)
+    built = build(model_name) if args.smoke else None   # smoke: one process (a rot check, not a measurement)
+    runs, loads = [], [load_average()]
+    for G in args.groups:
+        for rep in range(args.reps):
+            # Rotate the order each round so no method always runs first after a pause (A,B,C / B,C,A / ...).
+            order = args.methods[rep % len(args.methods):] + args.methods[:rep % len(args.methods)]
+            for method in order:
+                if built is not None:
+                    r = worker(method, model_name, G, args.new_tokens, args.threads, rep, built=built)
+                else:
+                    r = run_worker([script, "--worker", method, str(G), str(rep), "--model", model_name,
+                                    "--new-tokens", str(args.new_tokens), "--threads", str(args.threads)])
+                r.update(method=method, G=G, rep=rep)
+                print(json.dumps(r), flush=True)
+                runs.append(r)
+        loads.append(load_average())
+
+    summary = {}
+    for r in runs:
+        if "error" in r:
+            continue
+        s = summary.setdefault(f"{r['method']}@G{r['G']}", {"tokens_per_s": [], "extra_peak_gb": [], "tokens": []})
+        s["tokens_per_s"].append(r["tokens_per_s"])
+        s["extra_peak_gb"].append(r["extra_peak_gb"])
+        s["tokens"].append(r["tokens"])
+    for s in summary.values():
+        s["median_tokens_per_s"] = median(s["tokens_per_s"])
+        s["median_extra_peak_gb"] = median(s["extra_peak_gb"])
+    result = {"environment": environment(args.threads), "model": model_name, "new_tokens": args.new_tokens,
+              "load_average_1_5_15": loads, "summary": summary, "runs": runs,
+              "generate_call": "generate(prompt (1,P), num_return_sequences=G, do_sample=True, temperature=1.0, "
+                               "top_k=0, top_p=1.0, repetition_penalty=1.0, use_cache=True)"}
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(result, f, indent=1)
+
+    print(f"\nmodel {model_name}, {args.new_tokens} new tokens, {args.threads} thread(s), load {loads[0]} -> {loads[-1]}")
+    print("| G | method | tokens/s (median) | n | valid tokens | extra peak GB | vs generate |")
+    print("|---|---|---|---|---|---|---|")
+    for G in args.groups:
+        base = summary.get(f"generate@G{G}")
+        for method in args.methods:
+            s = summary.get(f"{method}@G{G}")
+            if s is None:
+                print(f"| {G} | {method} | failed | | | | |")
+                continue
+            ratio = f"{s['median_tokens_per_s'] / base['median_tokens_per_s']:.2f}x" if base else "-"
+            print(f"| {G} | {method} | {s['median_tokens_per_s']:.1f} | {len(s['tokens_per_s'])} | "
+                  f"{int(median(s['tokens']))} | {s['median_extra_peak_gb']:.2f} | {ratio} |")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
