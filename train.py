@@ -64,12 +64,7 @@ def load_prompts(cfg, tokenizer):
                                           system_prompt=cfg.system_prompt, **options)
     except (FileNotFoundError, ValueError, KeyError) as err:
         raise SystemExit(f"error: --data {cfg.data!r}: {err}") from None
-    kept, ids = [], []
-    for problem in problems:
-        tokens = tokenizer(datasets.render_prompt(problem, tokenizer), add_special_tokens=False)["input_ids"]
-        if len(tokens) <= cfg.max_prompt_tokens:
-            kept.append(problem)
-            ids.append(tokens)
+    kept, ids = datasets.prompt_token_ids(problems, tokenizer, cfg.max_prompt_tokens)
     if not kept:
         raise SystemExit(f"error: --data {cfg.data!r}: no problem fits --max-prompt-tokens {cfg.max_prompt_tokens}")
     return kept, ids, len(problems) - len(kept)

@@ -45,6 +45,18 @@ def render_prompt(problem: Problem, tokenizer) -> str:
     return problem.prompt
 
 
+def prompt_token_ids(problems, tokenizer, max_tokens=None):
+    """(kept problems, their prompt ids): each problem rendered with render_prompt and tokenized; problems whose
+    prompt is longer than `max_tokens` are left out (the caller reports how many)."""
+    kept, ids = [], []
+    for problem in problems:
+        tokens = tokenizer(render_prompt(problem, tokenizer), add_special_tokens=False)["input_ids"]
+        if max_tokens is None or len(tokens) <= max_tokens:
+            kept.append(problem)
+            ids.append(tokens)
+    return kept, ids
+
+
 def _choice_letter(answer, choices: list, where: str) -> str:
     text = str(answer).strip()
     if isinstance(answer, int) and not isinstance(answer, bool) and 0 <= answer < len(choices):

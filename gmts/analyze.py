@@ -580,14 +580,8 @@ def load_prompt_ids(args, tokenizer):
                                           system_prompt=args.system_prompt, **options)
     except (FileNotFoundError, ValueError, KeyError) as err:
         raise SystemExit(f"error: --data {args.data!r}: {err}") from None
-    kept, ids = [], []
-    for problem in problems:
-        tokens = tokenizer(datasets.render_prompt(problem, tokenizer), add_special_tokens=False)["input_ids"]
-        if len(tokens) <= args.max_prompt_tokens:
-            kept.append(problem)
-            ids.append(tokens)
-        if len(kept) == args.prompts:
-            break
+    kept, ids = datasets.prompt_token_ids(problems, tokenizer, args.max_prompt_tokens)
+    kept, ids = kept[:args.prompts], ids[:args.prompts]
     if not kept:
         raise SystemExit(f"error: --data {args.data!r}: no problem fits --max-prompt-tokens {args.max_prompt_tokens}")
     return kept, ids

@@ -76,8 +76,7 @@ def load_benchmark(spec, tokenizer, *, limit=None, data_seed=0, template=None, s
     ids = [p.id for p in problems]
     if len(set(ids)) != len(ids):
         raise ValueError(f"--data {spec!r}: problem ids are not unique, so results could not be paired by id")
-    prompt_ids = [tokenizer(datasets.render_prompt(p, tokenizer), add_special_tokens=False)["input_ids"]
-                  for p in problems]
+    _, prompt_ids = datasets.prompt_token_ids(problems, tokenizer)
     return problems, prompt_ids
 
 

@@ -34,6 +34,21 @@ def _check_chunk_size(chunk_size: int) -> None:
         raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
 
 
+def _chunk_logits(h, w, b, z, zf, temperature):
+    """One chunk's logits z = h W^T (+ b) into the reused buffer z (matmul dtype), and z / tau in zf (the softmax
+    dtype; the same memory as z when the dtypes match). Forward and backward both call this: the backward recomputes
+    exactly the forward's values."""
+    if b is None:
+        torch.matmul(h, w.t(), out=z)  # (n, V)
+    else:
+        torch.addmm(b, h, w.t(), out=z)
+    if zf is not z:
+        zf.copy_(z)  # upcast once per chunk
+    if temperature != 1.0:
+        zf.div_(temperature)  # divide (not * 1/tau) to round exactly like the plain z / tau
+    return z, zf
+
+
 class _ChunkedHeadLogProb(torch.autograd.Function):
     """logp[t] = log softmax(h_t W^T / tau + b / tau)[target_t] over flattened tokens, chunked (see module doc).
 
@@ -63,16 +78,7 @@ class _ChunkedHeadLogProb(torch.autograd.Function):
                 end = min(start + chunk_size, n_tokens)
                 n = end - start
                 h = hidden[start:end].to(compute_dtype)
-                z = z_buf[:n]
-                if b is None:
-                    torch.matmul(h, w.t(), out=z)  # (n, V)
-                else:
-                    torch.addmm(b, h, w.t(), out=z)
-                zf = zf_buf[:n]
-                if zf is not z:
-                    zf.copy_(z)  # upcast once per chunk
-                if temperature != 1.0:
-                    zf.div_(temperature)  # divide (not * 1/tau) to round exactly like the plain z / tau
+                z, zf = _chunk_logits(h, w, b, z_buf[:n], zf_buf[:n], temperature)
                 row_max = zf.amax(dim=-1, keepdim=True)  # (n, 1)
                 zf.sub_(row_max)  # shifted logits, <= 0
                 target_shifted = zf.gather(-1, targets[start:end, None]).squeeze(-1)  # (n,)
@@ -126,16 +132,7 @@ class _ChunkedHeadLogProb(torch.autograd.Function):
                 end = min(start + chunk_size, n_tokens)
                 n = end - start
                 h = hidden[start:end].to(compute_dtype)
-                z = z_buf[:n]
-                if b is None:
-                    torch.matmul(h, w.t(), out=z)
-                else:
-                    torch.addmm(b, h, w.t(), out=z)
-                zf = zf_buf[:n]
-                if zf is not z:
-                    zf.copy_(z)
-                if inv_tau != 1.0:
-                    zf.div_(ctx.temperature)
+                z, zf = _chunk_logits(h, w, b, z_buf[:n], zf_buf[:n], ctx.temperature)
                 p = zf.sub_(lse[start:end, None]).exp_()  # softmax(z / tau), in place
                 g = grad_logp[start:end]  # (n,)
                 # G = d loss / d z = g * (onehot - p) / tau, built in place in the softmax buffer.
