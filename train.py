@@ -199,7 +199,8 @@ def update_policy(cfg, model, ref_model, optimizer, batch, select_gen, device):
     --ppo-epochs updates; returns the metrics of the first selection and the last update, and that first selection."""
     valid, adv = batch.valid.to(device), batch.advantages.to(device)
     group_ids = torch.arange(valid.shape[0], device=device) // cfg.group_size
-    ref_logp = reference_logprobs(cfg, model, ref_model, batch) if cfg.beta > 0 else None
+    with dist.layers_gathered(model):   # no-grad passes: FSDP layers stay gathered (uneven row counts are fine)
+        ref_logp = reference_logprobs(cfg, model, ref_model, batch) if cfg.beta > 0 else None
     weight = gmts.relative_token_weight(valid, cfg.loss_norm)    # w_it for |E·ω·w| (1/|o_i| under per-answer means)
     exclude = (adv == 0) if cfg.exclude_zero_adv else None
     params = [p for p in model.parameters() if p.requires_grad]
@@ -212,7 +213,8 @@ def update_policy(cfg, model, ref_model, optimizer, batch, select_gen, device):
             logp_now, entropy = batch.logp.to(device), batch.entropy.to(device)
             old = logp_now
         else:
-            logp_now, entropy = scoring_pass(cfg, model, batch, device)
+            with dist.layers_gathered(model):
+                logp_now, entropy = scoring_pass(cfg, model, batch, device)
             old_logp = logp_now if old_logp is None else old_logp
             old = old_logp
         t_select = time.time()
@@ -228,20 +230,28 @@ def update_policy(cfg, model, ref_model, optimizer, batch, select_gen, device):
             first_selection = selected
 
         # 6. Masked loss. The weights carry the batch-wide (global) normaliser, so micro-batch gradients sum to the
-        #    full-batch gradient; rows with nothing selected (and no KL) are skipped: they contribute exactly zero.
+        #    full-batch gradient; rows with nothing selected, or with A = 0 and no KL, contribute exactly zero and are
+        #    skipped.
         weights = gmts.loss_weights(valid, selected, cfg.loss_norm, reduce=dist.all_reduce_sum)
         kl_weights = None
         if cfg.beta > 0 and cfg.kl_coverage == "all":
             kl_weights = gmts.loss_weights(valid, valid, cfg.loss_norm, reduce=dist.all_reduce_sum)
         has_weight = weights.sum(1) > 0
+        if cfg.beta == 0:
+            has_weight &= adv != 0              # A = 0 and no KL term: exactly zero gradient, skip the pass
         if kl_weights is not None:
             has_weight |= kl_weights.sum(1) > 0
         active = has_weight.nonzero().squeeze(1)
+        passes = [(rows, True) for rows in torch.split(active, cfg.micro_batch_size) if rows.numel()]
+        if dist.sharded_layers(model):
+            # FSDP gathers each layer's weights from every process in every forward/backward, so every process must
+            # run as many passes as the busiest one; the extra passes are multiplied by 0 (no gradient).
+            busiest = max(dist.gather_objects(len(passes)))
+            passes += [(torch.zeros(1, dtype=torch.long, device=device), False)] * (busiest - len(passes))
         model.train()
         optimizer.zero_grad(set_to_none=True)
         loss_total = torch.zeros((), dtype=torch.float64)
-        for start in range(0, active.numel(), cfg.micro_batch_size):
-            rows = active[start:start + cfg.micro_batch_size]
+        for rows, real in passes:
             logp, _ = completion_logprobs(model, [batch.prompt_ids[int(i) // cfg.group_size] for i in rows],
                                           batch.completion_ids[rows], valid[rows], group_size=1,
                                           temperature=cfg.temperature, chunk_size=cfg.chunk_size)
@@ -249,13 +259,15 @@ def update_policy(cfg, model, ref_model, optimizer, batch, select_gen, device):
                                     weights[rows], eps_low=cfg.eps_low, eps_high=cfg.eps_high, beta=cfg.beta,
                                     ref_logp=None if ref_logp is None else ref_logp[rows],
                                     kl_weights=None if kl_weights is None else kl_weights[rows])
+            if not real:
+                loss = loss * 0.0
             loss.backward()
             loss_total += loss.detach().double().cpu()
 
         # 7. Optimizer step (gradients summed over ranks first), unless the loss or gradient is not finite.
         dist.all_reduce_gradients(params)
         loss_total = float(dist.all_reduce_sum(loss_total))
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm if cfg.max_grad_norm > 0 else float("inf"))
+        grad_norm = dist.clip_grad_norm(params, cfg.max_grad_norm)
         if math.isfinite(loss_total) and torch.isfinite(grad_norm):
             optimizer.step()
         else:
@@ -275,7 +287,8 @@ def train_step(cfg, step, model, ref_model, optimizer, tokenizer, stream, eos_id
 
     # 1-3. Rollout, reward, advantage (dynamic sampling inside for DAPO).
     model.eval()
-    batch, sampled_rewards, tries = collect_batch(cfg, model, tokenizer, stream, eos_ids, sampler, reward_fns)
+    with dist.layers_gathered(model):
+        batch, sampled_rewards, tries = collect_batch(cfg, model, tokenizer, stream, eos_ids, sampler, reward_fns)
     n_sampled, reward_sum, correct = dist.all_reduce_sum(torch.tensor(
         [sampled_rewards.numel(), float(sampled_rewards.sum()), float((sampled_rewards >= 1.0).sum())],
         dtype=torch.float64)).tolist()
@@ -356,13 +369,15 @@ def main(argv=None):
         check_eval_data(cfg, tokenizer)
 
     # The policy. On resume, full fine-tuning reloads the checkpoint's weights; LoRA reloads base + adapter.
+    # With FSDP the weights load in float32: the shards are the master weights, computation runs in `dtype`.
+    load_dtype = torch.float32 if cfg.fsdp else dtype
     if resume_from and not cfg.lora_rank:
-        model = load_model(resume_from, dtype=dtype, device=device)
+        model = load_model(resume_from, dtype=load_dtype, device=device)
     else:
-        model = load_model(cfg.model, dtype=dtype, device=device)
+        model = load_model(cfg.model, dtype=load_dtype, device=device)
     ref_model = None
     if cfg.beta > 0 and not cfg.lora_rank:
-        ref_model = copy.deepcopy(model).eval().requires_grad_(False)   # frozen π_ref = the starting policy
+        ref_model = copy.deepcopy(model).to(dtype).eval().requires_grad_(False)   # frozen π_ref = the start
     if cfg.lora_rank:
         if resume_from:
             from peft import PeftModel
@@ -371,6 +386,8 @@ def main(argv=None):
             model = add_lora(model, rank=cfg.lora_rank, alpha=cfg.lora_alpha, seed=cfg.seed)
     if cfg.gradient_checkpointing:
         enable_gradient_checkpointing(model)
+    if cfg.fsdp:
+        dist.shard_layers(model, dtype)
     eos_ids = end_of_sequence_ids(model, tokenizer)
     optimizer = build_optimizer(model, cfg)
 
@@ -383,7 +400,10 @@ def main(argv=None):
     run_dir = cfg.output_dir
     metrics_path, samples_path = os.path.join(run_dir, "metrics.jsonl"), os.path.join(run_dir, "samples.jsonl")
     if state is not None:
-        optimizer.load_state_dict(state["optimizer"])
+        if cfg.fsdp:
+            dist.load_full_optimizer_state(model, optimizer, state["optimizer"])
+        else:
+            optimizer.load_state_dict(state["optimizer"])
         ckpt.set_rng_state(state["rng"][rank], sampler)
         select_gen.set_state(state["select_rng"][rank])
         stream.position = state["data_position"]
@@ -417,11 +437,14 @@ def main(argv=None):
     def save(step):
         # Every process's random state travels to the one that writes, so a resume continues each stream exactly.
         rngs = dist.gather_objects((ckpt.rng_state(sampler), select_gen.get_state()))
+        model_state, optim_state = (dist.full_state_dicts(model, optimizer) if cfg.fsdp     # gathered on rank 0
+                                    else (None, optimizer.state_dict()))
         if main_process:
-            trainer_state = {"step": step, "config": to_dict(cfg), "optimizer": optimizer.state_dict(),
+            trainer_state = {"step": step, "config": to_dict(cfg), "optimizer": optim_state,
                              "rng": [r for r, _ in rngs], "select_rng": [s for _, s in rngs],
                              "data_position": stream.position, "world_size": world}
-            ckpt.save_checkpoint(run_dir, step, model, tokenizer, trainer_state, keep=cfg.keep_checkpoints)
+            ckpt.save_checkpoint(run_dir, step, model, tokenizer, trainer_state, keep=cfg.keep_checkpoints,
+                                 state_dict=model_state)
         dist.barrier()
 
     bad_in_a_row, last_saved, first, last = 0, start_step, None, None
@@ -436,7 +459,10 @@ def main(argv=None):
                                       select_gen, reward_fns, device)
         metrics["lr"] = lr
         if cfg.eval_every and step % cfg.eval_every == 0:
-            if main_process:
+            if cfg.fsdp:      # every process holds a shard of every layer: all evaluate (identically), rank 0 logs
+                with dist.layers_gathered(model):
+                    metrics.update(run_eval(cfg, model, tokenizer, eos_ids, device))
+            elif main_process:
                 metrics.update(run_eval(cfg, model, tokenizer, eos_ids, device))
             dist.barrier()
         if main_process:

@@ -164,9 +164,25 @@ def train_and_eval(args, model, lr, arm, seed):
         return done
     os.makedirs(run_dir, exist_ok=True)
     t0 = time.time()
-    train_s = run_logged(train_cmd(args, model, arm, seed, lr, run_dir), os.path.join(run_dir, "train.log"),
-                         args.threads)
     checkpoint = os.path.join(run_dir, "checkpoints", f"step-{args.steps:06d}")
+    metrics_path = os.path.join(run_dir, "metrics.jsonl")
+    if steps_logged(metrics_path) == args.steps and (os.path.isdir(checkpoint) or os.path.exists(eval_json)):
+        train_s = None     # trained by an earlier, interrupted invocation: do not train again
+    else:
+        if os.path.exists(eval_json):
+            os.remove(eval_json)   # an evaluation of an older model of the same name
+        train_s = run_logged(train_cmd(args, model, arm, seed, lr, run_dir), os.path.join(run_dir, "train.log"),
+                             args.threads)
+    if train_s is None and os.path.exists(eval_json):   # eval.py writes its summary last: it is complete
+        eval_s = None
+        record = {"key": key, "lr": lr, "arm": arm, "seed": seed, "eval": eval_json, "run_dir": run_dir,
+                  "train_wall_s": train_s, "eval_wall_s": eval_s, "wall_s": time.time() - t0,
+                  **training_summary(metrics_path)}
+        if not args.keep_checkpoints:
+            shutil.rmtree(os.path.join(run_dir, "checkpoints"), ignore_errors=True)
+        with open(record_path, "w") as fh:
+            json.dump(record, fh, indent=2)
+        return record
     if not os.path.isdir(checkpoint):
         found = sorted(os.listdir(os.path.join(run_dir, "checkpoints"))) if os.path.isdir(
             os.path.join(run_dir, "checkpoints")) else []
@@ -180,6 +196,13 @@ def train_and_eval(args, model, lr, arm, seed):
     with open(record_path, "w") as fh:
         json.dump(record, fh, indent=2)
     return record
+
+
+def steps_logged(metrics_path):
+    if not os.path.exists(metrics_path):
+        return 0
+    with open(metrics_path) as fh:
+        return sum(1 for line in fh if line.strip())
 
 
 def training_summary(metrics_path):
@@ -261,7 +284,7 @@ def analyse(args, base_json, records):
                          "seed_accuracies": seed_acc,
                          "seed_std": float(np.std(seed_acc, ddof=1)) if len(seed_acc) > 1 else None,
                          "vs_base": {"difference": diff_base, "ci95": ci_base, "verdict": stats.verdict(ci_base)},
-                         "scores": avg, "runs": runs,
+                         "scores": avg, "by_seed": dict(zip([r["seed"] for r in runs], dicts)), "runs": runs,
                          **{k: mean_of(runs, k) for k in ("grad_norm_mean", "grad_norm_max", "response_len_mean",
                                                             "response_len_last", "step_s_median", "train_wall_s",
                                                             "mixed_groups_mean", "selection_overlap_ets_gmts_mean",
@@ -271,13 +294,18 @@ def analyse(args, base_json, records):
         for arm, entry in arms.items():
             for ref in ("none", "ets"):
                 if ref in arms and arm != ref and (ref == "none" or arm == "gmts"):
+                    # only the seeds both arms ran: an arm with more seeds is not compared on a different footing
                     common = [s for s in entry["seeds"] if s in arms[ref]["seeds"]]
-                    d, ci = stats.paired_difference(arms[ref]["scores"], entry["scores"], seed=0,
-                                                    n_resamples=args.bootstrap)
+                    if not common:
+                        continue
+                    a = np.array(seed_average([arms[ref]["by_seed"][s] for s in common])[1])
+                    b = np.array(seed_average([entry["by_seed"][s] for s in common])[1])
+                    d, ci = stats.paired_difference(a, b, seed=0, n_resamples=args.bootstrap)
                     entry[f"vs_{ref}"] = {"difference": d, "ci95": ci, "verdict": stats.verdict(ci),
                                           "seeds_in_both": common}
         for entry in arms.values():
             entry["scores"] = [float(x) for x in entry["scores"]]
+            entry.pop("by_seed")
         out["arms"][f"{lr:g}"] = arms
     return out
 
@@ -318,10 +346,12 @@ def ci(c):
     return "-" if c is None else f"[{100 * c[0]:.1f}, {100 * c[1]:.1f}]"
 
 
-def diff(entry):
+def diff(entry, n_seeds=None):
     if not entry:
         return "-"
-    return f"{100 * entry['difference']:+.1f} {ci(entry['ci95'])}"
+    note = "" if n_seeds is None or len(entry.get("seeds_in_both", [])) == n_seeds else \
+        f" (seed {','.join(map(str, entry['seeds_in_both']))})"
+    return f"{100 * entry['difference']:+.1f} {ci(entry['ci95'])}{note}"
 
 
 def num(x, fmt="{:.2f}"):
@@ -330,7 +360,9 @@ def num(x, fmt="{:.2f}"):
 
 def markdown(meta, analysis):
     lines = [f"# Learning check: {meta['model_name']} on {meta['task']}", "",
-             f"Command: `{meta['command']}`", "",
+             f"Command: `{meta['command']}`", ""] + ([
+             f"Table rebuilt from the finished runs in the work folder by `{meta['report_command']}` at "
+             f"{meta['report_rebuilt']} (runs may come from several invocations).", ""] if meta.get("report_command") else []) + [
              f"Date: {meta['date']}. Machine: {meta['machine']}. torch {meta['torch']}, {meta['threads']} thread(s) "
              f"per run, {meta['parallel']} run(s) at once.", "",
              f"Settings: {meta['settings']}", ""]
@@ -339,7 +371,10 @@ def markdown(meta, analysis):
         lines += [f"Base (untrained) held-out accuracy: **{pct(base['accuracy'])}%** {ci(base['ci95'])} "
                   f"({base['n_problems']} problems x {meta['eval_samples']} samples, T = {meta['temperature']}).", ""]
     lines += ["Accuracy = average@K on the held-out problems (percent), averaged over seeds; [95% CI] = bootstrap over "
-              "problems of the seed-averaged per-problem score; differences are paired by problem.", "",
+              "problems of the seed-averaged per-problem score; differences are paired by problem (against another arm: "
+              "on the seeds both ran, named when fewer than the arm's). grad norm = total norm before clipping "
+              "(clip 1.0); resp. len = mean completion tokens over training, and at the last step; s/step = median "
+              "training step time (rollout + update), with other jobs sharing the 2 cores.", "",
               "| lr | arm | seeds | accuracy [95% CI] | per-seed | vs base | vs none | GMTS vs ETS | grad norm mean / max "
               "| resp. len mean -> last | s/step | ETS-GMTS overlap |",
               "|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -347,8 +382,8 @@ def markdown(meta, analysis):
         for arm, e in arms.items():
             lines.append(
                 f"| {lr} | {arm} | {len(e['seeds'])} | {pct(e['accuracy'])} {ci(e['ci95'])} | "
-                f"{', '.join(pct(a) for a in e['seed_accuracies'])} | {diff(e['vs_base'])} | {diff(e.get('vs_none'))} | "
-                f"{diff(e.get('vs_ets'))} | {num(e['grad_norm_mean'])} / {num(e['grad_norm_max'])} | "
+                f"{', '.join(pct(a) for a in e['seed_accuracies'])} | {diff(e['vs_base'])} | "
+                f"{diff(e.get('vs_none'), len(e['seeds']))} | {diff(e.get('vs_ets'), len(e['seeds']))} | {num(e['grad_norm_mean'])} / {num(e['grad_norm_max'])} | "
                 f"{num(e['response_len_mean'], '{:.1f}')} -> {num(e['response_len_last'], '{:.1f}')} | "
                 f"{num(e['step_s_median'], '{:.1f}')} | {num(e['selection_overlap_ets_gmts_mean'])} |")
     if meta.get("failed"):
@@ -421,6 +456,7 @@ def main(argv=None):
             with open(args.results + ".json") as fh:
                 previous = json.load(fh)["meta"]
             meta["report_rebuilt"] = meta["date"]
+            meta["report_command"] = meta["command"]
             meta.update({k: previous[k] for k in ("command", "date", "base_eval_s") if k in previous})
         if not os.path.exists(base_json):
             raise SystemExit(f"error: --report-only: no base evaluation at {base_json}; run the check first")

@@ -143,6 +143,8 @@ def load_problems(source: str, split: str = "train", *, limit: int | None = None
     if source in BUILTIN_SOURCES and (question_field or answer_field):
         raise ValueError("question_field / answer_field apply to local files, not to built-in sources")
     if source == "arithmetic":
+        if limit and "n" not in task_options:     # generate just what is asked (the first `limit` are the same)
+            task_options = dict(task_options, n=limit)
         rows = arithmetic.generate(split, seed, **task_options)
         records = [(r["id"], r["id"], dict(r, domain="math", reward="gsm8k")) for r in rows]
     elif source in builtin.CONVERTERS:

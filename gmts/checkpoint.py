@@ -53,8 +53,9 @@ def write_text_atomic(path, text):
     os.replace(tmp, path)
 
 
-def save_checkpoint(run_dir, step, model, tokenizer, trainer_state, keep=2):
-    """Write run_dir/checkpoints/step-XXXXXX atomically and point run_dir/checkpoints/latest at it."""
+def save_checkpoint(run_dir, step, model, tokenizer, trainer_state, keep=2, state_dict=None):
+    """Write run_dir/checkpoints/step-XXXXXX atomically and point run_dir/checkpoints/latest at it.
+    state_dict: the full weights when the model itself holds only shards (FSDP)."""
     root = os.path.join(run_dir, "checkpoints")
     os.makedirs(root, exist_ok=True)
     name = f"step-{step:06d}"
@@ -63,7 +64,7 @@ def save_checkpoint(run_dir, step, model, tokenizer, trainer_state, keep=2):
     shutil.rmtree(tmp, ignore_errors=True)
     # With LoRA (peft) this writes the adapter (adapter_config.json names the base model; transformers loads it
     # with peft installed); train.py also exports merged weights at the end of a run.
-    model.save_pretrained(tmp, safe_serialization=True)
+    model.save_pretrained(tmp, safe_serialization=True, state_dict=state_dict)
     tokenizer.save_pretrained(tmp)
     torch.save(trainer_state, os.path.join(tmp, STATE_FILE))
     _fsync_tree(tmp)

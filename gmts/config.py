@@ -67,6 +67,7 @@ class Config:
     adam_beta2: float = field(default=0.999, metadata={"help": "AdamW β2"})
     warmup_steps: int = field(default=0, metadata={"help": "linear warm-up steps, then constant"})
     max_grad_norm: float = field(default=1.0, metadata={"help": "clip the gradient norm (0 = off)"})
+    fsdp: bool = field(default=False, metadata={"help": "under torchrun: shard each decoder layer's weights, grads and AdamW states over the processes (FSDP)"})
     optimizer_offload: bool = field(default=False, metadata={"help": "keep AdamW states in CPU memory (GPU memory for time)"})
     max_bad_steps: int = field(default=3, metadata={"help": "stop after this many non-finite losses/gradients in a row"})
     # --- output -------------------------------------------------------------------------------------------------
@@ -180,6 +181,8 @@ def resolve(cfg):
     if batch % cfg.micro_batch_size != 0:
         raise ValueError(f"--micro-batch-size {cfg.micro_batch_size} does not divide the batch of "
                          f"{cfg.prompts_per_step} prompts x {cfg.group_size} answers = {batch}")
+    if cfg.fsdp and (cfg.lora_rank or cfg.optimizer_offload):
+        raise ValueError("--fsdp cannot be combined with --lora-rank or --optimizer-offload (choose one way to save memory)")
     if cfg.rollout_batch_size < 0:
         raise ValueError(f"--rollout-batch-size must be >= 0 (0 = all prompts at once), got {cfg.rollout_batch_size}")
     if cfg.temperature <= 0:

@@ -9,12 +9,21 @@ METHOD.md (and identical to a single process on the same batch):
 Only each rank's k best candidates travel for the selection (the global top-k is among their union), not all scores.
 Gradients are summed with one all-reduce per step, as DDP does, after all micro-batches; no wrapper, so uneven
 micro-batch counts across ranks (rows with nothing selected are skipped) cannot deadlock.
+
+With --fsdp the decoder layers are sharded with PyTorch's FSDP (`fully_shard`): each layer's float32 weights,
+gradients and AdamW states live split over the ranks, gathered only while the layer runs, and its gradients are
+reduce-scattered (summed) by FSDP itself. The embeddings, final norm and output head stay replicated (the chunked
+head reads the head weight directly) and take the all-reduce above.
 """
 import datetime
 import os
 
+import contextlib
+import math
+
 import torch
 import torch.distributed as dist
+from torch.distributed.tensor import DTensor
 
 from .selection import check_ratio, check_scores, num_to_select, select_tokens, top_k_mask
 
@@ -62,8 +71,10 @@ def all_reduce_sum(values):
 
 
 def all_reduce_gradients(params):
-    """Sum every parameter's gradient over ranks, flattened into one buffer (one collective)."""
-    if not active():
+    """Sum every replicated parameter's gradient over ranks, flattened into one buffer (one collective). Sharded
+    (FSDP) parameters are skipped: FSDP has already summed theirs."""
+    params = [p for p in params if not isinstance(p, DTensor)]
+    if not active() or not params:
         return
     grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
     flat = torch.cat([g.reshape(-1).float() for g in grads])
@@ -85,6 +96,70 @@ def shutdown():
 def barrier():
     if active():
         dist.barrier()
+
+
+def clip_grad_norm(params, max_norm):
+    """The global gradient norm before clipping, and clipping to max_norm (0 = off), like
+    torch.nn.utils.clip_grad_norm_, also when some gradients are FSDP shards (their squares are summed over ranks)."""
+    params = [p for p in params if p.grad is not None]
+    if not any(isinstance(p.grad, DTensor) for p in params):
+        return torch.nn.utils.clip_grad_norm_(params, max_norm if max_norm > 0 else float("inf"))
+    sharded = sum(p.grad.to_local().double().pow(2).sum() for p in params if isinstance(p.grad, DTensor))
+    replicated = sum((p.grad.double().pow(2).sum() for p in params if not isinstance(p.grad, DTensor)),
+                     torch.zeros((), dtype=torch.float64))
+    total = math.sqrt(float(all_reduce_sum(torch.as_tensor(sharded, dtype=torch.float64).cpu())) + float(replicated))
+    if max_norm > 0:
+        coef = min(max_norm / (total + 1e-6), 1.0)
+        for p in params:
+            p.grad.mul_(coef)
+    return torch.tensor(total)
+
+
+def shard_layers(model, compute_dtype):
+    """FSDP: shard every decoder layer over the ranks (float32 shards; computation in compute_dtype)."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    policy = MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=torch.float32)
+    for layer in model.get_decoder().layers:
+        fully_shard(layer, mp_policy=policy)
+        layer.set_gradient_divide_factor(1.0)           # SUM over ranks: each rank's loss is its share of the total
+        layer.set_force_sum_reduction_for_comms(True)   # plain sums on the wire (gloo has no pre-multiplied sum)
+    return model
+
+
+def sharded_layers(model):
+    from torch.distributed.fsdp import FSDPModule
+    return [m for m in model.modules() if isinstance(m, FSDPModule)]
+
+
+@contextlib.contextmanager
+def layers_gathered(model):
+    """Keep FSDP layers gathered across the many one-token forwards of a rollout (one all-gather per layer instead
+    of one per layer per token); shard them again afterwards. A no-op without FSDP."""
+    layers = sharded_layers(model)
+    for layer in layers:
+        layer.set_reshard_after_forward(False)
+    try:
+        yield
+    finally:
+        for layer in layers:
+            layer.set_reshard_after_forward(True)
+            layer.reshard()
+
+
+def full_state_dicts(model, optimizer):
+    """(model state dict, optimizer state dict) gathered in full on rank 0 (None elsewhere); call on every rank."""
+    from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
+                                                         get_optimizer_state_dict)
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    model_state = get_model_state_dict(model, options=options)
+    optim_state = get_optimizer_state_dict(model, optimizer, options=options)
+    return (model_state, optim_state) if rank() == 0 else (None, None)
+
+
+def load_full_optimizer_state(model, optimizer, state):
+    """Each rank loads the full optimizer state written by full_state_dicts and keeps its shards."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+    set_optimizer_state_dict(model, optimizer, optim_state_dict=state, options=StateDictOptions(full_state_dict=True))
 
 
 def gather_objects(obj):

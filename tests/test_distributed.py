@@ -47,42 +47,50 @@ def shard(batch, rank, world):
                        advantages=batch.advantages[rows])
 
 
-def one_update(selector, batch, loss_norm):
+def one_update(selector, batch, loss_norm, fsdp=False):
     import train
     from conftest import tiny_qwen2
+    from gmts import distributed
     from gmts.config import parse_config
     from gmts.optim import build_optimizer
     torch.set_num_threads(1)
     cfg = parse_config(["--selector", selector, "--group-size", str(G), "--prompts-per-step", str(Q),
-                        "--micro-batch-size", "2", "--lr", "1e-2", "--loss-norm", loss_norm])
+                        "--micro-batch-size", "2", "--lr", "1e-2", "--loss-norm", loss_norm, "--max-grad-norm", "0.5"])
     model = tiny_qwen2(vocab_size=VOCAB, seed=11)
+    if fsdp:
+        distributed.shard_layers(model, torch.float32)
     optimizer = build_optimizer(model, cfg)
     metrics, selected = train.update_policy(cfg, model, None, optimizer, batch, torch.Generator(), torch.device("cpu"))
-    return selected, {k: v.detach().clone() for k, v in model.state_dict().items()}, metrics
+    if fsdp:
+        params, _ = distributed.full_state_dicts(model, optimizer)
+    else:
+        params = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    return selected, params, metrics
 
 
-def _worker(rank, world, init_file, selector, loss_norm, out_dir):
+def _worker(rank, world, init_file, selector, loss_norm, out_dir, fsdp=False):
     import torch.distributed as dist
     sys.path.insert(0, os.path.join(ROOT, "tests"))
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     try:
-        selected, params, metrics = one_update(selector, shard(make_batch(), rank, world), loss_norm)
+        selected, params, metrics = one_update(selector, shard(make_batch(), rank, world), loss_norm, fsdp)
         torch.save({"selected": selected, "params": params, "metrics": metrics}, os.path.join(out_dir, f"{rank}.pt"))
     finally:
         dist.destroy_process_group()
 
 
-@pytest.mark.parametrize("selector, loss_norm", [("ets", "selected"), ("gmts", "selected"), ("gmts", "all"),
-                                                 ("gmts", "sequence")])
-def test_two_processes_equal_one_process(tmp_path, selector, loss_norm):
-    mp.spawn(_worker, args=(2, str(tmp_path / "init"), selector, loss_norm, str(tmp_path)), nprocs=2, join=True)
+@pytest.mark.parametrize("selector, loss_norm, fsdp", [("ets", "selected", False), ("gmts", "selected", False),
+                                                       ("gmts", "all", False), ("gmts", "sequence", False),
+                                                       ("gmts", "selected", True)])
+def test_two_processes_equal_one_process(tmp_path, selector, loss_norm, fsdp):
+    mp.spawn(_worker, args=(2, str(tmp_path / "init"), selector, loss_norm, str(tmp_path), fsdp), nprocs=2, join=True)
     single_sel, single_params, single_metrics = one_update(selector, make_batch(), loss_norm)
     parts = [torch.load(tmp_path / f"{r}.pt", weights_only=False) for r in range(2)]
     both = torch.cat([p["selected"] for p in parts])
     assert torch.equal(both, single_sel)
     assert int(single_sel.sum()) == -(-int(make_batch().valid.sum()) * 2 // 10)      # ceil(0.2 n), global
     for name, value in single_params.items():
-        for p in parts:
+        for p in (parts[:1] if fsdp else parts):         # FSDP gathers the full weights on rank 0 only
             torch.testing.assert_close(p["params"][name], value, rtol=1e-5, atol=1e-6)
     for key in ("selected_tokens", "valid_tokens", "answers_with_selected", "selection_overlap_ets_gmts"):
         assert parts[0]["metrics"][key] == pytest.approx(single_metrics[key])
@@ -100,14 +108,16 @@ def test_per_rank_top_k_would_differ():
     assert not torch.equal(per_rank, global_sel)
 
 
-def test_torchrun_two_processes_train_checkpoint_and_resume(digit_model_dir, digit_data, tmp_path):
+@pytest.mark.parametrize("fsdp", [False, True])
+def test_torchrun_two_processes_train_checkpoint_and_resume(digit_model_dir, digit_data, tmp_path, fsdp):
     out = tmp_path / "ddp"
     env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", GMTS_DIST_BACKEND="gloo")
     base = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
             os.path.join(ROOT, "train.py")]
     args = ["--model", digit_model_dir, "--data", digit_data, "--steps", "2", "--prompts-per-step", "2",
             "--group-size", "4", "--max-new-tokens", "3", "--micro-batch-size", "4", "--device", "cpu",
-            "--selector", "gmts", "--output-dir", str(out), "--lr", "1e-3", "--save-every", "1"]
+            "--selector", "gmts", "--output-dir", str(out), "--lr", "1e-3", "--save-every", "1"] + \
+        (["--fsdp", "--eval-every", "2", "--eval-data", digit_data, "--eval-limit", "4"] if fsdp else [])
     proc = subprocess.run(base + args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -115,6 +125,12 @@ def test_torchrun_two_processes_train_checkpoint_and_resume(digit_model_dir, dig
     assert metrics[0]["groups"] == 2 and metrics[0]["selected_tokens"] == -(-metrics[0]["valid_tokens"] * 2 // 10)
     state = torch.load(out / "checkpoints" / "step-000002" / "trainer_state.pt", weights_only=False)
     assert state["world_size"] == 2 and len(state["rng"]) == 2
+    from transformers import AutoModelForCausalLM
+    saved = AutoModelForCausalLM.from_pretrained(out / "checkpoints" / "step-000002")
+    start = AutoModelForCausalLM.from_pretrained(digit_model_dir)
+    assert sum((a - b).abs().sum().item() for a, b in zip(saved.parameters(), start.parameters())) > 0
+    if fsdp:
+        assert "eval_accuracy" in metrics[1]
     proc = subprocess.run(base + ["--resume", str(out), "--steps", "3"], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
