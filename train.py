@@ -43,13 +43,17 @@ from gmts.rollout import sample_batched
 class PromptStream:
     def __init__(self, problems, prompt_ids, seed, position=0):
         self.problems, self.prompt_ids, self.seed, self.position = problems, prompt_ids, seed, position
+        self._epoch, self._order = None, None
 
     def take(self, n):
+        """The next n problem indices; each epoch is a fresh permutation seeded by (seed, epoch)."""
         out = []
         for _ in range(n):
             epoch, index = divmod(self.position, len(self.problems))
-            order = torch.randperm(len(self.problems), generator=torch.Generator().manual_seed(self.seed * 7919 + epoch))
-            out.append(int(order[index]))
+            if epoch != self._epoch:
+                gen = torch.Generator().manual_seed(self.seed * 7919 + epoch)
+                self._epoch, self._order = epoch, torch.randperm(len(self.problems), generator=gen).tolist()
+            out.append(self._order[index])
             self.position += 1
         return out
 
@@ -152,18 +156,19 @@ def collect_batch(cfg, model, tokenizer, stream, eos_ids, generator, reward_fns)
 # Scoring and the loss.
 
 @torch.no_grad()
-def scoring_pass(cfg, model, batch, device):
-    """A no-grad forward over the whole batch: log π_θ and E at the CURRENT θ (needed with --ppo-epochs > 1, where θ
-    moves between updates and the scores of every micro-batch must be known before the first backward)."""
+def scoring_pass(cfg, model, batch, with_entropy=True):
+    """A no-grad forward over the whole batch, micro-batch by micro-batch: log π and (optionally) E of every sampled
+    token under `model` at its CURRENT weights. Needed with --ppo-epochs > 1 (θ moves between updates and the scores
+    of every micro-batch must be known before the first backward) and for the reference model's log-probs (β > 0)."""
     logps, ents = [], []
     for start in range(0, batch.completion_ids.shape[0], cfg.micro_batch_size):
         rows = slice(start, start + cfg.micro_batch_size)
         lp, ent = completion_logprobs(model, row_prompts(batch, rows), batch.completion_ids[rows], batch.valid[rows],
                                       group_size=1, temperature=cfg.temperature, chunk_size=cfg.chunk_size,
-                                      with_entropy=True)
+                                      with_entropy=with_entropy)
         logps.append(lp.float())
-        ents.append(ent.float())
-    return torch.cat(logps), torch.cat(ents)
+        ents.append(ent.float() if with_entropy else None)
+    return torch.cat(logps), (torch.cat(ents) if with_entropy else None)
 
 
 def row_prompts(batch, rows):
@@ -183,15 +188,8 @@ def select(cfg, scores, valid, group_ids, exclude):
 def reference_logprobs(cfg, model, ref_model, batch):
     """log π_ref of the sampled tokens, for the k3 KL term (β > 0): the frozen starting model, or with LoRA the
     same model with its adapters switched off (no second copy in memory)."""
-    ctx = model.disable_adapter() if ref_model is None else contextlib.nullcontext()
-    out = []
-    with torch.no_grad(), ctx:
-        for s in range(0, batch.valid.shape[0], cfg.micro_batch_size):
-            rows = slice(s, s + cfg.micro_batch_size)
-            out.append(completion_logprobs(ref_model or model, row_prompts(batch, rows), batch.completion_ids[rows],
-                                           batch.valid[rows], group_size=1, temperature=cfg.temperature,
-                                           chunk_size=cfg.chunk_size)[0].float())
-    return torch.cat(out)
+    with model.disable_adapter() if ref_model is None else contextlib.nullcontext():
+        return scoring_pass(cfg, ref_model or model, batch, with_entropy=False)[0]
 
 
 def update_policy(cfg, model, ref_model, optimizer, batch, select_gen, device):
@@ -214,7 +212,7 @@ def update_policy(cfg, model, ref_model, optimizer, batch, select_gen, device):
             old = logp_now
         else:
             with dist.layers_gathered(model):
-                logp_now, entropy = scoring_pass(cfg, model, batch, device)
+                logp_now, entropy = scoring_pass(cfg, model, batch)
             old_logp = logp_now if old_logp is None else old_logp
             old = old_logp
         t_select = time.time()
