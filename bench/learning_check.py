@@ -173,29 +173,23 @@ def train_and_eval(args, model, lr, arm, seed):
             os.remove(eval_json)   # an evaluation of an older model of the same name
         train_s = run_logged(train_cmd(args, model, arm, seed, lr, run_dir), os.path.join(run_dir, "train.log"),
                              args.threads)
-    if train_s is None and os.path.exists(eval_json):   # eval.py writes its summary last: it is complete
-        eval_s = None
+    def finish(eval_s):
         record = {"key": key, "lr": lr, "arm": arm, "seed": seed, "eval": eval_json, "run_dir": run_dir,
                   "train_wall_s": train_s, "eval_wall_s": eval_s, "wall_s": time.time() - t0,
-                  **training_summary(metrics_path)}
+                  **training_summary(os.path.join(run_dir, "metrics.jsonl"))}
         if not args.keep_checkpoints:
             shutil.rmtree(os.path.join(run_dir, "checkpoints"), ignore_errors=True)
         with open(record_path, "w") as fh:
             json.dump(record, fh, indent=2)
         return record
+
+    if train_s is None and os.path.exists(eval_json):   # eval.py writes its summary last: it is complete
+        return finish(None)
     if not os.path.isdir(checkpoint):
         found = sorted(os.listdir(os.path.join(run_dir, "checkpoints"))) if os.path.isdir(
             os.path.join(run_dir, "checkpoints")) else []
         raise RuntimeError(f"{key}: no final checkpoint {checkpoint} (found {found})")
-    eval_s = run_logged(eval_cmd(args, checkpoint, eval_json), os.path.join(run_dir, "eval.log"), args.threads)
-    record = {"key": key, "lr": lr, "arm": arm, "seed": seed, "eval": eval_json, "run_dir": run_dir,
-              "train_wall_s": train_s, "eval_wall_s": eval_s, "wall_s": time.time() - t0,
-              **training_summary(os.path.join(run_dir, "metrics.jsonl"))}
-    if not args.keep_checkpoints:
-        shutil.rmtree(os.path.join(run_dir, "checkpoints"), ignore_errors=True)
-    with open(record_path, "w") as fh:
-        json.dump(record, fh, indent=2)
-    return record
+    return finish(run_logged(eval_cmd(args, checkpoint, eval_json), os.path.join(run_dir, "eval.log"), args.threads))
 
 
 def steps_logged(metrics_path):
