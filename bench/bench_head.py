@@ -24,7 +24,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from bench.common import (emit, environment, limit_address_space, mem_available_bytes, median, peak_bytes,  # noqa
+from bench.common import (emit, environment, write_results, limit_address_space, mem_available_bytes, median, peak_bytes,  # noqa
                           reset_peak, run_worker)
 
 HIDDEN, VOCAB = 896, 151_936
@@ -156,9 +156,7 @@ def main() -> None:
         v["median_extra_peak_gb"] = median(v["extra_peak_gb"])
     result = {"environment": environment(args.threads), "hidden": HIDDEN, "vocab": VOCAB, "chunk_size": args.chunk,
               "summary": summary, "runs": runs, "chunk_sweep": sweep}
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(result, f, indent=1)
+    write_results(args.out, result)
 
     print("\n| tokens | method | fwd+bwd s (median) | extra peak GB | time vs naive | peak vs naive |")
     print("|---|---|---|---|---|---|")

@@ -36,7 +36,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from bench.common import emit, environment, median, peak_bytes, reset_peak, run_worker  # noqa: E402
+from bench.common import emit, environment, median, write_results, peak_bytes, reset_peak, run_worker  # noqa: E402
 
 METHODS = ("generate", "plain", "ours")
 QWEN_TOKENIZER = "/work/shared/data/qwen2.5-tokenizer"
@@ -176,9 +176,7 @@ def main():
               "load_average_1_5_15": loads, "summary": summary, "runs": runs,
               "generate_call": "generate(prompt (1,P), num_return_sequences=G, do_sample=True, temperature=1.0, "
                                "top_k=0, top_p=1.0, repetition_penalty=1.0, use_cache=True)"}
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(result, f, indent=1)
+    write_results(args.out, result)
 
     print(f"\nmodel {model_name}, {args.new_tokens} new tokens, {args.threads} thread(s), load {loads[0]} -> {loads[-1]}")
     print("| G | method | tokens/s (median) | n | valid tokens | extra peak GB | vs generate |")

@@ -34,7 +34,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from bench.common import emit, environment, median, run_worker  # noqa: E402
+from bench.common import emit, environment, median, write_results, run_worker  # noqa: E402
 
 QWEN_TOKENIZER = "/work/shared/data/qwen2.5-tokenizer"
 GSM8K_FIRST = {"question": "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in "
@@ -213,9 +213,7 @@ def main():
         "steps_per_run": args.steps, "warmup_steps": 1, "beta": 0.0, "lr": 1e-6, "gradient_checkpointing": False,
         "selector": "ets 0.2 (ours) / top_entropy_quantile 0.2 (trl)", "loss": "selected (ours) / bnpo (trl)"},
         "load_average_1_5_15": loads, "summary": summary, "runs": runs}
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(result, f, indent=1)
+    write_results(args.out, result)
 
     print(f"\n{args.group_size} answers x {args.new_tokens} tokens, {args.threads} thread(s), load {loads[0]} -> {loads[-1]}")
     print("| side | s/step (median) | runs | peak GB (VmHWM) | score+select share |")

@@ -91,3 +91,10 @@ def environment(threads: int) -> dict:
         "torch": torch.__version__,
         "python": platform.python_version(),
     }
+
+
+def write_results(path: str, result: dict) -> None:
+    """A bench's results as JSON (folders created), the file the README's tables are read from."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(result, f, indent=1)
