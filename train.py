@@ -60,18 +60,10 @@ class PromptStream:
 
 def load_prompts(cfg, tokenizer):
     """Problems -> chat-templated prompt ids; prompts longer than --max-prompt-tokens are skipped and counted."""
-    options = json.loads(cfg.task_options) if cfg.task_options else {}
-    try:
-        problems = datasets.load_problems(cfg.data, cfg.split, limit=cfg.limit or None, seed=cfg.seed,
-                                          question_field=cfg.question_field or None,
-                                          answer_field=cfg.answer_field or None, template=cfg.template or None,
-                                          system_prompt=cfg.system_prompt, **options)
-    except (FileNotFoundError, ValueError, KeyError) as err:
-        raise SystemExit(f"error: --data {cfg.data!r}: {err}") from None
-    kept, ids = datasets.prompt_token_ids(problems, tokenizer, cfg.max_prompt_tokens)
-    if not kept:
-        raise SystemExit(f"error: --data {cfg.data!r}: no problem fits --max-prompt-tokens {cfg.max_prompt_tokens}")
-    return kept, ids, len(problems) - len(kept)
+    return datasets.load_prompts_for_cli(cfg.data, cfg.split, tokenizer, max_prompt_tokens=cfg.max_prompt_tokens,
+                                         question_field=cfg.question_field, answer_field=cfg.answer_field,
+                                         template=cfg.template, task_options=cfg.task_options,
+                                         limit=cfg.limit or None, seed=cfg.seed, system_prompt=cfg.system_prompt)
 
 
 # ----------------------------------------------------------------------------------------------------------------------

@@ -57,6 +57,24 @@ def prompt_token_ids(problems, tokenizer, max_tokens=None):
     return kept, ids
 
 
+def load_prompts_for_cli(source, split, tokenizer, *, max_prompt_tokens=None, question_field="", answer_field="",
+                         template="", task_options="", **options):
+    """What train.py and `python -m gmts.analyze` do with their data flags: load_problems, then prompt_token_ids.
+    Returns (problems, prompt ids, how many were skipped as too long); a problem with the data is a one-line
+    SystemExit naming --data."""
+    import json
+    try:
+        problems = load_problems(source, split, question_field=question_field or None,
+                                 answer_field=answer_field or None, template=template or None,
+                                 **options, **(json.loads(task_options) if task_options else {}))
+    except (FileNotFoundError, ValueError, KeyError) as err:
+        raise SystemExit(f"error: --data {source!r}: {err}") from None
+    kept, ids = prompt_token_ids(problems, tokenizer, max_prompt_tokens)
+    if not kept:
+        raise SystemExit(f"error: --data {source!r}: no problem fits --max-prompt-tokens {max_prompt_tokens}")
+    return kept, ids, len(problems) - len(kept)
+
+
 def _choice_letter(answer, choices: list, where: str) -> str:
     text = str(answer).strip()
     if isinstance(answer, int) and not isinstance(answer, bool) and 0 <= answer < len(choices):

@@ -571,20 +571,14 @@ def _check_args(p, args):
 
 
 def load_prompt_ids(args, tokenizer):
+    """The first --prompts problems of --data whose prompt fits --max-prompt-tokens, with their prompt ids."""
     import data as datasets
-    options = json.loads(args.task_options) if args.task_options else {}
-    try:
-        problems = datasets.load_problems(args.data, args.split, seed=args.seed,
-                                          question_field=args.question_field or None,
-                                          answer_field=args.answer_field or None, template=args.template or None,
-                                          system_prompt=args.system_prompt, **options)
-    except (FileNotFoundError, ValueError, KeyError) as err:
-        raise SystemExit(f"error: --data {args.data!r}: {err}") from None
-    kept, ids = datasets.prompt_token_ids(problems, tokenizer, args.max_prompt_tokens)
-    kept, ids = kept[:args.prompts], ids[:args.prompts]
-    if not kept:
-        raise SystemExit(f"error: --data {args.data!r}: no problem fits --max-prompt-tokens {args.max_prompt_tokens}")
-    return kept, ids
+    kept, ids, _ = datasets.load_prompts_for_cli(args.data, args.split, tokenizer,
+                                                 max_prompt_tokens=args.max_prompt_tokens,
+                                                 question_field=args.question_field, answer_field=args.answer_field,
+                                                 template=args.template, task_options=args.task_options,
+                                                 seed=args.seed, system_prompt=args.system_prompt)
+    return kept[:args.prompts], ids[:args.prompts]
 
 
 def run(args):
