@@ -16,9 +16,12 @@ What it does, as a user would (every run is a subprocess of train.py or eval.py,
     response lengths, wall time per step. Partial results are rewritten after every finished run.
 
 The task (defaults, chosen by measurement, see the README section): the offline `arithmetic` source, two-operand
-addition with operands of 1 or 2 digits, a system prompt that asks for just the number (SmolLM2-135M ignores most
-of it and explains; the gsm8k reward takes the last number), sampling temperature 0.5 in training AND evaluation
-(the trained policy is softmax(z/τ); SmolLM2 is sharp and derails at τ = 1), 48 new tokens.
+addition with operands from 0 to 30 (`max_operand`; 102 held-out sums, none shared with train), a system prompt
+that asks for just the number (SmolLM2-135M ignores most of it and explains; the gsm8k reward takes the last
+number), sampling temperature 0.5 in training AND evaluation (the trained policy is softmax(z/τ); SmolLM2 is sharp
+and derails at τ = 1), 48 new tokens. The base scores about 28% there, with about half the groups mixed.
+
+A work folder holds the runs of one setting (<work-dir>/settings.json); the script refuses to mix in another's.
 
 Intervals: an arm's interval is a bootstrap over problems of the per-problem score averaged over seeds (and over
 the K samples); the seed-to-seed spread is reported beside it. Differences are paired by problem id.
@@ -42,7 +45,7 @@ sys.path.insert(0, ROOT)
 
 ARMS = ("none", "ets", "gmts", "random")
 DEFAULT_SYSTEM = "Answer with just the number. For example, for 'What is 12 + 5?' you reply: 17"
-DEFAULT_TASK = '{"digits": 2, "terms": 2, "ops": "+"}'
+DEFAULT_TASK = '{"max_operand": 30, "terms": 2, "ops": "+"}'
 
 
 def parse_args(argv=None):
@@ -315,6 +318,38 @@ def cpu_name():
     return platform.processor() or "CPU"
 
 
+# What a finished run's numbers depend on, besides (lr, arm, seed). A work folder holds runs of ONE setting: reusing
+# a run trained on another task or prompt would put it silently in the wrong table.
+RUN_SETTINGS = ("model", "data", "task_options", "system_prompt", "temperature", "steps", "prompts_per_step",
+                "group_size", "micro_batch_size", "ratio", "max_new_tokens", "eval_limit", "eval_samples",
+                "eval_batch_size")
+
+
+def run_settings(args, model):
+    out = {k: getattr(args, k) for k in RUN_SETTINGS}
+    out["model"] = os.path.abspath(model) if os.path.isdir(model) else model
+    out["task_options"] = json.loads(args.task_options) if args.task_options else {}
+    return out
+
+
+def check_work_dir(args, model):
+    """Record the settings in <work-dir>/settings.json the first time; refuse a folder made with others."""
+    path = os.path.join(args.work_dir, "settings.json")
+    mine = run_settings(args, model)
+    if os.path.exists(path):
+        with open(path) as fh:
+            theirs = json.load(fh)
+        differ = [k for k in RUN_SETTINGS if theirs.get(k) != mine[k]]
+        if differ:
+            detail = "; ".join(f"{k}: {theirs.get(k)!r} there, {mine[k]!r} now" for k in differ)
+            raise SystemExit(f"error: --work-dir {args.work_dir} holds runs made with other settings ({detail}); "
+                             f"pass the same flags, or another --work-dir for the new setting")
+        return
+    with open(path + ".tmp", "w") as fh:
+        json.dump(mine, fh, indent=2)
+    os.replace(path + ".tmp", path)
+
+
 def finished_record(args, lr, arm, seed):
     key = run_key(lr, arm, seed)
     path = os.path.join(args.work_dir, key, "learning_check_record.json")
@@ -409,6 +444,7 @@ def main(argv=None):
         from get_smollm2 import fetch
         model = fetch()
     os.makedirs(os.path.join(args.work_dir, "eval"), exist_ok=True)
+    check_work_dir(args, model)
     import torch
     meta = {"command": "python bench/learning_check.py " + " ".join(json.dumps(a) if " " in a else a
                                                                      for a in (argv if argv is not None else sys.argv[1:])),

@@ -155,7 +155,7 @@ def load_problems(source: str, split: str = "train", *, limit: int | None = None
                   question_field: str | None = None, answer_field: str | None = None,
                   template: str | None = None, system_prompt: str | None = None, **task_options) -> list[Problem]:
     """Problems of `source`/`split`, prompts built with `template` (data/templates.py; default per domain).
-    task_options: arithmetic knobs (n, digits, terms, ops, min_digits); for local files `reward=` / `domain=`."""
+    task_options: arithmetic knobs (n, digits, min_digits, max_operand, terms, ops); for local files `reward=` / `domain=`."""
     if limit is not None and limit < 0:
         raise ValueError(f"limit must be >= 0, got {limit}")
     if source in BUILTIN_SOURCES and (question_field or answer_field):

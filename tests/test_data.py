@@ -242,6 +242,29 @@ def test_arithmetic_is_deterministic_correct_and_split_disjoint():
         data.load_problems("arithmetic", "holdout")
 
 
+def test_arithmetic_max_operand():
+    # operands uniform on 0..max_operand: 31 x 31 = 961 sums of two, of which the hash puts about 1 in 10 in test
+    test = data.load_problems("arithmetic", "test", n=100, max_operand=30, terms=2, ops="+")
+    train = data.load_problems("arithmetic", "train", n=800, max_operand=30, terms=2, ops="+")
+    operands = [int(t) for p in test + train for t in p.question[8:-1].split(" + ")]
+    assert min(operands) == 0 and max(operands) == 30 and len(set(operands)) == 31
+    assert all(int(p.answer) == sum(int(t) for t in p.question[8:-1].split(" + ")) for p in test + train)
+    assert not {p.question for p in test} & {p.question for p in train}
+    # the existing digit streams are untouched by the new knob
+    assert [p.question for p in data.load_problems("arithmetic", "test", n=5, digits=2, terms=2)] == \
+        [p.question for p in data.load_problems("arithmetic", "test", n=5, digits=2, terms=2, max_operand=None)]
+    every_test_sum = arithmetic.generate("test", n=102, max_operand=30, terms=2, ops="+")   # all there are
+    assert len({r["question"] for r in every_test_sum}) == 102
+    # a default n is a ceiling (all 859 train sums, not an error); an n you give is exact
+    assert len(arithmetic.generate("train", max_operand=30, terms=2, ops="+")) == 961 - 102
+    with pytest.raises(ValueError, match="distinct"):
+        arithmetic.generate("test", n=103, max_operand=30, terms=2, ops="+")
+    for bad in ({"max_operand": 30, "digits": 2}, {"max_operand": 30, "min_digits": 1}, {"max_operand": 0},
+                {"max_operand": "30"}, {"max_operand": True}):
+        with pytest.raises(ValueError, match="bad arithmetic options"):
+            arithmetic.generate("test", n=5, terms=2, **bad)
+
+
 def test_small_model_prompts():
     problem = data.load_problems("arithmetic", "test", n=1, template="plain-number")[0]
     assert problem.messages == [{"role": "system", "content": "Answer with just the number."},

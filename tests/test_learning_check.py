@@ -64,6 +64,11 @@ def test_smoke_writes_paired_table(tmp_path):
     assert not os.path.exists(tmp_path / "work" / "lr2e-05_none_s1")     # nothing was started
     assert "Not finished (partial table)" in (tmp_path / "results" / "lc.md").read_text()
 
+    # the work folder remembers its settings: runs of another task are never mixed into this table
+    other, _ = run_check(tmp_path, "--report-only", "--task-options", '{"digits": 1, "terms": 2, "ops": "+"}')
+    assert other.returncode != 0 and "task_options" in other.stderr and "--work-dir" in other.stderr
+    assert json.loads((tmp_path / "results" / "lc.json").read_text()) == rebuilt        # untouched
+
 
 def test_bad_arm_is_refused_before_any_work(tmp_path):
     cmd = [sys.executable, "bench/learning_check.py", "--arms", "none,gtms", "--work-dir", str(tmp_path / "w")]
