@@ -54,7 +54,8 @@ def parse_args(argv=None):
     p.add_argument("--model", default="", help="model folder or hub id (default: SmolLM2-135M-Instruct, fetched)")
     p.add_argument("--arms", default=",".join(ARMS), help="selectors to train, comma-separated")
     p.add_argument("--seeds", default="", help="training seeds, comma-separated (default 0,1,2; --smoke: 0)")
-    p.add_argument("--lrs", default="2e-5", help="learning rates, comma-separated (more than one = a sweep)")
+    p.add_argument("--lrs", default="", help="learning rates, comma-separated, more than one = a sweep (default "
+                                             "1e-5,2e-5; --smoke: 2e-5)")
     p.add_argument("--steps", type=int, default=20, help="optimizer steps per run")
     p.add_argument("--prompts-per-step", type=int, default=4)
     p.add_argument("--group-size", type=int, default=8)
@@ -87,7 +88,7 @@ def parse_args(argv=None):
         p.error(f"--arms must name some of {ARMS}, got {bad or args.arms}")
     try:
         args.seeds = [int(s) for s in (args.seeds or ("0" if args.smoke else "0,1,2")).split(",") if s.strip()]
-        args.lrs = [float(x) for x in args.lrs.split(",") if x.strip()]
+        args.lrs = [float(x) for x in (args.lrs or ("2e-5" if args.smoke else "1e-5,2e-5")).split(",") if x.strip()]
     except ValueError as err:
         p.error(f"--seeds / --lrs: {err}")
     if not args.seeds or not args.lrs:
