@@ -231,6 +231,11 @@ def training_summary(metrics_path):
         if any("selection_overlap_ets_gmts" in r for r in rows) else None,
         "top_answer_share_mean": statistics.fmean(r["top_answer_share"] for r in rows if "top_answer_share" in r)
         if any("top_answer_share" in r for r in rows) else None,
+        "selected_share_zero_adv_mean": statistics.fmean(r["selected_share_zero_adv"] for r in rows
+                                                         if "selected_share_zero_adv" in r)
+        if any("selected_share_zero_adv" in r for r in rows) else None,
+        "ets_share_zero_adv_mean": statistics.fmean(r["ets_share_zero_adv"] for r in rows if "ets_share_zero_adv" in r)
+        if any("ets_share_zero_adv" in r for r in rows) else None,
     }
     return out
 

@@ -346,3 +346,26 @@ def test_bad_input_raises_clear_errors():
         gmts.select_tokens(scores, valid, 0.2, scope="group")
     with pytest.raises(ValueError, match="std"):
         gmts.group_advantages(torch.tensor([1.0, 0.0]), 2, std="sample")
+
+
+def test_selection_diagnostics_count_what_each_selection_spends():
+    from gmts.diagnostics import selection_diagnostics
+    # 4 answers x 5 tokens, all valid. Answers 0-1: an all-equal group (A = 0) with the HIGHEST entropies, so ETS's
+    # top-20% (4 tokens) all sit there; answers 2-3 have A = +1 / -1, so GMTS (|H * ω|, ω = A on-policy) picks there.
+    valid = torch.ones(4, 5, dtype=torch.bool)
+    adv = torch.tensor([0.0, 0.0, 1.0, -1.0])
+    entropy = torch.tensor([[9.0, 8.0, 0.1, 0.1, 0.1], [7.0, 6.0, 0.1, 0.1, 0.1],
+                            [1.0, 0.5, 0.4, 0.3, 0.2], [0.9, 0.6, 0.4, 0.3, 0.2]])
+    omega = adv[:, None].expand(4, 5).clone()
+    ets = gmts.select_tokens(gmts.token_scores("ets", entropy), valid, 0.2)
+    d = selection_diagnostics(valid, adv, entropy, omega, ets, 0.2)
+    assert d["selected_tokens"] == 4 and d["valid_tokens"] == 20
+    assert d["selected_share_zero_adv"] == 1.0 and d["ets_share_zero_adv"] == 1.0
+    assert d["selected_share_positive_adv"] == 0.0 and d["answers_with_selected"] == 2
+    assert d["top_answer_share"] == 0.5 and d["selection_overlap_ets_gmts"] == 0.0
+    assert d["entropy_selected_mean"] == pytest.approx((9 + 8 + 7 + 6) / 4)
+    gms = gmts.select_tokens(gmts.token_scores("gmts", entropy, omega), valid, 0.2)
+    assert gms[2:].sum() == 4                           # 1.0, 0.9, 0.6, 0.5: both signed answers, none with A = 0
+    d = selection_diagnostics(valid, adv, entropy, omega, gms, 0.2)
+    assert d["selected_share_zero_adv"] == 0.0 and d["ets_share_zero_adv"] == 1.0   # ETS's, whatever was selected
+    assert d["selected_share_positive_adv"] == 0.5 and d["top_answer_share"] == 0.5

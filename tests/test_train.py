@@ -50,6 +50,7 @@ def test_two_steps_write_metrics_and_a_loadable_checkpoint(digit_model_dir, tmp_
     assert [m["step"] for m in metrics] == [1, 2]
     required = {"step", "reward_mean", "accuracy", "response_len_mean", "entropy_mean", "entropy_selected_mean",
                 "valid_tokens", "selected_tokens", "answers_with_selected", "selected_share_positive_adv",
+                "selected_share_zero_adv", "ets_share_zero_adv",
                 "selection_overlap_ets_gmts", "grad_norm", "loss", "lr", "time_rollout_s", "time_train_s",
                 "tokens_per_s", "peak_memory_mb"}
     assert required <= set(metrics[0]), required - set(metrics[0])
