@@ -251,6 +251,13 @@ def per_problem(eval_json):
     return next(iter(scores.values()))
 
 
+def eval_cut_share(eval_json):
+    """Share of the evaluation's answers that ran to the token limit (the reward still reads their last number)."""
+    problems = eval_json[:-len(".json")] + ".problems.jsonl"
+    finished = [c["finished"] for line in open(problems) if line.strip() for c in json.loads(line)["completions"]]
+    return sum(not f for f in finished) / max(len(finished), 1)
+
+
 def seed_average(score_dicts):
     ids = sorted(score_dicts[0])
     for d in score_dicts[1:]:
@@ -267,7 +274,7 @@ def analyse(args, base_json, records):
     base_scores = np.array([base[i] for i in ids])
     out = {"base": {"accuracy": float(base_scores.mean()),
                     "ci95": stats.bootstrap_ci(base_scores, seed=0, n_resamples=args.bootstrap),
-                    "n_problems": len(ids)}, "arms": {}}
+                    "n_problems": len(ids), "eval_cut_share": eval_cut_share(base_json)}, "arms": {}}
     for lr in args.lrs:
         arms = {}
         for arm in args.arms:
@@ -293,7 +300,8 @@ def analyse(args, base_json, records):
                                                             "mixed_groups_mean", "selection_overlap_ets_gmts_mean",
                                                             "top_answer_share_mean", "train_acc_first_quarter",
                                                             "train_acc_last_quarter")},
-                         "grad_norm_nonfinite": sum(r.get("grad_norm_nonfinite", 0) for r in runs)}
+                         "grad_norm_nonfinite": sum(r.get("grad_norm_nonfinite", 0) for r in runs),
+                         "eval_cut_share": statistics.fmean(eval_cut_share(r["eval"]) for r in runs)}
         for arm, entry in arms.items():
             for ref in ("none", "ets"):
                 if ref in arms and arm != ref and (ref == "none" or arm == "gmts"):
@@ -404,15 +412,17 @@ def markdown(meta, analysis):
     base = analysis.get("base")
     if base:
         lines += [f"Base (untrained) held-out accuracy: **{pct(base['accuracy'])}%** {ci(base['ci95'])} "
-                  f"({base['n_problems']} problems x {meta['eval_samples']} samples, T = {meta['temperature']}).", ""]
+                  f"({base['n_problems']} problems x {meta['eval_samples']} samples, T = {meta['temperature']}; "
+                  f"{pct(base.get('eval_cut_share'))}% of its answers ran to the token limit).", ""]
     lines += ["Accuracy = average@K on the held-out problems (percent), averaged over seeds; [95% CI] = bootstrap over "
               "problems of the seed-averaged per-problem score; differences are paired by problem (against another arm: "
               "on the seeds both ran, named when fewer than the arm's). grad norm = total norm before clipping "
               "(clip 1.0); resp. len = mean completion tokens over training, and at the last step; s/step = median "
-              "training step time (rollout + update), with other jobs sharing the 2 cores.", "",
+              "training step time (rollout + update), with other jobs sharing the 2 cores; cut = share of the evaluation's "
+              "answers that ran to the token limit (the reward still reads their last number).", "",
               "| lr | arm | seeds | accuracy [95% CI] | per-seed | vs base | vs none | GMTS vs ETS | grad norm mean / max "
-              "| resp. len mean -> last | s/step | ETS-GMTS overlap |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "| resp. len mean -> last | cut | s/step | ETS-GMTS overlap |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for lr, arms in analysis.get("arms", {}).items():
         for arm, e in arms.items():
             lines.append(
@@ -420,7 +430,7 @@ def markdown(meta, analysis):
                 f"{', '.join(pct(a) for a in e['seed_accuracies'])} | {diff(e['vs_base'])} | "
                 f"{diff(e.get('vs_none'), len(e['seeds']))} | {diff(e.get('vs_ets'), len(e['seeds']))} | {num(e['grad_norm_mean'])} / {num(e['grad_norm_max'])} | "
                 f"{num(e['response_len_mean'], '{:.1f}')} -> {num(e['response_len_last'], '{:.1f}')} | "
-                f"{num(e['step_s_median'], '{:.1f}')} | {num(e['selection_overlap_ets_gmts_mean'])} |")
+                f"{pct(e.get('eval_cut_share'))}% | {num(e['step_s_median'], '{:.1f}')} | {num(e['selection_overlap_ets_gmts_mean'])} |")
     if meta.get("failed"):
         lines += ["", "Failed runs:"] + [f"- {k}: {v.splitlines()[0]}" for k, v in meta["failed"].items()]
     if meta.get("pending"):

@@ -45,6 +45,8 @@ def test_smoke_writes_paired_table(tmp_path):
         acc = sum(r["correct"] / r["n"] for r in per_problem) / 6
         assert entry["accuracy"] == pytest.approx(acc)
         assert entry["vs_base"]["difference"] == pytest.approx(acc - base["accuracy"])
+        completions = [c for r in per_problem for c in r["completions"]]
+        assert entry["eval_cut_share"] == pytest.approx(sum(not c["finished"] for c in completions) / 12)
     assert "vs_none" in arms["gmts"] and "vs_ets" in arms["gmts"] and "vs_none" not in arms["none"]
     assert "vs_ets" not in arms["ets"]
     # gmts vs ets is paired on the same problems: its difference is the difference of the two accuracies
