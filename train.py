@@ -116,8 +116,11 @@ def collect_batch(cfg, model, tokenizer, stream, eos_ids, generator, reward_fns)
         r = torch.tensor([reward_fns[p.reward](text, p.answer) for p, text in
                           zip((p for p in problems for _ in range(G)), texts)], dtype=torch.float32)
         sampled_rewards.append(r)
-        # 3. Advantage, per group: A_i = (R_i - mean) / (std + eps) (gmts/advantage.py).
-        adv = gmts.group_advantages(r, G, std=cfg.adv_std)
+        # 3. Advantage, per group: A_i = (R_i - mean) / (std + eps) (gmts/advantage.py). With --overlong-buffer, R
+        # first pays DAPO's length penalty; which groups count as mixed is still decided by the checker's R alone.
+        shaped = r + gmts.overlong_penalty(roll.valid_mask.sum(dim=1).cpu(), cfg.max_new_tokens, cfg.overlong_buffer,
+                                           cfg.overlong_penalty)
+        adv = gmts.group_advantages(shaped, G, std=cfg.adv_std)
         keep = torch.ones(len(problems), dtype=torch.bool)
         if dynamic:
             keep = r.view(-1, G).std(dim=1) > 0                          # mixed groups only

@@ -8,14 +8,14 @@ The method as pure functions on tensors, one module per stage of the loop (see .
     selection.py  select_tokens               exact batch-wide top-ρ mask
     loss.py       loss_weights, policy_loss   clipped surrogate + k3 KL, normalised over the whole batch
 """
-from .advantage import group_advantages
+from .advantage import group_advantages, overlong_penalty
 from .head import token_entropy, token_logprobs_and_entropy
 from .loss import check_loss_config, loss_weights, policy_loss, relative_token_weight, token_objective
 from .scores import SELECTORS, token_omega, token_scores
 from .selection import num_to_select, select_tokens
 
 __all__ = [
-    "group_advantages", "token_entropy", "token_logprobs_and_entropy", "token_omega", "token_scores",
+    "group_advantages", "overlong_penalty", "token_entropy", "token_logprobs_and_entropy", "token_omega", "token_scores",
     "select_tokens", "num_to_select", "loss_weights", "policy_loss", "token_objective", "check_loss_config",
     "relative_token_weight", "SELECTORS",
 ]

@@ -1,4 +1,4 @@
-"""Stage 3 of the loop: group-relative advantages (METHOD.md, "One RLVR step").
+"""Stage 3 of the loop: group-relative advantages (METHOD.md, "One RLVR step"), and DAPO's length shaping of R.
 
     A_i = (R_i - mean(R_group)) / (std(R_group) + eps)
 
@@ -33,3 +33,22 @@ def group_advantages(rewards, group_size, *, std="unbiased", eps=1e-6):
         return centred.reshape(-1)
     spread = grouped.std(dim=1, keepdim=True, unbiased=(std == "unbiased"))
     return (centred / (spread + eps)).reshape(-1)
+
+
+def overlong_penalty(lengths, max_new_tokens, buffer, factor=1.0):
+    """DAPO's soft overlong punishment (METHOD.md, "One RLVR step": DAPO's optional overlong shaping), added to R.
+
+    lengths (N,) completion lengths in tokens. An answer no longer than max_new_tokens - buffer costs nothing; in
+    the last `buffer` tokens the cost grows linearly to `factor` at the limit (so an answer cut at the limit pays
+    the whole factor): penalty = -factor * max(0, length - (max_new_tokens - buffer)) / buffer. Returns (N,) <= 0.
+    buffer = 0 turns it off (all zeros).
+    """
+    lengths = torch.as_tensor(lengths, dtype=torch.float32)
+    if not 0 <= buffer <= max_new_tokens:
+        raise ValueError(f"overlong buffer must be in [0, max_new_tokens={max_new_tokens}], got {buffer}")
+    if factor < 0:
+        raise ValueError(f"overlong penalty factor must be >= 0, got {factor}")
+    if buffer == 0:
+        return torch.zeros_like(lengths)
+    excess = (lengths - (max_new_tokens - buffer)).clamp(min=0)
+    return -factor * excess / buffer

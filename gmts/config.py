@@ -51,6 +51,8 @@ class Config:
     ppo_epochs: int = field(default=1, metadata={"help": "updates per batch (> 1 adds a no-grad scoring pass per epoch)"})
     dynamic_sampling: str = field(default="auto", metadata={"help": "drop all-equal groups and sample more: auto (on for dapo) | on | off"})
     max_sampling_tries: int = field(default=4, metadata={"help": "dynamic sampling: rollout batches tried per step"})
+    overlong_buffer: int = field(default=0, metadata={"help": "DAPO's soft overlong punishment: the reward loses up to --overlong-penalty over the last N tokens before --max-new-tokens (0 = off)"})
+    overlong_penalty: float = field(default=1.0, metadata={"help": "the reward an answer cut at --max-new-tokens loses (with --overlong-buffer)"})
     # --- selection ----------------------------------------------------------------------------------------------
     selector: str = field(default="none", metadata={"help": "none | ets | gmts | random"})
     ratio: float = field(default=0.2, metadata={"help": "ρ: share of the batch's valid tokens trained on"})
@@ -171,6 +173,10 @@ def resolve(cfg):
         raise ValueError(f"--kl-coverage must be one of {KL_COVERAGE}, got {cfg.kl_coverage!r}")
     if cfg.adv_std not in STD_MODES:
         raise ValueError(f"--adv-std must be one of {STD_MODES}, got {cfg.adv_std!r}")
+    if not 0 <= cfg.overlong_buffer <= cfg.max_new_tokens:
+        raise ValueError(f"--overlong-buffer must be in [0, --max-new-tokens = {cfg.max_new_tokens}], got {cfg.overlong_buffer}")
+    if cfg.overlong_penalty < 0:
+        raise ValueError(f"--overlong-penalty must be >= 0, got {cfg.overlong_penalty}")
     if cfg.group_size < 2:
         raise ValueError(f"--group-size must be >= 2 (a group of one answer has no baseline), got {cfg.group_size}")
     for name in ("prompts_per_step", "max_new_tokens", "steps", "micro_batch_size", "ppo_epochs", "chunk_size",

@@ -369,3 +369,15 @@ def test_selection_diagnostics_count_what_each_selection_spends():
     d = selection_diagnostics(valid, adv, entropy, omega, gms, 0.2)
     assert d["selected_share_zero_adv"] == 0.0 and d["ets_share_zero_adv"] == 1.0   # ETS's, whatever was selected
     assert d["selected_share_positive_adv"] == 0.5 and d["top_answer_share"] == 0.5
+
+
+def test_overlong_penalty_is_dapos_soft_punishment():
+    lengths = torch.tensor([1, 40, 41, 44, 47, 48])
+    # limit 48, buffer 8: free up to 40 tokens, then -1/8 per token, -1 at the limit (a cut answer)
+    assert gmts.overlong_penalty(lengths, 48, 8).tolist() == [0, 0, -0.125, -0.5, -0.875, -1.0]
+    assert gmts.overlong_penalty(lengths, 48, 8, factor=0.5).tolist() == [0, 0, -0.0625, -0.25, -0.4375, -0.5]
+    assert gmts.overlong_penalty(lengths, 48, 0).tolist() == [0.0] * 6                 # off
+    assert torch.allclose(gmts.overlong_penalty(lengths, 48, 48), -lengths / 48)         # the whole answer
+    for bad in ({"buffer": 49}, {"buffer": -1}, {"buffer": 8, "factor": -1.0}):
+        with pytest.raises(ValueError, match="overlong"):
+            gmts.overlong_penalty(lengths, 48, **bad)

@@ -147,7 +147,33 @@ def test_collect_batch_keeps_only_mixed_groups(digit_model_dir):
     assert stream.position == tries * 3
 
 
+def test_overlong_shaping_moves_the_advantage_not_the_reward(digit_model_dir):
+    sys.path.insert(0, ROOT)
+    import train
+    from gmts.config import parse_config
+    from gmts.policy import end_of_sequence_ids, load_model, load_tokenizer
+    cfg = parse_config(["--model", digit_model_dir, "--data", "arithmetic", "--group-size", "4", "--prompts-per-step",
+                        "3", "--max-new-tokens", "6", "--micro-batch-size", "4", "--overlong-buffer", "4",
+                        "--overlong-penalty", "0.5"])
+    tok = load_tokenizer(digit_model_dir)
+    model = load_model(digit_model_dir, dtype=torch.float32, device=torch.device("cpu"))
+    problems, ids, _ = train.load_prompts(cfg, tok)
+    stream = train.PromptStream(problems, ids, seed=0)
+    fns = {name: (lambda text, ref: 1.0) for name in {p.reward for p in problems}}    # every answer "right"
+    batch, _, _ = train.collect_batch(cfg, model, tok, stream, end_of_sequence_ids(model, tok),
+                                      torch.Generator().manual_seed(0), fns)
+    lengths = batch.valid.sum(dim=1).float()
+    assert len(set(lengths.tolist())) > 1, "the tiny model should give answers of several lengths"
+    assert (batch.rewards == 1.0).all()                       # the checker's reward is kept as it was
+    shaped = 1.0 - 0.5 * (lengths - 2).clamp(min=0) / 4       # DAPO: free up to 6 - 4 tokens, -0.5 at the limit
+    from gmts import group_advantages
+    assert torch.allclose(batch.advantages, group_advantages(shaped, 4))
+    assert batch.advantages.abs().sum() > 0                   # all-right groups now prefer their shorter answers
+
+
 @pytest.mark.parametrize("flags, message", [
+    (["--overlong-buffer", "999"], "--overlong-buffer"),
+    (["--overlong-penalty", "-1"], "--overlong-penalty"),
     (["--ratio", "0"], "--ratio"),
     (["--ratio", "1.5"], "--ratio"),
     (["--group-size", "1"], "--group-size"),
