@@ -66,6 +66,8 @@ def parse_args(argv=None):
     p.add_argument("--data", default="arithmetic", help="training source (eval uses <data>:test)")
     p.add_argument("--task-options", default=DEFAULT_TASK, help="JSON task options (train and eval)")
     p.add_argument("--system-prompt", default=DEFAULT_SYSTEM)
+    p.add_argument("--train-flags", default="",
+                   help="more train.py flags for every run, e.g. '--exclude-zero-adv' (not the ones this script sets)")
     p.add_argument("--eval-limit", type=int, default=100, help="held-out problems")
     p.add_argument("--eval-samples", type=int, default=4, help="samples per held-out problem")
     p.add_argument("--eval-batch-size", type=int, default=25, help="prompts per eval generation batch")
@@ -93,6 +95,15 @@ def parse_args(argv=None):
         p.error(f"--seeds / --lrs: {err}")
     if not args.seeds or not args.lrs:
         p.error("--seeds and --lrs need at least one value each")
+    import shlex
+    own = set(a for a in train_cmd(args, "m", "none", 0, 1e-5, "d") if a.startswith("--"))   # before the extras
+    try:
+        args.train_flag_list = shlex.split(args.train_flags)
+    except ValueError as err:
+        p.error(f"--train-flags: {err}")
+    clash = sorted(f.split("=")[0] for f in args.train_flag_list if f.split("=")[0] in own)
+    if clash:
+        p.error(f"--train-flags: {', '.join(clash)} is set by the check itself; use its own option")
     if args.smoke:
         if not args.model:
             p.error("--smoke needs --model (a tiny model folder, e.g. tests/conftest.py write_tiny_model)")
@@ -150,7 +161,7 @@ def train_cmd(args, model, arm, seed, lr, run_dir):
            "--gradient-checkpointing" if args.gradient_checkpointing else "--no-gradient-checkpointing"]
     if args.task_options:
         cmd += ["--task-options", args.task_options]
-    return cmd
+    return cmd + getattr(args, "train_flag_list", [])
 
 
 def run_key(lr, arm, seed):
@@ -336,7 +347,8 @@ def cpu_name():
 # a run trained on another task or prompt would put it silently in the wrong table.
 RUN_SETTINGS = ("model", "data", "task_options", "system_prompt", "temperature", "steps", "prompts_per_step",
                 "group_size", "micro_batch_size", "ratio", "max_new_tokens", "eval_limit", "eval_samples",
-                "eval_batch_size")
+                "eval_batch_size", "train_flags")
+SETTING_DEFAULTS = {"train_flags": ""}    # settings added later: a folder written before them used the default
 
 
 def run_settings(args, model):
@@ -353,9 +365,10 @@ def check_work_dir(args, model):
     if os.path.exists(path):
         with open(path) as fh:
             theirs = json.load(fh)
-        differ = [k for k in RUN_SETTINGS if theirs.get(k) != mine[k]]
+        theirs = {k: theirs.get(k, SETTING_DEFAULTS.get(k)) for k in RUN_SETTINGS}
+        differ = [k for k in RUN_SETTINGS if theirs[k] != mine[k]]
         if differ:
-            detail = "; ".join(f"{k}: {theirs.get(k)!r} there, {mine[k]!r} now" for k in differ)
+            detail = "; ".join(f"{k}: {theirs[k]!r} there, {mine[k]!r} now" for k in differ)
             raise SystemExit(f"error: --work-dir {args.work_dir} holds runs made with other settings ({detail}); "
                              f"pass the same flags, or another --work-dir for the new setting")
         return
@@ -473,7 +486,8 @@ def main(argv=None):
             "settings": (f"{args.steps} steps x {args.prompts_per_step} prompts x {args.group_size} answers, "
                          f"{args.max_new_tokens} new tokens, T = {args.temperature} (train and eval), GRPO "
                          f"(ε = 0.2, β = 0), full fine-tuning, AdamW lr {'/'.join(f'{x:g}' for x in args.lrs)}, "
-                         f"grad clip 1.0, ρ = {args.ratio}, loss-norm selected, seeds "
+                         f"grad clip 1.0, ρ = {args.ratio}, loss-norm selected, "
+                         f"{('train.py flags ' + args.train_flags + ', ') if args.train_flags else ''}seeds "
                          f"{','.join(map(str, args.seeds))}; eval {args.eval_limit} held-out problems x "
                          f"{args.eval_samples} samples; system prompt {args.system_prompt!r}"),
             "args": {k: v for k, v in vars(args).items()}, "failed": {}}

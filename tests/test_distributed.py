@@ -75,6 +75,8 @@ def _worker(rank, world, init_file, selector, loss_norm, out_dir, fsdp=False):
     try:
         selected, params, metrics = one_update(selector, shard(make_batch(), rank, world), loss_norm, fsdp)
         torch.save({"selected": selected, "params": params, "metrics": metrics}, os.path.join(out_dir, f"{rank}.pt"))
+        # both processes leave together: tearing gloo down while the peer still talks aborted a run (SIGABRT) once
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 

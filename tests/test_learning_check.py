@@ -16,7 +16,8 @@ def run_check(tmp_path, *extra):
     model = write_tiny_model(tmp_path / "tiny", favour="0123456789")
     results = tmp_path / "results" / "lc"
     cmd = [sys.executable, "bench/learning_check.py", "--smoke", "--model", model, "--arms", "none,ets,gmts",
-           "--work-dir", str(tmp_path / "work"), "--results", str(results), "--parallel", "2", *extra]
+           "--work-dir", str(tmp_path / "work"), "--results", str(results), "--parallel", "2",
+           "--train-flags=--max-bad-steps 5", *extra]
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", OMP_NUM_THREADS="1")
     done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     return done, results
@@ -39,6 +40,8 @@ def test_smoke_writes_paired_table(tmp_path):
         assert run["steps_logged"] == 2 and run["step_s_median"] > 0
         assert entry["response_len_mean"] is not None and 0 < entry["response_len_mean"] <= 8
         assert not os.path.exists(os.path.join(run["run_dir"], "checkpoints"))   # deleted after its eval
+        # --train-flags reach train.py
+        assert json.loads(open(os.path.join(run["run_dir"], "config.json")).read())["max_bad_steps"] == 5
         # the paired difference against the base is the mean of per-problem differences of the eval files
         per_problem = [json.loads(l) for l in open(run["eval"].replace(".json", ".problems.jsonl"))]
         assert len(per_problem) == 6 and all(r["n"] == 2 for r in per_problem)
@@ -70,6 +73,14 @@ def test_smoke_writes_paired_table(tmp_path):
     other, _ = run_check(tmp_path, "--report-only", "--task-options", '{"digits": 1, "terms": 2, "ops": "+"}')
     assert other.returncode != 0 and "task_options" in other.stderr and "--work-dir" in other.stderr
     assert json.loads((tmp_path / "results" / "lc.json").read_text()) == rebuilt        # untouched
+    other, _ = run_check(tmp_path, "--report-only", "--train-flags=--exclude-zero-adv")
+    assert other.returncode != 0 and "train_flags" in other.stderr
+
+
+def test_train_flags_may_not_override_the_checks_own():
+    cmd = [sys.executable, "bench/learning_check.py", "--train-flags=--lr 1e-3", "--report-only"]
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "--lr is set by the check itself" in done.stderr
 
 
 def test_bad_arm_is_refused_before_any_work(tmp_path):
