@@ -230,23 +230,15 @@ def training_summary(metrics_path):
         "grad_norm_mean": statistics.fmean(finite) if finite else None,
         "grad_norm_max": max(finite) if finite else None,
         "grad_norm_nonfinite": len(norms) - len(finite),
-        "response_len_mean": statistics.fmean(r["response_len_mean"] for r in rows if "response_len_mean" in r)
-        if any("response_len_mean" in r for r in rows) else None,
+        "response_len_mean": mean_of(rows, "response_len_mean"),
         "response_len_first": rows[0].get("response_len_mean"), "response_len_last": rows[-1].get("response_len_mean"),
         "step_s_median": statistics.median(step_s),
         "train_acc_first_quarter": statistics.fmean(r["accuracy"] for r in rows[:quarter]),
         "train_acc_last_quarter": statistics.fmean(r["accuracy"] for r in rows[-quarter:]),
         "mixed_groups_mean": statistics.fmean(r.get("mixed_groups", 0) for r in rows),
-        "selection_overlap_ets_gmts_mean": statistics.fmean(r["selection_overlap_ets_gmts"] for r in rows
-                                                            if "selection_overlap_ets_gmts" in r)
-        if any("selection_overlap_ets_gmts" in r for r in rows) else None,
-        "top_answer_share_mean": statistics.fmean(r["top_answer_share"] for r in rows if "top_answer_share" in r)
-        if any("top_answer_share" in r for r in rows) else None,
-        "selected_share_zero_adv_mean": statistics.fmean(r["selected_share_zero_adv"] for r in rows
-                                                         if "selected_share_zero_adv" in r)
-        if any("selected_share_zero_adv" in r for r in rows) else None,
-        "ets_share_zero_adv_mean": statistics.fmean(r["ets_share_zero_adv"] for r in rows if "ets_share_zero_adv" in r)
-        if any("ets_share_zero_adv" in r for r in rows) else None,
+        # diagnostics a step may lack (a skipped step, an older train.py): the mean over the steps that logged them
+        **{f"{key}_mean": mean_of(rows, key) for key in ("selection_overlap_ets_gmts", "top_answer_share",
+                                                         "selected_share_zero_adv", "ets_share_zero_adv")},
     }
     return out
 
