@@ -6,7 +6,8 @@
     python eval.py --compare base.json trained.json                                               # paired B - A
 
 Every figure comes with a 95% percentile-bootstrap interval over problems (gmts/stats.py). Outputs: a summary JSON
-(--output) and, beside it, a per-problem .jsonl holding every sampled completion and its reward. The logic lives
+(--output) and, beside it, a per-problem .jsonl holding every sampled completion and its reward; the summary is
+written last and atomically, so one on disk is a complete result (a run whose every completion is empty is refused). The logic lives
 in gmts/evaluate.py (train.py's --eval-every calls the same evaluate_model); this file only reads flags, loads the
 model, prints and writes.
 """
@@ -30,6 +31,9 @@ def build_parser():
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling (evaluation only)")
     p.add_argument("--top-k", type=int, default=0, help="top-k sampling, 0 = off (evaluation only)")
     p.add_argument("--max-new-tokens", type=int, default=1024)
+    p.add_argument("--max-prompt-tokens", type=int, default=0,
+                   help="problems with longer prompts are skipped and counted (0 = the model's context minus "
+                        "--max-new-tokens, from its config.json)")
     p.add_argument("--batch-size", type=int, default=16, help="prompts per generation batch (x samples rows)")
     p.add_argument("--repeat", type=int, default=1, help="evaluate R times with different seeds; report the spread")
     p.add_argument("--seed", type=int, default=0, help="sampling seed (also seeds the bootstrap)")
@@ -120,40 +124,44 @@ def run_compare(args):
           + f" ({100 * cmp['difference']:+.1f} points, 95% CI {interval(cmp['ci95'])}, paired bootstrap over "
             f"{cmp['n_problems']} problems)")
     if args.output:
-        os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
-        with open(args.output, "w") as fh:
-            json.dump(cmp, fh, indent=2)
+        write_result(args.output, json.dumps(cmp, indent=2))
     return cmp
+
+
+def write_result(path, text):
+    """Write `path` whole (a temporary file renamed into place) or fail with one line, leaving no partial file."""
+    from gmts.checkpoint import write_text_atomic
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        write_text_atomic(path, text)
+    except OSError as err:
+        raise SystemExit(f"error: could not write {path} ({err.strerror or err})") from None
 
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
+    # Cheap checks first: every flag, the output path and the model's context (gmts/validate.py), before any data or
+    # model loads; a bad one is one line and exit status 2.
+    from gmts.validate import check_eval_args, model_context, problems_path
+    output = args.output if args.compare else (args.output or default_output(args.model or "", args.data, args.seed))
+    check_eval_args(args, output)
     if args.compare:
         return run_compare(args)
-    if not args.model:
-        raise SystemExit("error: --model is required (or --compare A.json B.json)")
-    # Cheap checks first: a typo fails in a second, before torch and the model load.
     # (a hub id is "owner/name": one slash, no leading "/", ".", "~"; anything else naming no folder is a typo)
     looks_like_path = (os.path.isabs(args.model) or args.model.startswith((".", "~"))
                        or args.model.count("/") > 1 or os.path.sep != "/" and os.path.sep in args.model)
     if looks_like_path and not os.path.isdir(os.path.expanduser(args.model)):
         raise SystemExit(f"error: --model {args.model!r}: no such folder")
-    for name in ("samples", "repeat", "batch_size", "max_new_tokens"):
-        if getattr(args, name) < 1:
-            raise SystemExit(f"error: --{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
-    if args.limit < 0:
-        raise SystemExit(f"error: --limit must be >= 0, got {args.limit}")
-    try:
-        task_options = json.loads(args.task_options) if args.task_options else {}
-    except json.JSONDecodeError as err:
-        raise SystemExit(f"error: --task-options is not JSON: {err}") from None
+    task_options = json.loads(args.task_options) if args.task_options else {}
+    context = model_context(args.model)
+    max_prompt_tokens = args.max_prompt_tokens or (context[0] - args.max_new_tokens if context else None)
     if args.temperature == 0 and args.samples > 1:
         print(f"note: --temperature 0 is greedy, so all {args.samples} samples would be identical; using --samples 1",
               file=sys.stderr)
         args.samples = 1
 
     import torch
-    from gmts.evaluate import evaluate_model, load_benchmark, split_data_arg
+    from gmts.evaluate import degenerate, evaluate_model, load_benchmark, split_data_arg
     from gmts.policy import end_of_sequence_ids, load_model, load_tokenizer, resolve_device, resolve_dtype
     try:
         specs = split_data_arg(args.data)
@@ -166,13 +174,18 @@ def main(argv=None):
                    system_prompt=args.system_prompt, question_field=args.question_field,
                    answer_field=args.answer_field, task_options=task_options)
     try:                      # load every benchmark once now: an unknown source fails before the model loads
-        sizes = {spec: len(load_benchmark(spec, tokenizer, **data_kw)[0]) for spec in specs}
+        sizes = {spec: load_benchmark(spec, tokenizer, max_prompt_tokens=max_prompt_tokens, **data_kw)
+                 for spec in specs}
     except ValueError as err:
         raise SystemExit(f"error: {err}") from None
     model = one_line_errors(load_model, args.model, dtype=dtype, device=device).eval()
+    if max_prompt_tokens is None:       # the context was not readable before loading: the loaded config has it
+        context = getattr(model.config, "max_position_embeddings", None)
+        max_prompt_tokens = context - args.max_new_tokens if context else None
     eos_ids = end_of_sequence_ids(model, tokenizer)
     print(f"eval: {args.model} on {device} {str(dtype).replace('torch.', '')}; "
-          + ", ".join(f"{s} ({n} problems)" for s, n in sizes.items())
+          + ", ".join(f"{s} ({len(p)} problems" + (f", {n} skipped: prompt over {max_prompt_tokens} tokens" if n else "")
+                      + ")" for s, (p, _, n) in sizes.items())
           + f"; {args.samples} sample(s) at T={args.temperature}" + (f", top_p={args.top_p}" if args.top_p < 1 else "")
           + (f", top_k={args.top_k}" if args.top_k else "") + f", {args.max_new_tokens} new tokens"
           + (f", {args.repeat} repeats" if args.repeat > 1 else ""), file=sys.stderr, flush=True)
@@ -182,25 +195,27 @@ def main(argv=None):
         result = evaluate_model(model, tokenizer, specs, samples=args.samples, temperature=args.temperature,
                                 top_p=args.top_p, top_k=args.top_k, max_new_tokens=args.max_new_tokens,
                                 seed=args.seed, eos_ids=eos_ids, batch_size=args.batch_size,
-                                progress=not args.quiet, repeats=args.repeat, n_bootstrap=args.bootstrap, **data_kw)
+                                progress=not args.quiet, repeats=args.repeat, n_bootstrap=args.bootstrap,
+                                max_prompt_tokens=max_prompt_tokens, **data_kw)
     except ValueError as err:
         raise SystemExit(f"error: {err}") from None
     records = result.pop("records")
+    problem = degenerate(records)
+    if problem:
+        raise SystemExit(f"error: {problem}, so this run is not a result and nothing was saved (check --temperature, "
+                         "--max-new-tokens and the model's end-of-sequence tokens)")
     summary = {"model": args.model, **result, "device": str(device), "dtype": str(dtype).replace("torch.", ""),
                "template": args.template, "system_prompt": args.system_prompt, "wall_s": time.time() - t0,
                "torch": torch.__version__}
 
-    output = args.output or default_output(args.model, specs, args.seed)
-    problems_path = (output[:-5] if output.endswith(".json") else output) + ".problems.jsonl"
-    summary["problems_file"] = problems_path
-    os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
-    with open(problems_path, "w") as fh:
-        fh.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
-    with open(output, "w") as fh:
-        json.dump(summary, fh, indent=2, ensure_ascii=False)
+    per_problem = problems_path(output)
+    summary["problems_file"] = per_problem
+    # The per-problem file first, the summary last and atomically: a summary on disk means a complete result.
+    write_result(per_problem, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+    write_result(output, json.dumps(summary, indent=2, ensure_ascii=False))
 
     print_table(summary)
-    print(f"wrote {output} and {problems_path} ({summary['wall_s']:.1f}s)")
+    print(f"wrote {output} and {per_problem} ({summary['wall_s']:.1f}s)")
     return summary
 
 

@@ -4,7 +4,7 @@
     python train.py --preset paper-math --selector ets
     python train.py --help                           # every option (gmts/config.py)
 
-One optimizer step is the loop of METHOD.md, read top to bottom in `train_step`:
+One optimizer step is the loop of gmts/METHOD.md ("One RLVR step"), read top to bottom in `train_step`:
 
     rollout -> reward -> advantage -> score -> select -> masked loss -> optimizer step
 
@@ -13,8 +13,8 @@ together, logs what the reproduction notes say to log, and makes the run safe to
 """
 import contextlib
 import copy
+import functools
 import json
-import math
 import os
 import signal
 import sys
@@ -28,13 +28,17 @@ import data as datasets
 import rewards
 import gmts
 from gmts import checkpoint as ckpt
+from gmts import runlog
 from gmts import distributed as dist
-from gmts.config import Config, parse_config, resolve, to_dict, use_dynamic_sampling
-from gmts.diagnostics import selection_diagnostics
+from gmts import report
+from gmts.config import to_dict, use_dynamic_sampling
+from gmts.validate import prepare_training
+from gmts.diagnostics import UpdateLog, counterfactual_selections
 from gmts.optim import build_optimizer
-from gmts.policy import (add_lora, completion_logprobs, enable_gradient_checkpointing, end_of_sequence_ids,
+from gmts.policy import (add_lora, enable_gradient_checkpointing, end_of_sequence_ids,
                          load_model, load_tokenizer, peak_memory_mb, resolve_device, resolve_dtype)
 from gmts.rollout import sample_batched
+from gmts.step import accumulate_gradients, minibatch_rows, optimizer_step, scoring_pass, select, selected_count
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -123,7 +127,7 @@ def collect_batch(cfg, model, tokenizer, stream, eos_ids, generator, reward_fns)
         adv = gmts.group_advantages(shaped, G, std=cfg.adv_std)
         keep = torch.ones(len(problems), dtype=torch.bool)
         if dynamic:
-            keep = r.view(-1, G).std(dim=1) > 0                          # mixed groups only
+            keep = gmts.mixed_groups(r, G)                               # mixed groups only
         keep = keep & (torch.cumsum(keep.long(), 0) + kept_groups <= share)
         rows = keep.repeat_interleave(G)
         if keep.any():
@@ -148,129 +152,100 @@ def collect_batch(cfg, model, tokenizer, stream, eos_ids, generator, reward_fns)
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# Scoring and the loss.
+# Stages 4-7: score, select, masked loss, optimizer step.
 
-@torch.no_grad()
-def scoring_pass(cfg, model, batch, with_entropy=True):
-    """A no-grad forward over the whole batch, micro-batch by micro-batch: log π and (optionally) E of every sampled
-    token under `model` at its CURRENT weights. Needed with --ppo-epochs > 1 (θ moves between updates and the scores
-    of every micro-batch must be known before the first backward) and for the reference model's log-probs (β > 0)."""
-    logps, ents = [], []
-    for start in range(0, batch.completion_ids.shape[0], cfg.micro_batch_size):
-        rows = slice(start, start + cfg.micro_batch_size)
-        lp, ent = completion_logprobs(model, row_prompts(batch, rows), batch.completion_ids[rows], batch.valid[rows],
-                                      group_size=1, temperature=cfg.temperature, chunk_size=cfg.chunk_size,
-                                      with_entropy=with_entropy)
-        logps.append(lp.float())
-        ents.append(ent.float() if with_entropy else None)
-    return torch.cat(logps), (torch.cat(ents) if with_entropy else None)
+def update_policy(cfg, model, ref_model, optimizer, batch, select_gen, device, step=0):
+    """Score -> select -> masked loss -> optimizer step, once per mini-batch of --mini-batch-size whole groups (one
+    mini-batch by default: the on-policy step), --ppo-epochs passes over the rollout batch. Every mini-batch is one
+    optimizer batch: scored at the CURRENT θ, ranked and normalised on its own (gmts/METHOD.md, "Several optimizer
+    steps per rollout batch"). Returns the metrics and the first pass's selection (N, T)."""
+    valid, adv = batch.valid.to(device), batch.advantages.to(device)
+    old_logp = batch.logp.to(device)                   # log π_old: the policy that sampled the batch
+    group_ids = torch.arange(valid.shape[0], device=device) // cfg.group_size
+    exclude = (adv == 0) if cfg.exclude_zero_adv else None          # exact: all-equal groups get A = 0 exactly
+    ref_logp = reference_logprobs(cfg, model, ref_model, batch) if cfg.beta > 0 else None
+    params = [p for p in model.parameters() if p.requires_grad]
+    passes = dict(group_size=cfg.group_size, micro_batch_size=cfg.micro_batch_size, temperature=cfg.temperature,
+                  chunk_size=cfg.chunk_size)
+    log, moved, time_select = UpdateLog(valid, adv), False, 0.0
+    for epoch in range(cfg.ppo_epochs):
+        for rows in minibatch_rows(len(batch.prompt_ids), cfg.group_size, cfg.mini_batch_size, seed=cfg.seed,
+                                   step=step, epoch=epoch, device=device):
+            mb_valid, mb_adv, mb_old = valid[rows], adv[rows], old_logp[rows]
+            mb_ref = None if ref_logp is None else ref_logp[rows]
+            mb_exclude = None if exclude is None else exclude[rows]
+            # 4. Score at the current θ: log π_θ and E of every sampled token, r = π_θ / π_old, ω and the score.
+            #    Until the first optimizer step θ = θ_old: the rollout's own values are exact and r = 1, so no
+            #    forward pass is needed (gmts/METHOD.md, "Where E and ω come from"). After it, a no-grad pass.
+            if not moved:
+                logp_now, entropy = mb_old, batch.entropy.to(device)[rows]
+            else:
+                with dist.layers_gathered(model):
+                    logp_now, entropy = scoring_pass(model, batch.prompt_ids, batch.completion_ids, valid, rows,
+                                                     **passes)
+            t_select = time.time()
+            weight = gmts.relative_token_weight(mb_valid, cfg.loss_norm)     # w_it: 1/|o_i| under per-answer means
+            n_selected = selected_count(cfg, mb_valid, group_ids[rows], mb_exclude)
+            n_valid = int(dist.all_reduce_sum(torch.tensor(int(mb_valid.sum()))))
+            omega = gmts.token_omega(logp_now, mb_old, mb_adv, eps_low=cfg.eps_low, eps_high=cfg.eps_high,
+                                     beta=cfg.beta, ref_logp=mb_ref,
+                                     kl_weight=gmts.kl_relative_weight(cfg.loss_norm, cfg.kl_coverage, n_selected,
+                                                                       n_valid))
+            scores = gmts.token_scores(cfg.selector, entropy, omega, weight=weight, generator=select_gen)
 
+            # 5. Select: exactly k = ceil(ρ · N_valid) tokens of THIS mini-batch, across micro-batches and ranks.
+            choose = functools.partial(select, cfg, valid=mb_valid, group_ids=group_ids[rows], exclude=mb_exclude)
+            selected = choose(scores)
+            time_select += time.time() - t_select
+            ratio = torch.exp(logp_now - mb_old)
+            log.scored_tokens(rows, mb_valid, ratio, gmts.clip_active(ratio, mb_adv, cfg.eps_low, cfg.eps_high))
+            log.selection(rows, entropy, omega, weight, selected,
+                          *counterfactual_selections(choose, entropy, omega, weight))
 
-def row_prompts(batch, rows):
-    G = batch.completion_ids.shape[0] // len(batch.prompt_ids)
-    return [batch.prompt_ids[i // G] for i in range(batch.completion_ids.shape[0])[rows]]
+            # 6. Masked loss. The weights carry the mini-batch's normaliser (all ranks), so the micro-batch gradients
+            #    sum to the mini-batch's gradient. Rows with nothing selected, or with A = 0 and no KL term, have
+            #    exactly zero gradient and are skipped.
+            weights = gmts.loss_weights(mb_valid, selected, cfg.loss_norm, reduce=dist.all_reduce_sum)
+            kl_weights = None
+            if cfg.beta > 0 and cfg.kl_coverage == "all":
+                kl_weights = gmts.loss_weights(mb_valid, mb_valid, cfg.loss_norm, reduce=dist.all_reduce_sum)
+            has_weight = weights.sum(1) > 0
+            if cfg.beta == 0:
+                has_weight &= mb_adv != 0
+            if kl_weights is not None:
+                has_weight |= kl_weights.sum(1) > 0
+            local = has_weight.nonzero().squeeze(1)                  # positions within the mini-batch
+            position = torch.full((valid.shape[0],), -1, dtype=torch.long, device=device)
+            position[rows] = torch.arange(len(rows), device=device)
 
+            def loss_fn(batch_rows, logp, on_policy=not moved):
+                i = position[batch_rows]
+                return gmts.policy_loss(logp, logp.detach() if on_policy else mb_old[i], mb_adv[i], weights[i],
+                                        eps_low=cfg.eps_low, eps_high=cfg.eps_high, beta=cfg.beta,
+                                        ref_logp=None if mb_ref is None else mb_ref[i],
+                                        kl_weights=None if kl_weights is None else kl_weights[i])
+            model.train()
+            optimizer.zero_grad(set_to_none=True)
+            loss, n_passes = accumulate_gradients(model, batch.prompt_ids, batch.completion_ids, valid, rows[local],
+                                                  loss_fn, **passes)
 
-def select(cfg, scores, valid, group_ids, exclude):
-    """Step 5: exactly ceil(ρ · n) tokens over the WHOLE batch (across ranks too), or per group; never padding."""
-    ratio = cfg.ratio if cfg.selector != "none" else 1.0
-    if cfg.select_scope == "group":       # whole groups live on one rank: per-group ranking is local
-        return gmts.select_tokens(scores, valid, ratio, scope="group", group_ids=group_ids, bottom=cfg.bottom,
-                                  exclude=exclude)
-    return dist.select_tokens_global(scores, valid, ratio, bottom=cfg.bottom, exclude=exclude)
+            # 7. Optimizer step (gradients summed over ranks first), unless the loss or gradient is not finite.
+            loss, grad_norm, outcome = optimizer_step(optimizer, params, loss, n_passes, cfg.max_grad_norm)
+            log.update(loss, grad_norm, outcome)
+            moved |= outcome == "stepped"
+    metrics = log.metrics(cfg.ratio)
+    metrics["time_score_select_s"] = time_select        # ω, scores and the top-k (not the diagnostics)
+    return metrics, log.selected
 
 
 def reference_logprobs(cfg, model, ref_model, batch):
     """log π_ref of the sampled tokens, for the k3 KL term (β > 0): the frozen starting model, or with LoRA the
     same model with its adapters switched off (no second copy in memory)."""
-    with model.disable_adapter() if ref_model is None else contextlib.nullcontext():
-        return scoring_pass(cfg, ref_model or model, batch, with_entropy=False)[0]
-
-
-def update_policy(cfg, model, ref_model, optimizer, batch, select_gen, device):
-    """Steps 4-7 on a batch of answers with their advantages: score -> select -> masked loss -> optimizer step.
-    --ppo-epochs updates; returns the metrics of the first selection and the last update, and that first selection."""
-    valid, adv = batch.valid.to(device), batch.advantages.to(device)
-    group_ids = torch.arange(valid.shape[0], device=device) // cfg.group_size
-    with dist.layers_gathered(model):   # no-grad passes: FSDP layers stay gathered (uneven row counts are fine)
-        ref_logp = reference_logprobs(cfg, model, ref_model, batch) if cfg.beta > 0 else None
-    weight = gmts.relative_token_weight(valid, cfg.loss_norm)    # w_it for |E·ω·w| (1/|o_i| under per-answer means)
-    exclude = (adv == 0) if cfg.exclude_zero_adv else None
-    params = [p for p in model.parameters() if p.requires_grad]
-    metrics, old_logp, skipped, time_select = {}, None, 0, 0.0
-    for epoch in range(cfg.ppo_epochs):
-        # 4. Score. One epoch, on-policy: r = 1 and E at θ equals E at θ_old, so the rollout's own log-probs and
-        #    entropies are the scores, with no extra forward pass (METHOD.md, "Where E and ω come from").
-        #    Several epochs: θ moves, so a no-grad scoring pass at the current θ first; its first pass is π_old.
-        if cfg.ppo_epochs == 1:
-            logp_now, entropy = batch.logp.to(device), batch.entropy.to(device)
-            old = logp_now
-        else:
-            with dist.layers_gathered(model):
-                logp_now, entropy = scoring_pass(cfg, model, batch)
-            old_logp = logp_now if old_logp is None else old_logp
-            old = old_logp
-        t_select = time.time()
-        omega = gmts.token_omega(logp_now, old, adv, eps_low=cfg.eps_low, eps_high=cfg.eps_high, beta=cfg.beta,
-                                 ref_logp=ref_logp)
-        scores = gmts.token_scores(cfg.selector, entropy, omega, weight=weight, generator=select_gen)
-
-        # 5. Select.
-        selected = select(cfg, scores, valid, group_ids, exclude)
-        time_select += time.time() - t_select
-        if epoch == 0:
-            metrics.update(selection_diagnostics(valid, adv, entropy, omega, selected, cfg.ratio, weight))
-            first_selection = selected
-
-        # 6. Masked loss. The weights carry the batch-wide (global) normaliser, so micro-batch gradients sum to the
-        #    full-batch gradient; rows with nothing selected, or with A = 0 and no KL, contribute exactly zero and are
-        #    skipped.
-        weights = gmts.loss_weights(valid, selected, cfg.loss_norm, reduce=dist.all_reduce_sum)
-        kl_weights = None
-        if cfg.beta > 0 and cfg.kl_coverage == "all":
-            kl_weights = gmts.loss_weights(valid, valid, cfg.loss_norm, reduce=dist.all_reduce_sum)
-        has_weight = weights.sum(1) > 0
-        if cfg.beta == 0:
-            has_weight &= adv != 0              # A = 0 and no KL term: exactly zero gradient, skip the pass
-        if kl_weights is not None:
-            has_weight |= kl_weights.sum(1) > 0
-        active = has_weight.nonzero().squeeze(1)
-        passes = [(rows, True) for rows in torch.split(active, cfg.micro_batch_size) if rows.numel()]
-        if dist.sharded_layers(model):
-            # FSDP gathers each layer's weights from every process in every forward/backward, so every process must
-            # run as many passes as the busiest one; the extra passes are multiplied by 0 (no gradient).
-            busiest = max(dist.gather_objects(len(passes)))
-            passes += [(torch.zeros(1, dtype=torch.long, device=device), False)] * (busiest - len(passes))
-        model.train()
-        optimizer.zero_grad(set_to_none=True)
-        loss_total = torch.zeros((), dtype=torch.float64)
-        for rows, real in passes:
-            logp, _ = completion_logprobs(model, [batch.prompt_ids[int(i) // cfg.group_size] for i in rows],
-                                          batch.completion_ids[rows], valid[rows], group_size=1,
-                                          temperature=cfg.temperature, chunk_size=cfg.chunk_size)
-            loss = gmts.policy_loss(logp, (old[rows] if cfg.ppo_epochs > 1 else logp.detach()), adv[rows],
-                                    weights[rows], eps_low=cfg.eps_low, eps_high=cfg.eps_high, beta=cfg.beta,
-                                    ref_logp=None if ref_logp is None else ref_logp[rows],
-                                    kl_weights=None if kl_weights is None else kl_weights[rows])
-            if not real:
-                loss = loss * 0.0
-            loss.backward()
-            loss_total += loss.detach().double().cpu()
-
-        # 7. Optimizer step (gradients summed over ranks first), unless the loss or gradient is not finite.
-        dist.all_reduce_gradients(params)
-        loss_total = float(dist.all_reduce_sum(loss_total))
-        grad_norm = dist.clip_grad_norm(params, cfg.max_grad_norm)
-        if math.isfinite(loss_total) and torch.isfinite(grad_norm):
-            optimizer.step()
-        else:
-            skipped += 1
-        optimizer.zero_grad(set_to_none=True)
-        metrics.update(loss=loss_total, grad_norm=float(grad_norm))
-    metrics["time_score_select_s"] = time_select        # ω, scores and the top-k (not the diagnostics)
-    if skipped:
-        metrics["skipped"] = f"non-finite loss/gradient in {skipped} of {cfg.ppo_epochs} updates"
-    return metrics, first_selection
+    rows = torch.arange(batch.completion_ids.shape[0], device=batch.completion_ids.device)
+    with dist.layers_gathered(model), (model.disable_adapter() if ref_model is None else contextlib.nullcontext()):
+        return scoring_pass(ref_model or model, batch.prompt_ids, batch.completion_ids, batch.valid, rows,
+                            group_size=cfg.group_size, micro_batch_size=cfg.micro_batch_size,
+                            temperature=cfg.temperature, chunk_size=cfg.chunk_size, with_entropy=False)[0]
 
 
 def train_step(cfg, step, model, ref_model, optimizer, tokenizer, stream, eos_ids, sampler, select_gen, reward_fns,
@@ -293,12 +268,12 @@ def train_step(cfg, step, model, ref_model, optimizer, tokenizer, stream, eos_id
         metrics.update(skipped="no group with mixed rewards", time_rollout_s=t_rollout, time_train_s=0.0)
         return metrics, None
     n_groups, n_mixed, len_sum, n_answers = dist.all_reduce_sum(torch.tensor(
-        [len(batch.problems), int((batch.rewards.view(-1, cfg.group_size).std(1) > 0).sum()),
+        [len(batch.problems), int(gmts.mixed_groups(batch.rewards, cfg.group_size).sum()),
          int(batch.valid.sum()), batch.valid.shape[0]], dtype=torch.float64)).tolist()
     metrics.update(groups=int(n_groups), response_len_mean=len_sum / n_answers, mixed_groups=int(n_mixed))
 
     # 4-7. Score, select, masked loss, optimizer step.
-    metrics.update(update_policy(cfg, model, ref_model, optimizer, batch, select_gen, device)[0])
+    metrics.update(update_policy(cfg, model, ref_model, optimizer, batch, select_gen, device, step)[0])
 
     t_total = time.time() - t_start
     metrics.update(time_rollout_s=t_rollout, time_train_s=t_total - t_rollout,
@@ -313,24 +288,10 @@ def train_step(cfg, step, model, ref_model, optimizer, tokenizer, stream, eos_id
 # Setting up: config (and resume), seeds, model, optimizer, data.
 
 def setup(argv):
-    cfg = parse_config(argv)
-    resume_from, state = None, None
-    if cfg.resume:
-        resume_from = ckpt.find_checkpoint(cfg.resume)
-        state = ckpt.load_trainer_state(resume_from)
-        explicit = _explicit_flags(argv)
-        saved = dict(state["config"])
-        saved.update({k: getattr(cfg, k) for k in explicit})        # e.g. --steps to run longer
-        if "output_dir" not in explicit:
-            saved["output_dir"] = os.path.dirname(os.path.dirname(os.path.abspath(resume_from)))
-        saved["resume"] = cfg.resume
-        cfg = resolve(Config(**saved))
-    return cfg, resume_from, state
-
-
-def _explicit_flags(argv):
-    from gmts.config import build_parser
-    return set(vars(build_parser().parse_args(argv)).keys())
+    """(cfg, checkpoint to resume or None, its trainer state or None). Every flag, the checkpoint (the newest that
+    loads), the output folder and the model's context are checked here, before anything loads; a problem is one
+    line and exit status 2 (gmts/validate.py)."""
+    return prepare_training(argv)
 
 
 def main(argv=None):
@@ -357,7 +318,7 @@ def main(argv=None):
     else:
         tokenizer = load_tokenizer(resume_from)
     problems, prompt_ids, n_too_long = load_prompts(cfg, tokenizer)
-    reward_fns = {name: rewards.get_reward(name) for name in {p.reward for p in problems}}
+    reward_fns = {name: rewards.get_reward(name, trusted_only=cfg.code_trusted_only) for name in {p.reward for p in problems}}
     if cfg.eval_every:
         check_eval_data(cfg, tokenizer)
 
@@ -403,11 +364,10 @@ def main(argv=None):
         start_step = state["step"]
     if main_process:
         os.makedirs(run_dir, exist_ok=True)
-        for path in (metrics_path, samples_path):
-            if state is not None:            # drop lines logged after the checkpoint (a crash between the two)
-                ckpt.truncate_jsonl(path, start_step)
-            elif os.path.exists(path):       # a fresh run in an old directory starts fresh logs
-                os.remove(path)
+        # A fresh run found no run here (or --overwrite removed it: gmts/validate.py). A resumed one drops the lines
+        # logged after its checkpoint (a crash between the two) and any torn line.
+        for path in (metrics_path, samples_path) if state is not None else ():
+            ckpt.truncate_jsonl(path, start_step)
         ckpt.write_text_atomic(os.path.join(run_dir, "config.json"), json.dumps(to_dict(cfg), indent=2) + "\n")
         n_params = sum(p.numel() for p in model.parameters() if p.requires_grad)
         print(f"gmts: {cfg.model} ({n_params / 1e6:.1f}M trainable) on {device} {str(dtype).replace('torch.', '')}"
@@ -426,6 +386,13 @@ def main(argv=None):
         print(f"\ngmts: got signal {signum}; checkpointing after this step (again to stop now)", file=sys.stderr)
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, request_stop)
+    reporter = report.open(cfg if main_process else None)     # --report-to tensorboard | wandb (gmts/report.py)
+    eval_before = {}
+    if cfg.eval_before and start_step == 0:
+        eval_before = evaluate(cfg, model, tokenizer, eos_ids, device, main_process)
+        if main_process:
+            print(report.eval_line("before training", eval_before), flush=True)
+            reporter.log(0, eval_before)
 
     def save(step):
         # Every process's random state travels to the one that writes, so a resume continues each stream exactly.
@@ -451,19 +418,15 @@ def main(argv=None):
         metrics, samples = train_step(cfg, step, model, ref_model, optimizer, tokenizer, stream, eos_ids, sampler,
                                       select_gen, reward_fns, device)
         metrics["lr"] = lr
-        if cfg.eval_every and step % cfg.eval_every == 0:
-            if cfg.fsdp:      # every process holds a shard of every layer: all evaluate (identically), rank 0 logs
-                with dist.layers_gathered(model):
-                    metrics.update(run_eval(cfg, model, tokenizer, eos_ids, device))
-            elif main_process:
-                metrics.update(run_eval(cfg, model, tokenizer, eos_ids, device))
-            dist.barrier()
+        if cfg.eval_every and (step % cfg.eval_every == 0 or step == cfg.steps):
+            metrics.update(evaluate(cfg, model, tokenizer, eos_ids, device, main_process))
+        if step == start_step + 1 and eval_before:
+            metrics.update({"eval_before_" + k[len("eval_"):]: v for k, v in eval_before.items()})
         if main_process:
-            with open(metrics_path, "a") as fh:
-                fh.write(json.dumps(metrics) + "\n")
+            runlog.append_jsonl(metrics_path, [metrics])        # whole lines or none; a full disk is one line
             if samples:
-                with open(samples_path, "a") as fh:
-                    fh.writelines(json.dumps(s) + "\n" for s in samples)
+                runlog.append_jsonl(samples_path, samples)
+            reporter.log(step, metrics, samples)
         first = first or metrics
         last = metrics
         bar.set_postfix(reward=f"{metrics['reward_mean']:.3f}", acc=f"{metrics['accuracy']:.3f}",
@@ -485,6 +448,7 @@ def main(argv=None):
                 print(f"gmts: stopped by signal {signum} after step {step}; resume with --resume {run_dir}")
             sys.exit(128 + signum)
     bar.close()
+    reporter.close()
     if cfg.lora_rank and last_saved == cfg.steps and main_process:
         merged_dir = os.path.join(run_dir, "final-merged")        # plain weights for transformers / vLLM
         copy.deepcopy(model).merge_and_unload().save_pretrained(merged_dir, safe_serialization=True)
@@ -493,6 +457,23 @@ def main(argv=None):
         print(f"gmts: {cfg.steps - start_step} steps in {time.time() - t_run:.1f}s; reward {first['reward_mean']:.3f} -> "
               f"{last['reward_mean']:.3f}, accuracy {first['accuracy']:.3f} -> {last['accuracy']:.3f}; "
               f"checkpoint {ckpt.find_checkpoint(run_dir)}")
+        if eval_before:
+            print(report.eval_line("before training", eval_before))
+        if "eval_accuracy" in last:
+            print(report.eval_line(f"after step {last['step']}", last))
+
+
+def evaluate(cfg, model, tokenizer, eos_ids, device, main_process):
+    """run_eval where it must run: under FSDP every process (each holds a shard of every layer; all evaluate
+    identically), else rank 0 alone. Returns the eval_* metrics on rank 0, {} on the others."""
+    out = {}
+    if cfg.fsdp:
+        with dist.layers_gathered(model):
+            out = run_eval(cfg, model, tokenizer, eos_ids, device)
+    elif main_process:
+        out = run_eval(cfg, model, tokenizer, eos_ids, device)
+    dist.barrier()
+    return out if main_process else {}
 
 
 def run_eval(cfg, model, tokenizer, eos_ids, device):
@@ -505,7 +486,7 @@ def run_eval(cfg, model, tokenizer, eos_ids, device):
     result = evaluate_model(model, tokenizer, cfg.eval_data, limit=cfg.eval_limit, samples=cfg.eval_samples,
                             temperature=cfg.eval_temperature, max_new_tokens=cfg.max_new_tokens, seed=cfg.seed,
                             eos_ids=eos_ids, template=cfg.template or None, system_prompt=cfg.system_prompt,
-                            batch_size=batch_size, progress=False,
+                            batch_size=batch_size, progress=False, max_prompt_tokens=cfg.max_prompt_tokens,
                             task_options=json.loads(cfg.task_options) if cfg.task_options else None)
     model.train(was_training)
     return {"eval_accuracy": result["accuracy"], "eval_ci95": result["ci95"], "eval_data": cfg.eval_data}
@@ -517,7 +498,7 @@ def check_eval_data(cfg, tokenizer):
     for spec in split_data_arg(cfg.eval_data):
         try:
             load_benchmark(spec, tokenizer, limit=cfg.eval_limit, template=cfg.template or None,
-                           system_prompt=cfg.system_prompt,
+                           system_prompt=cfg.system_prompt, max_prompt_tokens=cfg.max_prompt_tokens,
                            task_options=json.loads(cfg.task_options) if cfg.task_options else None)
         except (FileNotFoundError, ValueError, KeyError, SystemExit) as err:
             raise SystemExit(f"error: --eval-data {spec!r}: {' '.join(str(err).split())}") from None

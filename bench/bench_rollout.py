@@ -16,7 +16,7 @@ same distribution (softmax(z / 1.0) over the whole vocabulary) but not the same 
 torch.multinomial, we draw one uniform per row per step and invert the CDF.
 
 Models: "qwen2-41m" = a random Qwen2 with Qwen2.5's vocabulary (151,936), hidden 256, 4 layers, intermediate 640,
-4 heads / 2 KV heads, tied embeddings: 41.7M parameters (the anchor in shared/BENCHMARKING.md). A random model never
+4 heads / 2 KV heads, tied embeddings: 41.7M parameters (bench/README.md, "Rollout"). A random model never
 stops early (worst case for dropping rows). A folder path (e.g. SmolLM2-135M-Instruct from bench/get_smollm2.py)
 is a real model that does stop.
 

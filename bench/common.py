@@ -1,4 +1,5 @@
-"""Bench helpers: one measurement per fresh subprocess, peak memory from VmHWM, medians (shared/BENCHMARKING.md).
+"""Bench helpers: one measurement per fresh subprocess, peak memory from VmHWM, medians (bench/README.md,
+"How to measure on a small shared CPU machine").
 
 Why a fresh process each time: the kernel's high-water mark (VmHWM) is per process, and a process that already held
 a big tensor keeps its pages (allocator caches) and its peak. `ru_maxrss` of a child carries the parent's value

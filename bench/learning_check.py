@@ -157,7 +157,7 @@ def train_cmd(args, model, arm, seed, lr, run_dir):
            "--group-size", str(args.group_size), "--micro-batch-size", str(args.micro_batch_size),
            "--max-new-tokens", str(args.max_new_tokens), "--temperature", str(args.temperature),
            "--system-prompt", args.system_prompt, "--save-every", "0", "--keep-checkpoints", "1",
-           "--log-samples", "2", "--output-dir", run_dir, "--device", "cpu", "--dtype", "float32",
+           "--log-samples", "2", "--output-dir", run_dir, "--overwrite", "--device", "cpu", "--dtype", "float32",
            "--gradient-checkpointing" if args.gradient_checkpointing else "--no-gradient-checkpointing"]
     if args.task_options:
         cmd += ["--task-options", args.task_options]

@@ -4,7 +4,7 @@ source: a built-in name (BUILTIN_SOURCES; see data/builtin.py for origins, data/
 task) or a path to a local .jsonl / .json (optionally .gz) / .parquet file.
 
 Local files: one problem per row. The question comes from `question_field` (default: the first of question,
-problem, prompt, input), the reference from `answer_field` (default: answer, final_answer, target, output; for
+problem, prompt, input; or a format over the row's fields, e.g. "{Body} {Question}"), the reference from `answer_field` (default: answer, final_answer, target, output; for
 code rows: tests / test, with entry_point, or cases). A row may set "domain" (math | code | choice), "reward"
 (gsm8k | math | choice | code), "choices" (a list; the answer is then a letter, an index or the choice's text),
 "id" and "starter_code". Without a domain a row is math with the gsm8k reward (last \\boxed{}, else last number).
@@ -95,13 +95,31 @@ def _first(row: dict, names, where: str, what: str, option: str):
                      f"pass {option}=<field name>")
 
 
+def _format_fields(fmt: str, row: dict, where: str) -> str:
+    """question_field = "{Body} {Question}": str.format over the row's fields (each a plain name; {{ }} for braces)."""
+    import string
+    try:
+        names = [name for _, name, _, _ in string.Formatter().parse(fmt) if name is not None]
+    except ValueError as e:
+        raise ValueError(f"question_field {fmt!r} is not a valid format ({e}); write fields as {{name}}") from None
+    for name in names:
+        if not name.isidentifier() and name not in row:
+            raise ValueError(f"question_field {fmt!r}: {{{name}}} is not a plain field name; write fields as {{name}}")
+        if row.get(name) is None:
+            raise ValueError(f"{where}: no field {name!r} for question_field {fmt!r} (fields: {sorted(row)})")
+    return fmt.format_map({name: row[name] for name in names})
+
+
 def _local_row(row, where, question_field, answer_field, domain, reward):
     domain = domain or row.get("domain") or ("code" if any(k in row for k in ("tests", "test", "cases"))
                                               else "choice" if "choices" in row else "math")
     if domain not in DOMAINS:
         raise ValueError(f"{where}: domain must be one of {sorted(DOMAINS)}, got {domain!r}")
-    question = _first(row, [question_field] if question_field else ["question", "problem", "prompt", "input"],
-                      where, "question", "question_field")
+    if question_field and "{" in question_field:     # a format over the row's fields, e.g. "{Body} {Question}"
+        question = _format_fields(question_field, row, where)
+    else:
+        question = _first(row, [question_field] if question_field else ["question", "problem", "prompt", "input"],
+                          where, "question", "question_field")
     if domain == "code" and not answer_field:
         tests = _first(row, ["tests", "test", "cases"], where, "tests", "answer_field")
         answer = {"cases": tests} if "cases" in row and "tests" not in row and "test" not in row else \
@@ -182,6 +200,12 @@ def load_problems(source: str, split: str = "train", *, limit: int | None = None
         question = str(row["question"])
         if not question.strip():
             raise ValueError(f"{where}: empty question")
+        for what, text in (("question", question), ("answer", row["answer"])):
+            try:                           # JSON can hold a lone surrogate ("\ud800"), which no tokenizer takes
+                str(text).encode("utf-8")
+            except UnicodeEncodeError as e:
+                raise ValueError(f"{where}: the {what} is not valid Unicode text (a lone surrogate "
+                                 f"{str(text)[e.start]!r} at character {e.start})") from None
         if row.get("choices"):
             question = templates.format_choices(question, row["choices"])
         messages, prompt = templates.build(question, row["domain"], template, system_prompt, row.get("starter_code"))

@@ -7,7 +7,6 @@ downloaded and a missing file is an error that names the file, where to put it a
 """
 import gzip
 import hashlib
-import io
 import json
 import os
 import urllib.request
@@ -70,10 +69,19 @@ def fetch(remote: RemoteFile) -> str:
     return path
 
 
-def _open_text(path: str):
-    if path.endswith(".gz"):
-        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8")
-    return open(path, encoding="utf-8")
+def _open_bytes(path: str):
+    return gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")
+
+
+def _decode(raw: bytes, path: str, lineno: int = 0) -> str:
+    """UTF-8 text, or a ValueError naming file:line and the byte (a Latin-1 file, say)."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = lineno or raw.count(b"\n", 0, e.start) + 1
+        column = e.start - (raw.rfind(b"\n", 0, e.start) + 1 if not lineno else 0) + 1
+        raise ValueError(f"{path}:{line}: not UTF-8 text (byte 0x{raw[e.start]:02x} at column {column}); "
+                         "save the file as UTF-8") from None
 
 
 def read_records(path: str) -> list[tuple[str, dict]]:
@@ -91,8 +99,9 @@ def read_records(path: str) -> list[tuple[str, dict]]:
         records = [(f"{path} row {i}", row) for i, row in enumerate(rows)]
     elif base.endswith(".jsonl"):
         records = []
-        with _open_text(path) as f:
-            for lineno, line in enumerate(f, 1):
+        with _open_bytes(path) as f:
+            for lineno, raw in enumerate(f, 1):
+                line = _decode(raw, path, lineno)
                 if not line.strip():
                     continue
                 try:
@@ -101,8 +110,8 @@ def read_records(path: str) -> list[tuple[str, dict]]:
                     raise ValueError(f"{path}:{lineno}: invalid JSON ({e.msg} at column {e.colno})") from None
                 records.append((f"{path}:{lineno}", row))
     elif base.endswith(".json"):
-        with _open_text(path) as f:
-            text = f.read()
+        with _open_bytes(path) as f:
+            text = _decode(f.read(), path)
         if not text.strip():
             raise ValueError(f"{path}: empty file, no problems")
         try:

@@ -1,9 +1,9 @@
-"""Stage 3 of the loop: group-relative advantages (METHOD.md, "One RLVR step"), and DAPO's length shaping of R.
+"""Stage 3 of the loop: group-relative advantages (gmts/METHOD.md, "One RLVR step"), and DAPO's length shaping of R.
 
     A_i = (R_i - mean(R_group)) / (std(R_group) + eps)
 
 Every token of answer i gets the same A_i. A group whose rewards are all equal carries no signal: its A is exactly
-0 (numerator 0), never NaN, whichever std option is used.
+0 for any reward values (tested with max == min, not left to float arithmetic), never NaN, whichever std option.
 """
 import torch
 
@@ -29,14 +29,24 @@ def group_advantages(rewards, group_size, *, std="unbiased", eps=1e-6):
         raise ValueError(f"rewards contain NaN/inf: {rewards.tolist()}")
     grouped = rewards.view(-1, group_size)                     # (Q, G)
     centred = grouped - grouped.mean(dim=1, keepdim=True)
+    # All-equal groups get A = 0 EXACTLY, whatever the values (gmts/METHOD.md, "Exactness notes"): a float mean of
+    # eight 0.3's is not exactly 0.3, and (0.3 - mean) / (std + eps) would give every answer |A| ~ 0.06 of noise.
+    all_equal = grouped.amax(dim=1, keepdim=True) == grouped.amin(dim=1, keepdim=True)
+    centred = centred.masked_fill(all_equal, 0.0)
     if std == "none":
         return centred.reshape(-1)
     spread = grouped.std(dim=1, keepdim=True, unbiased=(std == "unbiased"))
     return (centred / (spread + eps)).reshape(-1)
 
 
+def mixed_groups(rewards, group_size):
+    """(Q,) bool: groups whose rewards are not all equal, the only ones with a signal (max != min, exactly)."""
+    grouped = torch.as_tensor(rewards).view(-1, group_size)
+    return grouped.amax(dim=1) != grouped.amin(dim=1)
+
+
 def overlong_penalty(lengths, max_new_tokens, buffer, factor=1.0):
-    """DAPO's soft overlong punishment (METHOD.md, "One RLVR step": DAPO's optional overlong shaping), added to R.
+    """DAPO's soft overlong punishment (gmts/METHOD.md, "One RLVR step": DAPO's optional overlong shaping), added to R.
 
     lengths (N,) completion lengths in tokens. An answer no longer than max_new_tokens - buffer costs nothing; in
     the last `buffer` tokens the cost grows linearly to `factor` at the limit (so an answer cut at the limit pays

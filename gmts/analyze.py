@@ -10,14 +10,19 @@ For every prompt it samples a group of answers (gmts.rollout.sample), rewards th
     ||∇θ log π_θ(o_it)||        one backward pass per token (torch.autograd.grad with retain_graph, one forward per
                                 answer); θ = every parameter, or with --params last:K only the last K decoder layers,
                                 the final norm and the output head (for big models), or --params head
-    ||∇θ ℓ_it||                 ℓ_it = gmts.token_objective (METHOD.md's token objective with the trainer's settings).
+    ||∇θ ℓ_it||                 ℓ_it = gmts.token_objective (gmts/METHOD.md, "One RLVR step", with the trainer's settings).
                                 ℓ_it depends on θ only through log π_θ(o_it), so ∇θ ℓ_it = (dℓ_it/d log π) ∇θ log π:
                                 the scalar is taken by autograd through token_objective itself, and equals ω_it.
 
-What is measured (METHOD.md, "The gradient of one token"): the analysis runs at θ = θ_old (on-policy, one update per
+What is measured (gmts/METHOD.md, "The gradient of one token"): the analysis runs at θ = θ_old (on-policy, one update per
 batch: r = 1, nothing clips), so ω_it = A_i, plus with --beta > 0 and --ref-model the k3 KL term's part
 β(π_ref/π_θ - 1). Without --ref-model the reference is the model itself (the trainer's π_ref at step 0), where the KL
 term's gradient is exactly 0.
+
+Off-policy (--off-policy-steps K --mini-batch-size b, the trainer's mini-batch regime): before measuring, K AdamW
+steps (--lr) on the clipped loss of the first K mini-batches of b groups, each scored, selected (--selector, --ratio)
+and normalised at the θ it meets (off_policy_steps); then the other groups are measured at the moved θ against the
+rollout's log-probs: r ≠ 1, some clips are active, ω_it = r_it A_i I(r_it, A_i). β must be 0 there.
 
 And reports what the paper reports (JSON, see `summarize`):
   - per group: Pearson correlation of log E_it and log ||∇θ log π|| (Figure 3 left: within answers, entropy tracks
@@ -29,7 +34,6 @@ And reports what the paper reports (JSON, see `summarize`):
 Figures (if matplotlib is installed): Figure 2's three panels for two answers of one group with different
 advantages, and Figure 3's three panels over every group.
 """
-import argparse
 import json
 import math
 import os
@@ -38,11 +42,15 @@ import time
 
 import torch
 
-from .advantage import STD_MODES, group_advantages
+from .advantage import group_advantages
+from .config import Config, _Parser, add_config_flags, resolve
 from .head import causal_lm_hidden_and_head, token_logprobs_and_entropy
-from .loss import token_objective
-from .scores import token_omega, token_scores
+from .loss import loss_weights, policy_loss, relative_token_weight, token_objective
+from .plot import write_figures
+from .rollout import concat_rollouts, sample
+from .scores import clip_active, token_omega, token_scores
 from .selection import select_tokens
+from .stats import summarize
 
 # ----------------------------------------------------------------------------------------------------------------------
 # Which parameters θ the gradient is taken over.
@@ -141,12 +149,30 @@ def answer_token_gradients(model, prompt_ids, completion_ids, *, params, cut_bef
                 logp, entropy = token_logprobs_and_entropy(h.detach(), head_w, targets, head_bias=head_b,
                                                            temperature=temperature, chunk_size=chunk_size)
                 logit_grad = _logit_grad_norm(h.detach(), head_w, head_b, targets, temperature, chunk_size)
+            # The head's own part needs no backward: z = h Wᵀ + b, so ∇_W log p_t = (e - p) h_tᵀ / τ, a rank-one
+            # matrix of norm ||e - p|| ||h_t|| / τ, and ∇_b = (e - p) / τ. That holds when W gets its gradient only
+            # through the head: untied, or tied to an input embedding that lies below the cut (last:K, head). It
+            # spares a (V, H) gradient per token, most of the time for a small model with a large vocabulary.
+            analytic = id(head_w) in chosen and (cut_before is not None
+                                                 or model.get_input_embeddings().weight is not head_w)
+            head_sq = torch.zeros(n, dtype=torch.float64)
+            if analytic:
+                head_sq = logit_grad.double().pow(2) / temperature ** 2 * (
+                    h.detach().double().pow(2).sum(-1).cpu() + float(head_b is not None and id(head_b) in chosen))
+                w_t, b_t = head_w.detach(), None if head_b is None else head_b.detach()
+                rest = [p for p in params if p is not head_w and p is not head_b]
+            else:
+                w_t, b_t, rest = head_w, head_b, list(params)
             grad_norm = torch.zeros(n, dtype=torch.float64)
             for t in range(n):
-                lp_t, _ = token_logprobs_and_entropy(h[t:t + 1], head_w, targets[t:t + 1], head_bias=head_b,
-                                                     temperature=temperature, with_entropy=False)
-                grads = torch.autograd.grad(lp_t.sum(), params, retain_graph=t < n - 1, allow_unused=True)
-                grad_norm[t] = math.sqrt(sum(float(g.double().pow(2).sum()) for g in grads if g is not None))
+                sq = float(head_sq[t])
+                if rest and h.requires_grad:
+                    lp_t, _ = token_logprobs_and_entropy(h[t:t + 1], w_t, targets[t:t + 1], head_bias=b_t,
+                                                         temperature=temperature, with_entropy=False)
+                    grads = torch.autograd.grad(lp_t.sum(), rest, retain_graph=t < n - 1, allow_unused=True)
+                    sq += sum(float(torch.linalg.vector_norm(g, dtype=torch.float64)) ** 2 for g in grads
+                              if g is not None)
+                grad_norm[t] = math.sqrt(sq)
                 if progress is not None:
                     progress.update(1)
     finally:
@@ -160,15 +186,18 @@ def answer_token_gradients(model, prompt_ids, completion_ids, *, params, cut_bef
 
 @torch.no_grad()
 def _logit_grad_norm(h, weight, bias, targets, temperature, chunk_size):
-    """||e_i - p||_2 = sqrt((1 - p_i)^2 + Σ_{j≠i} p_j^2) = sqrt(1 - 2 p_i + Σ_j p_j^2), chunk by chunk."""
+    """||e_i - p||_2 = sqrt((1 - p_i)^2 + Σ_{j≠i} p_j^2), chunk by chunk, in float64. 1 - p_i is taken as
+    -expm1(log p_i) and p_i is left out of the sum rather than subtracted from it, so a confident token (p_i near 1,
+    ε near 0) keeps its relative precision instead of cancelling."""
     out = []
     for start in range(0, h.shape[0], chunk_size):
         z = h[start:start + chunk_size].to(weight.dtype) @ weight.t()
         if bias is not None:
             z = z + bias
-        p = torch.softmax(z.double() / temperature, dim=-1)
-        p_i = p.gather(1, targets[start:start + chunk_size, None]).squeeze(1)
-        out.append(torch.sqrt((1 - 2 * p_i + p.pow(2).sum(-1)).clamp(min=0)))
+        logp = torch.log_softmax(z.double() / temperature, dim=-1)
+        idx = targets[start:start + chunk_size, None]
+        others = logp.exp().scatter(1, idx, 0.0).pow(2).sum(-1)
+        out.append(torch.sqrt(torch.expm1(logp.gather(1, idx).squeeze(1)).pow(2) + others))
     return torch.cat(out)
 
 
@@ -207,18 +236,24 @@ def answer_ref_logp(ref_model, prompt_ids, completion_ids, *, temperature=1.0, c
 
 def analyze_groups(model, prompt_ids, rollout, rewards, *, params="all", adv_std="unbiased", eps_low=0.2,
                    eps_high=0.2, beta=0.0, ref_model=None, temperature=1.0, max_tokens_per_answer=None,
-                   chunk_size=1024, progress=True, texts=None, pieces=None):
+                   chunk_size=1024, progress=True, texts=None, pieces=None, old_logp=None, groups=None):
     """Per-answer records for a rollout (gmts.rollout.Rollout, Q prompts x G answers) and its rewards (N,).
 
+    old_logp: (N, T) log π_old of the sampled tokens (the rollout's logp) when θ has moved since sampling
+    (off_policy_steps); None when θ = θ_old: then r = 1 exactly. groups: the group indices to analyse (default all).
+
     Each record: group, answer, reward, advantage, n_tokens (analysed), length (full), and per-token lists:
-    logp, entropy, epsilon, logit_grad_norm, grad_logp_norm, omega (token_omega), objective_coef (dℓ/d log π),
-    grad_objective_norm = |objective_coef| · grad_logp_norm = ||∇θ ℓ_it||, and gmts_score = |E · ω|."""
+    logp, entropy, epsilon, logit_grad_norm, grad_logp_norm, ratio (r = π_θ/π_old), clip_active (1 - I(r, A)),
+    omega (token_omega), objective_coef (dℓ/d log π), grad_objective_norm = |objective_coef| · grad_logp_norm =
+    ||∇θ ℓ_it||, and gmts_score = |E · ω|."""
     group_size = rollout.group_size
     rewards = torch.as_tensor(rewards, dtype=torch.float32)
     advantages = group_advantages(rewards, group_size, std=adv_std)
     param_list, cut = analysis_parameters(model, params)
     lengths = rollout.valid_mask.sum(1).tolist()
-    n_total = sum(min(L, max_tokens_per_answer or L) for L in lengths)
+    groups = range(len(rollout.prompt_ids)) if groups is None else groups
+    answers = [q * group_size + j for q in groups for j in range(group_size)]
+    n_total = sum(min(lengths[i], max_tokens_per_answer or lengths[i]) for i in answers)
     bar = None
     if progress:
         from tqdm import tqdm
@@ -228,7 +263,7 @@ def analyze_groups(model, prompt_ids, rollout, rewards, *, params="all", adv_std
     model.eval()                                   # no dropout: the gradient of one token must be deterministic
     records = []
     try:
-        for i in range(rollout.completion_ids.shape[0]):
+        for i in answers:
             q = i // group_size
             tokens = rollout.completion_ids[i][rollout.valid_mask[i]].tolist()
             out = answer_token_gradients(model, prompt_ids[q], tokens, params=param_list, cut_before=cut,
@@ -241,11 +276,13 @@ def analyze_groups(model, prompt_ids, rollout, rewards, *, params="all", adv_std
                             answer_ref_logp(ref_model, prompt_ids[q], tokens, temperature=temperature,
                                             chunk_size=chunk_size, max_tokens=max_tokens_per_answer))
             adv = float(advantages[i])
+            old = out["logp"] if old_logp is None else old_logp[i][rollout.valid_mask[i]][:n].double().cpu()
             coef = objective_coefficient(out["logp"], adv, eps_low=eps_low, eps_high=eps_high, beta=beta,
-                                         ref_logp=ref_logp)
-            omega = token_omega(out["logp"][None], out["logp"][None], torch.tensor([adv], dtype=torch.float64),
-                                eps_low=eps_low, eps_high=eps_high, beta=beta,
+                                         ref_logp=ref_logp, old_logp=old)
+            adv_t = torch.tensor([adv], dtype=torch.float64)
+            omega = token_omega(out["logp"][None], old[None], adv_t, eps_low=eps_low, eps_high=eps_high, beta=beta,
                                 ref_logp=None if ref_logp is None else ref_logp[None])[0]
+            ratio = torch.exp(out["logp"] - old)
             rec = {"group": q, "answer": i, "reward": float(rewards[i]), "advantage": adv, "n_tokens": n,
                    "length": int(lengths[i]), "finished": bool(rollout.finished[i])}
             if texts is not None:
@@ -255,6 +292,8 @@ def analyze_groups(model, prompt_ids, rollout, rewards, *, params="all", adv_std
             rec["token_ids"] = tokens[:n]
             rec.update({k: v.tolist() for k, v in out.items()})
             rec["epsilon"] = (1 - out["logp"].exp()).tolist()
+            rec["ratio"] = ratio.tolist()
+            rec["clip_active"] = clip_active(ratio[None], adv_t, eps_low, eps_high)[0].tolist()
             rec["omega"] = omega.tolist()
             rec["objective_coef"] = coef.tolist()
             rec["grad_objective_norm"] = (coef.abs() * out["grad_logp_norm"]).tolist()
@@ -268,306 +307,148 @@ def analyze_groups(model, prompt_ids, rollout, rewards, *, params="all", adv_std
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# Statistics (no scipy needed).
+# Off-policy: move θ away from the policy that sampled, as the trainer's later mini-batches find it.
 
-def pearson(x, y):
-    """Pearson correlation of two 1-D sequences; None when fewer than 3 points or either is constant."""
-    x, y = torch.as_tensor(x, dtype=torch.float64), torch.as_tensor(y, dtype=torch.float64)
-    if x.numel() != y.numel():
-        raise ValueError(f"pearson: {x.numel()} != {y.numel()} values")
-    if x.numel() < 3:
-        return None
-    x, y = x - x.mean(), y - y.mean()
-    denom = math.sqrt(float((x * x).sum()) * float((y * y).sum()))
-    if denom == 0 or not math.isfinite(denom):
-        return None
-    return float((x * y).sum()) / denom
+def off_policy_steps(model, rollout, advantages, mini_batches, optimizer, *, eps_low=0.2, eps_high=0.2,
+                     selector="none", ratio=1.0, loss_norm="selected", temperature=1.0, chunk_size=1024,
+                     max_grad_norm=1.0, generator=None):
+    """One optimizer step per mini-batch of whole groups (gmts/METHOD.md, "Several optimizer steps per rollout batch"):
+    each is scored at the CURRENT θ (log π_θ, E, r = π_θ/π_old against the rollout's log-probs, ω), selected
+    (`selector`, exact top-ρ of that mini-batch) and normalised on its own, and trained on the clipped policy loss
+    (gmts.policy_loss, β = 0). After the steps the analysis measures other groups of the same rollout at the moved θ:
+    there r ≠ 1 and some clips are active, the regime where ω carries r and I.
 
-
-def ranks(x):
-    """Ranks 1..n with ties given their average rank (what Spearman's correlation needs)."""
-    x = torch.as_tensor(x, dtype=torch.float64)
-    order = torch.argsort(x, stable=True)
-    sorted_x = x[order]
-    r = torch.empty_like(x)
-    start, n = 0, x.numel()
-    while start < n:
-        end = start
-        while end + 1 < n and sorted_x[end + 1] == sorted_x[start]:
-            end += 1
-        r[order[start:end + 1]] = (start + end) / 2 + 1
-        start = end + 1
-    return r
-
-
-def spearman(x, y):
-    """Spearman rank correlation (Pearson of the tie-averaged ranks); None when undefined."""
-    x, y = torch.as_tensor(x, dtype=torch.float64), torch.as_tensor(y, dtype=torch.float64)
-    if x.numel() != y.numel():
-        raise ValueError(f"spearman: {x.numel()} != {y.numel()} values")
-    return pearson(ranks(x), ranks(y)) if x.numel() >= 3 else None
-
-
-def _describe(values):
-    vals = [v for v in values if v is not None]
-    if not vals:
-        return {"n": 0, "mean": None, "median": None, "min": None, "max": None}
-    t = torch.tensor(vals, dtype=torch.float64)
-    return {"n": len(vals), "mean": float(t.mean()), "median": float(t.median()), "min": float(t.min()),
-            "max": float(t.max())}
-
-
-def _padded(records, key):
-    width = max(r["n_tokens"] for r in records)
-    out = torch.zeros(len(records), width, dtype=torch.float64)
-    valid = torch.zeros(len(records), width, dtype=torch.bool)
-    for i, r in enumerate(records):
-        out[i, :r["n_tokens"]] = torch.tensor(r[key], dtype=torch.float64)
-        valid[i, :r["n_tokens"]] = True
-    return out, valid
-
-
-def top_recall(records, ratio=0.2):
-    """Of the top-ρ tokens by TRUE gradient norm ||∇θ ℓ|| (batch-wide, exact top-k), the share that ETS (entropy) and
-    GMTS (|E·ω|) would select with the same budget. None when no token has a gradient (every advantage 0)."""
-    true, valid = _padded(records, "grad_objective_norm")
-    if not (true[valid] > 0).any():
-        return {"ets": None, "gmts": None, "random_expected": ratio}
-    entropy, _ = _padded(records, "entropy")
-    gscore, _ = _padded(records, "gmts_score")
-    target = select_tokens(true, valid, ratio)
-    k = int(target.sum())
-    return {"ets": float((select_tokens(token_scores("ets", entropy), valid, ratio) & target).sum()) / k,
-            "gmts": float((select_tokens(gscore, valid, ratio) & target).sum()) / k,
-            "random_expected": ratio}
-
-
-def epsilon_distribution(records, bins=20):
-    eps = torch.tensor([e for r in records for e in r["epsilon"]], dtype=torch.float64)
-    if eps.numel() == 0:
-        return {"n": 0}
-    qs = [0.1, 0.25, 0.5, 0.75, 0.9]
-    counts = torch.histc(eps.clamp(0, 1), bins=bins, min=0.0, max=1.0)
-    return {"n": int(eps.numel()), "mean": float(eps.mean()),
-            "quantiles": {str(q): float(torch.quantile(eps, q)) for q in qs},
-            "share_below_0.1": float((eps < 0.1).double().mean()), "share_below_0.01": float((eps < 0.01).double().mean()),
-            "histogram": {"edges": torch.linspace(0, 1, bins + 1).tolist(), "counts": [int(c) for c in counts]}}
-
-
-def _log_pairs(x, y, floor=1e-30):
-    """log x, log y where both are > floor (entropy 0 or a zero gradient has no logarithm)."""
-    x, y = torch.as_tensor(x, dtype=torch.float64), torch.as_tensor(y, dtype=torch.float64)
-    keep = (x > floor) & (y > floor)
-    return x[keep].log(), y[keep].log()
-
-
-def summarize(records, ratio=0.2):
-    """The numbers the paper reports (Figure 3), per group and over all groups."""
-    groups = []
-    for g in sorted({r["group"] for r in records}):
-        rows = [r for r in records if r["group"] == g]
-        ent = [e for r in rows for e in r["entropy"]]
-        glp = [v for r in rows for v in r["grad_logp_norm"]]
-        gobj = [v for r in rows for v in r["grad_objective_norm"]]
-        score = [v for r in rows for v in r["gmts_score"]]
-        has_gradient = any(v > 0 for v in gobj)
-        groups.append({
-            "group": g, "rewards": [r["reward"] for r in rows], "advantages": [r["advantage"] for r in rows],
-            "n_tokens": len(ent),
-            "pearson_logE_loggrad": pearson(*_log_pairs(ent, glp)),
-            # Across answers: undefined when every advantage is 0 (all-equal rewards: no token has a gradient).
-            "spearman_gmts_grad": spearman(score, gobj) if has_gradient else None,
-            "spearman_entropy_grad": spearman(ent, gobj) if has_gradient else None,
-        })
-    within = [pearson(*_log_pairs(r["entropy"], r["grad_logp_norm"])) for r in records]
-    return {
-        "groups": groups,
-        "pearson_logE_loggrad": _describe([g["pearson_logE_loggrad"] for g in groups]),
-        "pearson_logE_loggrad_within_answer": _describe(within),
-        "spearman_gmts_grad": _describe([g["spearman_gmts_grad"] for g in groups]),
-        "spearman_entropy_grad": _describe([g["spearman_entropy_grad"] for g in groups]),
-        "groups_without_gradient": sum(g["spearman_gmts_grad"] is None for g in groups),
-        "top_recall": top_recall(records, ratio),
-        "ratio": ratio,
-        "epsilon": epsilon_distribution(records),
-    }
-
-
-# ----------------------------------------------------------------------------------------------------------------------
-# Figures (matplotlib optional).
-
-def _pick_pair(records):
-    """Two answers of one group with different advantages (Figure 2): the first mixed group's extremes."""
-    for g in sorted({r["group"] for r in records}):
-        rows = [r for r in records if r["group"] == g]
-        hi, lo = max(rows, key=lambda r: r["advantage"]), min(rows, key=lambda r: r["advantage"])
-        if hi["advantage"] != lo["advantage"]:
-            return hi, lo
-    return records[0], records[min(1, len(records) - 1)]
-
-
-def plot_figure2(result, path, ratio=None):
-    """Figure 2: two answers with different advantages. Left: E vs ||∇ log π|| (log-log). Middle: E vs the true
-    ||∇ℓ||. Right: the distributions of ||∇ℓ|| with each answer's top-ρ boundary (its (1-ρ) quantile)."""
-    from matplotlib.ticker import NullFormatter
-    from matplotlib.figure import Figure      # no pyplot: no GUI backend needed, and a notebook's backend is untouched
-    ratio = ratio if ratio is not None else result.get("summary", {}).get("ratio", 0.2)
-    pair = _pick_pair(result["answers"])
-    fig = Figure(figsize=(15, 4.2))
-    axes = fig.subplots(1, 3)
-    colors = ["tab:green", "tab:red"]
-    for rec, color in zip(pair, colors):
-        label = f"answer {rec['answer']} (A = {rec['advantage']:+.2f})"
-        e = torch.tensor(rec["entropy"])
-        for ax, key in ((axes[0], "grad_logp_norm"), (axes[1], "grad_objective_norm")):
-            y = torch.tensor(rec[key])
-            keep = (e > 0) & (y > 0)
-            ax.scatter(e[keep], y[keep], s=12, alpha=0.7, color=color, label=label)
-        g = torch.tensor(rec["grad_objective_norm"])
-        g = g[g > 0]
-        if g.numel():
-            axes[2].hist(g.log10(), bins=20, alpha=0.5, color=color, label=label)
-            axes[2].axvline(float(torch.quantile(g, 1 - ratio).log10()), color=color, linestyle="--")
-    for ax, ylabel in ((axes[0], "||∇θ log π(o_t)||"), (axes[1], "||∇θ ℓ_t|| (true gradient)")):
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.xaxis.set_minor_formatter(NullFormatter())   # narrow ranges: no clutter of labels
-        ax.yaxis.set_minor_formatter(NullFormatter())
-        ax.set_xlabel("entropy E_t")
-        ax.set_ylabel(ylabel)
-        ax.legend(fontsize=8)
-    axes[0].set_title("within an answer, entropy tracks the gradient")
-    axes[1].set_title("across answers, the advantage scales it")
-    axes[2].set_xlabel("log10 ||∇θ ℓ_t||")
-    axes[2].set_ylabel("tokens")
-    axes[2].set_title(f"true gradient norms, dashed: top-{ratio:.0%} boundary")
-    if axes[2].has_data():
-        axes[2].legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    return path
-
-
-def plot_figure3(result, path):
-    """Figure 3: per group, Pearson(log E, log ||∇ log π||) (left) and Spearman of |E·ω| and of E with ||∇ℓ||
-    (middle); the distribution of ε = 1 - p(sampled token) (right)."""
-    from matplotlib.figure import Figure
-    summary = result["summary"]
-    groups = summary["groups"]
-    fig = Figure(figsize=(15, 4.2))
-    axes = fig.subplots(1, 3)
-    xs = list(range(len(groups)))
-    pear = [g["pearson_logE_loggrad"] for g in groups]
-    axes[0].bar([x for x, v in zip(xs, pear) if v is not None], [v for v in pear if v is not None], color="tab:blue")
-    axes[0].set_ylim(-1, 1)
-    axes[0].set_xlabel("question (group)")
-    axes[0].set_ylabel("Pearson r")
-    axes[0].set_title("log E vs log ||∇θ log π||, per group")
-    width = 0.4
-    for offset, key, color, label in ((-width / 2, "spearman_gmts_grad", "tab:orange", "GMTS |E·ω|"),
-                                      (width / 2, "spearman_entropy_grad", "tab:gray", "entropy E")):
-        vals = [g[key] for g in groups]
-        axes[1].bar([x + offset for x, v in zip(xs, vals) if v is not None], [v for v in vals if v is not None],
-                    width=width, color=color, label=label)
-    axes[1].set_ylim(-1, 1)
-    axes[1].set_xlabel("question (group)")
-    axes[1].set_ylabel("Spearman ρ with ||∇θ ℓ||")
-    axes[1].set_title("which score ranks tokens by their true gradient")
-    axes[1].legend(fontsize=8)
-    hist = summary["epsilon"].get("histogram")
-    if hist:
-        edges, counts = hist["edges"], hist["counts"]
-        axes[2].bar(edges[:-1], counts, width=[b - a for a, b in zip(edges[:-1], edges[1:])], align="edge",
-                    color="tab:purple")
-    axes[2].set_xlabel("ε = 1 - p(sampled token)")
-    axes[2].set_ylabel("tokens")
-    axes[2].set_title("ε distribution (Prop. 3.1: log G / log E -> 1 as ε -> 0)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    return path
-
-
-def write_figures(result, output):
-    """<output stem>_fig2.png and _fig3.png next to the JSON; [] (and a note) if matplotlib is not installed."""
+    mini_batches: lists of group (prompt) indices of `rollout`; advantages: (N,) per answer. Returns one dict per
+    step: the loss, the gradient norm before clipping, and the mini-batch's clip-active share and mean |r - 1| at
+    the moment it was scored."""
+    from .policy import completion_logprobs
+    device = next(model.parameters()).device
+    G = rollout.group_size
+    adv_all = torch.as_tensor(advantages, dtype=torch.float32)
+    params = [p for p in model.parameters() if p.requires_grad]
+    was_training = model.training
+    model.eval()                            # no dropout: the steps and the measurement see the same function
+    log = []
     try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        print("gmts.analyze: matplotlib not installed, no figures (pip install matplotlib)", file=sys.stderr)
-        return []
-    stem = os.path.splitext(output)[0]
-    return [plot_figure2(result, stem + "_fig2.png"), plot_figure3(result, stem + "_fig3.png")]
+        for groups in mini_batches:
+            rows = torch.tensor([q * G + j for q in groups for j in range(G)], dtype=torch.long)
+            prompts = [rollout.prompt_ids[q] for q in groups]
+            ids, valid = rollout.completion_ids[rows].to(device), rollout.valid_mask[rows].to(device)
+            old, adv = rollout.logp[rows].to(device), adv_all[rows].to(device)
+            passes = dict(group_size=G, temperature=temperature, chunk_size=chunk_size)
+            with torch.no_grad():
+                logp_now, entropy = completion_logprobs(model, prompts, ids, valid, with_entropy=True, **passes)
+            omega = token_omega(logp_now, old, adv, eps_low=eps_low, eps_high=eps_high)
+            scores = token_scores(selector, entropy, omega, weight=relative_token_weight(valid, loss_norm),
+                                  generator=generator)
+            weights = loss_weights(valid, select_tokens(scores, valid, ratio), loss_norm)
+            r = torch.exp(logp_now - old)[valid]
+            optimizer.zero_grad(set_to_none=True)
+            loss = 0.0
+            for k, prompt in enumerate(prompts):      # one group per backward: the weights hold the normaliser
+                part = slice(k * G, (k + 1) * G)
+                logp, _ = completion_logprobs(model, [prompt], ids[part], valid[part], **passes)
+                part_loss = policy_loss(logp, old[part], adv[part], weights[part], eps_low=eps_low, eps_high=eps_high)
+                part_loss.backward()
+                loss += float(part_loss.detach())
+            grad_norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm if max_grad_norm > 0 else float("inf"))
+            optimizer.step()
+            log.append({"groups": list(groups), "loss": loss, "grad_norm": float(grad_norm),
+                        "clip_active_share": float(clip_active(torch.exp(logp_now - old), adv, eps_low,
+                                                               eps_high)[valid].float().mean()),
+                        "ratio_abs_dev_mean": float((r - 1).abs().mean())})
+    finally:
+        optimizer.zero_grad(set_to_none=True)
+        model.train(was_training)
+    return log
+
+
+def off_policy_split(n_groups, mini_batch_size, steps):
+    """(mini-batches to step on, groups to measure): the first `steps` mini-batches of `mini_batch_size` groups in
+    rollout order, and every group after them."""
+    if steps < 0 or mini_batch_size < 1 or steps * mini_batch_size >= n_groups:
+        raise ValueError(f"--off-policy-steps {steps} x --mini-batch-size {mini_batch_size} must leave groups to "
+                         f"measure out of {n_groups}")
+    trained = [list(range(s * mini_batch_size, (s + 1) * mini_batch_size)) for s in range(steps)]
+    return trained, list(range(steps * mini_batch_size, n_groups))
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# Command line.
+# Command line: the flags the analysis shares with train.py are generated from gmts.config's Config.
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+SHARED_FLAGS = ("model", "tokenizer", "dtype", "device", "chunk_size", "data", "split", "question_field",
+                "answer_field", "template", "system_prompt", "task_options", "max_prompt_tokens", "group_size",
+                "max_new_tokens", "temperature", "eps_low", "eps_high", "beta", "adv_std", "selector", "ratio",
+                "loss_norm", "mini_batch_size", "lr", "weight_decay", "adam_beta1", "adam_beta2", "max_grad_norm",
+                "seed")
+# Where the analysis's defaults differ from the trainer's (eps_high: no --algo here, so GRPO's symmetric 0.2).
+DEFAULTS = dict(model=None, group_size=16, eps_high=0.2)
+HELPS = {
+    "model": "hub id or local folder (required)", "split": "split of --data",
+    "eps_low": "ε1 (inactive on-policy: r = 1)", "eps_high": "ε2 (inactive on-policy: r = 1)",
+    "beta": "k3 KL weight in ℓ (its gradient is 0 unless --ref-model differs from --model)",
+    "ratio": "ρ: the top-ρ recall's budget and the figures' boundary; the off-policy steps' selection ratio",
+    "selector": "selector of the off-policy steps' loss (none | ets | gmts | random); the measurement scores both",
+    "loss_norm": "normaliser of the off-policy steps' loss",
+    "mini_batch_size": "prompts per off-policy optimizer step (with --off-policy-steps; 0 = 1)",
+    "lr": "AdamW learning rate of the off-policy steps", "max_grad_norm": "clip the off-policy steps' gradient norm",
+    "seed": "seeds sampling (and the random selector)",
+}
 
 
 def build_parser():
-    p = _Parser(prog="python -m gmts.analyze", description=__doc__.split("\n\n")[0],
-                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--model", required=True, help="hub id or local folder")
-    p.add_argument("--tokenizer", default="", help="tokenizer (default: --model)")
-    p.add_argument("--data", default="gsm8k", help="built-in source name or a local .jsonl/.json file")
-    p.add_argument("--split", default="train", help="split of --data")
-    p.add_argument("--question-field", default="", help="column holding the question in a local file")
-    p.add_argument("--answer-field", default="", help="column holding the reference answer in a local file")
-    p.add_argument("--template", default="", help="prompt template (default: the source's own)")
-    p.add_argument("--system-prompt", default=None, help="override the template's system prompt ('' = none)")
-    p.add_argument("--task-options", default="", help="JSON options for the task, as in train.py")
-    p.add_argument("--prompts", type=int, default=10, help="questions (the first N of --data); one group each")
-    p.add_argument("--group-size", type=int, default=16, help="answers sampled per question (G)")
-    p.add_argument("--max-new-tokens", type=int, default=256, help="completion length limit")
-    p.add_argument("--max-prompt-tokens", type=int, default=1024, help="longer prompts are skipped")
-    p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature τ; the policy is softmax(z/τ)")
-    p.add_argument("--seed", type=int, default=0, help="seeds sampling")
-    p.add_argument("--dtype", default="auto", help="auto (bf16 on GPU, float32 on CPU) | float32 | bfloat16 | float16")
-    p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:1 ...")
-    p.add_argument("--params", default="all", help="θ for the gradient norms: all | head | last:K (last K layers + "
-                                                   "final norm + head; for big models)")
-    p.add_argument("--max-tokens-per-answer", type=int, default=0, help="analyse only each answer's first N tokens "
-                                                                        "(0 = all)")
-    p.add_argument("--adv-std", default="unbiased", help="advantage std: unbiased | biased | none (as train.py)")
-    p.add_argument("--eps-low", type=float, default=0.2, help="ε1 (inactive on-policy: r = 1)")
-    p.add_argument("--eps-high", type=float, default=0.2, help="ε2 (inactive on-policy: r = 1)")
-    p.add_argument("--beta", type=float, default=0.0, help="k3 KL weight in ℓ (its gradient is 0 unless --ref-model "
-                                                           "differs from --model)")
+    p = _Parser(prog="python -m gmts.analyze", description=__doc__.split("\n\n")[0])
+    add_config_flags(p, SHARED_FLAGS, defaults=DEFAULTS, helps=HELPS)
     p.add_argument("--ref-model", default="", help="reference policy π_ref for --beta (default: --model itself)")
-    p.add_argument("--ratio", type=float, default=0.2, help="ρ for the top-ρ recall and the figures' boundary")
-    p.add_argument("--chunk-size", type=int, default=1024, help="tokens per chunk in the output head")
-    p.add_argument("--output", default="analysis.json", help="JSON path; figures go next to it (_fig2/_fig3.png)")
+    p.add_argument("--prompts", type=int, default=10, help="questions (the first N of --data); one group each "
+                                                           "(default: %(default)s)")
+    p.add_argument("--params", default="all", help="θ for the gradient norms: all | head | last:K (last K layers + "
+                                                   "final norm + head; for big models) (default: %(default)s)")
+    p.add_argument("--max-tokens-per-answer", type=int, default=0, help="analyse only each answer's first N tokens "
+                                                                        "(0 = all) (default: %(default)s)")
+    p.add_argument("--off-policy-steps", type=int, default=0,
+                   help="before measuring, take this many AdamW steps (--lr) on the clipped loss of the first "
+                        "--mini-batch-size x K groups, one mini-batch each, then measure the other groups: r != 1 and "
+                        "some clips active (0 = on-policy, every group measured at θ_old) (default: %(default)s)")
+    p.add_argument("--output", default="analysis.json", help="JSON path; figures go next to it (_fig2/_fig3.png) "
+                                                             "(default: %(default)s)")
+    p.add_argument("--dpi", type=int, default=110, help="figure resolution (default: %(default)s)")
     p.add_argument("--no-plots", action="store_true", help="write the JSON only")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
 
 
+def analysis_config(args):
+    """The trainer's Config for the shared flags (the rollout batch = --prompts prompts), validated by the same
+    gmts.config.resolve, so a bad value gets the trainer's message. --mini-batch-size is checked by
+    off_policy_split instead: here it need not divide --prompts (the groups left over are the measured ones)."""
+    shared = {name: getattr(args, name) for name in SHARED_FLAGS if name != "mini_batch_size"}  # checked apart:
+    return resolve(Config(**shared, prompts_per_step=args.prompts, micro_batch_size=args.prompts * args.group_size))
+
+
 def _check_args(p, args):
-    for name in ("prompts", "max_new_tokens", "chunk_size", "max_prompt_tokens"):
+    if not args.model:
+        p.error("--model is required (hub id or local folder)")
+    for name in ("prompts", "max_prompt_tokens", "dpi"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
-    if args.group_size < 2:
-        p.error(f"--group-size must be >= 2 (a group of one answer has no baseline), got {args.group_size}")
     if args.max_tokens_per_answer < 0:
         p.error(f"--max-tokens-per-answer must be >= 0, got {args.max_tokens_per_answer}")
-    if args.temperature <= 0:
-        p.error(f"--temperature must be > 0, got {args.temperature}")
-    if not 0 < args.ratio <= 1:
-        p.error(f"--ratio must be in (0, 1], got {args.ratio}")
-    if args.adv_std not in STD_MODES:
-        p.error(f"--adv-std must be one of {STD_MODES}, got {args.adv_std!r}")
     if args.beta < 0:
         p.error(f"--beta must be >= 0, got {args.beta}")
     if not (args.params in ("all", "head") or args.params.startswith("last:")):
         p.error(f"--params must be all, head or last:K (e.g. last:2), got {args.params!r}")
-    if args.task_options:
+    if args.off_policy_steps:
+        if args.beta > 0:
+            p.error(f"--off-policy-steps trains on the clipped loss without the KL term: use --beta 0, got {args.beta}")
         try:
-            if not isinstance(json.loads(args.task_options), dict):
-                raise ValueError
-        except ValueError:
-            p.error(f"--task-options must be a JSON object, got {args.task_options!r}")
+            off_policy_split(args.prompts, args.mini_batch_size or 1, args.off_policy_steps)
+        except ValueError as err:
+            p.error(f"{err} (--prompts)")
+    try:
+        args.eps_high = analysis_config(args).eps_high
+    except ValueError as err:
+        p.error(str(err))
 
 
 def load_prompt_ids(args, tokenizer):
@@ -582,10 +463,10 @@ def load_prompt_ids(args, tokenizer):
 
 
 def run(args):
-    """Sample, reward, analyse, summarise: the result dict that main() writes as JSON."""
+    """Sample, reward, (optionally step off-policy), analyse, summarise: the result dict that main() writes as JSON."""
     import rewards as reward_lib
+    from .optim import build_optimizer
     from .policy import end_of_sequence_ids, load_model, load_tokenizer, resolve_device, resolve_dtype
-    from .rollout import sample
 
     device = resolve_device(args.device)
     dtype = resolve_dtype(args.dtype, device)
@@ -610,41 +491,52 @@ def run(args):
             all_rewards.append(reward_fns[problem.reward](texts[-1], problem.answer))
         roll_parts.append(roll)
     t_sample = time.time() - t0
-    rollout = _concat_rollouts(roll_parts, tokenizer.pad_token_id)
+    rollout = concat_rollouts(roll_parts, tokenizer.pad_token_id)
+
+    steps_log, measured, old_logp = [], None, None
+    if args.off_policy_steps:
+        cfg = analysis_config(args)
+        trained, measured = off_policy_split(len(problems), args.mini_batch_size or 1, args.off_policy_steps)
+        advantages = group_advantages(torch.tensor(all_rewards, dtype=torch.float32), G, std=args.adv_std)
+        steps_log = off_policy_steps(model, rollout, advantages, trained, build_optimizer(model, cfg),
+                                     eps_low=args.eps_low, eps_high=args.eps_high, selector=args.selector,
+                                     ratio=args.ratio, loss_norm=args.loss_norm, temperature=args.temperature,
+                                     chunk_size=args.chunk_size, max_grad_norm=args.max_grad_norm,
+                                     generator=torch.Generator().manual_seed(args.seed))
+        old_logp = rollout.logp                          # π_old: the policy that sampled, before the steps
+    t_steps = time.time() - t0 - t_sample
+
     params, _ = analysis_parameters(model, args.params)
     records = analyze_groups(model, prompt_ids, rollout, all_rewards, params=args.params, adv_std=args.adv_std,
                              eps_low=args.eps_low, eps_high=args.eps_high, beta=args.beta, ref_model=ref_model,
                              temperature=args.temperature, max_tokens_per_answer=args.max_tokens_per_answer or None,
-                             chunk_size=args.chunk_size, progress=not args.no_progress, texts=texts, pieces=pieces)
+                             chunk_size=args.chunk_size, progress=not args.no_progress, texts=texts, pieces=pieces,
+                             old_logp=old_logp, groups=measured)
     summary = summarize(records, args.ratio)
-    for g, problem in zip(summary["groups"], problems):
-        g["problem"] = problem.id
+    for g in summary["groups"]:
+        g["problem"] = problems[g["group"]].id
     return {
         "config": vars(args),
         "device": str(device), "dtype": str(dtype).replace("torch.", ""),
         "params": args.params, "n_params": sum(p.numel() for p in params),
-        "objective": ("on-policy: gradients at θ = θ_old, so r = 1 and no clip is active; ∇θ ℓ_it = ω_it ∇θ log π "
-                      f"with ω_it = A_i" + (f" + β(π_ref/π - 1), β = {args.beta}" if args.beta > 0 else "")
-                      + (" (π_ref = the model itself: the KL gradient is 0)" if args.beta > 0 and not args.ref_model
-                         else "")),
-        "time_sample_s": t_sample, "time_gradients_s": time.time() - t0 - t_sample,
+        "objective": _objective_text(args),
+        "off_policy_steps": steps_log,
+        "time_sample_s": t_sample, "time_off_policy_steps_s": t_steps,
+        "time_gradients_s": time.time() - t0 - t_sample - t_steps,
         "summary": summary,
         "answers": records,
     }
 
 
-def _concat_rollouts(parts, pad_id):
-    from .rollout import Rollout
-    width = max(r.completion_ids.shape[1] for r in parts)
-
-    def pad(t, value):
-        return torch.nn.functional.pad(t, (0, width - t.shape[1]), value=value)
-    return Rollout(prompt_ids=sum((r.prompt_ids for r in parts), []),
-                   completion_ids=torch.cat([pad(r.completion_ids, pad_id) for r in parts]).cpu(),
-                   valid_mask=torch.cat([pad(r.valid_mask, False) for r in parts]).cpu(),
-                   logp=torch.cat([pad(r.logp, 0.0) for r in parts]).cpu(),
-                   entropy=torch.cat([pad(r.entropy, 0.0) for r in parts]).cpu(),
-                   finished=torch.cat([r.finished for r in parts]).cpu(), group_size=parts[0].group_size)
+def _objective_text(args):
+    if args.off_policy_steps:
+        return (f"off-policy: gradients at θ after {args.off_policy_steps} AdamW step(s) (lr {args.lr:g}) on the "
+                f"first {args.off_policy_steps} mini-batch(es) of {args.mini_batch_size or 1} group(s) of the same "
+                "rollout; the other groups are measured, with r = π_θ/π_old against the rollout's log-probs: "
+                "∇θ ℓ_it = ω_it ∇θ log π with ω_it = r_it A_i I(r_it, A_i)")
+    return ("on-policy: gradients at θ = θ_old, so r = 1 and no clip is active; ∇θ ℓ_it = ω_it ∇θ log π "
+            "with ω_it = A_i" + (f" + β(π_ref/π - 1), β = {args.beta}" if args.beta > 0 else "")
+            + (" (π_ref = the model itself: the KL gradient is 0)" if args.beta > 0 and not args.ref_model else ""))
 
 
 def format_summary(summary):
@@ -661,6 +553,9 @@ def format_summary(summary):
     if rec["gmts"] is not None:
         lines.append(f"top-{summary['ratio']:.0%} by true gradient recovered: GMTS {rec['gmts']:.3f}, ETS {rec['ets']:.3f}, "
                      f"random {rec['random_expected']:.3f}")
+    if summary.get("clip_active_share") is not None:
+        lines.append(f"clip active on {summary['clip_active_share']:.3f} of the tokens, mean |r - 1| "
+                     f"{summary['ratio_abs_dev_mean']:.4f}")
     if eps.get("n"):
         lines.append(f"ε = 1 - p: median {eps['quantiles']['0.5']:.3f}, share < 0.1: {eps['share_below_0.1']:.3f} "
                      f"({eps['n']} tokens)")
@@ -676,7 +571,7 @@ def main(argv=None):
     os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
     with open(args.output, "w") as fh:
         json.dump(result, fh)
-    figures = [] if args.no_plots else write_figures(result, args.output)
+    figures = [] if args.no_plots else write_figures(result, args.output, dpi=args.dpi)
     print(format_summary(result["summary"]))
     print(f"gmts.analyze: {len(result['answers'])} answers, "
           f"{sum(r['n_tokens'] for r in result['answers'])} tokens in {result['time_gradients_s']:.1f}s; "

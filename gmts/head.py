@@ -1,11 +1,11 @@
 """Token log-probs and entropies from final hidden states and the output head, chunk by chunk.
 
 Why: the full (tokens x vocab) logits are the memory bill of an RLVR step. For Qwen2.5 (vocab 151,936) 8k tokens of
-float32 logits are 5 GB, and log_softmax + entropy + backward make several more copies of that size (METHOD.md,
-"Where E and omega come from"). Here the head matmul, softmax and its backward run over chunks of tokens:
+float32 logits are 5 GB, and log_softmax + entropy + backward make several more copies of that size (gmts/METHOD.md,
+"Where E and ω come from"). Here the head matmul, softmax and its backward run over chunks of tokens:
 
   forward : per chunk z = h W^T (+ b), z /= tau; keep only per-token logsumexp and log p[target]  (and entropy, a score)
-  backward: per chunk recompute z, p = exp(z/tau - lse);  d logp_t / d z = (onehot(target) - p) / tau   (METHOD.md,
+  backward: per chunk recompute z, p = exp(z/tau - lse);  d logp_t / d z = (onehot(target) - p) / tau   (gmts/METHOD.md,
             Proposition 3.1: grad_z log p_i = e_i - p), then grad_h = G W and grad_W += G^T h, grad_b += sum G.
 
 Nothing of size (tokens, V) is ever stored; peak extra memory is a few (chunk_size, V) float32 buffers, reused across
@@ -53,7 +53,7 @@ class _ChunkedHeadLogProb(torch.autograd.Function):
     """logp[t] = log softmax(h_t W^T / tau + b / tau)[target_t] over flattened tokens, chunked (see module doc).
 
     Inputs are 2D: hidden (N, H), weight (V, H), bias (V,) or None, targets (N,). Returns (logp (N,), entropy (N,)
-    or an empty tensor). Entropy is marked non-differentiable: it is a score, not part of the graph (METHOD.md)."""
+    or an empty tensor). Entropy is marked non-differentiable: it is a score, not part of the graph (gmts/METHOD.md, "The loss")."""
 
     @staticmethod
     def forward(ctx, hidden, weight, bias, targets, temperature, chunk_size, with_entropy, compute_dtype):
@@ -167,7 +167,7 @@ def token_logprobs_and_entropy(hidden: Tensor, head_weight: Tensor, targets: Ten
     Returns logp (...) float32 = log softmax(hidden @ W.T / temperature)[target], differentiable w.r.t. hidden and
     head_weight (and bias) through a custom autograd Function that never stores (tokens, V) logits: forward keeps only
     per-token logsumexp (and target logits); backward recomputes each chunk's logits: d logp/d z = onehot - softmax.
-    entropy (...) float32 of softmax(z / temperature) computed WITHOUT gradient (it's a score, METHOD.md), or None.
+    entropy (...) float32 of softmax(z / temperature) computed WITHOUT gradient (it's a score: gmts/METHOD.md, "The loss"), or None.
 
     The bias, when given, is part of z (z = h W^T + b) and is divided by the temperature too. float64 inputs give
     float64 outputs (for gradcheck). Padding positions: any valid id works as their target; callers mask the result.
@@ -219,7 +219,7 @@ def token_entropy(logits: Tensor, chunk_size: int = 1024, *, temperature: float 
     """float32 entropy of softmax(logits) over the last dim, computed chunk by chunk over the leading (flattened) dims
     so that no float32 copy of the whole (..., V) tensor is made (upcast one chunk at a time). No gradient.
 
-    temperature: entropy of softmax(logits / temperature), without a scaled copy of the logits (METHOD.md: the
+    temperature: entropy of softmax(logits / temperature), without a scaled copy of the logits (gmts/METHOD.md, "Temperature": the
     policy trained at sampling temperature tau is softmax(z / tau)). float64 logits give a float64 result."""
     if logits.dim() < 1 or logits.shape[-1] == 0:
         raise ValueError(f"logits must have a non-empty last (vocab) dim, got shape {tuple(logits.shape)}")

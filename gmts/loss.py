@@ -1,4 +1,4 @@
-"""Stage 6 of the loop: the masked, clipped policy loss (METHOD.md, "One RLVR step" and "The loss").
+"""Stage 6 of the loop: the masked, clipped policy loss (gmts/METHOD.md, "One RLVR step" and "The loss").
 
     ℓ_it(θ) = min(r_it A_it, clip(r_it, 1-ε1, 1+ε2) A_it) - β D_it,   D_it = π_ref/π_θ - log(π_ref/π_θ) - 1 (k3)
     J(θ)    = Σ_i Σ_t w_it · m_it · ℓ_it(θ)
@@ -15,18 +15,18 @@ KL_COVERAGE = ("selected", "all")
 
 
 def check_loss_config(selector, ratio, loss_norm):
-    """Refuse combinations that silently test nothing (METHOD.md, "The loss")."""
+    """Refuse combinations that silently test nothing (gmts/METHOD.md, "The loss")."""
     if loss_norm not in LOSS_NORMS:
         raise ValueError(f"loss_norm must be one of {LOSS_NORMS}, got {loss_norm!r}")
     if loss_norm == "sequence-selected" and selector != "none" and ratio < 1.0:
         raise ValueError(
             f"loss_norm='sequence-selected' with selector={selector!r}: dividing each answer by its own SELECTED "
             "count cancels the effect of giving one answer more of the selected tokens, so the selector would test "
-            "nothing (METHOD.md, 'The loss'). Use loss_norm 'selected', 'all' or 'sequence' (full answer length).")
+            "nothing (gmts/METHOD.md, 'The loss'). Use loss_norm 'selected', 'all' or 'sequence' (full answer length).")
 
 
 def loss_weights(valid_mask, selected_mask, loss_norm="selected", *, reduce=None):
-    """Per-token weights w_it · m_it (N, T) float32 for the WHOLE optimizer batch; slice rows for micro-batches.
+    """Per-token weights w_it · m_it (N, T) float64 for the WHOLE optimizer batch; slice rows for micro-batches.
 
     reduce: sums a count over data-parallel ranks (gmts.distributed.all_reduce_sum) so the normaliser is global.
 
@@ -43,22 +43,34 @@ def loss_weights(valid_mask, selected_mask, loss_norm="selected", *, reduce=None
     if (selected_mask & ~valid_mask).any():
         raise ValueError("selected_mask selects padding/prompt positions (not in valid_mask)")
     total = reduce or (lambda count: count)
-    m = selected_mask.float()
+    m = selected_mask.double()               # float64: 1/S exact to 1e-16 whatever the model's dtype
     if loss_norm == "selected":
         return m / total(m.sum()).clamp(min=1)
     if loss_norm == "all":
-        return m / total(valid_mask.sum()).clamp(min=1).float()
-    n_answers = total(torch.tensor(valid_mask.shape[0], device=valid_mask.device)).float()
+        return m / total(valid_mask.sum()).clamp(min=1).double()
+    n_answers = total(torch.tensor(valid_mask.shape[0], device=valid_mask.device)).double()
     per_answer = (valid_mask if loss_norm == "sequence" else selected_mask).sum(dim=1, keepdim=True).clamp(min=1)
-    return m / (per_answer.float() * n_answers)
+    return m / (per_answer.double() * n_answers)
 
 
 def relative_token_weight(valid_mask, loss_norm):
-    """w_it up to a batch-wide constant, for the GMTS score |E · ω · w| (METHOD.md, "Length weight in ω").
+    """w_it up to a batch-wide constant, for the GMTS score |E · ω · w| (gmts/METHOD.md, "Length weight in ω").
     Constant (None) under token means; 1/|o_i| under per-answer normalisation."""
     if loss_norm in ("sequence", "sequence-selected"):
         return 1.0 / valid_mask.sum(dim=1, keepdim=True).clamp(min=1).float().expand_as(valid_mask)
     return None
+
+
+def kl_relative_weight(loss_norm, kl_coverage, n_selected, n_valid):
+    """The KL term's weight over the policy term's for a SELECTED token, w_kl / w_pol (for token_omega's kl_weight).
+
+    Only loss_norm "selected" with kl_coverage "all" separates them: the policy part is divided by the selected
+    count S, the KL part by every valid token N_valid, so a token's true gradient coefficient is
+    (r·A·I)/S + β(π_ref/π - 1)/N_valid = (1/S) · (r·A·I + (S/N_valid) · β(π_ref/π - 1)). Every other combination
+    divides both parts alike (1)."""
+    if loss_norm == "selected" and kl_coverage == "all" and n_valid > 0:
+        return n_selected / n_valid
+    return 1.0
 
 
 def token_objective(logp, old_logp, advantages, *, eps_low=0.2, eps_high=0.28, beta=0.0, ref_logp=None):
@@ -82,7 +94,7 @@ def policy_loss(logp, old_logp, advantages, weights, *, eps_low=0.2, eps_high=0.
 
     weights: (N, T) from loss_weights (rows of the full-batch tensor for a micro-batch).
     kl_weights: where the KL term applies (defaults to `weights`, i.e. selected tokens only; pass weights built from
-    the valid mask to apply it to every token: METHOD.md leaves the KL term's coverage as a stated choice).
+    the valid mask to apply it to every token: gmts/METHOD.md, "Normaliser", leaves the KL term's coverage as a stated choice).
     """
     surrogate, kl = token_objective(logp, old_logp, advantages, eps_low=eps_low, eps_high=eps_high, beta=beta,
                                     ref_logp=ref_logp)

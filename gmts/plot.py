@@ -1,10 +1,11 @@
-"""Compare training runs at a glance: one PNG, one panel per metric, one line per run.
+"""Figures. Compare training runs at a glance: one PNG, one panel per metric, one line per run.
 
     python -m gmts.plot runs/ets runs/gmts runs/random --output runs.png
     python -m gmts.plot runs/* --smooth 5 --metrics reward_mean,grad_norm,selection_overlap_ets_gmts
 
 Reads each RUN_DIR's metrics.jsonl (one JSON object per step, written by train.py) and config.json (the label:
-selector, ρ, seed, and the run directory's name when labels would collide). Needs matplotlib (optional: the trainer
+selector, ρ, seed, and the run directory's name when labels would collide). And the paper's Figures 2 and 3 from
+gmts.analyze's measurements (plot_figure2, plot_figure3, write_figures). Needs matplotlib (optional: the trainer
 itself does not).
 """
 import argparse
@@ -12,7 +13,9 @@ import json
 import os
 import sys
 
-# Panels in order: (metrics.jsonl key, axis label). What each means: notes/README, "Selection diagnostics".
+import torch
+
+# Panels in order: (metrics.jsonl key, axis label). What each means: docs/training.md, "Selection diagnostics".
 DEFAULT_METRICS = (
     ("reward_mean", "reward (mean over sampled answers)"),
     ("accuracy", "accuracy (share with reward >= 1)"),
@@ -121,6 +124,111 @@ def plot_runs(run_dirs, output, *, metrics=None, smooth=1, title=None):
     os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
     fig.savefig(output, dpi=110)
     return output
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# The paper's Figures 2 and 3 from a gmts.analyze result (its JSON, loaded, or the dict run() returns).
+
+def _pick_pair(records):
+    """Two answers of one group with different advantages (Figure 2): the first mixed group's extremes."""
+    for g in sorted({r["group"] for r in records}):
+        rows = [r for r in records if r["group"] == g]
+        hi, lo = max(rows, key=lambda r: r["advantage"]), min(rows, key=lambda r: r["advantage"])
+        if hi["advantage"] != lo["advantage"]:
+            return hi, lo
+    return records[0], records[min(1, len(records) - 1)]
+
+
+def plot_figure2(result, path, ratio=None, dpi=110):
+    """Figure 2: two answers with different advantages. Left: E vs ||∇ log π|| (log-log). Middle: E vs the true
+    ||∇ℓ||. Right: the distributions of ||∇ℓ|| with each answer's top-ρ boundary (its (1-ρ) quantile)."""
+    from matplotlib.ticker import NullFormatter
+    from matplotlib.figure import Figure      # no pyplot: no GUI backend needed, and a notebook's backend is untouched
+    ratio = ratio if ratio is not None else result.get("summary", {}).get("ratio", 0.2)
+    pair = _pick_pair(result["answers"])
+    fig = Figure(figsize=(15, 4.2))
+    axes = fig.subplots(1, 3)
+    colors = ["tab:green", "tab:red"]
+    for rec, color in zip(pair, colors):
+        label = f"answer {rec['answer']} (A = {rec['advantage']:+.2f})"
+        e = torch.tensor(rec["entropy"])
+        for ax, key in ((axes[0], "grad_logp_norm"), (axes[1], "grad_objective_norm")):
+            y = torch.tensor(rec[key])
+            keep = (e > 0) & (y > 0)
+            ax.scatter(e[keep], y[keep], s=12, alpha=0.7, color=color, label=label)
+        g = torch.tensor(rec["grad_objective_norm"])
+        g = g[g > 0]
+        if g.numel():
+            axes[2].hist(g.log10(), bins=20, alpha=0.5, color=color, label=label)
+            axes[2].axvline(float(torch.quantile(g, 1 - ratio).log10()), color=color, linestyle="--")
+    for ax, ylabel in ((axes[0], "||∇θ log π(o_t)||"), (axes[1], "||∇θ ℓ_t|| (true gradient)")):
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.xaxis.set_minor_formatter(NullFormatter())   # narrow ranges: no clutter of labels
+        ax.yaxis.set_minor_formatter(NullFormatter())
+        ax.set_xlabel("entropy E_t")
+        ax.set_ylabel(ylabel)
+        ax.legend(fontsize=8)
+    axes[0].set_title("within an answer, entropy tracks the gradient")
+    axes[1].set_title("across answers, the advantage scales it")
+    axes[2].set_xlabel("log10 ||∇θ ℓ_t||")
+    axes[2].set_ylabel("tokens")
+    axes[2].set_title(f"true gradient norms, dashed: top-{ratio:.0%} boundary")
+    if axes[2].has_data():
+        axes[2].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=dpi)
+    return path
+
+
+def plot_figure3(result, path, dpi=110):
+    """Figure 3: per group, Pearson(log E, log ||∇ log π||) (left) and Spearman of |E·ω| and of E with ||∇ℓ||
+    (middle); the distribution of ε = 1 - p(sampled token) (right)."""
+    from matplotlib.figure import Figure
+    summary = result["summary"]
+    groups = summary["groups"]
+    fig = Figure(figsize=(15, 4.2))
+    axes = fig.subplots(1, 3)
+    xs = list(range(len(groups)))
+    pear = [g["pearson_logE_loggrad"] for g in groups]
+    axes[0].bar([x for x, v in zip(xs, pear) if v is not None], [v for v in pear if v is not None], color="tab:blue")
+    axes[0].set_ylim(-1, 1)
+    axes[0].set_xlabel("question (group)")
+    axes[0].set_ylabel("Pearson r")
+    axes[0].set_title("log E vs log ||∇θ log π||, per group")
+    width = 0.4
+    for offset, key, color, label in ((-width / 2, "spearman_gmts_grad", "tab:orange", "GMTS |E·ω|"),
+                                      (width / 2, "spearman_entropy_grad", "tab:gray", "entropy E")):
+        vals = [g[key] for g in groups]
+        axes[1].bar([x + offset for x, v in zip(xs, vals) if v is not None], [v for v in vals if v is not None],
+                    width=width, color=color, label=label)
+    axes[1].set_ylim(-1, 1)
+    axes[1].set_xlabel("question (group)")
+    axes[1].set_ylabel("Spearman ρ with ||∇θ ℓ||")
+    axes[1].set_title("which score ranks tokens by their true gradient")
+    axes[1].legend(fontsize=8)
+    hist = summary["epsilon"].get("histogram")
+    if hist:
+        edges, counts = hist["edges"], hist["counts"]
+        axes[2].bar(edges[:-1], counts, width=[b - a for a, b in zip(edges[:-1], edges[1:])], align="edge",
+                    color="tab:purple")
+    axes[2].set_xlabel("ε = 1 - p(sampled token)")
+    axes[2].set_ylabel("tokens")
+    axes[2].set_title("ε distribution (Prop. 3.1: log G / log E -> 1 as ε -> 0)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=dpi)
+    return path
+
+
+def write_figures(result, output, dpi=110):
+    """<output stem>_fig2.png and _fig3.png next to the JSON; [] (and a note) if matplotlib is not installed."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        print("gmts.analyze: matplotlib not installed, no figures (pip install matplotlib)", file=sys.stderr)
+        return []
+    stem = os.path.splitext(output)[0]
+    return [plot_figure2(result, stem + "_fig2.png", dpi=dpi), plot_figure3(result, stem + "_fig3.png", dpi=dpi)]
 
 
 def main(argv=None):

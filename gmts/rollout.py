@@ -1,8 +1,8 @@
 """Stage 1 of the loop: sample G answers per prompt, recording what the loss and the scores need.
 
 Why not `model.generate`: we need, for every sampled token, its log-probability and the entropy of the distribution
-it was drawn from (METHOD.md: on-policy with β = 0 the scores are then known without another forward pass), and we
-want the group's G answers to share one prefill of their prompt.
+it was drawn from (gmts/METHOD.md, "Where E and ω come from": on-policy with β = 0 the scores are then known without
+another forward pass), and we want the group's G answers to share one prefill of their prompt.
 
 What makes it fast (and why it is still exact):
 - shared prefix: each prompt is prefilled once and its KV cache repeated G times (`share_prefix=True`);
@@ -30,10 +30,6 @@ class Rollout:
     group_size: int
 
     @property
-    def group_ids(self):        # (N,) the prompt each answer belongs to
-        return torch.arange(self.completion_ids.shape[0], device=self.completion_ids.device) // self.group_size
-
-    @property
     def lengths(self):          # (N,) completion lengths (valid tokens)
         return self.valid_mask.sum(dim=1)
 
@@ -57,7 +53,7 @@ def positions(attention_mask):
 
 def filter_logits(logits, top_k=0, top_p=1.0):
     """Top-k / nucleus filtering, for evaluation only: training rollouts keep both off, or the behaviour policy would
-    not be π_θ (METHOD.md, 'Temperature')."""
+    not be π_θ (gmts/METHOD.md, "Temperature")."""
     if top_k and top_k < logits.shape[-1]:
         kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
@@ -145,19 +141,36 @@ def sample_batched(model, prompts, *, prompts_per_call=0, **kwargs):
     if not prompts_per_call or prompts_per_call >= len(prompts):
         return sample(model, prompts, **kwargs)
     parts = [sample(model, prompts[i:i + prompts_per_call], **kwargs) for i in range(0, len(prompts), prompts_per_call)]
-    width = max(p.completion_ids.shape[1] for p in parts)
+    return concat_rollouts(parts, kwargs["pad_token_id"])
 
-    def cat(name, value):
-        return torch.cat([torch.nn.functional.pad(getattr(p, name), (0, width - getattr(p, name).shape[1]), value=value)
-                          for p in parts])
-    return Rollout(prompt_ids=sum((p.prompt_ids for p in parts), []), completion_ids=cat("completion_ids", kwargs["pad_token_id"]),
-                   valid_mask=cat("valid_mask", False), logp=cat("logp", 0.0), entropy=cat("entropy", 0.0),
+
+def pad_cat(tensors, value):
+    """Concatenate (n_i, T_i) tensors along rows into (Σ n_i, max T_i), right-padding each with `value`."""
+    width = max(t.shape[1] for t in tensors)
+    return torch.cat([torch.nn.functional.pad(t, (0, width - t.shape[1]), value=value) for t in tensors])
+
+
+def concat_rollouts(parts, pad_id):
+    """One Rollout from several (e.g. one per generation call), rows in order; completions right-padded with pad_id
+    (masks with False, log-probs and entropies with 0) to the longest."""
+    if not parts or len({p.group_size for p in parts}) != 1:
+        raise ValueError(f"need at least one rollout, all with the same group_size, got {[p.group_size for p in parts]}")
+    return Rollout(prompt_ids=sum((p.prompt_ids for p in parts), []),
+                   completion_ids=pad_cat([p.completion_ids for p in parts], pad_id),
+                   valid_mask=pad_cat([p.valid_mask for p in parts], False),
+                   logp=pad_cat([p.logp for p in parts], 0.0), entropy=pad_cat([p.entropy for p in parts], 0.0),
                    finished=torch.cat([p.finished for p in parts]), group_size=parts[0].group_size)
 
 
 def _cache_keyword(model):
-    """transformers 5.x calls the KV cache `cache`; 4.x called it `past_key_values`."""
-    params = inspect.signature(model.forward).parameters
+    """The KV cache's name, as forward keyword and output attribute: `cache` in transformers 5.x (where
+    `past_key_values` is a deprecated alias, removed in 5.40), `past_key_values` in 4.x.
+
+    Asked of the transformers model itself, not of a wrapper around it: a LoRA model (peft) or a DDP/FSDP wrapper has a
+    forward(*args, **kwargs) that names neither, and would otherwise get the deprecated alias."""
+    from transformers import PreTrainedModel
+    inner = next((m for m in model.modules() if isinstance(m, PreTrainedModel)), model)
+    params = inspect.signature(inner.forward).parameters
     return "cache" if "cache" in params else "past_key_values"
 
 

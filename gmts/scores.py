@@ -1,4 +1,4 @@
-"""Stage 4 of the loop: the per-token scores that selection ranks (METHOD.md, "The gradient of one token" and
+"""Stage 4 of the loop: the per-token scores that selection ranks (gmts/METHOD.md, "The gradient of one token" and
 "Token scores and selection"). Everything here is a score, not part of the graph: no gradient flows through it.
 
 Entropy itself is computed in gmts/head.py (chunked over the vocabulary, so no float32 (tokens, V) copy is made).
@@ -9,8 +9,8 @@ SELECTORS = ("none", "ets", "gmts", "random")
 
 
 @torch.no_grad()
-def token_omega(logp, old_logp, advantages, *, eps_low=0.2, eps_high=0.28, beta=0.0, ref_logp=None):
-    """The scalar in front of each token's policy gradient (paper section 3):
+def token_omega(logp, old_logp, advantages, *, eps_low=0.2, eps_high=0.28, beta=0.0, ref_logp=None, kl_weight=1.0):
+    """The scalar in front of each token's policy gradient (paper section 3, the gradient of eq. 2):
 
         ∇θ ℓ_it = ω_it · ∇θ log π_θ(o_it)
         ω_it = r_it · A_it · I(r_it, A_it) + β · π_ref(o_it)/π_θ(o_it) - β
@@ -18,20 +18,28 @@ def token_omega(logp, old_logp, advantages, *, eps_low=0.2, eps_high=0.28, beta=
 
     logp, old_logp, ref_logp: (N, T) log-probabilities of the sampled tokens under π_θ, π_old, π_ref.
     advantages: (N,) per answer or (N, T) per token. Returns ω (N, T) in logp's dtype (float32 at least).
+    kl_weight: the KL part's weight relative to the policy part in the aggregated loss (gmts/METHOD.md, "Length weight
+    in ω"): 1 when both share a normaliser; S / N_valid when the policy term is divided by the selected count S and
+    the KL term covers all N_valid tokens (loss_norm "selected" with kl_coverage "all", see loss.kl_relative_weight).
     """
     logp, old_logp = _as_float(logp), _as_float(old_logp)
     _check_same_shape(logp=logp, old_logp=old_logp)
     adv = broadcast_advantages(advantages, logp)
     ratio = torch.exp(logp - old_logp)
-    clipped = ((adv > 0) & (ratio > 1 + eps_high)) | ((adv < 0) & (ratio < 1 - eps_low))
-    omega = ratio * adv * (~clipped)
+    omega = ratio * adv * (~clip_active(ratio, adv, eps_low, eps_high))
     if beta != 0.0:
         if ref_logp is None:
             raise ValueError(f"beta={beta} needs ref_logp (log-probs under the reference model)")
         ref_logp = _as_float(ref_logp)
         _check_same_shape(logp=logp, ref_logp=ref_logp)
-        omega = omega + beta * torch.exp(ref_logp - logp) - beta
+        omega = omega + kl_weight * (beta * torch.exp(ref_logp - logp) - beta)
     return omega
+
+
+def clip_active(ratio, advantages, eps_low, eps_high):
+    """(N, T) bool: 1 - I(r, A), the tokens whose clip is active (their policy gradient is zero)."""
+    adv = broadcast_advantages(advantages, ratio)
+    return ((adv > 0) & (ratio > 1 + eps_high)) | ((adv < 0) & (ratio < 1 - eps_low))
 
 
 @torch.no_grad()
@@ -40,8 +48,8 @@ def token_scores(selector, entropy, omega=None, *, weight=None, generator=None):
 
     none   -> None (select_tokens then keeps every valid token)
     ets    -> E_it                       (Wang et al. 2025: entropy alone)
-    gmts   -> |E_it · ω_it · w_it|        (paper eq. 4, δ_it; w_it = the token's weight in the aggregated loss,
-                                           METHOD.md "Length weight in ω"; 1 under a token-level mean)
+    gmts   -> |E_it · ω_it · w_it|        (paper §3, δ_it; w_it = the token's weight in the aggregated loss,
+                                           gmts/METHOD.md, "Length weight in ω"; 1 under a token-level mean)
     random -> Uniform(0, 1)              (the control: does ranking matter at all?)
     """
     if selector not in SELECTORS:

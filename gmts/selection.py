@@ -1,4 +1,4 @@
-"""Stage 5 of the loop: keep the top-ρ tokens of the WHOLE batch (METHOD.md, "Token scores and selection").
+"""Stage 5 of the loop: keep the top-ρ tokens of the WHOLE batch (gmts/METHOD.md, "Token scores and selection").
 
 The threshold is batch-wide on purpose: a per-row top-ρ would give every answer the same number of slots and throw
 away the cross-answer comparison GMTS is about. Every selector keeps exactly k = ceil(ρ · n) tokens, so arms differ in
@@ -30,12 +30,12 @@ def select_tokens(scores, valid_mask, ratio, *, scope="batch", group_ids=None, b
 
     scores     (N, T) float, or None (selector "none": every valid token is selected, ratio ignored)
     valid_mask (N, T) bool: real completion tokens (never prompt or padding)
-    ratio      ρ in (0, 1]; k = ceil(ρ · n) with n the eligible tokens of the scope
+    ratio      ρ in (0, 1]; k = ceil(ρ · n) with n the VALID tokens of the scope (capped at the eligible count)
     scope      "batch": one ranking over all tokens; "group": one ranking per group of answers (group_ids (N,)),
-               as in the authors' GRPO-Zero fork (METHOD.md, "Scope of the ranking")
+               as in the authors' GRPO-Zero fork (gmts/METHOD.md, "Scope of the ranking")
     bottom     keep the smallest scores instead (the paper's "Bottom" ablation)
-    exclude    (N,) bool: answers left out of the ranking entirely (e.g. zero-advantage groups); they are neither
-               selected nor counted in n
+    exclude    (N,) bool: answers left out of the ranking entirely (e.g. zero-advantage groups): never selected, but
+               still counted in n, so the budget is the same as every other arm's
     """
     valid_mask = torch.as_tensor(valid_mask)
     if valid_mask.dtype != torch.bool or valid_mask.dim() != 2:
@@ -56,7 +56,7 @@ def select_tokens(scores, valid_mask, ratio, *, scope="batch", group_ids=None, b
     check_scores(scores, eligible)
 
     if scope == "batch":
-        return _top_k_in(scores, eligible, ratio, bottom)
+        return _top_k_in(scores, valid_mask, eligible, ratio, bottom)
     if group_ids is None:
         raise ValueError("scope='group' needs group_ids (N,)")
     group_ids = torch.as_tensor(group_ids, device=valid_mask.device)
@@ -65,7 +65,7 @@ def select_tokens(scores, valid_mask, ratio, *, scope="batch", group_ids=None, b
     selected = torch.zeros_like(valid_mask)
     for g in torch.unique(group_ids):
         rows = group_ids == g
-        selected |= _top_k_in(scores, eligible & rows[:, None], ratio, bottom)
+        selected |= _top_k_in(scores, valid_mask & rows[:, None], eligible & rows[:, None], ratio, bottom)
     return selected
 
 
@@ -77,8 +77,14 @@ def check_scores(scores, eligible):
                          f"value {scores[where[0], where[1]].item()}")
 
 
-def _top_k_in(scores, eligible, ratio, bottom):
-    return top_k_mask(scores, eligible, num_to_select(ratio, int(eligible.sum())), bottom)
+def budget(ratio, n_valid, n_eligible):
+    """k = ceil(ρ · N_valid), capped at the eligible count: leaving answers out of the ranking (exclude) changes which
+    tokens compete, never how many are trained on (gmts/METHOD.md, "Exactness notes")."""
+    return min(num_to_select(ratio, n_valid), n_eligible)
+
+
+def _top_k_in(scores, valid, eligible, ratio, bottom):
+    return top_k_mask(scores, eligible, budget(ratio, int(valid.sum()), int(eligible.sum())), bottom)
 
 
 def top_k_mask(scores, eligible, k, bottom=False):

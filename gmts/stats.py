@@ -1,4 +1,5 @@
-"""Evaluation statistics: the unbiased pass@k, bootstrap intervals over problems, paired differences.
+"""Statistics, two kinds: evaluation (the unbiased pass@k, bootstrap intervals over problems, paired differences) and
+the gradient analysis of gmts.analyze (correlations, the top-ρ recall, the summary its Figure 3 draws).
 
 Why a bootstrap over problems: the paper's gains are 1-3 points on benchmarks of 30-500 problems. The sampling noise
 of k answers per problem is only part of the uncertainty; which problems the benchmark happens to hold is the rest,
@@ -9,6 +10,10 @@ term when two models are compared (a paired bootstrap), which is what makes smal
 import math
 
 import numpy as np
+import torch
+
+from .scores import token_scores
+from .selection import select_tokens
 
 N_BOOTSTRAP = 10_000
 _CHUNK = 1_000          # resamples drawn at a time: caps the (resamples x problems) index array at ~8 MB per 1k problems
@@ -122,3 +127,144 @@ def spread(values):
 
 def _is_list_of_arrays(x):
     return isinstance(x, (list, tuple)) and len(x) > 0 and np.ndim(x[0]) == 1 and not np.isscalar(x[0])
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# The gradient analysis (gmts.analyze): correlations without scipy, and the numbers of the paper's Figure 3.
+
+def pearson(x, y):
+    """Pearson correlation of two 1-D sequences; None when fewer than 3 points or either is constant."""
+    x, y = torch.as_tensor(x, dtype=torch.float64), torch.as_tensor(y, dtype=torch.float64)
+    if x.numel() != y.numel():
+        raise ValueError(f"pearson: {x.numel()} != {y.numel()} values")
+    if x.numel() < 3:
+        return None
+    x, y = x - x.mean(), y - y.mean()
+    denom = math.sqrt(float((x * x).sum()) * float((y * y).sum()))
+    if denom == 0 or not math.isfinite(denom):
+        return None
+    return float((x * y).sum()) / denom
+
+
+def ranks(x):
+    """Ranks 1..n with ties given their average rank (what Spearman's correlation needs)."""
+    x = torch.as_tensor(x, dtype=torch.float64)
+    order = torch.argsort(x, stable=True)
+    sorted_x = x[order]
+    r = torch.empty_like(x)
+    start, n = 0, x.numel()
+    while start < n:
+        end = start
+        while end + 1 < n and sorted_x[end + 1] == sorted_x[start]:
+            end += 1
+        r[order[start:end + 1]] = (start + end) / 2 + 1
+        start = end + 1
+    return r
+
+
+def spearman(x, y):
+    """Spearman rank correlation (Pearson of the tie-averaged ranks); None when undefined."""
+    x, y = torch.as_tensor(x, dtype=torch.float64), torch.as_tensor(y, dtype=torch.float64)
+    if x.numel() != y.numel():
+        raise ValueError(f"spearman: {x.numel()} != {y.numel()} values")
+    return pearson(ranks(x), ranks(y)) if x.numel() >= 3 else None
+
+
+def log_pairs(x, y, floor=1e-30):
+    """log x, log y where both are > floor (entropy 0 or a zero gradient has no logarithm)."""
+    x, y = torch.as_tensor(x, dtype=torch.float64), torch.as_tensor(y, dtype=torch.float64)
+    keep = (x > floor) & (y > floor)
+    return x[keep].log(), y[keep].log()
+
+
+def describe(values):
+    """n, mean, median, min, max of the values that are not None (all None when none is left)."""
+    vals = [v for v in values if v is not None]
+    if not vals:
+        return {"n": 0, "mean": None, "median": None, "min": None, "max": None}
+    t = torch.tensor(vals, dtype=torch.float64)
+    return {"n": len(vals), "mean": float(t.mean()), "median": float(t.median()), "min": float(t.min()),
+            "max": float(t.max())}
+
+
+def _padded(records, key):
+    """(N, T_max) float64 of a per-token list in each record, and the (N, T_max) mask of real tokens."""
+    width = max(r["n_tokens"] for r in records)
+    out = torch.zeros(len(records), width, dtype=torch.float64)
+    valid = torch.zeros(len(records), width, dtype=torch.bool)
+    for i, r in enumerate(records):
+        out[i, :r["n_tokens"]] = torch.tensor(r[key], dtype=torch.float64)
+        valid[i, :r["n_tokens"]] = True
+    return out, valid
+
+
+def top_recall(records, ratio=0.2):
+    """Of the top-ρ tokens by TRUE gradient norm ||∇θ ℓ|| (batch-wide, exact top-k), the share that ETS (entropy) and
+    GMTS (|E·ω|) would select with the same budget. None when no token has a gradient (every advantage 0)."""
+    true, valid = _padded(records, "grad_objective_norm")
+    if not (true[valid] > 0).any():
+        return {"ets": None, "gmts": None, "random_expected": ratio}
+    entropy, _ = _padded(records, "entropy")
+    gscore, _ = _padded(records, "gmts_score")
+    target = select_tokens(true, valid, ratio)
+    k = int(target.sum())
+    return {"ets": float((select_tokens(token_scores("ets", entropy), valid, ratio) & target).sum()) / k,
+            "gmts": float((select_tokens(gscore, valid, ratio) & target).sum()) / k,
+            "random_expected": ratio}
+
+
+def epsilon_distribution(records, bins=20):
+    """Quantiles, small-ε shares and a histogram of ε = 1 - p(sampled token) over every analysed token."""
+    eps = torch.tensor([e for r in records for e in r["epsilon"]], dtype=torch.float64)
+    if eps.numel() == 0:
+        return {"n": 0}
+    qs = [0.1, 0.25, 0.5, 0.75, 0.9]
+    counts = torch.histc(eps.clamp(0, 1), bins=bins, min=0.0, max=1.0)
+    return {"n": int(eps.numel()), "mean": float(eps.mean()),
+            "quantiles": {str(q): float(torch.quantile(eps, q)) for q in qs},
+            "share_below_0.1": float((eps < 0.1).double().mean()), "share_below_0.01": float((eps < 0.01).double().mean()),
+            "histogram": {"edges": torch.linspace(0, 1, bins + 1).tolist(), "counts": [int(c) for c in counts]}}
+
+
+def ratio_statistics(records):
+    """How far θ is from the policy that sampled: the share of tokens whose clip is active (I = 0) and the mean
+    |r - 1| (both 0 on-policy, and for records without per-token ratios)."""
+    ratio = [v for r in records for v in r.get("ratio", [1.0] * r["n_tokens"])]
+    clipped = [c for r in records for c in r.get("clip_active", [False] * r["n_tokens"])]
+    if not ratio:
+        return {"clip_active_share": None, "ratio_abs_dev_mean": None}
+    return {"clip_active_share": sum(clipped) / len(clipped),
+            "ratio_abs_dev_mean": float(torch.tensor(ratio, dtype=torch.float64).sub(1).abs().mean())}
+
+
+def summarize(records, ratio=0.2):
+    """The numbers the paper reports (Figure 3), per group and over all groups, from gmts.analyze's records."""
+    groups = []
+    for g in sorted({r["group"] for r in records}):
+        rows = [r for r in records if r["group"] == g]
+        ent = [e for r in rows for e in r["entropy"]]
+        glp = [v for r in rows for v in r["grad_logp_norm"]]
+        gobj = [v for r in rows for v in r["grad_objective_norm"]]
+        score = [v for r in rows for v in r["gmts_score"]]
+        has_gradient = any(v > 0 for v in gobj)
+        groups.append({
+            "group": g, "rewards": [r["reward"] for r in rows], "advantages": [r["advantage"] for r in rows],
+            "n_tokens": len(ent),
+            "pearson_logE_loggrad": pearson(*log_pairs(ent, glp)),
+            # Across answers: undefined when every advantage is 0 (all-equal rewards: no token has a gradient).
+            "spearman_gmts_grad": spearman(score, gobj) if has_gradient else None,
+            "spearman_entropy_grad": spearman(ent, gobj) if has_gradient else None,
+        })
+    within = [pearson(*log_pairs(r["entropy"], r["grad_logp_norm"])) for r in records]
+    return {
+        "groups": groups,
+        "pearson_logE_loggrad": describe([g["pearson_logE_loggrad"] for g in groups]),
+        "pearson_logE_loggrad_within_answer": describe(within),
+        "spearman_gmts_grad": describe([g["spearman_gmts_grad"] for g in groups]),
+        "spearman_entropy_grad": describe([g["spearman_entropy_grad"] for g in groups]),
+        "groups_without_gradient": sum(g["spearman_gmts_grad"] is None for g in groups),
+        "top_recall": top_recall(records, ratio),
+        "ratio": ratio,
+        "epsilon": epsilon_distribution(records),
+        **ratio_statistics(records),
+    }

@@ -3,7 +3,7 @@
     gsm8k   last \\boxed{} or else the last number, compared as a number with the gold   (rewards/math.py)
     math    last \\boxed{}, compared with the gold by value / math-verify                  (rewards/math.py)
     choice  the chosen letter equals the reference letter                                 (rewards/choice.py)
-    code    the last ```python block passes the tests in a sandbox                        (rewards/code.py)
+    code    the last ```python block passes the tests: computed in a sandbox, judged here   (rewards/code.py)
 
 By default a reward is the binary outcome, 1.0 or 0.0, as in the paper. `format_bonus=b` opts in to adding b
 when the answer has the expected form (a box, a letter, a code block) whatever its correctness; it makes the
@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 
 from .choice import choice_reward, extract_choice, has_choice
-from .code import code_reward, extract_code, has_code_block
+from .code import code_reward, code_stats, extract_code, has_code_block
 from .math import answers_equal, gsm8k_reward, has_boxed, last_boxed, last_number, math_reward
 
 _REWARDS = {
@@ -27,11 +27,15 @@ _REWARDS = {
 REWARD_NAMES = tuple(_REWARDS)
 
 
-def get_reward(name: str, *, format_bonus: float = 0.0, **options):
-    """options go to the reward (code: timeout=, memory_mb=)."""
+def get_reward(name: str, *, format_bonus: float = 0.0, trusted_only: bool = False, **options):
+    """options go to the reward (code: timeout=, memory_mb=). trusted_only=True (any reward; train.py's
+    --code-trusted-only) refuses verdicts this process did not make itself: a code problem whose tests could only
+    run inside the sandbox scores 0.0 without running. Math and choice verdicts are always made here."""
     if name not in _REWARDS:
         raise ValueError(f"unknown reward {name!r}; choose one of {REWARD_NAMES}")
     outcome, has_format = _REWARDS[name]
+    if trusted_only and name == "code":
+        options = dict(options, trusted_only=True)
     if options:
         if name != "code":
             raise ValueError(f"reward {name!r} takes no options, got {sorted(options)}")
@@ -52,7 +56,9 @@ def score_batch(names: list[str], completions: list[str], references: list, *, w
     if not len(names) == len(completions) == len(references):
         raise ValueError(f"lengths differ: {len(names)} names, {len(completions)} completions, "
                          f"{len(references)} references")
-    fns = {name: get_reward(name, **(options if name == "code" else {})) for name in set(names)}
+    fns = {name: get_reward(name, **(options if name == "code" else
+                                     {k: v for k, v in options.items() if k == "trusted_only"}))
+           for name in set(names)}
     scores = [0.0] * len(names)
     code_items = [i for i, name in enumerate(names) if name == "code"]
     for i, name in enumerate(names):
@@ -66,5 +72,5 @@ def score_batch(names: list[str], completions: list[str], references: list, *, w
     return scores
 
 
-__all__ = ["get_reward", "score_batch", "REWARD_NAMES", "answers_equal", "last_boxed", "last_number", "extract_choice",
+__all__ = ["get_reward", "score_batch", "code_stats", "REWARD_NAMES", "answers_equal", "last_boxed", "last_number", "extract_choice",
            "extract_code", "gsm8k_reward", "math_reward", "choice_reward", "code_reward"]

@@ -1,14 +1,19 @@
 """Code reward: the completion's last Python code block must pass the problem's tests in the sandbox.
 
 The reference (Problem.answer for code problems) is one of:
-- a dict {"tests": str, "entry_point": str | None, "setup": str}: Python run after the solution, with the
-  solution's names in scope. Covers MBPP (asserts; setup = test_setup_code), HumanEval (`def check(candidate)`
-  plus entry_point) and KodCode (`from solution import f` and pytest-style `test_*` functions).
+- a dict {"tests": str, "entry_point": str | None, "setup": str}: MBPP (asserts; setup = test_setup_code),
+  HumanEval (`def check(candidate)` plus entry_point) and KodCode (`from solution import f` and pytest-style
+  `test_*` functions with @pytest.mark.parametrize).
 - a dict {"cases": [{"input": str, "output": str}, ...]}: stdin/stdout programs (LiveCodeBench, Codeforces).
 - a str (= {"tests": str}) or a list of assert strings (joined with newlines).
 Optional keys "timeout" and "memory_mb" override the defaults per problem.
+
+The sandbox only computes; this process judges (rewards/testplan.py). Test cases that cannot be judged here run
+inside the sandbox as before: such a verdict is untrusted, counted in code_stats(), and refused (0.0, not run)
+with trusted_only=True.
 """
 import re
+import threading
 
 from .sandbox import run_python
 
@@ -40,12 +45,37 @@ def _as_spec(reference) -> dict:
                      f"'cases'; got {type(reference).__name__}: {str(reference)[:200]!r}")
 
 
+_STATS_KEYS = ("runs", "trusted_runs", "untrusted_runs", "refused_runs", "cases_trusted", "cases_untrusted")
+_stats = dict.fromkeys(_STATS_KEYS, 0)
+_stats_lock = threading.Lock()
+
+
+def code_stats(reset: bool = False) -> dict:
+    """Counts since start (or the last reset) over code rewards that ran: runs judged wholly by the trainer
+    (trusted_runs), runs whose verdict came partly from tests inside the sandbox (untrusted_runs), runs refused by
+    trusted_only, and the test cases behind them."""
+    with _stats_lock:
+        out = dict(_stats)
+        if reset:
+            _stats.update(dict.fromkeys(_STATS_KEYS, 0))
+    return out
+
+
+def _count(result):
+    with _stats_lock:
+        _stats["runs"] += 1
+        key = "refused_runs" if result.refused else "trusted_runs" if result.trusted else "untrusted_runs"
+        _stats[key] += 1
+        _stats["cases_trusted"] += result.cases_trusted
+        _stats["cases_untrusted"] += result.cases_untrusted
+
+
 _sandbox_checked = False
 
 
 def check_sandbox():
     """Run a trivially correct program once. If even that fails, the machine cannot run the sandbox (e.g. the
-    interpreter is unreadable for uid nobody) and every code reward would silently be 0: raise instead."""
+    interpreter is unreadable for the sandbox's uid) and every code reward would silently be 0: raise instead."""
     global _sandbox_checked
     if not _sandbox_checked:
         result = run_python("x = 1", tests="assert x == 1", timeout=30)
@@ -55,9 +85,11 @@ def check_sandbox():
         _sandbox_checked = True
 
 
-def code_reward(completion: str, reference, *, timeout: float = 10.0, memory_mb: int = 2048) -> float:
+def code_reward(completion: str, reference, *, timeout: float = 10.0, memory_mb: int = 2048,
+                trusted_only: bool = False) -> float:
     """1.0 if the last code block passes every test within the limits, else 0.0. Never raises on a completion;
-    a malformed reference (a data bug) raises ValueError, a sandbox that cannot work here RuntimeError."""
+    a malformed reference (a data bug) raises ValueError, a sandbox that cannot work here RuntimeError.
+    trusted_only=True: 0.0 without running when any test case could only be judged inside the sandbox."""
     spec = _as_spec(reference)
     check_sandbox()
     if not isinstance(completion, str):
@@ -71,9 +103,10 @@ def code_reward(completion: str, reference, *, timeout: float = 10.0, memory_mb:
     try:
         result = run_python(code, tests=tests, entry_point=spec.get("entry_point"), setup=spec.get("setup") or "",
                             cases=spec.get("cases"), timeout=float(spec.get("timeout", timeout)),
-                            memory_mb=int(spec.get("memory_mb", memory_mb)))
+                            memory_mb=int(spec.get("memory_mb", memory_mb)), trusted_only=trusted_only)
     except (OSError, UnicodeEncodeError):  # e.g. lone surrogates in the completion cannot be written out
         return 0.0
+    _count(result)
     return 1.0 if result.passed else 0.0
 
 

@@ -62,7 +62,10 @@ def last_number(text: str) -> str | None:
 
 _TEXT_CMD = re.compile(r"\\(?:text|textbf|textrm|mbox|mathrm|mathbf)\s*\{([^{}]*)\}")
 _FRAC = re.compile(r"^(-?)\\[dt]?frac\{\s*(-?\d+)\s*\}\{\s*(-?\d+)\s*\}$")
-_PLAIN = re.compile(r"^([-+]?)(\d{1,3}(?:,\d{3})+|\d*)(\.\d+)?(?:/(\d+))?(?:\s+[A-Za-z][A-Za-z .]*(?:\^\{?\d\}?)?)?$")
+_PLAIN = re.compile(r"^([-+]?)(\d{1,3}(?:,\d{3})+|\d*)(\.\d+)?(?:/(\d+))?(\s+[A-Za-z][A-Za-z .]*(?:\^\{?\d\}?)?)?$")
+# Words that make "5 <words>" more than a number with its unit: "5 or seven", "5 and 6", "5 to 7", "5 plus x".
+_NOT_A_UNIT = re.compile(r"\b(?:or|and|nor|but|not|to|plus|minus|times|over|divided|by|is|equals?|than|vs|versus|"
+                         r"either|neither|maybe|between|from)\b", re.IGNORECASE)
 
 
 def normalize(answer: str) -> str:
@@ -92,7 +95,9 @@ def to_number(answer: str) -> Fraction | None:
     plain = _PLAIN.match(s)
     if not plain or not (plain.group(2) or plain.group(3)):
         return None
-    sign, whole, decimals, denominator = plain.groups()
+    sign, whole, decimals, denominator, unit = plain.groups()
+    if unit and _NOT_A_UNIT.search(unit):
+        return None
     value = Fraction((whole or "0").replace(",", "") + (decimals or ""))
     if denominator is not None:
         if int(denominator) == 0 or decimals:
@@ -104,14 +109,14 @@ def to_number(answer: str) -> Fraction | None:
 # ---------------------------------------------------------------- LaTeX equivalence (math-verify, out of process)
 
 
-class _Verifier:
-    """One long-lived worker process; a call that takes longer than the limit kills it (a new one starts next
-    time). Thread-safe: concurrent callers take turns."""
+class _Worker:
+    """One math-verify helper process; a call that takes longer than the limit kills it (a new one starts on the
+    next call). Used by one thread at a time (the pool hands it out)."""
 
     def __init__(self):
-        self.lock, self.proc, self.available = threading.Lock(), None, None
+        self.proc = None
 
-    def _start(self):
+    def start(self):
         # -I keeps rewards/ off sys.path (rewards/math.py would shadow the stdlib's math); the parent's sys.path
         # is handed over instead, so a math-verify installed in a user site or a venv path is still found.
         here = os.path.dirname(os.path.abspath(__file__))
@@ -125,24 +130,43 @@ class _Verifier:
         if self._readline(60.0) != "ready":  # importing sympy takes ~1-2 s; a cold disk can take longer
             self.errors.seek(0)
             tail = self.errors.read()[-600:].decode(errors="replace")
-            self._stop()
-            self.available = False
-            warnings.warn(f"the math-verify helper process failed to start; LaTeX answers are compared as "
-                          f"normalised strings from now on. Its error: {tail}", stacklevel=4)
-            raise RuntimeError("math-verify helper did not start")
+            self.stop()
+            raise RuntimeError(tail)
 
     def _readline(self, timeout: float) -> str | None:
         ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
         return self.proc.stdout.readline().strip() if ready else None
 
-    def _stop(self):
+    def stop(self):
         if self.proc is not None:
             self.proc.kill()
             self.proc.wait()
             self.proc = None
 
-    def equal(self, gold: str, predicted: str) -> bool | None:
-        """True/False, or None if math-verify is not installed."""
+    def equal(self, gold: str, predicted: str) -> bool:
+        if self.proc is None or self.proc.poll() is not None:
+            self.start()
+        try:
+            self.proc.stdin.write(json.dumps([f"\\boxed{{{gold}}}", f"\\boxed{{{predicted}}}"]) + "\n")
+            answer = self._readline(VERIFY_TIMEOUT_S)
+        except (OSError, ValueError):
+            answer = None
+        if answer not in ("0", "1"):  # timed out or died: kill it, the verdict is "not equal"
+            self.stop()
+            return False
+        return answer == "1"
+
+
+class _Verifier:
+    """A pool of helper processes, one per concurrent caller up to `max_workers`, so verdicts asked from several
+    threads at once run side by side instead of queueing behind one slow answer. Thread-safe."""
+
+    def __init__(self, max_workers: int = 8):
+        self.lock, self.available, self.idle = threading.Lock(), None, []
+        self.slots = threading.BoundedSemaphore(max_workers)
+        self.workers = []
+
+    def _check_installed(self) -> bool:
         with self.lock:
             if self.available is None:
                 import importlib.util
@@ -150,23 +174,36 @@ class _Verifier:
                 if not self.available:
                     warnings.warn("math-verify is not installed (pip install math-verify==0.9.0): LaTeX answers "
                                   "are compared as normalised strings only, so equal values written differently "
-                                  "(\\frac{1}{2} vs 0.5, intervals, matrices) will score 0.", stacklevel=3)
-            if not self.available:
-                return None
+                                  "(\\frac{1}{2} vs 0.5, intervals, matrices) will score 0.", stacklevel=4)
+            return self.available
+
+    def equal(self, gold: str, predicted: str) -> bool | None:
+        """True/False, or None if math-verify is not installed or its helper cannot start."""
+        if not self._check_installed():
+            return None
+        with self.slots:
+            with self.lock:
+                worker = self.idle.pop() if self.idle else None
+                if worker is None:
+                    worker = _Worker()
+                    self.workers.append(worker)
             try:
-                if self.proc is None or self.proc.poll() is not None:
-                    self._start()
-            except (OSError, RuntimeError):
+                return worker.equal(gold, predicted)
+            except (OSError, RuntimeError) as e:
+                with self.lock:
+                    if self.available:
+                        warnings.warn(f"the math-verify helper process failed to start; LaTeX answers are "
+                                      f"compared as normalised strings from now on. Its error: {e}", stacklevel=3)
+                    self.available = False
                 return None
-            try:
-                self.proc.stdin.write(json.dumps([f"\\boxed{{{gold}}}", f"\\boxed{{{predicted}}}"]) + "\n")
-                answer = self._readline(VERIFY_TIMEOUT_S)
-            except (OSError, ValueError):
-                answer = None
-            if answer not in ("0", "1"):  # timed out or died: kill it, the verdict is "not equal"
-                self._stop()
-                return False
-            return answer == "1"
+            finally:
+                with self.lock:
+                    self.idle.append(worker)
+
+    def _stop(self):
+        with self.lock:
+            for worker in self.workers:
+                worker.stop()
 
 
 _verifier = _Verifier()
@@ -196,9 +233,16 @@ def answers_equal(predicted: str, gold: str) -> bool:
 
 
 def gold_answer(reference) -> str:
-    """GSM8K's answer field ends in '#### 72'; take what follows. A bare answer is returned as is."""
+    """GSM8K's answer field ends in '#### 72'; take what follows. A bare answer (str or number) is returned as
+    is. Anything else, None included, or an empty answer is a data bug: ValueError (else `\\boxed{None}` scores)."""
+    if isinstance(reference, bool) or not isinstance(reference, (str, int, float, Fraction)):
+        raise ValueError(f"math reference must be a string or a number, got {type(reference).__name__}: "
+                         f"{str(reference)[:200]!r}")
     text = str(reference)
-    return text.rsplit("####", 1)[1].strip() if "####" in text else text.strip()
+    gold = text.rsplit("####", 1)[1].strip() if "####" in text else text.strip()
+    if not gold:
+        raise ValueError(f"math reference has no answer: {text[:200]!r}")
+    return gold
 
 
 def gsm8k_reward(completion: str, reference) -> float:

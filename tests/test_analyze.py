@@ -11,7 +11,7 @@ import sys
 import pytest
 import torch
 
-from gmts import analyze
+from gmts import analyze, plot, stats
 from gmts.rollout import sample
 from gmts.toy import tiny_model
 
@@ -31,7 +31,7 @@ def _batch(model, tok, group_size=4, max_new_tokens=5, seed=0):
     return prompts, roll
 
 
-def direct_token_gradients(model, prompt, completion, advantage, params, *, beta=0.0, ref_model=None):
+def direct_token_gradients(model, prompt, completion, advantage, params, *, beta=0.0, ref_model=None, temperature=1.0):
     """Independent reference: ||∇θ log π(o_t)|| and ||∇θ ℓ_t|| for every token t of one answer, from the full logits.
     ℓ_t = r A - β (π_ref/π - log(π_ref/π) - 1) with r = π/π_old, π_old = π (a constant copy)."""
     ids = torch.tensor([prompt + completion])
@@ -43,7 +43,7 @@ def direct_token_gradients(model, prompt, completion, advantage, params, *, beta
         ref_logp = ref_all[P - 1 + torch.arange(len(completion)), torch.tensor(completion)]
     logp_norms, obj_norms, entropies = [], [], []
     for t, token in enumerate(completion):
-        logits = model(input_ids=ids).logits[0, P - 1 + t].double()
+        logits = model(input_ids=ids).logits[0, P - 1 + t].double() / temperature
         logp_all = torch.log_softmax(logits, -1)
         entropies.append(float(-(logp_all.exp() * logp_all).sum().detach()))
         logp = logp_all[token]
@@ -107,6 +107,25 @@ def test_last_layers_option_and_kl_term_match_direct_autograd():
     assert all(p.requires_grad for p in model.parameters())
 
 
+def test_untied_head_with_a_bias_and_temperature_match_direct_autograd():
+    # Untied head, so with --params all its gradient is taken in closed form ((e - p) h / τ, a rank-one matrix);
+    # a bias and τ != 1 exercise every term of that formula against plain autograd of the full logits.
+    from conftest import tiny_qwen2
+    model = tiny_qwen2(dtype=torch.float64, seed=3)
+    head = model.get_output_embeddings()
+    head.bias = torch.nn.Parameter(0.3 * torch.randn(head.out_features, dtype=torch.float64))
+    prompt, completion = [3, 9, 11, 4], [12, 40, 7, 33, 2]
+    for spec in ("all", "last:1", "head"):
+        params, cut = analyze.analysis_parameters(model, spec)
+        assert any(p is head.bias for p in params)
+        out = analyze.answer_token_gradients(model, prompt, completion, params=params, cut_before=cut,
+                                             temperature=0.7)
+        logp_norms, _, entropies = direct_token_gradients(model, prompt, completion, 1.0, params, temperature=0.7)
+        torch.testing.assert_close(out["grad_logp_norm"], torch.tensor(logp_norms, dtype=torch.float64),
+                                   rtol=1e-6, atol=1e-12)
+        torch.testing.assert_close(out["entropy"], torch.tensor(entropies, dtype=torch.float64), rtol=1e-9, atol=1e-12)
+
+
 def test_head_only_on_a_tied_head_is_the_outer_product_norm():
     # Tied head (= the input embedding). With --params head, θ is the head's use only: ∇_W log p_t = (e - p) h_tᵀ,
     # so the norm is ||e - p|| · ||h_t|| (Prop. 3.1's G_t times the hidden state's norm). Counting the embedding
@@ -128,6 +147,55 @@ def test_head_only_on_a_tied_head_is_the_outer_product_norm():
     assert (tied_all["grad_logp_norm"] > out["grad_logp_norm"] + 1e-9).all()
 
 
+def test_off_policy_steps_move_theta_and_the_measured_tokens_have_r_not_one():
+    """After an AdamW step on group 0, group 1 is measured at the moved θ against the rollout's log-probs: r ≠ 1,
+    some clips active, and ||∇θ ℓ|| still equals a direct autograd of min(r A, clip(r) A) per token."""
+    model, tok = tiny_model(favour="12 ", dtype=torch.float64)
+    prompts, roll = _batch(model, tok, max_new_tokens=4)
+    rewards = [1.0, 0.0, 0.0, 1.0, 0.0, 1.0, 1.0, 0.0]
+    before = [p.detach().clone() for p in model.parameters()]
+    trained, measured = analyze.off_policy_split(2, 1, 1)
+    assert (trained, measured) == ([[0]], [1])
+    advantages = torch.tensor([1.0, -1.0, -1.0, 1.0, -1.0, 1.0, 1.0, -1.0]) * math.sqrt(3) / 2   # unbiased std, G = 4
+    log = analyze.off_policy_steps(model, roll, advantages, trained, torch.optim.AdamW(model.parameters(), lr=0.05),
+                                   eps_low=0.2, eps_high=0.2)
+    assert len(log) == 1 and log[0]["groups"] == [0] and log[0]["grad_norm"] > 0
+    assert log[0]["ratio_abs_dev_mean"] < 1e-5             # the first mini-batch is scored at θ_old: r = 1
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    records = analyze.analyze_groups(model, prompts, roll, rewards, params="all", old_logp=roll.logp,
+                                     groups=measured, progress=False)
+    assert [r["answer"] for r in records] == [4, 5, 6, 7] and {r["group"] for r in records} == {1}
+    ratios = torch.tensor([v for r in records for v in r["ratio"]])
+    assert (ratios - 1).abs().max() > 0.05
+    assert any(c for r in records for c in r["clip_active"])
+    params = list(model.parameters())
+    for rec in records:
+        i = rec["answer"]
+        completion = roll.completion_ids[i][roll.valid_mask[i]].tolist()
+        old = roll.logp[i][roll.valid_mask[i]].double()
+        ids = torch.tensor([prompts[1] + completion])
+        P = len(prompts[1])
+        expected = []
+        for t, token in enumerate(completion):
+            logp = torch.log_softmax(model(input_ids=ids).logits[0, P - 1 + t].double(), -1)[token]
+            r = torch.exp(logp - old[t])
+            objective = torch.minimum(r * rec["advantage"], r.clamp(0.8, 1.2) * rec["advantage"])
+            g = torch.autograd.grad(objective, params)
+            expected.append(math.sqrt(sum(float(x.pow(2).sum()) for x in g)))
+        # rtol 1e-6, not 1e-9: Qwen2's RMSNorm computes in float32 even in a float64 model, so a backward seeded
+        # with r·A instead of 1 rounds differently at ~1e-7 (the clipped tokens' exact zeros are checked below).
+        torch.testing.assert_close(torch.tensor(rec["grad_objective_norm"], dtype=torch.float64),
+                                   torch.tensor(expected, dtype=torch.float64), rtol=1e-6, atol=1e-12)
+        assert rec["objective_coef"] == pytest.approx(rec["omega"], rel=1e-9, abs=1e-12)
+        for w, r, clipped, g in zip(rec["omega"], rec["ratio"], rec["clip_active"], rec["grad_objective_norm"]):
+            assert w == pytest.approx(0.0 if clipped else r * rec["advantage"], rel=1e-9, abs=1e-12)  # ω = r·A·I
+            assert (g == 0) == clipped
+    s = stats.summarize(records, ratio=0.2)
+    assert 0 < s["clip_active_share"] < 1 and s["ratio_abs_dev_mean"] > 0.01
+    on_policy = stats.summarize(analyze.analyze_groups(model, prompts, roll, rewards, groups=[1], progress=False))
+    assert on_policy["clip_active_share"] == 0 and on_policy["ratio_abs_dev_mean"] == 0
+
+
 def test_bad_params_spec_names_it():
     model, _ = tiny_model(layers=2)
     for spec in ("last:0", "last:3", "first:1", "last:x"):
@@ -136,18 +204,18 @@ def test_bad_params_spec_names_it():
 
 
 def test_pearson_spearman_against_known_values():
-    assert analyze.pearson([1, 2, 3, 4], [2, 4, 6, 8]) == pytest.approx(1.0)
-    assert analyze.pearson([1, 2, 3], [5, 5, 5]) is None                     # constant: undefined, not NaN
-    assert analyze.spearman([1, 2, 3, 4, 5], [1, 8, 27, 64, 125]) == pytest.approx(1.0)   # monotone, not linear
-    assert analyze.ranks([10, 20, 20, 30]).tolist() == [1.0, 2.5, 2.5, 4.0]
+    assert stats.pearson([1, 2, 3, 4], [2, 4, 6, 8]) == pytest.approx(1.0)
+    assert stats.pearson([1, 2, 3], [5, 5, 5]) is None                     # constant: undefined, not NaN
+    assert stats.spearman([1, 2, 3, 4, 5], [1, 8, 27, 64, 125]) == pytest.approx(1.0)   # monotone, not linear
+    assert stats.ranks([10, 20, 20, 30]).tolist() == [1.0, 2.5, 2.5, 4.0]
     # Spearman with ties = Pearson of average ranks: x ranks [1, 2.5, 2.5, 4], y ranks [1, 2, 3, 4]
-    assert analyze.spearman([1, 2, 2, 3], [1, 2, 3, 4]) == pytest.approx(0.9486832980505138)
+    assert stats.spearman([1, 2, 2, 3], [1, 2, 3, 4]) == pytest.approx(0.9486832980505138)
     scipy_stats = pytest.importorskip("scipy.stats")
     g = torch.Generator().manual_seed(0)
     x, y = (torch.randn(50, generator=g, dtype=torch.float64) for _ in range(2))
     x[::5] = x[0]                                                            # ties
-    assert analyze.spearman(x, y) == pytest.approx(scipy_stats.spearmanr(x, y).statistic, abs=1e-12)
-    assert analyze.pearson(x, y) == pytest.approx(scipy_stats.pearsonr(x, y).statistic, abs=1e-12)
+    assert stats.spearman(x, y) == pytest.approx(scipy_stats.spearmanr(x, y).statistic, abs=1e-12)
+    assert stats.pearson(x, y) == pytest.approx(scipy_stats.pearsonr(x, y).statistic, abs=1e-12)
 
 
 def test_summary_recall_prefers_gmts_when_one_answer_carries_the_gradient():
@@ -161,7 +229,7 @@ def test_summary_recall_prefers_gmts_when_one_answer_carries_the_gradient():
                         "entropy": ent, "grad_logp_norm": glp, "epsilon": [0.05] * 10,
                         "grad_objective_norm": [abs(adv) * g for g in glp],
                         "gmts_score": [abs(adv) * e for e in ent]})
-    s = analyze.summarize(records, ratio=0.2)
+    s = stats.summarize(records, ratio=0.2)
     # k = ceil(0.2 * 80) = 16 true top tokens: answer 0's 10 (|A| = 2.47) and 6 of the wrong answers' highest.
     # ETS ranks by entropy alone, misses all 10 of answer 0 and finds only those 6.
     assert s["top_recall"]["gmts"] == 1.0 and s["top_recall"]["ets"] == pytest.approx(6 / 16)
@@ -202,12 +270,32 @@ def test_cli_end_to_end_writes_json_and_figures(digit_model_dir, digit_data, tmp
         assert (tmp_path / fig).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_cli_off_policy_steps_then_measures_the_other_groups(digit_model_dir, digit_data, tmp_path):
+    out = tmp_path / "off.json"
+    result = analyze.main(["--model", digit_model_dir, "--data", digit_data, "--prompts", "3", "--group-size", "4",
+                           "--max-new-tokens", "4", "--device", "cpu", "--seed", "1", "--params", "last:1",
+                           "--off-policy-steps", "1", "--mini-batch-size", "1", "--lr", "0.05", "--selector", "gmts",
+                           "--output", str(out), "--no-plots", "--no-progress"])
+    assert json.loads(out.read_text())["objective"].startswith("off-policy")
+    (step,) = result["off_policy_steps"]
+    assert step["groups"] == [0] and math.isfinite(step["loss"])
+    assert {a["group"] for a in result["answers"]} == {1, 2} and len(result["summary"]["groups"]) == 2
+    assert step["grad_norm"] > 0 and step["ratio_abs_dev_mean"] < 1e-5     # a mixed group, scored at θ_old
+    assert result["summary"]["ratio_abs_dev_mean"] > 0.01 and result["summary"]["clip_active_share"] > 0
+
+
 def test_cli_rejects_bad_flags_naming_them(capsys):
     for argv, flag in ((["--group-size", "1"], "--group-size"), (["--params", "middle"], "--params"),
-                       (["--task-options", "[1]"], "--task-options")):
+                       (["--task-options", "[1]"], "--task-options"), (["--ratio", "1.5"], "--ratio"),
+                       (["--temperature", "0"], "--temperature"), (["--adv-std", "x"], "--adv-std"),
+                       (["--prompts", "4", "--mini-batch-size", "2", "--off-policy-steps", "2"], "--off-policy-steps"),
+                       (["--off-policy-steps", "1", "--beta", "0.1"], "--beta")):
         with pytest.raises(SystemExit) as exc:
             analyze.main(["--model", "x", *argv])
         assert exc.value.code == 2 and flag in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        analyze.main(["--prompts", "2"])
+    assert exc.value.code == 2 and "--model is required" in capsys.readouterr().err
 
 
 def _synthetic_run(path, selector, seed, steps=5):
@@ -222,7 +310,6 @@ def _synthetic_run(path, selector, seed, steps=5):
 
 def test_plot_writes_a_png_comparing_runs(tmp_path):
     pytest.importorskip("matplotlib")
-    from gmts import plot
     a = _synthetic_run(tmp_path / "a", "ets", 0)
     b = _synthetic_run(tmp_path / "b", "gmts", 0)
     out = tmp_path / "runs.png"

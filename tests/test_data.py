@@ -158,6 +158,27 @@ def test_local_jsonl_defaults_and_field_mapping(tmp_path):
     assert (problem.id, problem.question, problem.answer, problem.reward) == ("custom-1", "What is 3+4?", "7", "math")
 
 
+def test_question_field_formats_several_fields(tmp_path):
+    rows = [{"Body": "Tom has 3 apples and buys 4.", "Question": "How many now?", "Answer": "7"},
+            {"Body": "Ann has {5} pens.", "Question": "How many?", "Answer": 5}]
+    path = write_jsonl(tmp_path / "split.jsonl", rows)
+    first, second = data.load_problems(path, question_field="{Body} {Question}", answer_field="Answer")
+    assert first.question == "Tom has 3 apples and buys 4. How many now?" and first.answer == "7"
+    assert second.question == "Ann has {5} pens. How many?"            # braces in a VALUE are kept as text
+    assert first.messages[-1] == {"role": "user", "content": first.question}
+    literal = data.load_problems(path, question_field="Q: {Question} {{context}}", answer_field="Answer")[0]
+    assert literal.question == "Q: How many now? {context}"
+    assert data.load_problems(path, question_field="Question", answer_field="Answer")[0].question == "How many now?"
+    gap = write_jsonl(tmp_path / "gap.jsonl", [rows[0], {"Body": "x", "Answer": "1"}])
+    with pytest.raises(ValueError, match=r"gap\.jsonl:2: no field 'Question' for question_field '\{Body\} \{Question\}'"
+                                         r" \(fields: \['Answer', 'Body'\]\)"):
+        data.load_problems(gap, question_field="{Body} {Question}", answer_field="Answer")
+    with pytest.raises(ValueError, match="not a valid format"):
+        data.load_problems(path, question_field="{Body", answer_field="Answer")
+    with pytest.raises(ValueError, match="not a plain field name"):
+        data.load_problems(path, question_field="{Body[0]}", answer_field="Answer")
+
+
 def test_local_rows_choose_their_domain(tmp_path):
     path = write_jsonl(tmp_path / "mixed.jsonl", [
         {"question": "Sky colour?", "choices": ["red", "blue"], "answer": "blue"},

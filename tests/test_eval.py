@@ -255,12 +255,16 @@ def test_eval_cli_bad_input_gives_one_line_errors(tiny_model_dir, tmp_path):
     assert missing.stderr.strip().splitlines() == [f"error: --model {str(tmp_path / 'no-such-model')!r}: no such folder"]
     import eval as eval_cli
     with pytest.raises(SystemExit) as err:
-        eval_cli.main(["--model", tiny_model_dir, "--data", "no-such-benchmark", "--quiet"])
+        eval_cli.main(["--model", tiny_model_dir, "--data", "no-such-benchmark", "--quiet", "--max-new-tokens", "8"])
     message = str(err.value.code)
     assert message.startswith("error: --data 'no-such-benchmark'") and "unknown source" in message
     assert "\n" not in message
-    with pytest.raises(SystemExit, match="error: --samples must be >= 1"):
+    with pytest.raises(SystemExit) as err:                 # a bad flag: a usage error (status 2), one line
         eval_cli.main(["--model", tiny_model_dir, "--samples", "0"])
+    assert err.value.code == 2 and str(err.value) == "eval.py: error: --samples must be an integer >= 1, got 0"
+    with pytest.raises(SystemExit) as err:                 # the model's context holds the prompt and the answer
+        eval_cli.main(["--model", tiny_model_dir, "--data", "arithmetic", "--max-new-tokens", "1024"])
+    assert err.value.code == 2 and "--max-new-tokens 1024 does not fit the model's context" in str(err.value)
 
 
 def test_train_eval_every_logs_the_same_evaluation(tiny_model_dir, tmp_path):

@@ -1,4 +1,4 @@
-"""The method core (METHOD.md) pinned down: ω identity, Proposition 3.1, selection, micro-batching, bad input."""
+"""The method core (gmts/METHOD.md) pinned down: ω identity, Proposition 3.1, selection, micro-batching, bad input."""
 import math
 
 import pytest
@@ -290,6 +290,17 @@ def test_all_equal_groups_give_zero_advantage_and_no_nan(std):
     assert adv.view(3, 4).sum(1).abs().max() < 1e-6
 
 
+@pytest.mark.parametrize("std", ["unbiased", "biased", "none"])
+@pytest.mark.parametrize("value", [0.3, 0.1, 1 / 3, 0.7, -2.2, 1e-8])
+def test_all_equal_groups_give_exactly_zero_for_any_reward_value(std, value):
+    """A float mean of eight 0.3's is not exactly 0.3: without the max == min test every answer of the group got
+    |A| ~ 0.06 (e.g. --overlong-penalty 0.7 with every answer cut), and exclude / the zero-A skip missed it."""
+    rewards = torch.tensor([value] * 8 + [1.0] + [0.0] * 7)
+    adv = gmts.group_advantages(rewards, 8, std=std)
+    assert adv[:8].abs().max().item() == 0.0
+    assert gmts.mixed_groups(rewards, 8).tolist() == [False, True]
+
+
 def test_advantage_values_match_the_reproduction():
     adv = gmts.group_advantages(torch.tensor([1., 0, 0, 0, 0, 0, 0, 0]), 8)
     assert adv[0].item() == pytest.approx(2.47, abs=0.01) and adv[1].item() == pytest.approx(-0.35, abs=0.01)
@@ -306,7 +317,10 @@ def test_exclude_removes_zero_advantage_groups_from_the_ranking():
     ets = gmts.select_tokens(gmts.token_scores("ets", entropy), valid, 0.25)
     assert ets[:4].any()                                       # without exclude, ETS spends budget on A = 0 tokens
     ets_ex = gmts.select_tokens(gmts.token_scores("ets", entropy), valid, 0.25, exclude=exclude)
-    assert not ets_ex[:4].any() and int(ets_ex.sum()) == math.ceil(0.25 * 24)
+    # The budget is every arm's: k = ceil(ρ · N_valid) over ALL 48 valid tokens, not over the 24 eligible ones.
+    assert not ets_ex[:4].any() and int(ets_ex.sum()) == int(ets.sum()) == math.ceil(0.25 * 48)
+    # ... capped at the eligible count when ρ asks for more than the eligible answers hold.
+    assert int(gmts.select_tokens(gmts.token_scores("ets", entropy), valid, 0.75, exclude=exclude).sum()) == 24
     omega = gmts.token_omega(torch.zeros(8, 6), torch.zeros(8, 6), adv)
     assert gmts.token_scores("gmts", entropy, omega)[:4].abs().max().item() == 0.0
 
@@ -381,3 +395,54 @@ def test_overlong_penalty_is_dapos_soft_punishment():
     for bad in ({"buffer": 49}, {"buffer": -1}, {"buffer": 8, "factor": -1.0}):
         with pytest.raises(ValueError, match="overlong"):
             gmts.overlong_penalty(lengths, 48, **bad)
+
+
+def test_overlap_diagnostic_uses_the_runs_scope_bottom_and_exclude():
+    """selection_overlap_ets_gmts compares what ETS and GMTS would select UNDER THE RUN'S SETTINGS: with exclude,
+    neither counterfactual may pick the excluded group; with bottom, both pick their lowest scores."""
+    from types import SimpleNamespace
+    from gmts.diagnostics import counterfactual_selections, overlap
+    from gmts.step import select
+    valid = torch.ones(4, 5, dtype=torch.bool)
+    adv = torch.tensor([0.0, 0.0, 1.0, -1.0])
+    entropy = torch.tensor([[9.0, 8.0, 0.1, 0.1, 0.1], [7.0, 6.0, 0.1, 0.1, 0.1],
+                            [1.0, 0.5, 0.4, 0.3, 0.2], [0.9, 0.6, 0.4, 0.3, 0.2]])
+    omega = adv[:, None].expand(4, 5).clone()
+    group_ids = torch.tensor([0, 0, 1, 1])
+
+    def choose(cfg, exclude=None):
+        return lambda scores: select(cfg, scores, valid, group_ids, exclude)
+    plain = SimpleNamespace(selector="gmts", ratio=0.2, select_scope="batch", bottom=False)
+    ets, gms = counterfactual_selections(choose(plain), entropy, omega, None)
+    assert ets[:2].all(dim=0)[:2].all() and overlap(ets, gms) == 0.0
+    ets, gms = counterfactual_selections(choose(plain, exclude=adv == 0), entropy, omega, None)
+    assert not ets[:2].any() and overlap(ets, gms) == 1.0          # both now pick 1.0, 0.9, 0.6, 0.5
+    bottom = SimpleNamespace(selector="gmts", ratio=0.2, select_scope="batch", bottom=True)
+    ets, gms = counterfactual_selections(choose(bottom), entropy, omega, None)
+    assert ets[:2, 2:].sum() == 4 and gms[:2].sum() == 4            # lowest entropies; GMTS's zeros (A = 0)
+    group = SimpleNamespace(selector="gmts", ratio=0.2, select_scope="group", bottom=False)
+    ets, gms = counterfactual_selections(choose(group), entropy, omega, None)
+    assert ets[:2].sum() == 2 and ets[2:].sum() == 2                # ceil(0.2 · 10) per group
+
+
+def test_kl_relative_weight_is_the_true_gradient_coefficient():
+    """With --loss-norm selected and --kl-coverage all, the loss is Σ_sel ℓ^pol / S - β Σ_valid D / N: a selected
+    token's gradient coefficient is (r A I)/S + β(π_ref/π - 1)/N = (1/S)·ω(kl_weight = S/N). Autograd agrees."""
+    torch.manual_seed(0)
+    n, t = 3, 4
+    logp = (-torch.rand(n, t, dtype=torch.float64)).requires_grad_()
+    old = logp.detach() + 0.3 * torch.randn(n, t, dtype=torch.float64)
+    ref = logp.detach() + 0.5 * torch.randn(n, t, dtype=torch.float64)
+    adv = torch.tensor([1.0, -0.5, 0.7], dtype=torch.float64)
+    valid = torch.ones(n, t, dtype=torch.bool)
+    selected = torch.zeros(n, t, dtype=torch.bool)
+    selected[0, :2] = selected[1, 1] = selected[2, 3] = True
+    beta = 0.2
+    loss = gmts.policy_loss(logp, old, adv, gmts.loss_weights(valid, selected, "selected"), beta=beta, ref_logp=ref,
+                            kl_weights=gmts.loss_weights(valid, valid, "selected"))
+    (grad,) = torch.autograd.grad(-loss, logp)                  # ∂J/∂log π = the coefficient in front of ∇ log π
+    S, N = int(selected.sum()), n * t
+    omega = gmts.token_omega(logp.detach(), old, adv, beta=beta, ref_logp=ref,
+                             kl_weight=gmts.kl_relative_weight("selected", "all", S, N))
+    torch.testing.assert_close(grad[selected], omega[selected] / S, rtol=1e-12, atol=1e-14)
+    assert gmts.kl_relative_weight("all", "all", S, N) == gmts.kl_relative_weight("selected", "selected", S, N) == 1.0

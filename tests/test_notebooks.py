@@ -1,5 +1,10 @@
-"""Every teaching notebook runs top to bottom without an error (nbclient, python3 kernel, CPU, offline), and is
-committed with its outputs stripped. Skips (with the reason) where the optional notebook tools are not installed."""
+"""The teaching notebooks: committed WITH their outputs (a reader on a code host sees the numbers and figures), and
+every one still runs top to bottom from scratch without an error (nbclient, python3 kernel, CPU, offline).
+
+The from-scratch run executes an in-memory copy: the committed files are never rewritten by the tests. To refresh
+the committed outputs after changing the code: notebooks/README.md, "Outputs". Skips (with the reason) where the
+optional notebook tools are not installed."""
+import hashlib
 import os
 
 import pytest
@@ -7,17 +12,44 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NOTEBOOK_DIR = os.path.join(ROOT, "notebooks")
 NOTEBOOKS = sorted(f for f in os.listdir(NOTEBOOK_DIR) if f.endswith(".ipynb")) if os.path.isdir(NOTEBOOK_DIR) else []
+MAX_BYTES = 300_000          # PNG figures at modest resolution keep a notebook well under this
 
 
-def test_the_three_notebooks_exist_with_outputs_stripped():
+def _read(name):
     nbformat = pytest.importorskip("nbformat", reason="nbformat not installed (pip install nbformat)")
+    nb = nbformat.read(os.path.join(NOTEBOOK_DIR, name), as_version=4)
+    nbformat.validate(nb)
+    return nb
+
+
+def test_the_three_notebooks_exist():
     assert NOTEBOOKS == ["01_entropy_and_gradient.ipynb", "02_ets_vs_gmts.ipynb", "03_one_training_step.ipynb"]
-    for name in NOTEBOOKS:
-        nb = nbformat.read(os.path.join(NOTEBOOK_DIR, name), as_version=4)
-        nbformat.validate(nb)
-        for cell in nb.cells:
-            if cell.cell_type == "code":
-                assert cell.outputs == [] and cell.execution_count is None, f"{name}: outputs not stripped"
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_committed_notebook_carries_its_outputs(name):
+    nb = _read(name)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    # Run top to bottom in one session: execution counts 1, 2, 3, ... with no cell skipped or re-run.
+    assert [c.execution_count for c in code] == list(range(1, len(code) + 1)), f"{name}: not executed top to bottom"
+    outputs = [o for c in code for o in c.outputs]
+    assert outputs, f"{name}: committed without outputs"
+    assert not [o for o in outputs if o.output_type == "error"], f"{name}: committed with an error output"
+    # Something a reader can see: printed numbers, and a figure or highlighted text.
+    assert any(o.output_type == "stream" and o.text.strip() for o in outputs), f"{name}: no printed output"
+    rich = {k for o in outputs if o.output_type in ("display_data", "execute_result") for k in o.get("data", {})}
+    assert rich & {"image/png", "text/html"}, f"{name}: no figure or highlighted text among the outputs"
+    size = os.path.getsize(os.path.join(NOTEBOOK_DIR, name))
+    assert size < MAX_BYTES, f"{name}: {size} bytes; lower the figures' dpi/size"
+
+
+def test_notebook_3_ends_with_a_learning_curve_per_selector():
+    nb = _read("03_one_training_step.ipynb")
+    text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+    for arm in ("none", "ets", "gmts"):
+        assert f"{arm:>5}: 40 steps" in text, f"no 40-step run of {arm} in the committed outputs"
+    last_code = [c for c in nb.cells if c.cell_type == "code"][-1]
+    assert any("image/png" in o.get("data", {}) for o in last_code.outputs), "the learning curve figure is missing"
 
 
 @pytest.mark.parametrize("name", NOTEBOOKS)
@@ -29,8 +61,14 @@ def test_notebook_runs_top_to_bottom(name, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     monkeypatch.setenv("MPLBACKEND", "Agg")
-    nb = nbformat.read(os.path.join(NOTEBOOK_DIR, name), as_version=4)
-    client = nbclient.NotebookClient(nb, timeout=240, kernel_name="python3",
+    path = os.path.join(NOTEBOOK_DIR, name)
+    with open(path, "rb") as fh:
+        committed = hashlib.sha256(fh.read()).hexdigest()
+    nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:                      # from scratch: drop the committed outputs first
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+    client = nbclient.NotebookClient(nb, timeout=600, kernel_name="python3",
                                      resources={"metadata": {"path": NOTEBOOK_DIR}})
     try:
         client.execute()       # raises CellExecutionError (with the cell and traceback) if any cell errors
@@ -39,3 +77,5 @@ def test_notebook_runs_top_to_bottom(name, monkeypatch):
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.output_type == "error"]
     assert not errors
     assert any(c.get("outputs") for c in nb.cells if c.cell_type == "code")   # it really ran
+    with open(path, "rb") as fh:
+        assert hashlib.sha256(fh.read()).hexdigest() == committed, f"{name}: the test rewrote the committed file"

@@ -17,7 +17,7 @@ from rewards import code as code_mod
 from rewards import get_reward
 from rewards import math as math_mod
 from rewards.choice import extract_choice
-from rewards.sandbox import run_python, sandbox_info
+from rewards.sandbox import RUN_UIDS, run_python, sandbox_info
 
 SHARED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data")
 GSM8K = [os.path.join(SHARED, "gsm8k", f"{s}.jsonl") for s in ("train", "test")]
@@ -231,10 +231,12 @@ def run_bad(src, tests="assert True", **kw):
 
 
 def nobody_processes():
+    """Processes of any sandbox run (each run has its own uid in RUN_UIDS; nobody for older layouts)."""
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
-            if os.stat(f"/proc/{pid}").st_uid == 65534:
+            uid = os.stat(f"/proc/{pid}").st_uid
+            if uid in RUN_UIDS or uid == 65534:
                 found.append(pid)
         except OSError:
             pass
@@ -269,21 +271,24 @@ def test_fork_bomb_is_contained_and_cleaned_up():
     assert int(result.stdout.split()[-1]) <= 16
 
 
-@pytest.mark.parametrize("isolate", [True, False], ids=["namespaces", "no-namespaces"])
+@pytest.mark.parametrize("isolate", [True, False], ids=["sandbox", "no-namespaces"])
 def test_escaped_background_process_is_killed(isolate):
     shared = tempfile.mkdtemp(prefix="gmts-escape-")
-    os.chmod(shared, 0o777)  # reachable by uid nobody
+    os.chmod(shared, 0o777)  # reachable by the run's uid (without bubblewrap; with it the folder is not there)
     beacon = os.path.join(shared, "beacon")
-    src = (f"import os, time\nif os.fork() == 0:\n    os.setsid()\n    while True:\n"
-           f"        with open({beacon!r}, 'a') as f:\n            f.write('x')\n        time.sleep(0.05)\n"
-           f"time.sleep(0.5)\n")
+    src = (f"import os, time\nif os.fork() == 0:\n    os.setsid()\n    while True:\n        try:\n"
+           f"            with open({beacon!r}, 'a') as f:\n                f.write('x')\n        except OSError:\n"
+           f"            pass\n        time.sleep(0.05)\ntime.sleep(0.5)\n")
+    before = set(nobody_processes())
     try:
         result = run_python(src, tests="assert True", timeout=LIMIT, isolate=isolate)
         assert result.passed  # the solution itself is fine; what it left behind must not survive
         size = os.path.getsize(beacon) if os.path.exists(beacon) else 0
-        assert size > 0, "the background process never ran: the test proves nothing"
+        if not isolate:
+            assert size > 0, "the background process never ran: the test proves nothing"
         time.sleep(0.5)
         assert (os.path.getsize(beacon) if os.path.exists(beacon) else 0) == size
+        assert set(nobody_processes()) - before == set()
     finally:
         import shutil
         shutil.rmtree(shared, ignore_errors=True)
@@ -303,8 +308,11 @@ def test_files_outside_the_sandbox_cannot_be_deleted_or_written(tmp_path):
 
 def test_no_network():
     run_bad("import socket\nsocket.create_connection(('1.1.1.1', 80), timeout=1)")
-    run_bad("import socket\ns = socket.socket()\ns.bind(('127.0.0.1', 0))\ns.listen()\n"
-            "c = socket.create_connection(s.getsockname(), timeout=1)")
+    import socket  # the trainer's own loopback is out of reach (bwrap's namespace has a private `lo` of its own)
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        run_bad(f"import socket\nc = socket.create_connection({server.getsockname()!r}, timeout=1)")
     assert sandbox_info()["net"] in ("namespace", "socket-patch")
     # the fallback when no network namespace can be made (e.g. a container without CAP_SYS_ADMIN)
     result = run_python("import socket\ntry:\n    socket.socket()\nexcept PermissionError as e:\n    ERR = str(e)\n",
@@ -337,10 +345,14 @@ def test_trainer_environment_is_not_visible(monkeypatch):
 
 def test_sandbox_reports_strength_and_cleans_its_directory():
     info = sandbox_info()
-    if os.getuid() == 0:
-        assert info["uid"] == 65534 and info["pid_namespace"] and info["net"] == "namespace"
+    if info["mode"] == "bwrap":
+        assert info["caps"] == "0" * 16 and info["pid_namespace"] and info["net"] == "namespace"
+        assert {"mnt", "pid", "net", "ipc", "uts", "user"} <= set(info["new_namespaces"])
+    elif os.getuid() == 0:
+        assert info["uid"] in RUN_UIDS and info["pid_namespace"] and info["net"] == "namespace"
     before = {d for d in os.listdir(tempfile.gettempdir()) if d.startswith("gmts-sandbox-")}
     run_python("x = 1", tests="assert x == 1", timeout=5)
+    run_python("x = 1", tests="assert x == 1", timeout=5, isolate=False)
     after = {d for d in os.listdir(tempfile.gettempdir()) if d.startswith("gmts-sandbox-")}
     assert after <= before
 

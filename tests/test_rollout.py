@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from gmts.policy import completion_logprobs
-from gmts.rollout import completion_mask, sample, sample_batched
+from gmts.rollout import Rollout, _cache_keyword, completion_mask, concat_rollouts, sample, sample_batched
 from conftest import tiny_qwen2
 
 EOS, PAD = [5, 7], 0
@@ -46,7 +46,7 @@ def test_greedy_matches_model_generate():
 
 
 def test_rollout_logprobs_and_entropies_match_a_full_forward():
-    """The scores use rollout-time values in place of the training forward's (METHOD.md: test how close they are)."""
+    """The scores use rollout-time values in place of the training forward's (gmts/METHOD.md, "Temperature": test how close they are)."""
     model = tiny_qwen2(seed=6)
     roll = run(model)
     logp, ent = completion_logprobs(model, roll.prompt_ids, roll.completion_ids, roll.valid_mask, group_size=4,
@@ -115,3 +115,55 @@ def test_chunked_rollout_equals_one_call_when_greedy():
     assert torch.equal(chunked.completion_ids[:, :width], whole.completion_ids)
     assert torch.equal(chunked.valid_mask[:, :width], whole.valid_mask)
     torch.testing.assert_close(chunked.logp[:, :width], whole.logp, rtol=1e-9, atol=1e-9)
+
+
+def test_concat_rollouts_pads_each_part_to_the_longest():
+    model = tiny_qwen2(seed=9)
+    short = run(model, max_new_tokens=3)
+    long = run(model, max_new_tokens=7, seed=1)
+    both = concat_rollouts([short, long], PAD)
+    assert both.completion_ids.shape == (24, 7) and both.prompt_ids == short.prompt_ids + long.prompt_ids
+    assert torch.equal(both.completion_ids[12:], long.completion_ids)
+    assert torch.equal(both.completion_ids[:12, :3], short.completion_ids)
+    assert (both.completion_ids[:12, 3:] == PAD).all() and not both.valid_mask[:12, 3:].any()
+    assert (both.logp[:12, 3:] == 0).all() and (both.entropy[:12, 3:] == 0).all()
+    assert torch.equal(both.lengths, torch.cat([short.lengths, long.lengths]))
+    with pytest.raises(ValueError, match="group_size"):
+        concat_rollouts([short, Rollout(**{**vars(long), "group_size": 2})], PAD)
+
+
+class _KwargsOnlyWrapper(torch.nn.Module):
+    """What a LoRA (peft) or DDP/FSDP wrapper looks like to inspect: forward(**kwargs), naming no cache keyword.
+    Records the keywords it was called with."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.module = model
+        self.seen = set()
+
+    def forward(self, **kwargs):
+        self.seen |= set(kwargs)
+        return self.module(**kwargs)
+
+
+def test_kv_cache_keyword_is_the_models_own_name_even_through_a_wrapper():
+    """transformers 5.x names the KV cache `cache` and keeps `past_key_values` only as a deprecated alias (removed
+    within the range requirements.txt allows); a wrapper whose forward takes **kwargs must not get the alias."""
+    import inspect
+    model = tiny_qwen2(dtype=torch.float64, seed=4)
+    own = [k for k in ("cache", "past_key_values") if k in inspect.signature(model.forward).parameters]
+    assert own, "the model's forward names no KV cache keyword"
+    assert _cache_keyword(model) == own[0]            # 'cache' whenever the model takes it (transformers >= 5)
+    wrapped = _KwargsOnlyWrapper(model)
+    assert _cache_keyword(wrapped) == own[0]
+    roll = run(wrapped)
+    assert own[0] in wrapped.seen and not ({"cache", "past_key_values"} - {own[0]}) & wrapped.seen
+    assert torch.equal(roll.completion_ids, run(model).completion_ids)
+
+
+def test_kv_cache_keyword_through_a_lora_model():
+    pytest.importorskip("peft")
+    from gmts.policy import add_lora
+    model = tiny_qwen2(seed=4)
+    lora = add_lora(model, rank=2, seed=0)
+    assert _cache_keyword(lora) == _cache_keyword(model)

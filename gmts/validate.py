@@ -1,0 +1,386 @@
+"""Every flag checked before any work starts: one table of rules per command line, one line per problem.
+
+    check(cfg, TRAIN_RULES)            -> raises ValueError naming the first bad flag and its value
+    prepare_training(argv)             -> (cfg, checkpoint folder or None, trainer state or None) for train.py
+    check_eval_args(args)              -> eval.py's flags, its output path and the model's context, up front
+
+A rule is (flag, predicate, message): the predicate gets the flag's value and the whole config (rules that relate
+two flags read both); the message is a format string with {v} (the value), {c} (the config) and, when the predicate
+raised ValueError, {err} (its text). Rules run in table order, so a flag is checked on its own before any rule that
+combines it with another. Checks that need the machine or the disk (device, output folder, the model's context
+length, the checkpoint to resume) come after the table and are just as cheap: nothing here loads a model.
+
+A usage error is `UsageError`: its one line goes to stderr and the process exits with status 2.
+"""
+import json
+import math
+import os
+import sys
+import tempfile
+from typing import Callable, NamedTuple
+
+from .advantage import STD_MODES
+from .config import REPORT_TO
+from .loss import KL_COVERAGE, LOSS_NORMS, check_loss_config
+from .scores import SELECTORS
+from .selection import SCOPES, check_ratio
+
+SEED_MAX = 2**32 - 1            # numpy's seed range, the narrowest of the generators a seed reaches
+DTYPE_NAMES = ("auto", "float32", "bfloat16", "float16")
+
+
+class UsageError(SystemExit):
+    """A bad flag or input found before the work starts: exit status 2, one line (written when raised, because a
+    SystemExit whose code is a number prints nothing). str(err) is that line."""
+
+    def __init__(self, prog, message):
+        self.line = f"{prog}: error: {' '.join(str(message).split())}"
+        super().__init__(2)
+        print(self.line, file=sys.stderr, flush=True)
+
+    def __str__(self):
+        return self.line
+
+
+class Rule(NamedTuple):
+    flag: str                      # the config attribute; the flag is --flag-with-dashes
+    ok: Callable                   # (value, config) -> bool; raising ValueError also fails, with {err}
+    message: str                   # format string: {v}, {c}, {err}
+
+
+def finite(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _passes(check):
+    """A predicate from a function that raises ValueError on a bad value (the method's own checks)."""
+    def ok(v, c):
+        check(v, c)
+        return True
+    return ok
+
+
+def _json_object(v, c):
+    return not v or isinstance(json.loads(v), dict)
+
+
+def _device_ok(v, c):
+    """auto, cpu, cuda, cuda:N or mps, and present on this machine."""
+    import torch
+    if v == "auto":
+        return True
+    try:
+        device = torch.device(v)
+    except (RuntimeError, ValueError):
+        raise ValueError("not a device name (auto | cpu | cuda | cuda:N | mps)") from None
+    if device.type == "cpu":
+        return True
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"this torch {torch.__version__} sees no CUDA GPU (use --device cpu or auto)")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise ValueError(f"this machine has {torch.cuda.device_count()} CUDA device(s)")
+        return True
+    if device.type == "mps":
+        if not torch.backends.mps.is_available():
+            raise ValueError("MPS is not available on this machine")
+        return True
+    raise ValueError("not supported (auto | cpu | cuda | cuda:N | mps)")
+
+
+def at_least(n):
+    return lambda v, c: isinstance(v, int) and v >= n
+
+
+def _between(lo, hi, *, lo_open=False, hi_open=False):
+    def ok(v, c):
+        return finite(v) and (v > lo if lo_open else v >= lo) and (v < hi if hi_open else v <= hi)
+    return ok
+
+
+def _need(name, n):
+    return Rule(name, at_least(n), f"--{name.replace('_', '-')} must be an integer >= {n}, got {{v}}")
+
+
+def _finite_at_least(name, n, why=""):
+    return Rule(name, lambda v, c: finite(v) and v >= n,
+                f"--{name.replace('_', '-')} must be a finite number >= {n}{why}, got {{v}}")
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# train.py
+
+TRAIN_RULES = [
+    # model and data
+    Rule("model", lambda v, c: bool(v and v.strip()), "--model is empty"),
+    Rule("dtype", lambda v, c: v in DTYPE_NAMES, f"--dtype must be one of {', '.join(DTYPE_NAMES)}, got {{v!r}}"),
+    Rule("device", _device_ok, "--device {v!r}: {err}"),
+    _need("lora_rank", 0),
+    _finite_at_least("lora_alpha", 0, " (0 = 2 x rank)"),
+    _need("chunk_size", 1),
+    Rule("data", lambda v, c: bool(v and v.strip()), "--data is empty"),
+    _need("limit", 0),
+    _need("max_prompt_tokens", 1),
+    Rule("task_options", _json_object, "--task-options must be a JSON object, got {v!r}"),
+    # rollout
+    _need("prompts_per_step", 1),
+    Rule("group_size", at_least(2), "--group-size must be >= 2 (a group of one answer has no baseline), got {v}"),
+    _need("max_new_tokens", 1),
+    Rule("temperature", lambda v, c: finite(v) and v > 0,
+         "--temperature must be a finite number > 0 for training rollouts, got {v}"),
+    Rule("rollout_batch_size", at_least(0), "--rollout-batch-size must be >= 0 (0 = all prompts at once), got {v}"),
+    # algorithm
+    Rule("algo", lambda v, c: v in ("grpo", "dapo"), "--algo must be grpo or dapo, got {v!r}"),
+    Rule("eps_low", _between(0, 1, hi_open=True), "--eps-low (ε1) must be in [0, 1) (the ratio is clipped at "
+                                                 "1 - ε1 > 0), got {v}"),
+    _finite_at_least("eps_high", 0, " (ε2; leave it out for the --algo default)"),
+    _finite_at_least("beta", 0),
+    Rule("beta", lambda v, c: c.algo != "dapo" or v == 0, "--algo dapo uses no KL term (β = 0), got --beta {v}"),
+    Rule("kl_coverage", lambda v, c: v in KL_COVERAGE, f"--kl-coverage must be one of {KL_COVERAGE}, got {{v!r}}"),
+    Rule("adv_std", lambda v, c: v in STD_MODES, f"--adv-std must be one of {STD_MODES}, got {{v!r}}"),
+    _need("ppo_epochs", 1),
+    Rule("mini_batch_size", lambda v, c: isinstance(v, int) and 1 <= v <= c.prompts_per_step
+         and c.prompts_per_step % v == 0,
+         "--mini-batch-size must divide --prompts-per-step {c.prompts_per_step} (whole groups per optimizer step; "
+         "0 = all), got {v}"),
+    Rule("dynamic_sampling", lambda v, c: v in ("auto", "on", "off"),
+         "--dynamic-sampling must be auto, on or off, got {v!r}"),
+    _need("max_sampling_tries", 1),
+    Rule("overlong_buffer", lambda v, c: isinstance(v, int) and 0 <= v <= c.max_new_tokens,
+         "--overlong-buffer must be in [0, --max-new-tokens = {c.max_new_tokens}], got {v}"),
+    _finite_at_least("overlong_penalty", 0),
+    # selection
+    Rule("selector", lambda v, c: v in SELECTORS, f"--selector must be one of {', '.join(SELECTORS)}, got {{v!r}}"),
+    Rule("ratio", lambda v, c: finite(v) and _passes(lambda r, _: check_ratio(r))(v, c), "--ratio must be in (0, 1], got {v}"),
+    Rule("select_scope", lambda v, c: v in SCOPES, f"--select-scope must be one of {SCOPES}, got {{v!r}}"),
+    Rule("loss_norm", lambda v, c: v in LOSS_NORMS, f"--loss-norm must be one of {', '.join(LOSS_NORMS)}, got {{v!r}}"),
+    Rule("loss_norm", _passes(lambda v, c: check_loss_config(c.selector, c.ratio, v)), "--loss-norm: {err}"),
+    # optimisation
+    _need("steps", 1),
+    _need("micro_batch_size", 1),
+    Rule("micro_batch_size", lambda v, c: (c.prompts_per_step * c.group_size) % v == 0,
+         "--micro-batch-size {v} does not divide the batch of {c.prompts_per_step} prompts x {c.group_size} answers"),
+    Rule("lr", lambda v, c: finite(v) and v > 0, "--lr must be a finite number > 0, got {v}"),
+    _finite_at_least("weight_decay", 0),
+    Rule("adam_beta1", _between(0, 1, hi_open=True), "--adam-beta1 must be in [0, 1), got {v}"),
+    Rule("adam_beta2", _between(0, 1, hi_open=True), "--adam-beta2 must be in [0, 1), got {v}"),
+    _need("warmup_steps", 0),
+    _finite_at_least("max_grad_norm", 0, " (0 = no clipping)"),
+    Rule("fsdp", lambda v, c: not (v and (c.lora_rank or c.optimizer_offload)),
+         "--fsdp cannot be combined with --lora-rank or --optimizer-offload (choose one way to save memory)"),
+    _need("max_bad_steps", 1),
+    # output
+    Rule("seed", lambda v, c: isinstance(v, int) and 0 <= v <= SEED_MAX, f"--seed must be in [0, {SEED_MAX}], got {{v}}"),
+    Rule("output_dir", lambda v, c: bool(v and v.strip()), "--output-dir is empty"),
+    Rule("save_every", at_least(0), "--save-every must be >= 0 (0 = only at the end), got {v}"),
+    _need("keep_checkpoints", 1),
+    _need("log_samples", 0),
+    Rule("eval_every", at_least(0), "--eval-every must be >= 0 (0 = never), got {v}"),
+    Rule("eval_every", lambda v, c: not v or bool(c.eval_data), "--eval-every needs --eval-data"),
+    Rule("eval_before", lambda v, c: not v or bool(c.eval_data), "--eval-before needs --eval-data"),
+    _need("eval_limit", 0),
+    _need("eval_samples", 1),
+    _finite_at_least("eval_temperature", 0, " (0 = greedy)"),
+    Rule("report_to", lambda v, c: v in REPORT_TO, f"--report-to must be one of {', '.join(REPORT_TO)}, got {{v!r}}"),
+]
+
+
+def check(cfg, rules, prefix=""):
+    """Run `rules` against `cfg` in order; the first one that fails raises ValueError with its message."""
+    for rule in rules:
+        value = getattr(cfg, rule.flag)
+        try:
+            good, err = bool(rule.ok(value, cfg)), ""
+        except (ValueError, TypeError) as e:
+            good, err = False, " ".join(str(e).split())
+        if not good:
+            raise ValueError(prefix + rule.message.format(v=value, c=cfg, err=err))
+    return cfg
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Paths and the model's context, read without loading anything.
+
+def output_path_problem(path, kind):
+    """Why `path` (kind "folder" or "file") could not be created or written, or None. Tries a real write in the
+    nearest existing folder, so read-only file systems are caught as well as permissions."""
+    full = os.path.abspath(os.path.expanduser(path))
+    if kind == "folder" and os.path.exists(full) and not os.path.isdir(full):
+        return "is a file, not a folder"
+    if kind == "file" and os.path.isdir(full):
+        return "is a folder; give a file name such as results.json"
+    probe = full if kind == "folder" else os.path.dirname(full)
+    while not os.path.exists(probe):
+        probe = os.path.dirname(probe)
+    if not os.path.isdir(probe):
+        return f"{probe} is a file, so nothing can be created under it"
+    try:
+        fd, name = tempfile.mkstemp(dir=probe, prefix=".gmts-write-test-")
+        os.close(fd)
+        os.unlink(name)
+    except OSError as err:
+        return f"{probe} is not writable ({err.strerror or err})"
+    if kind == "file" and os.path.exists(full) and not os.access(full, os.W_OK):
+        return "is not writable"
+    return None
+
+
+CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
+
+
+def model_context(name_or_path):
+    """The model's context length from its config.json (a local folder, or the hub cache), or None when it cannot
+    be read without a download."""
+    path = os.path.join(os.path.expanduser(name_or_path), "config.json")
+    if not os.path.isfile(path):
+        try:
+            from huggingface_hub import try_to_load_from_cache
+            path = try_to_load_from_cache(name_or_path, "config.json")
+        except Exception:            # not a valid repo id, no cache: nothing to read cheaply
+            return None
+        if not isinstance(path, str) or not os.path.isfile(path):
+            return None
+    try:
+        with open(path) as fh:
+            config = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    for section in (config, config.get("text_config") or {}):
+        for key in CONTEXT_KEYS:
+            if isinstance(section.get(key), int) and section[key] > 0:
+                return section[key], key, path
+    return None
+
+
+def context_problem(max_new_tokens, name_or_path):
+    found = model_context(name_or_path)
+    if found and max_new_tokens >= found[0]:
+        return (f"--max-new-tokens {max_new_tokens} does not fit the model's context ({found[1]} = {found[0]} in "
+                f"{found[2]}), which also holds the prompt")
+    return None
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# train.py: flags, resume, output folder.
+
+# Flags a resumed run may change: how the batch is computed, how long the run goes, what is logged and kept. Every
+# other flag defines the experiment (model, data and its order, the method, the optimiser): changing one mid-run
+# would make one run out of two experiments, so resume refuses it.
+RESUMABLE = {"steps", "micro_batch_size", "rollout_batch_size", "chunk_size", "gradient_checkpointing", "device",
+             "dtype", "save_every", "keep_checkpoints", "log_samples", "eval_every", "eval_data", "eval_limit",
+             "eval_samples", "eval_temperature", "max_bad_steps", "output_dir", "resume", "overwrite", "report_to"}
+
+# The files that make a folder a run: a fresh run must not mix its files with these.
+RUN_FILES = ("metrics.jsonl", "samples.jsonl", "config.json", "checkpoints")
+
+
+def _main_process():
+    return os.environ.get("RANK", "0") == "0"
+
+
+def _note(message):
+    if _main_process():
+        print(f"gmts: {message}", file=sys.stderr, flush=True)
+
+
+def prepare_training(argv, prog="train.py"):
+    """The config train.py runs with, checked whole before anything loads: the flag table (via parse_config),
+    then the checkpoint to resume (the newest that loads), the flags a resume may not change, the output folder
+    (creatable, writable, not another run's unless --overwrite) and --max-new-tokens against the model's context.
+    Returns (cfg, checkpoint folder or None, trainer state or None); any problem is a UsageError (one line, exit 2)."""
+    from . import checkpoint as ckpt
+    from .config import Config, build_parser, parse_config, resolve
+    cfg = parse_config(argv)
+    resume_from, state = None, None
+    if cfg.resume:
+        explicit = set(vars(build_parser().parse_args(argv)))
+        try:
+            resume_from, state = ckpt.find_resumable(cfg.resume, report=_note)
+        except ckpt.CheckpointError as err:
+            raise UsageError(prog, f"--resume {cfg.resume}: {err}") from None
+        saved = dict(state["config"])
+        for name in sorted(explicit - RESUMABLE):
+            if name in saved and saved[name] != getattr(cfg, name):
+                raise UsageError(prog, f"--{name.replace('_', '-')} {getattr(cfg, name)!r}: the run in {cfg.resume} "
+                                       f"used {saved[name]!r}, and --{name.replace('_', '-')} cannot change on resume "
+                                       "(it defines the experiment); start a new run in a new --output-dir instead")
+        saved.update({k: getattr(cfg, k) for k in explicit})        # e.g. --steps to run longer
+        if "output_dir" not in explicit:
+            saved["output_dir"] = os.path.dirname(os.path.dirname(os.path.abspath(resume_from)))
+        saved["resume"] = cfg.resume
+        known = {f for f in Config.__dataclass_fields__}
+        try:
+            cfg = resolve(Config(**{k: v for k, v in saved.items() if k in known}))
+        except ValueError as err:
+            raise UsageError(prog, err) from None
+        if cfg.steps <= state["step"]:
+            raise UsageError(prog, f"--steps {cfg.steps}: {resume_from} is already at step {state['step']}; pass "
+                                   f"--steps > {state['step']} to train further")
+    problem = output_path_problem(cfg.output_dir, "folder")
+    if problem:
+        raise UsageError(prog, f"--output-dir {cfg.output_dir}: {problem}")
+    existing = [f for f in RUN_FILES if os.path.exists(os.path.join(cfg.output_dir, f))]
+    if existing and not cfg.resume and not cfg.overwrite:
+        raise UsageError(prog, f"--output-dir {cfg.output_dir} already holds a run ({', '.join(existing)}); continue "
+                               f"it with --resume {cfg.output_dir}, choose a new folder, or pass --overwrite to "
+                               "replace it")
+    model_source = resume_from if resume_from and not cfg.lora_rank else cfg.model
+    problem = context_problem(cfg.max_new_tokens, model_source)
+    if problem:
+        raise UsageError(prog, problem)
+    if _main_process():
+        if existing and cfg.overwrite and not cfg.resume:
+            ckpt.remove_run(cfg.output_dir)
+            _note(f"--overwrite: removed the previous run's {', '.join(existing)} from {cfg.output_dir}")
+        removed = ckpt.clean_leftovers(cfg.output_dir)
+        if removed:
+            _note(f"removed leftovers of an interrupted checkpoint write or prune: {', '.join(removed)}")
+    return cfg, resume_from, state
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# eval.py
+
+EVAL_RULES = [
+    Rule("model", lambda v, c: bool(c.compare) or bool(v and v.strip()), "--model is required (or --compare A B)"),
+    Rule("limit", at_least(0), "--limit must be >= 0 (0 = all), got {v}"),
+    _need("samples", 1),
+    Rule("temperature", lambda v, c: finite(v) and v >= 0, "--temperature must be a finite number >= 0 (0 = greedy), "
+                                                           "got {v}"),
+    Rule("top_p", _between(0, 1, lo_open=True), "--top-p must be in (0, 1], got {v}"),
+    Rule("top_k", at_least(0), "--top-k must be >= 0 (0 = off), got {v}"),
+    _need("max_new_tokens", 1),
+    Rule("max_prompt_tokens", at_least(0), "--max-prompt-tokens must be >= 0 (0 = the model's context minus "
+                                           "--max-new-tokens), got {v}"),
+    _need("batch_size", 1),
+    _need("repeat", 1),
+    Rule("seed", lambda v, c: isinstance(v, int) and 0 <= v <= SEED_MAX, f"--seed must be in [0, {SEED_MAX}], got {{v}}"),
+    Rule("data_seed", lambda v, c: isinstance(v, int) and 0 <= v <= SEED_MAX,
+         f"--data-seed must be in [0, {SEED_MAX}], got {{v}}"),
+    Rule("task_options", _json_object, "--task-options must be a JSON object, got {v!r}"),
+    Rule("device", _device_ok, "--device {v!r}: {err}"),
+    Rule("dtype", lambda v, c: v in DTYPE_NAMES, f"--dtype must be one of {', '.join(DTYPE_NAMES)}, got {{v!r}}"),
+    Rule("bootstrap", at_least(100), "--bootstrap must be >= 100 (resamples behind each 95% interval), got {v}"),
+]
+
+
+def check_eval_args(args, output, prog="eval.py"):
+    """eval.py's flags, the paths it will write (the summary `output` and its .problems.jsonl beside it) and
+    --max-new-tokens against the model's context; a UsageError (one line, exit 2) on the first problem."""
+    try:
+        check(args, EVAL_RULES)
+    except ValueError as err:
+        raise UsageError(prog, err) from None
+    for path in filter(None, [output, problems_path(output) if output and not args.compare else None]):
+        problem = output_path_problem(path, "file")
+        if problem:
+            raise UsageError(prog, f"--output {path}: {problem}")
+    if not args.compare:
+        problem = context_problem(args.max_new_tokens, args.model)
+        if problem:
+            raise UsageError(prog, problem)
+
+
+def problems_path(output):
+    """Where eval.py writes the per-problem records of the summary `output`."""
+    return (output[:-5] if output.endswith(".json") else output) + ".problems.jsonl"

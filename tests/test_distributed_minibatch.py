@@ -1,0 +1,130 @@
+"""Two processes (gloo, CPU) against one, for what the mini-batch regime and the exactness notes added:
+- several optimizer steps per rollout batch (some mini-batches hold rows of one rank only), plain and FSDP;
+- a step in which no process has a token with a gradient leaves the weights EXACTLY unchanged (AdamW's momentum
+  must not move them, as it would from zero-filled gradients);
+- ties exactly at the top-k cut-off, across ranks: the single process's order (rank, then row, then column) decides.
+"""
+import os
+import sys
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+
+from test_distributed import G, Q, make_batch, shard  # noqa: E402
+
+
+def updates(flags, batches, fsdp=False):
+    """Run update_policy on each batch in turn (AdamW, so a second update carries momentum from the first)."""
+    import train
+    from conftest import tiny_qwen2
+    from gmts import distributed
+    from gmts.config import parse_config
+    from gmts.optim import build_optimizer
+    torch.set_num_threads(1)
+    cfg = parse_config(["--selector", "gmts", "--group-size", str(G), "--prompts-per-step", str(Q),
+                        "--micro-batch-size", "2", "--lr", "1e-2", "--max-grad-norm", "0.5"] + flags)
+    model = tiny_qwen2(vocab_size=64, seed=11)
+    if fsdp:
+        distributed.shard_layers(model, torch.float32)
+    optimizer = build_optimizer(model, cfg)
+    out = []
+    for step, batch in enumerate(batches, start=1):
+        metrics, selected = train.update_policy(cfg, model, None, optimizer, batch, torch.Generator(),
+                                                torch.device("cpu"), step)
+        if fsdp:
+            params, _ = distributed.full_state_dicts(model, optimizer)
+        else:
+            params = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        out.append((selected, params, metrics))
+    return out
+
+
+def dead_batch():
+    """Every group all-equal: A = 0 everywhere, β = 0, so no token has a gradient."""
+    import gmts
+    batch = make_batch(seed=1)
+    batch.rewards = torch.zeros_like(batch.rewards)
+    batch.advantages = gmts.group_advantages(batch.rewards, G)
+    return batch
+
+
+def _worker(rank, world, init_file, flags, kind, out_dir, fsdp):
+    import torch.distributed as dist
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    try:
+        if kind == "ties":
+            result = tie_selection(rank, world)
+        else:
+            batches = [make_batch()] + ([dead_batch()] if kind == "dead" else [])
+            result = updates(flags, [shard(b, rank, world) for b in batches], fsdp)
+        torch.save(result, os.path.join(out_dir, f"{rank}.pt"))
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+def spawn(tmp_path, flags, kind, fsdp=False):
+    mp.spawn(_worker, args=(2, str(tmp_path / "init"), flags, kind, str(tmp_path), fsdp), nprocs=2, join=True)
+    return [torch.load(tmp_path / f"{r}.pt", weights_only=False) for r in range(2)]
+
+
+@pytest.mark.parametrize("flags, fsdp", [(["--mini-batch-size", "1"], False), (["--mini-batch-size", "2"], False),
+                                         (["--mini-batch-size", "1", "--selector", "ets", "--ppo-epochs", "2"], False),
+                                         (["--mini-batch-size", "1"], True)])
+def test_minibatches_on_two_processes_equal_one_process(tmp_path, flags, fsdp):
+    parts = spawn(tmp_path, flags, "minibatch", fsdp)
+    [(single_sel, single_params, single_metrics)] = updates(flags, [make_batch()])
+    assert torch.equal(torch.cat([p[0][0] for p in parts]), single_sel)
+    for name, value in single_params.items():
+        for p in (parts[:1] if fsdp else parts):
+            torch.testing.assert_close(p[0][1][name], value, rtol=1e-5, atol=1e-6)
+    m = parts[0][0][2]
+    assert m["optimizer_steps"] == single_metrics["optimizer_steps"] > 1
+    for key in ("selected_tokens", "valid_tokens", "clip_active_share", "ratio_abs_dev_mean",
+                "selection_overlap_ets_gmts", "selection_overlap_ets_gmts_min", "grad_norm", "grad_norm_max"):
+        assert m[key] == pytest.approx(single_metrics[key], rel=1e-5, abs=1e-9), key
+
+
+def test_a_step_with_nothing_to_learn_leaves_the_weights_unchanged_on_every_rank(tmp_path):
+    parts = spawn(tmp_path, [], "dead")
+    single = updates([], [make_batch(), dead_batch()])
+    for (_, after_first, _), (_, after_dead, m) in [p for p in parts] + [single]:
+        assert m["optimizer_steps"] == 0
+        for name, value in after_first.items():
+            assert torch.equal(after_dead[name], value), name          # exactly: no momentum step
+    for name, value in single[1][1].items():
+        torch.testing.assert_close(parts[0][1][1][name], value, rtol=1e-5, atol=1e-6)
+
+
+def tie_scores():
+    """16 rows x 1 token of scores where the 4th and 5th largest (k = ceil(0.25 · 16) = 4) tie: row 6 (rank 0) and
+    row 9 (rank 1), so the cut-off falls inside the tie and only the tie order decides which one is kept."""
+    scores = torch.linspace(0.0, 1.0, 16)[:, None].clone()
+    scores[15], scores[14], scores[13] = 9.0, 8.0, 7.0
+    scores[6] = scores[9] = 5.0
+    return scores, torch.ones(16, 1, dtype=torch.bool)
+
+
+def tie_selection(rank, world):
+    from gmts import distributed
+    scores, valid = tie_scores()
+    rows = slice(rank * 8, (rank + 1) * 8)
+    return [(distributed.select_tokens_global(scores[rows], valid[rows], 0.25),
+             distributed.select_tokens_global(scores[rows], valid[rows], 0.25, bottom=True))]
+
+
+def test_ties_exactly_at_the_cut_off_across_ranks(tmp_path):
+    import gmts
+    parts = spawn(tmp_path, [], "ties")
+    scores, valid = tie_scores()
+    top = torch.cat([p[0][0] for p in parts])
+    single = gmts.select_tokens(scores, valid, 0.25)
+    assert torch.equal(top, single) and int(top.sum()) == 4
+    assert top[6, 0] and not top[9, 0]                 # the lower index (rank 0's row) wins the tie
+    bottom = torch.cat([p[0][1] for p in parts])
+    assert torch.equal(bottom, gmts.select_tokens(scores, valid, 0.25, bottom=True))

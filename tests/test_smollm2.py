@@ -1,0 +1,38 @@
+"""--preset cpu-demo's model: the hub id loads from gmts/smollm2.py's offline copy when the hub cannot be reached,
+and the preset carries the learning check's settings with an evaluation before and after."""
+import torch
+
+from gmts import policy, smollm2
+from gmts.config import parse_config
+
+
+def test_hub_id_falls_back_to_the_offline_copy(tiny_model_dir, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")                         # the hub cannot be reached
+    calls = []
+    monkeypatch.setattr(smollm2, "fetch", lambda: calls.append(1) or tiny_model_dir)
+    model = policy.load_model(smollm2.HUB_ID, dtype=torch.float32, device=torch.device("cpu"))
+    tok = policy.load_tokenizer(smollm2.HUB_ID)
+    assert len(calls) == 2 and model.config.hidden_size == 32 and tok.eos_token == "<|im_end|>"
+    try:                                       # any other unreachable id is still the one-line error
+        policy.load_model("HuggingFaceTB/not-a-model", dtype=torch.float32, device=torch.device("cpu"))
+    except SystemExit as err:
+        assert "could not load 'HuggingFaceTB/not-a-model'" in str(err)
+    assert len(calls) == 2
+
+
+def test_an_existing_folder_is_reused_without_converting(tmp_path):
+    folder = tmp_path / "m"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    (folder / "model.safetensors").write_bytes(b"")
+    assert smollm2.fetch(str(folder)) == str(folder)                   # nothing downloaded: it is already there
+
+
+def test_cpu_demo_preset():
+    cfg = parse_config(["--preset", "cpu-demo", "--selector", "gmts"])
+    assert cfg.model == smollm2.HUB_ID and cfg.data == "arithmetic" and '"max_operand": 30' in cfg.task_options
+    assert (cfg.prompts_per_step, cfg.group_size, cfg.max_new_tokens, cfg.temperature, cfg.lr, cfg.steps) == \
+        (4, 8, 48, 0.5, 1e-5, 20)
+    assert cfg.eval_before and cfg.eval_every == cfg.steps and cfg.eval_data == "arithmetic:test"
+    assert cfg.eval_temperature == cfg.temperature and cfg.selector == "gmts"
+    assert parse_config(["--preset", "cpu-demo", "--steps", "3"]).steps == 3              # flags override
