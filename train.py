@@ -331,7 +331,9 @@ def main(argv=None):
         model = load_model(cfg.model, dtype=load_dtype, device=device)
     ref_model = None
     if cfg.beta > 0 and not cfg.lora_rank:
-        ref_model = copy.deepcopy(model).to(dtype).eval().requires_grad_(False)   # frozen π_ref = the start
+        # frozen π_ref = the STARTING model (on resume: --model again, not the checkpoint's weights)
+        start = load_model(cfg.model, dtype=dtype, device=device) if resume_from else copy.deepcopy(model).to(dtype)
+        ref_model = start.eval().requires_grad_(False)
     if cfg.lora_rank:
         if resume_from:
             from peft import PeftModel
