@@ -139,3 +139,44 @@ def optimizer_step(optimizer, params, loss, n_real_passes, max_grad_norm):
         optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     return loss, grad_norm, "stepped" if finite else "non-finite"
+
+
+class MiniBatch:
+    """One optimizer batch: `rows` of the rollout batch, with the per-row tensors the step needs sliced to them."""
+
+    def __init__(self, rows, *, valid, advantages, old_logp, ref_logp, exclude, group_size):
+        self.rows, self.group_size = rows, group_size
+        self.valid, self.advantages, self.old_logp = valid[rows], advantages[rows], old_logp[rows]
+        self.ref_logp = None if ref_logp is None else ref_logp[rows]
+        self.exclude = None if exclude is None else exclude[rows]
+        self.group_ids = rows // group_size
+        # where each rollout row sits in this mini-batch (-1: not in it), to slice per micro-batch
+        self.position = torch.full((valid.shape[0],), -1, dtype=torch.long, device=valid.device)
+        self.position[rows] = torch.arange(len(rows), device=valid.device)
+
+
+def kl_weight(cfg, mb):
+    """ω's KL part relative to its policy part in this mini-batch's loss (loss.kl_relative_weight)."""
+    from .loss import kl_relative_weight
+    if cfg.beta == 0:
+        return 1.0
+    n_valid = int(dist.all_reduce_sum(torch.tensor(int(mb.valid.sum()))))
+    return kl_relative_weight(cfg.loss_norm, cfg.kl_coverage, selected_count(cfg, mb.valid, mb.group_ids, mb.exclude),
+                              n_valid)
+
+
+def masked_loss_weights(cfg, mb, selected):
+    """Step 6's weights for the mini-batch: (policy weights w·m, KL weights or None, the rows worth a pass). The
+    normalisers are the mini-batch's, over all ranks (loss.loss_weights). Rows with nothing selected, or with A = 0
+    and no KL term, have exactly zero gradient: no pass."""
+    from .loss import loss_weights
+    weights = loss_weights(mb.valid, selected, cfg.loss_norm, reduce=dist.all_reduce_sum)
+    kl_weights = None
+    if cfg.beta > 0 and cfg.kl_coverage == "all":
+        kl_weights = loss_weights(mb.valid, mb.valid, cfg.loss_norm, reduce=dist.all_reduce_sum)
+    has_weight = weights.sum(1) > 0
+    if cfg.beta == 0:
+        has_weight &= mb.advantages != 0
+    if kl_weights is not None:
+        has_weight |= kl_weights.sum(1) > 0
+    return weights, kl_weights, mb.rows[has_weight]

@@ -1,0 +1,278 @@
+"""Setting up and keeping a training run: its state as one object, the data stream, the model and optimizer, the
+output folder, checkpoints, stop signals and in-training evaluation. train.py calls these by name so that it can
+read as the story of one step; none of this is the method (gmts/METHOD.md).
+"""
+import copy
+import json
+import os
+import signal
+import sys
+from dataclasses import dataclass
+
+import torch
+
+import data
+import rewards
+from . import checkpoint as ckpt
+from . import distributed
+from .config import to_dict
+from .optim import build_optimizer
+from .policy import (add_lora, enable_gradient_checkpointing, end_of_sequence_ids, load_model, load_tokenizer,
+                     resolve_device, resolve_dtype)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# The data: prompts, and a seeded stream over them.
+
+class PromptStream:
+    """The run's data order: a seeded permutation per epoch, so a run is reproducible and resumes from one integer."""
+
+    def __init__(self, problems, prompt_ids, seed, position=0):
+        self.problems, self.prompt_ids, self.seed, self.position = problems, prompt_ids, seed, position
+        self._epoch, self._order = None, None
+
+    def take(self, n):
+        """The next n problem indices; each epoch is a fresh permutation seeded by (seed, epoch)."""
+        out = []
+        for _ in range(n):
+            epoch, index = divmod(self.position, len(self.problems))
+            if epoch != self._epoch:
+                gen = torch.Generator().manual_seed(self.seed * 7919 + epoch)
+                self._epoch, self._order = epoch, torch.randperm(len(self.problems), generator=gen).tolist()
+            out.append(self._order[index])
+            self.position += 1
+        return out
+
+
+def load_prompts(cfg, tokenizer):
+    """Problems -> chat-templated prompt ids; prompts longer than --max-prompt-tokens are skipped and counted."""
+    return data.load_prompts_for_cli(cfg.data, cfg.split, tokenizer, max_prompt_tokens=cfg.max_prompt_tokens,
+                                     question_field=cfg.question_field, answer_field=cfg.answer_field,
+                                     template=cfg.template, task_options=cfg.task_options,
+                                     limit=cfg.limit or None, seed=cfg.seed, system_prompt=cfg.system_prompt)
+
+
+@dataclass
+class Batch:
+    """A rollout batch of answers with their rewards and advantages (this process's share of it)."""
+    problems: list            # Q problems
+    prompt_ids: list          # Q lists of ids
+    completion_ids: torch.Tensor  # (N, T), N = Q * G, the G answers to a prompt contiguous
+    valid: torch.Tensor       # (N, T) bool: real completion tokens
+    logp: torch.Tensor        # (N, T) rollout-time log-probs: log π_old
+    entropy: torch.Tensor     # (N, T) rollout-time entropies
+    texts: list               # N decoded completions
+    rewards: torch.Tensor     # (N,)
+    advantages: torch.Tensor  # (N,)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# The run's state, built once and passed around as one object.
+
+@dataclass
+class Run:
+    cfg: object
+    model: torch.nn.Module
+    ref_model: torch.nn.Module    # frozen π_ref for the KL term, or None (β = 0, or LoRA: adapters off)
+    optimizer: torch.optim.Optimizer
+    tokenizer: object
+    eos_ids: list
+    stream: PromptStream
+    reward_fns: dict              # reward name -> fn(text, reference) -> float
+    rollout_gen: torch.Generator  # sampling of this process's answers
+    select_gen: torch.Generator   # the random selector's draws (apart, so arms see the same rollouts)
+    device: torch.device
+    rank: int = 0
+    world: int = 1
+
+    @property
+    def main_process(self):
+        return self.rank == 0
+
+
+def start_processes(cfg, state):
+    """(rank, world size, device, dtype): one process, or this one of torchrun's."""
+    rank, world, local_rank = distributed.init()          # (0, 1, 0) without torchrun
+    if cfg.prompts_per_step % world:
+        raise SystemExit(f"error: --prompts-per-step {cfg.prompts_per_step} does not split over {world} processes")
+    if state is not None and len(state["rng"]) != world:
+        raise SystemExit(f"error: --resume: the checkpoint was written by {len(state['rng'])} processes; "
+                         f"resume with the same number (got {world})")
+    device = resolve_device(cfg.device)
+    if device.type == "cuda" and world > 1:
+        device = torch.device("cuda", local_rank)
+    return rank, world, device, resolve_dtype(cfg.dtype, device)
+
+
+def load_data(cfg, resume_from):
+    """(tokenizer, problems, prompt ids, skipped count, reward functions). Runs before any model loads, so a bad
+    file or name fails in a second."""
+    tokenizer = load_tokenizer(cfg.tokenizer or (cfg.model if os.path.isdir(cfg.model) or not resume_from
+                                                 else resume_from))
+    problems, prompt_ids, n_too_long = load_prompts(cfg, tokenizer)
+    reward_fns = {name: rewards.get_reward(name, trusted_only=cfg.code_trusted_only)
+                  for name in {p.reward for p in problems}}
+    if cfg.eval_every or cfg.eval_before:
+        check_eval_data(cfg, tokenizer)
+    return tokenizer, problems, prompt_ids, n_too_long, reward_fns
+
+
+def build_policy(cfg, resume_from, device, dtype):
+    """(policy, frozen reference or None, optimizer). On resume, full fine-tuning reloads the checkpoint's weights
+    and LoRA the base + adapter. With FSDP the weights load in float32: the shards are the master weights."""
+    load_dtype = torch.float32 if cfg.fsdp else dtype
+    model = load_model(resume_from if resume_from and not cfg.lora_rank else cfg.model, dtype=load_dtype,
+                       device=device)
+    ref_model = None
+    if cfg.beta > 0 and not cfg.lora_rank:
+        # frozen π_ref = the STARTING model (on resume: --model again, not the checkpoint's weights)
+        start = load_model(cfg.model, dtype=dtype, device=device) if resume_from else copy.deepcopy(model).to(dtype)
+        ref_model = start.eval().requires_grad_(False)
+    if cfg.lora_rank:
+        if resume_from:
+            from peft import PeftModel
+            model = PeftModel.from_pretrained(model, resume_from, is_trainable=True)
+        else:
+            model = add_lora(model, rank=cfg.lora_rank, alpha=cfg.lora_alpha, seed=cfg.seed)
+    if cfg.gradient_checkpointing:
+        enable_gradient_checkpointing(model)
+    if cfg.fsdp:
+        distributed.shard_layers(model, dtype)
+    return model, ref_model, build_optimizer(model, cfg)
+
+
+def build_run(cfg, resume_from, state):
+    """Everything a step needs, and the step to start after (0, or the checkpoint's)."""
+    rank, world, device, dtype = start_processes(cfg, state)
+    ckpt.seed_everything(cfg.seed)
+    tokenizer, problems, prompt_ids, n_too_long, reward_fns = load_data(cfg, resume_from)
+    model, ref_model, optimizer = build_policy(cfg, resume_from, device, dtype)
+    # Each process samples its own answers; the data order is shared.
+    run = Run(cfg=cfg, model=model, ref_model=ref_model, optimizer=optimizer, tokenizer=tokenizer,
+              eos_ids=end_of_sequence_ids(model, tokenizer), stream=PromptStream(problems, prompt_ids, cfg.seed),
+              reward_fns=reward_fns, rollout_gen=torch.Generator(device=device).manual_seed(cfg.seed + 1_000_003 * rank),
+              select_gen=torch.Generator(device=device).manual_seed(cfg.seed + 1 + 1_000_003 * rank),
+              device=device, rank=rank, world=world)
+    start_step = restore(run, state) if state is not None else 0
+    if run.main_process:
+        open_output_dir(run, start_step)
+        n_params = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        print(f"gmts: {cfg.model} ({n_params / 1e6:.1f}M trainable) on {device} {str(dtype).replace('torch.', '')}"
+              + (f" x {world} processes" if world > 1 else "") + f"; {len(problems)} problems from {cfg.data}"
+              + (f" ({n_too_long} skipped: prompt too long)" if n_too_long else "")
+              + f"; selector {cfg.selector} ρ={cfg.ratio}; {cfg.algo}; output {cfg.output_dir}"
+              + (f"; resuming from {resume_from} at step {start_step}" if resume_from else ""), flush=True)
+    return run, start_step
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Checkpoints and the output folder.
+
+def restore(run, state):
+    """Optimizer, every random stream and the data position from a checkpoint; returns its step."""
+    if run.cfg.fsdp:
+        distributed.load_full_optimizer_state(run.model, run.optimizer, state["optimizer"])
+    else:
+        run.optimizer.load_state_dict(state["optimizer"])
+    ckpt.set_rng_state(state["rng"][run.rank], run.rollout_gen)
+    run.select_gen.set_state(state["select_rng"][run.rank])
+    run.stream.position = state["data_position"]
+    return state["step"]
+
+
+def log_paths(cfg):
+    return os.path.join(cfg.output_dir, "metrics.jsonl"), os.path.join(cfg.output_dir, "samples.jsonl")
+
+
+def open_output_dir(run, start_step):
+    """A fresh run found no run here (or --overwrite removed it: gmts/validate.py). A resumed one drops the lines
+    logged after its checkpoint (a crash between the two) and any torn line. Then the resolved config."""
+    os.makedirs(run.cfg.output_dir, exist_ok=True)
+    for path in log_paths(run.cfg) if start_step else ():
+        ckpt.truncate_jsonl(path, start_step)
+    ckpt.write_text_atomic(os.path.join(run.cfg.output_dir, "config.json"), json.dumps(to_dict(run.cfg), indent=2) + "\n")
+
+
+def save(run, step):
+    """A checkpoint of the whole run after `step`, written atomically. Every process's random state travels to the
+    one that writes, so a resume continues each stream exactly. Call on every process."""
+    rngs = distributed.gather_objects((ckpt.rng_state(run.rollout_gen), run.select_gen.get_state()))
+    model_state, optim_state = (distributed.full_state_dicts(run.model, run.optimizer) if run.cfg.fsdp
+                                else (None, run.optimizer.state_dict()))          # FSDP: gathered on rank 0
+    if run.main_process:
+        trainer_state = {"step": step, "config": to_dict(run.cfg), "optimizer": optim_state,
+                         "rng": [r for r, _ in rngs], "select_rng": [s for _, s in rngs],
+                         "data_position": run.stream.position, "world_size": run.world}
+        ckpt.save_checkpoint(run.cfg.output_dir, step, run.model, run.tokenizer, trainer_state,
+                             keep=run.cfg.keep_checkpoints, state_dict=model_state)
+    distributed.barrier()
+
+
+def save_merged_lora(run):
+    """LoRA: plain merged weights beside the checkpoints, for transformers / vLLM."""
+    merged_dir = os.path.join(run.cfg.output_dir, "final-merged")
+    copy.deepcopy(run.model).merge_and_unload().save_pretrained(merged_dir, safe_serialization=True)
+    run.tokenizer.save_pretrained(merged_dir)
+
+
+class StopRequest:
+    """Ctrl-C / SIGTERM: finish the current step, write a checkpoint, exit. A second Ctrl-C stops at once (the last
+    checkpoint is still whole: checkpoints are written atomically)."""
+
+    def __init__(self):
+        self.signum = 0
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, self._handle)
+
+    def _handle(self, signum, _frame):
+        self.signum = signum
+        signal.signal(signum, signal.SIG_DFL)
+        print(f"\ngmts: got signal {signum}; checkpointing after this step (again to stop now)", file=sys.stderr)
+
+    def any_process(self):
+        """True on every process once any process was signalled."""
+        return bool(int(distributed.all_reduce_sum(torch.tensor(self.signum))))
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# In-training evaluation.
+
+def evaluate(run):
+    """run_eval where it must run: under FSDP every process (each holds a shard of every layer; all evaluate
+    identically), else rank 0 alone. Returns the eval_* metrics on rank 0, {} on the others."""
+    out = {}
+    if run.cfg.fsdp:
+        with distributed.layers_gathered(run.model):
+            out = run_eval(run.cfg, run.model, run.tokenizer, run.eos_ids, run.device)
+    elif run.main_process:
+        out = run_eval(run.cfg, run.model, run.tokenizer, run.eos_ids, run.device)
+    distributed.barrier()
+    return out if run.main_process else {}
+
+
+def run_eval(cfg, model, tokenizer, eos_ids, device):
+    """In-training evaluation with eval.py's protocol (the same code as `python eval.py`)."""
+    from .evaluate import evaluate_model
+    was_training = model.training
+    model.eval()
+    # As many rows per generation batch as a training rollout has (each prompt brings --eval-samples rows).
+    batch_size = max(1, cfg.prompts_per_step * cfg.group_size // max(cfg.eval_samples, 1))
+    result = evaluate_model(model, tokenizer, cfg.eval_data, limit=cfg.eval_limit, samples=cfg.eval_samples,
+                            temperature=cfg.eval_temperature, max_new_tokens=cfg.max_new_tokens, seed=cfg.seed,
+                            eos_ids=eos_ids, template=cfg.template or None, system_prompt=cfg.system_prompt,
+                            batch_size=batch_size, progress=False, max_prompt_tokens=cfg.max_prompt_tokens,
+                            task_options=json.loads(cfg.task_options) if cfg.task_options else None)
+    model.train(was_training)
+    return {"eval_accuracy": result["accuracy"], "eval_ci95": result["ci95"], "eval_data": cfg.eval_data}
+
+
+def check_eval_data(cfg, tokenizer):
+    """Fail at start-up, not at the first evaluation, when --eval-data names something that cannot be loaded."""
+    from .evaluate import load_benchmark, split_data_arg
+    for spec in split_data_arg(cfg.eval_data):
+        try:
+            load_benchmark(spec, tokenizer, limit=cfg.eval_limit, template=cfg.template or None,
+                           system_prompt=cfg.system_prompt, max_prompt_tokens=cfg.max_prompt_tokens,
+                           task_options=json.loads(cfg.task_options) if cfg.task_options else None)
+        except (FileNotFoundError, ValueError, KeyError, SystemExit) as err:
+            raise SystemExit(f"error: --eval-data {spec!r}: {' '.join(str(err).split())}") from None
