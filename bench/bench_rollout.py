@@ -39,7 +39,9 @@ sys.path.insert(0, ROOT)
 from bench.common import emit, environment, median, write_results, peak_bytes, reset_peak, run_worker  # noqa: E402
 
 METHODS = ("generate", "plain", "ours")
-QWEN_TOKENIZER = "/work/shared/data/qwen2.5-tokenizer"
+# The Qwen2.5 tokenizer beside the repository (the project's data folder layout), or GMTS_QWEN_TOKENIZER.
+QWEN_TOKENIZER = os.environ.get("GMTS_QWEN_TOKENIZER", os.path.join(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))), os.pardir, "shared", "data", "qwen2.5-tokenizer"))
 # The first GSM8K training question, in Qwen's chat format (a realistic prompt length: ~100 tokens).
 QUESTION = ("Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
             "How many clips did Natalia sell altogether in April and May?")

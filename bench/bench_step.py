@@ -15,9 +15,9 @@ valid tokens per second of step) is the fair rate; s/step is reported beside it.
 
 Where our gain comes from: train.py skips the forward/backward of answers whose advantage is exactly 0 (all-equal
 groups; with beta = 0 their gradient is exactly 0). The side `ours-noskip` is the same run with that skip off
-(environment GMTS_KEEP_ZERO_ADV_ROWS=1, a bench-only switch that train.py's update loop must read where it drops
-rows with A = 0: NOT wired yet, so `--sides ours ours-noskip trl` measures the share only once it is); the share of
-the time saved that the skip explains is (noskip - ours) / (trl - ours) on s/step.
+(environment GMTS_KEEP_ZERO_ADV_ROWS=1, a bench-only switch read by gmts/step.py's masked_loss_weights, where rows
+with A = 0 are dropped); the share of the time saved that the skip explains is (noskip - ours) / (trl - ours) on
+s/step.
 
 Ours runs as a user would: `python train.py ...` in a subprocess; its metrics.jsonl gives per-step times
 (time_rollout_s + time_train_s), valid tokens, time_score_select_s and the process's VmHWM. TRL runs in a fresh
@@ -180,7 +180,7 @@ def main():
     ap.add_argument("--lr", type=float, default=1e-5)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--sides", nargs="+", default=["ours", "trl"], choices=SIDES,
-                    help="ours-noskip needs train.py to read GMTS_KEEP_ZERO_ADV_ROWS (see the module doc)")
+                    help="ours-noskip: train.py with the zero-advantage skip off (GMTS_KEEP_ZERO_ADV_ROWS=1)")
     ap.add_argument("--smoke", action="store_true", help="2 steps, 2 prompts x G=4, 4 tokens, 1 run each: a rot check")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "step.json"))
     args = ap.parse_args()

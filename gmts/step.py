@@ -7,6 +7,7 @@ batch (gmts/METHOD.md, "Several optimizer steps per rollout batch"), gradient ac
 several processes (torchrun, FSDP).
 """
 import math
+import os
 
 import torch
 
@@ -175,7 +176,8 @@ def masked_loss_weights(cfg, mb, selected):
     if cfg.beta > 0 and cfg.kl_coverage == "all":
         kl_weights = loss_weights(mb.valid, mb.valid, cfg.loss_norm, reduce=dist.all_reduce_sum)
     has_weight = weights.sum(1) > 0
-    if cfg.beta == 0:
+    # GMTS_KEEP_ZERO_ADV_ROWS=1 (benchmarks only: bench/bench_step.py measures what the skip saves) keeps the passes
+    if cfg.beta == 0 and os.environ.get("GMTS_KEEP_ZERO_ADV_ROWS") != "1":
         has_weight &= mb.advantages != 0
     if kl_weights is not None:
         has_weight |= kl_weights.sum(1) > 0
