@@ -238,7 +238,11 @@ def training_summary(metrics_path):
         "mixed_groups_mean": statistics.fmean(r.get("mixed_groups", 0) for r in rows),
         # diagnostics a step may lack (a skipped step, an older train.py): the mean over the steps that logged them
         **{f"{key}_mean": mean_of(rows, key) for key in ("selection_overlap_ets_gmts", "top_answer_share",
-                                                         "selected_share_zero_adv", "ets_share_zero_adv")},
+                                                         "selected_share_zero_adv", "ets_share_zero_adv",
+                                                         "clip_active_share", "ratio_abs_dev_mean", "optimizer_steps")},
+        # the lowest ETS/GMTS overlap of any one optimizer step (mini-batch) of the run
+        "selection_overlap_ets_gmts_min": min((r["selection_overlap_ets_gmts_min"] for r in rows
+                                               if "selection_overlap_ets_gmts_min" in r), default=None),
     }
     return out
 
@@ -302,7 +306,8 @@ def analyse(args, base_json, records):
                                                             "response_len_last", "step_s_median", "train_wall_s",
                                                             "mixed_groups_mean", "selection_overlap_ets_gmts_mean",
                                                             "top_answer_share_mean", "train_acc_first_quarter",
-                                                            "train_acc_last_quarter")},
+                                                            "train_acc_last_quarter", "clip_active_share_mean",
+                                                            "optimizer_steps_mean", "selection_overlap_ets_gmts_min")},
                          "grad_norm_nonfinite": sum(r.get("grad_norm_nonfinite", 0) for r in runs),
                          "eval_cut_share": statistics.fmean(eval_cut_share(r["eval"]) for r in runs)}
         for arm, entry in arms.items():
@@ -426,8 +431,8 @@ def markdown(meta, analysis):
               "training step time (rollout + update), with other jobs sharing the 2 cores; cut = share of the evaluation's "
               "answers that ran to the token limit (the reward still reads their last number).", "",
               "| lr | arm | seeds | accuracy [95% CI] | per-seed | vs base | vs none | GMTS vs ETS | grad norm mean / max "
-              "| resp. len mean -> last | cut | s/step | ETS-GMTS overlap |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "| resp. len mean -> last | cut | s/step | ETS-GMTS overlap (min) | clip active | opt. steps / rollout |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for lr, arms in analysis.get("arms", {}).items():
         for arm, e in arms.items():
             lines.append(
@@ -435,7 +440,9 @@ def markdown(meta, analysis):
                 f"{', '.join(pct(a) for a in e['seed_accuracies'])} | {diff(e['vs_base'])} | "
                 f"{diff(e.get('vs_none'), len(e['seeds']))} | {diff(e.get('vs_ets'), len(e['seeds']))} | {num(e['grad_norm_mean'])} / {num(e['grad_norm_max'])} | "
                 f"{num(e['response_len_mean'], '{:.1f}')} -> {num(e['response_len_last'], '{:.1f}')} | "
-                f"{pct(e.get('eval_cut_share'))}% | {num(e['step_s_median'], '{:.1f}')} | {num(e['selection_overlap_ets_gmts_mean'])} |")
+                f"{pct(e.get('eval_cut_share'))}% | {num(e['step_s_median'], '{:.1f}')} | {num(e['selection_overlap_ets_gmts_mean'])} "
+                f"({num(e.get('selection_overlap_ets_gmts_min'))}) | {pct(e.get('clip_active_share_mean'))}% | "
+                f"{num(e.get('optimizer_steps_mean'), '{:.1f}')} |")
     if meta.get("failed"):
         lines += ["", "Failed runs:"] + [f"- {k}: {v.splitlines()[0]}" for k, v in meta["failed"].items()]
     if meta.get("pending"):
