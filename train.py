@@ -15,12 +15,18 @@ reference, tests/test_update_reference.py); this file wires them together. The m
 quantities right when the batch is computed in pieces (mini-batches, micro-batches, several processes, FSDP) lives
 in gmts/step.py; setting up, checkpoints and signals in gmts/run.py.
 """
-import contextlib
-import functools
 import sys
-import time
 
-import torch
+if __name__ == "__main__":
+    # Every flag against gmts/validate.py's table before torch loads (~3 s): a bad one is one line, exit 2, at once.
+    from gmts.config import parse_config
+    parse_config(sys.argv[1:])
+
+import contextlib  # noqa: E402
+import functools  # noqa: E402
+import time  # noqa: E402
+
+import torch  # noqa: E402
 from tqdm import tqdm
 
 import gmts

@@ -8,15 +8,29 @@ The method as pure functions on tensors, one module per stage of the loop (see R
     selection.py  select_tokens               exact batch-wide top-ρ mask
     loss.py       loss_weights, policy_loss   clipped surrogate + k3 KL, normalised over the whole batch
 """
-from .advantage import group_advantages, mixed_groups, overlong_penalty
-from .head import token_entropy, token_logprobs_and_entropy
-from .loss import (check_loss_config, kl_relative_weight, loss_weights, policy_loss, relative_token_weight,
-                   token_objective)
-from .scores import SELECTORS, clip_active, token_omega, token_scores
-from .selection import num_to_select, select_tokens
+import importlib
 
-__all__ = [
-    "group_advantages", "overlong_penalty", "token_entropy", "token_logprobs_and_entropy", "token_omega", "token_scores",
-    "select_tokens", "num_to_select", "loss_weights", "policy_loss", "token_objective", "check_loss_config",
-    "relative_token_weight", "SELECTORS", "clip_active", "kl_relative_weight", "mixed_groups",
-]
+# Where each public name lives. Imported on first use (PEP 562), so that `import gmts.config` / `gmts.validate`
+# do not load torch: the command line checks its flags before torch loads (~3 s) and a bad one fails at once.
+_EXPORTS = {
+    "advantage": ("group_advantages", "mixed_groups", "overlong_penalty"),
+    "head": ("token_entropy", "token_logprobs_and_entropy"),
+    "loss": ("check_loss_config", "kl_relative_weight", "loss_weights", "policy_loss", "relative_token_weight",
+             "token_objective"),
+    "scores": ("SELECTORS", "clip_active", "token_omega", "token_scores"),
+    "selection": ("num_to_select", "select_tokens"),
+}
+_WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name):
+    if name in _WHERE:
+        value = getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'gmts' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_WHERE))

@@ -7,7 +7,7 @@ Every token of answer i gets the same A_i. A group whose rewards are all equal c
 """
 import torch
 
-STD_MODES = ("unbiased", "biased", "none")  # "none" = Dr. GRPO: subtract the group mean, divide by nothing
+from .options import STD_MODES  # "none" = Dr. GRPO: subtract the group mean, divide by nothing
 
 
 def group_advantages(rewards, group_size, *, std="unbiased", eps=1e-6):

@@ -10,19 +10,7 @@ import torch
 
 from .scores import broadcast_advantages
 
-LOSS_NORMS = ("selected", "all", "sequence", "sequence-selected")
-KL_COVERAGE = ("selected", "all")
-
-
-def check_loss_config(selector, ratio, loss_norm):
-    """Refuse combinations that silently test nothing (gmts/METHOD.md, "The loss")."""
-    if loss_norm not in LOSS_NORMS:
-        raise ValueError(f"loss_norm must be one of {LOSS_NORMS}, got {loss_norm!r}")
-    if loss_norm == "sequence-selected" and selector != "none" and ratio < 1.0:
-        raise ValueError(
-            f"loss_norm='sequence-selected' with selector={selector!r}: dividing each answer by its own SELECTED "
-            "count cancels the effect of giving one answer more of the selected tokens, so the selector would test "
-            "nothing (gmts/METHOD.md, 'The loss'). Use loss_norm 'selected', 'all' or 'sequence' (full answer length).")
+from .options import KL_COVERAGE, LOSS_NORMS, check_loss_config  # noqa: F401  (re-exported)
 
 
 def loss_weights(valid_mask, selected_mask, loss_norm="selected", *, reduce=None):

@@ -5,7 +5,7 @@ Entropy itself is computed in gmts/head.py (chunked over the vocabulary, so no f
 """
 import torch
 
-SELECTORS = ("none", "ets", "gmts", "random")
+from .options import SELECTORS
 
 
 @torch.no_grad()

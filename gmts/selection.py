@@ -10,7 +10,7 @@ from fractions import Fraction
 
 import torch
 
-SCOPES = ("batch", "group")
+from .options import SCOPES, check_ratio  # noqa: F401  (re-exported)
 
 
 def num_to_select(ratio, n):
@@ -18,10 +18,6 @@ def num_to_select(ratio, n):
     check_ratio(ratio)
     return math.ceil(Fraction(repr(float(ratio))) * n)
 
-
-def check_ratio(ratio):
-    if not isinstance(ratio, (int, float)) or isinstance(ratio, bool) or not (0.0 < float(ratio) <= 1.0):
-        raise ValueError(f"ratio must be in (0, 1], got {ratio!r}")
 
 
 @torch.no_grad()

@@ -19,11 +19,8 @@ import sys
 import tempfile
 from typing import Callable, NamedTuple
 
-from .advantage import STD_MODES
 from .config import REPORT_TO
-from .loss import KL_COVERAGE, LOSS_NORMS, check_loss_config
-from .scores import SELECTORS
-from .selection import SCOPES, check_ratio
+from .options import KL_COVERAGE, LOSS_NORMS, SCOPES, SELECTORS, STD_MODES, check_loss_config, check_ratio
 
 SEED_MAX = 2**32 - 1            # numpy's seed range, the narrowest of the generators a seed reaches
 DTYPE_NAMES = ("auto", "float32", "bfloat16", "float16")
@@ -65,10 +62,10 @@ def _json_object(v, c):
 
 
 def _device_ok(v, c):
-    """auto, cpu, cuda, cuda:N or mps, and present on this machine."""
-    import torch
-    if v == "auto":
+    """auto, cpu, cuda, cuda:N or mps, and present on this machine (torch is imported only to look)."""
+    if v in ("auto", "cpu"):
         return True
+    import torch
     try:
         device = torch.device(v)
     except (RuntimeError, ValueError):
