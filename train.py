@@ -147,8 +147,9 @@ def update_policy(cfg, model, ref_model, optimizer, batch, select_gen, device, s
             time_select += time.time() - t_select
             ratio = torch.exp(logp - mb.old_logp)
             log.scored_tokens(rows, mb.valid, ratio, gmts.clip_active(ratio, mb.advantages, cfg.eps_low, cfg.eps_high))
-            log.selection(rows, entropy, omega, weight, selected,
-                          *counterfactual_selections(choose, entropy, omega, weight))
+            log.selection(rows, entropy, omega, weight, selected,      # + what ETS and GMTS would keep at ρ
+                          *counterfactual_selections(functools.partial(choose, ratio=cfg.ratio), entropy, omega,
+                                                     weight))
 
             # 6. Masked loss, normalised over the mini-batch: its micro-batches' gradients sum to its gradient.
             weights, kl_weights, active = masked_loss_weights(cfg, mb, selected)

@@ -80,10 +80,12 @@ def _float(x):
     return x if x.dtype == torch.float64 else x.float()     # float64 models stay float64 (tests pin 1e-10)
 
 
-def select(cfg, scores, valid, group_ids, exclude):
+def select(cfg, scores, valid, group_ids, exclude, ratio=None):
     """Step 5 with the run's settings: exactly k = ceil(ρ · N_valid) tokens over the WHOLE optimizer batch (across
-    ranks too), or per group; never padding. `cfg` needs selector, ratio, select_scope, bottom."""
-    ratio = cfg.ratio if cfg.selector != "none" else 1.0
+    ranks too), or per group; never padding. `cfg` needs selector, ratio, select_scope, bottom. ratio: the run's
+    (every token for selector none) unless given (what ETS / GMTS would keep, for the diagnostics)."""
+    if ratio is None:
+        ratio = cfg.ratio if cfg.selector != "none" else 1.0
     if cfg.select_scope == "group":       # whole groups live on one rank: per-group ranking is local
         return select_tokens(scores, valid, ratio, scope="group", group_ids=group_ids, bottom=cfg.bottom,
                              exclude=exclude)

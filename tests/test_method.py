@@ -420,6 +420,12 @@ def test_overlap_diagnostic_uses_the_runs_scope_bottom_and_exclude():
     bottom = SimpleNamespace(selector="gmts", ratio=0.2, select_scope="batch", bottom=True)
     ets, gms = counterfactual_selections(choose(bottom), entropy, omega, None)
     assert ets[:2, 2:].sum() == 4 and gms[:2].sum() == 4            # lowest entropies; GMTS's zeros (A = 0)
+    # a run with selector none still reports what ETS and GMTS would keep at ρ (not ρ = 1: overlap 1.0)
+    none = SimpleNamespace(selector="none", ratio=0.2, select_scope="batch", bottom=False)
+    assert select(none, None, valid, group_ids, None).all()
+    ets, gms = counterfactual_selections(lambda s: select(none, s, valid, group_ids, None, ratio=none.ratio),
+                                         entropy, omega, None)
+    assert ets.sum() == gms.sum() == 4 and overlap(ets, gms) == 0.0
     group = SimpleNamespace(selector="gmts", ratio=0.2, select_scope="group", bottom=False)
     ets, gms = counterfactual_selections(choose(group), entropy, omega, None)
     assert ets[:2].sum() == 2 and ets[2:].sum() == 2                # ceil(0.2 · 10) per group

@@ -223,6 +223,9 @@ def test_update_policy_equals_the_reference(name):
     # one step per mini-batch, except where no token has a gradient (only the A = 0 group, β = 0): no step at all
     dead = sum(1 for rows in minibatches if opts["beta"] == 0 and (batch.advantages[rows] == 0).all())
     assert metrics["optimizer_steps"] == len(minibatches) - dead
+    if opts["selector"] == "none":
+        # a run that trains on every token still reports what ETS and GMTS would keep at ρ: they differ here
+        assert metrics["selected_tokens"] == metrics["valid_tokens"] and metrics["selection_overlap_ets_gmts"] < 1.0
     if len(minibatches) > 1:
         # the later mini-batches are off-policy: θ moved, r != 1, and some clips are active
         assert metrics["ratio_abs_dev_mean"] > 0.01, metrics
