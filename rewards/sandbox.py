@@ -53,11 +53,16 @@ def _interpreter_paths() -> list[str]:
     paths = {sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable))}
     paths.update(p for p in sys.path if p and os.path.isdir(p))
     paths = sorted(os.path.realpath(p) for p in paths if p and not p.startswith(("/usr/", "/lib")))
-    here = os.path.dirname(_CHILD)
+    prefixes = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix)}
+    project = os.path.dirname(os.path.dirname(os.path.realpath(_CHILD)))
     kept = []
-    for p in paths:  # drop nested ones (their parent is bound) and the project's own rewards/ folder
-        if p != here and os.path.isdir(p) and not any(p == k or p.startswith(k + "/") for k in kept):
-            kept.append(p)
+    for p in paths:
+        if p == project or project.startswith(p + "/"):
+            continue  # the project (pytest and `python train.py` put it on sys.path) or a folder holding it
+        if p.startswith(project + "/") and not any(p == q or p.startswith(q + "/") for q in prefixes):
+            continue  # tests/, rewards/, ...: the project's own folders, unless a virtual environment lives there
+        if os.path.isdir(p) and not any(p == k or p.startswith(k + "/") for k in kept):
+            kept.append(p)  # nested ones are left out: their parent is bound
     return kept
 
 

@@ -4,6 +4,7 @@ optimisation pressure could find. Each must score 0.0 on every test format and l
 import glob
 import json
 import os
+import sys
 import tempfile
 import time
 
@@ -173,6 +174,20 @@ def test_root_only_file_cannot_be_read(clean):
     finally:
         import shutil
         shutil.rmtree(home)
+
+
+def test_project_folders_are_not_bound_wherever_the_project_lives():
+    # The sandbox's own workdir is /work, a tmpfs: a checkout under /work (or /tmp) is hidden by it anyway, so the
+    # test above passes there whatever is bound. This one checks the binds themselves, for any checkout path.
+    from rewards.sandbox import _interpreter_paths
+    project = os.path.dirname(os.path.dirname(os.path.abspath(rewards.__file__)))
+    project = os.path.realpath(project)
+    assert project in map(os.path.realpath, sys.path)  # pytest.ini's pythonpath = . put it there
+    for p in _interpreter_paths():
+        assert p != project and not project.startswith(p + "/"), p
+        inside = p.startswith(project + "/")
+        assert not inside or p.startswith(os.path.realpath(sys.prefix)), p  # only a venv kept inside the project
+    assert os.path.realpath(sys.base_prefix) in _interpreter_paths() or sys.base_prefix.startswith(("/usr", "/lib"))
 
 
 def test_files_in_tmp_and_shm_do_not_survive(clean):
