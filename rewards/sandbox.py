@@ -76,7 +76,13 @@ def _bwrap_argv(bwrap: str, as_root: bool, workdir: str, uid: int) -> list[str]:
     for path in ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc/ld.so.cache", "/etc/ld.so.conf",
                  "/etc/ld.so.conf.d", "/etc/alternatives", "/etc/localtime"):
         argv += ["--ro-bind-try", path, path]
-    made = set()
+    argv += ["--proc", "/proc", "--dev", "/dev"]
+    for path in (workdir, "/tmp", "/dev/shm"):
+        # as root, the tmpfs is made before the child becomes the run's uid, which must still write there
+        argv += ["--size", str(TMPFS_MB << 20), "--perms", "0777" if as_root else "0700", "--tmpfs", path]
+    # The interpreter's folders are bound AFTER the tmpfs mounts: a venv under /tmp (or under a checkout in /work)
+    # would otherwise be hidden by them, and bwrap could not even start the interpreter.
+    made = {workdir, "/tmp", "/dev", "/dev/shm"}
     for path in _interpreter_paths():
         parts = path.split("/")
         for i in range(2, len(parts)):  # bwrap makes missing parents 0700: the run's uid could not pass them
@@ -85,11 +91,7 @@ def _bwrap_argv(bwrap: str, as_root: bool, workdir: str, uid: int) -> list[str]:
                 made.add(parent)
                 argv += ["--perms", "0755", "--dir", parent]
         argv += ["--ro-bind", path, path]
-    argv += ["--perms", "0755", "--dir", "/gmts", "--ro-bind", _CHILD, "/gmts/child.py", "--proc", "/proc",
-             "--dev", "/dev"]
-    for path in (workdir, "/tmp", "/dev/shm"):
-        # as root, the tmpfs is made before the child becomes the run's uid, which must still write there
-        argv += ["--size", str(TMPFS_MB << 20), "--perms", "0777" if as_root else "0700", "--tmpfs", path]
+    argv += ["--perms", "0755", "--dir", "/gmts", "--ro-bind", _CHILD, "/gmts/child.py"]
     argv += ["--chdir", workdir, "--clearenv"]
     for key, value in _clean_env(workdir, tmp="/tmp").items():
         argv += ["--setenv", key, value]

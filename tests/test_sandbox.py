@@ -4,6 +4,7 @@ optimisation pressure could find. Each must score 0.0 on every test format and l
 import glob
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -165,6 +166,13 @@ def test_root_only_file_cannot_be_read(clean):
     os.chmod(secret, 0o600)
     try:
         thief = f"def add(a, b):\n    return open({secret!r}).read()\n"
+        from rewards.sandbox import _world_traversable
+        if sandbox_mode() == "fallback" and not _world_traversable(sys.executable):
+            # rewards/README.md's defence table: without bwrap, as root, with the interpreter unreadable to others
+            # (pyenv under /root), the child keeps CAP_DAC_READ_SEARCH and CAN read every file. Pin that, so the
+            # table goes stale loudly if it changes.
+            assert code(block(thief), ["assert add(1, 2) == 'hunter2'"]) == 1.0
+            return
         assert code(block(thief), ["assert add(1, 2) == 'hunter2'"]) == 0.0
         # and the project's own files are not there either (bubblewrap binds only the interpreter)
         here = os.path.abspath(__file__)
@@ -188,6 +196,23 @@ def test_project_folders_are_not_bound_wherever_the_project_lives():
         inside = p.startswith(project + "/")
         assert not inside or p.startswith(os.path.realpath(sys.prefix)), p  # only a venv kept inside the project
     assert os.path.realpath(sys.base_prefix) in _interpreter_paths() or sys.base_prefix.startswith(("/usr", "/lib"))
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+def test_bubblewrap_runs_from_a_venv_under_tmp():
+    # The sandbox mounts fresh tmpfs on /tmp and on its workdir /work: an interpreter living there (a venv in /tmp,
+    # or in a checkout under /work) must be bound after them, or bwrap cannot start it and everything falls back.
+    import subprocess
+    venv = tempfile.mkdtemp(prefix="gmts-venv-", dir="/tmp")
+    try:
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", venv], check=True)
+        project = os.path.dirname(os.path.dirname(os.path.abspath(rewards.__file__)))
+        probe = "from rewards.sandbox import sandbox_mode; print(sandbox_mode())"
+        out = subprocess.run([os.path.join(venv, "bin", "python"), "-W", "ignore", "-c", probe], cwd=project,
+                             capture_output=True, text=True, timeout=120)
+        assert out.stdout.strip() == sandbox_mode(), out.stdout + out.stderr   # as good as from the interpreter itself
+    finally:
+        shutil.rmtree(venv)
 
 
 def test_files_in_tmp_and_shm_do_not_survive(clean):
