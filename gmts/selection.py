@@ -19,7 +19,6 @@ def num_to_select(ratio, n):
     return math.ceil(Fraction(repr(float(ratio))) * n)
 
 
-
 @torch.no_grad()
 def select_tokens(scores, valid_mask, ratio, *, scope="batch", group_ids=None, bottom=False, exclude=None):
     """Bool mask (N, T) of the selected tokens.
