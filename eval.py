@@ -5,10 +5,10 @@
     python eval.py --model runs/x/final --data math500 --samples 4 --repeat 5                     # the noise floor
     python eval.py --compare base.json trained.json                                               # paired B - A
 
-Every figure comes with a 95% percentile-bootstrap interval over problems (gmts/stats.py). Outputs: a summary JSON
+Every figure comes with a 95% percentile-bootstrap interval over problems (gmts/tools/stats.py). Outputs: a summary JSON
 (--output) and, beside it, a per-problem .jsonl holding every sampled completion and its reward; the summary is
 written last and atomically, so one on disk is a complete result (a run whose every completion is empty is refused). The logic lives
-in gmts/evaluate.py (train.py's --eval-every calls the same evaluate_model); this file only reads flags, loads the
+in gmts/tools/evaluate.py (train.py's --eval-every calls the same evaluate_model); this file only reads flags, loads the
 model, prints and writes.
 """
 import argparse
@@ -101,7 +101,7 @@ def one_line_errors(fn, *args, **kwargs):
 
 
 def run_compare(args):
-    from gmts.evaluate import compare_results
+    from gmts.tools.evaluate import compare_results
     try:
         cmp = compare_results(args.compare[0], args.compare[1], seed=args.seed, n_bootstrap=args.bootstrap)
     except ValueError as err:
@@ -130,7 +130,7 @@ def run_compare(args):
 
 def write_result(path, text):
     """Write `path` whole (a temporary file renamed into place) or fail with one line, leaving no partial file."""
-    from gmts.checkpoint import write_text_atomic
+    from gmts.run.checkpoint import write_text_atomic
     try:
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         write_text_atomic(path, text)
@@ -140,9 +140,9 @@ def write_result(path, text):
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
-    # Cheap checks first: every flag, the output path and the model's context (gmts/validate.py), before any data or
+    # Cheap checks first: every flag, the output path and the model's context (gmts/run/validate.py), before any data or
     # model loads; a bad one is one line and exit status 2.
-    from gmts.validate import check_eval_args, model_context, problems_path
+    from gmts.run.validate import check_eval_args, model_context, problems_path
     output = args.output if args.compare else (args.output or default_output(args.model or "", args.data, args.seed))
     check_eval_args(args, output)
     if args.compare:
@@ -161,8 +161,8 @@ def main(argv=None):
         args.samples = 1
 
     import torch
-    from gmts.evaluate import degenerate, evaluate_model, load_benchmark, split_data_arg
-    from gmts.policy import end_of_sequence_ids, load_model, load_tokenizer, resolve_device, resolve_dtype
+    from gmts.tools.evaluate import degenerate, evaluate_model, load_benchmark, split_data_arg
+    from gmts.trainer.policy import end_of_sequence_ids, load_model, load_tokenizer, resolve_device, resolve_dtype
     try:
         specs = split_data_arg(args.data)
         device = resolve_device(args.device)

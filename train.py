@@ -3,7 +3,7 @@
     python train.py --preset cpu-demo --selector gmts    # a CPU run that learns (SmolLM2-135M, 0..30 sums)
     python train.py --selector gmts                      # Qwen2.5-1.5B-Instruct on GSM8K, top-20% by |E·ω|
     python train.py --preset paper-math --selector ets   # the paper's settings (README, "Presets")
-    python train.py --help                               # every option (gmts/config.py)
+    python train.py --help                               # every option (gmts/run/config.py)
 
 One step, top to bottom (gmts/METHOD.md, "One RLVR step"):
 
@@ -13,13 +13,13 @@ One step, top to bottom (gmts/METHOD.md, "One RLVR step"):
 Everything the method needs is a pure function in gmts/ (tested in tests/test_method.py and, against an independent
 reference, tests/test_update_reference.py); this file wires them together. The machinery that makes the batch-wide
 quantities right when the batch is computed in pieces (mini-batches, micro-batches, several processes, FSDP) lives
-in gmts/step.py; setting up, checkpoints and signals in gmts/run.py.
+in gmts/trainer/step.py; setting up, checkpoints and signals in gmts/run/state.py.
 """
 import sys
 
 if __name__ == "__main__":
-    # Every flag against gmts/validate.py's table before torch loads (~3 s): a bad one is one line, exit 2, at once.
-    from gmts.config import parse_config
+    # Every flag against gmts/run/validate.py's table before torch loads (~3 s): a bad one is one line, exit 2, at once.
+    from gmts.run.config import parse_config
     parse_config(sys.argv[1:])
 
 import contextlib  # noqa: E402
@@ -30,17 +30,18 @@ import torch  # noqa: E402
 from tqdm import tqdm
 
 import gmts
-from gmts import checkpoint as ckpt
-from gmts import distributed, report, runlog
-from gmts.config import use_dynamic_sampling
-from gmts.diagnostics import UpdateLog, counterfactual_selections
-from gmts.policy import peak_memory_mb
-from gmts.rollout import pad_cat, sample_batched
-from gmts.run import Batch, PromptStream, StopRequest, build_run, evaluate, load_prompts, log_paths, save, \
+from gmts.run import checkpoint as ckpt
+from gmts.trainer import distributed
+from gmts.run import report, runlog
+from gmts.run.config import use_dynamic_sampling
+from gmts.trainer.diagnostics import UpdateLog, counterfactual_selections
+from gmts.trainer.policy import peak_memory_mb
+from gmts.trainer.rollout import pad_cat, sample_batched
+from gmts.run.state import Batch, PromptStream, StopRequest, build_run, evaluate, load_prompts, log_paths, save, \
     save_merged_lora  # noqa: F401  (Batch, PromptStream, load_prompts: train.X for notebooks and tests)
-from gmts.step import (MiniBatch, accumulate_gradients, kl_weight, masked_loss_weights, minibatch_rows,
+from gmts.trainer.step import (MiniBatch, accumulate_gradients, kl_weight, masked_loss_weights, minibatch_rows,
                        optimizer_step, scoring_pass, select)
-from gmts.validate import prepare_training
+from gmts.run.validate import prepare_training
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -65,7 +66,7 @@ def collect_batch(cfg, model, tokenizer, stream, eos_ids, generator, reward_fns)
             continue
         problems = [stream.problems[i] for i in idx]
         prompt_ids = [stream.prompt_ids[i] for i in idx]
-        # 1. Rollout: G answers per prompt, with their log-probs and entropies (gmts/rollout.py).
+        # 1. Rollout: G answers per prompt, with their log-probs and entropies (gmts/trainer/rollout.py).
         roll = sample_batched(model, prompt_ids, prompts_per_call=cfg.rollout_batch_size, group_size=G,
                               max_new_tokens=cfg.max_new_tokens, eos_token_ids=eos_ids,
                               pad_token_id=tokenizer.pad_token_id, temperature=cfg.temperature, generator=generator)
@@ -75,7 +76,7 @@ def collect_batch(cfg, model, tokenizer, stream, eos_ids, generator, reward_fns)
         r = torch.tensor([reward_fns[p.reward](text, p.answer) for p, text in
                           zip((p for p in problems for _ in range(G)), texts)], dtype=torch.float32)
         sampled_rewards.append(r)
-        # 3. Advantage, per group: A_i = (R_i - mean) / (std + eps) (gmts/advantage.py). With --overlong-buffer, R
+        # 3. Advantage, per group: A_i = (R_i - mean) / (std + eps) (gmts/method/grpo.py). With --overlong-buffer, R
         # first pays DAPO's length penalty; which groups count as mixed is still decided by the checker's R alone.
         shaped = r + gmts.overlong_penalty(roll.valid_mask.sum(dim=1).cpu(), cfg.max_new_tokens, cfg.overlong_buffer,
                                            cfg.overlong_penalty)
@@ -226,7 +227,7 @@ def train_step(run, step):
 def main(argv=None):
     cfg, resume_from, state = prepare_training(sys.argv[1:] if argv is None else argv)   # flags checked: one line
     run, start_step = build_run(cfg, resume_from, state)
-    stop, reporter = StopRequest(), report.open(cfg if run.main_process else None)   # --report-to (gmts/report.py)
+    stop, reporter = StopRequest(), report.open(cfg if run.main_process else None)   # --report-to (gmts/run/report.py)
     metrics_path, samples_path = log_paths(cfg)
     eval_before = evaluate(run) if cfg.eval_before and start_step == 0 else {}
     if eval_before:

@@ -1,12 +1,12 @@
-"""Rollout tokens/s: gmts.rollout.sample (shared prefix, finished rows dropped) vs our plain path vs `model.generate`.
+"""Rollout tokens/s: gmts.trainer.rollout.sample (shared prefix, finished rows dropped) vs our plain path vs `model.generate`.
 
 Methods (same model, same prompt, G answers of up to --new-tokens each, temperature 1.0, no top-k / top-p):
   generate : model.generate(prompt (1, P), num_return_sequences=G, do_sample=True, temperature=1.0, top_k=0,
              top_p=1.0, max_new_tokens=T, KV cache). generate expands the ONE prompt to G rows before its prefill, so it
              is the "prompt repeated G times" case. Sampling settings are passed explicitly (a checkpoint's
              generation_config.json would otherwise set its own temperature / top-k / top-p).
-  plain    : gmts.rollout.sample(share_prefix=False, drop_finished=False): prompt repeated G times, no rows dropped.
-  ours     : gmts.rollout.sample(share_prefix=True, drop_finished=True): one prefill, KV cache repeated G times,
+  plain    : gmts.trainer.rollout.sample(share_prefix=False, drop_finished=False): prompt repeated G times, no rows dropped.
+  ours     : gmts.trainer.rollout.sample(share_prefix=True, drop_finished=True): one prefill, KV cache repeated G times,
              finished rows leave the batch.
 Both of ours also return per-token log-probs and entropies (the trainer's scores); generate returns tokens only.
 tokens/s = generated valid tokens (up to and including the first end-of-sequence token) / wall time of the call.
@@ -84,7 +84,7 @@ def prompt_ids(tok):
 def run_once(method, model, prompt, G, new_tokens, eos, pad, seed):
     """One rollout; returns the number of valid generated tokens."""
     import torch
-    from gmts.rollout import completion_mask, sample
+    from gmts.trainer.rollout import completion_mask, sample
     gen = torch.Generator().manual_seed(seed)
     if method == "generate":
         torch.manual_seed(seed)

@@ -2,7 +2,7 @@
 GRPOTrainer, ETS on both sides.
 
 Same model, prompts, reward and settings on both sides (the learning check's task, bench/learning_check.py):
-  model   : SmolLM2-135M-Instruct, float32, CPU (gmts/smollm2.py's folder, built once from the PyPI copy; or --model-dir).
+  model   : SmolLM2-135M-Instruct, float32, CPU (gmts/trainer/smollm2.py's folder, built once from the PyPI copy; or --model-dir).
   task    : the offline arithmetic task, sums of two numbers 0..30, the learning check's system prompt; reward =
             rewards.get_reward("gsm8k") (the last number). The base model gets ~21% right: groups have mixed rewards,
             so both sides really run the backward pass.
@@ -15,7 +15,7 @@ valid tokens per second of step) is the fair rate; s/step is reported beside it.
 
 Where our gain comes from: train.py skips the forward/backward of answers whose advantage is exactly 0 (all-equal
 groups; with beta = 0 their gradient is exactly 0). The side `ours-noskip` is the same run with that skip off
-(environment GMTS_KEEP_ZERO_ADV_ROWS=1, a bench-only switch read by gmts/step.py's masked_loss_weights, where rows
+(environment GMTS_KEEP_ZERO_ADV_ROWS=1, a bench-only switch read by gmts/trainer/step.py's masked_loss_weights, where rows
 with A = 0 are dropped); the share of the time saved that the skip explains is (noskip - ours) / (trl - ours) on
 s/step.
 
@@ -168,7 +168,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--worker", choices=["trl"], help=argparse.SUPPRESS)
     ap.add_argument("--trl-out", default="", help=argparse.SUPPRESS)
-    ap.add_argument("--model-dir", default="", help="model folder (default: SmolLM2-135M-Instruct, gmts/smollm2.py)")
+    ap.add_argument("--model-dir", default="", help="model folder (default: SmolLM2-135M-Instruct, gmts/trainer/smollm2.py)")
     ap.add_argument("--data", default="arithmetic", help="arithmetic (the learning check's task) or a data file")
     ap.add_argument("--work-dir", default="/tmp/gmts_bench_step")
     ap.add_argument("--steps", type=int, default=4, help="steps per run; the first is a warm-up")
@@ -193,7 +193,7 @@ def main():
 
     os.makedirs(args.work_dir, exist_ok=True)
     if not args.model_dir:
-        from gmts.smollm2 import fetch
+        from gmts.trainer.smollm2 import fetch
         args.model_dir = fetch()          # ~/.cache/gmts/SmolLM2-135M-Instruct (built once from the PyPI copy)
     sides = list(args.sides)
     if "trl" in sides:

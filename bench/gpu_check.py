@@ -4,24 +4,24 @@
     python bench/gpu_check.py --dry-run --out /tmp/gpu.json     # the same path on CPU at toy sizes (tests run it)
 
 Checks, in order (each one's figures and pass/fail go to the JSON; a failing check does not stop the others):
-  head        the chunked output head (gmts/head.py) in bfloat16 against a float64 reference of the same bf16
+  head        the chunked output head (gmts/method/head.py) in bfloat16 against a float64 reference of the same bf16
               inputs: log-probs, entropies and the gradients of sum(logp) w.r.t. hidden states and head weight.
               Passes when our error is at most 1.5x (+1e-3) that of the plain bf16 path (bf16 logits, then float32
               log_softmax), i.e. chunking costs no accuracy beyond bf16's own.
-  rollout     gmts.rollout.sample (KV cache, shared prefix, rows dropped) in bf16 against a full forward
-              (gmts.policy.completion_logprobs) over the same sampled tokens: mean / max |Δ log p| on valid tokens.
+  rollout     gmts.trainer.rollout.sample (KV cache, shared prefix, rows dropped) in bf16 against a full forward
+              (gmts.trainer.policy.completion_logprobs) over the same sampled tokens: mean / max |Δ log p| on valid tokens.
               Passes at mean < 0.05 (bf16 keeps ~3 significant digits of each logit).
   speed       rollout tokens/s, ours vs model.generate (explicit sampling settings, T = 1, no top-k / top-p), at
               G = 8 and 16 answers of one ~100-token prompt, on the random Qwen2.5-0.5B-shaped model.
   train       train.py on a random model of Qwen2.5-0.5B's shape (and 1.5B's when the planner says it fits in half
               the card): one step with a checkpoint, then --resume for a second step; seconds per step, finite loss,
               the resumed step really resumed, and peak memory (torch.cuda.max_memory_allocated, train.py's
-              peak_memory_mb) against the planner's estimate (gmts/memory.py) for the same flags. --beta 0.001 keeps
+              peak_memory_mb) against the planner's estimate (gmts/tools/memory.py) for the same flags. --beta 0.001 keeps
               every row in the backward pass (a random model earns no reward, so without a KL term every advantage is
               0 and train.py would skip the backward) and loads the reference model the planner then counts too.
   fsdp        skipped: one GPU.
 The models are random (built from the configs' shapes; nothing is downloaded). The Qwen2.5 tokenizer comes from
---shared (../shared/data) when present, else a byte-level tokenizer (gmts/toy.py) stands in (same model shape).
+--shared (../shared/data) when present, else a byte-level tokenizer (gmts/tools/toy.py) stands in (same model shape).
 """
 import argparse
 import datetime
@@ -136,8 +136,8 @@ def tokenizer(shared, dry):
     if os.path.isdir(path) and not dry:
         from transformers import AutoTokenizer
         return AutoTokenizer.from_pretrained(path), "qwen2.5"      # (the byte-level one in --dry-run: toy vocab)
-    from gmts.toy import byte_tokenizer
-    return byte_tokenizer(), "byte-level stand-in (gmts/toy.py)"
+    from gmts.tools.toy import byte_tokenizer
+    return byte_tokenizer(), "byte-level stand-in (gmts/tools/toy.py)"
 
 
 def prompt_ids(tok):
@@ -151,8 +151,8 @@ def prompt_ids(tok):
 
 def check_rollout(s, model, prompt, eos, pad):
     import torch
-    from gmts.policy import completion_logprobs
-    from gmts.rollout import sample
+    from gmts.trainer.policy import completion_logprobs
+    from gmts.trainer.rollout import sample
     gen = torch.Generator(device=s["device"]).manual_seed(0)
     prompts = [prompt, prompt[: max(1, len(prompt) // 2)]]
     with torch.no_grad():
@@ -173,7 +173,7 @@ def check_rollout(s, model, prompt, eos, pad):
 
 def check_speed(s, model, prompt, eos, pad):
     import torch
-    from gmts.rollout import sample
+    from gmts.trainer.rollout import sample
     dev = s["device"]
     ids = torch.tensor([prompt], device=dev)
     out = {}
@@ -210,8 +210,8 @@ def check_speed(s, model, prompt, eos, pad):
 
 def check_train(s, shape, shared, work, tok, dry):
     import torch
-    from gmts import memory
-    from gmts.config import parse_config
+    from gmts.tools import memory
+    from gmts.run.config import parse_config
     folder = os.path.join(work, shape)
     if not os.path.isfile(os.path.join(folder, "config.json")):
         model = random_model(shape, torch.bfloat16 if not dry else torch.float32, "cpu" if dry else "cuda", tok)
@@ -264,8 +264,8 @@ def check_train(s, shape, shared, work, tok, dry):
 def fits_half(shape, s):
     """Train the 1.5B shape only when the planner's estimate is under half the card."""
     import torch
-    from gmts import memory
-    from gmts.config import parse_config
+    from gmts.tools import memory
+    from gmts.run.config import parse_config
     from transformers import Qwen2Config
     cfg = parse_config(["--prompts-per-step", str(s["train_prompts"]), "--group-size", str(s["train_group"]),
                         "--max-new-tokens", str(s["train_new_tokens"]), "--micro-batch-size", str(s["train_micro"]),

@@ -12,7 +12,7 @@ What it does, as a user would (every run is a subprocess of train.py or eval.py,
     each final checkpoint on the same held-out problems with the same eval settings (eval.py), and deletes the
     checkpoint (unless --keep-checkpoints);
  4. writes a table (markdown + JSON): base accuracy, each arm's accuracy with a 95% interval, each arm's paired
-    difference against `none` and GMTS against ETS (paired bootstrap over problems, gmts/stats.py), grad norms,
+    difference against `none` and GMTS against ETS (paired bootstrap over problems, gmts/tools/stats.py), grad norms,
     response lengths, wall time per step. Partial results are rewritten after every finished run.
 
 The task (defaults, chosen by measurement, see the README section): the offline `arithmetic` source, two-operand
@@ -251,7 +251,7 @@ def training_summary(metrics_path):
 # Analysis: paired by problem id, averaged over seeds.
 
 def per_problem(eval_json):
-    from gmts.evaluate import load_scores
+    from gmts.tools.evaluate import load_scores
     scores, _ = load_scores(eval_json)
     if len(scores) != 1:
         raise ValueError(f"{eval_json}: expected one benchmark, got {sorted(scores)}")
@@ -275,7 +275,7 @@ def seed_average(score_dicts):
 
 def analyse(args, base_json, records):
     import numpy as np
-    from gmts import stats
+    from gmts.tools import stats
     base = per_problem(base_json)
     ids = sorted(base)
     base_scores = np.array([base[i] for i in ids])

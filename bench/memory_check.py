@@ -1,10 +1,10 @@
-"""Check the memory planner (gmts/memory.py) against measured peak memory of real train.py runs on CPU.
+"""Check the memory planner (gmts/tools/memory.py) against measured peak memory of real train.py runs on CPU.
 
     python bench/memory_check.py                      # SmolLM2-135M + a random model of Qwen2.5-0.5B's shape
     python bench/memory_check.py --only smollm2 --out /tmp/m.json
 
 Each run is `python train.py ... --device cpu --steps 2` in a fresh process; its metrics.jsonl's peak_memory_mb is
-the process's VmHWM after the last step (gmts/policy.py). The planner gets the same flags plus the data's longest
+the process's VmHWM after the last step (gmts/trainer/policy.py). The planner gets the same flags plus the data's longest
 prompt (--prompt-tokens) and --device cpu. Error = (planned - measured) / measured. Runs go one at a time.
 --beta 0.001 on every run: a random model earns no reward, every advantage is 0, and without a KL term train.py
 skips the backward pass of such rows (so nothing would be measured); full fine-tuning then also holds the frozen
@@ -75,8 +75,8 @@ def measure(model_dir, flags, work):
 
 def planned(model_dir, flags, prompt_tokens):
     """The planner's peak (bytes) and its phase for the same flags, on CPU."""
-    from gmts import memory
-    from gmts.config import parse_config
+    from gmts.tools import memory
+    from gmts.run.config import parse_config
     cfg = parse_config(["--model", model_dir, *COMMON, *flags])
     shape = memory.model_shape(memory.load_config(model_dir))
     components, phases, (peak, phase), _ = memory.plan(cfg, shape, prompt_tokens=prompt_tokens, device="cpu")
@@ -85,7 +85,7 @@ def planned(model_dir, flags, prompt_tokens):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--smollm2", default="", help="SmolLM2-135M-Instruct folder (default: gmts/smollm2.py fetch)")
+    ap.add_argument("--smollm2", default="", help="SmolLM2-135M-Instruct folder (default: gmts/trainer/smollm2.py fetch)")
     ap.add_argument("--work-dir", default="/tmp/gmts_memory_check")
     ap.add_argument("--only", choices=["smollm2", "qwen05"], default=None)
     ap.add_argument("--replan", action="store_true",
@@ -95,7 +95,7 @@ def main():
     if args.replan:
         with open(args.out) as fh:
             rows = json.load(fh)["rows"]
-        from gmts import smollm2
+        from gmts.trainer import smollm2
         folders = {"SmolLM2-135M-Instruct": args.smollm2 or smollm2.DEFAULT_OUT,
                    "random Qwen2.5-0.5B shape": os.path.join(args.work_dir, "qwen05-random")}
         for r in rows:
@@ -104,7 +104,7 @@ def main():
             r["planned_gib"] = plan / 2 ** 30
             r["error"] = (r["planned_gib"] - r["measured_gib"]) / r["measured_gib"]
         return write(args.out, rows)
-    from gmts import smollm2
+    from gmts.trainer import smollm2
     models = {"SmolLM2-135M-Instruct": args.smollm2 or smollm2.fetch(),
               "random Qwen2.5-0.5B shape": random_qwen05(os.path.join(args.work_dir, "qwen05-random"))}
     if args.only:

@@ -1,24 +1,27 @@
 """gmts: GRPO with token selection (ETS, GMTS) in plain PyTorch.
 
-The method as pure functions on tensors, one module per stage of the loop (see README.md and gmts/METHOD.md):
+The package is laid out by role (README.md, "Layout"):
 
-    advantage.py  group_advantages            A_i = (R_i - mean) / (std + eps)
-    head.py       token_entropy, token_logprobs_and_entropy   E_it and log π(o_it), chunked over the vocabulary
-    scores.py     token_omega, token_scores   ω_it and the selector's score (ETS: E, GMTS: |E·ω·w|)
-    selection.py  select_tokens               exact batch-wide top-ρ mask
-    loss.py       loss_weights, policy_loss   clipped surrogate + k3 KL, normalised over the whole batch
+    gmts/method/    the method: pure functions on tensors, importable on their own (torch only)
+        grpo.py         advantage, ω, the selectors' scores, the exact top-ρ selection, the masked loss
+        head.py         log π(o_it) and entropy E_it through the output head, chunked over the vocabulary
+        options.py      the method's option names and their checks (no torch: the command line checks flags first)
+    gmts/trainer/   the trainer's parts: sampler, model loading, gradient passes, optimizer, several processes
+    gmts/run/       the run infrastructure: config, validation, checkpoints, logs, reporters
+    gmts/tools/     the tools: evaluate, analyze, plot, memory planner, statistics, toy models
+
+`import gmts` imports none of data/ or rewards/ and no torch until a name below is used: the method's public names
+are loaded on first use (PEP 562).
 """
 import importlib
 
-# Where each public name lives. Imported on first use (PEP 562), so that `import gmts.config` / `gmts.validate`
-# do not load torch: the command line checks its flags before torch loads (~3 s) and a bad one fails at once.
+# Where each public name lives. Imported on first use, so that `import gmts.run.config` / `gmts.run.validate` do not
+# load torch: the command line checks its flags before torch loads (~3 s) and a bad one fails at once.
 _EXPORTS = {
-    "advantage": ("group_advantages", "mixed_groups", "overlong_penalty"),
-    "head": ("token_entropy", "token_logprobs_and_entropy"),
-    "loss": ("check_loss_config", "kl_relative_weight", "loss_weights", "policy_loss", "relative_token_weight",
-             "token_objective"),
-    "scores": ("SELECTORS", "clip_active", "token_omega", "token_scores"),
-    "selection": ("num_to_select", "select_tokens"),
+    "method.grpo": ("group_advantages", "mixed_groups", "overlong_penalty", "check_loss_config", "kl_relative_weight",
+                    "loss_weights", "policy_loss", "relative_token_weight", "token_objective", "SELECTORS",
+                    "clip_active", "token_omega", "token_scores", "num_to_select", "select_tokens"),
+    "method.head": ("token_entropy", "token_logprobs_and_entropy"),
 }
 _WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
 __all__ = sorted(_WHERE)

@@ -23,15 +23,15 @@ def tiny_qwen2(vocab_size=64, hidden=16, layers=2, dtype=torch.float32, seed=0):
 
 
 def build_byte_tokenizer():
-    """A byte-level tokenizer with Qwen's chat tokens, built in memory (gmts/toy.py): no download."""
-    from gmts.toy import byte_tokenizer
+    """A byte-level tokenizer with Qwen's chat tokens, built in memory (gmts/tools/toy.py): no download."""
+    from gmts.tools.toy import byte_tokenizer
     return byte_tokenizer()
 
 
 def write_tiny_model(path, seed=0, hidden=32, layers=2, favour=None):
     """A tiny random Qwen2 + the byte-level tokenizer saved as an ordinary transformers folder. `favour` biases it
-    toward a few characters so that its groups of answers get mixed rewards (gmts/toy.py explains how)."""
-    from gmts.toy import save_tiny_model
+    toward a few characters so that its groups of answers get mixed rewards (gmts/tools/toy.py explains how)."""
+    from gmts.tools.toy import save_tiny_model
     return save_tiny_model(path, seed=seed, hidden=hidden, layers=layers, favour=favour)
 
 
@@ -48,5 +48,5 @@ def digit_model_dir(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def digit_data(tmp_path_factory):
-    from gmts.toy import write_digit_data
+    from gmts.tools.toy import write_digit_data
     return write_digit_data(tmp_path_factory.mktemp("data") / "digits.jsonl")

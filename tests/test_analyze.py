@@ -1,4 +1,4 @@
-"""gmts.analyze (the paper's Figures 2-3 measurements) and gmts.plot, on tiny offline models.
+"""gmts.tools.analyze (the paper's Figures 2-3 measurements) and gmts.tools.plot, on tiny offline models.
 
 The per-token gradient norms are checked against a direct computation written here independently: the model's own
 full logits, log_softmax, and one torch.autograd.grad of the token objective per token."""
@@ -11,9 +11,9 @@ import sys
 import pytest
 import torch
 
-from gmts import analyze, plot, stats
-from gmts.rollout import sample
-from gmts.toy import tiny_model
+from gmts.tools import analyze, plot, stats
+from gmts.trainer.rollout import sample
+from gmts.tools.toy import tiny_model
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -242,7 +242,7 @@ def test_summary_recall_prefers_gmts_when_one_answer_carries_the_gradient():
 def test_cli_end_to_end_writes_json_and_figures(digit_model_dir, digit_data, tmp_path):
     out = tmp_path / "analysis.json"
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", OMP_NUM_THREADS="1")
-    proc = subprocess.run([sys.executable, "-m", "gmts.analyze", "--model", digit_model_dir, "--data", digit_data,
+    proc = subprocess.run([sys.executable, "-m", "gmts.tools.analyze", "--model", digit_model_dir, "--data", digit_data,
                            "--prompts", "3", "--group-size", "4", "--max-new-tokens", "4", "--device", "cpu",
                            "--seed", "1", "--params", "last:1", "--max-tokens-per-answer", "3",
                            "--output", str(out)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)

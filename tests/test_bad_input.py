@@ -232,7 +232,7 @@ def test_resume_drops_a_torn_line_and_changes_micro_batch_size(digit_model_dir, 
 
 
 def test_resume_skips_a_damaged_checkpoint_and_cleans_leftovers(digit_model_dir, digit_data, finished_run, tmp_path):
-    from gmts import checkpoint as ckpt
+    from gmts.run import checkpoint as ckpt
     run_dir = tmp_path / "copy"
     shutil.copytree(finished_run, run_dir)
     ckpts = run_dir / "checkpoints"
@@ -256,7 +256,7 @@ def test_resume_skips_a_damaged_checkpoint_and_cleans_leftovers(digit_model_dir,
 
 
 def test_find_resumable_reports_every_kind_of_damage(finished_run, tmp_path):
-    from gmts import checkpoint as ckpt
+    from gmts.run import checkpoint as ckpt
     run_dir = tmp_path / "copy"
     shutil.copytree(finished_run, run_dir)
     root = run_dir / "checkpoints"
@@ -300,7 +300,7 @@ train.main({train_args(digit_model_dir, digit_data, out, "--steps", "3")!r})
     assert "No space left on device" in line and "step-000001" in line and "intact" in line
     assert (out / "metrics.jsonl").read_text().endswith("}\n")
     assert [m["step"] for m in read_jsonl(out / "metrics.jsonl")] == [1]
-    from gmts import checkpoint as ckpt
+    from gmts.run import checkpoint as ckpt
     assert ckpt.checkpoint_problem(str(out / "checkpoints" / "step-000001")) is None
     proc = run("train.py", ["--resume", str(out), "--steps", "2"])
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -308,7 +308,7 @@ train.main({train_args(digit_model_dir, digit_data, out, "--steps", "3")!r})
 
 
 def test_a_log_line_on_a_full_disk_is_whole_or_absent(tmp_path, monkeypatch):
-    from gmts import runlog
+    from gmts.run import runlog
     path = tmp_path / "metrics.jsonl"
     runlog.append_jsonl(str(path), [{"step": 1}])
     real = os.write
@@ -327,9 +327,9 @@ def test_a_log_line_on_a_full_disk_is_whole_or_absent(tmp_path, monkeypatch):
 def test_a_real_full_disk(tmp_path):
     """On a real (tiny) tmpfs, where this machine can mount one: the log keeps whole lines, and a checkpoint that
     does not fit is one line with the previous checkpoint intact and no temporary folder left."""
-    from gmts import checkpoint as ckpt
-    from gmts import runlog
-    from gmts.toy import tiny_model
+    from gmts.run import checkpoint as ckpt
+    from gmts.run import runlog
+    from gmts.tools.toy import tiny_model
     with tmpfs(tmp_path / "disk", "size=1m") as disk:
         if disk is None:
             pytest.skip("cannot mount a tmpfs here (the simulated full disk above covers the same code)")
@@ -373,7 +373,7 @@ def test_eval_skips_and_counts_overlong_prompts(tiny_model_dir, tmp_path):
 def test_eval_never_saves_a_degenerate_run(tiny_model_dir, tmp_path, monkeypatch):
     sys.path.insert(0, ROOT)
     import eval as eval_cli
-    from gmts import evaluate
+    from gmts.tools import evaluate
     real = evaluate.generate_records
 
     def silent(*args, **kwargs):               # a model that ends every answer at once

@@ -50,9 +50,9 @@ def shard(batch, rank, world):
 def one_update(selector, batch, loss_norm, fsdp=False):
     import train
     from conftest import tiny_qwen2
-    from gmts import distributed
-    from gmts.config import parse_config
-    from gmts.optim import build_optimizer
+    from gmts.trainer import distributed
+    from gmts.run.config import parse_config
+    from gmts.trainer.optim import build_optimizer
     torch.set_num_threads(1)
     cfg = parse_config(["--selector", selector, "--group-size", str(G), "--prompts-per-step", str(Q),
                         "--micro-batch-size", "2", "--lr", "1e-2", "--loss-norm", loss_norm, "--max-grad-norm", "0.5"])

@@ -22,9 +22,9 @@ def updates(flags, batches, fsdp=False):
     """Run update_policy on each batch in turn (AdamW, so a second update carries momentum from the first)."""
     import train
     from conftest import tiny_qwen2
-    from gmts import distributed
-    from gmts.config import parse_config
-    from gmts.optim import build_optimizer
+    from gmts.trainer import distributed
+    from gmts.run.config import parse_config
+    from gmts.trainer.optim import build_optimizer
     torch.set_num_threads(1)
     cfg = parse_config(["--selector", "gmts", "--group-size", str(G), "--prompts-per-step", str(Q),
                         "--micro-batch-size", "2", "--lr", "1e-2", "--max-grad-norm", "0.5"] + flags)
@@ -111,7 +111,7 @@ def tie_scores():
 
 
 def tie_selection(rank, world):
-    from gmts import distributed
+    from gmts.trainer import distributed
     scores, valid = tie_scores()
     rows = slice(rank * 8, (rank + 1) * 8)
     return [(distributed.select_tokens_global(scores[rows], valid[rows], 0.25),

@@ -1,4 +1,4 @@
-"""eval.py and its logic (gmts/evaluate.py, gmts/stats.py): pass@k, bootstrap intervals, paired comparison,
+"""eval.py and its logic (gmts/tools/evaluate.py, gmts/tools/stats.py): pass@k, bootstrap intervals, paired comparison,
 reproducible generation on a tiny random Qwen2, the output files, and clear errors on bad input."""
 import json
 import math
@@ -10,8 +10,8 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from gmts import stats
-from gmts.evaluate import compare_results, evaluate_model, parse_data_spec
+from gmts.tools import stats
+from gmts.tools.evaluate import compare_results, evaluate_model, parse_data_spec
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -152,7 +152,7 @@ def test_data_spec_parsing(tmp_path):
 
 @pytest.fixture(scope="module")
 def tiny(tiny_model_dir):
-    from gmts.policy import load_model, load_tokenizer
+    from gmts.trainer.policy import load_model, load_tokenizer
     return load_model(tiny_model_dir, dtype=__import__("torch").float32, device="cpu").eval(), \
         load_tokenizer(tiny_model_dir)
 
@@ -170,7 +170,7 @@ def texts(result):
 
 def test_greedy_evaluation_is_deterministic_and_keeps_train_py_signature(tiny, tmp_path):
     model, tok = tiny
-    from gmts.policy import end_of_sequence_ids
+    from gmts.trainer.policy import end_of_sequence_ids
     data = write_problems(tmp_path / "p.jsonl", ["1", "2", "3"])
     kwargs = dict(limit=3, samples=1, temperature=0.0, max_new_tokens=6, eos_ids=end_of_sequence_ids(model, tok),
                   template=None, system_prompt=None, progress=False)

@@ -1,9 +1,9 @@
-"""gmts.head: chunked log-probs / entropies through the output head equal the plain (tokens x vocab) computation."""
+"""gmts.method.head: chunked log-probs / entropies through the output head equal the plain (tokens x vocab) computation."""
 
 import pytest
 import torch
 
-from gmts.head import causal_lm_hidden_and_head, token_entropy, token_logprobs_and_entropy
+from gmts.method.head import causal_lm_hidden_and_head, token_entropy, token_logprobs_and_entropy
 
 torch.set_num_threads(1)
 

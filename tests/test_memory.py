@@ -1,4 +1,4 @@
-"""gmts/memory.py: the planner counts parameters exactly from a config, adds components the way train.py holds them,
+"""gmts/tools/memory.py: the planner counts parameters exactly from a config, adds components the way train.py holds them,
 and its CLI takes train.py's flags. (Its accuracy against measured peaks: bench/memory_check.py, bench/README.md.)"""
 import dataclasses
 import json
@@ -6,14 +6,14 @@ import json
 import pytest
 import torch
 
-from gmts import memory
-from gmts.config import parse_config
+from gmts.tools import memory
+from gmts.run.config import parse_config
 
 from conftest import tiny_qwen2
 
 
 def test_shape_counts_parameters_exactly_and_lora_like_peft():
-    from gmts.policy import add_lora
+    from gmts.trainer.policy import add_lora
     for tied in (False, True):
         model = tiny_qwen2(vocab_size=64, hidden=16, layers=2)
         model.config.tie_word_embeddings = tied

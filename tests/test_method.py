@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import gmts
-from gmts.loss import LOSS_NORMS
+from gmts.method.grpo import LOSS_NORMS
 from conftest import tiny_qwen2
 
 EPS_LOW, EPS_HIGH, BETA = 0.2, 0.28, 0.05
@@ -363,7 +363,7 @@ def test_bad_input_raises_clear_errors():
 
 
 def test_selection_diagnostics_count_what_each_selection_spends():
-    from gmts.diagnostics import selection_diagnostics
+    from gmts.trainer.diagnostics import selection_diagnostics
     # 4 answers x 5 tokens, all valid. Answers 0-1: an all-equal group (A = 0) with the HIGHEST entropies, so ETS's
     # top-20% (4 tokens) all sit there; answers 2-3 have A = +1 / -1, so GMTS (|H * ω|, ω = A on-policy) picks there.
     valid = torch.ones(4, 5, dtype=torch.bool)
@@ -401,8 +401,8 @@ def test_overlap_diagnostic_uses_the_runs_scope_bottom_and_exclude():
     """selection_overlap_ets_gmts compares what ETS and GMTS would select UNDER THE RUN'S SETTINGS: with exclude,
     neither counterfactual may pick the excluded group; with bottom, both pick their lowest scores."""
     from types import SimpleNamespace
-    from gmts.diagnostics import counterfactual_selections, overlap
-    from gmts.step import select
+    from gmts.trainer.diagnostics import counterfactual_selections, overlap
+    from gmts.trainer.step import select
     valid = torch.ones(4, 5, dtype=torch.bool)
     adv = torch.tensor([0.0, 0.0, 1.0, -1.0])
     entropy = torch.tensor([[9.0, 8.0, 0.1, 0.1, 0.1], [7.0, 6.0, 0.1, 0.1, 0.1],

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from gmts import report
+from gmts.run import report
 
 HAVE_TB = importlib.util.find_spec("tensorboard") is not None
 HAVE_WANDB = importlib.util.find_spec("wandb") is not None
@@ -80,7 +80,7 @@ def test_wandb_offline_run_is_written(tiny_model_dir, tmp_path, monkeypatch):
 
 
 def test_report_to_is_checked():
-    from gmts.config import parse_config
+    from gmts.run.config import parse_config
     with pytest.raises(SystemExit):
         parse_config(["--report-to", "mlflow"])
     with pytest.raises(SystemExit):

@@ -1,9 +1,9 @@
-"""Rollout (gmts/rollout.py) and the training forward (gmts/policy.py) on a tiny random Qwen2."""
+"""Rollout (gmts/trainer/rollout.py) and the training forward (gmts/trainer/policy.py) on a tiny random Qwen2."""
 import pytest
 import torch
 
-from gmts.policy import completion_logprobs
-from gmts.rollout import Rollout, _cache_keyword, completion_mask, concat_rollouts, sample, sample_batched
+from gmts.trainer.policy import completion_logprobs
+from gmts.trainer.rollout import Rollout, _cache_keyword, completion_mask, concat_rollouts, sample, sample_batched
 from conftest import tiny_qwen2
 
 EOS, PAD = [5, 7], 0
@@ -163,7 +163,7 @@ def test_kv_cache_keyword_is_the_models_own_name_even_through_a_wrapper():
 
 def test_kv_cache_keyword_through_a_lora_model():
     pytest.importorskip("peft")
-    from gmts.policy import add_lora
+    from gmts.trainer.policy import add_lora
     model = tiny_qwen2(seed=4)
     lora = add_lora(model, rank=2, seed=0)
     assert _cache_keyword(lora) == _cache_keyword(model)

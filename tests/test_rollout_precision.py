@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from conftest import tiny_qwen2
-from gmts.policy import completion_logprobs
-from gmts.rollout import sample
+from gmts.trainer.policy import completion_logprobs
+from gmts.trainer.rollout import sample
 
 BF16_EPS = 2.0 ** -8
 

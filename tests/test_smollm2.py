@@ -1,9 +1,9 @@
-"""--preset cpu-demo's model: the hub id loads from gmts/smollm2.py's offline copy when the hub cannot be reached,
+"""--preset cpu-demo's model: the hub id loads from gmts/trainer/smollm2.py's offline copy when the hub cannot be reached,
 and the preset carries the learning check's settings with an evaluation before and after."""
 import torch
 
-from gmts import policy, smollm2
-from gmts.config import parse_config
+from gmts.trainer import policy, smollm2
+from gmts.run.config import parse_config
 
 
 def test_hub_id_falls_back_to_the_offline_copy(tiny_model_dir, monkeypatch):

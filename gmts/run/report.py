@@ -15,7 +15,7 @@ import json
 import math
 import os
 
-from .config import to_dict
+from gmts.run.config import to_dict
 
 
 def open(cfg):  # noqa: A001 (the interface reads report.open / log / close)

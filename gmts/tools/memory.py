@@ -1,7 +1,7 @@
 """Will it fit? Peak memory of a train.py run, per component, from the model's config alone (no weights).
 
-    python -m gmts.memory --model Qwen/Qwen2.5-1.5B-Instruct --gpu-memory 24 80 [any train.py flags]
-    python -m gmts.memory --preset paper-math --gpu-memory 80 --json
+    python -m gmts.tools.memory --model Qwen/Qwen2.5-1.5B-Instruct --gpu-memory 24 80 [any train.py flags]
+    python -m gmts.tools.memory --preset paper-math --gpu-memory 80 --json
 
 Reads config.json (a folder, or a hub id: the config file only), builds the model on PyTorch's meta device to count
 its parameters exactly, and adds up what train.py holds at each phase of a step, for the settings the train.py flags
@@ -14,14 +14,14 @@ micro-batch = micro-batch-size x (prompt tokens + max-new-tokens) (every answer 
   gradients      T x b (LoRA: float32 adapters)
   optimizer      AdamW m and v (8 T); with bf16 weights or --optimizer-offload, float32 master weights + m + v
                  (12 T) and, during the step, float32 gradient copies (4 T): on the GPU, or in CPU memory with
-                 --optimizer-offload (gmts/optim.py)
+                 --optimizer-offload (gmts/trainer/optim.py)
   reference      a frozen copy of the weights (P x b) when --beta > 0 without LoRA
   activations    saved for backward per layer and token: 7H + 4A + 4I elements, A = heads x head_dim (two norms'
                  inputs and outputs, q, the attention output and o_proj's input; SDPA's scaled q, k and v after the
                  GQA repeat; gate, up, SiLU and product), + heads x L on CPU (its math path keeps the attention
                  matrix), x layers x n x b x ACTIVATION_FACTOR (measured); with gradient checkpointing only each
                  layer's input (H) plus one layer recomputed in the backward
-  output head    the chunked head (gmts/head.py): min(chunk, n) x V logits buffers in the matmul dtype (+ float32)
+  output head    the chunked head (gmts/method/head.py): min(chunk, n) x V logits buffers in the matmul dtype (+ float32)
                  and the float32 head-weight gradient (V x H), plus the final hidden states (n x H)
   KV cache       layers x 2 x rows x (prompt + max-new-tokens) x kv_heads x head_dim x b, rows = --rollout-batch-size
                  (prompts per generation call; 0 = all of --prompts-per-step) x --group-size
@@ -73,12 +73,12 @@ class Shape:
 
 def load_config(model):
     """The model's config (no weights): a folder's config.json or a hub id's; SmolLM2's offline copy when the hub
-    cannot be reached (gmts/smollm2.py)."""
+    cannot be reached (gmts/trainer/smollm2.py)."""
     from transformers import AutoConfig
     try:
         return AutoConfig.from_pretrained(model)
     except (OSError, ValueError) as err:
-        from . import smollm2
+        from gmts.trainer import smollm2
         if model == smollm2.HUB_ID and smollm2.is_model_folder(smollm2.DEFAULT_OUT):
             return AutoConfig.from_pretrained(smollm2.DEFAULT_OUT)
         raise SystemExit(f"error: --model {model!r}: cannot read its config ({' '.join(str(err).split())}); pass a "
@@ -119,7 +119,7 @@ def plan(cfg, shape, *, prompt_tokens=256, device="gpu"):
     lora = cfg.lora_rank > 0
     T = cfg.lora_rank * shape.lora_per_rank if lora else P
     bt = 4 if lora else b                                  # trainable parameters' bytes (peft keeps adapters float32)
-    master = cfg.optimizer_offload or bt != 4              # gmts/optim.py: MasterWeightAdamW
+    master = cfg.optimizer_offload or bt != 4              # gmts/trainer/optim.py: MasterWeightAdamW
     L = prompt_tokens + cfg.max_new_tokens
     n = cfg.micro_batch_size * L                           # tokens in one training micro-batch (padded to the longest)
     n_valid = cfg.micro_batch_size * cfg.max_new_tokens
@@ -240,7 +240,7 @@ def format_report(r, cfg):
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
-    ap = argparse.ArgumentParser(prog="python -m gmts.memory", description=__doc__.split("\n\n")[0],
+    ap = argparse.ArgumentParser(prog="python -m gmts.tools.memory", description=__doc__.split("\n\n")[0],
                                  epilog="Every other flag is a train.py flag (python train.py --help).")
     ap.add_argument("--gpu-memory", type=float, nargs="+", default=[24.0, 40.0, 80.0],
                     help="GPU sizes in GiB to check (default 24 40 80)")
@@ -249,7 +249,7 @@ def main(argv=None):
     ap.add_argument("--json", action="store_true", help="print the estimate as JSON")
     ap.add_argument("--device", default="auto", help="plan for a GPU (auto, cuda, cuda:N) or for --device cpu")
     own, rest = ap.parse_known_args(argv)
-    from .config import parse_config
+    from gmts.run.config import parse_config
     cfg = parse_config(rest)                # train.py's flags, presets and checks (--device is the planner's own)
     device = "cpu" if own.device == "cpu" else "gpu"
     prompt_tokens = own.prompt_tokens or min(cfg.max_prompt_tokens, 256)

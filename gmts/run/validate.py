@@ -19,8 +19,8 @@ import sys
 import tempfile
 from typing import Callable, NamedTuple
 
-from .config import REPORT_TO
-from .options import KL_COVERAGE, LOSS_NORMS, SCOPES, SELECTORS, STD_MODES, check_loss_config, check_ratio
+from gmts.run.config import REPORT_TO
+from gmts.method.options import KL_COVERAGE, LOSS_NORMS, SCOPES, SELECTORS, STD_MODES, check_loss_config, check_ratio
 
 SEED_MAX = 2**32 - 1            # numpy's seed range, the narrowest of the generators a seed reaches
 DTYPE_NAMES = ("auto", "float32", "bfloat16", "float16")
@@ -285,8 +285,8 @@ def prepare_training(argv, prog="train.py"):
     then the checkpoint to resume (the newest that loads), the flags a resume may not change, the output folder
     (creatable, writable, not another run's unless --overwrite) and --max-new-tokens against the model's context.
     Returns (cfg, checkpoint folder or None, trainer state or None); any problem is a UsageError (one line, exit 2)."""
-    from . import checkpoint as ckpt
-    from .config import Config, build_parser, parse_config, resolve
+    from gmts.run import checkpoint as ckpt
+    from gmts.run.config import Config, build_parser, parse_config, resolve
     cfg = parse_config(argv)
     resume_from, state = None, None
     if cfg.resume:

@@ -11,9 +11,9 @@ import os
 
 import torch
 
-from . import distributed as dist
-from .policy import completion_logprobs
-from .selection import budget, select_tokens
+from gmts.trainer import distributed as dist
+from gmts.trainer.policy import completion_logprobs
+from gmts.method.grpo import budget, select_tokens
 
 # Mini-batch order: a permutation of the rollout's groups seeded by (run seed, step, epoch), so a resumed run
 # draws the same mini-batches without any saved state, and arms with the same seed see the same mini-batches.
@@ -160,7 +160,7 @@ class MiniBatch:
 
 def kl_weight(cfg, mb):
     """ω's KL part relative to its policy part in this mini-batch's loss (loss.kl_relative_weight)."""
-    from .loss import kl_relative_weight
+    from gmts.method.grpo import kl_relative_weight
     if cfg.beta == 0:
         return 1.0
     n_valid = int(dist.all_reduce_sum(torch.tensor(int(mb.valid.sum()))))
@@ -172,7 +172,7 @@ def masked_loss_weights(cfg, mb, selected):
     """Step 6's weights for the mini-batch: (policy weights w·m, KL weights or None, the rows worth a pass). The
     normalisers are the mini-batch's, over all ranks (loss.loss_weights). Rows with nothing selected, or with A = 0
     and no KL term, have exactly zero gradient: no pass."""
-    from .loss import loss_weights
+    from gmts.method.grpo import loss_weights
     weights = loss_weights(mb.valid, selected, cfg.loss_norm, reduce=dist.all_reduce_sum)
     kl_weights = None
     if cfg.beta > 0 and cfg.kl_coverage == "all":
