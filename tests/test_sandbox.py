@@ -148,7 +148,7 @@ def test_untrusted_tests_are_counted_and_refused_on_request(clean):
     code_stats(reset=True)
     assert code(block(GOOD), loop) == 1.0 and code(block(WRONG), loop) == 0.0
     assert trusted_code(block(GOOD), loop) == 0.0
-    assert code_stats() == {"runs": 3, "trusted_runs": 0, "untrusted_runs": 2, "refused_runs": 1,
+    assert code_stats() == {"runs": 3, "trusted_runs": 0, "untrusted_runs": 2, "refused_runs": 1, "unjudged_runs": 0,
                             "cases_trusted": 0, "cases_untrusted": 3}
     # the residual hole trusted_only closes: inside a harness, the stack-walking cheat can find the nonce
     assert trusted_code(block(ATTACKS["stack_walk_nonce"]), loop) == 0.0
