@@ -55,6 +55,8 @@ class _Pytest:
 
 
 _PARENT_GLOBALS = {"__builtins__": _SAFE_BUILTINS, "math": math, "pytest": _Pytest}
+_RAISES = object()  # `from pytest import raises`: only ever the context of a with-statement (raises_block)
+_FROM_PYTEST = {"approx": _approx, "raises": _RAISES}
 
 
 # ---------------------------------------------------------------- plain data across the boundary
@@ -274,7 +276,9 @@ class _Unit:
         mutable = {id(v) for v in self.env.values() if _is_mutable(v)}
         if _contains(value, mutable):
             raise Unconvertible("a mutable input reached the solution inside another value")
-        return ast.parse(render(value), mode="eval").body
+        # the literal's source, verbatim: a Name node unparses to its id as it is (an ast.Constant would unparse
+        # an int over 4,300 digits with repr(), which refuses it); parenthesised, so no operator binds into it
+        return ast.Name(id=f"({render(value)})", ctx=ast.Load())
 
     def child_source(self, node) -> str:
         """Source of a child expression with every child-free subexpression computed here and inlined."""
@@ -446,7 +450,9 @@ class _Unit:
         does not)."""
         item = stmt.items[0] if len(stmt.items) == 1 else None
         call = item.context_expr if item else None
-        if not (isinstance(call, ast.Call) and ast.unparse(call.func) == "pytest.raises" and len(call.args) == 1
+        raises = isinstance(call, ast.Call) and (ast.unparse(call.func) == "pytest.raises" or (
+            isinstance(call.func, ast.Name) and self.env.get(call.func.id) is _RAISES))
+        if not (raises and len(call.args) == 1
                 and item.optional_vars is None):
             raise Unconvertible("with-statement other than pytest.raises")
         exc = call.args[0]
@@ -566,6 +572,10 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "") -> P
             prelude.append(ast.unparse(stmt))
             from_solution |= {a.asname or a.name for a in stmt.names}
             modules |= {a.asname or a.name for a in stmt.names if a.name == "solution"}
+        elif isinstance(stmt, ast.ImportFrom) and stmt.module == "pytest":  # `from pytest import approx, raises`
+            for a in stmt.names:
+                if a.name in _FROM_PYTEST:
+                    env[a.asname or a.name] = _FROM_PYTEST[a.name]
         elif (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)):
             try:
                 env[stmt.targets[0].id] = ast.literal_eval(stmt.value)
@@ -579,6 +589,7 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "") -> P
     foreign = (defined - set(env) - {"check"} - {n for n in defined if n.startswith("test")}) | (imported - set(MODULES))
     foreign -= from_solution | setup_names
     foreign.discard("pytest")
+    foreign -= {n for n, v in env.items() if any(v is x for x in _FROM_PYTEST.values())}
     own = from_solution | setup_names
 
     def child_names(node) -> set:
@@ -586,7 +597,14 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "") -> P
 
     checks_called = any(isinstance(s, ast.Expr) and isinstance(s.value, ast.Call)
                         and _last_name(s.value.func) == "check" for s in module.body)
-    units, kept, harness_tests = [], [], []
+    script_kinds = (ast.Assert, ast.Assign, ast.AnnAssign, ast.Expr, ast.With)
+    script_stmts = [s for s in module.body if isinstance(s, script_kinds)]
+    # The module's own statements (MBPP's asserts, `lst = [3, 1, 2]; sort_in_place(lst); assert lst == ...`) run
+    # in order in one namespace, as a script: one unit. At the first statement it cannot convert, the script
+    # breaks: that statement and every later one run in the harness (they may depend on it).
+    script = _Unit(env, child_names(ast.Module(body=script_stmts, type_ignores=[])), prelude, modules)
+    script_broken = False
+    units, kept, harness_tests = [], [], []  # kept: (statement, whether it tests anything in the harness)
     trusted = untrusted = unjudged = 0
     for stmt in module.body:
         if _is_main_guard(stmt):
@@ -596,18 +614,30 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "") -> P
             harness_tests += names
             untrusted += cases
             unjudged += 0 if names else 1  # a test class without a test method tests nothing: never a pass
-            kept.append(stmt)
+            kept.append((stmt, True))
             continue
         if isinstance(stmt, ast.FunctionDef) and stmt.name == "check" and not entry_point and not checks_called:
             unjudged += _count_cases(stmt)  # HumanEval's check(candidate) with nothing to pass as candidate
             continue
+        if isinstance(stmt, script_kinds) and not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant)):
+            cases = _count_cases(stmt) if isinstance(stmt, (ast.Assert, ast.With)) else 0
+            if not script_broken:
+                saved = copy.copy(script.__dict__)
+                saved.update({k: copy.copy(v) for k, v in saved.items()})
+                try:
+                    script.statement(stmt)
+                    trusted += cases
+                    kept.append((stmt, False))  # the harness still needs its effects (a binding, a mutation)
+                    continue
+                except (Unconvertible, ValueError, TypeError, SyntaxError, ArithmeticError, LookupError,
+                        RecursionError):
+                    script.__dict__.update(saved)
+                    script_broken = True
+            runs = isinstance(stmt, (ast.Expr, ast.With))  # in the harness, a bare call tests that it runs
+            untrusted += cases or int(runs)
+            kept.append((stmt, bool(cases) or runs))
+            continue
         try:
-            if isinstance(stmt, ast.Assert):
-                u = _Unit(env, child_names(stmt), prelude, modules)
-                u.statement(stmt)
-                units.append(Unit(u.steps, u.checks, ast.unparse(stmt)[:80]))
-                trusted += 1
-                continue
             if isinstance(stmt, ast.FunctionDef) and stmt.name == "check" and entry_point:
                 arg = stmt.args.args[0].arg if len(stmt.args.args) == 1 else None
                 if arg is None or stmt.decorator_list:
@@ -629,23 +659,24 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "") -> P
                 units += converted
                 trusted += len(rows) * _count_cases(stmt)
                 continue
-        except Unconvertible:
+        except (Unconvertible, ValueError, TypeError, SyntaxError, ArithmeticError, LookupError, RecursionError):
+            # not judged here (ValueError & co.: a table the trainer could not evaluate): the harness runs it
             untrusted += _count_cases(stmt) * (len(_safe_rows(stmt, env)) if isinstance(stmt, ast.FunctionDef) else 1)
             if isinstance(stmt, ast.FunctionDef) and (stmt.name.startswith("test") or stmt.name == "check"):
                 harness_tests.append(stmt.name)
-        except (ValueError, TypeError, SyntaxError, ArithmeticError, LookupError, RecursionError):
-            untrusted += 1  # a table or constant the trainer could not evaluate: leave it to the harness
-            if isinstance(stmt, ast.FunctionDef) and (stmt.name.startswith("test") or stmt.name == "check"):
-                harness_tests.append(stmt.name)
-        else:
-            if _is_test(stmt, entry_point) and not isinstance(stmt, ast.FunctionDef):
-                untrusted += _count_cases(stmt)  # a module-level loop or call: it tests as the harness runs it
-        kept.append(stmt)
+            kept.append((stmt, True))
+            continue
+        test = _is_test(stmt, entry_point)
+        if test and not isinstance(stmt, ast.FunctionDef):
+            untrusted += _count_cases(stmt)  # a module-level loop: it tests as the harness runs it
+        kept.append((stmt, test))
+    if script.checks or len(script.steps) > len(prelude):
+        units.insert(0, Unit(script.steps, script.checks, "module"))
     harness = None
-    if any(_is_test(s, entry_point) for s in kept):
-        harness = ast.unparse(ast.Module(body=kept, type_ignores=[]))
+    if any(test for _, test in kept):
+        harness = ast.unparse(ast.Module(body=[stmt for stmt, _ in kept], type_ignores=[]))
     if trusted + untrusted == 0:
-        unjudged += 1  # no test case at all (an empty file, only helpers): zero judged is never a pass
+        unjudged += 1  # no test case at all (only helpers, imports, a docstring): zero judged is never a pass
     return Plan(units=units, harness=harness, trusted=trusted, untrusted=untrusted, unjudged=unjudged,
                 harness_tests=tuple(dict.fromkeys(harness_tests)))
 
