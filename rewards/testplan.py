@@ -225,14 +225,14 @@ class _Unit:
         return bool(_names(node) & self.child)
 
     def is_object(self, node) -> bool:
-        """An instance of the solution's classes: a name bound to one, `Cls(...)` for a capitalised solution
-        callable (the naming convention decides from the tests alone), or an attribute of an object."""
+        """An instance of the solution's classes: a name bound to one, or `Cls(...)` for a capitalised solution
+        callable (the naming convention decides, from the tests alone). An attribute of an object is a value:
+        `Greeting(x).text.startswith(...)` runs startswith here, on the text sent back (read_attrs in the child
+        still walks `obj.left.val` through the solution's own nodes)."""
         if isinstance(node, ast.Name):
             return node.id in self.objects
         if isinstance(node, ast.Call):
             return self.is_callee(node.func) and _last_name(node.func)[:1].isupper()
-        if isinstance(node, (ast.Attribute, ast.Subscript)):
-            return self.is_object(node.value)
         return False
 
     def is_callee(self, node) -> bool:

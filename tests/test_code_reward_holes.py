@@ -160,6 +160,11 @@ EXPECTED_SIDE = {
                              "    assert s.endswith('Bob')\n", "def greet(n):\n    return 'Hello ' + n\n", [
         "class S(str):\n    def startswith(self, *a):\n        return True\n    endswith = startswith\n"
         "def greet(n):\n    return S('Bye')\n"]),
+    "method_of_an_objects_attribute": ("from solution import Greeting\n\ndef test_text():\n"
+                                       "    assert Greeting('Bob').text.startswith('Hello')\n",
+                                       "class Greeting:\n    def __init__(self, n):\n        self.text = 'Hello ' + n\n", [
+        "class S(str):\n    def startswith(self, *a):\n        return True\nclass Greeting:\n"
+        "    def __init__(self, n):\n        self.text = S('Bye')\n"]),
     "method_count_list": ("assert dup([1, 2]).count(1) == 2", "def dup(xs):\n    return xs + xs\n", [
         "class L(list):\n    def count(self, x):\n        return 2\ndef dup(xs):\n    return L()\n"]),
     "method_isdigit": ("assert digits(5).isdigit()\nassert not digits(-5).isdigit()", "def digits(n):\n    return str(n)\n", [
