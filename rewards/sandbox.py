@@ -318,11 +318,15 @@ _mode = None  # "bwrap" | "fallback", decided by the first run's probe
 
 
 REPORT_LINES = 2  # the child writes its units (or cases) line, then the harness line where there is one
+# What the trainer reads back at most. Parsing and rebuilding cost ~1-3 s per MiB for the worst shapes (millions of
+# one-item lists) on this 2-core machine under load, so 2 MiB bounds a forged report to a few seconds; an honest
+# result that large (a 300,000-int list) fails, like one that runs past the time limit.
+REPORT_BYTES = 2 << 20
 
 
 def _read_report(f, max_bytes: int) -> list:
     """The child's JSON lines, at bounded cost whatever the solution wrote to the report file: more than
-    `max_bytes` (the run's file-size limit) or more lines than the child writes is a forged report, refused
+    `max_bytes` (REPORT_BYTES) or more lines than the child writes is a forged report (or too big a result), refused
     before any parsing; the at most two lines left are parsed by the C decoder in linear time (a nesting too deep
     for it fails)."""
     if os.fstat(f.fileno()).st_size > max_bytes:
@@ -387,7 +391,7 @@ def _start(spec: dict, *, mode: str, timeout: float, isolate: bool) -> ChildRun:
                     _kill_uid(uid)
             out.seek(0)
             err.seek(0)
-            report = [] if timed_out else _read_report(rep, spec["limits"]["file_mb"] << 20)
+            report = [] if timed_out else _read_report(rep, REPORT_BYTES)
             return ChildRun(report=report, timed_out=timed_out,
                             returncode=proc.returncode, seconds=time.monotonic() - start,
                             stdout=out.read(4096).decode(errors="replace"),

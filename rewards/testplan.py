@@ -16,6 +16,7 @@ with no test case at all) is `plan.unjudged`: such a run scores 0 and is counted
 """
 import ast
 import builtins
+import collections
 import copy
 import math
 import re
@@ -37,6 +38,7 @@ SINGLETONS = (None, True, False, Ellipsis)  # `x is None`: exact on rebuilt valu
 MAX_MESSAGE = 4096  # characters of an exception message matched against pytest.raises(match=...); longer: fail
 MAX_DEPTH = 100  # nesting of a returned value (the child sends at most 64 levels)
 MAX_SAME_HASH = 32  # distinct values with one hash in a result: more is a forged hash-collision attack
+MAX_HASH_WORK = 1 << 24  # elements hashed while decoding one result (~1 s); a 1M-item honest result needs ~2M
 
 
 class Unconvertible(Exception):
@@ -62,55 +64,111 @@ _FROM_PYTEST = {"approx": _approx, "raises": _RAISES}
 # ---------------------------------------------------------------- plain data across the boundary
 
 
-def decode(value, depth=0, hashes=None):
+def decode(value):
     """The child's tagged JSON back to the exact Python value (see _sandbox_child.encode). Only plain types can
     come out of json.loads, so no object with its own __eq__ can reach a comparison here. The cost is linear in
     the report: nesting is bounded, and a result holding many distinct values of one hash (which would make
-    building or comparing sets quadratic) is refused."""
-    hashes = {} if hashes is None else hashes
-    if depth > MAX_DEPTH:
-        raise ValueError("result nested too deep")
-    if isinstance(value, list):
-        return [decode(v, depth + 1, hashes) for v in value]
-    if isinstance(value, dict):
-        if len(value) != 1:
-            raise ValueError(f"malformed result {str(value)[:100]}")
-        (tag, inner), = value.items()
-        if tag == "int":  # big ints travel in hex: linear both ways, and no 4,300-digit limit
-            return _unique_hash(int(inner, 16), hashes)
-        if tag in ("tuple", "set", "frozenset"):
-            items = [decode(v, depth + 1, hashes) for v in inner]
-            return _unique_hash({"tuple": tuple, "set": set, "frozenset": frozenset}[tag](items), hashes)
-        if tag == "dict":
-            return {decode(k, depth + 1, hashes): decode(v, depth + 1, hashes) for k, v in inner}
-        if tag == "float" and inner in ("inf", "-inf", "nan"):
-            return float(inner)
-        if tag == "bytes":
-            return bytes.fromhex(inner)
-        if tag == "complex":
-            return _unique_hash(complex(decode(inner[0], depth + 1, hashes), decode(inner[1], depth + 1, hashes)),
-                                hashes)
-        raise ValueError(f"unknown result tag {tag!r}")
-    if type(value) in (int, float):
-        return _unique_hash(value, hashes)
-    if type(value) in (type(None), bool, str):  # str hashes are salted per process: no forged collisions
+    building or comparing sets quadratic, here or in the test's own `set(result)`) is refused."""
+    decoder = _Decoder()
+    out = decoder.decode(value, 0)
+    _check_collisions(decoder.hashable)
+    return out
+
+
+_SMALL_INT = 1 << 60  # ints below this hash to themselves: distinct ones never collide (but -1 and -2 do)
+
+
+class _Decoder:
+    def __init__(self):
+        self.hashable = []  # values whose hash a solution can steer: big ints, floats, complex, tuples, frozensets
+        self.nodes = 0  # values decoded so far
+        self.work = 0  # elements hash() will visit: a tuple re-hashes its nested tuples every time
+
+    def decode(self, value, depth):
+        self.nodes += 1
+        if depth > MAX_DEPTH:
+            raise ValueError("result nested too deep")
+        if isinstance(value, list):
+            return self.items(value, depth)
+        if isinstance(value, dict):
+            if len(value) != 1:
+                raise ValueError(f"malformed result {str(value)[:100]}")
+            (tag, inner), = value.items()
+            if tag == "int":  # big ints travel in hex: linear both ways, and no 4,300-digit limit
+                return self.steerable(int(inner, 16))
+            if tag in ("tuple", "set", "frozenset"):
+                first = self.nodes
+                items = self.items(inner, depth)
+                if tag == "tuple":
+                    return self.steerable(tuple(items), cost=self.nodes - first)
+                _check_collisions(items)  # before the set is built: building it is the quadratic part
+                made = set(items) if tag == "set" else frozenset(items)
+                return made if tag == "set" else self.steerable(made)  # a frozenset caches its hash
+            if tag == "dict":
+                pairs = [(self.decode(k, depth + 1), self.decode(v, depth + 1)) for k, v in inner]
+                _check_collisions([k for k, _ in pairs])
+                return dict(pairs)
+            if tag == "float" and inner in ("inf", "-inf", "nan"):
+                return float(inner)
+            if tag == "bytes":
+                return bytes.fromhex(inner)
+            if tag == "complex":
+                return self.steerable(complex(self.decode(inner[0], depth + 1), self.decode(inner[1], depth + 1)))
+            raise ValueError(f"unknown result tag {tag!r}")
+        if type(value) is int:
+            return value if -_SMALL_INT < value < _SMALL_INT else self.steerable(value)
+        if type(value) is float:
+            return self.steerable(value)
+        if type(value) in (type(None), bool, str):  # str hashes are salted per process: no forged collisions
+            return value
+        raise ValueError(f"malformed result of type {type(value).__name__}")
+
+    def items(self, values, depth) -> list:
+        """A list's items. Fast path, at C speed, for the common flat list of one scalar type (json.loads made it
+        already): small ints, strs, floats (their hashes recorded)."""
+        if type(values) is not list:
+            raise ValueError(f"malformed result items of type {type(values).__name__}")
+        kinds = set(map(type, values))
+        if len(kinds) == 1 and (kinds <= {str, bool, type(None)} or (kinds == {int} and -_SMALL_INT < min(values)
+                                                                   and max(values) < _SMALL_INT)):
+            self.nodes += len(values)
+            return values
+        if kinds == {float}:
+            self.nodes += len(values)
+            self.work += len(values)
+            self.hashable += values
+            return values
+        return [self.decode(v, depth + 1) for v in values]
+
+    def steerable(self, value, cost=1):
+        self.work += cost
+        if self.work > MAX_HASH_WORK:
+            raise ValueError("result too costly to hash (deeply nested tuples)")
+        self.hashable.append(value)
         return value
-    raise ValueError(f"malformed result of type {type(value).__name__}")
 
 
-def _unique_hash(value, hashes):
-    """Record `value`'s hash; refuse the result once more than MAX_SAME_HASH distinct values share one. Numbers
-    and tuples of them hash the same in every process, so a solution can make thousands collide."""
+def _hash(value):
     try:
-        key = hash(value)
-    except TypeError:  # a tuple holding a list: not hashable, cannot go into a set here either
-        return value
-    seen = hashes.setdefault(key, [])
-    if len(seen) < MAX_SAME_HASH + 1 and not any(type(v) is type(value) and v == value for v in seen):
-        seen.append(value)
-        if len(seen) > MAX_SAME_HASH:
-            raise ValueError(f"more than {MAX_SAME_HASH} distinct values share the hash {key}")
-    return value
+        return hash(value)
+    except TypeError:  # a tuple holding a list: cannot go into a set either
+        return None
+
+
+def _check_collisions(values):
+    """Refuse more than MAX_SAME_HASH distinct values sharing one hash. Numbers, and tuples of them, hash alike in
+    every process, so a solution can make thousands collide (a 2-tuple's hash can be steered to any value through
+    its second item). Counting hashes runs at C speed; only a hash seen that often (an honest result repeating
+    one value) is looked at value by value."""
+    hashes = list(map(_hash, values))
+    hot = {h for h, n in collections.Counter(hashes).items() if n > MAX_SAME_HASH and h is not None}
+    for key in hot:
+        distinct = []
+        for h, v in zip(hashes, values):
+            if h == key and not any(type(d) is type(v) and (d == v or d != d and v != v) for d in distinct):
+                distinct.append(v)
+                if len(distinct) > MAX_SAME_HASH:
+                    raise ValueError(f"more than {MAX_SAME_HASH} distinct values share the hash {key}")
 
 
 def render(value) -> str:

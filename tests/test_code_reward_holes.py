@@ -349,9 +349,13 @@ FORGED = {
     "megabytes_of_newlines": "b'\\n' * (15 << 20)",
     "newlines_then_report": "b'\\n' * (8 << 20) + b'{\"units\": [[{\"ok\": 3}]]}\\n'",
     "many_small_lines": "b'{}\\n' * (4 << 20)",
-    "hash_collision_set": UNITS % "(b'{\"set\": [' + b','.join(str(k * (2**61 - 1)).encode() for k in range(1, 300000)) + b']}')",
-    "hash_collision_list": UNITS % "(b'[' + b','.join(str(k * (2**61 - 1)).encode() for k in range(1, 300000)) + b']')",
-    "hash_collision_tuples": UNITS % "(b'[' + b','.join(b'{\"tuple\": [' + str(k * (2**61 - 1)).encode() + b']}' for k in range(1, 200000)) + b']')",
+    "hash_collision_set": UNITS % "(b'{\"set\": [' + b','.join(str(k * (2**61 - 1)).encode() for k in range(1, 60000)) + b']}')",
+    "hash_collision_list": UNITS % "(b'[' + b','.join(str(k * (2**61 - 1)).encode() for k in range(1, 60000)) + b']')",
+    "hash_collision_tuples": UNITS % "(b'[' + b','.join(b'{\"tuple\": [' + str(k * (2**61 - 1)).encode() + b']}' for k in range(1, 40000)) + b']')",
+    # the costliest shapes to parse and rebuild, just under the 2 MiB the trainer reads at most
+    "one_item_lists_under_the_cap": UNITS % "(b'[' + b','.join([b'[0]'] * ((2 << 20) // 4 - 64)) + b']')",
+    "tiny_tuples_under_the_cap": UNITS % "(b'[' + b','.join([b'{\"tuple\": [0]}'] * ((2 << 20) // 15 - 64)) + b']')",
+    "floats_under_the_cap": UNITS % "(b'[' + b','.join([b'0.5'] * ((2 << 20) // 4 - 64)) + b']')",
     "deep_nesting": UNITS % "(b'[' * 5000000 + b']' * 5000000)",
     "huge_decimal_int": UNITS % "(b'9' * (14 << 20))",
     "huge_hex_int": UNITS % "(b'{\"int\": \"' + b'f' * (14 << 20) + b'\"}')",
@@ -385,7 +389,7 @@ def test_a_forged_report_costs_the_trainer_little(case, clean):
 
 def test_colliding_results_from_an_honest_child_are_refused_fast(clean):
     # no forging: the solution's own return value, a cheap list of ints sharing one hash, judged by set(...)
-    src = "def f(x):\n    return [k * (2 ** 61 - 1) for k in range(1, 200000)]\n"
+    src = "def f(x):\n    return [k * (2 ** 61 - 1) for k in range(1, 50000)]\n"
     start = time.monotonic()
     assert get_reward("code", timeout=LIMIT)(block(src), COLLIDING) == 0.0
     assert time.monotonic() - start < LIMIT + SLACK
