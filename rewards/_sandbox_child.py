@@ -17,6 +17,7 @@ Work, in order:
   4. `harness` (untrusted tests that could not be turned into pairs): run as before, then write "harness NONCE".
 """
 import ctypes
+import inspect
 import json
 import math
 import os
@@ -269,6 +270,15 @@ def param_rows(fn):
     return cases
 
 
+def call(test, kwargs):
+    """Call one test. A test that returns a coroutine or a generator ran none of its body (pytest skips async tests
+    without a plugin and refuses yield tests): that is not a pass."""
+    result = test(**kwargs)
+    if inspect.iscoroutine(result) or inspect.isgenerator(result):
+        result.close()
+        raise AssertionError(f"test {getattr(test, '__name__', '?')} did not run (async or generator)")
+
+
 def call_tests(ns) -> list:
     """Call every test the harness defined: test_* functions (with their parametrize rows), the test_* methods of
     `class Test*` (a fresh instance each, setup_method/teardown_method around) and unittest.TestCase classes (run
@@ -291,12 +301,12 @@ def call_tests(ns) -> list:
                 for kwargs in param_rows(getattr(obj, attr)):
                     instance = obj()
                     getattr(instance, "setup_method", lambda m: None)(getattr(instance, attr))
-                    getattr(instance, attr)(**kwargs)
+                    call(getattr(instance, attr), kwargs)
                     getattr(instance, "teardown_method", lambda m: None)(getattr(instance, attr))
                 ran.append(f"{name}.{attr}")
         elif name.startswith("test") and callable(obj):
             for kwargs in param_rows(obj):
-                obj(**kwargs)
+                call(obj, kwargs)
             ran.append(name)
     return ran
 

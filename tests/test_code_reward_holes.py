@@ -83,6 +83,11 @@ PARAM_CLASS = ("import pytest\nfrom solution import add\n\nclass TestAdd:\n"
                "    @pytest.mark.parametrize('a,b,c', [(1, 2, 3), (2, 2, 4)])\n    def test_rows(self, a, b, c):\n"
                "        assert add(a, b) == c\n")
 RUNNABLE_UNKNOWN = {"pytest_class": PYTEST_CLASS, "unittest_case": UNITTEST_CLASS, "class_parametrize": PARAM_CLASS}
+NEVER_RUN = {  # test functions whose body a plain call does not run: not a pass, for any solution
+    "async_test": "from solution import add\n\nasync def test_add():\n    assert add(1, 2) == 3\n",
+    "generator_test": "from solution import add\n\ndef test_add():\n    yield\n    assert add(1, 2) == 3\n",
+    "async_method": "from solution import add\n\nclass TestAdd:\n    async def test_add(self):\n        assert add(1, 2) == 3\n",
+}
 UNJUDGEABLE = {
     "check_without_entry_point": "def check(candidate):\n    assert candidate(1, 2) == 3\n",
     "only_imports": "import pytest\nfrom solution import add\n",
@@ -108,6 +113,12 @@ def test_test_classes_pass_honest_code_untrusted(tests, clean):
     assert trusted_code(block(ADD_GOOD), RUNNABLE_UNKNOWN[tests]) == 0.0  # judged in the sandbox: refused
     stats = code_stats()
     assert stats["untrusted_runs"] == 1 and stats["refused_runs"] == 1
+
+
+@pytest.mark.parametrize("tests", sorted(NEVER_RUN))
+@pytest.mark.parametrize("solution", sorted(NOTHING))
+def test_tests_whose_body_never_runs_are_not_a_pass(tests, solution, clean):
+    both_zero(NOTHING[solution], NEVER_RUN[tests])
 
 
 def test_a_test_the_harness_skips_is_not_a_pass(clean):
