@@ -18,6 +18,7 @@ import ast
 import builtins
 import collections
 import copy
+import itertools
 import math
 import re
 from dataclasses import dataclass, field
@@ -37,6 +38,8 @@ ITERATING = frozenset("list tuple set frozenset sorted sum min max any all dict 
 SINGLETONS = (None, True, False, Ellipsis)  # `x is None`: exact on rebuilt values (decode returns these objects)
 MAX_MESSAGE = 4096  # characters of an exception message matched against pytest.raises(match=...); longer: fail
 MAX_DEPTH = 100  # nesting of a returned value (the child sends at most 64 levels)
+MAX_UNROLL = 1000  # rounds of a test's for-loop the trainer unrolls into steps
+_UNSET = object()
 MAX_SAME_HASH = 32  # distinct values with one hash in a result: more is a forged hash-collision attack
 MAX_HASH_WORK = 1 << 24  # elements hashed while decoding one result (~1 s); a 1M-item honest result needs ~2M
 
@@ -367,12 +370,18 @@ class _Unit:
 
     # ------------------------------------------------ the trainer's side
 
-    def split(self, node, iterate=False):
-        """`node` with each child-computed part replaced by a placeholder __rN (N = its step)."""
+    def split(self, node, iterate=False, bound=frozenset()):
+        """`node` with each child-computed part replaced by a placeholder __rN (N = its step). Inside a
+        comprehension or lambda (`bound`: the names they bind) only a bare child name may be fetched: reading a
+        variable once is exact, calling the solution once for what the loop would call many times is not."""
         if not self.uses_child(node):
             return node
         if self.is_child_value(node):
+            if bound and not (isinstance(node, ast.Name) and node.id not in bound):
+                raise Unconvertible("a call of the solution's inside a lambda or comprehension")
             return self.fetch(node, iterate=iterate)
+        if isinstance(node, (ast.Lambda, ast.GeneratorExp, ast.ListComp, ast.SetComp, ast.DictComp)):
+            bound = bound | _bound_inside(node)
         if isinstance(node, ast.Attribute):  # attributes read from a returned value: `head(x).next.val`
             attrs, base = [], node
             while isinstance(base, ast.Attribute) and not self.is_child_value(base):
@@ -381,24 +390,25 @@ class _Unit:
             if self.is_child_value(base):
                 if any(a.startswith("_") for a in attrs):
                     raise Unconvertible("private attribute")
+                if bound:
+                    raise Unconvertible("attributes of a child value inside a lambda or comprehension")
                 return self.fetch(base, attrs=attrs)
         if isinstance(node, ast.Call):
             consume = isinstance(node.func, ast.Name) and node.func.id in ITERATING and node.func.id not in self.child
             if isinstance(node.func, ast.Attribute):  # a method of a returned value: it runs here
-                node.func.value = self.split(node.func.value)
+                node.func.value = self.split(node.func.value, bound=bound)
             else:
-                node.func = self.split(node.func)
-            node.args = [self.split(a, iterate=consume) for a in node.args]
-            node.keywords = [ast.keyword(arg=k.arg, value=self.split(k.value)) for k in node.keywords]
+                node.func = self.split(node.func, bound=bound)
+            node.args = [self.split(a, iterate=consume and not bound, bound=bound) for a in node.args]
+            node.keywords = [ast.keyword(arg=k.arg, value=self.split(k.value, bound=bound)) for k in node.keywords]
             return node
-        if isinstance(node, (ast.Lambda, ast.comprehension, ast.NamedExpr, ast.Starred, ast.GeneratorExp,
-                             ast.ListComp, ast.SetComp, ast.DictComp)):
-            raise Unconvertible("child value inside a lambda or comprehension")
+        if isinstance(node, (ast.NamedExpr, ast.Starred)):
+            raise Unconvertible(f"child value inside {type(node).__name__}")
         for name, value in ast.iter_fields(node):
             if isinstance(value, ast.AST):
-                setattr(node, name, self.split(value))
+                setattr(node, name, self.split(value, bound=bound))
             elif isinstance(value, list):
-                setattr(node, name, [self.split(v) if isinstance(v, ast.AST) else v for v in value])
+                setattr(node, name, [self.split(v, bound=bound) if isinstance(v, ast.AST) else v for v in value])
         return node
 
     def parent_expr(self, node, placeholders=()):
@@ -446,9 +456,12 @@ class _Unit:
                                             (targets[0].elts if isinstance(targets[0], ast.Tuple) else targets)):
                 raise Unconvertible("assignment to something other than names")
             self.assign(targets[0], stmt.value)
+        elif isinstance(stmt, ast.For):
+            self.unroll(stmt)
         elif isinstance(stmt, ast.Expr):
-            if isinstance(stmt.value, ast.Constant):
-                return  # a docstring
+            if isinstance(stmt.value, ast.Constant) or (isinstance(stmt.value, ast.Name)
+                                                        and stmt.value.id in BUILTIN_NAMES - self.child):
+                return  # a docstring, or a bare builtin name (`print` on its own line): no effect
             if not self.is_child_value(stmt.value):
                 raise Unconvertible("statement that is not a call of the solution's")
             self.steps.append({"run": self.child_source(stmt.value)})
@@ -457,15 +470,32 @@ class _Unit:
         elif not isinstance(stmt, ast.Pass):
             raise Unconvertible(type(stmt).__name__)
 
-    def assign(self, target, value):
+    def unroll(self, stmt):
+        """`for x in range(2, 8): assert f(x, x + 1) == str(x)`: a loop over values the trainer computes (at most
+        MAX_UNROLL) is the sequence of its bodies, one per value, each binding the target here."""
+        if stmt.orelse or self.uses_child(stmt.iter) or any(isinstance(n, (ast.Break, ast.Continue))
+                                                            for n in ast.walk(stmt)):
+            raise Unconvertible("a loop the trainer cannot unroll")
+        targets = stmt.target.elts if isinstance(stmt.target, ast.Tuple) else [stmt.target]
+        if not all(isinstance(t, ast.Name) for t in targets):
+            raise Unconvertible("loop target other than names")
+        values = list(itertools.islice(iter(self.parent_eval(stmt.iter)), MAX_UNROLL + 1))
+        if len(values) > MAX_UNROLL:
+            raise Unconvertible(f"a loop of more than {MAX_UNROLL} rounds")
+        for value in values:
+            self.assign(stmt.target, ast.Name(id="__value", ctx=ast.Load()), given=value)
+            for s in stmt.body:
+                self.statement(s)
+
+    def assign(self, target, value, given=_UNSET):
         names = [t.id for t in (target.elts if isinstance(target, ast.Tuple) else [target])]
         for name in names:
             self.env.pop(name, None)
             self.child.discard(name)
             self.objects.discard(name)
             self.deferred.discard(name)
-        if not self.uses_child(value) and not self.deferred & _names(value):  # inputs: computed here now
-            result = self.parent_eval(value)
+        if given is not _UNSET or (not self.uses_child(value) and not self.deferred & _names(value)):
+            result = given if given is not _UNSET else self.parent_eval(value)  # inputs: computed here now
             values = list(result) if isinstance(target, ast.Tuple) else [result]
             if len(values) != len(names):
                 raise Unconvertible("unpacking of the wrong length")
@@ -651,7 +681,9 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "") -> P
     own = from_solution | setup_names
 
     def child_names(node) -> set:
-        return (_names(node) - BUILTIN_NAMES - set(MODULES) - {"pytest"} - set(env) - foreign) | own
+        stored = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+        local = stored | _bound_inside(node)  # the test's own variables (loop and comprehension ones too)
+        return (_names(node) - local - BUILTIN_NAMES - set(MODULES) - {"pytest"} - set(env) - foreign) | own
 
     checks_called = any(isinstance(s, ast.Expr) and isinstance(s.value, ast.Call)
                         and _last_name(s.value.func) == "check" for s in module.body)

@@ -176,6 +176,14 @@ EXPECTED_SIDE = {
                                        "class Greeting:\n    def __init__(self, n):\n        self.text = 'Hello ' + n\n", [
         "class S(str):\n    def startswith(self, *a):\n        return True\nclass Greeting:\n"
         "    def __init__(self, n):\n        self.text = S('Bye')\n"]),
+    "loop_variable": ({"tests": "def check(candidate):\n    for x in range(2, 6):\n        assert candidate(x, 0) == x\n",
+                       "entry_point": "gcd"}, "def gcd(a, b):\n    return a if b == 0 else gcd(b, a % b)\n", [
+        REBIND + "def gcd(a, b):\n    sys._getframe(1).f_globals['x'] = 0\n    return 0\n"]),
+    "comprehension_over_carried_input": ("from solution import odd_squares\n\ndef test_f():\n    lst = list(range(-9, 10))\n"
+                                         "    want = sum([i ** 2 for i in lst if i % 2 and i > 0])\n"
+                                         "    assert odd_squares(lst) == want\n",
+                                         "def odd_squares(xs):\n    return sum(i * i for i in xs if i % 2 and i > 0)\n", [
+        "def odd_squares(xs):\n    xs.clear()\n    return 0\n"]),
     "method_count_list": ("assert dup([1, 2]).count(1) == 2", "def dup(xs):\n    return xs + xs\n", [
         "class L(list):\n    def count(self, x):\n        return 2\ndef dup(xs):\n    return L()\n"]),
     "method_isdigit": ("assert digits(5).isdigit()\nassert not digits(-5).isdigit()", "def digits(n):\n    return str(n)\n", [

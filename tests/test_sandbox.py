@@ -140,9 +140,10 @@ def test_io_attack_scores_zero(attack, clean):
 
 
 def test_untrusted_tests_are_counted_and_refused_on_request(clean):
-    """A harness the parent cannot split (a loop) still runs, flagged; trusted_only refuses it."""
-    loop = {"tests": "def check(candidate):\n    for i in range(3):\n        assert candidate(i, i) == 2 * i\n",
-            "entry_point": "add"}
+    """A harness the parent cannot split (a while loop; a for loop over values it computes is unrolled) still
+    runs, flagged; trusted_only refuses it."""
+    loop = {"tests": "def check(candidate):\n    i = 0\n    while i < 3:\n        assert candidate(i, i) == 2 * i\n"
+                     "        i += 1\n", "entry_point": "add"}
     plan = testplan.build_plan(loop["tests"], "add")
     assert plan.harness is not None and plan.trusted == 0 and plan.untrusted == 1
     code_stats(reset=True)
