@@ -10,12 +10,15 @@ Work, in order:
   1. privileges: bwrap as root -> drop to the run's own uid, enter a fresh user namespace that cannot make
      another one, drop every capability; fallback (no bwrap) -> today's unshare(NET|PID) + fork + uid drop.
   2. rlimits (memory, CPU, file size, fds, processes, no core dumps).
-  3. `units`: lists of steps ({"run": stmt} or {"eval": expr}, optionally "raises": True) evaluated in a copy of
-     the solution's namespace; each eval's value goes back as plain data (exact types only), or the exception.
-     `cases`: the solution runs as a script once per stdin; its stdout goes back.
-     Report line: {"units": [...], "cases": [...]}.
-  4. `harness` (untrusted tests that could not be turned into pairs): run as before, then write "harness NONCE".
+  3. `units`: lists of steps ({"run": stmt} or {"eval": expr}, with "iter": materialise a returned iterator,
+     "attrs": attributes to read while the value is an object of the solution's) evaluated in a copy of the
+     solution's namespace, every step whatever an earlier one raised; each eval's value goes back as plain data
+     (exact types only), or the exception with its MRO. `cases`: the solution runs as a script once per stdin;
+     its stdout goes back. Report line: {"units": [...]} or {"cases": [...]}.
+  4. `harness` (untrusted tests that could not be turned into pairs): run as before, then write
+     {"harness": NONCE, "ran": [names of the tests run]}.
 """
+import builtins
 import ctypes
 import inspect
 import json
@@ -32,7 +35,6 @@ PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT = 38, 47
 CAP_DAC_READ_SEARCH, CAP_LAST = 2, 63
 MAX_DEPTH, MAX_ITEMS, MAX_MESSAGE = 64, 1_000_000, 4096
 _libc = ctypes.CDLL(None, use_errno=True)
-import builtins  # noqa: E402
 _BUILTINS = dict(vars(builtins))  # as they are before the solution runs (it may replace them)
 
 

@@ -350,7 +350,8 @@ def _start(spec: dict, *, mode: str, timeout: float, isolate: bool) -> ChildRun:
     try:
         version, cgroup_base = _cgroup if _cgroup and _cgroup[0] else ("", "")
         if version:
-            cgroup = _make_cgroup(version, cgroup_base, f"gmts-run-{uid}", spec["limits"]["memory_mb"])
+            # named after this process too: a stale one (a trainer killed mid-run) says whose it was
+            cgroup = _make_cgroup(version, cgroup_base, f"gmts-run-{os.getpid()}-{uid}", spec["limits"]["memory_mb"])
         if mode == "bwrap":
             workdir = "/work"
             argv = _bwrap_argv(shutil.which("bwrap"), as_root, workdir, uid)

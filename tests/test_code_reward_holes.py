@@ -22,7 +22,7 @@ import time
 import pytest
 
 from rewards import code_stats, get_reward, sandbox, testplan
-from rewards.sandbox import RUN_UIDS, memory_limit, run_child, run_python
+from rewards.sandbox import RUN_UIDS, memory_limit, run_child
 
 code = get_reward("code")
 trusted_code = get_reward("code", trusted_only=True)
@@ -50,7 +50,8 @@ def _sandbox_leftovers():
             pass
     cgroups = set()
     if sandbox._cgroup and sandbox._cgroup[0]:
-        cgroups = set(glob.glob(os.path.join(sandbox._cgroup[1], "gmts-*")))
+        cgroups = set(glob.glob(os.path.join(sandbox._cgroup[1], f"gmts-*-{os.getpid()}-*")))  # ours, not a
+        # concurrent test run's on the same machine
     return files, procs, cgroups
 
 
