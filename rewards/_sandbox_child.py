@@ -20,7 +20,6 @@ Work, in order:
 """
 import builtins
 import ctypes
-import inspect
 import json
 import math
 import os
@@ -275,8 +274,9 @@ def param_rows(fn):
 def call(test, kwargs):
     """Call one test. A test that returns a coroutine or a generator ran none of its body (pytest skips async tests
     without a plugin and refuses yield tests): that is not a pass."""
+    import types  # here, not at the top: only the harness needs it, and every run pays the child's imports
     result = test(**kwargs)
-    if inspect.iscoroutine(result) or inspect.isgenerator(result):
+    if isinstance(result, (types.CoroutineType, types.GeneratorType)):
         result.close()
         raise AssertionError(f"test {getattr(test, '__name__', '?')} did not run (async or generator)")
 
