@@ -22,7 +22,7 @@ import time
 import pytest
 
 from rewards import code_stats, get_reward, sandbox, testplan
-from rewards.sandbox import RUN_UIDS, memory_limit, run_child
+from rewards.sandbox import RUN_UIDS, memory_limit, run_child, run_python
 
 code = get_reward("code")
 trusted_code = get_reward("code", trusted_only=True)
@@ -525,3 +525,18 @@ def test_two_processes_seeded_alike_do_not_touch_each_others_runs(clean):
     outs = [p.communicate(timeout=120) for p in procs]
     for out, err in outs:
         assert out.strip() == "[1.0, 1.0, 1.0, 1.0]", err[-2000:]
+
+
+# ------------------------------------------------------------------ the same without bubblewrap
+
+
+@pytest.mark.parametrize("case", ["module_constant_mbpp", "method_startswith", "builtin_bin"])
+def test_the_fallback_judges_alike(case, clean):
+    """isolate=False: the fallback layer (no bwrap, no namespaces), which a machine without bubblewrap uses."""
+    tests, good, attacks = EXPECTED_SIDE[case]
+    assert run_python(good, tests=tests, isolate=False).passed
+    for attack in attacks:
+        assert not run_python(attack, tests=tests, isolate=False).passed
+    tests, goods, wrongs = RAISES["builtin"]
+    assert all(run_python(g, tests=tests, isolate=False).passed for g in goods)
+    assert not any(run_python(w, tests=tests, isolate=False).passed for w in wrongs)
