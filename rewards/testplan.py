@@ -59,7 +59,81 @@ class _Pytest:
     approx = staticmethod(_approx)
 
 
-_PARENT_GLOBALS = {"__builtins__": _SAFE_BUILTINS, "math": math, "pytest": _Pytest}
+# ---------------------------------------------------------------- the trainer's own work on returned values
+# The test's expression runs here over values the solution chose. Where the cost of an operation grows with an
+# int's VALUE rather than its size (`3 ** f(x)`, `'a' * f(x)`, `sum(range(f(x)))`, `math.factorial(f(x))`), a
+# small returned number could keep the trainer busy for hours: these are guarded, and refuse (the check fails)
+# a result beyond MAX_BUILT bits or items.
+MAX_BUILT = 1 << 24
+
+
+def _too_big(what):
+    raise OverflowError(f"{what} beyond {MAX_BUILT} bits or items: refused")
+
+
+def _pow(base, exp, mod=None):
+    if (mod is None and type(base) is int and type(exp) is int and exp > 0 and abs(base) > 1
+            and exp * base.bit_length() > MAX_BUILT):
+        _too_big("a power")
+    return builtins.pow(base, exp) if mod is None else builtins.pow(base, exp, mod)
+
+
+def _mul(a, b):
+    for seq, n in ((a, b), (b, a)):
+        if isinstance(seq, (str, bytes, list, tuple)) and type(n) is int and len(seq) * n > MAX_BUILT:
+            _too_big("a repeated sequence")
+    return a * b
+
+
+def _lshift(a, b):
+    if type(b) is int and b > MAX_BUILT:
+        _too_big("a shift")
+    return a << b
+
+
+def _range(*args):
+    r = range(*args)
+    if len(r) > MAX_BUILT:
+        _too_big("a range")
+    return r
+
+
+def _bytes(*args, **kwargs):
+    if args and type(args[0]) is int and args[0] > MAX_BUILT:
+        _too_big("bytes")
+    return bytes(*args, **kwargs)
+
+
+def _guard_n(fn, limit=100_000):
+    def guarded(n, *rest):
+        if type(n) is int and n > limit:
+            _too_big(f"math.{fn.__name__} of {n}")
+        return fn(n, *rest)
+    return guarded
+
+
+_GUARDED_MATH = type("math", (), {**{k: getattr(math, k) for k in dir(math) if not k.startswith("_")},
+                                   "factorial": staticmethod(_guard_n(math.factorial)),
+                                   "comb": staticmethod(_guard_n(math.comb)),
+                                   "perm": staticmethod(_guard_n(math.perm))})
+_SAFE_BUILTINS.update(pow=_pow, range=_range, bytes=_bytes)
+_OPERATORS = {ast.Pow: "__pow", ast.Mult: "__mul", ast.LShift: "__lshift"}
+
+
+class _GuardOperators(ast.NodeTransformer):
+    """`a ** b`, `a * b`, `a << b` -> the guarded functions above (the test's own source cannot name them)."""
+
+    def visit_BinOp(self, node):
+        self.generic_visit(node)
+        name = _OPERATORS.get(type(node.op))
+        if name is None:
+            return node
+        return ast.copy_location(ast.Call(func=ast.Name(id=name, ctx=ast.Load()), args=[node.left, node.right],
+                                          keywords=[]), node)
+
+
+_PARENT_GLOBALS = {"__builtins__": _SAFE_BUILTINS, "math": _GUARDED_MATH, "pytest": _Pytest,
+                   "__pow": _pow, "__mul": _mul, "__lshift": _lshift}
 _RAISES = object()  # `from pytest import raises`: only ever the context of a with-statement (raises_block)
 _FROM_PYTEST = {"approx": _approx, "raises": _RAISES}
 
@@ -425,6 +499,7 @@ class _Unit:
                 raise Unconvertible(f"pytest.{n.attr}")
             if isinstance(n, (ast.NamedExpr, ast.Await, ast.Yield, ast.YieldFrom)):
                 raise Unconvertible(type(n).__name__)
+        node = _GuardOperators().visit(node)
         return compile(ast.fix_missing_locations(ast.Expression(node)), "<check>", "eval")
 
     def parent_eval(self, node):

@@ -424,6 +424,26 @@ def test_a_long_message_is_refused_not_searched(clean):
     assert code(block("def f(x):\n    raise ValueError('negative')\n"), tests) == 1.0
 
 
+VALUE_BOMBS = {  # the test's own expression over a small returned number whose VALUE sets the trainer's work
+    "power": ("assert 3 ** f(1) == 27", "def f(x):\n    return 3\n", "def f(x):\n    return 10 ** 9\n"),
+    "builtin_pow": ("assert pow(7, f(1)) == 49", "def f(x):\n    return 2\n", "def f(x):\n    return 10 ** 9\n"),
+    "repeat": ("assert 'ab' * f(1) == 'abab'", "def f(x):\n    return 2\n", "def f(x):\n    return 10 ** 10\n"),
+    "shift": ("assert 1 << f(1) == 8", "def f(x):\n    return 3\n", "def f(x):\n    return 10 ** 12\n"),
+    "range_sum": ("assert sum(range(f(1))) == 3", "def f(x):\n    return 3\n", "def f(x):\n    return 10 ** 12\n"),
+    "factorial": ("import math\nassert math.factorial(f(1)) == 6", "def f(x):\n    return 3\n", "def f(x):\n    return 10 ** 8\n"),
+    "bytes": ("assert len(bytes(f(1))) == 2", "def f(x):\n    return 2\n", "def f(x):\n    return 10 ** 10\n"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(VALUE_BOMBS))
+def test_a_returned_value_cannot_set_the_trainers_work(case, clean):
+    tests, good, bomb = VALUE_BOMBS[case]
+    assert trusted_code(block(good), tests) == 1.0
+    start = time.monotonic()
+    both_zero(bomb, tests)
+    assert time.monotonic() - start < 2 * (LIMIT + SLACK)
+
+
 # ------------------------------------------------------------------ 5. memory per run
 
 HOG = """import os, time
