@@ -311,6 +311,19 @@ def memory_limit() -> str:
     return "rlimit-as, no forks" if os.getuid() == 0 else "rlimit-as per process"
 
 
+def belongs_to_us(pid) -> bool:
+    """Is this process (of some run's uid) one of THIS process's runs? With a run cgroup in force, exactly those
+    in a cgroup named after our pid (a run cannot leave its cgroup); without one, any run uid could be ours.
+    For leak checks on a machine where other trainers run sandboxes too."""
+    if not (_cgroup and _cgroup[0]):
+        return True
+    try:
+        with open(f"/proc/{pid}/cgroup") as f:
+            return f"/gmts-run-{os.getpid()}-" in f.read()
+    except OSError:
+        return False
+
+
 # ---------------------------------------------------------------- one run
 
 

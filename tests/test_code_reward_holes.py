@@ -44,7 +44,7 @@ def _sandbox_leftovers():
     procs = set()
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
-            if os.stat(f"/proc/{pid}").st_uid in RUN_UIDS and not _another_trainers(pid):
+            if os.stat(f"/proc/{pid}").st_uid in RUN_UIDS and sandbox.belongs_to_us(pid):
                 procs.add(pid)
         except OSError:
             pass
@@ -53,13 +53,6 @@ def _sandbox_leftovers():
         cgroups = set(glob.glob(os.path.join(sandbox._cgroup[1], f"gmts-*-{os.getpid()}-*")))  # ours, not a
         # concurrent test run's on the same machine
     return files, procs, cgroups
-
-
-def _another_trainers(pid) -> bool:
-    """A run of another process on this shared machine (its run cgroup names that process's pid), not ours."""
-    with open(f"/proc/{pid}/cgroup") as f:
-        text = f.read()
-    return "/gmts-run-" in text and f"/gmts-run-{os.getpid()}-" not in text
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import pytest
 
 import rewards
 from rewards import code_stats, get_reward, testplan
-from rewards.sandbox import RUN_UIDS, run_python, sandbox_info, sandbox_mode
+from rewards.sandbox import RUN_UIDS, belongs_to_us, run_python, sandbox_info, sandbox_mode
 
 code = get_reward("code")
 trusted_code = get_reward("code", trusted_only=True)
@@ -49,7 +49,7 @@ def leftovers():
     procs = set()
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
-            if os.stat(f"/proc/{pid}").st_uid in RUN_UIDS:
+            if os.stat(f"/proc/{pid}").st_uid in RUN_UIDS and belongs_to_us(pid):  # not another trainer's
                 procs.add(pid)
         except OSError:
             pass
