@@ -10,12 +10,15 @@ Work, in order:
   1. privileges: bwrap as root -> drop to the run's own uid, enter a fresh user namespace that cannot make
      another one, drop every capability; fallback (no bwrap) -> today's unshare(NET|PID) + fork + uid drop.
   2. rlimits (memory, CPU, file size, fds, processes, no core dumps).
-  3. `units`: lists of steps ({"run": stmt} or {"eval": expr}, optionally "raises": True) evaluated in a copy of
-     the solution's namespace; each eval's value goes back as plain data (exact types only), or the exception.
-     `cases`: the solution runs as a script once per stdin; its stdout goes back.
-     Report line: {"units": [...], "cases": [...]}.
-  4. `harness` (untrusted tests that could not be turned into pairs): run as before, then write "harness NONCE".
+  3. `units`: lists of steps ({"run": stmt} or {"eval": expr}, with "iter": materialise a returned iterator,
+     "attrs": attributes to read while the value is an object of the solution's) evaluated in a copy of the
+     solution's namespace, every step whatever an earlier one raised; each eval's value goes back as plain data
+     (exact types only), or the exception with its MRO. `cases`: the solution runs as a script once per stdin;
+     its stdout goes back. Report line: {"units": [...]} or {"cases": [...]}.
+  4. `harness` (untrusted tests that could not be turned into pairs): run as before, then write
+     {"harness": NONCE, "ran": [names of the tests run]}.
 """
+import builtins
 import ctypes
 import json
 import math
@@ -29,8 +32,9 @@ CLONE_NEWUSER, CLONE_NEWNET, CLONE_NEWPID = 0x10000000, 0x40000000, 0x20000000
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_KEEPCAPS, PR_CAPBSET_DROP = 1, 4, 8, 24
 PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT = 38, 47
 CAP_DAC_READ_SEARCH, CAP_LAST = 2, 63
-MAX_DEPTH, MAX_ITEMS = 64, 1_000_000
+MAX_DEPTH, MAX_ITEMS, MAX_MESSAGE = 64, 1_000_000, 4096
 _libc = ctypes.CDLL(None, use_errno=True)
+_BUILTINS = dict(vars(builtins))  # as they are before the solution runs (it may replace them)
 
 
 class _CapHeader(ctypes.Structure):
@@ -93,7 +97,9 @@ def set_limits(limits):
     resource.setrlimit(resource.RLIMIT_FSIZE, (limits["file_mb"] * mb,) * 2)
     resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    resource.setrlimit(resource.RLIMIT_NPROC, (limits["max_procs"],) * 2)
+    # stdin/stdout cases: this process forks one solution process per case and only waits for it
+    procs = limits["max_procs"] + (1 if limits.get("cases") else 0)
+    resource.setrlimit(resource.RLIMIT_NPROC, (procs, procs))
 
 
 def block_sockets():
@@ -120,12 +126,15 @@ _SCALARS = (type(None), bool, int, str)
 
 def encode(value, depth=0, budget=None):
     """`value` as JSON, exact types only (no subclass, so no custom __eq__ survives). Tuples, sets, dicts with
-    any keys, bytes, complex and non-finite floats are tagged so the parent rebuilds exactly the same value."""
+    any keys, bytes, complex, non-finite floats and big ints (in hex: no 4,300-digit limit, linear both ways) are
+    tagged so the parent rebuilds exactly the same value."""
     budget = budget if budget is not None else [MAX_ITEMS]
     budget[0] -= 1
     if depth > MAX_DEPTH or budget[0] < 0:
         raise ValueError("result too deep or too large")
     kind = type(value)
+    if kind is int and value.bit_length() > 63:
+        return {"int": hex(value)}
     if kind in _SCALARS:
         return value
     if kind is float:
@@ -146,30 +155,82 @@ def encode(value, depth=0, budget=None):
     raise TypeError(f"result of type {kind.__name__} is not plain data")
 
 
+_PLAIN = (type(None), bool, int, float, complex, str, bytes, list, tuple, dict, set, frozenset)
+_ITERATORS = (type(iter(())), type(iter([])), type(x for x in ()), map, filter, zip, reversed, enumerate, range,
+              type({}.keys()), type({}.values()), type({}.items()))
+
+
+def materialise(value):
+    """A step marked "iter" (the test passes the result to list(), sorted(), sum()...): a generator or other
+    builtin iterator becomes the list of its items; plain data stays as it is, anything else is left to encode."""
+    if type(value) in _ITERATORS:
+        items = []
+        for item in value:
+            items.append(item)
+            if len(items) > MAX_ITEMS:
+                raise ValueError("iterator too long")
+        return items
+    return value
+
+
+def read_attrs(value, attrs):
+    """Read `attrs` in turn while the value is an object of the solution's own (a linked-list node): from plain
+    data the parent reads them. A subclass of a plain type stops here too, and then fails in encode."""
+    applied = 0
+    for attr in attrs:
+        if isinstance(value, _PLAIN):
+            break
+        value = getattr(value, attr)
+        applied += 1
+    return value, applied
+
+
+def raised(e, namespace):
+    """The raised exception as data: its class's name, message, and each class of its MRO with its origin, decided
+    against the builtins as they were before the solution ran: "builtins" (that very builtin class), "solution"
+    (the class the solution's module binds to that name) or "other"."""
+    mro = []
+    for cls in type(e).__mro__[:32]:
+        name = getattr(cls, "__name__", "?")
+        name = name if type(name) is str else "?"
+        origin = ("builtins" if _BUILTINS.get(name) is cls else "solution" if namespace.get(name) is cls
+                  else "other")
+        mro.append([name, origin])
+    try:
+        message = str(e)
+        message = message if type(message) is str and len(message) <= MAX_MESSAGE else None
+    except BaseException:  # noqa: BLE001 - a __str__ that raises: no message
+        message = None
+    return {"exc": mro[0][0] if mro else "?", "msg": message, "mro": mro}
+
+
 def run_units(units, namespace):
-    """Each unit in a fresh copy of the solution's namespace; a step that raises ends its unit (unless it was
-    expected to raise). Results: {"ok": value} | {"ok": null} for run steps | {"exc": name, "msg": str}."""
+    """Each unit in a fresh copy of the solution's namespace. Every step runs, whatever an earlier one raised (the
+    child is not told which steps the tests expect to raise). Results: {"ok": value[, "applied": n]} |
+    {"ok": null} for run steps | {"exc": name, "msg": str, "mro": [[name, origin], ...]}."""
     out = []
     for steps in units:
         ns, results = dict(namespace), []
         for step in steps:
             try:
                 if "eval" in step:
-                    results.append({"ok": encode(eval(step["eval"], ns))})
+                    value = eval(step["eval"], ns)
+                    if step.get("iter"):
+                        value = materialise(value)
+                    value, applied = read_attrs(value, step.get("attrs", ()))
+                    results.append({"ok": encode(value), "applied": applied})
                 else:
                     exec(step["run"], ns)
                     results.append({"ok": None})
             except BaseException as e:  # noqa: BLE001 - SystemExit in a call is a failure too
-                results.append({"exc": type(e).__name__, "msg": str(e)[:2000],
-                                "mro": [c.__name__ for c in type(e).__mro__][:20]})
-                if not step.get("raises"):
-                    break
+                results.append(raised(e, namespace))
         out.append(results)
     return out
 
 
-def run_cases(inputs):
-    """stdin/stdout programs: one forked process per input; its stdout (up to the file-size limit) goes back."""
+def run_cases(inputs, max_procs):
+    """stdin/stdout programs: one forked process per input; its stdout (up to the file-size limit) goes back.
+    This process only waits; the solution's process gets max_procs (this one was given one more for it)."""
     out = []
     for i, text in enumerate(inputs):
         with open(f"in{i}.txt", "w") as f:
@@ -177,6 +238,7 @@ def run_cases(inputs):
         pid = os.fork()
         if pid == 0:
             try:
+                resource.setrlimit(resource.RLIMIT_NPROC, (max_procs, max_procs))
                 os.close(_report_fd)
                 os.dup2(os.open(f"in{i}.txt", os.O_RDONLY), 0)
                 os.dup2(os.open(f"out{i}.txt", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), 1)
@@ -197,30 +259,73 @@ def run_cases(inputs):
     return out
 
 
-def call_tests(ns):
-    """Call every test_* function the harness defined, expanding @pytest.mark.parametrize (KodCode uses it)."""
-    for name, fn in list(ns.items()):
-        if not (name.startswith("test") and callable(fn) and getattr(fn, "__module__", None) == "__gmts_tests__"):
+def param_rows(fn):
+    """The keyword dicts of a test's @pytest.mark.parametrize tables (cartesian product)."""
+    cases = [{}]
+    for mark in getattr(fn, "pytestmark", []):
+        if getattr(mark, "name", "") == "parametrize":
+            names = mark.args[0]
+            names = [n.strip() for n in names.split(",")] if isinstance(names, str) else list(names)
+            values = [v if len(names) > 1 else (v,) for v in mark.args[1]]
+            cases = [dict(c, **dict(zip(names, v))) for c in cases for v in values]
+    return cases
+
+
+def call(test, kwargs):
+    """Call one test. A test that returns a coroutine or a generator ran none of its body (pytest skips async tests
+    without a plugin and refuses yield tests): that is not a pass."""
+    import types  # here, not at the top: only the harness needs it, and every run pays the child's imports
+    result = test(**kwargs)
+    if isinstance(result, (types.CoroutineType, types.GeneratorType)):
+        result.close()
+        raise AssertionError(f"test {getattr(test, '__name__', '?')} did not run (async or generator)")
+
+
+def call_tests(ns) -> list:
+    """Call every test the harness defined: test_* functions (with their parametrize rows), the test_* methods of
+    `class Test*` (a fresh instance each, setup_method/teardown_method around) and unittest.TestCase classes (run
+    by unittest). Returns the names run; a test that fails raises (a unittest failure as AssertionError)."""
+    import unittest
+    ran = []
+    for name, obj in list(ns.items()):
+        if getattr(obj, "__module__", None) != "__gmts_tests__":
             continue
-        cases = [{}]
-        for mark in getattr(fn, "pytestmark", []):
-            if getattr(mark, "name", "") == "parametrize":
-                names = mark.args[0]
-                names = [n.strip() for n in names.split(",")] if isinstance(names, str) else list(names)
-                values = [v if len(names) > 1 else (v,) for v in mark.args[1]]
-                cases = [dict(c, **dict(zip(names, v))) for c in cases for v in values]
-        for kwargs in cases:
-            fn(**kwargs)
+        if isinstance(obj, type) and issubclass(obj, unittest.TestCase):
+            suite = unittest.defaultTestLoader.loadTestsFromTestCase(obj)
+            names = [f"{name}.{t._testMethodName}" for t in suite]  # before run(), which empties the suite
+            result = unittest.TestResult()
+            suite.run(result)
+            if not result.wasSuccessful() or result.skipped or result.testsRun != len(names):
+                raise AssertionError(f"{name}: {(result.failures + result.errors)[:1]}")
+            ran += names
+        elif isinstance(obj, type) and name.startswith("Test"):
+            for attr in sorted(a for a in dir(obj) if a.startswith("test") and callable(getattr(obj, a))):
+                for kwargs in param_rows(getattr(obj, attr)):
+                    instance = obj()
+                    getattr(instance, "setup_method", lambda m: None)(getattr(instance, attr))
+                    call(getattr(instance, attr), kwargs)
+                    getattr(instance, "teardown_method", lambda m: None)(getattr(instance, attr))
+                ran.append(f"{name}.{attr}")
+        elif name.startswith("test") and callable(obj):
+            for kwargs in param_rows(obj):
+                call(obj, kwargs)
+            ran.append(name)
+    return ran
 
 
-def run_harness(harness, namespace):
-    """Untrusted tests, as before this module judged nothing itself: they run with the solution's names in scope."""
-    ns = dict(namespace, __name__="__gmts_tests__")
+def run_harness(harness, namespace) -> list:
+    """Untrusted tests, as before this module judged nothing itself: they run with the solution's names in scope.
+    Returns the names of the tests run (the parent requires every test it expects)."""
+    # the builtins as they were before the solution ran: patching builtins.len does not reach the tests' own
+    # calls (stack walking still can: this verdict stays untrusted)
+    ns = dict(namespace, __name__="__gmts_tests__", __builtins__=dict(_BUILTINS))
     exec(compile(harness["source"], "tests.py", "exec"), ns)
     entry = harness.get("entry_point")
+    ran = []
     if entry and callable(ns.get("check")):
         ns["check"](ns[entry])  # HumanEval style: def check(candidate)
-    call_tests(ns)
+        ran.append("check")
+    return ran + call_tests(ns)
 
 
 _report_fd = None  # the parent's anonymous report file, passed as spec["report_fd"]
@@ -240,7 +345,7 @@ def work(spec):
     with open("solution.py", "w", encoding="utf-8") as f:
         f.write(spec["solution"])
     if spec.get("cases") is not None:
-        report({"cases": run_cases(spec["cases"])})
+        report({"cases": run_cases(spec["cases"], spec["limits"]["max_procs"])})
         return
     sys.path.insert(0, spec["workdir"])
     import importlib
@@ -250,8 +355,8 @@ def work(spec):
     namespace = {k: v for k, v in vars(solution).items() if not k.startswith("__")}
     report({"units": run_units(spec["units"], namespace)})
     if spec.get("harness"):
-        run_harness(spec["harness"], namespace)
-        report(f"harness {spec['nonce']}")
+        ran = run_harness(spec["harness"], namespace)
+        report({"harness": spec["nonce"], "ran": ran})
 
 
 def child(spec):

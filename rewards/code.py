@@ -45,15 +45,18 @@ def _as_spec(reference) -> dict:
                      f"'cases'; got {type(reference).__name__}: {str(reference)[:200]!r}")
 
 
-_STATS_KEYS = ("runs", "trusted_runs", "untrusted_runs", "refused_runs", "cases_trusted", "cases_untrusted")
+_STATS_KEYS = ("runs", "trusted_runs", "untrusted_runs", "refused_runs", "unjudged_runs", "cases_trusted",
+               "cases_untrusted")
 _stats = dict.fromkeys(_STATS_KEYS, 0)
 _stats_lock = threading.Lock()
 
 
 def code_stats(reset: bool = False) -> dict:
-    """Counts since start (or the last reset) over code rewards that ran: runs judged wholly by the trainer
+    """Counts since start (or the last reset) over code rewards: runs judged wholly by the trainer
     (trusted_runs), runs whose verdict came partly from tests inside the sandbox (untrusted_runs), runs refused by
-    trusted_only, and the test cases behind them."""
+    trusted_only, runs scored 0 unrun because their tests hold nothing (or a part) that can be judged or run
+    (unjudged_runs: a `check` without entry point, no test case at all), and the test cases behind them.
+    Which memory limit holds per run: rewards.sandbox.memory_limit()."""
     with _stats_lock:
         out = dict(_stats)
         if reset:
@@ -64,7 +67,8 @@ def code_stats(reset: bool = False) -> dict:
 def _count(result):
     with _stats_lock:
         _stats["runs"] += 1
-        key = "refused_runs" if result.refused else "trusted_runs" if result.trusted else "untrusted_runs"
+        key = ("unjudged_runs" if result.unjudged else "refused_runs" if result.refused
+               else "trusted_runs" if result.trusted else "untrusted_runs")
         _stats[key] += 1
         _stats["cases_trusted"] += result.cases_trusted
         _stats["cases_untrusted"] += result.cases_untrusted

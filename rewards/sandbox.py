@@ -12,13 +12,20 @@ Two ways to start it, chosen once per process by a probe run (`sandbox_info()` s
   CAP_DAC_READ_SEARCH only if the interpreter is unreadable to other users), a 0700 work dir on disk, and
   afterwards the run's files in /tmp and /dev/shm are deleted and its processes killed.
 Both: rlimits in the child, a wall clock in the parent that SIGKILLs the session, a minimal environment.
-Each run gets its own uid from RUN_UIDS, so two runs at once cannot signal, trace or starve (NPROC) each other.
+Memory is bounded per RUN, not per process: each run gets its own memory cgroup (v2, else v1) where this process
+may make one; without one, as root, the run may not fork (RLIMIT_NPROC = 1), so RLIMIT_AS bounds it whole.
+`memory_limit()` says which. Each run gets its own uid from RUN_UIDS, drawn from os.urandom (never from the
+caller's `random`, which data-parallel ranks seed alike) and reserved host-wide for the run's lifetime by an
+abstract unix socket named after it, so two runs at once, in one process or in two, cannot share a uid, and so
+cannot signal, trace or starve (NPROC) each other, nor kill each other's processes when cleaning up.
 """
+import errno
 import json
 import os
-import random
+import secrets
 import shutil
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -168,29 +175,196 @@ def _kill_group(proc: subprocess.Popen):
     proc.wait()
 
 
+# ---------------------------------------------------------------- a run's uid and its memory
+
+
+def _reserve_uid() -> tuple[int, socket.socket]:
+    """A uid from RUN_UIDS that no other run on this machine holds, and the socket that holds it: an abstract
+    unix socket (no file, released by the kernel when closed or when this process dies) is bound to the uid's
+    name; a second bind of the same name, from any process, fails with EADDRINUSE."""
+    while True:
+        uid = RUN_UIDS[secrets.randbelow(len(RUN_UIDS))]  # os.urandom: the caller's `random` is not touched
+        holder = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            holder.bind(f"\0gmts-run-uid-{uid}")
+            return uid, holder
+        except OSError as e:
+            holder.close()
+            if e.errno != errno.EADDRINUSE:
+                raise
+
+
+def _cgroup_candidates() -> list[tuple[str, str]]:
+    """(version, directory) of this process's own cgroup in each hierarchy that has the memory controller:
+    cgroup2 first, then the v1 memory hierarchy (hybrid hosts such as this one bind memory to v1)."""
+    mounts = {}
+    try:
+        with open("/proc/self/mountinfo") as f:
+            for line in f:
+                fields = line.split()
+                tail = fields[fields.index("-") + 1:]
+                if tail[0] == "cgroup2":
+                    mounts.setdefault("cgroup2", (fields[4], fields[3]))
+                elif tail[0] == "cgroup" and "memory" in tail[2].split(","):
+                    mounts.setdefault("cgroup1", (fields[4], fields[3]))
+        with open("/proc/self/cgroup") as f:
+            membership = [line.rstrip("\n").split(":", 2) for line in f]
+    except (OSError, ValueError, IndexError):
+        return []
+    found = []
+    for version in ("cgroup2", "cgroup1"):
+        if version not in mounts:
+            continue
+        mount, root = mounts[version]
+        for _, controllers, path in membership:
+            if (version == "cgroup2" and controllers == "") or (version == "cgroup1" and "memory" in
+                                                                controllers.split(",")):
+                if root != "/" and path.startswith(root):
+                    path = path[len(root):]
+                found.append((version, os.path.join(mount, path.lstrip("/"))))
+                break
+    return found
+
+
+def _write(path: str, text: str):
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def _make_cgroup(version: str, base: str, name: str, memory_mb: int) -> str:
+    """A child cgroup of `base` whose memory (with swap, and tmpfs pages written in it) is capped for all its
+    processes together."""
+    path = os.path.join(base, name)
+    os.mkdir(path)
+    try:
+        limit = str(memory_mb << 20)
+        if version == "cgroup2":
+            _write(os.path.join(path, "memory.max"), limit)
+            if os.path.exists(os.path.join(path, "memory.swap.max")):
+                _write(os.path.join(path, "memory.swap.max"), "0")
+        else:
+            _write(os.path.join(path, "memory.limit_in_bytes"), limit)
+            if os.path.exists(os.path.join(path, "memory.memsw.limit_in_bytes")):  # memory + swap: no swap
+                _write(os.path.join(path, "memory.memsw.limit_in_bytes"), limit)
+    except OSError:
+        os.rmdir(path)
+        raise
+    return path
+
+
+def _remove_cgroup(path: str):
+    """Kill whatever is still in the run's cgroup and remove it (at most ~2 s: a dying process takes a moment)."""
+    for _ in range(200):
+        try:
+            with open(os.path.join(path, "cgroup.procs")) as f:
+                pids = [int(p) for p in f.read().split()]
+        except OSError:
+            return
+        if not pids:
+            try:
+                os.rmdir(path)
+                return
+            except OSError:
+                pass
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        time.sleep(0.01)
+
+
+_cgroup = None  # (version, base directory) once probed; ("", "") when no cgroup can be made here
+
+
+def _probe_cgroup() -> tuple[str, str]:
+    """The first hierarchy where this process can make a memory-capped child cgroup. cgroup2 needs the memory
+    controller enabled for its children (a delegated cgroup); this process is never moved."""
+    for version, base in _cgroup_candidates():
+        if version == "cgroup2":
+            try:
+                with open(os.path.join(base, "cgroup.subtree_control")) as f:
+                    if "memory" not in f.read().split():
+                        continue
+            except OSError:
+                continue
+        try:
+            _remove_cgroup(_make_cgroup(version, base, f"gmts-probe-{os.getpid()}-{secrets.token_hex(4)}", 64))
+            return version, base
+        except OSError:
+            continue
+    return "", ""
+
+
+def memory_limit() -> str:
+    """Which memory limit holds for a run: 'cgroup2' or 'cgroup1' (the run's processes together),
+    'rlimit-as, no forks' (root without a cgroup: RLIMIT_AS on the run's only process), or 'rlimit-as per
+    process' (neither: up to RLIMIT_AS x RLIMIT_NPROC, the weak case, which warns)."""
+    global _cgroup
+    if _cgroup is None:
+        _cgroup = _probe_cgroup()
+        if not _cgroup[0] and os.getuid() != 0:
+            warnings.warn("the code sandbox cannot make a memory cgroup and does not run as root: its memory "
+                          "limit holds per process, not per run (see rewards/README.md)", stacklevel=3)
+    if _cgroup[0]:
+        return _cgroup[0]
+    return "rlimit-as, no forks" if os.getuid() == 0 else "rlimit-as per process"
+
+
+def belongs_to_us(pid) -> bool:
+    """Is this process (of some run's uid) one of THIS process's runs? With a run cgroup in force, exactly those
+    in a cgroup named after our pid (a run cannot leave its cgroup); without one, any run uid could be ours.
+    For leak checks on a machine where other trainers run sandboxes too."""
+    if not (_cgroup and _cgroup[0]):
+        return True
+    try:
+        with open(f"/proc/{pid}/cgroup") as f:
+            return f"/gmts-run-{os.getpid()}-" in f.read()
+    except OSError:
+        return False
+
+
 # ---------------------------------------------------------------- one run
 
 
 _mode = None  # "bwrap" | "fallback", decided by the first run's probe
 
 
-def _read_report(f) -> list:
+REPORT_LINES = 2  # the child writes its units (or cases) line, then the harness line where there is one
+# What the trainer reads back at most. Parsing and rebuilding cost ~1-3 s per MiB for the worst shapes (millions of
+# one-item lists) on this 2-core machine under load, so 2 MiB bounds a forged report to a few seconds; an honest
+# result that large (a 300,000-int list) fails, like one that runs past the time limit.
+REPORT_BYTES = 2 << 20
+
+
+def _read_report(f, max_bytes: int) -> list:
+    """The child's JSON lines, at bounded cost whatever the solution wrote to the report file: more than
+    `max_bytes` (REPORT_BYTES) or more lines than the child writes is a forged report (or too big a result), refused
+    before any parsing; the at most two lines left are parsed by the C decoder in linear time (a nesting too deep
+    for it fails)."""
+    if os.fstat(f.fileno()).st_size > max_bytes:
+        return []
     f.seek(0)
-    lines = []
-    for line in f.read(64 << 20).splitlines():
-        try:
-            lines.append(json.loads(line))
-        except (ValueError, RecursionError):
-            continue
-    return lines
+    data = f.read(max_bytes + 1)
+    if len(data) > max_bytes or data.count(b"\n") > REPORT_LINES:
+        return []
+    try:
+        return [json.loads(line) for line in data.split(b"\n") if line]
+    except (ValueError, RecursionError):
+        return []
 
 
 def _start(spec: dict, *, mode: str, timeout: float, isolate: bool) -> ChildRun:
     as_root = os.getuid() == 0
-    uid = random.choice(RUN_UIDS)
+    uid, holder = _reserve_uid()
     base = None if mode == "bwrap" else tempfile.mkdtemp(prefix="gmts-sandbox-")
+    cgroup = None
     start = time.monotonic()
     try:
+        version, cgroup_base = _cgroup if _cgroup and _cgroup[0] else ("", "")
+        if version:
+            # named after this process too: a stale one (a trainer killed mid-run) says whose it was
+            cgroup = _make_cgroup(version, cgroup_base, f"gmts-run-{os.getpid()}-{uid}", spec["limits"]["memory_mb"])
         if mode == "bwrap":
             workdir = "/work"
             argv = _bwrap_argv(shutil.which("bwrap"), as_root, workdir, uid)
@@ -208,6 +382,8 @@ def _start(spec: dict, *, mode: str, timeout: float, isolate: bool) -> ChildRun:
                             or not _world_traversable(_CHILD)}
             argv, env, cwd = [sys.executable, "-I", _CHILD], _clean_env(workdir, workdir), workdir
         spec.update(workdir=workdir, isolate=isolate)
+        if cgroup:  # the run joins its cgroup before anything of it starts: a shell moves itself, then execs
+            argv = ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', os.path.join(cgroup, "cgroup.procs"), *argv]
         with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, tempfile.TemporaryFile() as rep:
             spec["report_fd"] = rep.fileno()
             proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=out, stderr=err, cwd=cwd, env=env,
@@ -223,19 +399,25 @@ def _start(spec: dict, *, mode: str, timeout: float, isolate: bool) -> ChildRun:
                 pass
             finally:
                 _kill_group(proc)
+                if cgroup:
+                    _remove_cgroup(cgroup)
                 if as_root:  # the pid namespace dies asynchronously: return only once nothing of the run is left
                     _kill_uid(uid)
             out.seek(0)
             err.seek(0)
-            return ChildRun(report=[] if timed_out else _read_report(rep), timed_out=timed_out,
+            report = [] if timed_out else _read_report(rep, REPORT_BYTES)
+            return ChildRun(report=report, timed_out=timed_out,
                             returncode=proc.returncode, seconds=time.monotonic() - start,
                             stdout=out.read(4096).decode(errors="replace"),
                             stderr=err.read(4096).decode(errors="replace"))
     finally:
+        if cgroup:
+            _remove_cgroup(cgroup)  # again: a failure before the wait
         if base is not None:
             shutil.rmtree(base, ignore_errors=True)
             if as_root:
                 _remove_owned_by(uid)
+        holder.close()  # only now may another run take this uid
 
 
 _PROBE = r'''
@@ -256,6 +438,8 @@ except OSError as e:
 
 
 def _limits(timeout: float, memory_mb: int, cpu_s: int | None, max_procs: int, file_mb: int) -> dict:
+    if memory_limit() == "rlimit-as, no forks":
+        max_procs = 1  # no cgroup: RLIMIT_AS bounds a run only if it is one process (threads count too)
     return {"memory_mb": memory_mb, "cpu_s": int(cpu_s or max(1, timeout) + 1), "max_procs": max_procs,
             "file_mb": file_mb}
 
@@ -269,7 +453,7 @@ def _probe_mode() -> str:
         return "fallback"
     spec = {"solution": "X = 1", "units": [[{"eval": "X"}]], "limits": _limits(30, 2048, None, 64, 16)}
     run = _start(spec, mode="bwrap", timeout=30, isolate=True)
-    if run.report and run.report[0] == {"units": [[{"ok": 1}]]}:
+    if run.report and run.report[0] == {"units": [[{"ok": 1, "applied": 0}]]}:
         return "bwrap"
     warnings.warn(f"bubblewrap is installed but cannot run a sandbox here (returncode {run.returncode}: "
                   f"{run.stderr.strip()[-300:]!r}); the code sandbox falls back to rlimits, namespaces where "
@@ -289,7 +473,8 @@ def run_child(spec: dict, *, timeout: float = 10.0, memory_mb: int = 2048, cpu_s
               max_procs: int = 64, file_mb: int = 16, isolate: bool = True) -> ChildRun:
     """Run the child on `spec` (solution, and units, cases or a harness; see rewards/_sandbox_child.py) in the
     sandbox. isolate=False forces the fallback without namespaces (for tests of that path)."""
-    spec = dict(spec, limits=_limits(timeout, memory_mb, cpu_s, max_procs, file_mb))
+    spec = dict(spec, limits=dict(_limits(timeout, memory_mb, cpu_s, max_procs, file_mb),
+                                  cases=spec.get("cases") is not None))
     mode = sandbox_mode() if isolate else "fallback"
     return _start(spec, mode=mode, timeout=timeout, isolate=isolate)
 
@@ -306,7 +491,8 @@ def sandbox_info(isolate: bool = True) -> dict:
     ours = {n: os.readlink(f"/proc/self/ns/{n}") for n in os.listdir("/proc/self/ns")}
     new = sorted(n for n, link in info.pop("namespaces").items() if ours.get(n) not in (None, link)
                  and not n.endswith("_for_children"))
-    return {"mode": sandbox_mode() if isolate else "fallback", **info, "new_namespaces": new}
+    return {"mode": sandbox_mode() if isolate else "fallback", **info, "new_namespaces": new,
+            "memory_limit": memory_limit()}
 
 
 
@@ -322,6 +508,7 @@ class SandboxResult:
     cases_trusted: int = 0  # test cases judged by this process
     cases_untrusted: int = 0  # test cases judged inside the sandbox
     refused: bool = False  # trusted_only and the tests needed the harness: not run, not passed
+    unjudged: bool = False  # the tests hold a part that can be neither judged nor run (or no test): not run, 0
 
 
 def run_python(solution: str, *, tests: str = "", entry_point: str | None = None, setup: str = "",
@@ -345,6 +532,8 @@ def run_python(solution: str, *, tests: str = "", entry_point: str | None = None
                              cases_trusted=len(cases))
     plan = build_plan(tests, entry_point, setup or "")
     counts = dict(cases_trusted=plan.trusted, cases_untrusted=plan.untrusted)
+    if plan.unjudged:  # zero test cases judged is never a pass
+        return SandboxResult(False, False, False, None, 0.0, "", "", unjudged=True, **counts)
     if trusted_only and plan.harness is not None:
         return SandboxResult(False, False, False, None, 0.0, "", "", refused=True, **counts)
     spec = {"solution": solution, "setup": setup or "", "units": [u.steps for u in plan.units]}
@@ -353,7 +542,10 @@ def run_python(solution: str, *, tests: str = "", entry_point: str | None = None
     run = run_child(spec, **limits)
     units = next((r["units"] for r in reversed(run.report) if isinstance(r, dict) and "units" in r), None)
     passed = not run.timed_out and units is not None and judge(plan, units)
-    if plan.harness is not None:  # the anti-cheat nonce: only where tests still run inside
-        passed = passed and f"harness {spec['nonce']}" in run.report
+    if plan.harness is not None:  # the anti-cheat nonce, and every test the harness was expected to run
+        ran = next((r.get("ran") for r in run.report if isinstance(r, dict) and r.get("harness") == spec["nonce"]),
+                   None)
+        passed = (passed and isinstance(ran, list) and all(type(n) is str for n in ran)
+                  and set(plan.harness_tests) <= set(ran))
     return SandboxResult(passed, plan.harness is None, run.timed_out, run.returncode, run.seconds, run.stdout,
                          run.stderr, **counts)

@@ -2,68 +2,140 @@
 
 build_plan(tests, entry_point, setup) parses the tests (MBPP asserts, HumanEval's `def check(candidate)`, KodCode's
 `from solution import f` + `test_*` functions with @pytest.mark.parametrize tables) into units, one per test case:
-- unit.steps go to the sandbox: statements and call expressions whose arguments are the test's INPUTS (literals,
-  or names the test bound to literals, sent as `name = <literal>`), e.g. {"eval": "add(1, 2)"};
-- unit.checks stay here: the comparison with the EXPECTED value, evaluated in this process over the values the
-  sandbox sent back (plain data of exact types, rebuilt by `decode`), with the test's own operators (==, `is`,
-  math.isclose, pytest.approx, pytest.raises...).
+- unit.steps go to the sandbox: only the solution's own callables applied to INPUTS, e.g. {"eval": "add(1, 2)"}.
+  Every input is computed here and sent as a literal; the child never evaluates a builtin, a module or a name of
+  the tests' (it could rebind them: `gcd(n, 0) == n` with the solution setting n = 0 through its caller's frame).
+- unit.checks stay here: the test's own expression around those calls, with each call replaced by the value the
+  sandbox sent back (plain data of exact types, rebuilt by `decode`): ==, `is None`, math.isclose, pytest.approx
+  (pytest's own), pytest.raises, and methods such as `.startswith` on a returned str, all evaluated here.
 The reference alone decides the plan (never the solution), so a policy cannot make a test less trusted.
-What cannot be split so (loops, helpers defined by the tests, fixtures, ...) stays in `plan.harness`: the tests'
-source minus the converted units, run inside the sandbox as before, so its verdict is untrusted.
+What cannot be split so (loops, helpers defined by the tests, fixtures, identity between two computed values,
+test classes, ...) stays in `plan.harness`: the tests' source minus the converted units, run inside the sandbox,
+so its verdict is untrusted. What can be neither judged nor run (a `check(candidate)` with no entry point, a file
+with no test case at all) is `plan.unjudged`: such a run scores 0 and is counted, never passed by default.
 """
 import ast
 import builtins
+import collections
 import copy
+import itertools
 import math
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-# Names the trainer evaluates itself (real builtins, whatever the solution redefines), and modules it knows.
-SAFE_NAMES = frozenset("""abs all any bool bytes chr complex dict divmod enumerate filter float frozenset hex int
-isinstance len list map max min oct ord pow range repr reversed round set sorted str sum tuple type zip""".split())
+# Builtins the trainer evaluates itself (real builtins, whatever the solution redefines). Every other builtin
+# (print, id, next, getattr, ...) makes its test case untrusted: it would have to run inside the sandbox.
+SAFE_NAMES = frozenset("""abs all any ascii bin bool bytes chr complex dict divmod enumerate filter float format
+frozenset hex int isinstance len list map max min oct ord pow range repr reversed round set slice sorted str sum
+tuple type zip""".split())
+BUILTIN_NAMES = frozenset(dir(builtins))
 MODULES = {"math": math}
 _SAFE_BUILTINS = {name: getattr(builtins, name) for name in SAFE_NAMES}
+# Calls that iterate over their argument: a generator (or any iterator) the solution returns there is materialised
+# into a list in the sandbox, and the call itself runs here on that list (list(gen) == list(list(gen)) exactly).
+ITERATING = frozenset("list tuple set frozenset sorted sum min max any all dict enumerate".split())
+SINGLETONS = (None, True, False, Ellipsis)  # `x is None`: exact on rebuilt values (decode returns these objects)
+MAX_MESSAGE = 4096  # characters of an exception message matched against pytest.raises(match=...); longer: fail
+MAX_DEPTH = 100  # nesting of a returned value (the child sends at most 64 levels)
+MAX_UNROLL = 1000  # rounds of a test's for-loop the trainer unrolls into steps
+_UNSET = object()
+MAX_SAME_HASH = 32  # distinct values with one hash in a result: more is a forged hash-collision attack
+MAX_HASH_WORK = 1 << 24  # elements hashed while decoding one result (~1 s); a 1M-item honest result needs ~2M
 
 
 class Unconvertible(Exception):
     """This test case cannot be judged outside the sandbox: it goes to the harness."""
 
 
-class _Approx:
-    """pytest.approx for checks judged here: numbers (and lists/tuples/dicts of them) within rel or abs."""
-
-    def __init__(self, expected, rel=None, abs=None, nan_ok=False):
-        self.expected, self.rel, self.abs, self.nan_ok = expected, rel, abs, nan_ok
-
-    def _close(self, actual, expected) -> bool:
-        if isinstance(expected, (list, tuple)):
-            return (type(actual) in (list, tuple) and len(actual) == len(expected)
-                    and all(self._close(a, e) for a, e in zip(actual, expected)))
-        if isinstance(expected, dict):
-            return (type(actual) is dict and actual.keys() == expected.keys()
-                    and all(self._close(actual[k], v) for k, v in expected.items()))
-        if type(expected) in (int, float, complex) and type(actual) in (int, float, complex, bool):
-            if self.nan_ok and expected != expected and actual != actual:
-                return True
-            if actual == expected:
-                return True
-            rel = 1e-6 if self.rel is None else self.rel
-            tol = max(rel * builtins.abs(expected), 1e-12 if self.abs is None else self.abs)
-            return builtins.abs(actual - expected) <= tol
-        return actual == expected
-
-    def __eq__(self, actual):
-        return self._close(actual, self.expected)
-
-    __hash__ = None
+def _approx(*args, **kwargs):
+    """pytest's own approx (inf, abs-only tolerance, nan_ok, sequences and dicts exactly as pytest has them),
+    imported on first use so that a trainer without approx in its tests does not import pytest."""
+    import pytest
+    return pytest.approx(*args, **kwargs)
 
 
 class _Pytest:
-    approx = _Approx
+    approx = staticmethod(_approx)
 
 
-_PARENT_GLOBALS = {"__builtins__": _SAFE_BUILTINS, "math": math, "pytest": _Pytest}
+# ---------------------------------------------------------------- the trainer's own work on returned values
+# The test's expression runs here over values the solution chose. Where the cost of an operation grows with an
+# int's VALUE rather than its size (`3 ** f(x)`, `'a' * f(x)`, `sum(range(f(x)))`, `math.factorial(f(x))`), a
+# small returned number could keep the trainer busy for hours: these are guarded, and refuse (the check fails)
+# a result beyond MAX_BUILT bits or items.
+MAX_BUILT = 1 << 24
+
+
+def _too_big(what):
+    raise OverflowError(f"{what} beyond {MAX_BUILT} bits or items: refused")
+
+
+def _pow(base, exp, mod=None):
+    if (mod is None and type(base) is int and type(exp) is int and exp > 0 and abs(base) > 1
+            and exp * base.bit_length() > MAX_BUILT):
+        _too_big("a power")
+    return builtins.pow(base, exp) if mod is None else builtins.pow(base, exp, mod)
+
+
+def _mul(a, b):
+    for seq, n in ((a, b), (b, a)):
+        if isinstance(seq, (str, bytes, list, tuple)) and type(n) is int and len(seq) * n > MAX_BUILT:
+            _too_big("a repeated sequence")
+    return a * b
+
+
+def _lshift(a, b):
+    if type(b) is int and b > MAX_BUILT:
+        _too_big("a shift")
+    return a << b
+
+
+def _range(*args):
+    r = range(*args)
+    if len(r) > MAX_BUILT:
+        _too_big("a range")
+    return r
+
+
+def _bytes(*args, **kwargs):
+    if args and type(args[0]) is int and args[0] > MAX_BUILT:
+        _too_big("bytes")
+    return bytes(*args, **kwargs)
+
+
+def _guard_n(fn, limit=100_000):
+    def guarded(n, *rest):
+        if type(n) is int and n > limit:
+            _too_big(f"math.{fn.__name__} of {n}")
+        return fn(n, *rest)
+    return guarded
+
+
+_GUARDED_MATH = type("math", (), {**{k: getattr(math, k) for k in dir(math) if not k.startswith("_")},
+                                   "factorial": staticmethod(_guard_n(math.factorial)),
+                                   "comb": staticmethod(_guard_n(math.comb)),
+                                   "perm": staticmethod(_guard_n(math.perm))})
+_SAFE_BUILTINS.update(pow=_pow, range=_range, bytes=_bytes)
+_OPERATORS = {ast.Pow: "__pow", ast.Mult: "__mul", ast.LShift: "__lshift"}
+
+
+class _GuardOperators(ast.NodeTransformer):
+    """`a ** b`, `a * b`, `a << b` -> the guarded functions above (the test's own source cannot name them)."""
+
+    def visit_BinOp(self, node):
+        self.generic_visit(node)
+        name = _OPERATORS.get(type(node.op))
+        if name is None:
+            return node
+        return ast.copy_location(ast.Call(func=ast.Name(id=name, ctx=ast.Load()), args=[node.left, node.right],
+                                          keywords=[]), node)
+
+
+_PARENT_GLOBALS = {"__builtins__": _SAFE_BUILTINS, "math": _GUARDED_MATH, "pytest": _Pytest,
+                   "__pow": _pow, "__mul": _mul, "__lshift": _lshift}
+_RAISES = object()  # `from pytest import raises`: only ever the context of a with-statement (raises_block)
+_FROM_PYTEST = {"approx": _approx, "raises": _RAISES}
 
 
 # ---------------------------------------------------------------- plain data across the boundary
@@ -71,34 +143,118 @@ _PARENT_GLOBALS = {"__builtins__": _SAFE_BUILTINS, "math": math, "pytest": _Pyte
 
 def decode(value):
     """The child's tagged JSON back to the exact Python value (see _sandbox_child.encode). Only plain types can
-    come out of json.loads, so no object with its own __eq__ can reach a comparison here."""
-    if isinstance(value, list):
-        return [decode(v) for v in value]
-    if isinstance(value, dict):
-        if len(value) != 1:
-            raise ValueError(f"malformed result {str(value)[:100]}")
-        (tag, inner), = value.items()
-        if tag in ("tuple", "set", "frozenset"):
-            return {"tuple": tuple, "set": set, "frozenset": frozenset}[tag](decode(v) for v in inner)
-        if tag == "dict":
-            return {decode(k): decode(v) for k, v in inner}
-        if tag == "float" and inner in ("inf", "-inf", "nan"):
-            return float(inner)
-        if tag == "bytes":
-            return bytes.fromhex(inner)
-        if tag == "complex":
-            return complex(decode(inner[0]), decode(inner[1]))
-        raise ValueError(f"unknown result tag {tag!r}")
-    if type(value) in (type(None), bool, int, float, str):
+    come out of json.loads, so no object with its own __eq__ can reach a comparison here. The cost is linear in
+    the report: nesting is bounded, and a result holding many distinct values of one hash (which would make
+    building or comparing sets quadratic, here or in the test's own `set(result)`) is refused."""
+    decoder = _Decoder()
+    out = decoder.decode(value, 0)
+    _check_collisions(decoder.hashable)
+    return out
+
+
+_SMALL_INT = 1 << 60  # ints below this hash to themselves: distinct ones never collide (but -1 and -2 do)
+
+
+class _Decoder:
+    def __init__(self):
+        self.hashable = []  # values whose hash a solution can steer: big ints, floats, complex, tuples, frozensets
+        self.nodes = 0  # values decoded so far
+        self.work = 0  # elements hash() will visit: a tuple re-hashes its nested tuples every time
+
+    def decode(self, value, depth):
+        self.nodes += 1
+        if depth > MAX_DEPTH:
+            raise ValueError("result nested too deep")
+        if isinstance(value, list):
+            return self.items(value, depth)
+        if isinstance(value, dict):
+            if len(value) != 1:
+                raise ValueError(f"malformed result {str(value)[:100]}")
+            (tag, inner), = value.items()
+            if tag == "int":  # big ints travel in hex: linear both ways, and no 4,300-digit limit
+                return self.steerable(int(inner, 16))
+            if tag in ("tuple", "set", "frozenset"):
+                first = self.nodes
+                items = self.items(inner, depth)
+                if tag == "tuple":
+                    return self.steerable(tuple(items), cost=self.nodes - first)
+                _check_collisions(items)  # before the set is built: building it is the quadratic part
+                made = set(items) if tag == "set" else frozenset(items)
+                return made if tag == "set" else self.steerable(made)  # a frozenset caches its hash
+            if tag == "dict":
+                pairs = [(self.decode(k, depth + 1), self.decode(v, depth + 1)) for k, v in inner]
+                _check_collisions([k for k, _ in pairs])
+                return dict(pairs)
+            if tag == "float" and inner in ("inf", "-inf", "nan"):
+                return float(inner)
+            if tag == "bytes":
+                return bytes.fromhex(inner)
+            if tag == "complex":
+                return self.steerable(complex(self.decode(inner[0], depth + 1), self.decode(inner[1], depth + 1)))
+            raise ValueError(f"unknown result tag {tag!r}")
+        if type(value) is int:
+            return value if -_SMALL_INT < value < _SMALL_INT else self.steerable(value)
+        if type(value) is float:
+            return self.steerable(value)
+        if type(value) in (type(None), bool, str):  # str hashes are salted per process: no forged collisions
+            return value
+        raise ValueError(f"malformed result of type {type(value).__name__}")
+
+    def items(self, values, depth) -> list:
+        """A list's items. Fast path, at C speed, for the common flat list of one scalar type (json.loads made it
+        already): small ints, strs, floats (their hashes recorded)."""
+        if type(values) is not list:
+            raise ValueError(f"malformed result items of type {type(values).__name__}")
+        kinds = set(map(type, values))
+        if len(kinds) == 1 and (kinds <= {str, bool, type(None)} or (kinds == {int} and -_SMALL_INT < min(values)
+                                                                   and max(values) < _SMALL_INT)):
+            self.nodes += len(values)
+            return values
+        if kinds == {float}:
+            self.nodes += len(values)
+            self.work += len(values)
+            self.hashable += values
+            return values
+        return [self.decode(v, depth + 1) for v in values]
+
+    def steerable(self, value, cost=1):
+        self.work += cost
+        if self.work > MAX_HASH_WORK:
+            raise ValueError("result too costly to hash (deeply nested tuples)")
+        self.hashable.append(value)
         return value
-    raise ValueError(f"malformed result of type {type(value).__name__}")
+
+
+def _hash(value):
+    try:
+        return hash(value)
+    except TypeError:  # a tuple holding a list: cannot go into a set either
+        return None
+
+
+def _check_collisions(values):
+    """Refuse more than MAX_SAME_HASH distinct values sharing one hash. Numbers, and tuples of them, hash alike in
+    every process, so a solution can make thousands collide (a 2-tuple's hash can be steered to any value through
+    its second item). Counting hashes runs at C speed; only a hash seen that often (an honest result repeating
+    one value) is looked at value by value."""
+    hashes = list(map(_hash, values))
+    hot = {h for h, n in collections.Counter(hashes).items() if n > MAX_SAME_HASH and h is not None}
+    for key in hot:
+        distinct = []
+        for h, v in zip(hashes, values):
+            if h == key and not any(type(d) is type(v) and (d == v or d != d and v != v) for d in distinct):
+                distinct.append(v)
+                if len(distinct) > MAX_SAME_HASH:
+                    raise ValueError(f"more than {MAX_SAME_HASH} distinct values share the hash {key}")
 
 
 def render(value) -> str:
-    """A plain value as Python source the child can evaluate (an INPUT the tests bound to a name)."""
+    """A plain value as Python source the child can evaluate (an INPUT the trainer computed)."""
     kind = type(value)
-    if kind in (type(None), bool, int, str, bytes, complex):
+    if kind in (type(None), bool, str, bytes, complex):
         return repr(value)
+    if kind is int:  # hex: repr() refuses ints over 4,300 digits
+        return repr(value) if value.bit_length() < 4000 else hex(value)
     if kind is float:
         return repr(value) if math.isfinite(value) else f"float({repr(value)!r})"
     if kind is list:
@@ -112,17 +268,38 @@ def render(value) -> str:
     raise Unconvertible(f"input of type {kind.__name__} cannot be sent as a literal")
 
 
+def _is_mutable(value) -> bool:
+    """Does the value hold a list, dict or set anywhere (an argument the solution could change in place)?"""
+    if type(value) in (list, dict, set):
+        return True
+    if type(value) in (tuple, frozenset):
+        return any(_is_mutable(v) for v in value)
+    return False
+
+
+def _contains(value, targets: set) -> bool:
+    """Is one of the objects with ids `targets` part of `value` (identity, not equality)?"""
+    if id(value) in targets:
+        return True
+    if type(value) in (list, tuple, set, frozenset):
+        return any(_contains(v, targets) for v in value)
+    if type(value) is dict:
+        return any(_contains(v, targets) for v in value.values())
+    return False
+
+
 # ---------------------------------------------------------------- plan
 
 
 @dataclass
 class Check:
-    kind: str  # "assert": expr over placeholders | "raises": step `step` raised `exceptions` (names), re `match`
+    kind: str  # "assert": expr over placeholders | "bind": names = expr | "raises": step `step` raised `exceptions`
     expr: object = None
     env: dict = field(default_factory=dict)
     step: int = -1
-    exceptions: tuple = ()
+    exceptions: tuple = ()  # ((name, origin), ...): origin "builtins" or "solution"
     match: str | None = None
+    names: tuple = ()  # "bind": the target names (a tuple target is unpacked)
 
 
 @dataclass
@@ -138,6 +315,8 @@ class Plan:
     harness: str | None  # tests source still to run inside (untrusted), or None
     trusted: int  # test cases judged here
     untrusted: int  # test cases left to the harness
+    unjudged: int = 0  # test cases that can be neither judged nor run: the run scores 0
+    harness_tests: tuple = ()  # the tests the harness must report as run ("test_x", "TestC.test_y", "check")
 
 
 def _names(node) -> set:
@@ -151,148 +330,335 @@ def _bound_inside(node) -> set:
         if isinstance(n, ast.comprehension):
             bound |= _names(n.target)
         elif isinstance(n, ast.Lambda):
-            bound |= {a.arg for a in n.args.args + n.args.kwonlyargs}
+            a = n.args
+            bound |= {x.arg for x in a.posonlyargs + a.args + a.kwonlyargs + [a.vararg, a.kwarg] if x}
     return bound
 
 
-class _Unit:
-    """Converts one test case's statements; raises Unconvertible at the first thing it cannot judge outside."""
+def _last_name(node) -> str:
+    return node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else ""
 
-    def __init__(self, env: dict, child: set, prelude: list):
+
+class _Unit:
+    """Converts one test case's statements; raises Unconvertible at the first thing it cannot judge outside.
+
+    Names live in one of three places. env: values computed here (literals, parametrize rows, child-free
+    assignments). child: names bound in the sandbox (the solution's; results assigned by the test; mutable inputs
+    once passed to the solution, since it may change them in place). deferred: names the test assigned from an
+    expression mixing both, computed here while judging. `objects` are the child names holding instances of the
+    solution's classes (`s = Stack()`): their methods and attributes are the solution's code and run there."""
+
+    def __init__(self, env: dict, child: set, prelude: list, modules=frozenset()):
         self.env, self.child = dict(env), set(child)
+        self.objects, self.deferred = set(modules), set()  # `import solution`: its attributes are the solution's
         self.steps = [{"run": s} for s in prelude]
         self.checks = []
+
+    # ------------------------------------------------ what is whose
 
     def uses_child(self, node) -> bool:
         return bool(_names(node) & self.child)
 
-    def send_inputs(self, node):
-        """Every parent-side name the child expression reads becomes a child binding `name = <literal>`."""
-        for name in sorted(_names(node) - _bound_inside(node)):
-            if name in self.child or name in SAFE_NAMES:
-                continue
-            if name in MODULES:
-                self.steps.append({"run": f"import {name}"})
-                self.child.add(name)
-            elif name in self.env:
-                self.steps.append({"run": f"{name} = {render(self.env.pop(name))}"})
-                self.child.add(name)
-            else:
-                raise Unconvertible(f"name {name!r} is defined by the tests")
+    def is_object(self, node) -> bool:
+        """An instance of the solution's classes: a name bound to one, or `Cls(...)` for a capitalised solution
+        callable (the naming convention decides, from the tests alone). An attribute of an object is a value:
+        `Greeting(x).text.startswith(...)` runs startswith here, on the text sent back (read_attrs in the child
+        still walks `obj.left.val` through the solution's own nodes)."""
+        if isinstance(node, ast.Name):
+            return node.id in self.objects
+        if isinstance(node, ast.Call):
+            return self.is_callee(node.func) and _last_name(node.func)[:1].isupper()
+        return False
 
-    def child_rooted(self, node) -> bool:
+    def is_callee(self, node) -> bool:
+        """A callable of the solution's: one of its names, or a method or attribute of one of its objects."""
         if isinstance(node, ast.Name):
             return node.id in self.child
         if isinstance(node, ast.Attribute):
-            return self.child_rooted(node.value)
-        if isinstance(node, ast.Call):
-            return self.child_rooted(node.func)
+            return self.is_object(node.value)
         return False
 
-    def split(self, node):
-        """`node` with each child-computed part replaced by a placeholder __rN (N = its step)."""
-        if not self.uses_child(node):
+    def is_child_value(self, node) -> bool:
+        """Evaluated wholly in the sandbox: a child name, a call of a solution callable, or an attribute, item or
+        method of a solution object. A method of a RETURNED value (`greet(x).startswith(...)`) is not: the value
+        comes back as plain data and the method runs here, so a str subclass gains nothing."""
+        if isinstance(node, ast.Name):
+            return node.id in self.child
+        if isinstance(node, ast.Call):
+            return self.is_callee(node.func)
+        if isinstance(node, (ast.Attribute, ast.Subscript)):
+            return self.is_object(node.value)
+        return False
+
+    # ------------------------------------------------ the child's side
+
+    def literal(self, node):
+        """A child-free subexpression of a call's arguments, as the child will see it: a literal computed here,
+        or (a bare mutable input) the name itself, bound once in the child and from then on the child's."""
+        if isinstance(node, ast.Constant):
             return node
-        if self.child_rooted(node):
-            self.send_inputs(node)
-            self.steps.append({"eval": ast.unparse(node)})
-            return ast.Name(id=f"__r{len(self.steps) - 1}", ctx=ast.Load())
-        if isinstance(node, (ast.Lambda, ast.comprehension, ast.NamedExpr, ast.Starred)):
+        if isinstance(node, ast.Name) and node.id in self.env and _is_mutable(self.env[node.id]):
+            value = self.env.pop(node.id)
+            self.steps.append({"run": f"{node.id} = {render(value)}"})
+            self.child.add(node.id)
+            return node
+        if isinstance(node, ast.Lambda) and _names(node) <= BUILTIN_NAMES | _bound_inside(node):
+            return node  # `key=lambda x: -x`: code, not data; it only shapes the solution's own input
+        if isinstance(node, ast.Name) and node.id in BUILTIN_NAMES - set(self.env) and isinstance(
+                getattr(builtins, node.id), type):
+            return node  # a type as an argument (`convert(x, int)`)
+        value = self.parent_eval(node)
+        mutable = {id(v) for v in self.env.values() if _is_mutable(v)}
+        if _contains(value, mutable):
+            raise Unconvertible("a mutable input reached the solution inside another value")
+        # the literal's source, verbatim: a Name node unparses to its id as it is (an ast.Constant would unparse
+        # an int over 4,300 digits with repr(), which refuses it); parenthesised, so no operator binds into it
+        return ast.Name(id=f"({render(value)})", ctx=ast.Load())
+
+    def child_source(self, node) -> str:
+        """Source of a child expression with every child-free subexpression computed here and inlined."""
+        return ast.unparse(self._inline(copy.deepcopy(node)))
+
+    def _inline(self, node):
+        if isinstance(node, ast.expr) and not isinstance(node, (ast.Starred, ast.Slice)) and not self.uses_child(node):
+            return self.literal(node)
+        if isinstance(node, (ast.Lambda, ast.comprehension, ast.NamedExpr, ast.GeneratorExp, ast.ListComp,
+                             ast.SetComp, ast.DictComp)):
             raise Unconvertible("child value inside a lambda or comprehension")
         for name, value in ast.iter_fields(node):
             if isinstance(value, ast.AST):
-                setattr(node, name, self.split(value))
+                setattr(node, name, self._inline(value))
             elif isinstance(value, list):
-                setattr(node, name, [self.split(v) if isinstance(v, ast.AST) else v for v in value])
+                setattr(node, name, [self._inline(v) if isinstance(v, ast.AST) else v for v in value])
+        return node
+
+    def fetch(self, node, attrs=(), iterate=False):
+        """A child value (then `attrs` read from it while it is a solution object): a step, and a placeholder."""
+        step = {"eval": self.child_source(node)}
+        if attrs:
+            step["attrs"] = list(attrs)
+        if iterate:
+            step["iter"] = True
+        self.steps.append(step)
+        return ast.Name(id=f"__r{len(self.steps) - 1}", ctx=ast.Load())
+
+    # ------------------------------------------------ the trainer's side
+
+    def split(self, node, iterate=False, bound=frozenset()):
+        """`node` with each child-computed part replaced by a placeholder __rN (N = its step). Inside a
+        comprehension or lambda (`bound`: the names they bind) only a bare child name may be fetched: reading a
+        variable once is exact, calling the solution once for what the loop would call many times is not."""
+        if not self.uses_child(node):
+            return node
+        if self.is_child_value(node):
+            if bound and not (isinstance(node, ast.Name) and node.id not in bound):
+                raise Unconvertible("a call of the solution's inside a lambda or comprehension")
+            return self.fetch(node, iterate=iterate)
+        if isinstance(node, (ast.Lambda, ast.GeneratorExp, ast.ListComp, ast.SetComp, ast.DictComp)):
+            bound = bound | _bound_inside(node)
+        if isinstance(node, ast.Attribute):  # attributes read from a returned value: `head(x).next.val`
+            attrs, base = [], node
+            while isinstance(base, ast.Attribute) and not self.is_child_value(base):
+                attrs.insert(0, base.attr)
+                base = base.value
+            if self.is_child_value(base):
+                if any(a.startswith("_") for a in attrs):
+                    raise Unconvertible("private attribute")
+                if bound:
+                    raise Unconvertible("attributes of a child value inside a lambda or comprehension")
+                return self.fetch(base, attrs=attrs)
+        if isinstance(node, ast.Call):
+            consume = isinstance(node.func, ast.Name) and node.func.id in ITERATING and node.func.id not in self.child
+            if isinstance(node.func, ast.Attribute):  # a method of a returned value: it runs here
+                node.func.value = self.split(node.func.value, bound=bound)
+            else:
+                node.func = self.split(node.func, bound=bound)
+            node.args = [self.split(a, iterate=consume and not bound, bound=bound) for a in node.args]
+            node.keywords = [ast.keyword(arg=k.arg, value=self.split(k.value, bound=bound)) for k in node.keywords]
+            return node
+        if isinstance(node, (ast.NamedExpr, ast.Starred)):
+            raise Unconvertible(f"child value inside {type(node).__name__}")
+        for name, value in ast.iter_fields(node):
+            if isinstance(value, ast.AST):
+                setattr(node, name, self.split(value, bound=bound))
+            elif isinstance(value, list):
+                setattr(node, name, [self.split(v, bound=bound) if isinstance(v, ast.AST) else v for v in value])
         return node
 
     def parent_expr(self, node, placeholders=()):
         """Validate an expression the trainer will evaluate: known names only, no private attributes."""
-        allowed = set(self.env) | SAFE_NAMES | set(MODULES) | {"pytest"} | set(placeholders) | _bound_inside(node)
+        allowed = (set(self.env) | self.deferred | SAFE_NAMES | set(MODULES) | {"pytest"} | set(placeholders)
+                   | _bound_inside(node))
         for n in ast.walk(node):
             if isinstance(n, ast.Name) and n.id not in allowed:
-                raise Unconvertible(f"name {n.id!r} is defined by the tests")
+                raise Unconvertible(f"name {n.id!r} cannot be evaluated by the trainer")
             if isinstance(n, ast.Attribute) and n.attr.startswith("_"):
                 raise Unconvertible("private attribute")
+            if (isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "pytest"
+                    and n.attr != "approx"):
+                raise Unconvertible(f"pytest.{n.attr}")
             if isinstance(n, (ast.NamedExpr, ast.Await, ast.Yield, ast.YieldFrom)):
                 raise Unconvertible(type(n).__name__)
+        node = _GuardOperators().visit(node)
         return compile(ast.fix_missing_locations(ast.Expression(node)), "<check>", "eval")
+
+    def parent_eval(self, node):
+        if self.deferred & _names(node):
+            raise Unconvertible("an input computed from the solution's results")
+        try:
+            return eval(self.parent_expr(copy.deepcopy(node)), dict(_PARENT_GLOBALS), dict(self.env))
+        except Unconvertible:
+            raise
+        except Exception as e:  # noqa: BLE001 - the test's own expression failed here: leave it to the harness
+            raise Unconvertible(f"the trainer could not evaluate {ast.unparse(node)[:60]}: {e}") from None
+
+    def placeholders(self):
+        return [f"__r{i}" for i, s in enumerate(self.steps) if "eval" in s]
+
+    # ------------------------------------------------ statements
 
     def statement(self, stmt):
         stmt = copy.deepcopy(stmt)  # split() rewrites it; the same test body serves every parametrize row
         if isinstance(stmt, ast.Assert):
+            self.check_identity(stmt.test)
             expr = self.split(stmt.test)
-            holders = [f"__r{i}" for i, s in enumerate(self.steps) if "eval" in s]
-            self.checks.append(Check("assert", expr=self.parent_expr(expr, holders), env=dict(self.env)))
-        elif isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            self.checks.append(Check("assert", expr=self.parent_expr(expr, self.placeholders()), env=dict(self.env)))
+        elif isinstance(stmt, (ast.Assign, ast.AnnAssign)):
             targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
-            value = stmt.value
-            if value is None:
+            if stmt.value is None:
                 return
-            simple = all(isinstance(t, (ast.Name, ast.Tuple)) and all(isinstance(e, ast.Name) for e in
-                         (t.elts if isinstance(t, ast.Tuple) else [t])) for t in targets)
-            if simple and isinstance(stmt, ast.Assign) and not self.uses_child(value):
-                result = eval(self.parent_expr(value), dict(_PARENT_GLOBALS), dict(self.env))
-                for target in targets:
-                    if isinstance(target, ast.Tuple):
-                        for t, v in zip(target.elts, result, strict=True):
-                            self.env[t.id] = v
-                            self.child.discard(t.id)
-                    else:
-                        self.env[target.id] = result
-                        self.child.discard(target.id)
-                return
-            self.run(stmt)
-            for target in targets:
-                for name in _names(target):
-                    self.env.pop(name, None)
-                    self.child.add(name)
+            if len(targets) != 1 or not all(isinstance(t, ast.Name) for t in
+                                            (targets[0].elts if isinstance(targets[0], ast.Tuple) else targets)):
+                raise Unconvertible("assignment to something other than names")
+            self.assign(targets[0], stmt.value)
+        elif isinstance(stmt, ast.For):
+            self.unroll(stmt)
         elif isinstance(stmt, ast.Expr):
-            if isinstance(stmt.value, ast.Constant):
-                return  # a docstring
-            if not self.uses_child(stmt.value):
-                raise Unconvertible("statement that computes nothing of the solution's")
-            self.run(stmt)
+            if isinstance(stmt.value, ast.Constant) or (isinstance(stmt.value, ast.Name)
+                                                        and stmt.value.id in BUILTIN_NAMES - self.child):
+                return  # a docstring, or a bare builtin name (`print` on its own line): no effect
+            if not self.is_child_value(stmt.value):
+                raise Unconvertible("statement that is not a call of the solution's")
+            self.steps.append({"run": self.child_source(stmt.value)})
         elif isinstance(stmt, ast.With):
             self.raises_block(stmt)
         elif not isinstance(stmt, ast.Pass):
             raise Unconvertible(type(stmt).__name__)
 
-    def run(self, stmt, raises=False):
-        self.send_inputs(stmt)
-        step = {"run": ast.unparse(stmt)}
-        if raises:
-            step["raises"] = True
-        self.steps.append(step)
+    def unroll(self, stmt):
+        """`for x in range(2, 8): assert f(x, x + 1) == str(x)`: a loop over values the trainer computes (at most
+        MAX_UNROLL) is the sequence of its bodies, one per value, each binding the target here."""
+        if stmt.orelse or self.uses_child(stmt.iter) or any(isinstance(n, (ast.Break, ast.Continue))
+                                                            for n in ast.walk(stmt)):
+            raise Unconvertible("a loop the trainer cannot unroll")
+        targets = stmt.target.elts if isinstance(stmt.target, ast.Tuple) else [stmt.target]
+        if not all(isinstance(t, ast.Name) for t in targets):
+            raise Unconvertible("loop target other than names")
+        values = list(itertools.islice(iter(self.parent_eval(stmt.iter)), MAX_UNROLL + 1))
+        if len(values) > MAX_UNROLL:
+            raise Unconvertible(f"a loop of more than {MAX_UNROLL} rounds")
+        for value in values:
+            self.assign(stmt.target, ast.Name(id="__value", ctx=ast.Load()), given=value)
+            for s in stmt.body:
+                self.statement(s)
+
+    def assign(self, target, value, given=_UNSET):
+        names = [t.id for t in (target.elts if isinstance(target, ast.Tuple) else [target])]
+        for name in names:
+            self.env.pop(name, None)
+            self.child.discard(name)
+            self.objects.discard(name)
+            self.deferred.discard(name)
+        if given is not _UNSET or (not self.uses_child(value) and not self.deferred & _names(value)):
+            result = given if given is not _UNSET else self.parent_eval(value)  # inputs: computed here now
+            values = list(result) if isinstance(target, ast.Tuple) else [result]
+            if len(values) != len(names):
+                raise Unconvertible("unpacking of the wrong length")
+            self.env.update(zip(names, values))
+        elif self.is_child_value(value):  # `result = f(x)`, `s = Stack()`: bound in the child
+            self.steps.append({"run": f"{ast.unparse(target)} = {self.child_source(value)}"})
+            self.child.update(names)
+            if self.is_object(value):
+                self.objects.update(names)
+        else:  # `r = sorted(f(x))`: the child computes f(x), the trainer the rest, while judging
+            expr = self.parent_expr(self.split(value), self.placeholders())
+            self.checks.append(Check("bind", expr=expr, env=dict(self.env), names=tuple(names)))
+            self.deferred.update(names)
+
+    def check_identity(self, test):
+        """`is` between two values the trainer rebuilds separately is meaningless (`result is not data` would
+        always hold): only `is` against None, True, False or ... stays here; anything else runs in the harness."""
+        for n in ast.walk(test):
+            if isinstance(n, ast.Compare) and any(isinstance(op, (ast.Is, ast.IsNot)) for op in n.ops):
+                operands = [n.left] + n.comparators
+                for i, op in enumerate(n.ops):
+                    if not isinstance(op, (ast.Is, ast.IsNot)):
+                        continue
+                    pair = operands[i], operands[i + 1]
+                    if not any(self.exact_identity(x) for x in pair):
+                        if any(self.uses_child(x) for x in pair):
+                            raise Unconvertible("identity between computed values")
+
+    def exact_identity(self, node) -> bool:
+        """An operand whose identity survives rebuilding: None, True, False, ..., or a builtin type
+        (`type(r) is set`: decode rebuilds exact types)."""
+        if isinstance(node, ast.Constant):
+            return any(node.value is s for s in SINGLETONS)
+        return (isinstance(node, ast.Name) and node.id in SAFE_NAMES and node.id not in self.env
+                and node.id not in self.child and isinstance(getattr(builtins, node.id), type))
 
     def raises_block(self, stmt):
-        """`with pytest.raises(E[, match=...]): body`: the body runs in the child; E is checked here."""
+        """`with pytest.raises(E[, match=...]): body`: the body runs in the child; E is checked here, against the
+        raised class's whole MRO (a real subclass passes, a class of the solution's that merely shares E's name
+        does not)."""
         item = stmt.items[0] if len(stmt.items) == 1 else None
         call = item.context_expr if item else None
-        if not (isinstance(call, ast.Call) and ast.unparse(call.func) == "pytest.raises" and call.args
+        raises = isinstance(call, ast.Call) and (ast.unparse(call.func) == "pytest.raises" or (
+            isinstance(call.func, ast.Name) and self.env.get(call.func.id) is _RAISES))
+        if not (raises and len(call.args) == 1
                 and item.optional_vars is None):
             raise Unconvertible("with-statement other than pytest.raises")
         exc = call.args[0]
-        names = [e for e in (exc.elts if isinstance(exc, ast.Tuple) else [exc])]
-        if not all(isinstance(e, ast.Name) and (isinstance(getattr(builtins, e.id, None), type) or e.id in self.child)
-                   for e in names):
-            raise Unconvertible("exception class defined by the tests")
+        expected = []
+        for e in (exc.elts if isinstance(exc, ast.Tuple) else [exc]):
+            if not isinstance(e, ast.Name):
+                raise Unconvertible("exception class that is not a name")
+            builtin = getattr(builtins, e.id, None)
+            if e.id in self.child and e.id not in self.objects:
+                expected.append((e.id, "solution"))  # `from solution import InvalidInput`
+            elif isinstance(builtin, type) and issubclass(builtin, BaseException) and e.id not in self.env:
+                expected.append((e.id, "builtins"))
+            else:
+                raise Unconvertible("exception class defined by the tests")
         match = None
         for kw in call.keywords:
             if kw.arg != "match":
                 raise Unconvertible(f"pytest.raises({kw.arg}=...)")
-            match = ast.literal_eval(kw.value) if not isinstance(kw.value, ast.Name) else self.env.get(kw.value.id)
-        body = ast.Module(body=stmt.body, type_ignores=[])
-        if not self.uses_child(body):
-            raise Unconvertible("pytest.raises around code that is not the solution's")
-        self.run(body, raises=True)
-        self.checks.append(Check("raises", step=len(self.steps) - 1, exceptions=tuple(e.id for e in names),
-                                 match=match))
+            match = self.parent_eval(kw.value)
+            if not isinstance(match, str):
+                raise Unconvertible("match= that is not a string")
+        lines = []
+        for s in stmt.body:  # the block stops at its first exception, as in pytest: one step
+            if isinstance(s, ast.Expr) and self.is_child_value(s.value):
+                lines.append(self.child_source(s.value))
+            elif (isinstance(s, ast.Assign) and len(s.targets) == 1 and isinstance(s.targets[0], ast.Name)
+                  and self.is_child_value(s.value)):
+                lines.append(f"{s.targets[0].id} = {self.child_source(s.value)}")
+                self.child.add(s.targets[0].id)
+                self.env.pop(s.targets[0].id, None)
+            else:
+                raise Unconvertible("pytest.raises around code that is not a call of the solution's")
+        self.steps.append({"run": "\n".join(lines)})
+        self.checks.append(Check("raises", step=len(self.steps) - 1, exceptions=tuple(expected), match=match))
+
+
+def _is_raises(node) -> bool:
+    return isinstance(node, ast.With) and bool(node.items) and "raises" in ast.unparse(node.items[0])
 
 
 def _count_cases(node) -> int:
-    return max(1, sum(isinstance(n, ast.Assert) or (isinstance(n, ast.With) and "raises" in ast.unparse(n.items[0]))
-                      for n in ast.walk(node)))
+    """Test cases in a test function: its asserts and raises blocks; a test with neither checks that it runs."""
+    return max(1, sum(isinstance(n, ast.Assert) or _is_raises(n) for n in ast.walk(node)))
 
 
 def _param_rows(fn: ast.FunctionDef, env: dict) -> list[dict]:
@@ -329,6 +695,28 @@ def _defined_names(stmts) -> set:
     return names
 
 
+def _is_test_class(stmt) -> bool:
+    """pytest collects `class Test*`; unittest any TestCase subclass (whatever it is called)."""
+    if not isinstance(stmt, ast.ClassDef):
+        return False
+    return stmt.name.startswith("Test") or any(_last_name(b) == "TestCase" for b in stmt.bases)
+
+
+def _class_tests(stmt: ast.ClassDef, env: dict) -> tuple[list, int]:
+    """The test methods of a test class, and their test cases (parametrize rows counted where literal)."""
+    names, cases = [], 0
+    for item in stmt.body:
+        if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name.startswith("test"):
+            names.append(f"{stmt.name}.{item.name}")
+            cases += _count_cases(item) * len(_safe_rows(item, env, method=True))
+    return names, cases
+
+
+def _is_main_guard(stmt) -> bool:
+    """`if __name__ == "__main__": unittest.main()`: not a test (the harness runs under another name)."""
+    return isinstance(stmt, ast.If) and "__name__" in _names(stmt.test)
+
+
 @lru_cache(maxsize=4096)
 def build_plan(tests: str, entry_point: str | None = None, setup: str = "") -> Plan:
     """The plan for one problem's tests (cached: the same reference comes back every epoch). A tests string
@@ -338,7 +726,7 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "") -> P
         setup_names = _defined_names(ast.parse(setup).body) if setup else set()
     except SyntaxError as e:
         raise ValueError(f"code tests are not valid Python ({e}): {tests[:200]!r}") from None
-    env, prelude, from_solution = {}, [], set()
+    env, prelude, from_solution, modules = {}, [], set(), set()
     for stmt in module.body:  # literal constants and imports from the solution, in order
         if isinstance(stmt, ast.ImportFrom) and stmt.module == "solution":
             prelude.append(ast.unparse(stmt))
@@ -346,6 +734,11 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "") -> P
         elif isinstance(stmt, ast.Import) and any(a.name == "solution" for a in stmt.names):
             prelude.append(ast.unparse(stmt))
             from_solution |= {a.asname or a.name for a in stmt.names}
+            modules |= {a.asname or a.name for a in stmt.names if a.name == "solution"}
+        elif isinstance(stmt, ast.ImportFrom) and stmt.module == "pytest":  # `from pytest import approx, raises`
+            for a in stmt.names:
+                if a.name in _FROM_PYTEST:
+                    env[a.asname or a.name] = _FROM_PYTEST[a.name]
         elif (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)):
             try:
                 env[stmt.targets[0].id] = ast.literal_eval(stmt.value)
@@ -354,28 +747,67 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "") -> P
     imported = _defined_names(s for s in module.body if isinstance(s, (ast.Import, ast.ImportFrom)))
     defined = _defined_names(s for s in module.body if not (isinstance(s, ast.ImportFrom) and s.module == "solution"))
     # Names the tests define themselves (helpers, non-literal variables, other modules) make a case unconvertible;
+    # so do builtins the trainer does not evaluate itself (they are never the solution's, unless it exports them);
     # every other free name is the solution's (MBPP names no entry point; KodCode imports them).
     foreign = (defined - set(env) - {"check"} - {n for n in defined if n.startswith("test")}) | (imported - set(MODULES))
     foreign -= from_solution | setup_names
     foreign.discard("pytest")
+    foreign -= {n for n, v in env.items() if any(v is x for x in _FROM_PYTEST.values())}
+    own = from_solution | setup_names
 
     def child_names(node) -> set:
-        return (_names(node) - SAFE_NAMES - set(MODULES) - {"pytest"} - set(env) - foreign) | from_solution | setup_names
+        stored = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+        local = stored | _bound_inside(node)  # the test's own variables (loop and comprehension ones too)
+        return (_names(node) - local - BUILTIN_NAMES - set(MODULES) - {"pytest"} - set(env) - foreign) | own
 
-    units, kept, trusted, untrusted = [], [], 0, 0
+    checks_called = any(isinstance(s, ast.Expr) and isinstance(s.value, ast.Call)
+                        and _last_name(s.value.func) == "check" for s in module.body)
+    script_kinds = (ast.Assert, ast.Assign, ast.AnnAssign, ast.Expr, ast.With)
+    script_stmts = [s for s in module.body if isinstance(s, script_kinds)]
+    # The module's own statements (MBPP's asserts, `lst = [3, 1, 2]; sort_in_place(lst); assert lst == ...`) run
+    # in order in one namespace, as a script: one unit. At the first statement it cannot convert, the script
+    # breaks: that statement and every later one run in the harness (they may depend on it).
+    script = _Unit(env, child_names(ast.Module(body=script_stmts, type_ignores=[])), prelude, modules)
+    script_broken = False
+    units, kept, harness_tests = [], [], []  # kept: (statement, whether it tests anything in the harness)
+    trusted = untrusted = unjudged = 0
     for stmt in module.body:
+        if _is_main_guard(stmt):
+            continue
+        if _is_test_class(stmt):  # run by the harness, each method reported back by name
+            names, cases = _class_tests(stmt, env)
+            harness_tests += names
+            untrusted += cases
+            unjudged += 0 if names else 1  # a test class without a test method tests nothing: never a pass
+            kept.append((stmt, True))
+            continue
+        if isinstance(stmt, ast.FunctionDef) and stmt.name == "check" and not entry_point and not checks_called:
+            unjudged += _count_cases(stmt)  # HumanEval's check(candidate) with nothing to pass as candidate
+            continue
+        if isinstance(stmt, script_kinds) and not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant)):
+            cases = _count_cases(stmt) if isinstance(stmt, (ast.Assert, ast.With)) else 0
+            if not script_broken:
+                saved = copy.copy(script.__dict__)
+                saved.update({k: copy.copy(v) for k, v in saved.items()})
+                try:
+                    script.statement(stmt)
+                    trusted += cases
+                    kept.append((stmt, False))  # the harness still needs its effects (a binding, a mutation)
+                    continue
+                except (Unconvertible, ValueError, TypeError, SyntaxError, ArithmeticError, LookupError,
+                        RecursionError):
+                    script.__dict__.update(saved)
+                    script_broken = True
+            runs = isinstance(stmt, (ast.Expr, ast.With))  # in the harness, a bare call tests that it runs
+            untrusted += cases or int(runs)
+            kept.append((stmt, bool(cases) or runs))
+            continue
         try:
-            if isinstance(stmt, ast.Assert):
-                u = _Unit(env, child_names(stmt), prelude)
-                u.statement(stmt)
-                units.append(Unit(u.steps, u.checks, ast.unparse(stmt)[:80]))
-                trusted += 1
-                continue
             if isinstance(stmt, ast.FunctionDef) and stmt.name == "check" and entry_point:
                 arg = stmt.args.args[0].arg if len(stmt.args.args) == 1 else None
                 if arg is None or stmt.decorator_list:
                     raise Unconvertible("check() signature")
-                u = _Unit(env, child_names(stmt) | {arg}, prelude + [f"{arg} = {entry_point}"])
+                u = _Unit(env, child_names(stmt) | {arg}, prelude + [f"{arg} = {entry_point}"], modules)
                 for s in stmt.body:
                     u.statement(s)
                 units.append(Unit(u.steps, u.checks, "check"))
@@ -385,26 +817,43 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "") -> P
                 rows = _param_rows(stmt, env)
                 converted = []
                 for row in rows:
-                    u = _Unit({**env, **row}, child_names(stmt) - set(row), prelude)
+                    u = _Unit({**env, **row}, child_names(stmt) - set(row), prelude, modules)
                     for s in stmt.body:
                         u.statement(s)
                     converted.append(Unit(u.steps, u.checks, stmt.name))
                 units += converted
                 trusted += len(rows) * _count_cases(stmt)
                 continue
-        except Unconvertible:
+        except (Unconvertible, ValueError, TypeError, SyntaxError, ArithmeticError, LookupError, RecursionError):
+            # not judged here (ValueError & co.: a table the trainer could not evaluate): the harness runs it
             untrusted += _count_cases(stmt) * (len(_safe_rows(stmt, env)) if isinstance(stmt, ast.FunctionDef) else 1)
-        except (ValueError, TypeError, SyntaxError, ArithmeticError, LookupError, RecursionError):
-            untrusted += 1  # a table or constant the trainer could not evaluate: leave it to the harness
-        kept.append(stmt)
+            if isinstance(stmt, ast.FunctionDef) and (stmt.name.startswith("test") or stmt.name == "check"):
+                harness_tests.append(stmt.name)
+            kept.append((stmt, True))
+            continue
+        test = _is_test(stmt, entry_point)
+        if test and not isinstance(stmt, ast.FunctionDef):
+            untrusted += _count_cases(stmt)  # a module-level loop: it tests as the harness runs it
+            if isinstance(stmt, ast.AsyncFunctionDef) and stmt.name.startswith("test"):
+                harness_tests.append(stmt.name)  # the harness must report it run (it cannot: never a pass)
+        kept.append((stmt, test))
+    if script.checks or len(script.steps) > len(prelude):
+        units.insert(0, Unit(script.steps, script.checks, "module"))
     harness = None
-    if any(_is_test(s, entry_point) for s in kept):
-        harness = ast.unparse(ast.Module(body=kept, type_ignores=[]))
-    return Plan(units=units, harness=harness, trusted=trusted, untrusted=untrusted)
+    if any(test for _, test in kept):
+        harness = ast.unparse(ast.Module(body=[stmt for stmt, _ in kept], type_ignores=[]))
+    if trusted + untrusted == 0:
+        unjudged += 1  # no test case at all (only helpers, imports, a docstring): zero judged is never a pass
+    return Plan(units=units, harness=harness, trusted=trusted, untrusted=untrusted, unjudged=unjudged,
+                harness_tests=tuple(dict.fromkeys(harness_tests)))
 
 
-def _safe_rows(fn, env) -> list:
+def _safe_rows(fn, env, method=False) -> list:
     try:
+        if method:  # `self` is not a parameter of the table
+            fn = copy.copy(fn)
+            fn.args = copy.copy(fn.args)
+            fn.args.args = fn.args.args[1:]
         return _param_rows(fn, env) or [{}]
     except Unconvertible:
         return [{}]
@@ -412,7 +861,9 @@ def _safe_rows(fn, env) -> list:
 
 def _is_test(stmt, entry_point) -> bool:
     """Does this leftover statement test anything (else the harness need not run at all)?"""
-    if isinstance(stmt, (ast.Import, ast.ImportFrom, ast.ClassDef, ast.Pass)):
+    if isinstance(stmt, ast.ClassDef):
+        return _is_test_class(stmt)
+    if isinstance(stmt, (ast.Import, ast.ImportFrom, ast.Pass)):
         return False
     if isinstance(stmt, ast.FunctionDef):
         return stmt.name.startswith("test") or (stmt.name == "check" and bool(entry_point))
@@ -425,20 +876,32 @@ def _is_test(stmt, entry_point) -> bool:
 
 
 def _raised(result: dict, expected: tuple, match: str | None) -> bool:
-    if "exc" not in result:
+    """The step raised one of `expected` (by the child's report of the raised class's MRO: each class's name and
+    whether it IS the builtin, or the solution's, of that name), with a message that `match` finds."""
+    if "exc" not in result or not isinstance(result.get("mro"), list):
         return False
-    for name in expected:
-        cls = getattr(builtins, name, None)
-        if isinstance(cls, type) and issubclass(cls, BaseException):
-            # a builtin expectation: the reported class must be a builtin too, and a subclass of it, as decided
-            # here, so a child cannot claim to have raised "everything"
-            got = getattr(builtins, result["exc"], None)
-            ok = isinstance(got, type) and issubclass(got, cls)
-        else:
-            ok = result["exc"] == name
-        if ok:
-            return match is None or re.search(match, str(result.get("msg", ""))) is not None
-    return False
+    mro = {(c[0], c[1]) for c in result["mro"] if isinstance(c, list) and len(c) == 2}
+    if not any((name, origin) in mro for name, origin in expected):
+        return False
+    if match is None:
+        return True
+    message = result.get("msg")
+    # pytest matches the whole message; a message this long is refused rather than searched (the regex is the
+    # tests', but the text is the solution's, and a search can take time quadratic in it)
+    return isinstance(message, str) and len(message) <= MAX_MESSAGE and re.search(match, message) is not None
+
+
+def _value(step: dict, result: dict):
+    """The value of an eval step: decoded, then the attributes the child did not read (it reads them only from
+    the solution's own objects; from plain data they are read here)."""
+    value = decode(result["ok"])
+    attrs = step.get("attrs", [])
+    applied = result.get("applied", 0)
+    if type(applied) is not int or not 0 <= applied <= len(attrs):
+        raise ValueError(f"malformed attribute count {applied!r}")
+    for attr in attrs[applied:]:
+        value = getattr(value, attr)
+    return value
 
 
 def judge_unit(unit: Unit, results) -> bool:
@@ -455,12 +918,19 @@ def judge_unit(unit: Unit, results) -> bool:
         if "ok" not in result:
             return False
         if "eval" in unit.steps[i]:
-            values[f"__r{i}"] = decode(result["ok"])
+            values[f"__r{i}"] = _value(unit.steps[i], result)
     for check in unit.checks:
         if check.kind == "raises":
             if not _raised(results[check.step], check.exceptions, check.match):
                 return False
-        elif not eval(check.expr, dict(_PARENT_GLOBALS), {**check.env, **values}):
+            continue
+        result = eval(check.expr, dict(_PARENT_GLOBALS), {**check.env, **values})
+        if check.kind == "bind":
+            parts = list(result) if len(check.names) > 1 else [result]
+            if len(parts) != len(check.names):
+                return False
+            values.update(zip(check.names, parts))
+        elif not result:
             return False
     return True
 

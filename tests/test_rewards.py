@@ -17,7 +17,7 @@ from rewards import code as code_mod
 from rewards import get_reward
 from rewards import math as math_mod
 from rewards.choice import extract_choice
-from rewards.sandbox import RUN_UIDS, run_python, sandbox_info
+from rewards.sandbox import RUN_UIDS, belongs_to_us, run_python, sandbox_info
 
 SHARED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data")
 GSM8K = [os.path.join(SHARED, "gsm8k", f"{s}.jsonl") for s in ("train", "test")]
@@ -236,7 +236,7 @@ def nobody_processes():
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             uid = os.stat(f"/proc/{pid}").st_uid
-            if uid in RUN_UIDS or uid == 65534:
+            if (uid in RUN_UIDS or uid == 65534) and belongs_to_us(pid):  # not another trainer's on this machine
                 found.append(pid)
         except OSError:
             pass

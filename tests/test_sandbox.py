@@ -13,7 +13,7 @@ import pytest
 
 import rewards
 from rewards import code_stats, get_reward, testplan
-from rewards.sandbox import RUN_UIDS, run_python, sandbox_info, sandbox_mode
+from rewards.sandbox import RUN_UIDS, belongs_to_us, run_python, sandbox_info, sandbox_mode
 
 code = get_reward("code")
 trusted_code = get_reward("code", trusted_only=True)
@@ -49,7 +49,7 @@ def leftovers():
     procs = set()
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
-            if os.stat(f"/proc/{pid}").st_uid in RUN_UIDS:
+            if os.stat(f"/proc/{pid}").st_uid in RUN_UIDS and belongs_to_us(pid):  # not another trainer's
                 procs.add(pid)
         except OSError:
             pass
@@ -140,15 +140,16 @@ def test_io_attack_scores_zero(attack, clean):
 
 
 def test_untrusted_tests_are_counted_and_refused_on_request(clean):
-    """A harness the parent cannot split (a loop) still runs, flagged; trusted_only refuses it."""
-    loop = {"tests": "def check(candidate):\n    for i in range(3):\n        assert candidate(i, i) == 2 * i\n",
-            "entry_point": "add"}
+    """A harness the parent cannot split (a while loop; a for loop over values it computes is unrolled) still
+    runs, flagged; trusted_only refuses it."""
+    loop = {"tests": "def check(candidate):\n    i = 0\n    while i < 3:\n        assert candidate(i, i) == 2 * i\n"
+                     "        i += 1\n", "entry_point": "add"}
     plan = testplan.build_plan(loop["tests"], "add")
     assert plan.harness is not None and plan.trusted == 0 and plan.untrusted == 1
     code_stats(reset=True)
     assert code(block(GOOD), loop) == 1.0 and code(block(WRONG), loop) == 0.0
     assert trusted_code(block(GOOD), loop) == 0.0
-    assert code_stats() == {"runs": 3, "trusted_runs": 0, "untrusted_runs": 2, "refused_runs": 1,
+    assert code_stats() == {"runs": 3, "trusted_runs": 0, "untrusted_runs": 2, "refused_runs": 1, "unjudged_runs": 0,
                             "cases_trusted": 0, "cases_untrusted": 3}
     # the residual hole trusted_only closes: inside a harness, the stack-walking cheat can find the nonce
     assert trusted_code(block(ATTACKS["stack_walk_nonce"]), loop) == 0.0
