@@ -77,6 +77,7 @@ class Config:
     save_every: int = field(default=50, metadata={"help": "checkpoint every N steps (and at the end; 0 = end only)"})
     keep_checkpoints: int = field(default=2, metadata={"help": "how many recent checkpoints to keep"})
     log_samples: int = field(default=2, metadata={"help": "sample completions written per step"})
+    log_grad_noise: bool = field(default=False, metadata={"help": "log the gradient noise between two halves of each optimizer batch (grad_noise_ratio, grad_noise_scale: gmts/METHOD.md, \"How concentrated an update is\"); costs one float32 copy of the trainable parameters"})
     resume: str = field(default="", metadata={"help": "run directory or checkpoint folder to continue from"})
     overwrite: bool = field(default=False, metadata={"help": "start a fresh run in an --output-dir that holds one (deletes its metrics, samples and checkpoints)"})
     eval_every: int = field(default=0, metadata={"help": "evaluate every N steps and after the last (0 = never)"})

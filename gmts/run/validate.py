@@ -172,6 +172,11 @@ TRAIN_RULES = [
     Rule("save_every", at_least(0), "--save-every must be >= 0 (0 = only at the end), got {v}"),
     _need("keep_checkpoints", 1),
     _need("log_samples", 0),
+    Rule("log_grad_noise", lambda v, c: not v or c.mini_batch_size >= 2,
+         "--log-grad-noise needs at least 2 prompts per optimizer step (two halves of whole groups), got "
+         "--mini-batch-size {c.mini_batch_size}"),
+    Rule("log_grad_noise", lambda v, c: not v or not c.fsdp, "--log-grad-noise does not support --fsdp (its "
+         "gradients are sharded over the processes)"),
     Rule("eval_every", at_least(0), "--eval-every must be >= 0 (0 = never), got {v}"),
     Rule("eval_every", lambda v, c: not v or bool(c.eval_data), "--eval-every needs --eval-data"),
     Rule("eval_before", lambda v, c: not v or bool(c.eval_data), "--eval-before needs --eval-data"),

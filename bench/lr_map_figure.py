@@ -1,0 +1,95 @@
+"""The stability map's figure: held-out accuracy against the learning rate, one line per arm, and the update
+diagnostics (n_eff, the gradient-noise ratio η) against the learning rate (gmts/METHOD.md, "How concentrated an
+update is"). Drawn by bench/learning_check.py for every sweep; also on its own from a results file:
+
+    python bench/lr_map_figure.py bench/results/lr_map.json              # -> bench/results/lr_map_map.png
+
+matplotlib is optional (as in gmts/tools/plot.py, whose style this follows): without it nothing is drawn and the
+tables stay the results.
+"""
+import json
+import os
+import sys
+
+# One colour per arm, the same in every panel (ETS and its exclude variant share a hue, the variant dashed).
+COLOURS = {"none": "#4c4c4c", "ets": "#1f77b4", "ets-exclude": "#1f77b4", "gmts": "#d62728", "random": "#2ca02c"}
+DASHED = {"ets-exclude"}
+
+
+def plot_map(analysis, path, title=""):
+    """analysis: bench/learning_check.py's analysis (or the results JSON). Writes `path` (PNG) and returns it, or
+    returns None when matplotlib is missing. Panels: accuracy with its 95% interval (diverged cells as open
+    markers, the base's interval as a band); n_eff; η when any run logged it."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")                                   # files only: no display on a server
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    cells = analysis.get("arms", {})
+    lrs = sorted(cells, key=float)
+    arms = []
+    for lr in lrs:
+        arms += [a for a in cells[lr] if a not in arms]
+    noise = any(cells[lr][a].get("grad_noise_ratio_median") is not None for lr in lrs for a in cells[lr])
+    panels = 3 if noise else 2
+    fig, axes = plt.subplots(1, panels, figsize=(4.6 * panels, 3.8), dpi=110)
+    base = analysis.get("base")
+    if base:
+        lo, hi = base["ci95"]
+        axes[0].axhspan(100 * lo, 100 * hi, color="#bbbbbb", alpha=0.35, lw=0, label="base (95% CI)")
+    for k, arm in enumerate(arms):
+        style = dict(color=COLOURS.get(arm, None), ls="--" if arm in DASHED else "-")
+        at = [lr for lr in lrs if arm in cells[lr]]
+        # arms side by side around each rate (4% apart on the log axis), so equal values and intervals stay visible
+        x = [float(lr) * 1.04 ** (k - (len(arms) - 1) / 2) for lr in at]
+        # accuracy with its interval; a cell where any seed diverged is drawn open, one without accuracy is left out
+        acc = [(xv, cells[lr][arm]) for xv, lr in zip(x, at) if cells[lr][arm].get("accuracy") is not None]
+        if acc:
+            xs = [a for a, _ in acc]
+            ys = [100 * e["accuracy"] for _, e in acc]
+            err = [[100 * (e["accuracy"] - e["ci95"][0]) for _, e in acc],
+                   [100 * (e["ci95"][1] - e["accuracy"]) for _, e in acc]]
+            axes[0].errorbar(xs, ys, yerr=err, capsize=3, lw=1.5, label=arm, **style)
+            for xv, yv, (_, e) in zip(xs, ys, acc):
+                axes[0].plot(xv, yv, "o", ms=6, color=style["color"],
+                             mfc="white" if e.get("n_diverged") else style["color"])
+        n_eff = [cells[lr][arm].get("update_answers_effective_mean") for lr in at]
+        if any(v is not None for v in n_eff):
+            axes[1].plot([a for a, v in zip(x, n_eff) if v is not None], [v for v in n_eff if v is not None],
+                         marker="o", lw=1.5, label=arm, **style)
+        if noise:
+            eta = [cells[lr][arm].get("grad_noise_ratio_median") for lr in at]
+            keep = [(a, v) for a, v in zip(x, eta) if v is not None and v != float("inf")]
+            if keep:
+                axes[2].plot(*zip(*keep), marker="o", lw=1.5, label=arm, **style)
+    labels = [("held-out accuracy (%)", "accuracy; open marker: a seed diverged"),
+              ("n_eff (answers per update)", "effective answers per update"),
+              ("η = ‖g_a − g_b‖² / ‖g_a + g_b‖²", "gradient noise between halves")]
+    for ax, (ylabel, heading) in zip(axes, labels):
+        ax.set_xscale("log")
+        ax.set_xticks([float(lr) for lr in lrs])
+        ax.set_xticklabels(lrs, fontsize=8)
+        ax.minorticks_off()
+        ax.set_xlabel("learning rate")
+        ax.set_ylabel(ylabel)
+        ax.set_title(heading, fontsize=10)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8, loc="best")
+    if title:
+        fig.suptitle(title, fontsize=11)
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2 or not sys.argv[1].endswith(".json"):
+        sys.exit("usage: python bench/lr_map_figure.py RESULTS.json   (bench/learning_check.py's output)")
+    with open(sys.argv[1]) as fh:
+        results = json.load(fh)
+    out = plot_map(results, sys.argv[1][:-len(".json")] + "_map.png",
+                   title=results.get("meta", {}).get("model_name", ""))
+    print(out or "matplotlib is not installed: nothing drawn")
