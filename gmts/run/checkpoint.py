@@ -217,6 +217,8 @@ def manifest_problem(folder):
         path = os.path.join(folder, rel)
         if not os.path.isfile(path):
             return f"{rel} is missing"
+        if os.path.getsize(path) == 0 and size:
+            return f"{rel} is empty"
         if os.path.getsize(path) != size:
             return f"{rel} is truncated or changed ({os.path.getsize(path)} bytes, the manifest says {size})"
     for rel, (_, digest) in sorted(listed.items()):

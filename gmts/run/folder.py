@@ -144,6 +144,10 @@ def check_start(argv, prog="train.py"):
     cfg = parse_config(argv)
     explicit = set(vars(build_parser().parse_args(argv)))
     resume_from, state = None, None
+    if cfg.resume and "output_dir" not in explicit:      # continuing in place: is the run's owner still at work?
+        who = resumed_run(cfg.resume) and owner(resumed_run(cfg.resume))
+        if who:
+            raise _in_use(prog, resumed_run(cfg.resume), who)
     if cfg.resume:
         if "overwrite" in explicit and cfg.overwrite:
             raise UsageError(prog, "--overwrite deletes the run in --output-dir and --resume continues one: pass "
