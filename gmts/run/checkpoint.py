@@ -122,7 +122,8 @@ def save_checkpoint(run_dir, step, model, tokenizer, trainer_state, keep=2, stat
         if disk_full(err):
             raise SystemExit(f"error: No space left on device while writing checkpoint {final}; {last}; resume "
                              f"with --resume {run_dir} once there is room") from None
-        raise SystemExit(f"error: writing checkpoint {final} failed ({_one_line(err)}); {last}") from None
+        raise SystemExit(f"error: writing checkpoint {final} failed ({type(err).__name__}: {_one_line(err)}); "
+                         f"{last}") from None
     for old in list_checkpoints(run_dir)[:-keep]:
         _discard(root, old)
     return final
@@ -385,7 +386,7 @@ def _step_folders_without_state(run_dir):
 
 
 def move_aside(run_dir, name):
-    """checkpoints/step-N -> checkpoints/damaged-step-N (or .1, .2 ... when taken): kept, and never resumed or pruned."""
+    """checkpoints/step-N -> checkpoints/damaged-step-N (or .1, .2 ... when taken): kept, never resumed or pruned."""
     root = os.path.join(run_dir, "checkpoints")
     target = free_name(os.path.join(root, f"damaged-{name}"))
     os.rename(os.path.join(root, name), target)

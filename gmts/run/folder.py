@@ -128,6 +128,18 @@ def _in_use(prog, path, who):
                             "wait for it to finish or stop it, then --resume, or choose another --output-dir")
 
 
+def _local_path(name, value):
+    """Whether the flag's value names what its loader would read from the disk: a folder for --model / --tokenizer
+    (transformers prefers a local folder to a hub id), a file with a suffix or a folder in its name for --data (the
+    built-in names, gsm8k, math ..., win over a file of that name in data/)."""
+    if not isinstance(value, str) or not value:
+        return False
+    full = os.path.expanduser(value)
+    if name == "data":
+        return os.path.isfile(full) and (os.sep in value or "." in os.path.basename(value))
+    return os.path.isdir(full)
+
+
 def _resolved(value):
     full = os.path.expanduser(value) if isinstance(value, str) and value else value
     return os.path.realpath(full) if full and os.path.exists(full) else value
@@ -159,8 +171,8 @@ def check_start(argv, prog="train.py"):
         saved = dict(state["config"])
         for name in sorted(explicit - RESUMABLE):
             value = getattr(cfg, name)
-            if name in saved and saved[name] != value and not (
-                    name in PATH_FLAGS and _resolved(saved[name]) == _resolved(value)):
+            if name in saved and saved[name] != value and not (name in PATH_FLAGS and _local_path(name, value)
+                                                               and _resolved(saved[name]) == _resolved(value)):
                 raise UsageError(prog, f"--{name.replace('_', '-')} {value!r}: the run in {cfg.resume} used "
                                        f"{saved[name]!r}, and --{name.replace('_', '-')} cannot change on resume (it "
                                        "defines the experiment); start a new run in a new --output-dir instead")
@@ -185,7 +197,7 @@ def check_start(argv, prog="train.py"):
     else:
         for name in PATH_FLAGS:                 # local paths as absolute ones: a resume from anywhere reads them
             value = getattr(cfg, name)
-            if value and os.path.exists(os.path.expanduser(value)):
+            if _local_path(name, value):
                 setattr(cfg, name, os.path.abspath(os.path.expanduser(value)))
     problem = output_path_problem(cfg.output_dir, "folder")
     if problem:

@@ -220,8 +220,10 @@ def save_merged_lora(run):
 
 
 class StopRequest:
-    """Ctrl-C / SIGTERM: finish the current step, write a checkpoint, exit. A second Ctrl-C stops at once (the last
-    checkpoint is still whole: checkpoints are written atomically)."""
+    """Ctrl-C / SIGTERM: finish the current step, write a checkpoint, exit. train.py asks any_process() again after
+    each save, so a signal that arrives during a checkpoint write stops right after it. A second Ctrl-C stops at
+    once (the last checkpoint is still whole: checkpoints are written atomically). Replaces the start-up handlers of
+    gmts/run/folder.py's exit_on_interrupt."""
 
     def __init__(self):
         self.signum = 0

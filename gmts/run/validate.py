@@ -243,7 +243,8 @@ def _name_problem(full):
         return None
     for part in full.split(os.sep):
         if len(os.fsencode(part)) > name_max:
-            return f"the name {part[:40]}... is {len(os.fsencode(part))} bytes, longer than this file system allows ({name_max})"
+            return (f"the name {part[:40]}... is {len(os.fsencode(part))} bytes, longer than this file system allows "
+                    f"({name_max})")
     if len(os.fsencode(full)) >= path_max:
         return f"the path is {len(os.fsencode(full))} bytes, longer than this system allows ({path_max - 1})"
     return None
