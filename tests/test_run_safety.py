@@ -186,6 +186,13 @@ time.sleep(float(sys.argv[1]))
     assert who(str(tmp_path / "run")) is None
     again = subprocess.run([sys.executable, "-c", child, "0"], capture_output=True, text=True, env=ENV, timeout=120)
     assert again.returncode == 0 and again.stdout.strip() == "owner", again.stderr
+    # One process may claim its own folder again (train.main twice in one process: a run, then its resume).
+    from gmts.run import folder
+    from gmts.run.config import parse_config
+    cfg = parse_config(["--output-dir", str(tmp_path / "mine"), "--device", "cpu"])
+    folder.claim(cfg, 0)
+    folder.claim(cfg, 0)
+    assert who(str(tmp_path / "mine")) is None                        # ... and does not see itself as another owner
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -386,15 +393,24 @@ def test_ctrl_c_during_start_up_is_one_line_and_blocks_nothing(digit_model_dir, 
     assert [m["step"] for m in read_jsonl(out / "metrics.jsonl")] == [1, 2]
 
 
-def test_a_start_that_never_completed_a_step_does_not_block_the_next(digit_model_dir, digit_data, tmp_path):
-    """What a start writes before its first step (the lock, config.json) is replaced by the next start."""
+def test_a_start_that_never_completed_a_step_does_not_block_the_next(digit_model_dir, digit_data, runs, tmp_path):
+    """What a start writes before its first step (the lock, config.json) is replaced by the next start. And a resume
+    into an empty --output-dir branches the run there, leaving the original as it was."""
     out = tmp_path / "run"
     out.mkdir()
     (out / "config.json").write_text('{"from": "a start that failed at step 1"}\n')
     (out / ".lock").write_text("pid 1 on a-host-long-gone\n")
-    result, = run_batch([("train.py", train_args(digit_model_dir, digit_data, out))])
-    assert result["rc"] == 0, result["stderr"][-2000:]
-    assert "replacing" in result["stderr"] and json.loads((out / "config.json").read_text())["seed"] == 3
+    before = snapshot(runs / "done")
+    fresh, branch = run_batch([("train.py", train_args(digit_model_dir, digit_data, out)),
+                               ("train.py", ["--resume", str(runs / "done"), "--steps", "3", "--output-dir",
+                                             str(tmp_path / "branch")])])
+    assert fresh["rc"] == 0, fresh["stderr"][-2000:]
+    assert "replacing" in fresh["stderr"] and json.loads((out / "config.json").read_text())["seed"] == 3
+    assert branch["rc"] == 0, branch["stderr"][-2000:]
+    assert [m["step"] for m in read_jsonl(tmp_path / "branch" / "metrics.jsonl")] == [3]
+    assert same_metrics(read_jsonl(tmp_path / "branch" / "metrics.jsonl"),
+                        read_jsonl(runs / "straight" / "metrics.jsonl")[2:])        # step 3, exactly
+    assert snapshot(runs / "done") == before
 
 
 def test_a_damaged_log_line_is_named_and_kept(runs, tmp_path):

@@ -108,6 +108,8 @@ def _holder(fd):
 def owner(path):
     """'pid N on HOST' of the live process that owns the run folder `path`, or None. A shared flock for an instant
     (it conflicts with the owner's exclusive one), then released: looking writes nothing."""
+    if os.path.realpath(path) in _HELD:                    # this process owns it (train.main called again)
+        return None
     try:
         fd = os.open(os.path.join(path, LOCK), os.O_RDONLY)
     except OSError:
@@ -224,7 +226,10 @@ def check_start(argv, prog="train.py"):
 # ----------------------------------------------------------------------------------------------------------------------
 # The first write: claim.
 
-_HELD = []      # the lock's file descriptor: open, and so the folder owned, until the process ends
+# {real path of a run folder: its lock's file descriptor}: open, and so the folder owned, until the process ends.
+# One process may start several runs in one folder in turn (train.main called twice, e.g. bench/gpu_check.py's run
+# and resume): it already owns the folder and keeps its lock.
+_HELD = {}
 
 
 def claim(cfg, start_step, prog="train.py"):
@@ -234,6 +239,16 @@ def claim(cfg, start_step, prog="train.py"):
     UsageError / SystemExit with one line."""
     from gmts.run import checkpoint as ckpt
     path = cfg.output_dir
+    if os.path.realpath(path) not in _HELD:
+        _lock(path, prog)
+    try:
+        _prepare(cfg, start_step, path, prog, ckpt)
+    except OSError as err:
+        raise SystemExit(f"error: --output-dir {path}: {ckpt._one_line(err)} while preparing the folder") from None
+
+
+def _lock(path, prog):
+    """Take DIR/.lock's exclusive flock for the rest of this process's life and write the owner inside."""
     try:
         os.makedirs(path, exist_ok=True)
         fd = os.open(os.path.join(path, LOCK), os.O_RDWR | os.O_CREAT, 0o644)
@@ -250,16 +265,16 @@ def claim(cfg, start_step, prog="train.py"):
         who = _holder(fd)
         os.close(fd)
         raise _in_use(prog, path, who)
-    _HELD.append(fd)
+    _HELD[os.path.realpath(path)] = fd
     try:
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
-        _prepare(cfg, start_step, path, prog, ckpt)
     except OSError as err:
-        raise SystemExit(f"error: --output-dir {path}: {ckpt._one_line(err)} while preparing the folder") from None
+        raise SystemExit(f"error: --output-dir {path}: cannot write {LOCK} ({err.strerror or err})") from None
 
 
 def _prepare(cfg, start_step, path, prog, ckpt):
+    """Under the lock: what the folder holds now (not what it held when check_start looked), then the changes."""
     existing = run_files(path)
     if not cfg.resume:
         if holds_run(existing) and not cfg.overwrite:       # another start got here first and has finished
