@@ -18,6 +18,8 @@ in gmts/trainer/step.py; setting up, checkpoints and signals in gmts/run/state.p
 import sys
 
 if __name__ == "__main__":
+    from gmts.run.folder import exit_on_interrupt
+    exit_on_interrupt("train.py")      # Ctrl-C during start-up: one line, not a traceback (gmts/run/folder.py)
     # Every flag against gmts/run/validate.py's table before torch loads (~3 s): a bad one is one line, exit 2, at once.
     from gmts.run.config import parse_config
     parse_config(sys.argv[1:])
@@ -41,7 +43,7 @@ from gmts.run.state import Batch, PromptStream, StopRequest, build_run, evaluate
     save_merged_lora  # noqa: F401  (Batch, PromptStream, load_prompts: train.X for notebooks and tests)
 from gmts.trainer.step import (MiniBatch, accumulate_gradients, kl_weight, masked_loss_weights, minibatch_rows,
                        optimizer_step, scoring_pass, select)
-from gmts.run.validate import prepare_training
+from gmts.run.folder import check_start
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -225,7 +227,7 @@ def train_step(run, step):
 
 
 def main(argv=None):
-    cfg, resume_from, state = prepare_training(sys.argv[1:] if argv is None else argv)   # flags checked: one line
+    cfg, resume_from, state = check_start(sys.argv[1:] if argv is None else argv)   # every check: one line
     run, start_step = build_run(cfg, resume_from, state)
     stop, reporter = StopRequest(), report.open(cfg if run.main_process else None)   # --report-to (gmts/run/report.py)
     metrics_path, samples_path = log_paths(cfg)
@@ -265,6 +267,7 @@ def main(argv=None):
         if (cfg.save_every and step % cfg.save_every == 0) or step == cfg.steps or stopping:
             save(run, step)
             last_saved = step
+            stopping = stop.any_process()                       # also a signal during the save: stop right after it
         if stopping:
             bar.close()
             signum = stop.signum or 15                          # another process was signalled: SIGTERM's code

@@ -5,21 +5,32 @@ Atomic: everything is written into a hidden temporary folder next to the target,
 (rename is atomic on POSIX), and only then does `latest` (a small text file, replaced atomically) point at it. A crash
 or Ctrl-C at any moment leaves the previous checkpoint and `latest` intact; a failed write (a full disk) is one line.
 
-Resume (find_resumable) takes the newest checkpoint whose files are whole (every .safetensors ends where its header
-says, trainer_state.pt loads): a damaged one is reported in one line and skipped, never deleted. clean_leftovers
-removes what interrupted writes and prunes leave behind (.tmp-step-*, .old-step-*).
+Verified: the last file written into a checkpoint is manifest.json, every other file's size and SHA-256. A
+checkpoint is trusted only when every file it lists is there with that size and hash (checkpoint_problem), so a
+truncated config.json, generation_config.json, tokenizer file or a flipped byte in the weights is found before
+anything loads. Checkpoints written before manifests existed are checked by structure instead (every .safetensors
+ends where its header says, every .json parses, trainer_state.pt loads) and said so in one line: the text files of
+those (chat_template.jinja, ...) cannot be verified.
+
+Resume (find_resumable) takes the newest checkpoint that is whole: a damaged one is reported in one line and
+skipped, never deleted (gmts/run/folder.py moves it aside as damaged-step-N once it owns the folder).
+clean_leftovers removes what interrupted writes and prunes leave behind (.tmp-step-*, .old-step-*).
 """
 import contextlib
+import errno
+import hashlib
 import json
 import os
 import random
 import shutil
 import sys
+import time
 
 import numpy as np
 import torch
 
 STATE_FILE = "trainer_state.pt"
+MANIFEST = "manifest.json"      # {"files": {relative path: {"bytes": n, "sha256": hex}}}, written last
 
 
 def seed_everything(seed):
@@ -72,10 +83,12 @@ def save_checkpoint(run_dir, step, model, tokenizer, trainer_state, keep=2, stat
     """Write run_dir/checkpoints/step-XXXXXX atomically and point run_dir/checkpoints/latest at it.
     state_dict: the full weights when the model itself holds only shards (FSDP).
 
-    A failed write (a full disk) removes its temporary folder and raises SystemExit with one line; the previous
-    checkpoints and `latest` are untouched. Folders being replaced or pruned are first renamed to .old-step-*
-    (atomic), so a kill mid-delete leaves a leftover that clean_leftovers removes, never a half checkpoint. A
-    damaged checkpoint at the same step (one a resume skipped) is renamed to damaged-step-* and kept."""
+    Order: weights, tokenizer, trainer_state.pt, fsync, then manifest.json (sizes and hashes of all of them, fsynced),
+    then one rename into place. A failed write (a full disk) removes its temporary folder and raises SystemExit with
+    one line naming the last intact checkpoint; the previous checkpoints and `latest` are untouched. A folder being
+    replaced or pruned is first renamed to .old-step-* (atomic), so a kill mid-delete leaves a leftover that
+    clean_leftovers removes, never a half checkpoint. A damaged checkpoint at the same step (one a resume skipped) is
+    renamed to a free damaged-step-* name and kept."""
     root = os.path.join(run_dir, "checkpoints")
     name = f"step-{step:06d}"
     final = os.path.join(root, name)
@@ -87,24 +100,132 @@ def save_checkpoint(run_dir, step, model, tokenizer, trainer_state, keep=2, stat
         # with peft installed); train.py also exports merged weights at the end of a run.
         model.save_pretrained(tmp, safe_serialization=True, state_dict=state_dict)
         tokenizer.save_pretrained(tmp)
-        torch.save(trainer_state, os.path.join(tmp, STATE_FILE))
+        write_state(trainer_state, os.path.join(tmp, STATE_FILE))
         _fsync_tree(tmp)
+        write_manifest(tmp)
+        trash = None
         if os.path.exists(final):                    # re-saving the same step (e.g. after a resume): replace it
-            if checkpoint_problem(final):            # ... but a damaged one is kept aside, never deleted
-                os.rename(final, _free_name(os.path.join(root, f"damaged-{name}")))
+            if checkpoint_problem(final, report=lambda _: None):   # ... but a damaged one is kept aside, never deleted
+                os.rename(final, free_name(os.path.join(root, f"damaged-{name}")))
             else:
-                _discard(root, name)
+                trash = os.path.join(root, f".old-{name}")
+                shutil.rmtree(trash, ignore_errors=True)
+                os.rename(final, trash)
         os.rename(tmp, final)
         write_text_atomic(os.path.join(root, "latest"), name + "\n")
-    except (OSError, RuntimeError) as err:          # torch.save reports a full disk as RuntimeError
+        if trash:
+            shutil.rmtree(trash, ignore_errors=True)
+    except Exception as err:     # OSError; safetensors' SafetensorError and torch.save's RuntimeError on a full disk
         shutil.rmtree(tmp, ignore_errors=True)
         kept = list_checkpoints(run_dir)
-        raise SystemExit(f"error: writing checkpoint {final} failed ({_one_line(err)}); "
-                         + (f"the last checkpoint {os.path.join(root, kept[-1])} is intact" if kept
-                            else "no earlier checkpoint")) from None
+        last = (f"{kept[-1]} is intact ({os.path.join(root, kept[-1])})" if kept else "no earlier checkpoint")
+        if disk_full(err):
+            raise SystemExit(f"error: No space left on device while writing checkpoint {final}; {last}; resume "
+                             f"with --resume {run_dir} once there is room") from None
+        raise SystemExit(f"error: writing checkpoint {final} failed ({type(err).__name__}: {_one_line(err)}); "
+                         f"{last}") from None
     for old in list_checkpoints(run_dir)[:-keep]:
         _discard(root, old)
     return final
+
+
+class _RecordingWriter:
+    """A file object for torch.save that remembers the OSError of a failed write: torch.save itself reports a full
+    disk as RuntimeError("unexpected pos ..."), which does not say why."""
+
+    def __init__(self, fh):
+        self.fh, self.error = fh, None
+
+    def write(self, data):
+        try:
+            return self.fh.write(data)
+        except OSError as err:
+            self.error = self.error or err
+            raise
+
+    def flush(self):
+        try:
+            return self.fh.flush()
+        except OSError as err:
+            self.error = self.error or err
+            raise
+
+
+def write_state(trainer_state, path):
+    """torch.save(trainer_state, path), raising the OSError (e.g. ENOSPC) itself when the disk refused a write."""
+    with open(path, "wb") as fh:
+        writer = _RecordingWriter(fh)
+        try:
+            torch.save(trainer_state, writer)
+        except RuntimeError:
+            if writer.error is not None:
+                raise writer.error from None
+            raise
+
+
+FULL_DISK = (errno.ENOSPC, errno.EDQUOT)
+
+
+def disk_full(err):
+    """Whether `err` (or what caused it) is a full disk or quota: an OSError's errno, or the text safetensors'
+    Rust writer gives it ("No space left on device (os error 28)")."""
+    while err is not None:
+        if isinstance(err, OSError) and err.errno in FULL_DISK:
+            return True
+        if any(f"os error {n})" in str(err) for n in FULL_DISK) or os.strerror(errno.ENOSPC) in str(err):
+            return True
+        err = err.__cause__ or err.__context__
+    return False
+
+
+def _sha256(path):
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _files(folder):
+    out = []
+    for root, _, names in os.walk(folder):
+        for n in names:
+            rel = os.path.relpath(os.path.join(root, n), folder)
+            if rel not in (MANIFEST, MANIFEST + ".tmp"):
+                out.append(rel)
+    return sorted(out)
+
+
+def write_manifest(folder):
+    """manifest.json: every file of `folder` with its size and SHA-256, written atomically and last."""
+    files = {rel: {"bytes": os.path.getsize(os.path.join(folder, rel)), "sha256": _sha256(os.path.join(folder, rel))}
+             for rel in _files(folder)}
+    write_text_atomic(os.path.join(folder, MANIFEST), json.dumps({"files": files}, indent=1) + "\n")
+
+
+def manifest_problem(folder):
+    """Why `folder` does not match its manifest.json (a file missing, of another size or hash), or None. Sizes
+    first (cheap: a truncation is found without reading), then hashes."""
+    try:
+        with open(os.path.join(folder, MANIFEST)) as fh:
+            files = json.load(fh)["files"]
+        listed = {rel: (int(v["bytes"]), str(v["sha256"])) for rel, v in files.items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return f"{MANIFEST} is damaged"
+    if STATE_FILE not in listed:
+        return f"{MANIFEST} does not list {STATE_FILE}"
+    for rel, (size, _) in sorted(listed.items()):
+        path = os.path.join(folder, rel)
+        if not os.path.isfile(path):
+            return f"{rel} is missing"
+        if os.path.getsize(path) == 0 and size:
+            return f"{rel} is empty"
+        if os.path.getsize(path) != size:
+            return f"{rel} is truncated or changed ({os.path.getsize(path)} bytes, the manifest says {size})"
+    for rel, (_, digest) in sorted(listed.items()):
+        if _sha256(os.path.join(folder, rel)) != digest:
+            return f"{rel} is damaged (its SHA-256 differs from the manifest's)"
+    return None
 
 
 def _one_line(err):
@@ -112,7 +233,8 @@ def _one_line(err):
         f": {err.filename}" if getattr(err, "filename", None) else "")
 
 
-def _free_name(path):
+def free_name(path):
+    """`path`, or path.1, path.2 ... : the first that does not exist (a damaged checkpoint never replaces another)."""
     candidate, n = path, 1
     while os.path.exists(candidate):
         candidate, n = f"{path}.{n}", n + 1
@@ -175,12 +297,31 @@ def safetensors_problem(path):
     return None
 
 
-def checkpoint_problem(folder):
-    """Why `folder` cannot be resumed from (missing or damaged files), or None; reads headers only."""
+def checkpoint_problem(folder, report=print):
+    """Why `folder` cannot be trusted (missing or damaged files), or None. With a manifest.json: every file it lists,
+    by size and SHA-256. Without one (an older gmts): by structure, and `report` says so in one line."""
     if not os.path.isfile(os.path.join(folder, STATE_FILE)):
         return f"no {STATE_FILE}"
+    if os.path.isfile(os.path.join(folder, MANIFEST)):
+        return manifest_problem(folder)
+    problem = structure_problem(folder)
+    if problem is None:
+        report(f"{folder} has no {MANIFEST} (written by an older gmts): checked by structure only (safetensors "
+               f"sizes, JSON files parse, {STATE_FILE} loads); its text files cannot be verified")
+    return problem
+
+
+def structure_problem(folder):
+    """The checks a checkpoint without a manifest allows, reading headers only: trainer_state.pt not empty, every
+    .json parses, every .safetensors ends where its header says, every shard the index names is there."""
     if os.path.getsize(os.path.join(folder, STATE_FILE)) == 0:
         return f"{STATE_FILE} is empty"
+    for name in sorted(f for f in os.listdir(folder) if f.endswith(".json")):
+        try:
+            with open(os.path.join(folder, name), encoding="utf-8") as fh:
+                json.load(fh)
+        except (OSError, ValueError):
+            return f"{name} is damaged (not valid JSON: truncated?)"
     weights = sorted(f for f in os.listdir(folder) if f.endswith(".safetensors"))
     index = os.path.join(folder, "model.safetensors.index.json")
     if os.path.isfile(index):
@@ -217,7 +358,7 @@ def find_resumable(path, report=print):
                                   f"{os.path.join(root, 'step-*')})")
     skipped = []
     for folder in candidates:
-        problem = checkpoint_problem(folder)
+        problem = checkpoint_problem(folder, report=report)
         if problem is None:
             try:
                 return folder, load_trainer_state(folder)
@@ -228,6 +369,28 @@ def find_resumable(path, report=print):
         report(f"skipping damaged checkpoint {folder}: {problem}")
         skipped.append(os.path.basename(folder))
     raise CheckpointError(f"no checkpoint there loads ({', '.join(skipped)} are damaged)")
+
+
+def newer_checkpoints(run_dir, step):
+    """The step-* folders of run_dir after `step` (those a resume from `step` skipped), oldest first."""
+    return [d for d in list_checkpoints(run_dir) if int(d.split("-")[1]) > step] + [
+        d for d in _step_folders_without_state(run_dir) if int(d.split("-")[1]) > step]
+
+
+def _step_folders_without_state(run_dir):
+    root = os.path.join(run_dir, "checkpoints")
+    if not os.path.isdir(root):
+        return []
+    return sorted(d for d in os.listdir(root) if d.startswith("step-") and d[5:].isdigit()
+                  and os.path.isdir(os.path.join(root, d)) and not os.path.isfile(os.path.join(root, d, STATE_FILE)))
+
+
+def move_aside(run_dir, name):
+    """checkpoints/step-N -> checkpoints/damaged-step-N (or .1, .2 ... when taken): kept, never resumed or pruned."""
+    root = os.path.join(run_dir, "checkpoints")
+    target = free_name(os.path.join(root, f"damaged-{name}"))
+    os.rename(os.path.join(root, name), target)
+    return target
 
 
 def clean_leftovers(run_dir):
@@ -250,35 +413,57 @@ def clean_leftovers(run_dir):
 
 
 def remove_run(run_dir):
-    """--overwrite: delete the run files of run_dir (logs, config, checkpoints), nothing else in it."""
+    """--overwrite: delete the run files of run_dir (logs, config, checkpoints, and the --report-to folders, whose
+    event files would otherwise mix two runs in one plot), nothing else in it."""
     for name in ("metrics.jsonl", "samples.jsonl", "config.json"):
         with contextlib.suppress(FileNotFoundError):
             os.remove(os.path.join(run_dir, name))
-    shutil.rmtree(os.path.join(run_dir, "checkpoints"), ignore_errors=True)
+    for name in ("checkpoints", "tensorboard", "wandb"):
+        shutil.rmtree(os.path.join(run_dir, name), ignore_errors=True)
 
 
-def truncate_jsonl(path, last_step):
+def _stderr(message):
+    print(message, file=sys.stderr, flush=True)
+
+
+def truncate_jsonl(path, last_step, note=_stderr):
     """Drop lines logged after `last_step` (a crash after logging but before checkpointing), so a resumed run's
-    metrics.jsonl reads exactly like an uninterrupted one. A torn line (a write cut short by a crash or a full disk)
-    is dropped too, and reported."""
+    metrics.jsonl reads exactly like an uninterrupted one.
+
+    A torn LAST line (a write cut short by a crash or a full disk) is dropped and reported. A line that is not JSON
+    anywhere else is not a torn write: the file as it was is first copied to PATH.bad-<time> (kept), then that line
+    is dropped from the log and reported by its number. Nothing is ever deleted unseen."""
     if not os.path.exists(path):
         return
-    kept, torn = [], 0
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        for line in fh:
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except ValueError:
-                torn += 1
-                continue
-            if not line.endswith("\n"):
-                line += "\n"
-            if not isinstance(row, dict) or row.get("step", 0) <= last_step:
-                kept.append(line)
+    with open(path, "rb") as fh:
+        raw = fh.read()
+    lines = raw.decode("utf-8", errors="replace").splitlines(keepends=True)
+    numbered = [(i + 1, line) for i, line in enumerate(lines) if line.strip()]
+    kept, torn, bad = [], [], []
+    for n, (lineno, line) in enumerate(numbered):
+        try:
+            row = json.loads(line)
+        except ValueError:
+            (torn if n == len(numbered) - 1 else bad).append(lineno)
+            continue
+        if not line.endswith("\n"):
+            line += "\n"
+        if not isinstance(row, dict) or row.get("step", 0) <= last_step:
+            kept.append(line)
+    if bad:
+        copy = free_name(f"{path}.bad-{time.strftime('%Y%m%dT%H%M%S')}")
+        try:
+            with open(copy, "wb") as fh:
+                fh.write(raw)
+                fh.flush()
+                os.fsync(fh.fileno())
+        except OSError as err:
+            raise SystemExit(f"error: {path}:{bad[0]} is not JSON, and keeping a copy as {copy} failed "
+                             f"({_one_line(err)}); {path} is unchanged") from None
+        note(f"gmts: {path}:{', '.join(map(str, bad))}: not JSON (a damaged line, not a torn last write); the file as "
+             f"it was is kept in {copy}, and the line is left out of {os.path.basename(path)}")
     if torn:
-        print(f"gmts: {path}: dropped {torn} torn line(s) left by an interrupted write", file=sys.stderr)
+        note(f"gmts: {path}:{torn[0]}: dropped a torn line (the last one, left by an interrupted write)")
     try:
         write_text_atomic(path, "".join(kept))
     except OSError as err:

@@ -8,7 +8,8 @@ import dataclasses
 import json
 from dataclasses import dataclass, field, fields
 
-REPORT_TO = ("none", "tensorboard", "wandb")
+# One direction only: validate.py holds the rule table and imports nothing of gmts/run (no import cycle).
+from gmts.run.validate import REPORT_TO, TRAIN_RULES, check  # noqa: F401  (REPORT_TO: config.REPORT_TO for readers)
 
 
 @dataclass
@@ -106,7 +107,7 @@ PRESETS = {
                      system_prompt="Answer with just the number. For example, for 'What is 12 + 5?' you reply: 17",
                      prompts_per_step=4, group_size=8, micro_batch_size=16, max_new_tokens=48, temperature=0.5,
                      algo="grpo", beta=0.0, lr=1e-5, steps=20, ratio=0.2, gradient_checkpointing=False,
-                     save_every=0, keep_checkpoints=1, output_dir="runs/cpu-demo", overwrite=True,
+                     save_every=0, keep_checkpoints=1, output_dir="runs/cpu-demo",
                      eval_data="arithmetic:test",
                      eval_every=20, eval_before=True, eval_limit=100, eval_samples=2, eval_temperature=0.5),
     # The public reproduction's setting: Qwen2.5-1.5B-Instruct on GSM8K, 8 answers per prompt, 256 new tokens,
@@ -232,7 +233,6 @@ def parse_config(argv=None):
 def resolve(cfg):
     """Fill the defaults that depend on other flags, then check every value against gmts/run/validate.py's table
     (raises ValueError naming the flag and the value)."""
-    from gmts.run.validate import TRAIN_RULES, check
     if isinstance(cfg.eps_high, (int, float)) and cfg.eps_high < 0:
         cfg.eps_high = 0.28 if cfg.algo == "dapo" else 0.2
     if cfg.mini_batch_size == 0:

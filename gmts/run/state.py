@@ -14,6 +14,7 @@ import torch
 import data
 import rewards
 from gmts.run import checkpoint as ckpt
+from gmts.run import folder
 from gmts.trainer import distributed
 from gmts.run.config import to_dict
 from gmts.trainer.optim import build_optimizer
@@ -185,12 +186,15 @@ def log_paths(cfg):
 
 
 def open_output_dir(run, start_step):
-    """A fresh run found no run here (or --overwrite removed it: gmts/run/validate.py). A resumed one drops the lines
-    logged after its checkpoint (a crash between the two) and any torn line. Then the resolved config."""
-    os.makedirs(run.cfg.output_dir, exist_ok=True)
-    for path in log_paths(run.cfg) if start_step else ():
-        ckpt.truncate_jsonl(path, start_step)
-    ckpt.write_text_atomic(os.path.join(run.cfg.output_dir, "config.json"), json.dumps(to_dict(run.cfg), indent=2) + "\n")
+    """The first write into --output-dir: claim it (its owner's lock, then under the lock: --overwrite's deletion,
+    leftovers removed, damaged checkpoints moved aside, the logs cut back to the checkpoint; gmts/run/folder.py),
+    then the resolved config. Main process only."""
+    folder.claim(run.cfg, start_step)
+    try:
+        ckpt.write_text_atomic(os.path.join(run.cfg.output_dir, "config.json"),
+                               json.dumps(to_dict(run.cfg), indent=2) + "\n")
+    except OSError as err:
+        raise SystemExit(f"error: could not write {run.cfg.output_dir}/config.json ({err.strerror or err})") from None
 
 
 def save(run, step):
@@ -216,8 +220,10 @@ def save_merged_lora(run):
 
 
 class StopRequest:
-    """Ctrl-C / SIGTERM: finish the current step, write a checkpoint, exit. A second Ctrl-C stops at once (the last
-    checkpoint is still whole: checkpoints are written atomically)."""
+    """Ctrl-C / SIGTERM: finish the current step, write a checkpoint, exit. train.py asks any_process() again after
+    each save, so a signal that arrives during a checkpoint write stops right after it. A second Ctrl-C stops at
+    once (the last checkpoint is still whole: checkpoints are written atomically). Replaces the start-up handlers of
+    gmts/run/folder.py's exit_on_interrupt."""
 
     def __init__(self):
         self.signum = 0

@@ -1,8 +1,10 @@
 """Every flag checked before any work starts: one table of rules per command line, one line per problem.
 
     check(cfg, TRAIN_RULES)            -> raises ValueError naming the first bad flag and its value
-    prepare_training(argv)             -> (cfg, checkpoint folder or None, trainer state or None) for train.py
     check_eval_args(args)              -> eval.py's flags, its output path and the model's context, up front
+
+train.py's run folder and resume (what a folder holds, who owns it) are gmts/run/folder.py's, which uses these.
+This module imports nothing of gmts/run (gmts/run/config.py imports its table), so there is no import cycle.
 
 A rule is (flag, predicate, message): the predicate gets the flag's value and the whole config (rules that relate
 two flags read both); the message is a format string with {v} (the value), {c} (the config) and, when the predicate
@@ -12,6 +14,7 @@ length, the checkpoint to resume) come after the table and are just as cheap: no
 
 A usage error is `UsageError`: its one line goes to stderr and the process exits with status 2.
 """
+import importlib.util
 import json
 import math
 import os
@@ -19,9 +22,10 @@ import sys
 import tempfile
 from typing import Callable, NamedTuple
 
-from gmts.run.config import REPORT_TO
 from gmts.method.options import KL_COVERAGE, LOSS_NORMS, SCOPES, SELECTORS, STD_MODES, check_loss_config, check_ratio
 
+REPORT_TO = ("none", "tensorboard", "wandb")
+REPORT_PACKAGE = {"tensorboard": "tensorboard", "wandb": "wandb"}     # the optional install each backend needs
 SEED_MAX = 2**32 - 1            # numpy's seed range, the narrowest of the generators a seed reaches
 DTYPE_NAMES = ("auto", "float32", "bfloat16", "float16")
 
@@ -184,6 +188,9 @@ TRAIN_RULES = [
     _need("eval_samples", 1),
     _finite_at_least("eval_temperature", 0, " (0 = greedy)"),
     Rule("report_to", lambda v, c: v in REPORT_TO, f"--report-to must be one of {', '.join(REPORT_TO)}, got {{v!r}}"),
+    # Looked up, not imported (no cost): a missing backend fails here, before anything is written.
+    Rule("report_to", lambda v, c: v not in REPORT_PACKAGE or importlib.util.find_spec(REPORT_PACKAGE[v]) is not None,
+         "--report-to {v} needs the optional package {v}, which is not installed: pip install {v}"),
 ]
 
 
@@ -207,6 +214,9 @@ def output_path_problem(path, kind):
     """Why `path` (kind "folder" or "file") could not be created or written, or None. Tries a real write in the
     nearest existing folder, so read-only file systems are caught as well as permissions."""
     full = os.path.abspath(os.path.expanduser(path))
+    problem = _name_problem(full)
+    if problem:
+        return problem
     if kind == "folder" and os.path.exists(full) and not os.path.isdir(full):
         return "is a file, not a folder"
     if kind == "file" and os.path.isdir(full):
@@ -224,6 +234,24 @@ def output_path_problem(path, kind):
         return f"{probe} is not writable ({err.strerror or err})"
     if kind == "file" and os.path.exists(full) and not os.access(full, os.W_OK):
         return "is not writable"
+    return None
+
+
+def _name_problem(full):
+    """A name the file system cannot hold: a component longer than its NAME_MAX, or the whole over PATH_MAX."""
+    probe = full
+    while not os.path.exists(probe):
+        probe = os.path.dirname(probe)
+    try:
+        name_max, path_max = os.pathconf(probe, "PC_NAME_MAX"), os.pathconf(probe, "PC_PATH_MAX")
+    except (OSError, ValueError):
+        return None
+    for part in full.split(os.sep):
+        if len(os.fsencode(part)) > name_max:
+            return (f"the name {part[:40]}... is {len(os.fsencode(part))} bytes, longer than this file system allows "
+                    f"({name_max})")
+    if len(os.fsencode(full)) >= path_max:
+        return f"the path is {len(os.fsencode(full))} bytes, longer than this system allows ({path_max - 1})"
     return None
 
 
@@ -260,84 +288,6 @@ def context_problem(max_new_tokens, name_or_path):
         return (f"--max-new-tokens {max_new_tokens} does not fit the model's context ({found[1]} = {found[0]} in "
                 f"{found[2]}), which also holds the prompt")
     return None
-
-
-# ----------------------------------------------------------------------------------------------------------------------
-# train.py: flags, resume, output folder.
-
-# Flags a resumed run may change: how the batch is computed, how long the run goes, what is logged and kept. Every
-# other flag defines the experiment (model, data and its order, the method, the optimiser): changing one mid-run
-# would make one run out of two experiments, so resume refuses it.
-RESUMABLE = {"steps", "micro_batch_size", "rollout_batch_size", "chunk_size", "gradient_checkpointing", "device",
-             "dtype", "save_every", "keep_checkpoints", "log_samples", "eval_every", "eval_data", "eval_limit",
-             "eval_samples", "eval_temperature", "max_bad_steps", "output_dir", "resume", "overwrite", "report_to"}
-
-# The files that make a folder a run: a fresh run must not mix its files with these.
-RUN_FILES = ("metrics.jsonl", "samples.jsonl", "config.json", "checkpoints")
-
-
-def _main_process():
-    return os.environ.get("RANK", "0") == "0"
-
-
-def _note(message):
-    if _main_process():
-        print(f"gmts: {message}", file=sys.stderr, flush=True)
-
-
-def prepare_training(argv, prog="train.py"):
-    """The config train.py runs with, checked whole before anything loads: the flag table (via parse_config),
-    then the checkpoint to resume (the newest that loads), the flags a resume may not change, the output folder
-    (creatable, writable, not another run's unless --overwrite) and --max-new-tokens against the model's context.
-    Returns (cfg, checkpoint folder or None, trainer state or None); any problem is a UsageError (one line, exit 2)."""
-    from gmts.run import checkpoint as ckpt
-    from gmts.run.config import Config, build_parser, parse_config, resolve
-    cfg = parse_config(argv)
-    resume_from, state = None, None
-    if cfg.resume:
-        explicit = set(vars(build_parser().parse_args(argv)))
-        try:
-            resume_from, state = ckpt.find_resumable(cfg.resume, report=_note)
-        except ckpt.CheckpointError as err:
-            raise UsageError(prog, f"--resume {cfg.resume}: {err}") from None
-        saved = dict(state["config"])
-        for name in sorted(explicit - RESUMABLE):
-            if name in saved and saved[name] != getattr(cfg, name):
-                raise UsageError(prog, f"--{name.replace('_', '-')} {getattr(cfg, name)!r}: the run in {cfg.resume} "
-                                       f"used {saved[name]!r}, and --{name.replace('_', '-')} cannot change on resume "
-                                       "(it defines the experiment); start a new run in a new --output-dir instead")
-        saved.update({k: getattr(cfg, k) for k in explicit})        # e.g. --steps to run longer
-        if "output_dir" not in explicit:
-            saved["output_dir"] = os.path.dirname(os.path.dirname(os.path.abspath(resume_from)))
-        saved["resume"] = cfg.resume
-        known = {f for f in Config.__dataclass_fields__}
-        try:
-            cfg = resolve(Config(**{k: v for k, v in saved.items() if k in known}))
-        except ValueError as err:
-            raise UsageError(prog, err) from None
-        if cfg.steps <= state["step"]:
-            raise UsageError(prog, f"--steps {cfg.steps}: {resume_from} is already at step {state['step']}; pass "
-                                   f"--steps > {state['step']} to train further")
-    problem = output_path_problem(cfg.output_dir, "folder")
-    if problem:
-        raise UsageError(prog, f"--output-dir {cfg.output_dir}: {problem}")
-    existing = [f for f in RUN_FILES if os.path.exists(os.path.join(cfg.output_dir, f))]
-    if existing and not cfg.resume and not cfg.overwrite:
-        raise UsageError(prog, f"--output-dir {cfg.output_dir} already holds a run ({', '.join(existing)}); continue "
-                               f"it with --resume {cfg.output_dir}, choose a new folder, or pass --overwrite to "
-                               "replace it")
-    model_source = resume_from if resume_from and not cfg.lora_rank else cfg.model
-    problem = context_problem(cfg.max_new_tokens, model_source)
-    if problem:
-        raise UsageError(prog, problem)
-    if _main_process():
-        if existing and cfg.overwrite and not cfg.resume:
-            ckpt.remove_run(cfg.output_dir)
-            _note(f"--overwrite: removed the previous run's {', '.join(existing)} from {cfg.output_dir}")
-        removed = ckpt.clean_leftovers(cfg.output_dir)
-        if removed:
-            _note(f"removed leftovers of an interrupted checkpoint write or prune: {', '.join(removed)}")
-    return cfg, resume_from, state
 
 
 # ----------------------------------------------------------------------------------------------------------------------

@@ -1,0 +1,317 @@
+"""The run folder: one owner, one run, nothing lost or mixed.
+
+    exit_on_interrupt("train.py")                  # Ctrl-C / SIGTERM during start-up: one line, not a traceback
+    cfg, resume_from, state = check_start(argv)    # every check, before anything loads or is written
+    claim(cfg, start_step)                         # the first write into --output-dir (gmts/run/state.py)
+
+check_start reads and never writes: the flag table (gmts/run/validate.py, via parse_config), the checkpoint to
+resume (the newest intact one: gmts/run/checkpoint.py), the flags a resume may not change, and the output folder:
+creatable and writable, not owned by a live process, holding no run unless the command continues that very run or
+passes --overwrite. Then train.py loads data and model, and only then does claim() write anything.
+
+Ownership. claim() takes an exclusive flock on DIR/.lock (its pid and host written inside) and keeps it until the
+process ends. The kernel releases a flock when its process dies, however it dies (kill -9 included), so a crash never
+leaves a stale lock; the .lock file itself stays and means nothing without a live holder. Every check on what the
+folder holds is made again under the lock, so that of two processes started into one empty folder exactly one
+proceeds and the other ends in one line naming the first's pid. Under torchrun only rank 0 claims (build_run calls
+claim on the main process only). Deleting a run (--overwrite), cleaning leftovers of interrupted writes, moving a
+damaged checkpoint aside and cutting the logs back to the checkpoint all happen under the lock, never before.
+
+What counts as a run: metrics.jsonl, samples.jsonl or checkpoints/. A lone config.json is the trace of a start that
+stopped before its first step (an out-of-memory step 1, Ctrl-C, a bad --report-to backend): the next start replaces
+it, so the corrected command is never refused for it.
+"""
+import fcntl
+import os
+import signal
+import socket
+import sys
+import time
+
+from gmts.run.validate import UsageError, context_problem, output_path_problem
+
+LOCK = ".lock"
+
+# Flags a resumed run may change: how the batch is computed, how long the run goes, what is logged and kept. Every
+# other flag defines the experiment (model, data and its order, the method, the optimiser): changing one mid-run
+# would make one run out of two experiments, so resume refuses it.
+RESUMABLE = {"steps", "micro_batch_size", "rollout_batch_size", "chunk_size", "gradient_checkpointing", "device",
+             "dtype", "save_every", "keep_checkpoints", "log_samples", "eval_every", "eval_data", "eval_limit",
+             "eval_samples", "eval_temperature", "max_bad_steps", "output_dir", "resume", "overwrite", "report_to"}
+
+# The files of a run in its folder; a fresh run must not mix its files with these.
+RUN_FILES = ("metrics.jsonl", "samples.jsonl", "config.json", "checkpoints")
+
+# Flags that may name a local file or folder (or else a hub id / built-in source). A fresh run stores them as
+# absolute paths, so a resume from another working directory reads the same files, and a resume compares them
+# resolved: --data ./d.jsonl and --data d.jsonl are one file.
+PATH_FLAGS = ("model", "tokenizer", "data")
+
+
+def _main_process():
+    return os.environ.get("RANK", "0") == "0"
+
+
+def _note(message):
+    if _main_process():
+        print(f"gmts: {message}", file=sys.stderr, flush=True)
+
+
+def exit_on_interrupt(prog):
+    """Until training starts (gmts/run/state.py's StopRequest takes the signals over), SIGINT or SIGTERM ends the
+    process with one line and status 128 + signal, instead of a KeyboardInterrupt traceback through whatever was
+    importing or loading. Nothing is lost: nothing was trained, and what a start writes before step 1 (the lock,
+    config.json) never blocks the same command run again."""
+    def stop(signum, _frame):
+        signal.signal(signum, signal.SIG_DFL)                  # a second signal: the default, at once
+        print(f"{prog}: interrupted ({signal.Signals(signum).name}) during start-up, before training began; "
+              "nothing was trained, and the same command starts again", file=sys.stderr, flush=True)
+        raise SystemExit(128 + signum)
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, stop)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# What a folder holds, and who owns it.
+
+def run_files(path):
+    return [f for f in RUN_FILES if os.path.exists(os.path.join(path, f))]
+
+
+def holds_run(files):
+    """Whether these RUN_FILES make a run (a lone config.json is a start that never completed a step)."""
+    return bool(files) and files != ["config.json"]
+
+
+def same_folder(a, b):
+    return bool(a and b) and os.path.realpath(os.path.expanduser(a)) == os.path.realpath(os.path.expanduser(b))
+
+
+def run_of(checkpoint):
+    """The run folder a checkpoint folder belongs to (RUN/checkpoints/step-N -> RUN), or None outside a run."""
+    parent = os.path.dirname(os.path.abspath(checkpoint))
+    return os.path.dirname(parent) if os.path.basename(parent) == "checkpoints" else None
+
+
+def resumed_run(resume):
+    """The run folder `--resume X` continues: X itself (a run folder), or the run its checkpoint folder lies in."""
+    from gmts.run.checkpoint import STATE_FILE
+    return run_of(resume) if os.path.isfile(os.path.join(resume, STATE_FILE)) else resume
+
+
+def _holder(fd):
+    os.lseek(fd, 0, os.SEEK_SET)
+    text = os.read(fd, 200).decode("utf-8", "replace").strip()
+    return text or "a process that has not written its pid yet"
+
+
+def owner(path):
+    """'pid N on HOST' of the live process that owns the run folder `path`, or None. A shared flock for an instant
+    (it conflicts with the owner's exclusive one), then released: looking writes nothing."""
+    if os.path.realpath(path) in _HELD:                    # this process owns it (train.main called again)
+        return None
+    try:
+        fd = os.open(os.path.join(path, LOCK), os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return _holder(fd)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
+def _in_use(prog, path, who):
+    return UsageError(prog, f"--output-dir {path} is in use by another train.py ({who}); a run folder has one owner: "
+                            "wait for it to finish or stop it, then --resume, or choose another --output-dir")
+
+
+def _local_path(name, value):
+    """Whether the flag's value names what its loader would read from the disk: a folder for --model / --tokenizer
+    (transformers prefers a local folder to a hub id), a file with a suffix or a folder in its name for --data (the
+    built-in names, gsm8k, math ..., win over a file of that name in data/)."""
+    if not isinstance(value, str) or not value:
+        return False
+    full = os.path.expanduser(value)
+    if name == "data":
+        return os.path.isfile(full) and (os.sep in value or "." in os.path.basename(value))
+    return os.path.isdir(full)
+
+
+def _resolved(value):
+    full = os.path.expanduser(value) if isinstance(value, str) and value else value
+    return os.path.realpath(full) if full and os.path.exists(full) else value
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Before anything loads: check_start.
+
+def check_start(argv, prog="train.py"):
+    """The config train.py runs with, checked whole before anything loads or is written. Returns (cfg, checkpoint
+    folder or None, trainer state or None); any problem is a UsageError (one line, exit 2)."""
+    from gmts.run import checkpoint as ckpt
+    from gmts.run.config import Config, build_parser, parse_config, resolve
+    cfg = parse_config(argv)
+    explicit = set(vars(build_parser().parse_args(argv)))
+    resume_from, state = None, None
+    if cfg.resume and "output_dir" not in explicit:      # continuing in place: is the run's owner still at work?
+        who = resumed_run(cfg.resume) and owner(resumed_run(cfg.resume))
+        if who:
+            raise _in_use(prog, resumed_run(cfg.resume), who)
+    if cfg.resume:
+        if "overwrite" in explicit and cfg.overwrite:
+            raise UsageError(prog, "--overwrite deletes the run in --output-dir and --resume continues one: pass "
+                                   "one of them")
+        try:
+            resume_from, state = ckpt.find_resumable(cfg.resume, report=_note)
+        except ckpt.CheckpointError as err:
+            raise UsageError(prog, f"--resume {cfg.resume}: {err}") from None
+        saved = dict(state["config"])
+        for name in sorted(explicit - RESUMABLE):
+            value = getattr(cfg, name)
+            if name in saved and saved[name] != value and not (name in PATH_FLAGS and _local_path(name, value)
+                                                               and _resolved(saved[name]) == _resolved(value)):
+                raise UsageError(prog, f"--{name.replace('_', '-')} {value!r}: the run in {cfg.resume} used "
+                                       f"{saved[name]!r}, and --{name.replace('_', '-')} cannot change on resume (it "
+                                       "defines the experiment); start a new run in a new --output-dir instead")
+        # The saved value of a path flag stays (absolute since this version): the explicit one named the same file.
+        saved.update({k: getattr(cfg, k) for k in explicit if k in RESUMABLE or k not in saved})
+        saved["overwrite"] = False              # an older gmts saved the cpu-demo preset's overwrite=True: never here
+        saved["resume"] = cfg.resume
+        if "output_dir" not in explicit:
+            if run_of(resume_from) is None:
+                raise UsageError(prog, f"--resume {cfg.resume}: this checkpoint is not inside a run folder "
+                                       "(RUN/checkpoints/step-N), so there is no run to continue in place; pass "
+                                       "--output-dir for the continued run")
+            saved["output_dir"] = run_of(resume_from)
+        known = set(Config.__dataclass_fields__)
+        try:
+            cfg = resolve(Config(**{k: v for k, v in saved.items() if k in known}))
+        except ValueError as err:
+            raise UsageError(prog, err) from None
+        if cfg.steps <= state["step"]:
+            raise UsageError(prog, f"--steps {cfg.steps}: {resume_from} is already at step {state['step']}; pass "
+                                   f"--steps > {state['step']} to train further")
+    else:
+        for name in PATH_FLAGS:                 # local paths as absolute ones: a resume from anywhere reads them
+            value = getattr(cfg, name)
+            if _local_path(name, value):
+                setattr(cfg, name, os.path.abspath(os.path.expanduser(value)))
+    problem = output_path_problem(cfg.output_dir, "folder")
+    if problem:
+        raise UsageError(prog, f"--output-dir {cfg.output_dir}: {problem}")
+    who = owner(cfg.output_dir)
+    if who:
+        raise _in_use(prog, cfg.output_dir, who)
+    existing = run_files(cfg.output_dir)
+    if holds_run(existing) and not cfg.resume and not cfg.overwrite:
+        raise UsageError(prog, f"--output-dir {cfg.output_dir} already holds a run ({', '.join(existing)}); continue "
+                               f"it with --resume {cfg.output_dir}, choose a new folder, or pass --overwrite to "
+                               "replace it")
+    if holds_run(existing) and cfg.resume and not same_folder(cfg.output_dir, resumed_run(cfg.resume)):
+        raise UsageError(prog, f"--output-dir {cfg.output_dir} holds another run ({', '.join(existing)}), and "
+                               f"--resume {cfg.resume} would mix the two; leave out --output-dir to continue in "
+                               "place, or choose an empty folder to branch the run there")
+    model_source = resume_from if resume_from and not cfg.lora_rank else cfg.model
+    problem = context_problem(cfg.max_new_tokens, model_source)
+    if problem:
+        raise UsageError(prog, problem)
+    return cfg, resume_from, state
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# The first write: claim.
+
+# {real path of a run folder: its lock's file descriptor}: open, and so the folder owned, until the process ends.
+# One process may start several runs in one folder in turn (train.main called twice, e.g. bench/gpu_check.py's run
+# and resume): it already owns the folder and keeps its lock.
+_HELD = {}
+
+
+def claim(cfg, start_step, prog="train.py"):
+    """Own cfg.output_dir, then make it ready under the lock: the checks of check_start again (the folder may have
+    changed while the model loaded), --overwrite's deletion, leftovers of interrupted writes removed, damaged
+    checkpoints a resume skipped moved aside as damaged-step-N, the logs cut back to the checkpoint's step. Raises
+    UsageError / SystemExit with one line."""
+    from gmts.run import checkpoint as ckpt
+    path = cfg.output_dir
+    if os.path.realpath(path) not in _HELD:
+        _lock(path, prog)
+    try:
+        _prepare(cfg, start_step, path, prog, ckpt)
+    except OSError as err:
+        raise SystemExit(f"error: --output-dir {path}: {ckpt._one_line(err)} while preparing the folder") from None
+
+
+def _lock(path, prog):
+    """Take DIR/.lock's exclusive flock for the rest of this process's life and write the owner inside."""
+    try:
+        os.makedirs(path, exist_ok=True)
+        fd = os.open(os.path.join(path, LOCK), os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as err:
+        raise UsageError(prog, f"--output-dir {path}: cannot create it ({err.strerror or err})") from None
+    # owner() holds a shared lock for an instant, an owner holds its exclusive one for good: retry for ~1 s.
+    for _ in range(20):
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            time.sleep(0.05)
+    else:
+        who = _holder(fd)
+        os.close(fd)
+        raise _in_use(prog, path, who)
+    _HELD[os.path.realpath(path)] = fd
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+    except OSError as err:
+        raise SystemExit(f"error: --output-dir {path}: cannot write {LOCK} ({err.strerror or err})") from None
+
+
+def _prepare(cfg, start_step, path, prog, ckpt):
+    """Under the lock: what the folder holds now (not what it held when check_start looked), then the changes."""
+    existing = run_files(path)
+    if not cfg.resume:
+        if holds_run(existing) and not cfg.overwrite:       # another start got here first and has finished
+            raise UsageError(prog, f"--output-dir {path} already holds a run ({', '.join(existing)}), written while "
+                                   "this start was loading; continue it with --resume, or choose a new folder")
+        if holds_run(existing):
+            ckpt.remove_run(path)
+            _note(f"--overwrite: removed the previous run's {', '.join(existing)} from {path}")
+        elif existing:
+            _note(f"replacing {path}/config.json, left by a start that never completed a step")
+    else:
+        run = resumed_run(cfg.resume)
+        if not same_folder(path, run):
+            if holds_run(existing):
+                raise UsageError(prog, f"--output-dir {path} holds another run ({', '.join(existing)}), written while "
+                                       f"this start was loading; --resume {cfg.resume} would mix the two")
+        else:
+            in_place = not os.path.isfile(os.path.join(cfg.resume, ckpt.STATE_FILE))
+            moved = False
+            for name in ckpt.newer_checkpoints(path, start_step):
+                folder = os.path.join(path, "checkpoints", name)
+                problem = ckpt.checkpoint_problem(folder, report=lambda _: None)
+                if problem:
+                    target = ckpt.move_aside(path, name)
+                    moved = True
+                    _note(f"kept the damaged checkpoint {name} aside as {os.path.basename(target)} ({problem})")
+                elif in_place:       # written after check_start chose the checkpoint: another start ran meanwhile
+                    raise UsageError(prog, f"--resume {cfg.resume}: {name} was written while this start was loading; "
+                                           "run the command again to continue from it")
+            kept = ckpt.list_checkpoints(path)
+            if moved and kept:
+                ckpt.write_text_atomic(os.path.join(path, "checkpoints", "latest"), kept[-1] + "\n")
+    removed = ckpt.clean_leftovers(path)
+    if removed:
+        _note(f"removed leftovers of an interrupted checkpoint write or prune: {', '.join(removed)}")
+    if os.path.exists(os.path.join(path, "config.json.tmp")):
+        os.remove(os.path.join(path, "config.json.tmp"))
+    if start_step:
+        for name in ("metrics.jsonl", "samples.jsonl"):
+            ckpt.truncate_jsonl(os.path.join(path, name), start_step)
