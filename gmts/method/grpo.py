@@ -16,7 +16,7 @@ from fractions import Fraction
 import torch
 
 from gmts.method.options import (KL_COVERAGE, LOSS_NORMS, SCOPES, SELECTORS, STD_MODES,  # noqa: F401 (re-exported)
-                                 check_loss_config, check_ratio)
+                                 check_loss_config)
 
 # ----------------------------------------------------------------------------------------------------------------------
 # 3. Advantage
@@ -183,6 +183,12 @@ def _check_same_shape(**tensors):
 # away the cross-answer comparison GMTS is about. Every selector keeps exactly k = ceil(ρ · n) tokens, so arms differ in
 # which tokens, never in how many. The ranking is an exact stable sort (ties -> lower flat index first), not
 # torch.quantile (interpolated threshold, more than k on ties, a 2^24-element limit).
+
+def check_ratio(ratio):
+    """ρ must be a number in (0, 1] (a bool is not a number here)."""
+    if not isinstance(ratio, (int, float)) or isinstance(ratio, bool) or not (0.0 < float(ratio) <= 1.0):
+        raise ValueError(f"ratio must be in (0, 1], got {ratio!r}")
+
 
 def num_to_select(ratio, n):
     """k = ceil(ρ · n), computed exactly on the decimal ρ the user wrote (0.3 · 10 = 3, not ceil(3.0000000000000004))."""

@@ -6,29 +6,34 @@ answers with A = 0 (groups whose rewards are all equal), whose tokens use up sel
 policy gradient (gmts/METHOD.md, "Where the paper's text and the authors' code differ": ETS ranks them, GMTS scores
 them 0). All figures are over the whole batch, across data-parallel ranks too.
 """
+import functools
+
 import torch
 
-from gmts.trainer import distributed as dist
-from gmts.method.grpo import token_scores
+from gmts.method.grpo import clip_active, token_scores
+from gmts.trainer.step import processes, select
 
 
 @torch.no_grad()
-def selection_diagnostics(valid, advantages, entropy, omega, selected, ratio, weight=None, *, ets=None, gms=None):
+def selection_diagnostics(valid, advantages, entropy, omega, selected, ratio, weight=None, *, ets=None, gms=None,
+                          ranks=None):
     """valid, selected: (N, T) bool; advantages: (N,); entropy, omega: (N, T); weight: GMTS's w_it (or None).
     ets, gms: what ETS and GMTS would select (counterfactual_selections, with the run's scope, bottom and exclude
-    settings, per optimizer batch); by default plain batch-wide top-ρ selections of the whole batch."""
+    settings, per optimizer batch); by default plain batch-wide top-ρ selections of the whole batch.
+    ranks: OneProcess / Torchrun (gmts/trainer/step.py; default: processes())."""
+    ranks = ranks or processes()
     adv = advantages.to(valid.device)
     per_answer = selected.sum(dim=1)
     if ets is None:
-        ets = dist.select_tokens_global(token_scores("ets", entropy), valid, ratio)
+        ets = ranks.select_tokens(token_scores("ets", entropy), valid, ratio)
     if gms is None:
-        gms = dist.select_tokens_global(token_scores("gmts", entropy, omega, weight=weight), valid, ratio)
-    sums = dist.all_reduce_sum(torch.tensor([
+        gms = ranks.select_tokens(token_scores("gmts", entropy, omega, weight=weight), valid, ratio)
+    sums = ranks.sum(torch.tensor([
         float(entropy[valid].sum()), float(entropy[selected].sum()), float(valid.sum()), float(selected.sum()),
         float((per_answer > 0).sum()), float(selected[adv > 0].sum()), float((ets & gms).sum()), float(ets.sum()),
         float(selected[adv == 0].sum()), float(ets[adv == 0].sum())], dtype=torch.float64)).tolist()
-    ent_sum, ent_sel_sum, n_valid, n_sel, answers, positive, overlap, n_ets, zero, ets_zero = sums
-    top = max(dist.gather_objects(int(per_answer.max()) if per_answer.numel() else 0))
+    ent_sum, ent_sel_sum, n_valid, n_sel, answers, positive, both, n_ets, zero, ets_zero = sums
+    top = max(ranks.gather(int(per_answer.max()) if per_answer.numel() else 0))
     return {
         "entropy_mean": ent_sum / n_valid if n_valid else 0.0,
         "entropy_selected_mean": ent_sel_sum / n_sel if n_sel else 0.0,
@@ -39,7 +44,7 @@ def selection_diagnostics(valid, advantages, entropy, omega, selected, ratio, we
         "selected_share_positive_adv": positive / n_sel if n_sel else 0.0,
         "selected_share_zero_adv": zero / n_sel if n_sel else 0.0,   # budget spent where the gradient is 0 (β = 0)
         "ets_share_zero_adv": ets_zero / max(n_ets, 1),              # the same for ETS's top-ρ, whatever --selector
-        "selection_overlap_ets_gmts": overlap / max(n_ets, 1),   # 1.0: the two arms would train on the same tokens
+        "selection_overlap_ets_gmts": both / max(n_ets, 1),   # 1.0: the two arms would train on the same tokens
     }
 
 
@@ -50,10 +55,10 @@ def counterfactual_selections(select, entropy, omega, weight):
     return select(token_scores("ets", entropy)), select(token_scores("gmts", entropy, omega, weight=weight))
 
 
-def overlap(ets, gms):
+def overlap(ets, gms, ranks=None):
     """|ETS ∩ GMTS| / |ETS| over all ranks (1.0: the two arms would train on the same tokens)."""
-    both, n_ets = dist.all_reduce_sum(torch.tensor([float((ets & gms).sum()), float(ets.sum())],
-                                                   dtype=torch.float64)).tolist()
+    both, n_ets = (ranks or processes()).sum(torch.tensor([float((ets & gms).sum()), float(ets.sum())],
+                                                          dtype=torch.float64)).tolist()
     return both / max(n_ets, 1.0)
 
 
@@ -64,47 +69,43 @@ class UpdateLog:
     within its own mini-batch); the off-policy figures (clip share, |r - 1|) count every scored token of every
     pass; overlap, loss and grad norm are per optimizer step (mean, and min / max)."""
 
-    def __init__(self, valid, advantages):
-        self.valid, self.advantages = valid, advantages
-        self.entropy = self.omega = self.weight = None      # (N, T), in the scores' dtype once the first arrive
+    def __init__(self, cfg, valid, advantages, ranks):
+        self.cfg, self.valid, self.advantages, self.ranks = cfg, valid, advantages, ranks
+        self.entropy = torch.zeros(valid.shape, dtype=torch.float64, device=valid.device)   # first pass's E
         self.selected, self.ets, self.gms = (torch.zeros_like(valid) for _ in range(3))
         self.first_pass_rows = torch.zeros(valid.shape[0], dtype=torch.bool, device=valid.device)
         self.clipped = self.ratio_dev = self.scored = 0.0
         self.overlaps, self.losses, self.grad_norms, self.outcomes = [], [], [], []
 
-    def scored_tokens(self, rows, valid, ratio, clipped):
-        """Off-policy figures of one scoring: r and the clip indicator of `rows`' valid tokens."""
-        sums = dist.all_reduce_sum(torch.tensor([float(clipped[valid].sum()), float((ratio[valid] - 1).abs().sum()),
-                                                 float(valid.sum())], dtype=torch.float64)).tolist()
-        self.clipped += sums[0]
-        self.ratio_dev += sums[1]
-        self.scored += sums[2]
-
-    def selection(self, rows, entropy, omega, weight, selected, ets, gms):
-        """One optimizer batch's selection and the two counterfactual ones; the first pass over each row is kept."""
-        self.overlaps.append(overlap(ets, gms))
-        first = ~self.first_pass_rows[rows]
-        keep = rows[first]
-        if self.entropy is None:
-            self.entropy = torch.zeros(self.valid.shape, dtype=entropy.dtype, device=self.valid.device)
-            self.omega = torch.zeros(self.valid.shape, dtype=omega.dtype, device=self.valid.device)
-        self.entropy[keep] = entropy[first].to(self.entropy.dtype)
-        self.omega[keep] = omega[first].to(self.omega.dtype)
+    @torch.no_grad()
+    def record(self, mb, *, logp, entropy, omega, length_weight, selected, loss, grad_norm, outcome):
+        """One optimizer step: its mini-batch `mb` (gmts/trainer/step.py), the scores' inputs (N, T) of stage 4,
+        the selection of stage 5 and what stage 7 did."""
+        cfg, ranks = self.cfg, self.ranks
+        # Off-policy figures of this scoring: the importance ratio r = π_θ / π_old and the active clips.
+        r = torch.exp(logp - mb.old_logp)
+        clipped = clip_active(r, mb.advantages, cfg.eps_low, cfg.eps_high)
+        sums = ranks.sum(torch.tensor([float(clipped[mb.valid].sum()), float((r[mb.valid] - 1).abs().sum()),
+                                       float(mb.valid.sum())], dtype=torch.float64)).tolist()
+        self.clipped, self.ratio_dev, self.scored = self.clipped + sums[0], self.ratio_dev + sums[1], self.scored + sums[2]
+        # What ETS and GMTS would keep at ρ here, with the run's own scope, bottom and exclude (whatever --selector).
+        choose = functools.partial(select, cfg, valid=mb.valid, group_ids=mb.group_ids, exclude=mb.exclude,
+                                   ratio=cfg.ratio, ranks=ranks)
+        ets, gms = counterfactual_selections(choose, entropy, omega, length_weight)
+        self.overlaps.append(overlap(ets, gms, ranks))
+        # The first pass over each row is what the selection diagnostics describe.
+        first = ~self.first_pass_rows[mb.rows]
+        keep = mb.rows[first]
+        self.entropy[keep] = entropy[first].double()
         self.selected[keep], self.ets[keep], self.gms[keep] = selected[first], ets[first], gms[first]
-        if weight is not None:
-            if self.weight is None:
-                self.weight = torch.ones(self.valid.shape, dtype=weight.dtype, device=self.valid.device)
-            self.weight[keep] = weight[first].to(self.weight.dtype)
         self.first_pass_rows[keep] = True
-
-    def update(self, loss, grad_norm, outcome):
         self.losses.append(loss)
         self.grad_norms.append(grad_norm)
         self.outcomes.append(outcome)
 
-    def metrics(self, ratio):
-        m = selection_diagnostics(self.valid, self.advantages, self.entropy, self.omega, self.selected, ratio,
-                                  self.weight, ets=self.ets, gms=self.gms)
+    def metrics(self):
+        m = selection_diagnostics(self.valid, self.advantages, self.entropy, None, self.selected, self.cfg.ratio,
+                                  ets=self.ets, gms=self.gms, ranks=self.ranks)
         n = len(self.losses)
         m.update(selection_overlap_ets_gmts=sum(self.overlaps) / len(self.overlaps),
                  selection_overlap_ets_gmts_min=min(self.overlaps),
@@ -112,6 +113,7 @@ class UpdateLog:
                  optimizer_steps=self.outcomes.count("stepped"),
                  clip_active_share=self.clipped / max(self.scored, 1.0),
                  ratio_abs_dev_mean=self.ratio_dev / max(self.scored, 1.0))
+        # Further per-update figures (e.g. gradient statistics): merge a function's metric dict here, m.update(...).
         bad = self.outcomes.count("non-finite")
         if bad:
             m["skipped"] = f"non-finite loss/gradient in {bad} of {n} updates"
