@@ -179,9 +179,9 @@ def train_step(run, step):
 
     update_metrics, selected = update_policy(cfg, run.model, run.ref_model, run.optimizer, batch, run.select_gen,
                                              run.device, step)
-    metrics.update(update_metrics, time_train_s=time.time() - t_start - metrics["time_rollout_s"],
-                   peak_memory_mb=peak_memory_mb(run.device))
-    metrics["tokens_per_s"] = metrics["valid_tokens"] / (time.time() - t_start)
+    t_total = time.time() - t_start
+    metrics.update(update_metrics, time_train_s=t_total - metrics["time_rollout_s"],
+                   tokens_per_s=update_metrics["valid_tokens"] / t_total)
     # The first answer of each logged group, with how many of its tokens the update trained on.
     G = cfg.group_size
     samples = [{"step": step, "problem": p.id, "completion": batch.texts[i * G], "answer": str(p.answer),
@@ -208,7 +208,7 @@ def main(argv=None):
         for group in run.optimizer.param_groups:
             group["lr"] = lr
         metrics, samples = train_step(run, step)
-        metrics["lr"] = lr
+        metrics.update(lr=lr, peak_memory_mb=peak_memory_mb(run.device))     # the peak so far, this step included
         if cfg.eval_every and (step % cfg.eval_every == 0 or step == cfg.steps):
             metrics.update(evaluate_during_training(run))
         if step == start_step + 1 and eval_before:

@@ -15,8 +15,8 @@ valid tokens per second of step) is the fair rate; s/step is reported beside it.
 
 Where our gain comes from: train.py skips the forward/backward of answers whose advantage is exactly 0 (all-equal
 groups; with beta = 0 their gradient is exactly 0). The side `ours-noskip` is the same run with that skip off
-(environment GMTS_KEEP_ZERO_ADV_ROWS=1, a bench-only switch read by gmts/trainer/step.py's masked_loss_weights, where rows
-with A = 0 are dropped); the share of the time saved that the skip explains is (noskip - ours) / (trl - ours) on
+(train.py run with gmts/trainer/step.py's SKIP_ZERO_ADVANTAGE_ROWS set to False; masked_loss_inputs there drops the
+rows with A = 0); the share of the time saved that the skip explains is (noskip - ours) / (trl - ours) on
 s/step.
 
 Ours runs as a user would: `python train.py ...` in a subprocess; its metrics.jsonl gives per-step times
@@ -75,8 +75,9 @@ def run_ours(args, out_dir, keep_zero_adv_rows=False):
            "--output-dir", out_dir]
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
                TOKENIZERS_PARALLELISM="false")
-    if keep_zero_adv_rows:
-        env["GMTS_KEEP_ZERO_ADV_ROWS"] = "1"
+    if keep_zero_adv_rows:          # the same train.py with gmts/trainer/step.py's skip of A = 0 rows switched off
+        cmd[1:2] = ["-c", "import runpy, sys; import gmts.trainer.step as s; s.SKIP_ZERO_ADVANTAGE_ROWS = False; "
+                    "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')", cmd[1]]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=3600)
     wall = time.perf_counter() - t0
@@ -180,7 +181,7 @@ def main():
     ap.add_argument("--lr", type=float, default=1e-5)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--sides", nargs="+", default=["ours", "trl"], choices=SIDES,
-                    help="ours-noskip: train.py with the zero-advantage skip off (GMTS_KEEP_ZERO_ADV_ROWS=1)")
+                    help="ours-noskip: train.py with the zero-advantage skip off (step.SKIP_ZERO_ADVANTAGE_ROWS = False)")
     ap.add_argument("--smoke", action="store_true", help="2 steps, 2 prompts x G=4, 4 tokens, 1 run each: a rot check")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "step.json"))
     args = ap.parse_args()

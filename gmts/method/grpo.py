@@ -18,6 +18,13 @@ import torch
 from gmts.method.options import (KL_COVERAGE, LOSS_NORMS, SCOPES, SELECTORS, STD_MODES,  # noqa: F401 (re-exported)
                                  check_loss_config)
 
+
+def _check(ok, message):
+    """Bad input is one ValueError naming the bad value. message: the text, or a function making it when that costs
+    (it is then made only on failure)."""
+    if not ok:
+        raise ValueError(message() if callable(message) else message)
+
 # ----------------------------------------------------------------------------------------------------------------------
 # 3. Advantage
 #
@@ -35,16 +42,12 @@ def group_advantages(rewards, group_size, *, std="unbiased", eps=1e-6):
     eight with one correct answer); "biased" by the population std; "none" does not divide (Dr. GRPO).
     """
     rewards = torch.as_tensor(rewards, dtype=torch.float32)
-    if rewards.dim() != 1:
-        raise ValueError(f"rewards must be 1-D (N,), got shape {tuple(rewards.shape)}")
-    if std not in STD_MODES:
-        raise ValueError(f"std must be one of {STD_MODES}, got {std!r}")
-    if not isinstance(group_size, int) or group_size < 2:
-        raise ValueError(f"group_size must be an int >= 2 (a group of one answer has no baseline), got {group_size!r}")
-    if rewards.numel() % group_size != 0:
-        raise ValueError(f"{rewards.numel()} rewards do not split into groups of {group_size}")
-    if not torch.isfinite(rewards).all():
-        raise ValueError(f"rewards contain NaN/inf: {rewards.tolist()}")
+    _check(rewards.dim() == 1, f"rewards must be 1-D (N,), got shape {tuple(rewards.shape)}")
+    _check(std in STD_MODES, f"std must be one of {STD_MODES}, got {std!r}")
+    _check(isinstance(group_size, int) and group_size >= 2,
+           f"group_size must be an int >= 2 (a group of one answer has no baseline), got {group_size!r}")
+    _check(rewards.numel() % group_size == 0, f"{rewards.numel()} rewards do not split into groups of {group_size}")
+    _check(torch.isfinite(rewards).all(), lambda: f"rewards contain NaN/inf: {rewards.tolist()}")
     grouped = rewards.view(-1, group_size)                     # (Q, G)
     centred = grouped - grouped.mean(dim=1, keepdim=True)
     # All-equal groups get A = 0 EXACTLY, whatever the values (gmts/METHOD.md, "Exactness notes"): a float mean of
@@ -72,10 +75,8 @@ def overlong_penalty(lengths, max_new_tokens, buffer, factor=1.0):
     buffer = 0 turns it off (all zeros).
     """
     lengths = torch.as_tensor(lengths, dtype=torch.float32)
-    if not 0 <= buffer <= max_new_tokens:
-        raise ValueError(f"overlong buffer must be in [0, max_new_tokens={max_new_tokens}], got {buffer}")
-    if factor < 0:
-        raise ValueError(f"overlong penalty factor must be >= 0, got {factor}")
+    _check(0 <= buffer <= max_new_tokens, f"overlong buffer must be in [0, max_new_tokens={max_new_tokens}], got {buffer}")
+    _check(factor >= 0, f"overlong penalty factor must be >= 0, got {factor}")
     if buffer == 0:
         return torch.zeros_like(lengths)
     excess = (lengths - (max_new_tokens - buffer)).clamp(min=0)
@@ -107,21 +108,25 @@ def token_omega(logp, old_logp, advantages, *, eps_low=0.2, eps_high=0.28, beta=
     logp, old_logp = _as_float(logp), _as_float(old_logp)
     _check_same_shape(logp=logp, old_logp=old_logp)
     adv = broadcast_advantages(advantages, logp)
-    ratio = torch.exp(logp - old_logp)
-    omega = ratio * adv * (~clip_active(ratio, adv, eps_low, eps_high))
+    r = torch.exp(logp - old_logp)                       # the importance ratio π_θ / π_old
+    omega = r * adv * (~clip_active(r, adv, eps_low, eps_high))
     if beta != 0.0:
-        if ref_logp is None:
-            raise ValueError(f"beta={beta} needs ref_logp (log-probs under the reference model)")
-        ref_logp = _as_float(ref_logp)
-        _check_same_shape(logp=logp, ref_logp=ref_logp)
-        omega = omega + kl_weight * (beta * torch.exp(ref_logp - logp) - beta)
+        omega = omega + kl_weight * (beta * torch.exp(_reference(ref_logp, logp, beta) - logp) - beta)
     return omega
 
 
-def clip_active(ratio, advantages, eps_low, eps_high):
-    """(N, T) bool: 1 - I(r, A), the tokens whose clip is active (their policy gradient is zero)."""
-    adv = broadcast_advantages(advantages, ratio)
-    return ((adv > 0) & (ratio > 1 + eps_high)) | ((adv < 0) & (ratio < 1 - eps_low))
+def _reference(ref_logp, logp, beta):
+    """ref_logp checked for the KL term: given, and shaped like logp."""
+    _check(ref_logp is not None, f"beta={beta} needs ref_logp (log-probs under the reference model)")
+    ref_logp = _as_float(ref_logp)
+    _check_same_shape(logp=logp, ref_logp=ref_logp)
+    return ref_logp
+
+
+def clip_active(r, advantages, eps_low, eps_high):
+    """(N, T) bool: 1 - I(r, A), the tokens whose clip is active (their policy gradient is zero); r = π_θ / π_old."""
+    adv = broadcast_advantages(advantages, r)
+    return ((adv > 0) & (r > 1 + eps_high)) | ((adv < 0) & (r < 1 - eps_low))
 
 
 @torch.no_grad()
@@ -134,8 +139,7 @@ def token_scores(selector, entropy, omega=None, *, weight=None, generator=None):
                                            gmts/METHOD.md, "Length weight in ω"; 1 under a token-level mean)
     random -> Uniform(0, 1)              (the control: does ranking matter at all?)
     """
-    if selector not in SELECTORS:
-        raise ValueError(f"unknown selector {selector!r}; choose one of {SELECTORS}")
+    _check(selector in SELECTORS, f"unknown selector {selector!r}; choose one of {SELECTORS}")
     if selector == "none":
         return None
     entropy = _as_float(entropy)
@@ -143,8 +147,7 @@ def token_scores(selector, entropy, omega=None, *, weight=None, generator=None):
         return entropy.clone()
     if selector == "random":
         return torch.rand(entropy.shape, generator=generator, dtype=entropy.dtype, device=entropy.device)
-    if omega is None:
-        raise ValueError("selector 'gmts' needs omega (see token_omega)")
+    _check(omega is not None, "selector 'gmts' needs omega (see token_omega)")
     omega = _as_float(omega)
     _check_same_shape(entropy=entropy, omega=omega)
     score = entropy * omega
@@ -157,8 +160,7 @@ def broadcast_advantages(advantages, like):
     """(N,) or (N, T) advantages -> (N, T) like `like`."""
     adv = _as_float(torch.as_tensor(advantages, device=like.device))
     if adv.dim() == 1:
-        if adv.shape[0] != like.shape[0]:
-            raise ValueError(f"advantages has {adv.shape[0]} rows but the tokens have {like.shape[0]}")
+        _check(adv.shape[0] == like.shape[0], f"advantages has {adv.shape[0]} rows but the tokens have {like.shape[0]}")
         return adv[:, None].expand_as(like)
     _check_same_shape(advantages=adv, tokens=like)
     return adv
@@ -170,8 +172,7 @@ def _as_float(x):
 
 def _check_same_shape(**tensors):
     shapes = {name: tuple(t.shape) for name, t in tensors.items()}
-    if len(set(shapes.values())) != 1:
-        raise ValueError(f"shape mismatch: {shapes}")
+    _check(len(set(shapes.values())) == 1, f"shape mismatch: {shapes}")
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -186,8 +187,8 @@ def _check_same_shape(**tensors):
 
 def check_ratio(ratio):
     """ρ must be a number in (0, 1] (a bool is not a number here)."""
-    if not isinstance(ratio, (int, float)) or isinstance(ratio, bool) or not (0.0 < float(ratio) <= 1.0):
-        raise ValueError(f"ratio must be in (0, 1], got {ratio!r}")
+    _check(isinstance(ratio, (int, float)) and not isinstance(ratio, bool) and 0.0 < float(ratio) <= 1.0,
+           f"ratio must be in (0, 1], got {ratio!r}")
 
 
 def num_to_select(ratio, n):
@@ -210,30 +211,33 @@ def select_tokens(scores, valid_mask, ratio, *, scope="batch", group_ids=None, b
                still counted in n, so the budget is the same as every other arm's
     """
     valid_mask = torch.as_tensor(valid_mask)
-    if valid_mask.dtype != torch.bool or valid_mask.dim() != 2:
-        raise ValueError(f"valid_mask must be a 2-D bool tensor (N, T), got {valid_mask.dtype} {tuple(valid_mask.shape)}")
-    if scope not in SCOPES:
-        raise ValueError(f"scope must be one of {SCOPES}, got {scope!r}")
+    _check(valid_mask.dtype == torch.bool and valid_mask.dim() == 2,
+           f"valid_mask must be a 2-D bool tensor (N, T), got {valid_mask.dtype} {tuple(valid_mask.shape)}")
+    _check(scope in SCOPES, f"scope must be one of {SCOPES}, got {scope!r}")
     check_ratio(ratio)
-    eligible = valid_mask.clone()
-    if exclude is not None:
-        exclude = torch.as_tensor(exclude, device=valid_mask.device)
-        if exclude.dtype != torch.bool or tuple(exclude.shape) != (valid_mask.shape[0],):
-            raise ValueError(f"exclude must be bool of shape ({valid_mask.shape[0]},), got {exclude.dtype} {tuple(exclude.shape)}")
-        eligible &= ~exclude[:, None]
+    eligible = valid_mask if exclude is None else valid_mask & ~_checked_exclude(exclude, valid_mask)[:, None]
     if scores is None:
-        return eligible
-    if tuple(scores.shape) != tuple(valid_mask.shape):
-        raise ValueError(f"scores shape {tuple(scores.shape)} != valid_mask shape {tuple(valid_mask.shape)}")
+        return eligible.clone()
+    _check(scores.shape == valid_mask.shape, f"scores shape {tuple(scores.shape)} != valid_mask shape {tuple(valid_mask.shape)}")
     check_scores(scores, eligible)
+    if scope == "group":
+        return _select_per_group(scores, valid_mask, eligible, ratio, group_ids, bottom)
+    return _top_k_in(scores, valid_mask, eligible, ratio, bottom)
 
-    if scope == "batch":
-        return _top_k_in(scores, valid_mask, eligible, ratio, bottom)
-    if group_ids is None:
-        raise ValueError("scope='group' needs group_ids (N,)")
+
+def _checked_exclude(exclude, valid_mask):
+    exclude = torch.as_tensor(exclude, device=valid_mask.device)
+    _check(exclude.dtype == torch.bool and tuple(exclude.shape) == (valid_mask.shape[0],),
+           f"exclude must be bool of shape ({valid_mask.shape[0]},), got {exclude.dtype} {tuple(exclude.shape)}")
+    return exclude
+
+
+def _select_per_group(scores, valid_mask, eligible, ratio, group_ids, bottom):
+    """scope="group": one top-k per group of answers, k = ceil(ρ · the group's valid tokens)."""
+    _check(group_ids is not None, "scope='group' needs group_ids (N,)")
     group_ids = torch.as_tensor(group_ids, device=valid_mask.device)
-    if tuple(group_ids.shape) != (valid_mask.shape[0],):
-        raise ValueError(f"group_ids must have shape ({valid_mask.shape[0]},), got {tuple(group_ids.shape)}")
+    _check(tuple(group_ids.shape) == (valid_mask.shape[0],),
+           f"group_ids must have shape ({valid_mask.shape[0]},), got {tuple(group_ids.shape)}")
     selected = torch.zeros_like(valid_mask)
     for g in torch.unique(group_ids):
         rows = group_ids == g
@@ -291,12 +295,10 @@ def loss_weights(valid_mask, selected_mask, loss_norm="selected", *, reduce=None
     sequence-selected  1/(N_answers · S_i), S_i = the answer's selected count (TRL loss_type="grpo" with a mask;
                        only meaningful without selection: see check_loss_config)
     """
-    if loss_norm not in LOSS_NORMS:
-        raise ValueError(f"loss_norm must be one of {LOSS_NORMS}, got {loss_norm!r}")
-    if valid_mask.shape != selected_mask.shape:
-        raise ValueError(f"valid_mask {tuple(valid_mask.shape)} and selected_mask {tuple(selected_mask.shape)} differ")
-    if (selected_mask & ~valid_mask).any():
-        raise ValueError("selected_mask selects padding/prompt positions (not in valid_mask)")
+    _check(loss_norm in LOSS_NORMS, f"loss_norm must be one of {LOSS_NORMS}, got {loss_norm!r}")
+    _check(valid_mask.shape == selected_mask.shape,
+           f"valid_mask {tuple(valid_mask.shape)} and selected_mask {tuple(selected_mask.shape)} differ")
+    _check(not (selected_mask & ~valid_mask).any(), "selected_mask selects padding/prompt positions (not in valid_mask)")
     total = reduce or (lambda count: count)
     m = selected_mask.double()               # float64: 1/S exact to 1e-16 whatever the model's dtype
     if loss_norm == "selected":
@@ -332,12 +334,11 @@ def token_objective(logp, old_logp, advantages, *, eps_low=0.2, eps_high=0.28, b
     """Per-token parts of ℓ_it, both (N, T): the clipped surrogate and the k3 KL estimate D_it (0 when β = 0).
     logp carries the gradient; old_logp and ref_logp are constants."""
     adv = broadcast_advantages(advantages, logp).to(logp.dtype)
-    ratio = torch.exp(logp - old_logp.detach())
-    surrogate = torch.minimum(ratio * adv, torch.clamp(ratio, 1 - eps_low, 1 + eps_high) * adv)
+    r = torch.exp(logp - old_logp.detach())              # the importance ratio π_θ / π_old
+    surrogate = torch.minimum(r * adv, torch.clamp(r, 1 - eps_low, 1 + eps_high) * adv)
     if beta == 0.0:
         return surrogate, torch.zeros_like(surrogate)
-    if ref_logp is None:
-        raise ValueError(f"beta={beta} needs ref_logp")
+    _check(ref_logp is not None, f"beta={beta} needs ref_logp")
     log_ref_over_pi = ref_logp.detach() - logp
     kl = torch.exp(log_ref_over_pi) - log_ref_over_pi - 1
     return surrogate, kl

@@ -24,10 +24,8 @@ def selection_diagnostics(valid, advantages, entropy, omega, selected, ratio, we
     ranks = ranks or processes()
     adv = advantages.to(valid.device)
     per_answer = selected.sum(dim=1)
-    if ets is None:
-        ets = ranks.select_tokens(token_scores("ets", entropy), valid, ratio)
-    if gms is None:
-        gms = ranks.select_tokens(token_scores("gmts", entropy, omega, weight=weight), valid, ratio)
+    if ets is None or gms is None:
+        ets, gms = counterfactual_selections(lambda s: ranks.select_tokens(s, valid, ratio), entropy, omega, weight)
     sums = ranks.sum(torch.tensor([
         float(entropy[valid].sum()), float(entropy[selected].sum()), float(valid.sum()), float(selected.sum()),
         float((per_answer > 0).sum()), float(selected[adv > 0].sum()), float((ets & gms).sum()), float(ets.sum()),

@@ -25,33 +25,21 @@ from gmts.trainer.rollout import left_pad, pad_cat, positions
 # One process, or several.
 
 class OneProcess:
-    """The collectives of a single process. gmts/trainer/distributed.py's Torchrun has the same members, done over
+    """The collectives of a single process: a sum over ranks is the value itself, a gather the one value, the
+    batch-wide selection grpo.select_tokens. gmts/trainer/distributed.py's Torchrun has the same members, done over
     every rank; the step calls them without asking which it has."""
     rank, world = 0, 1
-    select_tokens = staticmethod(select_tokens)     # the batch-wide top-k of one process's batch (gmts/method/grpo.py)
+    sum = staticmethod(torch.as_tensor)                 # Σ over ranks of a tensor of counts or sums
+    gather = staticmethod(lambda obj: [obj])            # [every rank's obj], in rank order
+    select_tokens = staticmethod(select_tokens)         # the batch-wide top-k (gmts/method/grpo.py)
+    sum_gradients = staticmethod(lambda params: None)   # Σ over ranks of the gradients: nothing to do
+    layers_gathered = staticmethod(lambda model: contextlib.nullcontext())   # FSDP: layers gathered over many forwards
+    even_passes = staticmethod(lambda model, passes: passes)   # FSDP: as many passes on every rank as the busiest
 
-    def sum(self, values):
-        """Σ over ranks of a tensor of counts or sums: with one process, the values themselves."""
-        return torch.as_tensor(values)
-
-    def gather(self, obj):
-        """[every rank's obj], in rank order."""
-        return [obj]
-
-    def sum_gradients(self, params):
-        """Sum the gradients over ranks (nothing to do for one process)."""
-
-    def clip_grad_norm(self, params, max_norm):
+    @staticmethod
+    def clip_grad_norm(params, max_norm):
         """The gradient norm before clipping, clipped to max_norm (0 = off)."""
         return torch.nn.utils.clip_grad_norm_(params, max_norm if max_norm > 0 else float("inf"))
-
-    def layers_gathered(self, model):
-        """FSDP keeps the sharded layers gathered inside this block (many forwards, one all-gather); else nothing."""
-        return contextlib.nullcontext()
-
-    def even_passes(self, model, passes):
-        """FSDP runs as many forward/backward passes on every rank as on the busiest one; else `passes` as they are."""
-        return passes
 
 
 ONE_PROCESS = OneProcess()
@@ -59,11 +47,11 @@ ONE_PROCESS = OneProcess()
 
 def processes():
     """ONE_PROCESS, or under torchrun (a process group of several) gmts/trainer/distributed.py's TORCHRUN."""
-    if torch.distributed.is_available() and torch.distributed.is_initialized() \
-            and torch.distributed.get_world_size() > 1:
-        from gmts.trainer.distributed import TORCHRUN
-        return TORCHRUN
-    return ONE_PROCESS
+    d = torch.distributed
+    if not (d.is_available() and d.is_initialized() and d.get_world_size() > 1):
+        return ONE_PROCESS
+    from gmts.trainer.distributed import TORCHRUN      # only here: a single process never loads that file
+    return TORCHRUN
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -150,12 +138,18 @@ def minibatch_rows(n_local_groups, group_size, groups_per_step, *, seed, step, e
     """
     ranks = ranks or processes()
     counts = ranks.gather(int(n_local_groups))
-    offset, total = sum(counts[:ranks.rank]), sum(counts)
-    if groups_per_step >= total:
-        order = torch.arange(total)
-    else:
-        gen = torch.Generator().manual_seed((seed * 1_000_003 + step * 7919 + epoch) % 2**63 ^ _SHUFFLE_SALT)
-        order = torch.randperm(total, generator=gen)
+    if groups_per_step >= sum(counts):
+        rows = torch.arange(n_local_groups * group_size)
+        return [rows.to(device) if device is not None else rows]
+    return _shuffled_minibatches(counts, ranks.rank, n_local_groups, group_size, groups_per_step, seed, step, epoch,
+                                 device)
+
+
+def _shuffled_minibatches(counts, rank, n_local_groups, group_size, groups_per_step, seed, step, epoch, device):
+    """minibatch_rows with several mini-batches: the groups shuffled with (seed, step, epoch), cut in order."""
+    offset, total = sum(counts[:rank]), sum(counts)
+    gen = torch.Generator().manual_seed((seed * 1_000_003 + step * 7919 + epoch) % 2**63 ^ _SHUFFLE_SALT)
+    order = torch.randperm(total, generator=gen)
     out = []
     for start in range(0, total, groups_per_step):
         groups = order[start:start + groups_per_step].sort().values
@@ -190,30 +184,26 @@ def completion_logprobs(model, prompt_ids, completion_ids, valid_mask, *, group_
     already has one prompt per row and group_size = 1). The output head runs only on valid completion positions and
     in chunks (gmts/method/head.py), so no (tokens x vocab) logits are ever held. Padding positions get 0.
     """
-    device = completion_ids.device
-    n_rows, width = completion_ids.shape
     prompt_ids_rows = [p for p in prompt_ids for _ in range(group_size)]
-    if len(prompt_ids_rows) != n_rows:
-        raise ValueError(f"{len(prompt_ids)} prompts x {group_size} != {n_rows} completion rows")
-    ids, prompt_mask = left_pad(prompt_ids_rows, pad_id=0, device=device)
-    prompt_len = ids.shape[1]
+    if len(prompt_ids_rows) != completion_ids.shape[0]:
+        raise ValueError(f"{len(prompt_ids)} prompts x {group_size} != {completion_ids.shape[0]} completion rows")
+    ids, prompt_mask = left_pad(prompt_ids_rows, pad_id=0, device=completion_ids.device)
     input_ids = torch.cat([ids, completion_ids], dim=1)
     attention = torch.cat([prompt_mask, valid_mask.long()], dim=1)
-    backbone = model.get_decoder()
-    hidden = backbone(input_ids=input_ids, attention_mask=attention, position_ids=positions(attention),
-                      use_cache=False).last_hidden_state                      # (N, P + T, H)
-    # Position P-1+t predicts completion token t.
-    h = hidden[:, prompt_len - 1: prompt_len - 1 + width][valid_mask]         # (n_valid, H)
+    hidden = model.get_decoder()(input_ids=input_ids, attention_mask=attention, position_ids=positions(attention),
+                                 use_cache=False).last_hidden_state                   # (N, P + T, H)
+    # Position P-1+t predicts completion token t; only the valid ones go through the head.
+    h = hidden[:, ids.shape[1] - 1: ids.shape[1] - 1 + completion_ids.shape[1]][valid_mask]     # (n_valid, H)
     head = model.get_output_embeddings()
     logp_flat, ent_flat = token_logprobs_and_entropy(h, head.weight, completion_ids[valid_mask],
                                                      head_bias=getattr(head, "bias", None), temperature=temperature,
                                                      chunk_size=chunk_size, with_entropy=with_entropy)
     # Scatter back to (N, T); float32 (float64 for a float64 model: tests check identities at 1e-10).
-    logp = torch.zeros((n_rows, width), dtype=logp_flat.dtype, device=device).masked_scatter(valid_mask, logp_flat)
-    entropy = None
-    if with_entropy:
-        entropy = torch.zeros((n_rows, width), dtype=ent_flat.dtype, device=device).masked_scatter(valid_mask, ent_flat)
-    return logp, entropy
+    logp = torch.zeros(completion_ids.shape, dtype=logp_flat.dtype, device=h.device).masked_scatter(valid_mask, logp_flat)
+    if not with_entropy:
+        return logp, None
+    return logp, torch.zeros(completion_ids.shape, dtype=ent_flat.dtype, device=h.device).masked_scatter(valid_mask,
+                                                                                                          ent_flat)
 
 
 def row_logprobs(model, batch, rows, cfg, with_entropy=False):
