@@ -23,6 +23,7 @@ if __name__ == "__main__":
     parse_config(sys.argv[1:])
 
 import contextlib  # noqa: E402
+import functools  # noqa: E402
 import time  # noqa: E402
 
 import torch  # noqa: E402
@@ -40,9 +41,9 @@ from gmts.trainer import distributed  # noqa: E402
 from gmts.trainer.diagnostics import UpdateLog  # noqa: E402
 from gmts.trainer.policy import peak_memory_mb  # noqa: E402
 from gmts.trainer.rollout import sample_batched  # noqa: E402
-from gmts.trainer.step import (Batch, MiniBatch, PromptStream, accumulate_gradients, kl_share,  # noqa: E402,F401
-                               masked_loss_inputs, minibatch_rows, optimizer_step, processes, scoring_pass, select,
-                               use_dynamic_sampling)   # (Batch, PromptStream: train.X for notebooks and tests)
+from gmts.trainer.step import (Batch, MiniBatch, PromptStream, accumulate_gradients, dynamic_sampling,  # noqa: E402,F401
+                               kl_share, masked_loss_inputs, minibatch_rows, my_prompts, optimizer_step, processes,
+                               scoring_pass, select, use_dynamic_sampling)   # (PromptStream: train.X for notebooks, tests)
 
 
 def load_prompts(cfg, tokenizer):
@@ -66,44 +67,38 @@ def collect_batch(cfg, model, tokenizer, stream, eos_ids, generator, reward_fns)
     """Rollout + reward + advantage for this process's share of the step's prompts (all of them without torchrun).
     Returns (the Batch or None, every sampled answer's R (n,), how many rollouts it took).
 
-    With dynamic sampling (DAPO), groups whose answers all got the same reward carry no signal (A = 0): drop them and
-    sample more prompts, at most --max-sampling-tries rollouts per step. Every rank takes the same prompts from the
-    stream on every try (and uses its own slice), so the data position stays identical across ranks."""
-    G, ranks, dynamic = cfg.group_size, processes(), use_dynamic_sampling(cfg)
-    share = cfg.prompts_per_step // ranks.world                   # this process's prompts (whole groups)
-    parts, sampled_rewards, tries, kept_groups = [], [], 0, 0
-    while tries < (cfg.max_sampling_tries if dynamic else 1) and int(ranks.sum(torch.tensor(int(kept_groups < share)))):
-        tries += 1
-        idx = stream.take(cfg.prompts_per_step)[ranks.rank * share:(ranks.rank + 1) * share]
-        if kept_groups >= share:                                  # done here; another rank still samples
-            continue
-        problems = [stream.problems[i] for i in idx]
-        prompt_ids = [stream.prompt_ids[i] for i in idx]
-        # 1. Rollout: G answers per prompt, with their log-probs and entropies (gmts/trainer/rollout.py).
-        roll = sample_batched(model, prompt_ids, prompts_per_call=cfg.rollout_batch_size, group_size=G,
-                              max_new_tokens=cfg.max_new_tokens, eos_token_ids=eos_ids,
-                              pad_token_id=tokenizer.pad_token_id, temperature=cfg.temperature, generator=generator)
-        texts = tokenizer.batch_decode([row[mask] for row, mask in zip(roll.completion_ids.cpu(), roll.valid_mask.cpu())],
-                                       skip_special_tokens=True)
-        # 2. Reward: a program checks each answer (rewards/): R_i.
-        R = torch.tensor([reward_fns[problems[i // G].reward](text, problems[i // G].answer)
-                          for i, text in enumerate(texts)], dtype=torch.float32)
-        sampled_rewards.append(R)
-        # 3. Advantage, per group: A_i = (R_i - mean) / (std + eps) (gmts/method/grpo.py). With --overlong-buffer, R
-        # first pays DAPO's length penalty; which groups count as mixed is still decided by the checker's R alone.
-        shaped = R if not cfg.overlong_buffer else R + overlong_penalty(
-            roll.valid_mask.sum(dim=1).cpu(), cfg.max_new_tokens, cfg.overlong_buffer, cfg.overlong_penalty)
-        part = Batch(problems=problems, prompt_ids=prompt_ids, completion_ids=roll.completion_ids,
-                     valid=roll.valid_mask, logp=roll.logp, entropy=roll.entropy, texts=texts, rewards=R,
-                     advantages=group_advantages(shaped, G, std=cfg.adv_std))
-        if dynamic:                       # the mixed groups only, no more than this process still needs
-            keep = mixed_groups(R, G)
-            part = part.groups(keep & (torch.cumsum(keep.long(), 0) + kept_groups <= share), G)
-        parts.append(part)
-        kept_groups += len(part.problems)
-    parts = [p for p in parts if p.problems]
-    batch = None if not parts else parts[0] if len(parts) == 1 else Batch.cat(parts, tokenizer.pad_token_id)
-    return batch, torch.cat(sampled_rewards) if sampled_rewards else torch.zeros(0), tries
+    With dynamic sampling (DAPO), groups whose answers all got the same reward carry no signal (A = 0): they are
+    dropped and more prompts sampled (gmts/trainer/step.py, dynamic_sampling)."""
+    answer = functools.partial(answer_prompts, cfg, model, tokenizer, stream, eos_ids=eos_ids, generator=generator,
+                               reward_fns=reward_fns)
+    ranks = processes()
+    if use_dynamic_sampling(cfg):
+        return dynamic_sampling(cfg, stream, answer, tokenizer.pad_token_id, ranks)
+    batch = answer(my_prompts(cfg, stream, ranks))
+    return batch, batch.rewards, 1
+
+
+def answer_prompts(cfg, model, tokenizer, stream, idx, *, eos_ids, generator, reward_fns):
+    """Stages 1-3 for the stream's prompts `idx`: G answers each, their rewards R and advantages A, as a Batch."""
+    G = cfg.group_size
+    problems = [stream.problems[i] for i in idx]
+    prompt_ids = [stream.prompt_ids[i] for i in idx]
+    # 1. Rollout: G answers per prompt, with their log-probs and entropies (gmts/trainer/rollout.py).
+    roll = sample_batched(model, prompt_ids, prompts_per_call=cfg.rollout_batch_size, group_size=G,
+                          max_new_tokens=cfg.max_new_tokens, eos_token_ids=eos_ids,
+                          pad_token_id=tokenizer.pad_token_id, temperature=cfg.temperature, generator=generator)
+    texts = [tokenizer.decode(row[mask], skip_special_tokens=True)
+             for row, mask in zip(roll.completion_ids.cpu(), roll.valid_mask.cpu())]
+    # 2. Reward: a program checks each answer (rewards/): R_i.
+    R = torch.tensor([reward_fns[problems[i // G].reward](text, problems[i // G].answer)
+                      for i, text in enumerate(texts)], dtype=torch.float32)
+    # 3. Advantage, per group: A_i = (R_i - mean) / (std + eps) (gmts/method/grpo.py). With --overlong-buffer, R
+    # first pays DAPO's length penalty; which groups count as mixed is still decided by the checker's R alone.
+    shaped = R if not cfg.overlong_buffer else R + overlong_penalty(
+        roll.valid_mask.sum(dim=1).cpu(), cfg.max_new_tokens, cfg.overlong_buffer, cfg.overlong_penalty)
+    return Batch(problems=problems, prompt_ids=prompt_ids, completion_ids=roll.completion_ids, valid=roll.valid_mask,
+                 logp=roll.logp, entropy=roll.entropy, texts=texts, rewards=R,
+                 advantages=group_advantages(shaped, G, std=cfg.adv_std))
 
 
 # ----------------------------------------------------------------------------------------------------------------------

@@ -64,6 +64,16 @@ def _chunks(hidden, weight, bias, compute_dtype, sm_dtype, chunk_size, temperatu
         yield start, end, h, z, zf
 
 
+def _entropy_into(out, shifted, p_buf):
+    """H = -Σ p log p = log S - Σ(e · s) / S of each row, written into out (n,), from the shifted logits s (n, V), with
+    e = exp(s) in the reused buffer p_buf and S = Σ e (returned: the forward's logsumexp needs it too). The per-row
+    dot product is a bmm, without a (n, V) temporary."""
+    p = torch.exp(shifted, out=p_buf)  # unnormalised probabilities
+    sum_exp = p.sum(-1)
+    out.copy_(torch.log(sum_exp) - torch.bmm(p.unsqueeze(1), shifted.unsqueeze(2)).view(-1) / sum_exp)
+    return sum_exp
+
+
 class _ChunkedHeadLogProb(torch.autograd.Function):
     """logp[t] = log softmax(h_t W^T / tau + b / tau)[target_t] over flattened tokens, chunked (see module doc).
 
@@ -73,9 +83,8 @@ class _ChunkedHeadLogProb(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden, weight, bias, targets, temperature, chunk_size, with_entropy, compute_dtype):
         """Per chunk: the shifted logits s = z/tau - max, log p[target] = s[target] - log Σ exp(s), and the logsumexp
-        saved for the backward. With entropy (a score), also H = -Σ p log p = log S - Σ(e · s) / S with e = exp(s),
-        S = Σ e, its per-row dot product made by bmm without a (n, V) temporary; without it, exp runs in place (the
-        shifted logits are not needed any more). A third reused (chunk, V) buffer holds e only when entropy is asked."""
+        saved for the backward. With entropy (a score, _entropy_into), a third reused (chunk, V) buffer holds exp(s);
+        without it, exp runs in place (the shifted logits are not needed any more)."""
         n_tokens, vocab, device = hidden.shape[0], weight.shape[0], hidden.device
         sm_dtype = _softmax_dtype(compute_dtype)
         with torch.autocast(device.type, enabled=False):
@@ -88,10 +97,7 @@ class _ChunkedHeadLogProb(torch.autograd.Function):
                 zf.sub_(row_max)  # shifted logits, <= 0
                 target_shifted = zf.gather(-1, targets[start:end, None]).squeeze(-1)  # (n,)
                 if with_entropy:
-                    p = torch.exp(zf, out=p_buf[:end - start])  # unnormalised probabilities
-                    sum_exp = p.sum(-1)
-                    dot = torch.bmm(p.unsqueeze(1), zf.unsqueeze(2)).view(end - start)
-                    entropy[start:end] = torch.log(sum_exp) - dot / sum_exp
+                    sum_exp = _entropy_into(entropy[start:end], zf, p_buf[:end - start])
                 else:
                     sum_exp = zf.exp_().sum(-1)
                 log_sum_exp = torch.log(sum_exp)

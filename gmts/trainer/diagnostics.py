@@ -20,7 +20,17 @@ def selection_diagnostics(valid, advantages, entropy, omega, selected, ratio, we
     """valid, selected: (N, T) bool; advantages: (N,); entropy, omega: (N, T); weight: GMTS's w_it (or None).
     ets, gms: what ETS and GMTS would select (counterfactual_selections, with the run's scope, bottom and exclude
     settings, per optimizer batch); by default plain batch-wide top-ρ selections of the whole batch.
-    ranks: OneProcess / Torchrun (gmts/trainer/step.py; default: processes())."""
+    ranks: OneProcess / Torchrun (gmts/trainer/step.py; default: processes()). Returns, over every rank:
+
+    entropy_mean, entropy_selected_mean   mean E of the valid / of the selected tokens
+    valid_tokens, selected_tokens         N_valid and S
+    answers_with_selected                 answers with at least one selected token
+    top_answer_share                      the share of the selection held by the answer with the most of it
+    selected_share_positive_adv           the share of the selection in answers with A > 0
+    selected_share_zero_adv               ... in answers with A = 0: budget spent where the gradient is 0 (β = 0)
+    ets_share_zero_adv                    the same for ETS's top-ρ, whatever --selector
+    selection_overlap_ets_gmts            |ETS ∩ GMTS| / |ETS|; 1.0: the two arms would train on the same tokens
+    """
     ranks = ranks or processes()
     adv = advantages.to(valid.device)
     per_answer = selected.sum(dim=1)
@@ -32,18 +42,12 @@ def selection_diagnostics(valid, advantages, entropy, omega, selected, ratio, we
         float(selected[adv == 0].sum()), float(ets[adv == 0].sum())], dtype=torch.float64)).tolist()
     ent_sum, ent_sel_sum, n_valid, n_sel, answers, positive, both, n_ets, zero, ets_zero = sums
     top = max(ranks.gather(int(per_answer.max()) if per_answer.numel() else 0))
-    return {
-        "entropy_mean": ent_sum / n_valid if n_valid else 0.0,
-        "entropy_selected_mean": ent_sel_sum / n_sel if n_sel else 0.0,
-        "valid_tokens": int(n_valid),
-        "selected_tokens": int(n_sel),
-        "answers_with_selected": int(answers),         # answers with at least one selected token
-        "top_answer_share": top / n_sel if n_sel else 0.0,   # share of the selection held by the top answer
-        "selected_share_positive_adv": positive / n_sel if n_sel else 0.0,
-        "selected_share_zero_adv": zero / n_sel if n_sel else 0.0,   # budget spent where the gradient is 0 (β = 0)
-        "ets_share_zero_adv": ets_zero / max(n_ets, 1),              # the same for ETS's top-ρ, whatever --selector
-        "selection_overlap_ets_gmts": both / max(n_ets, 1),   # 1.0: the two arms would train on the same tokens
-    }
+    per_selected = (lambda x: x / n_sel) if n_sel else (lambda x: 0.0)
+    return dict(entropy_mean=ent_sum / n_valid if n_valid else 0.0, entropy_selected_mean=per_selected(ent_sel_sum),
+                valid_tokens=int(n_valid), selected_tokens=int(n_sel), answers_with_selected=int(answers),
+                top_answer_share=per_selected(top), selected_share_positive_adv=per_selected(positive),
+                selected_share_zero_adv=per_selected(zero), ets_share_zero_adv=ets_zero / max(n_ets, 1),
+                selection_overlap_ets_gmts=both / max(n_ets, 1))
 
 
 @torch.no_grad()
@@ -69,50 +73,42 @@ class UpdateLog:
 
     def __init__(self, cfg, valid, advantages, ranks):
         self.cfg, self.valid, self.advantages, self.ranks = cfg, valid, advantages, ranks
-        self.entropy = torch.zeros(valid.shape, dtype=torch.float64, device=valid.device)   # first pass's E
-        self.selected, self.ets, self.gms = (torch.zeros_like(valid) for _ in range(3))
+        self.entropy = torch.zeros(valid.shape, dtype=torch.float64, device=valid.device)   # the first pass's E,
+        self.selected, self.ets, self.gms = (torch.zeros_like(valid) for _ in range(3))   # selection, counterfactuals
         self.first_pass_rows = torch.zeros(valid.shape[0], dtype=torch.bool, device=valid.device)
-        self.clipped = self.ratio_dev = self.scored = 0.0
-        self.overlaps, self.losses, self.grad_norms, self.outcomes = [], [], [], []
+        self.off_policy = torch.zeros(3, dtype=torch.float64)    # Σ clip active, Σ |r - 1|, tokens scored
+        self.steps = []                                           # (overlap, loss, grad norm, outcome) per step
 
     @torch.no_grad()
     def record(self, mb, *, logp, entropy, omega, length_weight, selected, loss, grad_norm, outcome):
-        """One optimizer step: its mini-batch `mb` (gmts/trainer/step.py), the scores' inputs (N, T) of stage 4,
-        the selection of stage 5 and what stage 7 did."""
-        cfg, ranks = self.cfg, self.ranks
-        # Off-policy figures of this scoring: the importance ratio r = π_θ / π_old and the active clips.
+        """One optimizer step: its mini-batch `mb` (gmts/trainer/step.py), stage 4's log π_θ, E, ω and w (N, T),
+        stage 5's selection and what stage 7 did. Off-policy figures from the importance ratio r = π_θ / π_old; what
+        ETS and GMTS would keep at ρ here, with the run's own scope, bottom and exclude (whatever --selector)."""
+        cfg, ranks, valid = self.cfg, self.ranks, mb.valid
         r = torch.exp(logp - mb.old_logp)
         clipped = clip_active(r, mb.advantages, cfg.eps_low, cfg.eps_high)
-        sums = ranks.sum(torch.tensor([float(clipped[mb.valid].sum()), float((r[mb.valid] - 1).abs().sum()),
-                                       float(mb.valid.sum())], dtype=torch.float64)).tolist()
-        self.clipped, self.ratio_dev, self.scored = self.clipped + sums[0], self.ratio_dev + sums[1], self.scored + sums[2]
-        # What ETS and GMTS would keep at ρ here, with the run's own scope, bottom and exclude (whatever --selector).
-        choose = functools.partial(select, cfg, valid=mb.valid, group_ids=mb.group_ids, exclude=mb.exclude,
+        self.off_policy += ranks.sum(torch.tensor([float(clipped[valid].sum()), float((r[valid] - 1).abs().sum()),
+                                                   float(valid.sum())], dtype=torch.float64))
+        choose = functools.partial(select, cfg, valid=valid, group_ids=mb.group_ids, exclude=mb.exclude,
                                    ratio=cfg.ratio, ranks=ranks)
         ets, gms = counterfactual_selections(choose, entropy, omega, length_weight)
-        self.overlaps.append(overlap(ets, gms, ranks))
-        # The first pass over each row is what the selection diagnostics describe.
-        first = ~self.first_pass_rows[mb.rows]
+        first = ~self.first_pass_rows[mb.rows]                   # rows met for the first time in this update
         keep = mb.rows[first]
-        self.entropy[keep] = entropy[first].double()
-        self.selected[keep], self.ets[keep], self.gms[keep] = selected[first], ets[first], gms[first]
-        self.first_pass_rows[keep] = True
-        self.losses.append(loss)
-        self.grad_norms.append(grad_norm)
-        self.outcomes.append(outcome)
+        self.entropy[keep], self.selected[keep] = entropy[first].double(), selected[first]
+        self.ets[keep], self.gms[keep], self.first_pass_rows[keep] = ets[first], gms[first], True
+        self.steps.append((overlap(ets, gms, ranks), loss, grad_norm, outcome))
 
     def metrics(self):
         m = selection_diagnostics(self.valid, self.advantages, self.entropy, None, self.selected, self.cfg.ratio,
                                   ets=self.ets, gms=self.gms, ranks=self.ranks)
-        n = len(self.losses)
-        m.update(selection_overlap_ets_gmts=sum(self.overlaps) / len(self.overlaps),
-                 selection_overlap_ets_gmts_min=min(self.overlaps),
-                 loss=sum(self.losses) / n, grad_norm=sum(self.grad_norms) / n, grad_norm_max=max(self.grad_norms),
-                 optimizer_steps=self.outcomes.count("stepped"),
-                 clip_active_share=self.clipped / max(self.scored, 1.0),
-                 ratio_abs_dev_mean=self.ratio_dev / max(self.scored, 1.0))
+        overlaps, losses, grad_norms, outcomes = zip(*self.steps)
+        clipped, ratio_dev, scored = self.off_policy.tolist()
+        m.update(selection_overlap_ets_gmts=sum(overlaps) / len(overlaps), selection_overlap_ets_gmts_min=min(overlaps),
+                 loss=sum(losses) / len(losses), grad_norm=sum(grad_norms) / len(grad_norms),
+                 grad_norm_max=max(grad_norms), optimizer_steps=outcomes.count("stepped"),
+                 clip_active_share=clipped / max(scored, 1.0), ratio_abs_dev_mean=ratio_dev / max(scored, 1.0))
         # Further per-update figures (e.g. gradient statistics): merge a function's metric dict here, m.update(...).
-        bad = self.outcomes.count("non-finite")
+        bad = outcomes.count("non-finite")
         if bad:
-            m["skipped"] = f"non-finite loss/gradient in {bad} of {n} updates"
+            m["skipped"] = f"non-finite loss/gradient in {bad} of {len(outcomes)} updates"
         return m

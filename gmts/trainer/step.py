@@ -16,7 +16,7 @@ import math
 
 import torch
 
-from gmts.method.grpo import budget, kl_relative_weight, loss_weights, policy_loss, select_tokens
+from gmts.method.grpo import budget, kl_relative_weight, loss_weights, mixed_groups, policy_loss, select_tokens
 from gmts.method.head import token_logprobs_and_entropy
 from gmts.trainer.rollout import left_pad, pad_cat, positions
 
@@ -114,9 +114,40 @@ class Batch:
                      rewards=torch.cat([p.rewards for p in parts]), advantages=torch.cat([p.advantages for p in parts]))
 
 
+def my_prompts(cfg, stream, ranks):
+    """The next --prompts-per-step prompts of the stream (indices), this process's share of them: every rank takes
+    the same prompts from the stream (and keeps its own slice), so the data position stays identical across ranks."""
+    share = cfg.prompts_per_step // ranks.world                   # whole groups per process
+    return stream.take(cfg.prompts_per_step)[ranks.rank * share:(ranks.rank + 1) * share]
+
+
 def use_dynamic_sampling(cfg):
     """DAPO's dynamic sampling (drop all-equal groups, sample more): --dynamic-sampling on, or auto with --algo dapo."""
     return cfg.dynamic_sampling == "on" or (cfg.dynamic_sampling == "auto" and cfg.algo == "dapo")
+
+
+def dynamic_sampling(cfg, stream, answer, pad_id, ranks):
+    """DAPO's dynamic sampling: groups whose answers all got the same reward carry no signal (A = 0); keep only the
+    mixed ones and sample more prompts, at most --max-sampling-tries rollouts per step, until this process has its
+    share. answer(prompt indices) -> Batch (train.py's answer_prompts: stages 1-3). Returns (the Batch of the kept
+    groups or None, every sampled answer's R, how many rollouts it took). A rank that has its share still takes
+    the prompts of every further try, so the data position stays identical across ranks."""
+    share = cfg.prompts_per_step // ranks.world
+    parts, sampled_rewards, tries, kept_groups = [], [], 0, 0
+    while tries < cfg.max_sampling_tries and int(ranks.sum(torch.tensor(int(kept_groups < share)))):
+        tries += 1
+        idx = my_prompts(cfg, stream, ranks)
+        if kept_groups >= share:                                  # done here; another rank still samples
+            continue
+        batch = answer(idx)
+        sampled_rewards.append(batch.rewards)
+        keep = mixed_groups(batch.rewards, cfg.group_size)        # the mixed groups, no more than still needed
+        part = batch.groups(keep & (torch.cumsum(keep.long(), 0) + kept_groups <= share), cfg.group_size)
+        if part.problems:
+            parts.append(part)
+        kept_groups += len(part.problems)
+    batch = Batch.cat(parts, pad_id) if parts else None
+    return batch, torch.cat(sampled_rewards) if sampled_rewards else torch.zeros(0), tries
 
 
 # ----------------------------------------------------------------------------------------------------------------------
