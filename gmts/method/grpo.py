@@ -8,6 +8,12 @@ One RLVR step reads this file top to bottom:
     5. select      select_tokens        the exact batch-wide top-ρ mask
     6. loss        loss_weights         w_it, the normaliser computed once on the whole optimizer batch
                    policy_loss          the masked, clipped surrogate (+ k3 KL)
+
+Names, each with one meaning: R a reward; A an advantage; r = π_θ / π_old the importance ratio; ρ (`ratio`) the
+share of valid tokens selected; E an entropy. Three kinds of weight, whose keyword names are the public interface:
+`weight=` (token_scores) is w_it, the token's LENGTH weight in the aggregated loss (relative_token_weight);
+`weights` / `kl_weights` (policy_loss) are the per-token LOSS weights w·m of the policy and KL terms (loss_weights);
+`kl_weight=` (token_omega) is one scalar, the KL part's share in ω relative to the policy part (kl_relative_weight).
 """
 
 import math
@@ -103,7 +109,7 @@ def token_omega(logp, old_logp, advantages, *, eps_low=0.2, eps_high=0.28, beta=
     advantages: (N,) per answer or (N, T) per token. Returns ω (N, T) in logp's dtype (float32 at least).
     kl_weight: the KL part's weight relative to the policy part in the aggregated loss (gmts/METHOD.md, "Length weight
     in ω"): 1 when both share a normaliser; S / N_valid when the policy term is divided by the selected count S and
-    the KL term covers all N_valid tokens (loss_norm "selected" with kl_coverage "all", see loss.kl_relative_weight).
+    the KL term covers all N_valid tokens (loss_norm "selected" with kl_coverage "all", see kl_relative_weight).
     """
     logp, old_logp = _as_float(logp), _as_float(old_logp)
     _check_same_shape(logp=logp, old_logp=old_logp)
@@ -290,10 +296,12 @@ def loss_weights(valid_mask, selected_mask, loss_norm="selected", *, reduce=None
     reduce: sums a count over data-parallel ranks (gmts.trainer.distributed.all_reduce_sum) so the normaliser is global.
 
     selected           1/S on selected tokens, S = selected tokens in the batch (the paper's equation; DAPO's token mean)
-    all                1/N_valid on selected tokens: the authors' code, TRL and verl (non-selected stay in the denominator)
-    sequence           1/(N_answers · |o_i|) on selected tokens, |o_i| = the answer's full length
-    sequence-selected  1/(N_answers · S_i), S_i = the answer's selected count (TRL loss_type="grpo" with a mask;
-                       only meaningful without selection: see check_loss_config)
+    all                1/N_valid on selected tokens: the authors' code, verl, and TRL's top_entropy_quantile with
+                       loss_type bnpo / dapo (non-selected tokens stay in the denominator)
+    sequence           1/(N_answers · |o_i|) on selected tokens, |o_i| = the answer's full length (TRL's grpo with
+                       top_entropy_quantile)
+    sequence-selected  1/(N_answers · S_i), S_i = the answer's selected count (TRL's grpo with the selection folded
+                       into its completion mask; only meaningful without selection: see check_loss_config)
     """
     _check(loss_norm in LOSS_NORMS, f"loss_norm must be one of {LOSS_NORMS}, got {loss_norm!r}")
     _check(valid_mask.shape == selected_mask.shape,

@@ -322,7 +322,7 @@ class LossInputs:
 
 
 def masked_loss_inputs(cfg, mb, selected, on_policy, ranks):
-    """Step 6's weights for the mini-batch (loss.loss_weights): their normalisers are the mini-batch's, over all
+    """Step 6's weights for the mini-batch (grpo.loss_weights): their normalisers are the mini-batch's, over all
     ranks. Rows with nothing selected, or with A = 0 and no KL term, have exactly zero gradient: no pass."""
     weights = loss_weights(mb.valid, selected, cfg.loss_norm, reduce=ranks.sum)
     kl_weights = None
