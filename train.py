@@ -31,14 +31,14 @@ from tqdm import tqdm  # noqa: E402
 
 import data  # noqa: E402
 import rewards  # noqa: E402
-from gmts.method.grpo import (group_advantages, mixed_groups, overlong_penalty, relative_token_weight,  # noqa: E402
-                              token_omega, token_scores)
+from gmts.method.grpo import (group_advantages, overlong_penalty, relative_token_weight, token_omega,  # noqa: E402
+                              token_scores)
 from gmts.run import checkpoint as ckpt, report, runlog  # noqa: E402
 from gmts.run.state import (StopRequest, build_run, evaluate_during_training, log_paths, save,  # noqa: E402
                             save_merged_lora)
 from gmts.run.validate import prepare_training  # noqa: E402
 from gmts.trainer import distributed  # noqa: E402
-from gmts.trainer.diagnostics import UpdateLog  # noqa: E402
+from gmts.trainer.diagnostics import UpdateLog, logged_samples, rollout_figures  # noqa: E402
 from gmts.trainer.policy import peak_memory_mb  # noqa: E402
 from gmts.trainer.rollout import sample_batched  # noqa: E402
 from gmts.trainer.step import (Batch, MiniBatch, PromptStream, accumulate_gradients, dynamic_sampling,  # noqa: E402,F401
@@ -160,29 +160,16 @@ def train_step(run, step):
     with ranks.layers_gathered(run.model):
         batch, sampled_rewards, tries = collect_batch(cfg, run.model, run.tokenizer, run.stream, run.eos_ids,
                                                       run.rollout_gen, run.reward_fns)
-    n_sampled, reward_sum, correct, have_batch = ranks.sum(torch.tensor(
-        [sampled_rewards.numel(), float(sampled_rewards.sum()), float((sampled_rewards >= 1.0).sum()),
-         batch is not None], dtype=torch.float64)).tolist()
-    metrics = dict(step=step, reward_mean=reward_sum / max(n_sampled, 1), accuracy=correct / max(n_sampled, 1),
-                   sampling_tries=tries, time_rollout_s=time.time() - t_start)
-    if have_batch < ranks.world:          # every group was all-equal in every try (on some rank): nothing to learn
-        return dict(metrics, skipped="no group with mixed rewards", time_train_s=0.0), None
-    n_groups, n_mixed, len_sum, n_answers = ranks.sum(torch.tensor(
-        [len(batch.problems), int(mixed_groups(batch.rewards, cfg.group_size).sum()), int(batch.valid.sum()),
-         batch.valid.shape[0]], dtype=torch.float64)).tolist()
-    metrics.update(groups=int(n_groups), response_len_mean=len_sum / n_answers, mixed_groups=int(n_mixed))
-
+    metrics = dict(step=step, **rollout_figures(cfg, batch, sampled_rewards, ranks), sampling_tries=tries,
+                   time_rollout_s=time.time() - t_start)
+    if "skipped" in metrics:              # every group was all-equal in every try (on some rank): nothing to learn
+        return dict(metrics, time_train_s=0.0), None
     update_metrics, selected = update_policy(cfg, run.model, run.ref_model, run.optimizer, batch, run.select_gen,
                                              run.device, step)
     t_total = time.time() - t_start
     metrics.update(update_metrics, time_train_s=t_total - metrics["time_rollout_s"],
                    tokens_per_s=update_metrics["valid_tokens"] / t_total)
-    # The first answer of each logged group, with how many of its tokens the update trained on.
-    G = cfg.group_size
-    samples = [{"step": step, "problem": p.id, "completion": batch.texts[i * G], "answer": str(p.answer),
-                "reward": float(batch.rewards[i * G]), "advantage": float(batch.advantages[i * G]),
-                "selected_tokens": int(selected[i * G].sum())} for i, p in enumerate(batch.problems[:cfg.log_samples])]
-    return metrics, samples
+    return metrics, logged_samples(step, batch, selected, cfg)
 
 
 def main(argv=None):

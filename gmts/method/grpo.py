@@ -253,10 +253,13 @@ def _select_per_group(scores, valid_mask, eligible, ratio, group_ids, bottom):
 
 def check_scores(scores, eligible):
     bad = eligible & ~torch.isfinite(scores)
-    if bad.any():
-        where = bad.nonzero()[0].tolist()
-        raise ValueError(f"scores contain NaN/inf at {bad.sum().item()} valid positions, first at (row, col) = {where}: "
-                         f"value {scores[where[0], where[1]].item()}")
+    _check(not bad.any(), lambda: _non_finite_message(scores, bad))
+
+
+def _non_finite_message(scores, bad):
+    where = bad.nonzero()[0].tolist()
+    return (f"scores contain NaN/inf at {bad.sum().item()} valid positions, first at (row, col) = {where}: "
+            f"value {scores[where[0], where[1]].item()}")
 
 
 def budget(ratio, n_valid, n_eligible):
@@ -346,10 +349,14 @@ def token_objective(logp, old_logp, advantages, *, eps_low=0.2, eps_high=0.28, b
     surrogate = torch.minimum(r * adv, torch.clamp(r, 1 - eps_low, 1 + eps_high) * adv)
     if beta == 0.0:
         return surrogate, torch.zeros_like(surrogate)
+    return surrogate, _k3(logp, ref_logp, beta)
+
+
+def _k3(logp, ref_logp, beta):
+    """D_it = π_ref/π_θ - log(π_ref/π_θ) - 1, the k3 estimate of KL(π_θ ‖ π_ref) at each sampled token (>= 0)."""
     _check(ref_logp is not None, f"beta={beta} needs ref_logp")
     log_ref_over_pi = ref_logp.detach() - logp
-    kl = torch.exp(log_ref_over_pi) - log_ref_over_pi - 1
-    return surrogate, kl
+    return torch.exp(log_ref_over_pi) - log_ref_over_pi - 1
 
 
 def policy_loss(logp, old_logp, advantages, weights, *, eps_low=0.2, eps_high=0.28, beta=0.0, ref_logp=None,

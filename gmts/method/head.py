@@ -116,9 +116,7 @@ class _ChunkedHeadLogProb(torch.autograd.Function):
         grad_h = G W, grad_W += G^T h, grad_b += Σ G. grad_W and grad_b accumulate in float32 even for bf16 weights:
         summing the chunks' contributions in bf16 would round away small updates."""
         hidden, weight, bias, targets, lse = ctx.saved_tensors
-        need_h, need_w, need_b = ctx.needs_input_grad[:3]
-        if not (need_h or need_w or need_b):
-            return (None,) * 8
+        need_h, need_w, need_b = ctx.needs_input_grad[:3]      # (autograd calls this only when one is True)
         compute_dtype, inv_tau, device = ctx.compute_dtype, 1.0 / ctx.temperature, hidden.device
         acc_dtype = torch.promote_types(compute_dtype, torch.float32)
         with torch.autocast(device.type, enabled=False):
@@ -167,10 +165,10 @@ def token_logprobs_and_entropy(hidden: Tensor, head_weight: Tensor, targets: Ten
     _check(targets.shape == hidden.shape[:-1],
            f"targets shape {tuple(targets.shape)} must equal hidden's leading shape {tuple(hidden.shape[:-1])}")
     _check(targets.dtype == torch.long, f"targets must be torch.long, got {targets.dtype}")
-    _check(hidden.is_floating_point() and head_weight.is_floating_point(),
-           f"hidden and head_weight must be floating point, got {hidden.dtype} and {head_weight.dtype}")
-    _check(head_bias is None or tuple(head_bias.shape) == (vocab,),
-           lambda: f"head_bias must have shape ({vocab},), got {tuple(head_bias.shape)}")
+    _check(hidden.is_floating_point() and head_weight.is_floating_point(), f"hidden and head_weight must be floating "
+           f"point, got {hidden.dtype} and {head_weight.dtype}")
+    _check(head_bias is None or head_bias.shape == (vocab,), lambda: f"head_bias must have shape ({vocab},), got "
+           f"{tuple(head_bias.shape)}")
     _check_temperature(temperature)
     _check_chunk_size(chunk_size)
     lead_shape = targets.shape

@@ -4,14 +4,39 @@ Is the change reachable (would ETS and GMTS pick the same tokens?), how do the s
 (GMTS concentrates on the answers with the largest |A|), and on which side of the advantage do they fall, or in
 answers with A = 0 (groups whose rewards are all equal), whose tokens use up selection budget but add nothing to the
 policy gradient (gmts/METHOD.md, "Where the paper's text and the authors' code differ": ETS ranks them, GMTS scores
-them 0). All figures are over the whole batch, across data-parallel ranks too.
+them 0). All figures are over the whole batch, across data-parallel ranks too. Also the rollout's figures and the
+logged samples of a step (rollout_figures, logged_samples): everything train.py logs besides the timings.
 """
 import functools
 
 import torch
 
-from gmts.method.grpo import clip_active, token_scores
+from gmts.method.grpo import clip_active, mixed_groups, token_scores
 from gmts.trainer.step import processes, select
+
+
+def rollout_figures(cfg, batch, sampled_rewards, ranks):
+    """The rollout's figures over every rank: reward_mean and accuracy (the share with R >= 1) over every answer
+    sampled in the step (dynamic sampling's dropped groups included), then over the training batch: groups,
+    mixed_groups, response_len_mean (tokens). Or `skipped` when a rank kept no group (batch None)."""
+    R = sampled_rewards
+    kept = [0, 0, 0, 0] if batch is None else [len(batch.problems), int(mixed_groups(batch.rewards, cfg.group_size).sum()),
+                                               int(batch.valid.sum()), batch.valid.shape[0]]
+    n, reward_sum, correct, have_batch, groups, mixed, len_sum, answers = ranks.sum(torch.tensor(
+        [R.numel(), float(R.sum()), float((R >= 1.0).sum()), batch is not None, *kept], dtype=torch.float64)).tolist()
+    figures = dict(reward_mean=reward_sum / max(n, 1), accuracy=correct / max(n, 1))
+    if have_batch < ranks.world:
+        return dict(figures, skipped="no group with mixed rewards")
+    return dict(figures, groups=int(groups), response_len_mean=len_sum / answers, mixed_groups=int(mixed))
+
+
+def logged_samples(step, batch, selected, cfg):
+    """samples.jsonl's lines for this step: the first answer of each of the first --log-samples groups, with its
+    reward, advantage and how many of its tokens the update trained on (selected (N, T), the first pass's)."""
+    G = cfg.group_size
+    return [{"step": step, "problem": p.id, "completion": batch.texts[i * G], "answer": str(p.answer),
+             "reward": float(batch.rewards[i * G]), "advantage": float(batch.advantages[i * G]),
+             "selected_tokens": int(selected[i * G].sum())} for i, p in enumerate(batch.problems[:cfg.log_samples])]
 
 
 @torch.no_grad()

@@ -100,7 +100,7 @@ def barrier():
 
 
 def clip_grad_norm(params, max_norm):
-    """The global gradient norm before clipping, and clipping to max_norm (0 = off), like
+    """The global gradient norm before clipping, and clipping to max_norm (0 or inf = off), like
     torch.nn.utils.clip_grad_norm_, also when some gradients are FSDP shards (their squares are summed over ranks)."""
     params = [p for p in params if p.grad is not None]
     if not any(isinstance(p.grad, DTensor) for p in params):
@@ -109,7 +109,7 @@ def clip_grad_norm(params, max_norm):
     replicated = sum((p.grad.double().pow(2).sum() for p in params if not isinstance(p.grad, DTensor)),
                      torch.zeros((), dtype=torch.float64))
     total = math.sqrt(float(all_reduce_sum(torch.as_tensor(sharded, dtype=torch.float64).cpu())) + float(replicated))
-    if max_norm > 0:
+    if 0 < max_norm < math.inf:
         coef = min(max_norm / (total + 1e-6), 1.0)
         for p in params:
             p.grad.mul_(coef)

@@ -35,11 +35,7 @@ class OneProcess:
     sum_gradients = staticmethod(lambda params: None)   # Σ over ranks of the gradients: nothing to do
     layers_gathered = staticmethod(lambda model: contextlib.nullcontext())   # FSDP: layers gathered over many forwards
     even_passes = staticmethod(lambda model, passes: passes)   # FSDP: as many passes on every rank as the busiest
-
-    @staticmethod
-    def clip_grad_norm(params, max_norm):
-        """The gradient norm before clipping, clipped to max_norm (0 = off)."""
-        return torch.nn.utils.clip_grad_norm_(params, max_norm if max_norm > 0 else float("inf"))
+    clip_grad_norm = staticmethod(torch.nn.utils.clip_grad_norm_)   # the norm before clipping, clipped to max_norm
 
 
 ONE_PROCESS = OneProcess()
@@ -226,15 +222,14 @@ def completion_logprobs(model, prompt_ids, completion_ids, valid_mask, *, group_
     # Position P-1+t predicts completion token t; only the valid ones go through the head.
     h = hidden[:, ids.shape[1] - 1: ids.shape[1] - 1 + completion_ids.shape[1]][valid_mask]     # (n_valid, H)
     head = model.get_output_embeddings()
-    logp_flat, ent_flat = token_logprobs_and_entropy(h, head.weight, completion_ids[valid_mask],
-                                                     head_bias=getattr(head, "bias", None), temperature=temperature,
-                                                     chunk_size=chunk_size, with_entropy=with_entropy)
-    # Scatter back to (N, T); float32 (float64 for a float64 model: tests check identities at 1e-10).
-    logp = torch.zeros(completion_ids.shape, dtype=logp_flat.dtype, device=h.device).masked_scatter(valid_mask, logp_flat)
-    if not with_entropy:
-        return logp, None
-    return logp, torch.zeros(completion_ids.shape, dtype=ent_flat.dtype, device=h.device).masked_scatter(valid_mask,
-                                                                                                          ent_flat)
+    logp, entropy = token_logprobs_and_entropy(h, head.weight, completion_ids[valid_mask],    # (n_valid,) each
+                                               head_bias=getattr(head, "bias", None), temperature=temperature,
+                                               chunk_size=chunk_size, with_entropy=with_entropy)
+    # Scatter back to (N, T), 0 at padding; float32 (float64 for a float64 model: tests check identities at 1e-10).
+    logp = torch.zeros(completion_ids.shape, dtype=logp.dtype, device=h.device).masked_scatter(valid_mask, logp)
+    if entropy is not None:
+        entropy = torch.zeros_like(logp, dtype=entropy.dtype).masked_scatter(valid_mask, entropy)
+    return logp, entropy
 
 
 def row_logprobs(model, batch, rows, cfg, with_entropy=False):
@@ -325,9 +320,8 @@ def masked_loss_inputs(cfg, mb, selected, on_policy, ranks):
     """Step 6's weights for the mini-batch (grpo.loss_weights): their normalisers are the mini-batch's, over all
     ranks. Rows with nothing selected, or with A = 0 and no KL term, have exactly zero gradient: no pass."""
     weights = loss_weights(mb.valid, selected, cfg.loss_norm, reduce=ranks.sum)
-    kl_weights = None
-    if cfg.beta > 0 and cfg.kl_coverage == "all":
-        kl_weights = loss_weights(mb.valid, mb.valid, cfg.loss_norm, reduce=ranks.sum)
+    kl_all = cfg.beta > 0 and cfg.kl_coverage == "all"      # the KL term on every valid token, with its own weights
+    kl_weights = loss_weights(mb.valid, mb.valid, cfg.loss_norm, reduce=ranks.sum) if kl_all else None
     has_gradient = weights.sum(1) > 0
     if cfg.beta == 0 and SKIP_ZERO_ADVANTAGE_ROWS:
         has_gradient &= mb.advantages != 0
@@ -370,7 +364,7 @@ def optimizer_step(optimizer, params, loss, n_real_passes, max_grad_norm, ranks)
         return 0.0, 0.0, "nothing"
     ranks.sum_gradients(params)
     loss = float(ranks.sum(loss))
-    grad_norm = float(ranks.clip_grad_norm(params, max_grad_norm))
+    grad_norm = float(ranks.clip_grad_norm(params, max_grad_norm if max_grad_norm > 0 else math.inf))  # 0 = off
     finite = math.isfinite(loss) and math.isfinite(grad_norm)
     if finite:
         optimizer.step()
