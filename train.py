@@ -41,9 +41,10 @@ from gmts.trainer import distributed  # noqa: E402
 from gmts.trainer.diagnostics import UpdateLog, logged_samples, rollout_figures  # noqa: E402
 from gmts.trainer.policy import peak_memory_mb  # noqa: E402
 from gmts.trainer.rollout import sample_batched  # noqa: E402
-from gmts.trainer.step import (Batch, MiniBatch, PromptStream, accumulate_gradients, dynamic_sampling,  # noqa: E402,F401
-                               kl_share, masked_loss_inputs, minibatch_rows, my_prompts, optimizer_step, processes,
-                               scoring_pass, select, use_dynamic_sampling)   # (PromptStream: train.X for notebooks, tests)
+from gmts.trainer.step import (Batch, MiniBatch, PromptStream, accumulate_gradients,  # noqa: E402,F401
+                               dynamic_sampling, kl_share, masked_loss_inputs, minibatch_rows, my_prompts,
+                               optimizer_step, processes, scoring_pass, select,
+                               use_dynamic_sampling)   # (PromptStream: train.PromptStream for notebooks and tests)
 
 
 def load_prompts(cfg, tokenizer):
@@ -81,8 +82,7 @@ def collect_batch(cfg, model, tokenizer, stream, eos_ids, generator, reward_fns)
 def answer_prompts(cfg, model, tokenizer, stream, idx, *, eos_ids, generator, reward_fns):
     """Stages 1-3 for the stream's prompts `idx`: G answers each, their rewards R and advantages A, as a Batch."""
     G = cfg.group_size
-    problems = [stream.problems[i] for i in idx]
-    prompt_ids = [stream.prompt_ids[i] for i in idx]
+    problems, prompt_ids = [stream.problems[i] for i in idx], [stream.prompt_ids[i] for i in idx]
     # 1. Rollout: G answers per prompt, with their log-probs and entropies (gmts/trainer/rollout.py).
     roll = sample_batched(model, prompt_ids, prompts_per_call=cfg.rollout_batch_size, group_size=G,
                           max_new_tokens=cfg.max_new_tokens, eos_token_ids=eos_ids,
@@ -118,13 +118,14 @@ def update_policy(cfg, model, ref_model, optimizer, batch, select_gen, device, s
         for rows in minibatch_rows(len(batch.prompt_ids), cfg.group_size, cfg.mini_batch_size, seed=cfg.seed,
                                    step=step, epoch=epoch, device=device, ranks=ranks):
             mb = MiniBatch(rows, valid=batch.valid, advantages=batch.advantages, old_logp=batch.logp,
-                           ref_logp=ref_logp, exclude=exclude, group_size=cfg.group_size)   # π_old: the sampler
+                           entropy=batch.entropy, ref_logp=ref_logp, exclude=exclude, group_size=cfg.group_size)
             # 4. Score at the current θ: log π_θ and E of every sampled token, ω, the score. Until the first
             #    optimizer step θ = θ_old: the rollout's own values are exact and r = π_θ / π_old = 1, with no
             #    forward pass (gmts/METHOD.md, "Where E and ω come from"). After it, a no-grad scoring pass.
-            logp, entropy = (mb.old_logp, batch.entropy[rows]) if not moved else scoring_pass(model, batch, rows, cfg, ranks)
+            logp, entropy = (mb.old_logp, mb.entropy) if not moved else scoring_pass(model, batch, rows, cfg, ranks)
             omega = token_omega(logp, mb.old_logp, mb.advantages, eps_low=cfg.eps_low, eps_high=cfg.eps_high,
-                                beta=cfg.beta, ref_logp=mb.ref_logp, kl_weight=kl_share(cfg, mb, ranks) if cfg.beta else 1.0)
+                                beta=cfg.beta, ref_logp=mb.ref_logp,
+                                kl_weight=kl_share(cfg, mb, ranks) if cfg.beta else 1.0)   # ω's KL share (β > 0)
             length_weight = relative_token_weight(mb.valid, cfg.loss_norm)   # w_it: 1/|o_i| under per-answer means
             scores = token_scores(cfg.selector, entropy, omega, weight=length_weight, generator=select_gen)
             # 5. Select: exactly k = ceil(ρ · N_valid) tokens of THIS mini-batch, across micro-batches and ranks.

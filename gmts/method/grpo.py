@@ -81,7 +81,8 @@ def overlong_penalty(lengths, max_new_tokens, buffer, factor=1.0):
     buffer = 0 turns it off (all zeros).
     """
     lengths = torch.as_tensor(lengths, dtype=torch.float32)
-    _check(0 <= buffer <= max_new_tokens, f"overlong buffer must be in [0, max_new_tokens={max_new_tokens}], got {buffer}")
+    _check(0 <= buffer <= max_new_tokens,
+           f"overlong buffer must be in [0, max_new_tokens={max_new_tokens}], got {buffer}")
     _check(factor >= 0, f"overlong penalty factor must be >= 0, got {factor}")
     if buffer == 0:
         return torch.zeros_like(lengths)
@@ -224,7 +225,7 @@ def select_tokens(scores, valid_mask, ratio, *, scope="batch", group_ids=None, b
     eligible = valid_mask if exclude is None else valid_mask & ~_checked_exclude(exclude, valid_mask)[:, None]
     if scores is None:
         return eligible.clone()
-    _check(scores.shape == valid_mask.shape, f"scores shape {tuple(scores.shape)} != valid_mask shape {tuple(valid_mask.shape)}")
+    _check(scores.shape == valid_mask.shape, f"scores shape {tuple(scores.shape)} != valid_mask's {tuple(valid_mask.shape)}")
     check_scores(scores, eligible)
     if scope == "group":
         return _select_per_group(scores, valid_mask, eligible, ratio, group_ids, bottom)

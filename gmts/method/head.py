@@ -13,7 +13,8 @@ chunks (reuse matters on CPU: each fresh multi-hundred-MB allocation page-faults
 The price is one extra head matmul (the recompute) in the backward pass.
 
 Matmuls run in the inputs' dtype (bf16 on GPU; the autocast dtype when autocast is on); softmax / logsumexp math runs
-in float32 (float64 when the inputs are float64) one chunk at a time.
+in float32 (float64 when the inputs are float64: the softmax dtype is promote_types(dtype, float32)) one chunk at a
+time: a bf16 logsumexp over 151,936 entries would lose ~3 significant digits.
 """
 
 from __future__ import annotations
@@ -24,11 +25,6 @@ import torch
 from torch import Tensor
 
 from gmts.method.grpo import _check  # one ValueError naming the bad value
-
-
-def _softmax_dtype(compute_dtype: torch.dtype) -> torch.dtype:
-    # float32 at least: bf16 logsumexp over 151,936 entries loses ~3 significant digits.
-    return torch.float64 if compute_dtype == torch.float64 else torch.float32
 
 
 def _check_chunk_size(chunk_size: int) -> None:
@@ -53,10 +49,7 @@ def _chunks(hidden, weight, bias, compute_dtype, sm_dtype, chunk_size, temperatu
     for start in range(0, n_tokens, chunk_size):
         end = min(start + chunk_size, n_tokens)
         h, z, zf = hidden[start:end].to(compute_dtype), z_buf[:end - start], zf_buf[:end - start]
-        if b is None:
-            torch.matmul(h, w.t(), out=z)  # (n, V)
-        else:
-            torch.addmm(b, h, w.t(), out=z)
+        torch.matmul(h, w.t(), out=z) if b is None else torch.addmm(b, h, w.t(), out=z)  # z (n, V) = h W^T (+ b)
         if zf is not z:
             zf.copy_(z)  # upcast once per chunk
         if temperature != 1.0:
@@ -86,7 +79,7 @@ class _ChunkedHeadLogProb(torch.autograd.Function):
         saved for the backward. With entropy (a score, _entropy_into), a third reused (chunk, V) buffer holds exp(s);
         without it, exp runs in place (the shifted logits are not needed any more)."""
         n_tokens, vocab, device = hidden.shape[0], weight.shape[0], hidden.device
-        sm_dtype = _softmax_dtype(compute_dtype)
+        sm_dtype = torch.promote_types(compute_dtype, torch.float32)  # float32 at least (module docstring)
         with torch.autocast(device.type, enabled=False):
             logp = torch.empty(n_tokens, dtype=sm_dtype, device=device)
             lse = torch.empty(n_tokens, dtype=sm_dtype, device=device)  # logsumexp of z / tau, saved for backward
@@ -161,7 +154,8 @@ def token_logprobs_and_entropy(hidden: Tensor, head_weight: Tensor, targets: Ten
     _check(hidden.dim() >= 1 and head_weight.dim() == 2, f"expected hidden (..., H) and head_weight (V, H), got "
            f"shapes {tuple(hidden.shape)} and {tuple(head_weight.shape)}")
     vocab, width = head_weight.shape
-    _check(hidden.shape[-1] == width, f"hidden size {hidden.shape[-1]} does not match head_weight {tuple(head_weight.shape)}")
+    _check(hidden.shape[-1] == width,
+           f"hidden size {hidden.shape[-1]} does not match head_weight {tuple(head_weight.shape)}")
     _check(targets.shape == hidden.shape[:-1],
            f"targets shape {tuple(targets.shape)} must equal hidden's leading shape {tuple(hidden.shape[:-1])}")
     _check(targets.dtype == torch.long, f"targets must be torch.long, got {targets.dtype}")
@@ -169,22 +163,31 @@ def token_logprobs_and_entropy(hidden: Tensor, head_weight: Tensor, targets: Ten
            f"point, got {hidden.dtype} and {head_weight.dtype}")
     _check(head_bias is None or head_bias.shape == (vocab,), lambda: f"head_bias must have shape ({vocab},), got "
            f"{tuple(head_bias.shape)}")
+    if targets.numel():
+        lo, hi = int(targets.min()), int(targets.max())  # one sync; a bad id would be a device assert on GPU
+        _check(lo >= 0 and hi < vocab, f"targets must lie in [0, {vocab}), got min {lo} max {hi}")
+    logp, entropy = head_logprobs(hidden.reshape(-1, width), head_weight, targets.reshape(-1), head_bias=head_bias,
+                                  temperature=temperature, chunk_size=chunk_size, with_entropy=with_entropy)
+    return logp.view(targets.shape), (entropy.view(targets.shape) if with_entropy else None)
+
+
+def head_logprobs(hidden: Tensor, head_weight: Tensor, targets: Tensor, *, head_bias: Tensor | None = None,
+                  temperature: float = 1.0, chunk_size: int = 1024, with_entropy: bool = True
+                  ) -> tuple[Tensor, Tensor | None]:
+    """token_logprobs_and_entropy on flat inputs the caller built itself: hidden (n, H), targets (n,) long ids in
+    [0, V), head_bias (V,) or None. gmts/trainer/step.py's completion_logprobs calls this with the model's own hidden
+    states and the sampled ids, so the public function's shape, dtype and range checks cannot fail there and are not
+    repeated. Returns (logp (n,), entropy (n,) or None)."""
     _check_temperature(temperature)
     _check_chunk_size(chunk_size)
-    lead_shape = targets.shape
-    flat_hidden = hidden.reshape(-1, width)  # (N, H); a view when hidden is contiguous
-    flat_targets = targets.reshape(-1)
-    if flat_targets.numel() == 0:  # nothing to score; keep the result attached to the graph all the same
-        logp = (hidden.sum(-1) * 0).to(_softmax_dtype(head_weight.dtype))
+    if targets.numel() == 0:  # nothing to score; keep the result attached to the graph all the same
+        logp = (hidden.sum(-1) * 0).to(torch.promote_types(head_weight.dtype, torch.float32))
         return logp, (logp.detach().clone() if with_entropy else None)
-    lo, hi = int(flat_targets.min()), int(flat_targets.max())  # one sync; a bad id would be a device assert on GPU
-    _check(lo >= 0 and hi < vocab, f"targets must lie in [0, {vocab}), got min {lo} max {hi}")
     device_type = hidden.device.type       # the matmuls run in the autocast dtype when autocast is on
     compute_dtype = torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else head_weight.dtype
-    logp, entropy = _ChunkedHeadLogProb.apply(flat_hidden, head_weight, head_bias, flat_targets, float(temperature),
-                                             chunk_size, with_entropy, compute_dtype)
-    logp = logp.view(lead_shape)
-    return logp, (entropy.view(lead_shape) if with_entropy else None)
+    logp, entropy = _ChunkedHeadLogProb.apply(hidden, head_weight, head_bias, targets, float(temperature), chunk_size,
+                                             with_entropy, compute_dtype)
+    return logp, (entropy if with_entropy else None)
 
 
 @torch.no_grad()
@@ -206,7 +209,7 @@ def token_entropy(logits: Tensor, chunk_size: int = 1024, *, temperature: float 
     except RuntimeError:
         # Not viewable as 2D: go one leading index at a time rather than let reshape copy the whole tensor.
         return torch.stack([token_entropy(x, chunk_size, temperature=temperature) for x in logits.unbind(0)])
-    sm_dtype = _softmax_dtype(logits.dtype)
+    sm_dtype = torch.promote_types(logits.dtype, torch.float32)  # float32 at least (module docstring)
     out = torch.empty(rows.shape[0], dtype=sm_dtype, device=logits.device)
     for start in range(0, rows.shape[0], chunk_size):
         shifted = rows[start:start + chunk_size].to(sm_dtype, copy=True)  # one fresh (upcast) chunk, ours to modify

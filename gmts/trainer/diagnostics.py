@@ -15,15 +15,15 @@ from gmts.method.grpo import clip_active, mixed_groups, token_scores
 from gmts.trainer.step import processes, select
 
 
-def rollout_figures(cfg, batch, sampled_rewards, ranks):
+def rollout_figures(cfg, batch, R, ranks):
     """The rollout's figures over every rank: reward_mean and accuracy (the share with R >= 1) over every answer
     sampled in the step (dynamic sampling's dropped groups included), then over the training batch: groups,
-    mixed_groups, response_len_mean (tokens). Or `skipped` when a rank kept no group (batch None)."""
-    R = sampled_rewards
-    kept = [0, 0, 0, 0] if batch is None else [len(batch.problems), int(mixed_groups(batch.rewards, cfg.group_size).sum()),
-                                               int(batch.valid.sum()), batch.valid.shape[0]]
-    n, reward_sum, correct, have_batch, groups, mixed, len_sum, answers = ranks.sum(torch.tensor(
-        [R.numel(), float(R.sum()), float((R >= 1.0).sum()), batch is not None, *kept], dtype=torch.float64)).tolist()
+    mixed_groups, response_len_mean (tokens). Or `skipped` when a rank kept no group (batch None). R: (n,) every
+    sampled answer's reward."""
+    mixed = 0 if batch is None else int(mixed_groups(batch.rewards, cfg.group_size).sum())
+    kept = [0, 0, 0] if batch is None else [len(batch.problems), int(batch.valid.sum()), len(batch.valid)]
+    n, reward_sum, correct, have_batch, mixed, groups, len_sum, answers = ranks.sum(torch.tensor(
+        [R.numel(), R.sum(), (R >= 1.0).sum(), batch is not None, mixed, *kept], dtype=torch.float64)).tolist()
     figures = dict(reward_mean=reward_sum / max(n, 1), accuracy=correct / max(n, 1))
     if have_batch < ranks.world:
         return dict(figures, skipped="no group with mixed rewards")
@@ -61,11 +61,10 @@ def selection_diagnostics(valid, advantages, entropy, omega, selected, ratio, we
     per_answer = selected.sum(dim=1)
     if ets is None or gms is None:
         ets, gms = counterfactual_selections(lambda s: ranks.select_tokens(s, valid, ratio), entropy, omega, weight)
-    sums = ranks.sum(torch.tensor([
+    ent_sum, ent_sel_sum, n_valid, n_sel, answers, positive, both, n_ets, zero, ets_zero = ranks.sum(torch.tensor([
         float(entropy[valid].sum()), float(entropy[selected].sum()), float(valid.sum()), float(selected.sum()),
         float((per_answer > 0).sum()), float(selected[adv > 0].sum()), float((ets & gms).sum()), float(ets.sum()),
         float(selected[adv == 0].sum()), float(ets[adv == 0].sum())], dtype=torch.float64)).tolist()
-    ent_sum, ent_sel_sum, n_valid, n_sel, answers, positive, both, n_ets, zero, ets_zero = sums
     top = max(ranks.gather(int(per_answer.max()) if per_answer.numel() else 0))
     per_selected = (lambda x: x / n_sel) if n_sel else (lambda x: 0.0)
     return dict(entropy_mean=ent_sum / n_valid if n_valid else 0.0, entropy_selected_mean=per_selected(ent_sel_sum),
@@ -97,9 +96,11 @@ class UpdateLog:
     pass; overlap, loss and grad norm are per optimizer step (mean, and min / max)."""
 
     def __init__(self, cfg, valid, advantages, ranks):
+        """valid (N, T) and advantages (N,) of the rollout batch. Per row, the first pass's E, selection and the two
+        counterfactual selections are kept (entropy, selected, ets, gms)."""
         self.cfg, self.valid, self.advantages, self.ranks = cfg, valid, advantages, ranks
-        self.entropy = torch.zeros(valid.shape, dtype=torch.float64, device=valid.device)   # the first pass's E,
-        self.selected, self.ets, self.gms = (torch.zeros_like(valid) for _ in range(3))   # selection, counterfactuals
+        self.entropy = torch.zeros(valid.shape, dtype=torch.float64, device=valid.device)
+        self.selected, self.ets, self.gms = torch.zeros_like(valid), torch.zeros_like(valid), torch.zeros_like(valid)
         self.first_pass_rows = torch.zeros(valid.shape[0], dtype=torch.bool, device=valid.device)
         self.off_policy = torch.zeros(3, dtype=torch.float64)    # Σ clip active, Σ |r - 1|, tokens scored
         self.steps = []                                           # (overlap, loss, grad norm, outcome) per step
@@ -133,7 +134,6 @@ class UpdateLog:
                  grad_norm_max=max(grad_norms), optimizer_steps=outcomes.count("stepped"),
                  clip_active_share=clipped / max(scored, 1.0), ratio_abs_dev_mean=ratio_dev / max(scored, 1.0))
         # Further per-update figures (e.g. gradient statistics): merge a function's metric dict here, m.update(...).
-        bad = outcomes.count("non-finite")
-        if bad:
-            m["skipped"] = f"non-finite loss/gradient in {bad} of {len(outcomes)} updates"
+        if "non-finite" in outcomes:
+            m["skipped"] = f"non-finite loss/gradient in {outcomes.count('non-finite')} of {len(outcomes)} updates"
         return m

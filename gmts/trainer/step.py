@@ -15,9 +15,10 @@ import dataclasses
 import math
 
 import torch
+import torch.distributed as dist
 
 from gmts.method.grpo import budget, kl_relative_weight, loss_weights, mixed_groups, policy_loss, select_tokens
-from gmts.method.head import token_logprobs_and_entropy
+from gmts.method.head import head_logprobs
 from gmts.trainer.rollout import left_pad, pad_cat, positions
 
 
@@ -43,8 +44,7 @@ ONE_PROCESS = OneProcess()
 
 def processes():
     """ONE_PROCESS, or under torchrun (a process group of several) gmts/trainer/distributed.py's TORCHRUN."""
-    d = torch.distributed
-    if not (d.is_available() and d.is_initialized() and d.get_world_size() > 1):
+    if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
         return ONE_PROCESS
     from gmts.trainer.distributed import TORCHRUN      # only here: a single process never loads that file
     return TORCHRUN
@@ -165,9 +165,8 @@ def minibatch_rows(n_local_groups, group_size, groups_per_step, *, seed, step, e
     """
     ranks = ranks or processes()
     counts = ranks.gather(int(n_local_groups))
-    if groups_per_step >= sum(counts):
-        rows = torch.arange(n_local_groups * group_size)
-        return [rows.to(device) if device is not None else rows]
+    if groups_per_step >= sum(counts):                   # one mini-batch: every row, in order
+        return [torch.arange(n_local_groups * group_size, device=device)]
     return _shuffled_minibatches(counts, ranks.rank, n_local_groups, group_size, groups_per_step, seed, step, epoch,
                                  device)
 
@@ -189,9 +188,10 @@ def _shuffled_minibatches(counts, rank, n_local_groups, group_size, groups_per_s
 class MiniBatch:
     """One optimizer batch: `rows` of the rollout batch, with the per-row tensors the step needs sliced to them."""
 
-    def __init__(self, rows, *, valid, advantages, old_logp, ref_logp, exclude, group_size):
-        self.rows, self.group_size = rows, group_size
-        self.valid, self.advantages, self.old_logp = valid[rows], advantages[rows], old_logp[rows]
+    def __init__(self, rows, *, valid, advantages, old_logp, entropy, ref_logp, exclude, group_size):
+        self.rows, self.group_size = rows, group_size      # old_logp, entropy: the sampler's (π_old, E at θ_old)
+        self.valid, self.advantages = valid[rows], advantages[rows]
+        self.old_logp, self.entropy = old_logp[rows], entropy[rows]
         self.ref_logp = None if ref_logp is None else ref_logp[rows]
         self.exclude = None if exclude is None else exclude[rows]
         self.group_ids = rows // group_size
@@ -214,6 +214,13 @@ def completion_logprobs(model, prompt_ids, completion_ids, valid_mask, *, group_
     prompt_ids_rows = [p for p in prompt_ids for _ in range(group_size)]
     if len(prompt_ids_rows) != completion_ids.shape[0]:
         raise ValueError(f"{len(prompt_ids)} prompts x {group_size} != {completion_ids.shape[0]} completion rows")
+    return rows_logprobs(model, prompt_ids_rows, completion_ids, valid_mask, temperature=temperature,
+                         chunk_size=chunk_size, with_entropy=with_entropy)
+
+
+def rows_logprobs(model, prompt_ids_rows, completion_ids, valid_mask, *, temperature, chunk_size, with_entropy):
+    """completion_logprobs with one prompt per row already (prompt_ids_rows: N lists of ids): one forward of the
+    decoder over prompt + completion, then the chunked head on the valid completion positions only."""
     ids, prompt_mask = left_pad(prompt_ids_rows, pad_id=0, device=completion_ids.device)
     input_ids = torch.cat([ids, completion_ids], dim=1)
     attention = torch.cat([prompt_mask, valid_mask.long()], dim=1)
@@ -222,9 +229,8 @@ def completion_logprobs(model, prompt_ids, completion_ids, valid_mask, *, group_
     # Position P-1+t predicts completion token t; only the valid ones go through the head.
     h = hidden[:, ids.shape[1] - 1: ids.shape[1] - 1 + completion_ids.shape[1]][valid_mask]     # (n_valid, H)
     head = model.get_output_embeddings()
-    logp, entropy = token_logprobs_and_entropy(h, head.weight, completion_ids[valid_mask],    # (n_valid,) each
-                                               head_bias=getattr(head, "bias", None), temperature=temperature,
-                                               chunk_size=chunk_size, with_entropy=with_entropy)
+    logp, entropy = head_logprobs(h, head.weight, completion_ids[valid_mask], head_bias=getattr(head, "bias", None),
+                                  temperature=temperature, chunk_size=chunk_size, with_entropy=with_entropy)  # (n_valid,)
     # Scatter back to (N, T), 0 at padding; float32 (float64 for a float64 model: tests check identities at 1e-10).
     logp = torch.zeros(completion_ids.shape, dtype=logp.dtype, device=h.device).masked_scatter(valid_mask, logp)
     if entropy is not None:
@@ -233,10 +239,10 @@ def completion_logprobs(model, prompt_ids, completion_ids, valid_mask, *, group_
 
 
 def row_logprobs(model, batch, rows, cfg, with_entropy=False):
-    """completion_logprobs of the rollout batch's `rows` (one micro-batch), each row with its own prompt."""
+    """rows_logprobs of the rollout batch's `rows` (one micro-batch), each row with its own prompt."""
     prompts = [batch.prompt_ids[int(i) // cfg.group_size] for i in rows]       # answers to a prompt are contiguous
-    return completion_logprobs(model, prompts, batch.completion_ids[rows], batch.valid[rows], group_size=1,
-                               temperature=cfg.temperature, chunk_size=cfg.chunk_size, with_entropy=with_entropy)
+    return rows_logprobs(model, prompts, batch.completion_ids[rows], batch.valid[rows], temperature=cfg.temperature,
+                         chunk_size=cfg.chunk_size, with_entropy=with_entropy)
 
 
 @torch.no_grad()
@@ -345,14 +351,13 @@ def accumulate_gradients(model, batch, inputs, cfg, ranks):
 
     Returns (the summed loss as a float64 tensor, the number of real passes on this process)."""
     passes = [(chunk, True) for chunk in torch.split(inputs.rows, cfg.micro_batch_size) if chunk.numel()]
-    n_real = len(passes)
     total = torch.zeros((), dtype=torch.float64)
     for chunk, real in ranks.even_passes(model, passes):
         logp, _ = row_logprobs(model, batch, chunk, cfg)
         loss = micro_batch_loss(inputs, chunk, logp) if real else logp.sum() * 0.0    # FSDP: a pass that adds 0
         loss.backward()
         total += loss.detach().double().cpu()
-    return total, n_real
+    return total, len(passes)          # the real passes: even_passes returns a new list, `passes` stays as it was
 
 
 def optimizer_step(optimizer, params, loss, n_real_passes, max_grad_norm, ranks):
