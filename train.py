@@ -10,10 +10,14 @@ One step, top to bottom (gmts/METHOD.md, "One RLVR step"):
     collect_batch:  1. rollout -> 2. reward -> 3. advantage
     update_policy:  4. score -> 5. select -> 6. masked loss -> 7. optimizer step  (once per mini-batch)
 
-Everything the method needs is a pure function in gmts/ (tested in tests/test_method.py and, against an independent
-reference, tests/test_update_reference.py); this file wires them together. The machinery that makes the batch-wide
-quantities right when the batch is computed in pieces (mini-batches, micro-batches, several processes, FSDP) lives
-in gmts/trainer/step.py; setting up, checkpoints and signals in gmts/run/state.py.
+Everything the method needs is a pure function in gmts/method/ (tested in tests/test_method.py and, against an
+independent reference, tests/test_update_reference.py); this file wires them together. The machinery that makes the
+batch-wide quantities right when the batch is computed in pieces (mini-batches, micro-batches, several processes,
+FSDP) lives in gmts/trainer/step.py: the step asks it for `ranks = processes()`, one process's sums (the values
+themselves) or torchrun's (gmts/trainer/distributed.py, which a single process's step never enters). What a step logs comes
+from gmts/trainer/diagnostics.py, one `log.record(...)` per optimizer step. Setting up, checkpoints and signals:
+gmts/run/state.py, which gets the data loader and the reward functions from here (gmts/ never imports data/ or
+rewards/).
 """
 import sys
 
@@ -46,6 +50,9 @@ from gmts.trainer.step import (Batch, MiniBatch, PromptStream, accumulate_gradie
                                optimizer_step, processes, scoring_pass, select,
                                use_dynamic_sampling)   # (PromptStream: train.PromptStream for notebooks and tests)
 
+
+# ----------------------------------------------------------------------------------------------------------------------
+# The data and the rewards (data/, rewards/), handed to gmts/run/state.py's build_run.
 
 def load_prompts(cfg, tokenizer):
     """Problems -> chat-templated prompt ids (data/); prompts longer than --max-prompt-tokens are skipped and counted.

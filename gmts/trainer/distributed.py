@@ -1,6 +1,7 @@
-"""Several processes (torchrun), one batch: the method's batch-wide quantities made global. A single process never
-runs this file: the step gets its collectives from gmts/trainer/step.py's processes(), ONE_PROCESS there, and TORCHRUN
-(at the bottom of this file) only under torchrun.
+"""Several processes (torchrun), one batch: the method's batch-wide quantities made global. A single process's step
+never enters this file: the step gets its collectives from gmts/trainer/step.py's processes(), ONE_PROCESS there, and
+TORCHRUN (at the bottom of this file) only under torchrun. (Setting up and checkpoints call init, barrier and
+gather_objects here, which return at once for one process.)
 
 `torchrun --nproc-per-node N train.py ...` starts N copies of train.py. Each generates and trains on its own share of
 the step's prompts (whole groups, so advantages stay exact). What must be GLOBAL for the method to be the one in

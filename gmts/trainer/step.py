@@ -6,7 +6,7 @@ batch").
 Nothing here is method (that is gmts/method/grpo.py); this is what makes the method's batch-wide quantities come out
 right when the batch is computed in pieces: mini-batches, micro-batches and several processes.
 
-Several processes are a wrapper the single process never runs (nanoGPT's one `if`): every batch-wide sum, gather and
+Several processes are a wrapper the single process's step never enters (nanoGPT's one `if`): every batch-wide sum, gather and
 selection goes through a `ranks` object, ONE_PROCESS here (each sum over ranks is the value itself) or, under
 torchrun, gmts/trainer/distributed.py's TORCHRUN. `processes()` picks one; nothing below asks which.
 """
@@ -46,7 +46,7 @@ def processes():
     """ONE_PROCESS, or under torchrun (a process group of several) gmts/trainer/distributed.py's TORCHRUN."""
     if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
         return ONE_PROCESS
-    from gmts.trainer.distributed import TORCHRUN      # only here: a single process never loads that file
+    from gmts.trainer.distributed import TORCHRUN      # only here: a single process's step never calls it
     return TORCHRUN
 
 
