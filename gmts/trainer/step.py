@@ -271,7 +271,11 @@ def scoring_pass(model, batch, rows, cfg, ranks, with_entropy=True):
 def select(cfg, scores, valid, group_ids, exclude, ratio=None, *, ranks=None):
     """Step 5 with the run's settings: exactly k = ceil(ρ · N_valid) tokens over the WHOLE optimizer batch (across
     ranks too), or per group; never padding. `cfg` needs selector, ratio, select_scope, bottom. ratio: the run's
-    (every token for selector none) unless given (what ETS / GMTS would keep, for the diagnostics)."""
+    (every token for selector none) unless given (what ETS / GMTS would keep, for the diagnostics).
+
+    The three selection names: grpo.select_tokens is the method's top-k on one batch; ranks.select_tokens the same
+    over every rank's batch (distributed.select_tokens_global under torchrun); select (this) applies the run's
+    flags to them."""
     if ratio is None:
         ratio = cfg.ratio if cfg.selector != "none" else 1.0
     if cfg.select_scope == "group":       # whole groups live on one rank: per-group ranking is local
