@@ -10,10 +10,14 @@ One step, top to bottom (gmts/METHOD.md, "One RLVR step"):
     collect_batch:  1. rollout -> 2. reward -> 3. advantage
     update_policy:  4. score -> 5. select -> 6. masked loss -> 7. optimizer step  (once per mini-batch)
 
-Everything the method needs is a pure function in gmts/ (tested in tests/test_method.py and, against an independent
-reference, tests/test_update_reference.py); this file wires them together. The machinery that makes the batch-wide
-quantities right when the batch is computed in pieces (mini-batches, micro-batches, several processes, FSDP) lives
-in gmts/trainer/step.py; setting up, checkpoints and signals in gmts/run/state.py.
+Everything the method needs is a pure function in gmts/method/ (tested in tests/test_method.py and, against an
+independent reference, tests/test_update_reference.py); this file wires them together. The machinery that makes the
+batch-wide quantities right when the batch is computed in pieces (mini-batches, micro-batches, several processes,
+FSDP) lives in gmts/trainer/step.py: the step asks it for `ranks = processes()`, one process's sums (the values
+themselves) or torchrun's (gmts/trainer/distributed.py, which a single process's step never enters). What a step logs comes
+from gmts/trainer/diagnostics.py, one `log.record(...)` per optimizer step. Setting up, checkpoints and signals:
+gmts/run/state.py, which gets the data loader and the reward functions from here (gmts/ never imports data/ or
+rewards/).
 """
 import sys
 
@@ -29,21 +33,41 @@ import functools  # noqa: E402
 import time  # noqa: E402
 
 import torch  # noqa: E402
-from tqdm import tqdm
+from tqdm import tqdm  # noqa: E402
 
-import gmts
-from gmts.run import checkpoint as ckpt
-from gmts.trainer import distributed
-from gmts.run import report, runlog
-from gmts.run.config import use_dynamic_sampling
-from gmts.trainer.diagnostics import UpdateLog, counterfactual_selections
-from gmts.trainer.policy import peak_memory_mb
-from gmts.trainer.rollout import pad_cat, sample_batched
-from gmts.run.state import Batch, PromptStream, StopRequest, build_run, evaluate, load_prompts, log_paths, save, \
-    save_merged_lora  # noqa: F401  (Batch, PromptStream, load_prompts: train.X for notebooks and tests)
-from gmts.trainer.step import (MiniBatch, accumulate_gradients, kl_weight, masked_loss_weights, minibatch_rows,
-                       optimizer_step, scoring_pass, select)
-from gmts.run.folder import check_start
+import data  # noqa: E402
+import rewards  # noqa: E402
+from gmts.method.grpo import (group_advantages, overlong_penalty, relative_token_weight, token_omega,  # noqa: E402
+                              token_scores)
+from gmts.run import checkpoint as ckpt, report, runlog  # noqa: E402
+from gmts.run.state import (StopRequest, build_run, evaluate_during_training, log_paths, save,  # noqa: E402
+                            save_merged_lora)
+from gmts.run.folder import check_start  # noqa: E402
+from gmts.trainer import distributed  # noqa: E402
+from gmts.trainer.diagnostics import UpdateLog, logged_samples, rollout_figures  # noqa: E402
+from gmts.trainer.policy import peak_memory_mb  # noqa: E402
+from gmts.trainer.rollout import sample_batched  # noqa: E402
+from gmts.trainer.step import (Batch, MiniBatch, PromptStream, accumulate_gradients,  # noqa: E402,F401
+                               dynamic_sampling, kl_share, masked_loss_inputs, minibatch_rows, my_prompts,
+                               optimizer_step, processes, scoring_pass, select,
+                               use_dynamic_sampling)   # (PromptStream: train.PromptStream for notebooks and tests)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# The data and the rewards (data/, rewards/), handed to gmts/run/state.py's build_run.
+
+def load_prompts(cfg, tokenizer):
+    """Problems -> chat-templated prompt ids (data/); prompts longer than --max-prompt-tokens are skipped and counted.
+    Returns (problems, prompt ids, how many were skipped)."""
+    return data.load_prompts_for_cli(cfg.data, cfg.split, tokenizer, max_prompt_tokens=cfg.max_prompt_tokens,
+                                     question_field=cfg.question_field, answer_field=cfg.answer_field,
+                                     template=cfg.template, task_options=cfg.task_options,
+                                     limit=cfg.limit or None, seed=cfg.seed, system_prompt=cfg.system_prompt)
+
+
+def reward_functions(cfg, names):
+    """reward name -> fn(text, reference answer) -> R, for the names the problems use (rewards/)."""
+    return {name: rewards.get_reward(name, trusted_only=cfg.code_trusted_only) for name in names}
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -51,62 +75,39 @@ from gmts.run.folder import check_start
 
 def collect_batch(cfg, model, tokenizer, stream, eos_ids, generator, reward_fns):
     """Rollout + reward + advantage for this process's share of the step's prompts (all of them without torchrun).
+    Returns (the Batch or None, every sampled answer's R (n,), how many rollouts it took).
 
-    With dynamic sampling (DAPO), groups whose answers all got the same reward carry no signal (A = 0): drop them and
-    sample more prompts, at most --max-sampling-tries rollouts per step. Every rank takes the same prompts from the
-    stream on every try (and uses its own slice), so the data position stays identical across ranks."""
-    G, dynamic = cfg.group_size, use_dynamic_sampling(cfg)
-    share = cfg.prompts_per_step // distributed.world_size()
-    parts, sampled_rewards, tries, kept_groups = [], [], 0, 0
-    while tries < (cfg.max_sampling_tries if dynamic else 1):
-        still_needed = int(distributed.all_reduce_sum(torch.tensor(int(kept_groups < share))))
-        if not still_needed:
-            break
-        tries += 1
-        idx = stream.take(cfg.prompts_per_step)[distributed.rank() * share:(distributed.rank() + 1) * share]
-        if kept_groups >= share:
-            continue
-        problems = [stream.problems[i] for i in idx]
-        prompt_ids = [stream.prompt_ids[i] for i in idx]
-        # 1. Rollout: G answers per prompt, with their log-probs and entropies (gmts/trainer/rollout.py).
-        roll = sample_batched(model, prompt_ids, prompts_per_call=cfg.rollout_batch_size, group_size=G,
-                              max_new_tokens=cfg.max_new_tokens, eos_token_ids=eos_ids,
-                              pad_token_id=tokenizer.pad_token_id, temperature=cfg.temperature, generator=generator)
-        texts = [tokenizer.decode(row[mask], skip_special_tokens=True)
-                 for row, mask in zip(roll.completion_ids.cpu(), roll.valid_mask.cpu())]
-        # 2. Reward: a program checks each answer (rewards/).
-        r = torch.tensor([reward_fns[p.reward](text, p.answer) for p, text in
-                          zip((p for p in problems for _ in range(G)), texts)], dtype=torch.float32)
-        sampled_rewards.append(r)
-        # 3. Advantage, per group: A_i = (R_i - mean) / (std + eps) (gmts/method/grpo.py). With --overlong-buffer, R
-        # first pays DAPO's length penalty; which groups count as mixed is still decided by the checker's R alone.
-        shaped = r + gmts.overlong_penalty(roll.valid_mask.sum(dim=1).cpu(), cfg.max_new_tokens, cfg.overlong_buffer,
-                                           cfg.overlong_penalty)
-        adv = gmts.group_advantages(shaped, G, std=cfg.adv_std)
-        keep = torch.ones(len(problems), dtype=torch.bool)
-        if dynamic:
-            keep = gmts.mixed_groups(r, G)                               # mixed groups only
-        keep = keep & (torch.cumsum(keep.long(), 0) + kept_groups <= share)
-        rows = keep.repeat_interleave(G)
-        if keep.any():
-            on = rows.to(roll.completion_ids.device)
-            parts.append(dict(problems=[p for p, k in zip(problems, keep) if k],
-                              prompt_ids=[p for p, k in zip(prompt_ids, keep) if k],
-                              completion_ids=roll.completion_ids[on], valid=roll.valid_mask[on], logp=roll.logp[on],
-                              entropy=roll.entropy[on], texts=[t for t, k in zip(texts, rows) if k],
-                              rewards=r[rows], advantages=adv[rows]))
-            kept_groups += int(keep.sum())
-    all_rewards = torch.cat(sampled_rewards) if sampled_rewards else torch.zeros(0)
-    if not parts:
-        return None, all_rewards, tries
-    batch = Batch(problems=sum((p["problems"] for p in parts), []),
-                  prompt_ids=sum((p["prompt_ids"] for p in parts), []),
-                  completion_ids=pad_cat([p["completion_ids"] for p in parts], tokenizer.pad_token_id),
-                  valid=pad_cat([p["valid"] for p in parts], False),
-                  logp=pad_cat([p["logp"] for p in parts], 0.0), entropy=pad_cat([p["entropy"] for p in parts], 0.0),
-                  texts=sum((p["texts"] for p in parts), []), rewards=torch.cat([p["rewards"] for p in parts]),
-                  advantages=torch.cat([p["advantages"] for p in parts]))
-    return batch, all_rewards, tries
+    With dynamic sampling (DAPO), groups whose answers all got the same reward carry no signal (A = 0): they are
+    dropped and more prompts sampled (gmts/trainer/step.py, dynamic_sampling)."""
+    answer = functools.partial(answer_prompts, cfg, model, tokenizer, stream, eos_ids=eos_ids, generator=generator,
+                               reward_fns=reward_fns)
+    ranks = processes()
+    if use_dynamic_sampling(cfg):
+        return dynamic_sampling(cfg, stream, answer, tokenizer.pad_token_id, ranks)
+    batch = answer(my_prompts(cfg, stream, ranks))
+    return batch, batch.rewards, 1
+
+
+def answer_prompts(cfg, model, tokenizer, stream, idx, *, eos_ids, generator, reward_fns):
+    """Stages 1-3 for the stream's prompts `idx`: G answers each, their rewards R and advantages A, as a Batch."""
+    G = cfg.group_size
+    problems, prompt_ids = [stream.problems[i] for i in idx], [stream.prompt_ids[i] for i in idx]
+    # 1. Rollout: G answers per prompt, with their log-probs and entropies (gmts/trainer/rollout.py).
+    roll = sample_batched(model, prompt_ids, prompts_per_call=cfg.rollout_batch_size, group_size=G,
+                          max_new_tokens=cfg.max_new_tokens, eos_token_ids=eos_ids,
+                          pad_token_id=tokenizer.pad_token_id, temperature=cfg.temperature, generator=generator)
+    texts = [tokenizer.decode(row[mask], skip_special_tokens=True)
+             for row, mask in zip(roll.completion_ids.cpu(), roll.valid_mask.cpu())]
+    # 2. Reward: a program checks each answer (rewards/): R_i.
+    R = torch.tensor([reward_fns[problems[i // G].reward](text, problems[i // G].answer)
+                      for i, text in enumerate(texts)], dtype=torch.float32)
+    # 3. Advantage, per group: A_i = (R_i - mean) / (std + eps) (gmts/method/grpo.py). With --overlong-buffer, R
+    # first pays DAPO's length penalty; which groups count as mixed is still decided by the checker's R alone.
+    shaped = R if not cfg.overlong_buffer else R + overlong_penalty(
+        roll.valid_mask.sum(dim=1).cpu(), cfg.max_new_tokens, cfg.overlong_buffer, cfg.overlong_penalty)
+    return Batch(problems=problems, prompt_ids=prompt_ids, completion_ids=roll.completion_ids, valid=roll.valid_mask,
+                 logp=roll.logp, entropy=roll.entropy, texts=texts, rewards=R,
+                 advantages=group_advantages(shaped, G, std=cfg.adv_std))
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -116,76 +117,47 @@ def update_policy(cfg, model, ref_model, optimizer, batch, select_gen, device, s
     """Score -> select -> masked loss -> optimizer step, once per mini-batch of --mini-batch-size whole groups (one
     mini-batch by default: the on-policy step), --ppo-epochs passes over the rollout batch. Each mini-batch is one
     optimizer batch: scored at the CURRENT θ, ranked and normalised on its own (gmts/METHOD.md, "Several optimizer
-    steps per rollout batch"). Returns the metrics and the first pass's selection (N, T)."""
-    valid, adv = batch.valid.to(device), batch.advantages.to(device)
-    old_logp, rollout_entropy = batch.logp.to(device), batch.entropy.to(device)    # π_old: the sampling policy
-    ref_logp = reference_logprobs(cfg, model, ref_model, batch) if cfg.beta > 0 else None
-    exclude = (adv == 0) if cfg.exclude_zero_adv else None          # exact: all-equal groups get A = 0 exactly
+    steps per rollout batch"). Returns (the metrics, the first pass's selection (N, T) bool: which tokens trained)."""
+    ranks, batch = processes(), batch.to(device)
+    ref_logp = reference_logprobs(cfg, model, ref_model, batch, ranks) if cfg.beta > 0 else None   # log π_ref
+    exclude = (batch.advantages == 0) if cfg.exclude_zero_adv else None   # exact: all-equal groups get A = 0 exactly
     params = [p for p in model.parameters() if p.requires_grad]
-    passes = dict(group_size=cfg.group_size, micro_batch_size=cfg.micro_batch_size, temperature=cfg.temperature,
-                  chunk_size=cfg.chunk_size)
-    log, moved, time_select = UpdateLog(valid, adv), False, 0.0
+    log, moved = UpdateLog(cfg, batch.valid, batch.advantages, ranks), False
     for epoch in range(cfg.ppo_epochs):
         for rows in minibatch_rows(len(batch.prompt_ids), cfg.group_size, cfg.mini_batch_size, seed=cfg.seed,
-                                   step=step, epoch=epoch, device=device):
-            mb = MiniBatch(rows, valid=valid, advantages=adv, old_logp=old_logp, ref_logp=ref_logp, exclude=exclude,
-                           group_size=cfg.group_size)
-            # 4. Score at the current θ: log π_θ and E of every sampled token, r = π_θ / π_old, ω, the score.
-            #    Until the first optimizer step θ = θ_old: the rollout's own values are exact and r = 1, with no
+                                   step=step, epoch=epoch, device=device, ranks=ranks):
+            mb = MiniBatch(rows, valid=batch.valid, advantages=batch.advantages, old_logp=batch.logp,
+                           entropy=batch.entropy, ref_logp=ref_logp, exclude=exclude, group_size=cfg.group_size)
+            # 4. Score at the current θ: log π_θ and E of every sampled token, ω, the score. Until the first
+            #    optimizer step θ = θ_old: the rollout's own values are exact and r = π_θ / π_old = 1, with no
             #    forward pass (gmts/METHOD.md, "Where E and ω come from"). After it, a no-grad scoring pass.
-            if not moved:
-                logp, entropy = mb.old_logp, rollout_entropy[rows]
-            else:
-                with distributed.layers_gathered(model):
-                    logp, entropy = scoring_pass(model, batch.prompt_ids, batch.completion_ids, valid, rows, **passes)
-            t_select = time.time()
-            omega = gmts.token_omega(logp, mb.old_logp, mb.advantages, eps_low=cfg.eps_low, eps_high=cfg.eps_high,
-                                     beta=cfg.beta, ref_logp=mb.ref_logp, kl_weight=kl_weight(cfg, mb))
-            weight = gmts.relative_token_weight(mb.valid, cfg.loss_norm)     # w_it: 1/|o_i| under per-answer means
-            scores = gmts.token_scores(cfg.selector, entropy, omega, weight=weight, generator=select_gen)
-
+            logp, entropy = (mb.old_logp, mb.entropy) if not moved else scoring_pass(model, batch, rows, cfg, ranks)
+            omega = token_omega(logp, mb.old_logp, mb.advantages, eps_low=cfg.eps_low, eps_high=cfg.eps_high,
+                                beta=cfg.beta, ref_logp=mb.ref_logp,
+                                kl_weight=kl_share(cfg, mb, ranks) if cfg.beta else 1.0)   # ω's KL share (β > 0)
+            length_weight = relative_token_weight(mb.valid, cfg.loss_norm)   # w_it: 1/|o_i| under per-answer means
+            scores = token_scores(cfg.selector, entropy, omega, weight=length_weight, generator=select_gen)
             # 5. Select: exactly k = ceil(ρ · N_valid) tokens of THIS mini-batch, across micro-batches and ranks.
-            choose = functools.partial(select, cfg, valid=mb.valid, group_ids=mb.group_ids, exclude=mb.exclude)
-            selected = choose(scores)
-            time_select += time.time() - t_select
-            ratio = torch.exp(logp - mb.old_logp)
-            log.scored_tokens(rows, mb.valid, ratio, gmts.clip_active(ratio, mb.advantages, cfg.eps_low, cfg.eps_high))
-            log.selection(rows, entropy, omega, weight, selected,      # + what ETS and GMTS would keep at ρ
-                          *counterfactual_selections(functools.partial(choose, ratio=cfg.ratio), entropy, omega,
-                                                     weight))
-
+            selected = select(cfg, scores, mb.valid, mb.group_ids, mb.exclude, ranks=ranks)
             # 6. Masked loss, normalised over the mini-batch: its micro-batches' gradients sum to its gradient.
-            weights, kl_weights, active = masked_loss_weights(cfg, mb, selected)
-
-            def loss(batch_rows, logp, on_policy=not moved):
-                i = mb.position[batch_rows]
-                return gmts.policy_loss(logp, logp.detach() if on_policy else mb.old_logp[i], mb.advantages[i],
-                                        weights[i], eps_low=cfg.eps_low, eps_high=cfg.eps_high, beta=cfg.beta,
-                                        ref_logp=None if mb.ref_logp is None else mb.ref_logp[i],
-                                        kl_weights=None if kl_weights is None else kl_weights[i])
+            loss_inputs = masked_loss_inputs(cfg, mb, selected, on_policy=not moved, ranks=ranks)
             model.train()
             optimizer.zero_grad(set_to_none=True)
-            total, n_passes = accumulate_gradients(model, batch.prompt_ids, batch.completion_ids, valid, active, loss,
-                                                   **passes)
-
+            loss, n_passes = accumulate_gradients(model, batch, loss_inputs, cfg, ranks)
             # 7. Optimizer step (gradients summed over ranks first), unless the loss or gradient is not finite.
-            total, grad_norm, outcome = optimizer_step(optimizer, params, total, n_passes, cfg.max_grad_norm)
-            log.update(total, grad_norm, outcome)
+            loss, grad_norm, outcome = optimizer_step(optimizer, params, loss, n_passes, cfg.max_grad_norm, ranks)
             moved |= outcome == "stepped"
-    metrics = log.metrics(cfg.ratio)
-    metrics["time_score_select_s"] = time_select        # ω, scores and the top-k (not the diagnostics)
-    return metrics, log.selected
+            log.record(mb, logp=logp, entropy=entropy, omega=omega, length_weight=length_weight, selected=selected,
+                       loss=loss, grad_norm=grad_norm, outcome=outcome)
+    return log.metrics(), log.selected
 
 
-def reference_logprobs(cfg, model, ref_model, batch):
+def reference_logprobs(cfg, model, ref_model, batch, ranks):
     """log π_ref of the sampled tokens, for the k3 KL term (β > 0): the frozen starting model, or with LoRA the
     same model with its adapters switched off (no second copy in memory)."""
     rows = torch.arange(batch.completion_ids.shape[0], device=batch.completion_ids.device)
-    with distributed.layers_gathered(model), (model.disable_adapter() if ref_model is None
-                                              else contextlib.nullcontext()):
-        return scoring_pass(ref_model or model, batch.prompt_ids, batch.completion_ids, batch.valid, rows,
-                            group_size=cfg.group_size, micro_batch_size=cfg.micro_batch_size,
-                            temperature=cfg.temperature, chunk_size=cfg.chunk_size, with_entropy=False)[0]
+    with model.disable_adapter() if ref_model is None else contextlib.nullcontext():
+        return scoring_pass(ref_model or model, batch, rows, cfg, ranks, with_entropy=False)[0]
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -193,45 +165,29 @@ def reference_logprobs(cfg, model, ref_model, batch):
 
 def train_step(run, step):
     """Stages 1-7 on one rollout batch; returns (metrics, sample completions to log)."""
-    cfg, metrics, t_start = run.cfg, {"step": step}, time.time()
+    cfg, ranks, t_start = run.cfg, processes(), time.time()
     run.model.eval()
-    with distributed.layers_gathered(run.model):
+    with ranks.layers_gathered(run.model):
         batch, sampled_rewards, tries = collect_batch(cfg, run.model, run.tokenizer, run.stream, run.eos_ids,
                                                       run.rollout_gen, run.reward_fns)
-    n_sampled, reward_sum, correct = distributed.all_reduce_sum(torch.tensor(
-        [sampled_rewards.numel(), float(sampled_rewards.sum()), float((sampled_rewards >= 1.0).sum())],
-        dtype=torch.float64)).tolist()
-    metrics.update(reward_mean=reward_sum / max(n_sampled, 1), accuracy=correct / max(n_sampled, 1),
-                   sampling_tries=tries)
-    t_rollout = time.time() - t_start
-    if int(distributed.all_reduce_sum(torch.tensor(int(batch is not None)))) < run.world:
-        # every group was all-equal in every try (on some rank): nothing to learn
-        metrics.update(skipped="no group with mixed rewards", time_rollout_s=t_rollout, time_train_s=0.0)
-        return metrics, None
-    n_groups, n_mixed, len_sum, n_answers = distributed.all_reduce_sum(torch.tensor(
-        [len(batch.problems), int(gmts.mixed_groups(batch.rewards, cfg.group_size).sum()),
-         int(batch.valid.sum()), batch.valid.shape[0]], dtype=torch.float64)).tolist()
-    metrics.update(groups=int(n_groups), response_len_mean=len_sum / n_answers, mixed_groups=int(n_mixed))
-
-    metrics.update(update_policy(cfg, run.model, run.ref_model, run.optimizer, batch, run.select_gen, run.device,
-                                 step)[0])
-
+    metrics = dict(step=step, **rollout_figures(cfg, batch, sampled_rewards, ranks), sampling_tries=tries,
+                   time_rollout_s=time.time() - t_start)
+    if "skipped" in metrics:              # every group was all-equal in every try (on some rank): nothing to learn
+        return dict(metrics, time_train_s=0.0), None
+    update_metrics, selected = update_policy(cfg, run.model, run.ref_model, run.optimizer, batch, run.select_gen,
+                                             run.device, step)
     t_total = time.time() - t_start
-    metrics.update(time_rollout_s=t_rollout, time_train_s=t_total - t_rollout,
-                   tokens_per_s=metrics["valid_tokens"] / t_total, peak_memory_mb=peak_memory_mb(run.device))
-    G = cfg.group_size
-    samples = [{"step": step, "problem": p.id, "completion": batch.texts[i * G], "answer": str(p.answer),
-                "reward": float(batch.rewards[i * G]), "advantage": float(batch.advantages[i * G])}
-               for i, p in enumerate(batch.problems[:cfg.log_samples])]
-    return metrics, samples
+    metrics.update(update_metrics, time_train_s=t_total - metrics["time_rollout_s"],
+                   tokens_per_s=update_metrics["valid_tokens"] / t_total)
+    return metrics, logged_samples(step, batch, selected, cfg)
 
 
 def main(argv=None):
     cfg, resume_from, state = check_start(sys.argv[1:] if argv is None else argv)   # every check: one line
-    run, start_step = build_run(cfg, resume_from, state)
+    run, start_step = build_run(cfg, resume_from, state, load_prompts=load_prompts, reward_functions=reward_functions)
     stop, reporter = StopRequest(), report.open(cfg if run.main_process else None)   # --report-to (gmts/run/report.py)
     metrics_path, samples_path = log_paths(cfg)
-    eval_before = evaluate(run) if cfg.eval_before and start_step == 0 else {}
+    eval_before = evaluate_during_training(run) if cfg.eval_before and start_step == 0 else {}
     if eval_before:
         print(report.eval_line("before training", eval_before), flush=True)
         reporter.log(0, eval_before)
@@ -244,9 +200,9 @@ def main(argv=None):
         for group in run.optimizer.param_groups:
             group["lr"] = lr
         metrics, samples = train_step(run, step)
-        metrics["lr"] = lr
+        metrics.update(lr=lr, peak_memory_mb=peak_memory_mb(run.device))     # the peak so far, this step included
         if cfg.eval_every and (step % cfg.eval_every == 0 or step == cfg.steps):
-            metrics.update(evaluate(run))
+            metrics.update(evaluate_during_training(run))
         if step == start_step + 1 and eval_before:
             metrics.update({"eval_before_" + k[len("eval_"):]: v for k, v in eval_before.items()})
         if run.main_process:

@@ -15,12 +15,13 @@ valid tokens per second of step) is the fair rate; s/step is reported beside it.
 
 Where our gain comes from: train.py skips the forward/backward of answers whose advantage is exactly 0 (all-equal
 groups; with beta = 0 their gradient is exactly 0). The side `ours-noskip` is the same run with that skip off
-(environment GMTS_KEEP_ZERO_ADV_ROWS=1, a bench-only switch read by gmts/trainer/step.py's masked_loss_weights, where rows
-with A = 0 are dropped); the share of the time saved that the skip explains is (noskip - ours) / (trl - ours) on
+(bench/train_timed.py --no-skip: gmts/trainer/step.py's SKIP_ZERO_ADVANTAGE_ROWS set to False; masked_loss_inputs
+there drops the rows with A = 0); the share of the time saved that the skip explains is (noskip - ours) / (trl - ours) on
 s/step.
 
-Ours runs as a user would: `python train.py ...` in a subprocess; its metrics.jsonl gives per-step times
-(time_rollout_s + time_train_s), valid tokens, time_score_select_s and the process's VmHWM. TRL runs in a fresh
+Ours runs as a user would, train.py's main() in a subprocess (through bench/train_timed.py, which adds
+time_score_select_s); its metrics.jsonl gives per-step times (time_rollout_s + time_train_s), valid tokens, that time
+and the process's VmHWM. TRL runs in a fresh
 process too (this file with --worker trl); a callback times each optimizer step and reads VmHWM after the last one;
 its logged completions/mean_length gives the tokens. The first step of each run is a warm-up; the median is over the
 remaining steps; runs alternate sides.
@@ -66,7 +67,8 @@ def task_flags(args):
 def run_ours(args, out_dir, keep_zero_adv_rows=False):
     import shutil
     shutil.rmtree(out_dir, ignore_errors=True)
-    cmd = [sys.executable, os.path.join(ROOT, "train.py"), "--model", args.model_dir, *task_flags(args),
+    # bench/train_timed.py: train.py's main() with the score + select time logged (and --no-skip for ours-noskip)
+    cmd = [sys.executable, os.path.join(ROOT, "bench", "train_timed.py"), "--model", args.model_dir, *task_flags(args),
            "--steps", str(args.steps), "--prompts-per-step", str(args.prompts), "--group-size", str(args.group_size),
            "--max-new-tokens", str(args.new_tokens), "--micro-batch-size", str(args.prompts * args.group_size),
            "--selector", "ets", "--ratio", "0.2", "--loss-norm", "all", "--beta", "0", "--lr", str(args.lr),
@@ -75,8 +77,8 @@ def run_ours(args, out_dir, keep_zero_adv_rows=False):
            "--output-dir", out_dir]
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
                TOKENIZERS_PARALLELISM="false")
-    if keep_zero_adv_rows:
-        env["GMTS_KEEP_ZERO_ADV_ROWS"] = "1"
+    if keep_zero_adv_rows:          # the same run with gmts/trainer/step.py's skip of A = 0 rows switched off
+        cmd.append("--no-skip")
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=3600)
     wall = time.perf_counter() - t0
@@ -180,7 +182,7 @@ def main():
     ap.add_argument("--lr", type=float, default=1e-5)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--sides", nargs="+", default=["ours", "trl"], choices=SIDES,
-                    help="ours-noskip: train.py with the zero-advantage skip off (GMTS_KEEP_ZERO_ADV_ROWS=1)")
+                    help="ours-noskip: train.py with the zero-advantage skip off (step.SKIP_ZERO_ADVANTAGE_ROWS = False)")
     ap.add_argument("--smoke", action="store_true", help="2 steps, 2 prompts x G=4, 4 tokens, 1 run each: a rot check")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "step.json"))
     args = ap.parse_args()

@@ -6,12 +6,16 @@ The package is laid out by role (README.md, "Layout"):
         grpo.py         advantage, ω, the selectors' scores, the exact top-ρ selection, the masked loss
         head.py         log π(o_it) and entropy E_it through the output head, chunked over the vocabulary
         options.py      the method's option names and their checks (no torch: the command line checks flags first)
-    gmts/trainer/   the trainer's parts: sampler, model loading, gradient passes, optimizer, several processes
-    gmts/run/       the run infrastructure: config, validation, checkpoints, logs, reporters
+    gmts/trainer/   the trainer's parts: the sampler (rollout.py), one step's machinery (step.py), the per-step
+                    diagnostics, model loading and LoRA (policy.py), the optimizer, several processes and FSDP
+                    (distributed.py, which a single process's step never enters)
+    gmts/run/       the run infrastructure: config, validation, run state, checkpoints, logs, reporters
     gmts/tools/     the tools: evaluate, analyze, plot, memory planner, statistics, toy models
 
-`import gmts` imports none of data/ or rewards/ and no torch until a name below is used: the method's public names
-are loaded on first use (PEP 562).
+Nothing in gmts/ imports data/ or rewards/ (train.py and eval.py pass the data loader and the reward functions in;
+the tools that read data sets, gmts/tools/evaluate.py and analyze.py, import them inside the functions that do).
+`import gmts` loads no torch until a name below is used: the method's public names are loaded on first use (PEP 562),
+and `pip install -e .` makes it importable from any folder.
 """
 import importlib
 

@@ -200,7 +200,7 @@ def test_missing_model_and_bad_data_name_the_problem(digit_model_dir, tmp_path):
 
 def test_non_finite_loss_skips_updates_then_stops(digit_model_dir, tmp_path, monkeypatch):
     sys.path.insert(0, ROOT)
-    import gmts
+    import gmts.trainer.step as gmts     # the module whose policy_loss the trainer's micro-batch loss calls
     import train
     real = gmts.policy_loss
     monkeypatch.setattr(gmts, "policy_loss", lambda *a, **k: real(*a, **k) * float("nan"))

@@ -8,6 +8,12 @@ One RLVR step reads this file top to bottom:
     5. select      select_tokens        the exact batch-wide top-ρ mask
     6. loss        loss_weights         w_it, the normaliser computed once on the whole optimizer batch
                    policy_loss          the masked, clipped surrogate (+ k3 KL)
+
+Names, each with one meaning: R a reward; A an advantage; r = π_θ / π_old the importance ratio; ρ (`ratio`) the
+share of valid tokens selected; E an entropy. Three kinds of weight, whose keyword names are the public interface:
+`weight=` (token_scores) is w_it, the token's LENGTH weight in the aggregated loss (relative_token_weight);
+`weights` / `kl_weights` (policy_loss) are the per-token LOSS weights w·m of the policy and KL terms (loss_weights);
+`kl_weight=` (token_omega) is one scalar, the KL part's share in ω relative to the policy part (kl_relative_weight).
 """
 
 import math
@@ -16,7 +22,14 @@ from fractions import Fraction
 import torch
 
 from gmts.method.options import (KL_COVERAGE, LOSS_NORMS, SCOPES, SELECTORS, STD_MODES,  # noqa: F401 (re-exported)
-                                 check_loss_config, check_ratio)
+                                 check_loss_config)
+
+
+def _check(ok, message):
+    """Bad input is one ValueError naming the bad value. message: the text, or a function making it when that costs
+    (it is then made only on failure)."""
+    if not ok:
+        raise ValueError(message() if callable(message) else message)
 
 # ----------------------------------------------------------------------------------------------------------------------
 # 3. Advantage
@@ -35,16 +48,12 @@ def group_advantages(rewards, group_size, *, std="unbiased", eps=1e-6):
     eight with one correct answer); "biased" by the population std; "none" does not divide (Dr. GRPO).
     """
     rewards = torch.as_tensor(rewards, dtype=torch.float32)
-    if rewards.dim() != 1:
-        raise ValueError(f"rewards must be 1-D (N,), got shape {tuple(rewards.shape)}")
-    if std not in STD_MODES:
-        raise ValueError(f"std must be one of {STD_MODES}, got {std!r}")
-    if not isinstance(group_size, int) or group_size < 2:
-        raise ValueError(f"group_size must be an int >= 2 (a group of one answer has no baseline), got {group_size!r}")
-    if rewards.numel() % group_size != 0:
-        raise ValueError(f"{rewards.numel()} rewards do not split into groups of {group_size}")
-    if not torch.isfinite(rewards).all():
-        raise ValueError(f"rewards contain NaN/inf: {rewards.tolist()}")
+    _check(rewards.dim() == 1, f"rewards must be 1-D (N,), got shape {tuple(rewards.shape)}")
+    _check(std in STD_MODES, f"std must be one of {STD_MODES}, got {std!r}")
+    _check(isinstance(group_size, int) and group_size >= 2,
+           f"group_size must be an int >= 2 (a group of one answer has no baseline), got {group_size!r}")
+    _check(rewards.numel() % group_size == 0, f"{rewards.numel()} rewards do not split into groups of {group_size}")
+    _check(torch.isfinite(rewards).all(), lambda: f"rewards contain NaN/inf: {rewards.tolist()}")
     grouped = rewards.view(-1, group_size)                     # (Q, G)
     centred = grouped - grouped.mean(dim=1, keepdim=True)
     # All-equal groups get A = 0 EXACTLY, whatever the values (gmts/METHOD.md, "Exactness notes"): a float mean of
@@ -72,10 +81,9 @@ def overlong_penalty(lengths, max_new_tokens, buffer, factor=1.0):
     buffer = 0 turns it off (all zeros).
     """
     lengths = torch.as_tensor(lengths, dtype=torch.float32)
-    if not 0 <= buffer <= max_new_tokens:
-        raise ValueError(f"overlong buffer must be in [0, max_new_tokens={max_new_tokens}], got {buffer}")
-    if factor < 0:
-        raise ValueError(f"overlong penalty factor must be >= 0, got {factor}")
+    _check(0 <= buffer <= max_new_tokens,
+           f"overlong buffer must be in [0, max_new_tokens={max_new_tokens}], got {buffer}")
+    _check(factor >= 0, f"overlong penalty factor must be >= 0, got {factor}")
     if buffer == 0:
         return torch.zeros_like(lengths)
     excess = (lengths - (max_new_tokens - buffer)).clamp(min=0)
@@ -102,26 +110,30 @@ def token_omega(logp, old_logp, advantages, *, eps_low=0.2, eps_high=0.28, beta=
     advantages: (N,) per answer or (N, T) per token. Returns ω (N, T) in logp's dtype (float32 at least).
     kl_weight: the KL part's weight relative to the policy part in the aggregated loss (gmts/METHOD.md, "Length weight
     in ω"): 1 when both share a normaliser; S / N_valid when the policy term is divided by the selected count S and
-    the KL term covers all N_valid tokens (loss_norm "selected" with kl_coverage "all", see loss.kl_relative_weight).
+    the KL term covers all N_valid tokens (loss_norm "selected" with kl_coverage "all", see kl_relative_weight).
     """
     logp, old_logp = _as_float(logp), _as_float(old_logp)
     _check_same_shape(logp=logp, old_logp=old_logp)
     adv = broadcast_advantages(advantages, logp)
-    ratio = torch.exp(logp - old_logp)
-    omega = ratio * adv * (~clip_active(ratio, adv, eps_low, eps_high))
+    r = torch.exp(logp - old_logp)                       # the importance ratio π_θ / π_old
+    omega = r * adv * (~clip_active(r, adv, eps_low, eps_high))
     if beta != 0.0:
-        if ref_logp is None:
-            raise ValueError(f"beta={beta} needs ref_logp (log-probs under the reference model)")
-        ref_logp = _as_float(ref_logp)
-        _check_same_shape(logp=logp, ref_logp=ref_logp)
-        omega = omega + kl_weight * (beta * torch.exp(ref_logp - logp) - beta)
+        omega = omega + kl_weight * (beta * torch.exp(_reference(ref_logp, logp, beta) - logp) - beta)
     return omega
 
 
-def clip_active(ratio, advantages, eps_low, eps_high):
-    """(N, T) bool: 1 - I(r, A), the tokens whose clip is active (their policy gradient is zero)."""
-    adv = broadcast_advantages(advantages, ratio)
-    return ((adv > 0) & (ratio > 1 + eps_high)) | ((adv < 0) & (ratio < 1 - eps_low))
+def _reference(ref_logp, logp, beta):
+    """ref_logp checked for the KL term: given, and shaped like logp."""
+    _check(ref_logp is not None, f"beta={beta} needs ref_logp (log-probs under the reference model)")
+    ref_logp = _as_float(ref_logp)
+    _check_same_shape(logp=logp, ref_logp=ref_logp)
+    return ref_logp
+
+
+def clip_active(r, advantages, eps_low, eps_high):
+    """(N, T) bool: 1 - I(r, A), the tokens whose clip is active (their policy gradient is zero); r = π_θ / π_old."""
+    adv = broadcast_advantages(advantages, r)
+    return ((adv > 0) & (r > 1 + eps_high)) | ((adv < 0) & (r < 1 - eps_low))
 
 
 @torch.no_grad()
@@ -134,8 +146,7 @@ def token_scores(selector, entropy, omega=None, *, weight=None, generator=None):
                                            gmts/METHOD.md, "Length weight in ω"; 1 under a token-level mean)
     random -> Uniform(0, 1)              (the control: does ranking matter at all?)
     """
-    if selector not in SELECTORS:
-        raise ValueError(f"unknown selector {selector!r}; choose one of {SELECTORS}")
+    _check(selector in SELECTORS, f"unknown selector {selector!r}; choose one of {SELECTORS}")
     if selector == "none":
         return None
     entropy = _as_float(entropy)
@@ -143,8 +154,7 @@ def token_scores(selector, entropy, omega=None, *, weight=None, generator=None):
         return entropy.clone()
     if selector == "random":
         return torch.rand(entropy.shape, generator=generator, dtype=entropy.dtype, device=entropy.device)
-    if omega is None:
-        raise ValueError("selector 'gmts' needs omega (see token_omega)")
+    _check(omega is not None, "selector 'gmts' needs omega (see token_omega)")
     omega = _as_float(omega)
     _check_same_shape(entropy=entropy, omega=omega)
     score = entropy * omega
@@ -157,8 +167,7 @@ def broadcast_advantages(advantages, like):
     """(N,) or (N, T) advantages -> (N, T) like `like`."""
     adv = _as_float(torch.as_tensor(advantages, device=like.device))
     if adv.dim() == 1:
-        if adv.shape[0] != like.shape[0]:
-            raise ValueError(f"advantages has {adv.shape[0]} rows but the tokens have {like.shape[0]}")
+        _check(adv.shape[0] == like.shape[0], f"advantages has {adv.shape[0]} rows but the tokens have {like.shape[0]}")
         return adv[:, None].expand_as(like)
     _check_same_shape(advantages=adv, tokens=like)
     return adv
@@ -170,8 +179,7 @@ def _as_float(x):
 
 def _check_same_shape(**tensors):
     shapes = {name: tuple(t.shape) for name, t in tensors.items()}
-    if len(set(shapes.values())) != 1:
-        raise ValueError(f"shape mismatch: {shapes}")
+    _check(len(set(shapes.values())) == 1, f"shape mismatch: {shapes}")
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -183,6 +191,12 @@ def _check_same_shape(**tensors):
 # away the cross-answer comparison GMTS is about. Every selector keeps exactly k = ceil(ρ · n) tokens, so arms differ in
 # which tokens, never in how many. The ranking is an exact stable sort (ties -> lower flat index first), not
 # torch.quantile (interpolated threshold, more than k on ties, a 2^24-element limit).
+
+def check_ratio(ratio):
+    """ρ must be a number in (0, 1] (a bool is not a number here)."""
+    _check(isinstance(ratio, (int, float)) and not isinstance(ratio, bool) and 0.0 < float(ratio) <= 1.0,
+           f"ratio must be in (0, 1], got {ratio!r}")
+
 
 def num_to_select(ratio, n):
     """k = ceil(ρ · n), computed exactly on the decimal ρ the user wrote (0.3 · 10 = 3, not ceil(3.0000000000000004))."""
@@ -204,30 +218,33 @@ def select_tokens(scores, valid_mask, ratio, *, scope="batch", group_ids=None, b
                still counted in n, so the budget is the same as every other arm's
     """
     valid_mask = torch.as_tensor(valid_mask)
-    if valid_mask.dtype != torch.bool or valid_mask.dim() != 2:
-        raise ValueError(f"valid_mask must be a 2-D bool tensor (N, T), got {valid_mask.dtype} {tuple(valid_mask.shape)}")
-    if scope not in SCOPES:
-        raise ValueError(f"scope must be one of {SCOPES}, got {scope!r}")
+    _check(valid_mask.dtype == torch.bool and valid_mask.dim() == 2,
+           f"valid_mask must be a 2-D bool tensor (N, T), got {valid_mask.dtype} {tuple(valid_mask.shape)}")
+    _check(scope in SCOPES, f"scope must be one of {SCOPES}, got {scope!r}")
     check_ratio(ratio)
-    eligible = valid_mask.clone()
-    if exclude is not None:
-        exclude = torch.as_tensor(exclude, device=valid_mask.device)
-        if exclude.dtype != torch.bool or tuple(exclude.shape) != (valid_mask.shape[0],):
-            raise ValueError(f"exclude must be bool of shape ({valid_mask.shape[0]},), got {exclude.dtype} {tuple(exclude.shape)}")
-        eligible &= ~exclude[:, None]
+    eligible = valid_mask if exclude is None else valid_mask & ~_checked_exclude(exclude, valid_mask)[:, None]
     if scores is None:
-        return eligible
-    if tuple(scores.shape) != tuple(valid_mask.shape):
-        raise ValueError(f"scores shape {tuple(scores.shape)} != valid_mask shape {tuple(valid_mask.shape)}")
+        return eligible.clone()
+    _check(scores.shape == valid_mask.shape, f"scores shape {tuple(scores.shape)} != valid_mask's {tuple(valid_mask.shape)}")
     check_scores(scores, eligible)
+    if scope == "group":
+        return _select_per_group(scores, valid_mask, eligible, ratio, group_ids, bottom)
+    return _top_k_in(scores, valid_mask, eligible, ratio, bottom)
 
-    if scope == "batch":
-        return _top_k_in(scores, valid_mask, eligible, ratio, bottom)
-    if group_ids is None:
-        raise ValueError("scope='group' needs group_ids (N,)")
+
+def _checked_exclude(exclude, valid_mask):
+    exclude = torch.as_tensor(exclude, device=valid_mask.device)
+    _check(exclude.dtype == torch.bool and tuple(exclude.shape) == (valid_mask.shape[0],),
+           f"exclude must be bool of shape ({valid_mask.shape[0]},), got {exclude.dtype} {tuple(exclude.shape)}")
+    return exclude
+
+
+def _select_per_group(scores, valid_mask, eligible, ratio, group_ids, bottom):
+    """scope="group": one top-k per group of answers, k = ceil(ρ · the group's valid tokens)."""
+    _check(group_ids is not None, "scope='group' needs group_ids (N,)")
     group_ids = torch.as_tensor(group_ids, device=valid_mask.device)
-    if tuple(group_ids.shape) != (valid_mask.shape[0],):
-        raise ValueError(f"group_ids must have shape ({valid_mask.shape[0]},), got {tuple(group_ids.shape)}")
+    _check(tuple(group_ids.shape) == (valid_mask.shape[0],),
+           f"group_ids must have shape ({valid_mask.shape[0]},), got {tuple(group_ids.shape)}")
     selected = torch.zeros_like(valid_mask)
     for g in torch.unique(group_ids):
         rows = group_ids == g
@@ -237,10 +254,13 @@ def select_tokens(scores, valid_mask, ratio, *, scope="batch", group_ids=None, b
 
 def check_scores(scores, eligible):
     bad = eligible & ~torch.isfinite(scores)
-    if bad.any():
-        where = bad.nonzero()[0].tolist()
-        raise ValueError(f"scores contain NaN/inf at {bad.sum().item()} valid positions, first at (row, col) = {where}: "
-                         f"value {scores[where[0], where[1]].item()}")
+    _check(not bad.any(), lambda: _non_finite_message(scores, bad))
+
+
+def _non_finite_message(scores, bad):
+    where = bad.nonzero()[0].tolist()
+    return (f"scores contain NaN/inf at {bad.sum().item()} valid positions, first at (row, col) = {where}: "
+            f"value {scores[where[0], where[1]].item()}")
 
 
 def budget(ratio, n_valid, n_eligible):
@@ -280,17 +300,17 @@ def loss_weights(valid_mask, selected_mask, loss_norm="selected", *, reduce=None
     reduce: sums a count over data-parallel ranks (gmts.trainer.distributed.all_reduce_sum) so the normaliser is global.
 
     selected           1/S on selected tokens, S = selected tokens in the batch (the paper's equation; DAPO's token mean)
-    all                1/N_valid on selected tokens: the authors' code, TRL and verl (non-selected stay in the denominator)
-    sequence           1/(N_answers · |o_i|) on selected tokens, |o_i| = the answer's full length
-    sequence-selected  1/(N_answers · S_i), S_i = the answer's selected count (TRL loss_type="grpo" with a mask;
-                       only meaningful without selection: see check_loss_config)
+    all                1/N_valid on selected tokens: the authors' code, verl, and TRL's top_entropy_quantile with
+                       loss_type bnpo / dapo (non-selected tokens stay in the denominator)
+    sequence           1/(N_answers · |o_i|) on selected tokens, |o_i| = the answer's full length (TRL's grpo with
+                       top_entropy_quantile)
+    sequence-selected  1/(N_answers · S_i), S_i = the answer's selected count (TRL's grpo with the selection folded
+                       into its completion mask; only meaningful without selection: see check_loss_config)
     """
-    if loss_norm not in LOSS_NORMS:
-        raise ValueError(f"loss_norm must be one of {LOSS_NORMS}, got {loss_norm!r}")
-    if valid_mask.shape != selected_mask.shape:
-        raise ValueError(f"valid_mask {tuple(valid_mask.shape)} and selected_mask {tuple(selected_mask.shape)} differ")
-    if (selected_mask & ~valid_mask).any():
-        raise ValueError("selected_mask selects padding/prompt positions (not in valid_mask)")
+    _check(loss_norm in LOSS_NORMS, f"loss_norm must be one of {LOSS_NORMS}, got {loss_norm!r}")
+    _check(valid_mask.shape == selected_mask.shape,
+           f"valid_mask {tuple(valid_mask.shape)} and selected_mask {tuple(selected_mask.shape)} differ")
+    _check(not (selected_mask & ~valid_mask).any(), "selected_mask selects padding/prompt positions (not in valid_mask)")
     total = reduce or (lambda count: count)
     m = selected_mask.double()               # float64: 1/S exact to 1e-16 whatever the model's dtype
     if loss_norm == "selected":
@@ -326,15 +346,18 @@ def token_objective(logp, old_logp, advantages, *, eps_low=0.2, eps_high=0.28, b
     """Per-token parts of ℓ_it, both (N, T): the clipped surrogate and the k3 KL estimate D_it (0 when β = 0).
     logp carries the gradient; old_logp and ref_logp are constants."""
     adv = broadcast_advantages(advantages, logp).to(logp.dtype)
-    ratio = torch.exp(logp - old_logp.detach())
-    surrogate = torch.minimum(ratio * adv, torch.clamp(ratio, 1 - eps_low, 1 + eps_high) * adv)
+    r = torch.exp(logp - old_logp.detach())              # the importance ratio π_θ / π_old
+    surrogate = torch.minimum(r * adv, torch.clamp(r, 1 - eps_low, 1 + eps_high) * adv)
     if beta == 0.0:
         return surrogate, torch.zeros_like(surrogate)
-    if ref_logp is None:
-        raise ValueError(f"beta={beta} needs ref_logp")
+    return surrogate, _k3(logp, ref_logp, beta)
+
+
+def _k3(logp, ref_logp, beta):
+    """D_it = π_ref/π_θ - log(π_ref/π_θ) - 1, the k3 estimate of KL(π_θ ‖ π_ref) at each sampled token (>= 0)."""
+    _check(ref_logp is not None, f"beta={beta} needs ref_logp")
     log_ref_over_pi = ref_logp.detach() - logp
-    kl = torch.exp(log_ref_over_pi) - log_ref_over_pi - 1
-    return surrogate, kl
+    return torch.exp(log_ref_over_pi) - log_ref_over_pi - 1
 
 
 def policy_loss(logp, old_logp, advantages, weights, *, eps_low=0.2, eps_high=0.28, beta=0.0, ref_logp=None,

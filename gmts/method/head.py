@@ -13,7 +13,8 @@ chunks (reuse matters on CPU: each fresh multi-hundred-MB allocation page-faults
 The price is one extra head matmul (the recompute) in the backward pass.
 
 Matmuls run in the inputs' dtype (bf16 on GPU; the autocast dtype when autocast is on); softmax / logsumexp math runs
-in float32 (float64 when the inputs are float64) one chunk at a time.
+in float32 (float64 when the inputs are float64: the softmax dtype is promote_types(dtype, float32)) one chunk at a
+time: a bf16 logsumexp over 151,936 entries would lose ~3 significant digits.
 """
 
 from __future__ import annotations
@@ -23,30 +24,47 @@ import math
 import torch
 from torch import Tensor
 
-
-def _softmax_dtype(compute_dtype: torch.dtype) -> torch.dtype:
-    # float32 at least: bf16 logsumexp over 151,936 entries loses ~3 significant digits.
-    return torch.float64 if compute_dtype == torch.float64 else torch.float32
+from gmts.method.grpo import _check  # one ValueError naming the bad value
 
 
 def _check_chunk_size(chunk_size: int) -> None:
-    if not isinstance(chunk_size, int) or isinstance(chunk_size, bool) or chunk_size < 1:
-        raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
+    _check(isinstance(chunk_size, int) and not isinstance(chunk_size, bool) and chunk_size >= 1,
+           f"chunk_size must be a positive int, got {chunk_size!r}")
 
 
-def _chunk_logits(h, w, b, z, zf, temperature):
-    """One chunk's logits z = h W^T (+ b) into the reused buffer z (matmul dtype), and z / tau in zf (the softmax
-    dtype; the same memory as z when the dtypes match). Forward and backward both call this: the backward recomputes
-    exactly the forward's values."""
-    if b is None:
-        torch.matmul(h, w.t(), out=z)  # (n, V)
-    else:
-        torch.addmm(b, h, w.t(), out=z)
-    if zf is not z:
-        zf.copy_(z)  # upcast once per chunk
-    if temperature != 1.0:
-        zf.div_(temperature)  # divide (not * 1/tau) to round exactly like the plain z / tau
-    return z, zf
+def _check_temperature(temperature) -> None:
+    _check(isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature > 0,
+           f"temperature must be a finite number > 0, got {temperature!r}")
+
+
+def _chunks(hidden, weight, bias, compute_dtype, sm_dtype, chunk_size, temperature):
+    """Yield (start, end, h, z, zf) for each chunk of tokens: its hidden states h in the matmul dtype, its logits
+    z = h W^T (+ b) in the reused buffer z (matmul dtype), and z / tau in zf (the softmax dtype; the same memory as z
+    when the dtypes match). Forward and backward both loop over this: the backward recomputes exactly the forward's
+    values. The two (chunk_size, V) buffers are allocated once and reused for every chunk."""
+    n_tokens, vocab = hidden.shape[0], weight.shape[0]
+    w, b = weight.to(compute_dtype), None if bias is None else bias.to(compute_dtype)  # no copy when dtypes match
+    z_buf = torch.empty(min(chunk_size, n_tokens), vocab, dtype=compute_dtype, device=hidden.device)
+    zf_buf = z_buf if compute_dtype == sm_dtype else torch.empty(z_buf.shape, dtype=sm_dtype, device=hidden.device)
+    for start in range(0, n_tokens, chunk_size):
+        end = min(start + chunk_size, n_tokens)
+        h, z, zf = hidden[start:end].to(compute_dtype), z_buf[:end - start], zf_buf[:end - start]
+        torch.matmul(h, w.t(), out=z) if b is None else torch.addmm(b, h, w.t(), out=z)  # z (n, V) = h W^T (+ b)
+        if zf is not z:
+            zf.copy_(z)  # upcast once per chunk
+        if temperature != 1.0:
+            zf.div_(temperature)  # divide (not * 1/tau) to round exactly like the plain z / tau
+        yield start, end, h, z, zf
+
+
+def _entropy_into(out, shifted, p_buf):
+    """H = -Σ p log p = log S - Σ(e · s) / S of each row, written into out (n,), from the shifted logits s (n, V), with
+    e = exp(s) in the reused buffer p_buf and S = Σ e (returned: the forward's logsumexp needs it too). The per-row
+    dot product is a bmm, without a (n, V) temporary."""
+    p = torch.exp(shifted, out=p_buf)  # unnormalised probabilities
+    sum_exp = p.sum(-1)
+    out.copy_(torch.log(sum_exp) - torch.bmm(p.unsqueeze(1), shifted.unsqueeze(2)).view(-1) / sum_exp)
+    return sum_exp
 
 
 class _ChunkedHeadLogProb(torch.autograd.Function):
@@ -57,107 +75,67 @@ class _ChunkedHeadLogProb(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, hidden, weight, bias, targets, temperature, chunk_size, with_entropy, compute_dtype):
-        device = hidden.device
-        n_tokens, vocab = hidden.shape[0], weight.shape[0]
-        sm_dtype = _softmax_dtype(compute_dtype)
+        """Per chunk: the shifted logits s = z/tau - max, log p[target] = s[target] - log Σ exp(s), and the logsumexp
+        saved for the backward. With entropy (a score, _entropy_into), a third reused (chunk, V) buffer holds exp(s);
+        without it, exp runs in place (the shifted logits are not needed any more)."""
+        n_tokens, vocab, device = hidden.shape[0], weight.shape[0], hidden.device
+        sm_dtype = torch.promote_types(compute_dtype, torch.float32)  # float32 at least (module docstring)
         with torch.autocast(device.type, enabled=False):
-            w = weight.to(compute_dtype)  # no copy when dtypes already match
-            b = None if bias is None else bias.to(compute_dtype)
             logp = torch.empty(n_tokens, dtype=sm_dtype, device=device)
             lse = torch.empty(n_tokens, dtype=sm_dtype, device=device)  # logsumexp of z / tau, saved for backward
             entropy = torch.empty(n_tokens if with_entropy else 0, dtype=sm_dtype, device=device)
-
-            # Reused chunk buffers: z in the matmul dtype; a float32 view of it (the same memory when dtypes match);
-            # and exp(.) (only needed when entropy is asked for: sum p * shifted needs both at once).
-            rows = min(chunk_size, n_tokens)
-            z_buf = torch.empty(rows, vocab, dtype=compute_dtype, device=device)
-            zf_buf = z_buf if compute_dtype == sm_dtype else torch.empty(rows, vocab, dtype=sm_dtype, device=device)
-            p_buf = torch.empty(rows, vocab, dtype=sm_dtype, device=device) if with_entropy else None
-
-            for start in range(0, n_tokens, chunk_size):
-                end = min(start + chunk_size, n_tokens)
-                n = end - start
-                h = hidden[start:end].to(compute_dtype)
-                z, zf = _chunk_logits(h, w, b, z_buf[:n], zf_buf[:n], temperature)
+            p_buf = torch.empty(min(chunk_size, n_tokens), vocab, dtype=sm_dtype, device=device) if with_entropy else None
+            for start, end, _, _, zf in _chunks(hidden, weight, bias, compute_dtype, sm_dtype, chunk_size, temperature):
                 row_max = zf.amax(dim=-1, keepdim=True)  # (n, 1)
                 zf.sub_(row_max)  # shifted logits, <= 0
                 target_shifted = zf.gather(-1, targets[start:end, None]).squeeze(-1)  # (n,)
                 if with_entropy:
-                    p = torch.exp(zf, out=p_buf[:n])  # unnormalised probabilities
-                    sum_exp = p.sum(-1)
-                    # H = -sum p log p = log S - sum(e * s) / S with s = shifted logits, e = exp(s), S = sum e.
-                    # bmm makes the per-row dot product without a (n, V) temporary.
-                    dot = torch.bmm(p.unsqueeze(1), zf.unsqueeze(2)).view(n)
-                    entropy[start:end] = torch.log(sum_exp) - dot / sum_exp
+                    sum_exp = _entropy_into(entropy[start:end], zf, p_buf[:end - start])
                 else:
-                    sum_exp = zf.exp_().sum(-1)  # in place: the shifted logits are not needed any more
+                    sum_exp = zf.exp_().sum(-1)
                 log_sum_exp = torch.log(sum_exp)
                 logp[start:end] = target_shifted - log_sum_exp
                 lse[start:end] = row_max.squeeze(-1) + log_sum_exp
-
         ctx.save_for_backward(hidden, weight, bias, targets, lse)
-        ctx.temperature = temperature
-        ctx.chunk_size = chunk_size
-        ctx.compute_dtype = compute_dtype
+        ctx.temperature, ctx.chunk_size, ctx.compute_dtype = temperature, chunk_size, compute_dtype
         ctx.mark_non_differentiable(entropy)
         return logp, entropy
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_logp, _grad_entropy):
+        """Per chunk: recompute z, p = exp(z/tau - lse), and G = d loss / d z = g · (onehot(target) - p) / tau, built
+        in place in the softmax buffer (and copied back to the matmul dtype for the two gradient matmuls); then
+        grad_h = G W, grad_W += G^T h, grad_b += Σ G. grad_W and grad_b accumulate in float32 even for bf16 weights:
+        summing the chunks' contributions in bf16 would round away small updates."""
         hidden, weight, bias, targets, lse = ctx.saved_tensors
-        need_h, need_w, need_b = ctx.needs_input_grad[0], ctx.needs_input_grad[1], ctx.needs_input_grad[2]
-        if not (need_h or need_w or need_b):
-            return (None,) * 8
-        device, compute_dtype = hidden.device, ctx.compute_dtype
-        sm_dtype = lse.dtype
-        n_tokens, vocab = hidden.shape[0], weight.shape[0]
-        chunk_size, inv_tau = ctx.chunk_size, 1.0 / ctx.temperature
-        # Accumulate grad_W / grad_b in float32 even for bf16 weights: summing chunk contributions in bf16 would
-        # round away small updates.
+        need_h, need_w, need_b = ctx.needs_input_grad[:3]      # (autograd calls this only when one is True)
+        compute_dtype, inv_tau, device = ctx.compute_dtype, 1.0 / ctx.temperature, hidden.device
         acc_dtype = torch.promote_types(compute_dtype, torch.float32)
         with torch.autocast(device.type, enabled=False):
             w = weight.to(compute_dtype)
-            b = None if bias is None else bias.to(compute_dtype)
-            grad_logp = grad_logp.to(sm_dtype)
-            grad_h = torch.empty(n_tokens, hidden.shape[1], dtype=compute_dtype, device=device) if need_h else None
-            grad_w = torch.zeros(vocab, hidden.shape[1], dtype=acc_dtype, device=device) if need_w else None
-            grad_b = torch.zeros(vocab, dtype=acc_dtype, device=device) if need_b else None
-
-            rows = min(chunk_size, n_tokens)
-            z_buf = torch.empty(rows, vocab, dtype=compute_dtype, device=device)
-            zf_buf = z_buf if compute_dtype == sm_dtype else torch.empty(rows, vocab, dtype=sm_dtype, device=device)
-
-            for start in range(0, n_tokens, chunk_size):
-                end = min(start + chunk_size, n_tokens)
-                n = end - start
-                h = hidden[start:end].to(compute_dtype)
-                z, zf = _chunk_logits(h, w, b, z_buf[:n], zf_buf[:n], ctx.temperature)
+            grad_logp = grad_logp.to(lse.dtype)
+            grad_h = torch.empty(hidden.shape, dtype=compute_dtype, device=device) if need_h else None
+            grad_w = torch.zeros(weight.shape, dtype=acc_dtype, device=device) if need_w else None
+            grad_b = torch.zeros(weight.shape[0], dtype=acc_dtype, device=device) if need_b else None
+            for start, end, h, z, zf in _chunks(hidden, weight, bias, compute_dtype, lse.dtype, ctx.chunk_size,
+                                                ctx.temperature):
                 p = zf.sub_(lse[start:end, None]).exp_()  # softmax(z / tau), in place
                 g = grad_logp[start:end]  # (n,)
-                # G = d loss / d z = g * (onehot - p) / tau, built in place in the softmax buffer.
                 p.mul_((-g * inv_tau)[:, None])
                 p.scatter_add_(-1, targets[start:end, None], (g * inv_tau)[:, None])
                 if zf is not z:
-                    z.copy_(p)  # back to the matmul dtype for the two gradient matmuls
-                G = z
+                    z.copy_(p)
                 if need_h:
-                    torch.matmul(G, w, out=grad_h[start:end])  # (n, H)
-                if need_w:
-                    if acc_dtype == compute_dtype:
-                        grad_w.addmm_(G.t(), h)  # (V, H), no temporary
-                    else:
-                        grad_w.add_(G.t() @ h)
+                    torch.matmul(z, w, out=grad_h[start:end])  # (n, H)
+                if need_w and acc_dtype == compute_dtype:
+                    grad_w.addmm_(z.t(), h)  # (V, H), no temporary
+                elif need_w:
+                    grad_w.add_(z.t() @ h)
                 if need_b:
-                    grad_b.add_(G.sum(0, dtype=acc_dtype))
-
-        if need_h:
-            grad_h = grad_h.to(hidden.dtype)
-        if need_w:
-            grad_w = grad_w.to(weight.dtype)
-        if need_b:
-            grad_b = grad_b.to(bias.dtype)
-        return grad_h, grad_w, grad_b, None, None, None, None, None
+                    grad_b.add_(z.sum(0, dtype=acc_dtype))
+        return (grad_h.to(hidden.dtype) if need_h else None, grad_w.to(weight.dtype) if need_w else None,
+                grad_b.to(bias.dtype) if need_b else None, None, None, None, None, None)
 
 
 def token_logprobs_and_entropy(hidden: Tensor, head_weight: Tensor, targets: Tensor, *, head_bias: Tensor | None = None,
@@ -173,45 +151,43 @@ def token_logprobs_and_entropy(hidden: Tensor, head_weight: Tensor, targets: Ten
     float64 outputs (for gradcheck). Padding positions: any valid id works as their target; callers mask the result.
     Under autocast the matmuls run in the autocast dtype; otherwise in head_weight's dtype (hidden is cast to it).
     """
-    if hidden.dim() < 1 or head_weight.dim() != 2:
-        raise ValueError(f"expected hidden (..., H) and head_weight (V, H), got shapes {tuple(hidden.shape)} and "
-                         f"{tuple(head_weight.shape)}")
+    _check(hidden.dim() >= 1 and head_weight.dim() == 2, f"expected hidden (..., H) and head_weight (V, H), got "
+           f"shapes {tuple(hidden.shape)} and {tuple(head_weight.shape)}")
     vocab, width = head_weight.shape
-    if hidden.shape[-1] != width:
-        raise ValueError(f"hidden size {hidden.shape[-1]} does not match head_weight {tuple(head_weight.shape)}")
-    if tuple(targets.shape) != tuple(hidden.shape[:-1]):
-        raise ValueError(f"targets shape {tuple(targets.shape)} must equal hidden's leading shape "
-                         f"{tuple(hidden.shape[:-1])}")
-    if targets.dtype != torch.long:
-        raise ValueError(f"targets must be torch.long, got {targets.dtype}")
-    if not hidden.is_floating_point() or not head_weight.is_floating_point():
-        raise ValueError(f"hidden and head_weight must be floating point, got {hidden.dtype} and {head_weight.dtype}")
-    if head_bias is not None and tuple(head_bias.shape) != (vocab,):
-        raise ValueError(f"head_bias must have shape ({vocab},), got {tuple(head_bias.shape)}")
-    if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature > 0):
-        raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}")
+    _check(hidden.shape[-1] == width,
+           f"hidden size {hidden.shape[-1]} does not match head_weight {tuple(head_weight.shape)}")
+    _check(targets.shape == hidden.shape[:-1],
+           f"targets shape {tuple(targets.shape)} must equal hidden's leading shape {tuple(hidden.shape[:-1])}")
+    _check(targets.dtype == torch.long, f"targets must be torch.long, got {targets.dtype}")
+    _check(hidden.is_floating_point() and head_weight.is_floating_point(), f"hidden and head_weight must be floating "
+           f"point, got {hidden.dtype} and {head_weight.dtype}")
+    _check(head_bias is None or head_bias.shape == (vocab,), lambda: f"head_bias must have shape ({vocab},), got "
+           f"{tuple(head_bias.shape)}")
+    if targets.numel():
+        lo, hi = int(targets.min()), int(targets.max())  # one sync; a bad id would be a device assert on GPU
+        _check(lo >= 0 and hi < vocab, f"targets must lie in [0, {vocab}), got min {lo} max {hi}")
+    logp, entropy = head_logprobs(hidden.reshape(-1, width), head_weight, targets.reshape(-1), head_bias=head_bias,
+                                  temperature=temperature, chunk_size=chunk_size, with_entropy=with_entropy)
+    return logp.view(targets.shape), (entropy.view(targets.shape) if with_entropy else None)
+
+
+def head_logprobs(hidden: Tensor, head_weight: Tensor, targets: Tensor, *, head_bias: Tensor | None = None,
+                  temperature: float = 1.0, chunk_size: int = 1024, with_entropy: bool = True
+                  ) -> tuple[Tensor, Tensor | None]:
+    """token_logprobs_and_entropy on flat inputs the caller built itself: hidden (n, H), targets (n,) long ids in
+    [0, V), head_bias (V,) or None. gmts/trainer/step.py's completion_logprobs calls this with the model's own hidden
+    states and the sampled ids, so the public function's shape, dtype and range checks cannot fail there and are not
+    repeated. Returns (logp (n,), entropy (n,) or None)."""
+    _check_temperature(temperature)
     _check_chunk_size(chunk_size)
-
-    lead_shape = targets.shape
-    flat_hidden = hidden.reshape(-1, width)  # (N, H); a view when hidden is contiguous
-    flat_targets = targets.reshape(-1)
-    if flat_targets.numel() == 0:  # nothing to score; keep the result attached to the graph all the same
-        logp = (hidden.sum(-1) * 0).to(_softmax_dtype(head_weight.dtype))
+    if targets.numel() == 0:  # nothing to score; keep the result attached to the graph all the same
+        logp = (hidden.sum(-1) * 0).to(torch.promote_types(head_weight.dtype, torch.float32))
         return logp, (logp.detach().clone() if with_entropy else None)
-    lo, hi = int(flat_targets.min()), int(flat_targets.max())  # one sync; a bad id would be a device assert on GPU
-    if lo < 0 or hi >= vocab:
-        raise ValueError(f"targets must lie in [0, {vocab}), got min {lo} max {hi}")
-
-    device_type = hidden.device.type
-    if torch.is_autocast_enabled(device_type):
-        compute_dtype = torch.get_autocast_dtype(device_type)
-    else:
-        compute_dtype = head_weight.dtype
-
-    logp, entropy = _ChunkedHeadLogProb.apply(flat_hidden, head_weight, head_bias, flat_targets, float(temperature),
-                                             chunk_size, with_entropy, compute_dtype)
-    logp = logp.view(lead_shape)
-    return logp, (entropy.view(lead_shape) if with_entropy else None)
+    device_type = hidden.device.type       # the matmuls run in the autocast dtype when autocast is on
+    compute_dtype = torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else head_weight.dtype
+    logp, entropy = _ChunkedHeadLogProb.apply(hidden, head_weight, head_bias, targets, float(temperature), chunk_size,
+                                             with_entropy, compute_dtype)
+    return logp, (entropy if with_entropy else None)
 
 
 @torch.no_grad()
@@ -225,8 +201,7 @@ def token_entropy(logits: Tensor, chunk_size: int = 1024, *, temperature: float 
         raise ValueError(f"logits must have a non-empty last (vocab) dim, got shape {tuple(logits.shape)}")
     if not logits.is_floating_point():
         raise ValueError(f"logits must be floating point, got {logits.dtype}")
-    if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature > 0):
-        raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}")
+    _check_temperature(temperature)
     _check_chunk_size(chunk_size)
     vocab = logits.shape[-1]
     try:
@@ -234,7 +209,7 @@ def token_entropy(logits: Tensor, chunk_size: int = 1024, *, temperature: float 
     except RuntimeError:
         # Not viewable as 2D: go one leading index at a time rather than let reshape copy the whole tensor.
         return torch.stack([token_entropy(x, chunk_size, temperature=temperature) for x in logits.unbind(0)])
-    sm_dtype = _softmax_dtype(logits.dtype)
+    sm_dtype = torch.promote_types(logits.dtype, torch.float32)  # float32 at least (module docstring)
     out = torch.empty(rows.shape[0], dtype=sm_dtype, device=logits.device)
     for start in range(0, rows.shape[0], chunk_size):
         shifted = rows[start:start + chunk_size].to(sm_dtype, copy=True)  # one fresh (upcast) chunk, ours to modify

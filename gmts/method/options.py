@@ -8,11 +8,6 @@ KL_COVERAGE = ("selected", "all")
 STD_MODES = ("unbiased", "biased", "none")  # "none" = Dr. GRPO: subtract the group mean, divide by nothing
 
 
-def check_ratio(ratio):
-    if not isinstance(ratio, (int, float)) or isinstance(ratio, bool) or not (0.0 < float(ratio) <= 1.0):
-        raise ValueError(f"ratio must be in (0, 1], got {ratio!r}")
-
-
 def check_loss_config(selector, ratio, loss_norm):
     """Refuse combinations that silently test nothing (gmts/METHOD.md, "The loss")."""
     if loss_norm not in LOSS_NORMS:

@@ -240,9 +240,5 @@ def resolve(cfg):
     return check(cfg, TRAIN_RULES)
 
 
-def use_dynamic_sampling(cfg):
-    return cfg.dynamic_sampling == "on" or (cfg.dynamic_sampling == "auto" and cfg.algo == "dapo")
-
-
 def to_dict(cfg):
     return dataclasses.asdict(cfg)

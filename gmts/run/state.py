@@ -1,6 +1,8 @@
-"""Setting up and keeping a training run: its state as one object, the data stream, the model and optimizer, the
-output folder, checkpoints, stop signals and in-training evaluation. train.py calls these by name so that it can
-read as the story of one step; none of this is the method (gmts/METHOD.md).
+"""Setting up and keeping a training run: its state as one object, the model and optimizer, the output folder,
+checkpoints, stop signals and in-training evaluation. train.py calls these by name so that it can read as the story
+of one step; none of this is the method (gmts/METHOD.md).
+
+Nothing in gmts/ imports data/ or rewards/: train.py passes its data loader and reward functions to build_run.
 """
 import copy
 import json
@@ -11,60 +13,14 @@ from dataclasses import dataclass
 
 import torch
 
-import data
-import rewards
 from gmts.run import checkpoint as ckpt
 from gmts.run import folder
-from gmts.trainer import distributed
 from gmts.run.config import to_dict
+from gmts.trainer import distributed
 from gmts.trainer.optim import build_optimizer
 from gmts.trainer.policy import (add_lora, enable_gradient_checkpointing, end_of_sequence_ids, load_model, load_tokenizer,
-                     resolve_device, resolve_dtype)
-
-
-# ----------------------------------------------------------------------------------------------------------------------
-# The data: prompts, and a seeded stream over them.
-
-class PromptStream:
-    """The run's data order: a seeded permutation per epoch, so a run is reproducible and resumes from one integer."""
-
-    def __init__(self, problems, prompt_ids, seed, position=0):
-        self.problems, self.prompt_ids, self.seed, self.position = problems, prompt_ids, seed, position
-        self._epoch, self._order = None, None
-
-    def take(self, n):
-        """The next n problem indices; each epoch is a fresh permutation seeded by (seed, epoch)."""
-        out = []
-        for _ in range(n):
-            epoch, index = divmod(self.position, len(self.problems))
-            if epoch != self._epoch:
-                gen = torch.Generator().manual_seed(self.seed * 7919 + epoch)
-                self._epoch, self._order = epoch, torch.randperm(len(self.problems), generator=gen).tolist()
-            out.append(self._order[index])
-            self.position += 1
-        return out
-
-
-def load_prompts(cfg, tokenizer):
-    """Problems -> chat-templated prompt ids; prompts longer than --max-prompt-tokens are skipped and counted."""
-    return data.load_prompts_for_cli(cfg.data, cfg.split, tokenizer, max_prompt_tokens=cfg.max_prompt_tokens,
-                                     question_field=cfg.question_field, answer_field=cfg.answer_field,
-                                     template=cfg.template, task_options=cfg.task_options,
-                                     limit=cfg.limit or None, seed=cfg.seed, system_prompt=cfg.system_prompt)
-
-
-@dataclass
-class Batch:
-    """A rollout batch of answers with their rewards and advantages (this process's share of it)."""
-    problems: list            # Q problems
-    prompt_ids: list          # Q lists of ids
-    completion_ids: torch.Tensor  # (N, T), N = Q * G, the G answers to a prompt contiguous
-    valid: torch.Tensor       # (N, T) bool: real completion tokens
-    logp: torch.Tensor        # (N, T) rollout-time log-probs: log π_old
-    entropy: torch.Tensor     # (N, T) rollout-time entropies
-    texts: list               # N decoded completions
-    rewards: torch.Tensor     # (N,)
-    advantages: torch.Tensor  # (N,)
+                                 resolve_device, resolve_dtype)
+from gmts.trainer.step import Batch, PromptStream  # noqa: F401  (moved to gmts/trainer/step.py; the old names)
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -79,7 +35,7 @@ class Run:
     tokenizer: object
     eos_ids: list
     stream: PromptStream
-    reward_fns: dict              # reward name -> fn(text, reference) -> float
+    reward_fns: dict              # reward name -> fn(text, reference) -> R
     rollout_gen: torch.Generator  # sampling of this process's answers
     select_gen: torch.Generator   # the random selector's draws (apart, so arms see the same rollouts)
     device: torch.device
@@ -105,14 +61,14 @@ def start_processes(cfg, state):
     return rank, world, device, resolve_dtype(cfg.dtype, device)
 
 
-def load_data(cfg, resume_from):
+def load_data(cfg, resume_from, load_prompts, reward_functions):
     """(tokenizer, problems, prompt ids, skipped count, reward functions). Runs before any model loads, so a bad
-    file or name fails in a second."""
+    file or name fails in a second. load_prompts(cfg, tokenizer) -> (problems, prompt ids, skipped count) and
+    reward_functions(cfg, names) -> {name: fn(text, answer) -> R} come from the caller (train.py: data/, rewards/)."""
     tokenizer = load_tokenizer(cfg.tokenizer or (cfg.model if os.path.isdir(cfg.model) or not resume_from
                                                  else resume_from))
     problems, prompt_ids, n_too_long = load_prompts(cfg, tokenizer)
-    reward_fns = {name: rewards.get_reward(name, trusted_only=cfg.code_trusted_only)
-                  for name in {p.reward for p in problems}}
+    reward_fns = reward_functions(cfg, sorted({p.reward for p in problems}))
     if cfg.eval_every or cfg.eval_before:
         check_eval_data(cfg, tokenizer)
     return tokenizer, problems, prompt_ids, n_too_long, reward_fns
@@ -142,11 +98,13 @@ def build_policy(cfg, resume_from, device, dtype):
     return model, ref_model, build_optimizer(model, cfg)
 
 
-def build_run(cfg, resume_from, state):
-    """Everything a step needs, and the step to start after (0, or the checkpoint's)."""
+def build_run(cfg, resume_from, state, *, load_prompts, reward_functions):
+    """Everything a step needs, and the step to start after (0, or the checkpoint's). load_prompts and
+    reward_functions: see load_data (train.py passes its own, over data/ and rewards/)."""
     rank, world, device, dtype = start_processes(cfg, state)
     ckpt.seed_everything(cfg.seed)
-    tokenizer, problems, prompt_ids, n_too_long, reward_fns = load_data(cfg, resume_from)
+    tokenizer, problems, prompt_ids, n_too_long, reward_fns = load_data(cfg, resume_from, load_prompts,
+                                                                        reward_functions)
     model, ref_model, optimizer = build_policy(cfg, resume_from, device, dtype)
     # Each process samples its own answers; the data order is shared.
     run = Run(cfg=cfg, model=model, ref_model=ref_model, optimizer=optimizer, tokenizer=tokenizer,
@@ -243,7 +201,7 @@ class StopRequest:
 # ----------------------------------------------------------------------------------------------------------------------
 # In-training evaluation.
 
-def evaluate(run):
+def evaluate_during_training(run):
     """run_eval where it must run: under FSDP every process (each holds a shard of every layer; all evaluate
     identically), else rank 0 alone. Returns the eval_* metrics on rank 0, {} on the others."""
     out = {}

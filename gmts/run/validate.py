@@ -22,7 +22,7 @@ import sys
 import tempfile
 from typing import Callable, NamedTuple
 
-from gmts.method.options import KL_COVERAGE, LOSS_NORMS, SCOPES, SELECTORS, STD_MODES, check_loss_config, check_ratio
+from gmts.method.options import KL_COVERAGE, LOSS_NORMS, SCOPES, SELECTORS, STD_MODES, check_loss_config
 
 REPORT_TO = ("none", "tensorboard", "wandb")
 REPORT_PACKAGE = {"tensorboard": "tensorboard", "wandb": "wandb"}     # the optional install each backend needs
@@ -152,7 +152,7 @@ TRAIN_RULES = [
     _finite_at_least("overlong_penalty", 0),
     # selection
     Rule("selector", lambda v, c: v in SELECTORS, f"--selector must be one of {', '.join(SELECTORS)}, got {{v!r}}"),
-    Rule("ratio", lambda v, c: finite(v) and _passes(lambda r, _: check_ratio(r))(v, c), "--ratio must be in (0, 1], got {v}"),
+    Rule("ratio", lambda v, c: finite(v) and 0 < v <= 1, "--ratio must be in (0, 1], got {v}"),
     Rule("select_scope", lambda v, c: v in SCOPES, f"--select-scope must be one of {SCOPES}, got {{v!r}}"),
     Rule("loss_norm", lambda v, c: v in LOSS_NORMS, f"--loss-norm must be one of {', '.join(LOSS_NORMS)}, got {{v!r}}"),
     Rule("loss_norm", _passes(lambda v, c: check_loss_config(c.selector, c.ratio, v)), "--loss-norm: {err}"),

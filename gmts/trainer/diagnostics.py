@@ -4,43 +4,74 @@ Is the change reachable (would ETS and GMTS pick the same tokens?), how do the s
 (GMTS concentrates on the answers with the largest |A|), and on which side of the advantage do they fall, or in
 answers with A = 0 (groups whose rewards are all equal), whose tokens use up selection budget but add nothing to the
 policy gradient (gmts/METHOD.md, "Where the paper's text and the authors' code differ": ETS ranks them, GMTS scores
-them 0). All figures are over the whole batch, across data-parallel ranks too.
+them 0). All figures are over the whole batch, across data-parallel ranks too. Also the rollout's figures and the
+logged samples of a step (rollout_figures, logged_samples): everything train.py logs besides the timings.
 """
+import functools
+
 import torch
 
-from gmts.trainer import distributed as dist
-from gmts.method.grpo import token_scores
+from gmts.method.grpo import clip_active, mixed_groups, token_scores
+from gmts.trainer.step import processes, select
+
+
+def rollout_figures(cfg, batch, R, ranks):
+    """The rollout's figures over every rank: reward_mean and accuracy (the share with R >= 1) over every answer
+    sampled in the step (dynamic sampling's dropped groups included), then over the training batch: groups,
+    mixed_groups, response_len_mean (tokens). Or `skipped` when a rank kept no group (batch None). R: (n,) every
+    sampled answer's reward."""
+    mixed = 0 if batch is None else int(mixed_groups(batch.rewards, cfg.group_size).sum())
+    kept = [0, 0, 0] if batch is None else [len(batch.problems), int(batch.valid.sum()), len(batch.valid)]
+    n, reward_sum, correct, have_batch, mixed, groups, len_sum, answers = ranks.sum(torch.tensor(
+        [R.numel(), R.sum(), (R >= 1.0).sum(), batch is not None, mixed, *kept], dtype=torch.float64)).tolist()
+    figures = dict(reward_mean=reward_sum / max(n, 1), accuracy=correct / max(n, 1))
+    if have_batch < ranks.world:
+        return dict(figures, skipped="no group with mixed rewards")
+    return dict(figures, groups=int(groups), response_len_mean=len_sum / answers, mixed_groups=int(mixed))
+
+
+def logged_samples(step, batch, selected, cfg):
+    """samples.jsonl's lines for this step: the first answer of each of the first --log-samples groups, with its
+    reward, advantage and how many of its tokens the update trained on (selected (N, T), the first pass's)."""
+    G = cfg.group_size
+    return [{"step": step, "problem": p.id, "completion": batch.texts[i * G], "answer": str(p.answer),
+             "reward": float(batch.rewards[i * G]), "advantage": float(batch.advantages[i * G]),
+             "selected_tokens": int(selected[i * G].sum())} for i, p in enumerate(batch.problems[:cfg.log_samples])]
 
 
 @torch.no_grad()
-def selection_diagnostics(valid, advantages, entropy, omega, selected, ratio, weight=None, *, ets=None, gms=None):
+def selection_diagnostics(valid, advantages, entropy, omega, selected, ratio, weight=None, *, ets=None, gms=None,
+                          ranks=None):
     """valid, selected: (N, T) bool; advantages: (N,); entropy, omega: (N, T); weight: GMTS's w_it (or None).
     ets, gms: what ETS and GMTS would select (counterfactual_selections, with the run's scope, bottom and exclude
-    settings, per optimizer batch); by default plain batch-wide top-ρ selections of the whole batch."""
+    settings, per optimizer batch); by default plain batch-wide top-ρ selections of the whole batch.
+    ranks: OneProcess / Torchrun (gmts/trainer/step.py; default: processes()). Returns, over every rank:
+
+    entropy_mean, entropy_selected_mean   mean E of the valid / of the selected tokens
+    valid_tokens, selected_tokens         N_valid and S
+    answers_with_selected                 answers with at least one selected token
+    top_answer_share                      the share of the selection held by the answer with the most of it
+    selected_share_positive_adv           the share of the selection in answers with A > 0
+    selected_share_zero_adv               ... in answers with A = 0: budget spent where the gradient is 0 (β = 0)
+    ets_share_zero_adv                    the same for ETS's top-ρ, whatever --selector
+    selection_overlap_ets_gmts            |ETS ∩ GMTS| / |ETS|; 1.0: the two arms would train on the same tokens
+    """
+    ranks = ranks or processes()
     adv = advantages.to(valid.device)
     per_answer = selected.sum(dim=1)
-    if ets is None:
-        ets = dist.select_tokens_global(token_scores("ets", entropy), valid, ratio)
-    if gms is None:
-        gms = dist.select_tokens_global(token_scores("gmts", entropy, omega, weight=weight), valid, ratio)
-    sums = dist.all_reduce_sum(torch.tensor([
+    if ets is None or gms is None:
+        ets, gms = counterfactual_selections(lambda s: ranks.select_tokens(s, valid, ratio), entropy, omega, weight)
+    ent_sum, ent_sel_sum, n_valid, n_sel, answers, positive, both, n_ets, zero, ets_zero = ranks.sum(torch.tensor([
         float(entropy[valid].sum()), float(entropy[selected].sum()), float(valid.sum()), float(selected.sum()),
         float((per_answer > 0).sum()), float(selected[adv > 0].sum()), float((ets & gms).sum()), float(ets.sum()),
         float(selected[adv == 0].sum()), float(ets[adv == 0].sum())], dtype=torch.float64)).tolist()
-    ent_sum, ent_sel_sum, n_valid, n_sel, answers, positive, overlap, n_ets, zero, ets_zero = sums
-    top = max(dist.gather_objects(int(per_answer.max()) if per_answer.numel() else 0))
-    return {
-        "entropy_mean": ent_sum / n_valid if n_valid else 0.0,
-        "entropy_selected_mean": ent_sel_sum / n_sel if n_sel else 0.0,
-        "valid_tokens": int(n_valid),
-        "selected_tokens": int(n_sel),
-        "answers_with_selected": int(answers),         # answers with at least one selected token
-        "top_answer_share": top / n_sel if n_sel else 0.0,   # share of the selection held by the top answer
-        "selected_share_positive_adv": positive / n_sel if n_sel else 0.0,
-        "selected_share_zero_adv": zero / n_sel if n_sel else 0.0,   # budget spent where the gradient is 0 (β = 0)
-        "ets_share_zero_adv": ets_zero / max(n_ets, 1),              # the same for ETS's top-ρ, whatever --selector
-        "selection_overlap_ets_gmts": overlap / max(n_ets, 1),   # 1.0: the two arms would train on the same tokens
-    }
+    top = max(ranks.gather(int(per_answer.max()) if per_answer.numel() else 0))
+    per_selected = (lambda x: x / n_sel) if n_sel else (lambda x: 0.0)
+    return dict(entropy_mean=ent_sum / n_valid if n_valid else 0.0, entropy_selected_mean=per_selected(ent_sel_sum),
+                valid_tokens=int(n_valid), selected_tokens=int(n_sel), answers_with_selected=int(answers),
+                top_answer_share=per_selected(top), selected_share_positive_adv=per_selected(positive),
+                selected_share_zero_adv=per_selected(zero), ets_share_zero_adv=ets_zero / max(n_ets, 1),
+                selection_overlap_ets_gmts=both / max(n_ets, 1))
 
 
 @torch.no_grad()
@@ -50,10 +81,10 @@ def counterfactual_selections(select, entropy, omega, weight):
     return select(token_scores("ets", entropy)), select(token_scores("gmts", entropy, omega, weight=weight))
 
 
-def overlap(ets, gms):
+def overlap(ets, gms, ranks=None):
     """|ETS ∩ GMTS| / |ETS| over all ranks (1.0: the two arms would train on the same tokens)."""
-    both, n_ets = dist.all_reduce_sum(torch.tensor([float((ets & gms).sum()), float(ets.sum())],
-                                                   dtype=torch.float64)).tolist()
+    both, n_ets = (ranks or processes()).sum(torch.tensor([float((ets & gms).sum()), float(ets.sum())],
+                                                          dtype=torch.float64)).tolist()
     return both / max(n_ets, 1.0)
 
 
@@ -64,55 +95,45 @@ class UpdateLog:
     within its own mini-batch); the off-policy figures (clip share, |r - 1|) count every scored token of every
     pass; overlap, loss and grad norm are per optimizer step (mean, and min / max)."""
 
-    def __init__(self, valid, advantages):
-        self.valid, self.advantages = valid, advantages
-        self.entropy = self.omega = self.weight = None      # (N, T), in the scores' dtype once the first arrive
-        self.selected, self.ets, self.gms = (torch.zeros_like(valid) for _ in range(3))
+    def __init__(self, cfg, valid, advantages, ranks):
+        """valid (N, T) and advantages (N,) of the rollout batch. Per row, the first pass's E, selection and the two
+        counterfactual selections are kept (entropy, selected, ets, gms)."""
+        self.cfg, self.valid, self.advantages, self.ranks = cfg, valid, advantages, ranks
+        self.entropy = torch.zeros(valid.shape, dtype=torch.float64, device=valid.device)
+        self.selected, self.ets, self.gms = torch.zeros_like(valid), torch.zeros_like(valid), torch.zeros_like(valid)
         self.first_pass_rows = torch.zeros(valid.shape[0], dtype=torch.bool, device=valid.device)
-        self.clipped = self.ratio_dev = self.scored = 0.0
-        self.overlaps, self.losses, self.grad_norms, self.outcomes = [], [], [], []
+        self.off_policy = torch.zeros(3, dtype=torch.float64)    # Σ clip active, Σ |r - 1|, tokens scored
+        self.steps = []                                           # (overlap, loss, grad norm, outcome) per step
 
-    def scored_tokens(self, rows, valid, ratio, clipped):
-        """Off-policy figures of one scoring: r and the clip indicator of `rows`' valid tokens."""
-        sums = dist.all_reduce_sum(torch.tensor([float(clipped[valid].sum()), float((ratio[valid] - 1).abs().sum()),
-                                                 float(valid.sum())], dtype=torch.float64)).tolist()
-        self.clipped += sums[0]
-        self.ratio_dev += sums[1]
-        self.scored += sums[2]
+    @torch.no_grad()
+    def record(self, mb, *, logp, entropy, omega, length_weight, selected, loss, grad_norm, outcome):
+        """One optimizer step: its mini-batch `mb` (gmts/trainer/step.py), stage 4's log π_θ, E, ω and w (N, T),
+        stage 5's selection and what stage 7 did. Off-policy figures from the importance ratio r = π_θ / π_old; what
+        ETS and GMTS would keep at ρ here, with the run's own scope, bottom and exclude (whatever --selector)."""
+        cfg, ranks, valid = self.cfg, self.ranks, mb.valid
+        r = torch.exp(logp - mb.old_logp)
+        clipped = clip_active(r, mb.advantages, cfg.eps_low, cfg.eps_high)
+        self.off_policy += ranks.sum(torch.tensor([float(clipped[valid].sum()), float((r[valid] - 1).abs().sum()),
+                                                   float(valid.sum())], dtype=torch.float64))
+        choose = functools.partial(select, cfg, valid=valid, group_ids=mb.group_ids, exclude=mb.exclude,
+                                   ratio=cfg.ratio, ranks=ranks)
+        ets, gms = counterfactual_selections(choose, entropy, omega, length_weight)
+        first = ~self.first_pass_rows[mb.rows]                   # rows met for the first time in this update
+        keep = mb.rows[first]
+        self.entropy[keep], self.selected[keep] = entropy[first].double(), selected[first]
+        self.ets[keep], self.gms[keep], self.first_pass_rows[keep] = ets[first], gms[first], True
+        self.steps.append((overlap(ets, gms, ranks), loss, grad_norm, outcome))
 
-    def selection(self, rows, entropy, omega, weight, selected, ets, gms):
-        """One optimizer batch's selection and the two counterfactual ones; the first pass over each row is kept."""
-        self.overlaps.append(overlap(ets, gms))
-        first = ~self.first_pass_rows[rows]
-        keep = rows[first]
-        if self.entropy is None:
-            self.entropy = torch.zeros(self.valid.shape, dtype=entropy.dtype, device=self.valid.device)
-            self.omega = torch.zeros(self.valid.shape, dtype=omega.dtype, device=self.valid.device)
-        self.entropy[keep] = entropy[first].to(self.entropy.dtype)
-        self.omega[keep] = omega[first].to(self.omega.dtype)
-        self.selected[keep], self.ets[keep], self.gms[keep] = selected[first], ets[first], gms[first]
-        if weight is not None:
-            if self.weight is None:
-                self.weight = torch.ones(self.valid.shape, dtype=weight.dtype, device=self.valid.device)
-            self.weight[keep] = weight[first].to(self.weight.dtype)
-        self.first_pass_rows[keep] = True
-
-    def update(self, loss, grad_norm, outcome):
-        self.losses.append(loss)
-        self.grad_norms.append(grad_norm)
-        self.outcomes.append(outcome)
-
-    def metrics(self, ratio):
-        m = selection_diagnostics(self.valid, self.advantages, self.entropy, self.omega, self.selected, ratio,
-                                  self.weight, ets=self.ets, gms=self.gms)
-        n = len(self.losses)
-        m.update(selection_overlap_ets_gmts=sum(self.overlaps) / len(self.overlaps),
-                 selection_overlap_ets_gmts_min=min(self.overlaps),
-                 loss=sum(self.losses) / n, grad_norm=sum(self.grad_norms) / n, grad_norm_max=max(self.grad_norms),
-                 optimizer_steps=self.outcomes.count("stepped"),
-                 clip_active_share=self.clipped / max(self.scored, 1.0),
-                 ratio_abs_dev_mean=self.ratio_dev / max(self.scored, 1.0))
-        bad = self.outcomes.count("non-finite")
-        if bad:
-            m["skipped"] = f"non-finite loss/gradient in {bad} of {n} updates"
+    def metrics(self):
+        m = selection_diagnostics(self.valid, self.advantages, self.entropy, None, self.selected, self.cfg.ratio,
+                                  ets=self.ets, gms=self.gms, ranks=self.ranks)
+        overlaps, losses, grad_norms, outcomes = zip(*self.steps)
+        clipped, ratio_dev, scored = self.off_policy.tolist()
+        m.update(selection_overlap_ets_gmts=sum(overlaps) / len(overlaps), selection_overlap_ets_gmts_min=min(overlaps),
+                 loss=sum(losses) / len(losses), grad_norm=sum(grad_norms) / len(grad_norms),
+                 grad_norm_max=max(grad_norms), optimizer_steps=outcomes.count("stepped"),
+                 clip_active_share=clipped / max(scored, 1.0), ratio_abs_dev_mean=ratio_dev / max(scored, 1.0))
+        # Further per-update figures (e.g. gradient statistics): merge a function's metric dict here, m.update(...).
+        if "non-finite" in outcomes:
+            m["skipped"] = f"non-finite loss/gradient in {outcomes.count('non-finite')} of {len(outcomes)} updates"
         return m

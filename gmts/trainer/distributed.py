@@ -1,4 +1,7 @@
-"""Several processes (torchrun), one batch: the method's batch-wide quantities made global.
+"""Several processes (torchrun), one batch: the method's batch-wide quantities made global. A single process's step
+never enters this file: the step gets its collectives from gmts/trainer/step.py's processes(), ONE_PROCESS there, and
+TORCHRUN (at the bottom of this file) only under torchrun. (Setting up and checkpoints call init, barrier and
+gather_objects here, which return at once for one process.)
 
 `torchrun --nproc-per-node N train.py ...` starts N copies of train.py. Each generates and trains on its own share of
 the step's prompts (whole groups, so advantages stay exact). What must be GLOBAL for the method to be the one in
@@ -15,11 +18,10 @@ gradients and AdamW states live split over the ranks, gathered only while the la
 reduce-scattered (summed) by FSDP itself. The embeddings, final norm and output head stay replicated (the chunked
 head reads the head weight directly) and take the all-reduce above.
 """
-import datetime
-import os
-
 import contextlib
+import datetime
 import math
+import os
 
 import torch
 import torch.distributed as dist
@@ -99,7 +101,7 @@ def barrier():
 
 
 def clip_grad_norm(params, max_norm):
-    """The global gradient norm before clipping, and clipping to max_norm (0 = off), like
+    """The global gradient norm before clipping, and clipping to max_norm (0 or inf = off), like
     torch.nn.utils.clip_grad_norm_, also when some gradients are FSDP shards (their squares are summed over ranks)."""
     params = [p for p in params if p.grad is not None]
     if not any(isinstance(p.grad, DTensor) for p in params):
@@ -108,7 +110,7 @@ def clip_grad_norm(params, max_norm):
     replicated = sum((p.grad.double().pow(2).sum() for p in params if not isinstance(p.grad, DTensor)),
                      torch.zeros((), dtype=torch.float64))
     total = math.sqrt(float(all_reduce_sum(torch.as_tensor(sharded, dtype=torch.float64).cpu())) + float(replicated))
-    if max_norm > 0:
+    if 0 < max_norm < math.inf:
         coef = min(max_norm / (total + 1e-6), 1.0)
         for p in params:
             p.grad.mul_(coef)
@@ -197,3 +199,33 @@ def select_tokens_global(scores, valid_mask, ratio, *, bottom=False, exclude=Non
     chosen = torch.zeros(valid_mask.numel(), dtype=torch.bool, device=valid_mask.device)
     chosen[mine] = True
     return chosen.view_as(valid_mask)
+
+
+class Torchrun:
+    """The collectives over torchrun's processes: the members of gmts/trainer/step.py's OneProcess, done over every
+    rank. gmts/trainer/step.py's processes() hands this object to the step when a process group of several runs."""
+    select_tokens = staticmethod(select_tokens_global)
+    sum = staticmethod(all_reduce_sum)
+    gather = staticmethod(gather_objects)
+    sum_gradients = staticmethod(all_reduce_gradients)
+    clip_grad_norm = staticmethod(clip_grad_norm)
+    layers_gathered = staticmethod(layers_gathered)
+
+    @property
+    def rank(self):
+        return rank()
+
+    @property
+    def world(self):
+        return world_size()
+
+    def even_passes(self, model, passes):
+        """FSDP: every forward/backward gathers the layers from all ranks, so every rank runs as many passes as the
+        busiest one; the extra ones are (row 0, False): a throw-away pass whose loss the caller multiplies by 0."""
+        if not sharded_layers(model):
+            return passes
+        busiest = max(gather_objects(len(passes)))
+        return passes + [(torch.zeros(1, dtype=torch.long), False)] * (busiest - len(passes))
+
+
+TORCHRUN = Torchrun()

@@ -1,4 +1,5 @@
-"""The policy model: loading, and log-probs / entropies of completions in one (optionally checkpointed) forward.
+"""The policy model: loading it, LoRA, gradient checkpointing. Its log-probs / entropies of completions
+(completion_logprobs) live in gmts/trainer/step.py with the step's other forward passes; the name stays here too.
 
 Models load through transformers from a hub id or a local folder, so checkpoints this project writes (ordinary
 transformers folders, safetensors) load anywhere transformers and vLLM do.
@@ -8,8 +9,7 @@ import os
 import torch
 
 from gmts.trainer import smollm2
-from gmts.method.head import token_logprobs_and_entropy
-from gmts.trainer.rollout import left_pad, positions
+from gmts.trainer.step import completion_logprobs  # noqa: F401  (it lives beside the other forward passes)
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -103,40 +103,6 @@ def enable_gradient_checkpointing(model):
     if hasattr(model, "enable_input_require_grads"):            # needed when the embeddings are frozen (LoRA)
         model.enable_input_require_grads()
     model.config.use_cache = False
-
-
-def completion_logprobs(model, prompt_ids, completion_ids, valid_mask, *, group_size, temperature=1.0,
-                        chunk_size=1024, with_entropy=False):
-    """log π_θ(o_it | q, o_i,<t) (N, T) float32, differentiable; and the entropies (N, T) (no grad) if asked.
-
-    prompt_ids: Q lists of ids; completion_ids, valid_mask: (N, T) with N = Q * group_size (or any N when prompt_ids
-    already has one prompt per row and group_size = 1). The output head runs only on valid completion positions and
-    in chunks (gmts/method/head.py), so no (tokens x vocab) logits are ever held. Padding positions get 0.
-    """
-    device = completion_ids.device
-    n_rows, width = completion_ids.shape
-    prompt_ids_rows = [p for p in prompt_ids for _ in range(group_size)]
-    if len(prompt_ids_rows) != n_rows:
-        raise ValueError(f"{len(prompt_ids)} prompts x {group_size} != {n_rows} completion rows")
-    ids, prompt_mask = left_pad(prompt_ids_rows, pad_id=0, device=device)
-    prompt_len = ids.shape[1]
-    input_ids = torch.cat([ids, completion_ids], dim=1)
-    attention = torch.cat([prompt_mask, valid_mask.long()], dim=1)
-    backbone = model.get_decoder()
-    hidden = backbone(input_ids=input_ids, attention_mask=attention, position_ids=positions(attention),
-                      use_cache=False).last_hidden_state                      # (N, P + T, H)
-    # Position P-1+t predicts completion token t.
-    h = hidden[:, prompt_len - 1: prompt_len - 1 + width][valid_mask]         # (n_valid, H)
-    head = model.get_output_embeddings()
-    logp_flat, ent_flat = token_logprobs_and_entropy(h, head.weight, completion_ids[valid_mask],
-                                                     head_bias=getattr(head, "bias", None), temperature=temperature,
-                                                     chunk_size=chunk_size, with_entropy=with_entropy)
-    # Scatter back to (N, T); float32 (float64 for a float64 model: tests check identities at 1e-10).
-    logp = torch.zeros((n_rows, width), dtype=logp_flat.dtype, device=device).masked_scatter(valid_mask, logp_flat)
-    entropy = None
-    if with_entropy:
-        entropy = torch.zeros((n_rows, width), dtype=ent_flat.dtype, device=device).masked_scatter(valid_mask, ent_flat)
-    return logp, entropy
 
 
 def add_lora(model, *, rank, alpha=0.0, seed=0):

@@ -1,41 +1,181 @@
-"""The machinery of one optimizer step, kept out of train.py's story: how a rollout batch splits into mini-batches,
-the no-grad scoring pass, the run's selection, the micro-batch backward passes and the optimizer step itself.
+"""The machinery of one training step, kept out of train.py's story: the rollout batch and the data stream, how the
+batch splits into mini-batches and micro-batches, the forward passes, the run's selection, the loss's inputs, the
+backward passes and the optimizer step (gmts/METHOD.md, "One RLVR step" and "Several optimizer steps per rollout
+batch").
 
-Nothing here is method (that is advantage.py, scores.py, selection.py and loss.py); this is what makes the method's
-batch-wide quantities come out right when the batch is computed in pieces: several optimizer steps per rollout
-batch (gmts/METHOD.md, "Several optimizer steps per rollout batch"), gradient accumulation over micro-batches and
-several processes (torchrun, FSDP).
+Nothing here is method (that is gmts/method/grpo.py); this is what makes the method's batch-wide quantities come out
+right when the batch is computed in pieces: mini-batches, micro-batches and several processes.
+
+Several processes are a wrapper the single process's step never enters (nanoGPT's one `if`): every batch-wide sum, gather and
+selection goes through a `ranks` object, ONE_PROCESS here (each sum over ranks is the value itself) or, under
+torchrun, gmts/trainer/distributed.py's TORCHRUN. `processes()` picks one; nothing below asks which.
 """
+import contextlib
+import dataclasses
 import math
-import os
 
 import torch
+import torch.distributed as dist
 
-from gmts.trainer import distributed as dist
-from gmts.trainer.policy import completion_logprobs
-from gmts.method.grpo import budget, select_tokens
+from gmts.method.grpo import budget, kl_relative_weight, loss_weights, mixed_groups, policy_loss, select_tokens
+from gmts.method.head import head_logprobs
+from gmts.trainer.rollout import left_pad, pad_cat, positions
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# One process, or several.
+
+class OneProcess:
+    """The collectives of a single process: a sum over ranks is the value itself, a gather the one value, the
+    batch-wide selection grpo.select_tokens. gmts/trainer/distributed.py's Torchrun has the same members, done over
+    every rank; the step calls them without asking which it has."""
+    rank, world = 0, 1
+    sum = staticmethod(torch.as_tensor)                 # Σ over ranks of a tensor of counts or sums
+    gather = staticmethod(lambda obj: [obj])            # [every rank's obj], in rank order
+    select_tokens = staticmethod(select_tokens)         # the batch-wide top-k (gmts/method/grpo.py)
+    sum_gradients = staticmethod(lambda params: None)   # Σ over ranks of the gradients: nothing to do
+    layers_gathered = staticmethod(lambda model: contextlib.nullcontext())   # FSDP: layers gathered over many forwards
+    even_passes = staticmethod(lambda model, passes: passes)   # FSDP: as many passes on every rank as the busiest
+    clip_grad_norm = staticmethod(torch.nn.utils.clip_grad_norm_)   # the norm before clipping, clipped to max_norm
+
+
+ONE_PROCESS = OneProcess()
+
+
+def processes():
+    """ONE_PROCESS, or under torchrun (a process group of several) gmts/trainer/distributed.py's TORCHRUN."""
+    if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
+        return ONE_PROCESS
+    from gmts.trainer.distributed import TORCHRUN      # only here: a single process's step never calls it
+    return TORCHRUN
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# The data: a seeded stream of prompts, and the rollout batch.
+
+class PromptStream:
+    """The run's data order: a seeded permutation per epoch, so a run is reproducible and resumes from one integer."""
+
+    def __init__(self, problems, prompt_ids, seed, position=0):
+        self.problems, self.prompt_ids, self.seed, self.position = problems, prompt_ids, seed, position
+        self._epoch, self._order = None, None
+
+    def take(self, n):
+        """The next n problem indices; each epoch is a fresh permutation seeded by (seed, epoch)."""
+        out = []
+        for _ in range(n):
+            epoch, index = divmod(self.position, len(self.problems))
+            if epoch != self._epoch:
+                gen = torch.Generator().manual_seed(self.seed * 7919 + epoch)
+                self._epoch, self._order = epoch, torch.randperm(len(self.problems), generator=gen).tolist()
+            out.append(self._order[index])
+            self.position += 1
+        return out
+
+
+@dataclasses.dataclass
+class Batch:
+    """A rollout batch of answers with their rewards and advantages (this process's share of it)."""
+    problems: list            # Q problems
+    prompt_ids: list          # Q lists of ids
+    completion_ids: torch.Tensor  # (N, T), N = Q * G, the G answers to a prompt contiguous
+    valid: torch.Tensor       # (N, T) bool: real completion tokens
+    logp: torch.Tensor        # (N, T) rollout-time log-probs: log π_old
+    entropy: torch.Tensor     # (N, T) rollout-time entropies
+    texts: list               # N decoded completions
+    rewards: torch.Tensor     # (N,) R, the checker's rewards
+    advantages: torch.Tensor  # (N,) A
+
+    def to(self, device):
+        """The same batch with its tensors on `device` (the model's)."""
+        return dataclasses.replace(self, **{k: v.to(device) for k, v in vars(self).items() if torch.is_tensor(v)})
+
+    def groups(self, keep, group_size):
+        """The groups where keep (Q,) is True (dynamic sampling keeps the mixed ones)."""
+        rows = keep.repeat_interleave(group_size)
+        on = rows.to(self.valid.device)
+        return Batch(problems=[p for p, k in zip(self.problems, keep) if k],
+                     prompt_ids=[p for p, k in zip(self.prompt_ids, keep) if k],
+                     completion_ids=self.completion_ids[on], valid=self.valid[on], logp=self.logp[on],
+                     entropy=self.entropy[on], texts=[t for t, k in zip(self.texts, rows) if k],
+                     rewards=self.rewards[rows], advantages=self.advantages[rows])
+
+    @staticmethod
+    def cat(parts, pad_id):
+        """One batch from several tries of dynamic sampling, rows in order, right-padded to the longest answer."""
+        return Batch(problems=sum((p.problems for p in parts), []), prompt_ids=sum((p.prompt_ids for p in parts), []),
+                     completion_ids=pad_cat([p.completion_ids for p in parts], pad_id),
+                     valid=pad_cat([p.valid for p in parts], False), logp=pad_cat([p.logp for p in parts], 0.0),
+                     entropy=pad_cat([p.entropy for p in parts], 0.0), texts=sum((p.texts for p in parts), []),
+                     rewards=torch.cat([p.rewards for p in parts]), advantages=torch.cat([p.advantages for p in parts]))
+
+
+def my_prompts(cfg, stream, ranks):
+    """The next --prompts-per-step prompts of the stream (indices), this process's share of them: every rank takes
+    the same prompts from the stream (and keeps its own slice), so the data position stays identical across ranks."""
+    share = cfg.prompts_per_step // ranks.world                   # whole groups per process
+    return stream.take(cfg.prompts_per_step)[ranks.rank * share:(ranks.rank + 1) * share]
+
+
+def use_dynamic_sampling(cfg):
+    """DAPO's dynamic sampling (drop all-equal groups, sample more): --dynamic-sampling on, or auto with --algo dapo."""
+    return cfg.dynamic_sampling == "on" or (cfg.dynamic_sampling == "auto" and cfg.algo == "dapo")
+
+
+def dynamic_sampling(cfg, stream, answer, pad_id, ranks):
+    """DAPO's dynamic sampling: groups whose answers all got the same reward carry no signal (A = 0); keep only the
+    mixed ones and sample more prompts, at most --max-sampling-tries rollouts per step, until this process has its
+    share. answer(prompt indices) -> Batch (train.py's answer_prompts: stages 1-3). Returns (the Batch of the kept
+    groups or None, every sampled answer's R, how many rollouts it took). A rank that has its share still takes
+    the prompts of every further try, so the data position stays identical across ranks."""
+    share = cfg.prompts_per_step // ranks.world
+    parts, sampled_rewards, tries, kept_groups = [], [], 0, 0
+    while tries < cfg.max_sampling_tries and int(ranks.sum(torch.tensor(int(kept_groups < share)))):
+        tries += 1
+        idx = my_prompts(cfg, stream, ranks)
+        if kept_groups >= share:                                  # done here; another rank still samples
+            continue
+        batch = answer(idx)
+        sampled_rewards.append(batch.rewards)
+        keep = mixed_groups(batch.rewards, cfg.group_size)        # the mixed groups, no more than still needed
+        part = batch.groups(keep & (torch.cumsum(keep.long(), 0) + kept_groups <= share), cfg.group_size)
+        if part.problems:
+            parts.append(part)
+        kept_groups += len(part.problems)
+    batch = Batch.cat(parts, pad_id) if parts else None
+    return batch, torch.cat(sampled_rewards) if sampled_rewards else torch.zeros(0), tries
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Mini-batches.
 
 # Mini-batch order: a permutation of the rollout's groups seeded by (run seed, step, epoch), so a resumed run
 # draws the same mini-batches without any saved state, and arms with the same seed see the same mini-batches.
 _SHUFFLE_SALT = 0x6D696E69
 
 
-def minibatch_rows(n_local_groups, group_size, groups_per_step, *, seed, step, epoch, device=None):
+def minibatch_rows(n_local_groups, group_size, groups_per_step, *, seed, step, epoch, device=None, ranks=None):
     """The rollout batch's rows for each optimizer step: a list of (rows,) long tensors, one per mini-batch.
 
     The batch's groups (numbered across ranks: rank 0's first, in rank order) are shuffled with (seed, step, epoch)
     and cut into mini-batches of `groups_per_step` whole groups; each mini-batch lists its groups in ascending
     order, so its rows concatenated over ranks are exactly the rows one process would hold (same ties, same sums).
     This rank's rows of a mini-batch may be empty. With groups_per_step >= the number of groups: one mini-batch,
-    every row in order (the on-policy step, unshuffled).
+    every row in order (the on-policy step, unshuffled). ranks: OneProcess / Torchrun (default: processes()).
     """
-    counts = dist.gather_objects(int(n_local_groups))
-    offset, total = sum(counts[:dist.rank()]), sum(counts)
-    if groups_per_step >= total:
-        order = torch.arange(total)
-    else:
-        gen = torch.Generator().manual_seed((seed * 1_000_003 + step * 7919 + epoch) % 2**63 ^ _SHUFFLE_SALT)
-        order = torch.randperm(total, generator=gen)
+    ranks = ranks or processes()
+    counts = ranks.gather(int(n_local_groups))
+    if groups_per_step >= sum(counts):                   # one mini-batch: every row, in order
+        return [torch.arange(n_local_groups * group_size, device=device)]
+    return _shuffled_minibatches(counts, ranks.rank, n_local_groups, group_size, groups_per_step, seed, step, epoch,
+                                 device)
+
+
+def _shuffled_minibatches(counts, rank, n_local_groups, group_size, groups_per_step, seed, step, epoch, device):
+    """minibatch_rows with several mini-batches: the groups shuffled with (seed, step, epoch), cut in order."""
+    offset, total = sum(counts[:rank]), sum(counts)
+    gen = torch.Generator().manual_seed((seed * 1_000_003 + step * 7919 + epoch) % 2**63 ^ _SHUFFLE_SALT)
+    order = torch.randperm(total, generator=gen)
     out = []
     for start in range(0, total, groups_per_step):
         groups = order[start:start + groups_per_step].sort().values
@@ -45,111 +185,13 @@ def minibatch_rows(n_local_groups, group_size, groups_per_step, *, seed, step, e
     return out
 
 
-def row_prompts(prompt_ids, rows, group_size):
-    """The prompt of each of `rows` (answers to one prompt are contiguous)."""
-    return [prompt_ids[int(i) // group_size] for i in rows]
-
-
-@torch.no_grad()
-def scoring_pass(model, prompt_ids, completion_ids, valid, rows, *, group_size, micro_batch_size, temperature,
-                 chunk_size, with_entropy=True):
-    """log π and (optionally) E of the sampled tokens of `rows` under `model` at its CURRENT weights, no grad,
-    micro-batch by micro-batch. Returns ((n, T) log-probs, (n, T) entropies or None), n = len(rows).
-
-    Under FSDP every process must run at least one forward in each gathered region (the first forward gathers the
-    layers): a process with no rows here runs one throw-away row."""
-    width = completion_ids.shape[1]
-    logps, ents = [], []
-    chunks = [chunk for chunk in torch.split(rows, micro_batch_size) if chunk.numel()]
-    if not len(rows) and dist.sharded_layers(model):
-        completion_logprobs(model, row_prompts(prompt_ids, [0], group_size), completion_ids[:1], valid[:1],
-                            group_size=1, temperature=temperature, chunk_size=chunk_size)
-    for chunk in chunks:
-        lp, ent = completion_logprobs(model, row_prompts(prompt_ids, chunk, group_size), completion_ids[chunk],
-                                      valid[chunk], group_size=1, temperature=temperature, chunk_size=chunk_size,
-                                      with_entropy=with_entropy)
-        logps.append(_float(lp))
-        ents.append(_float(ent) if with_entropy else None)
-    if not logps:
-        empty = torch.zeros((0, width), device=completion_ids.device)
-        return empty, (empty.clone() if with_entropy else None)
-    return torch.cat(logps), (torch.cat(ents) if with_entropy else None)
-
-
-def _float(x):
-    return x if x.dtype == torch.float64 else x.float()     # float64 models stay float64 (tests pin 1e-10)
-
-
-def select(cfg, scores, valid, group_ids, exclude, ratio=None):
-    """Step 5 with the run's settings: exactly k = ceil(ρ · N_valid) tokens over the WHOLE optimizer batch (across
-    ranks too), or per group; never padding. `cfg` needs selector, ratio, select_scope, bottom. ratio: the run's
-    (every token for selector none) unless given (what ETS / GMTS would keep, for the diagnostics)."""
-    if ratio is None:
-        ratio = cfg.ratio if cfg.selector != "none" else 1.0
-    if cfg.select_scope == "group":       # whole groups live on one rank: per-group ranking is local
-        return select_tokens(scores, valid, ratio, scope="group", group_ids=group_ids, bottom=cfg.bottom,
-                             exclude=exclude)
-    return dist.select_tokens_global(scores, valid, ratio, bottom=cfg.bottom, exclude=exclude)
-
-
-def selected_count(cfg, valid, group_ids, exclude):
-    """S: how many tokens `select` will keep in this optimizer batch (all ranks), known before any score is."""
-    eligible = valid if exclude is None else valid & ~exclude[:, None]
-    if cfg.selector == "none":
-        return int(dist.all_reduce_sum(torch.tensor(int(eligible.sum()))))
-    if cfg.select_scope == "batch":
-        n_valid, n_eligible = dist.all_reduce_sum(torch.tensor([int(valid.sum()), int(eligible.sum())])).tolist()
-        return budget(cfg.ratio, int(n_valid), int(n_eligible))
-    local = sum(budget(cfg.ratio, int(valid[group_ids == g].sum()), int(eligible[group_ids == g].sum()))
-                for g in torch.unique(group_ids))
-    return int(dist.all_reduce_sum(torch.tensor(int(local))))
-
-
-def accumulate_gradients(model, prompt_ids, completion_ids, valid, rows, loss_fn, *, group_size, micro_batch_size,
-                         temperature, chunk_size):
-    """Step 6's backward passes: loss_fn(rows, logp) for each micro-batch of `rows`, backward, summed.
-
-    Returns (the summed loss as a float64 tensor, the number of real passes on this process). Under FSDP every
-    process runs as many passes as the busiest one (each forward/backward gathers the layers from all of them);
-    the extra passes are multiplied by 0."""
-    passes = [(chunk, True) for chunk in torch.split(rows, micro_batch_size) if chunk.numel()]
-    n_real = len(passes)
-    if dist.sharded_layers(model):
-        busiest = max(dist.gather_objects(n_real))
-        passes += [(torch.zeros(1, dtype=torch.long, device=rows.device), False)] * (busiest - n_real)
-    total = torch.zeros((), dtype=torch.float64)
-    for chunk, real in passes:
-        logp, _ = completion_logprobs(model, row_prompts(prompt_ids, chunk, group_size), completion_ids[chunk],
-                                      valid[chunk], group_size=1, temperature=temperature, chunk_size=chunk_size)
-        loss = loss_fn(chunk, logp) if real else logp.sum() * 0.0
-        loss.backward()
-        total += loss.detach().double().cpu()
-    return total, n_real
-
-
-def optimizer_step(optimizer, params, loss, n_real_passes, max_grad_norm):
-    """Step 7: sum the gradients over ranks, clip, step. Returns (loss, grad norm, what happened), where what
-    happened is "stepped", "non-finite" (the loss or gradient is NaN/inf: no step) or "nothing" (no process had a
-    token with a gradient: no step, so AdamW's momentum cannot move the weights, exactly as with one process)."""
-    if int(dist.all_reduce_sum(torch.tensor(n_real_passes))) == 0:
-        optimizer.zero_grad(set_to_none=True)
-        return 0.0, 0.0, "nothing"
-    dist.all_reduce_gradients(params)
-    loss = float(dist.all_reduce_sum(loss))
-    grad_norm = float(dist.clip_grad_norm(params, max_grad_norm))
-    finite = math.isfinite(loss) and math.isfinite(grad_norm)
-    if finite:
-        optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
-    return loss, grad_norm, "stepped" if finite else "non-finite"
-
-
 class MiniBatch:
     """One optimizer batch: `rows` of the rollout batch, with the per-row tensors the step needs sliced to them."""
 
-    def __init__(self, rows, *, valid, advantages, old_logp, ref_logp, exclude, group_size):
-        self.rows, self.group_size = rows, group_size
-        self.valid, self.advantages, self.old_logp = valid[rows], advantages[rows], old_logp[rows]
+    def __init__(self, rows, *, valid, advantages, old_logp, entropy, ref_logp, exclude, group_size):
+        self.rows, self.group_size = rows, group_size      # old_logp, entropy: the sampler's (π_old, E at θ_old)
+        self.valid, self.advantages = valid[rows], advantages[rows]
+        self.old_logp, self.entropy = old_logp[rows], entropy[rows]
         self.ref_logp = None if ref_logp is None else ref_logp[rows]
         self.exclude = None if exclude is None else exclude[rows]
         self.group_ids = rows // group_size
@@ -158,29 +200,182 @@ class MiniBatch:
         self.position[rows] = torch.arange(len(rows), device=valid.device)
 
 
-def kl_weight(cfg, mb):
-    """ω's KL part relative to its policy part in this mini-batch's loss (loss.kl_relative_weight)."""
-    from gmts.method.grpo import kl_relative_weight
-    if cfg.beta == 0:
-        return 1.0
-    n_valid = int(dist.all_reduce_sum(torch.tensor(int(mb.valid.sum()))))
-    return kl_relative_weight(cfg.loss_norm, cfg.kl_coverage, selected_count(cfg, mb.valid, mb.group_ids, mb.exclude),
-                              n_valid)
+# ----------------------------------------------------------------------------------------------------------------------
+# Forward passes: log π (and E) of the sampled tokens.
+
+def completion_logprobs(model, prompt_ids, completion_ids, valid_mask, *, group_size, temperature=1.0,
+                        chunk_size=1024, with_entropy=False):
+    """log π_θ(o_it | q, o_i,<t) (N, T) float32, differentiable; and the entropies (N, T) (no grad) if asked.
+
+    prompt_ids: Q lists of ids; completion_ids, valid_mask: (N, T) with N = Q * group_size (or any N when prompt_ids
+    already has one prompt per row and group_size = 1). The output head runs only on valid completion positions and
+    in chunks (gmts/method/head.py), so no (tokens x vocab) logits are ever held. Padding positions get 0.
+    """
+    prompt_ids_rows = [p for p in prompt_ids for _ in range(group_size)]
+    if len(prompt_ids_rows) != completion_ids.shape[0]:
+        raise ValueError(f"{len(prompt_ids)} prompts x {group_size} != {completion_ids.shape[0]} completion rows")
+    return rows_logprobs(model, prompt_ids_rows, completion_ids, valid_mask, temperature=temperature,
+                         chunk_size=chunk_size, with_entropy=with_entropy)
 
 
-def masked_loss_weights(cfg, mb, selected):
-    """Step 6's weights for the mini-batch: (policy weights w·m, KL weights or None, the rows worth a pass). The
-    normalisers are the mini-batch's, over all ranks (loss.loss_weights). Rows with nothing selected, or with A = 0
-    and no KL term, have exactly zero gradient: no pass."""
-    from gmts.method.grpo import loss_weights
-    weights = loss_weights(mb.valid, selected, cfg.loss_norm, reduce=dist.all_reduce_sum)
-    kl_weights = None
-    if cfg.beta > 0 and cfg.kl_coverage == "all":
-        kl_weights = loss_weights(mb.valid, mb.valid, cfg.loss_norm, reduce=dist.all_reduce_sum)
-    has_weight = weights.sum(1) > 0
-    # GMTS_KEEP_ZERO_ADV_ROWS=1 (benchmarks only: bench/bench_step.py measures what the skip saves) keeps the passes
-    if cfg.beta == 0 and os.environ.get("GMTS_KEEP_ZERO_ADV_ROWS") != "1":
-        has_weight &= mb.advantages != 0
+def rows_logprobs(model, prompt_ids_rows, completion_ids, valid_mask, *, temperature, chunk_size, with_entropy):
+    """completion_logprobs with one prompt per row already (prompt_ids_rows: N lists of ids): one forward of the
+    decoder over prompt + completion, then the chunked head on the valid completion positions only."""
+    ids, prompt_mask = left_pad(prompt_ids_rows, pad_id=0, device=completion_ids.device)
+    input_ids = torch.cat([ids, completion_ids], dim=1)
+    attention = torch.cat([prompt_mask, valid_mask.long()], dim=1)
+    hidden = model.get_decoder()(input_ids=input_ids, attention_mask=attention, position_ids=positions(attention),
+                                 use_cache=False).last_hidden_state                   # (N, P + T, H)
+    # Position P-1+t predicts completion token t; only the valid ones go through the head.
+    h = hidden[:, ids.shape[1] - 1: ids.shape[1] - 1 + completion_ids.shape[1]][valid_mask]     # (n_valid, H)
+    head = model.get_output_embeddings()
+    logp, entropy = head_logprobs(h, head.weight, completion_ids[valid_mask], head_bias=getattr(head, "bias", None),
+                                  temperature=temperature, chunk_size=chunk_size, with_entropy=with_entropy)  # (n_valid,)
+    # Scatter back to (N, T), 0 at padding; float32 (float64 for a float64 model: tests check identities at 1e-10).
+    logp = torch.zeros(completion_ids.shape, dtype=logp.dtype, device=h.device).masked_scatter(valid_mask, logp)
+    if entropy is not None:
+        entropy = torch.zeros_like(logp, dtype=entropy.dtype).masked_scatter(valid_mask, entropy)
+    return logp, entropy
+
+
+def row_logprobs(model, batch, rows, cfg, with_entropy=False):
+    """rows_logprobs of the rollout batch's `rows` (one micro-batch), each row with its own prompt."""
+    prompts = [batch.prompt_ids[int(i) // cfg.group_size] for i in rows]       # answers to a prompt are contiguous
+    return rows_logprobs(model, prompts, batch.completion_ids[rows], batch.valid[rows], temperature=cfg.temperature,
+                         chunk_size=cfg.chunk_size, with_entropy=with_entropy)
+
+
+@torch.no_grad()
+def scoring_pass(model, batch, rows, cfg, ranks, with_entropy=True):
+    """log π and (optionally) E of the sampled tokens of `rows` under `model` at its CURRENT weights, no grad,
+    micro-batch by micro-batch. Returns ((n, T) log-probs, (n, T) entropies or None), n = len(rows); float32
+    (float64 for a float64 model: tests pin identities at 1e-10)."""
+    width = batch.completion_ids.shape[1]
+    chunks = [chunk for chunk in torch.split(rows, cfg.micro_batch_size) if chunk.numel()]
+    logps, ents = [], []
+    with ranks.layers_gathered(model):
+        for chunk, real in ranks.even_passes(model, [(chunk, True) for chunk in chunks]):
+            lp, ent = row_logprobs(model, batch, chunk, cfg, with_entropy)
+            if real:                                    # (FSDP's throw-away passes only keep the ranks in step)
+                logps.append(lp if lp.dtype == torch.float64 else lp.float())
+                ents.append(ent if not with_entropy or ent.dtype == torch.float64 else ent.float())
+    if not logps:
+        empty = torch.zeros((0, width), device=batch.completion_ids.device)
+        return empty, (empty.clone() if with_entropy else None)
+    return torch.cat(logps), (torch.cat(ents) if with_entropy else None)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Step 5 with the run's settings, and what step 6 needs before any score is known.
+
+def select(cfg, scores, valid, group_ids, exclude, ratio=None, *, ranks=None):
+    """Step 5 with the run's settings: exactly k = ceil(ρ · N_valid) tokens over the WHOLE optimizer batch (across
+    ranks too), or per group; never padding. `cfg` needs selector, ratio, select_scope, bottom. ratio: the run's
+    (every token for selector none) unless given (what ETS / GMTS would keep, for the diagnostics).
+
+    The three selection names: grpo.select_tokens is the method's top-k on one batch; ranks.select_tokens the same
+    over every rank's batch (distributed.select_tokens_global under torchrun); select (this) applies the run's
+    flags to them."""
+    if ratio is None:
+        ratio = cfg.ratio if cfg.selector != "none" else 1.0
+    if cfg.select_scope == "group":       # whole groups live on one rank: per-group ranking is local
+        return select_tokens(scores, valid, ratio, scope="group", group_ids=group_ids, bottom=cfg.bottom,
+                             exclude=exclude)
+    return (ranks or processes()).select_tokens(scores, valid, ratio, bottom=cfg.bottom, exclude=exclude)
+
+
+def selected_count(cfg, valid, group_ids, exclude, ranks):
+    """S: how many tokens `select` will keep in this optimizer batch (all ranks), known before any score is."""
+    eligible = valid if exclude is None else valid & ~exclude[:, None]
+    if cfg.selector == "none":
+        return int(ranks.sum(torch.tensor(int(eligible.sum()))))
+    if cfg.select_scope == "batch":
+        n_valid, n_eligible = ranks.sum(torch.tensor([int(valid.sum()), int(eligible.sum())])).tolist()
+        return budget(cfg.ratio, int(n_valid), int(n_eligible))
+    local = sum(budget(cfg.ratio, int(valid[group_ids == g].sum()), int(eligible[group_ids == g].sum()))
+                for g in torch.unique(group_ids))
+    return int(ranks.sum(torch.tensor(int(local))))
+
+
+def kl_share(cfg, mb, ranks):
+    """ω's KL part relative to its policy part in this mini-batch's loss, for β > 0 (grpo.kl_relative_weight)."""
+    n_valid = int(ranks.sum(torch.tensor(int(mb.valid.sum()))))
+    return kl_relative_weight(cfg.loss_norm, cfg.kl_coverage,
+                              selected_count(cfg, mb.valid, mb.group_ids, mb.exclude, ranks), n_valid)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Step 6: the loss's inputs, the micro-batch backward passes; step 7: the optimizer step.
+
+# Rows whose every token has zero gradient get no forward/backward pass: A = 0 (an all-equal group) with β = 0.
+# bench/bench_step.py sets this to False to measure what the skip saves (its side `ours-noskip`).
+SKIP_ZERO_ADVANTAGE_ROWS = True
+
+
+@dataclasses.dataclass
+class LossInputs:
+    """Everything step 6's loss needs for one mini-batch besides log π_θ: its tensors, its weights and the rows worth
+    a pass. Built once per mini-batch (masked_loss_inputs), sliced per micro-batch (micro_batch_loss)."""
+    mb: MiniBatch
+    weights: torch.Tensor             # (n, T) w·m of the policy term: the normaliser of the whole mini-batch
+    kl_weights: torch.Tensor | None   # (n, T) of the KL term when it covers every valid token, else None (= weights)
+    rows: torch.Tensor                # the rollout rows with a non-zero gradient: the only ones that get a pass
+    on_policy: bool                   # θ = θ_old still: r = 1 exactly (π_old := this forward's log π, detached)
+    eps_low: float
+    eps_high: float
+    beta: float
+
+
+def masked_loss_inputs(cfg, mb, selected, on_policy, ranks):
+    """Step 6's weights for the mini-batch (grpo.loss_weights): their normalisers are the mini-batch's, over all
+    ranks. Rows with nothing selected, or with A = 0 and no KL term, have exactly zero gradient: no pass."""
+    weights = loss_weights(mb.valid, selected, cfg.loss_norm, reduce=ranks.sum)
+    kl_all = cfg.beta > 0 and cfg.kl_coverage == "all"      # the KL term on every valid token, with its own weights
+    kl_weights = loss_weights(mb.valid, mb.valid, cfg.loss_norm, reduce=ranks.sum) if kl_all else None
+    has_gradient = weights.sum(1) > 0
+    if cfg.beta == 0 and SKIP_ZERO_ADVANTAGE_ROWS:
+        has_gradient &= mb.advantages != 0
     if kl_weights is not None:
-        has_weight |= kl_weights.sum(1) > 0
-    return weights, kl_weights, mb.rows[has_weight]
+        has_gradient |= kl_weights.sum(1) > 0
+    return LossInputs(mb, weights, kl_weights, mb.rows[has_gradient], on_policy, cfg.eps_low, cfg.eps_high, cfg.beta)
+
+
+def micro_batch_loss(inputs, rows, logp):
+    """-J of the rollout `rows` (one micro-batch) with their log π_θ (n, T): grpo.policy_loss on the mini-batch's
+    slices. Summed over the micro-batches it is the mini-batch's loss (the weights carry its normaliser)."""
+    mb, i = inputs.mb, inputs.mb.position[rows]
+    return policy_loss(logp, logp.detach() if inputs.on_policy else mb.old_logp[i], mb.advantages[i],
+                       inputs.weights[i], eps_low=inputs.eps_low, eps_high=inputs.eps_high, beta=inputs.beta,
+                       ref_logp=None if mb.ref_logp is None else mb.ref_logp[i],
+                       kl_weights=None if inputs.kl_weights is None else inputs.kl_weights[i])
+
+
+def accumulate_gradients(model, batch, inputs, cfg, ranks):
+    """Step 6's backward passes: micro_batch_loss for each micro-batch of the rows worth a pass, backward, summed.
+
+    Returns (the summed loss as a float64 tensor, the number of real passes on this process)."""
+    passes = [(chunk, True) for chunk in torch.split(inputs.rows, cfg.micro_batch_size) if chunk.numel()]
+    total = torch.zeros((), dtype=torch.float64)
+    for chunk, real in ranks.even_passes(model, passes):
+        logp, _ = row_logprobs(model, batch, chunk, cfg)
+        loss = micro_batch_loss(inputs, chunk, logp) if real else logp.sum() * 0.0    # FSDP: a pass that adds 0
+        loss.backward()
+        total += loss.detach().double().cpu()
+    return total, len(passes)          # the real passes: even_passes returns a new list, `passes` stays as it was
+
+
+def optimizer_step(optimizer, params, loss, n_real_passes, max_grad_norm, ranks):
+    """Step 7: sum the gradients over ranks, clip, step. Returns (loss, grad norm, what happened), where what
+    happened is "stepped", "non-finite" (the loss or gradient is NaN/inf: no step) or "nothing" (no process had a
+    token with a gradient: no step, so AdamW's momentum cannot move the weights, exactly as with one process)."""
+    if int(ranks.sum(torch.tensor(n_real_passes))) == 0:
+        optimizer.zero_grad(set_to_none=True)
+        return 0.0, 0.0, "nothing"
+    ranks.sum_gradients(params)
+    loss = float(ranks.sum(loss))
+    grad_norm = float(ranks.clip_grad_norm(params, max_grad_norm if max_grad_norm > 0 else math.inf))  # 0 = off
+    finite = math.isfinite(loss) and math.isfinite(grad_norm)
+    if finite:
+        optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return loss, grad_norm, "stepped" if finite else "non-finite"
