@@ -44,7 +44,7 @@ from gmts.run.state import (StopRequest, build_run, evaluate_during_training, lo
                             save_merged_lora)
 from gmts.run.folder import check_start  # noqa: E402
 from gmts.trainer import distributed  # noqa: E402
-from gmts.trainer.diagnostics import UpdateLog, logged_samples, rollout_figures  # noqa: E402
+from gmts.trainer.diagnostics import UpdateLog, rollout_figures  # noqa: E402
 from gmts.trainer.policy import peak_memory_mb  # noqa: E402
 from gmts.trainer.rollout import sample_batched  # noqa: E402
 from gmts.trainer.step import (Batch, MiniBatch, PromptStream, accumulate_gradients,  # noqa: E402,F401
@@ -114,15 +114,23 @@ def answer_prompts(cfg, model, tokenizer, stream, idx, *, eos_ids, generator, re
 # Stages 4-7: score, select, masked loss, optimizer step.
 
 def update_policy(cfg, model, ref_model, optimizer, batch, select_gen, device, step=0):
+    """Stages 4-7 (policy_steps) and their figures: (the metrics, the first pass's selection (N, T) bool: which
+    tokens trained). What notebooks and tests call; train_step calls policy_steps and leaves the figures to main()."""
+    log = policy_steps(cfg, model, ref_model, optimizer, batch, select_gen, device, step)
+    return log.metrics(), log.selected
+
+
+def policy_steps(cfg, model, ref_model, optimizer, batch, select_gen, device, step=0):
     """Score -> select -> masked loss -> optimizer step, once per mini-batch of --mini-batch-size whole groups (one
     mini-batch by default: the on-policy step), --ppo-epochs passes over the rollout batch. Each mini-batch is one
     optimizer batch: scored at the CURRENT θ, ranked and normalised on its own (gmts/METHOD.md, "Several optimizer
-    steps per rollout batch"). Returns (the metrics, the first pass's selection (N, T) bool: which tokens trained)."""
+    steps per rollout batch"). Returns the UpdateLog of its optimizer steps (gmts/trainer/diagnostics.py): .selected
+    is the first pass's selection, .metrics() the figures."""
     ranks, batch = processes(), batch.to(device)
     ref_logp = reference_logprobs(cfg, model, ref_model, batch, ranks) if cfg.beta > 0 else None   # log π_ref
     exclude = (batch.advantages == 0) if cfg.exclude_zero_adv else None   # exact: all-equal groups get A = 0 exactly
     params = [p for p in model.parameters() if p.requires_grad]
-    log, moved = UpdateLog(cfg, batch.valid, batch.advantages, ranks), False
+    log, moved = UpdateLog(cfg, batch, ranks, params), False
     for epoch in range(cfg.ppo_epochs):
         for rows in minibatch_rows(len(batch.prompt_ids), cfg.group_size, cfg.mini_batch_size, seed=cfg.seed,
                                    step=step, epoch=epoch, device=device, ranks=ranks):
@@ -143,13 +151,13 @@ def update_policy(cfg, model, ref_model, optimizer, batch, select_gen, device, s
             loss_inputs = masked_loss_inputs(cfg, mb, selected, on_policy=not moved, ranks=ranks)
             model.train()
             optimizer.zero_grad(set_to_none=True)
-            loss, n_passes = accumulate_gradients(model, batch, loss_inputs, cfg, ranks)
+            loss, n_passes = accumulate_gradients(model, batch, loss_inputs, cfg, ranks, noise=log.noise)
             # 7. Optimizer step (gradients summed over ranks first), unless the loss or gradient is not finite.
             loss, grad_norm, outcome = optimizer_step(optimizer, params, loss, n_passes, cfg.max_grad_norm, ranks)
             moved |= outcome == "stepped"
             log.record(mb, logp=logp, entropy=entropy, omega=omega, length_weight=length_weight, selected=selected,
-                       loss=loss, grad_norm=grad_norm, outcome=outcome)
-    return log.metrics(), log.selected
+                       loss_weights=loss_inputs.weights, loss=loss, grad_norm=grad_norm, outcome=outcome)
+    return log
 
 
 def reference_logprobs(cfg, model, ref_model, batch, ranks):
@@ -164,7 +172,8 @@ def reference_logprobs(cfg, model, ref_model, batch, ranks):
 # One step, and the run.
 
 def train_step(run, step):
-    """Stages 1-7 on one rollout batch; returns (metrics, sample completions to log)."""
+    """Stages 1-7 on one rollout batch. Returns (the step's metrics so far, the UpdateLog of its optimizer steps, or
+    None when there was nothing to learn): main() adds the log's figures and samples when it writes the step's line."""
     cfg, ranks, t_start = run.cfg, processes(), time.time()
     run.model.eval()
     with ranks.layers_gathered(run.model):
@@ -174,12 +183,8 @@ def train_step(run, step):
                    time_rollout_s=time.time() - t_start)
     if "skipped" in metrics:              # every group was all-equal in every try (on some rank): nothing to learn
         return dict(metrics, time_train_s=0.0), None
-    update_metrics, selected = update_policy(cfg, run.model, run.ref_model, run.optimizer, batch, run.select_gen,
-                                             run.device, step)
-    t_total = time.time() - t_start
-    metrics.update(update_metrics, time_train_s=t_total - metrics["time_rollout_s"],
-                   tokens_per_s=update_metrics["valid_tokens"] / t_total)
-    return metrics, logged_samples(step, batch, selected, cfg)
+    log = policy_steps(cfg, run.model, run.ref_model, run.optimizer, batch, run.select_gen, run.device, step)
+    return dict(metrics, time_train_s=time.time() - t_start - metrics["time_rollout_s"]), log
 
 
 def main(argv=None):
@@ -199,7 +204,12 @@ def main(argv=None):
         lr = cfg.lr * min(1.0, step / cfg.warmup_steps) if cfg.warmup_steps else cfg.lr
         for group in run.optimizer.param_groups:
             group["lr"] = lr
-        metrics, samples = train_step(run, step)
+        metrics, log = train_step(run, step)
+        samples = None
+        if log is not None:              # the update's figures (gmts/trainer/diagnostics.py), computed for the log
+            metrics.update(log.metrics())
+            metrics["tokens_per_s"] = metrics["valid_tokens"] / (metrics["time_rollout_s"] + metrics["time_train_s"])
+            samples = log.samples(step)
         metrics.update(lr=lr, peak_memory_mb=peak_memory_mb(run.device))     # the peak so far, this step included
         if cfg.eval_every and (step % cfg.eval_every == 0 or step == cfg.steps):
             metrics.update(evaluate_during_training(run))

@@ -1,6 +1,7 @@
 """Per-update diagnostics (gmts/trainer/update_stats.py; gmts/METHOD.md, "How concentrated an update is"):
 n_eff on hand-made weights and its edge cases, the gradient-noise ratio on hand-made vectors, on identical and on
 opposite halves of a real batch, against separate autograd passes, and over simulated data-parallel ranks."""
+import dataclasses
 import math
 import threading
 
@@ -9,7 +10,9 @@ import torch
 
 import gmts
 from gmts.tools.toy import tiny_model
-from gmts.trainer.step import accumulate_gradients
+import types
+
+from gmts.trainer.step import ONE_PROCESS, Batch, LossInputs, MiniBatch, accumulate_gradients
 from gmts.trainer.update_stats import GradNoiseProbe, noise_from_halves, update_answers_effective
 
 
@@ -211,23 +214,27 @@ def real_batch(mirror=None):
     return model, prompts, completions, valid, adv, weights
 
 
-def loss_for(adv, weights):
-    def loss(rows, logp):
-        return gmts.policy_loss(logp, logp.detach(), adv[rows], weights[rows])     # on-policy: r = 1
-    return loss
+def trainer_pieces(prompts, completions, valid, adv, weights, micro_batch_size):
+    """The trainer's own objects for one on-policy optimizer batch of all 8 rows (gmts/trainer/step.py): the rollout
+    Batch, the LossInputs of its one mini-batch (r = 1: π_old := this forward's log π) and the flags the passes read."""
+    zeros = torch.zeros(completions.shape, dtype=torch.float64)
+    batch = Batch(problems=[None] * len(prompts), prompt_ids=prompts, completion_ids=completions, valid=valid,
+                  logp=zeros, entropy=zeros, texts=[""] * len(adv), rewards=torch.zeros(len(adv)), advantages=adv)
+    mb = MiniBatch(torch.arange(len(adv)), valid=valid, advantages=adv, old_logp=zeros, entropy=zeros, ref_logp=None,
+                   exclude=None, group_size=G)
+    inputs = LossInputs(mb, weights, None, mb.rows, on_policy=True, eps_low=0.2, eps_high=0.28, beta=0.0)
+    cfg = types.SimpleNamespace(group_size=G, micro_batch_size=micro_batch_size, temperature=1.0, chunk_size=64)
+    return batch, inputs, cfg
 
 
 def probe_step(model, prompts, completions, valid, adv, weights, micro_batch_size):
-    """The accumulation loop as train.py would run it with --log-grad-noise: half a, snapshot, half b, finish."""
+    """The trainer's accumulation with --log-grad-noise (accumulate_gradients with the probe: half a, snapshot,
+    half b, finish), as train.py runs it; returns the probe's figures without and with the caller's norm."""
     params = [p for p in model.parameters() if p.requires_grad]
     model.zero_grad(set_to_none=True)
     probe = GradNoiseProbe(params)
-    rows_a, rows_b = probe.split(torch.arange(8), G)
-    passes = dict(group_size=G, micro_batch_size=micro_batch_size, temperature=1.0, chunk_size=64)
-    accumulate_gradients(model, prompts, completions, valid, rows_a, loss_for(adv, weights), **passes)
-    probe.snapshot()
-    accumulate_gradients(model, prompts, completions, valid, rows_b, loss_for(adv, weights), **passes)
-    probe.finish()
+    batch, inputs, cfg = trainer_pieces(prompts, completions, valid, adv, weights, micro_batch_size)
+    accumulate_gradients(model, batch, inputs, cfg, ONE_PROCESS, noise=probe)
     norm = math.sqrt(sum(float(p.grad.pow(2).sum()) for p in params if p.grad is not None))
     return probe.metrics(), probe.metrics(grad_norm=norm)
 
@@ -235,11 +242,11 @@ def probe_step(model, prompts, completions, valid, adv, weights, micro_batch_siz
 def separate_halves(model, prompts, completions, valid, adv, weights):
     """g_a and g_b from two independent backward passes (no probe, no accumulation across halves)."""
     params = [p for p in model.parameters() if p.requires_grad]
+    batch, inputs, cfg = trainer_pieces(prompts, completions, valid, adv, weights, micro_batch_size=4)
     out = []
     for rows in (torch.arange(4), torch.arange(4, 8)):
         model.zero_grad(set_to_none=True)
-        accumulate_gradients(model, prompts, completions, valid, rows, loss_for(adv, weights), group_size=G,
-                             micro_batch_size=4, temperature=1.0, chunk_size=64)
+        accumulate_gradients(model, batch, dataclasses.replace(inputs, rows=rows), cfg, ONE_PROCESS)
         out.append(torch.cat([p.grad.reshape(-1) for p in params]))
     return out
 
@@ -290,14 +297,11 @@ def test_ratio_over_ranks_equals_one_process():
         params = [p for p in model.parameters() if p.requires_grad]
         rows = mine[rank]
         probe = GradNoiseProbe(params)
-        local = torch.arange(4)                                     # this rank's rows, renumbered
-        rows_a, rows_b = probe.split(local, G, reduce=reduce, rank=rank)
         sub = ([prompts[int(r) // G] for r in rows[::G]], completions[rows], valid[rows], adv[rows], weights[rows])
-        passes = dict(group_size=G, micro_batch_size=1, temperature=1.0, chunk_size=64)
-        accumulate_gradients(model, sub[0], sub[1], sub[2], rows_a, loss_for(sub[3], sub[4]), **passes)
-        probe.snapshot()
-        accumulate_gradients(model, sub[0], sub[1], sub[2], rows_b, loss_for(sub[3], sub[4]), **passes)
-        probe.finish(reduce=reduce)
+        batch, inputs, cfg = trainer_pieces(*sub, micro_batch_size=1)          # this rank's rows, renumbered
+        # the members of gmts/trainer/distributed.py's Torchrun that the passes use, over the simulated ranks
+        rank_ops = types.SimpleNamespace(world=2, rank=rank, sum=reduce, even_passes=lambda model, passes: passes)
+        accumulate_gradients(model, batch, inputs, cfg, rank_ops, noise=probe)
         flat = reduce(torch.cat([p.grad.reshape(-1) for p in params]))          # all_reduce_gradients
         return probe.groups_a, probe.groups_b, probe.metrics(grad_norm=float(flat.norm()))
 

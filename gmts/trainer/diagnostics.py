@@ -13,6 +13,7 @@ import torch
 
 from gmts.method.grpo import clip_active, mixed_groups, token_scores
 from gmts.trainer.step import processes, select
+from gmts.trainer.update_stats import GradNoiseProbe, combine_steps, update_answers_effective
 
 
 def rollout_figures(cfg, batch, R, ranks):
@@ -91,49 +92,72 @@ def overlap(ets, gms, ranks=None):
 class UpdateLog:
     """One rollout batch's figures over all its optimizer steps (mini-batches x epochs), as one metrics line.
 
-    The selection diagnostics describe the first pass over the batch (every row scored and selected once, each
-    within its own mini-batch); the off-policy figures (clip share, |r - 1|) count every scored token of every
-    pass; overlap, loss and grad norm are per optimizer step (mean, and min / max)."""
+    The step only records (record: it keeps references to what each optimizer step computed, and the first pass's
+    selection, which update_policy returns); the figures are computed when metrics() is called, after the step, by
+    train.py's main loop when it logs. So the story of one step carries none of this file's arithmetic, and a reader
+    can skip it. The selection diagnostics describe the first pass over the batch (every row scored and selected
+    once, each within its own mini-batch); the off-policy figures (clip share, |r - 1|) count every scored token of
+    every pass; overlap, loss, grad norm and n_eff are per optimizer step (mean, and min / max; η: median)."""
 
-    def __init__(self, cfg, valid, advantages, ranks):
-        """valid (N, T) and advantages (N,) of the rollout batch. Per row, the first pass's E, selection and the two
-        counterfactual selections are kept (entropy, selected, ets, gms)."""
-        self.cfg, self.valid, self.advantages, self.ranks = cfg, valid, advantages, ranks
-        self.entropy = torch.zeros(valid.shape, dtype=torch.float64, device=valid.device)
-        self.selected, self.ets, self.gms = torch.zeros_like(valid), torch.zeros_like(valid), torch.zeros_like(valid)
-        self.first_pass_rows = torch.zeros(valid.shape[0], dtype=torch.bool, device=valid.device)
-        self.off_policy = torch.zeros(3, dtype=torch.float64)    # Σ clip active, Σ |r - 1|, tokens scored
-        self.steps = []                                           # (overlap, loss, grad norm, outcome) per step
+    def __init__(self, cfg, batch, ranks, params=()):
+        """batch: the rollout Batch (gmts/trainer/step.py) on the training device; params: the trainable parameters,
+        for the gradient-noise probe (--log-grad-noise: one parameter-sized buffer, gmts/trainer/update_stats.py)."""
+        self.cfg, self.batch, self.ranks, self.records = cfg, batch, ranks, []
+        self.valid, self.advantages = batch.valid, batch.advantages
+        self.selected = torch.zeros_like(self.valid)             # the first pass's selection (N, T)
+        self.first_pass_rows = torch.zeros(self.valid.shape[0], dtype=torch.bool, device=self.valid.device)
+        self.noise = GradNoiseProbe(params) if cfg.log_grad_noise else None
+
+    def record(self, mb, *, selected, grad_norm, outcome, **tensors):
+        """One optimizer step: its mini-batch `mb` (gmts/trainer/step.py), stage 4's logp, entropy, omega and
+        length_weight (n, T), stage 5's selection, stage 6's loss_weights and what stage 7 did (loss, grad_norm,
+        outcome). The noise probe's figures are taken now: its buffer is reused by the next optimizer step."""
+        new = ~self.first_pass_rows[mb.rows]                     # rows met for the first time in this update
+        self.selected[mb.rows[new]], self.first_pass_rows[mb.rows[new]] = selected[new], True
+        noise = self.noise.metrics(grad_norm) if self.noise is not None and outcome != "nothing" else {}
+        self.records.append((mb, dict(tensors, selected=selected, grad_norm=grad_norm, outcome=outcome), noise))
 
     @torch.no_grad()
-    def record(self, mb, *, logp, entropy, omega, length_weight, selected, loss, grad_norm, outcome):
-        """One optimizer step: its mini-batch `mb` (gmts/trainer/step.py), stage 4's log π_θ, E, ω and w (N, T),
-        stage 5's selection and what stage 7 did. Off-policy figures from the importance ratio r = π_θ / π_old; what
-        ETS and GMTS would keep at ρ here, with the run's own scope, bottom and exclude (whatever --selector)."""
-        cfg, ranks, valid = self.cfg, self.ranks, mb.valid
-        r = torch.exp(logp - mb.old_logp)
-        clipped = clip_active(r, mb.advantages, cfg.eps_low, cfg.eps_high)
-        self.off_policy += ranks.sum(torch.tensor([float(clipped[valid].sum()), float((r[valid] - 1).abs().sum()),
-                                                   float(valid.sum())], dtype=torch.float64))
-        choose = functools.partial(select, cfg, valid=valid, group_ids=mb.group_ids, exclude=mb.exclude,
-                                   ratio=cfg.ratio, ranks=ranks)
-        ets, gms = counterfactual_selections(choose, entropy, omega, length_weight)
-        first = ~self.first_pass_rows[mb.rows]                   # rows met for the first time in this update
-        keep = mb.rows[first]
-        self.entropy[keep], self.selected[keep] = entropy[first].double(), selected[first]
-        self.ets[keep], self.gms[keep], self.first_pass_rows[keep] = ets[first], gms[first], True
-        self.steps.append((overlap(ets, gms, ranks), loss, grad_norm, outcome))
-
     def metrics(self):
-        m = selection_diagnostics(self.valid, self.advantages, self.entropy, None, self.selected, self.cfg.ratio,
-                                  ets=self.ets, gms=self.gms, ranks=self.ranks)
-        overlaps, losses, grad_norms, outcomes = zip(*self.steps)
-        clipped, ratio_dev, scored = self.off_policy.tolist()
+        """The metrics line's figures of every recorded optimizer step (see the module docstring and
+        selection_diagnostics for their meaning). Off-policy figures from the importance ratio r = π_θ / π_old;
+        what ETS and GMTS would keep at ρ, with the run's own scope, bottom and exclude (whatever --selector);
+        n_eff of W_i = Σ_t |ω_it| w_it over the selection (gmts/METHOD.md, "How concentrated an update is")."""
+        cfg, ranks = self.cfg, self.ranks
+        entropy = torch.zeros(self.valid.shape, dtype=torch.float64, device=self.valid.device)
+        ets, gms, seen = torch.zeros_like(self.valid), torch.zeros_like(self.valid), torch.zeros_like(self.first_pass_rows)
+        off_policy, steps, concentration = torch.zeros(3, dtype=torch.float64), [], []
+        for mb, step, noise in self.records:
+            valid, r = mb.valid, torch.exp(step["logp"] - mb.old_logp)
+            clipped = clip_active(r, mb.advantages, cfg.eps_low, cfg.eps_high)
+            off_policy += ranks.sum(torch.tensor([float(clipped[valid].sum()), float((r[valid] - 1).abs().sum()),
+                                                  float(valid.sum())], dtype=torch.float64))
+            choose = functools.partial(select, cfg, valid=valid, group_ids=mb.group_ids, exclude=mb.exclude,
+                                       ratio=cfg.ratio, ranks=ranks)
+            step_ets, step_gms = counterfactual_selections(choose, step["entropy"], step["omega"],
+                                                           step["length_weight"])
+            first = ~seen[mb.rows]
+            keep = mb.rows[first]
+            entropy[keep], ets[keep], gms[keep], seen[keep] = step["entropy"][first].double(), step_ets[first], \
+                step_gms[first], True
+            steps.append((overlap(step_ets, step_gms, ranks), step["loss"], step["grad_norm"], step["outcome"]))
+            if step["outcome"] != "non-finite":                 # ω or the weights may hold NaN: nothing to spread
+                concentration.append(dict(update_answers_effective(
+                    step["omega"], step["loss_weights"], reduce=ranks.sum, reduce_max=lambda top: torch.tensor(
+                        max(ranks.gather(float(top))), dtype=torch.float64)), **noise))
+        m = selection_diagnostics(self.valid, self.advantages, entropy, None, self.selected, cfg.ratio,
+                                  ets=ets, gms=gms, ranks=ranks)
+        overlaps, losses, grad_norms, outcomes = zip(*steps)
+        clipped, ratio_dev, scored = off_policy.tolist()
         m.update(selection_overlap_ets_gmts=sum(overlaps) / len(overlaps), selection_overlap_ets_gmts_min=min(overlaps),
                  loss=sum(losses) / len(losses), grad_norm=sum(grad_norms) / len(grad_norms),
                  grad_norm_max=max(grad_norms), optimizer_steps=outcomes.count("stepped"),
                  clip_active_share=clipped / max(scored, 1.0), ratio_abs_dev_mean=ratio_dev / max(scored, 1.0))
-        # Further per-update figures (e.g. gradient statistics): merge a function's metric dict here, m.update(...).
+        m.update(combine_steps(concentration))      # n_eff, top-1 share, η, B_simple (gmts/trainer/update_stats.py)
         if "non-finite" in outcomes:
             m["skipped"] = f"non-finite loss/gradient in {outcomes.count('non-finite')} of {len(outcomes)} updates"
         return m
+
+    def samples(self, step):
+        """samples.jsonl's lines for this step (logged_samples), with the first pass's selection."""
+        return logged_samples(step, self.batch, self.selected, self.cfg)

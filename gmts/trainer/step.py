@@ -350,10 +350,14 @@ def micro_batch_loss(inputs, rows, logp):
                        kl_weights=None if inputs.kl_weights is None else inputs.kl_weights[i])
 
 
-def accumulate_gradients(model, batch, inputs, cfg, ranks):
+def accumulate_gradients(model, batch, inputs, cfg, ranks, noise=None):
     """Step 6's backward passes: micro_batch_loss for each micro-batch of the rows worth a pass, backward, summed.
 
-    Returns (the summed loss as a float64 tensor, the number of real passes on this process)."""
+    Returns (the summed loss as a float64 tensor, the number of real passes on this process). With --log-grad-noise,
+    `noise` is the diagnostics' GradNoiseProbe: the same passes run in two halves of whole groups, the gradient copied
+    in between (accumulate_in_halves)."""
+    if noise is not None:
+        return accumulate_in_halves(model, batch, inputs, cfg, ranks, noise)
     passes = [(chunk, True) for chunk in torch.split(inputs.rows, cfg.micro_batch_size) if chunk.numel()]
     total = torch.zeros((), dtype=torch.float64)
     for chunk, real in ranks.even_passes(model, passes):
@@ -363,6 +367,21 @@ def accumulate_gradients(model, batch, inputs, cfg, ranks):
         total += loss.detach().double().cpu()
     return total, len(passes)          # the real passes: even_passes returns a new list, `passes` stays as it was
 
+
+def accumulate_in_halves(model, batch, inputs, cfg, ranks, noise):
+    """accumulate_gradients for --log-grad-noise (gmts/METHOD.md, "How concentrated an update is"): half a's rows,
+    a copy of the gradient so far (g_a), half b's rows, then g_b = g - g_a, all before the gradients are summed over
+    ranks and clipped. The sum of the two halves' passes is the whole mini-batch's gradient, as without the probe."""
+    rows_a, _ = noise.split(inputs.mb.rows, cfg.group_size, reduce=ranks.sum if ranks.world > 1 else None,
+                            rank=ranks.rank)
+    in_a = torch.isin(inputs.rows, rows_a)
+    loss_a, passes_a = accumulate_gradients(model, batch, dataclasses.replace(inputs, rows=inputs.rows[in_a]), cfg,
+                                            ranks)
+    noise.snapshot()
+    loss_b, passes_b = accumulate_gradients(model, batch, dataclasses.replace(inputs, rows=inputs.rows[~in_a]), cfg,
+                                            ranks)
+    noise.finish(reduce=ranks.sum if ranks.world > 1 else None)
+    return loss_a + loss_b, passes_a + passes_b
 
 def optimizer_step(optimizer, params, loss, n_real_passes, max_grad_norm, ranks):
     """Step 7: sum the gradients over ranks, clip, step. Returns (loss, grad norm, what happened), where what
