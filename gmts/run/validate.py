@@ -15,6 +15,7 @@ A usage error is `UsageError`: its one line goes to stderr and the process exits
 import json
 import math
 import os
+import re
 import sys
 import tempfile
 from typing import Callable, NamedTuple
@@ -85,6 +86,17 @@ def _device_ok(v, c):
     raise ValueError("not supported (auto | cpu | cuda | cuda:N | mps)")
 
 
+def _no_problem(find):
+    """A predicate from a `..._problem` function (value -> why it is bad, or None): None passes, a text fails and
+    is the message's {err}."""
+    def ok(v, c):
+        problem = find(v)
+        if problem:
+            raise ValueError(problem)
+        return True
+    return ok
+
+
 def at_least(n):
     return lambda v, c: isinstance(v, int) and v >= n
 
@@ -110,6 +122,7 @@ def _finite_at_least(name, n, why=""):
 TRAIN_RULES = [
     # model and data
     Rule("model", lambda v, c: bool(v and v.strip()), "--model is empty"),
+    Rule("model", _no_problem(lambda v: model_folder_problem(v)), "--model {v}: {err}"),
     Rule("dtype", lambda v, c: v in DTYPE_NAMES, f"--dtype must be one of {', '.join(DTYPE_NAMES)}, got {{v!r}}"),
     Rule("device", _device_ok, "--device {v!r}: {err}"),
     _need("lora_rank", 0),
@@ -156,13 +169,17 @@ TRAIN_RULES = [
     _need("steps", 1),
     _need("micro_batch_size", 1),
     Rule("micro_batch_size", lambda v, c: (c.prompts_per_step * c.group_size) % v == 0,
-         "--micro-batch-size {v} does not divide the batch of {c.prompts_per_step} prompts x {c.group_size} answers"),
+         "--micro-batch-size {v} does not divide the batch of --prompts-per-step {c.prompts_per_step} x "
+         "--group-size {c.group_size} answers"),
     Rule("lr", lambda v, c: finite(v) and v > 0, "--lr must be a finite number > 0, got {v}"),
     _finite_at_least("weight_decay", 0),
     Rule("adam_beta1", _between(0, 1, hi_open=True), "--adam-beta1 must be in [0, 1), got {v}"),
     Rule("adam_beta2", _between(0, 1, hi_open=True), "--adam-beta2 must be in [0, 1), got {v}"),
     _need("warmup_steps", 0),
     _finite_at_least("max_grad_norm", 0, " (0 = no clipping)"),
+    Rule("fsdp", lambda v, c: not v or int(os.environ.get("WORLD_SIZE", "1")) > 1,
+         "--fsdp shards the model over several processes, and this is one: start it with torchrun, e.g. "
+         "torchrun --nproc-per-node 2 train.py --fsdp ..."),
     Rule("fsdp", lambda v, c: not (v and (c.lora_rank or c.optimizer_offload)),
          "--fsdp cannot be combined with --lora-rank or --optimizer-offload (choose one way to save memory)"),
     _need("max_bad_steps", 1),
@@ -220,6 +237,51 @@ def output_path_problem(path, kind):
     if kind == "file" and os.path.exists(full) and not os.access(full, os.W_OK):
         return "is not writable"
     return None
+
+
+def model_folder_problem(name_or_path):
+    """Why the local folder `name_or_path` cannot be a model (a train.py run folder, no config.json, a damaged
+    config.json), or None; None too for a hub id or a path that does not exist (load_model names those). Reads file
+    names and config.json only: no torch, so the command line says it before anything loads. The weights themselves
+    are checked by gmts.trainer.policy.load_model (a tool such as gmts.tools.memory needs config.json alone)."""
+    path = os.path.expanduser(str(name_or_path))
+    if not os.path.isdir(path):
+        return None
+    if os.path.isdir(os.path.join(path, "checkpoints")) or os.path.isfile(os.path.join(path, "metrics.jsonl")):
+        root = os.path.join(path, "checkpoints")
+        steps = sorted(d for d in os.listdir(root) if d.startswith("step-")) if os.path.isdir(root) else []
+        return ("is a train.py run folder, not a model: pass one of its checkpoints"
+                + (f" (the newest is {os.path.join(path, 'checkpoints', steps[-1])})" if steps else "")
+                + f", or continue the run with train.py --resume {path}")
+    config = os.path.join(path, "config.json")
+    if not os.path.isfile(config):
+        if os.path.isfile(os.path.join(path, "adapter_config.json")):        # a LoRA checkpoint: peft loads it
+            return None
+        return ("no config.json in this folder (a model folder holds config.json and the weights, *.safetensors, "
+                "as save_pretrained writes them)")
+    try:
+        with open(config, encoding="utf-8") as fh:
+            fields = json.load(fh)
+    except (OSError, ValueError) as err:
+        return f"{config} does not read as JSON ({' '.join(str(err).split())}): the file is damaged"
+    if not isinstance(fields, dict):
+        return f"{config} is not a JSON object: the file is damaged"
+    if "selector" in fields and "output_dir" in fields:                    # train.py's config.json, copied alone
+        return f"{config} is a train.py run configuration, not a model's: pass a checkpoint folder"
+    return None
+
+
+def preset_note(message, preset, explicit):
+    """' (--x 5 set by --preset P)' for each flag that `message` names whose value came from the preset, not from
+    the command line (`explicit`: the flags given), so a user is never told about a flag they did not pass."""
+    from gmts.run.config import PRESETS
+    from_preset = [name for name, value in PRESETS.get(preset, {}).items() if name not in explicit
+                   and re.search(rf"--{name.replace('_', '-')}(?![\w-])", message)]
+    if not from_preset:
+        return ""
+    given = ", ".join(f"--{n.replace('_', '-')} {PRESETS[preset][n]!r}" if isinstance(PRESETS[preset][n], str)
+                      else f"--{n.replace('_', '-')} {PRESETS[preset][n]}" for n in from_preset)
+    return f" ({given} set by --preset {preset})"
 
 
 CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
@@ -324,7 +386,7 @@ def prepare_training(argv, prog="train.py"):
     model_source = resume_from if resume_from and not cfg.lora_rank else cfg.model
     problem = context_problem(cfg.max_new_tokens, model_source)
     if problem:
-        raise UsageError(prog, problem)
+        raise UsageError(prog, problem + preset_note(problem, cfg.preset, set(vars(build_parser().parse_args(argv)))))
     if _main_process():
         if existing and cfg.overwrite and not cfg.resume:
             ckpt.remove_run(cfg.output_dir)
@@ -340,6 +402,7 @@ def prepare_training(argv, prog="train.py"):
 
 EVAL_RULES = [
     Rule("model", lambda v, c: bool(c.compare) or bool(v and v.strip()), "--model is required (or --compare A B)"),
+    Rule("model", lambda v, c: bool(c.compare) or _no_problem(model_folder_problem)(v, c), "--model {v}: {err}"),
     Rule("limit", at_least(0), "--limit must be >= 0 (0 = all), got {v}"),
     _need("samples", 1),
     Rule("temperature", lambda v, c: finite(v) and v >= 0, "--temperature must be a finite number >= 0 (0 = greedy), "
