@@ -186,6 +186,11 @@ def _local_row(row, where, question_field, answer_field, domain, reward):
                DOMAINS[domain], starter_code=row.get("starter_code"), id=row.get("id"))
     if domain == "choice":
         if "choices" in row:
+            if not isinstance(row["choices"], list) or not row["choices"] or not all(
+                    isinstance(c, (str, int, float)) and not isinstance(c, bool) for c in row["choices"]):
+                raise ValueError(f"{where}: choices must be a non-empty list of strings, got {_short(row['choices'])}")
+            if len(row["choices"]) > len(LETTERS):
+                raise ValueError(f"{where}: {len(row['choices'])} choices, at most {len(LETTERS)} (A-J) are supported")
             out["choices"] = list(row["choices"])
             out["answer"] = _choice_letter(answer, out["choices"], where)
         else:  # the question already lists its options

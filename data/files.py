@@ -98,6 +98,10 @@ def read_records(path: str) -> list[tuple[str, dict]]:
     """[(where, row)] with where = "file:line" (jsonl) or "file item i" (json), for error messages."""
     if not os.path.exists(path):
         raise FileNotFoundError(f"no such data file: {path}")
+    if os.path.isdir(path):
+        raise ValueError(f"{path} is a folder; pass a data file (.jsonl, .json, optionally .gz, or .parquet)")
+    if not os.access(path, os.R_OK):
+        raise ValueError(f"{path}: cannot be read (permission denied)")
     base = path[:-3] if path.endswith(".gz") else path
     if base.endswith(".parquet"):
         try:
@@ -105,7 +109,11 @@ def read_records(path: str) -> list[tuple[str, dict]]:
         except ImportError as e:
             raise ImportError(f"{path} is a parquet file: `pip install pyarrow` to read it, or convert it to "
                               f".jsonl") from e
-        rows = pq.read_table(path).to_pylist()
+        try:
+            rows = pq.read_table(path).to_pylist()
+        except Exception as e:    # pyarrow's ArrowInvalid / OSError for a truncated or foreign file
+            raise ValueError(f"{path}: not a readable parquet file ({type(e).__name__}: "
+                             f"{' '.join(str(e).split())[:200]})") from None
         records = [(f"{path} row {i}", row) for i, row in enumerate(rows)]
     elif base.endswith(".jsonl"):
         records, lines = [], []

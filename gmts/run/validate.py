@@ -245,6 +245,8 @@ def model_folder_problem(name_or_path):
     names and config.json only: no torch, so the command line says it before anything loads. The weights themselves
     are checked by gmts.trainer.policy.load_model (a tool such as gmts.tools.memory needs config.json alone)."""
     path = os.path.expanduser(str(name_or_path))
+    if os.path.isfile(path):
+        return "is a file, not a model folder: pass the folder that holds config.json and the weights"
     if not os.path.isdir(path):
         return None
     if os.path.isdir(os.path.join(path, "checkpoints")) or os.path.isfile(os.path.join(path, "metrics.jsonl")):
