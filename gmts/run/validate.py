@@ -123,6 +123,7 @@ TRAIN_RULES = [
     # model and data
     Rule("model", lambda v, c: bool(v and v.strip()), "--model is empty"),
     Rule("model", _no_problem(lambda v: model_folder_problem(v)), "--model {v}: {err}"),
+    Rule("tokenizer", _no_problem(lambda v: run_folder_problem(v) if v else None), "--tokenizer {v}: {err}"),
     Rule("dtype", lambda v, c: v in DTYPE_NAMES, f"--dtype must be one of {', '.join(DTYPE_NAMES)}, got {{v!r}}"),
     Rule("device", _device_ok, "--device {v!r}: {err}"),
     _need("lora_rank", 0),
@@ -239,6 +240,19 @@ def output_path_problem(path, kind):
     return None
 
 
+def run_folder_problem(name_or_path):
+    """'is a train.py run folder, ...' when `name_or_path` is one (it has checkpoints/ or metrics.jsonl), else None:
+    a run folder passed where a model or tokenizer is expected."""
+    path = os.path.expanduser(str(name_or_path))
+    if not (os.path.isdir(os.path.join(path, "checkpoints")) or os.path.isfile(os.path.join(path, "metrics.jsonl"))):
+        return None
+    root = os.path.join(path, "checkpoints")
+    steps = sorted(d for d in os.listdir(root) if d.startswith("step-")) if os.path.isdir(root) else []
+    return ("is a train.py run folder, not a model: pass one of its checkpoints"
+            + (f" (the newest is {os.path.join(path, 'checkpoints', steps[-1])})" if steps else "")
+            + f", or continue the run with train.py --resume {path}")
+
+
 def model_folder_problem(name_or_path):
     """Why the local folder `name_or_path` cannot be a model (a train.py run folder, no config.json, a damaged
     config.json), or None; None too for a hub id or a path that does not exist (load_model names those). Reads file
@@ -249,12 +263,8 @@ def model_folder_problem(name_or_path):
         return "is a file, not a model folder: pass the folder that holds config.json and the weights"
     if not os.path.isdir(path):
         return None
-    if os.path.isdir(os.path.join(path, "checkpoints")) or os.path.isfile(os.path.join(path, "metrics.jsonl")):
-        root = os.path.join(path, "checkpoints")
-        steps = sorted(d for d in os.listdir(root) if d.startswith("step-")) if os.path.isdir(root) else []
-        return ("is a train.py run folder, not a model: pass one of its checkpoints"
-                + (f" (the newest is {os.path.join(path, 'checkpoints', steps[-1])})" if steps else "")
-                + f", or continue the run with train.py --resume {path}")
+    if run_folder_problem(path):
+        return run_folder_problem(path)
     config = os.path.join(path, "config.json")
     if not os.path.isfile(config):
         if os.path.isfile(os.path.join(path, "adapter_config.json")):        # a LoRA checkpoint: peft loads it
@@ -405,6 +415,7 @@ def prepare_training(argv, prog="train.py"):
 EVAL_RULES = [
     Rule("model", lambda v, c: bool(c.compare) or bool(v and v.strip()), "--model is required (or --compare A B)"),
     Rule("model", lambda v, c: bool(c.compare) or _no_problem(model_folder_problem)(v, c), "--model {v}: {err}"),
+    Rule("tokenizer", lambda v, c: not v or _no_problem(run_folder_problem)(v, c), "--tokenizer {v}: {err}"),
     Rule("limit", at_least(0), "--limit must be >= 0 (0 = all), got {v}"),
     _need("samples", 1),
     Rule("temperature", lambda v, c: finite(v) and v >= 0, "--temperature must be a finite number >= 0 (0 = greedy), "

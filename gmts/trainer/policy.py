@@ -73,8 +73,11 @@ def load_tokenizer(name_or_path, *, flag="--model"):
     path = os.path.expanduser(name_or_path)
     if looks_like_path(name_or_path) and not any(os.path.isfile(os.path.join(path, f)) for f in TOKENIZER_FILES):
         # no such folder, a run folder, or a folder without a tokenizer (one with a tokenizer needs no config.json)
-        raise SystemExit(_local_problem(name_or_path, flag) or f"error: {flag} {name_or_path}: no tokenizer in this "
-                         f"folder (none of {', '.join(TOKENIZER_FILES)}); pass one with --tokenizer")
+        from gmts.run.validate import run_folder_problem
+        if not os.path.exists(path):
+            raise SystemExit(f"error: {flag} {name_or_path!r}: no such local folder (a hub id looks like 'org/name')")
+        raise SystemExit(f"error: {flag} {name_or_path}: " + (run_folder_problem(path) or (
+            f"no tokenizer in this folder (none of {', '.join(TOKENIZER_FILES)}); pass one with --tokenizer")))
     name_or_path = smollm2.source(name_or_path)   # --preset cpu-demo offline: no minute of retries first
     try:
         tok = AutoTokenizer.from_pretrained(name_or_path)
