@@ -70,6 +70,7 @@ def test_gradient_norms_equal_direct_autograd_per_token():
         logp_norms, obj_norms, entropies = direct_token_gradients(model, prompts[rec["group"]], completion,
                                                                   rec["advantage"], params)
         assert rec["n_tokens"] == len(completion) == len(rec["grad_logp_norm"])
+        # float64, the same per-token graph as the direct autograd (one answer, its own forward): ~1e-14 apart
         torch.testing.assert_close(torch.tensor(rec["grad_logp_norm"]), torch.tensor(logp_norms), rtol=1e-9, atol=1e-12)
         torch.testing.assert_close(torch.tensor(rec["grad_objective_norm"]), torch.tensor(obj_norms), rtol=1e-9,
                                    atol=1e-12)
@@ -160,7 +161,9 @@ def test_off_policy_steps_move_theta_and_the_measured_tokens_have_r_not_one():
     log = analyze.off_policy_steps(model, roll, advantages, trained, torch.optim.AdamW(model.parameters(), lr=0.05),
                                    eps_low=0.2, eps_high=0.2)
     assert len(log) == 1 and log[0]["groups"] == [0] and log[0]["grad_norm"] > 0
-    assert log[0]["ratio_abs_dev_mean"] < 1e-5             # the first mini-batch is scored at θ_old: r = 1
+    # the first mini-batch is scored at θ_old: r = 1 up to the rollout's KV-cached values against a full forward
+    # (float64 model with Qwen2's float32 RMSNorm: |Δ log π| ~ 1e-7, tests/test_rollout.py), so mean |r - 1| < 1e-5
+    assert log[0]["ratio_abs_dev_mean"] < 1e-5
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
     records = analyze.analyze_groups(model, prompts, roll, rewards, params="all", old_logp=roll.logp,
                                      groups=measured, progress=False)
