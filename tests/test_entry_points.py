@@ -271,16 +271,23 @@ def test_the_batch_runner_is_the_real_command_line(inputs, tmp_path):
 
 @pytest.mark.parametrize("command", ["eval", "analyze"])
 def test_ctrl_c_during_start_up_is_one_line(inputs, digit_data, tmp_path, command):
-    """SIGINT while the command is importing torch / loading: one line, no traceback, nothing written. The signal
-    goes out as soon as the interpreter is up (the handler is set before any heavy import), so it lands in start-up
-    on any machine: torch alone takes seconds to import."""
+    """SIGINT while the command is importing torch / loading: one line, no traceback, nothing written."""
     d, m = inputs
     out = tmp_path / "out" / "r.json"
     args = ([os.path.join(ROOT, "eval.py"), *evaluate(m["good"], digit_data, out)] if command == "eval"
             else ["-m", "gmts.tools.analyze", *analyze(m["good"], digit_data, out)])
     proc = subprocess.Popen([sys.executable, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=ENV, cwd=ROOT)
-    time.sleep(0.5)                         # past interpreter start-up (tens of ms), well inside `import torch`
+    # Signal once torch's library is being mapped: both commands set their handler before they import torch, so
+    # this is inside start-up (the import takes seconds) and after the handler, however loaded the machine is.
+    maps, deadline = f"/proc/{proc.pid}/maps", time.time() + 120
+    while os.path.exists(maps) and time.time() < deadline and proc.poll() is None:
+        with open(maps) as fh:
+            if "libtorch" in fh.read():
+                break
+        time.sleep(0.01)
+    else:
+        time.sleep(0.5)                     # no /proc (not Linux): past interpreter start-up, inside `import torch`
     proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=300)
     one_line(proc.returncode, stderr, "interrupted (Ctrl-C)")

@@ -180,7 +180,7 @@ TRAIN_RULES = [
     _finite_at_least("max_grad_norm", 0, " (0 = no clipping)"),
     Rule("fsdp", lambda v, c: not v or int(os.environ.get("WORLD_SIZE", "1")) > 1,
          "--fsdp shards the model over several processes, and this is one: start it with torchrun, e.g. "
-         "torchrun --nproc-per-node 2 train.py --fsdp ..."),
+         "torchrun --nproc-per-node 2 train.py --fsdp ... (a resumed run: the same number of processes as before)"),
     Rule("fsdp", lambda v, c: not (v and (c.lora_rank or c.optimizer_offload)),
          "--fsdp cannot be combined with --lora-rank or --optimizer-offload (choose one way to save memory)"),
     _need("max_bad_steps", 1),
