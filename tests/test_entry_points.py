@@ -211,6 +211,8 @@ def test_every_entry_point_fails_in_one_line(inputs, digit_data, tmp_path):
         (ANALYZE, analyze(m["good"], digit_data, analysis, "--prompts", "x"), "--prompts", True),
         (PLOT, [m["plot-run"], "--smooth", "x"], "--smooth", True),
         (PLOT, [m["plot-run"], "--no-such-flag"], "--no-such-flag", True),
+        (PLOT, [m["run"], "--metrics", "reward_mena", "--output", str(tmp_path / "p.png")],
+         ["--metrics reward_mena", "reward_mean"], False),
     ]
 
     # Data: file:line for a row, the file for a damaged container; the same in every command that reads data.

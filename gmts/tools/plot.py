@@ -100,6 +100,11 @@ def plot_runs(run_dirs, output, *, metrics=None, smooth=1, title=None):
         raise ValueError("give at least one run directory")
     panels = list(DEFAULT_METRICS) if metrics is None else [(m, m) for m in metrics]
     runs = [(d, *read_run(d)) for d in run_dirs]
+    if metrics is not None:           # asked for by name: a key no run logged is a typo, not an empty panel
+        logged = {k for _, _, rows in runs for row in rows for k in row}
+        unknown = [m for m in metrics if m not in logged]
+        if unknown:
+            raise ValueError(f"--metrics {unknown[0]}: no run logged it (keys: {', '.join(sorted(logged))})")
     labels = [run_label(cfg, d) for d, cfg, _ in runs]
     if len(set(labels)) < len(labels):         # two runs with the same selector and seed: say which directory
         labels = [f"{label} ({os.path.basename(os.path.normpath(d))})" for label, (d, _, _) in zip(labels, runs)]
