@@ -1,8 +1,8 @@
 """Evaluate a checkpoint the way the paper does, with 95% intervals; compare two results honestly.
 
     python eval.py --model Qwen/Qwen2.5-Math-1.5B --data math500 --samples 16 --temperature 1.0   # average@16
-    python eval.py --model runs/x/final --data gsm8k:test math500 --temperature 0                 # greedy, a table
-    python eval.py --model runs/x/final --data math500 --samples 4 --repeat 5                     # the noise floor
+    python eval.py --model runs/x/checkpoints/step-000100 --data gsm8k:test math500 --temperature 0   # greedy, a table
+    python eval.py --model runs/x/checkpoints/step-000100 --data math500 --samples 4 --repeat 5       # the noise floor
     python eval.py --compare base.json trained.json                                               # paired B - A
 
 Every figure comes with a 95% percentile-bootstrap interval over problems (gmts/tools/stats.py). Outputs: a summary JSON
@@ -20,8 +20,9 @@ import time
 
 
 def build_parser():
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    from gmts.run.config import _Parser                 # a bad flag is one line, like train.py's (not a usage block)
+    p = _Parser(prog="eval.py", description=__doc__.split("\n\n")[0],
+                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--model", help="hub id or local folder (config.json + *.safetensors + tokenizer)")
     p.add_argument("--tokenizer", default="", help="tokenizer id or folder, if not the model's")
     p.add_argument("--data", nargs="+", default=["math500"], help="benchmarks, each name[:split] (split: test)")
@@ -162,14 +163,16 @@ def main(argv=None):
 
     import torch
     from gmts.tools.evaluate import degenerate, evaluate_model, load_benchmark, split_data_arg
-    from gmts.trainer.policy import end_of_sequence_ids, load_model, load_tokenizer, resolve_device, resolve_dtype
+    from gmts.trainer.policy import (check_vocabulary, end_of_sequence_ids, load_model, load_tokenizer,
+                                     resolve_device, resolve_dtype)
     try:
         specs = split_data_arg(args.data)
         device = resolve_device(args.device)
         dtype = resolve_dtype(args.dtype, device)
     except (ValueError, RuntimeError) as err:
         raise SystemExit(f"error: {err}") from None
-    tokenizer = one_line_errors(load_tokenizer, args.tokenizer or args.model)
+    tokenizer = one_line_errors(load_tokenizer, args.tokenizer or args.model,
+                                flag="--tokenizer" if args.tokenizer else "--model")
     data_kw = dict(limit=args.limit or None, data_seed=args.data_seed, template=args.template,
                    system_prompt=args.system_prompt, question_field=args.question_field,
                    answer_field=args.answer_field, task_options=task_options)
@@ -179,6 +182,7 @@ def main(argv=None):
     except ValueError as err:
         raise SystemExit(f"error: {err}") from None
     model = one_line_errors(load_model, args.model, dtype=dtype, device=device).eval()
+    check_vocabulary(model, tokenizer, flag="--tokenizer" if args.tokenizer else "--model")
     if max_prompt_tokens is None:       # the context was not readable before loading: the loaded config has it
         context = getattr(model.config, "max_position_embeddings", None)
         max_prompt_tokens = context - args.max_new_tokens if context else None
@@ -219,5 +223,13 @@ def main(argv=None):
     return summary
 
 
+def stop_on_interrupt(signum, frame):
+    """Ctrl-C: one line, not a traceback from wherever the interpreter was (often deep in an import). The summary is
+    written last and atomically, so what is on disk is a complete earlier result or nothing of this run."""
+    raise SystemExit("\neval.py: interrupted (Ctrl-C); no summary was written")
+
+
 if __name__ == "__main__":
+    import signal
+    signal.signal(signal.SIGINT, stop_on_interrupt)
     main()

@@ -67,12 +67,41 @@ def load_prompts_for_cli(source, split, tokenizer, *, max_prompt_tokens=None, qu
         problems = load_problems(source, split, question_field=question_field or None,
                                  answer_field=answer_field or None, template=template or None,
                                  **options, **(json.loads(task_options) if task_options else {}))
+    except OptionError as err:
+        raise SystemExit(f"error: --task-options {task_options}: {err}") from None
     except (FileNotFoundError, ValueError, KeyError) as err:
         raise SystemExit(f"error: --data {source!r}: {err}") from None
     kept, ids = prompt_token_ids(problems, tokenizer, max_prompt_tokens)
     if not kept:
         raise SystemExit(f"error: --data {source!r}: no problem fits --max-prompt-tokens {max_prompt_tokens}")
     return kept, ids, len(problems) - len(kept)
+
+
+class OptionError(ValueError):
+    """A bad task option (--task-options on the command line), apart from problems with the data itself."""
+
+
+def check_options(fn, options: dict, what: str, skip=("split", "seed")) -> None:
+    """Each option's name and type against `fn`'s signature (e.g. arithmetic.generate's `digits: int | None`), so
+    '{"digits": "two"}' is a one-line ValueError naming the option, not a TypeError deep in the generator."""
+    import inspect
+    import types
+    import typing
+    params = {name: p for name, p in inspect.signature(fn).parameters.items() if name not in skip}
+    hints = typing.get_type_hints(fn)
+    for name, value in options.items():
+        if name not in params:
+            raise OptionError(f"{what} has no option {name!r} (it takes {', '.join(params)})")
+        hint = hints.get(name)
+        allowed = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
+        if value is None and type(None) in allowed:
+            continue
+        kinds = [k for k in allowed if k is not type(None)]
+        ok = any(isinstance(value, k) and not (k is int and isinstance(value, bool)) for k in kinds)
+        if not ok:
+            names = " or ".join({int: "an integer", str: "a string", float: "a number"}.get(k, k.__name__)
+                                for k in kinds)
+            raise OptionError(f"{what} option {name!r} must be {names}, got {value!r}")
 
 
 def _choice_letter(answer, choices: list, where: str) -> str:
@@ -91,8 +120,27 @@ def _first(row: dict, names, where: str, what: str, option: str):
     for name in names:
         if name in row and row[name] is not None:
             return row[name]
+    nulls = [name for name in names if name in row]
+    if nulls:                                     # the field is there, empty: say so, not "no field"
+        raise ValueError(f"{where}: the {what} field {nulls[0]!r} is null")
     raise ValueError(f"{where}: no {what} field (tried {', '.join(names)}; fields: {sorted(row)}); "
                      f"pass {option}=<field name>")
+
+
+def _text(value, where: str, what: str, numbers: bool = False):
+    """A question (or a math answer) as text. A list or an object is refused rather than trained on as its Python
+    repr ("['Say', '1']"); numbers pass where they are a natural answer (GSM8K-style "answer": 42)."""
+    if isinstance(value, str):
+        return value
+    if numbers and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    raise ValueError(f"{where}: the {what} must be a string{' or a number' if numbers else ''}, got "
+                     f"{type(value).__name__} {_short(value)}")
+
+
+def _short(value, n=60):
+    text = repr(value)
+    return text if len(text) <= n else text[:n] + "..."
 
 
 def _format_fields(fmt: str, row: dict, where: str) -> str:
@@ -105,9 +153,11 @@ def _format_fields(fmt: str, row: dict, where: str) -> str:
     for name in names:
         if not name.isidentifier() and name not in row:
             raise ValueError(f"question_field {fmt!r}: {{{name}}} is not a plain field name; write fields as {{name}}")
-        if row.get(name) is None:
+        if name in row and row[name] is None:
+            raise ValueError(f"{where}: the field {name!r} of question_field {fmt!r} is null")
+        if name not in row:
             raise ValueError(f"{where}: no field {name!r} for question_field {fmt!r} (fields: {sorted(row)})")
-    return fmt.format_map({name: row[name] for name in names})
+    return fmt.format_map({name: _text(row[name], where, f"field {name!r}", numbers=True) for name in names})
 
 
 def _local_row(row, where, question_field, answer_field, domain, reward):
@@ -118,10 +168,14 @@ def _local_row(row, where, question_field, answer_field, domain, reward):
     if question_field and "{" in question_field:     # a format over the row's fields, e.g. "{Body} {Question}"
         question = _format_fields(question_field, row, where)
     else:
-        question = _first(row, [question_field] if question_field else ["question", "problem", "prompt", "input"],
-                          where, "question", "question_field")
+        question = _text(_first(row, [question_field] if question_field else ["question", "problem", "prompt",
+                                                                                "input"], where, "question",
+                                "question_field"), where, "question")
     if domain == "code" and not answer_field:
         tests = _first(row, ["tests", "test", "cases"], where, "tests", "answer_field")
+        if not ("cases" in row and "tests" not in row and "test" not in row) and not (
+                isinstance(tests, str) or isinstance(tests, list) and all(isinstance(t, str) for t in tests)):
+            raise ValueError(f"{where}: the tests must be a string or a list of strings, got {_short(tests)}")
         answer = {"cases": tests} if "cases" in row and "tests" not in row and "test" not in row else \
             {"tests": tests if isinstance(tests, str) else "\n".join(tests),
              "entry_point": row.get("entry_point"), "setup": row.get("setup") or ""}
@@ -132,12 +186,17 @@ def _local_row(row, where, question_field, answer_field, domain, reward):
                DOMAINS[domain], starter_code=row.get("starter_code"), id=row.get("id"))
     if domain == "choice":
         if "choices" in row:
+            if not isinstance(row["choices"], list) or not row["choices"] or not all(
+                    isinstance(c, (str, int, float)) and not isinstance(c, bool) for c in row["choices"]):
+                raise ValueError(f"{where}: choices must be a non-empty list of strings, got {_short(row['choices'])}")
+            if len(row["choices"]) > len(LETTERS):
+                raise ValueError(f"{where}: {len(row['choices'])} choices, at most {len(LETTERS)} (A-J) are supported")
             out["choices"] = list(row["choices"])
             out["answer"] = _choice_letter(answer, out["choices"], where)
         else:  # the question already lists its options
             out["answer"] = _choice_letter(answer, list(LETTERS), where)
     elif domain == "math":
-        out["answer"] = str(answer).strip()
+        out["answer"] = _text(answer, where, "answer", numbers=True).strip()
     return out
 
 
@@ -179,17 +238,21 @@ def load_problems(source: str, split: str = "train", *, limit: int | None = None
     if source in BUILTIN_SOURCES and (question_field or answer_field):
         raise ValueError("question_field / answer_field apply to local files, not to built-in sources")
     if source == "arithmetic":
+        check_options(arithmetic.generate, task_options, "the arithmetic task")
         if limit and "n" not in task_options:     # generate just what is asked (the first `limit` are the same)
             task_options = dict(task_options, n=limit)
         rows = arithmetic.generate(split, seed, **task_options)
         records = [(r["id"], r["id"], dict(r, domain="math", reward="gsm8k")) for r in rows]
     elif source in builtin.CONVERTERS:
         if task_options:
-            raise ValueError(f"{source} takes no options, got {sorted(task_options)}")
+            raise OptionError(f"{source} takes no options, got {sorted(task_options)}")
         records = _builtin_records(source, split)
     elif os.path.exists(source) or source.endswith((".jsonl", ".json", ".gz", ".parquet")):
         if set(task_options) - {"domain", "reward"}:
-            raise ValueError(f"local files take the options domain= and reward=, got {sorted(task_options)}")
+            raise OptionError(f"local files take the options domain= and reward=, got {sorted(task_options)}")
+        for name, value in task_options.items():
+            if value is not None and not isinstance(value, str):
+                raise OptionError(f"the option {name!r} must be a string, got {value!r}")
         records = _local_records(source, question_field, answer_field, **task_options)
     else:
         raise ValueError(f"unknown source {source!r}: use one of {BUILTIN_SOURCES} or a path to a .jsonl/.json file")
@@ -214,5 +277,5 @@ def load_problems(source: str, split: str = "train", *, limit: int | None = None
     return problems
 
 
-__all__ = ["Problem", "load_problems", "render_prompt", "decontamination_report", "format_report",
+__all__ = ["Problem", "OptionError", "load_problems", "render_prompt", "decontamination_report", "format_report",
            "BUILTIN_SOURCES"]

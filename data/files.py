@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import urllib.request
+import zlib
 from dataclasses import dataclass
 
 
@@ -73,6 +74,15 @@ def _open_bytes(path: str):
     return gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")
 
 
+def _gzip_problem(path: str, err: Exception, lineno: int = 0) -> ValueError:
+    """A damaged .gz as one line: not gzip at all, or cut short (an interrupted download or copy)."""
+    if isinstance(err, gzip.BadGzipFile):
+        return ValueError(f"{path}: not a gzip file ({err}); rename it without .gz if it is plain text")
+    where = f" after line {lineno}" if lineno else ""
+    return ValueError(f"{path}: the gzip data is truncated or damaged{where} ({type(err).__name__}: {err}); "
+                      "download or copy it again")
+
+
 def _decode(raw: bytes, path: str, lineno: int = 0) -> str:
     """UTF-8 text, or a ValueError naming file:line and the byte (a Latin-1 file, say)."""
     try:
@@ -88,6 +98,10 @@ def read_records(path: str) -> list[tuple[str, dict]]:
     """[(where, row)] with where = "file:line" (jsonl) or "file item i" (json), for error messages."""
     if not os.path.exists(path):
         raise FileNotFoundError(f"no such data file: {path}")
+    if os.path.isdir(path):
+        raise ValueError(f"{path} is a folder; pass a data file (.jsonl, .json, optionally .gz, or .parquet)")
+    if not os.access(path, os.R_OK):
+        raise ValueError(f"{path}: cannot be read (permission denied)")
     base = path[:-3] if path.endswith(".gz") else path
     if base.endswith(".parquet"):
         try:
@@ -95,23 +109,40 @@ def read_records(path: str) -> list[tuple[str, dict]]:
         except ImportError as e:
             raise ImportError(f"{path} is a parquet file: `pip install pyarrow` to read it, or convert it to "
                               f".jsonl") from e
-        rows = pq.read_table(path).to_pylist()
+        try:
+            rows = pq.read_table(path).to_pylist()
+        except Exception as e:    # pyarrow's ArrowInvalid / OSError for a truncated or foreign file
+            raise ValueError(f"{path}: not a readable parquet file ({type(e).__name__}: "
+                             f"{' '.join(str(e).split())[:200]})") from None
         records = [(f"{path} row {i}", row) for i, row in enumerate(rows)]
     elif base.endswith(".jsonl"):
-        records = []
-        with _open_bytes(path) as f:
-            for lineno, raw in enumerate(f, 1):
-                line = _decode(raw, path, lineno)
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise ValueError(f"{path}:{lineno}: invalid JSON ({e.msg} at column {e.colno})") from None
-                records.append((f"{path}:{lineno}", row))
+        records, lines = [], []
+        try:                  # read whole first: a .gz cut short fails while reading, named with the lines read
+            with _open_bytes(path) as f:
+                for raw in f:
+                    lines.append(raw)
+        except (OSError, EOFError, zlib.error) as err:   # BadGzipFile is an OSError; a cut stream an EOFError
+            if not path.endswith(".gz"):
+                raise
+            raise _gzip_problem(path, err, len(lines)) from None
+        for lineno, raw in enumerate(lines, 1):
+            line = _decode(raw, path, lineno)
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}:{lineno}: invalid JSON ({e.msg} at column {e.colno})") from None
+            records.append((f"{path}:{lineno}", row))
     elif base.endswith(".json"):
-        with _open_bytes(path) as f:
-            text = _decode(f.read(), path)
+        try:
+            with _open_bytes(path) as f:
+                raw = f.read()
+        except (OSError, EOFError, zlib.error) as err:
+            if not path.endswith(".gz"):
+                raise
+            raise _gzip_problem(path, err) from None
+        text = _decode(raw, path)
         if not text.strip():
             raise ValueError(f"{path}: empty file, no problems")
         try:

@@ -59,6 +59,10 @@ def test_bench_scripts_run_in_smoke_mode(digit_model_dir, digit_data, tmp_path):
     head = json.loads(outs["head"].read_text())
     runs = {r["method"]: r for r in head["runs"]}
     assert set(runs) == {"naive", "trl", "ours"} and not any("error" in r for r in runs.values())
-    for method in ("trl", "ours"):              # same inputs, same checksums
+    # same inputs, same checksums up to float32 regrouping (u = 6e-8): each logit is an 896-term dot product, whose
+    # rounding errors (random in sign) grow like √896 u ≈ 2e-6 relative, and the log-softmax over 151,936 logits
+    # adds a few u log V; summed over the tokens the relative error of logp_sum stays ~2e-6, under 1e-5. The head
+    # gradient's norm sums tokens x vocabulary products that each method groups by its own chunks: ~1e-5, under 1e-4.
+    for method in ("trl", "ours"):
         assert math.isclose(runs[method]["logp_sum"], runs["naive"]["logp_sum"], rel_tol=1e-5)
         assert math.isclose(runs[method]["grad_w_norm"], runs["naive"]["grad_w_norm"], rel_tol=1e-4)

@@ -83,6 +83,8 @@ def test_only_adapters_train_and_both_exports_load(lora_run, digit_model_dir):
         module = name[:-len(".weight")] if name.endswith(".weight") else None
         if module in lora_pairs:
             delta = (ALPHA / RANK) * lora_pairs[module]["B"] @ lora_pairs[module]["A"]
+            # peft merges W + (α/r) B A in float32 as we do, in another order: <= r u Σ|B A| + u |W| (r = 4,
+            # |W| ~ 0.1, |B A| ~ lr-sized): ~1e-8, under 1e-6 + 1e-5 |W|
             torch.testing.assert_close(merged[name], w + delta, rtol=1e-5, atol=1e-6)
             changed += int(not torch.equal(merged[name], w))
         else:
@@ -96,6 +98,8 @@ def test_only_adapters_train_and_both_exports_load(lora_run, digit_model_dir):
     auto_adapter = AutoModelForCausalLM.from_pretrained(ckpt).eval()      # transformers reads adapter_config.json
     with torch.no_grad():
         reference = plain(ids).logits
+        # merged weights against W x + (α/r) B (A x): the same function rounded in two orders, ~u per layer
+        # relative on logits of |z| < 1 (a tiny model): ~1e-7, under 1e-5 + 1e-4 |z|
         torch.testing.assert_close(with_adapter(ids).logits, reference, rtol=1e-4, atol=1e-5)
         torch.testing.assert_close(auto_adapter(ids).logits, reference, rtol=1e-4, atol=1e-5)
         start = AutoModelForCausalLM.from_pretrained(digit_model_dir).eval()(ids).logits
@@ -131,10 +135,16 @@ def test_kl_reference_is_the_model_with_adapters_off(lora_run, digit_model_dir, 
     run_train(lora_args(digit_model_dir, digit_data, out, "--beta", "0.5", "--kl-coverage", "all"))
     kl, plain = read_jsonl(out / "metrics.jsonl"), read_jsonl(lora_run / "metrics.jsonl")
     assert all(torch.isfinite(torch.tensor([m["loss"], m["grad_norm"]])).all() for m in kl)
+    # the k3 term and its gradient are exactly 0 at step 1 (π = π_ref bit for bit: B = 0 adds an exact 0), and an
+    # exact 0 changes no float sum: the loss and gradient norm are the same numbers as without KL, equal to the last
+    # bit by construction; rel 1e-6 is a margin, not a measured spread
     assert kl[0]["loss"] == pytest.approx(plain[0]["loss"], rel=1e-6, abs=1e-9)
     assert kl[0]["grad_norm"] == pytest.approx(plain[0]["grad_norm"], rel=1e-6)
     # (The weights after step 1 agree to float rounding only: the reference forward runs in its own pass.)
     w_kl, w_plain = adapter(out / "checkpoints" / "step-000001"), adapter(lora_run / "checkpoints" / "step-000001")
+    # AdamW's first step is θ - lr g/(|g| + ε): a gradient difference δ (rounding, ~u |g|) moves a coordinate by
+    # lr ε δ / g² = 1e-2 · 1e-8 · 6e-8 / |g| ≈ 6e-18 / |g|, under 1e-6 for every |g| > 1e-11 (B's gradients are
+    # O(1e-3)); A's gradient is exactly 0 at B = 0, so A does not move in either run.
     for k in w_plain:
         torch.testing.assert_close(w_kl[k], w_plain[k], rtol=1e-4, atol=1e-6)
     # Step 2: the policy has moved away from the reference, so the KL term now changes the loss.

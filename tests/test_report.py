@@ -54,6 +54,7 @@ def test_tensorboard_event_file_holds_metrics_samples_and_config(tiny_model_dir,
     for record in metrics:
         for name, value in report.scalars(record).items():
             logged = {e.step: e.value for e in acc.Scalars(name)}
+            # tensorboard stores scalars as float32: rounding is u = 6e-8 relative, under rel 1e-6 (abs for 0's)
             assert logged[record["step"]] == pytest.approx(value, rel=1e-6, abs=1e-6), name
     assert {e.step for e in acc.Scalars("eval_accuracy")} == {0, 2}        # before the first step, after the last
     assert {"loss", "grad_norm", "reward_mean", "peak_memory_mb", "eval_ci95_low"} <= set(tags["scalars"])

@@ -221,7 +221,8 @@ def parse_config(argv=None):
     try:
         resolve(cfg)
     except ValueError as err:
-        parser.error(str(err))
+        from gmts.run.validate import preset_note       # "--x 5 (set by --preset P)": a flag the user never typed
+        parser.error(str(err) + preset_note(str(err), preset, explicit))
     if show:
         if preset:
             print(f"# --preset {preset}: {PRESET_NOTES.get(preset, '')}")

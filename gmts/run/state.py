@@ -18,8 +18,8 @@ from gmts.run import folder
 from gmts.run.config import to_dict
 from gmts.trainer import distributed
 from gmts.trainer.optim import build_optimizer
-from gmts.trainer.policy import (add_lora, enable_gradient_checkpointing, end_of_sequence_ids, load_model, load_tokenizer,
-                                 resolve_device, resolve_dtype)
+from gmts.trainer.policy import (add_lora, check_vocabulary, enable_gradient_checkpointing, end_of_sequence_ids,
+                                 load_model, load_tokenizer, resolve_device, resolve_dtype)
 from gmts.trainer.step import Batch, PromptStream  # noqa: F401  (moved to gmts/trainer/step.py; the old names)
 
 
@@ -106,6 +106,7 @@ def build_run(cfg, resume_from, state, *, load_prompts, reward_functions):
     tokenizer, problems, prompt_ids, n_too_long, reward_fns = load_data(cfg, resume_from, load_prompts,
                                                                         reward_functions)
     model, ref_model, optimizer = build_policy(cfg, resume_from, device, dtype)
+    check_vocabulary(model, tokenizer, flag="--tokenizer" if cfg.tokenizer else "--model")   # not an IndexError later
     # Each process samples its own answers; the data order is shared.
     run = Run(cfg=cfg, model=model, ref_model=ref_model, optimizer=optimizer, tokenizer=tokenizer,
               eos_ids=end_of_sequence_ids(model, tokenizer), stream=PromptStream(problems, prompt_ids, cfg.seed),

@@ -18,6 +18,7 @@ import importlib.util
 import json
 import math
 import os
+import re
 import sys
 import tempfile
 from typing import Callable, NamedTuple
@@ -89,6 +90,17 @@ def _device_ok(v, c):
     raise ValueError("not supported (auto | cpu | cuda | cuda:N | mps)")
 
 
+def _no_problem(find):
+    """A predicate from a `..._problem` function (value -> why it is bad, or None): None passes, a text fails and
+    is the message's {err}."""
+    def ok(v, c):
+        problem = find(v)
+        if problem:
+            raise ValueError(problem)
+        return True
+    return ok
+
+
 def at_least(n):
     return lambda v, c: isinstance(v, int) and v >= n
 
@@ -114,6 +126,8 @@ def _finite_at_least(name, n, why=""):
 TRAIN_RULES = [
     # model and data
     Rule("model", lambda v, c: bool(v and v.strip()), "--model is empty"),
+    Rule("model", _no_problem(lambda v: model_folder_problem(v)), "--model {v}: {err}"),
+    Rule("tokenizer", _no_problem(lambda v: run_folder_problem(v) if v else None), "--tokenizer {v}: {err}"),
     Rule("dtype", lambda v, c: v in DTYPE_NAMES, f"--dtype must be one of {', '.join(DTYPE_NAMES)}, got {{v!r}}"),
     Rule("device", _device_ok, "--device {v!r}: {err}"),
     _need("lora_rank", 0),
@@ -160,13 +174,17 @@ TRAIN_RULES = [
     _need("steps", 1),
     _need("micro_batch_size", 1),
     Rule("micro_batch_size", lambda v, c: (c.prompts_per_step * c.group_size) % v == 0,
-         "--micro-batch-size {v} does not divide the batch of {c.prompts_per_step} prompts x {c.group_size} answers"),
+         "--micro-batch-size {v} does not divide the batch of --prompts-per-step {c.prompts_per_step} x "
+         "--group-size {c.group_size} answers"),
     Rule("lr", lambda v, c: finite(v) and v > 0, "--lr must be a finite number > 0, got {v}"),
     _finite_at_least("weight_decay", 0),
     Rule("adam_beta1", _between(0, 1, hi_open=True), "--adam-beta1 must be in [0, 1), got {v}"),
     Rule("adam_beta2", _between(0, 1, hi_open=True), "--adam-beta2 must be in [0, 1), got {v}"),
     _need("warmup_steps", 0),
     _finite_at_least("max_grad_norm", 0, " (0 = no clipping)"),
+    Rule("fsdp", lambda v, c: not v or int(os.environ.get("WORLD_SIZE", "1")) > 1,
+         "--fsdp shards the model over several processes, and this is one: start it with torchrun, e.g. "
+         "torchrun --nproc-per-node 2 train.py --fsdp ... (a resumed run: the same number of processes as before)"),
     Rule("fsdp", lambda v, c: not (v and (c.lora_rank or c.optimizer_offload)),
          "--fsdp cannot be combined with --lora-rank or --optimizer-offload (choose one way to save memory)"),
     _need("max_bad_steps", 1),
@@ -255,6 +273,62 @@ def _name_problem(full):
     return None
 
 
+def run_folder_problem(name_or_path):
+    """'is a train.py run folder, ...' when `name_or_path` is one (it has checkpoints/ or metrics.jsonl), else None:
+    a run folder passed where a model or tokenizer is expected."""
+    path = os.path.expanduser(str(name_or_path))
+    if not (os.path.isdir(os.path.join(path, "checkpoints")) or os.path.isfile(os.path.join(path, "metrics.jsonl"))):
+        return None
+    root = os.path.join(path, "checkpoints")
+    steps = sorted(d for d in os.listdir(root) if d.startswith("step-")) if os.path.isdir(root) else []
+    return ("is a train.py run folder, not a model: pass one of its checkpoints"
+            + (f" (the newest is {os.path.join(path, 'checkpoints', steps[-1])})" if steps else "")
+            + f", or continue the run with train.py --resume {path}")
+
+
+def model_folder_problem(name_or_path):
+    """Why the local folder `name_or_path` cannot be a model (a train.py run folder, no config.json, a damaged
+    config.json), or None; None too for a hub id or a path that does not exist (load_model names those). Reads file
+    names and config.json only: no torch, so the command line says it before anything loads. The weights themselves
+    are checked by gmts.trainer.policy.load_model (a tool such as gmts.tools.memory needs config.json alone)."""
+    path = os.path.expanduser(str(name_or_path))
+    if os.path.isfile(path):
+        return "is a file, not a model folder: pass the folder that holds config.json and the weights"
+    if not os.path.isdir(path):
+        return None
+    if run_folder_problem(path):
+        return run_folder_problem(path)
+    config = os.path.join(path, "config.json")
+    if not os.path.isfile(config):
+        if os.path.isfile(os.path.join(path, "adapter_config.json")):        # a LoRA checkpoint: peft loads it
+            return None
+        return ("no config.json in this folder (a model folder holds config.json and the weights, *.safetensors, "
+                "as save_pretrained writes them)")
+    try:
+        with open(config, encoding="utf-8") as fh:
+            fields = json.load(fh)
+    except (OSError, ValueError) as err:
+        return f"{config} does not read as JSON ({' '.join(str(err).split())}): the file is damaged"
+    if not isinstance(fields, dict):
+        return f"{config} is not a JSON object: the file is damaged"
+    if "selector" in fields and "output_dir" in fields:                    # train.py's config.json, copied alone
+        return f"{config} is a train.py run configuration, not a model's: pass a checkpoint folder"
+    return None
+
+
+def preset_note(message, preset, explicit):
+    """' (--x 5 set by --preset P)' for each flag that `message` names whose value came from the preset, not from
+    the command line (`explicit`: the flags given), so a user is never told about a flag they did not pass."""
+    from gmts.run.config import PRESETS
+    from_preset = [name for name, value in PRESETS.get(preset, {}).items() if name not in explicit
+                   and re.search(rf"--{name.replace('_', '-')}(?![\w-])", message)]
+    if not from_preset:
+        return ""
+    given = ", ".join(f"--{n.replace('_', '-')} {PRESETS[preset][n]!r}" if isinstance(PRESETS[preset][n], str)
+                      else f"--{n.replace('_', '-')} {PRESETS[preset][n]}" for n in from_preset)
+    return f" ({given} set by --preset {preset})"
+
+
 CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
 
 
@@ -291,10 +365,90 @@ def context_problem(max_new_tokens, name_or_path):
 
 
 # ----------------------------------------------------------------------------------------------------------------------
+# train.py: flags, resume, output folder.
+
+# Flags a resumed run may change: how the batch is computed, how long the run goes, what is logged and kept. Every
+# other flag defines the experiment (model, data and its order, the method, the optimiser): changing one mid-run
+# would make one run out of two experiments, so resume refuses it.
+RESUMABLE = {"steps", "micro_batch_size", "rollout_batch_size", "chunk_size", "gradient_checkpointing", "device",
+             "dtype", "save_every", "keep_checkpoints", "log_samples", "eval_every", "eval_data", "eval_limit",
+             "eval_samples", "eval_temperature", "max_bad_steps", "output_dir", "resume", "overwrite", "report_to"}
+
+# The files that make a folder a run: a fresh run must not mix its files with these.
+RUN_FILES = ("metrics.jsonl", "samples.jsonl", "config.json", "checkpoints")
+
+
+def _main_process():
+    return os.environ.get("RANK", "0") == "0"
+
+
+def _note(message):
+    if _main_process():
+        print(f"gmts: {message}", file=sys.stderr, flush=True)
+
+
+def prepare_training(argv, prog="train.py"):
+    """The config train.py runs with, checked whole before anything loads: the flag table (via parse_config),
+    then the checkpoint to resume (the newest that loads), the flags a resume may not change, the output folder
+    (creatable, writable, not another run's unless --overwrite) and --max-new-tokens against the model's context.
+    Returns (cfg, checkpoint folder or None, trainer state or None); any problem is a UsageError (one line, exit 2)."""
+    from gmts.run import checkpoint as ckpt
+    from gmts.run.config import Config, build_parser, parse_config, resolve
+    cfg = parse_config(argv)
+    resume_from, state = None, None
+    if cfg.resume:
+        explicit = set(vars(build_parser().parse_args(argv)))
+        try:
+            resume_from, state = ckpt.find_resumable(cfg.resume, report=_note)
+        except ckpt.CheckpointError as err:
+            raise UsageError(prog, f"--resume {cfg.resume}: {err}") from None
+        saved = dict(state["config"])
+        for name in sorted(explicit - RESUMABLE):
+            if name in saved and saved[name] != getattr(cfg, name):
+                raise UsageError(prog, f"--{name.replace('_', '-')} {getattr(cfg, name)!r}: the run in {cfg.resume} "
+                                       f"used {saved[name]!r}, and --{name.replace('_', '-')} cannot change on resume "
+                                       "(it defines the experiment); start a new run in a new --output-dir instead")
+        saved.update({k: getattr(cfg, k) for k in explicit})        # e.g. --steps to run longer
+        if "output_dir" not in explicit:
+            saved["output_dir"] = os.path.dirname(os.path.dirname(os.path.abspath(resume_from)))
+        saved["resume"] = cfg.resume
+        known = {f for f in Config.__dataclass_fields__}
+        try:
+            cfg = resolve(Config(**{k: v for k, v in saved.items() if k in known}))
+        except ValueError as err:
+            raise UsageError(prog, err) from None
+        if cfg.steps <= state["step"]:
+            raise UsageError(prog, f"--steps {cfg.steps}: {resume_from} is already at step {state['step']}; pass "
+                                   f"--steps > {state['step']} to train further")
+    problem = output_path_problem(cfg.output_dir, "folder")
+    if problem:
+        raise UsageError(prog, f"--output-dir {cfg.output_dir}: {problem}")
+    existing = [f for f in RUN_FILES if os.path.exists(os.path.join(cfg.output_dir, f))]
+    if existing and not cfg.resume and not cfg.overwrite:
+        raise UsageError(prog, f"--output-dir {cfg.output_dir} already holds a run ({', '.join(existing)}); continue "
+                               f"it with --resume {cfg.output_dir}, choose a new folder, or pass --overwrite to "
+                               "replace it")
+    model_source = resume_from if resume_from and not cfg.lora_rank else cfg.model
+    problem = context_problem(cfg.max_new_tokens, model_source)
+    if problem:
+        raise UsageError(prog, problem + preset_note(problem, cfg.preset, set(vars(build_parser().parse_args(argv)))))
+    if _main_process():
+        if existing and cfg.overwrite and not cfg.resume:
+            ckpt.remove_run(cfg.output_dir)
+            _note(f"--overwrite: removed the previous run's {', '.join(existing)} from {cfg.output_dir}")
+        removed = ckpt.clean_leftovers(cfg.output_dir)
+        if removed:
+            _note(f"removed leftovers of an interrupted checkpoint write or prune: {', '.join(removed)}")
+    return cfg, resume_from, state
+
+
+# ----------------------------------------------------------------------------------------------------------------------
 # eval.py
 
 EVAL_RULES = [
     Rule("model", lambda v, c: bool(c.compare) or bool(v and v.strip()), "--model is required (or --compare A B)"),
+    Rule("model", lambda v, c: bool(c.compare) or _no_problem(model_folder_problem)(v, c), "--model {v}: {err}"),
+    Rule("tokenizer", lambda v, c: not v or _no_problem(run_folder_problem)(v, c), "--tokenizer {v}: {err}"),
     Rule("limit", at_least(0), "--limit must be >= 0 (0 = all), got {v}"),
     _need("samples", 1),
     Rule("temperature", lambda v, c: finite(v) and v >= 0, "--temperature must be a finite number >= 0 (0 = greedy), "

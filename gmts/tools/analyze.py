@@ -37,10 +37,17 @@ advantages, and Figure 3's three panels over every group.
 import json
 import math
 import os
+import signal
 import sys
 import time
 
-import torch
+if __name__ == "__main__":
+    # Ctrl-C while torch loads (the next line, ~3 s) or later: one line, not a traceback. The JSON is written at the
+    # end and atomically, so an interrupted analysis leaves nothing behind.
+    signal.signal(signal.SIGINT, lambda signum, frame: sys.exit("\ngmts.tools.analyze: interrupted (Ctrl-C); "
+                                                                 "nothing was written"))
+
+import torch  # noqa: E402
 
 from gmts.method.grpo import group_advantages
 from gmts.run.config import Config, _Parser, add_config_flags, resolve
@@ -449,6 +456,15 @@ def _check_args(p, args):
         args.eps_high = analysis_config(args).eps_high
     except ValueError as err:
         p.error(str(err))
+    # Every path this run will write, before the minutes of sampling and gradients: a folder or an unwritable place
+    # given as --output is refused now, not after the analysis has run.
+    from gmts.run.validate import output_path_problem
+    stem = os.path.splitext(args.output)[0]
+    for path in [args.output] + ([] if args.no_plots else [stem + "_fig2.png", stem + "_fig3.png"]):
+        problem = output_path_problem(path, "file")
+        if problem:
+            p.error(f"--output {args.output}: {path} {problem}" if path != args.output
+                    else f"--output {args.output}: {problem}")
 
 
 def load_prompt_ids(args, tokenizer):
@@ -466,15 +482,20 @@ def run(args):
     """Sample, reward, (optionally step off-policy), analyse, summarise: the result dict that main() writes as JSON."""
     import rewards as reward_lib
     from gmts.trainer.optim import build_optimizer
-    from gmts.trainer.policy import end_of_sequence_ids, load_model, load_tokenizer, resolve_device, resolve_dtype
+    from gmts.trainer.policy import (check_vocabulary, end_of_sequence_ids, load_model, load_tokenizer,
+                                     resolve_device, resolve_dtype)
 
     device = resolve_device(args.device)
     dtype = resolve_dtype(args.dtype, device)
-    tokenizer = load_tokenizer(args.tokenizer or args.model)
+    tokenizer = load_tokenizer(args.tokenizer or args.model, flag="--tokenizer" if args.tokenizer else "--model")
     problems, prompt_ids = load_prompt_ids(args, tokenizer)
     reward_fns = {name: reward_lib.get_reward(name) for name in {p.reward for p in problems}}
     model = load_model(args.model, dtype=dtype, device=device).eval()
-    ref_model = load_model(args.ref_model, dtype=dtype, device=device).eval() if args.ref_model else None
+    check_vocabulary(model, tokenizer, flag="--tokenizer" if args.tokenizer else "--model")
+    ref_model = load_model(args.ref_model, dtype=dtype, device=device, flag="--ref-model").eval() \
+        if args.ref_model else None
+    if ref_model is not None:
+        check_vocabulary(ref_model, tokenizer, flag="--ref-model")
     eos_ids = end_of_sequence_ids(model, tokenizer)
     generator = torch.Generator(device=device).manual_seed(args.seed)
 
@@ -568,9 +589,12 @@ def main(argv=None):
     _check_args(parser, args)
     torch.manual_seed(args.seed)
     result = run(args)
+    from gmts.run.checkpoint import write_text_atomic
     os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
-    with open(args.output, "w") as fh:
-        json.dump(result, fh)
+    try:                                # whole or not at all: a full disk or a Ctrl-C leaves no half JSON
+        write_text_atomic(args.output, json.dumps(result))
+    except OSError as err:
+        raise SystemExit(f"error: could not write {args.output} ({err.strerror or err})") from None
     figures = [] if args.no_plots else write_figures(result, args.output, dpi=args.dpi)
     print(format_summary(result["summary"]))
     print(f"gmts.tools.analyze: {len(result['answers'])} answers, "

@@ -71,6 +71,8 @@ def load_benchmark(spec, tokenizer, *, limit=None, data_seed=0, template=None, s
                                           question_field=question_field or None, answer_field=answer_field or None,
                                           template=template or None, system_prompt=system_prompt,
                                           **(task_options or {}))
+    except datasets.OptionError as err:
+        raise ValueError(f"--task-options {json.dumps(task_options)}: {_one_line(err)}") from None
     except (FileNotFoundError, KeyError, ValueError, ImportError) as err:
         raise ValueError(f"--data {spec!r}: {_one_line(err)}") from None
     if not problems:
@@ -292,6 +294,16 @@ def load_scores(path):
     per-problem .jsonl (repeats of one problem pool their samples)."""
     if not os.path.exists(path):
         raise ValueError(f"no such result file: {path}")
+    if os.path.isdir(path):
+        raise ValueError(f"{path} is a folder; give a result file (eval.py's summary .json or its .problems.jsonl)")
+    try:
+        return _read_scores(path)
+    except (OSError, UnicodeDecodeError) as err:     # unreadable, or not text at all
+        raise ValueError(f"{path}: cannot be read as an eval.py result ({type(err).__name__}: {_one_line(err)})") \
+            from None
+
+
+def _read_scores(path):
     if path.endswith(".jsonl"):
         counts, meta = {}, {}
         with open(path) as fh:

