@@ -1,4 +1,4 @@
-"""The run's configuration: one dataclass, two presets, and a command line generated from the dataclass.
+"""The run's configuration: one dataclass, nine presets (PRESETS), and a command line generated from the dataclass.
 
 Precedence: dataclass defaults < --preset < explicit flags. The resolved config is written to the run directory
 (config.json) and a resumed run reads it back.
@@ -59,7 +59,7 @@ class Config:
     select_scope: str = field(default="batch", metadata={"help": "batch (paper text) | group (authors' GRPO-Zero fork)"})
     bottom: bool = field(default=False, metadata={"help": "keep the LOWEST-scoring tokens (the paper's ablation)"})
     exclude_zero_adv: bool = field(default=False, metadata={"help": "leave all-equal-reward groups out of the ranking"})
-    loss_norm: str = field(default="selected", metadata={"help": "selected (the paper's 1/S, S = selected tokens) | all (1/valid tokens: the authors' code, TRL, verl) | sequence (each answer by its full length) | sequence-selected (each answer by its selected count; refused with a selector)"})
+    loss_norm: str = field(default="selected", metadata={"help": "selected (the paper's 1/S, S = selected tokens) | all (1/valid tokens: the authors' code, verl; TRL's bnpo/dapo with top_entropy_quantile) | sequence (each answer by its full length: TRL's grpo) | sequence-selected (each answer by its selected count; refused with a selector)"})
     # --- optimisation -------------------------------------------------------------------------------------------
     steps: int = field(default=100, metadata={"help": "optimizer steps"})
     micro_batch_size: int = field(default=8, metadata={"help": "answers per forward/backward (must divide Q x G)"})
@@ -111,7 +111,8 @@ PRESETS = {
                      eval_data="arithmetic:test",
                      eval_every=20, eval_before=True, eval_limit=100, eval_samples=2, eval_temperature=0.5),
     # The public reproduction's setting: Qwen2.5-1.5B-Instruct on GSM8K, 8 answers per prompt, 256 new tokens,
-    # ρ = 0.2, LoRA r = 32 at lr 1e-4, TRL's bnpo (= our "selected") loss.
+    # ρ = 0.2, LoRA r = 32 at lr 1e-4; TRL's bnpo with the selection folded into its completion mask, as the
+    # reproduction ran it (= our "selected": 1/S over the selected tokens).
     "recipe-gsm8k": dict(model="Qwen/Qwen2.5-1.5B-Instruct", data="gsm8k", limit=512, group_size=8,
                          max_new_tokens=256, ratio=0.2, algo="grpo", beta=0.0, loss_norm="selected",
                          lora_rank=32, lr=1e-4, steps=40, prompts_per_step=8, eval_data="gsm8k:test",

@@ -28,7 +28,7 @@ import socket
 import sys
 import time
 
-from gmts.run.validate import UsageError, context_problem, output_path_problem
+from gmts.run.validate import UsageError, context_problem, output_path_problem, preset_note
 
 LOCK = ".lock"
 
@@ -218,8 +218,8 @@ def check_start(argv, prog="train.py"):
                                "place, or choose an empty folder to branch the run there")
     model_source = resume_from if resume_from and not cfg.lora_rank else cfg.model
     problem = context_problem(cfg.max_new_tokens, model_source)
-    if problem:
-        raise UsageError(prog, problem)
+    if problem:                          # a flag the preset set, not the user, is named as such
+        raise UsageError(prog, problem + preset_note(problem, cfg.preset, explicit))
     return cfg, resume_from, state
 
 

@@ -1,4 +1,4 @@
-"""A tiny, offline model and task for teaching and quick checks (the notebooks and tests use it; training never does).
+"""A tiny, offline model and task for quick checks (the tests use it; the notebooks use SmolLM2-135M; training never does).
 
 Nothing here downloads anything: the tokenizer is byte-level (one token per byte, Qwen's alphabet, plus Qwen's chat
 tokens) and built in memory, the model is a random Qwen2ForCausalLM a few thousand parameters big.
