@@ -205,3 +205,17 @@ def test_kv_cache_bytes_for_a_real_config():
     config = AutoConfig.from_pretrained(folder)
     assert kv_cache_bytes(64, 1000, config, torch.bfloat16) == 64 * 1000 * 28_672
     assert kv_cache_bytes(1, 1, config, torch.float32) == 2 * 28_672
+
+
+def test_memory_planner_counts_the_cache_the_sampler_allocates(monkeypatch):
+    """gmts.tools.memory's KV-cache line is exactly the bytes of the buffers `sample` allocates (prompt width = the
+    planner's prompt tokens; rows = prompts per call x G; columns = prompt + max-new-tokens)."""
+    from gmts.run.config import Config
+    from gmts.tools.memory import model_shape, plan
+    spy = Spy(monkeypatch)
+    model = tiny_qwen2(seed=4)                                  # float32, as train.py on CPU
+    sample(model, prompts(), **kwargs(0, max_new_tokens=16))
+    allocated = sum(b.numel() * b.element_size() for layer in spy.caches[0].layers for b in (layer.keys, layer.values))
+    cfg = Config(prompts_per_step=3, group_size=4, max_new_tokens=16, dtype="float32")
+    planned = plan(cfg, model_shape(model.config), prompt_tokens=6, device="cpu")[0]["kv_cache"]
+    assert planned == allocated == 2 * 2 * 12 * 1 * (6 + 16) * 8 * 4   # layers x (k, v) x rows x kv_heads x cols x d x b

@@ -57,9 +57,11 @@ def cache_shape(config):
 
 def kv_cache_bytes(rows, max_len, config, dtype):
     """Bytes of the sampler's KVCache: per layer keys and values of (rows, kv_heads, max_len, head_dim) elements of
-    `dtype` (the model's compute dtype). The sampler allocates max_len = longest prompt + max_new_tokens columns for
-    rows = prompts per call x G, once; compaction moves rows inside it and allocates nothing that lasts."""
+    `dtype` (the model's compute dtype, a torch.dtype or its name). The sampler allocates max_len = longest prompt +
+    max_new_tokens columns for rows = prompts per call x G, once; compaction moves rows inside it and allocates
+    nothing that lasts. gmts/tools/memory.py counts the rollout's KV cache with this function."""
     layers, kv_heads, head_dim = cache_shape(config)
+    dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
     return layers * 2 * rows * kv_heads * max_len * head_dim * torch.empty((), dtype=dtype).element_size()
 
 
