@@ -40,10 +40,9 @@ def left_pad(sequences, pad_id, device):
     width = max(len(s) for s in sequences)
     ids = torch.full((len(sequences), width), pad_id, dtype=torch.long, device=device)
     mask = torch.zeros((len(sequences), width), dtype=torch.long, device=device)
-    for row, seq in enumerate(sequences):
-        if len(seq):
-            ids[row, width - len(seq):] = torch.tensor(seq, dtype=torch.long, device=device)
-            mask[row, width - len(seq):] = 1
+    for row, seq in enumerate(sequences):                 # (an empty one: the slice [width:] is empty)
+        ids[row, width - len(seq):] = torch.tensor(seq, dtype=torch.long, device=device)
+        mask[row, width - len(seq):] = 1
     return ids, mask
 
 
@@ -85,7 +84,9 @@ class KVCache(Cache):
     """
 
     def __init__(self, config, rows, max_len):
-        super().__init__(layers=[_KVLayer(self) for _ in range(cache_shape(config)[0])])
+        super().__init__(layers=[_KVLayer() for _ in range(config.get_text_config().num_hidden_layers)])
+        for layer in self.layers:
+            layer.cache = self
         self.rows, self.max_len, self.length, self.position = rows, max_len, 0, None
 
     def select_rows(self, idx):
@@ -96,12 +97,9 @@ class KVCache(Cache):
 
 
 class _KVLayer(CacheLayerMixin):
-    """One layer of a KVCache (the shapes and modes are the cache's)."""
+    """One layer of a KVCache (`cache`, set by it: the shapes and modes are the cache's). Zeros, not empty: the static
+    mode reads unwritten columns (masked: a weight of exactly 0, which would still turn a NaN in memory into NaN)."""
     is_compileable, is_sliding = True, False
-
-    def __init__(self, cache):
-        super().__init__()
-        self.cache = cache
 
     def lazy_initialization(self, key_states, value_states):
         c = self.cache
@@ -114,8 +112,8 @@ class _KVLayer(CacheLayerMixin):
             self.lazy_initialization(key_states, value_states)
         c, n, q = self.cache, key_states.shape[0], key_states.shape[2]
         if c.position is None:                       # eager: write columns [length, length + q), read the filled part
-            self.keys[:n, :, c.length:c.length + q] = key_states
-            self.values[:n, :, c.length:c.length + q] = value_states
+            cols = slice(c.length, c.length + q)
+            self.keys[:n, :, cols], self.values[:n, :, cols] = key_states, value_states
             return self.keys[:n, :, :c.length + q], self.values[:n, :, :c.length + q]
         self.keys[:n].index_copy_(2, c.position.view(1), key_states)           # static: one column, whole width
         self.values[:n].index_copy_(2, c.position.view(1), value_states)
@@ -188,10 +186,20 @@ def sample(model, prompts, *, group_size, max_new_tokens, eos_token_ids, pad_tok
     """Sample `group_size` completions for each prompt. temperature 0 = greedy.
 
     prompts: Q lists of token ids. Returns a Rollout with N = Q * group_size rows in prompt order.
-    The KV cache is a KVCache of N rows x (P + max_new_tokens) columns, P = the longest prompt, allocated once
-    (its bytes: kv_cache_bytes). Rows that finish keep their place until the live rows are at most half of the batch,
-    then the live rows move to the front of the cache in place and later steps compute only them (compile=True:
-    padded up to a power of two with finished rows, so the compiled decode step sees few distinct shapes).
+
+    Prefill: shared prefix, Q rows (one per prompt), then each prompt's cache rows are copied G times; plain: N rows
+    from the start. The KV cache is a KVCache of N rows x (P + max_new_tokens) columns, P = the longest prompt,
+    allocated once (its bytes: kv_cache_bytes). `mask` covers every column the cache will hold: 0 at a prompt's left
+    padding, 1 everywhere after it (causality masks the columns not written yet); `start` is each row's number of
+    real prompt tokens, so the token fed at step t sits at position start + t (the row's own, padding skipped) and
+    at column cache.length.
+
+    Dropping finished rows: a row that finishes keeps its place until the live rows are at most half of the batch;
+    then the live rows move to the front of the cache in place and later steps compute only them. Each compaction
+    copies the live rows' cache, so compacting at halvings costs about one cache copy over the whole rollout instead
+    of one per finishing row (compile=True: padded up to a power of two with finished rows, so the compiled step
+    sees few distinct shapes).
+
     compile=True: the decode step runs torch.compile'd over the whole cache width (_compiled_decode); the prefill
     stays eager. Same samples as eager, up to float rounding in the logits (tests/test_compile.py).
     """
@@ -202,9 +210,6 @@ def sample(model, prompts, *, group_size, max_new_tokens, eos_token_ids, pad_tok
     device = next(model.parameters()).device
     eos = torch.tensor(sorted(set(eos_token_ids)), device=device)
     n_rows = len(prompts) * group_size
-    greedy = temperature == 0
-
-    # Prefill. Shared prefix: Q rows, then each prompt's cache rows are copied G times; plain: N rows from the start.
     ids, mask = left_pad(prompts if share_prefix else [p for p in prompts for _ in range(group_size)],
                          pad_token_id, device)
     cache = KVCache(_transformers_model(model).config, n_rows, ids.shape[1] + max_new_tokens)
@@ -212,12 +217,10 @@ def sample(model, prompts, *, group_size, max_new_tokens, eos_token_ids, pad_tok
     logits = model(input_ids=ids, attention_mask=mask, position_ids=positions(mask), use_cache=True,
                    logits_to_keep=1, **cache_kw).logits[:, -1]
     cache.length = ids.shape[1]
-    if share_prefix and group_size > 1:
-        rows = torch.arange(len(prompts), device=device).repeat_interleave(group_size)
-        cache.select_rows(rows)
-        logits, mask = logits[rows], mask[rows]
+    rows = torch.arange(len(ids), device=device).repeat_interleave(group_size if share_prefix else 1)
+    cache.select_rows(rows)                          # shared prefix: each prompt's cache rows copied G times
+    logits, mask = logits[rows], mask[rows]
     start = mask.sum(dim=1)                          # each row's real prompt tokens = its first answer's position
-    # The mask of every column the cache will hold: prompt padding 0, everything after it 1 (causality does the rest).
     mask = torch.cat([mask, mask.new_ones((n_rows, max_new_tokens))], dim=1)
     step = _compiled_decode(model, cache, cache_kw) if compile else None
 
@@ -228,9 +231,9 @@ def sample(model, prompts, *, group_size, max_new_tokens, eos_token_ids, pad_tok
     live = torch.arange(n_rows, device=device)       # which original rows the current batch rows are
     for t in range(max_new_tokens):
         uniform = torch.rand(n_rows, generator=generator, device=device, dtype=torch.float64)  # every row, every step
-        scaled = logits.float() / (temperature if not greedy else 1.0)        # the policy is softmax(z / τ)
+        scaled = logits.float() / (temperature or 1.0)                         # the policy is softmax(z / τ)
         log_probs = torch.log_softmax(scaled, dim=-1)                          # (n_batch, V)
-        if greedy:
+        if temperature == 0:                                                   # greedy
             next_tok = log_probs.argmax(dim=-1)
         else:
             probs = torch.softmax(filter_logits(scaled, top_k, top_p) if top_k or top_p < 1 else scaled, dim=-1)
@@ -246,8 +249,6 @@ def sample(model, prompts, *, group_size, max_new_tokens, eos_token_ids, pad_tok
         finished[live] |= torch.isin(next_tok, eos) & rows_live
         if finished.all() or t == max_new_tokens - 1:
             break
-        # Drop finished rows once the live ones are at most half of the batch: a compaction copies the live rows'
-        # cache, so doing it at halvings costs at most about one cache's worth over the whole rollout.
         keep = ~finished[live]
         n_keep = int(keep.sum())
         if drop_finished and n_keep <= len(live) // 2:
@@ -256,12 +257,9 @@ def sample(model, prompts, *, group_size, max_new_tokens, eos_token_ids, pad_tok
                 idx = torch.cat([idx, (~keep).nonzero().squeeze(1)[:(1 << (n_keep - 1).bit_length()) - n_keep]])
             cache.select_rows(idx)
             live, next_tok, mask, start = live[idx], next_tok[idx], mask[idx], start[idx]
-        # Feed the sampled token at column cache.length (position start + t: the rows' own positions, no padding).
-        if step is not None:
-            logits = step(next_tok[:, None], (start + t)[:, None], mask)
-        else:
-            logits = model(input_ids=next_tok[:, None], attention_mask=mask[:, :cache.length + 1],
-                           position_ids=(start + t)[:, None], use_cache=True, **cache_kw).logits[:, -1]
+        logits = (step(next_tok[:, None], (start + t)[:, None], mask) if step else      # column cache.length
+                  model(input_ids=next_tok[:, None], attention_mask=mask[:, :cache.length + 1],
+                        position_ids=(start + t)[:, None], use_cache=True, **cache_kw).logits[:, -1])
         cache.length += 1
 
     valid = completion_mask(tokens, eos, max_new_tokens)
