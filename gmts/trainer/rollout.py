@@ -5,13 +5,18 @@ it was drawn from (gmts/METHOD.md, "Where E and ω come from": on-policy with β
 another forward pass), and we want the group's G answers to share one prefill of their prompt.
 
 What makes it fast (and why it is still exact):
-- shared prefix: each prompt is prefilled once and its KV cache repeated G times (`share_prefix=True`);
-- finished rows leave the batch: once a row has produced its end-of-sequence token its cache rows are dropped, so
-  later steps only compute live rows;
+- shared prefix: each prompt is prefilled once and its KV cache rows copied G times (`share_prefix=True`);
+- a preallocated KV cache (KVCache: per layer (rows, kv_heads, max_len, head_dim), written in place), instead of
+  transformers' DynamicCache, which copies itself at every step (concatenation) and whenever rows finish;
+- finished rows leave the batch: once the live rows are at most half of the batch they move to the front of the
+  cache and later steps compute only them;
+- optionally (`compile=True`, train.py --compile) a torch.compile'd decode step over the static cache, batch sizes
+  bucketed to powers of two (CUDA graphs on a GPU);
 - one uniform number per row per step, drawn for EVERY row whether or not it is still live, and turned into a token by
   inverse-CDF sampling. The random stream is therefore independent of the batch layout: for a fixed seed the shared
   prefix path and the plain path (prompt repeated G times, no rows dropped) draw the same samples, up to float
-  rounding in the logits (tested in tests/test_rollout.py).
+  rounding in the logits (tested in tests/test_rollout.py; against the previous DynamicCache sampler in
+  tests/test_static_cache.py, compiled against eager in tests/test_compile.py).
 """
 import inspect
 from dataclasses import dataclass
