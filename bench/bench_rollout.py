@@ -16,7 +16,9 @@ Methods (same model, same prompt, G answers of up to --new-tokens each, temperat
              warm-up run (same G and lengths, so the measured run finds every shape compiled), reported as
              compile_s; tokens/s is the second run's.
 Both of ours also return per-token log-probs and entropies (the trainer's scores); generate returns tokens only.
-tokens/s = generated valid tokens (up to and including the first end-of-sequence token) / wall time of the call.
+tokens/s = generated valid tokens (up to and including the first end-of-sequence token) / wall time of the call;
+tokens/cpu-s = the same over the process's CPU time (time.process_time, 1 thread): on a machine shared with other
+work the wall time includes waiting for a core, the CPU time mostly does not (memory-bandwidth contention remains).
 
 Sameness: for a fixed seed `ours` and `plain` draw the same samples (tests/test_rollout.py); vs `generate` it is the
 same distribution (softmax(z / 1.0) over the whole vocabulary) but not the same samples: generate draws with
@@ -147,12 +149,12 @@ def worker(method, model_name, G, new_tokens, threads, seed, built=None, no_eos=
         run_once(method, model, prompt, 2, 2, eos, pad, seed, no_eos, old_rev)
     warmup_s = time.perf_counter() - t0
     baseline = reset_peak()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     tokens = run_once(method, model, prompt, G, new_tokens, eos, pad, seed, no_eos, old_rev)
-    seconds = time.perf_counter() - t0
+    seconds, cpu_s = time.perf_counter() - t0, time.process_time() - c0
     return {"method": method, "model": model_name, "G": G, "new_tokens": new_tokens, "prompt_tokens": len(prompt),
             "params_m": sum(p.numel() for p in model.parameters()) / 1e6, "tokens": tokens, "seconds": seconds,
-            "tokens_per_s": tokens / seconds, "extra_peak_gb": (peak_bytes() - baseline) / 1e9, "no_eos": no_eos,
+            "tokens_per_s": tokens / seconds, "cpu_s": cpu_s, "tokens_per_cpu_s": tokens / cpu_s, "extra_peak_gb": (peak_bytes() - baseline) / 1e9, "no_eos": no_eos,
             "warmup_s": warmup_s, **({"compile_s": warmup_s - seconds} if method == "compiled" else {})}
 
 
@@ -218,12 +220,14 @@ def main():
         s = summary.setdefault(key(r["method"], r["G"], r["new_tokens"]),
                                {"tokens_per_s": [], "extra_peak_gb": [], "tokens": [], "compile_s": []})
         s["tokens_per_s"].append(r["tokens_per_s"])
+        s.setdefault("tokens_per_cpu_s", []).append(r.get("tokens_per_cpu_s", float("nan")))
         s["extra_peak_gb"].append(r["extra_peak_gb"])
         s["tokens"].append(r["tokens"])
         if "compile_s" in r:
             s["compile_s"].append(r["compile_s"])
     for s in summary.values():
         s["median_tokens_per_s"] = median(s["tokens_per_s"])
+        s["median_tokens_per_cpu_s"] = median(s["tokens_per_cpu_s"])
         s["median_extra_peak_gb"] = median(s["extra_peak_gb"])
         if not s["compile_s"]:
             del s["compile_s"]
@@ -235,19 +239,21 @@ def main():
     write_results(args.out, result)
 
     print(f"\nmodel {model_name}, {args.threads} thread(s), no_eos={args.no_eos}, load {loads[0]} -> {loads[-1]}")
-    print("| new tokens | G | method | tokens/s (median) | runs | valid tokens | extra peak GB | vs generate | vs old |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| new tokens | G | method | tokens/s (median) | runs | tokens/cpu-s | valid tokens | extra peak GB | vs generate "
+          "| vs old |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for T in args.new_tokens:
         for G in args.groups:
             base, old = summary.get(key("generate", G, T)), summary.get(key("old", G, T))
             for method in args.methods:
                 s = summary.get(key(method, G, T))
                 if s is None:
-                    print(f"| {T} | {G} | {method} | failed | | | | | |")
+                    print(f"| {T} | {G} | {method} | failed | | | | | | |")
                     continue
                 ratio = lambda b: f"{s['median_tokens_per_s'] / b['median_tokens_per_s']:.2f}x" if b else "-"
                 print(f"| {T} | {G} | {method} | {s['median_tokens_per_s']:.1f} | "
-                      f"{', '.join(f'{x:.1f}' for x in s['tokens_per_s'])} | {int(median(s['tokens']))} | "
+                      f"{', '.join(f'{x:.1f}' for x in s['tokens_per_s'])} | {s['median_tokens_per_cpu_s']:.1f} | "
+                      f"{int(median(s['tokens']))} | "
                       f"{s['median_extra_peak_gb']:.2f} | {ratio(base)} | {ratio(old)} |")
     print(f"wrote {args.out}")
 
