@@ -1,20 +1,22 @@
 """`sample(..., compile=True)`: the decode step torch.compile'd over the static KV cache (gmts/trainer/rollout.py,
 _compiled_decode), against the eager sampler.
 
-Two layers of checking, because inductor's C++ code generation takes 40-90 s per graph on this project's 2-core CPU
-(measured: tests below, bench/README.md "Rollout"), too slow for every CI run:
-- always: torch.compile with a recording backend that runs the captured graph as it is (no code generation). This
-  checks what is ours: dynamo captures the whole decode step over the static cache (one graph, no graph breaks), the
-  static mode (writes at cache.position, attention over every column, masked by causality) gives the eager samples,
-  and the batch shapes are bucketed (N, then powers of two), so the step compiles once per bucket and never again.
-- GMTS_TEST_INDUCTOR=1: the real thing (inductor), one shape, the same comparison.
+Two layers of checking, because inductor's C++ code generation costs ~20 s of CPU per graph even for a 2-layer model
+(measured: the inductor test below, 20.9 s user CPU, 2 min 7 s wall on the shared 2-core machine), so the bucket
+logic is tested without it:
+- torch.compile with a recording backend that runs the captured graph as it is (no code generation). This checks
+  what is ours: dynamo captures the whole decode step over the static cache (one graph, no graph breaks), the static
+  mode (writes at cache.position, attention over every column, masked by causality) gives the eager samples, and the
+  batch shapes are bucketed (N, then powers of two), so the step compiles once per bucket and never again.
+- the real thing (inductor), one shape, the same comparison (skipped only without a C++ compiler, which inductor
+  needs on a CPU).
 
 Tolerances: float64 models. Eager attends over the filled columns, static over all max_len columns with the rest
 masked (exp(-inf) = 0 exactly, but the reductions run over more terms in another order): float64 rounding, ~1e-15
 relative, in logits that then pick the same tokens. log-probs and entropies are STORED in float32 (Rollout), so
 the stored values may differ by one float32 rounding step: |x| x 2^-24 ~ 3e-7 at |x| ~ 5; atol 1e-6 covers it.
 """
-import os
+import shutil
 
 import pytest
 import torch
@@ -94,8 +96,8 @@ def test_static_decode_step_through_lora(recording_compile):
     assert recording_compile
 
 
-@pytest.mark.skipif(os.environ.get("GMTS_TEST_INDUCTOR") != "1",
-                    reason="inductor compiles for 40-90 s on a 2-core CPU; GMTS_TEST_INDUCTOR=1 runs it")
+@pytest.mark.skipif(not any(shutil.which(c) for c in ("g++", "c++", "clang++")),
+                    reason="torch.compile (inductor) needs a C++ compiler on a CPU")
 def test_inductor_decode_step_gives_the_eager_samples():
     """One shape (no end-of-sequence: no row is dropped, one graph), float32 as train.py runs on CPU. Tolerance:
     inductor fuses and reorders float32 reductions (~1e-7 relative, a few hundred deep) in logits of O(1): 1e-4.
