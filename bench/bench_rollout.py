@@ -9,7 +9,7 @@ Methods (same model, same prompt, G answers of up to --new-tokens each, temperat
   plain    : gmts.trainer.rollout.sample(share_prefix=False, drop_finished=False): prompt repeated G times, no rows dropped.
   ours     : gmts.trainer.rollout.sample(share_prefix=True, drop_finished=True): one prefill, KV cache repeated G times,
              finished rows leave the batch (at halvings of the live rows), preallocated KV cache written in place.
-  old      : the previous sampler, `sample` of gmts/trainer/rollout.py at git revision --old-rev (default main): the
+  old      : the previous sampler, `sample` of gmts/trainer/rollout.py at git revision --old-rev (default 8528b56): the
              same algorithm over transformers' DynamicCache (grown by concatenation, copied whenever a row finishes).
              Extracted with `git show REV:gmts/trainer/rollout.py` into a temporary file.
   compiled : ours with compile=True (torch.compile'd decode step over the static cache). Its compile time is the
@@ -113,7 +113,7 @@ def old_sampler(rev):
     return module.sample
 
 
-def run_once(method, model, prompt, G, new_tokens, eos, pad, seed, no_eos=False, old_rev="main"):
+def run_once(method, model, prompt, G, new_tokens, eos, pad, seed, no_eos=False, old_rev="8528b56"):
     """One rollout; returns the number of valid generated tokens."""
     import torch
     from gmts.trainer.rollout import completion_mask, sample
@@ -137,7 +137,7 @@ def run_once(method, model, prompt, G, new_tokens, eos, pad, seed, no_eos=False,
     return int(roll.valid_mask.sum())
 
 
-def worker(method, model_name, G, new_tokens, threads, seed, built=None, no_eos=False, old_rev="main"):
+def worker(method, model_name, G, new_tokens, threads, seed, built=None, no_eos=False, old_rev="8528b56"):
     """One measurement (normally in a fresh process). `built`: a model already built (--smoke runs in-process)."""
     import torch
     torch.set_num_threads(threads)
@@ -154,7 +154,8 @@ def worker(method, model_name, G, new_tokens, threads, seed, built=None, no_eos=
     seconds, cpu_s = time.perf_counter() - t0, time.process_time() - c0
     return {"method": method, "model": model_name, "G": G, "new_tokens": new_tokens, "prompt_tokens": len(prompt),
             "params_m": sum(p.numel() for p in model.parameters()) / 1e6, "tokens": tokens, "seconds": seconds,
-            "tokens_per_s": tokens / seconds, "cpu_s": cpu_s, "tokens_per_cpu_s": tokens / cpu_s, "extra_peak_gb": (peak_bytes() - baseline) / 1e9, "no_eos": no_eos,
+            "tokens_per_s": tokens / seconds, "cpu_s": cpu_s, "tokens_per_cpu_s": tokens / cpu_s,
+            "extra_peak_gb": (peak_bytes() - baseline) / 1e9, "no_eos": no_eos,
             "warmup_s": warmup_s, **({"compile_s": warmup_s - seconds} if method == "compiled" else {})}
 
 
@@ -173,7 +174,8 @@ def main():
     ap.add_argument("--groups", type=int, nargs="+", default=[8, 16], help="answers per prompt (G)")
     ap.add_argument("--new-tokens", type=int, nargs="+", default=[128], help="answer length limit(s)")
     ap.add_argument("--no-eos", action="store_true", help="end-of-sequence disabled: every row runs to the limit")
-    ap.add_argument("--old-rev", default="main", help="git revision whose sampler is `old`")
+    # 8528b56 ("Layout by role"): the last revision whose sampler used transformers' DynamicCache (issue #23).
+    ap.add_argument("--old-rev", default="8528b56", help="git revision whose sampler is `old`")
     ap.add_argument("--reps", type=int, default=3, help="A,B,C rounds per G (alternating), medians reported")
     ap.add_argument("--methods", nargs="+", default=list(DEFAULT_METHODS), choices=METHODS)
     ap.add_argument("--threads", type=int, default=1)
@@ -239,8 +241,8 @@ def main():
     write_results(args.out, result)
 
     print(f"\nmodel {model_name}, {args.threads} thread(s), no_eos={args.no_eos}, load {loads[0]} -> {loads[-1]}")
-    print("| new tokens | G | method | tokens/s (median) | runs | tokens/cpu-s | valid tokens | extra peak GB | vs generate "
-          "| vs old |")
+    print("| new tokens | G | method | tokens/s (median) | runs | tokens/cpu-s | valid tokens | extra peak GB "
+          "| vs generate | vs old |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for T in args.new_tokens:
         for G in args.groups:

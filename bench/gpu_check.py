@@ -396,8 +396,8 @@ def main(argv=None):
         if shape == "qwen2.5-1.5b" and not fits_half(shape, s):
             checks[f"train-{shape}"] = {"pass": True, "skipped": "planner estimate above half the card"}
             continue
-        run_check(f"train-{shape}", lambda: check_train(s, shape, args.shared, args.work_dir, tok, args.dry_run), checks,
-                  deadline)
+        run_check(f"train-{shape}", lambda: check_train(s, shape, args.shared, args.work_dir, tok, args.dry_run),
+                  checks, deadline)
     checks["fsdp"] = {"skipped": "one GPU (FSDP is tested with gloo on CPU: tests/test_distributed.py)"}
     results["wall_s"] = time.perf_counter() - t_start
     results["pass"] = all(c.get("pass", True) for c in checks.values())

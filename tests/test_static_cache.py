@@ -146,7 +146,8 @@ def test_greedy_and_filtered_sampling_match_the_previous_sampler(name):
     assert_same(sample(model, prompts(), **kwargs(0, temperature=0.0)),
                 reference_sample(model, prompts(), **kwargs(0, temperature=0.0)))
     for extra in (dict(top_k=5), dict(top_p=0.8), dict(temperature=0.7)):
-        assert_same(sample(model, prompts(), **kwargs(1, **extra)), reference_sample(model, prompts(), **kwargs(1, **extra)))
+        assert_same(sample(model, prompts(), **kwargs(1, **extra)),
+                    reference_sample(model, prompts(), **kwargs(1, **extra)))
 
 
 class Spy:
@@ -218,4 +219,5 @@ def test_memory_planner_counts_the_cache_the_sampler_allocates(monkeypatch):
     allocated = sum(b.numel() * b.element_size() for layer in spy.caches[0].layers for b in (layer.keys, layer.values))
     cfg = Config(prompts_per_step=3, group_size=4, max_new_tokens=16, dtype="float32")
     planned = plan(cfg, model_shape(model.config), prompt_tokens=6, device="cpu")[0]["kv_cache"]
-    assert planned == allocated == 2 * 2 * 12 * 1 * (6 + 16) * 8 * 4   # layers x (k, v) x rows x kv_heads x cols x d x b
+    # layers x (K, V) x rows x kv_heads x columns x head_dim x bytes
+    assert planned == allocated == 2 * 2 * 12 * 1 * (6 + 16) * 8 * 4
