@@ -95,7 +95,8 @@ def answer_prompts(cfg, model, tokenizer, stream, idx, *, eos_ids, generator, re
     # 1. Rollout: G answers per prompt, with their log-probs and entropies (gmts/trainer/rollout.py).
     roll = sample_batched(model, prompt_ids, prompts_per_call=cfg.rollout_batch_size, group_size=G,
                           max_new_tokens=cfg.max_new_tokens, eos_token_ids=eos_ids,
-                          pad_token_id=tokenizer.pad_token_id, temperature=cfg.temperature, generator=generator)
+                          pad_token_id=tokenizer.pad_token_id, temperature=cfg.temperature, generator=generator,
+                          compile=cfg.compile)
     texts = [tokenizer.decode(row[mask], skip_special_tokens=True)
              for row, mask in zip(roll.completion_ids.cpu(), roll.valid_mask.cpu())]
     # 2. Reward: a program checks each answer (rewards/): R_i.

@@ -11,15 +11,27 @@ Checks, in order (each one's figures and pass/fail go to the JSON; a failing che
   rollout     gmts.trainer.rollout.sample (KV cache, shared prefix, rows dropped) in bf16 against a full forward
               (gmts.trainer.policy.completion_logprobs) over the same sampled tokens: mean / max |Δ log p| on valid tokens.
               Passes at mean < 0.05 (bf16 keeps ~3 significant digits of each logit).
-  speed       rollout tokens/s, ours vs model.generate (explicit sampling settings, T = 1, no top-k / top-p), at
-              G = 8 and 16 answers of one ~100-token prompt, on the random Qwen2.5-0.5B-shaped model.
+  speed       rollout tokens/s side by side, model.generate (explicit sampling settings, T = 1, no top-k / top-p) vs
+              ours eager vs ours compiled (sample(compile=True): the decode step torch.compile'd over the static KV
+              cache, CUDA graphs), at G = 8 and 16 answers of one ~100-token prompt, on the random Qwen2.5-0.5B-shaped
+              model. The compiled sampler's first call compiles (compile_s, reported) and is not timed. --dry-run
+              leaves `compiled` out (inductor on a CPU: ~1 min per graph; tests/test_compile.py covers it).
+  train_pass  the training pass alone, in tokens/s of real tokens and MFU: forward + backward of sum(log π) through
+              gmts.trainer.policy.completion_logprobs (the trainer's forward: backbone, chunked head) in bf16 on the
+              0.5B shape, micro-batches of rows whose answers spread from 20 to 400 tokens (today's code pads each
+              micro-batch to the batch's longest answer; the real tokens are what is counted). MFU = 6 x params x
+              real tokens / s / the card's dense bf16 peak (PEAK_BF16_FLOPS, by device name; null when unknown).
   train       train.py on a random model of Qwen2.5-0.5B's shape (and 1.5B's when the planner says it fits in half
               the card): one step with a checkpoint, then --resume for a second step; seconds per step, finite loss,
               the resumed step really resumed, and peak memory (torch.cuda.max_memory_allocated, train.py's
               peak_memory_mb) against the planner's estimate (gmts/tools/memory.py) for the same flags. --beta 0.001 keeps
               every row in the backward pass (a random model earns no reward, so without a KL term every advantage is
               0 and train.py would skip the backward) and loads the reference model the planner then counts too.
+              On a GPU the first step runs with --compile (the resumed one without: it is a resumable flag), so
+              its time includes the decode step's compile.
   fsdp        skipped: one GPU.
+Time: each check starts only while the run is under --budget-s (default 450 s; the rest are written as skipped),
+so the whole command stays within 8 minutes even when compiling is slow.
 The models are random (built from the configs' shapes; nothing is downloaded). The Qwen2.5 tokenizer comes from
 --shared (../shared/data) when present, else a byte-level tokenizer (gmts/tools/toy.py) stands in (same model shape).
 """
@@ -53,11 +65,17 @@ def sizes(dry):
     if dry:
         return dict(device="cpu", head_tokens=64, head_vocab=512, head_hidden=32, chunk=16, shape="toy",
                     new_tokens=8, groups=(8, 16), speed_reps=1, train_shapes=["toy"], train_new_tokens=8,
-                    train_prompts=2, train_group=4, train_micro=4)
+                    train_prompts=2, train_group=4, train_micro=4, compile=False, pass_rows=4, pass_lengths=(3, 12),
+                    pass_reps=1)
     return dict(device="cuda", head_tokens=4096, head_vocab=151936, head_hidden=1536, chunk=1024,
                 shape="qwen2.5-0.5b", new_tokens=128, groups=(8, 16), speed_reps=3,
                 train_shapes=["qwen2.5-0.5b", "qwen2.5-1.5b"], train_new_tokens=128, train_prompts=8, train_group=8,
-                train_micro=16)
+                train_micro=16, compile=True, pass_rows=16, pass_lengths=(20, 400), pass_reps=3)
+
+
+# Dense bf16 peak FLOP/s by device name (vendor data sheets, SXM parts without sparsity); the first match counts.
+PEAK_BF16_FLOPS = [("H200", 989e12), ("H100", 989e12), ("A100", 312e12), ("L40S", 362e12), ("A10G", 70e12),
+                   ("L4", 121e12), ("4090", 165e12), ("3090", 71e12)]
 
 
 def sync(device):
@@ -176,17 +194,18 @@ def check_speed(s, model, prompt, eos, pad):
     from gmts.trainer.rollout import sample
     dev = s["device"]
     ids = torch.tensor([prompt], device=dev)
+    methods = ["generate", "ours"] + (["compiled"] if s["compile"] else [])
     out = {}
     for G in s["groups"]:
-        rows = {}
-        for i, method in enumerate(["generate", "ours"] * (s["speed_reps"] + 1)):     # the first pair warms up
+        rows, compile_s = {}, None
+        for i, method in enumerate(methods * (s["speed_reps"] + 1)):     # the first round warms up (and compiles)
             gen = torch.Generator(device=dev).manual_seed(i)
             sync(dev)
             t0 = time.perf_counter()
             with torch.no_grad():
-                if method == "ours":
+                if method in ("ours", "compiled"):
                     roll = sample(model, [prompt], group_size=G, max_new_tokens=s["new_tokens"], eos_token_ids=eos,
-                                  pad_token_id=pad, temperature=1.0, generator=gen)
+                                  pad_token_id=pad, temperature=1.0, generator=gen, compile=method == "compiled")
                     tokens = int(roll.valid_mask.sum())
                 else:
                     torch.manual_seed(i)
@@ -198,11 +217,56 @@ def check_speed(s, model, prompt, eos, pad):
                     length = torch.where(ended.any(1), ended.float().argmax(1) + 1, new.shape[1])
                     tokens = int(length.sum())
             sync(dev)
-            if i >= 2:
-                rows.setdefault(method, []).append(tokens / (time.perf_counter() - t0))
+            seconds = time.perf_counter() - t0
+            if i >= len(methods):
+                rows.setdefault(method, []).append(tokens / seconds)
+            elif method == "compiled":
+                compile_s = seconds                                  # the warm-up call: compile + one rollout
         best = {m: sorted(v)[len(v) // 2] for m, v in rows.items()}     # median over the measured calls
-        out[f"G{G}"] = {"tokens_per_s": best, "ours_over_generate": best["ours"] / best["generate"], "runs": rows}
+        out[f"G{G}"] = {"tokens_per_s": best, "ours_over_generate": best["ours"] / best["generate"], "runs": rows,
+                        **({"compiled_over_ours": best["compiled"] / best["ours"],
+                            "compiled_over_generate": best["compiled"] / best["generate"],
+                            "compile_s": compile_s} if "compiled" in best else {})}
     return out
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# train_pass: forward + backward of the trainer's forward, real tokens/s and MFU.
+
+def check_train_pass(s, model):
+    import torch
+    from gmts.trainer.policy import completion_logprobs
+    dev, (short, long) = s["device"], s["pass_lengths"]
+    gen = torch.Generator().manual_seed(0)
+    rows, vocab = s["pass_rows"], model.config.vocab_size
+    prompts = [torch.randint(3, vocab, (int(n),), generator=gen).tolist() for n in torch.randint(60, 120, (rows,),
+                                                                                                   generator=gen)]
+    lengths = torch.linspace(short, long, rows).round().long()[torch.randperm(rows, generator=gen)]
+    completion = torch.randint(3, vocab, (rows, long), generator=gen).to(dev)
+    valid = (torch.arange(long)[None, :] < lengths[:, None]).to(dev)
+    params = sum(p.numel() for p in model.parameters())
+    model.train()
+    times = []
+    for rep in range(s["pass_reps"] + 1):                            # the first pass warms up
+        model.zero_grad(set_to_none=True)
+        sync(dev)
+        t0 = time.perf_counter()
+        logp, _ = completion_logprobs(model, prompts, completion, valid, group_size=1)
+        logp.sum().backward()
+        sync(dev)
+        if rep:
+            times.append(time.perf_counter() - t0)
+    model.eval()
+    model.zero_grad(set_to_none=True)
+    seconds = sorted(times)[len(times) // 2]
+    real = int(valid.sum()) + sum(len(p) for p in prompts)          # every real token goes through the backbone
+    name = torch.cuda.get_device_name(0) if dev == "cuda" else "cpu"
+    peak = next((f for key, f in PEAK_BF16_FLOPS if key in name), None)
+    flops = 6 * params * real / seconds
+    return {"rows": rows, "answer_lengths": [short, long], "real_tokens": real,
+            "computed_tokens": rows * (max(len(p) for p in prompts) + long), "params": params, "seconds": seconds,
+            "real_tokens_per_s": real / seconds, "model_flops_per_s": flops, "peak_bf16_flops": peak,
+            "mfu": flops / peak if peak else None, "pass": bool(torch.isfinite(logp).all())}
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -230,7 +294,8 @@ def check_train(s, shape, shared, work, tok, dry):
     if dry:
         env["OMP_NUM_THREADS"] = "1"
     runs = []
-    for extra in (["--steps", "1"], ["--steps", "2", "--resume", out_dir]):
+    first = ["--steps", "1"] + (["--compile"] if s["compile"] else [])      # the resumed step runs eager
+    for extra in (first, ["--steps", "2", "--resume", out_dir]):
         t0 = time.perf_counter()
         if dry:     # in this process: the same train.main, without two interpreter start-ups (the test runs this)
             import train
@@ -258,7 +323,7 @@ def check_train(s, shape, shared, work, tok, dry):
             "planned_phases_gib": {k: v / 2 ** 30 for k, v in phases.items()},
             "planner_error": (planned - measured) / measured,
             "memory_measure": "VmHWM of this process (dry run: not the planner's validation)" if dry else "max_memory_allocated",
-            "runs": runs, "pass": finite and [m["step"] for m in metrics] == [1, 2]}
+            "compiled_first_step": s["compile"], "runs": runs, "pass": finite and [m["step"] for m in metrics] == [1, 2]}
 
 
 def fits_half(shape, s):
@@ -276,8 +341,12 @@ def fits_half(shape, s):
 
 # ----------------------------------------------------------------------------------------------------------------------
 
-def run_check(name, fn, results):
+def run_check(name, fn, results, deadline=float("inf")):
     t0 = time.perf_counter()
+    if t0 > deadline:            # keep the whole command within its time: what did not run is written as skipped
+        results[name] = {"skipped": "time budget (--budget-s) spent before this check", "check_s": 0.0}
+        print(f"gpu_check: {name}: skipped (time budget)", flush=True)
+        return
     try:
         results[name] = fn()
     except Exception as err:     # one broken check must not hide the others' figures
@@ -294,6 +363,7 @@ def main(argv=None):
     ap.add_argument("--shared", default=os.path.join(os.path.dirname(ROOT), "shared", "data"),
                     help="folder holding qwen2.5-tokenizer/ (else a byte-level tokenizer stands in)")
     ap.add_argument("--work-dir", default="/tmp/gmts_gpu_check")
+    ap.add_argument("--budget-s", type=float, default=450, help="start no check after this many seconds")
     args = ap.parse_args(argv)
     args.out = args.out or (os.path.join(args.work_dir, "gpu-dry-run.json") if args.dry_run
                             else os.path.join(ROOT, "bench", "results", "gpu.json"))
@@ -305,6 +375,7 @@ def main(argv=None):
     if args.dry_run:
         torch.set_num_threads(1)
     t_start = time.perf_counter()
+    deadline = t_start + args.budget_s
     os.makedirs(args.work_dir, exist_ok=True)
     tok, tok_name = tokenizer(args.shared, args.dry_run)
     results = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
@@ -316,7 +387,8 @@ def main(argv=None):
     prompt = prompt_ids(tok)
     eos, pad = [tok.eos_token_id or 0], tok.pad_token_id if tok.pad_token_id is not None else 0
     run_check("rollout", lambda: check_rollout(s, model, prompt, eos, pad), checks)
-    run_check("speed", lambda: check_speed(s, model, prompt, eos, pad), checks)
+    run_check("speed", lambda: check_speed(s, model, prompt, eos, pad), checks, deadline)
+    run_check("train_pass", lambda: check_train_pass(s, model), checks, deadline)
     del model
     if not args.dry_run:
         torch.cuda.empty_cache()
@@ -324,7 +396,8 @@ def main(argv=None):
         if shape == "qwen2.5-1.5b" and not fits_half(shape, s):
             checks[f"train-{shape}"] = {"pass": True, "skipped": "planner estimate above half the card"}
             continue
-        run_check(f"train-{shape}", lambda: check_train(s, shape, args.shared, args.work_dir, tok, args.dry_run), checks)
+        run_check(f"train-{shape}", lambda: check_train(s, shape, args.shared, args.work_dir, tok, args.dry_run),
+                  checks, deadline)
     checks["fsdp"] = {"skipped": "one GPU (FSDP is tested with gloo on CPU: tests/test_distributed.py)"}
     results["wall_s"] = time.perf_counter() - t_start
     results["pass"] = all(c.get("pass", True) for c in checks.values())

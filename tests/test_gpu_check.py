@@ -16,7 +16,8 @@ def test_gpu_check_dry_run(tmp_path, monkeypatch):
     result = json.loads(out.read_text())
     assert rc == 0 and result["pass"] and result["dry_run"], json.dumps(result, indent=1)[:3000]
     checks = result["checks"]
-    assert set(checks) == {"head", "rollout", "speed", "train-toy", "fsdp"}
+    assert set(checks) == {"head", "rollout", "speed", "train_pass", "train-toy", "fsdp"}
+    assert checks["train_pass"]["real_tokens_per_s"] > 0 and checks["train_pass"]["mfu"] is None   # no peak on CPU
     head = checks["head"]
     assert set(head["max_abs_error_ours"]) == {"logp", "entropy", "grad_hidden", "grad_weight"}
     assert checks["rollout"]["valid_tokens"] > 0 and checks["rollout"]["mean_abs_dlogp"] < 0.05

@@ -40,6 +40,7 @@ class Config:
     max_new_tokens: int = field(default=256, metadata={"help": "completion length limit"})
     temperature: float = field(default=1.0, metadata={"help": "sampling temperature τ; the trained policy is softmax(z/τ) (training rollouts never use top-k/top-p)"})
     rollout_batch_size: int = field(default=0, metadata={"help": "prompts per generation call (bounds KV-cache memory; 0 = all)"})
+    compile: bool = field(default=False, metadata={"help": "torch.compile the sampler's decode step over its static KV cache (CUDA graphs on a GPU): faster decoding after a compile of seconds to minutes per rollout shape (bench/README.md, \"Rollout\"); same samples up to float rounding"})
     # --- algorithm ----------------------------------------------------------------------------------------------
     algo: str = field(default="grpo", metadata={"help": "grpo (ε1=ε2=0.2, β allowed) | dapo (β=0, ε2=0.28, dynamic sampling)"})
     eps_low: float = field(default=0.2, metadata={"help": "ε1: lower clip"})

@@ -144,6 +144,8 @@ TRAIN_RULES = [
     Rule("temperature", lambda v, c: finite(v) and v > 0,
          "--temperature must be a finite number > 0 for training rollouts, got {v}"),
     Rule("rollout_batch_size", at_least(0), "--rollout-batch-size must be >= 0 (0 = all prompts at once), got {v}"),
+    Rule("compile", lambda v, c: not (v and c.fsdp), "--compile cannot be combined with --fsdp (the compiled decode "
+         "step would trace FSDP's hooks; untested)"),
     # algorithm
     Rule("algo", lambda v, c: v in ("grpo", "dapo"), "--algo must be grpo or dapo, got {v!r}"),
     Rule("eps_low", _between(0, 1, hi_open=True), "--eps-low (ε1) must be in [0, 1) (the ratio is clipped at "
@@ -372,7 +374,8 @@ def context_problem(max_new_tokens, name_or_path):
 # would make one run out of two experiments, so resume refuses it.
 RESUMABLE = {"steps", "micro_batch_size", "rollout_batch_size", "chunk_size", "gradient_checkpointing", "device",
              "dtype", "save_every", "keep_checkpoints", "log_samples", "eval_every", "eval_data", "eval_limit",
-             "eval_samples", "eval_temperature", "max_bad_steps", "output_dir", "resume", "overwrite", "report_to"}
+             "eval_samples", "eval_temperature", "max_bad_steps", "output_dir", "resume", "overwrite", "report_to",
+             "compile"}
 
 # The files that make a folder a run: a fresh run must not mix its files with these.
 RUN_FILES = ("metrics.jsonl", "samples.jsonl", "config.json", "checkpoints")

@@ -24,7 +24,8 @@ micro-batch = micro-batch-size x (prompt tokens + max-new-tokens) (every answer 
   output head    the chunked head (gmts/method/head.py): min(chunk, n) x V logits buffers in the matmul dtype (+ float32)
                  and the float32 head-weight gradient (V x H), plus the final hidden states (n x H)
   KV cache       layers x 2 x rows x (prompt + max-new-tokens) x kv_heads x head_dim x b, rows = --rollout-batch-size
-                 (prompts per generation call; 0 = all of --prompts-per-step) x --group-size
+                 (prompts per generation call; 0 = all of --prompts-per-step) x --group-size: the sampler's preallocated
+                 cache, allocated once (gmts.trainer.rollout.kv_cache_bytes)
 The peak is the largest of three phases: rollout (weights, optimizer state, KV cache and the sampler's per-row
 vocabulary buffers), training (weights, optimizer state, activations + head, and the gradients: backward frees
 activations as it makes gradients, but neither glibc on CPU nor a caching allocator hands the freed blocks back at
@@ -141,7 +142,10 @@ def plan(cfg, shape, *, prompt_tokens=256, device="gpu"):
     c["head_chunks"] = chunk * V * (b + (4 if b != 4 else 0))      # z in the matmul dtype (+ its float32 copy)
     c["head_states"] = n * H * b + n_valid * H * b                 # final hidden states, and the valid rows' copy
     c["head_weight_grad"] = V * H * 4 if not lora else 0           # float32 accumulator in the head's backward
-    c["kv_cache"] = Lyr * 2 * rows * L * shape.kv_heads * shape.head_dim * b
+    from types import SimpleNamespace
+    from gmts.trainer.rollout import kv_cache_bytes        # the sampler's own count of its preallocated KVCache
+    c["kv_cache"] = kv_cache_bytes(rows, L, SimpleNamespace(num_hidden_layers=Lyr, num_attention_heads=shape.heads,
+                                   num_key_value_heads=shape.kv_heads, head_dim=shape.head_dim), dtype)
     c["sampler_buffers"] = rows * V * (b + 4 + 8)                  # logits, z / tau in float32, float64 probabilities
     c["runtime"] = int(CPU_RUNTIME_GIB * GIB) if on_cpu else 0
     c["lora_parameters"] = T if lora else 0

@@ -5,18 +5,24 @@ it was drawn from (gmts/METHOD.md, "Where E and ω come from": on-policy with β
 another forward pass), and we want the group's G answers to share one prefill of their prompt.
 
 What makes it fast (and why it is still exact):
-- shared prefix: each prompt is prefilled once and its KV cache repeated G times (`share_prefix=True`);
-- finished rows leave the batch: once a row has produced its end-of-sequence token its cache rows are dropped, so
-  later steps only compute live rows;
+- shared prefix: each prompt is prefilled once and its KV cache rows copied G times (`share_prefix=True`);
+- a preallocated KV cache (KVCache: per layer (rows, kv_heads, max_len, head_dim), written in place), instead of
+  transformers' DynamicCache, which copies itself at every step (concatenation) and whenever rows finish;
+- finished rows leave the batch: once the live rows are at most half of the batch they move to the front of the
+  cache and later steps compute only them;
+- optionally (`compile=True`, train.py --compile) a torch.compile'd decode step over the static cache, batch sizes
+  bucketed to powers of two (CUDA graphs on a GPU);
 - one uniform number per row per step, drawn for EVERY row whether or not it is still live, and turned into a token by
   inverse-CDF sampling. The random stream is therefore independent of the batch layout: for a fixed seed the shared
   prefix path and the plain path (prompt repeated G times, no rows dropped) draw the same samples, up to float
-  rounding in the logits (tested in tests/test_rollout.py).
+  rounding in the logits (tested in tests/test_rollout.py; against the previous DynamicCache sampler in
+  tests/test_static_cache.py, compiled against eager in tests/test_compile.py).
 """
 import inspect
 from dataclasses import dataclass
 
 import torch
+from transformers.cache_utils import Cache, CacheLayerMixin
 
 
 @dataclass
@@ -39,11 +45,125 @@ def left_pad(sequences, pad_id, device):
     width = max(len(s) for s in sequences)
     ids = torch.full((len(sequences), width), pad_id, dtype=torch.long, device=device)
     mask = torch.zeros((len(sequences), width), dtype=torch.long, device=device)
-    for row, seq in enumerate(sequences):
-        if len(seq):
-            ids[row, width - len(seq):] = torch.tensor(seq, dtype=torch.long, device=device)
-            mask[row, width - len(seq):] = 1
+    for row, seq in enumerate(sequences):                 # (an empty one: the slice [width:] is empty)
+        ids[row, width - len(seq):] = torch.tensor(seq, dtype=torch.long, device=device)
+        mask[row, width - len(seq):] = 1
     return ids, mask
+
+
+def cache_shape(config):
+    """(layers, kv_heads, head_dim) of a transformers model config (its text config for multimodal ones)."""
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    heads = text.num_attention_heads
+    return (text.num_hidden_layers, getattr(text, "num_key_value_heads", None) or heads,
+            getattr(text, "head_dim", None) or text.hidden_size // heads)
+
+
+def kv_cache_bytes(rows, max_len, config, dtype):
+    """Bytes of the sampler's KVCache: per layer keys and values of (rows, kv_heads, max_len, head_dim) elements of
+    `dtype` (the model's compute dtype, a torch.dtype or its name). The sampler allocates max_len = longest prompt +
+    max_new_tokens columns for rows = prompts per call x G, once; compaction moves rows inside it and allocates
+    nothing that lasts. gmts/tools/memory.py counts the rollout's KV cache with this function."""
+    layers, kv_heads, head_dim = cache_shape(config)
+    dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
+    return layers * 2 * rows * kv_heads * max_len * head_dim * torch.empty((), dtype=dtype).element_size()
+
+
+class KVCache(Cache):
+    """A preallocated KV cache for `sample`: per layer keys and values of shape (rows, kv_heads, max_len, head_dim),
+    allocated at the first write (dtype and device from the model's own keys) and written in place.
+
+    transformers' DynamicCache grows by concatenation (every decode step copies the whole cache: O(L^2) traffic over
+    an answer of L tokens) and its batch_select_indices copies it again whenever rows finish. Here a step writes one
+    column, and the batch is the first `n` rows of the buffers (n = the keys' batch size at that step): `select_rows`
+    moves the rows to keep to the front, in place.
+
+    Eager (position None): `length` (a Python int) is the number of filled columns; attention reads the filled part
+    only, keys[:n, :, :length + q]. Static (position a 0-d long tensor, set by _compiled_decode): the step writes at
+    column `position` with index_copy_ and attention reads all max_len columns; the unwritten ones are zeros and
+    masked by causality (query position = `position`), so every step has the same shapes and a compiled graph (CUDA
+    graphs on a GPU) replays it.
+
+    Duck-types what transformers 5.x asks of a Cache (update, get_seq_length, get_mask_sizes, the layer flags): it
+    subclasses transformers' own Cache / CacheLayerMixin, so Qwen2, Llama and any model that calls cache.update work.
+    """
+
+    def __init__(self, config, rows, max_len):
+        super().__init__(layers=[_KVLayer() for _ in range(config.get_text_config().num_hidden_layers)])
+        for layer in self.layers:
+            layer.cache = self
+        self.rows, self.max_len, self.length, self.position = rows, max_len, 0, None
+
+    def select_rows(self, idx):
+        """Keep rows `idx` (in that order) as the batch's first len(idx) rows; copies only the filled columns."""
+        for layer in self.layers:
+            for buf in (layer.keys, layer.values):
+                buf[:len(idx), :, :self.length] = buf[idx, :, :self.length]   # gathered first, then written
+
+
+class _KVLayer(CacheLayerMixin):
+    """One layer of a KVCache (`cache`, set by it: the shapes and modes are the cache's). Zeros, not empty: the static
+    mode reads unwritten columns (masked: a weight of exactly 0, which would still turn a NaN in memory into NaN)."""
+    is_compileable, is_sliding = True, False
+
+    def lazy_initialization(self, key_states, value_states):
+        c = self.cache
+        self.keys = key_states.new_zeros((c.rows, key_states.shape[1], c.max_len, key_states.shape[3]))
+        self.values = value_states.new_zeros((c.rows, value_states.shape[1], c.max_len, value_states.shape[3]))
+        self.is_initialized = True
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        c, n, q = self.cache, key_states.shape[0], key_states.shape[2]
+        if c.position is None:                       # eager: write columns [length, length + q), read the filled part
+            cols = slice(c.length, c.length + q)
+            self.keys[:n, :, cols], self.values[:n, :, cols] = key_states, value_states
+            return self.keys[:n, :, :c.length + q], self.values[:n, :, :c.length + q]
+        self.keys[:n].index_copy_(2, c.position.view(1), key_states)           # static: one column, whole width
+        self.values[:n].index_copy_(2, c.position.view(1), value_states)
+        return self.keys[:n], self.values[:n]
+
+    def get_mask_sizes(self, query_length):          # (kv_length, kv_offset) of the keys `update` returns
+        return (self.cache.length + query_length if self.cache.position is None else self.cache.max_len), 0
+
+    def get_seq_length(self):                        # = the query's first position (the mask's causal offset)
+        return self.cache.length if self.cache.position is None else self.cache.position
+
+    def get_max_length(self):
+        return self.cache.max_len
+
+
+def _compiled_decode(model, cache, cache_kw):
+    """The decode step, torch.compile'd over the static cache: step(ids (n, 1), position_ids (n, 1), mask (n, max_len))
+    -> logits (n, V) float32 (a copy: CUDA graph outputs are overwritten by the next replay).
+
+    Switches `cache` to static mode (writes at cache.position, attention over all max_len columns): every step then
+    has the same shapes for a given n, and n only takes the sampler's bucket sizes (N, then powers of two), so it
+    compiles at most log2(N) + 2 times per rollout shape. mode="reduce-overhead" captures CUDA graphs on a GPU (one
+    launch per step instead of dozens of kernels per layer); on CPU it is the default mode. The cache's buffers are
+    marked static so CUDA graphs read them in place instead of copying them in at every replay.
+    What it costs: the first call for each shape compiles (seconds to a minute, bench/README.md, "Rollout");
+    torch's compile cache makes a later process faster, not free."""
+    import torch._dynamo
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)   # one graph per bucket
+    cache.position = torch.tensor(cache.length, device=cache.layers[0].keys.device)
+    for layer in cache.layers:
+        for buf in (layer.keys, layer.values):
+            torch._dynamo.mark_static_address(buf)
+    torch._dynamo.mark_static_address(cache.position)
+    on_gpu = cache.position.device.type == "cuda"
+
+    @torch.compile(mode="reduce-overhead" if on_gpu else None, dynamic=False)
+    def forward(ids, position_ids, mask):
+        return model(input_ids=ids, attention_mask=mask, position_ids=position_ids, use_cache=True,
+                     **cache_kw).logits[:, -1].float()
+
+    def step(ids, position_ids, mask):
+        cache.position.fill_(cache.length)           # the column this step writes (in place: a static address)
+        torch.compiler.cudagraph_mark_step_begin()   # the previous step's outputs are consumed
+        return forward(ids, position_ids, mask).clone()
+    return step
 
 
 def positions(attention_mask):
@@ -67,10 +187,26 @@ def filter_logits(logits, top_k=0, top_p=1.0):
 
 @torch.no_grad()
 def sample(model, prompts, *, group_size, max_new_tokens, eos_token_ids, pad_token_id, temperature=1.0, top_k=0,
-           top_p=1.0, generator=None, share_prefix=True, drop_finished=True):
+           top_p=1.0, generator=None, share_prefix=True, drop_finished=True, compile=False):
     """Sample `group_size` completions for each prompt. temperature 0 = greedy.
 
     prompts: Q lists of token ids. Returns a Rollout with N = Q * group_size rows in prompt order.
+
+    Prefill: shared prefix, Q rows (one per prompt), then each prompt's cache rows are copied G times; plain: N rows
+    from the start. The KV cache is a KVCache of N rows x (P + max_new_tokens) columns, P = the longest prompt,
+    allocated once (its bytes: kv_cache_bytes). `mask` covers every column the cache will hold: 0 at a prompt's left
+    padding, 1 everywhere after it (causality masks the columns not written yet); `start` is each row's number of
+    real prompt tokens, so the token fed at step t sits at position start + t (the row's own, padding skipped) and
+    at column cache.length.
+
+    Dropping finished rows: a row that finishes keeps its place until the live rows are at most half of the batch;
+    then the live rows move to the front of the cache in place and later steps compute only them. Each compaction
+    copies the live rows' cache, so compacting at halvings costs about one cache copy over the whole rollout instead
+    of one per finishing row (compile=True: padded up to a power of two with finished rows, so the compiled step
+    sees few distinct shapes).
+
+    compile=True: the decode step runs torch.compile'd over the whole cache width (_compiled_decode); the prefill
+    stays eager. Same samples as eager, up to float rounding in the logits (tests/test_compile.py).
     """
     if group_size < 1 or max_new_tokens < 1:
         raise ValueError(f"group_size and max_new_tokens must be >= 1, got {group_size}, {max_new_tokens}")
@@ -79,18 +215,19 @@ def sample(model, prompts, *, group_size, max_new_tokens, eos_token_ids, pad_tok
     device = next(model.parameters()).device
     eos = torch.tensor(sorted(set(eos_token_ids)), device=device)
     n_rows = len(prompts) * group_size
-    greedy = temperature == 0
-
-    # Prefill. Shared prefix: Q rows, then the cache is repeated G times; plain: N rows from the start.
     ids, mask = left_pad(prompts if share_prefix else [p for p in prompts for _ in range(group_size)],
                          pad_token_id, device)
-    cache_kw = _cache_keyword(model)
-    out = model(input_ids=ids, attention_mask=mask, position_ids=positions(mask), use_cache=True, logits_to_keep=1)
-    cache, logits = getattr(out, cache_kw), out.logits[:, -1]
-    if share_prefix and group_size > 1:
-        cache.batch_repeat_interleave(group_size)
-        logits = logits.repeat_interleave(group_size, dim=0)
-        mask = mask.repeat_interleave(group_size, dim=0)
+    cache = KVCache(_transformers_model(model).config, n_rows, ids.shape[1] + max_new_tokens)
+    cache_kw = {_cache_keyword(model): cache}
+    logits = model(input_ids=ids, attention_mask=mask, position_ids=positions(mask), use_cache=True,
+                   logits_to_keep=1, **cache_kw).logits[:, -1]
+    cache.length = ids.shape[1]
+    rows = torch.arange(len(ids), device=device).repeat_interleave(group_size if share_prefix else 1)
+    cache.select_rows(rows)                          # shared prefix: each prompt's cache rows copied G times
+    logits, mask = logits[rows], mask[rows]
+    start = mask.sum(dim=1)                          # each row's real prompt tokens = its first answer's position
+    mask = torch.cat([mask, mask.new_ones((n_rows, max_new_tokens))], dim=1)
+    step = _compiled_decode(model, cache, cache_kw) if compile else None
 
     tokens = torch.full((n_rows, max_new_tokens), pad_token_id, dtype=torch.long, device=device)
     logp = torch.zeros((n_rows, max_new_tokens), dtype=torch.float32, device=device)
@@ -99,34 +236,36 @@ def sample(model, prompts, *, group_size, max_new_tokens, eos_token_ids, pad_tok
     live = torch.arange(n_rows, device=device)       # which original rows the current batch rows are
     for t in range(max_new_tokens):
         uniform = torch.rand(n_rows, generator=generator, device=device, dtype=torch.float64)  # every row, every step
-        scaled = logits.float() / (temperature if not greedy else 1.0)        # the policy is softmax(z / τ)
-        log_probs = torch.log_softmax(scaled, dim=-1)                          # (n_live, V)
-        if greedy:
+        scaled = logits.float() / (temperature or 1.0)                         # the policy is softmax(z / τ)
+        log_probs = torch.log_softmax(scaled, dim=-1)                          # (n_batch, V)
+        if temperature == 0:                                                   # greedy
             next_tok = log_probs.argmax(dim=-1)
         else:
-            probs = torch.softmax(filter_logits(scaled, top_k, top_p), dim=-1).double()
-            cdf = probs.cumsum(dim=-1)
+            probs = torch.softmax(filter_logits(scaled, top_k, top_p) if top_k or top_p < 1 else scaled, dim=-1)
+            cdf = probs.double().cumsum(dim=-1)
             u = (uniform[live] * cdf[:, -1]).unsqueeze(1)
             next_tok = torch.searchsorted(cdf, u, right=True).squeeze(1).clamp(max=probs.shape[-1] - 1)
         step_logp = log_probs.gather(1, next_tok[:, None]).squeeze(1)
         step_entropy = -(log_probs.exp() * log_probs).sum(dim=-1)
-        rows_live = ~finished[live] if not drop_finished else torch.ones_like(live, dtype=torch.bool)
+        rows_live = ~finished[live]                  # batch rows still answering (finished rows wait to be dropped)
         tokens[live[rows_live], t] = next_tok[rows_live]
         logp[live[rows_live], t] = step_logp[rows_live]
         entropy[live[rows_live], t] = step_entropy[rows_live]
         finished[live] |= torch.isin(next_tok, eos) & rows_live
         if finished.all() or t == max_new_tokens - 1:
             break
-        # Feed the sampled token. Dropping finished rows shrinks every later step to the live rows.
         keep = ~finished[live]
-        if drop_finished and not keep.all():
+        n_keep = int(keep.sum())
+        if drop_finished and n_keep <= len(live) // 2:
             idx = keep.nonzero().squeeze(1)
-            cache.batch_select_indices(idx)
-            live, next_tok, mask = live[idx], next_tok[idx], mask[idx]
-        mask = torch.cat([mask, torch.ones((mask.shape[0], 1), dtype=mask.dtype, device=device)], dim=1)
-        out = model(input_ids=next_tok[:, None], attention_mask=mask, position_ids=positions(mask)[:, -1:],
-                    use_cache=True, **{cache_kw: cache})
-        cache, logits = getattr(out, cache_kw), out.logits[:, -1]
+            if compile:                              # pad with finished rows up to a power of two: few shapes
+                idx = torch.cat([idx, (~keep).nonzero().squeeze(1)[:(1 << (n_keep - 1).bit_length()) - n_keep]])
+            cache.select_rows(idx)
+            live, next_tok, mask, start = live[idx], next_tok[idx], mask[idx], start[idx]
+        logits = (step(next_tok[:, None], (start + t)[:, None], mask) if step else      # column cache.length
+                  model(input_ids=next_tok[:, None], attention_mask=mask[:, :cache.length + 1],
+                        position_ids=(start + t)[:, None], use_cache=True, **cache_kw).logits[:, -1])
+        cache.length += 1
 
     valid = completion_mask(tokens, eos, max_new_tokens)
     tokens = tokens.masked_fill(~valid, pad_token_id)
@@ -162,15 +301,19 @@ def concat_rollouts(parts, pad_id):
                    finished=torch.cat([p.finished for p in parts]), group_size=parts[0].group_size)
 
 
+def _transformers_model(model):
+    """The transformers model inside `model` (itself, or the one a LoRA (peft) or DDP/FSDP wrapper holds)."""
+    from transformers import PreTrainedModel
+    return next((m for m in model.modules() if isinstance(m, PreTrainedModel)), model)
+
+
 def _cache_keyword(model):
-    """The KV cache's name, as forward keyword and output attribute: `cache` in transformers 5.x (where
-    `past_key_values` is a deprecated alias, removed in 5.40), `past_key_values` in 4.x.
+    """The KV cache's forward keyword: `cache` in transformers 5.x (where `past_key_values` is a deprecated alias,
+    removed in 5.40), `past_key_values` in 4.x.
 
     Asked of the transformers model itself, not of a wrapper around it: a LoRA model (peft) or a DDP/FSDP wrapper has a
     forward(*args, **kwargs) that names neither, and would otherwise get the deprecated alias."""
-    from transformers import PreTrainedModel
-    inner = next((m for m in model.modules() if isinstance(m, PreTrainedModel)), model)
-    params = inspect.signature(inner.forward).parameters
+    params = inspect.signature(_transformers_model(model).forward).parameters
     return "cache" if "cache" in params else "past_key_values"
 
 
