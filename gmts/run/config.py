@@ -6,6 +6,7 @@ Precedence: dataclass defaults < --preset < explicit flags. The resolved config 
 import argparse
 import dataclasses
 import json
+import re
 from dataclasses import dataclass, field, fields
 
 # One direction only: validate.py holds the rule table and imports nothing of gmts/run (no import cycle).
@@ -223,8 +224,7 @@ def parse_config(argv=None):
     try:
         resolve(cfg)
     except ValueError as err:
-        from gmts.run.validate import preset_note       # "--x 5 (set by --preset P)": a flag the user never typed
-        parser.error(str(err) + preset_note(str(err), preset, explicit))
+        parser.error(str(err) + preset_note(str(err), preset, explicit))   # a flag the user never typed
     if show:
         if preset:
             print(f"# --preset {preset}: {PRESET_NOTES.get(preset, '')}")
@@ -245,3 +245,15 @@ def resolve(cfg):
 
 def to_dict(cfg):
     return dataclasses.asdict(cfg)
+
+
+def preset_note(message, preset, explicit):
+    """' (--x 5 set by --preset P)' for each flag that `message` names whose value came from the preset, not from
+    the command line (`explicit`: the flags given), so a user is never told about a flag they did not pass."""
+    from_preset = [name for name, value in PRESETS.get(preset, {}).items() if name not in explicit
+                   and re.search(rf"--{name.replace('_', '-')}(?![\w-])", message)]
+    if not from_preset:
+        return ""
+    given = ", ".join(f"--{n.replace('_', '-')} {PRESETS[preset][n]!r}" if isinstance(PRESETS[preset][n], str)
+                      else f"--{n.replace('_', '-')} {PRESETS[preset][n]}" for n in from_preset)
+    return f" ({given} set by --preset {preset})"

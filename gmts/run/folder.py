@@ -28,7 +28,7 @@ import socket
 import sys
 import time
 
-from gmts.run.validate import UsageError, context_problem, output_path_problem, preset_note
+from gmts.run.validate import UsageError, context_problem, output_path_problem
 
 LOCK = ".lock"
 
@@ -37,7 +37,8 @@ LOCK = ".lock"
 # would make one run out of two experiments, so resume refuses it.
 RESUMABLE = {"steps", "micro_batch_size", "rollout_batch_size", "chunk_size", "gradient_checkpointing", "device",
              "dtype", "save_every", "keep_checkpoints", "log_samples", "eval_every", "eval_data", "eval_limit",
-             "eval_samples", "eval_temperature", "max_bad_steps", "output_dir", "resume", "overwrite", "report_to"}
+             "eval_samples", "eval_temperature", "max_bad_steps", "output_dir", "resume", "overwrite", "report_to",
+             "compile", "log_grad_noise"}
 
 # The files of a run in its folder; a fresh run must not mix its files with these.
 RUN_FILES = ("metrics.jsonl", "samples.jsonl", "config.json", "checkpoints")
@@ -154,7 +155,7 @@ def check_start(argv, prog="train.py"):
     """The config train.py runs with, checked whole before anything loads or is written. Returns (cfg, checkpoint
     folder or None, trainer state or None); any problem is a UsageError (one line, exit 2)."""
     from gmts.run import checkpoint as ckpt
-    from gmts.run.config import Config, build_parser, parse_config, resolve
+    from gmts.run.config import Config, build_parser, parse_config, preset_note, resolve
     cfg = parse_config(argv)
     explicit = set(vars(build_parser().parse_args(argv)))
     resume_from, state = None, None

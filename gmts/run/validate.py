@@ -18,7 +18,6 @@ import importlib.util
 import json
 import math
 import os
-import re
 import sys
 import tempfile
 from typing import Callable, NamedTuple
@@ -318,19 +317,6 @@ def model_folder_problem(name_or_path):
     return None
 
 
-def preset_note(message, preset, explicit):
-    """' (--x 5 set by --preset P)' for each flag that `message` names whose value came from the preset, not from
-    the command line (`explicit`: the flags given), so a user is never told about a flag they did not pass."""
-    from gmts.run.config import PRESETS
-    from_preset = [name for name, value in PRESETS.get(preset, {}).items() if name not in explicit
-                   and re.search(rf"--{name.replace('_', '-')}(?![\w-])", message)]
-    if not from_preset:
-        return ""
-    given = ", ".join(f"--{n.replace('_', '-')} {PRESETS[preset][n]!r}" if isinstance(PRESETS[preset][n], str)
-                      else f"--{n.replace('_', '-')} {PRESETS[preset][n]}" for n in from_preset)
-    return f" ({given} set by --preset {preset})"
-
-
 CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
 
 
@@ -367,86 +353,7 @@ def context_problem(max_new_tokens, name_or_path):
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# train.py: flags, resume, output folder.
-
-# Flags a resumed run may change: how the batch is computed, how long the run goes, what is logged and kept. Every
-# other flag defines the experiment (model, data and its order, the method, the optimiser): changing one mid-run
-# would make one run out of two experiments, so resume refuses it.
-RESUMABLE = {"steps", "micro_batch_size", "rollout_batch_size", "chunk_size", "gradient_checkpointing", "device",
-             "dtype", "save_every", "keep_checkpoints", "log_samples", "eval_every", "eval_data", "eval_limit",
-             "eval_samples", "eval_temperature", "max_bad_steps", "output_dir", "resume", "overwrite", "report_to",
-             "compile"}
-
-# The files that make a folder a run: a fresh run must not mix its files with these.
-RUN_FILES = ("metrics.jsonl", "samples.jsonl", "config.json", "checkpoints")
-
-
-def _main_process():
-    return os.environ.get("RANK", "0") == "0"
-
-
-def _note(message):
-    if _main_process():
-        print(f"gmts: {message}", file=sys.stderr, flush=True)
-
-
-def prepare_training(argv, prog="train.py"):
-    """The config train.py runs with, checked whole before anything loads: the flag table (via parse_config),
-    then the checkpoint to resume (the newest that loads), the flags a resume may not change, the output folder
-    (creatable, writable, not another run's unless --overwrite) and --max-new-tokens against the model's context.
-    Returns (cfg, checkpoint folder or None, trainer state or None); any problem is a UsageError (one line, exit 2)."""
-    from gmts.run import checkpoint as ckpt
-    from gmts.run.config import Config, build_parser, parse_config, resolve
-    cfg = parse_config(argv)
-    resume_from, state = None, None
-    if cfg.resume:
-        explicit = set(vars(build_parser().parse_args(argv)))
-        try:
-            resume_from, state = ckpt.find_resumable(cfg.resume, report=_note)
-        except ckpt.CheckpointError as err:
-            raise UsageError(prog, f"--resume {cfg.resume}: {err}") from None
-        saved = dict(state["config"])
-        for name in sorted(explicit - RESUMABLE):
-            if name in saved and saved[name] != getattr(cfg, name):
-                raise UsageError(prog, f"--{name.replace('_', '-')} {getattr(cfg, name)!r}: the run in {cfg.resume} "
-                                       f"used {saved[name]!r}, and --{name.replace('_', '-')} cannot change on resume "
-                                       "(it defines the experiment); start a new run in a new --output-dir instead")
-        saved.update({k: getattr(cfg, k) for k in explicit})        # e.g. --steps to run longer
-        if "output_dir" not in explicit:
-            saved["output_dir"] = os.path.dirname(os.path.dirname(os.path.abspath(resume_from)))
-        saved["resume"] = cfg.resume
-        known = {f for f in Config.__dataclass_fields__}
-        try:
-            cfg = resolve(Config(**{k: v for k, v in saved.items() if k in known}))
-        except ValueError as err:
-            raise UsageError(prog, err) from None
-        if cfg.steps <= state["step"]:
-            raise UsageError(prog, f"--steps {cfg.steps}: {resume_from} is already at step {state['step']}; pass "
-                                   f"--steps > {state['step']} to train further")
-    problem = output_path_problem(cfg.output_dir, "folder")
-    if problem:
-        raise UsageError(prog, f"--output-dir {cfg.output_dir}: {problem}")
-    existing = [f for f in RUN_FILES if os.path.exists(os.path.join(cfg.output_dir, f))]
-    if existing and not cfg.resume and not cfg.overwrite:
-        raise UsageError(prog, f"--output-dir {cfg.output_dir} already holds a run ({', '.join(existing)}); continue "
-                               f"it with --resume {cfg.output_dir}, choose a new folder, or pass --overwrite to "
-                               "replace it")
-    model_source = resume_from if resume_from and not cfg.lora_rank else cfg.model
-    problem = context_problem(cfg.max_new_tokens, model_source)
-    if problem:
-        raise UsageError(prog, problem + preset_note(problem, cfg.preset, set(vars(build_parser().parse_args(argv)))))
-    if _main_process():
-        if existing and cfg.overwrite and not cfg.resume:
-            ckpt.remove_run(cfg.output_dir)
-            _note(f"--overwrite: removed the previous run's {', '.join(existing)} from {cfg.output_dir}")
-        removed = ckpt.clean_leftovers(cfg.output_dir)
-        if removed:
-            _note(f"removed leftovers of an interrupted checkpoint write or prune: {', '.join(removed)}")
-    return cfg, resume_from, state
-
-
-# ----------------------------------------------------------------------------------------------------------------------
-# eval.py
+# eval.py (train.py's run folder and resume: gmts/run/folder.py)
 
 EVAL_RULES = [
     Rule("model", lambda v, c: bool(c.compare) or bool(v and v.strip()), "--model is required (or --compare A B)"),
