@@ -291,9 +291,12 @@ def test_ratio_over_ranks_equals_one_process():
     ranks = FakeRanks(2)
     model0, prompts, completions, valid, adv, weights = batch
     mine = {0: torch.tensor([0, 1, 4, 5]), 1: torch.tensor([2, 3, 6, 7])}
+    # Each rank's copy of the model is built here, not in its thread: tiny_model seeds torch's global generator,
+    # which two threads building at once would share (the copies would differ by the interleaving).
+    models = {rank: tiny_model(hidden=16, layers=1, dtype=torch.float64, seed=3)[0] for rank in mine}
 
     def rank_body(rank, reduce, _max):
-        model, _ = tiny_model(hidden=16, layers=1, dtype=torch.float64, seed=3)
+        model = models[rank]
         params = [p for p in model.parameters() if p.requires_grad]
         rows = mine[rank]
         probe = GradNoiseProbe(params)
@@ -323,8 +326,9 @@ def test_split_keeps_halves_balanced_when_every_rank_has_an_odd_count():
     (["--prompts-per-step", "1"], "--log-grad-noise needs at least 2 prompts per optimizer step"),
     (["--prompts-per-step", "4", "--mini-batch-size", "1"], "got --mini-batch-size 1"),
     (["--fsdp"], "--log-grad-noise does not support --fsdp")])
-def test_log_grad_noise_flag_refuses_what_it_cannot_measure(flags, message, capsys):
+def test_log_grad_noise_flag_refuses_what_it_cannot_measure(flags, message, capsys, monkeypatch):
     from gmts.run.config import parse_config
+    monkeypatch.setenv("WORLD_SIZE", "2")     # as under torchrun, so that --fsdp itself passes its own rule
     with pytest.raises(SystemExit) as exit_:
         parse_config(["--log-grad-noise", *flags])
     assert exit_.value.code == 2 and message in capsys.readouterr().err
