@@ -357,7 +357,8 @@ def _read_report(f, max_bytes: int) -> list:
 def _start(spec: dict, *, mode: str, timeout: float, isolate: bool) -> ChildRun:
     as_root = os.getuid() == 0
     uid, holder = _reserve_uid()
-    base = None if mode == "bwrap" else tempfile.mkdtemp(prefix="gmts-sandbox-")
+    # the trainer's pid in the name: whose run a leftover folder was is visible (and tests of concurrent runs can tell)
+    base = None if mode == "bwrap" else tempfile.mkdtemp(prefix=f"gmts-sandbox-{os.getpid()}-")
     cgroup = None
     start = time.monotonic()
     try:

@@ -37,7 +37,8 @@ def _sandbox_leftovers():
     for d in ("/tmp", "/dev/shm"):
         for p in glob.glob(os.path.join(d, "*")):
             try:
-                if os.lstat(p).st_uid in RUN_UIDS or os.path.basename(p).startswith("gmts-sandbox-"):
+                # this process's fallback folders (named with its pid), and files of a run uid
+                if os.lstat(p).st_uid in RUN_UIDS or os.path.basename(p).startswith(f"gmts-sandbox-{os.getpid()}-"):
                     files.add(p)
             except OSError:
                 pass
