@@ -4,10 +4,27 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+import json  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
 torch.set_num_threads(1)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The environment of the command lines the entry-point tests run: offline, one thread, the project importable.
+ENV = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", OMP_NUM_THREADS="1",
+           PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+
+
+def run_batch(cases, timeout=900):
+    """[(script, args)] -> [{"rc", "stdout", "stderr"}], each as its own command line (tests/_cli_batch.py)."""
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "_cli_batch.py")], input=json.dumps(cases),
+                          capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout)
 
 
 def tiny_qwen2(vocab_size=64, hidden=16, layers=2, dtype=torch.float32, seed=0):

@@ -16,23 +16,15 @@ import sys
 
 import pytest
 import torch
+from conftest import ENV, run_batch  # the command lines' environment, the batch runner
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ENV = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", OMP_NUM_THREADS="1",
-           PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
 
 
 def run(script, args, **kw):
     return subprocess.run([sys.executable, os.path.join(ROOT, script), *args], capture_output=True, text=True,
                           env=ENV, cwd=ROOT, timeout=600, **kw)
 
-
-def run_batch(cases):
-    """[(script, args)] -> [{"rc", "stdout", "stderr"}], each as its own command line (tests/_cli_batch.py)."""
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "_cli_batch.py")], input=json.dumps(cases),
-                          capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout)
 
 
 def snapshot(folder):
@@ -188,7 +180,7 @@ def test_every_bad_flag_is_one_line_before_anything_loads(digit_model_dir, digit
                                   str(tmp_path / "eval" / "r.json"), "--quiet", "--max-new-tokens", "8"]))
         expected.append(f"{d / name}:2")
 
-    results = run_batch(cases)
+    results = run_batch(timeout=600, cases=cases)
     for (script, args), message, result in zip(cases, expected, results):
         line = check_one_line(result, message)
         if not message.startswith(str(d)):                               # flags: usage errors, status 2
@@ -200,7 +192,7 @@ def test_every_bad_flag_is_one_line_before_anything_loads(digit_model_dir, digit
 def test_the_batch_runner_matches_the_real_command_line(digit_model_dir, digit_data, finished_run, tmp_path):
     cases = [("train.py", train_args(digit_model_dir, digit_data, tmp_path / "x", "--temperature", "nan")),
              ("eval.py", ["--model", digit_model_dir, "--bootstrap", "0"])]
-    for (script, args), batched in zip(cases, run_batch(cases)):
+    for (script, args), batched in zip(cases, run_batch(timeout=600, cases=cases)):
         real = run(script, args)
         assert (real.returncode, real.stderr) == (batched["rc"], batched["stderr"])
         assert real.returncode == 2

@@ -15,19 +15,11 @@ import sys
 import time
 
 import pytest
+from conftest import ENV, run_batch  # the command lines' environment, the batch runner
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ENV = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", OMP_NUM_THREADS="1",
-           PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
 sys.path.insert(0, ROOT)
 
-
-def run_batch(cases):
-    """[(script, args)] -> [{"rc", "stdout", "stderr"}], each as its own command line (tests/_cli_batch.py)."""
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "_cli_batch.py")], input=json.dumps(cases),
-                          capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout)
 
 
 def tree(folder):
