@@ -3,18 +3,22 @@
     python bench/bench_train_pass.py --model ~/.cache/gmts/SmolLM2-135M-Instruct      # 32 answers of 20..400 tokens
     python bench/bench_train_pass.py --smoke --out /tmp/tp.json                       # tiny random model, seconds
 
-What it times: gmts.trainer.step.accumulate_gradients, the trainer's step 6 (forward through the backbone and the
-chunked head, loss, backward, for each micro-batch of --micro-batch-size rows), exactly as train.py calls it, with a
-loss whose weights carry the batch-wide normaliser (1 / valid tokens), so any split of the rows into micro-batches
-sums to the same gradient. Written against today's code (rows cut into micro-batches in rollout order, each padded
-to the batch's widest answer) so it can be rerun unchanged when the pass learns to group rows by length and trim
-each micro-batch: the figures to compare are real_tokens_per_s and the gradient checksum (grad_norm, which must
-agree to float error between the two versions).
+What it times, side by side in one process, rounds alternated (old, new, tokens, old, ...):
+  old     the previous step 6 (before the length grouping), kept here verbatim in `old_accumulate`: rows cut into
+          micro-batches of --micro-batch-size in rollout order, each padded to the batch's widest answer;
+  new     gmts.trainer.step.accumulate_gradients as train.py calls it: rows grouped by length (longest first), each
+          micro-batch of --micro-batch-size rows trimmed to its own width;
+  tokens  the same with --micro-batch-tokens (default: --micro-batch-size x the batch's mean padded row, so the
+          passes hold about as many tokens as `new`'s on average).
+Each is forward through the backbone and the chunked head, the loss (on-policy, weights with the batch-wide
+normaliser, so any split sums to one gradient), backward. The gradient norm is reported per side: they must agree
+to float error (float32 here: ~1e-6 relative).
 
 Batch: --rows answers, lengths evenly spread over [--min-len, --max-len] in a fixed shuffled order (rollout order is
 not sorted by length), prompts of 60-120 tokens, random token ids (the cost does not depend on the values). Real
-tokens = prompt tokens + valid answer tokens; computed = what the forward actually ran (rows x padded width, summed
-over micro-batches). Each --reps round is timed after one warm-up pass; medians reported.
+tokens = prompt tokens + valid answer tokens; computed = what the decoder actually ran (rows x padded width, summed
+over micro-batches, counted by a forward hook). Each side is timed --reps times after a two-row warm-up pass
+through each; medians.
 """
 import argparse
 import json
@@ -49,6 +53,18 @@ def batch(rows, min_len, max_len, vocab, seed=0):
     return prompts, completion, valid
 
 
+def old_accumulate(model, batch, inputs, cfg):
+    """Step 6 before the length grouping (gmts/trainer/step.py at 080566f, one process): micro-batches in rollout
+    order, every one at the batch's full completion width."""
+    import torch
+    from gmts.trainer.step import micro_batch_loss, rows_logprobs
+    for chunk in torch.split(inputs.rows, cfg.micro_batch_size):
+        prompts = [batch.prompt_ids[int(i) // cfg.group_size] for i in chunk]
+        logp, _ = rows_logprobs(model, prompts, batch.completion_ids[chunk], batch.valid[chunk],
+                                temperature=cfg.temperature, chunk_size=cfg.chunk_size, with_entropy=False)
+        micro_batch_loss(inputs, chunk, logp).backward()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="~/.cache/gmts/SmolLM2-135M-Instruct", help="a model folder, or tiny")
@@ -56,6 +72,7 @@ def main():
     ap.add_argument("--min-len", type=int, default=20)
     ap.add_argument("--max-len", type=int, default=400)
     ap.add_argument("--micro-batch-size", type=int, default=8)
+    ap.add_argument("--micro-batch-tokens", type=int, default=0, help="the `tokens` side's budget (0: see above)")
     ap.add_argument("--chunk-size", type=int, default=1024)
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--threads", type=int, default=1)
@@ -64,43 +81,76 @@ def main():
     args = ap.parse_args()
     if args.smoke:
         args.model, args.rows, args.min_len, args.max_len, args.reps, args.micro_batch_size = "tiny", 8, 3, 24, 1, 4
+    import dataclasses
+    import types
+
     import torch
     from bench.common import environment, write_results
-    from gmts.trainer.step import accumulate_gradients
+    from gmts.method.grpo import loss_weights
+    from gmts.trainer.step import ONE_PROCESS, Batch, LossInputs, MiniBatch, accumulate_gradients
     torch.set_num_threads(args.threads)
     model = build(args.model).train()
     prompts, completion, valid = batch(args.rows, args.min_len, args.max_len, model.config.vocab_size)
-    weights = valid.float() / valid.sum()                # the batch-wide normaliser: splits sum to one gradient
-    rows = torch.arange(args.rows)
-
-    def loss_fn(chunk, logp):
-        return -(logp * weights[chunk][:, :logp.shape[1]]).sum()
-
-    times, norms = [], []
-    for rep in range(args.reps + 1):                     # the first round warms up
-        model.zero_grad(set_to_none=True)
-        t0 = time.perf_counter()
-        accumulate_gradients(model, prompts, completion, valid, rows, loss_fn, group_size=1,
-                             micro_batch_size=args.micro_batch_size, temperature=1.0, chunk_size=args.chunk_size)
-        seconds = time.perf_counter() - t0
-        norm = float(torch.sqrt(sum((p.grad.double() ** 2).sum() for p in model.parameters() if p.grad is not None)))
-        if rep:
-            times.append(seconds)
-            norms.append(norm)
+    n = args.rows
+    zeros = torch.zeros(completion.shape)
+    advantages = torch.linspace(-1, 1, n)
+    rollout = Batch(problems=[None] * n, prompt_ids=prompts, completion_ids=completion, valid=valid, logp=zeros,
+                    entropy=zeros, texts=[""] * n, rewards=torch.zeros(n), advantages=advantages)
+    mb = MiniBatch(torch.arange(n), valid=valid, advantages=advantages, old_logp=zeros, entropy=zeros, ref_logp=None,
+                   exclude=None, group_size=1)
+    inputs = LossInputs(mb, loss_weights(valid, valid, "selected"), None, mb.rows, on_policy=True, eps_low=0.2,
+                        eps_high=0.28, beta=0.0)
     real = int(valid.sum()) + sum(len(p) for p in prompts)
-    computed = 0
-    for chunk in torch.split(rows, args.micro_batch_size):   # what today's pass computes: each micro-batch padded
-        computed += len(chunk) * (max(len(prompts[i]) for i in chunk) + completion.shape[1])
-    seconds = statistics.median(times)
+    mean_row = sum(len(p) for p in prompts) / n + int(valid.sum()) / n
+    tokens = args.micro_batch_tokens or int(args.micro_batch_size * mean_row)
+    cfgs = {side: types.SimpleNamespace(group_size=1, micro_batch_size=args.micro_batch_size, temperature=1.0,
+                                        chunk_size=args.chunk_size,
+                                        micro_batch_tokens=tokens if side == "tokens" else 0)
+            for side in ("old", "new", "tokens")}
+    computed = {}
+    hook = model.get_decoder().register_forward_hook(
+        lambda module, a, kw, out: computed.__setitem__("n", computed.get("n", 0) + kw["input_ids"].numel()),
+        with_kwargs=True)
+    times, norms, passes_tokens = {s: [] for s in cfgs}, {s: [] for s in cfgs}, {}
+    warm = dataclasses.replace(inputs, rows=inputs.rows[:2])
+    for cfg in cfgs.values():                            # warm-up: two rows through each side's code, not timed
+        accumulate_gradients(model, rollout, warm, cfg, ONE_PROCESS)
+    for rep in range(1, args.reps + 1):
+        for side, cfg in cfgs.items():
+            model.zero_grad(set_to_none=True)
+            computed["n"] = 0
+            t0 = time.perf_counter()
+            if side == "old":
+                old_accumulate(model, rollout, inputs, cfg)
+            else:
+                accumulate_gradients(model, rollout, inputs, cfg, ONE_PROCESS)
+            seconds = time.perf_counter() - t0
+            passes_tokens[side] = computed["n"]
+            print(f"round {rep} {side}: {seconds:.2f} s", flush=True)
+            if rep:
+                times[side].append(seconds)
+                norms[side].append(float(torch.sqrt(sum((p.grad.double() ** 2).sum()
+                                                        for p in model.parameters() if p.grad is not None))))
+    hook.remove()
+    sides = {}
+    for side in cfgs:
+        seconds = statistics.median(times[side])
+        sides[side] = {"median_seconds": seconds, "seconds": times[side], "computed_tokens": passes_tokens[side],
+                       "padding_share": 1 - real / passes_tokens[side], "real_tokens_per_s": real / seconds,
+                       "grad_norm": norms[side][-1]}
+    for side in ("new", "tokens"):
+        sides[side]["speedup_vs_old"] = sides["old"]["median_seconds"] / sides[side]["median_seconds"]
+        sides[side]["grad_norm_rel_diff_vs_old"] = abs(sides[side]["grad_norm"] / sides["old"]["grad_norm"] - 1)
     result = {"environment": environment(args.threads), "command": " ".join(sys.argv), "model": args.model,
               "params": sum(p.numel() for p in model.parameters()), "rows": args.rows,
               "answer_lengths": [args.min_len, args.max_len], "micro_batch_size": args.micro_batch_size,
-              "real_tokens": real, "valid_answer_tokens": int(valid.sum()), "computed_tokens": computed,
-              "padding_share": 1 - real / computed, "seconds": times, "median_seconds": seconds,
-              "real_tokens_per_s": real / seconds, "grad_norm": norms}
+              "micro_batch_tokens": tokens, "real_tokens": real, "valid_answer_tokens": int(valid.sum()),
+              "sides": sides}
     write_results(args.out, result)
-    print(json.dumps({k: result[k] for k in ("real_tokens", "computed_tokens", "padding_share", "median_seconds",
-                                             "real_tokens_per_s", "grad_norm")}))
+    for side, r in sides.items():
+        print(f"{side:>6}: {r['median_seconds']:.2f} s  {r['real_tokens_per_s']:.0f} real tokens/s  computed "
+              f"{r['computed_tokens']} (padding {r['padding_share']:.0%})  grad norm {r['grad_norm']:.9g}"
+              + (f"  {r['speedup_vs_old']:.2f}x old" if "speedup_vs_old" in r else ""))
     print(f"wrote {args.out}")
 
 

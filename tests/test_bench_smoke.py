@@ -1,7 +1,7 @@
 """The bench scripts still run (tiny shapes, seconds), so they cannot rot between the times someone measures.
 
 These are rot checks, not measurements: each script runs in its --smoke / quick mode and we check what it wrote.
-The three scripts start together (each is mostly process start-up and imports) and the test waits for all of them.
+The four scripts start together (each is mostly process start-up and imports) and the test waits for all of them.
 """
 import importlib.util
 import json
@@ -21,7 +21,7 @@ def start(args, log):
 
 
 def test_bench_scripts_run_in_smoke_mode(digit_model_dir, digit_data, tmp_path):
-    outs = {name: tmp_path / f"{name}.json" for name in ("rollout", "step", "head")}
+    outs = {name: tmp_path / f"{name}.json" for name in ("rollout", "step", "head", "train_pass")}
     commands = {
         "rollout": ["bench/bench_rollout.py", "--smoke", "--out", str(outs["rollout"])],
         "step": ["bench/bench_step.py", "--smoke", "--model-dir", digit_model_dir, "--data", digit_data,
@@ -29,6 +29,7 @@ def test_bench_scripts_run_in_smoke_mode(digit_model_dir, digit_data, tmp_path):
                 + ([] if HAVE_TRL else ["--sides", "ours"]),
         "head": ["bench/bench_head.py", "--tokens", "64", "--reps", "1", "--no-sweep", "--big-tokens", "0",
                  "--out", str(outs["head"])],
+        "train_pass": ["bench/bench_train_pass.py", "--smoke", "--out", str(outs["train_pass"])],
     }
     procs = {}
     for name, args in commands.items():
@@ -66,3 +67,11 @@ def test_bench_scripts_run_in_smoke_mode(digit_model_dir, digit_data, tmp_path):
     for method in ("trl", "ours"):
         assert math.isclose(runs[method]["logp_sum"], runs["naive"]["logp_sum"], rel_tol=1e-5)
         assert math.isclose(runs[method]["grad_w_norm"], runs["naive"]["grad_w_norm"], rel_tol=1e-4)
+
+    # the training pass, old (rollout order, full width) vs new (grouped, trimmed; and by a token budget): the same
+    # gradient in float32 up to regrouped sums (~1e-6 relative on a tiny model's few hundred terms; 1e-4 is far
+    # above that and far below a missing or doubled row, ~1/8), and the new passes compute no more tokens
+    train_pass = json.loads(outs["train_pass"].read_text())["sides"]
+    for side in ("new", "tokens"):
+        assert train_pass[side]["grad_norm_rel_diff_vs_old"] < 1e-4
+        assert train_pass[side]["computed_tokens"] <= train_pass["old"]["computed_tokens"]

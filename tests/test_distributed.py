@@ -103,7 +103,7 @@ def assert_same_update(grads, single_grads, params, single_params, lr, n_terms):
         assert float(excess.max()) <= 0, (name, float(excess.max()))
 
 
-def one_update(selector, batch, loss_norm, fsdp=False):
+def one_update(selector, batch, loss_norm, fsdp=False, extra=()):
     import train
     from conftest import tiny_qwen2
     from gmts.trainer import distributed
@@ -111,7 +111,8 @@ def one_update(selector, batch, loss_norm, fsdp=False):
     from gmts.trainer.optim import build_optimizer
     torch.set_num_threads(1)
     cfg = parse_config(["--selector", selector, "--group-size", str(G), "--prompts-per-step", str(Q),
-                        "--micro-batch-size", "2", "--lr", "1e-2", "--loss-norm", loss_norm, "--max-grad-norm", "0.5"])
+                        "--micro-batch-size", "2", "--lr", "1e-2", "--loss-norm", loss_norm, "--max-grad-norm", "0.5",
+                        *extra])
     model = tiny_qwen2(vocab_size=VOCAB, seed=11)
     if fsdp:
         distributed.shard_layers(model, torch.float32)
@@ -125,12 +126,13 @@ def one_update(selector, batch, loss_norm, fsdp=False):
     return selected, params, metrics, grads
 
 
-def _worker(rank, world, init_file, selector, loss_norm, out_dir, fsdp=False):
+def _worker(rank, world, init_file, selector, loss_norm, out_dir, fsdp=False, extra=()):
     import torch.distributed as dist
     sys.path.insert(0, os.path.join(ROOT, "tests"))
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     try:
-        selected, params, metrics, grads = one_update(selector, shard(make_batch(), rank, world), loss_norm, fsdp)
+        selected, params, metrics, grads = one_update(selector, shard(make_batch(), rank, world), loss_norm, fsdp,
+                                                      extra)
         torch.save({"selected": selected, "params": params, "metrics": metrics, "grads": grads},
                    os.path.join(out_dir, f"{rank}.pt"))
         # both processes leave together: tearing gloo down while the peer still talks aborted a run (SIGABRT) once
@@ -139,12 +141,29 @@ def _worker(rank, world, init_file, selector, loss_norm, out_dir, fsdp=False):
         dist.destroy_process_group()
 
 
-@pytest.mark.parametrize("selector, loss_norm, fsdp", [("ets", "selected", False), ("gmts", "selected", False),
-                                                       ("gmts", "all", False), ("gmts", "sequence", False),
-                                                       ("gmts", "selected", True)])
-def test_two_processes_equal_one_process(tmp_path, selector, loss_norm, fsdp):
-    mp.spawn(_worker, args=(2, str(tmp_path / "init"), selector, loss_norm, str(tmp_path), fsdp), nprocs=2, join=True)
-    single_sel, single_params, single_metrics, single_grads = one_update(selector, make_batch(), loss_norm)
+# A token budget per micro-batch (--micro-batch-tokens): the ranks' rows split into different numbers of passes
+# (checked below), so under FSDP the lighter rank runs throw-away passes to keep the layer gathers in step.
+BUDGET = ("--micro-batch-tokens", "16")
+
+
+@pytest.mark.parametrize("selector, loss_norm, fsdp, extra", [("ets", "selected", False, ()),
+                                                              ("gmts", "selected", False, ()),
+                                                              ("gmts", "all", False, ()), ("gmts", "sequence", False, ()),
+                                                              ("gmts", "selected", True, ()),
+                                                              ("gmts", "selected", False, BUDGET),
+                                                              ("ets", "selected", True, BUDGET)])
+def test_two_processes_equal_one_process(tmp_path, selector, loss_norm, fsdp, extra):
+    if extra:
+        from gmts.run.config import parse_config
+        from gmts.trainer.step import micro_batches
+        cfg = parse_config(["--group-size", str(G), *extra])
+        counts = [len(micro_batches(part, torch.arange(len(part.advantages)), cfg))
+                  for part in (shard(make_batch(), r, 2) for r in range(2))]
+        assert counts[0] != counts[1], counts
+    mp.spawn(_worker, args=(2, str(tmp_path / "init"), selector, loss_norm, str(tmp_path), fsdp, extra), nprocs=2,
+             join=True)
+    single_sel, single_params, single_metrics, single_grads = one_update(selector, make_batch(), loss_norm,
+                                                                         extra=extra)
     parts = [torch.load(tmp_path / f"{r}.pt", weights_only=False) for r in range(2)]
     both = torch.cat([p["selected"] for p in parts])
     assert torch.equal(both, single_sel)

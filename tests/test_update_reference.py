@@ -177,6 +177,9 @@ CASES = {
     "ets-kl-all-norm-all": ["--selector", "ets", "--beta", "0.1", "--kl-coverage", "all", "--loss-norm", "all"],
     "gmts-bottom": ["--bottom", "--exclude-zero-adv"],     # (without exclude, bottom-ρ GMTS keeps only A = 0 tokens)
     "gmts-rho0.3-uneven": ["--ratio", "0.3", "--micro-batch-size", "2"],
+    "gmts-token-budget": ["--micro-batch-tokens", "16"],      # 1-2 rows per micro-batch, grouped by length, trimmed
+    "ets-2-minibatches-token-budget-kl-all": ["--selector", "ets", "--mini-batch-size", "2", "--micro-batch-tokens",
+                                              "24", "--beta", "0.1", "--kl-coverage", "all"],
     "gmts-group-exclude": ["--select-scope", "group", "--exclude-zero-adv"],
     "ets-exclude": ["--selector", "ets", "--exclude-zero-adv"],
     "gmts-epochs2": ["--ppo-epochs", "2"],

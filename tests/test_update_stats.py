@@ -223,7 +223,8 @@ def trainer_pieces(prompts, completions, valid, adv, weights, micro_batch_size):
     mb = MiniBatch(torch.arange(len(adv)), valid=valid, advantages=adv, old_logp=zeros, entropy=zeros, ref_logp=None,
                    exclude=None, group_size=G)
     inputs = LossInputs(mb, weights, None, mb.rows, on_policy=True, eps_low=0.2, eps_high=0.28, beta=0.0)
-    cfg = types.SimpleNamespace(group_size=G, micro_batch_size=micro_batch_size, temperature=1.0, chunk_size=64)
+    cfg = types.SimpleNamespace(group_size=G, micro_batch_size=micro_batch_size, micro_batch_tokens=0, temperature=1.0,
+                                chunk_size=64)
     return batch, inputs, cfg
 
 

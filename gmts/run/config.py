@@ -65,6 +65,9 @@ class Config:
     # --- optimisation -------------------------------------------------------------------------------------------
     steps: int = field(default=100, metadata={"help": "optimizer steps"})
     micro_batch_size: int = field(default=8, metadata={"help": "answers per forward/backward (must divide Q x G)"})
+    micro_batch_tokens: int = field(default=0, metadata={
+        "help": "if > 0: a token budget per forward/backward instead of --micro-batch-size rows (rows x padded "
+                "prompt + answer width; answers grouped by length; a longer answer gets a pass alone)"})
     lr: float = field(default=1e-6, metadata={"help": "AdamW learning rate"})
     weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay"})
     adam_beta1: float = field(default=0.9, metadata={"help": "AdamW β1"})

@@ -35,7 +35,8 @@ LOCK = ".lock"
 # Flags a resumed run may change: how the batch is computed, how long the run goes, what is logged and kept. Every
 # other flag defines the experiment (model, data and its order, the method, the optimiser): changing one mid-run
 # would make one run out of two experiments, so resume refuses it.
-RESUMABLE = {"steps", "micro_batch_size", "rollout_batch_size", "chunk_size", "gradient_checkpointing", "device",
+RESUMABLE = {"steps", "micro_batch_size", "micro_batch_tokens", "rollout_batch_size", "chunk_size",
+             "gradient_checkpointing", "device",
              "dtype", "save_every", "keep_checkpoints", "log_samples", "eval_every", "eval_data", "eval_limit",
              "eval_samples", "eval_temperature", "max_bad_steps", "output_dir", "resume", "overwrite", "report_to",
              "compile", "log_grad_noise"}

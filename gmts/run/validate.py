@@ -177,6 +177,7 @@ TRAIN_RULES = [
     Rule("micro_batch_size", lambda v, c: (c.prompts_per_step * c.group_size) % v == 0,
          "--micro-batch-size {v} does not divide the batch of --prompts-per-step {c.prompts_per_step} x "
          "--group-size {c.group_size} answers"),
+    _need("micro_batch_tokens", 0),
     Rule("lr", lambda v, c: finite(v) and v > 0, "--lr must be a finite number > 0, got {v}"),
     _finite_at_least("weight_decay", 0),
     Rule("adam_beta1", _between(0, 1, hi_open=True), "--adam-beta1 must be in [0, 1), got {v}"),

@@ -125,6 +125,8 @@ def plan(cfg, shape, *, prompt_tokens=256, device="gpu"):
     L = prompt_tokens + cfg.max_new_tokens
     n = cfg.micro_batch_size * L                           # tokens in one training micro-batch (padded to the longest)
     n_valid = cfg.micro_batch_size * cfg.max_new_tokens
+    if cfg.micro_batch_tokens:                             # a token budget: at most that many padded tokens, all
+        n = n_valid = max(cfg.micro_batch_tokens, L)       # answer tokens at worst; one row alone may exceed it
     rows = (cfg.rollout_batch_size or cfg.prompts_per_step) * cfg.group_size
 
     c = {}

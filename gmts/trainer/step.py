@@ -238,31 +238,66 @@ def rows_logprobs(model, prompt_ids_rows, completion_ids, valid_mask, *, tempera
     return logp, entropy
 
 
+def answer_widths(valid):
+    """(N,) each row's width: one past its last valid completion position (0 for a row with none)."""
+    last = valid.shape[1] - valid.flip(1).int().argmax(1)
+    return torch.where(valid.any(1), last, torch.zeros_like(last))
+
+
+def micro_batches(batch, rows, cfg):
+    """The micro-batches of `rows`, longest answers first, so that each holds answers of similar length and
+    row_logprobs trims it to its own width: the passes compute (almost) no padding. Free in exactness: the loss
+    weights carry the whole mini-batch's normaliser, so any split of the rows sums to the same gradient (to float
+    error). --micro-batch-size rows each; with --micro-batch-tokens, as many rows as fit that many padded tokens
+    (rows x (widest prompt + widest answer)), a row alone if it is longer."""
+    widths = answer_widths(batch.valid[rows]).cpu()
+    rows = rows[torch.sort(widths, descending=True, stable=True).indices.to(rows.device)]   # ties: rollout order
+    if not cfg.micro_batch_tokens:
+        return [chunk for chunk in torch.split(rows, cfg.micro_batch_size) if chunk.numel()]
+    widths = widths.sort(descending=True, stable=True).values.tolist()
+    chunks, start, prompt_width = [], 0, 0
+    for j, row in enumerate(rows.tolist()):
+        prompt = len(batch.prompt_ids[row // cfg.group_size])
+        if j > start and (j + 1 - start) * (max(prompt_width, prompt) + widths[start]) > cfg.micro_batch_tokens:
+            chunks.append(rows[start:j])
+            start, prompt_width = j, 0
+        prompt_width = max(prompt_width, prompt)
+    return chunks + ([rows[start:]] if len(rows) > start else [])
+
+
 def row_logprobs(model, batch, rows, cfg, with_entropy=False):
-    """rows_logprobs of the rollout batch's `rows` (one micro-batch), each row with its own prompt."""
+    """rows_logprobs of the rollout batch's `rows` (one micro-batch), each row with its own prompt, trimmed to the
+    micro-batch's widest answer: (n, w) log-probs (and entropies), w <= T."""
     prompts = [batch.prompt_ids[int(i) // cfg.group_size] for i in rows]       # answers to a prompt are contiguous
-    return rows_logprobs(model, prompts, batch.completion_ids[rows], batch.valid[rows], temperature=cfg.temperature,
-                         chunk_size=cfg.chunk_size, with_entropy=with_entropy)
+    width = max(1, int(answer_widths(batch.valid[rows]).max()))
+    return rows_logprobs(model, prompts, batch.completion_ids[rows, :width], batch.valid[rows, :width],
+                         temperature=cfg.temperature, chunk_size=cfg.chunk_size, with_entropy=with_entropy)
 
 
 @torch.no_grad()
 def scoring_pass(model, batch, rows, cfg, ranks, with_entropy=True):
     """log π and (optionally) E of the sampled tokens of `rows` under `model` at its CURRENT weights, no grad,
-    micro-batch by micro-batch. Returns ((n, T) log-probs, (n, T) entropies or None), n = len(rows); float32
-    (float64 for a float64 model: tests pin identities at 1e-10)."""
-    width = batch.completion_ids.shape[1]
-    chunks = [chunk for chunk in torch.split(rows, cfg.micro_batch_size) if chunk.numel()]
-    logps, ents = [], []
+    micro-batch by micro-batch (micro_batches). Returns ((n, T) log-probs, (n, T) entropies or None) in the order of
+    `rows`, 0 at padding; float32 (float64 for a float64 model: tests pin identities at 1e-10)."""
+    logp = entropy = None
+    where = torch.full((batch.valid.shape[0],), -1, dtype=torch.long, device=rows.device)
+    where[rows] = torch.arange(len(rows), device=rows.device)          # each rollout row's place in `rows`
     with ranks.layers_gathered(model):
-        for chunk, real in ranks.even_passes(model, [(chunk, True) for chunk in chunks]):
+        for chunk, real in ranks.even_passes(model, [(chunk, True) for chunk in micro_batches(batch, rows, cfg)]):
             lp, ent = row_logprobs(model, batch, chunk, cfg, with_entropy)
-            if real:                                    # (FSDP's throw-away passes only keep the ranks in step)
-                logps.append(lp if lp.dtype == torch.float64 else lp.float())
-                ents.append(ent if not with_entropy or ent.dtype == torch.float64 else ent.float())
-    if not logps:
-        empty = torch.zeros((0, width), device=batch.completion_ids.device)
-        return empty, (empty.clone() if with_entropy else None)
-    return torch.cat(logps), (torch.cat(ents) if with_entropy else None)
+            if not real:                                # FSDP's throw-away passes only keep the ranks in step
+                continue
+            if logp is None:
+                dtype = torch.float64 if lp.dtype == torch.float64 else torch.float32
+                logp = torch.zeros((len(rows), batch.valid.shape[1]), dtype=dtype, device=lp.device)
+                entropy = torch.zeros_like(logp) if with_entropy else None
+            logp[where[chunk], :lp.shape[1]] = lp.to(logp.dtype)
+            if with_entropy:
+                entropy[where[chunk], :ent.shape[1]] = ent.to(entropy.dtype)
+    if logp is None:
+        logp = torch.zeros((0, batch.valid.shape[1]), device=batch.completion_ids.device)
+        entropy = logp.clone() if with_entropy else None
+    return logp, entropy
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -341,24 +376,26 @@ def masked_loss_inputs(cfg, mb, selected, on_policy, ranks):
 
 
 def micro_batch_loss(inputs, rows, logp):
-    """-J of the rollout `rows` (one micro-batch) with their log π_θ (n, T): grpo.policy_loss on the mini-batch's
-    slices. Summed over the micro-batches it is the mini-batch's loss (the weights carry its normaliser)."""
-    mb, i = inputs.mb, inputs.mb.position[rows]
-    return policy_loss(logp, logp.detach() if inputs.on_policy else mb.old_logp[i], mb.advantages[i],
-                       inputs.weights[i], eps_low=inputs.eps_low, eps_high=inputs.eps_high, beta=inputs.beta,
-                       ref_logp=None if mb.ref_logp is None else mb.ref_logp[i],
-                       kl_weights=None if inputs.kl_weights is None else inputs.kl_weights[i])
+    """-J of the rollout `rows` (one micro-batch) with their log π_θ (n, w), w <= T its trimmed width:
+    grpo.policy_loss on the mini-batch's slices. Summed over the micro-batches it is the mini-batch's loss (the
+    weights carry its normaliser)."""
+    mb, i, w = inputs.mb, inputs.mb.position[rows], logp.shape[1]      # w: the micro-batch's trimmed width
+    return policy_loss(logp, logp.detach() if inputs.on_policy else mb.old_logp[i, :w], mb.advantages[i],
+                       inputs.weights[i, :w], eps_low=inputs.eps_low, eps_high=inputs.eps_high, beta=inputs.beta,
+                       ref_logp=None if mb.ref_logp is None else mb.ref_logp[i, :w],
+                       kl_weights=None if inputs.kl_weights is None else inputs.kl_weights[i, :w])
 
 
 def accumulate_gradients(model, batch, inputs, cfg, ranks, noise=None):
-    """Step 6's backward passes: micro_batch_loss for each micro-batch of the rows worth a pass, backward, summed.
+    """Step 6's backward passes: micro_batch_loss for each micro-batch of the rows worth a pass (micro_batches:
+    grouped by length, trimmed), backward, summed.
 
     Returns (the summed loss as a float64 tensor, the number of real passes on this process). With --log-grad-noise,
     `noise` is the diagnostics' GradNoiseProbe: the same passes run in two halves of whole groups, the gradient copied
     in between (accumulate_in_halves)."""
     if noise is not None:
         return accumulate_in_halves(model, batch, inputs, cfg, ranks, noise)
-    passes = [(chunk, True) for chunk in torch.split(inputs.rows, cfg.micro_batch_size) if chunk.numel()]
+    passes = [(chunk, True) for chunk in micro_batches(batch, inputs.rows, cfg)]
     total = torch.zeros((), dtype=torch.float64)
     for chunk, real in ranks.even_passes(model, passes):
         logp, _ = row_logprobs(model, batch, chunk, cfg)
