@@ -250,11 +250,11 @@ def micro_batches(batch, rows, cfg):
     weights carry the whole mini-batch's normaliser, so any split of the rows sums to the same gradient (to float
     error). --micro-batch-size rows each; with --micro-batch-tokens, as many rows as fit that many padded tokens
     (rows x (widest prompt + widest answer)), a row alone if it is longer."""
-    widths = answer_widths(batch.valid[rows]).cpu()
-    rows = rows[torch.sort(widths, descending=True, stable=True).indices.to(rows.device)]   # ties: rollout order
+    widths, order = torch.sort(answer_widths(batch.valid[rows]).cpu(), descending=True, stable=True)
+    rows = rows[order.to(rows.device)]                       # longest answers first, ties in rollout order
     if not cfg.micro_batch_tokens:
         return [chunk for chunk in torch.split(rows, cfg.micro_batch_size) if chunk.numel()]
-    widths = widths.sort(descending=True, stable=True).values.tolist()
+    widths = widths.tolist()
     chunks, start, prompt_width = [], 0, 0
     for j, row in enumerate(rows.tolist()):
         prompt = len(batch.prompt_ids[row // cfg.group_size])
