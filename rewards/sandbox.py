@@ -56,21 +56,28 @@ class ChildRun:
 
 
 def _interpreter_paths() -> list[str]:
-    """Directories the interpreter and its packages live in, outside the system dirs that are bound anyway."""
-    paths = {sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable))}
-    paths.update(p for p in sys.path if p and os.path.isdir(p))
-    paths = sorted(os.path.realpath(p) for p in paths if p and not p.startswith(("/usr/", "/lib")))
-    prefixes = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix)}
-    project = os.path.dirname(os.path.dirname(os.path.realpath(_CHILD)))
+    """What the interpreter needs, outside the system dirs that are bound anyway: its own folder (the binary,
+    pyvenv.cfg), the standard library, the installed packages (sysconfig's and site's folders) and libpython's
+    folder. Never a folder of the caller's: neither sys.path entries (the launching script's folder, PYTHONPATH,
+    the project, editable installs) nor the working directory."""
+    import site
+    import sysconfig
+    exe = os.path.realpath(sys.executable)
+    paths = {os.path.dirname(exe), os.path.dirname(os.path.abspath(sys.executable))}
+    for scheme_paths in (sysconfig.get_paths(), sysconfig.get_paths(vars={"base": sys.base_prefix,
+                                                                          "platbase": sys.base_prefix})):
+        paths.update(scheme_paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib"))
+    paths.update(site.getsitepackages() if hasattr(site, "getsitepackages") else [])
+    paths.add(sysconfig.get_config_var("LIBDIR") or "")  # libpython*.so of a shared build (pyenv, conda)
+    files = [os.path.join(sys.prefix, "pyvenv.cfg")]  # a venv: how the interpreter finds its site-packages
+    paths = sorted({os.path.realpath(p) for p in paths if p and os.path.isdir(p)})
     kept = []
     for p in paths:
-        if p == project or project.startswith(p + "/"):
-            continue  # the project (pytest and `python train.py` put it on sys.path) or a folder holding it
-        if p.startswith(project + "/") and not any(p == q or p.startswith(q + "/") for q in prefixes):
-            continue  # tests/, rewards/, ...: the project's own folders, unless a virtual environment lives there
-        if os.path.isdir(p) and not any(p == k or p.startswith(k + "/") for k in kept):
+        if p.startswith(("/usr/", "/lib")) or p in ("/usr", "/"):
+            continue
+        if not any(p == k or p.startswith(k + "/") for k in kept):
             kept.append(p)  # nested ones are left out: their parent is bound
-    return kept
+    return kept + [f for f in files if os.path.isfile(f)]
 
 
 def _bwrap_argv(bwrap: str, as_root: bool, workdir: str, uid: int) -> list[str]:
@@ -194,9 +201,10 @@ def _reserve_uid() -> tuple[int, socket.socket]:
                 raise
 
 
-def _cgroup_candidates() -> list[tuple[str, str]]:
-    """(version, directory) of this process's own cgroup in each hierarchy that has the memory controller:
-    cgroup2 first, then the v1 memory hierarchy (hybrid hosts such as this one bind memory to v1)."""
+def _cgroup_candidates(controller: str = "memory") -> list[tuple[str, str]]:
+    """(version, directory) of this process's own cgroup in each hierarchy that has `controller` (memory,
+    cpu): cgroup2 first, then the v1 hierarchy of that controller (hybrid hosts such as this one bind them to
+    v1)."""
     mounts = {}
     try:
         with open("/proc/self/mountinfo") as f:
@@ -205,7 +213,7 @@ def _cgroup_candidates() -> list[tuple[str, str]]:
                 tail = fields[fields.index("-") + 1:]
                 if tail[0] == "cgroup2":
                     mounts.setdefault("cgroup2", (fields[4], fields[3]))
-                elif tail[0] == "cgroup" and "memory" in tail[2].split(","):
+                elif tail[0] == "cgroup" and controller in tail[2].split(","):
                     mounts.setdefault("cgroup1", (fields[4], fields[3]))
         with open("/proc/self/cgroup") as f:
             membership = [line.rstrip("\n").split(":", 2) for line in f]
@@ -217,7 +225,7 @@ def _cgroup_candidates() -> list[tuple[str, str]]:
             continue
         mount, root = mounts[version]
         for _, controllers, path in membership:
-            if (version == "cgroup2" and controllers == "") or (version == "cgroup1" and "memory" in
+            if (version == "cgroup2" and controllers == "") or (version == "cgroup1" and controller in
                                                                 controllers.split(",")):
                 if root != "/" and path.startswith(root):
                     path = path[len(root):]
@@ -252,6 +260,28 @@ def _make_cgroup(version: str, base: str, name: str, memory_mb: int) -> str:
     return path
 
 
+CPU_QUOTA = 1.0  # CPUs a run may use at once, all its processes together
+
+
+def _make_cpu_cgroup(version: str, base: str, name: str) -> str:
+    """A child cgroup of `base` whose processes together get at most CPU_QUOTA CPUs (CFS bandwidth): a run that
+    forks spinners (setsid or not) shares one CPU among them, so a concurrent run keeps its own; with the wall
+    clock, a run's CPU time is at most CPU_QUOTA x its time limit."""
+    path = os.path.join(base, name)
+    os.mkdir(path)
+    period = 100_000
+    try:
+        if version == "cgroup2":
+            _write(os.path.join(path, "cpu.max"), f"{int(CPU_QUOTA * period)} {period}")
+        else:
+            _write(os.path.join(path, "cpu.cfs_period_us"), str(period))
+            _write(os.path.join(path, "cpu.cfs_quota_us"), str(int(CPU_QUOTA * period)))
+    except OSError:
+        os.rmdir(path)
+        raise
+    return path
+
+
 def _remove_cgroup(path: str):
     """Kill whatever is still in the run's cgroup and remove it (at most ~2 s: a dying process takes a moment)."""
     for _ in range(200):
@@ -275,6 +305,7 @@ def _remove_cgroup(path: str):
 
 
 _cgroup = None  # (version, base directory) once probed; ("", "") when no cgroup can be made here
+_cpu_cgroup = None  # the same for the cpu controller
 
 
 def _probe_cgroup() -> tuple[str, str]:
@@ -294,6 +325,34 @@ def _probe_cgroup() -> tuple[str, str]:
         except OSError:
             continue
     return "", ""
+
+
+def _probe_cpu_cgroup() -> tuple[str, str]:
+    """The first hierarchy where this process can make a CPU-capped child cgroup (cgroup2: the cpu controller
+    enabled for its children)."""
+    for version, base in _cgroup_candidates("cpu"):
+        if version == "cgroup2":
+            try:
+                with open(os.path.join(base, "cgroup.subtree_control")) as f:
+                    if "cpu" not in f.read().split():
+                        continue
+            except OSError:
+                continue
+        try:
+            _remove_cgroup(_make_cpu_cgroup(version, base, f"gmts-probe-{os.getpid()}-{secrets.token_hex(4)}"))
+            return version, base
+        except OSError:
+            continue
+    return "", ""
+
+
+def cpu_limit() -> str:
+    """Which CPU limit holds for a run: 'cgroup2' or 'cgroup1' (CPU_QUOTA CPUs for the run's processes
+    together), or 'rlimit-cpu per process' (no cgroup: RLIMIT_CPU on each process, the weak case)."""
+    global _cpu_cgroup
+    if _cpu_cgroup is None:
+        _cpu_cgroup = _probe_cpu_cgroup()
+    return _cpu_cgroup[0] or "rlimit-cpu per process"
 
 
 def memory_limit() -> str:
@@ -359,13 +418,18 @@ def _start(spec: dict, *, mode: str, timeout: float, isolate: bool) -> ChildRun:
     uid, holder = _reserve_uid()
     # the trainer's pid in the name: whose run a leftover folder was is visible (and tests of concurrent runs can tell)
     base = None if mode == "bwrap" else tempfile.mkdtemp(prefix=f"gmts-sandbox-{os.getpid()}-")
-    cgroup = None
+    cgroups = []
     start = time.monotonic()
     try:
         version, cgroup_base = _cgroup if _cgroup and _cgroup[0] else ("", "")
+        name = f"gmts-run-{os.getpid()}-{uid}"  # a stale one (a trainer killed mid-run) says whose it was
         if version:
-            # named after this process too: a stale one (a trainer killed mid-run) says whose it was
-            cgroup = _make_cgroup(version, cgroup_base, f"gmts-run-{os.getpid()}-{uid}", spec["limits"]["memory_mb"])
+            cgroups.append(_make_cgroup(version, cgroup_base, name, spec["limits"]["memory_mb"]))
+        cpu_limit()
+        if _cpu_cgroup[0] and (_cpu_cgroup[0], _cpu_cgroup[1]) != (version, cgroup_base):
+            cgroups.append(_make_cpu_cgroup(*_cpu_cgroup, name))
+        elif _cpu_cgroup[0]:  # one cgroup2 directory holds both limits
+            _write(os.path.join(cgroups[0], "cpu.max"), f"{int(CPU_QUOTA * 100_000)} 100000")
         if mode == "bwrap":
             workdir = "/work"
             argv = _bwrap_argv(shutil.which("bwrap"), as_root, workdir, uid)
@@ -383,8 +447,10 @@ def _start(spec: dict, *, mode: str, timeout: float, isolate: bool) -> ChildRun:
                             or not _world_traversable(_CHILD)}
             argv, env, cwd = [sys.executable, "-I", _CHILD], _clean_env(workdir, workdir), workdir
         spec.update(workdir=workdir, isolate=isolate)
-        if cgroup:  # the run joins its cgroup before anything of it starts: a shell moves itself, then execs
-            argv = ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', os.path.join(cgroup, "cgroup.procs"), *argv]
+        if cgroups:  # the run joins its cgroups before anything of it starts: a shell moves itself, then execs
+            joins = " && ".join(f'echo $$ > "${i}"' for i in range(len(cgroups)))
+            argv = ["/bin/sh", "-c", f'{joins} && shift {len(cgroups) - 1} && exec "$@"',
+                    *(os.path.join(c, "cgroup.procs") for c in cgroups), *argv]
         with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, tempfile.TemporaryFile() as rep:
             spec["report_fd"] = rep.fileno()
             proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=out, stderr=err, cwd=cwd, env=env,
@@ -400,7 +466,7 @@ def _start(spec: dict, *, mode: str, timeout: float, isolate: bool) -> ChildRun:
                 pass
             finally:
                 _kill_group(proc)
-                if cgroup:
+                for cgroup in cgroups:
                     _remove_cgroup(cgroup)
                 if as_root:  # the pid namespace dies asynchronously: return only once nothing of the run is left
                     _kill_uid(uid)
@@ -412,7 +478,7 @@ def _start(spec: dict, *, mode: str, timeout: float, isolate: bool) -> ChildRun:
                             stdout=out.read(4096).decode(errors="replace"),
                             stderr=err.read(4096).decode(errors="replace"))
     finally:
-        if cgroup:
+        for cgroup in cgroups:
             _remove_cgroup(cgroup)  # again: a failure before the wait
         if base is not None:
             shutil.rmtree(base, ignore_errors=True)
@@ -493,7 +559,7 @@ def sandbox_info(isolate: bool = True) -> dict:
     new = sorted(n for n, link in info.pop("namespaces").items() if ours.get(n) not in (None, link)
                  and not n.endswith("_for_children"))
     return {"mode": sandbox_mode() if isolate else "fallback", **info, "new_namespaces": new,
-            "memory_limit": memory_limit()}
+            "memory_limit": memory_limit(), "cpu_limit": cpu_limit()}
 
 
 

@@ -196,7 +196,9 @@ def test_project_folders_are_not_bound_wherever_the_project_lives():
         assert p != project and not project.startswith(p + "/"), p
         inside = p.startswith(project + "/")
         assert not inside or p.startswith(os.path.realpath(sys.prefix)), p  # only a venv kept inside the project
-    assert os.path.realpath(sys.base_prefix) in _interpreter_paths() or sys.base_prefix.startswith(("/usr", "/lib"))
+    import sysconfig  # the standard library is there (or under /usr, /lib, bound anyway)
+    stdlib = os.path.realpath(sysconfig.get_paths()["stdlib"])
+    assert stdlib.startswith(("/usr/", "/lib")) or any(stdlib.startswith(p + "/") for p in _interpreter_paths())
 
 
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")

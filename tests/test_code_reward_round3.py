@@ -1,0 +1,118 @@
+"""The code reward, third round (issue 30): each kind as a class of cases, several instances each.
+
+Every wrong solution scores 0.0 under get_reward("code") and trusted_only=True; every honest one 1.0. Kinds:
+the sandbox's view of the caller's folders; CPU per run; the judge's own cost; stdin/stdout judging; the
+formats real suites use; stdlib value types and builtins on solution objects; setup as part of the tests.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+
+import pytest
+
+from rewards import get_reward, sandbox
+from rewards.sandbox import run_python
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+code = get_reward("code")
+trusted_code = get_reward("code", trusted_only=True)
+
+
+def block(src):
+    return f"```python\n{src}\n```"
+
+
+def both(solution, reference, expected):
+    assert code(block(solution), reference) == expected
+    assert trusted_code(block(solution), reference) == expected
+
+
+# ------------------------------------------------------------------ the caller's folders are not in the sandbox
+
+_LAUNCH = """
+import json, sys
+sys.path.insert(0, {root!r})
+from rewards import get_reward
+fn = get_reward("code", trusted_only=True)
+print(json.dumps([fn(c, {{"tests": "assert answer() == 4242"}}) for c in json.loads(sys.argv[1])]))
+"""
+
+
+@pytest.mark.parametrize("where", ["script_folder", "pythonpath", "script_subfolder"])
+def test_the_sandbox_cannot_read_the_callers_folders(where):
+    """A launching script's folder (sys.path[0]), a folder inside it, a PYTHONPATH entry: the data set with its
+    answers may lie there. Outside /tmp, which the sandbox hides anyway."""
+    base = tempfile.mkdtemp(dir="/var/tmp", prefix="gmts-caller-")
+    try:
+        os.chmod(base, 0o755)
+        secret = os.path.join(base, "sub" if where == "script_subfolder" else "", "answers.txt")
+        os.makedirs(os.path.dirname(secret), exist_ok=True)
+        with open(secret, "w") as f:
+            f.write("4242")
+        os.chmod(secret, 0o644)
+        script = os.path.join(base, "launch.py")
+        with open(script, "w") as f:
+            f.write(_LAUNCH.format(root=ROOT))
+        cheat = f"def answer():\n    return int(open({secret!r}).read())\n"
+        honest = "def answer():\n    return 4242\n"
+        env = dict(os.environ, OMP_NUM_THREADS="1")
+        completions = json.dumps([block(cheat), block(honest)])
+        if where in ("script_folder", "script_subfolder"):
+            argv = [sys.executable, script, completions]
+        else:  # `python -c`: sys.path[0] is the working directory
+            argv = [sys.executable, "-c", _LAUNCH.format(root=ROOT), completions]
+        if where == "pythonpath":
+            env["PYTHONPATH"] = base
+        out = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120,
+                             cwd="/")
+        assert out.returncode == 0, out.stderr[-2000:]
+        assert out.stdout.strip().splitlines()[-1] == "[0.0, 1.0]"
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_the_interpreters_own_folders_are_bound():
+    paths = sandbox._interpreter_paths()
+    assert not any(p == ROOT or p.startswith(ROOT + "/") or ROOT.startswith(p + "/") for p in paths
+                   if not p.startswith(sys.prefix))
+    assert all(not p.startswith(os.path.dirname(os.path.abspath(__file__))) for p in paths)
+
+
+# ------------------------------------------------------------------ CPU per run
+
+SPINNERS = """
+import os
+for _ in range({n}):
+    if os.fork() == 0:
+        {detach}
+        while True:
+            pass
+import time
+time.sleep(8)
+def f():
+    return 1
+"""
+HONEST_WORK = "def work():\n    s = 0\n    for i in range(3_000_000):\n        s += i\n    return s\n"
+
+
+@pytest.mark.parametrize("detach", ["os.setsid()", "os.setpgid(0, 0)", "pass"])
+def test_a_forking_spinner_cannot_starve_a_concurrent_run(detach):
+    if sandbox.cpu_limit() == "rlimit-cpu per process":
+        pytest.skip("no cpu cgroup on this machine")
+    done = {}
+    spinner = threading.Thread(target=lambda: done.setdefault("spin", run_python(
+        SPINNERS.format(n=40, detach=detach), tests="assert f() == 1", timeout=8)))
+    spinner.start()
+    try:
+        time.sleep(1.5)  # the spinners are running
+        honest = run_python(HONEST_WORK, tests=f"assert work() == {sum(range(3_000_000))}", timeout=3)
+    finally:
+        spinner.join()
+    assert honest.passed and not honest.timed_out
+    assert not done["spin"].passed
