@@ -34,7 +34,8 @@ import time
 import warnings
 from dataclasses import dataclass
 
-from .testplan import build_plan, decode, judge
+from . import _judge
+from .testplan import build_plan, decode
 
 _CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_sandbox_child.py")
 RUN_UIDS = range(0x6D000000, 0x6D000000 + (1 << 24))  # one per run, unused by any account; never 0 or 65534
@@ -44,7 +45,8 @@ SANDBOX_DIRS = ("/tmp", "/dev/shm")
 
 @dataclass
 class ChildRun:
-    report: list  # the JSON lines the child wrote to fd 3, parsed; untrusted data
+    report: list  # the JSON lines the child wrote to its report fd, parsed (unless parse=False); untrusted data
+    raw: str  # the same lines as text (for the judge's helper process)
     timed_out: bool
     returncode: int | None
     seconds: float
@@ -396,24 +398,28 @@ REPORT_LINES = 2  # the child writes its units (or cases) line, then the harness
 REPORT_BYTES = 2 << 20
 
 
-def _read_report(f, max_bytes: int) -> list:
-    """The child's JSON lines, at bounded cost whatever the solution wrote to the report file: more than
+def _raw_report(f, max_bytes: int) -> str:
+    """The child's JSON lines as text, at bounded cost whatever the solution wrote to the report file: more than
     `max_bytes` (REPORT_BYTES) or more lines than the child writes is a forged report (or too big a result), refused
-    before any parsing; the at most two lines left are parsed by the C decoder in linear time (a nesting too deep
-    for it fails)."""
+    (""). Parsing is left to the judge (rewards/_judge.py), under its deadline."""
     if os.fstat(f.fileno()).st_size > max_bytes:
-        return []
+        return ""
     f.seek(0)
     data = f.read(max_bytes + 1)
     if len(data) > max_bytes or data.count(b"\n") > REPORT_LINES:
-        return []
+        return ""
+    return data.decode("utf-8", errors="replace")
+
+
+def parse_report(text: str) -> list:
+    """The report's lines, parsed by the C JSON decoder (linear; a nesting too deep for it fails: [])."""
     try:
-        return [json.loads(line) for line in data.split(b"\n") if line]
+        return [json.loads(line) for line in text.split("\n") if line]
     except (ValueError, RecursionError):
         return []
 
 
-def _start(spec: dict, *, mode: str, timeout: float, isolate: bool) -> ChildRun:
+def _start(spec: dict, *, mode: str, timeout: float, isolate: bool, parse: bool = True) -> ChildRun:
     as_root = os.getuid() == 0
     uid, holder = _reserve_uid()
     # the trainer's pid in the name: whose run a leftover folder was is visible (and tests of concurrent runs can tell)
@@ -472,8 +478,8 @@ def _start(spec: dict, *, mode: str, timeout: float, isolate: bool) -> ChildRun:
                     _kill_uid(uid)
             out.seek(0)
             err.seek(0)
-            report = [] if timed_out else _read_report(rep, REPORT_BYTES)
-            return ChildRun(report=report, timed_out=timed_out,
+            raw = "" if timed_out else _raw_report(rep, REPORT_BYTES)
+            return ChildRun(report=parse_report(raw) if parse else [], raw=raw, timed_out=timed_out,
                             returncode=proc.returncode, seconds=time.monotonic() - start,
                             stdout=out.read(4096).decode(errors="replace"),
                             stderr=err.read(4096).decode(errors="replace"))
@@ -537,13 +543,13 @@ def sandbox_mode() -> str:
 
 
 def run_child(spec: dict, *, timeout: float = 10.0, memory_mb: int = 2048, cpu_s: int | None = None,
-              max_procs: int = 64, file_mb: int = 16, isolate: bool = True) -> ChildRun:
+              max_procs: int = 64, file_mb: int = 16, isolate: bool = True, parse: bool = True) -> ChildRun:
     """Run the child on `spec` (solution, and units, cases or a harness; see rewards/_sandbox_child.py) in the
     sandbox. isolate=False forces the fallback without namespaces (for tests of that path)."""
     spec = dict(spec, limits=dict(_limits(timeout, memory_mb, cpu_s, max_procs, file_mb),
                                   cases=spec.get("cases") is not None))
     mode = sandbox_mode() if isolate else "fallback"
-    return _start(spec, mode=mode, timeout=timeout, isolate=isolate)
+    return _start(spec, mode=mode, timeout=timeout, isolate=isolate, parse=parse)
 
 
 def sandbox_info(isolate: bool = True) -> dict:
@@ -604,15 +610,11 @@ def run_python(solution: str, *, tests: str = "", entry_point: str | None = None
     if trusted_only and plan.harness is not None:
         return SandboxResult(False, False, False, None, 0.0, "", "", refused=True, **counts)
     spec = {"solution": solution, "setup": setup or "", "units": [u.steps for u in plan.units]}
+    nonce = os.urandom(16).hex()
     if plan.harness is not None:
-        spec.update(harness={"source": plan.harness, "entry_point": entry_point}, nonce=os.urandom(16).hex())
-    run = run_child(spec, **limits)
-    units = next((r["units"] for r in reversed(run.report) if isinstance(r, dict) and "units" in r), None)
-    passed = not run.timed_out and units is not None and judge(plan, units)
-    if plan.harness is not None:  # the anti-cheat nonce, and every test the harness was expected to run
-        ran = next((r.get("ran") for r in run.report if isinstance(r, dict) and r.get("harness") == spec["nonce"]),
-                   None)
-        passed = (passed and isinstance(ran, list) and all(type(n) is str for n in ran)
-                  and set(plan.harness_tests) <= set(ran))
+        spec.update(harness={"source": plan.harness, "entry_point": entry_point}, nonce=nonce)
+    run = run_child(spec, **limits, parse=False)
+    passed = not run.timed_out and bool(run.raw) and _judge.verdict(
+        {"tests": tests, "entry_point": entry_point, "setup": setup or "", "nonce": nonce, "report": run.raw})
     return SandboxResult(passed, plan.harness is None, run.timed_out, run.returncode, run.seconds, run.stdout,
                          run.stderr, **counts)

@@ -59,81 +59,10 @@ class _Pytest:
     approx = staticmethod(_approx)
 
 
-# ---------------------------------------------------------------- the trainer's own work on returned values
-# The test's expression runs here over values the solution chose. Where the cost of an operation grows with an
-# int's VALUE rather than its size (`3 ** f(x)`, `'a' * f(x)`, `sum(range(f(x)))`, `math.factorial(f(x))`), a
-# small returned number could keep the trainer busy for hours: these are guarded, and refuse (the check fails)
-# a result beyond MAX_BUILT bits or items.
-MAX_BUILT = 1 << 24
-
-
-def _too_big(what):
-    raise OverflowError(f"{what} beyond {MAX_BUILT} bits or items: refused")
-
-
-def _pow(base, exp, mod=None):
-    if (mod is None and type(base) is int and type(exp) is int and exp > 0 and abs(base) > 1
-            and exp * base.bit_length() > MAX_BUILT):
-        _too_big("a power")
-    return builtins.pow(base, exp) if mod is None else builtins.pow(base, exp, mod)
-
-
-def _mul(a, b):
-    for seq, n in ((a, b), (b, a)):
-        if isinstance(seq, (str, bytes, list, tuple)) and type(n) is int and len(seq) * n > MAX_BUILT:
-            _too_big("a repeated sequence")
-    return a * b
-
-
-def _lshift(a, b):
-    if type(b) is int and b > MAX_BUILT:
-        _too_big("a shift")
-    return a << b
-
-
-def _range(*args):
-    r = range(*args)
-    if len(r) > MAX_BUILT:
-        _too_big("a range")
-    return r
-
-
-def _bytes(*args, **kwargs):
-    if args and type(args[0]) is int and args[0] > MAX_BUILT:
-        _too_big("bytes")
-    return bytes(*args, **kwargs)
-
-
-def _guard_n(fn, limit=100_000):
-    def guarded(n, *rest):
-        if type(n) is int and n > limit:
-            _too_big(f"math.{fn.__name__} of {n}")
-        return fn(n, *rest)
-    return guarded
-
-
-_GUARDED_MATH = type("math", (), {**{k: getattr(math, k) for k in dir(math) if not k.startswith("_")},
-                                   "factorial": staticmethod(_guard_n(math.factorial)),
-                                   "comb": staticmethod(_guard_n(math.comb)),
-                                   "perm": staticmethod(_guard_n(math.perm))})
-_SAFE_BUILTINS.update(pow=_pow, range=_range, bytes=_bytes)
-_OPERATORS = {ast.Pow: "__pow", ast.Mult: "__mul", ast.LShift: "__lshift"}
-
-
-class _GuardOperators(ast.NodeTransformer):
-    """`a ** b`, `a * b`, `a << b` -> the guarded functions above (the test's own source cannot name them)."""
-
-    def visit_BinOp(self, node):
-        self.generic_visit(node)
-        name = _OPERATORS.get(type(node.op))
-        if name is None:
-            return node
-        return ast.copy_location(ast.Call(func=ast.Name(id=name, ctx=ast.Load()), args=[node.left, node.right],
-                                          keywords=[]), node)
-
-
-_PARENT_GLOBALS = {"__builtins__": _SAFE_BUILTINS, "math": _GUARDED_MATH, "pytest": _Pytest,
-                   "__pow": _pow, "__mul": _mul, "__lshift": _lshift}
+# The test's expression runs here over values the solution chose, so the solution sets its cost (`3 ** f(x)`,
+# `math.gcd` of two huge ints, `sum(lists, [])`): verdicts are made in helper processes under a deadline and a
+# memory limit (rewards/_judge.py), not here.
+_PARENT_GLOBALS = {"__builtins__": _SAFE_BUILTINS, "math": math, "pytest": _Pytest}
 _RAISES = object()  # `from pytest import raises`: only ever the context of a with-statement (raises_block)
 _FROM_PYTEST = {"approx": _approx, "raises": _RAISES}
 
@@ -499,7 +428,6 @@ class _Unit:
                 raise Unconvertible(f"pytest.{n.attr}")
             if isinstance(n, (ast.NamedExpr, ast.Await, ast.Yield, ast.YieldFrom)):
                 raise Unconvertible(type(n).__name__)
-        node = _GuardOperators().visit(node)
         return compile(ast.fix_missing_locations(ast.Expression(node)), "<check>", "eval")
 
     def parent_eval(self, node):
@@ -943,3 +871,23 @@ def judge(plan: Plan, unit_results) -> bool:
         return all(judge_unit(u, r) for u, r in zip(plan.units, unit_results))
     except Exception:  # noqa: BLE001 - the child's data is untrusted: anything odd is a failure
         return False
+
+
+def verdict(message: dict) -> bool:
+    """The whole verdict on one run, from the child's report as text (rewards/_judge_worker.py calls this, in a
+    helper process under a deadline and a memory limit): every unit passed, and where the plan has a harness, its
+    line carries the run's nonce and names every test the plan expects."""
+    import json
+    plan = build_plan(message["tests"], message.get("entry_point"), message.get("setup") or "")
+    try:
+        report = [json.loads(line) for line in message["report"].split("\n") if line]
+    except (ValueError, RecursionError):
+        return False
+    units = next((r["units"] for r in reversed(report) if isinstance(r, dict) and "units" in r), None)
+    if units is None or not judge(plan, units):
+        return False
+    if plan.harness is None:
+        return True
+    ran = next((r.get("ran") for r in report if isinstance(r, dict) and r.get("harness") == message["nonce"]),
+               None)
+    return isinstance(ran, list) and all(type(n) is str for n in ran) and set(plan.harness_tests) <= set(ran)

@@ -116,3 +116,62 @@ def test_a_forking_spinner_cannot_starve_a_concurrent_run(detach):
         spinner.join()
     assert honest.passed and not honest.timed_out
     assert not done["spin"].passed
+
+
+# ------------------------------------------------------------------ the judge's own cost is bounded by construction
+
+LIMIT = 3.0  # the run's own time limit in these tests
+SLACK = 5.0 + 4.0  # the judge's deadline (rewards/_judge.py) plus process start and teardown
+JUDGE_BOMBS = {  # (tests, honest solution, wrong solution whose returned values make the test's own work huge)
+    "gcd": ("import math\nassert math.gcd(f(1), g(1)) == 1",
+            "def f(x):\n    return 3\ndef g(x):\n    return 4\n",
+            "def f(x):\n    return 3 ** 2_000_000\ndef g(x):\n    return 2 ** 3_100_000 + 1\n"),
+    "pow_mod": ("assert pow(f(1), g(1), h(1)) == 1",
+                "def f(x):\n    return 3\ndef g(x):\n    return 2\ndef h(x):\n    return 8\n",
+                "def f(x):\n    return 3 ** 600_000\ndef g(x):\n    return 5 ** 600_000\n"
+                "def h(x):\n    return 7 ** 600_000\n"),
+    "sum_lists": ("assert sum(f(1), []) == [0, 0]", "def f(x):\n    return [[0], [0]]\n",
+                  "def f(x):\n    return [[0]] * 300_000\n"),
+    "divmod": ("assert divmod(f(1), g(1)) == (2, 1)", "def f(x):\n    return 7\ndef g(x):\n    return 3\n",
+               "def f(x):\n    return 3 ** 3_000_000\ndef g(x):\n    return 7 ** 1_000_000\n"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(JUDGE_BOMBS))
+def test_the_judge_is_bounded_whatever_the_values(case):
+    tests, good, bomb = JUDGE_BOMBS[case]
+    bounded = get_reward("code", timeout=LIMIT)
+    assert bounded(block(good), tests) == 1.0
+    start = time.monotonic()
+    assert bounded(block(bomb), tests) == 0.0
+    assert time.monotonic() - start < LIMIT + SLACK
+    assert bounded(block(good), tests) == 1.0  # a killed judge is replaced
+
+
+def test_code_block_extraction_is_linear():
+    from rewards.code import extract_code
+    start = time.monotonic()
+    for text in ("`" * 200_000, "```\n`" * 100_000, "```python\n" + "`" * 200_000 + "\n", "x```" * 100_000):
+        extract_code(text)
+    assert time.monotonic() - start < 3.0
+
+
+FENCES = {  # (completion, the code a reader of the markdown sees)
+    "fence_in_a_string": ("```python\ndef fence():\n    return '```'\n```\n", "def fence():\n    return '```'\n"),
+    "fence_line_in_a_triple_quoted_string": ('```python\ndef fence():\n    return """\n```\n"""\n```\n',
+                                             'def fence():\n    return """\n```\n"""\n'),
+    "indented_in_a_list_item": ("1. Here:\n   ```python\n   def fence():\n       return 1\n   ```\n",
+                                "def fence():\n    return 1\n"),
+    "docstring_with_an_indented_fence": ('```python\ndef fence():\n    """Use:\n    ```\n    fence()\n    ```\n'
+                                         '    """\n    return 1\n```',
+                                         'def fence():\n    """Use:\n    ```\n    fence()\n    ```\n    """\n'
+                                         '    return 1\n'),
+    "longer_fence": ("````python\ndef fence():\n    return 1\n```\n````\n", "def fence():\n    return 1\n```\n"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FENCES))
+def test_fences_as_markdown_reads_them(case):
+    from rewards.code import extract_code
+    completion, expected = FENCES[case]
+    assert extract_code(completion) == expected
