@@ -6,7 +6,8 @@ The reference (Problem.answer for code problems) is one of:
   `test_*` functions with @pytest.mark.parametrize).
 - a dict {"cases": [{"input": str, "output": str}, ...]}: stdin/stdout programs (LiveCodeBench, Codeforces).
 - a str (= {"tests": str}) or a list of assert strings (joined with newlines).
-Optional keys "timeout" and "memory_mb" override the defaults per problem.
+Optional keys "timeout" (per stdin/stdout case) and "memory_mb" override the defaults per problem;
+"float_tolerance" (stdin/stdout) lets numeric tokens differ by that much, absolute or relative.
 
 The sandbox only computes; this process judges (rewards/testplan.py). Test cases that cannot be judged here run
 inside the sandbox as before: such a verdict is untrusted, counted in code_stats(), and refused (0.0, not run)
@@ -176,7 +177,8 @@ def code_reward(completion: str, reference, *, timeout: float = 10.0, memory_mb:
     try:
         result = run_python(code, tests=tests, entry_point=spec.get("entry_point"), setup=spec.get("setup") or "",
                             cases=spec.get("cases"), timeout=float(spec.get("timeout", timeout)),
-                            memory_mb=int(spec.get("memory_mb", memory_mb)), trusted_only=trusted_only)
+                            memory_mb=int(spec.get("memory_mb", memory_mb)), trusted_only=trusted_only,
+                            float_tolerance=spec.get("float_tolerance"))
     except (OSError, UnicodeEncodeError):  # e.g. lone surrogates in the completion cannot be written out
         return 0.0
     _count(result)

@@ -19,8 +19,10 @@ caller's `random`, which data-parallel ranks seed alike) and reserved host-wide 
 abstract unix socket named after it, so two runs at once, in one process or in two, cannot share a uid, and so
 cannot signal, trace or starve (NPROC) each other, nor kill each other's processes when cleaning up.
 """
+import contextlib
 import errno
 import json
+import math
 import os
 import secrets
 import shutil
@@ -52,6 +54,7 @@ class ChildRun:
     seconds: float
     stdout: str  # first 4 KiB of what the code printed, for debugging
     stderr: str
+    outputs: object = None  # stdin/stdout cases: what read_outputs returned
 
 
 # ---------------------------------------------------------------- bubblewrap
@@ -391,6 +394,10 @@ def belongs_to_us(pid) -> bool:
 _mode = None  # "bwrap" | "fallback", decided by the first run's probe
 
 
+CASE_SLACK_S = 0.25  # per stdin/stdout case beyond its own limit: forking it, removing its input, killing leftovers
+START_S = 3.0  # a run's start (bwrap, the interpreter) beyond the cases' limits
+OUTPUT_BYTES = 8 << 20  # of one case's stdout kept at least (twice the expected output if that is more); the child
+# reads and drops the rest, so a program's writes never fail
 REPORT_LINES = 2  # the child writes its units (or cases) line, then the harness line where there is one
 # What the trainer reads back at most. Parsing and rebuilding cost ~1-3 s per MiB for the worst shapes (millions of
 # one-item lists) on this 2-core machine under load, so 2 MiB bounds a forged report to a few seconds; an honest
@@ -419,7 +426,10 @@ def parse_report(text: str) -> list:
         return []
 
 
-def _start(spec: dict, *, mode: str, timeout: float, isolate: bool, parse: bool = True) -> ChildRun:
+def _start(spec: dict, *, mode: str, timeout: float, isolate: bool, parse: bool = True,
+           outputs: int = 0, read_outputs=None) -> ChildRun:
+    """One run of the child on `spec`. `outputs` > 0: that many files for the stdin/stdout cases' outputs, their
+    fds passed as spec["out_fds"]; read_outputs(files) is called on them (still open) after the run."""
     as_root = os.getuid() == 0
     uid, holder = _reserve_uid()
     # the trainer's pid in the name: whose run a leftover folder was is visible (and tests of concurrent runs can tell)
@@ -457,10 +467,13 @@ def _start(spec: dict, *, mode: str, timeout: float, isolate: bool, parse: bool 
             joins = " && ".join(f'echo $$ > "${i}"' for i in range(len(cgroups)))
             argv = ["/bin/sh", "-c", f'{joins} && shift {len(cgroups) - 1} && exec "$@"',
                     *(os.path.join(c, "cgroup.procs") for c in cgroups), *argv]
-        with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, tempfile.TemporaryFile() as rep:
+        with contextlib.ExitStack() as files:
+            out, err, rep = (files.enter_context(tempfile.TemporaryFile()) for _ in range(3))
+            case_files = [files.enter_context(tempfile.TemporaryFile()) for _ in range(outputs)]
             spec["report_fd"] = rep.fileno()
+            spec["out_fds"] = [f.fileno() for f in case_files]
             proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=out, stderr=err, cwd=cwd, env=env,
-                                    start_new_session=True, pass_fds=(rep.fileno(),))
+                                    start_new_session=True, pass_fds=(rep.fileno(), *spec["out_fds"]))
             timed_out = False
             try:
                 proc.stdin.write(json.dumps(spec).encode())
@@ -479,7 +492,9 @@ def _start(spec: dict, *, mode: str, timeout: float, isolate: bool, parse: bool 
             out.seek(0)
             err.seek(0)
             raw = "" if timed_out else _raw_report(rep, REPORT_BYTES)
+            verdicts = read_outputs(case_files) if read_outputs and not timed_out else None
             return ChildRun(report=parse_report(raw) if parse else [], raw=raw, timed_out=timed_out,
+                            outputs=verdicts,
                             returncode=proc.returncode, seconds=time.monotonic() - start,
                             stdout=out.read(4096).decode(errors="replace"),
                             stderr=err.read(4096).decode(errors="replace"))
@@ -543,13 +558,19 @@ def sandbox_mode() -> str:
 
 
 def run_child(spec: dict, *, timeout: float = 10.0, memory_mb: int = 2048, cpu_s: int | None = None,
-              max_procs: int = 64, file_mb: int = 16, isolate: bool = True, parse: bool = True) -> ChildRun:
+              max_procs: int = 64, file_mb: int = 16, isolate: bool = True, parse: bool = True,
+              read_outputs=None) -> ChildRun:
     """Run the child on `spec` (solution, and units, cases or a harness; see rewards/_sandbox_child.py) in the
     sandbox. isolate=False forces the fallback without namespaces (for tests of that path)."""
     spec = dict(spec, limits=dict(_limits(timeout, memory_mb, cpu_s, max_procs, file_mb),
-                                  cases=spec.get("cases") is not None))
+                                  cases=spec.get("cases") is not None, out_caps=spec.get("out_caps", [])))
     mode = sandbox_mode() if isolate else "fallback"
-    return _start(spec, mode=mode, timeout=timeout, isolate=isolate, parse=parse)
+    cases = len(spec["cases"]) if spec.get("cases") is not None else 0
+    if cases:  # each case has `timeout` of its own (the child kills it there); the run, all of them and a start
+        spec["case_s"] = timeout
+        timeout = cases * (timeout + CASE_SLACK_S) + START_S
+    return _start(spec, mode=mode, timeout=timeout, isolate=isolate, parse=parse, outputs=cases,
+                  read_outputs=read_outputs)
 
 
 def sandbox_info(isolate: bool = True) -> dict:
@@ -567,6 +588,32 @@ def sandbox_info(isolate: bool = True) -> dict:
     return {"mode": sandbox_mode() if isolate else "fallback", **info, "new_namespaces": new,
             "memory_limit": memory_limit(), "cpu_limit": cpu_limit()}
 
+
+
+def _tokens_equal(got: bytes, want: bytes, tolerance: float | None) -> bool:
+    if got == want:
+        return True
+    if tolerance is None:
+        return False
+    try:
+        a, b = float(got), float(want)
+    except ValueError:
+        return False
+    return math.isfinite(a) and math.isfinite(b) and abs(a - b) <= tolerance * max(1.0, abs(b))
+
+
+def _output_cap(expected: str) -> int:
+    return max(OUTPUT_BYTES, 2 * len(expected.encode("utf-8", errors="replace")) + 4096)
+
+
+def _same_output(f, expected: str, cap: int, tolerance: float | None) -> bool:
+    """A case's stdout (the file the child wrote, at most `cap` bytes) against the expected output, token by
+    token; with a tolerance, numbers may differ by it (absolute, or relative to the expected value)."""
+    if os.fstat(f.fileno()).st_size > cap:
+        return False
+    f.seek(0)
+    got, want = f.read(cap + 1).split(), expected.encode("utf-8", errors="replace").split()
+    return len(got) == len(want) and all(_tokens_equal(g, w, tolerance) for g, w in zip(got, want))
 
 
 @dataclass
@@ -587,22 +634,29 @@ class SandboxResult:
 def run_python(solution: str, *, tests: str = "", entry_point: str | None = None, setup: str = "",
                cases: list[dict] | None = None, timeout: float = 10.0, memory_mb: int = 2048,
                cpu_s: int | None = None, max_procs: int = 64, file_mb: int = 16, isolate: bool = True,
-               trusted_only: bool = False) -> SandboxResult:
+               trusted_only: bool = False, float_tolerance: float | None = None) -> SandboxResult:
     """Run `solution` (Python source) against `tests` (see rewards/testplan.py for the formats) or stdin/stdout
-    `cases` ([{"input": str, "output": str}], compared token by token here). passed=True only if every test case
-    passed. trusted_only=True refuses tests that would have to be judged inside the sandbox."""
+    `cases` ([{"input": str, "output": str}], compared token by token here, each case with `timeout` of its own;
+    float_tolerance: tokens that are both numbers may differ by that much, absolute or relative). passed=True only
+    if every test case passed. trusted_only=True refuses tests that would have to be judged inside the sandbox."""
     if cases is None and not tests.strip():
         raise ValueError("run_python needs `tests` or `cases`; got neither")
     limits = dict(timeout=timeout, memory_mb=memory_mb, cpu_s=cpu_s, max_procs=max_procs, file_mb=file_mb,
                   isolate=isolate)
+    if cases is not None and not cases:  # zero test cases judged is never a pass
+        return SandboxResult(False, False, False, None, 0.0, "", "", unjudged=True)
     if cases is not None:
-        run = run_child({"solution": solution, "cases": [str(c["input"]) for c in cases]}, **limits)
-        outputs = next((r["cases"] for r in reversed(run.report) if isinstance(r, dict) and "cases" in r), None)
-        passed = (not run.timed_out and isinstance(outputs, list) and len(outputs) == len(cases)
-                  and all(isinstance(o, dict) and o.get("exit") == 0 and isinstance(o.get("stdout"), str)
-                          and o["stdout"].split() == str(c["output"]).split() for o, c in zip(outputs, cases)))
-        return SandboxResult(passed, True, run.timed_out, run.returncode, run.seconds, run.stdout, run.stderr,
-                             cases_trusted=len(cases))
+        caps = [_output_cap(str(c["output"])) for c in cases]
+        verdicts = run_child({"solution": solution, "cases": [str(c["input"]) for c in cases], "out_caps": caps},
+                             **limits, read_outputs=lambda files: [
+                                 _same_output(f, str(c["output"]), cap, float_tolerance)
+                                 for f, c, cap in zip(files, cases, caps)])
+        report = next((r["cases"] for r in reversed(verdicts.report) if isinstance(r, dict) and "cases" in r), None)
+        passed = (not verdicts.timed_out and isinstance(report, list) and len(report) == len(cases)
+                  and all(isinstance(o, dict) and o.get("exit") == 0 and o.get("timed_out") is False
+                          for o in report) and all(verdicts.outputs or [False]))
+        return SandboxResult(passed, True, verdicts.timed_out, verdicts.returncode, verdicts.seconds,
+                             verdicts.stdout, verdicts.stderr, cases_trusted=len(cases))
     plan = build_plan(tests, entry_point, setup or "")
     counts = dict(cases_trusted=plan.trusted, cases_untrusted=plan.untrusted)
     if plan.unjudged:  # zero test cases judged is never a pass

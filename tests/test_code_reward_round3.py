@@ -175,3 +175,54 @@ def test_fences_as_markdown_reads_them(case):
     from rewards.code import extract_code
     completion, expected = FENCES[case]
     assert extract_code(completion) == expected
+
+
+# ------------------------------------------------------------------ stdin/stdout programs
+
+def io(*pairs, **options):
+    return {"cases": [{"input": i, "output": o} for i, o in pairs], **options}
+
+
+THREAD_MAIN = ("import sys, threading\nsys.setrecursionlimit(1 << 20)\nthreading.stack_size(1 << 26)\n"
+               "def depth(n):\n    return 0 if n == 0 else 1 + depth(n - 1)\n"
+               "def main():\n    n = int(input())\n    {body}\nthreading.Thread(target=main).start()\n")
+STDIO = {  # (solution, reference, expected score)
+    "each_case_its_own_limit": ("import time\ntime.sleep(0.6)\nprint(int(input()) * 2)",
+                                io(*[(str(k), str(2 * k)) for k in range(4)], timeout=1.0), 1.0),
+    "one_case_over_its_limit": ("import time\nn = int(input())\ntime.sleep(1.5 if n == 2 else 0)\nprint(n * 2)",
+                                io(*[(str(k), str(2 * k)) for k in range(4)], timeout=1.0), 0.0),
+    "outputs_over_2_mib_together": ("n = int(input())\nprint(' '.join(['7'] * n))",
+                                    io(*[("300000", " ".join(["7"] * 300_000))] * 4), 1.0),
+    "one_output_over_16_mib": ("print('ab\\n' * (6 << 20), end='')", io(("", "ab\n" * (6 << 20))), 1.0),
+    "one_wrong_big_output": ("print('ab\\n' * (6 << 20), end='')", io(("", "ab\n" * (6 << 20) + "x")), 0.0),
+    "inputs_removed_after_each_case": ("import sys\nprint(len(sys.stdin.read()))",
+                                       io(*[("x" * (12 << 20), str(12 << 20))] * 6), 1.0),
+    "stderr_flood_dropped": ("import sys\nsys.stderr.write('debug\\n' * (5 << 20))\nprint(int(input()) + 1)",
+                             io(("1", "2"), ("5", "6")), 1.0),
+    "stdout_flood_past_the_cap_fails": ("print('x' * (40 << 20))\nprint(2)", io(("1", "2")), 0.0),
+    "main_in_a_thread": (THREAD_MAIN.format(body="print(n * 2)"), io(("3", "6"), ("4", "8")), 1.0),
+    "main_in_a_thread_deep_recursion": (THREAD_MAIN.format(body="print(depth(n))"),
+                                        io(("100000", "100000"), ("5", "5")), 1.0),
+    "main_in_a_thread_slow": (THREAD_MAIN.format(body="import time; time.sleep(0.5); print(n)"),
+                              io(("3", "3")), 1.0),
+    "main_in_a_thread_wrong": (THREAD_MAIN.format(body="print(n * 3)"), io(("3", "6"), ("4", "8")), 0.0),
+    "float_within_tolerance": ("print(0.1 + 0.2)", io(("", "0.3"), float_tolerance=1e-6), 1.0),
+    "float_relative_tolerance": ("print(1e12 + 1)", io(("", "1000000000000"), float_tolerance=1e-9), 1.0),
+    "float_outside_tolerance": ("print(0.31)", io(("", "0.3"), float_tolerance=1e-6), 0.0),
+    "float_without_tolerance": ("print(0.1 + 0.2)", io(("", "0.3")), 0.0),
+    "float_tolerance_not_for_words": ("print('yes')", io(("", "no"), float_tolerance=1.0), 0.0),
+}
+
+
+@pytest.mark.parametrize("case", sorted(STDIO))
+def test_stdin_stdout_as_a_judge_runs_it(case):
+    solution, reference, expected = STDIO[case]
+    both(solution, reference, expected)
+
+
+def test_a_case_cannot_leave_a_spinner_for_the_next():
+    # case 1 leaves setsid spinners behind; each later case must still get its own CPU and limit
+    src = ("import os, time\nn = int(input())\nif n == 0:\n    for _ in range(8):\n        if os.fork() == 0:\n"
+           "            os.setsid()\n            while True:\n                pass\nelse:\n    s = 0\n"
+           "    for i in range(3_000_000):\n        s += i\nprint(n)")
+    both(src, io(*[(str(k), str(k)) for k in range(3)], timeout=2.0), 1.0)
