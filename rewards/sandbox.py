@@ -666,7 +666,7 @@ def run_python(solution: str, *, tests: str = "", entry_point: str | None = None
     spec = {"solution": solution, "setup": setup or "", "units": [u.steps for u in plan.units]}
     nonce = os.urandom(16).hex()
     if plan.harness is not None:
-        spec.update(harness={"source": plan.harness, "entry_point": entry_point}, nonce=nonce)
+        spec.update(harness={"source": plan.harness, "entry_point": plan.check_candidate}, nonce=nonce)
     run = run_child(spec, **limits, parse=False)
     passed = not run.timed_out and bool(run.raw) and _judge.verdict(
         {"tests": tests, "entry_point": entry_point, "setup": setup or "", "nonce": nonce, "report": run.raw})

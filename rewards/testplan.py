@@ -177,6 +177,37 @@ def _check_collisions(values):
                     raise ValueError(f"more than {MAX_SAME_HASH} distinct values share the hash {key}")
 
 
+MAX_LITERAL = 100_000  # characters of an input sent as source; a bigger one travels as data (encode_input)
+
+
+def encode_input(value):
+    """An input the trainer computed, as the child's tagged JSON (the format of its results; the child's
+    decode_input rebuilds it): flat lists of small ints, strs or finite floats as they are."""
+    kind = type(value)
+    if kind is list and value:
+        kinds = set(map(type, value))
+        if kinds in ({str}, {bool}) or (kinds == {int} and -(1 << 62) < min(value) and max(value) < 1 << 62) or (
+                kinds == {float} and all(map(math.isfinite, value))):
+            return value
+    if kind is int and value.bit_length() > 62:
+        return {"int": hex(value)}
+    if kind in (type(None), bool, int, str):
+        return value
+    if kind is float:
+        return value if math.isfinite(value) else {"float": repr(value)}
+    if kind is list:
+        return [encode_input(v) for v in value]
+    if kind in (tuple, set, frozenset):
+        return {kind.__name__: [encode_input(v) for v in value]}
+    if kind is dict:
+        return {"dict": [[encode_input(k), encode_input(v)] for k, v in value.items()]}
+    if kind is bytes:
+        return {"bytes": value.hex()}
+    if kind is complex:
+        return {"complex": [encode_input(value.real), encode_input(value.imag)]}
+    raise Unconvertible(f"input of type {kind.__name__} cannot be sent as data")
+
+
 def render(value) -> str:
     """A plain value as Python source the child can evaluate (an INPUT the trainer computed)."""
     kind = type(value)
@@ -206,10 +237,35 @@ def _is_mutable(value) -> bool:
     return False
 
 
+def _more_items_than(value, limit: int) -> bool:
+    """Does `value` hold more than `limit` items, nested ones counted (stops counting past the limit)?"""
+    stack, seen = [value], 0
+    while stack:
+        v = stack.pop()
+        if type(v) in (list, tuple, set, frozenset, dict):
+            seen += len(v)
+            if seen > limit:
+                return True
+            if not _flat(v):
+                stack.extend(v.items() if type(v) is dict else v)
+    return False
+
+
+_SCALAR_TYPES = {int, str, float, bool, type(None), bytes, complex}
+
+
+def _flat(value) -> bool:
+    """A container of scalars only (checked at C speed)."""
+    return set(map(type, value.keys() if type(value) is dict else value)) <= _SCALAR_TYPES and (
+        type(value) is not dict or set(map(type, value.values())) <= _SCALAR_TYPES)
+
+
 def _contains(value, targets: set) -> bool:
     """Is one of the objects with ids `targets` part of `value` (identity, not equality)?"""
     if id(value) in targets:
         return True
+    if not targets or type(value) not in (list, tuple, set, frozenset, dict) or _flat(value):
+        return False
     if type(value) in (list, tuple, set, frozenset):
         return any(_contains(v, targets) for v in value)
     if type(value) is dict:
@@ -246,6 +302,7 @@ class Plan:
     untrusted: int  # test cases left to the harness
     unjudged: int = 0  # test cases that can be neither judged nor run: the run scores 0
     harness_tests: tuple = ()  # the tests the harness must report as run ("test_x", "TestC.test_y", "check")
+    check_candidate: str | None = None  # what the harness passes to check(): the entry point, or check(add)'s
 
 
 def _names(node) -> set:
@@ -328,7 +385,7 @@ class _Unit:
             return node
         if isinstance(node, ast.Name) and node.id in self.env and _is_mutable(self.env[node.id]):
             value = self.env.pop(node.id)
-            self.steps.append({"run": f"{node.id} = {render(value)}"})
+            self.steps.append({"run": f"{node.id} = {self.source(value)}"})
             self.child.add(node.id)
             return node
         if isinstance(node, ast.Lambda) and _names(node) <= BUILTIN_NAMES | _bound_inside(node):
@@ -342,7 +399,17 @@ class _Unit:
             raise Unconvertible("a mutable input reached the solution inside another value")
         # the literal's source, verbatim: a Name node unparses to its id as it is (an ast.Constant would unparse
         # an int over 4,300 digits with repr(), which refuses it); parenthesised, so no operator binds into it
-        return ast.Name(id=f"({render(value)})", ctx=ast.Load())
+        return ast.Name(id=f"({self.source(value)})", ctx=ast.Load())
+
+    def source(self, value) -> str:
+        """An input as the child will read it: its literal, or for a big one (a 5-million-item list would not
+        compile in the child's memory) a name the child binds from data sent beside the steps."""
+        text = None if _more_items_than(value, MAX_LITERAL // 10) else render(value)
+        if text is not None and len(text) <= MAX_LITERAL:
+            return text
+        name = f"__gmts_in{len(self.steps)}"
+        self.steps.append({"bind": name, "data": encode_input(value)})
+        return name
 
     def child_source(self, node) -> str:
         """Source of a child expression with every child-free subexpression computed here and inlined."""
@@ -640,6 +707,33 @@ def _class_tests(stmt: ast.ClassDef, env: dict) -> tuple[list, int]:
     return names, cases
 
 
+def _without_docstring(body) -> list:
+    return [b for b in body if not (isinstance(b, ast.Expr) and isinstance(b.value, ast.Constant))]
+
+
+def _check_call(stmt) -> str | None:
+    """`check(add)` / `check(candidate=add)` as a statement: the candidate's name, else None."""
+    if not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)
+            and isinstance(stmt.value.func, ast.Name) and stmt.value.func.id == "check"):
+        return None
+    call = stmt.value
+    args = list(call.args) + [k.value for k in call.keywords if k.arg in ("candidate", None)]
+    if len(args) != 1 or len(call.args) + len(call.keywords) != 1 or not isinstance(args[0], ast.Name):
+        return None
+    return args[0].id
+
+
+def _runs_tests(stmt, test_functions) -> bool:
+    """`test_add()` (a test function of the tests', called without arguments) or `unittest.main(...)` at module
+    level: the tests run where they are defined; this call adds nothing to judge."""
+    if not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)):
+        return False
+    func = stmt.value.func
+    if isinstance(func, ast.Name) and func.id in test_functions and not stmt.value.args and not stmt.value.keywords:
+        return True
+    return ast.unparse(func) == "unittest.main"
+
+
 def _is_main_guard(stmt) -> bool:
     """`if __name__ == "__main__": unittest.main()`: not a test (the harness runs under another name)."""
     return isinstance(stmt, ast.If) and "__name__" in _names(stmt.test)
@@ -688,8 +782,23 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "") -> P
         local = stored | _bound_inside(node)  # the test's own variables (loop and comprehension ones too)
         return (_names(node) - local - BUILTIN_NAMES - set(MODULES) - {"pytest"} - set(env) - foreign) | own
 
-    checks_called = any(isinstance(s, ast.Expr) and isinstance(s.value, ast.Call)
-                        and _last_name(s.value.func) == "check" for s in module.body)
+    # `check(add)` at module level (HumanEval + a call, HumanEvalPack without an entry point) or as the whole body
+    # of a test function (MultiPL-E's `def test_check(): check(add)`): each names a candidate for check; those
+    # statements are that check's unit, not tests of their own. A bare call of a test function of the tests'
+    # (`test_add()` after its definition) runs what the unit judges already.
+    check_def = next((s for s in module.body if isinstance(s, ast.FunctionDef) and s.name == "check"), None)
+    wrappers = {s.name for s in module.body if isinstance(s, ast.FunctionDef) and s.name.startswith("test")
+                and s.body and all(_check_call(b) for b in _without_docstring(s.body))}
+    candidates = [entry_point] if entry_point else []
+    for s in module.body:
+        calls = ([s] if _check_call(s) else _without_docstring(s.body) if isinstance(s, ast.FunctionDef)
+                 and s.name in wrappers else [])
+        candidates += [_check_call(c) for c in calls if _check_call(c) not in candidates]
+    if check_def is None:
+        wrappers, candidates = set(), candidates[:1]
+    test_functions = {s.name for s in module.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))
+                      and s.name.startswith("test")}
+    checks_called = bool(candidates) and check_def is not None
     script_kinds = (ast.Assert, ast.Assign, ast.AnnAssign, ast.Expr, ast.With)
     script_stmts = [s for s in module.body if isinstance(s, script_kinds)]
     # The module's own statements (MBPP's asserts, `lst = [3, 1, 2]; sort_in_place(lst); assert lst == ...`) run
@@ -700,8 +809,10 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "") -> P
     units, kept, harness_tests = [], [], []  # kept: (statement, whether it tests anything in the harness)
     trusted = untrusted = unjudged = 0
     for stmt in module.body:
-        if _is_main_guard(stmt):
-            continue
+        if _is_main_guard(stmt) or (check_def is not None and _check_call(stmt)) or _runs_tests(stmt, test_functions):
+            continue  # `if __name__ == ...`, `unittest.main()`, `check(add)`, `test_add()`: judged where defined
+        if isinstance(stmt, ast.FunctionDef) and stmt.name in wrappers:
+            continue  # `def test_check(): check(add)`: check's unit with that candidate
         if _is_test_class(stmt):  # run by the harness, each method reported back by name
             names, cases = _class_tests(stmt, env)
             harness_tests += names
@@ -731,15 +842,18 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "") -> P
             kept.append((stmt, bool(cases) or runs))
             continue
         try:
-            if isinstance(stmt, ast.FunctionDef) and stmt.name == "check" and entry_point:
+            if isinstance(stmt, ast.FunctionDef) and stmt.name == "check" and candidates:
                 arg = stmt.args.args[0].arg if len(stmt.args.args) == 1 else None
                 if arg is None or stmt.decorator_list:
                     raise Unconvertible("check() signature")
-                u = _Unit(env, child_names(stmt) | {arg}, prelude + [f"{arg} = {entry_point}"], modules)
-                for s in stmt.body:
-                    u.statement(s)
-                units.append(Unit(u.steps, u.checks, "check"))
-                trusted += _count_cases(stmt)
+                converted = []
+                for candidate in candidates:  # usually one: the entry point, or what the tests pass to check
+                    u = _Unit(env, child_names(stmt) | {arg}, prelude + [f"{arg} = {candidate}"], modules)
+                    for s in stmt.body:
+                        u.statement(s)
+                    converted.append(Unit(u.steps, u.checks, "check"))
+                units += converted
+                trusted += _count_cases(stmt) * len(candidates)
                 continue
             if isinstance(stmt, ast.FunctionDef) and stmt.name.startswith("test"):
                 rows = _param_rows(stmt, env)
@@ -759,7 +873,7 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "") -> P
                 harness_tests.append(stmt.name)
             kept.append((stmt, True))
             continue
-        test = _is_test(stmt, entry_point)
+        test = _is_test(stmt, candidates[0] if candidates else None)
         if test and not isinstance(stmt, ast.FunctionDef):
             untrusted += _count_cases(stmt)  # a module-level loop: it tests as the harness runs it
             if isinstance(stmt, ast.AsyncFunctionDef) and stmt.name.startswith("test"):
@@ -773,7 +887,8 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "") -> P
     if trusted + untrusted == 0:
         unjudged += 1  # no test case at all (only helpers, imports, a docstring): zero judged is never a pass
     return Plan(units=units, harness=harness, trusted=trusted, untrusted=untrusted, unjudged=unjudged,
-                harness_tests=tuple(dict.fromkeys(harness_tests)))
+                harness_tests=tuple(dict.fromkeys(harness_tests)),
+                check_candidate=candidates[0] if candidates else None)
 
 
 def _safe_rows(fn, env, method=False) -> list:
@@ -832,27 +947,49 @@ def _value(step: dict, result: dict):
     return value
 
 
+class _StepFailed(Exception):
+    """A check read the value of a step that raised in the child (or returned something that is not data)."""
+
+
+class _Values(dict):
+    """Placeholder values for a check; reading one whose step failed fails the check, only when it is read."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.failed = set()
+
+    def __missing__(self, key):
+        if key in self.failed:
+            raise _StepFailed(key)
+        raise KeyError(key)
+
+
 def judge_unit(unit: Unit, results) -> bool:
     """Did the child's results for this unit pass every check? Any malformed or missing result: no."""
     if not isinstance(results, list) or len(results) != len(unit.steps):
         return False
     raises_steps = {c.step for c in unit.checks if c.kind == "raises"}
-    values = {}
+    values = _Values()
     for i, result in enumerate(results):
         if not isinstance(result, dict):
             return False
         if i in raises_steps:
             continue
-        if "ok" not in result:
+        if "eval" in unit.steps[i]:  # a value that raised (or is not plain data) fails only where it is used:
+            try:  # `assert f(x) == 3 or g(x) == 4` as Python evaluates it, short-circuits included
+                values[f"__r{i}"] = _value(unit.steps[i], result)
+            except (KeyError, ValueError, TypeError, AttributeError):
+                values.failed.add(f"__r{i}")
+        elif "ok" not in result:
             return False
-        if "eval" in unit.steps[i]:
-            values[f"__r{i}"] = _value(unit.steps[i], result)
     for check in unit.checks:
         if check.kind == "raises":
             if not _raised(results[check.step], check.exceptions, check.match):
                 return False
             continue
-        result = eval(check.expr, dict(_PARENT_GLOBALS), {**check.env, **values})
+        scope = _Values({**check.env, **values})
+        scope.failed = values.failed
+        result = eval(check.expr, dict(_PARENT_GLOBALS), scope)
         if check.kind == "bind":
             parts = list(result) if len(check.names) > 1 else [result]
             if len(parts) != len(check.names):

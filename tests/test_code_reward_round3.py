@@ -226,3 +226,48 @@ def test_a_case_cannot_leave_a_spinner_for_the_next():
            "            os.setsid()\n            while True:\n                pass\nelse:\n    s = 0\n"
            "    for i in range(3_000_000):\n        s += i\nprint(n)")
     both(src, io(*[(str(k), str(k)) for k in range(3)], timeout=2.0), 1.0)
+
+
+# ------------------------------------------------------------------ the formats real suites use
+
+ADD_GOOD = "def add(a, b):\n    return a + b\n"
+ADD_WRONGS = ["def add(a, b):\n    return a - b if a > 5 else a + b\n", "def add(a, b):\n    return 3\n",
+              "def add(a, b):\n    raise ValueError\n"]
+CHECK = "def check(candidate):\n    assert candidate(1, 2) == 3\n    assert candidate(7, 1) == 8\n"
+FORMATS = {
+    "trailing_check_call": {"tests": CHECK + "\ncheck(add)\n", "entry_point": "add"},
+    "trailing_check_candidate_keyword": {"tests": CHECK + "\ncheck(candidate=add)\n", "entry_point": "add"},
+    "humanevalpack_check_without_entry_point": {"tests": CHECK + "\ncheck(add)\n"},
+    "multipl_e_test_check": {"tests": CHECK + "\ndef test_check():\n    check(add)\n\ntest_check()\n"},
+    "multipl_e_test_check_uncalled": {"tests": CHECK + "\ndef test_check():\n    check(add)\n"},
+    "trailing_test_call": {"tests": "def test_add():\n    assert add(1, 2) == 3\n    assert add(7, 1) == 8\n\n"
+                                    "test_add()\n"},
+    "trailing_test_calls_kodcode": {"tests": "from solution import add\n\ndef test_small():\n    assert add(1, 2) == 3"
+                                             "\n\ndef test_big():\n    assert add(7, 1) == 8\n\ntest_small()\n"
+                                             "test_big()\n"},
+    "unittest_main_without_guard_after_asserts": {"tests": "import unittest\nassert add(1, 2) == 3\n"
+                                                           "assert add(7, 1) == 8\nunittest.main()\n"},
+    "and_in_an_assert": {"tests": "assert add(1, 2) == 3 and add(7, 1) == 8\n"},
+    "or_short_circuits_a_raise": {"tests": "assert add(1, 2) == 3 or add('a', 1) == 0\nassert add(7, 1) == 8\n"},
+    "and_short_circuits": {"tests": "assert not (add(1, 2) == 4 and add('a', 1) == 0)\nassert add(7, 1) == 8\n"},
+    "if_else_in_an_assert": {"tests": "assert (add(7, 1) if add(1, 2) == 3 else add('a', 1)) == 8\n"},
+    "huge_input_not_a_literal": {"tests": "assert add(len([0] * 5_000_000), 0) == 5_000_000\n"
+                                          "assert add(total([1] * 5_000_000), 0) == 5_000_000\n"
+                                          "assert add(7, 1) == 8\n"},
+    "huge_named_input": {"tests": "data = list(range(3_000_000))\nassert total(data) == 4_499_998_500_000\n"
+                                  "assert add(7, 1) == 8\nassert add(1, 2) == 3\n"},
+    "huge_nested_input": {"tests": "rows = [[1, 2]] * 1_000_000\nassert total([sum(r) for r in rows]) == 3_000_000\n"
+                                   "assert count(rows) == 1_000_000\n"
+                                   "assert add(7, 1) == 8\n"},
+}
+
+
+@pytest.mark.parametrize("case", sorted(FORMATS))
+def test_real_suite_formats_are_judged_by_the_trainer(case):
+    reference = FORMATS[case]
+    plan = __import__("rewards").testplan.build_plan(reference["tests"], reference.get("entry_point"))
+    assert plan.harness is None and not plan.unjudged and plan.trusted >= 1
+    total = "def total(xs):\n    return sum(xs)\n\ndef count(xs):\n    return len(xs)\n"
+    both(ADD_GOOD + total, reference, 1.0)
+    for wrong in ADD_WRONGS:
+        both(wrong + total, reference, 0.0)
