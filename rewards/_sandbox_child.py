@@ -19,6 +19,7 @@ Work, in order:
      {"harness": NONCE, "ran": [names of the tests run]}.
 """
 import builtins
+import collections
 import ctypes
 import json
 import math
@@ -159,6 +160,9 @@ def encode(value, depth=0, budget=None):
         return {"bytes": value.hex()}
     if kind is complex:
         return {"complex": [encode(value.real), encode(value.imag)]}
+    stdlib = _stdlib_value(value, kind, depth, budget)
+    if stdlib is not None:
+        return stdlib
     item = getattr(value, "item", None)  # numpy scalars: an honest solution's np.int64(5) means 5
     if type(value).__module__ == "numpy" and callable(item) and type(item()) in (bool, int, float, complex):
         return encode(item(), depth, budget)
@@ -185,6 +189,31 @@ def decode_input(value):
     if tag == "complex":
         return complex(decode_input(inner[0]), decode_input(inner[1]))
     raise ValueError(f"unknown input tag {tag!r}")
+
+
+_COLLECTIONS = (collections.Counter, collections.OrderedDict, collections.defaultdict, collections.deque)
+_FACTORIES = {getattr(builtins, n): n for n in ("list", "int", "set", "dict", "str", "float", "tuple", "bool")}
+
+
+def _stdlib_value(value, kind, depth, budget):
+    """The stdlib's value types, as what they are (the classes as they were before the solution ran): Counter,
+    OrderedDict, defaultdict (its factory when it is a builtin type), deque, and a namedtuple (its class name
+    and fields; the parent makes a namedtuple of its own: no method of the solution's class crosses)."""
+    def pairs():
+        return [[encode(k, depth + 1, budget), encode(v, depth + 1, budget)] for k, v in value.items()]
+    if kind is _COLLECTIONS[0] or kind is _COLLECTIONS[1]:
+        return {kind.__name__: pairs()}
+    if kind is _COLLECTIONS[2]:
+        factory = value.default_factory
+        return {"defaultdict": [_FACTORIES.get(factory) if factory is not None else None, pairs()]}
+    if kind is _COLLECTIONS[3]:
+        return {"deque": [[encode(v, depth + 1, budget) for v in value], value.maxlen]}
+    fields = kind.__dict__.get("_fields")
+    if (kind.__bases__ == (tuple,) and type(fields) is tuple and len(fields) == len(value) <= 255
+            and all(type(f) is str for f in fields)):
+        return {"namedtuple": [kind.__name__ if type(kind.__name__) is str else "?", list(fields),
+                               [encode(v, depth + 1, budget) for v in value]]}
+    return None
 
 
 _PLAIN = (type(None), bool, int, float, complex, str, bytes, list, tuple, dict, set, frozenset)

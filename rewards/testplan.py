@@ -30,7 +30,7 @@ SAFE_NAMES = frozenset("""abs all any ascii bin bool bytes chr complex dict divm
 frozenset hex int isinstance len list map max min oct ord pow range repr reversed round set slice sorted str sum
 tuple type zip""".split())
 BUILTIN_NAMES = frozenset(dir(builtins))
-MODULES = {"math": math}
+MODULES = {"math": math, "collections": collections}
 _SAFE_BUILTINS = {name: getattr(builtins, name) for name in SAFE_NAMES}
 # Calls that iterate over their argument: a generator (or any iterator) the solution returns there is materialised
 # into a list in the sandbox, and the call itself runs here on that list (list(gen) == list(list(gen)) exactly).
@@ -62,7 +62,7 @@ class _Pytest:
 # The test's expression runs here over values the solution chose, so the solution sets its cost (`3 ** f(x)`,
 # `math.gcd` of two huge ints, `sum(lists, [])`): verdicts are made in helper processes under a deadline and a
 # memory limit (rewards/_judge.py), not here.
-_PARENT_GLOBALS = {"__builtins__": _SAFE_BUILTINS, "math": math, "pytest": _Pytest}
+_PARENT_GLOBALS = {"__builtins__": _SAFE_BUILTINS, **MODULES, "pytest": _Pytest}
 _RAISES = object()  # `from pytest import raises`: only ever the context of a with-statement (raises_block)
 _FROM_PYTEST = {"approx": _approx, "raises": _RAISES}
 
@@ -114,6 +114,8 @@ class _Decoder:
                 pairs = [(self.decode(k, depth + 1), self.decode(v, depth + 1)) for k, v in inner]
                 _check_collisions([k for k, _ in pairs])
                 return dict(pairs)
+            if tag in ("Counter", "OrderedDict", "defaultdict", "deque", "namedtuple"):
+                return self.stdlib(tag, inner, depth)
             if tag == "float" and inner in ("inf", "-inf", "nan"):
                 return float(inner)
             if tag == "bytes":
@@ -128,6 +130,29 @@ class _Decoder:
         if type(value) in (type(None), bool, str):  # str hashes are salted per process: no forged collisions
             return value
         raise ValueError(f"malformed result of type {type(value).__name__}")
+
+    def stdlib(self, tag, inner, depth):
+        """collections' value types, rebuilt as what they are (a namedtuple as one of ours, same fields)."""
+        def pairs(items):
+            made = [(self.decode(k, depth + 1), self.decode(v, depth + 1)) for k, v in items]
+            _check_collisions([k for k, _ in made])
+            return made
+        if tag == "Counter":
+            return collections.Counter(dict(pairs(inner)))
+        if tag == "OrderedDict":
+            return collections.OrderedDict(pairs(inner))
+        if tag == "defaultdict":
+            factory, items = inner
+            if factory not in _FACTORIES:
+                raise ValueError(f"defaultdict factory {factory!r}")
+            return collections.defaultdict(_FACTORIES[factory], pairs(items))
+        if tag == "deque":
+            items, maxlen = inner
+            if maxlen is not None and type(maxlen) is not int:
+                raise ValueError("deque maxlen")
+            return collections.deque(self.items(items, depth), maxlen)
+        name, fields, items = inner
+        return self.steerable(_namedtuple(name, tuple(fields))(*self.items(items, depth)))
 
     def items(self, values, depth) -> list:
         """A list's items. Fast path, at C speed, for the common flat list of one scalar type (json.loads made it
@@ -152,6 +177,18 @@ class _Decoder:
             raise ValueError("result too costly to hash (deeply nested tuples)")
         self.hashable.append(value)
         return value
+
+
+_FACTORIES = {None: None, **{n: getattr(builtins, n) for n in ("list", "int", "set", "dict", "str", "float",
+                                                                 "tuple", "bool")}}
+
+
+@lru_cache(maxsize=1024)
+def _namedtuple(name: str, fields: tuple):
+    """A namedtuple class of ours (namedtuple refuses names and fields that are not identifiers)."""
+    if type(name) is not str or not all(type(f) is str for f in fields) or len(fields) > 255:
+        raise ValueError("malformed namedtuple")
+    return collections.namedtuple(name, fields)
 
 
 def _hash(value):
@@ -757,6 +794,10 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "") -> P
             prelude.append(ast.unparse(stmt))
             from_solution |= {a.asname or a.name for a in stmt.names}
             modules |= {a.asname or a.name for a in stmt.names if a.name == "solution"}
+        elif isinstance(stmt, ast.ImportFrom) and stmt.module in ("collections", "math"):
+            for a in stmt.names:  # `from collections import Counter`: the trainer's own
+                if a.name != "*" and not a.name.startswith("_") and hasattr(MODULES[stmt.module], a.name):
+                    env[a.asname or a.name] = getattr(MODULES[stmt.module], a.name)
         elif isinstance(stmt, ast.ImportFrom) and stmt.module == "pytest":  # `from pytest import approx, raises`
             for a in stmt.names:
                 if a.name in _FROM_PYTEST:
@@ -771,7 +812,7 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "") -> P
     # Names the tests define themselves (helpers, non-literal variables, other modules) make a case unconvertible;
     # so do builtins the trainer does not evaluate itself (they are never the solution's, unless it exports them);
     # every other free name is the solution's (MBPP names no entry point; KodCode imports them).
-    foreign = (defined - set(env) - {"check"} - {n for n in defined if n.startswith("test")}) | (imported - set(MODULES))
+    foreign = (defined - set(env) - {"check"} - {n for n in defined if n.startswith("test")}) | (imported - set(MODULES) - set(env))
     foreign -= from_solution | setup_names
     foreign.discard("pytest")
     foreign -= {n for n, v in env.items() if any(v is x for x in _FROM_PYTEST.values())}

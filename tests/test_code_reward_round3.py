@@ -247,7 +247,6 @@ FORMATS = {
                                              "test_big()\n"},
     "unittest_main_without_guard_after_asserts": {"tests": "import unittest\nassert add(1, 2) == 3\n"
                                                            "assert add(7, 1) == 8\nunittest.main()\n"},
-    "and_in_an_assert": {"tests": "assert add(1, 2) == 3 and add(7, 1) == 8\n"},
     "or_short_circuits_a_raise": {"tests": "assert add(1, 2) == 3 or add('a', 1) == 0\nassert add(7, 1) == 8\n"},
     "and_short_circuits": {"tests": "assert not (add(1, 2) == 4 and add('a', 1) == 0)\nassert add(7, 1) == 8\n"},
     "if_else_in_an_assert": {"tests": "assert (add(7, 1) if add(1, 2) == 3 else add('a', 1)) == 8\n"},
@@ -271,3 +270,41 @@ def test_real_suite_formats_are_judged_by_the_trainer(case):
     both(ADD_GOOD + total, reference, 1.0)
     for wrong in ADD_WRONGS:
         both(wrong + total, reference, 0.0)
+
+
+# ------------------------------------------------------------------ stdlib value types cross as what they are
+
+STDLIB = {  # (tests, honest solution, wrong solutions)
+    "counter": ("from collections import Counter\nassert count('abca') == Counter({'a': 2, 'b': 1, 'c': 1})\n"
+                "assert count('abca').most_common(1) == [('a', 2)]\n",
+                "from collections import Counter\ndef count(s):\n    return Counter(s)\n",
+                ["from collections import Counter\ndef count(s):\n    return Counter(s[:-1])\n",
+                 "def count(s):\n    return {'a': 2, 'b': 1, 'c': 1}\n"]),
+    "namedtuple": ("assert point(1, 2) == (1, 2)\nassert point(1, 2).x == 1\nassert point(3, 4).y == 4\n",
+                   "from collections import namedtuple\nP = namedtuple('P', 'x y')\ndef point(a, b):\n"
+                   "    return P(a, b)\n",
+                   ["from collections import namedtuple\nP = namedtuple('P', 'y x')\ndef point(a, b):\n"
+                    "    return P(a, b)\n", "def point(a, b):\n    return (a, b)\n"]),
+    "deque": ("from collections import deque\nassert window([1, 2, 3], 2) == deque([2, 3], maxlen=2)\n",
+              "from collections import deque\ndef window(xs, n):\n    return deque(xs, maxlen=n)\n",
+              ["def window(xs, n):\n    return xs[-n:]\n",
+               "from collections import deque\ndef window(xs, n):\n    return deque(xs[:n])\n"]),
+    "ordered_dict": ("import collections\nassert list(order('ba')) == ['b', 'a']\n"
+                     "assert order('ba') == collections.OrderedDict([('b', 0), ('a', 1)])\n",
+                     "from collections import OrderedDict\ndef order(s):\n    return OrderedDict((c, i) for i, c in "
+                     "enumerate(s))\n",
+                     ["from collections import OrderedDict\ndef order(s):\n    return OrderedDict((c, i) for i, c "
+                      "in enumerate(sorted(s)))\n"]),
+    "defaultdict": ("assert groups([1, 2, 3])[1] == [1, 3]\nassert groups([1, 2, 3])[5] == []\n",
+                    "from collections import defaultdict\ndef groups(xs):\n    d = defaultdict(list)\n    for x in xs:"
+                    "\n        d[x % 2].append(x)\n    return d\n",
+                    ["def groups(xs):\n    return {1: [1, 3], 0: [2]}\n"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(STDLIB))
+def test_stdlib_value_types_cross_as_what_they_are(case):
+    tests, good, wrongs = STDLIB[case]
+    both(good, tests, 1.0)
+    for wrong in wrongs:
+        both(wrong, tests, 0.0)
