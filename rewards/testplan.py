@@ -424,6 +424,12 @@ class _Unit:
             value = self.env.pop(node.id)
             self.steps.append({"run": f"{node.id} = {self.source(value)}"})
             self.child.add(node.id)
+            for other in [n for n, v in self.env.items() if v is value]:  # `arr = original`: one list, two
+                self.env.pop(other)  # names; both are the child's from now on, as in pytest
+                self.steps.append({"run": f"{other} = {node.id}"})
+                self.child.add(other)
+            if any(_contains(v, {id(value)}) for v in self.env.values()):
+                raise Unconvertible("a mutable input is also held inside another value of the test's")
             return node
         if isinstance(node, ast.Lambda) and _names(node) <= BUILTIN_NAMES | _bound_inside(node):
             return node  # `key=lambda x: -x`: code, not data; it only shapes the solution's own input
@@ -776,6 +782,32 @@ def _is_main_guard(stmt) -> bool:
     return isinstance(stmt, ast.If) and "__name__" in _names(stmt.test)
 
 
+def _setup_values(setup: str) -> dict:
+    """The names a problem's setup (MBPP's test_setup_code, test_imports) binds to data or to a module the
+    trainer evaluates: part of the tests, so computed here by running the setup (trusted, like the tests), never
+    read back from the sandbox, where the solution could rebind them."""
+    if not setup.strip():
+        return {}
+    ns = {}
+    try:
+        exec(compile(setup, "setup.py", "exec"), ns)
+    except Exception:  # noqa: BLE001 - a setup that cannot run here stays wholly the sandbox's
+        return {}
+    values = {}
+    for name, value in ns.items():
+        if name.startswith("__"):
+            continue
+        if any(value is m for m in MODULES.values()):
+            values[name] = value
+            continue
+        try:
+            render(value)
+        except (Unconvertible, RecursionError):
+            continue
+        values[name] = value
+    return values
+
+
 @lru_cache(maxsize=4096)
 def build_plan(tests: str, entry_point: str | None = None, setup: str = "") -> Plan:
     """The plan for one problem's tests (cached: the same reference comes back every epoch). A tests string
@@ -785,7 +817,9 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "") -> P
         setup_names = _defined_names(ast.parse(setup).body) if setup else set()
     except SyntaxError as e:
         raise ValueError(f"code tests are not valid Python ({e}): {tests[:200]!r}") from None
-    env, prelude, from_solution, modules = {}, [], set(), set()
+    env, prelude, from_solution, modules = _setup_values(setup), [], set(), set()
+    setup_names -= set(env)  # data the setup binds is the tests' (computed here); its functions and classes
+    # stay the solution's namespace's, where the setup also runs (a Node class the solution builds on)
     for stmt in module.body:  # literal constants and imports from the solution, in order
         if isinstance(stmt, ast.ImportFrom) and stmt.module == "solution":
             prelude.append(ast.unparse(stmt))

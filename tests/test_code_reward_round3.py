@@ -308,3 +308,39 @@ def test_stdlib_value_types_cross_as_what_they_are(case):
     both(good, tests, 1.0)
     for wrong in wrongs:
         both(wrong, tests, 0.0)
+
+
+# ------------------------------------------------------------------ setup is part of the tests; identity survives
+
+SETUP = [  # (reference, honest, wrong: rebinds the setup's name, which the child would read)
+    ({"tests": "assert f(3) == EXPECTED", "setup": "EXPECTED = 9"}, "def f(x):\n    return x * x\n",
+     "import sys\ndef f(x):\n    sys._getframe(1).f_globals['EXPECTED'] = 0\n    return 0\n"),
+    ({"tests": "assert f(K) == K * K", "setup": "K = 4"}, "def f(x):\n    return x * x\n",
+     "def f(x):\n    __import__('sys')._getframe(1).f_globals['K'] = 0\n    return 0\n"),
+    ({"tests": "assert area(2) == math.pi * 4", "setup": "import math"},
+     "import math\ndef area(r):\n    return math.pi * r * r\n", "import math\nmath.pi = 0\ndef area(r):\n    return 0.0\n"),
+]
+
+
+@pytest.mark.parametrize("case", range(len(SETUP)))
+def test_setup_names_are_the_tests(case):
+    reference, good, wrong = SETUP[case]
+    both(good, reference, 1.0)
+    both(wrong, reference, 0.0)
+
+
+IDENTITY = [
+    "original = [5, 3, 1]\narr = original\nresult = sorted_copy(arr)\nassert result == [1, 3, 5]\n"
+    "assert original == [5, 3, 1]\n",
+    "def test_no_mutation():\n    original = [5, 3, 1]\n    arr = original\n    assert sorted_copy(arr) == [1, 3, 5]\n"
+    "    assert original == [5, 3, 1]\n",
+    "data = {'b': 2, 'a': 1}\nalias = data\nassert keys(alias) == ['a', 'b']\nassert data == {'b': 2, 'a': 1}\n",
+]
+KEEPS = "def sorted_copy(a):\n    return sorted(a)\ndef keys(d):\n    return sorted(d)\n"
+MUTATES = "def sorted_copy(a):\n    a.sort()\n    return a\ndef keys(d):\n    k = sorted(d)\n    d.clear()\n    return k\n"
+
+
+@pytest.mark.parametrize("case", range(len(IDENTITY)))
+def test_names_bound_to_one_object_stay_one(case):
+    both(KEEPS, IDENTITY[case], 1.0)
+    both(MUTATES, IDENTITY[case], 0.0)
