@@ -271,7 +271,7 @@ def run_units(units, namespace):
     {"ok": null} for run steps | {"exc": name, "msg": str, "mro": [[name, origin], ...]}."""
     out = []
     for steps in units:
-        ns, results = dict(namespace), []
+        ns, results = dict(namespace, __gmts_builtins=dict(_BUILTINS)), []
         for step in steps:
             try:
                 if "bind" in step:  # a big input the trainer computed, sent as data rather than as source

@@ -35,6 +35,8 @@ _SAFE_BUILTINS = {name: getattr(builtins, name) for name in SAFE_NAMES}
 # Calls that iterate over their argument: a generator (or any iterator) the solution returns there is materialised
 # into a list in the sandbox, and the call itself runs here on that list (list(gen) == list(list(gen)) exactly).
 ITERATING = frozenset("list tuple set frozenset sorted sum min max any all dict enumerate".split())
+# Builtins applied in the child when their argument is a value of the solution's (the result crosses as data)
+CHILD_BUILTINS = frozenset("len str repr bool isinstance abs".split())
 SINGLETONS = (None, True, False, Ellipsis)  # `x is None`: exact on rebuilt values (decode returns these objects)
 MAX_MESSAGE = 4096  # characters of an exception message matched against pytest.raises(match=...); longer: fail
 MAX_DEPTH = 100  # nesting of a returned value (the child sends at most 64 levels)
@@ -413,6 +415,15 @@ class _Unit:
             return self.is_object(node.value)
         return False
 
+    def applies_builtin(self, node) -> bool:
+        """A builtin of CHILD_BUILTINS applied to a value of the solution's (and otherwise to inputs): it runs in
+        the child on the real builtin (as it was before the solution ran) and returns plain data, so an object of
+        the solution's (`len(stack)`, `str(node)`, `list(custom_iterable)`) meets it as in pytest."""
+        return (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in CHILD_BUILTINS
+                and node.func.id not in self.child and node.func.id not in self.env and not node.keywords
+                and any(self.is_child_value(a) for a in node.args)
+                and all(self.is_child_value(a) or not self.uses_child(a) for a in node.args))
+
     # ------------------------------------------------ the child's side
 
     def literal(self, node):
@@ -506,6 +517,10 @@ class _Unit:
                 if bound:
                     raise Unconvertible("attributes of a child value inside a lambda or comprehension")
                 return self.fetch(base, attrs=attrs)
+        if self.applies_builtin(node) and not bound:  # `len(obj)`, `isinstance(n, Node)`: a step on the
+            args = ", ".join(self.child_source(a) for a in node.args)  # solution's objects, in the child
+            self.steps.append({"eval": f"__gmts_builtins[{node.func.id!r}]({args})"})
+            return ast.Name(id=f"__r{len(self.steps) - 1}", ctx=ast.Load())
         if isinstance(node, ast.Call):
             consume = isinstance(node.func, ast.Name) and node.func.id in ITERATING and node.func.id not in self.child
             if isinstance(node.func, ast.Attribute):  # a method of a returned value: it runs here

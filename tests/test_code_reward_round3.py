@@ -344,3 +344,22 @@ MUTATES = "def sorted_copy(a):\n    a.sort()\n    return a\ndef keys(d):\n    k 
 def test_names_bound_to_one_object_stay_one(case):
     both(KEEPS, IDENTITY[case], 1.0)
     both(MUTATES, IDENTITY[case], 0.0)
+
+
+# ------------------------------------------------------------------ builtins applied to the solution's objects
+
+STACK = ("class Stack:\n    def __init__(self):\n        self.items = []\n    def push(self, x):\n"
+         "        self.items.append(x)\n    def __len__(self):\n        return len(self.items)\n"
+         "    def __str__(self):\n        return 'Stack(%d)' % len(self.items)\n")
+ON_OBJECTS = [
+    "s = Stack()\ns.push(1)\ns.push(2)\nassert len(s) == 2\n",
+    "s = Stack()\ns.push(1)\nassert str(s) == 'Stack(1)'\n",
+    "s = Stack()\ns.push(4)\nassert bool(s)\nassert isinstance(s, Stack)\n",
+    "def test_stack():\n    s = Stack()\n    s.push(1)\n    assert len(s) == 1 and repr(len(s)) == '1'\n",
+]
+
+
+@pytest.mark.parametrize("case", range(len(ON_OBJECTS)))
+def test_builtins_meet_the_solutions_objects_in_the_sandbox(case):
+    both(STACK, ON_OBJECTS[case], 1.0)
+    both(STACK.replace("self.items.append(x)", "pass"), ON_OBJECTS[case], 0.0)
