@@ -15,8 +15,8 @@ Work, in order:
      solution's namespace, every step whatever an earlier one raised; each eval's value goes back as plain data
      (exact types only), or the exception with its MRO. `cases`: the solution runs as a script once per stdin;
      its stdout goes back. Report line: {"units": [...]} or {"cases": [...]}.
-  4. `harness` (untrusted tests that could not be turned into pairs): run as before, then write
-     {"harness": NONCE, "ran": [names of the tests run]}.
+  3a. before 3, `harness` (untrusted tests that could not be turned into pairs): the installed pytest runs them
+     in a process of its own (run_pytest, rewards/_pytest_runner.py); its result goes to a file of the parent's.
 """
 import builtins
 import collections
@@ -393,73 +393,30 @@ def run_cases(inputs, out_fds, out_caps, max_procs, file_mb, case_s, may_kill_al
     return out
 
 
-def param_rows(fn):
-    """The keyword dicts of a test's @pytest.mark.parametrize tables (cartesian product)."""
-    cases = [{}]
-    for mark in getattr(fn, "pytestmark", []):
-        if getattr(mark, "name", "") == "parametrize":
-            names = mark.args[0]
-            names = [n.strip() for n in names.split(",")] if isinstance(names, str) else list(names)
-            values = [v if len(names) > 1 else (v,) for v in mark.args[1]]
-            cases = [dict(c, **dict(zip(names, v))) for c in cases for v in values]
-    return cases
-
-
-def call(test, kwargs):
-    """Call one test. A test that returns a coroutine or a generator ran none of its body (pytest skips async tests
-    without a plugin and refuses yield tests): that is not a pass."""
-    import types  # here, not at the top: only the harness needs it, and every run pays the child's imports
-    result = test(**kwargs)
-    if isinstance(result, (types.CoroutineType, types.GeneratorType)):
-        result.close()
-        raise AssertionError(f"test {getattr(test, '__name__', '?')} did not run (async or generator)")
-
-
-def call_tests(ns) -> list:
-    """Call every test the harness defined: test_* functions (with their parametrize rows), the test_* methods of
-    `class Test*` (a fresh instance each, setup_method/teardown_method around) and unittest.TestCase classes (run
-    by unittest). Returns the names run; a test that fails raises (a unittest failure as AssertionError)."""
-    import unittest
-    ran = []
-    for name, obj in list(ns.items()):
-        if getattr(obj, "__module__", None) != "__gmts_tests__":
-            continue
-        if isinstance(obj, type) and issubclass(obj, unittest.TestCase):
-            suite = unittest.defaultTestLoader.loadTestsFromTestCase(obj)
-            names = [f"{name}.{t._testMethodName}" for t in suite]  # before run(), which empties the suite
-            result = unittest.TestResult()
-            suite.run(result)
-            if not result.wasSuccessful() or result.skipped or result.testsRun != len(names):
-                raise AssertionError(f"{name}: {(result.failures + result.errors)[:1]}")
-            ran += names
-        elif isinstance(obj, type) and name.startswith("Test"):
-            for attr in sorted(a for a in dir(obj) if a.startswith("test") and callable(getattr(obj, a))):
-                for kwargs in param_rows(getattr(obj, attr)):
-                    instance = obj()
-                    getattr(instance, "setup_method", lambda m: None)(getattr(instance, attr))
-                    call(getattr(instance, attr), kwargs)
-                    getattr(instance, "teardown_method", lambda m: None)(getattr(instance, attr))
-                ran.append(f"{name}.{attr}")
-        elif name.startswith("test") and callable(obj):
-            for kwargs in param_rows(obj):
-                call(obj, kwargs)
-            ran.append(name)
-    return ran
-
-
-def run_harness(harness, namespace) -> list:
-    """Untrusted tests, as before this module judged nothing itself: they run with the solution's names in scope.
-    Returns the names of the tests run (the parent requires every test it expects)."""
-    # the builtins as they were before the solution ran: patching builtins.len does not reach the tests' own
-    # calls (stack walking still can: this verdict stays untrusted)
-    ns = dict(namespace, __name__="__gmts_tests__", __builtins__=dict(_BUILTINS))
-    exec(compile(harness["source"], "tests.py", "exec"), ns)
-    entry = harness.get("entry_point")
-    ran = []
-    if entry and callable(ns.get("check")):
-        ns["check"](ns[entry])  # HumanEval style: def check(candidate)
-        ran.append("check")
-    return ran + call_tests(ns)
+def run_pytest(harness, workdir):
+    """Untrusted tests: the installed pytest runs the test file (which imports the solution) in a process of its
+    own, before the solution has run in this one; rewards/_pytest_runner.py writes the result to the parent's
+    file `harness["fd"]`, marked with the run's token, which reaches the runner through a pipe and is dropped
+    here before the solution is imported."""
+    import subprocess
+    with open(harness["file"], "w", encoding="utf-8") as f:
+        f.write(harness["source"])
+    import fcntl
+    pipe = os.pipe()
+    read_end, write_end = (fcntl.fcntl(fd, fcntl.F_DUPFD, 10) for fd in pipe)  # not 0-2 (stdin is closed)
+    for fd in pipe:
+        os.close(fd)
+    os.write(write_end, harness.pop("token").encode())
+    os.close(write_end)
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": workdir, "LANG": "C.UTF-8",
+           "PYTHONDONTWRITEBYTECODE": "1", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "OMP_NUM_THREADS": "1"}
+    try:
+        subprocess.run([sys.executable, "-I", harness["runner"], str(read_end), str(harness["fd"]),
+                        harness["file"]], check=False, pass_fds=(read_end, harness["fd"]), stdin=subprocess.DEVNULL,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=workdir)
+    finally:
+        os.close(read_end)
+        os.close(harness["fd"])  # the solution, imported below, cannot add to the result
 
 
 _report_fd = None  # the parent's anonymous report file, passed as spec["report_fd"]
@@ -484,6 +441,8 @@ def work(spec):
         report({"cases": run_cases(spec["cases"], spec["out_fds"], spec["out_caps"], limits["max_procs"],
                                    limits["file_mb"], spec["case_s"], may_kill_all)})
         return
+    if spec.get("harness"):
+        run_pytest(spec.pop("harness"), spec["workdir"])
     sys.path.insert(0, spec["workdir"])
     import importlib
     solution = importlib.import_module("solution")  # `from solution import f` works too
@@ -491,9 +450,6 @@ def work(spec):
         exec(compile(spec["setup"], "setup.py", "exec"), vars(solution))
     namespace = {k: v for k, v in vars(solution).items() if not k.startswith("__")}
     report({"units": run_units(spec["units"], namespace)})
-    if spec.get("harness"):
-        ran = run_harness(spec["harness"], namespace)
-        report({"harness": spec["nonce"], "ran": ran})
 
 
 def child(spec):

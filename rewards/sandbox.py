@@ -37,9 +37,10 @@ import warnings
 from dataclasses import dataclass
 
 from . import _judge
-from .testplan import build_plan, decode
+from .testplan import CHECK_TEST, build_plan, decode
 
 _CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_sandbox_child.py")
+_RUNNER = os.path.join(os.path.dirname(_CHILD), "_pytest_runner.py")
 RUN_UIDS = range(0x6D000000, 0x6D000000 + (1 << 24))  # one per run, unused by any account; never 0 or 65534
 TMPFS_MB = 64  # each of /work, /tmp, /dev/shm inside bwrap
 SANDBOX_DIRS = ("/tmp", "/dev/shm")
@@ -55,6 +56,7 @@ class ChildRun:
     stdout: str  # first 4 KiB of what the code printed, for debugging
     stderr: str
     outputs: object = None  # stdin/stdout cases: what read_outputs returned
+    pytest: str = ""  # the pytest runner's result line (rewards/_pytest_runner.py) as text; untrusted data
 
 
 # ---------------------------------------------------------------- bubblewrap
@@ -110,7 +112,8 @@ def _bwrap_argv(bwrap: str, as_root: bool, workdir: str, uid: int) -> list[str]:
                 made.add(parent)
                 argv += ["--perms", "0755", "--dir", parent]
         argv += ["--ro-bind", path, path]
-    argv += ["--perms", "0755", "--dir", "/gmts", "--ro-bind", _CHILD, "/gmts/child.py"]
+    argv += ["--perms", "0755", "--dir", "/gmts", "--ro-bind", _CHILD, "/gmts/child.py",
+             "--ro-bind", _RUNNER, "/gmts/pytest_runner.py"]
     argv += ["--chdir", workdir, "--clearenv"]
     for key, value in _clean_env(workdir, tmp="/tmp").items():
         argv += ["--setenv", key, value]
@@ -398,7 +401,7 @@ CASE_SLACK_S = 0.25  # per stdin/stdout case beyond its own limit: forking it, r
 START_S = 3.0  # a run's start (bwrap, the interpreter) beyond the cases' limits
 OUTPUT_BYTES = 8 << 20  # of one case's stdout kept at least (twice the expected output if that is more); the child
 # reads and drops the rest, so a program's writes never fail
-REPORT_LINES = 2  # the child writes its units (or cases) line, then the harness line where there is one
+REPORT_LINES = 1  # the child writes its units (or cases) line; the pytest runner one line to its own file
 # What the trainer reads back at most. Parsing and rebuilding cost ~1-3 s per MiB for the worst shapes (millions of
 # one-item lists) on this 2-core machine under load, so 2 MiB bounds a forged report to a few seconds; an honest
 # result that large (a 300,000-int list) fails, like one that runs past the time limit.
@@ -471,9 +474,14 @@ def _start(spec: dict, *, mode: str, timeout: float, isolate: bool, parse: bool 
             out, err, rep = (files.enter_context(tempfile.TemporaryFile()) for _ in range(3))
             case_files = [files.enter_context(tempfile.TemporaryFile()) for _ in range(outputs)]
             spec["report_fd"] = rep.fileno()
+            results = files.enter_context(tempfile.TemporaryFile()) if spec.get("harness") else None
+            if results is not None:
+                spec["harness"] = dict(spec["harness"], fd=results.fileno(), file=os.path.join(
+                    workdir, "gmts_tests.py"), runner="/gmts/pytest_runner.py" if mode == "bwrap" else _RUNNER)
             spec["out_fds"] = [f.fileno() for f in case_files]
             proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=out, stderr=err, cwd=cwd, env=env,
-                                    start_new_session=True, pass_fds=(rep.fileno(), *spec["out_fds"]))
+                                    start_new_session=True, pass_fds=(rep.fileno(), *spec["out_fds"],
+                                                            *([results.fileno()] if results else [])))
             timed_out = False
             try:
                 proc.stdin.write(json.dumps(spec).encode())
@@ -493,8 +501,9 @@ def _start(spec: dict, *, mode: str, timeout: float, isolate: bool, parse: bool 
             err.seek(0)
             raw = "" if timed_out else _raw_report(rep, REPORT_BYTES)
             verdicts = read_outputs(case_files) if read_outputs and not timed_out else None
+            result = "" if timed_out or results is None else _raw_report(results, REPORT_BYTES)
             return ChildRun(report=parse_report(raw) if parse else [], raw=raw, timed_out=timed_out,
-                            outputs=verdicts,
+                            outputs=verdicts, pytest=result,
                             returncode=proc.returncode, seconds=time.monotonic() - start,
                             stdout=out.read(4096).decode(errors="replace"),
                             stderr=err.read(4096).decode(errors="replace"))
@@ -631,6 +640,20 @@ class SandboxResult:
     unjudged: bool = False  # the tests hold a part that can be neither judged nor run (or no test): not run, 0
 
 
+def pytest_source(plan, setup: str) -> str:
+    """The test file pytest runs: the solution's names (with the problem's setup run in its module, as for the
+    units) bound in the tests' namespace, then the tests the trainer could not judge; a HumanEval `check` the
+    trainer could not judge becomes a test function calling it on its candidate."""
+    lines = ["import solution as __gmts_solution"]
+    if setup.strip():
+        lines.append(f"exec(compile({setup!r}, 'setup.py', 'exec'), vars(__gmts_solution))")
+    lines += ["globals().update({k: v for k, v in vars(__gmts_solution).items() if not k.startswith('__')})",
+              "del __gmts_solution", plan.harness]
+    if "check" in plan.harness_tests:
+        lines.append(f"\n\ndef {CHECK_TEST}():\n    check({plan.check_candidate})")
+    return "\n".join(lines) + "\n"
+
+
 def run_python(solution: str, *, tests: str = "", entry_point: str | None = None, setup: str = "",
                cases: list[dict] | None = None, timeout: float = 10.0, memory_mb: int = 2048,
                cpu_s: int | None = None, max_procs: int = 64, file_mb: int = 16, isolate: bool = True,
@@ -664,11 +687,12 @@ def run_python(solution: str, *, tests: str = "", entry_point: str | None = None
     if trusted_only and plan.harness is not None:
         return SandboxResult(False, False, False, None, 0.0, "", "", refused=True, **counts)
     spec = {"solution": solution, "setup": setup or "", "units": [u.steps for u in plan.units]}
-    nonce = os.urandom(16).hex()
+    token = os.urandom(16).hex()
     if plan.harness is not None:
-        spec.update(harness={"source": plan.harness, "entry_point": plan.check_candidate}, nonce=nonce)
+        spec["harness"] = {"source": pytest_source(plan, setup or ""), "token": token}
     run = run_child(spec, **limits, parse=False)
     passed = not run.timed_out and bool(run.raw) and _judge.verdict(
-        {"tests": tests, "entry_point": entry_point, "setup": setup or "", "nonce": nonce, "report": run.raw})
+        {"tests": tests, "entry_point": entry_point, "setup": setup or "", "token": token, "report": run.raw,
+         "pytest": run.pytest})
     return SandboxResult(passed, plan.harness is None, run.timed_out, run.returncode, run.seconds, run.stdout,
                          run.stderr, **counts)

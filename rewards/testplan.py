@@ -10,9 +10,10 @@ build_plan(tests, entry_point, setup) parses the tests (MBPP asserts, HumanEval'
   (pytest's own), pytest.raises, and methods such as `.startswith` on a returned str, all evaluated here.
 The reference alone decides the plan (never the solution), so a policy cannot make a test less trusted.
 What cannot be split so (loops, helpers defined by the tests, fixtures, identity between two computed values,
-test classes, ...) stays in `plan.harness`: the tests' source minus the converted units, run inside the sandbox,
-so its verdict is untrusted. What can be neither judged nor run (a `check(candidate)` with no entry point, a file
-with no test case at all) is `plan.unjudged`: such a run scores 0 and is counted, never passed by default.
+test classes, ...) stays in `plan.harness`: the tests' source minus the converted units, run inside the sandbox
+under the installed pytest (rewards/_pytest_runner.py; pytest_verdict reads its result), so its verdict is
+untrusted. What can be neither judged nor run (a `check(candidate)` with no entry point, a file with no test case at
+all) is `plan.unjudged`: such a run scores 0 and is counted, never passed by default.
 """
 import ast
 import builtins
@@ -752,7 +753,7 @@ def _is_test_class(stmt) -> bool:
     """pytest collects `class Test*`; unittest any TestCase subclass (whatever it is called)."""
     if not isinstance(stmt, ast.ClassDef):
         return False
-    return stmt.name.startswith("Test") or any(_last_name(b) == "TestCase" for b in stmt.bases)
+    return stmt.name.startswith("Test") or any(str(_last_name(b)).endswith("TestCase") for b in stmt.bases)
 
 
 def _class_tests(stmt: ast.ClassDef, env: dict) -> tuple[list, int]:
@@ -832,6 +833,7 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "") -> P
         setup_names = _defined_names(ast.parse(setup).body) if setup else set()
     except SyntaxError as e:
         raise ValueError(f"code tests are not valid Python ({e}): {tests[:200]!r}") from None
+    module.body = _last_definitions(module.body)
     env, prelude, from_solution, modules = _setup_values(setup), [], set(), set()
     setup_names -= set(env)  # data the setup binds is the tests' (computed here); its functions and classes
     # stay the solution's namespace's, where the setup also runs (a Node class the solution builds on)
@@ -981,6 +983,18 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "") -> P
                 check_candidate=candidates[0] if candidates else None)
 
 
+def _last_definitions(body: list) -> list:
+    """The module's statements without a test function or class that a later one of the same name replaces (as
+    pytest collects the module's final namespace, only the last `def test_x` is a test)."""
+    def test_name(stmt):
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and (
+                stmt.name.startswith(("test", "Test")) or _is_test_class(stmt)):
+            return stmt.name
+        return None
+    last = {test_name(s): i for i, s in enumerate(body)}
+    return [s for i, s in enumerate(body) if test_name(s) is None or last[test_name(s)] == i]
+
+
 def _safe_rows(fn, env, method=False) -> list:
     try:
         if method:  # `self` is not a parameter of the table
@@ -1100,10 +1114,51 @@ def judge(plan: Plan, unit_results) -> bool:
         return False
 
 
+PYTEST_PASS = ("passed", "xfailed")  # and "skipped" (by a mark of the tests') counts neither way
+
+
+def pytest_verdict(plan: Plan, text: str, token: str) -> bool:
+    """The pytest runner's result (rewards/_pytest_runner.py): exactly one line, marked with the run's token; no
+    collection error, nothing tampered with, pytest's own exit status a success; every test it ran reported once
+    and each one expected by the plan (a parametrized `test_x[1-2]` is `test_x`, `Cls::test_y` is `Cls.test_y`),
+    every expected test among them, each passed (or xfailed or skipped by the tests' own mark), and at least one
+    passed. Anything missing, extra or unparsable is a failure."""
+    import json
+    lines = text.split("\n")
+    if len(lines) != 2 or lines[1] or not lines[0].startswith(token + " "):
+        return False
+    try:
+        data = json.loads(lines[0][len(token) + 1:])
+    except (ValueError, RecursionError):
+        return False
+    if not isinstance(data, dict) or data.get("tampered") is not False or data.get("errors") != 0:
+        return False
+    tests = data.get("tests")
+    if not isinstance(tests, dict) or type(data.get("collected")) is not int or data["collected"] != len(tests):
+        return False
+    expected = {CHECK_TEST if name == "check" else name for name in plan.harness_tests}
+    seen = set()
+    for nodeid, outcome in tests.items():
+        if type(nodeid) is not str or outcome not in PYTEST_PASS + ("skipped",):
+            return False
+        base = ".".join(nodeid.split("[", 1)[0].split("::")[1:])
+        if base not in expected:
+            return False
+        seen.add(base)
+    if seen != expected:
+        return False
+    if not expected:  # only module-level statements: importing the test file ran them
+        return data.get("exit") == 5  # pytest's "no tests collected"
+    return data.get("exit") == 0 and any(o in PYTEST_PASS for o in tests.values())
+
+
+CHECK_TEST = "test__gmts_check"  # the test that runs HumanEval's check(candidate) under pytest (rewards/sandbox.py)
+
+
 def verdict(message: dict) -> bool:
     """The whole verdict on one run, from the child's report as text (rewards/_judge_worker.py calls this, in a
-    helper process under a deadline and a memory limit): every unit passed, and where the plan has a harness, its
-    line carries the run's nonce and names every test the plan expects."""
+    helper process under a deadline and a memory limit): every unit passed, and where the plan has a harness,
+    pytest's result passes (pytest_verdict)."""
     import json
     plan = build_plan(message["tests"], message.get("entry_point"), message.get("setup") or "")
     try:
@@ -1115,6 +1170,4 @@ def verdict(message: dict) -> bool:
         return False
     if plan.harness is None:
         return True
-    ran = next((r.get("ran") for r in report if isinstance(r, dict) and r.get("harness") == message["nonce"]),
-               None)
-    return isinstance(ran, list) and all(type(n) is str for n in ran) and set(plan.harness_tests) <= set(ran)
+    return pytest_verdict(plan, message.get("pytest") or "", message["token"])

@@ -1,0 +1,137 @@
+"""Runs the tests the trainer cannot judge itself with the installed pytest, inside the sandbox.
+
+Started by rewards/_sandbox_child.py as `python -I _pytest_runner.py TOKEN_FD RESULT_FD TEST_FILE`,
+before the solution has run anywhere in the sandbox; the test file imports the solution. A
+standalone script (no imports from this repo), bound read-only into the sandbox: the solution cannot
+change it.
+
+The run's secret token is read from TOKEN_FD (a pipe, closed at once) and kept only in the plugin's
+closures. The result is one line on RESULT_FD, once pytest has finished: `TOKEN {"collected",
+"errors", "exit", "tampered", "tests": {nodeid: outcome}}`. Outcomes: "passed" (xpass included, as
+pytest counts it), "xfailed" (only by an xfail mark of the tests'), "skipped" (only by a skip/skipif
+mark), "failed" (anything else: a failure, an error, a skip or xfail called at run time, by the
+tests or by the solution). "tampered": a function or class of pytest, pluggy, unittest or builtins,
+or the set of registered plugins, changed while the tests ran. Items whose function is not the test
+module's own (a `test_x` the solution defines and the tests import) are deselected.
+"""
+import os
+import sys
+
+
+def _callables(modules):
+    """(module, name) -> object for every function and class of these modules, and (class, name) ->
+    attribute for each class: what a solution would replace to make pytest report a pass."""
+    out = {}
+    for mod in modules:
+        for name, value in list(vars(mod).items()):
+            if callable(value):
+                out[(id(mod), name)] = value
+                if isinstance(value, type):
+                    for attr, item in list(vars(value).items()):
+                        if not attr.startswith("__") or attr in ("__call__", "__init__", "__eq__"):
+                            out[(id(value), attr)] = item
+    return out
+
+
+def make_plugin(token: bytes, fd: int, test_module: str):
+    import json
+
+    import pytest
+    from _pytest.skipping import evaluate_skip_marks, xfailed_key
+
+    write, dumps = os.write, json.dumps
+    xfail_exc = pytest.xfail.Exception
+    state = {"tests": {}, "errors": 0, "collected": None, "tampered": False}
+    watched = {}
+
+    def modules():
+        return [m for n, m in list(sys.modules.items()) if m is not None and (
+            n in ("pytest", "builtins", "unittest")
+            or n.startswith(("_pytest.", "pluggy", "unittest.")))]
+
+    def tampered(config) -> bool:
+        now = _callables([m for m in modules() if (id(m), None) in watched])
+        for key, value in watched.items():
+            if key[1] is not None and now.get(key, key) is not value:
+                return True
+        return set(map(id, config.pluginmanager.get_plugins())) != watched[("plugins", None)]
+
+    phases = {}  # nodeid -> {when: outcome}
+
+    def final(seen) -> str:
+        if "failed" in seen.values():
+            return "failed"
+        if seen.get("setup", "passed") != "passed":
+            return seen["setup"]  # skipped or xfailed by a mark before the test ran
+        return seen.get("call", "failed")  # a test without a call phase did not run
+
+    class Plugin:
+        @pytest.hookimpl(tryfirst=True)
+        def pytest_collection(self, session):
+            mods = modules()
+            watched.update(_callables(mods))
+            watched.update({(id(m), None): None for m in mods})
+            watched[("plugins", None)] = set(map(id, session.config.pluginmanager.get_plugins()))
+
+        @pytest.hookimpl(trylast=True)
+        def pytest_collection_modifyitems(self, session, config, items):
+            keep = [i for i in items
+                    if getattr(getattr(i, "obj", None), "__module__", None) == test_module]
+            dropped = [i for i in items if i not in keep]
+            items[:] = keep
+            if dropped:
+                config.hook.pytest_deselected(items=dropped)
+            state["collected"] = len(keep)
+
+        def pytest_collectreport(self, report):
+            if report.failed:
+                state["errors"] += 1
+
+        @pytest.hookimpl(wrapper=True)
+        def pytest_runtest_makereport(self, item, call):
+            rep = yield
+            if tampered(item.config):
+                state["tampered"] = True
+            if rep.passed:
+                outcome = "passed"
+            elif rep.failed:
+                outcome = "failed"
+            elif hasattr(rep, "wasxfail"):  # xfailed: only by the tests' own xfail mark
+                mark = item.stash.get(xfailed_key, None)
+                raised = call.excinfo is not None and call.excinfo.errisinstance(xfail_exc)
+                # run=False: the mark's own xfail, raised in setup
+                by_mark = mark and (not raised or (rep.when == "setup" and not mark.run))
+                outcome = "xfailed" if by_mark else "failed"
+            else:  # skipped: only by the tests' own skip/skipif mark, before any fixture ran
+                by_mark = rep.when == "setup" and evaluate_skip_marks(item)
+                outcome = "skipped" if by_mark else "failed"
+            phases.setdefault(item.nodeid, {})[rep.when] = outcome
+            return rep
+
+        @pytest.hookimpl(trylast=True)
+        def pytest_sessionfinish(self, session, exitstatus):
+            if tampered(session.config):
+                state["tampered"] = True
+            state["tests"] = {nodeid: final(seen) for nodeid, seen in phases.items()}
+            line = dict(state, exit=int(exitstatus))
+            write(fd, token + b" " + dumps(line).encode() + b"\n")
+
+    return Plugin()
+
+
+def main():
+    token_fd, fd, test_file = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+    token = os.read(token_fd, 256).strip()
+    os.close(token_fd)
+    del sys.argv[1:]
+    import pytest
+    plugin = make_plugin(token, fd, os.path.splitext(os.path.basename(test_file))[0])
+    del token
+    code = pytest.main(["-q", "-p", "no:cacheprovider", "-p", "no:stepwise", "-p", "no:doctest",
+                        "--rootdir", os.getcwd(), test_file], plugins=[plugin])
+    sys.stdout.flush()
+    os._exit(int(code) if int(code) < 256 else 1)
+
+
+if __name__ == "__main__":
+    main()
