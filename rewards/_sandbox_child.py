@@ -15,8 +15,9 @@ Work, in order:
      solution's namespace, every step whatever an earlier one raised; each eval's value goes back as plain data
      (exact types only), or the exception with its MRO. `cases`: the solution runs as a script once per stdin;
      its stdout goes back. Report line: {"units": [...]} or {"cases": [...]}.
-  3a. before 3, `harness` (untrusted tests that could not be turned into pairs): the installed pytest runs them
-     in a process of its own (run_pytest, rewards/_pytest_runner.py); its result goes to a file of the parent's.
+  3a. before 3, `harness` (untrusted tests that could not be turned into pairs): the installed
+     pytest runs them in a process of its own (run_pytest, rewards/_pytest_runner.py); its result
+     goes to a file of the parent's.
 """
 import builtins
 import collections
@@ -394,26 +395,30 @@ def run_cases(inputs, out_fds, out_caps, max_procs, file_mb, case_s, may_kill_al
 
 
 def run_pytest(harness, workdir):
-    """Untrusted tests: the installed pytest runs the test file (which imports the solution) in a process of its
-    own, before the solution has run in this one; rewards/_pytest_runner.py writes the result to the parent's
-    file `harness["fd"]`, marked with the run's token, which reaches the runner through a pipe and is dropped
-    here before the solution is imported."""
+    """Untrusted tests: the installed pytest runs the test file (which imports the solution) in a
+    process of its own, before the solution has run in this one; rewards/_pytest_runner.py writes
+    the result to the parent's file `harness["fd"]`, marked with the run's token, which reaches the
+    runner through a pipe and is dropped here before the solution is imported."""
     import subprocess
     with open(harness["file"], "w", encoding="utf-8") as f:
         f.write(harness["source"])
     import fcntl
     pipe = os.pipe()
-    read_end, write_end = (fcntl.fcntl(fd, fcntl.F_DUPFD, 10) for fd in pipe)  # not 0-2 (stdin is closed)
+    # not 0-2: stdin is closed, and the runner's stdin becomes /dev/null
+    read_end, write_end = (fcntl.fcntl(fd, fcntl.F_DUPFD, 10) for fd in pipe)
     for fd in pipe:
         os.close(fd)
     os.write(write_end, harness.pop("token").encode())
     os.close(write_end)
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": workdir, "LANG": "C.UTF-8",
-           "PYTHONDONTWRITEBYTECODE": "1", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "OMP_NUM_THREADS": "1"}
+           "PYTHONDONTWRITEBYTECODE": "1", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+           "OMP_NUM_THREADS": "1"}
     try:
-        subprocess.run([sys.executable, "-I", harness["runner"], str(read_end), str(harness["fd"]),
-                        harness["file"]], check=False, pass_fds=(read_end, harness["fd"]), stdin=subprocess.DEVNULL,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=workdir)
+        argv = [sys.executable, "-I", harness["runner"], str(read_end), str(harness["fd"]),
+                harness["file"]]
+        quiet = subprocess.DEVNULL
+        subprocess.run(argv, check=False, pass_fds=(read_end, harness["fd"]), env=env, cwd=workdir,
+                       stdin=quiet, stdout=quiet, stderr=quiet)
     finally:
         os.close(read_end)
         os.close(harness["fd"])  # the solution, imported below, cannot add to the result

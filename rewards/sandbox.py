@@ -56,7 +56,7 @@ class ChildRun:
     stdout: str  # first 4 KiB of what the code printed, for debugging
     stderr: str
     outputs: object = None  # stdin/stdout cases: what read_outputs returned
-    pytest: str = ""  # the pytest runner's result line (rewards/_pytest_runner.py) as text; untrusted data
+    pytest: str = ""  # the pytest runner's result (rewards/_pytest_runner.py) as text; untrusted
 
 
 # ---------------------------------------------------------------- bubblewrap
@@ -401,7 +401,7 @@ CASE_SLACK_S = 0.25  # per stdin/stdout case beyond its own limit: forking it, r
 START_S = 3.0  # a run's start (bwrap, the interpreter) beyond the cases' limits
 OUTPUT_BYTES = 8 << 20  # of one case's stdout kept at least (twice the expected output if that is more); the child
 # reads and drops the rest, so a program's writes never fail
-REPORT_LINES = 1  # the child writes its units (or cases) line; the pytest runner one line to its own file
+REPORT_LINES = 1  # the child's units (or cases) line; the pytest runner writes one to its own file
 # What the trainer reads back at most. Parsing and rebuilding cost ~1-3 s per MiB for the worst shapes (millions of
 # one-item lists) on this 2-core machine under load, so 2 MiB bounds a forged report to a few seconds; an honest
 # result that large (a 300,000-int list) fails, like one that runs past the time limit.
@@ -476,12 +476,14 @@ def _start(spec: dict, *, mode: str, timeout: float, isolate: bool, parse: bool 
             spec["report_fd"] = rep.fileno()
             results = files.enter_context(tempfile.TemporaryFile()) if spec.get("harness") else None
             if results is not None:
-                spec["harness"] = dict(spec["harness"], fd=results.fileno(), file=os.path.join(
-                    workdir, "gmts_tests.py"), runner="/gmts/pytest_runner.py" if mode == "bwrap" else _RUNNER)
+                runner = "/gmts/pytest_runner.py" if mode == "bwrap" else _RUNNER
+                spec["harness"] = dict(spec["harness"], fd=results.fileno(), runner=runner,
+                                       file=os.path.join(workdir, "gmts_tests.py"))
             spec["out_fds"] = [f.fileno() for f in case_files]
             proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=out, stderr=err, cwd=cwd, env=env,
-                                    start_new_session=True, pass_fds=(rep.fileno(), *spec["out_fds"],
-                                                            *([results.fileno()] if results else [])))
+                                    start_new_session=True, pass_fds=(
+                                        rep.fileno(), *spec["out_fds"],
+                                        *([results.fileno()] if results else [])))
             timed_out = False
             try:
                 proc.stdin.write(json.dumps(spec).encode())
@@ -641,14 +643,15 @@ class SandboxResult:
 
 
 def pytest_source(plan, setup: str) -> str:
-    """The test file pytest runs: the solution's names (with the problem's setup run in its module, as for the
-    units) bound in the tests' namespace, then the tests the trainer could not judge; a HumanEval `check` the
-    trainer could not judge becomes a test function calling it on its candidate."""
+    """The test file pytest runs: the solution's names (with the problem's setup run in its module,
+    as for the units) bound in the tests' namespace, then the tests the trainer could not judge; a
+    HumanEval `check` the trainer could not judge becomes a test function calling it on its
+    candidate."""
     lines = ["import solution as __gmts_solution"]
     if setup.strip():
         lines.append(f"exec(compile({setup!r}, 'setup.py', 'exec'), vars(__gmts_solution))")
-    lines += ["globals().update({k: v for k, v in vars(__gmts_solution).items() if not k.startswith('__')})",
-              "del __gmts_solution", plan.harness]
+    lines += ["globals().update({k: v for k, v in vars(__gmts_solution).items()"
+              " if not k.startswith('__')})", "del __gmts_solution", plan.harness]
     if "check" in plan.harness_tests:
         lines.append(f"\n\ndef {CHECK_TEST}():\n    check({plan.check_candidate})")
     return "\n".join(lines) + "\n"
@@ -692,7 +695,7 @@ def run_python(solution: str, *, tests: str = "", entry_point: str | None = None
         spec["harness"] = {"source": pytest_source(plan, setup or ""), "token": token}
     run = run_child(spec, **limits, parse=False)
     passed = not run.timed_out and bool(run.raw) and _judge.verdict(
-        {"tests": tests, "entry_point": entry_point, "setup": setup or "", "token": token, "report": run.raw,
-         "pytest": run.pytest})
+        {"tests": tests, "entry_point": entry_point, "setup": setup or "", "token": token,
+         "report": run.raw, "pytest": run.pytest})
     return SandboxResult(passed, plan.harness is None, run.timed_out, run.returncode, run.seconds, run.stdout,
                          run.stderr, **counts)

@@ -10,10 +10,11 @@ build_plan(tests, entry_point, setup) parses the tests (MBPP asserts, HumanEval'
   (pytest's own), pytest.raises, and methods such as `.startswith` on a returned str, all evaluated here.
 The reference alone decides the plan (never the solution), so a policy cannot make a test less trusted.
 What cannot be split so (loops, helpers defined by the tests, fixtures, identity between two computed values,
-test classes, ...) stays in `plan.harness`: the tests' source minus the converted units, run inside the sandbox
-under the installed pytest (rewards/_pytest_runner.py; pytest_verdict reads its result), so its verdict is
-untrusted. What can be neither judged nor run (a `check(candidate)` with no entry point, a file with no test case at
-all) is `plan.unjudged`: such a run scores 0 and is counted, never passed by default.
+test classes, ...) stays in `plan.harness`: the tests' source minus the converted units, run inside
+the sandbox under the installed pytest (rewards/_pytest_runner.py; pytest_verdict reads its result),
+so its verdict is untrusted. What can be neither judged nor run (a `check(candidate)` with no entry
+point, a file with no test case at all) is `plan.unjudged`: such a run scores 0 and is counted, never
+passed by default.
 """
 import ast
 import builtins
@@ -753,7 +754,8 @@ def _is_test_class(stmt) -> bool:
     """pytest collects `class Test*`; unittest any TestCase subclass (whatever it is called)."""
     if not isinstance(stmt, ast.ClassDef):
         return False
-    return stmt.name.startswith("Test") or any(str(_last_name(b)).endswith("TestCase") for b in stmt.bases)
+    return stmt.name.startswith("Test") or any(
+        str(_last_name(b)).endswith("TestCase") for b in stmt.bases)
 
 
 def _class_tests(stmt: ast.ClassDef, env: dict) -> tuple[list, int]:
@@ -984,8 +986,8 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "") -> P
 
 
 def _last_definitions(body: list) -> list:
-    """The module's statements without a test function or class that a later one of the same name replaces (as
-    pytest collects the module's final namespace, only the last `def test_x` is a test)."""
+    """The module's statements without a test function or class that a later one of the same name
+    replaces (pytest collects the module's final namespace: only the last `def test_x` is a test)."""
     def test_name(stmt):
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and (
                 stmt.name.startswith(("test", "Test")) or _is_test_class(stmt)):
@@ -1118,11 +1120,12 @@ PYTEST_PASS = ("passed", "xfailed")  # and "skipped" (by a mark of the tests') c
 
 
 def pytest_verdict(plan: Plan, text: str, token: str) -> bool:
-    """The pytest runner's result (rewards/_pytest_runner.py): exactly one line, marked with the run's token; no
-    collection error, nothing tampered with, pytest's own exit status a success; every test it ran reported once
-    and each one expected by the plan (a parametrized `test_x[1-2]` is `test_x`, `Cls::test_y` is `Cls.test_y`),
-    every expected test among them, each passed (or xfailed or skipped by the tests' own mark), and at least one
-    passed. Anything missing, extra or unparsable is a failure."""
+    """The pytest runner's result (rewards/_pytest_runner.py): exactly one line, marked with the
+    run's token; no collection error, nothing tampered with, pytest's own exit status a success;
+    every test it ran reported once and each one expected by the plan (a parametrized `test_x[1-2]`
+    is `test_x`, `Cls::test_y` is `Cls.test_y`), every expected test among them, each passed (or
+    xfailed or skipped by the tests' own mark), and at least one passed. Anything missing, extra or
+    unparsable is a failure."""
     import json
     lines = text.split("\n")
     if len(lines) != 2 or lines[1] or not lines[0].startswith(token + " "):
@@ -1134,7 +1137,9 @@ def pytest_verdict(plan: Plan, text: str, token: str) -> bool:
     if not isinstance(data, dict) or data.get("tampered") is not False or data.get("errors") != 0:
         return False
     tests = data.get("tests")
-    if not isinstance(tests, dict) or type(data.get("collected")) is not int or data["collected"] != len(tests):
+    if not isinstance(tests, dict) or type(data.get("collected")) is not int:
+        return False
+    if data["collected"] != len(tests):
         return False
     expected = {CHECK_TEST if name == "check" else name for name in plan.harness_tests}
     seen = set()
@@ -1152,13 +1157,13 @@ def pytest_verdict(plan: Plan, text: str, token: str) -> bool:
     return data.get("exit") == 0 and any(o in PYTEST_PASS for o in tests.values())
 
 
-CHECK_TEST = "test__gmts_check"  # the test that runs HumanEval's check(candidate) under pytest (rewards/sandbox.py)
+CHECK_TEST = "test__gmts_check"  # runs HumanEval's check(candidate) under pytest (rewards/sandbox.py)
 
 
 def verdict(message: dict) -> bool:
-    """The whole verdict on one run, from the child's report as text (rewards/_judge_worker.py calls this, in a
-    helper process under a deadline and a memory limit): every unit passed, and where the plan has a harness,
-    pytest's result passes (pytest_verdict)."""
+    """The whole verdict on one run, from the child's report as text (rewards/_judge_worker.py calls
+    this, in a helper process under a deadline and a memory limit): every unit passed, and where the
+    plan has a harness, pytest's result passes (pytest_verdict)."""
     import json
     plan = build_plan(message["tests"], message.get("entry_point"), message.get("setup") or "")
     try:

@@ -1,9 +1,11 @@
-"""The untrusted path is the real pytest (issue 30, kind 3): tests the trainer cannot judge itself run under the
-installed pytest inside the sandbox (rewards/_pytest_runner.py), and its result is read from a file the solution
-does not hold, marked with a token it does not know, against the tests the trainer expects.
+"""The untrusted path is the real pytest (issue 30, kind 3): tests the trainer cannot judge itself
+run under the installed pytest inside the sandbox (rewards/_pytest_runner.py), and its result is
+read from a file the solution does not hold, marked with a token it does not know, against the tests
+the trainer expects.
 
-Each format as a class of cases: an honest solution scores 1.0, wrong ones 0.0; under trusted_only the path is
-refused (0.0, not run). Then the forgeries: a fake result, exits, pytest or the plugin patched, pytest-like output.
+Each format as a class of cases: an honest solution scores 1.0, wrong ones 0.0; under trusted_only
+the path is refused (0.0, not run). Then the forgeries: a fake result, exits, pytest or the plugin
+patched, pytest-like output.
 """
 import textwrap
 
@@ -28,8 +30,9 @@ def t(src):
     return textwrap.dedent(src).strip() + "\n"
 
 
-# Formats the trainer cannot judge itself (fixtures, setup hooks, pytest.param, marks, unittest by base, ...):
-# each runs under pytest, and each tests add(2, 3) == 5 somewhere, so every wrong solution above fails it.
+# Formats the trainer cannot judge itself (fixtures, setup hooks, pytest.param, marks, unittest by
+# base, ...): each runs under pytest, and each tests add(2, 3) == 5 somewhere, so every wrong
+# solution above fails it.
 FORMATS = {
     "capsys_and_user_fixture": t("""
         import pytest
@@ -47,6 +50,13 @@ FORMATS = {
                 self.value = add(2, 3)
             def test_value(self):
                 assert self.name == "test_value" and self.value == 5
+        """),
+    "setup_method_without_argument": t("""
+        class TestAdd:
+            def setup_method(self):
+                self.value = add(2, 3)
+            def test_value(self):
+                assert self.value == 5
         """),
     "setup_class": t("""
         class TestAdd:
@@ -70,7 +80,8 @@ FORMATS = {
         """),
     "parametrize_keyword_arguments": t("""
         import pytest
-        @pytest.mark.parametrize(argnames="a,b,out", argvalues=[(2, 3, 5), (0, 0, 0)], ids=["one", "two"])
+        @pytest.mark.parametrize(argnames="a,b,out", argvalues=[(2, 3, 5), (0, 0, 0)],
+                                 ids=["one", "two"])
         def test_add(a, b, out, tmp_path):
             assert add(a, b) == out
         """),
@@ -131,17 +142,21 @@ def test_format_wrong_scores_zero(fmt, wrong):
 
 def test_redefined_trusted_test_replaces_the_earlier():
     # both definitions the trainer can judge itself: only the last is a test (as pytest collects it)
-    tests = "def test_add():\n    assert add(2, 3) == 6\ndef test_add():\n    assert add(2, 3) == 5\n"
+    tests = ("def test_add():\n    assert add(2, 3) == 6\n"
+             "def test_add():\n    assert add(2, 3) == 5\n")
     assert testplan.build_plan(tests).harness is None
     assert code(block(GOOD), tests) == 1.0 and trusted_code(block(GOOD), tests) == 1.0
     assert code(block(WRONG["zero"]), tests) == 0.0
 
 
-SKIPS = {  # a skip or xfail that does not come from the tests' own marks is a failure, whoever raised it
+# a skip or xfail that does not come from the tests' own marks is a failure, whoever raised it
+SKIPS = {
     "solution_skips": "import pytest\ndef add(a, b):\n    pytest.skip('no')\n",
     "solution_xfails": "import pytest\ndef add(a, b):\n    pytest.xfail('no')\n",
-    "solution_unittest_skip": "import unittest\ndef add(a, b):\n    raise unittest.SkipTest('no')\n",
-    "skip_at_import": "import pytest\npytest.skip('no', allow_module_level=True)\ndef add(a, b):\n    return 0\n",
+    "solution_unittest_skip": ("import unittest\ndef add(a, b):\n"
+                               "    raise unittest.SkipTest('no')\n"),
+    "skip_at_import": ("import pytest\npytest.skip('no', allow_module_level=True)\n"
+                       "def add(a, b):\n    return 0\n"),
 }
 
 
@@ -159,7 +174,8 @@ def test_only_skipped_tests_is_not_a_pass():
             assert add(2, 3) == 5
         """)
     assert code(block(GOOD), tests) == 0.0
-    tests_in_code = "import pytest\ndef test_now(capsys):\n    pytest.skip('runtime skip in the tests')\n"
+    tests_in_code = ("import pytest\ndef test_now(capsys):\n"
+                     "    pytest.skip('runtime skip in the tests')\n")
     assert code(block(GOOD), tests_in_code) == 0.0
 
 
@@ -212,12 +228,14 @@ os._exit(0)
         "    if type(o).__name__ == 'PytestPluginManager':\n"
         "        o.register(P())\n"
         "def add(a, b):\n    return 0\n"),
-    "patch_assertion_rewrite_builtins": ("import builtins\nbuiltins.AssertionError = type('E', (Exception,), {})\n"
+    "patch_assertion_rewrite_builtins": ("import builtins\n"
+                                         "builtins.AssertionError = type('E', (Exception,), {})\n"
                                          "def add(a, b):\n    return 0\n"),
     "pytest_like_output": ("import sys\nprint('1 passed in 0.01s')\nsys.stdout.flush()\n"
                            "def add(a, b):\n    print('=== 1 passed ===')\n    return 0\n"),
     "patch_the_runner_module": (
-        "import sys\nsys.modules['__main__'].make_plugin = lambda *a: None\ndef add(a, b):\n    return 0\n"),
+        "import sys\nsys.modules['__main__'].make_plugin = lambda *a: None\n"
+        "def add(a, b):\n    return 0\n"),
 }
 
 
@@ -229,7 +247,8 @@ def test_forgeries_score_zero(forgery):
 
 @pytest.mark.parametrize("forgery", ["patch_runtest", "patch_report_outcome", "register_a_plugin"])
 def test_patching_pytest_makes_it_report_a_pass_and_is_seen(forgery):
-    # the patch works (pytest reports the wrong solution's test passed), and the runner says it was tampered with
+    # the patch works (pytest reports the wrong solution's test passed), and the runner says it was
+    # tampered with
     plan = testplan.build_plan(HARNESS)
     spec = {"solution": FORGERIES[forgery], "setup": "", "units": [u.steps for u in plan.units],
             "harness": {"source": sandbox.pytest_source(plan, ""), "token": "t" * 32}}
@@ -246,20 +265,21 @@ def test_the_result_needs_the_runs_token_and_every_expected_test():
     assert testplan.pytest_verdict(plan, good, token)
     assert not testplan.pytest_verdict(plan, good, "b" * 32)  # another run's token
     assert not testplan.pytest_verdict(plan, good + good, token)  # two lines
-    assert not testplan.pytest_verdict(plan, good.replace('"collected": 1', '"collected": 2'), token)
-    assert not testplan.pytest_verdict(plan, good.replace("test_printed", "test_other"), token)  # extra
-    assert not testplan.pytest_verdict(plan, good.replace('"tampered": false', '"tampered": true'), token)
+    verdict = testplan.pytest_verdict
+    assert not verdict(plan, good.replace('"collected": 1', '"collected": 2'), token)
+    assert not verdict(plan, good.replace("test_printed", "test_other"), token)  # extra
+    assert not verdict(plan, good.replace('"tampered": false', '"tampered": true'), token)
     assert not testplan.pytest_verdict(plan, good.replace('"exit": 0', '"exit": 1'), token)
     assert not testplan.pytest_verdict(plan, good.replace('"passed"', '"failed"'), token)
     assert not testplan.pytest_verdict(plan, good[:-5] + "\n", token)  # unparsable
-    missing = good.replace('{"gmts_tests.py::test_printed": "passed"}', "{}").replace('"collected": 1',
-                                                                                     '"collected": 0')
+    missing = good.replace('{"gmts_tests.py::test_printed": "passed"}', "{}")
+    missing = missing.replace('"collected": 1', '"collected": 0')
     assert not testplan.pytest_verdict(plan, missing, token)
 
 
 def test_helpers_the_solution_names_test_are_not_collected():
-    # a solution with its own test_* function and TestCase: the tests import every name of the solution's, and
-    # pytest would collect them; they are not the tests' own and are deselected
+    # a solution with its own test_* function and TestCase: the tests import every name of the
+    # solution's, and pytest would collect them; they are not the tests' own and are deselected
     sol = GOOD + ("import unittest\ndef test_mine():\n    assert False\n"
                   "class MyTests(unittest.TestCase):\n    def test_x(self):\n        self.fail()\n")
     assert code(block(sol), HARNESS) == 1.0
