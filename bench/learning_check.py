@@ -1236,9 +1236,9 @@ def intervals_markdown(analysis):
     return lines
 
 
-def write_results(args, meta, analysis):
+def write_results(args, meta, analysis, figure=True):
     os.makedirs(os.path.dirname(os.path.abspath(args.results)), exist_ok=True)
-    if len(analysis.get("arms", {})) > 1:                  # a sweep: the map's figure (matplotlib optional)
+    if figure and len(analysis.get("arms", {})) > 1:       # a sweep: the map's figure (matplotlib optional)
         from lr_map_figure import plot_map
         meta["figure"] = plot_map(analysis, args.results + "_map.png", title=meta.get("model_name", ""))
     slim = json.loads(json.dumps(analysis))
@@ -1325,12 +1325,13 @@ def main(argv=None):
                 repeats[r["key"]] = found[1:]
         return analyse(args, base_summary(sorted(bases, key=record_order)), firsts, repeats)
 
-    def refresh():
+    def refresh(figure=False):
+        """Rewrite the table (after every run); the figure only when asked (it takes longer than the table)."""
         meta["pending"] = [run_key(*j) for j in jobs if run_key(*j) not in {r["key"] for r in records}
                            and run_key(*j) not in meta["failed"]]
         meta["elapsed_s"] = time.time() - t_start
         if bases:
-            write_results(args, meta, analysis())
+            write_results(args, meta, analysis(), figure=figure)
 
     all_jobs = jobs + [(lr, arm, seed) for lr in args.extend_lrs for seed in seeds_for(args, lr)
                        for arm in args.arms]
@@ -1352,7 +1353,7 @@ def main(argv=None):
         ran = {(r["lr"], r["arm"]) for r in records}
         jobs += [j for j in all_jobs[len(jobs):] if (j[0], j[1]) in ran     # the extension's cells that ran
                  or j[1] in meta.get("extended", {}).get(f"{j[0]:g}", [])]
-        refresh()
+        refresh(figure=True)
         print(markdown(meta, analysis()))
         return 0
     if args.max_runs:
@@ -1396,6 +1397,7 @@ def main(argv=None):
         below = lr
     if not bases:
         raise SystemExit(f"error: the base evaluation failed: {meta['failed'].get('base')}")
+    refresh(figure=True)
     print(markdown(meta, analysis()))
     print(f"learning_check: wrote {args.results}.md and .json ({time.time() - t_start:.0f}s); run records in "
           f"{args.records}" + (f"; {len(meta['left_for_later'])} run(s) left for the next invocation (--max-runs)"
