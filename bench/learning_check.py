@@ -1066,11 +1066,18 @@ def num(x, fmt="{:.2f}"):
 def markdown(meta, analysis):
     lines = [f"# Learning check: {meta['model_name']} on {meta['task']}", "",
              f"Command: `{meta['command']}`", ""] + ([
-             f"Table rebuilt from the finished runs in the work folder by `{meta['report_command']}` at "
+             f"Table rebuilt from the finished runs (work folder and run records) by `{meta['report_command']}` at "
              f"{meta['report_rebuilt']} (runs may come from several invocations).", ""] if meta.get("report_command") else []) + [
              f"Date: {meta['date']}. Machine: {meta['machine']}. torch {meta['torch']}, {meta['threads']} thread(s) "
              f"per run, {meta['parallel']} run(s) at once.", "",
              f"Settings: {meta['settings']}", ""]
+    cpus = {}
+    for arms in analysis.get("arms", {}).values():
+        for e in arms.values():
+            for cpu, n in e.get("cpus", {}).items():
+                cpus[cpu] = cpus.get(cpu, 0) + n
+    if cpus:
+        lines += ["Runs by CPU (from the run records): " + ", ".join(f"{c}: {n}" for c, n in cpus.items()) + ".", ""]
     base = analysis.get("base")
     if base:
         lines += [f"Base (untrained) held-out accuracy: **{pct(base['accuracy'])}%** {ci(base['ci95'])} "
@@ -1246,8 +1253,8 @@ def write_results(args, meta, analysis, figure=True):
         for e in arms.values():
             e.pop("scores", None)       # per-problem scores live in the eval files and the run records
             for run in e["runs"]:
-                run.pop("scores", None)
-                run.pop("settings", None)
+                for key in ("scores", "settings", "imported_cell"):     # in the run records
+                    run.pop(key, None)
     with open(args.results + ".json.tmp", "w") as fh:
         json.dump({"meta": meta, **slim}, fh, indent=2)
     os.replace(args.results + ".json.tmp", args.results + ".json")
@@ -1345,7 +1352,8 @@ def main(argv=None):
                 previous = json.load(fh)["meta"]
             meta["report_rebuilt"] = meta["date"]
             meta["report_command"] = meta["command"]
-            meta.update({k: previous[k] for k in ("command", "date", "base_eval_s", "extended") if k in previous})
+            meta.update({k: previous[k] for k in ("command", "date", "base_eval_s", "extended", "machine", "torch",
+                                                  "threads", "parallel") if k in previous})
         if not bases:
             raise SystemExit(f"error: --report-only: no base evaluation at {base_json} nor in {args.records}; "
                              "run the check first")

@@ -474,35 +474,67 @@ def test_seed_options_refuse_bad_values():
         assert done.returncode == 2 and done.stderr.strip().splitlines()[-1].startswith("learning_check.py: error")
 
 
-def test_existing_map_imported_and_rebuilt(tmp_path):
-    """bench/results/lr_map.json's 69 runs into records, then --report-only: the same divergence verdicts and the
-    new intervals on its 3-seed cells, with nothing but the records (no work folder, no model)."""
+def test_existing_map_records_rebuilt(tmp_path):
+    """The 69 runs of the map as committed records (imported from its results file, append-only): --report-only
+    rebuilds the map from them alone (no work folder, no model) with the verdicts issue #34 quotes, and the new
+    intervals on its 3-seed cells."""
     records = tmp_path / "records"
-    argv = ["--map", "--report-only", "--import-results", os.path.join(ROOT, "bench", "results", "lr_map.json"),
-            "--records", str(records), "--results", str(tmp_path / "map"), "--work-dir", str(tmp_path / "work"),
-            "--bootstrap", "400"]
-    assert lc.main(argv) == 0
+    records.mkdir()
+    committed = os.path.join(ROOT, "bench", "results", "lr_map_runs")
+    for name in os.listdir(committed):
+        record = json.loads(open(os.path.join(committed, name)).read())
+        if record.get("imported_from") == "bench/results/lr_map.json":
+            shutil.copy(os.path.join(committed, name), records / name)
     assert len(os.listdir(records)) == 70                                  # 69 runs and the base
-    old = json.loads(open(os.path.join(ROOT, "bench", "results", "lr_map.json")).read())
+    argv = ["--map", "--report-only", "--records", str(records), "--results", str(tmp_path / "map"),
+            "--work-dir", str(tmp_path / "work"), "--bootstrap", "400"]
+    assert lc.main(argv) == 0
     new = json.loads((tmp_path / "map.json").read_text())
-    assert new["base"] == old["base"]
-    for lr, arms in old["arms"].items():
-        for arm, e in arms.items():
-            mine = new["arms"][lr][arm]
-            assert mine["diverged"] == e["diverged"] and mine["seed_accuracies"] == e["seed_accuracies"]
-            assert mine["ci95"] == e["ci95"] and mine.get("vs_none") == e.get("vs_none")
-            assert mine["intervals"]["bootstrap"] == "over seeds only (no per-problem scores)"
-    ets = new["arms"]["4e-05"]["ets"]["intervals"]
-    assert (ets["diverged"], ets["n"]) == (1, 3) and ets["exact95"] == pytest.approx([0.0084037587, 0.9057006759])
+    assert new["base"]["accuracy"] == 0.2125
+    diverged = {(lr, arm): e["n_diverged"] for lr, arms in new["arms"].items() for arm, e in arms.items()}
+    assert len(diverged) == 23 and sum(diverged.values()) == 8
+    assert diverged == {**{k: 0 for k in diverged}, ("4e-05", "ets"): 1, ("4e-05", "random"): 1,
+                        ("8e-05", "none"): 2, ("8e-05", "gmts"): 1, ("8e-05", "ets-exclude"): 3}
+    assert new["arms"]["4e-05"]["gmts"]["seed_accuracies"][0] == 0.36      # "36.0%" in the issue
+    assert new["arms"]["8e-05"]["gmts"]["seed_accuracies"][0] == 0.2325
+    cell = new["arms"]["4e-05"]["ets"]
+    assert cell["ci95"] is not None and cell["intervals"]["bootstrap"] == "over seeds only (no per-problem scores)"
+    assert cell["intervals"]["exact95"] == pytest.approx([0.0084037587, 0.9057006759])
+    assert cell["cpus"] == {"Intel(R) Xeon(R) Processor": 3} and cell["revisions"] == {"not recorded": 3}
     pairs = {(p["arm"], p["ref"]): p for p in new["rate_pairs"]["4e-05"]}
     assert not pairs["gmts", "ets"]["rate_told_apart"]                     # 0/3 against 1/3
     assert any(line.startswith("- gmts vs ets: 0/3 against 1/3") and "no difference can be told apart" in line
                for line in new["reading"])
-    run = json.loads((records / "lr4e-05_gmts_s0.20261201T181700Z.json").read_text())
-    assert run["cpu_name"] == "Intel(R) Xeon(R) Processor" and run["revision"] is None and run["accuracy"] == 0.36
-    # importing again writes nothing; records of another setting are not used
-    assert lc.import_results(lc.parse_args(argv), argv[3]) == 0
+    # records of another setting are counted, not used; the model is compared by its folder's name
     other = lc.parse_args(argv + ["--steps", "10"])
     assert lc.load_records(other, "/elsewhere/SmolLM2-135M-Instruct") == ({}, [], 70)
-    same = lc.parse_args(argv)
-    assert len(lc.load_records(same, "/elsewhere/SmolLM2-135M-Instruct")[0]) == 69    # the model by its name
+    assert len(lc.load_records(lc.parse_args(argv), "/elsewhere/SmolLM2-135M-Instruct")[0]) == 69
+
+
+def test_import_results_reproduces_the_table(tmp_path, monkeypatch):
+    """--import-results: an older results file's runs become records (no per-problem scores) from which
+    --report-only gives the same verdicts, accuracies and intervals over problems; importing twice adds nothing."""
+    monkeypatch.setattr(lc, "run_logged", fake_run_logged)
+    results = tmp_path / "old"
+    argv = ["--map", "--model", "fake-model", "--lrs", "1e-5,4e-5", "--arms", "none,gmts,ets-exclude", "--seeds",
+            "0,1", "--steps", "4", "--bootstrap", "200", "--work-dir", str(tmp_path / "work"),
+            "--results", str(results), "--records", str(tmp_path / "unused")]
+    assert lc.main(argv) == 0
+    old = json.loads(results.with_suffix(".json").read_text())
+    records = tmp_path / "records"
+    again = ["--map", "--model", "fake-model", "--lrs", "1e-5,4e-5", "--arms", "none,gmts,ets-exclude", "--seeds",
+             "0,1", "--steps", "4", "--bootstrap", "200", "--work-dir", str(tmp_path / "fresh"),
+             "--results", str(tmp_path / "new"), "--records", str(records), "--report-only",
+             "--import-results", str(results.with_suffix(".json"))]
+    assert lc.main(again) == 0
+    new = json.loads((tmp_path / "new.json").read_text())
+    assert new["base"] == old["base"] and set(new["arms"]) == set(old["arms"])
+    for lr, arms in old["arms"].items():
+        for arm, e in arms.items():
+            mine = new["arms"][lr][arm]
+            for key in ("diverged", "seeds", "seeds_run", "seed_accuracies", "accuracy", "ci95", "vs_base", "vs_none"):
+                assert mine.get(key) == e.get(key), (lr, arm, key)
+            assert mine["intervals"]["bootstrap"] == "over seeds only (no per-problem scores)"
+    rec = json.loads(next((records / n) for n in os.listdir(records) if n.startswith("lr4e-05_gmts_s1.")).read_text())
+    assert rec["scores"] is None and rec["cpu_name"] == lc.cpu_name() and rec["revision"] is None
+    assert lc.import_results(lc.parse_args(again), again[-1]) == 0
