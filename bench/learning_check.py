@@ -58,7 +58,8 @@ DEFAULT_ARMS = ("none", "ets", "gmts", "random")
 ARM_FLAGS = {"ets-exclude": ("ets", ["--exclude-zero-adv"])}
 MAP = dict(lrs="5e-6,1e-5,2e-5,4e-5", extend_lrs="8e-5", arms="none,ets,gmts,random,ets-exclude",
            work_dir=os.path.join(ROOT, "runs", "lr_map"), results=os.path.join(HERE, "results", "lr_map"))
-# --map-boundary (issue #34): the map at every rate for every arm, no extension, and 10 seeds at the boundary rates
+# --map-boundary (issue #34): the map at every rate for every arm, no extension, and 10 seeds at the
+# boundary rates
 BOUNDARY = dict(lrs="5e-6,1e-5,2e-5,4e-5,8e-5", seeds_at=["2e-5,4e-5,8e-5=0-9"])
 
 # When a run counts as diverged (written into every table and bench/README.md): any one of
@@ -205,7 +206,8 @@ def parse_args(argv=None):
 
 
 def parse_seeds(text):
-    """'0,1,2' or '0-9' or '0-2,5' -> a sorted list of distinct ints (ValueError on anything else)."""
+    """'0,1,2' or '0-9' or '0-2,5' -> a sorted list of distinct ints (ValueError on anything else).
+    """
     seeds = set()
     for part in (x.strip() for x in text.split(",")):
         if not part:
@@ -465,8 +467,9 @@ def all_lrs(args):
 
 
 def record_scores(record):
-    """A record's per-problem scores {problem id: score}: kept in the record, else its eval file where this machine
-    has it; None for a run stopped before its evaluation and for records imported without them."""
+    """A record's per-problem scores {problem id: score}: kept in the record, else its eval file
+    where this machine has it; None for a run stopped before its evaluation and for records imported
+    without them."""
     if record.get("scores") is not None:
         return record["scores"]
     if record.get("eval") and os.path.exists(record["eval"]):
@@ -483,7 +486,8 @@ def record_accuracy(record):
 
 
 def base_record(args, base_json, model):
-    """A record of the base evaluation in base_json (eval.py's output): accuracy, interval, per-problem scores."""
+    """A record of the base evaluation in base_json (eval.py's output): accuracy, interval,
+    per-problem scores."""
     from gmts.tools import stats
     scores = per_problem(base_json)
     values = [scores[i] for i in sorted(scores)]
@@ -493,8 +497,9 @@ def base_record(args, base_json, model):
 
 
 def base_summary(bases):
-    """What the analysis uses of the base records (oldest first): the first one's accuracy and interval (the
-    divergence threshold, as every earlier verdict used it), the per-problem scores of the first that has them."""
+    """What the analysis uses of the base records (oldest first): the first one's accuracy and
+    interval (the divergence threshold, as every earlier verdict used it), the per-problem scores of
+    the first that has them."""
     first = bases[0]
     return {"accuracy": first["accuracy"], "ci95": first["ci95"], "n_problems": first["n_problems"],
             "eval_cut_share": first.get("eval_cut_share"),
@@ -504,8 +509,8 @@ def base_summary(bases):
 
 
 def analyse(args, base, records, repeats=None):
-    """The table's numbers. base: base_summary's dict; records: one (the first) per run; repeats: {key: [the
-    other records of that run]}."""
+    """The table's numbers. base: base_summary's dict; records: one (the first) per run; repeats:
+    {key: [the other records of that run]}."""
     import numpy as np
     from gmts.tools import stats
     ids = sorted(base["scores"]) if base.get("scores") else None
@@ -554,7 +559,8 @@ def analyse(args, base, records, repeats=None):
             imported = [r.get("imported_cell") for r in runs]
             if entry["ci95"] is None and imported[0] and all(c == imported[0] for c in imported) and \
                     imported[0]["seeds"] == entry["seeds"]:
-                # every run of the cell imported from one results file: its intervals over problems, as it had them
+                # every run of the cell imported from one results file: its intervals over problems,
+                # as it had them
                 entry.update({k: v for k, v in imported[0].items() if k != "seeds"}, intervals_from_import=True)
             arms[arm] = entry
         for arm, ref in PAIRS:
@@ -585,7 +591,8 @@ def analyse(args, base, records, repeats=None):
 
 
 def cut_share_of(record):
-    """The share of a record's evaluation answers cut at the token limit, from its eval file (None without)."""
+    """The share of a record's evaluation answers cut at the token limit, from its eval file (None
+    without)."""
     if record.get("eval") and os.path.exists(record["eval"][:-len(".json")] + ".problems.jsonl"):
         return eval_cut_share(record["eval"])
     return None
@@ -600,14 +607,15 @@ def tally(values):
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# Intervals at the boundary (issue #34). Per cell: the divergence rate k/n with its Wilson and exact (Clopper-Pearson)
-# 95% intervals, and the mean accuracy over seeds with a 95% interval from a bootstrap over seeds and problems (one
-# problem resample shared by every cell, so arms at a rate are paired by problem; seeds drawn with replacement).
-# Per rate, pairs of arms: the difference of their divergence rates (Newcombe's interval, paired by seed when both ran
-# the same seeds, else for independent rates) and of their mean accuracies (the same bootstrap, paired by seed and
-# problem). Per arm: the first rate at which its mean accuracy falls below the lower end of the base's interval,
-# bootstrapped over seeds (the seed draws of each cell). A difference whose interval holds 0 is read as "no difference
-# can be told apart".
+# Intervals at the boundary (issue #34). Per cell: the divergence rate k/n with its Wilson and exact
+# (Clopper-Pearson) 95% intervals, and the mean accuracy over seeds with a 95% interval from a
+# bootstrap over seeds and problems (one problem resample shared by every cell, so arms at a rate
+# are paired by problem; seeds drawn with replacement). Per rate, pairs of arms: the difference of
+# their divergence rates (Newcombe's interval, paired by seed when both ran the same seeds, else for
+# independent rates) and of their mean accuracies (the same bootstrap, paired by seed and problem).
+# Per arm: the first rate at which its mean accuracy falls below the lower end of the base's
+# interval, bootstrapped over seeds (the seed draws of each cell). A difference whose interval holds
+# 0 is read as "no difference can be told apart".
 
 def told(interval):
     return interval[0] > 0 or interval[1] < 0
@@ -684,8 +692,9 @@ INTERVAL_METHOD = ("divergence rate: Wilson and exact (Clopper-Pearson) 95% inte
 
 
 def first_below_base(cells, threshold, seed_means):
-    """Per arm: the first rate (ascending) whose mean accuracy over seeds is below threshold, observed and as a
-    bootstrap over seeds: its 95% interval and the share of resamples at each rate ('> x': none of the rates run)."""
+    """Per arm: the first rate (ascending) whose mean accuracy over seeds is below threshold,
+    observed and as a bootstrap over seeds: its 95% interval and the share of resamples at each rate
+    ('> x': none of the rates run)."""
     import numpy as np
     from gmts.tools import stats
     out = {}
@@ -707,8 +716,8 @@ def first_below_base(cells, threshold, seed_means):
 
 
 def rate_value(label, upper):
-    """A first-below label as a number on the rate axis: '> x' is above x (just above as a lower end, unbounded as
-    an upper end)."""
+    """A first-below label as a number on the rate axis: '> x' is above x (just above as a lower
+    end, unbounded as an upper end)."""
     if label.startswith("> "):
         return math.inf if upper else float(label[2:]) * (1 + 1e-9)
     return float(label)
@@ -745,7 +754,8 @@ def points(x):
 
 
 def reading(analysis):
-    """Sentences generated from the intervals: what they tell apart, and where no difference can be told apart."""
+    """Sentences generated from the intervals: what they tell apart, and where no difference can be
+    told apart."""
     cells, pairs = analysis.get("arms", {}), analysis.get("rate_pairs", {})
     lines = []
     quiet = [lr for lr, arms in cells.items() if all(e["n_diverged"] == 0 for e in arms.values())]
@@ -869,8 +879,8 @@ def check_work_dir(args, model):
 
 
 def finished_record(args, lr, arm, seed):
-    """The record of a finished run: evaluated, or stopped by train.py for non-finite steps (nothing to evaluate).
-    From the work folder, else the first of --records."""
+    """The record of a finished run: evaluated, or stopped by train.py for non-finite steps (nothing
+    to evaluate). From the work folder, else the first of --records."""
     key = run_key(lr, arm, seed)
     path = os.path.join(args.work_dir, key, "learning_check_record.json")
     if os.path.exists(path):
@@ -883,14 +893,15 @@ def finished_record(args, lr, arm, seed):
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# Per-run records: one small JSON per finished run in --records (meant to be committed: the work folder, with the
-# logs and eval files, is not), named <key>.<UTC time>.json, with the CPU, the code revision and the per-problem
-# scores. A fresh checkout reuses them; a run made again (--repeat, another machine) adds a record and overwrites
-# none. The analysis uses each run's first record (the oldest) and sets the others beside it.
+# Per-run records: one small JSON per finished run in --records (meant to be committed: the work
+# folder, with the logs and eval files, is not), named <key>.<UTC time>.json, with the CPU, the code
+# revision and the per-problem scores. A fresh checkout reuses them; a run made again (--repeat,
+# another machine) adds a record and overwrites none. The analysis uses each run's first record (the
+# oldest) and sets the others beside it.
 
 def code_revision():
-    """The checkout's commit (12 hex digits), '+dirty' when tracked code differs from it (bench/results/, which
-    the check itself rewrites, aside); None without git."""
+    """The checkout's commit (12 hex digits), '+dirty' when tracked code differs from it
+    (bench/results/, which the check itself rewrites, aside); None without git."""
     def git(*cmd):
         return subprocess.run(["git", *cmd], cwd=ROOT, capture_output=True, text=True, timeout=30)
     try:
@@ -908,7 +919,8 @@ def utc_now():
 
 
 def provenance(args, model, key):
-    """Where and from what a record comes: its id, the CPU, the code revision, the time, the run's settings."""
+    """Where and from what a record comes: its id, the CPU, the code revision, the time, the run's
+    settings."""
     if getattr(args, "revision", False) is False:
         args.revision = code_revision()                     # once per invocation
     date = utc_now()
@@ -918,7 +930,8 @@ def provenance(args, model, key):
 
 
 def comparable(settings):
-    """A run's settings as two machines can agree on them: the model by its folder's name, not its path."""
+    """A run's settings as two machines can agree on them: the model by its folder's name, not its
+    path."""
     out = {k: settings.get(k, SETTING_DEFAULTS.get(k)) for k in RUN_SETTINGS}
     out["model"] = os.path.basename(os.path.normpath(str(out["model"])))
     return out
@@ -944,8 +957,8 @@ def record_order(record):
 
 
 def load_records(args, model):
-    """--records' runs of these settings, {key: [records, oldest first]}, and its base evaluations (oldest first);
-    records of other settings are counted, not used."""
+    """--records' runs of these settings, {key: [records, oldest first]}, and its base evaluations
+    (oldest first); records of other settings are counted, not used."""
     mine = comparable(run_settings(args, model))
     runs, bases, other = {}, [], 0
     if os.path.isdir(args.records):
@@ -971,10 +984,11 @@ def load_records(args, model):
 
 
 def import_results(args, path):
-    """Write the runs of an older results JSON (this script's output) into --records, each once: accuracy and
-    training summary from the table, no per-problem scores (the eval files were not committed), the CPU from its
-    'machine', the revision unknown; where the file is tracked by git, the first commit that holds the run (the
-    code it was made with is no newer). Returns the number of records written."""
+    """Write the runs of an older results JSON (this script's output) into --records, each once:
+    accuracy and training summary from the table, no per-problem scores (the eval files were not
+    committed), the CPU from its 'machine', the revision unknown; where the file is tracked by git,
+    the first commit that holds the run (the code it was made with is no newer). Returns the number
+    of records written."""
     with open(path) as fh:
         results = json.load(fh)
     meta = results["meta"]
@@ -998,7 +1012,8 @@ def import_results(args, path):
                     continue
                 record = {**{k: v for k, v in run.items() if k not in ("eval", "run_dir")}, **common, "id": rid,
                           "accuracy": acc.get(run["seed"]), "eval_cut_share": None,
-                          # the cell's intervals over problems as the file has them (its eval files are gone)
+                          # the cell's intervals over problems as the file has them (its eval files
+                          # are gone)
                           "imported_cell": {k: e[k] for k in ("seeds", "accuracy", "ci95", "eval_cut_share", "vs_base", "vs_none",
                                                               "vs_ets", "vs_ets-exclude") if e.get(k) is not None},
                           "revision_note": "not recorded" + (f"; first committed in {first_commit[run['key']]}"
@@ -1015,7 +1030,8 @@ def import_results(args, path):
 
 
 def commits_holding(path):
-    """{run key: the first commit whose version of the results file `path` holds it} ({} outside git)."""
+    """{run key: the first commit whose version of the results file `path` holds it} ({} outside
+    git)."""
     rel = os.path.relpath(os.path.abspath(path), ROOT)
     try:
         log = subprocess.run(["git", "log", "--reverse", "--format=%h", "--", rel], cwd=ROOT, capture_output=True,
@@ -1181,8 +1197,8 @@ def interval(iv, fmt="{:.0f}"):
 
 
 def intervals_markdown(analysis):
-    """The boundary's statistics (issue #34): rates with intervals, paired differences, the first rate below the
-    base, the generated reading, runs made more than once."""
+    """The boundary's statistics (issue #34): rates with intervals, paired differences, the first
+    rate below the base, the generated reading, runs made more than once."""
     cells = analysis.get("arms", {})
     if not cells or not analysis.get("rate_pairs") and not any(
             "intervals" in e for arms in cells.values() for e in arms.values()):
@@ -1320,8 +1336,8 @@ def main(argv=None):
         return base_json
 
     def analysis():
-        """Each run's first record (the work folder's copy where it is that one: it has the local paths), and
-        the others beside it."""
+        """Each run's first record (the work folder's copy where it is that one: it has the local
+        paths), and the others beside it."""
         stored, firsts, repeats = load_records(args, model)[0], [], {}
         for r in records:
             found = stored.get(r["key"], [])
@@ -1333,7 +1349,8 @@ def main(argv=None):
         return analyse(args, base_summary(sorted(bases, key=record_order)), firsts, repeats)
 
     def refresh(figure=False):
-        """Rewrite the table (after every run); the figure only when asked (it takes longer than the table)."""
+        """Rewrite the table (after every run); the figure only when asked (it takes longer than the
+        table)."""
         meta["pending"] = [run_key(*j) for j in jobs if run_key(*j) not in {r["key"] for r in records}
                            and run_key(*j) not in meta["failed"]]
         meta["elapsed_s"] = time.time() - t_start
@@ -1422,8 +1439,8 @@ def store_base(args, base_json, model):
 
 
 def plan(args, all_jobs, todo):
-    """What is left to run and how long it takes: per run the median wall time of the finished runs at its rate
-    (all arms; else at every rate), with --parallel runs at once."""
+    """What is left to run and how long it takes: per run the median wall time of the finished runs
+    at its rate (all arms; else at every rate), with --parallel runs at once."""
     walls = {}
     for found in args.stored.values():
         if found[0].get("wall_s"):

@@ -249,16 +249,16 @@ def test_map_options_and_the_commands_they_build(tmp_path):
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# The boundary's statistics (issue #34): rates with intervals against known values in float64, and the whole
-# analysis on fake runs whose answer is known.
+# The boundary's statistics (issue #34): rates with intervals against known values in float64, and
+# the whole analysis on fake runs whose answer is known.
 
 from gmts.tools import stats  # noqa: E402
 
 
 def test_rate_intervals_against_known_values():
     # Clopper-Pearson: R's binom.test(5, 10) ([0.1870860, 0.8129140]), and 1/3 as scipy 1.17's
-    # binomtest(1, 3).proportion_ci('exact') gives it (its root finder stops at ~1e-12); the ends at k = 0 and
-    # k = n are closed forms
+    # binomtest(1, 3).proportion_ci('exact') gives it (its root finder stops at ~1e-12); the ends at
+    # k = 0 and k = n are closed forms
     assert stats.clopper_pearson_interval(5, 10) == pytest.approx([0.1870860, 0.8129140], abs=5e-8)
     assert stats.clopper_pearson_interval(1, 3) == pytest.approx([0.008403758659612647, 0.9057006759492866],
                                                                  abs=1e-11)
@@ -270,7 +270,8 @@ def test_rate_intervals_against_known_values():
         lo, hi = stats.clopper_pearson_interval(k, n)
         assert 1 - stats.binomial_cdf(k - 1, n, lo) == pytest.approx(0.025, abs=1e-12)
         assert stats.binomial_cdf(k, n, hi) == pytest.approx(0.025, abs=1e-12)
-    # Wilson: 0/10's upper end 0.2775 and 5/10's [0.2366, 0.7634]; each end solves (p̂ - p)² = z² p (1 - p) / n
+    # Wilson: 0/10's upper end 0.2775 and 5/10's [0.2366, 0.7634]; each end solves (p̂ - p)² = z² p
+    # (1 - p) / n
     assert stats.wilson_interval(0, 10) == pytest.approx([0.0, 0.2775328], abs=5e-8)
     assert stats.wilson_interval(5, 10) == pytest.approx([0.2365931, 0.7634069], abs=5e-8)
     z = 1.959963984540054
@@ -285,21 +286,25 @@ def test_rate_intervals_against_known_values():
 
 
 def test_paired_rate_difference_tells_apart_what_it_should():
-    # 0/10 against 5/10 diverged on the same seeds: the two Wilson intervals overlap ([0, 27.8] and [23.7, 76.3]),
-    # yet the paired difference excludes 0 - overlap of the two intervals is not the test
+    # 0/10 against 5/10 diverged on the same seeds: the two Wilson intervals overlap ([0, 27.8] and
+    # [23.7, 76.3]), yet the paired difference excludes 0 - overlap of the two intervals is not the
+    # test
     a, b = [0] * 10, [1] * 5 + [0] * 5
     assert stats.wilson_interval(0, 10)[1] > stats.wilson_interval(5, 10)[0]
     d, ci = stats.paired_rate_difference(a, b)
-    # (φ = 0, a margin being empty: 0.5 - sqrt(0.2634² + 0.2775²) and 0.5 + 0.2634, the Wilson distances)
+    # (φ = 0, a margin being empty: 0.5 - sqrt(0.2634² + 0.2775²) and 0.5 + 0.2634, the Wilson
+    # distances)
     assert d == 0.5 and ci[0] > 0 and ci == pytest.approx([0.1173675, 0.7634069], abs=5e-8)
     # 1/10 against 2/10: no difference can be told apart
     d, ci = stats.paired_rate_difference([1] + [0] * 9, [1, 1] + [0] * 8)
     assert d == pytest.approx(0.1) and ci[0] < 0 < ci[1]
-    # with no correlation in the 2x2 table (ad = bc) it is the independent-rates interval of the same margins
+    # with no correlation in the 2x2 table (ad = bc) it is the independent-rates interval of the
+    # same margins
     a, b = [1, 1, 0, 0], [1, 0, 1, 0]
     (d, ci), (d_ind, ci_ind) = stats.paired_rate_difference(a, b), stats.rate_difference(2, 4, 2, 4)
     assert d == d_ind == 0 and ci == pytest.approx(ci_ind, abs=1e-15)
-    # positively correlated pairs give a narrower interval than independent rates with the same margins
+    # positively correlated pairs give a narrower interval than independent rates with the same
+    # margins
     a, b = [1, 1, 1, 0, 0, 0, 0, 0, 0, 0], [1, 1, 1, 1, 1, 0, 0, 0, 0, 0]
     _, paired = stats.paired_rate_difference(a, b)
     _, independent = stats.rate_difference(3, 10, 5, 10)
@@ -335,8 +340,9 @@ BOUNDARY_SEEDS = range(10)
 
 
 def boundary_scenario(lr, arm, seed):
-    """The fake boundary: at 4e-5 ETS's seeds 0-4 fall to accuracy 0 (5/10 below the base), GMTS keeps every seed
-    (0/10), none collapses on seed 9 (1/10); at 2e-5 nothing diverges. AGAIN marks a run made a second time."""
+    """The fake boundary: at 4e-5 ETS's seeds 0-4 fall to accuracy 0 (5/10 below the base), GMTS
+    keeps every seed (0/10), none collapses on seed 9 (1/10); at 2e-5 nothing diverges. AGAIN marks
+    a run made a second time."""
     accuracy, acc_last = 0.6, 0.6
     if lr == 4e-5 and arm == "ets":
         accuracy = 0.0 if seed < 5 else 0.2
@@ -431,7 +437,8 @@ def test_boundary_rates_pairs_records_resume_and_repeats(tmp_path, monkeypatch, 
     assert rec["cpu_name"] == lc.cpu_name() and "revision" in rec and rec["accuracy"] == 0.0
     assert len(rec["scores"]) == 10 and rec["settings"]["steps"] == 4 and "run_dir" not in rec
 
-    # a fresh machine: no work folder, only the records; nothing is trained again, the table is the same
+    # a fresh machine: no work folder, only the records; nothing is trained again, the table is the
+    # same
     shutil.rmtree(tmp_path / "work")
     calls.clear()
     assert lc.main(argv) == 0
@@ -440,7 +447,8 @@ def test_boundary_rates_pairs_records_resume_and_repeats(tmp_path, monkeypatch, 
     assert again["rate_pairs"] == report["rate_pairs"] and again["first_below"] == report["first_below"]
     assert len(again["base_records"]) == 2
 
-    # the same run on another CPU (--repeat): both records kept, the table uses the first and shows the flip
+    # the same run on another CPU (--repeat): both records kept, the table uses the first and shows
+    # the flip
     monkeypatch.setattr(lc, "cpu_name", lambda: "Other CPU")
     AGAIN["flip"] = True
     try:
@@ -475,9 +483,9 @@ def test_seed_options_refuse_bad_values():
 
 
 def test_existing_map_records_rebuilt(tmp_path):
-    """The 69 runs of the map as committed records (imported from its results file, append-only): --report-only
-    rebuilds the map from them alone (no work folder, no model) with the verdicts issue #34 quotes, and the new
-    intervals on its 3-seed cells."""
+    """The 69 runs of the map as committed records (imported from its results file, append-only):
+    --report-only rebuilds the map from them alone (no work folder, no model) with the verdicts
+    issue #34 quotes, and the new intervals on its 3-seed cells."""
     records = tmp_path / "records"
     records.mkdir()
     committed = os.path.join(ROOT, "bench", "results", "lr_map_runs")
@@ -512,8 +520,9 @@ def test_existing_map_records_rebuilt(tmp_path):
 
 
 def test_import_results_reproduces_the_table(tmp_path, monkeypatch):
-    """--import-results: an older results file's runs become records (no per-problem scores) from which
-    --report-only gives the same verdicts, accuracies and intervals over problems; importing twice adds nothing."""
+    """--import-results: an older results file's runs become records (no per-problem scores) from
+    which --report-only gives the same verdicts, accuracies and intervals over problems; importing
+    twice adds nothing."""
     monkeypatch.setattr(lc, "run_logged", fake_run_logged)
     results = tmp_path / "old"
     argv = ["--map", "--model", "fake-model", "--lrs", "1e-5,4e-5", "--arms", "none,gmts,ets-exclude", "--seeds",

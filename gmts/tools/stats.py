@@ -301,8 +301,9 @@ def binomial_cdf(k, n, p):
 
 
 def clopper_pearson_interval(k, n, level=0.95):
-    """Exact (Clopper-Pearson) interval [lo, hi] of a rate of k in n: lo solves P(X >= k | lo) = α/2, hi solves
-    P(X <= k | hi) = α/2; each by bisection on the exact binomial tail to float64 resolution."""
+    """Exact (Clopper-Pearson) interval [lo, hi] of a rate of k in n: lo solves P(X >= k | lo) =
+    α/2, hi solves P(X <= k | hi) = α/2; each by bisection on the exact binomial tail to float64
+    resolution."""
     k, n = int(k), int(n)
     if not 0 <= k <= n or n < 1:
         raise ValueError(f"a rate needs 0 <= k <= n and n >= 1, got k={k}, n={n}")
@@ -323,8 +324,8 @@ def clopper_pearson_interval(k, n, level=0.95):
 
 
 def rate_difference(k_a, n_a, k_b, n_b, level=0.95):
-    """Difference of two independent rates, k_b/n_b - k_a/n_a, and Newcombe's hybrid score interval (his method 10,
-    Stat. Med. 1998; 17:873): each rate's Wilson interval combined in quadrature."""
+    """Difference of two independent rates, k_b/n_b - k_a/n_a, and Newcombe's hybrid score interval
+    (his method 10, Stat. Med. 1998; 17:873): each rate's Wilson interval combined in quadrature."""
     pa, pb = k_a / n_a, k_b / n_b
     la, ua = wilson_interval(k_a, n_a, level)
     lb, ub = wilson_interval(k_b, n_b, level)
@@ -333,9 +334,10 @@ def rate_difference(k_a, n_a, k_b, n_b, level=0.95):
 
 
 def paired_rate_difference(a, b, level=0.95):
-    """Difference of two rates measured on the same units (seeds): mean(b) - mean(a) of 0/1 outcomes paired by
-    position, and Newcombe's interval for paired data (his method 10, Stat. Med. 1998; 17:2635): the two Wilson
-    intervals combined with the correlation φ of the 2x2 table (φ = 0 when a margin is empty)."""
+    """Difference of two rates measured on the same units (seeds): mean(b) - mean(a) of 0/1 outcomes
+    paired by position, and Newcombe's interval for paired data (his method 10, Stat. Med. 1998;
+    17:2635): the two Wilson intervals combined with the correlation φ of the 2x2 table (φ = 0 when
+    a margin is empty)."""
     a, b = [bool(x) for x in a], [bool(x) for x in b]
     if len(a) != len(b) or not a:
         raise ValueError(f"paired rates need the same number (>= 1) of units, got {len(a)} and {len(b)}")
@@ -357,8 +359,9 @@ def paired_rate_difference(a, b, level=0.95):
 
 
 def problem_counts(n_problems, *, seed=0, n_resamples=N_BOOTSTRAP):
-    """(n_resamples, n_problems) float64: how often each problem is drawn in each bootstrap resample. Shared by every
-    quantity of one analysis, so that differences are paired by problem."""
+    """(n_resamples, n_problems) float64: how often each problem is drawn in each bootstrap
+    resample. Shared by every quantity of one analysis, so that differences are paired by problem.
+    """
     rng = np.random.default_rng(seed)
     out = np.zeros((n_resamples, n_problems), dtype=np.float64)
     for start in range(0, n_resamples, _CHUNK):
@@ -369,12 +372,14 @@ def problem_counts(n_problems, *, seed=0, n_resamples=N_BOOTSTRAP):
 
 
 def seed_problem_replicates(accuracies, profiles=None, counts=None):
-    """(S, n_resamples): each seed's accuracy under each problem resample (counts from problem_counts).
+    """(S, n_resamples): each seed's accuracy under each problem resample (counts from
+    problem_counts).
 
-    accuracies: (S,) each seed's accuracy; profiles: per seed its (P,) per-problem scores, or None where they were
-    not kept. A seed without a profile moves with the mean profile of the seeds that have one (the problem term is
-    which problems the benchmark holds, shared by the seeds; its own sampling noise is in its accuracy already). With
-    no profile at all (or counts None) the accuracies do not move: the bootstrap is over seeds only."""
+    accuracies: (S,) each seed's accuracy; profiles: per seed its (P,) per-problem scores, or None
+    where they were not kept. A seed without a profile moves with the mean profile of the seeds that
+    have one (the problem term is which problems the benchmark holds, shared by the seeds; its own
+    sampling noise is in its accuracy already). With no profile at all (or counts None) the
+    accuracies do not move: the bootstrap is over seeds only."""
     acc = np.asarray(accuracies, dtype=np.float64)
     profiles = list(profiles) if profiles is not None else [None] * acc.size
     known = [np.asarray(p, dtype=np.float64) for p in profiles if p is not None]
@@ -402,7 +407,7 @@ def resample_seed_means(replicates, draws):
 
 
 def first_below(means_by_rate, threshold):
-    """means_by_rate: (R, B) resampled mean accuracy at R rates in ascending order. Returns (B,) the index of the
-    first rate whose mean is below threshold in each resample (R where none is)."""
+    """means_by_rate: (R, B) resampled mean accuracy at R rates in ascending order. Returns (B,) the
+    index of the first rate whose mean is below threshold in each resample (R where none is)."""
     below = np.asarray(means_by_rate) < threshold
     return np.where(below.any(axis=0), below.argmax(axis=0), below.shape[0])
