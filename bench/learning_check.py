@@ -60,7 +60,7 @@ MAP = dict(lrs="5e-6,1e-5,2e-5,4e-5", extend_lrs="8e-5", arms="none,ets,gmts,ran
            work_dir=os.path.join(ROOT, "runs", "lr_map"), results=os.path.join(HERE, "results", "lr_map"))
 # --map-boundary (issue #34): the map at every rate for every arm, no extension, and 10 seeds at the
 # boundary rates
-BOUNDARY = dict(lrs="5e-6,1e-5,2e-5,4e-5,8e-5", seeds_at=["2e-5,4e-5,8e-5=0-9"])
+BOUNDARY = {"lrs": "5e-6,1e-5,2e-5,4e-5,8e-5", "seeds_at": ["2e-5,4e-5,8e-5=0-9"]}
 
 # When a run counts as diverged (written into every table and bench/README.md): any one of
 #   non-finite       a step with a non-finite loss or gradient (train.py skips it; --max-bad-steps in a row end the
@@ -660,11 +660,11 @@ def interval_statistics(args, cells, base):
             if sorted(ea["seeds_run"]) == sorted(er["seeds_run"]):
                 flags = [(str(s) in er["diverged"], str(s) in ea["diverged"]) for s in sorted(ea["seeds_run"])]
                 d, ci = stats.paired_rate_difference([f[0] for f in flags], [f[1] for f in flags])
-                p.update(rate_pairing=f"paired by seed ({len(flags)} pairs)")
+                p.update(rate_pairing=f"paired by seed, {len(flags)} pairs")
             else:
                 d, ci = stats.rate_difference(er["n_diverged"], len(er["seeds_run"]), ea["n_diverged"],
                                               len(ea["seeds_run"]))
-                p.update(rate_pairing="independent (the arms ran different seeds)")
+                p.update(rate_pairing="independent: the arms ran different seeds")
             p.update(rate_difference=d, rate_difference95=ci, rate_told_apart=told(ci))
             common = [s for s in ea["seeds"] if s in er["seeds"]]
             if common:
@@ -903,7 +903,8 @@ def code_revision():
     """The checkout's commit (12 hex digits), '+dirty' when tracked code differs from it
     (bench/results/, which the check itself rewrites, aside); None without git."""
     def git(*cmd):
-        return subprocess.run(["git", *cmd], cwd=ROOT, capture_output=True, text=True, timeout=30)
+        return subprocess.run(["git", *cmd], cwd=ROOT, capture_output=True, text=True, timeout=30,
+                              check=False)
     try:
         head = git("rev-parse", "--short=12", "HEAD")
         if head.returncode != 0:
@@ -1034,12 +1035,12 @@ def commits_holding(path):
     git)."""
     rel = os.path.relpath(os.path.abspath(path), ROOT)
     try:
-        log = subprocess.run(["git", "log", "--reverse", "--format=%h", "--", rel], cwd=ROOT, capture_output=True,
-                             text=True, timeout=60)
+        log = subprocess.run(["git", "log", "--reverse", "--format=%h", "--", rel], cwd=ROOT,
+                             capture_output=True, text=True, timeout=60, check=False)
         out = {}
         for commit in log.stdout.split() if log.returncode == 0 else []:
-            shown = subprocess.run(["git", "show", f"{commit}:{rel}"], cwd=ROOT, capture_output=True, text=True,
-                                   timeout=60)
+            shown = subprocess.run(["git", "show", f"{commit}:{rel}"], cwd=ROOT, capture_output=True,
+                                   text=True, timeout=60, check=False)
             if shown.returncode != 0:
                 continue
             for arms in json.loads(shown.stdout).get("arms", {}).values():
@@ -1204,54 +1205,67 @@ def intervals_markdown(analysis):
             "intervals" in e for arms in cells.values() for e in arms.values()):
         return []
     lines = ["", "## Divergence rates and intervals", "", f"Method: {analysis['interval_method']}.", "",
-             "| lr | arm | diverged | rate [Wilson 95%] | exact 95% | mean accuracy [seeds + problems 95%] | "
-             "seeds only 95% | bootstrap | runs from (CPU; revision) |", "|---|---|---|---|---|---|---|---|---|"]
+             ("| lr | arm | diverged | rate [Wilson 95%] | exact 95% | mean accuracy [seeds + problems "
+              "95%] | seeds only 95% | bootstrap | runs from (CPU; revision) |"),
+             "|---|---|---|---|---|---|---|---|---|"]
     for lr, arms in cells.items():
         for arm, e in arms.items():
             iv = e["intervals"]
             lines.append(f"| {lr} | {arm} | {iv['diverged']}/{iv['n']} | {100 * iv['rate']:.0f}% "
-                         f"{interval(iv['wilson95'])} | {interval(iv['exact95'])} | {pct(e['accuracy'])} "
-                         f"{interval(iv['accuracy_seeds_problems95'], '{:.1f}')} | "
-                         f"{interval(iv['accuracy_seeds95'], '{:.1f}')} | {iv['bootstrap']} | {provenance_cell(e)} |")
-    lines += ["", "Paired differences (arm minus reference; points of divergence rate and of mean accuracy):", "",
-              "| lr | arm vs ref | diverged | rate difference [95%] | pairing | accuracy difference [95%] | "
-              "reading |", "|---|---|---|---|---|---|---|"]
+                         f"{interval(iv['wilson95'])} | {interval(iv['exact95'])} | "
+                         f"{pct(e['accuracy'])} {interval(iv['accuracy_seeds_problems95'], '{:.1f}')} | "
+                         f"{interval(iv['accuracy_seeds95'], '{:.1f}')} | {iv['bootstrap']} | "
+                         f"{provenance_cell(e)} |")
+    lines += ["", ("Paired differences (arm minus reference; points of divergence rate and of mean "
+                   "accuracy):"), "",
+              ("| lr | arm vs ref | diverged | rate difference [95%] | pairing | accuracy difference "
+               "[95%] | reading |"), "|---|---|---|---|---|---|---|"]
     for lr, ps in analysis.get("rate_pairs", {}).items():
         for p in ps:
-            acc = ("-" if "accuracy_difference" not in p else
-                   f"{100 * p['accuracy_difference']:+.1f} {interval(p['accuracy_difference95'], '{:+.1f}')} "
-                   f"({len(p['accuracy_seeds'])} seeds)")
-            words = [("divergence told apart" if p["rate_told_apart"] else "divergence: no difference can be "
-                      "told apart")]
+            acc = "-"
+            if "accuracy_difference" in p:
+                acc = (f"{100 * p['accuracy_difference']:+.1f} "
+                       f"{interval(p['accuracy_difference95'], '{:+.1f}')} "
+                       f"({len(p['accuracy_seeds'])} seeds)")
+            words = ["divergence told apart" if p["rate_told_apart"] else
+                     "divergence: no difference can be told apart"]
             if "accuracy_told_apart" in p:
                 words.append("accuracy told apart" if p["accuracy_told_apart"] else
                              "accuracy: no difference can be told apart")
-            lines.append(f"| {lr} | {p['arm']} vs {p['ref']} | {p['diverged'][0]}/{p['diverged'][1]} vs "
-                         f"{p['ref_diverged'][0]}/{p['ref_diverged'][1]} | {points(p['rate_difference'])} "
-                         f"{interval(p['rate_difference95'], '{:+.0f}')} | {p['rate_pairing']} | {acc} | "
-                         f"{'; '.join(words)} |")
+            lines.append(f"| {lr} | {p['arm']} vs {p['ref']} | {p['diverged'][0]}/{p['diverged'][1]} "
+                         f"vs {p['ref_diverged'][0]}/{p['ref_diverged'][1]} | "
+                         f"{points(p['rate_difference'])} "
+                         f"{interval(p['rate_difference95'], '{:+.0f}')} | {p['rate_pairing']} | "
+                         f"{acc} | {'; '.join(words)} |")
     fb = analysis.get("first_below", {})
     if fb:
-        lines += ["", "First rate at which the arm's mean accuracy falls below the lower end of the base's interval "
-                  "(bootstrap over seeds; '> x': at none of the rates run):", "",
-                  "| arm | rates run | observed | 95% interval | share of resamples |", "|---|---|---|---|---|"]
+        lines += ["", ("First rate at which the arm's mean accuracy falls below the lower end of the "
+                       "base's interval (bootstrap over seeds; '> x': at none of the rates run):"), "",
+                  "| arm | rates run | observed | 95% interval | share of resamples |",
+                  "|---|---|---|---|---|"]
         for arm, e in fb.items():
-            lines.append(f"| {arm} | {', '.join(e['rates'])} | {e['observed']} | [{e['ci95'][0]}, {e['ci95'][1]}] | "
-                         + ", ".join(f"{k}: {100 * v:.0f}%" for k, v in e["shares"].items()) + " |")
+            shares = ", ".join(f"{k}: {100 * v:.0f}%" for k, v in e["shares"].items())
+            lines.append(f"| {arm} | {', '.join(e['rates'])} | {e['observed']} | "
+                         f"[{e['ci95'][0]}, {e['ci95'][1]}] | {shares} |")
     if analysis.get("reading"):
         lines += ["", "Reading (generated from the intervals above):", ""] + [
             line if line.startswith("- ") else f"- {line}" for line in analysis["reading"]]
     if analysis.get("repeats"):
-        lines += ["", "Runs made more than once (the table uses the first record; the others are kept beside it):",
-                  "", "| run | first: CPU, revision, date | accuracy | diverged | again: CPU, revision, date | "
-                  "accuracy | diverged | difference | verdict |", "|---|---|---|---|---|---|---|---|---|"]
+        lines += ["", ("Runs made more than once (the table uses the first record; the others are kept "
+                       "beside it):"), "",
+                  ("| run | first: CPU, revision, date | accuracy | diverged | again: CPU, revision, "
+                   "date | accuracy | diverged | difference | verdict |"),
+                  "|---|---|---|---|---|---|---|---|---|"]
+
+        def who(x):
+            return (f"{short_cpu(x['cpu_name'] or '?')}, {(x['revision'] or 'not recorded')[:12]}, "
+                    f"{x['date']}")
         for r in analysis["repeats"]:
-            def who(x):
-                return f"{short_cpu(x['cpu_name'] or '?')}, {(x['revision'] or 'not recorded')[:12]}, {x['date']}"
             moved = "-" if r["difference"] is None else f"{100 * r['difference']:+.1f}"
             lines.append(f"| {r['key']} | {who(r['first'])} | {pct(r['accuracy_first'])} | "
-                         f"{', '.join(r['diverged_first']) or 'no'} | {who(r['again'])} | {pct(r['accuracy_again'])} "
-                         f"| {', '.join(r['diverged_again']) or 'no'} | {moved} | {r['verdict']} |")
+                         f"{', '.join(r['diverged_first']) or 'no'} | {who(r['again'])} | "
+                         f"{pct(r['accuracy_again'])} | {', '.join(r['diverged_again']) or 'no'} | "
+                         f"{moved} | {r['verdict']} |")
     if len(analysis.get("base_records", [])) > 1:
         lines += ["", "Base evaluations (the first sets the divergence threshold): " + "; ".join(
             f"{short_cpu(b['cpu_name'] or '?')}, {(b['revision'] or 'not recorded')[:12]}, {b['date']}: "

@@ -18,9 +18,10 @@ DASHED = {"ets-exclude"}
 
 def plot_map(analysis, path, title=""):
     """analysis: bench/learning_check.py's analysis (or the results JSON). Writes `path` (PNG) and returns it, or
-    returns None when matplotlib is missing. Panels: the mean accuracy over seeds with its 95% interval (over seeds
-    and problems where the analysis has it, else over problems; diverged cells as open markers, the base's interval
-    as a band); the divergence rate with its Wilson 95% interval; n_eff; η when any run logged it."""
+    returns None when matplotlib is missing. Panels: the mean accuracy over seeds with its 95%
+    interval (over seeds and problems where the analysis has it, else over problems; diverged cells
+    as open markers, the base's interval as a band); the divergence rate with its Wilson 95%
+    interval; n_eff; η when any run logged it."""
     try:
         import matplotlib
         matplotlib.use("Agg")                                   # files only: no display on a server
@@ -60,15 +61,18 @@ def plot_map(analysis, path, title=""):
             for xv, yv, (_, e) in zip(xs, ys, acc):
                 axes[0].plot(xv, yv, "o", ms=6, color=style["color"],
                              mfc="white" if e.get("n_diverged") else style["color"])
-        div = [(xv, cells[lr][arm]["intervals"]) for xv, lr in zip(x, at) if "intervals" in cells[lr][arm]]
+        div = [(xv, cells[lr][arm]["intervals"]) for xv, lr in zip(x, at)
+               if "intervals" in cells[lr][arm]]
         if rates and div:
             ys = [100 * iv["rate"] for _, iv in div]
             err = [[100 * (iv["rate"] - iv["wilson95"][0]) for _, iv in div],
                    [100 * (iv["wilson95"][1] - iv["rate"]) for _, iv in div]]
-            ax_rate.errorbar([a for a, _ in div], ys, yerr=err, capsize=3, lw=1.5, marker="o", label=arm, **style)
+            ax_rate.errorbar([a for a, _ in div], ys, yerr=err, capsize=3, lw=1.5, marker="o",
+                             label=arm, **style)
         n_eff = [cells[lr][arm].get("update_answers_effective_mean") for lr in at]
         if any(v is not None for v in n_eff):
-            ax_neff.plot([a for a, v in zip(x, n_eff) if v is not None], [v for v in n_eff if v is not None],
+            ax_neff.plot([a for a, v in zip(x, n_eff) if v is not None],
+                         [v for v in n_eff if v is not None],
                          marker="o", lw=1.5, label=arm, **style)
         if noise:
             eta = [cells[lr][arm].get("grad_noise_ratio_median") for lr in at]

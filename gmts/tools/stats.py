@@ -330,7 +330,9 @@ def rate_difference(k_a, n_a, k_b, n_b, level=0.95):
     la, ua = wilson_interval(k_a, n_a, level)
     lb, ub = wilson_interval(k_b, n_b, level)
     d = pb - pa
-    return d, [d - math.sqrt((pb - lb) ** 2 + (ua - pa) ** 2), d + math.sqrt((ub - pb) ** 2 + (pa - la) ** 2)]
+    lower = math.sqrt((pb - lb) ** 2 + (ua - pa) ** 2)
+    upper = math.sqrt((ub - pb) ** 2 + (pa - la) ** 2)
+    return d, [d - lower, d + upper]
 
 
 def paired_rate_difference(a, b, level=0.95):
@@ -340,7 +342,8 @@ def paired_rate_difference(a, b, level=0.95):
     a margin is empty)."""
     a, b = [bool(x) for x in a], [bool(x) for x in b]
     if len(a) != len(b) or not a:
-        raise ValueError(f"paired rates need the same number (>= 1) of units, got {len(a)} and {len(b)}")
+        raise ValueError(f"paired rates need the same number (>= 1) of units, got {len(a)} and "
+                         f"{len(b)}")
     n = len(a)
     both = sum(x and y for x, y in zip(a, b))
     only_a = sum(x and not y for x, y in zip(a, b))
