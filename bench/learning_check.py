@@ -39,7 +39,7 @@ Run records: every finished run (and the base evaluation) is also written as one
 revision and per-problem scores, into <results>_runs/ (bench/results/lr_map_runs for the map), which is committed:
 a fresh checkout reuses those runs, one run at a time, so a long invocation can stop anywhere (or use --max-runs)
 and go on in another session. A run made again (--repeat, another machine) adds a record; the table uses the first
-and lists the others beside it. --map-boundary adds, per cell, the divergence rate with its 95% intervals, paired
+and lists the others beside it. Every sweep's table has, per cell, the divergence rate with its 95% intervals, paired
 differences between arms, the mean accuracy bootstrapped over seeds and problems, the first rate below the base,
 and a reading generated from those intervals ("Intervals at the boundary" below).
 """
