@@ -20,7 +20,7 @@ import asyncio
 import importlib
 import importlib.util
 import inspect
-import math
+from math import isfinite
 import numbers
 import os
 import sys
@@ -208,7 +208,7 @@ def parse_weights(text, n: int, flag: str = "--reward-weights") -> list[float]:
         weights = [float(w) for w in parts]
     except ValueError:
         raise ValueError(f"{flag} must be numbers separated by commas, got {text!r}") from None
-    if not all(math.isfinite(w) for w in weights):
+    if not all(isfinite(w) for w in weights):
         raise ValueError(f"{flag} must be finite numbers, got {text!r}")
     if len(weights) != n:
         raise ValueError(f"{flag} gives {len(weights)} weight(s) for {n} --reward(s)")
@@ -271,12 +271,14 @@ class Scorer:
     HTTP) waits side by side; `async def` rewards are awaited together on an event loop; a reward with
     `fn.concurrent = False` runs in this thread, one answer after another."""
 
-    def __init__(self, rewards=None, *, workers: int | None = None, trusted_only: bool = False, **options):
+    def __init__(self, rewards=None, *, workers: int | None = None, trusted_only: bool = False, functions=None,
+                 **options):
         self.rewards = rewards
         self.workers = workers or default_workers()
         self.trusted_only, self.options = trusted_only, options
-        self._fns = {}
+        self._fns = dict(functions or {})        # per-row mode: name -> fn(completion, answer), else get_reward
         self._pool = None
+        self.counts = {}                          # score(log=True)'s per-reward sums since take_counts()
 
     @property
     def labels(self) -> list[str]:
@@ -299,9 +301,22 @@ class Scorer:
             self._pool.shutdown(wait=True)
             self._pool = None
 
-    def score(self, completions, problems, *, concurrent: bool = True) -> Scores:
+    def take_counts(self) -> dict:
+        """The per-reward sums (Scores.figures) of every score(log=True) since the last call; resets them."""
+        counts, self.counts = self.counts, {}
+        return counts
+
+    def score(self, completions, problems, *, concurrent: bool = True, log: bool = False) -> Scores:
         """Scores of completions[i], an answer to problems[i] (anything with .answer, .reward and .fields).
-        concurrent=False: every call in this thread, in order (the same values: bench/bench_reward_time.py)."""
+        concurrent=False: every call in this thread, in order (the same values: bench/bench_reward_time.py).
+        log=True: add the per-reward sums to self.counts (what train.py logs per step)."""
+        scores = self._score(completions, problems, concurrent)
+        if log:
+            for label, figures in scores.figures().items():
+                self.counts[label] = [a + b for a, b in zip(self.counts.get(label, (0, 0.0, 0)), figures)]
+        return scores
+
+    def _score(self, completions, problems, concurrent):
         if len(completions) != len(problems):
             raise ValueError(f"lengths differ: {len(completions)} completions, {len(problems)} problems")
         if self.rewards is None:
@@ -333,9 +348,9 @@ class Scorer:
             out[k] = fut.result()
         return out
 
-    def check(self, problems, completions=("", " ")):
+    def check(self, problems, first: int = 8, completions=("", " ")):
         """Start-up check of custom rewards: every field a reward names exists in every row, and each reward takes
-        the given completions (an empty answer and a blank one, which models produce) on the first rows, returning
+        the given completions (an empty answer and a blank one, which models produce) on the `first` rows, returning
         a number or None. A problem is a RewardError naming the reward."""
         if not self.rewards:
             return
@@ -351,9 +366,23 @@ class Scorer:
                     raise RewardError(f"--reward {reward.spec}: {reward.label} takes the field "
                                       f"{missing[0]!r}, which problem {p.id} has not (its fields: "
                                       f"{', '.join(sorted(p.fields)) or 'none'})")
-        first = list(problems)
+        first = list(problems[:first])
         self.score([c for c in completions for _ in first], [p for _ in completions for p in first],
                    concurrent=False)
+
+
+def as_scorer(fns) -> Scorer:
+    """A Scorer as it is, or one over a {name: fn(completion, answer)} dict (per-row mode), kept on the dict's
+    first use so that its thread pool is made once."""
+    if isinstance(fns, Scorer):
+        return fns
+    key = id(fns)
+    if key not in _DICT_SCORERS or _DICT_SCORERS[key][0] is not fns:
+        _DICT_SCORERS[key] = (fns, Scorer(functions=fns))
+    return _DICT_SCORERS[key][1]
+
+
+_DICT_SCORERS = {}
 
 
 def _run_coroutine(coro):
@@ -381,7 +410,7 @@ def _checked(reward, value, completion, problem):
     else:
         raise RewardError(f"--reward {reward.spec}: {reward.label} returned {type(value).__name__} "
                           f"{repr(value)[:60]} for problem {problem.id}; return a number or None")
-    if not math.isfinite(value):
+    if not isfinite(value):
         raise RewardError(f"--reward {reward.spec}: {reward.label} returned {value} for problem {problem.id} "
                           f"(completion {completion[:40]!r}); return a finite number or None")
     return value
@@ -434,5 +463,5 @@ def score_batch(names: list[str], completions: list[str], references: list, *, w
 
 
 __all__ = ["get_reward", "score_batch", "load_reward", "load_rewards", "Scorer", "Scores", "RewardError",
-           "reward_figures", "code_stats", "REWARD_NAMES", "answers_equal", "last_boxed", "last_number", "extract_choice",
+           "as_scorer", "reward_figures", "code_stats", "REWARD_NAMES", "answers_equal", "last_boxed", "last_number", "extract_choice",
            "extract_code", "gsm8k_reward", "math_reward", "choice_reward", "code_reward"]
