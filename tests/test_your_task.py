@@ -191,7 +191,7 @@ STARTUP = {
     "no module": ("no_such_pkg.mod:fn", "no module named 'no_such_pkg'", None),
     "wrong signature": ("{bad}:one_arg", "one_arg(completion) must take (completion, answer, **fields)", None),
     "raises on the first batch": ("{bad}:raises", "raises raised IndexError: list index out of range on problem",
-                                  "    return completion.split()[0]"),
+                                  "    return completion.split()[0] == answer"),
     "raises on import": ("{broken}:f", "importing {broken} raised ZeroDivisionError: division by zero",
                          "    1 / 0"),
     "a field no row has": ("{bad}:wants_unit", "wants_unit takes the field 'unit', which problem", None),
@@ -302,8 +302,10 @@ def test_hub_data_set_not_in_the_cache_is_one_line_offline_and_unreachable(digit
                 {**{k: v for k, v in ENV.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")},
                  "HF_HOME": str(tmp_path / "hf"), "HF_ENDPOINT": "http://127.0.0.1:9"}):
         runs = [[sys.executable, "train.py", *common, "--data", "hf:no/such-dataset"],
-                [sys.executable, "eval.py", "--model", digit_model_dir, "--device", "cpu",
-                 "--data", "hf:no/such-dataset:main:test", "--output", str(tmp_path / "e.json")]]
+                [sys.executable, "train.py", *common, "--data", jsonl(tmp_path / "d.jsonl", ROWS),
+                 "--eval-data", "hf:no/such-dataset:main:test", "--eval-every", "1"],
+                [sys.executable, "eval.py", "--model", digit_model_dir, "--device", "cpu", "--max-new-tokens",
+                 "4", "--data", "hf:no/such-dataset:main:test", "--output", str(tmp_path / "e.json")]]
         for argv in runs:
             proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
             lines = proc.stderr.strip().splitlines()
@@ -324,7 +326,7 @@ def test_the_your_task_page_runs_end_to_end(tmp_path):
     pytest.importorskip("matplotlib")
     page = open(os.path.join(ROOT, "docs", "your_task.md")).read()
     blocks = re.findall(r"```bash\n(.*?)```", page, flags=re.S)
-    assert len(blocks) == 5
+    assert len(blocks) == 6
     for name in ("train.py", "eval.py", "gmts", "data", "rewards"):
         os.symlink(os.path.join(ROOT, name), tmp_path / name)
     for block in blocks:
