@@ -258,7 +258,9 @@ def read_dataset(source: str, split: str) -> list[tuple[str, dict]]:
             with _HubOffline():                        # a local folder needs no hub
                 loaded = datasets.load_dataset(source, split=split)
         except (FileNotFoundError, ValueError, datasets.exceptions.DatasetNotFoundError) as e:
-            raise ValueError(f"{source}: {' '.join(str(e).split())[:300]}") from None
+            raise ValueError(f"{source} is a folder that `datasets` cannot read as a data set "
+                             f"({' '.join(str(e).split())[:300]}); pass a data file (.jsonl, .json, "
+                             ".parquet), a save_to_disk folder or one laid out like a hub repository") from None
         return _rows(loaded, source, split)
     name, _, config = source[3:].partition(":")
     if name.count("/") != 1 or not all(name.split("/")):

@@ -415,16 +415,10 @@ class Scorer:
         flat = self._run(jobs, concurrent)
         n = len(completions)
         values = {r.label: flat[k * n : (k + 1) * n] for k, (r, _) in enumerate(self.rewards)}
-        total = [
-            float(
-                sum(
-                    w * values[r.label][i]
-                    for r, w in self.rewards
-                    if values[r.label][i] is not None
-                )
-            )
-            for i in range(n)
-        ]
+        total = []
+        for i in range(n):  # R: the weighted sum over the rewards that applied (a None adds nothing)
+            applied = [(w, values[r.label][i]) for r, w in self.rewards if values[r.label][i] is not None]
+            total.append(float(sum(w * v for w, v in applied)))
         return Scores(total, values)
 
     def _run(self, jobs, concurrent):
