@@ -49,7 +49,7 @@ def build_parser():
                         " | package.module:function; R = the weighted sum, correct when R >= 1 (default: each "
                         "row's own reward; docs/your_task.md)")
     p.add_argument("--reward-weights", default="", help="weights of the --reward functions, e.g. 1,0.1 (default: 1)")
-    p.add_argument("--reward-workers", type=int, default=0, help="threads scoring answers (0 = the CPUs)")
+    p.add_argument("--reward-workers", type=int, default=0, help="threads scoring answers (0 = twice the CPUs)")
     p.add_argument("--device", default="auto")
     p.add_argument("--dtype", default="auto", help="auto (bf16 on GPU, float32 on CPU), float32, bfloat16, float16")
     p.add_argument("--bootstrap", type=int, default=10_000, help="bootstrap resamples")

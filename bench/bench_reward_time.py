@@ -1,13 +1,13 @@
 """One step's reward time: the same answers scored one after another and concurrently
 (rewards.Scorer), in turn.
 
-    python bench/bench_reward_time.py            # both cases, 3 rounds each (bench/README.md quotes it)
+    python bench/bench_reward_time.py               # both cases, 3 rounds (bench/README.md)
     python bench/bench_reward_time.py --code 256 --rounds 5
 
-code: --code answers to one MBPP problem (task 2, three asserts), as a paper-coder step's answers are
-all code: a third right, a third wrong, a third not Python; each one a sandboxed run
+code: --code answers to one MBPP problem (task 2, three asserts), as a paper-coder step's answers
+are all code: a third right, a third wrong, a third not Python; each one a sandboxed run
 (rewards/code.py), the built-in reward chosen per row (train.py without --reward). Concurrent:
---workers threads (default: the CPUs).
+--workers threads (default: twice the CPUs).
 judge: --judge answers scored by a custom reward that waits --judge-ms per answer the way a model
 judge behind an HTTP endpoint does (time.sleep releases the GIL as a socket read does), with
 --judge-workers threads.
@@ -81,7 +81,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--code", type=int, default=96, help="code answers (0 = skip)")
     p.add_argument(
-        "--workers", type=int, default=0, help="threads for the code case (0 = the CPUs)"
+        "--workers", type=int, default=0, help="threads for the code case (0 = twice the CPUs)"
     )
     p.add_argument(
         "--judge", type=int, default=64, help="answers for the waiting custom reward (0 = skip)"

@@ -36,7 +36,7 @@ class Config:
     max_prompt_tokens: int = field(default=1024, metadata={"help": "problems with longer prompts are skipped (counted)"})
     reward: list = field(default_factory=list, metadata={"help": "a reward for every answer, repeatable: gsm8k | math | choice | code | path/file.py:function | package.module:function; R = the weighted sum (default: each row's own reward; docs/your_task.md)"})
     reward_weights: str = field(default="", metadata={"help": "weights of the --reward functions in order, e.g. 1,0.1 (default: all 1)"})
-    reward_workers: int = field(default=0, metadata={"help": "threads scoring a step's answers concurrently (0 = this process's CPUs; 1 = one after another)"})
+    reward_workers: int = field(default=0, metadata={"help": "threads scoring a step's answers concurrently (0 = twice this process's CPUs; 1 = one after another)"})
     code_trusted_only: bool = field(default=False, metadata={"help": "code reward: score 0 (without running) any problem whose tests could only be judged inside the sandbox (rewards/README.md)"})
     # --- rollout ------------------------------------------------------------------------------------------------
     prompts_per_step: int = field(default=8, metadata={"help": "prompts per rollout batch (Q); one optimizer step each unless --mini-batch-size is smaller"})
