@@ -58,12 +58,14 @@ from gmts.trainer.step import (Batch, MiniBatch, PromptStream, accumulate_gradie
 
 def load_prompts(cfg, tokenizer):
     """Problems -> chat-templated prompt ids (data/); prompts longer than --max-prompt-tokens are skipped and counted.
-    Returns (problems, prompt ids, how many were skipped). The --reward functions are loaded and tried on the first
-    rows here, before any model loads: a problem is one line naming the reward, and the user's traceback."""
+    Returns (problems, prompt ids, how many were skipped). The --reward functions are loaded and
+    tried on the first rows here, before any model loads: a problem is one line naming the reward,
+    then the user's traceback."""
     problems, prompt_ids, skipped = data.load_prompts_for_cli(
-        cfg.data, cfg.split, tokenizer, max_prompt_tokens=cfg.max_prompt_tokens, question_field=cfg.question_field,
-        answer_field=cfg.answer_field, template=cfg.template, task_options=cfg.task_options,
-        limit=cfg.limit or None, seed=cfg.seed, system_prompt=cfg.system_prompt)
+        cfg.data, cfg.split, tokenizer, max_prompt_tokens=cfg.max_prompt_tokens,
+        question_field=cfg.question_field, answer_field=cfg.answer_field, template=cfg.template,
+        task_options=cfg.task_options, limit=cfg.limit or None, seed=cfg.seed,
+        system_prompt=cfg.system_prompt)
     if cfg.reward:
         scorer = reward_functions(cfg, [])
         try:
@@ -76,14 +78,15 @@ def load_prompts(cfg, tokenizer):
 
 
 def reward_functions(cfg, names):
-    """The step's scorer (rewards.Scorer): --reward's functions with --reward-weights for every problem, or without
-    --reward each problem's own built-in reward (`names`: those the problems use). Scores a batch concurrently."""
+    """The step's scorer (rewards.Scorer, scoring a batch concurrently): --reward's functions with
+    --reward-weights for every problem, or without --reward each problem's own built-in reward
+    (`names`: those the problems use)."""
+    trusted = cfg.code_trusted_only
     try:
-        chosen = rewards.load_rewards(cfg.reward, cfg.reward_weights, trusted_only=cfg.code_trusted_only) \
-            if cfg.reward else None
+        chosen = rewards.load_rewards(cfg.reward, cfg.reward_weights, trusted_only=trusted) or None
     except rewards.RewardError as err:
         raise SystemExit(err.for_cli()) from None
-    return rewards.Scorer(chosen, workers=cfg.reward_workers or None, trusted_only=cfg.code_trusted_only)
+    return rewards.Scorer(chosen, workers=cfg.reward_workers or None, trusted_only=trusted)
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -115,11 +118,12 @@ def answer_prompts(cfg, model, tokenizer, stream, idx, *, eos_ids, generator, re
                           compile=cfg.compile)
     texts = [tokenizer.decode(row[mask], skip_special_tokens=True)
              for row, mask in zip(roll.completion_ids.cpu(), roll.valid_mask.cpu())]
-    # 2. Reward: programs check each answer (rewards/), all answers at once on a thread pool: R_i, the weighted sum
-    #    of the --reward functions (or each row's own reward).
+    # 2. Reward: programs check each answer (rewards/), all at once on a thread pool: R_i, the
+    #    weighted sum of the --reward functions (or each row's own reward).
+    answered = [problems[i // G] for i in range(len(texts))]
     try:
-        R = torch.tensor(rewards.as_scorer(reward_fns).score(texts, [problems[i // G] for i in range(len(texts))],
-                                                             log=True).total, dtype=torch.float32)
+        R = torch.tensor(rewards.as_scorer(reward_fns).score(texts, answered, log=True).total,
+                         dtype=torch.float32)
     except rewards.RewardError as err:
         raise SystemExit(err.for_cli()) from None
     # 3. Advantage, per group: A_i = (R_i - mean) / (std + eps) (gmts/method/grpo.py). With --overlong-buffer, R
@@ -209,13 +213,16 @@ def train_step(run, step):
 
 
 def each_reward(scorer, ranks):
-    """Each --reward's figures over every answer sampled this step (all ranks): reward_<name>_mean over the
-    answers it applied to, reward_<name>_none the share where it returned None. {} without --reward."""
+    """Each --reward's figures over every answer sampled this step (all ranks): reward_<name>_mean
+    over the answers it applied to, reward_<name>_none the share where it returned None. {} without
+    --reward."""
     counts = rewards.as_scorer(scorer).take_counts()
     if not counts:
         return {}
-    summed = ranks.sum(torch.tensor([c for label in counts for c in counts[label]], dtype=torch.float64)).tolist()
-    return rewards.reward_figures({label: summed[3 * k:3 * k + 3] for k, label in enumerate(counts)})
+    flat = [c for label in counts for c in counts[label]]        # (applied, sum, None) per reward
+    summed = ranks.sum(torch.tensor(flat, dtype=torch.float64)).tolist()
+    return rewards.reward_figures({
+        label: summed[3 * k:3 * k + 3] for k, label in enumerate(counts)})
 
 
 def main(argv=None):

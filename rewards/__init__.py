@@ -293,7 +293,7 @@ def load_rewards(specs, weights=None, *, trusted_only: bool = False) -> list[tup
 def default_workers() -> int:
     """Threads for scoring: twice the CPUs this process may use (shared among torchrun's processes
     on the node), since a code answer's thread mostly waits on its sandbox: 96 code answers on 2
-    cores took 1.6x less time on 2 threads, 3.0x on 4, 3.5x on 8 (bench/README.md, "Reward time")."""
+    cores took 1.6x less time on 2 threads, 3.0x on 4, 3.5x on 8 (bench/README.md)."""
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return max(1, 2 * (cpus or 1) // max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)))
 
@@ -347,7 +347,7 @@ class Scorer:
         functions=None,
         **options,
     ):
-        self.rewards = rewards
+        self.rewards = rewards or None  # [] is per-row mode too
         self.workers = workers or default_workers()
         self.trusted_only, self.options = trusted_only, options
         self._fns = dict(
