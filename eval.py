@@ -45,11 +45,13 @@ def build_parser():
     p.add_argument("--answer-field", default=None, help="answer column of a local file")
     p.add_argument("--task-options", default="", help='JSON options for the source, e.g. \'{"digits": 1}\'')
     p.add_argument("--reward", action="append", default=[], metavar="SPEC",
-                   help="a reward for every answer, repeatable: gsm8k | math | choice | code | path/file.py:function"
-                        " | package.module:function; R = the weighted sum, correct when R >= 1 (default: each "
-                        "row's own reward; docs/your_task.md)")
-    p.add_argument("--reward-weights", default="", help="weights of the --reward functions, e.g. 1,0.1 (default: 1)")
-    p.add_argument("--reward-workers", type=int, default=0, help="threads scoring answers (0 = twice the CPUs)")
+                   help="a reward for every answer, repeatable: gsm8k | math | choice | code | "
+                        "path/file.py:function | package.module:function; R = the weighted sum, "
+                        "correct when R >= 1 (default: each row's own reward; docs/your_task.md)")
+    p.add_argument("--reward-weights", default="",
+                   help="weights of the --reward functions, e.g. 1,0.1 (default: all 1)")
+    p.add_argument("--reward-workers", type=int, default=0,
+                   help="threads scoring answers (0 = twice the CPUs)")
     p.add_argument("--device", default="auto")
     p.add_argument("--dtype", default="auto", help="auto (bf16 on GPU, float32 on CPU), float32, bfloat16, float16")
     p.add_argument("--bootstrap", type=int, default=10_000, help="bootstrap resamples")
@@ -209,7 +211,8 @@ def main(argv=None):
                                 seed=args.seed, eos_ids=eos_ids, batch_size=args.batch_size,
                                 progress=not args.quiet, repeats=args.repeat, n_bootstrap=args.bootstrap,
                                 max_prompt_tokens=max_prompt_tokens, rewards=args.reward or None,
-                                reward_weights=args.reward_weights, reward_workers=args.reward_workers, **data_kw)
+                                reward_weights=args.reward_weights,
+                                reward_workers=args.reward_workers, **data_kw)
     except ValueError as err:
         raise SystemExit(f"error: {err}") from None
     except RewardError as err:
@@ -235,8 +238,8 @@ def main(argv=None):
 
 
 def check_rewards(args, problems):
-    """--reward: each function loaded and tried on the first problems before the model loads; a problem is one
-    line naming the reward, with the user's own traceback below it."""
+    """--reward: each function loaded and tried on the first problems before the model loads; a
+    problem is one line naming the reward, with the user's own traceback below it."""
     if not args.reward:
         return
     import rewards

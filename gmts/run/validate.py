@@ -101,7 +101,8 @@ def _no_problem(find):
 
 
 def reward_weights_problem(text, specs):
-    """Why --reward-weights does not fit the --reward list (one finite number each, comma-separated), or None."""
+    """None, or raises ValueError: why --reward-weights does not fit the --reward list (one finite
+    number per --reward, comma-separated)."""
     if not text:
         return None
     if not specs:
@@ -109,11 +110,13 @@ def reward_weights_problem(text, specs):
     try:
         weights = [float(w) for w in str(text).split(",")]
     except ValueError:
-        raise ValueError(f"--reward-weights must be numbers separated by commas, got {text!r}") from None
+        raise ValueError(f"--reward-weights must be numbers separated by commas, got {text!r}") \
+            from None
     if not all(math.isfinite(w) for w in weights):
         raise ValueError(f"--reward-weights must be finite numbers, got {text!r}")
     if len(weights) != len(specs):
-        raise ValueError(f"--reward-weights gives {len(weights)} weight(s) for {len(specs)} --reward(s)")
+        raise ValueError(f"--reward-weights gives {len(weights)} weight(s) for {len(specs)} "
+                         "--reward(s)")
     return None
 
 
@@ -153,7 +156,8 @@ TRAIN_RULES = [
     _need("limit", 0),
     _need("max_prompt_tokens", 1),
     Rule("task_options", _json_object, "--task-options must be a JSON object, got {v!r}"),
-    Rule("reward", lambda v, c: isinstance(v, list) and all(s.strip() for s in v), "--reward is empty"),
+    Rule("reward", lambda v, c: isinstance(v, list) and all(s.strip() for s in v),
+         "--reward is empty"),
     Rule("reward_weights", lambda v, c: reward_weights_problem(v, c.reward) is None,
          "{err}"),
     _need("reward_workers", 0),
