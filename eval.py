@@ -44,6 +44,14 @@ def build_parser():
     p.add_argument("--question-field", default=None, help="question column of a local file")
     p.add_argument("--answer-field", default=None, help="answer column of a local file")
     p.add_argument("--task-options", default="", help='JSON options for the source, e.g. \'{"digits": 1}\'')
+    p.add_argument("--reward", action="append", default=[], metavar="SPEC",
+                   help="a reward for every answer, repeatable: gsm8k | math | choice | code | "
+                        "path/file.py:function | package.module:function; R = the weighted sum, "
+                        "correct when R >= 1 (default: each row's own reward; docs/your_task.md)")
+    p.add_argument("--reward-weights", default="",
+                   help="weights of the --reward functions, e.g. 1,0.1 (default: all 1)")
+    p.add_argument("--reward-workers", type=int, default=0,
+                   help="threads scoring answers (0 = twice the CPUs)")
     p.add_argument("--device", default="auto")
     p.add_argument("--dtype", default="auto", help="auto (bf16 on GPU, float32 on CPU), float32, bfloat16, float16")
     p.add_argument("--bootstrap", type=int, default=10_000, help="bootstrap resamples")
@@ -162,6 +170,7 @@ def main(argv=None):
         args.samples = 1
 
     import torch
+    from rewards import RewardError
     from gmts.tools.evaluate import degenerate, evaluate_model, load_benchmark, split_data_arg
     from gmts.trainer.policy import (check_vocabulary, end_of_sequence_ids, load_model, load_tokenizer,
                                      resolve_device, resolve_dtype)
@@ -181,6 +190,7 @@ def main(argv=None):
                  for spec in specs}
     except ValueError as err:
         raise SystemExit(f"error: {err}") from None
+    check_rewards(args, [p for problems, _, _ in sizes.values() for p in problems])
     model = one_line_errors(load_model, args.model, dtype=dtype, device=device).eval()
     check_vocabulary(model, tokenizer, flag="--tokenizer" if args.tokenizer else "--model")
     if max_prompt_tokens is None:       # the context was not readable before loading: the loaded config has it
@@ -200,9 +210,13 @@ def main(argv=None):
                                 top_p=args.top_p, top_k=args.top_k, max_new_tokens=args.max_new_tokens,
                                 seed=args.seed, eos_ids=eos_ids, batch_size=args.batch_size,
                                 progress=not args.quiet, repeats=args.repeat, n_bootstrap=args.bootstrap,
-                                max_prompt_tokens=max_prompt_tokens, **data_kw)
+                                max_prompt_tokens=max_prompt_tokens, rewards=args.reward or None,
+                                reward_weights=args.reward_weights,
+                                reward_workers=args.reward_workers, **data_kw)
     except ValueError as err:
         raise SystemExit(f"error: {err}") from None
+    except RewardError as err:
+        raise SystemExit(err.for_cli()) from None
     records = result.pop("records")
     problem = degenerate(records)
     if problem:
@@ -221,6 +235,19 @@ def main(argv=None):
     print_table(summary)
     print(f"wrote {output} and {per_problem} ({summary['wall_s']:.1f}s)")
     return summary
+
+
+def check_rewards(args, problems):
+    """--reward: each function loaded and tried on the first problems before the model loads; a
+    problem is one line naming the reward, with the user's own traceback below it."""
+    if not args.reward:
+        return
+    import rewards
+    try:
+        scorer = rewards.Scorer(rewards.load_rewards(args.reward, args.reward_weights), workers=1)
+        scorer.check(problems, first=args.batch_size)
+    except rewards.RewardError as err:
+        raise SystemExit(err.for_cli()) from None
 
 
 def stop_on_interrupt(signum, frame):

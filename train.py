@@ -58,16 +58,35 @@ from gmts.trainer.step import (Batch, MiniBatch, PromptStream, accumulate_gradie
 
 def load_prompts(cfg, tokenizer):
     """Problems -> chat-templated prompt ids (data/); prompts longer than --max-prompt-tokens are skipped and counted.
-    Returns (problems, prompt ids, how many were skipped)."""
-    return data.load_prompts_for_cli(cfg.data, cfg.split, tokenizer, max_prompt_tokens=cfg.max_prompt_tokens,
-                                     question_field=cfg.question_field, answer_field=cfg.answer_field,
-                                     template=cfg.template, task_options=cfg.task_options,
-                                     limit=cfg.limit or None, seed=cfg.seed, system_prompt=cfg.system_prompt)
+    Returns (problems, prompt ids, how many were skipped). The --reward functions are loaded and
+    tried on the first rows here, before any model loads: a problem is one line naming the reward,
+    then the user's traceback."""
+    problems, prompt_ids, skipped = data.load_prompts_for_cli(
+        cfg.data, cfg.split, tokenizer, max_prompt_tokens=cfg.max_prompt_tokens,
+        question_field=cfg.question_field, answer_field=cfg.answer_field, template=cfg.template,
+        task_options=cfg.task_options, limit=cfg.limit or None, seed=cfg.seed,
+        system_prompt=cfg.system_prompt)
+    if cfg.reward:
+        scorer = reward_functions(cfg, [])
+        try:
+            scorer.check(problems, first=cfg.prompts_per_step)
+        except rewards.RewardError as err:
+            raise SystemExit(err.for_cli()) from None
+        finally:
+            scorer.close()
+    return problems, prompt_ids, skipped
 
 
 def reward_functions(cfg, names):
-    """reward name -> fn(text, reference answer) -> R, for the names the problems use (rewards/)."""
-    return {name: rewards.get_reward(name, trusted_only=cfg.code_trusted_only) for name in names}
+    """The step's scorer (rewards.Scorer, scoring a batch concurrently): --reward's functions with
+    --reward-weights for every problem, or without --reward each problem's own built-in reward
+    (`names`: those the problems use)."""
+    trusted = cfg.code_trusted_only
+    try:
+        chosen = rewards.load_rewards(cfg.reward, cfg.reward_weights, trusted_only=trusted) or None
+    except rewards.RewardError as err:
+        raise SystemExit(err.for_cli()) from None
+    return rewards.Scorer(chosen, workers=cfg.reward_workers or None, trusted_only=trusted)
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -99,9 +118,14 @@ def answer_prompts(cfg, model, tokenizer, stream, idx, *, eos_ids, generator, re
                           compile=cfg.compile)
     texts = [tokenizer.decode(row[mask], skip_special_tokens=True)
              for row, mask in zip(roll.completion_ids.cpu(), roll.valid_mask.cpu())]
-    # 2. Reward: a program checks each answer (rewards/): R_i.
-    R = torch.tensor([reward_fns[problems[i // G].reward](text, problems[i // G].answer)
-                      for i, text in enumerate(texts)], dtype=torch.float32)
+    # 2. Reward: programs check each answer (rewards/), all at once on a thread pool: R_i, the
+    #    weighted sum of the --reward functions (or each row's own reward).
+    answered = [problems[i // G] for i in range(len(texts))]
+    try:
+        R = torch.tensor(rewards.as_scorer(reward_fns).score(texts, answered, log=True).total,
+                         dtype=torch.float32)
+    except rewards.RewardError as err:
+        raise SystemExit(err.for_cli()) from None
     # 3. Advantage, per group: A_i = (R_i - mean) / (std + eps) (gmts/method/grpo.py). With --overlong-buffer, R
     # first pays DAPO's length penalty; which groups count as mixed is still decided by the checker's R alone.
     shaped = R if not cfg.overlong_buffer else R + overlong_penalty(
@@ -181,11 +205,24 @@ def train_step(run, step):
         batch, sampled_rewards, tries = collect_batch(cfg, run.model, run.tokenizer, run.stream, run.eos_ids,
                                                       run.rollout_gen, run.reward_fns)
     metrics = dict(step=step, **rollout_figures(cfg, batch, sampled_rewards, ranks), sampling_tries=tries,
-                   time_rollout_s=time.time() - t_start)
+                   **each_reward(run.reward_fns, ranks), time_rollout_s=time.time() - t_start)
     if "skipped" in metrics:              # every group was all-equal in every try (on some rank): nothing to learn
         return dict(metrics, time_train_s=0.0), None
     log = policy_steps(cfg, run.model, run.ref_model, run.optimizer, batch, run.select_gen, run.device, step)
     return dict(metrics, time_train_s=time.time() - t_start - metrics["time_rollout_s"]), log
+
+
+def each_reward(scorer, ranks):
+    """Each --reward's figures over every answer sampled this step (all ranks): reward_<name>_mean
+    over the answers it applied to, reward_<name>_none the share where it returned None. {} without
+    --reward."""
+    counts = rewards.as_scorer(scorer).take_counts()
+    if not counts:
+        return {}
+    flat = [c for label in counts for c in counts[label]]        # (applied, sum, None) per reward
+    summed = ranks.sum(torch.tensor(flat, dtype=torch.float64)).tolist()
+    return rewards.reward_figures({
+        label: summed[3 * k:3 * k + 3] for k, label in enumerate(counts)})
 
 
 def main(argv=None):

@@ -34,6 +34,9 @@ class Config:
     system_prompt: str = field(default=None, metadata={"help": "override the template's system prompt ('' = none)"})
     task_options: str = field(default="", metadata={"help": "JSON options for the task, e.g. '{\"digits\": 2}' for arithmetic"})
     max_prompt_tokens: int = field(default=1024, metadata={"help": "problems with longer prompts are skipped (counted)"})
+    reward: list = field(default_factory=list, metadata={"help": "a reward for every answer, repeatable: gsm8k | math | choice | code | path/file.py:function | package.module:function; R = the weighted sum (default: each row's own reward; docs/your_task.md)"})
+    reward_weights: str = field(default="", metadata={"help": "weights of the --reward functions in order, e.g. 1,0.1 (default: all 1)"})
+    reward_workers: int = field(default=0, metadata={"help": "threads scoring a step's answers concurrently (0 = twice this process's CPUs; 1 = one after another)"})
     code_trusted_only: bool = field(default=False, metadata={"help": "code reward: score 0 (without running) any problem whose tests could only be judged inside the sandbox (rewards/README.md)"})
     # --- rollout ------------------------------------------------------------------------------------------------
     prompts_per_step: int = field(default=8, metadata={"help": "prompts per rollout batch (Q); one optimizer step each unless --mini-batch-size is smaller"})
@@ -199,9 +202,13 @@ def add_config_flags(parser, names=None, *, defaults=None, helps=None):
     for f in chosen:
         flag = "--" + f.name.replace("_", "-")
         help_text = (helps or {}).get(f.name, f.metadata.get("help", ""))
-        default = f.default if defaults is None else defaults.get(f.name, f.default)
+        base = f.default_factory() if f.default is dataclasses.MISSING else f.default
+        default = base if defaults is None else defaults.get(f.name, base)
         value = argparse.SUPPRESS if defaults is None else default
-        if f.type is bool or f.type == "bool":
+        if f.type is list or f.type == "list":      # repeatable: --reward a --reward b
+            parser.add_argument(flag, dest=f.name, action="append", default=value,
+                                help=f"{help_text} (default: none)")
+        elif f.type is bool or f.type == "bool":
             # --x / --no-x
             parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=value,
                                 help=f"{help_text} (default: {default})")

@@ -226,7 +226,9 @@ def run_eval(cfg, model, tokenizer, eos_ids, device):
                             temperature=cfg.eval_temperature, max_new_tokens=cfg.max_new_tokens, seed=cfg.seed,
                             eos_ids=eos_ids, template=cfg.template or None, system_prompt=cfg.system_prompt,
                             batch_size=batch_size, progress=False, max_prompt_tokens=cfg.max_prompt_tokens,
-                            task_options=json.loads(cfg.task_options) if cfg.task_options else None)
+                            task_options=json.loads(cfg.task_options) if cfg.task_options else None,
+                            rewards=cfg.reward or None, reward_weights=cfg.reward_weights,
+                            reward_workers=cfg.reward_workers)
     model.train(was_training)
     return {"eval_accuracy": result["accuracy"], "eval_ci95": result["ci95"], "eval_data": cfg.eval_data}
 

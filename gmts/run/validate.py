@@ -100,6 +100,26 @@ def _no_problem(find):
     return ok
 
 
+def reward_weights_problem(text, specs):
+    """None, or raises ValueError: why --reward-weights does not fit the --reward list (one finite
+    number per --reward, comma-separated)."""
+    if not text:
+        return None
+    if not specs:
+        raise ValueError("--reward-weights needs --reward")
+    try:
+        weights = [float(w) for w in str(text).split(",")]
+    except ValueError:
+        raise ValueError(f"--reward-weights must be numbers separated by commas, got {text!r}") \
+            from None
+    if not all(math.isfinite(w) for w in weights):
+        raise ValueError(f"--reward-weights must be finite numbers, got {text!r}")
+    if len(weights) != len(specs):
+        raise ValueError(f"--reward-weights gives {len(weights)} weight(s) for {len(specs)} "
+                         "--reward(s)")
+    return None
+
+
 def at_least(n):
     return lambda v, c: isinstance(v, int) and v >= n
 
@@ -136,6 +156,11 @@ TRAIN_RULES = [
     _need("limit", 0),
     _need("max_prompt_tokens", 1),
     Rule("task_options", _json_object, "--task-options must be a JSON object, got {v!r}"),
+    Rule("reward", lambda v, c: isinstance(v, list) and all(s.strip() for s in v),
+         "--reward is empty"),
+    Rule("reward_weights", lambda v, c: reward_weights_problem(v, c.reward) is None,
+         "{err}"),
+    _need("reward_workers", 0),
     # rollout
     _need("prompts_per_step", 1),
     Rule("group_size", at_least(2), "--group-size must be >= 2 (a group of one answer has no baseline), got {v}"),
@@ -378,6 +403,8 @@ EVAL_RULES = [
     Rule("device", _device_ok, "--device {v!r}: {err}"),
     Rule("dtype", lambda v, c: v in DTYPE_NAMES, f"--dtype must be one of {', '.join(DTYPE_NAMES)}, got {{v!r}}"),
     Rule("bootstrap", at_least(100), "--bootstrap must be >= 100 (resamples behind each 95% interval), got {v}"),
+    Rule("reward_weights", lambda v, c: reward_weights_problem(v, c.reward) is None, "{err}"),
+    _need("reward_workers", 0),
 ]
 
 
