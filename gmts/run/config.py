@@ -6,6 +6,7 @@ Precedence: dataclass defaults < --preset < explicit flags. The resolved config 
 import argparse
 import dataclasses
 import json
+import os
 import re
 from dataclasses import dataclass, field, fields
 
@@ -228,6 +229,14 @@ def parse_config(argv=None):
         resolve(cfg)
     except ValueError as err:
         parser.error(str(err) + preset_note(str(err), preset, explicit))   # a flag the user never typed
+    if show and cfg.resume:           # what the resume will run: the checkpoint's config with these flags
+        import sys
+        from gmts.run.folder import check_start
+        cfg, resume_from, _ = check_start([a for a in (sys.argv[1:] if argv is None else argv)
+                                           if a != "--print-config"])
+        print(f"# --resume {cfg.resume}: {resume_from}'s configuration with this command's flags")
+        print(json.dumps(to_dict(cfg), indent=2))
+        raise SystemExit(0)
     if show:
         if preset:
             print(f"# --preset {preset}: {PRESET_NOTES.get(preset, '')}")
@@ -236,9 +245,17 @@ def parse_config(argv=None):
     return cfg
 
 
+# The flags whose value may be a path (or else a hub id or a built-in name); `~` in them is the home folder.
+PATH_VALUED_FLAGS = ("model", "tokenizer", "data", "output_dir", "resume")
+
+
 def resolve(cfg):
     """Fill the defaults that depend on other flags, then check every value against gmts/run/validate.py's table
     (raises ValueError naming the flag and the value)."""
+    for name in PATH_VALUED_FLAGS:       # `~` expanded here, once, for every later check, the lock and the loaders
+        value = getattr(cfg, name)
+        if isinstance(value, str) and value.startswith("~"):
+            setattr(cfg, name, os.path.expanduser(value))
     if isinstance(cfg.eps_high, (int, float)) and cfg.eps_high < 0:
         cfg.eps_high = 0.28 if cfg.algo == "dapo" else 0.2
     if cfg.mini_batch_size == 0:

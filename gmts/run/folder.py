@@ -28,6 +28,7 @@ samples.jsonl lines, a final-merged/ export) is moved, under the lock, to RUN/ab
 when taken), so checkpoints, `latest`, the logs and the exports all end at step N and nothing is deleted. To keep
 both futures, branch instead: --resume RUN/checkpoints/step-N --output-dir NEW.
 """
+import contextlib
 import errno
 import fcntl
 import json
@@ -37,7 +38,7 @@ import socket
 import sys
 import time
 
-from gmts.run.validate import UsageError, context_problem, output_path_problem
+from gmts.run.validate import UsageError, context_problem, launcher_problem, output_path_problem
 
 LOCK = ".lock"
 
@@ -86,6 +87,46 @@ def exit_on_interrupt(prog):
         raise SystemExit(128 + signum)
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, stop)
+
+
+class WatchedStdout:
+    """sys.stdout, remembering the OSError of a failed write (a full disk behind `> log`, a closed pipe), so that
+    train.py can tell that error from any other and end in one line (stdout_failed)."""
+
+    def __init__(self, stream):
+        self.stream, self.error = stream, None
+
+    def write(self, text):
+        try:
+            return self.stream.write(text)
+        except OSError as err:
+            self.error = self.error or err
+            raise
+
+    def flush(self):
+        try:
+            return self.stream.flush()
+        except OSError as err:
+            self.error = self.error or err
+            raise
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+
+
+def stdout_failed(err, prog="train.py"):
+    """When `err` came from writing to stdout (sys.stdout a WatchedStdout), print one line on stderr and return
+    True; stdout is pointed at /dev/null, so the interpreter's last flush says nothing more. Checkpoints and the
+    run's logs are written apart from stdout and stay whole."""
+    if getattr(sys.stdout, "error", None) is not err:
+        return False
+    with contextlib.suppress(OSError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    sys.stdout = sys.stdout.stream
+    print(f"{prog}: error: writing to stdout failed ({err.strerror or err}); the run folder's checkpoints and "
+          "logs are whole: once stdout can be written, run again (--resume --output-dir's folder if it holds a "
+          "checkpoint)", file=sys.stderr, flush=True)
+    return True
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -208,6 +249,9 @@ def check_start(argv, prog="train.py"):
     folder or None, trainer state or None); any problem is a UsageError (one line, exit 2)."""
     from gmts.run import checkpoint as ckpt
     from gmts.run.config import Config, build_parser, parse_config, preset_note, resolve
+    problem = launcher_problem()           # WORLD_SIZE without torchrun: one line, not a rendezvous traceback
+    if problem:
+        raise UsageError(prog, problem)
     cfg = parse_config(argv)
     explicit = set(vars(build_parser().parse_args(argv)))
     resume_from, state = None, None

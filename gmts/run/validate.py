@@ -184,7 +184,7 @@ TRAIN_RULES = [
     Rule("adam_beta2", _between(0, 1, hi_open=True), "--adam-beta2 must be in [0, 1), got {v}"),
     _need("warmup_steps", 0),
     _finite_at_least("max_grad_norm", 0, " (0 = no clipping)"),
-    Rule("fsdp", lambda v, c: not v or int(os.environ.get("WORLD_SIZE", "1")) > 1,
+    Rule("fsdp", lambda v, c: not v or world_size() > 1,
          "--fsdp shards the model over several processes, and this is one: start it with torchrun, e.g. "
          "torchrun --nproc-per-node 2 train.py --fsdp ... (a resumed run: the same number of processes as before)"),
     Rule("fsdp", lambda v, c: not (v and (c.lora_rank or c.optimizer_offload)),
@@ -212,6 +212,31 @@ TRAIN_RULES = [
     Rule("report_to", lambda v, c: v not in REPORT_PACKAGE or importlib.util.find_spec(REPORT_PACKAGE[v]) is not None,
          "--report-to {v} needs the optional package {v}, which is not installed: pip install {v}"),
 ]
+
+
+def world_size():
+    """WORLD_SIZE as torchrun sets it, 1 without it (or when it is not a number: launcher_problem says so)."""
+    value = os.environ.get("WORLD_SIZE", "1")
+    return int(value) if value.strip().isdigit() else 1
+
+
+TORCHRUN_VARS = ("RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
+def launcher_problem():
+    """Why the environment is neither one process nor torchrun's (WORLD_SIZE set by hand, not a number, or without
+    the variables torchrun sets beside it), or None."""
+    value = os.environ.get("WORLD_SIZE")
+    if value is None:
+        return None
+    if not value.strip().isdigit() or int(value) < 1:
+        return f"the environment variable WORLD_SIZE={value!r} is not a number of processes: unset it, or start with torchrun"
+    missing = [v for v in TORCHRUN_VARS if not os.environ.get(v)]
+    if int(value) > 1 and missing:
+        return (f"the environment variable WORLD_SIZE={value} is set but {', '.join(missing)} "
+                f"{'is' if len(missing) == 1 else 'are'} not, so this is not a torchrun process: start with "
+                f"torchrun --nproc-per-node {value} train.py ..., or unset WORLD_SIZE for one process")
+    return None
 
 
 def check(cfg, rules, prefix=""):
@@ -258,7 +283,14 @@ def output_path_problem(path, kind):
 
 
 def _name_problem(full):
-    """A name the file system cannot hold: a component longer than its NAME_MAX, or the whole over PATH_MAX."""
+    """A name the file system cannot hold: bytes that are not UTF-8 (the checkpoint writers and the JSON files need
+    text), a component longer than its NAME_MAX, or the whole over PATH_MAX."""
+    try:
+        full.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raw = os.fsencode(full[err.start:err.end])
+        return (f"the path holds bytes that are not UTF-8 ({raw!r} at character {err.start}), which the checkpoint "
+                "and log writers cannot name: rename it with UTF-8 characters only")
     probe = full
     while not os.path.exists(probe):
         probe = os.path.dirname(probe)
