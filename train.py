@@ -187,6 +187,9 @@ def train_step(run, step):
     """Stages 1-7 on one rollout batch. Returns (the step's metrics so far, the UpdateLog of its optimizer steps, or
     None when there was nothing to learn): main() adds the log's figures and samples when it writes the step's line."""
     cfg, ranks, t_start = run.cfg, processes(), time.time()
+    if not weights_finite(run.model.parameters(), ranks):   # NaN/inf weights: no rollout to trust, no step
+        return dict(step=step, reward_mean=math.nan, accuracy=math.nan, skipped="non-finite weights",
+                    time_rollout_s=0.0, time_train_s=0.0), None
     run.model.eval()
     with ranks.layers_gathered(run.model):
         batch, sampled_rewards, tries = collect_batch(cfg, run.model, run.tokenizer, run.stream, run.eos_ids,

@@ -229,14 +229,8 @@ def parse_config(argv=None):
         resolve(cfg)
     except ValueError as err:
         parser.error(str(err) + preset_note(str(err), preset, explicit))   # a flag the user never typed
-    if show and cfg.resume:           # what the resume will run: the checkpoint's config with these flags
-        import sys
-        from gmts.run.folder import check_start
-        cfg, resume_from, _ = check_start([a for a in (sys.argv[1:] if argv is None else argv)
-                                           if a != "--print-config"])
-        print(f"# --resume {cfg.resume}: {resume_from}'s configuration with this command's flags")
-        print(json.dumps(to_dict(cfg), indent=2))
-        raise SystemExit(0)
+    if show and cfg.resume:           # what the resume will run: printed by gmts/run/folder.py's check_start
+        return cfg
     if show:
         if preset:
             print(f"# --preset {preset}: {PRESET_NOTES.get(preset, '')}")

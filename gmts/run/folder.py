@@ -163,24 +163,24 @@ def foreign_files_problem(path):
     if not os.path.isdir(path):
         return None
     config = os.path.join(path, "config.json")
-    if os.path.isfile(config) and not _train_config(config):
-        return ("holds a config.json that is not a train.py run's (a model folder?); train.py would overwrite it: "
-                "choose another --output-dir")
+    if os.path.isfile(config) and _model_config(config):
+        return ("holds a model's config.json (model_type / architectures), not a train.py run's: train.py would "
+                "overwrite it; choose another --output-dir")
     found = sorted(n for n in os.listdir(path) if n.endswith(MODEL_FILES))
     if found:
         return (f"holds {found[0]}, a model's file, not a run's (a model folder?); choose another --output-dir")
     return None
 
 
-def _train_config(path):
-    """Whether the JSON file at `path` is a train.py config.json (it parses to an object with selector and
-    output_dir); a damaged one counts as train.py's (resume reports it)."""
+def _model_config(path):
+    """Whether the JSON file at `path` is a model's config.json (transformers writes model_type and architectures;
+    train.py's never holds either)."""
     try:
         with open(path, encoding="utf-8") as fh:
             fields = json.load(fh)
     except (OSError, ValueError):
-        return True
-    return isinstance(fields, dict) and "selector" in fields and "output_dir" in fields
+        return False
+    return isinstance(fields, dict) and ("model_type" in fields or "architectures" in fields)
 
 
 def _holder(fd):
@@ -248,12 +248,14 @@ def check_start(argv, prog="train.py"):
     """The config train.py runs with, checked whole before anything loads or is written. Returns (cfg, checkpoint
     folder or None, trainer state or None); any problem is a UsageError (one line, exit 2)."""
     from gmts.run import checkpoint as ckpt
-    from gmts.run.config import Config, build_parser, parse_config, preset_note, resolve
+    from gmts.run.config import Config, build_parser, parse_config, preset_note, resolve, to_dict
     problem = launcher_problem()           # WORLD_SIZE without torchrun: one line, not a rendezvous traceback
     if problem:
         raise UsageError(prog, problem)
     cfg = parse_config(argv)
     explicit = set(vars(build_parser().parse_args(argv)))
+    show = "print_config" in explicit              # (parse_config printed it already, unless --resume)
+    explicit.discard("print_config")
     resume_from, state = None, None
     if cfg.resume and "output_dir" not in explicit:      # continuing in place: is the run's owner still at work?
         who = resumed_run(cfg.resume) and owner(resumed_run(cfg.resume))
@@ -268,7 +270,8 @@ def check_start(argv, prog="train.py"):
         except ckpt.CheckpointError as err:
             raise UsageError(prog, f"--resume {cfg.resume}: {err}") from None
         saved = dict(state["config"])
-        record_problem(run_of(resume_from) or cfg.resume, saved, explicit, prog)
+        if run_of(resume_from):        # a checkpoint outside a run folder has no run record beside it
+            record_problem(run_of(resume_from), saved, explicit, prog)
         for name in sorted(explicit - RESUMABLE):
             value = getattr(cfg, name)
             if name in saved and saved[name] != value and not (name in PATH_FLAGS and _local_path(name, value)
@@ -294,6 +297,10 @@ def check_start(argv, prog="train.py"):
         if cfg.steps <= state["step"]:
             raise UsageError(prog, f"--steps {cfg.steps}: {resume_from} is already at step {state['step']}; pass "
                                    f"--steps > {state['step']} to train further")
+        if show:                            # --resume RUN --print-config: what this resume will run, then exit
+            print(f"# --resume {cfg.resume}: {resume_from}'s configuration with this command's flags")
+            print(json.dumps(to_dict(cfg), indent=2))
+            raise SystemExit(0)
     else:
         for name in PATH_FLAGS:                 # local paths as absolute ones: a resume from anywhere reads them
             value = getattr(cfg, name)

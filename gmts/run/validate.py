@@ -61,6 +61,22 @@ def _passes(check):
     return ok
 
 
+def utf8_problem(value):
+    """Why a flag's text cannot be written out (a byte that is not UTF-8, e.g. a Latin-1 file name, arrives as a
+    lone surrogate: the checkpoint writers, the JSON records and the summaries would fail on it), or None."""
+    for text in value if isinstance(value, (list, tuple)) else [value]:
+        try:
+            str(text).encode("utf-8")
+        except UnicodeEncodeError as err:
+            return (f"holds bytes that are not UTF-8 ({os.fsencode(str(text)[err.start:err.end])!r} at character "
+                    f"{err.start}), which the run's records cannot hold: rename it with UTF-8 characters only")
+    return None
+
+
+def _utf8(name):
+    return Rule(name, _no_problem(utf8_problem), f"--{name.replace('_', '-')} {{v!r}}: {{err}}")
+
+
 def _json_object(v, c):
     return not v or isinstance(json.loads(v), dict)
 
@@ -125,6 +141,7 @@ def _finite_at_least(name, n, why=""):
 TRAIN_RULES = [
     # model and data
     Rule("model", lambda v, c: bool(v and v.strip()), "--model is empty"),
+    _utf8("model"), _utf8("tokenizer"), _utf8("data"), _utf8("output_dir"), _utf8("resume"), _utf8("eval_data"),
     Rule("model", _no_problem(lambda v: model_folder_problem(v)), "--model {v}: {err}"),
     Rule("tokenizer", _no_problem(lambda v: run_folder_problem(v) if v else None), "--tokenizer {v}: {err}"),
     Rule("dtype", lambda v, c: v in DTYPE_NAMES, f"--dtype must be one of {', '.join(DTYPE_NAMES)}, got {{v!r}}"),
@@ -285,12 +302,9 @@ def output_path_problem(path, kind):
 def _name_problem(full):
     """A name the file system cannot hold: bytes that are not UTF-8 (the checkpoint writers and the JSON files need
     text), a component longer than its NAME_MAX, or the whole over PATH_MAX."""
-    try:
-        full.encode("utf-8")
-    except UnicodeEncodeError as err:
-        raw = os.fsencode(full[err.start:err.end])
-        return (f"the path holds bytes that are not UTF-8 ({raw!r} at character {err.start}), which the checkpoint "
-                "and log writers cannot name: rename it with UTF-8 characters only")
+    problem = utf8_problem(full)
+    if problem:
+        return "the path " + problem
     probe = full
     while not os.path.exists(probe):
         probe = os.path.dirname(probe)
@@ -390,6 +404,7 @@ def context_problem(max_new_tokens, name_or_path):
 
 EVAL_RULES = [
     Rule("model", lambda v, c: bool(c.compare) or bool(v and v.strip()), "--model is required (or --compare A B)"),
+    _utf8("model"), _utf8("tokenizer"), _utf8("data"), _utf8("output"),
     Rule("model", lambda v, c: bool(c.compare) or _no_problem(model_folder_problem)(v, c), "--model {v}: {err}"),
     Rule("tokenizer", lambda v, c: not v or _no_problem(run_folder_problem)(v, c), "--tokenizer {v}: {err}"),
     Rule("limit", at_least(0), "--limit must be >= 0 (0 = all), got {v}"),
