@@ -82,12 +82,15 @@ def test_a_resume_refuses_data_whose_contents_changed(digit_model_dir, digit_dat
     assert snapshot(run) == before
 
 
-def test_a_resume_refuses_a_replaced_base_model_where_it_is_loaded_again(digit_data, tmp_path):
-    """β > 0 loads --model again as the frozen reference (LoRA: as the base of the adapters)."""
+@pytest.mark.parametrize("flags", [["--lora-rank", 4], ["--beta", 0.1]])
+def test_a_resume_refuses_a_replaced_base_model_where_it_is_loaded_again(digit_data, tmp_path, flags):
+    """LoRA loads --model again as the base of the adapters; β > 0 as the frozen reference."""
     from conftest import write_tiny_model
+    if flags[0] == "--lora-rank":
+        pytest.importorskip("peft")
     model = write_tiny_model(tmp_path / "m", favour="12 ")
     run = tmp_path / "run"
-    ok(train(train_args(model, digit_data, run, "--steps", 1, "--beta", 0.1))[0])
+    ok(train(train_args(model, digit_data, run, "--steps", 1, *flags))[0])
     shutil.rmtree(model)
     write_tiny_model(tmp_path / "m", seed=7, favour="12 ")       # the same path, another model
     before = snapshot(run)
@@ -165,10 +168,7 @@ def test_overwrite_removes_every_export_of_the_old_run(base, digit_model_dir, di
 # ----------------------------------------------------------------------------------------------------------------------
 # 3. Folders that are not run folders.
 
-def test_folders_that_are_not_run_folders_are_refused(digit_model_dir, digit_data, base, tmp_path):
-    model = tmp_path / "model"
-    shutil.copytree(digit_model_dir, model)
-    before = snapshot(model)
+def test_tilde_is_the_home_folder_in_every_check(digit_model_dir, digit_data, base, tmp_path):
     home = tmp_path / "home"
     shutil.copytree(base / "three", home / "run")
     cwd = tmp_path / "cwd"
@@ -178,9 +178,18 @@ def test_folders_that_are_not_run_folders_are_refused(digit_model_dir, digit_dat
                            capture_output=True, text=True)
     check_one_line(tilde, "already holds a run")                   # ~ is the home folder in every check
     assert not os.path.exists(cwd / "~")
+
+
+def test_a_model_folder_as_output_dir_is_refused(digit_model_dir, digit_data, tmp_path):
+    model = tmp_path / "model"
+    shutil.copytree(digit_model_dir, model)
+    before = snapshot(model)
     [model_dir] = train(train_args(digit_model_dir, digit_data, model))
     check_one_line(model_dir, "holds a model's config.json")
     assert snapshot(model) == before
+
+
+def test_a_path_that_is_not_utf8_is_refused_up_front(digit_model_dir, digit_data, tmp_path):
     latin1 = os.fsencode(str(tmp_path)) + b"/caf\xe9"
     bad = subprocess.run(argv(digit_model_dir, digit_data, latin1), cwd=ROOT, env=ENV, capture_output=True,
                          text=True)
@@ -206,25 +215,39 @@ def test_eval_default_outputs_are_unique_per_checkpoint(base, tmp_path):
 # ----------------------------------------------------------------------------------------------------------------------
 # 4. Non-finite numbers.
 
-def test_nan_weights_and_an_inf_update_end_in_the_skip_then_stop_line(digit_data, tmp_path):
+@pytest.fixture(scope="module")
+def nan_model(tmp_path_factory):
+    """The digit model with one NaN weight."""
     import torch
     from conftest import write_tiny_model
     from transformers import AutoModelForCausalLM
-    nan_model = write_tiny_model(tmp_path / "nan", favour="12 ")
-    model = AutoModelForCausalLM.from_pretrained(nan_model)
+    path = write_tiny_model(tmp_path_factory.mktemp("nan"), favour="12 ")
+    model = AutoModelForCausalLM.from_pretrained(path)
     with torch.no_grad():
         model.model.layers[0].mlp.up_proj.weight[0, 0] = float("nan")
-    model.save_pretrained(nan_model)
-    good = write_tiny_model(tmp_path / "good", favour="12 ")
-    nan_run, inf_run = tmp_path / "nan-run", tmp_path / "inf-run"
-    nan_case, inf_case = train(train_args(nan_model, digit_data, nan_run, "--steps", 6),
-                               train_args(good, digit_data, inf_run, "--steps", 6, "--lr", 1e30,
-                                          "--max-grad-norm", 0))
-    for result in (nan_case, inf_case):
-        assert result["rc"] != 0 and "Traceback" not in result["stderr"], result["stderr"][-3000:]
-        assert "3 steps in a row with a non-finite" in stderr_lines(result["stderr"])[-1]
-    assert not os.path.exists(nan_run / "checkpoints")          # NaN weights are never checkpointed
-    assert all("non-finite" in m.get("skipped", "") for m in read_jsonl(nan_run / "metrics.jsonl"))
+    model.save_pretrained(path)
+    return str(path)
+
+
+def skip_then_stop(result):
+    assert result["rc"] != 0 and "Traceback" not in result["stderr"], result["stderr"][-3000:]
+    assert "3 steps in a row with a non-finite" in stderr_lines(result["stderr"])[-1]
+
+
+def test_a_nan_weight_ends_in_the_skip_then_stop_line(nan_model, digit_data, tmp_path):
+    [result] = train(train_args(nan_model, digit_data, tmp_path / "run", "--steps", 6))
+    skip_then_stop(result)
+    assert not os.path.exists(tmp_path / "run" / "checkpoints")      # NaN weights are never checkpointed
+    assert all("non-finite" in m.get("skipped", "") for m in read_jsonl(tmp_path / "run" / "metrics.jsonl"))
+
+
+def test_an_update_that_overflows_ends_in_the_skip_then_stop_line(digit_model_dir, digit_data, tmp_path):
+    [result] = train(train_args(digit_model_dir, digit_data, tmp_path / "run", "--steps", 6, "--lr", 1e30,
+                                "--max-grad-norm", 0))
+    skip_then_stop(result)
+
+
+def test_analyze_refuses_a_nan_model_and_writes_no_nan_json(nan_model, digit_data, tmp_path):
     out = tmp_path / "a.json"
     analyze = subprocess.run([sys.executable, "-m", "gmts.tools.analyze", "--model", nan_model, "--data",
                               digit_data, "--prompts", "1", "--group-size", "4", "--max-new-tokens", "3",
@@ -253,35 +276,45 @@ def test_a_file_system_without_locks_is_one_line(tmp_path, monkeypatch):
     assert os.path.realpath(tmp_path / "run") not in folder._HELD
 
 
-def test_stdout_on_a_full_disk_and_world_size_without_torchrun(digit_model_dir, digit_data, tmp_path):
+def test_stdout_on_a_full_disk_is_one_line(digit_model_dir, digit_data, tmp_path):
     args = argv(digit_model_dir, digit_data, str(tmp_path / "run"), "--steps", 1)
     with open("/dev/full", "w") as full:
         result = subprocess.run(args, cwd=ROOT, env=ENV, stdout=full, stderr=subprocess.PIPE, text=True)
     lines = stderr_lines(result.stderr)
     assert result.returncode != 0 and "Traceback" not in result.stderr and "Exception ignored" not in result.stderr
     assert len(lines) == 1 and "writing to stdout failed" in lines[0], result.stderr
+
+
+def test_world_size_without_torchrun_is_one_line(digit_model_dir, digit_data, tmp_path):
+    args = argv(digit_model_dir, digit_data, str(tmp_path / "run"), "--steps", 1)
     for env in (dict(ENV, WORLD_SIZE="2"), dict(ENV, WORLD_SIZE="two")):
         result = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True)
         check_one_line(result, "WORLD_SIZE")
     assert not os.path.exists(tmp_path / "run" / "checkpoints")
 
 
-def test_a_non_integer_step_and_a_copied_checkpoint_folder(base, tmp_path):
+def test_a_metrics_line_whose_step_is_not_an_integer(base, tmp_path):
     run = copy_run(base, "odd", tmp_path)
     with open(os.path.join(run, "metrics.jsonl")) as fh:
         lines = fh.readlines()
     lines[0] = json.dumps(dict(json.loads(lines[0]), step="1")) + "\n"
     with open(os.path.join(run, "metrics.jsonl"), "w") as fh:
         fh.writelines(lines)
-    shutil.copytree(os.path.join(run, "checkpoints", "step-000003"), os.path.join(run, "checkpoints",
-                                                                                  "step-000003 copy"))
     [result] = train(["--resume", run, "--steps", 4])
     ok(result)
-    assert "Traceback" not in result["stderr"]
     assert [x for x in stderr_lines(result["stderr"]) if "metrics.jsonl:1" in x], result["stderr"]
-    assert steps_of(run) == [2, 3, 4]                              # resumed from step-000003, not from the copy
-    assert os.path.isdir(os.path.join(run, "checkpoints", "step-000003 copy"))     # not ours: left alone
+    assert steps_of(run) == [2, 3, 4]                              # named, kept in the .bad- copy, left out
     assert [f for f in os.listdir(run) if f.startswith("metrics.jsonl.bad-")]
+
+
+def test_a_copied_checkpoint_folder_is_not_a_checkpoint(base, tmp_path):
+    run = copy_run(base, "copied", tmp_path)
+    for name in ("step-000003 copy", "step-000009 copy"):
+        shutil.copytree(os.path.join(run, "checkpoints", "step-000003"), os.path.join(run, "checkpoints", name))
+    [result] = train(["--resume", run, "--steps", 4])
+    ok(result)
+    assert steps_of(run) == [1, 2, 3, 4]                           # resumed from step-000003, not from a copy
+    assert os.path.isdir(os.path.join(run, "checkpoints", "step-000009 copy"))     # not ours: left alone
 
 
 def test_a_full_disk_during_the_merged_export_leaves_no_final_merged(base, tmp_path):
