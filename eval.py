@@ -12,6 +12,7 @@ in gmts/tools/evaluate.py (train.py's --eval-every calls the same evaluate_model
 model, prints and writes.
 """
 import argparse
+import hashlib
 import json
 import os
 import re
@@ -95,10 +96,26 @@ def print_table(result):
         print(label.ljust(first) + "  " + "  ".join(c.rjust(w) for c, w in zip(cells, widths)))
 
 
+def _name_tag(name):
+    """A file-name tag for a hub id or built-in name (its own text), or for a local path: its last two
+    components and 8 hex digits of its real path, so RUN_A/checkpoints/step-000001 and RUN_B/checkpoints/
+    step-000001 get two names."""
+    safe = lambda text: re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-") or "model"   # noqa: E731
+    path = os.path.expanduser(name.split(":")[0]) if name else name
+    if not path or not os.path.exists(path):
+        return safe(name)
+    real = os.path.realpath(path)
+    parts = [p for p in real.split(os.sep) if p][-3:]
+    if len(parts) == 3 and parts[1] == "checkpoints":        # RUN/checkpoints/step-N -> RUN-step-N
+        parts = [parts[0], parts[2]]
+    digest = hashlib.sha256(os.fsencode(real)).hexdigest()[:8]
+    return f"{safe('-'.join(parts[-2:]))}-{digest}" + (f"-{safe(name.split(':', 1)[1])}" if ":" in name else "")
+
+
 def default_output(model, specs, seed):
-    tag = re.sub(r"[^A-Za-z0-9._-]+", "-", os.path.basename(os.path.normpath(model)) or "model")
-    data = "+".join(re.sub(r"[^A-Za-z0-9._-]+", "-", os.path.basename(s)) for s in specs)
-    return os.path.join("out", "eval", f"{tag}_{data}_s{seed}.json")
+    """out/eval/<model>_<data>_s<seed>.json, unique per model folder and data file (_name_tag)."""
+    data = "+".join(_name_tag(s) for s in specs)
+    return os.path.join("out", "eval", f"{_name_tag(model)}_{data}_s{seed}.json")
 
 
 def one_line_errors(fn, *args, **kwargs):

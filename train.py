@@ -22,14 +22,16 @@ rewards/).
 import sys
 
 if __name__ == "__main__":
-    from gmts.run.folder import exit_on_interrupt
+    from gmts.run.folder import WatchedStdout, exit_on_interrupt
     exit_on_interrupt("train.py")      # Ctrl-C during start-up: one line, not a traceback (gmts/run/folder.py)
+    sys.stdout = WatchedStdout(sys.stdout)     # a failed write to stdout (a full disk): one line, at the end
     # Every flag against gmts/run/validate.py's table before torch loads (~3 s): a bad one is one line, exit 2, at once.
     from gmts.run.config import parse_config
     parse_config(sys.argv[1:])
 
 import contextlib  # noqa: E402
 import functools  # noqa: E402
+import math  # noqa: E402
 import time  # noqa: E402
 
 import torch  # noqa: E402
@@ -48,9 +50,9 @@ from gmts.trainer.diagnostics import UpdateLog, rollout_figures  # noqa: E402
 from gmts.trainer.policy import peak_memory_mb  # noqa: E402
 from gmts.trainer.rollout import sample_batched  # noqa: E402
 from gmts.trainer.step import (Batch, MiniBatch, PromptStream, accumulate_gradients,  # noqa: E402,F401
-                               dynamic_sampling, kl_share, masked_loss_inputs, minibatch_rows, my_prompts,
-                               optimizer_step, processes, scoring_pass, select,
-                               use_dynamic_sampling)   # (PromptStream: train.PromptStream for notebooks and tests)
+                               dynamic_sampling, finite_on, kl_share, masked_loss_inputs, minibatch_rows,
+                               my_prompts, optimizer_step, processes, scoring_pass, select,
+                               use_dynamic_sampling, weights_finite)   # (PromptStream: train.PromptStream for notebooks and tests)
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -169,6 +171,12 @@ def policy_steps(cfg, model, ref_model, optimizer, batch, select_gen, device, st
                                 beta=cfg.beta, ref_logp=mb.ref_logp,
                                 kl_weight=kl_share(cfg, mb, ranks) if cfg.beta else 1.0)   # ω's KL share (β > 0)
             length_weight = relative_token_weight(mb.valid, cfg.loss_norm)   # w_it: 1/|o_i| under per-answer means
+            # NaN/inf in log π, E or ω (a NaN weight, an update that drove weights to inf): nothing to rank and no
+            # step; counted as a non-finite step (--max-bad-steps in a row stop the run), never a traceback.
+            finite = finite_on(mb.valid, (logp, entropy, omega), ranks)
+            if not finite:
+                logp, entropy, omega = (torch.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0)
+                                        for x in (logp, entropy, omega))
             scores = token_scores(cfg.selector, entropy, omega, weight=length_weight, generator=select_gen)
             # 5. Select: exactly k = ceil(ρ · N_valid) tokens of THIS mini-batch, across micro-batches and ranks.
             selected = select(cfg, scores, mb.valid, mb.group_ids, mb.exclude, ranks=ranks)
@@ -176,9 +184,12 @@ def policy_steps(cfg, model, ref_model, optimizer, batch, select_gen, device, st
             loss_inputs = masked_loss_inputs(cfg, mb, selected, on_policy=not moved, ranks=ranks)
             model.train()
             optimizer.zero_grad(set_to_none=True)
-            loss, n_passes = accumulate_gradients(model, batch, loss_inputs, cfg, ranks, noise=log.noise)
-            # 7. Optimizer step (gradients summed over ranks first), unless the loss or gradient is not finite.
-            loss, grad_norm, outcome = optimizer_step(optimizer, params, loss, n_passes, cfg.max_grad_norm, ranks)
+            if finite:
+                loss, n_passes = accumulate_gradients(model, batch, loss_inputs, cfg, ranks, noise=log.noise)
+                # 7. Optimizer step (gradients summed over ranks first), unless the loss or gradient is not finite.
+                loss, grad_norm, outcome = optimizer_step(optimizer, params, loss, n_passes, cfg.max_grad_norm, ranks)
+            else:
+                loss, grad_norm, outcome = math.nan, math.nan, "non-finite"
             moved |= outcome == "stepped"
             log.record(mb, logp=logp, entropy=entropy, omega=omega, length_weight=length_weight, selected=selected,
                        loss_weights=loss_inputs.weights, loss=loss, grad_norm=grad_norm, outcome=outcome)
@@ -200,6 +211,9 @@ def train_step(run, step):
     """Stages 1-7 on one rollout batch. Returns (the step's metrics so far, the UpdateLog of its optimizer steps, or
     None when there was nothing to learn): main() adds the log's figures and samples when it writes the step's line."""
     cfg, ranks, t_start = run.cfg, processes(), time.time()
+    if not weights_finite(run.model.parameters(), ranks):   # NaN/inf weights: no rollout to trust, no step
+        return dict(step=step, reward_mean=math.nan, accuracy=math.nan, skipped="non-finite weights",
+                    time_rollout_s=0.0, time_train_s=0.0), None
     run.model.eval()
     with ranks.layers_gathered(run.model):
         batch, sampled_rewards, tries = collect_batch(cfg, run.model, run.tokenizer, run.stream, run.eos_ids,
@@ -264,11 +278,18 @@ def main(argv=None):
         bad_in_a_row = bad_in_a_row + 1 if "non-finite" in str(metrics.get("skipped", "")) else 0
         if bad_in_a_row >= cfg.max_bad_steps:
             bar.close()
-            raise SystemExit(f"error: {bad_in_a_row} steps in a row with a non-finite loss or gradient (last at step "
-                             f"{step}); the last good checkpoint is "
+            raise SystemExit(f"error: {bad_in_a_row} steps in a row with a non-finite loss, gradient or model output "
+                             f"(NaN/inf; last at step "
+                             f"{step}); the last checkpoint is "
                              f"{ckpt.find_checkpoint(cfg.output_dir) if last_saved else 'none'}. Lower --lr or check the data.")
         stopping = stop.any_process()
-        if (cfg.save_every and step % cfg.save_every == 0) or step == cfg.steps or stopping:
+        if ((cfg.save_every and step % cfg.save_every == 0) or step == cfg.steps or stopping) and \
+                not weights_finite(run.model.parameters(), processes()):
+            if run.main_process and bad_in_a_row <= 1:                  # said once per run of bad steps
+                    print(f"gmts: no checkpoint after step {step}: the weights hold NaN/inf (the last checkpoint, "
+                      f"{ckpt.find_checkpoint(cfg.output_dir) if last_saved else 'none'}, is the last good one)",
+                      file=sys.stderr, flush=True)
+        elif (cfg.save_every and step % cfg.save_every == 0) or step == cfg.steps or stopping:
             save(run, step)
             last_saved = step
             stopping = stop.any_process()                       # also a signal during the save: stop right after it
@@ -281,7 +302,7 @@ def main(argv=None):
     bar.close()
     reporter.close()
     if cfg.lora_rank and last_saved == cfg.steps and run.main_process:
-        save_merged_lora(run)
+        save_merged_lora(run, cfg.steps)
     if last is not None and run.main_process:
         print(f"gmts: {cfg.steps - start_step} steps in {time.time() - t_run:.1f}s; reward {first['reward_mean']:.3f}"
               f" -> {last['reward_mean']:.3f}, accuracy {first['accuracy']:.3f} -> {last['accuracy']:.3f}; "
@@ -294,5 +315,10 @@ def main(argv=None):
 if __name__ == "__main__":
     try:
         main()
+    except OSError as err:           # stdout on a full disk (`> log`): one line (gmts/run/folder.py)
+        from gmts.run.folder import stdout_failed
+        if not stdout_failed(err):
+            raise
+        sys.exit(1)
     finally:
         distributed.shutdown()     # a clean exit for every process under torchrun (gloo aborts without it)

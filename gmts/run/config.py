@@ -6,6 +6,7 @@ Precedence: dataclass defaults < --preset < explicit flags. The resolved config 
 import argparse
 import dataclasses
 import json
+import os
 import re
 from dataclasses import dataclass, field, fields
 
@@ -235,6 +236,8 @@ def parse_config(argv=None):
         resolve(cfg)
     except ValueError as err:
         parser.error(str(err) + preset_note(str(err), preset, explicit))   # a flag the user never typed
+    if show and cfg.resume:           # what the resume will run: printed by gmts/run/folder.py's check_start
+        return cfg
     if show:
         if preset:
             print(f"# --preset {preset}: {PRESET_NOTES.get(preset, '')}")
@@ -243,9 +246,17 @@ def parse_config(argv=None):
     return cfg
 
 
+# The flags whose value may be a path (or else a hub id or a built-in name); `~` in them is the home folder.
+PATH_VALUED_FLAGS = ("model", "tokenizer", "data", "output_dir", "resume")
+
+
 def resolve(cfg):
     """Fill the defaults that depend on other flags, then check every value against gmts/run/validate.py's table
     (raises ValueError naming the flag and the value)."""
+    for name in PATH_VALUED_FLAGS:       # `~` expanded here, once, for every later check, the lock and the loaders
+        value = getattr(cfg, name)
+        if isinstance(value, str) and value.startswith("~"):
+            setattr(cfg, name, os.path.expanduser(value))
     if isinstance(cfg.eps_high, (int, float)) and cfg.eps_high < 0:
         cfg.eps_high = 0.28 if cfg.algo == "dapo" else 0.2
     if cfg.mini_batch_size == 0:

@@ -7,6 +7,7 @@ Nothing in gmts/ imports data/ or rewards/: train.py passes its data loader and 
 import copy
 import json
 import os
+import shutil
 import signal
 import sys
 from dataclasses import dataclass
@@ -15,6 +16,8 @@ import torch
 
 from gmts.run import checkpoint as ckpt
 from gmts.run import folder
+from gmts.run.fingerprint import differences, fingerprint
+from gmts.run.validate import UsageError
 from gmts.run.config import to_dict
 from gmts.trainer import distributed
 from gmts.trainer.optim import build_optimizer
@@ -41,6 +44,7 @@ class Run:
     device: torch.device
     rank: int = 0
     world: int = 1
+    fingerprint: dict = None      # what the run is made of (gmts/run/fingerprint.py), saved with every checkpoint
 
     @property
     def main_process(self):
@@ -105,6 +109,15 @@ def build_run(cfg, resume_from, state, *, load_prompts, reward_functions):
     ckpt.seed_everything(cfg.seed)
     tokenizer, problems, prompt_ids, n_too_long, reward_fns = load_data(cfg, resume_from, load_prompts,
                                                                         reward_functions)
+    made_of = fingerprint(cfg, problems, prompt_ids, tokenizer)
+    if state is not None:             # before the model loads or anything is written: refuse another run's parts
+        saved = state.get("fingerprint")
+        problem = differences(saved, made_of, cfg) if saved else None
+        if problem:
+            raise UsageError("train.py", f"--resume {cfg.resume}: {problem}")
+        if saved is None and rank == 0:
+            folder._note(f"{resume_from} was written by an older gmts without a fingerprint: the data, tokenizer and "
+                         "base model cannot be compared with the run's")
     model, ref_model, optimizer = build_policy(cfg, resume_from, device, dtype)
     check_vocabulary(model, tokenizer, flag="--tokenizer" if cfg.tokenizer else "--model")   # not an IndexError later
     # Each process samples its own answers; the data order is shared.
@@ -112,7 +125,7 @@ def build_run(cfg, resume_from, state, *, load_prompts, reward_functions):
               eos_ids=end_of_sequence_ids(model, tokenizer), stream=PromptStream(problems, prompt_ids, cfg.seed),
               reward_fns=reward_fns, rollout_gen=torch.Generator(device=device).manual_seed(cfg.seed + 1_000_003 * rank),
               select_gen=torch.Generator(device=device).manual_seed(cfg.seed + 1 + 1_000_003 * rank),
-              device=device, rank=rank, world=world)
+              device=device, rank=rank, world=world, fingerprint=made_of)
     start_step = restore(run, state) if state is not None else 0
     if run.main_process:
         open_output_dir(run, start_step)
@@ -165,17 +178,34 @@ def save(run, step):
     if run.main_process:
         trainer_state = {"step": step, "config": to_dict(run.cfg), "optimizer": optim_state,
                          "rng": [r for r, _ in rngs], "select_rng": [s for _, s in rngs],
-                         "data_position": run.stream.position, "world_size": run.world}
+                         "data_position": run.stream.position, "world_size": run.world,
+                         "fingerprint": run.fingerprint}
         ckpt.save_checkpoint(run.cfg.output_dir, step, run.model, run.tokenizer, trainer_state,
                              keep=run.cfg.keep_checkpoints, state_dict=model_state)
     distributed.barrier()
 
 
-def save_merged_lora(run):
-    """LoRA: plain merged weights beside the checkpoints, for transformers / vLLM."""
-    merged_dir = os.path.join(run.cfg.output_dir, "final-merged")
-    copy.deepcopy(run.model).merge_and_unload().save_pretrained(merged_dir, safe_serialization=True)
-    run.tokenizer.save_pretrained(merged_dir)
+def save_merged_lora(run, step):
+    """LoRA: plain merged weights beside the checkpoints, for transformers / vLLM, written like a checkpoint:
+    into .tmp-final-merged, fsynced, then renamed into place, with gmts_export.json (the step) inside. A failed
+    write (a full disk) removes the temporary folder and is one line: no final-merged/ without its weights."""
+    merged_dir = os.path.join(run.cfg.output_dir, ckpt.MERGED)
+    tmp = os.path.join(run.cfg.output_dir, f".tmp-{ckpt.MERGED}")
+    try:
+        shutil.rmtree(tmp, ignore_errors=True)
+        copy.deepcopy(run.model).merge_and_unload().save_pretrained(tmp, safe_serialization=True)
+        run.tokenizer.save_pretrained(tmp)
+        ckpt.write_text_atomic(os.path.join(tmp, "gmts_export.json"), json.dumps({"step": step}) + "\n")
+        ckpt._fsync_tree(tmp)
+        if os.path.exists(merged_dir):
+            shutil.rmtree(merged_dir)
+        os.rename(tmp, merged_dir)
+    except Exception as err:       # OSError; safetensors' error on a full disk
+        shutil.rmtree(tmp, ignore_errors=True)
+        why = "No space left on device" if ckpt.disk_full(err) else f"{type(err).__name__}: {ckpt._one_line(err)}"
+        raise SystemExit(f"error: writing the merged LoRA export {merged_dir} failed ({why}); nothing was left "
+                         f"there, and the adapter checkpoint {ckpt.find_checkpoint(run.cfg.output_dir)} is intact "
+                         "(PeftModel.from_pretrained + merge_and_unload exports it)") from None
 
 
 class StopRequest:

@@ -61,6 +61,22 @@ def _passes(check):
     return ok
 
 
+def utf8_problem(value):
+    """Why a flag's text cannot be written out (a byte that is not UTF-8, e.g. a Latin-1 file name, arrives as a
+    lone surrogate: the checkpoint writers, the JSON records and the summaries would fail on it), or None."""
+    for text in value if isinstance(value, (list, tuple)) else [value]:
+        try:
+            str(text).encode("utf-8")
+        except UnicodeEncodeError as err:
+            return (f"holds bytes that are not UTF-8 ({os.fsencode(str(text)[err.start:err.end])!r} at character "
+                    f"{err.start}), which the run's records cannot hold: rename it with UTF-8 characters only")
+    return None
+
+
+def _utf8(name):
+    return Rule(name, _no_problem(utf8_problem), f"--{name.replace('_', '-')} {{v!r}}: {{err}}")
+
+
 def _json_object(v, c):
     return not v or isinstance(json.loads(v), dict)
 
@@ -145,6 +161,7 @@ def _finite_at_least(name, n, why=""):
 TRAIN_RULES = [
     # model and data
     Rule("model", lambda v, c: bool(v and v.strip()), "--model is empty"),
+    _utf8("model"), _utf8("tokenizer"), _utf8("data"), _utf8("output_dir"), _utf8("resume"), _utf8("eval_data"),
     Rule("model", _no_problem(lambda v: model_folder_problem(v)), "--model {v}: {err}"),
     Rule("tokenizer", _no_problem(lambda v: run_folder_problem(v) if v else None), "--tokenizer {v}: {err}"),
     Rule("dtype", lambda v, c: v in DTYPE_NAMES, f"--dtype must be one of {', '.join(DTYPE_NAMES)}, got {{v!r}}"),
@@ -209,7 +226,7 @@ TRAIN_RULES = [
     Rule("adam_beta2", _between(0, 1, hi_open=True), "--adam-beta2 must be in [0, 1), got {v}"),
     _need("warmup_steps", 0),
     _finite_at_least("max_grad_norm", 0, " (0 = no clipping)"),
-    Rule("fsdp", lambda v, c: not v or int(os.environ.get("WORLD_SIZE", "1")) > 1,
+    Rule("fsdp", lambda v, c: not v or world_size() > 1,
          "--fsdp shards the model over several processes, and this is one: start it with torchrun, e.g. "
          "torchrun --nproc-per-node 2 train.py --fsdp ... (a resumed run: the same number of processes as before)"),
     Rule("fsdp", lambda v, c: not (v and (c.lora_rank or c.optimizer_offload)),
@@ -237,6 +254,31 @@ TRAIN_RULES = [
     Rule("report_to", lambda v, c: v not in REPORT_PACKAGE or importlib.util.find_spec(REPORT_PACKAGE[v]) is not None,
          "--report-to {v} needs the optional package {v}, which is not installed: pip install {v}"),
 ]
+
+
+def world_size():
+    """WORLD_SIZE as torchrun sets it, 1 without it (or when it is not a number: launcher_problem says so)."""
+    value = os.environ.get("WORLD_SIZE", "1")
+    return int(value) if value.strip().isdigit() else 1
+
+
+TORCHRUN_VARS = ("RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
+def launcher_problem():
+    """Why the environment is neither one process nor torchrun's (WORLD_SIZE set by hand, not a number, or without
+    the variables torchrun sets beside it), or None."""
+    value = os.environ.get("WORLD_SIZE")
+    if value is None:
+        return None
+    if not value.strip().isdigit() or int(value) < 1:
+        return f"the environment variable WORLD_SIZE={value!r} is not a number of processes: unset it, or start with torchrun"
+    missing = [v for v in TORCHRUN_VARS if not os.environ.get(v)]
+    if int(value) > 1 and missing:
+        return (f"the environment variable WORLD_SIZE={value} is set but {', '.join(missing)} "
+                f"{'is' if len(missing) == 1 else 'are'} not, so this is not a torchrun process: start with "
+                f"torchrun --nproc-per-node {value} train.py ..., or unset WORLD_SIZE for one process")
+    return None
 
 
 def check(cfg, rules, prefix=""):
@@ -283,7 +325,11 @@ def output_path_problem(path, kind):
 
 
 def _name_problem(full):
-    """A name the file system cannot hold: a component longer than its NAME_MAX, or the whole over PATH_MAX."""
+    """A name the file system cannot hold: bytes that are not UTF-8 (the checkpoint writers and the JSON files need
+    text), a component longer than its NAME_MAX, or the whole over PATH_MAX."""
+    problem = utf8_problem(full)
+    if problem:
+        return "the path " + problem
     probe = full
     while not os.path.exists(probe):
         probe = os.path.dirname(probe)
@@ -383,6 +429,7 @@ def context_problem(max_new_tokens, name_or_path):
 
 EVAL_RULES = [
     Rule("model", lambda v, c: bool(c.compare) or bool(v and v.strip()), "--model is required (or --compare A B)"),
+    _utf8("model"), _utf8("tokenizer"), _utf8("data"), _utf8("output"),
     Rule("model", lambda v, c: bool(c.compare) or _no_problem(model_folder_problem)(v, c), "--model {v}: {err}"),
     Rule("tokenizer", lambda v, c: not v or _no_problem(run_folder_problem)(v, c), "--tokenizer {v}: {err}"),
     Rule("limit", at_least(0), "--limit must be >= 0 (0 = all), got {v}"),

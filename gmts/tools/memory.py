@@ -91,8 +91,13 @@ def model_shape(config, name=""):
     """Count parameters exactly by building the model on the meta device (no memory, no weights)."""
     import torch
     from transformers import AutoModelForCausalLM
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config)
+    try:
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(config)
+    except ValueError:               # transformers: "Unrecognized configuration class ... for AutoModelForCausalLM"
+        raise SystemExit(f"error: --model {name or getattr(config, '_name_or_path', '')!r}: its config "
+                         f"({type(config).__name__}, model_type {getattr(config, 'model_type', '?')!r}) is not a "
+                         "causal language model's; train.py trains causal LMs (AutoModelForCausalLM)") from None
     params = sum(p.numel() for p in model.parameters())          # parameters() yields a tied weight once
     head = model.get_output_embeddings()
     lora = sum(m.in_features + m.out_features for n, m in model.named_modules()

@@ -20,6 +20,7 @@ head reads the head weight directly) and take the all-reduce above.
 """
 import contextlib
 import datetime
+import functools
 import math
 import os
 
@@ -79,7 +80,8 @@ def all_reduce_gradients(params):
     if not active() or not params:
         return
     grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-    flat = torch.cat([g.reshape(-1).float() for g in grads])
+    dtype = functools.reduce(torch.promote_types, [g.dtype for g in grads], torch.float32)   # float64 stays
+    flat = torch.cat([g.reshape(-1).to(dtype) for g in grads])
     comm = flat.to(_comm_device(flat))
     dist.all_reduce(comm)
     flat = comm.to(flat.device)
@@ -120,7 +122,8 @@ def clip_grad_norm(params, max_norm):
 def shard_layers(model, compute_dtype):
     """FSDP: shard every decoder layer over the ranks (float32 shards; computation in compute_dtype)."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-    policy = MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=torch.float32)
+    policy = MixedPrecisionPolicy(param_dtype=compute_dtype,
+                                  reduce_dtype=torch.promote_types(compute_dtype, torch.float32))
     for layer in model.get_decoder().layers:
         fully_shard(layer, mp_policy=policy)
         layer.set_gradient_divide_factor(1.0)           # SUM over ranks: each rank's loss is its share of the total

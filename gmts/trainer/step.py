@@ -435,3 +435,16 @@ def optimizer_step(optimizer, params, loss, n_real_passes, max_grad_norm, ranks)
         optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     return loss, grad_norm, "stepped" if finite else "non-finite"
+
+
+def finite_on(valid, tensors, ranks):
+    """Whether every tensor (n, T) is finite at every valid position, on every rank (one answer for all of them:
+    a rank that skips a step alone would leave the others waiting in a collective)."""
+    bad = sum(int((~torch.isfinite(t) & valid).sum()) for t in tensors)
+    return int(ranks.sum(torch.tensor(bad))) == 0
+
+
+def weights_finite(params, ranks):
+    """Whether every parameter (or this rank's shard of it) holds finite values, on every rank."""
+    bad = sum(int((~torch.isfinite(p.to_local() if hasattr(p, "to_local") else p.detach())).sum()) for p in params)
+    return int(ranks.sum(torch.tensor(bad))) == 0
