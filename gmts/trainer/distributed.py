@@ -57,37 +57,55 @@ def rank():
     return dist.get_rank() if active() else 0
 
 
-def _comm_device(tensor):
-    # gloo reduces CPU tensors; nccl needs CUDA ones.
-    return tensor.device if dist.get_backend() == "nccl" else torch.device("cpu")
+def backend_device():
+    """The device the process group's collectives run on, whatever a caller's tensor is on: the CPU when the group
+    serves it (gloo), else the group's accelerator (NCCL: only `cuda`; a CPU tensor there is refused with "No backend
+    type associated with device type cpu"), this process's current one."""
+    served = [torch.device(d).type for d in dist.distributed_c10d._device_capability()]
+    if "cpu" in served:
+        return torch.device("cpu")
+    module = getattr(torch, served[0], None)           # torch.cuda for "cuda"
+    return torch.device(served[0], module.current_device()) if hasattr(module, "current_device") else \
+        torch.device(served[0])
 
 
 def all_reduce_sum(values):
-    """Sum a float/int tensor over ranks (returns a new tensor on the input's device)."""
+    """Sum a float/int tensor over ranks (float64 / int64 on the wire; returns a new tensor on the input's device
+    and dtype)."""
     values = torch.as_tensor(values)
     if not active():
         return values.clone()
-    buf = values.detach().to(_comm_device(values), torch.float64 if values.is_floating_point() else torch.long)
+    buf = values.detach().to(backend_device(), torch.float64 if values.is_floating_point() else torch.long)
     dist.all_reduce(buf)
     return buf.to(values.device, values.dtype)
 
 
+BUCKET_ELEMENTS = 1 << 24       # float32 elements per gradient all-reduce (64 MiB): bounds the transient buffer
+
+
 def all_reduce_gradients(params):
-    """Sum every replicated parameter's gradient over ranks, flattened into one buffer (one collective). Sharded
-    (FSDP) parameters are skipped: FSDP has already summed theirs."""
+    """Sum every replicated parameter's gradient over ranks, in float32 buckets of at most BUCKET_ELEMENTS (one
+    collective per bucket; a tensor larger than a bucket goes alone), so the extra memory is one bucket, not a float32
+    copy of every gradient. Sharded (FSDP) parameters are skipped: FSDP has already summed theirs."""
     params = [p for p in params if not isinstance(p, DTensor)]
     if not active() or not params:
         return
-    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-    flat = torch.cat([g.reshape(-1).float() for g in grads])
-    comm = flat.to(_comm_device(flat))
-    dist.all_reduce(comm)
-    flat = comm.to(flat.device)
-    offset = 0
-    for p, g in zip(params, grads):
-        n = g.numel()
-        p.grad = flat[offset:offset + n].view_as(p).to(p.dtype)
-        offset += n
+    for p in params:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+    device, bucket, size = backend_device(), [], 0
+    for i, p in enumerate(params):
+        bucket.append(p)
+        size += p.numel()
+        if i + 1 < len(params) and size + params[i + 1].numel() <= BUCKET_ELEMENTS:
+            continue
+        flat = torch.cat([q.grad.reshape(-1).to(device, torch.float32) for q in bucket])
+        dist.all_reduce(flat)
+        offset = 0
+        for q in bucket:
+            q.grad.copy_(flat[offset:offset + q.numel()].to(q.grad.device).view_as(q.grad))   # (and its dtype)
+            offset += q.numel()
+        bucket, size = [], 0
 
 
 def shutdown():
@@ -104,12 +122,13 @@ def clip_grad_norm(params, max_norm):
     """The global gradient norm before clipping, and clipping to max_norm (0 or inf = off), like
     torch.nn.utils.clip_grad_norm_, also when some gradients are FSDP shards (their squares are summed over ranks)."""
     params = [p for p in params if p.grad is not None]
-    if not any(isinstance(p.grad, DTensor) for p in params):
-        return torch.nn.utils.clip_grad_norm_(params, max_norm if max_norm > 0 else float("inf"))
+    if not any(isinstance(p.grad, DTensor) for p in params):      # replicated: every rank holds the summed gradient
+        from gmts.trainer.step import clip_grad_norm as clip_replicated
+        return clip_replicated(params, max_norm if max_norm > 0 else float("inf"))
     sharded = sum(p.grad.to_local().double().pow(2).sum() for p in params if isinstance(p.grad, DTensor))
     replicated = sum((p.grad.double().pow(2).sum() for p in params if not isinstance(p.grad, DTensor)),
                      torch.zeros((), dtype=torch.float64))
-    total = math.sqrt(float(all_reduce_sum(torch.as_tensor(sharded, dtype=torch.float64).cpu())) + float(replicated))
+    total = math.sqrt(float(all_reduce_sum(torch.as_tensor(sharded, dtype=torch.float64))) + float(replicated))
     if 0 < max_norm < math.inf:
         coef = min(max_norm / (total + 1e-6), 1.0)
         for p in params:

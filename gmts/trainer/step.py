@@ -36,7 +36,7 @@ class OneProcess:
     sum_gradients = staticmethod(lambda params: None)   # Σ over ranks of the gradients: nothing to do
     layers_gathered = staticmethod(lambda model: contextlib.nullcontext())   # FSDP: layers gathered over many forwards
     even_passes = staticmethod(lambda model, passes: passes)   # FSDP: as many passes on every rank as the busiest
-    clip_grad_norm = staticmethod(torch.nn.utils.clip_grad_norm_)   # the norm before clipping, clipped to max_norm
+    clip_grad_norm = staticmethod(lambda params, max_norm: clip_grad_norm(params, max_norm))   # (optimizer_step)
 
 
 ONE_PROCESS = OneProcess()
@@ -419,6 +419,17 @@ def accumulate_in_halves(model, batch, inputs, cfg, ranks, noise):
                                             ranks)
     noise.finish(reduce=ranks.sum if ranks.world > 1 else None)
     return loss_a + loss_b, passes_a + passes_b
+
+def clip_grad_norm(params, max_norm):
+    """The gradient norm before clipping, and clipping to max_norm, as torch.nn.utils.clip_grad_norm_; bf16 / fp16
+    gradients' norm is summed in float32 (in their own dtype it keeps 3 digits: the clip coefficient off by 0.4%)."""
+    grads = [p.grad for p in params if p.grad is not None]
+    if all(g.dtype in (torch.float32, torch.float64) for g in grads):
+        return torch.nn.utils.clip_grad_norm_(params, max_norm)
+    total = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g, dtype=torch.float32) for g in grads]))
+    torch.nn.utils.clip_grads_with_norm_(params, max_norm, total)
+    return total
+
 
 def optimizer_step(optimizer, params, loss, n_real_passes, max_grad_norm, ranks):
     """Step 7: sum the gradients over ranks, clip, step. Returns (loss, grad norm, what happened), where what
