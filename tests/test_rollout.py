@@ -174,3 +174,23 @@ def test_kv_cache_keyword_through_a_lora_model():
     model = tiny_qwen2(seed=4)
     lora = add_lora(model, rank=2, seed=0)
     assert _cache_keyword(lora) == _cache_keyword(model)
+
+
+def test_answers_do_not_depend_on_how_the_prompts_split_into_generation_calls():
+    """--rollout-batch-size changes how a step samples, never what: each prompt's answers draw from its own seed
+    (taken from the step's generator once, for all prompts), whatever call and batch row they sample in."""
+    model = tiny_qwen2(dtype=torch.float64, seed=4)
+    many = [[3, 9, 11, 4], [12, 13], [20, 21, 22, 23, 24, 25], [30, 31, 32], [8]]
+    kw = dict(group_size=4, max_new_tokens=12, eos_token_ids=EOS, pad_token_id=PAD, temperature=1.0)
+    rolls = [sample_batched(model, many, prompts_per_call=k, generator=torch.Generator().manual_seed(3), **kw)
+             for k in (0, 1, 2, 3)]
+    whole = rolls[0]
+    assert whole.finished.any() and not whole.finished.all()         # rows of different lengths in one call
+    for roll in rolls[1:]:
+        width = whole.completion_ids.shape[1]
+        assert torch.equal(roll.completion_ids[:, :width], whole.completion_ids)
+        assert torch.equal(roll.valid_mask[:, :width], whole.valid_mask) and not roll.valid_mask[:, width:].any()
+        # float64, other batch shapes and paddings: ~1e-14 apart (as in the shared-prefix test above)
+        torch.testing.assert_close(roll.logp[:, :width], whole.logp, rtol=1e-9, atol=1e-9)
+    assert not torch.equal(sample_batched(model, many, generator=torch.Generator().manual_seed(4), **kw)
+                           .completion_ids, whole.completion_ids)
