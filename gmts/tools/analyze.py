@@ -523,7 +523,7 @@ def run(args):
                                      eps_low=args.eps_low, eps_high=args.eps_high, selector=args.selector,
                                      ratio=args.ratio, loss_norm=args.loss_norm, temperature=args.temperature,
                                      chunk_size=args.chunk_size, max_grad_norm=args.max_grad_norm,
-                                     generator=torch.Generator().manual_seed(args.seed))
+                                     generator=torch.Generator(device=device).manual_seed(args.seed))
         old_logp = rollout.logp                          # π_old: the policy that sampled, before the steps
     t_steps = time.time() - t0 - t_sample
 
