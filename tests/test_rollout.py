@@ -194,3 +194,32 @@ def test_answers_do_not_depend_on_how_the_prompts_split_into_generation_calls():
         torch.testing.assert_close(roll.logp[:, :width], whole.logp, rtol=1e-9, atol=1e-9)
     assert not torch.equal(sample_batched(model, many, generator=torch.Generator().manual_seed(4), **kw)
                            .completion_ids, whole.completion_ids)
+
+
+def test_the_decode_loop_syncs_with_the_host_only_every_check_every_tokens():
+    """A device-to-host read (a scalar read: .item(), int(), bool(); nonzero, also inside a boolean-mask write)
+    serialises a GPU and breaks CUDA graphs. Counted at the dispatcher over a whole rollout whose rows never end
+    (no end-of-sequence id): at most one look per CHECK_EVERY tokens (each a sum read as an int), plus the prefill's."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from gmts.trainer.rollout import CHECK_EVERY
+    syncing = {torch.ops.aten._local_scalar_dense.default, torch.ops.aten.nonzero.default,
+               torch.ops.aten.is_nonzero.default, torch.ops.aten.item.default}
+
+    class Count(TorchDispatchMode):
+        n = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            Count.n += func in syncing
+            return func(*args, **(kwargs or {}))
+    model = tiny_qwen2(seed=4)
+    kw = dict(group_size=4, eos_token_ids=[-1], pad_token_id=PAD, generator=torch.Generator().manual_seed(0))
+    counts = []
+    for new_tokens in (2, 48):                   # 2: the prefill and one decode step (t = 1 is the last token)
+        Count.n = 0
+        with Count():
+            roll = sample(model, prompts(), max_new_tokens=new_tokens, **kw)
+        counts.append(Count.n)
+    before_decoding = counts[0]
+    Count.n = counts[1]
+    assert not roll.finished.any()
+    assert Count.n <= before_decoding + 48 // CHECK_EVERY, counts
