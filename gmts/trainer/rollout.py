@@ -24,6 +24,8 @@ from dataclasses import dataclass
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
 
+from gmts.trainer import compiled_decode      # (only sample(compile=True) calls it)
+
 CHECK_EVERY = 8       # decode steps between the host's looks at the rows (finished? compact?): each one is a sync
 
 
@@ -45,7 +47,7 @@ class Rollout:
 def left_pad(sequences, pad_id, device, width=0):
     """Q lists of ids -> (ids (Q, P), attention_mask (Q, P)), padded on the left so every prompt ends at column P-1;
     P = the longest sequence, or `width` when given."""
-    width = width or max(len(s) for s in sequences)
+    width = width or max(map(len, sequences))
     ids = torch.full((len(sequences), width), pad_id, dtype=torch.long, device=device)
     mask = torch.zeros((len(sequences), width), dtype=torch.long, device=device)
     for row, seq in enumerate(sequences):                 # (an empty one: the slice [width:] is empty)
@@ -183,15 +185,12 @@ def sample(model, prompts, *, group_size, max_new_tokens, eos_token_ids, pad_tok
     (gmts/trainer/compiled_decode.py); the prefill stays eager. Same samples as eager, up to float rounding in the
     logits (tests/test_compile.py).
     """
-    if group_size < 1 or max_new_tokens < 1:
-        raise ValueError(f"group_size and max_new_tokens must be >= 1, got {group_size}, {max_new_tokens}")
-    if not prompts or any(len(p) == 0 for p in prompts):
-        raise ValueError("every prompt needs at least one token")
+    if group_size < 1 or max_new_tokens < 1 or min(map(len, prompts), default=0) < 1:
+        raise ValueError(f"every prompt needs at least one token, group_size and max_new_tokens must be >= 1 (got "
+                         f"{len(prompts)} prompts, {group_size}, {max_new_tokens})")
     device = next(model.parameters()).device
     eos = torch.tensor(sorted(set(eos_token_ids)), device=device)
     n_rows = len(prompts) * group_size
-    if compile:
-        from gmts.trainer import compiled_decode
     uniform = answers_uniforms(seeds or prompt_seeds(len(prompts), generator), group_size, max_new_tokens).to(device)
     ids, mask = left_pad(prompts if share_prefix else [p for p in prompts for _ in range(group_size)], pad_token_id,
                          device, compile and compiled_decode.prompt_width(max(map(len, prompts))))
@@ -206,10 +205,8 @@ def sample(model, prompts, *, group_size, max_new_tokens, eos_token_ids, pad_tok
     start = mask.sum(dim=1)                          # each row's real prompt tokens = its first answer's position
     mask = torch.cat([mask, mask.new_ones((n_rows, max_new_tokens))], dim=1)
     step = compiled_decode.decode_step(model, cache, cache_kw) if compile else None
-
     tokens = torch.full((n_rows, max_new_tokens), pad_token_id, dtype=torch.long, device=device)
-    logp = torch.zeros((n_rows, max_new_tokens), dtype=torch.float32, device=device)
-    entropy = torch.zeros((n_rows, max_new_tokens), dtype=torch.float32, device=device)
+    logp, entropy = torch.zeros((2, n_rows, max_new_tokens), dtype=torch.float32, device=device)
     finished = torch.zeros(n_rows, dtype=torch.bool, device=device)
     live = torch.arange(n_rows, device=device)       # which original rows the current batch rows are
     for t in range(max_new_tokens):
@@ -222,27 +219,25 @@ def sample(model, prompts, *, group_size, max_new_tokens, eos_token_ids, pad_tok
             cdf = probs.double().cumsum(dim=-1)
             u = (uniform[live, t] * cdf[:, -1]).unsqueeze(1)
             next_tok = torch.searchsorted(cdf, u, right=True).squeeze(1).clamp(max=probs.shape[-1] - 1)
-        step_logp = log_probs.gather(1, next_tok[:, None]).squeeze(1)
-        step_entropy = -(log_probs.exp() * log_probs).sum(dim=-1)
         answering = ~finished[live]                  # batch rows still answering (finished rows wait to be dropped)
         tokens[live, t] = torch.where(answering, next_tok, pad_token_id)      # (index writes: no device sync)
-        logp[live, t], entropy[live, t] = answering * step_logp, answering * step_entropy
+        logp[live, t] = answering * log_probs.gather(1, next_tok[:, None]).squeeze(1)
+        entropy[live, t] = answering * -(log_probs.exp() * log_probs).sum(dim=-1)
         finished[live] |= torch.isin(next_tok, eos) & answering
         n_keep = int((keep := ~finished[live]).sum()) if (t + 1) % CHECK_EVERY == 0 else len(live)   # (a sync)
         if n_keep == 0 or t == max_new_tokens - 1:
             break
         if drop_finished and n_keep <= len(live) // 2:
-            idx = compiled_decode.bucket_rows(keep) if compile else keep.nonzero().squeeze(1)
+            idx = compiled_decode.bucket_rows(keep) if step else keep.nonzero().squeeze(1)
             cache.select_rows(idx)
             live, next_tok, mask, start = live[idx], next_tok[idx], mask[idx], start[idx]
         logits = (step(next_tok[:, None], (start + t)[:, None], mask) if step else      # column cache.length
                   model(input_ids=next_tok[:, None], attention_mask=mask[:, :cache.length + 1],
                         position_ids=(start + t)[:, None], use_cache=True, **cache_kw).logits[:, -1])
         cache.length += 1
-
     valid = completion_mask(tokens, eos, max_new_tokens)
     tokens = tokens.masked_fill(~valid, pad_token_id)
-    return Rollout(prompt_ids=[list(p) for p in prompts], completion_ids=tokens, valid_mask=valid,
+    return Rollout(prompt_ids=list(map(list, prompts)), completion_ids=tokens, valid_mask=valid,
                    logp=logp * valid, entropy=entropy * valid, finished=finished, group_size=group_size)
 
 
@@ -254,8 +249,8 @@ def prompt_seeds(n, generator):
 def answers_uniforms(seeds, group_size, max_new_tokens):
     """(len(seeds) x G, max_new_tokens) float64 uniforms on the CPU: a prompt's G answers from its own seed, so an
     answer's draws depend on its prompt's seed alone, not on which generation call or batch row it sampled in."""
-    return torch.cat([torch.rand((group_size, max_new_tokens), generator=torch.Generator().manual_seed(seed),
-                                 dtype=torch.float64) for seed in seeds])
+    shape, gen = (group_size, max_new_tokens), torch.Generator()
+    return torch.cat([torch.rand(shape, generator=gen.manual_seed(s), dtype=torch.float64) for s in seeds])
 
 
 def sample_batched(model, prompts, *, prompts_per_call=0, generator=None, **kwargs):
@@ -265,9 +260,7 @@ def sample_batched(model, prompts, *, prompts_per_call=0, generator=None, **kwar
     once for all of them: the answers do not depend on prompts_per_call."""
     seeds, step = prompt_seeds(len(prompts), generator), prompts_per_call or len(prompts)
     parts = [sample(model, prompts[i:i + step], seeds=seeds[i:i + step], **kwargs) for i in range(0, len(prompts), step)]
-    if len(parts) == 1:
-        return parts[0]
-    return concat_rollouts(parts, kwargs["pad_token_id"])
+    return parts[0] if len(parts) == 1 else concat_rollouts(parts, kwargs["pad_token_id"])
 
 
 def pad_cat(tensors, value):
@@ -308,6 +301,5 @@ def completion_mask(tokens, eos, max_len):
     """Valid = every token up to and including the FIRST end-of-sequence token (pad may equal eos: never use
     `tokens != pad`)."""
     is_eos = torch.isin(tokens, eos)
-    first_eos = torch.where(is_eos.any(dim=1), is_eos.float().argmax(dim=1), torch.full_like(is_eos[:, 0], max_len,
-                                                                                            dtype=torch.long))
+    first_eos = torch.where(is_eos.any(dim=1), is_eos.float().argmax(dim=1), max_len)
     return torch.arange(tokens.shape[1], device=tokens.device)[None, :] <= first_eos[:, None]
