@@ -58,35 +58,38 @@ def rank():
 
 
 def backend_device():
-    """The device the process group's collectives run on, whatever a caller's tensor is on: the CPU when the group
-    serves it (gloo), else the group's accelerator (NCCL: only `cuda`; a CPU tensor there is refused with "No backend
-    type associated with device type cpu"), this process's current one."""
+    """The device the process group's collectives run on, whatever a caller's tensor is on: the CPU
+    when the group serves it (gloo), else the group's accelerator, this process's current one (NCCL
+    serves only `cuda`, and refuses a CPU tensor: "No backend type associated with device type
+    cpu")."""
     served = [torch.device(d).type for d in dist.distributed_c10d._device_capability()]
     if "cpu" in served:
         return torch.device("cpu")
     module = getattr(torch, served[0], None)           # torch.cuda for "cuda"
-    return torch.device(served[0], module.current_device()) if hasattr(module, "current_device") else \
-        torch.device(served[0])
+    index = module.current_device() if hasattr(module, "current_device") else None
+    return torch.device(served[0], index)
 
 
 def all_reduce_sum(values):
-    """Sum a float/int tensor over ranks (float64 / int64 on the wire; returns a new tensor on the input's device
-    and dtype)."""
+    """Sum a float/int tensor over ranks (float64 / int64 on the wire); returns a new tensor on the
+    input's device, in its dtype."""
     values = torch.as_tensor(values)
     if not active():
         return values.clone()
-    buf = values.detach().to(backend_device(), torch.float64 if values.is_floating_point() else torch.long)
+    wire = torch.float64 if values.is_floating_point() else torch.long
+    buf = values.detach().to(backend_device(), wire)
     dist.all_reduce(buf)
     return buf.to(values.device, values.dtype)
 
 
-BUCKET_ELEMENTS = 1 << 24       # float32 elements per gradient all-reduce (64 MiB): bounds the transient buffer
+BUCKET_ELEMENTS = 1 << 24       # float32 elements per gradient all-reduce (64 MiB): the transient
 
 
 def all_reduce_gradients(params):
-    """Sum every replicated parameter's gradient over ranks, in float32 buckets of at most BUCKET_ELEMENTS (one
-    collective per bucket; a tensor larger than a bucket goes alone), so the extra memory is one bucket, not a float32
-    copy of every gradient. Sharded (FSDP) parameters are skipped: FSDP has already summed theirs."""
+    """Sum every replicated parameter's gradient over ranks, in float32 buckets of at most
+    BUCKET_ELEMENTS (one collective per bucket; a larger tensor goes alone), so the extra memory is
+    one bucket, not a float32 copy of every gradient. Sharded (FSDP) parameters are skipped: FSDP
+    has already summed theirs."""
     params = [p for p in params if not isinstance(p, DTensor)]
     if not active() or not params:
         return
@@ -102,8 +105,8 @@ def all_reduce_gradients(params):
         flat = torch.cat([q.grad.reshape(-1).to(device, torch.float32) for q in bucket])
         dist.all_reduce(flat)
         offset = 0
-        for q in bucket:
-            q.grad.copy_(flat[offset:offset + q.numel()].to(q.grad.device).view_as(q.grad))   # (and its dtype)
+        for q in bucket:            # back into the gradient, on its device and in its dtype
+            q.grad.copy_(flat[offset:offset + q.numel()].to(q.grad.device).view_as(q.grad))
             offset += q.numel()
         bucket, size = [], 0
 
@@ -122,13 +125,14 @@ def clip_grad_norm(params, max_norm):
     """The global gradient norm before clipping, and clipping to max_norm (0 or inf = off), like
     torch.nn.utils.clip_grad_norm_, also when some gradients are FSDP shards (their squares are summed over ranks)."""
     params = [p for p in params if p.grad is not None]
-    if not any(isinstance(p.grad, DTensor) for p in params):      # replicated: every rank holds the summed gradient
+    if not any(isinstance(p.grad, DTensor) for p in params):      # every rank holds the sum
         from gmts.trainer.step import clip_grad_norm as clip_replicated
         return clip_replicated(params, max_norm if max_norm > 0 else float("inf"))
     sharded = sum(p.grad.to_local().double().pow(2).sum() for p in params if isinstance(p.grad, DTensor))
     replicated = sum((p.grad.double().pow(2).sum() for p in params if not isinstance(p.grad, DTensor)),
                      torch.zeros((), dtype=torch.float64))
-    total = math.sqrt(float(all_reduce_sum(torch.as_tensor(sharded, dtype=torch.float64))) + float(replicated))
+    sharded = all_reduce_sum(torch.as_tensor(sharded, dtype=torch.float64))
+    total = math.sqrt(float(sharded) + float(replicated))
     if 0 < max_norm < math.inf:
         coef = min(max_norm / (total + 1e-6), 1.0)
         for p in params:

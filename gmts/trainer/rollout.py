@@ -26,7 +26,7 @@ from transformers.cache_utils import Cache, CacheLayerMixin
 
 from gmts.trainer import compiled_decode      # (only sample(compile=True) calls it)
 
-CHECK_EVERY = 8       # decode steps between the host's looks at the rows (finished? compact?): each one is a sync
+CHECK_EVERY = 8       # decode steps between the host's looks at the rows (each one is a sync)
 
 
 @dataclass
@@ -45,8 +45,8 @@ class Rollout:
 
 
 def left_pad(sequences, pad_id, device, width=0):
-    """Q lists of ids -> (ids (Q, P), attention_mask (Q, P)), padded on the left so every prompt ends at column P-1;
-    P = the longest sequence, or `width` when given."""
+    """Q lists of ids -> (ids (Q, P), attention_mask (Q, P)), padded on the left so every prompt
+    ends at column P-1; P = the longest sequence, or `width` when given."""
     width = width or max(map(len, sequences))
     ids = torch.full((len(sequences), width), pad_id, dtype=torch.long, device=device)
     mask = torch.zeros((len(sequences), width), dtype=torch.long, device=device)
@@ -172,28 +172,31 @@ def sample(model, prompts, *, group_size, max_new_tokens, eos_token_ids, pad_tok
     real prompt tokens, so the token fed at step t sits at position start + t (the row's own, padding skipped) and
     at column cache.length.
 
-    Randomness: answer row i draws uniform[i, t] at step t, from its prompt's seed (`seeds`, one per prompt; drawn
-    from `generator` when not given): answers_uniforms.
+    Randomness: answer row i draws uniform[i, t] at step t, from its prompt's seed (`seeds`, one per
+    prompt; drawn from `generator` when not given): answers_uniforms.
 
     Dropping finished rows: a row that finishes keeps its place until the live rows are at most half of the batch;
     then the live rows move to the front of the cache in place and later steps compute only them. Each compaction
     copies the live rows' cache, so compacting at halvings costs about one cache copy over the whole rollout instead
-    of one per finishing row. The host looks at the rows (a device sync) only every CHECK_EVERY tokens: whether all
-    have finished, how many still answer; in between the loop only queues work on the device.
+    of one per finishing row.
+    The host looks at the rows (a device sync) only every CHECK_EVERY tokens: whether all have
+    finished, how many still answer; in between, the loop only queues work on the device.
 
-    compile=True: the decode step runs torch.compile'd over the whole cache width, with bucketed shapes
-    (gmts/trainer/compiled_decode.py); the prefill stays eager. Same samples as eager, up to float rounding in the
-    logits (tests/test_compile.py).
+    compile=True: the decode step runs torch.compile'd over the whole cache width, with bucketed
+    shapes (gmts/trainer/compiled_decode.py); the prefill stays eager. Same samples as eager, up to
+    float rounding in the logits (tests/test_compile.py).
     """
     if group_size < 1 or max_new_tokens < 1 or min(map(len, prompts), default=0) < 1:
-        raise ValueError(f"every prompt needs at least one token, group_size and max_new_tokens must be >= 1 (got "
-                         f"{len(prompts)} prompts, {group_size}, {max_new_tokens})")
+        raise ValueError(f"every prompt needs at least one token, group_size and max_new_tokens "
+                         f">= 1 (got {len(prompts)} prompts, {group_size}, {max_new_tokens})")
     device = next(model.parameters()).device
     eos = torch.tensor(sorted(set(eos_token_ids)), device=device)
     n_rows = len(prompts) * group_size
-    uniform = answers_uniforms(seeds or prompt_seeds(len(prompts), generator), group_size, max_new_tokens).to(device)
-    ids, mask = left_pad(prompts if share_prefix else [p for p in prompts for _ in range(group_size)], pad_token_id,
-                         device, compile and compiled_decode.prompt_width(max(map(len, prompts))))
+    seeds = seeds or prompt_seeds(len(prompts), generator)
+    uniform = answers_uniforms(seeds, group_size, max_new_tokens).to(device)     # (N, T) float64
+    width = compile and compiled_decode.prompt_width(max(map(len, prompts)))      # (0: the longest)
+    ids, mask = left_pad(prompts if share_prefix else [p for p in prompts for _ in range(group_size)],
+                         pad_token_id, device, width)
     cache = KVCache(_transformers_model(model).config, n_rows, ids.shape[1] + max_new_tokens)
     cache_kw = {_cache_keyword(model): cache}
     logits = model(input_ids=ids, attention_mask=mask, position_ids=positions(mask), use_cache=True,
@@ -219,13 +222,13 @@ def sample(model, prompts, *, group_size, max_new_tokens, eos_token_ids, pad_tok
             cdf = probs.double().cumsum(dim=-1)
             u = (uniform[live, t] * cdf[:, -1]).unsqueeze(1)
             next_tok = torch.searchsorted(cdf, u, right=True).squeeze(1).clamp(max=probs.shape[-1] - 1)
-        answering = ~finished[live]                  # batch rows still answering (finished rows wait to be dropped)
-        tokens[live, t] = torch.where(answering, next_tok, pad_token_id)      # (index writes: no device sync)
+        answering = ~finished[live]          # rows still answering (finished ones wait to leave)
+        tokens[live, t] = torch.where(answering, next_tok, pad_token_id)  # (index writes: no sync)
         logp[live, t] = answering * log_probs.gather(1, next_tok[:, None]).squeeze(1)
         entropy[live, t] = answering * -(log_probs.exp() * log_probs).sum(dim=-1)
         finished[live] |= torch.isin(next_tok, eos) & answering
-        n_keep = int((keep := ~finished[live]).sum()) if (t + 1) % CHECK_EVERY == 0 else len(live)   # (a sync)
-        if n_keep == 0 or t == max_new_tokens - 1:
+        n_keep = int((keep := ~finished[live]).sum()) if (t + 1) % CHECK_EVERY == 0 else len(live)
+        if n_keep == 0 or t == max_new_tokens - 1:          # (n_keep read: the host's sync)
             break
         if drop_finished and n_keep <= len(live) // 2:
             idx = compiled_decode.bucket_rows(keep) if step else keep.nonzero().squeeze(1)
@@ -241,25 +244,28 @@ def sample(model, prompts, *, group_size, max_new_tokens, eos_token_ids, pad_tok
                    logp=logp * valid, entropy=entropy * valid, finished=finished, group_size=group_size)
 
 
-def prompt_seeds(n, generator):
-    """One seed per prompt, n of them from `generator` (any device; None: torch's global one)."""
-    return torch.randint(2 ** 62, (n,), generator=generator, device=generator.device if generator else None).tolist()
+def prompt_seeds(n, gen):
+    """n seeds, one per prompt, from the generator `gen` (any device; None: the global one)."""
+    return torch.randint(2 ** 62, (n,), generator=gen, device=gen and gen.device).tolist()
 
 
 def answers_uniforms(seeds, group_size, max_new_tokens):
-    """(len(seeds) x G, max_new_tokens) float64 uniforms on the CPU: a prompt's G answers from its own seed, so an
-    answer's draws depend on its prompt's seed alone, not on which generation call or batch row it sampled in."""
-    shape, gen = (group_size, max_new_tokens), torch.Generator()
-    return torch.cat([torch.rand(shape, generator=gen.manual_seed(s), dtype=torch.float64) for s in seeds])
+    """(len(seeds) x G, max_new_tokens) float64 uniforms on the CPU: a prompt's G answers from its
+    own seed, so an answer's draws depend on its prompt's seed alone, not on which generation call
+    or batch row it was sampled in."""
+    kw, gen = dict(size=(group_size, max_new_tokens), dtype=torch.float64), torch.Generator()
+    return torch.cat([torch.rand(**kw, generator=gen.manual_seed(s)) for s in seeds])
 
 
 def sample_batched(model, prompts, *, prompts_per_call=0, generator=None, **kwargs):
     """`sample` over chunks of `prompts_per_call` prompts (0 = all at once), concatenated into one Rollout. The KV
     cache of one call holds prompts_per_call x group_size rows: chunking bounds that memory (e.g. the paper's 64 x 16
-    answers of 2k tokens would need ~90 GB of cache on Qwen2.5-1.5B in one call). The prompts' seeds are drawn
-    once for all of them: the answers do not depend on prompts_per_call."""
-    seeds, step = prompt_seeds(len(prompts), generator), prompts_per_call or len(prompts)
-    parts = [sample(model, prompts[i:i + step], seeds=seeds[i:i + step], **kwargs) for i in range(0, len(prompts), step)]
+    answers of 2k tokens would need ~90 GB of cache on Qwen2.5-1.5B in one call).
+    The prompts' seeds are drawn once for all of them: the answers do not depend on
+    prompts_per_call."""
+    k = prompts_per_call or len(prompts)
+    seeds, starts = prompt_seeds(len(prompts), generator), range(0, len(prompts), k)
+    parts = [sample(model, prompts[i:i + k], seeds=seeds[i:i + k], **kwargs) for i in starts]
     return parts[0] if len(parts) == 1 else concat_rollouts(parts, kwargs["pad_token_id"])
 
 
