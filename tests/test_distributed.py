@@ -222,10 +222,10 @@ def test_torchrun_two_processes_train_checkpoint_and_resume(digit_model_dir, dig
 
 
 def _nccl_like_worker(rank, world, init_file, out_dir):
-    """A group that, like NCCL, serves one device type and refuses a tensor on any other ("No backend type
-    associated with device type cpu"). On a CPU the served type is `lazy` (torch's TorchScript lazy tensors: a second
-    device that holds real data), the callers' tensors are on the CPU, as under NCCL; each collective checks what
-    it is handed, then sums for real over gloo."""
+    """A group that, like NCCL, serves one device type and refuses a tensor on any other ("No
+    backend type associated with device type cpu"). On a CPU the served type is `lazy` (torch's
+    TorchScript lazy tensors: a second device that holds real data), the callers' tensors are on the
+    CPU, as under NCCL; each collective checks what it is handed, then sums for real over gloo."""
     import torch._lazy.ts_backend
     import torch.distributed as dist
     sys.path.insert(0, os.path.join(ROOT, "tests"))
@@ -255,7 +255,7 @@ def _nccl_like_worker(rank, world, init_file, out_dir):
             p.grad = torch.full_like(p, float(rank + 1))
         distributed.all_reduce_gradients(list(layer.parameters()))
         out["grads"] = [p.grad.unique().tolist() for p in layer.parameters()]
-        selected, params, metrics, grads = one_update("gmts", shard(make_batch(), rank, world), "selected")
+        selected, *_ = one_update("gmts", shard(make_batch(), rank, world), "selected")
         out["selected"] = selected
         out["handed"] = sorted(set(handed))
         torch.save(out, os.path.join(out_dir, f"{rank}.pt"))
@@ -265,10 +265,12 @@ def _nccl_like_worker(rank, world, init_file, out_dir):
 
 
 def test_every_collective_runs_on_the_backends_device(tmp_path):
-    """The step's collectives (the rollout figures, the selection counts, the gradients, the stop request...) are
-    handed tensors on the device the backend serves, whatever device the caller's tensors are on; and they sum."""
+    """The step's collectives (the rollout figures, the selection counts, the gradients, the stop
+    request...) are handed tensors on the device the backend serves, whatever device the caller's
+    tensors are on; and they sum."""
     pytest.importorskip("torch._lazy.ts_backend")
-    mp.spawn(_nccl_like_worker, args=(2, str(tmp_path / "init"), str(tmp_path)), nprocs=2, join=True)
+    mp.spawn(_nccl_like_worker, args=(2, str(tmp_path / "init"), str(tmp_path)), nprocs=2,
+             join=True)
     parts = [torch.load(tmp_path / f"{r}.pt", weights_only=False) for r in range(2)]
     for part in parts:
         assert part["handed"] == ["lazy"]
@@ -279,9 +281,10 @@ def test_every_collective_runs_on_the_backends_device(tmp_path):
 
 
 def test_gradient_norm_of_bf16_gradients_is_summed_in_float32():
-    """Full bf16 fine-tuning: the norm (and so the clip coefficient) to float32 accuracy, not bf16's 3 digits.
-    Reference: float64 over the same bf16 values. Float32 sums of n = 4096 squares: relative error <= n u = 2.4e-4
-    at worst (u = 2^-24), and the square root halves it; bf16 itself rounds the result by up to 2^-9 = 2e-3."""
+    """Full bf16 fine-tuning: the norm (and so the clip coefficient) to float32 accuracy, not bf16's
+    3 digits. Reference: float64 over the same bf16 values. Float32 sums of n = 4096 squares:
+    relative error <= n u = 2.4e-4 at worst (u = 2^-24), and the square root halves it; bf16 itself
+    rounds the result by up to 2^-9 = 2e-3."""
     from gmts.trainer.step import ONE_PROCESS
     from gmts.trainer.distributed import TORCHRUN
     gen = torch.Generator().manual_seed(0)
@@ -294,4 +297,4 @@ def test_gradient_norm_of_bf16_gradients_is_summed_in_float32():
         assert norm.dtype in (torch.float32, torch.float64), norm.dtype
         assert abs(float(norm) - exact) <= 4096 * 2.0 ** -24 * exact
         clipped = float(torch.cat([p.grad.double().reshape(-1) for p in params]).norm())
-        assert abs(clipped - exact / 2) <= 2.0 ** -8 * exact / 2        # each coordinate rounded once to bf16
+        assert abs(clipped - exact / 2) <= 2.0 ** -8 * exact / 2     # one bf16 rounding each
