@@ -255,6 +255,11 @@ def _nccl_like_worker(rank, world, init_file, out_dir):
             p.grad = torch.full_like(p, float(rank + 1))
         distributed.all_reduce_gradients(list(layer.parameters()))
         out["grads"] = [p.grad.unique().tolist() for p in layer.parameters()]
+        distributed.BUCKET_ELEMENTS = 4           # buckets of 4: the weight (6) cut in two pieces
+        for p in layer.parameters():
+            p.grad = torch.arange(p.numel(), dtype=torch.float32).view_as(p) * (rank + 1)
+        distributed.all_reduce_gradients(list(layer.parameters()))
+        out["bucketed"] = [p.grad.reshape(-1).tolist() for p in layer.parameters()]
         selected, *_ = one_update("gmts", shard(make_batch(), rank, world), "selected")
         out["selected"] = selected
         out["handed"] = sorted(set(handed))
@@ -276,6 +281,7 @@ def test_every_collective_runs_on_the_backends_device(tmp_path):
         assert part["handed"] == ["lazy"]
         assert part["sum"] == [3.0, 4.0] and part["count"] == 3 and part["grads"] == [[3.0], [3.0]]
         assert part["stop"] is False
+        assert part["bucketed"] == [[3.0 * i for i in range(6)], [0.0, 3.0]]
     single_sel, *_ = one_update("gmts", make_batch(), "selected")
     assert torch.equal(torch.cat([p["selected"] for p in parts]), single_sel)
 

@@ -86,29 +86,39 @@ BUCKET_ELEMENTS = 1 << 24       # float32 elements per gradient all-reduce (64 M
 
 
 def all_reduce_gradients(params):
-    """Sum every replicated parameter's gradient over ranks, in float32 buckets of at most
-    BUCKET_ELEMENTS (one collective per bucket; a larger tensor goes alone), so the extra memory is
-    one bucket, not a float32 copy of every gradient. Sharded (FSDP) parameters are skipped: FSDP
-    has already summed theirs."""
+    """Sum every replicated parameter's gradient over ranks, in float32 buckets of BUCKET_ELEMENTS
+    (one collective each; a larger gradient is cut into pieces), so the extra memory is one bucket,
+    not a float32 copy of every gradient. Sharded (FSDP) parameters are skipped: FSDP has already
+    summed theirs."""
     params = [p for p in params if not isinstance(p, DTensor)]
     if not active() or not params:
         return
+    pieces, size = [], 0
     for p in params:
-        if p.grad is None:
-            p.grad = torch.zeros_like(p)
-    device, bucket, size = backend_device(), [], 0
-    for i, p in enumerate(params):
-        bucket.append(p)
-        size += p.numel()
-        if i + 1 < len(params) and size + params[i + 1].numel() <= BUCKET_ELEMENTS:
-            continue
-        flat = torch.cat([q.grad.reshape(-1).to(device, torch.float32) for q in bucket])
-        dist.all_reduce(flat)
-        offset = 0
-        for q in bucket:            # back into the gradient, on its device and in its dtype
-            q.grad.copy_(flat[offset:offset + q.numel()].to(q.grad.device).view_as(q.grad))
-            offset += q.numel()
-        bucket, size = [], 0
+        if p.grad is None or not p.grad.is_contiguous():
+            p.grad = torch.zeros_like(p) if p.grad is None else p.grad.contiguous()
+        flat = p.grad.view(-1)
+        for start in range(0, flat.numel(), BUCKET_ELEMENTS):
+            piece = flat[start:start + BUCKET_ELEMENTS]
+            if size + piece.numel() > BUCKET_ELEMENTS:
+                _sum_pieces(pieces, size)
+                pieces, size = [], 0
+            pieces.append(piece)
+            size += piece.numel()
+    _sum_pieces(pieces, size)
+
+
+def _sum_pieces(pieces, size):
+    """All-reduce these gradient views (`size` elements in all) as one float32 buffer, in place."""
+    buf, offset = torch.empty(size, dtype=torch.float32, device=backend_device()), 0
+    for piece in pieces:
+        buf[offset:offset + piece.numel()].copy_(piece)
+        offset += piece.numel()
+    dist.all_reduce(buf)
+    offset = 0
+    for piece in pieces:       # back into the gradient, on its device and in its dtype
+        piece.copy_(buf[offset:offset + piece.numel()].to(piece.device))
+        offset += piece.numel()
 
 
 def shutdown():
