@@ -56,12 +56,31 @@ def rng_state(generator):
 
 
 def set_rng_state(state, generator):
+    """Every random stream of rng_state, also on another device or on fewer GPUs: the CUDA states
+    of the GPUs there are now (a process uses its own), the sampler's via restore_generator."""
     random.setstate(state["python"])
     np.random.set_state(state["numpy"])
     torch.set_rng_state(state["torch"])
-    if state.get("cuda") is not None and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-    generator.set_state(state["sampler"])
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    cuda = (state.get("cuda") or [])[:gpus]
+    for index, saved in enumerate(cuda):
+        torch.cuda.set_rng_state(saved, index)
+    restore_generator(generator, state["sampler"])
+
+
+def restore_generator(generator, saved):
+    """Set `generator` to a saved state. A state of another device type (a CPU run resumed on CUDA
+    or back: the CPU's Mersenne Twister state and CUDA's Philox seed and offset differ in size) is
+    carried across as a stream seeded from the saved state's bytes: another stream than the old
+    device's, but the same one at every resume."""
+    if generator.get_state().numel() == saved.numel():
+        generator.set_state(saved)
+    else:
+        digest = hashlib.sha256(saved.numpy().tobytes()).digest()
+        generator.manual_seed(int.from_bytes(digest[:8], "little"))
+        print(f"resume: a random stream was saved on another device type than {generator.device}; "
+              "it continues as a new stream seeded from the saved one (samples differ from the "
+              "uninterrupted run)", flush=True)
 
 
 def _fsync_tree(path):

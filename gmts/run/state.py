@@ -148,7 +148,7 @@ def restore(run, state):
     else:
         run.optimizer.load_state_dict(state["optimizer"])
     ckpt.set_rng_state(state["rng"][run.rank], run.rollout_gen)
-    run.select_gen.set_state(state["select_rng"][run.rank])
+    ckpt.restore_generator(run.select_gen, state["select_rng"][run.rank])
     run.stream.position = state["data_position"]
     return state["step"]
 

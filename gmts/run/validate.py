@@ -165,6 +165,8 @@ TRAIN_RULES = [
     Rule("model", _no_problem(lambda v: model_folder_problem(v)), "--model {v}: {err}"),
     Rule("tokenizer", _no_problem(lambda v: run_folder_problem(v) if v else None), "--tokenizer {v}: {err}"),
     Rule("dtype", lambda v, c: v in DTYPE_NAMES, f"--dtype must be one of {', '.join(DTYPE_NAMES)}, got {{v!r}}"),
+    Rule("dtype", lambda v, c: v != "float16", "--dtype float16: training has no loss scaling "
+         "(small gradients underflow to 0 in float16); use bfloat16 or float32"),
     Rule("device", _device_ok, "--device {v!r}: {err}"),
     _need("lora_rank", 0),
     _finite_at_least("lora_alpha", 0, " (0 = 2 x rank)"),

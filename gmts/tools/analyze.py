@@ -520,11 +520,12 @@ def run(args):
         cfg = analysis_config(args)
         trained, measured = off_policy_split(len(problems), args.mini_batch_size or 1, args.off_policy_steps)
         advantages = group_advantages(torch.tensor(all_rewards, dtype=torch.float32), G, std=args.adv_std)
+        select_gen = torch.Generator(device=device).manual_seed(args.seed)     # (--selector random)
         steps_log = off_policy_steps(model, rollout, advantages, trained, build_optimizer(model, cfg),
                                      eps_low=args.eps_low, eps_high=args.eps_high, selector=args.selector,
                                      ratio=args.ratio, loss_norm=args.loss_norm, temperature=args.temperature,
                                      chunk_size=args.chunk_size, max_grad_norm=args.max_grad_norm,
-                                     generator=torch.Generator().manual_seed(args.seed))
+                                     generator=select_gen)
         old_logp = rollout.logp                          # π_old: the policy that sampled, before the steps
     t_steps = time.time() - t0 - t_sample
 

@@ -26,6 +26,8 @@ micro-batch = micro-batch-size x (prompt tokens + max-new-tokens) (every answer 
   KV cache       layers x 2 x rows x (prompt + max-new-tokens) x kv_heads x head_dim x b, rows = --rollout-batch-size
                  (prompts per generation call; 0 = all of --prompts-per-step) x --group-size: the sampler's preallocated
                  cache, allocated once (gmts.trainer.rollout.kv_cache_bytes)
+Under torchrun the gradient all-reduce adds one float32 bucket of 64 MiB at most (gmts/trainer/
+distributed.py, all_reduce_gradients), not a copy of the gradients: not counted.
 The peak is the largest of three phases: rollout (weights, optimizer state, KV cache and the sampler's per-row
 vocabulary buffers), training (weights, optimizer state, activations + head, and the gradients: backward frees
 activations as it makes gradients, but neither glibc on CPU nor a caching allocator hands the freed blocks back at
