@@ -19,6 +19,7 @@ Work, in order:
      {"harness": NONCE, "ran": [names of the tests run]}.
 """
 import builtins
+import collections
 import ctypes
 import json
 import math
@@ -26,6 +27,7 @@ import os
 import resource
 import signal
 import sys
+import time
 import traceback
 
 CLONE_NEWUSER, CLONE_NEWNET, CLONE_NEWPID = 0x10000000, 0x40000000, 0x20000000
@@ -94,7 +96,10 @@ def set_limits(limits):
     mb = 1 << 20
     resource.setrlimit(resource.RLIMIT_AS, (limits["memory_mb"] * mb,) * 2)
     resource.setrlimit(resource.RLIMIT_CPU, (limits["cpu_s"], limits["cpu_s"] + 1))
-    resource.setrlimit(resource.RLIMIT_FSIZE, (limits["file_mb"] * mb,) * 2)
+    # stdin/stdout cases: this process writes the outputs into the parent's files (each case process gets
+    # file_mb again in _case_process)
+    fsize = max([limits["file_mb"] * mb] + limits.get("out_caps", []))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
     resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     # stdin/stdout cases: this process forks one solution process per case and only waits for it
@@ -140,6 +145,12 @@ def encode(value, depth=0, budget=None):
     if kind is float:
         return value if math.isfinite(value) else {"float": repr(value)}
     if kind is list:
+        kinds = set(map(type, value))  # a flat list of small ints or strs goes as it is (at C speed)
+        if kinds in ({int}, {str}) and (kinds == {str} or (-(1 << 62) < min(value) and max(value) < 1 << 62)):
+            budget[0] -= len(value)
+            if budget[0] < 0:
+                raise ValueError("result too large")
+            return value
         return [encode(v, depth + 1, budget) for v in value]
     if kind in (tuple, set, frozenset):
         return {kind.__name__: [encode(v, depth + 1, budget) for v in value]}
@@ -149,10 +160,60 @@ def encode(value, depth=0, budget=None):
         return {"bytes": value.hex()}
     if kind is complex:
         return {"complex": [encode(value.real), encode(value.imag)]}
+    stdlib = _stdlib_value(value, kind, depth, budget)
+    if stdlib is not None:
+        return stdlib
     item = getattr(value, "item", None)  # numpy scalars: an honest solution's np.int64(5) means 5
     if type(value).__module__ == "numpy" and callable(item) and type(item()) in (bool, int, float, complex):
         return encode(item(), depth, budget)
     raise TypeError(f"result of type {kind.__name__} is not plain data")
+
+
+def decode_input(value):
+    """An input from the trainer (testplan.encode_input: the tagged JSON of encode) back to its value."""
+    if type(value) is list:
+        return [decode_input(v) for v in value] if any(type(v) in (list, dict) for v in value) else value
+    if type(value) is not dict:
+        return value
+    (tag, inner), = value.items()
+    if tag == "int":
+        return int(inner, 16)
+    if tag in ("tuple", "set", "frozenset"):
+        return {"tuple": tuple, "set": set, "frozenset": frozenset}[tag](decode_input(v) for v in inner)
+    if tag == "dict":
+        return {decode_input(k): decode_input(v) for k, v in inner}
+    if tag == "float":
+        return float(inner)
+    if tag == "bytes":
+        return bytes.fromhex(inner)
+    if tag == "complex":
+        return complex(decode_input(inner[0]), decode_input(inner[1]))
+    raise ValueError(f"unknown input tag {tag!r}")
+
+
+_COLLECTIONS = (collections.Counter, collections.OrderedDict, collections.defaultdict, collections.deque)
+_FACTORIES = {getattr(builtins, n): n for n in ("list", "int", "set", "dict", "str", "float", "tuple", "bool")}
+
+
+def _stdlib_value(value, kind, depth, budget):
+    """The stdlib's value types, as what they are (the classes as they were before the solution ran): Counter,
+    OrderedDict, defaultdict (its factory when it is a builtin type), deque, and a namedtuple (its class name
+    and fields; the parent makes a namedtuple of its own: no method of the solution's class crosses)."""
+    def pairs():
+        return [[encode(k, depth + 1, budget), encode(v, depth + 1, budget)] for k, v in value.items()]
+    if kind is _COLLECTIONS[0] or kind is _COLLECTIONS[1]:
+        return {kind.__name__: pairs()}
+    if kind is _COLLECTIONS[2]:
+        factory = value.default_factory
+        return {"defaultdict": [_FACTORIES.get(factory) if factory is not None else None, pairs()]}
+    if kind is _COLLECTIONS[3]:
+        return {"deque": [[encode(v, depth + 1, budget) for v in value], value.maxlen]}
+    fields = kind.__dict__.get("_fields")
+    if (kind.__bases__ == (tuple,) and type(fields) is tuple and len(fields) == len(value) <= 255
+            and all(type(f) is str for f in fields)):
+        return {"namedtuple": [kind.__name__ if type(kind.__name__) is str else "?", list(fields),
+                               [encode(v, depth + 1, budget) for v in value]]}
+    return None
 
 
 _PLAIN = (type(None), bool, int, float, complex, str, bytes, list, tuple, dict, set, frozenset)
@@ -210,10 +271,13 @@ def run_units(units, namespace):
     {"ok": null} for run steps | {"exc": name, "msg": str, "mro": [[name, origin], ...]}."""
     out = []
     for steps in units:
-        ns, results = dict(namespace), []
+        ns, results = dict(namespace, __gmts_builtins=dict(_BUILTINS)), []
         for step in steps:
             try:
-                if "eval" in step:
+                if "bind" in step:  # a big input the trainer computed, sent as data rather than as source
+                    ns[step["bind"]] = decode_input(step["data"])
+                    results.append({"ok": None})
+                elif "eval" in step:
                     value = eval(step["eval"], ns)
                     if step.get("iter"):
                         value = materialise(value)
@@ -228,34 +292,104 @@ def run_units(units, namespace):
     return out
 
 
-def run_cases(inputs, max_procs):
-    """stdin/stdout programs: one forked process per input; its stdout (up to the file-size limit) goes back.
-    This process only waits; the solution's process gets max_procs (this one was given one more for it)."""
+
+
+def _case_process(i, out_w, max_procs, cpu_s, file_bytes):
+    """The forked solution process of case i: stdin from its input file, stdout into the pipe, stderr dropped;
+    its own CPU limit; after the script, its non-daemon threads are waited for (`threading.Thread(target=main)`
+    with a big stack is a common recursion idiom), as the interpreter would at exit."""
+    try:
+        resource.setrlimit(resource.RLIMIT_NPROC, (max_procs, max_procs))
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (file_bytes, file_bytes))
+        os.close(_report_fd)
+        os.dup2(os.open(f"in{i}.txt", os.O_RDONLY), 0)
+        os.dup2(out_w, 1)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
+        code = 0
+        try:
+            import runpy
+            runpy.run_path("solution.py", run_name="__main__")
+            import threading
+            for thread in threading.enumerate():
+                if thread is not threading.main_thread() and not thread.daemon:
+                    thread.join()
+        except SystemExit as e:
+            code = 0 if e.code in (None, 0) else 1
+        sys.stdout.flush()
+        os._exit(code)
+    except BaseException:  # noqa: BLE001 - a crash of the program is exit 1
+        try:
+            sys.stdout.flush()
+        finally:
+            os._exit(1)
+
+
+def run_cases(inputs, out_fds, out_caps, max_procs, file_mb, case_s, may_kill_all):
+    """stdin/stdout programs: one forked process per input, each with its own limit of `case_s` seconds (wall
+    clock and CPU). Its stdout goes through a pipe into the parent's file `out_fds[i]` (`out_caps[i]` bytes at
+    most, the excess read and dropped: writes never fail), its input file is removed afterwards, and whatever it left running is killed before the
+    next case (kill(-1): every process of the run but this one; only where the run has its own uid or pid
+    namespace, `may_kill_all`). Returns [{"exit", "timed_out"}]."""
+    import select
     out = []
+    cpu_s = max(1, math.ceil(case_s))
+    file_bytes = file_mb << 20
     for i, text in enumerate(inputs):
         with open(f"in{i}.txt", "w") as f:
             f.write(text)
+        read_end, write_end = os.pipe()
+        start = time.monotonic()
         pid = os.fork()
         if pid == 0:
+            os.close(read_end)
+            for fd in out_fds:
+                os.close(fd)
+            _case_process(i, write_end, max_procs, cpu_s, file_bytes)
+        os.close(write_end)
+        kept, status, timed_out, cap = 0, None, False, out_caps[i]
+        open_pipe = True
+        while status is None:
+            left = start + case_s - time.monotonic()
+            if left <= 0:
+                timed_out = True
+                break
+            if open_pipe:
+                ready, _, _ = select.select([read_end], [], [], min(left, 0.05))
+                if ready:
+                    chunk = os.read(read_end, 1 << 16)
+                    if not chunk:
+                        open_pipe = False
+                    elif kept < cap:
+                        chunk = chunk[:cap - kept]
+                        os.write(out_fds[i], chunk)
+                        kept += len(chunk)
+            else:
+                time.sleep(0.002)
+            done, wait_status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                status = wait_status
+        if status is not None and open_pipe:  # exited: what it wrote before exiting is in the pipe
+            os.set_blocking(read_end, False)
             try:
-                resource.setrlimit(resource.RLIMIT_NPROC, (max_procs, max_procs))
-                os.close(_report_fd)
-                os.dup2(os.open(f"in{i}.txt", os.O_RDONLY), 0)
-                os.dup2(os.open(f"out{i}.txt", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), 1)
-                import runpy
-                runpy.run_path("solution.py", run_name="__main__")
-                sys.stdout.flush()
-                os._exit(0)
-            except SystemExit as e:
-                sys.stdout.flush()
-                os._exit(0 if e.code in (None, 0) else 1)
-            except BaseException:
-                traceback.print_exc(limit=5)
-                os._exit(1)
-        _, status = os.waitpid(pid, 0)
-        with open(f"out{i}.txt", errors="replace") as f:
-            out.append({"exit": os.waitstatus_to_exitcode(status), "stdout": f.read()})
-        os.remove(f"out{i}.txt")
+                while kept < cap and (chunk := os.read(read_end, 1 << 16)):
+                    chunk = chunk[:cap - kept]
+                    os.write(out_fds[i], chunk)
+                    kept += len(chunk)
+            except BlockingIOError:
+                pass  # a process it left behind holds the pipe open
+        os.close(read_end)
+        if may_kill_all:
+            try:
+                os.kill(-1, signal.SIGKILL)  # all the run's processes but this one (and a namespace's init)
+            except OSError:
+                pass
+        else:
+            os.kill(pid, signal.SIGKILL)
+        if status is None:
+            os.waitpid(pid, 0)
+        os.remove(f"in{i}.txt")
+        out.append({"exit": None if status is None else os.waitstatus_to_exitcode(status), "timed_out": timed_out})
     return out
 
 
@@ -345,7 +479,10 @@ def work(spec):
     with open("solution.py", "w", encoding="utf-8") as f:
         f.write(spec["solution"])
     if spec.get("cases") is not None:
-        report({"cases": run_cases(spec["cases"], spec["limits"]["max_procs"])})
+        may_kill_all = spec["drop"]["how"] != "fallback-user" or spec["net_isolated"]  # own uid or pid ns
+        limits = spec["limits"]
+        report({"cases": run_cases(spec["cases"], spec["out_fds"], spec["out_caps"], limits["max_procs"],
+                                   limits["file_mb"], spec["case_s"], may_kill_all)})
         return
     sys.path.insert(0, spec["workdir"])
     import importlib

@@ -6,32 +6,102 @@ The reference (Problem.answer for code problems) is one of:
   `test_*` functions with @pytest.mark.parametrize).
 - a dict {"cases": [{"input": str, "output": str}, ...]}: stdin/stdout programs (LiveCodeBench, Codeforces).
 - a str (= {"tests": str}) or a list of assert strings (joined with newlines).
-Optional keys "timeout" and "memory_mb" override the defaults per problem.
+Optional keys "timeout" (per stdin/stdout case) and "memory_mb" override the defaults per problem;
+"float_tolerance" (stdin/stdout) lets numeric tokens differ by that much, absolute or relative.
 
 The sandbox only computes; this process judges (rewards/testplan.py). Test cases that cannot be judged here run
 inside the sandbox as before: such a verdict is untrusted, counted in code_stats(), and refused (0.0, not run)
 with trusted_only=True.
 """
-import re
+import ast
 import threading
 
 from .sandbox import run_python
 
-_FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)```", re.DOTALL)
+_LANGUAGES = ("python", "py", "python3")
+MAX_EXTENSIONS = 8  # later closing fences tried when a block, cut at its first one, is not Python
+
+
+def _fence(line: str):
+    """(indent, fence length, info) if `line` opens or closes a backtick fence (CommonMark: at least three
+    backticks, no backtick in the info string), else None. Linear in the line."""
+    stripped = line.lstrip(" ")
+    ticks = len(stripped) - len(stripped.lstrip("`"))
+    if ticks < 3:
+        return None
+    info = stripped[ticks:].strip()
+    if "`" in info:
+        return None
+    return len(line) - len(stripped), ticks, info
+
+
+def _blocks(lines: list[str]):
+    """Fenced code blocks as (language, first line, end line, indent, fence length); an unclosed one is left
+    out. One pass over the lines. A closing fence is at least as long as the opening one, has nothing after it
+    and is indented at most 3 columns more (a docstring's indented fence does not close the block)."""
+    i, n = 0, len(lines)
+    while i < n:
+        opening = _fence(lines[i])
+        if opening is None:
+            i += 1
+            continue
+        indent, ticks, info = opening
+        end = i + 1
+        while end < n:
+            closing = _fence(lines[end])
+            if closing and closing[1] >= ticks and not closing[2] and closing[0] <= indent + 3:
+                break
+            end += 1
+        if end == n:
+            return  # unclosed: cut off by the length limit
+        yield (info.split()[0].lower() if info else ""), i + 1, end, indent, ticks
+        i = end + 1
+
+
+def _dedent(lines: list[str], indent: int) -> str:
+    """The block's lines without the opening fence's indentation (code inside a list item)."""
+    if indent:
+        lines = [line[min(indent, len(line) - len(line.lstrip(" "))):] for line in lines]
+    return "".join(line + "\n" for line in lines)
+
+
+def _parses(source: str) -> bool:
+    try:
+        compile(source, "<solution>", "exec", ast.PyCF_ONLY_AST)
+        return True
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return False
 
 
 def extract_code(completion: str) -> str | None:
     """The last ```python (or ```py / ```python3) block; if the answer has no labelled block, the last unlabelled
-    one. An unclosed block (cut off by the length limit) does not count."""
-    labelled, unlabelled = None, None
-    for match in _FENCE.finditer(completion):
-        language = match.group(1).lower()
-        if language in ("python", "py", "python3"):
-            labelled = match.group(2)
-        elif language == "":
-            unlabelled = match.group(2)
-    code = labelled if labelled is not None else unlabelled
-    return code if code and code.strip() else None
+    one. An unclosed block (cut off by the length limit) does not count; an indented block (inside a list item) is
+    dedented. A block that is not Python when cut at its first closing fence (a fence line inside a string
+    literal) is extended to the first later fence line (up to MAX_EXTENSIONS) that makes it Python."""
+    lines = completion.split("\n")
+    labelled = unlabelled = None
+    for block in _blocks(lines):
+        if block[0] in _LANGUAGES:
+            labelled = block
+        elif block[0] == "":
+            unlabelled = block
+    chosen = labelled or unlabelled
+    if chosen is None:
+        return None
+    _, first, end, indent, ticks = chosen
+    code = _dedent(lines[first:end], indent)
+    if not _parses(code):
+        tried, later = 0, end + 1
+        while later < len(lines) and tried < MAX_EXTENSIONS:
+            fence = _fence(lines[later])
+            if fence and fence[1] >= ticks and not fence[2]:
+                tried += 1
+                longer = _dedent(lines[first:later], indent)
+                if _parses(longer):
+                    code = longer
+                    break
+            later += 1
+    return code if code.strip() else None
 
 
 def _as_spec(reference) -> dict:
@@ -107,7 +177,8 @@ def code_reward(completion: str, reference, *, timeout: float = 10.0, memory_mb:
     try:
         result = run_python(code, tests=tests, entry_point=spec.get("entry_point"), setup=spec.get("setup") or "",
                             cases=spec.get("cases"), timeout=float(spec.get("timeout", timeout)),
-                            memory_mb=int(spec.get("memory_mb", memory_mb)), trusted_only=trusted_only)
+                            memory_mb=int(spec.get("memory_mb", memory_mb)), trusted_only=trusted_only,
+                            float_tolerance=spec.get("float_tolerance"))
     except (OSError, UnicodeEncodeError):  # e.g. lone surrogates in the completion cannot be written out
         return 0.0
     _count(result)

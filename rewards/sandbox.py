@@ -19,8 +19,10 @@ caller's `random`, which data-parallel ranks seed alike) and reserved host-wide 
 abstract unix socket named after it, so two runs at once, in one process or in two, cannot share a uid, and so
 cannot signal, trace or starve (NPROC) each other, nor kill each other's processes when cleaning up.
 """
+import contextlib
 import errno
 import json
+import math
 import os
 import secrets
 import shutil
@@ -34,7 +36,8 @@ import time
 import warnings
 from dataclasses import dataclass
 
-from .testplan import build_plan, decode, judge
+from . import _judge
+from .testplan import build_plan, decode
 
 _CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_sandbox_child.py")
 RUN_UIDS = range(0x6D000000, 0x6D000000 + (1 << 24))  # one per run, unused by any account; never 0 or 65534
@@ -44,33 +47,42 @@ SANDBOX_DIRS = ("/tmp", "/dev/shm")
 
 @dataclass
 class ChildRun:
-    report: list  # the JSON lines the child wrote to fd 3, parsed; untrusted data
+    report: list  # the JSON lines the child wrote to its report fd, parsed (unless parse=False); untrusted data
+    raw: str  # the same lines as text (for the judge's helper process)
     timed_out: bool
     returncode: int | None
     seconds: float
     stdout: str  # first 4 KiB of what the code printed, for debugging
     stderr: str
+    outputs: object = None  # stdin/stdout cases: what read_outputs returned
 
 
 # ---------------------------------------------------------------- bubblewrap
 
 
 def _interpreter_paths() -> list[str]:
-    """Directories the interpreter and its packages live in, outside the system dirs that are bound anyway."""
-    paths = {sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable))}
-    paths.update(p for p in sys.path if p and os.path.isdir(p))
-    paths = sorted(os.path.realpath(p) for p in paths if p and not p.startswith(("/usr/", "/lib")))
-    prefixes = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix)}
-    project = os.path.dirname(os.path.dirname(os.path.realpath(_CHILD)))
+    """What the interpreter needs, outside the system dirs that are bound anyway: its own folder (the binary,
+    pyvenv.cfg), the standard library, the installed packages (sysconfig's and site's folders) and libpython's
+    folder. Never a folder of the caller's: neither sys.path entries (the launching script's folder, PYTHONPATH,
+    the project, editable installs) nor the working directory."""
+    import site
+    import sysconfig
+    exe = os.path.realpath(sys.executable)
+    paths = {os.path.dirname(exe), os.path.dirname(os.path.abspath(sys.executable))}
+    for scheme_paths in (sysconfig.get_paths(), sysconfig.get_paths(vars={"base": sys.base_prefix,
+                                                                          "platbase": sys.base_prefix})):
+        paths.update(scheme_paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib"))
+    paths.update(site.getsitepackages() if hasattr(site, "getsitepackages") else [])
+    paths.add(sysconfig.get_config_var("LIBDIR") or "")  # libpython*.so of a shared build (pyenv, conda)
+    files = [os.path.join(sys.prefix, "pyvenv.cfg")]  # a venv: how the interpreter finds its site-packages
+    paths = sorted({os.path.realpath(p) for p in paths if p and os.path.isdir(p)})
     kept = []
     for p in paths:
-        if p == project or project.startswith(p + "/"):
-            continue  # the project (pytest and `python train.py` put it on sys.path) or a folder holding it
-        if p.startswith(project + "/") and not any(p == q or p.startswith(q + "/") for q in prefixes):
-            continue  # tests/, rewards/, ...: the project's own folders, unless a virtual environment lives there
-        if os.path.isdir(p) and not any(p == k or p.startswith(k + "/") for k in kept):
+        if p.startswith(("/usr/", "/lib")) or p in ("/usr", "/"):
+            continue
+        if not any(p == k or p.startswith(k + "/") for k in kept):
             kept.append(p)  # nested ones are left out: their parent is bound
-    return kept
+    return kept + [f for f in files if os.path.isfile(f)]
 
 
 def _bwrap_argv(bwrap: str, as_root: bool, workdir: str, uid: int) -> list[str]:
@@ -194,9 +206,10 @@ def _reserve_uid() -> tuple[int, socket.socket]:
                 raise
 
 
-def _cgroup_candidates() -> list[tuple[str, str]]:
-    """(version, directory) of this process's own cgroup in each hierarchy that has the memory controller:
-    cgroup2 first, then the v1 memory hierarchy (hybrid hosts such as this one bind memory to v1)."""
+def _cgroup_candidates(controller: str = "memory") -> list[tuple[str, str]]:
+    """(version, directory) of this process's own cgroup in each hierarchy that has `controller` (memory,
+    cpu): cgroup2 first, then the v1 hierarchy of that controller (hybrid hosts such as this one bind them to
+    v1)."""
     mounts = {}
     try:
         with open("/proc/self/mountinfo") as f:
@@ -205,7 +218,7 @@ def _cgroup_candidates() -> list[tuple[str, str]]:
                 tail = fields[fields.index("-") + 1:]
                 if tail[0] == "cgroup2":
                     mounts.setdefault("cgroup2", (fields[4], fields[3]))
-                elif tail[0] == "cgroup" and "memory" in tail[2].split(","):
+                elif tail[0] == "cgroup" and controller in tail[2].split(","):
                     mounts.setdefault("cgroup1", (fields[4], fields[3]))
         with open("/proc/self/cgroup") as f:
             membership = [line.rstrip("\n").split(":", 2) for line in f]
@@ -217,7 +230,7 @@ def _cgroup_candidates() -> list[tuple[str, str]]:
             continue
         mount, root = mounts[version]
         for _, controllers, path in membership:
-            if (version == "cgroup2" and controllers == "") or (version == "cgroup1" and "memory" in
+            if (version == "cgroup2" and controllers == "") or (version == "cgroup1" and controller in
                                                                 controllers.split(",")):
                 if root != "/" and path.startswith(root):
                     path = path[len(root):]
@@ -252,6 +265,28 @@ def _make_cgroup(version: str, base: str, name: str, memory_mb: int) -> str:
     return path
 
 
+CPU_QUOTA = 1.0  # CPUs a run may use at once, all its processes together
+
+
+def _make_cpu_cgroup(version: str, base: str, name: str) -> str:
+    """A child cgroup of `base` whose processes together get at most CPU_QUOTA CPUs (CFS bandwidth): a run that
+    forks spinners (setsid or not) shares one CPU among them, so a concurrent run keeps its own; with the wall
+    clock, a run's CPU time is at most CPU_QUOTA x its time limit."""
+    path = os.path.join(base, name)
+    os.mkdir(path)
+    period = 100_000
+    try:
+        if version == "cgroup2":
+            _write(os.path.join(path, "cpu.max"), f"{int(CPU_QUOTA * period)} {period}")
+        else:
+            _write(os.path.join(path, "cpu.cfs_period_us"), str(period))
+            _write(os.path.join(path, "cpu.cfs_quota_us"), str(int(CPU_QUOTA * period)))
+    except OSError:
+        os.rmdir(path)
+        raise
+    return path
+
+
 def _remove_cgroup(path: str):
     """Kill whatever is still in the run's cgroup and remove it (at most ~2 s: a dying process takes a moment)."""
     for _ in range(200):
@@ -275,6 +310,7 @@ def _remove_cgroup(path: str):
 
 
 _cgroup = None  # (version, base directory) once probed; ("", "") when no cgroup can be made here
+_cpu_cgroup = None  # the same for the cpu controller
 
 
 def _probe_cgroup() -> tuple[str, str]:
@@ -294,6 +330,34 @@ def _probe_cgroup() -> tuple[str, str]:
         except OSError:
             continue
     return "", ""
+
+
+def _probe_cpu_cgroup() -> tuple[str, str]:
+    """The first hierarchy where this process can make a CPU-capped child cgroup (cgroup2: the cpu controller
+    enabled for its children)."""
+    for version, base in _cgroup_candidates("cpu"):
+        if version == "cgroup2":
+            try:
+                with open(os.path.join(base, "cgroup.subtree_control")) as f:
+                    if "cpu" not in f.read().split():
+                        continue
+            except OSError:
+                continue
+        try:
+            _remove_cgroup(_make_cpu_cgroup(version, base, f"gmts-probe-{os.getpid()}-{secrets.token_hex(4)}"))
+            return version, base
+        except OSError:
+            continue
+    return "", ""
+
+
+def cpu_limit() -> str:
+    """Which CPU limit holds for a run: 'cgroup2' or 'cgroup1' (CPU_QUOTA CPUs for the run's processes
+    together), or 'rlimit-cpu per process' (no cgroup: RLIMIT_CPU on each process, the weak case)."""
+    global _cpu_cgroup
+    if _cpu_cgroup is None:
+        _cpu_cgroup = _probe_cpu_cgroup()
+    return _cpu_cgroup[0] or "rlimit-cpu per process"
 
 
 def memory_limit() -> str:
@@ -330,6 +394,10 @@ def belongs_to_us(pid) -> bool:
 _mode = None  # "bwrap" | "fallback", decided by the first run's probe
 
 
+CASE_SLACK_S = 0.25  # per stdin/stdout case beyond its own limit: forking it, removing its input, killing leftovers
+START_S = 3.0  # a run's start (bwrap, the interpreter) beyond the cases' limits
+OUTPUT_BYTES = 8 << 20  # of one case's stdout kept at least (twice the expected output if that is more); the child
+# reads and drops the rest, so a program's writes never fail
 REPORT_LINES = 2  # the child writes its units (or cases) line, then the harness line where there is one
 # What the trainer reads back at most. Parsing and rebuilding cost ~1-3 s per MiB for the worst shapes (millions of
 # one-item lists) on this 2-core machine under load, so 2 MiB bounds a forged report to a few seconds; an honest
@@ -337,35 +405,47 @@ REPORT_LINES = 2  # the child writes its units (or cases) line, then the harness
 REPORT_BYTES = 2 << 20
 
 
-def _read_report(f, max_bytes: int) -> list:
-    """The child's JSON lines, at bounded cost whatever the solution wrote to the report file: more than
+def _raw_report(f, max_bytes: int) -> str:
+    """The child's JSON lines as text, at bounded cost whatever the solution wrote to the report file: more than
     `max_bytes` (REPORT_BYTES) or more lines than the child writes is a forged report (or too big a result), refused
-    before any parsing; the at most two lines left are parsed by the C decoder in linear time (a nesting too deep
-    for it fails)."""
+    (""). Parsing is left to the judge (rewards/_judge.py), under its deadline."""
     if os.fstat(f.fileno()).st_size > max_bytes:
-        return []
+        return ""
     f.seek(0)
     data = f.read(max_bytes + 1)
     if len(data) > max_bytes or data.count(b"\n") > REPORT_LINES:
-        return []
+        return ""
+    return data.decode("utf-8", errors="replace")
+
+
+def parse_report(text: str) -> list:
+    """The report's lines, parsed by the C JSON decoder (linear; a nesting too deep for it fails: [])."""
     try:
-        return [json.loads(line) for line in data.split(b"\n") if line]
+        return [json.loads(line) for line in text.split("\n") if line]
     except (ValueError, RecursionError):
         return []
 
 
-def _start(spec: dict, *, mode: str, timeout: float, isolate: bool) -> ChildRun:
+def _start(spec: dict, *, mode: str, timeout: float, isolate: bool, parse: bool = True,
+           outputs: int = 0, read_outputs=None) -> ChildRun:
+    """One run of the child on `spec`. `outputs` > 0: that many files for the stdin/stdout cases' outputs, their
+    fds passed as spec["out_fds"]; read_outputs(files) is called on them (still open) after the run."""
     as_root = os.getuid() == 0
     uid, holder = _reserve_uid()
     # the trainer's pid in the name: whose run a leftover folder was is visible (and tests of concurrent runs can tell)
     base = None if mode == "bwrap" else tempfile.mkdtemp(prefix=f"gmts-sandbox-{os.getpid()}-")
-    cgroup = None
+    cgroups = []
     start = time.monotonic()
     try:
         version, cgroup_base = _cgroup if _cgroup and _cgroup[0] else ("", "")
+        name = f"gmts-run-{os.getpid()}-{uid}"  # a stale one (a trainer killed mid-run) says whose it was
         if version:
-            # named after this process too: a stale one (a trainer killed mid-run) says whose it was
-            cgroup = _make_cgroup(version, cgroup_base, f"gmts-run-{os.getpid()}-{uid}", spec["limits"]["memory_mb"])
+            cgroups.append(_make_cgroup(version, cgroup_base, name, spec["limits"]["memory_mb"]))
+        cpu_limit()
+        if _cpu_cgroup[0] and (_cpu_cgroup[0], _cpu_cgroup[1]) != (version, cgroup_base):
+            cgroups.append(_make_cpu_cgroup(*_cpu_cgroup, name))
+        elif _cpu_cgroup[0]:  # one cgroup2 directory holds both limits
+            _write(os.path.join(cgroups[0], "cpu.max"), f"{int(CPU_QUOTA * 100_000)} 100000")
         if mode == "bwrap":
             workdir = "/work"
             argv = _bwrap_argv(shutil.which("bwrap"), as_root, workdir, uid)
@@ -383,12 +463,17 @@ def _start(spec: dict, *, mode: str, timeout: float, isolate: bool) -> ChildRun:
                             or not _world_traversable(_CHILD)}
             argv, env, cwd = [sys.executable, "-I", _CHILD], _clean_env(workdir, workdir), workdir
         spec.update(workdir=workdir, isolate=isolate)
-        if cgroup:  # the run joins its cgroup before anything of it starts: a shell moves itself, then execs
-            argv = ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', os.path.join(cgroup, "cgroup.procs"), *argv]
-        with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, tempfile.TemporaryFile() as rep:
+        if cgroups:  # the run joins its cgroups before anything of it starts: a shell moves itself, then execs
+            joins = " && ".join(f'echo $$ > "${i}"' for i in range(len(cgroups)))
+            argv = ["/bin/sh", "-c", f'{joins} && shift {len(cgroups) - 1} && exec "$@"',
+                    *(os.path.join(c, "cgroup.procs") for c in cgroups), *argv]
+        with contextlib.ExitStack() as files:
+            out, err, rep = (files.enter_context(tempfile.TemporaryFile()) for _ in range(3))
+            case_files = [files.enter_context(tempfile.TemporaryFile()) for _ in range(outputs)]
             spec["report_fd"] = rep.fileno()
+            spec["out_fds"] = [f.fileno() for f in case_files]
             proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=out, stderr=err, cwd=cwd, env=env,
-                                    start_new_session=True, pass_fds=(rep.fileno(),))
+                                    start_new_session=True, pass_fds=(rep.fileno(), *spec["out_fds"]))
             timed_out = False
             try:
                 proc.stdin.write(json.dumps(spec).encode())
@@ -400,19 +485,21 @@ def _start(spec: dict, *, mode: str, timeout: float, isolate: bool) -> ChildRun:
                 pass
             finally:
                 _kill_group(proc)
-                if cgroup:
+                for cgroup in cgroups:
                     _remove_cgroup(cgroup)
                 if as_root:  # the pid namespace dies asynchronously: return only once nothing of the run is left
                     _kill_uid(uid)
             out.seek(0)
             err.seek(0)
-            report = [] if timed_out else _read_report(rep, REPORT_BYTES)
-            return ChildRun(report=report, timed_out=timed_out,
+            raw = "" if timed_out else _raw_report(rep, REPORT_BYTES)
+            verdicts = read_outputs(case_files) if read_outputs and not timed_out else None
+            return ChildRun(report=parse_report(raw) if parse else [], raw=raw, timed_out=timed_out,
+                            outputs=verdicts,
                             returncode=proc.returncode, seconds=time.monotonic() - start,
                             stdout=out.read(4096).decode(errors="replace"),
                             stderr=err.read(4096).decode(errors="replace"))
     finally:
-        if cgroup:
+        for cgroup in cgroups:
             _remove_cgroup(cgroup)  # again: a failure before the wait
         if base is not None:
             shutil.rmtree(base, ignore_errors=True)
@@ -471,13 +558,19 @@ def sandbox_mode() -> str:
 
 
 def run_child(spec: dict, *, timeout: float = 10.0, memory_mb: int = 2048, cpu_s: int | None = None,
-              max_procs: int = 64, file_mb: int = 16, isolate: bool = True) -> ChildRun:
+              max_procs: int = 64, file_mb: int = 16, isolate: bool = True, parse: bool = True,
+              read_outputs=None) -> ChildRun:
     """Run the child on `spec` (solution, and units, cases or a harness; see rewards/_sandbox_child.py) in the
     sandbox. isolate=False forces the fallback without namespaces (for tests of that path)."""
     spec = dict(spec, limits=dict(_limits(timeout, memory_mb, cpu_s, max_procs, file_mb),
-                                  cases=spec.get("cases") is not None))
+                                  cases=spec.get("cases") is not None, out_caps=spec.get("out_caps", [])))
     mode = sandbox_mode() if isolate else "fallback"
-    return _start(spec, mode=mode, timeout=timeout, isolate=isolate)
+    cases = len(spec["cases"]) if spec.get("cases") is not None else 0
+    if cases:  # each case has `timeout` of its own (the child kills it there); the run, all of them and a start
+        spec["case_s"] = timeout
+        timeout = cases * (timeout + CASE_SLACK_S) + START_S
+    return _start(spec, mode=mode, timeout=timeout, isolate=isolate, parse=parse, outputs=cases,
+                  read_outputs=read_outputs)
 
 
 def sandbox_info(isolate: bool = True) -> dict:
@@ -493,8 +586,34 @@ def sandbox_info(isolate: bool = True) -> dict:
     new = sorted(n for n, link in info.pop("namespaces").items() if ours.get(n) not in (None, link)
                  and not n.endswith("_for_children"))
     return {"mode": sandbox_mode() if isolate else "fallback", **info, "new_namespaces": new,
-            "memory_limit": memory_limit()}
+            "memory_limit": memory_limit(), "cpu_limit": cpu_limit()}
 
+
+
+def _tokens_equal(got: bytes, want: bytes, tolerance: float | None) -> bool:
+    if got == want:
+        return True
+    if tolerance is None:
+        return False
+    try:
+        a, b = float(got), float(want)
+    except ValueError:
+        return False
+    return math.isfinite(a) and math.isfinite(b) and abs(a - b) <= tolerance * max(1.0, abs(b))
+
+
+def _output_cap(expected: str) -> int:
+    return max(OUTPUT_BYTES, 2 * len(expected.encode("utf-8", errors="replace")) + 4096)
+
+
+def _same_output(f, expected: str, cap: int, tolerance: float | None) -> bool:
+    """A case's stdout (the file the child wrote, at most `cap` bytes) against the expected output, token by
+    token; with a tolerance, numbers may differ by it (absolute, or relative to the expected value)."""
+    if os.fstat(f.fileno()).st_size > cap:
+        return False
+    f.seek(0)
+    got, want = f.read(cap + 1).split(), expected.encode("utf-8", errors="replace").split()
+    return len(got) == len(want) and all(_tokens_equal(g, w, tolerance) for g, w in zip(got, want))
 
 
 @dataclass
@@ -515,22 +634,29 @@ class SandboxResult:
 def run_python(solution: str, *, tests: str = "", entry_point: str | None = None, setup: str = "",
                cases: list[dict] | None = None, timeout: float = 10.0, memory_mb: int = 2048,
                cpu_s: int | None = None, max_procs: int = 64, file_mb: int = 16, isolate: bool = True,
-               trusted_only: bool = False) -> SandboxResult:
+               trusted_only: bool = False, float_tolerance: float | None = None) -> SandboxResult:
     """Run `solution` (Python source) against `tests` (see rewards/testplan.py for the formats) or stdin/stdout
-    `cases` ([{"input": str, "output": str}], compared token by token here). passed=True only if every test case
-    passed. trusted_only=True refuses tests that would have to be judged inside the sandbox."""
+    `cases` ([{"input": str, "output": str}], compared token by token here, each case with `timeout` of its own;
+    float_tolerance: tokens that are both numbers may differ by that much, absolute or relative). passed=True only
+    if every test case passed. trusted_only=True refuses tests that would have to be judged inside the sandbox."""
     if cases is None and not tests.strip():
         raise ValueError("run_python needs `tests` or `cases`; got neither")
     limits = dict(timeout=timeout, memory_mb=memory_mb, cpu_s=cpu_s, max_procs=max_procs, file_mb=file_mb,
                   isolate=isolate)
+    if cases is not None and not cases:  # zero test cases judged is never a pass
+        return SandboxResult(False, False, False, None, 0.0, "", "", unjudged=True)
     if cases is not None:
-        run = run_child({"solution": solution, "cases": [str(c["input"]) for c in cases]}, **limits)
-        outputs = next((r["cases"] for r in reversed(run.report) if isinstance(r, dict) and "cases" in r), None)
-        passed = (not run.timed_out and isinstance(outputs, list) and len(outputs) == len(cases)
-                  and all(isinstance(o, dict) and o.get("exit") == 0 and isinstance(o.get("stdout"), str)
-                          and o["stdout"].split() == str(c["output"]).split() for o, c in zip(outputs, cases)))
-        return SandboxResult(passed, True, run.timed_out, run.returncode, run.seconds, run.stdout, run.stderr,
-                             cases_trusted=len(cases))
+        caps = [_output_cap(str(c["output"])) for c in cases]
+        verdicts = run_child({"solution": solution, "cases": [str(c["input"]) for c in cases], "out_caps": caps},
+                             **limits, read_outputs=lambda files: [
+                                 _same_output(f, str(c["output"]), cap, float_tolerance)
+                                 for f, c, cap in zip(files, cases, caps)])
+        report = next((r["cases"] for r in reversed(verdicts.report) if isinstance(r, dict) and "cases" in r), None)
+        passed = (not verdicts.timed_out and isinstance(report, list) and len(report) == len(cases)
+                  and all(isinstance(o, dict) and o.get("exit") == 0 and o.get("timed_out") is False
+                          for o in report) and all(verdicts.outputs or [False]))
+        return SandboxResult(passed, True, verdicts.timed_out, verdicts.returncode, verdicts.seconds,
+                             verdicts.stdout, verdicts.stderr, cases_trusted=len(cases))
     plan = build_plan(tests, entry_point, setup or "")
     counts = dict(cases_trusted=plan.trusted, cases_untrusted=plan.untrusted)
     if plan.unjudged:  # zero test cases judged is never a pass
@@ -538,15 +664,11 @@ def run_python(solution: str, *, tests: str = "", entry_point: str | None = None
     if trusted_only and plan.harness is not None:
         return SandboxResult(False, False, False, None, 0.0, "", "", refused=True, **counts)
     spec = {"solution": solution, "setup": setup or "", "units": [u.steps for u in plan.units]}
+    nonce = os.urandom(16).hex()
     if plan.harness is not None:
-        spec.update(harness={"source": plan.harness, "entry_point": entry_point}, nonce=os.urandom(16).hex())
-    run = run_child(spec, **limits)
-    units = next((r["units"] for r in reversed(run.report) if isinstance(r, dict) and "units" in r), None)
-    passed = not run.timed_out and units is not None and judge(plan, units)
-    if plan.harness is not None:  # the anti-cheat nonce, and every test the harness was expected to run
-        ran = next((r.get("ran") for r in run.report if isinstance(r, dict) and r.get("harness") == spec["nonce"]),
-                   None)
-        passed = (passed and isinstance(ran, list) and all(type(n) is str for n in ran)
-                  and set(plan.harness_tests) <= set(ran))
+        spec.update(harness={"source": plan.harness, "entry_point": plan.check_candidate}, nonce=nonce)
+    run = run_child(spec, **limits, parse=False)
+    passed = not run.timed_out and bool(run.raw) and _judge.verdict(
+        {"tests": tests, "entry_point": entry_point, "setup": setup or "", "nonce": nonce, "report": run.raw})
     return SandboxResult(passed, plan.harness is None, run.timed_out, run.returncode, run.seconds, run.stdout,
                          run.stderr, **counts)

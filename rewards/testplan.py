@@ -30,11 +30,13 @@ SAFE_NAMES = frozenset("""abs all any ascii bin bool bytes chr complex dict divm
 frozenset hex int isinstance len list map max min oct ord pow range repr reversed round set slice sorted str sum
 tuple type zip""".split())
 BUILTIN_NAMES = frozenset(dir(builtins))
-MODULES = {"math": math}
+MODULES = {"math": math, "collections": collections}
 _SAFE_BUILTINS = {name: getattr(builtins, name) for name in SAFE_NAMES}
 # Calls that iterate over their argument: a generator (or any iterator) the solution returns there is materialised
 # into a list in the sandbox, and the call itself runs here on that list (list(gen) == list(list(gen)) exactly).
 ITERATING = frozenset("list tuple set frozenset sorted sum min max any all dict enumerate".split())
+# Builtins applied in the child when their argument is a value of the solution's (the result crosses as data)
+CHILD_BUILTINS = frozenset("len str repr bool isinstance abs".split())
 SINGLETONS = (None, True, False, Ellipsis)  # `x is None`: exact on rebuilt values (decode returns these objects)
 MAX_MESSAGE = 4096  # characters of an exception message matched against pytest.raises(match=...); longer: fail
 MAX_DEPTH = 100  # nesting of a returned value (the child sends at most 64 levels)
@@ -59,81 +61,10 @@ class _Pytest:
     approx = staticmethod(_approx)
 
 
-# ---------------------------------------------------------------- the trainer's own work on returned values
-# The test's expression runs here over values the solution chose. Where the cost of an operation grows with an
-# int's VALUE rather than its size (`3 ** f(x)`, `'a' * f(x)`, `sum(range(f(x)))`, `math.factorial(f(x))`), a
-# small returned number could keep the trainer busy for hours: these are guarded, and refuse (the check fails)
-# a result beyond MAX_BUILT bits or items.
-MAX_BUILT = 1 << 24
-
-
-def _too_big(what):
-    raise OverflowError(f"{what} beyond {MAX_BUILT} bits or items: refused")
-
-
-def _pow(base, exp, mod=None):
-    if (mod is None and type(base) is int and type(exp) is int and exp > 0 and abs(base) > 1
-            and exp * base.bit_length() > MAX_BUILT):
-        _too_big("a power")
-    return builtins.pow(base, exp) if mod is None else builtins.pow(base, exp, mod)
-
-
-def _mul(a, b):
-    for seq, n in ((a, b), (b, a)):
-        if isinstance(seq, (str, bytes, list, tuple)) and type(n) is int and len(seq) * n > MAX_BUILT:
-            _too_big("a repeated sequence")
-    return a * b
-
-
-def _lshift(a, b):
-    if type(b) is int and b > MAX_BUILT:
-        _too_big("a shift")
-    return a << b
-
-
-def _range(*args):
-    r = range(*args)
-    if len(r) > MAX_BUILT:
-        _too_big("a range")
-    return r
-
-
-def _bytes(*args, **kwargs):
-    if args and type(args[0]) is int and args[0] > MAX_BUILT:
-        _too_big("bytes")
-    return bytes(*args, **kwargs)
-
-
-def _guard_n(fn, limit=100_000):
-    def guarded(n, *rest):
-        if type(n) is int and n > limit:
-            _too_big(f"math.{fn.__name__} of {n}")
-        return fn(n, *rest)
-    return guarded
-
-
-_GUARDED_MATH = type("math", (), {**{k: getattr(math, k) for k in dir(math) if not k.startswith("_")},
-                                   "factorial": staticmethod(_guard_n(math.factorial)),
-                                   "comb": staticmethod(_guard_n(math.comb)),
-                                   "perm": staticmethod(_guard_n(math.perm))})
-_SAFE_BUILTINS.update(pow=_pow, range=_range, bytes=_bytes)
-_OPERATORS = {ast.Pow: "__pow", ast.Mult: "__mul", ast.LShift: "__lshift"}
-
-
-class _GuardOperators(ast.NodeTransformer):
-    """`a ** b`, `a * b`, `a << b` -> the guarded functions above (the test's own source cannot name them)."""
-
-    def visit_BinOp(self, node):
-        self.generic_visit(node)
-        name = _OPERATORS.get(type(node.op))
-        if name is None:
-            return node
-        return ast.copy_location(ast.Call(func=ast.Name(id=name, ctx=ast.Load()), args=[node.left, node.right],
-                                          keywords=[]), node)
-
-
-_PARENT_GLOBALS = {"__builtins__": _SAFE_BUILTINS, "math": _GUARDED_MATH, "pytest": _Pytest,
-                   "__pow": _pow, "__mul": _mul, "__lshift": _lshift}
+# The test's expression runs here over values the solution chose, so the solution sets its cost (`3 ** f(x)`,
+# `math.gcd` of two huge ints, `sum(lists, [])`): verdicts are made in helper processes under a deadline and a
+# memory limit (rewards/_judge.py), not here.
+_PARENT_GLOBALS = {"__builtins__": _SAFE_BUILTINS, **MODULES, "pytest": _Pytest}
 _RAISES = object()  # `from pytest import raises`: only ever the context of a with-statement (raises_block)
 _FROM_PYTEST = {"approx": _approx, "raises": _RAISES}
 
@@ -185,6 +116,8 @@ class _Decoder:
                 pairs = [(self.decode(k, depth + 1), self.decode(v, depth + 1)) for k, v in inner]
                 _check_collisions([k for k, _ in pairs])
                 return dict(pairs)
+            if tag in ("Counter", "OrderedDict", "defaultdict", "deque", "namedtuple"):
+                return self.stdlib(tag, inner, depth)
             if tag == "float" and inner in ("inf", "-inf", "nan"):
                 return float(inner)
             if tag == "bytes":
@@ -199,6 +132,29 @@ class _Decoder:
         if type(value) in (type(None), bool, str):  # str hashes are salted per process: no forged collisions
             return value
         raise ValueError(f"malformed result of type {type(value).__name__}")
+
+    def stdlib(self, tag, inner, depth):
+        """collections' value types, rebuilt as what they are (a namedtuple as one of ours, same fields)."""
+        def pairs(items):
+            made = [(self.decode(k, depth + 1), self.decode(v, depth + 1)) for k, v in items]
+            _check_collisions([k for k, _ in made])
+            return made
+        if tag == "Counter":
+            return collections.Counter(dict(pairs(inner)))
+        if tag == "OrderedDict":
+            return collections.OrderedDict(pairs(inner))
+        if tag == "defaultdict":
+            factory, items = inner
+            if factory not in _FACTORIES:
+                raise ValueError(f"defaultdict factory {factory!r}")
+            return collections.defaultdict(_FACTORIES[factory], pairs(items))
+        if tag == "deque":
+            items, maxlen = inner
+            if maxlen is not None and type(maxlen) is not int:
+                raise ValueError("deque maxlen")
+            return collections.deque(self.items(items, depth), maxlen)
+        name, fields, items = inner
+        return self.steerable(_namedtuple(name, tuple(fields))(*self.items(items, depth)))
 
     def items(self, values, depth) -> list:
         """A list's items. Fast path, at C speed, for the common flat list of one scalar type (json.loads made it
@@ -225,6 +181,18 @@ class _Decoder:
         return value
 
 
+_FACTORIES = {None: None, **{n: getattr(builtins, n) for n in ("list", "int", "set", "dict", "str", "float",
+                                                                 "tuple", "bool")}}
+
+
+@lru_cache(maxsize=1024)
+def _namedtuple(name: str, fields: tuple):
+    """A namedtuple class of ours (namedtuple refuses names and fields that are not identifiers)."""
+    if type(name) is not str or not all(type(f) is str for f in fields) or len(fields) > 255:
+        raise ValueError("malformed namedtuple")
+    return collections.namedtuple(name, fields)
+
+
 def _hash(value):
     try:
         return hash(value)
@@ -246,6 +214,37 @@ def _check_collisions(values):
                 distinct.append(v)
                 if len(distinct) > MAX_SAME_HASH:
                     raise ValueError(f"more than {MAX_SAME_HASH} distinct values share the hash {key}")
+
+
+MAX_LITERAL = 100_000  # characters of an input sent as source; a bigger one travels as data (encode_input)
+
+
+def encode_input(value):
+    """An input the trainer computed, as the child's tagged JSON (the format of its results; the child's
+    decode_input rebuilds it): flat lists of small ints, strs or finite floats as they are."""
+    kind = type(value)
+    if kind is list and value:
+        kinds = set(map(type, value))
+        if kinds in ({str}, {bool}) or (kinds == {int} and -(1 << 62) < min(value) and max(value) < 1 << 62) or (
+                kinds == {float} and all(map(math.isfinite, value))):
+            return value
+    if kind is int and value.bit_length() > 62:
+        return {"int": hex(value)}
+    if kind in (type(None), bool, int, str):
+        return value
+    if kind is float:
+        return value if math.isfinite(value) else {"float": repr(value)}
+    if kind is list:
+        return [encode_input(v) for v in value]
+    if kind in (tuple, set, frozenset):
+        return {kind.__name__: [encode_input(v) for v in value]}
+    if kind is dict:
+        return {"dict": [[encode_input(k), encode_input(v)] for k, v in value.items()]}
+    if kind is bytes:
+        return {"bytes": value.hex()}
+    if kind is complex:
+        return {"complex": [encode_input(value.real), encode_input(value.imag)]}
+    raise Unconvertible(f"input of type {kind.__name__} cannot be sent as data")
 
 
 def render(value) -> str:
@@ -277,10 +276,35 @@ def _is_mutable(value) -> bool:
     return False
 
 
+def _more_items_than(value, limit: int) -> bool:
+    """Does `value` hold more than `limit` items, nested ones counted (stops counting past the limit)?"""
+    stack, seen = [value], 0
+    while stack:
+        v = stack.pop()
+        if type(v) in (list, tuple, set, frozenset, dict):
+            seen += len(v)
+            if seen > limit:
+                return True
+            if not _flat(v):
+                stack.extend(v.items() if type(v) is dict else v)
+    return False
+
+
+_SCALAR_TYPES = {int, str, float, bool, type(None), bytes, complex}
+
+
+def _flat(value) -> bool:
+    """A container of scalars only (checked at C speed)."""
+    return set(map(type, value.keys() if type(value) is dict else value)) <= _SCALAR_TYPES and (
+        type(value) is not dict or set(map(type, value.values())) <= _SCALAR_TYPES)
+
+
 def _contains(value, targets: set) -> bool:
     """Is one of the objects with ids `targets` part of `value` (identity, not equality)?"""
     if id(value) in targets:
         return True
+    if not targets or type(value) not in (list, tuple, set, frozenset, dict) or _flat(value):
+        return False
     if type(value) in (list, tuple, set, frozenset):
         return any(_contains(v, targets) for v in value)
     if type(value) is dict:
@@ -317,6 +341,7 @@ class Plan:
     untrusted: int  # test cases left to the harness
     unjudged: int = 0  # test cases that can be neither judged nor run: the run scores 0
     harness_tests: tuple = ()  # the tests the harness must report as run ("test_x", "TestC.test_y", "check")
+    check_candidate: str | None = None  # what the harness passes to check(): the entry point, or check(add)'s
 
 
 def _names(node) -> set:
@@ -390,6 +415,15 @@ class _Unit:
             return self.is_object(node.value)
         return False
 
+    def applies_builtin(self, node) -> bool:
+        """A builtin of CHILD_BUILTINS applied to a value of the solution's (and otherwise to inputs): it runs in
+        the child on the real builtin (as it was before the solution ran) and returns plain data, so an object of
+        the solution's (`len(stack)`, `str(node)`, `list(custom_iterable)`) meets it as in pytest."""
+        return (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in CHILD_BUILTINS
+                and node.func.id not in self.child and node.func.id not in self.env and not node.keywords
+                and any(self.is_child_value(a) for a in node.args)
+                and all(self.is_child_value(a) or not self.uses_child(a) for a in node.args))
+
     # ------------------------------------------------ the child's side
 
     def literal(self, node):
@@ -399,8 +433,14 @@ class _Unit:
             return node
         if isinstance(node, ast.Name) and node.id in self.env and _is_mutable(self.env[node.id]):
             value = self.env.pop(node.id)
-            self.steps.append({"run": f"{node.id} = {render(value)}"})
+            self.steps.append({"run": f"{node.id} = {self.source(value)}"})
             self.child.add(node.id)
+            for other in [n for n, v in self.env.items() if v is value]:  # `arr = original`: one list, two
+                self.env.pop(other)  # names; both are the child's from now on, as in pytest
+                self.steps.append({"run": f"{other} = {node.id}"})
+                self.child.add(other)
+            if any(_contains(v, {id(value)}) for v in self.env.values()):
+                raise Unconvertible("a mutable input is also held inside another value of the test's")
             return node
         if isinstance(node, ast.Lambda) and _names(node) <= BUILTIN_NAMES | _bound_inside(node):
             return node  # `key=lambda x: -x`: code, not data; it only shapes the solution's own input
@@ -413,7 +453,17 @@ class _Unit:
             raise Unconvertible("a mutable input reached the solution inside another value")
         # the literal's source, verbatim: a Name node unparses to its id as it is (an ast.Constant would unparse
         # an int over 4,300 digits with repr(), which refuses it); parenthesised, so no operator binds into it
-        return ast.Name(id=f"({render(value)})", ctx=ast.Load())
+        return ast.Name(id=f"({self.source(value)})", ctx=ast.Load())
+
+    def source(self, value) -> str:
+        """An input as the child will read it: its literal, or for a big one (a 5-million-item list would not
+        compile in the child's memory) a name the child binds from data sent beside the steps."""
+        text = None if _more_items_than(value, MAX_LITERAL // 10) else render(value)
+        if text is not None and len(text) <= MAX_LITERAL:
+            return text
+        name = f"__gmts_in{len(self.steps)}"
+        self.steps.append({"bind": name, "data": encode_input(value)})
+        return name
 
     def child_source(self, node) -> str:
         """Source of a child expression with every child-free subexpression computed here and inlined."""
@@ -467,6 +517,10 @@ class _Unit:
                 if bound:
                     raise Unconvertible("attributes of a child value inside a lambda or comprehension")
                 return self.fetch(base, attrs=attrs)
+        if self.applies_builtin(node) and not bound:  # `len(obj)`, `isinstance(n, Node)`: a step on the
+            args = ", ".join(self.child_source(a) for a in node.args)  # solution's objects, in the child
+            self.steps.append({"eval": f"__gmts_builtins[{node.func.id!r}]({args})"})
+            return ast.Name(id=f"__r{len(self.steps) - 1}", ctx=ast.Load())
         if isinstance(node, ast.Call):
             consume = isinstance(node.func, ast.Name) and node.func.id in ITERATING and node.func.id not in self.child
             if isinstance(node.func, ast.Attribute):  # a method of a returned value: it runs here
@@ -499,7 +553,6 @@ class _Unit:
                 raise Unconvertible(f"pytest.{n.attr}")
             if isinstance(n, (ast.NamedExpr, ast.Await, ast.Yield, ast.YieldFrom)):
                 raise Unconvertible(type(n).__name__)
-        node = _GuardOperators().visit(node)
         return compile(ast.fix_missing_locations(ast.Expression(node)), "<check>", "eval")
 
     def parent_eval(self, node):
@@ -712,9 +765,62 @@ def _class_tests(stmt: ast.ClassDef, env: dict) -> tuple[list, int]:
     return names, cases
 
 
+def _without_docstring(body) -> list:
+    return [b for b in body if not (isinstance(b, ast.Expr) and isinstance(b.value, ast.Constant))]
+
+
+def _check_call(stmt) -> str | None:
+    """`check(add)` / `check(candidate=add)` as a statement: the candidate's name, else None."""
+    if not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)
+            and isinstance(stmt.value.func, ast.Name) and stmt.value.func.id == "check"):
+        return None
+    call = stmt.value
+    args = list(call.args) + [k.value for k in call.keywords if k.arg in ("candidate", None)]
+    if len(args) != 1 or len(call.args) + len(call.keywords) != 1 or not isinstance(args[0], ast.Name):
+        return None
+    return args[0].id
+
+
+def _runs_tests(stmt, test_functions) -> bool:
+    """`test_add()` (a test function of the tests', called without arguments) or `unittest.main(...)` at module
+    level: the tests run where they are defined; this call adds nothing to judge."""
+    if not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)):
+        return False
+    func = stmt.value.func
+    if isinstance(func, ast.Name) and func.id in test_functions and not stmt.value.args and not stmt.value.keywords:
+        return True
+    return ast.unparse(func) == "unittest.main"
+
+
 def _is_main_guard(stmt) -> bool:
     """`if __name__ == "__main__": unittest.main()`: not a test (the harness runs under another name)."""
     return isinstance(stmt, ast.If) and "__name__" in _names(stmt.test)
+
+
+def _setup_values(setup: str) -> dict:
+    """The names a problem's setup (MBPP's test_setup_code, test_imports) binds to data or to a module the
+    trainer evaluates: part of the tests, so computed here by running the setup (trusted, like the tests), never
+    read back from the sandbox, where the solution could rebind them."""
+    if not setup.strip():
+        return {}
+    ns = {}
+    try:
+        exec(compile(setup, "setup.py", "exec"), ns)
+    except Exception:  # noqa: BLE001 - a setup that cannot run here stays wholly the sandbox's
+        return {}
+    values = {}
+    for name, value in ns.items():
+        if name.startswith("__"):
+            continue
+        if any(value is m for m in MODULES.values()):
+            values[name] = value
+            continue
+        try:
+            render(value)
+        except (Unconvertible, RecursionError):
+            continue
+        values[name] = value
+    return values
 
 
 @lru_cache(maxsize=4096)
@@ -726,7 +832,9 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "") -> P
         setup_names = _defined_names(ast.parse(setup).body) if setup else set()
     except SyntaxError as e:
         raise ValueError(f"code tests are not valid Python ({e}): {tests[:200]!r}") from None
-    env, prelude, from_solution, modules = {}, [], set(), set()
+    env, prelude, from_solution, modules = _setup_values(setup), [], set(), set()
+    setup_names -= set(env)  # data the setup binds is the tests' (computed here); its functions and classes
+    # stay the solution's namespace's, where the setup also runs (a Node class the solution builds on)
     for stmt in module.body:  # literal constants and imports from the solution, in order
         if isinstance(stmt, ast.ImportFrom) and stmt.module == "solution":
             prelude.append(ast.unparse(stmt))
@@ -735,6 +843,10 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "") -> P
             prelude.append(ast.unparse(stmt))
             from_solution |= {a.asname or a.name for a in stmt.names}
             modules |= {a.asname or a.name for a in stmt.names if a.name == "solution"}
+        elif isinstance(stmt, ast.ImportFrom) and stmt.module in ("collections", "math"):
+            for a in stmt.names:  # `from collections import Counter`: the trainer's own
+                if a.name != "*" and not a.name.startswith("_") and hasattr(MODULES[stmt.module], a.name):
+                    env[a.asname or a.name] = getattr(MODULES[stmt.module], a.name)
         elif isinstance(stmt, ast.ImportFrom) and stmt.module == "pytest":  # `from pytest import approx, raises`
             for a in stmt.names:
                 if a.name in _FROM_PYTEST:
@@ -749,7 +861,7 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "") -> P
     # Names the tests define themselves (helpers, non-literal variables, other modules) make a case unconvertible;
     # so do builtins the trainer does not evaluate itself (they are never the solution's, unless it exports them);
     # every other free name is the solution's (MBPP names no entry point; KodCode imports them).
-    foreign = (defined - set(env) - {"check"} - {n for n in defined if n.startswith("test")}) | (imported - set(MODULES))
+    foreign = (defined - set(env) - {"check"} - {n for n in defined if n.startswith("test")}) | (imported - set(MODULES) - set(env))
     foreign -= from_solution | setup_names
     foreign.discard("pytest")
     foreign -= {n for n, v in env.items() if any(v is x for x in _FROM_PYTEST.values())}
@@ -760,8 +872,23 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "") -> P
         local = stored | _bound_inside(node)  # the test's own variables (loop and comprehension ones too)
         return (_names(node) - local - BUILTIN_NAMES - set(MODULES) - {"pytest"} - set(env) - foreign) | own
 
-    checks_called = any(isinstance(s, ast.Expr) and isinstance(s.value, ast.Call)
-                        and _last_name(s.value.func) == "check" for s in module.body)
+    # `check(add)` at module level (HumanEval + a call, HumanEvalPack without an entry point) or as the whole body
+    # of a test function (MultiPL-E's `def test_check(): check(add)`): each names a candidate for check; those
+    # statements are that check's unit, not tests of their own. A bare call of a test function of the tests'
+    # (`test_add()` after its definition) runs what the unit judges already.
+    check_def = next((s for s in module.body if isinstance(s, ast.FunctionDef) and s.name == "check"), None)
+    wrappers = {s.name for s in module.body if isinstance(s, ast.FunctionDef) and s.name.startswith("test")
+                and s.body and all(_check_call(b) for b in _without_docstring(s.body))}
+    candidates = [entry_point] if entry_point else []
+    for s in module.body:
+        calls = ([s] if _check_call(s) else _without_docstring(s.body) if isinstance(s, ast.FunctionDef)
+                 and s.name in wrappers else [])
+        candidates += [_check_call(c) for c in calls if _check_call(c) not in candidates]
+    if check_def is None:
+        wrappers, candidates = set(), candidates[:1]
+    test_functions = {s.name for s in module.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))
+                      and s.name.startswith("test")}
+    checks_called = bool(candidates) and check_def is not None
     script_kinds = (ast.Assert, ast.Assign, ast.AnnAssign, ast.Expr, ast.With)
     script_stmts = [s for s in module.body if isinstance(s, script_kinds)]
     # The module's own statements (MBPP's asserts, `lst = [3, 1, 2]; sort_in_place(lst); assert lst == ...`) run
@@ -772,8 +899,10 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "") -> P
     units, kept, harness_tests = [], [], []  # kept: (statement, whether it tests anything in the harness)
     trusted = untrusted = unjudged = 0
     for stmt in module.body:
-        if _is_main_guard(stmt):
-            continue
+        if _is_main_guard(stmt) or (check_def is not None and _check_call(stmt)) or _runs_tests(stmt, test_functions):
+            continue  # `if __name__ == ...`, `unittest.main()`, `check(add)`, `test_add()`: judged where defined
+        if isinstance(stmt, ast.FunctionDef) and stmt.name in wrappers:
+            continue  # `def test_check(): check(add)`: check's unit with that candidate
         if _is_test_class(stmt):  # run by the harness, each method reported back by name
             names, cases = _class_tests(stmt, env)
             harness_tests += names
@@ -803,15 +932,18 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "") -> P
             kept.append((stmt, bool(cases) or runs))
             continue
         try:
-            if isinstance(stmt, ast.FunctionDef) and stmt.name == "check" and entry_point:
+            if isinstance(stmt, ast.FunctionDef) and stmt.name == "check" and candidates:
                 arg = stmt.args.args[0].arg if len(stmt.args.args) == 1 else None
                 if arg is None or stmt.decorator_list:
                     raise Unconvertible("check() signature")
-                u = _Unit(env, child_names(stmt) | {arg}, prelude + [f"{arg} = {entry_point}"], modules)
-                for s in stmt.body:
-                    u.statement(s)
-                units.append(Unit(u.steps, u.checks, "check"))
-                trusted += _count_cases(stmt)
+                converted = []
+                for candidate in candidates:  # usually one: the entry point, or what the tests pass to check
+                    u = _Unit(env, child_names(stmt) | {arg}, prelude + [f"{arg} = {candidate}"], modules)
+                    for s in stmt.body:
+                        u.statement(s)
+                    converted.append(Unit(u.steps, u.checks, "check"))
+                units += converted
+                trusted += _count_cases(stmt) * len(candidates)
                 continue
             if isinstance(stmt, ast.FunctionDef) and stmt.name.startswith("test"):
                 rows = _param_rows(stmt, env)
@@ -831,7 +963,7 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "") -> P
                 harness_tests.append(stmt.name)
             kept.append((stmt, True))
             continue
-        test = _is_test(stmt, entry_point)
+        test = _is_test(stmt, candidates[0] if candidates else None)
         if test and not isinstance(stmt, ast.FunctionDef):
             untrusted += _count_cases(stmt)  # a module-level loop: it tests as the harness runs it
             if isinstance(stmt, ast.AsyncFunctionDef) and stmt.name.startswith("test"):
@@ -845,7 +977,8 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "") -> P
     if trusted + untrusted == 0:
         unjudged += 1  # no test case at all (only helpers, imports, a docstring): zero judged is never a pass
     return Plan(units=units, harness=harness, trusted=trusted, untrusted=untrusted, unjudged=unjudged,
-                harness_tests=tuple(dict.fromkeys(harness_tests)))
+                harness_tests=tuple(dict.fromkeys(harness_tests)),
+                check_candidate=candidates[0] if candidates else None)
 
 
 def _safe_rows(fn, env, method=False) -> list:
@@ -904,27 +1037,49 @@ def _value(step: dict, result: dict):
     return value
 
 
+class _StepFailed(Exception):
+    """A check read the value of a step that raised in the child (or returned something that is not data)."""
+
+
+class _Values(dict):
+    """Placeholder values for a check; reading one whose step failed fails the check, only when it is read."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.failed = set()
+
+    def __missing__(self, key):
+        if key in self.failed:
+            raise _StepFailed(key)
+        raise KeyError(key)
+
+
 def judge_unit(unit: Unit, results) -> bool:
     """Did the child's results for this unit pass every check? Any malformed or missing result: no."""
     if not isinstance(results, list) or len(results) != len(unit.steps):
         return False
     raises_steps = {c.step for c in unit.checks if c.kind == "raises"}
-    values = {}
+    values = _Values()
     for i, result in enumerate(results):
         if not isinstance(result, dict):
             return False
         if i in raises_steps:
             continue
-        if "ok" not in result:
+        if "eval" in unit.steps[i]:  # a value that raised (or is not plain data) fails only where it is used:
+            try:  # `assert f(x) == 3 or g(x) == 4` as Python evaluates it, short-circuits included
+                values[f"__r{i}"] = _value(unit.steps[i], result)
+            except (KeyError, ValueError, TypeError, AttributeError):
+                values.failed.add(f"__r{i}")
+        elif "ok" not in result:
             return False
-        if "eval" in unit.steps[i]:
-            values[f"__r{i}"] = _value(unit.steps[i], result)
     for check in unit.checks:
         if check.kind == "raises":
             if not _raised(results[check.step], check.exceptions, check.match):
                 return False
             continue
-        result = eval(check.expr, dict(_PARENT_GLOBALS), {**check.env, **values})
+        scope = _Values({**check.env, **values})
+        scope.failed = values.failed
+        result = eval(check.expr, dict(_PARENT_GLOBALS), scope)
         if check.kind == "bind":
             parts = list(result) if len(check.names) > 1 else [result]
             if len(parts) != len(check.names):
@@ -943,3 +1098,23 @@ def judge(plan: Plan, unit_results) -> bool:
         return all(judge_unit(u, r) for u, r in zip(plan.units, unit_results))
     except Exception:  # noqa: BLE001 - the child's data is untrusted: anything odd is a failure
         return False
+
+
+def verdict(message: dict) -> bool:
+    """The whole verdict on one run, from the child's report as text (rewards/_judge_worker.py calls this, in a
+    helper process under a deadline and a memory limit): every unit passed, and where the plan has a harness, its
+    line carries the run's nonce and names every test the plan expects."""
+    import json
+    plan = build_plan(message["tests"], message.get("entry_point"), message.get("setup") or "")
+    try:
+        report = [json.loads(line) for line in message["report"].split("\n") if line]
+    except (ValueError, RecursionError):
+        return False
+    units = next((r["units"] for r in reversed(report) if isinstance(r, dict) and "units" in r), None)
+    if units is None or not judge(plan, units):
+        return False
+    if plan.harness is None:
+        return True
+    ran = next((r.get("ran") for r in report if isinstance(r, dict) and r.get("harness") == message["nonce"]),
+               None)
+    return isinstance(ran, list) and all(type(n) is str for n in ran) and set(plan.harness_tests) <= set(ran)

@@ -50,9 +50,9 @@ def _sandbox_leftovers():
         except OSError:
             pass
     cgroups = set()
-    if sandbox._cgroup and sandbox._cgroup[0]:
-        cgroups = set(glob.glob(os.path.join(sandbox._cgroup[1], f"gmts-*-{os.getpid()}-*")))  # ours, not a
-        # concurrent test run's on the same machine
+    for probed in (sandbox._cgroup, sandbox._cpu_cgroup):  # ours, not a concurrent test run's
+        if probed and probed[0]:
+            cgroups |= set(glob.glob(os.path.join(probed[1], f"gmts-*-{os.getpid()}-*")))
     return files, procs, cgroups
 
 
@@ -60,6 +60,7 @@ def _sandbox_leftovers():
 def clean():
     """No new sandbox file in /tmp or /dev/shm, no process of a run's uid, no run cgroup left behind."""
     memory_limit()  # probe once before the snapshot
+    sandbox.cpu_limit()
     before = _sandbox_leftovers()
     yield
     after = _sandbox_leftovers()
