@@ -30,6 +30,9 @@ def test_the_in_training_evaluations_show_progress_and_print_once(digit_model_di
                      r"[\d.]+s writing checkpoints\)", final), final
     # one seconds-per-step figure on the bar (tqdm's own rate would average the evaluations in)
     assert "s/step" not in captured.err and "s_per_step=" in captured.err
+    # the .lock a clean exit leaves (removing it could give a folder two owners) says what it is
+    lock = (tmp_path / "run" / ".lock").read_text().splitlines()
+    assert lock[0] == f"pid {os.getpid()} on {__import__('socket').gethostname()}" and "means nothing" in lock[1]
 
 
 def test_every_option_of_every_entry_point_names_one_default():

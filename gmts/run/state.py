@@ -19,7 +19,8 @@ from gmts.run.config import to_dict
 from gmts.trainer import distributed
 from gmts.trainer.optim import build_optimizer
 from gmts.trainer.policy import (add_lora, check_vocabulary, enable_gradient_checkpointing, end_of_sequence_ids,
-                                 load_model, load_tokenizer, resolve_device, resolve_dtype)
+                                 load_model, load_tokenizer, peft_quiet, resolve_device,
+                                 resolve_dtype)
 from gmts.trainer.step import Batch, PromptStream  # noqa: F401  (moved to gmts/trainer/step.py; the old names)
 
 
@@ -88,7 +89,8 @@ def build_policy(cfg, resume_from, device, dtype):
     if cfg.lora_rank:
         if resume_from:
             from peft import PeftModel
-            model = PeftModel.from_pretrained(model, resume_from, is_trainable=True)
+            with peft_quiet():
+                model = PeftModel.from_pretrained(model, resume_from, is_trainable=True)
         else:
             model = add_lora(model, rank=cfg.lora_rank, alpha=cfg.lora_alpha, seed=cfg.seed)
     if cfg.gradient_checkpointing:

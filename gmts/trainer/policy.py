@@ -4,8 +4,10 @@
 Models load through transformers from a hub id or a local folder, so checkpoints this project writes (ordinary
 transformers folders, safetensors) load anywhere transformers and vLLM do.
 """
+import contextlib
 import json
 import os
+import warnings
 
 import torch
 
@@ -68,9 +70,11 @@ def _offline_hint(name):
 
 
 def quiet_transformers():
-    """No per-load progress bars in our logs (our own tqdm bar is the one to watch)."""
-    from transformers.utils import logging as hf_logging
-    hf_logging.disable_progress_bar()
+    """Loading progress (the hub's download bars, transformers' "Loading weights") from one process only: off on
+    torchrun's ranks > 0. Rank 0 shows it: a download of gigabytes must not look like a hang."""
+    if int(os.environ.get("RANK") or 0) > 0:
+        from transformers.utils import logging as hf_logging
+        hf_logging.disable_progress_bar()
 
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "vocab.txt", "tokenizer.model",
@@ -203,6 +207,15 @@ def enable_gradient_checkpointing(model):
     model.config.use_cache = False
 
 
+@contextlib.contextmanager
+def peft_quiet():
+    """Around peft's wrapping (get_peft_model, PeftModel.from_pretrained): peft 0.21 reads transformers 5's
+    deprecated is_gradient_checkpointing, a FutureWarning about peft's code that no user of ours can act on."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+        yield
+
+
 def add_lora(model, *, rank, alpha=0.0, seed=0):
     """LoRA adapters on every linear layer (peft). Seeded right before they are drawn, so the adapter's init does not
     depend on what consumed random numbers before (the reproduction's arms differed in exactly that)."""
@@ -214,7 +227,8 @@ def add_lora(model, *, rank, alpha=0.0, seed=0):
     seed_everything(seed)
     lora = LoraConfig(r=rank, lora_alpha=alpha or 2 * rank, lora_dropout=0.0, target_modules="all-linear",
                       task_type="CAUSAL_LM")
-    return get_peft_model(model, lora)
+    with peft_quiet():
+        return get_peft_model(model, lora)
 
 
 def peak_memory_mb(device):
