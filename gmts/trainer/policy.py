@@ -70,11 +70,14 @@ def _offline_hint(name):
 
 
 def quiet_transformers():
-    """Loading progress (the hub's download bars, transformers' "Loading weights") from one process only: off on
-    torchrun's ranks > 0. Rank 0 shows it: a download of gigabytes must not look like a hang."""
-    if int(os.environ.get("RANK") or 0) > 0:
-        from transformers.utils import logging as hf_logging
-        hf_logging.disable_progress_bar()
+    """No transformers bars for what takes a second or two from a local disk ("Loading weights", "Writing model
+    shards": our own bars and lines say what runs), but the hub's download bars on rank 0, so that a download of
+    gigabytes does not look like a hang (and keeps a refused start at one line)."""
+    import huggingface_hub.utils as hub_utils
+    from transformers.utils import logging as hf_logging
+    hf_logging.disable_progress_bar()                  # transformers' bars and the hub's ...
+    if int(os.environ.get("RANK") or 0) == 0:
+        hub_utils.enable_progress_bars()               # ... the downloads again, on one process
 
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "vocab.txt", "tokenizer.model",
