@@ -11,7 +11,6 @@ written last and atomically, so one on disk is a complete result (a run whose ev
 in gmts/tools/evaluate.py (train.py's --eval-every calls the same evaluate_model); this file only reads flags, loads the
 model, prints and writes.
 """
-import argparse
 import hashlib
 import json
 import os
@@ -22,17 +21,18 @@ import time
 
 def build_parser():
     from gmts.run.config import _Parser                 # a bad flag is one line, like train.py's (not a usage block)
-    p = _Parser(prog="eval.py", description=__doc__.split("\n\n")[0],
-                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--model", help="hub id or local folder (config.json + *.safetensors + tokenizer)")
-    p.add_argument("--tokenizer", default="", help="tokenizer id or folder, if not the model's")
+    p = _Parser(prog="eval.py", description="\n\n".join(__doc__.split("\n\n")[:2]))
+    p.add_argument("--model", help="hub id or local folder (config.json + *.safetensors + tokenizer); no default: "
+                                   "required unless --compare")
+    p.add_argument("--tokenizer", default="", help="tokenizer id or folder, if not the model's (default: the "
+                                                   "--model's)")
     p.add_argument("--data", nargs="+", default=["math500"], help="benchmarks, each name[:split] (split: test)")
     p.add_argument("--limit", type=int, default=0, help="first N problems of each benchmark (0 = all)")
     p.add_argument("--samples", type=int, default=1, help="samples per problem (k of average@k)")
     p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (0 = greedy)")
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling (evaluation only)")
     p.add_argument("--top-k", type=int, default=0, help="top-k sampling, 0 = off (evaluation only)")
-    p.add_argument("--max-new-tokens", type=int, default=1024)
+    p.add_argument("--max-new-tokens", type=int, default=1024, help="answer length limit in tokens")
     p.add_argument("--max-prompt-tokens", type=int, default=0,
                    help="problems with longer prompts are skipped and counted (0 = the model's context minus "
                         "--max-new-tokens, from its config.json)")
@@ -40,10 +40,12 @@ def build_parser():
     p.add_argument("--repeat", type=int, default=1, help="evaluate R times with different seeds; report the spread")
     p.add_argument("--seed", type=int, default=0, help="sampling seed (also seeds the bootstrap)")
     p.add_argument("--data-seed", type=int, default=0, help="problem-set seed (only the arithmetic source uses it)")
-    p.add_argument("--template", default=None, help="prompt template (data/templates.py; default: the source's)")
-    p.add_argument("--system-prompt", default=None, help="replace the template's system prompt ('' drops it)")
-    p.add_argument("--question-field", default=None, help="question column of a local file")
-    p.add_argument("--answer-field", default=None, help="answer column of a local file")
+    p.add_argument("--template", default=None, help="prompt template (data/templates.py) (default: the source's)")
+    p.add_argument("--system-prompt", default=None, help="replace the template's system prompt ('' drops it; default: the template's)")
+    p.add_argument("--question-field", default=None, help="question column of a local file (default: the first of question, "
+                                                   "problem, prompt, input)")
+    p.add_argument("--answer-field", default=None, help="answer column of a local file (default: the first of answer, "
+                                                 "final_answer, target, output)")
     p.add_argument("--task-options", default="", help='JSON options for the source, e.g. \'{"digits": 1}\'')
     p.add_argument("--reward", action="append", default=[], metavar="SPEC",
                    help="a reward for every answer, repeatable: gsm8k | math | choice | code | "
@@ -53,10 +55,10 @@ def build_parser():
                    help="weights of the --reward functions, e.g. 1,0.1 (default: all 1)")
     p.add_argument("--reward-workers", type=int, default=0,
                    help="threads scoring answers (0 = twice the CPUs)")
-    p.add_argument("--device", default="auto")
+    p.add_argument("--device", default="auto", help="auto (cuda if available) | cpu | cuda | cuda:1 ...")
     p.add_argument("--dtype", default="auto", help="auto (bf16 on GPU, float32 on CPU), float32, bfloat16, float16")
     p.add_argument("--bootstrap", type=int, default=10_000, help="bootstrap resamples")
-    p.add_argument("--output", default="", help="summary JSON path (default out/eval/<model>_<data>_s<seed>.json); "
+    p.add_argument("--output", default="", help="summary JSON path (default: out/eval/<model>_<data>_s<seed>.json); "
                                                 "the per-problem file is <output stem>.problems.jsonl")
     p.add_argument("--compare", nargs=2, metavar=("A", "B"), help="two result files (.json or .problems.jsonl): "
                                                                    "paired difference B - A with a 95%% interval")

@@ -244,14 +244,25 @@ def main(argv=None):
     run, start_step = build_run(cfg, resume_from, state, load_prompts=load_prompts, reward_functions=reward_functions)
     stop, reporter = StopRequest(), report.open(cfg if run.main_process else None)   # --report-to (gmts/run/report.py)
     metrics_path, samples_path = log_paths(cfg)
-    eval_before = evaluate_during_training(run) if cfg.eval_before and start_step == 0 else {}
+    t_run, spent = time.time(), {"eval": 0.0, "save": 0.0}       # the wall time the final line reports, and its parts
+
+    def evaluate(label):                 # an in-training evaluation: a progress bar, then its line, timed
+        t = time.time()
+        out = evaluate_during_training(run, "eval " + label)
+        spent["eval"] += time.time() - t
+        if out:
+            tqdm.write(report.eval_line(label, out))
+        return out
+
+    eval_before = evaluate("before training") if cfg.eval_before and start_step == 0 else {}
     if eval_before:
-        print(report.eval_line("before training", eval_before), flush=True)
         reporter.log(0, eval_before)
 
-    bad_in_a_row, last_saved, first, last, t_run = 0, start_step, None, None, time.time()
+    bad_in_a_row, last_saved, first, last = 0, start_step, None, None
+    # No tqdm rate: it would average evaluations and checkpoints into s/step; s_per_step is the step's own time.
     bar = tqdm(range(start_step + 1, cfg.steps + 1), initial=start_step, total=cfg.steps, desc="train", unit="step",
-               dynamic_ncols=True, mininterval=1.0, disable=not run.main_process)
+               dynamic_ncols=True, mininterval=1.0, disable=not run.main_process,
+               bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}{postfix}]")
     for step in bar:
         lr = cfg.lr * min(1.0, step / cfg.warmup_steps) if cfg.warmup_steps else cfg.lr
         for group in run.optimizer.param_groups:
@@ -264,7 +275,7 @@ def main(argv=None):
             samples = log.samples(step)
         metrics.update(lr=lr, peak_memory_mb=peak_memory_mb(run.device))     # the peak so far, this step included
         if cfg.eval_every and (step % cfg.eval_every == 0 or step == cfg.steps):
-            metrics.update(evaluate_during_training(run))
+            metrics.update(evaluate(f"after step {step}"))
         if step == start_step + 1 and eval_before:
             metrics.update({"eval_before_" + k[len("eval_"):]: v for k, v in eval_before.items()})
         if run.main_process:
@@ -274,7 +285,8 @@ def main(argv=None):
             reporter.log(step, metrics, samples)
         first, last = first or metrics, metrics
         bar.set_postfix(reward=f"{metrics['reward_mean']:.3f}", acc=f"{metrics['accuracy']:.3f}",
-                        s_per_step=f"{metrics['time_rollout_s'] + metrics['time_train_s']:.1f}")
+                        s_per_step=f"{metrics['time_rollout_s'] + metrics['time_train_s']:.1f}",
+                        refresh=False)            # shown with the step count it belongs to (the bar's next update)
         bad_in_a_row = bad_in_a_row + 1 if "non-finite" in str(metrics.get("skipped", "")) else 0
         if bad_in_a_row >= cfg.max_bad_steps:
             bar.close()
@@ -290,7 +302,11 @@ def main(argv=None):
                       f"{ckpt.find_checkpoint(cfg.output_dir) if last_saved else 'none'}, is the last good one)",
                       file=sys.stderr, flush=True)
         elif (cfg.save_every and step % cfg.save_every == 0) or step == cfg.steps or stopping:
+            t = time.time()
+            bar.set_description_str(f"train: writing checkpoint step-{step}")
             save(run, step)
+            bar.set_description_str("train")
+            spent["save"] += time.time() - t
             last_saved = step
             stopping = stop.any_process()                       # also a signal during the save: stop right after it
         if stopping:
@@ -304,12 +320,12 @@ def main(argv=None):
     if cfg.lora_rank and last_saved == cfg.steps and run.main_process:
         save_merged_lora(run, cfg.steps)
     if last is not None and run.main_process:
-        print(f"gmts: {cfg.steps - start_step} steps in {time.time() - t_run:.1f}s; reward {first['reward_mean']:.3f}"
-              f" -> {last['reward_mean']:.3f}, accuracy {first['accuracy']:.3f} -> {last['accuracy']:.3f}; "
-              f"checkpoint {ckpt.find_checkpoint(cfg.output_dir)}")
-        for label, result in (("before training", eval_before), (f"after step {last['step']}", last)):
-            if "eval_accuracy" in result:
-                print(report.eval_line(label, result))
+        held_out = [f"{100 * r['eval_accuracy']:.1f}%" for r in (eval_before, last) if "eval_accuracy" in r]
+        print(f"gmts: {cfg.steps - start_step} steps in {time.time() - t_run:.1f}s wall time (from the end of "
+              f"loading: {spent['eval']:.1f}s of it evaluating, {spent['save']:.1f}s writing checkpoints); reward "
+              f"{first['reward_mean']:.3f} -> {last['reward_mean']:.3f}, accuracy {first['accuracy']:.3f} -> "
+              f"{last['accuracy']:.3f}" + (f", held-out accuracy {' -> '.join(held_out)}" if held_out else "")
+              + f"; checkpoint {ckpt.find_checkpoint(cfg.output_dir)}")
 
 
 if __name__ == "__main__":

@@ -201,11 +201,12 @@ def test_cache_is_written_in_place_and_live_rows_compacted_at_halvings(monkeypat
 def test_kv_cache_bytes_for_a_real_config():
     """Qwen2.5-1.5B: 28 layers, 2 KV heads of 128: 28 x 2 x 2 x 128 x 2 bytes = 28,672 bytes per row and column."""
     import os
+
+    from conftest import SHARED_DATA, shared_data_missing
     from transformers import AutoConfig
-    folder = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), os.pardir, "shared", "data",
-                          "qwen2.5-configs", "Qwen2.5-1.5B-Instruct")
-    if not os.path.isdir(folder):
-        pytest.skip(f"no {folder}")
+    folder = os.path.join(SHARED_DATA, "qwen2.5-configs", "Qwen2.5-1.5B-Instruct")
+    if shared_data_missing("qwen2.5-configs", "Qwen2.5-1.5B-Instruct"):
+        pytest.skip(shared_data_missing("qwen2.5-configs", "Qwen2.5-1.5B-Instruct"))
     config = AutoConfig.from_pretrained(folder)
     assert kv_cache_bytes(64, 1000, config, torch.bfloat16) == 64 * 1000 * 28_672
     assert kv_cache_bytes(1, 1, config, torch.float32) == 2 * 28_672

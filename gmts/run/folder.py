@@ -41,6 +41,9 @@ import time
 from gmts.run.validate import UsageError, context_problem, launcher_problem, output_path_problem
 
 LOCK = ".lock"
+LOCK_NOTE = ("That process owns this run folder while it runs: it holds an flock on this file, which the system "
+             "releases when the process ends, however it ends. Once it has ended the file means nothing (keep it or "
+             "delete it); never delete it while the process runs.\n")
 
 # Flags a resumed run may change: how the batch is computed, how long the run goes, what is logged and kept. Every
 # other flag defines the experiment (model, data and its order, the method, the optimiser): changing one mid-run
@@ -185,7 +188,7 @@ def _model_config(path):
 
 def _holder(fd):
     os.lseek(fd, 0, os.SEEK_SET)
-    text = os.read(fd, 200).decode("utf-8", "replace").strip()
+    text = os.read(fd, 200).decode("utf-8", "replace").strip().split("\n")[0]      # line 1: who
     return text or "a process that has not written its pid yet"
 
 
@@ -376,7 +379,7 @@ def _lock(path, prog):
     _HELD[os.path.realpath(path)] = fd
     try:
         os.ftruncate(fd, 0)
-        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n{LOCK_NOTE}".encode(), 0)
     except OSError as err:
         raise SystemExit(f"error: --output-dir {path}: cannot write {LOCK} ({err.strerror or err})") from None
 

@@ -22,7 +22,8 @@ from gmts.run.config import to_dict
 from gmts.trainer import distributed
 from gmts.trainer.optim import build_optimizer
 from gmts.trainer.policy import (add_lora, check_vocabulary, enable_gradient_checkpointing, end_of_sequence_ids,
-                                 load_model, load_tokenizer, resolve_device, resolve_dtype)
+                                 load_model, load_tokenizer, peft_quiet, resolve_device,
+                                 resolve_dtype)
 from gmts.trainer.step import Batch, PromptStream  # noqa: F401  (moved to gmts/trainer/step.py; the old names)
 
 
@@ -92,7 +93,8 @@ def build_policy(cfg, resume_from, device, dtype):
     if cfg.lora_rank:
         if resume_from:
             from peft import PeftModel
-            model = PeftModel.from_pretrained(model, resume_from, is_trainable=True)
+            with peft_quiet():
+                model = PeftModel.from_pretrained(model, resume_from, is_trainable=True)
         else:
             model = add_lora(model, rank=cfg.lora_rank, alpha=cfg.lora_alpha, seed=cfg.seed)
     if cfg.gradient_checkpointing:
@@ -232,21 +234,24 @@ class StopRequest:
 # ----------------------------------------------------------------------------------------------------------------------
 # In-training evaluation.
 
-def evaluate_during_training(run):
+def evaluate_during_training(run, label="eval"):
     """run_eval where it must run: under FSDP every process (each holds a shard of every layer; all evaluate
-    identically), else rank 0 alone. Returns the eval_* metrics on rank 0, {} on the others."""
+    identically), else rank 0 alone. Returns the eval_* metrics on rank 0, {} on the others. Rank 0 shows a
+    progress bar named `label`."""
     out = {}
     if run.cfg.fsdp:
         with distributed.layers_gathered(run.model):
-            out = run_eval(run.cfg, run.model, run.tokenizer, run.eos_ids, run.device)
+            out = run_eval(run.cfg, run.model, run.tokenizer, run.eos_ids, run.device,
+                           progress=run.main_process and label)
     elif run.main_process:
-        out = run_eval(run.cfg, run.model, run.tokenizer, run.eos_ids, run.device)
+        out = run_eval(run.cfg, run.model, run.tokenizer, run.eos_ids, run.device, progress=label)
     distributed.barrier()
     return out if run.main_process else {}
 
 
-def run_eval(cfg, model, tokenizer, eos_ids, device):
-    """In-training evaluation with eval.py's protocol (the same code as `python eval.py`)."""
+def run_eval(cfg, model, tokenizer, eos_ids, device, progress="eval"):
+    """In-training evaluation with eval.py's protocol (the same code as `python eval.py`); `progress` as in
+    evaluate_model (a name: a bar on stderr that goes when done)."""
     from gmts.tools.evaluate import evaluate_model
     was_training = model.training
     model.eval()
@@ -255,7 +260,7 @@ def run_eval(cfg, model, tokenizer, eos_ids, device):
     result = evaluate_model(model, tokenizer, cfg.eval_data, limit=cfg.eval_limit, samples=cfg.eval_samples,
                             temperature=cfg.eval_temperature, max_new_tokens=cfg.max_new_tokens, seed=cfg.seed,
                             eos_ids=eos_ids, template=cfg.template or None, system_prompt=cfg.system_prompt,
-                            batch_size=batch_size, progress=False, max_prompt_tokens=cfg.max_prompt_tokens,
+                            batch_size=batch_size, progress=progress, max_prompt_tokens=cfg.max_prompt_tokens,
                             task_options=json.loads(cfg.task_options) if cfg.task_options else None,
                             rewards=cfg.reward or None, reward_weights=cfg.reward_weights,
                             reward_workers=cfg.reward_workers)

@@ -233,6 +233,7 @@ def evaluate_model(model, tokenizer, data, *, limit=None, samples=1, temperature
 
     data: "name[:split]", several separated by spaces or commas, or a list of them.
     batch_size: prompts per generation batch (each brings `samples` rows).
+    progress: a progress bar on stderr (True), none (False), or a bar named by the string, gone when done.
     seed: sampling seed; repeat r of benchmark b uses torch.Generator seeded from (seed, r, b).
     data_seed: which problems --limit picks (and the arithmetic source's problems); kept apart from the sampling
     seed so that results under different seeds are paired on the same problems.
@@ -262,7 +263,9 @@ def evaluate_model(model, tokenizer, data, *, limit=None, samples=1, temperature
 
     device = next(model.parameters()).device
     total = repeats * sum(len(problems) for problems, _ in loaded.values())
-    bar = tqdm(total=total, desc="eval", unit="problem", dynamic_ncols=True, disable=not progress)
+    # progress: True a bar, False none, a string a bar of that name that goes when done (the caller prints the result)
+    bar = tqdm(total=total, desc=progress if isinstance(progress, str) else "eval", unit="problem",
+               dynamic_ncols=True, mininterval=1.0, leave=not isinstance(progress, str), disable=not progress)
     running = {"score": 0.0, "done": 0}
 
     def on_problem(record):

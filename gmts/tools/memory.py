@@ -79,8 +79,11 @@ def load_config(model):
     """The model's config (no weights): a folder's config.json or a hub id's; SmolLM2's offline copy when the hub
     cannot be reached (gmts/trainer/smollm2.py)."""
     from transformers import AutoConfig
+
+    from gmts.trainer.policy import hub_source
+    source = hub_source(model, needs="config.json")          # the hub unreachable: a cached copy or one line
     try:
-        return AutoConfig.from_pretrained(model)
+        return AutoConfig.from_pretrained(source)
     except (OSError, ValueError) as err:
         from gmts.trainer import smollm2
         if model == smollm2.HUB_ID and smollm2.is_model_folder(smollm2.DEFAULT_OUT):
@@ -258,7 +261,7 @@ def main(argv=None):
     ap = _Parser(prog="python -m gmts.tools.memory", description=__doc__.split("\n\n")[0],
                  epilog="Every other flag is a train.py flag (python train.py --help).")
     ap.add_argument("--gpu-memory", type=float, nargs="+", default=[24.0, 40.0, 80.0],
-                    help="GPU sizes in GiB to check (default 24 40 80)")
+                    help="GPU sizes in GiB to check (default: 24 40 80)")
     ap.add_argument("--prompt-tokens", type=int, default=0,
                     help="prompt length to plan for (default: --max-prompt-tokens, at most 256)")
     ap.add_argument("--json", action="store_true", help="print the estimate as JSON")
