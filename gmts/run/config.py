@@ -260,7 +260,7 @@ def add_config_flags(parser, names=None, *, defaults=None, helps=None, sections=
         value = argparse.SUPPRESS if defaults is None else default
         if f.type is list or f.type == "list":      # repeatable: --reward a --reward b
             parser.add_argument(flag, dest=f.name, action="append", default=value,
-                                help=f"{help_text} (default: none)")
+                                help=help_text)
         elif f.type is bool or f.type == "bool":
             # --x / --no-x
             group.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=value,
