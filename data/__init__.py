@@ -1,7 +1,9 @@
 """Problems for training and evaluation: `load_problems(source, split)` -> list[Problem].
 
 source: a built-in name (BUILTIN_SOURCES; see data/builtin.py for origins, data/arithmetic.py for the offline
-task) or a path to a local .jsonl / .json (optionally .gz) / .parquet file.
+task), a path to a local .jsonl / .json (optionally .gz) / .parquet file, or a data set read with
+`datasets` (optional): hf:ORG/NAME[:CONFIG] from the hub, or a folder (save_to_disk, or laid out
+like a hub repository). Data sets take `split` and the same field options as local files.
 
 Local files: one problem per row. The question comes from `question_field` (default: the first of question,
 problem, prompt, input; or a format over the row's fields, e.g. "{Body} {Question}"), the reference from `answer_field` (default: answer, final_answer, target, output; for
@@ -9,6 +11,8 @@ code rows: tests / test, with entry_point, or cases). A row may set "domain" (ma
 (gsm8k | math | choice | code), "choices" (a list; the answer is then a letter, an index or the choice's text),
 "id" and "starter_code". Without a domain a row is math with the gsm8k reward (last \\boxed{}, else last number).
 The `reward=` and `domain=` options override every row. `split` is ignored for local files.
+Every problem keeps its row's other fields in `Problem.fields` (the question as "question", the
+answer column left out): what a custom reward (`--reward file.py:fn`, rewards/) is called with.
 
 limit: the first `limit` problems in file order (no shuffling here: shuffle in the trainer, with its seed).
 seed: only the arithmetic task uses it.
@@ -19,11 +23,12 @@ from typing import Any
 
 from . import arithmetic, builtin, templates
 from .decontam import decontamination_report, format_report
-from .files import data_dir, fetch, read_records
+from .files import data_dir, fetch, is_dataset_source, read_dataset, read_records
 
 BUILTIN_SOURCES = tuple(builtin.CONVERTERS) + ("arithmetic",)
 DOMAINS = {"math": "gsm8k", "code": "code", "choice": "choice"}  # domain -> its default reward
 LETTERS = "ABCDEFGHIJ"
+ANSWER_FIELDS = ("answer", "final_answer", "target", "output")  # a local row's answer, first found
 
 
 @dataclass
@@ -35,6 +40,7 @@ class Problem:
     reward: str  # name for rewards.get_reward: "gsm8k" | "math" | "choice" | "code"
     messages: list[dict] = field(default_factory=list)  # chat messages (system + user) per the template
     prompt: str = ""  # plain-text prompt for tokenizers without a chat template
+    fields: dict = field(default_factory=dict)  # the row's other fields + "question": **fields
 
 
 def render_prompt(problem: Problem, tokenizer) -> str:
@@ -69,7 +75,7 @@ def load_prompts_for_cli(source, split, tokenizer, *, max_prompt_tokens=None, qu
                                  **options, **(json.loads(task_options) if task_options else {}))
     except OptionError as err:
         raise SystemExit(f"error: --task-options {task_options}: {err}") from None
-    except (FileNotFoundError, ValueError, KeyError) as err:
+    except (FileNotFoundError, ValueError, KeyError, ImportError) as err:
         raise SystemExit(f"error: --data {source!r}: {err}") from None
     kept, ids = prompt_token_ids(problems, tokenizer, max_prompt_tokens)
     if not kept:
@@ -180,10 +186,12 @@ def _local_row(row, where, question_field, answer_field, domain, reward):
             {"tests": tests if isinstance(tests, str) else "\n".join(tests),
              "entry_point": row.get("entry_point"), "setup": row.get("setup") or ""}
     else:
-        answer = _first(row, [answer_field] if answer_field else ["answer", "final_answer", "target", "output"],
+        answer = _first(row, [answer_field] if answer_field else list(ANSWER_FIELDS),
                         where, "answer", "answer_field")
     out = dict(question=str(question), answer=answer, domain=domain, reward=reward or row.get("reward") or
-               DOMAINS[domain], starter_code=row.get("starter_code"), id=row.get("id"))
+               DOMAINS[domain], starter_code=row.get("starter_code"), id=row.get("id"),
+               fields=_fields(row, question, answer_field or next(
+                   (k for k in ANSWER_FIELDS if row.get(k) is not None), None)))
     if domain == "choice":
         if "choices" in row:
             if not isinstance(row["choices"], list) or not row["choices"] or not all(
@@ -197,6 +205,14 @@ def _local_row(row, where, question_field, answer_field, domain, reward):
             out["answer"] = _choice_letter(answer, list(LETTERS), where)
     elif domain == "math":
         out["answer"] = _text(answer, where, "answer", numbers=True).strip()
+    return out
+
+
+def _fields(row: dict, question: str, answer_key) -> dict:
+    """A custom reward's **fields: the row's fields but the answer's own (the reward gets the answer
+    as its second argument) and "completion", plus "question", the question text."""
+    out = {k: v for k, v in row.items() if k not in (answer_key, "completion")}
+    out["question"] = str(question)
     return out
 
 
@@ -219,13 +235,23 @@ def _builtin_records(source: str, split: str):
     if source == "mbpp":  # one file, split by task_id
         records = [(where, row) for where, row in records if row.get("task_id") in builtin.MBPP_TASK_IDS[split]]
     convert = builtin.CONVERTERS[source]
-    return [(f"{source}/{split}/{i}", where, convert(row, where)) for i, (where, row) in enumerate(records)]
+    out = []
+    for i, (where, row) in enumerate(records):
+        problem = convert(row, where)
+        problem["fields"] = _fields(row, problem["question"], "answer")
+        out.append((f"{source}/{split}/{i}", where, problem))
+    return out
 
 
-def _local_records(path: str, question_field, answer_field, domain=None, reward=None):
-    stem = os.path.basename(path).split(".")[0]
+def _local_records(path: str, question_field, answer_field, domain=None, reward=None, split=None):
+    """Rows of a local file, or (split given) of a data set read with `datasets` (hf:, a folder)."""
+    if split is None:
+        stem, records = os.path.basename(path).split(".")[0], read_records(path)
+    else:
+        name = path[3:].partition(":")[0] if path.startswith("hf:") else os.path.normpath(path)
+        stem, records = f"{os.path.basename(name)}/{split}", read_dataset(path, split)
     return [(f"{stem}/{i}", where, _local_row(row, where, question_field, answer_field, domain, reward))
-            for i, (where, row) in enumerate(read_records(path))]
+            for i, (where, row) in enumerate(records)]
 
 
 def load_problems(source: str, split: str = "train", *, limit: int | None = None, seed: int = 0,
@@ -242,20 +268,25 @@ def load_problems(source: str, split: str = "train", *, limit: int | None = None
         if limit and "n" not in task_options:     # generate just what is asked (the first `limit` are the same)
             task_options = dict(task_options, n=limit)
         rows = arithmetic.generate(split, seed, **task_options)
-        records = [(r["id"], r["id"], dict(r, domain="math", reward="gsm8k")) for r in rows]
+        records = [(r["id"], r["id"], dict(r, domain="math", reward="gsm8k",
+                                           fields=_fields(r, r["question"], "answer")))
+                   for r in rows]
     elif source in builtin.CONVERTERS:
         if task_options:
             raise OptionError(f"{source} takes no options, got {sorted(task_options)}")
         records = _builtin_records(source, split)
-    elif os.path.exists(source) or source.endswith((".jsonl", ".json", ".gz", ".parquet")):
+    elif os.path.exists(source) or source.endswith((".jsonl", ".json", ".gz", ".parquet")) or \
+            source.startswith("hf:"):
         if set(task_options) - {"domain", "reward"}:
             raise OptionError(f"local files take the options domain= and reward=, got {sorted(task_options)}")
         for name, value in task_options.items():
             if value is not None and not isinstance(value, str):
                 raise OptionError(f"the option {name!r} must be a string, got {value!r}")
-        records = _local_records(source, question_field, answer_field, **task_options)
+        records = _local_records(source, question_field, answer_field, **task_options,
+                                 split=split if is_dataset_source(source) else None)
     else:
-        raise ValueError(f"unknown source {source!r}: use one of {BUILTIN_SOURCES} or a path to a .jsonl/.json file")
+        raise ValueError(f"unknown source {source!r}: use one of {BUILTIN_SOURCES}, a path to a "
+                         ".jsonl/.json file, a data set folder or hf:ORG/NAME")
     problems = []
     for default_id, where, row in records[:limit] if limit is not None else records:
         if row["reward"] not in ("gsm8k", "math", "choice", "code"):
@@ -273,7 +304,8 @@ def load_problems(source: str, split: str = "train", *, limit: int | None = None
             question = templates.format_choices(question, row["choices"])
         messages, prompt = templates.build(question, row["domain"], template, system_prompt, row.get("starter_code"))
         problems.append(Problem(id=str(row.get("id") or default_id), question=question, answer=row["answer"],
-                                domain=row["domain"], reward=row["reward"], messages=messages, prompt=prompt))
+                                domain=row["domain"], reward=row["reward"], messages=messages,
+                                prompt=prompt, fields=row.get("fields") or {}))
     return problems
 
 

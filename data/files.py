@@ -1,4 +1,6 @@
-"""Reading records from .jsonl / .json (optionally .gz) / .parquet, and the download cache for built-in sources.
+"""Reading records from .jsonl / .json (optionally .gz) / .parquet, from `datasets` data sets
+(hf:ORG/NAME, a save_to_disk folder, a folder laid out like a hub data set repository), and the
+download cache for built-in sources.
 
 Cache folder: $GMTS_DATA_DIR if set (relative paths are taken from the current directory), else ~/.cache/gmts.
 A built-in file lives at <cache>/<source>/<name>, e.g. <cache>/gsm8k/test.jsonl, so pointing GMTS_DATA_DIR at a
@@ -9,6 +11,8 @@ import gzip
 import hashlib
 import json
 import os
+import threading
+import urllib.parse
 import urllib.request
 import zlib
 from dataclasses import dataclass
@@ -99,7 +103,8 @@ def read_records(path: str) -> list[tuple[str, dict]]:
     if not os.path.exists(path):
         raise FileNotFoundError(f"no such data file: {path}")
     if os.path.isdir(path):
-        raise ValueError(f"{path} is a folder; pass a data file (.jsonl, .json, optionally .gz, or .parquet)")
+        raise ValueError(f"{path} is a folder; pass a data file (.jsonl, .json, optionally .gz, or "
+                         ".parquet), or read the folder as a data set (data.load_problems)")
     if not os.access(path, os.R_OK):
         raise ValueError(f"{path}: cannot be read (permission denied)")
     base = path[:-3] if path.endswith(".gz") else path
@@ -165,3 +170,124 @@ def read_records(path: str) -> list[tuple[str, dict]]:
         if not isinstance(row, dict):
             raise ValueError(f"{where}: expected a JSON object, got {type(row).__name__}")
     return records
+
+
+# ------------------------------------------------------------------------------------------------
+# Data sets through `datasets` (an optional dependency: pip install datasets).
+
+def is_dataset_source(source: str) -> bool:
+    """hf:ORG/NAME[:CONFIG], or a folder (save_to_disk's, or laid out like a hub repository)."""
+    return source.startswith("hf:") or os.path.isdir(source)
+
+
+def _import_datasets(source: str):
+    try:
+        import datasets
+    except ImportError:
+        raise ImportError(f"{source} is read with the `datasets` library, which is not installed: "
+                          "pip install datasets") from None
+    datasets.logging.set_verbosity_error()   # its progress bars and cache notices are not our output
+    datasets.disable_progress_bars()
+    return datasets
+
+
+def hub_reachable(timeout: float = 3.0) -> bool:
+    """Whether a TCP connection to the hub (HF_ENDPOINT) opens within `timeout` seconds (name lookup
+    included: it runs in a thread, so a resolver that never answers costs `timeout`, not minutes)."""
+    from huggingface_hub import constants
+    url = urllib.parse.urlparse(constants.ENDPOINT)
+    port = url.port or (443 if url.scheme == "https" else 80)
+    done = []
+
+    def probe():
+        import socket
+        try:
+            socket.create_connection((url.hostname, port), timeout=timeout).close()
+            done.append(True)
+        except OSError:
+            done.append(False)
+
+    thread = threading.Thread(target=probe, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    return bool(done and done[0])
+
+
+class _HubOffline:
+    """Within the block, `datasets` and huggingface_hub act as under HF_HUB_OFFLINE=1: the cache
+    only, no retries."""
+
+    def __enter__(self):
+        import datasets.config
+        from huggingface_hub import constants
+        self.saved = constants.HF_HUB_OFFLINE, datasets.config.HF_HUB_OFFLINE
+        constants.HF_HUB_OFFLINE = datasets.config.HF_HUB_OFFLINE = True
+
+    def __exit__(self, *exc):
+        import datasets.config
+        from huggingface_hub import constants
+        constants.HF_HUB_OFFLINE, datasets.config.HF_HUB_OFFLINE = self.saved
+
+
+def _rows(table, source: str, split: str):
+    where = f"{source}" + (f" split {split}" if split else "")
+    rows = table.to_list()
+    if not rows:
+        raise ValueError(f"{where}: empty data set, no problems")
+    return [(f"{where} row {i}", row) for i, row in enumerate(rows)]
+
+
+def read_dataset(source: str, split: str) -> list[tuple[str, dict]]:
+    """[(where, row)] of `split` of a data set read with `datasets`: hf:ORG/NAME[:CONFIG]
+    (datasets.load_dataset; offline or with the hub unreachable, the local cache only), a folder
+    written by save_to_disk (load_from_disk; a DatasetDict gives `split`) or a folder laid out like a
+    hub repository (load_dataset on the folder). Problems are one-line FileNotFoundError /
+    ValueError / ImportError."""
+    datasets = _import_datasets(source)
+    if not source.startswith("hf:"):
+        saved = ("state.json", "dataset_dict.json")            # what save_to_disk writes
+        if any(os.path.exists(os.path.join(source, f)) for f in saved):
+            try:
+                loaded = datasets.load_from_disk(source)
+            except (OSError, ValueError) as e:
+                raise ValueError(f"{source}: not a readable save_to_disk folder "
+                                 f"({' '.join(str(e).split())})") from None
+            if isinstance(loaded, datasets.DatasetDict):
+                if split not in loaded:
+                    raise ValueError(f"{source} has splits {sorted(loaded)}, got split={split!r}")
+                loaded = loaded[split]
+                return _rows(loaded, source, split)
+            return _rows(loaded, source, "")           # one Dataset: it is the split
+        try:
+            with _HubOffline():                        # a local folder needs no hub
+                loaded = datasets.load_dataset(source, split=split)
+        except (FileNotFoundError, ValueError, datasets.exceptions.DatasetNotFoundError) as e:
+            raise ValueError(f"{source} is a folder that `datasets` cannot read as a data set "
+                             f"({' '.join(str(e).split())[:300]}); pass a data file (.jsonl, "
+                             ".json, .parquet), a save_to_disk folder or one laid out like a hub "
+                             "repository") from None
+        return _rows(loaded, source, split)
+    name, _, config = source[3:].partition(":")
+    if name.count("/") != 1 or not all(name.split("/")):
+        raise ValueError(f"{source}: write a hub data set as hf:ORG/NAME or hf:ORG/NAME:CONFIG")
+    cut_off = offline() or not hub_reachable()
+    why = ("downloads are off (HF_HUB_OFFLINE / GMTS_OFFLINE)" if offline() else
+           "the hub is unreachable") if cut_off else ""
+    try:
+        if cut_off:
+            with _HubOffline():
+                loaded = datasets.load_dataset(name, config or None, split=split)
+        else:
+            loaded = datasets.load_dataset(name, config or None, split=split)
+    except datasets.exceptions.DatasetNotFoundError:
+        raise FileNotFoundError(f"{source}: no data set {name} on the hub (or it is private: "
+                                "hf auth login)") from None
+    except (ConnectionError, FileNotFoundError) as e:
+        if cut_off:
+            raise FileNotFoundError(f"{source} is not in the datasets cache "
+                                    f"({datasets.config.HF_DATASETS_CACHE}) and {why}; load it once "
+                                    "online, or pass a save_to_disk folder") from None
+        raise FileNotFoundError(f"{source}: {' '.join(str(e).split())[:300]}") from None
+    except ValueError as e:             # an unknown config or split: datasets lists the right ones
+        raise ValueError(f"{source}: {' '.join(str(e).split())[:300]}") from None
+    return _rows(loaded, source, split)

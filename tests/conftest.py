@@ -18,6 +18,36 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", OMP_NUM_THREADS="1",
            PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
 
+# shared/data: public files some tests read, kept beside the clone (../shared/data), never committed; another folder
+# with GMTS_TEST_DATA=DIR. Without them those tests skip and say what is missing and how to get it.
+SHARED_DATA = os.path.abspath(os.environ.get("GMTS_TEST_DATA") or os.path.join(ROOT, "..", "shared", "data"))
+_FETCH = {
+    "gsm8k": "GSM8K's train.jsonl and test.jsonl (openai/grade-school-math); data/ downloads them, sha256 pinned: "
+             "GMTS_DATA_DIR=DIR python -c \"import data; data.load_problems('gsm8k', 'train'); "
+             "data.load_problems('gsm8k', 'test')\"",
+    "math500": "MATH-500's test.jsonl; data/ downloads it, sha256 pinned: "
+               "GMTS_DATA_DIR=DIR python -c \"import data; data.load_problems('math500', 'test')\"",
+    "qwen2.5-tokenizer": "the Qwen2.5 tokenizer: hf download Qwen/Qwen2.5-0.5B-Instruct vocab.json merges.txt "
+                         "tokenizer_config.json --local-dir DIR/qwen2.5-tokenizer",
+    "qwen2.5-configs": "Qwen2.5-{0.5B,1.5B}-Instruct's config.json: hf download Qwen/Qwen2.5-1.5B-Instruct config.json "
+                       "--local-dir DIR/qwen2.5-configs/Qwen2.5-1.5B-Instruct (and 0.5B)",
+}
+
+
+def shared_data_missing(*parts):
+    """Why a test that reads SHARED_DATA/<parts> skips (a line saying what and how to get it), or None if there."""
+    path = os.path.join(SHARED_DATA, *parts)
+    if os.path.exists(path):
+        return None
+    return (f"no {path}: shared/data holds public files beside the clone, not in the repo; to run this test get "
+            f"{_FETCH[parts[0]]}, with DIR = {SHARED_DATA} (or set GMTS_TEST_DATA=DIR)")
+
+
+def needs_shared_data(*parts):
+    """pytest mark: skip, saying what to fetch, unless SHARED_DATA/<parts> exists."""
+    reason = shared_data_missing(*parts)
+    return pytest.mark.skipif(reason is not None, reason=reason or "")
+
 
 def run_batch(cases, timeout=900):
     """[(script, args)] -> [{"rc", "stdout", "stderr"}], each as its own command line (tests/_cli_batch.py)."""

@@ -41,18 +41,20 @@ def kwargs(seed, **kw):
 
 @pytest.fixture
 def recording_compile(monkeypatch):
-    """torch.compile with a backend that records each captured graph's batch size (its (n, 1) token ids) and runs
-    the graph unchanged."""
+    """torch.compile with a backend that records each captured graph's (batch size, cache width):
+    its (n, 1) token ids and its (n, width) attention mask; and runs the graph unchanged."""
     graphs = []
     real_compile = torch.compile
 
     def backend(gm, example_inputs):
-        graphs.append(next(x.shape[0] for x in example_inputs if isinstance(x, torch.Tensor)
-                           and x.dtype == torch.long and x.dim() == 2 and x.shape[1] == 1))
+        longs = [x for x in example_inputs
+                 if isinstance(x, torch.Tensor) and x.dtype == torch.long and x.dim() == 2]
+        rows = next(x.shape[0] for x in longs if x.shape[1] == 1)
+        graphs.append((rows, max(x.shape[1] for x in longs)))
         return gm.forward
 
     def compile_(fn=None, **kw):
-        kw.pop("mode", None)
+        kw.pop("mode", None), kw.pop("backend", None)
         if fn is None:
             return lambda f: real_compile(f, backend=backend, **kw)
         return real_compile(fn, backend=backend, **kw)
@@ -74,11 +76,11 @@ def test_static_decode_step_gives_the_eager_samples_and_compiles_once_per_bucket
     model = tiny_qwen2(dtype=torch.float64, seed=4)
     counters.clear()
     for seed in range(3):
-        eager = sample(model, prompts(), **kwargs(seed))
-        compiled = sample(model, prompts(), **kwargs(seed, compile=True))
+        eager = sample(model, prompts(), **kwargs(seed, max_new_tokens=48))   # rows drop every 8
+        compiled = sample(model, prompts(), **kwargs(seed, max_new_tokens=48, compile=True))
         assert_same(compiled, eager)
     assert not counters["graph_break"], dict(counters["graph_break"])      # the whole step is one graph
-    batch_sizes = recording_compile
+    batch_sizes = [n for n, _ in recording_compile]
     assert batch_sizes[0] == 12 and all(n & (n - 1) == 0 for n in batch_sizes[1:]), batch_sizes
     assert len(batch_sizes) == len(set(batch_sizes))                       # never recompiled for a size it has seen
     assert len(batch_sizes) >= 2                                           # finished rows were dropped: buckets used
@@ -110,3 +112,21 @@ def test_inductor_decode_step_gives_the_eager_samples():
     assert torch.equal(compiled.completion_ids, eager.completion_ids)
     torch.testing.assert_close(compiled.logp, eager.logp, rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(compiled.entropy, eager.entropy, rtol=1e-4, atol=1e-4)
+
+
+def test_a_run_of_mixed_prompt_lengths_compiles_a_bounded_set_of_graphs(recording_compile):
+    """The cache width is a static shape of the compiled step: with it bucketed
+    (compiled_decode.prompt_width), rollouts whose longest prompts vary compile one graph per (width
+    bucket, batch bucket), not one per new length. Longest prompts of 4, 6, 5, 4, 9, 13, 17 and 30
+    tokens: two width buckets (16 and 32 prompt columns)."""
+    from gmts.trainer import compiled_decode
+    model = tiny_qwen2(dtype=torch.float64, seed=4)
+    rollouts = [[[3] * n, [12, 13]] for n in (4, 6, 5, 4, 9, 13, 17, 30)]
+    for seed, batch in enumerate(rollouts):
+        eager = sample(model, batch, **kwargs(seed))
+        assert_same(sample(model, batch, **kwargs(seed, compile=True)), eager)
+    widths = {w for _, w in recording_compile}
+    assert widths == {16 + 16, 32 + 16}, widths            # prompt columns + max_new_tokens
+    assert len(recording_compile) == len(set(recording_compile))       # each shape compiled once
+    assert len(recording_compile) <= compiled_decode.graph_bound(30, 2 * 4)
+    assert compiled_decode.graph_bound(30, 8) == 2 * 4     # widths 16, 32 x batch sizes 8, 4, 2, 1

@@ -8,14 +8,13 @@ import os
 import pytest
 
 import data
+from conftest import SHARED_DATA, needs_shared_data, shared_data_missing
 from data import arithmetic, files, templates
 from rewards import get_reward
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SHARED = os.path.join(REPO, "..", "shared", "data")
-HAVE_GSM8K = os.path.exists(os.path.join(SHARED, "gsm8k", "test.jsonl"))
-HAVE_MATH500 = os.path.exists(os.path.join(SHARED, "math500", "test.jsonl"))
-needs_gsm8k = pytest.mark.skipif(not HAVE_GSM8K, reason="shared/data/gsm8k not present")
+SHARED = SHARED_DATA                       # ../shared/data (tests/conftest.py says what it holds)
+needs_gsm8k = needs_shared_data("gsm8k")
 
 
 @pytest.fixture(autouse=True)
@@ -38,7 +37,7 @@ def write_jsonl(path, rows, raw_lines=()):
 @needs_gsm8k
 def test_gsm8k_from_relative_data_dir(monkeypatch):
     monkeypatch.chdir(REPO)
-    monkeypatch.setenv("GMTS_DATA_DIR", "../shared/data")
+    monkeypatch.setenv("GMTS_DATA_DIR", os.path.relpath(SHARED, REPO))
     test = data.load_problems("gsm8k", "test")
     train = data.load_problems("gsm8k", "train", limit=5)
     assert len(test) == 1319 and len(train) == 5
@@ -56,7 +55,7 @@ def test_gsm8k_from_relative_data_dir(monkeypatch):
         data.load_problems("gsm8k", "test", question_field="q")
 
 
-@pytest.mark.skipif(not HAVE_MATH500, reason="shared/data/math500 not present")
+@needs_shared_data("math500", "test.jsonl")
 def test_math500_and_math_test_split(monkeypatch):
     monkeypatch.setenv("GMTS_DATA_DIR", SHARED)
     problems = data.load_problems("math500", "test")
@@ -309,8 +308,8 @@ def test_render_prompt_with_and_without_chat_template():
 
     assert data.render_prompt(problem, Plain()) == problem.prompt
     tokenizer_dir = os.path.join(SHARED, "qwen2.5-tokenizer")
-    if not os.path.exists(tokenizer_dir):
-        pytest.skip("shared/data/qwen2.5-tokenizer not present")
+    if shared_data_missing("qwen2.5-tokenizer"):
+        pytest.skip(shared_data_missing("qwen2.5-tokenizer"))
     from transformers import AutoTokenizer
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     text = data.render_prompt(problem, tokenizer)

@@ -219,3 +219,88 @@ def test_torchrun_two_processes_train_checkpoint_and_resume(digit_model_dir, dig
     single = subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), "--resume", str(out), "--steps", "4"],
                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert single.returncode != 0 and "same number" in single.stderr
+
+
+def _nccl_like_worker(rank, world, init_file, out_dir):
+    """A group that, like NCCL, serves one device type and refuses a tensor on any other ("No
+    backend type associated with device type cpu"). On a CPU the served type is `lazy` (torch's
+    TorchScript lazy tensors: a second device that holds real data), the callers' tensors are on the
+    CPU, as under NCCL; each collective checks what it is handed, then sums for real over gloo."""
+    import torch._lazy.ts_backend
+    import torch.distributed as dist
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    torch._lazy.ts_backend.init()
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    real_all_reduce, handed = dist.all_reduce, []
+
+    def all_reduce(tensor, *args, **kwargs):
+        handed.append(tensor.device.type)
+        if tensor.device.type != "lazy":
+            raise RuntimeError(f"No backend type associated with device type {tensor.device.type}")
+        host = tensor.cpu()
+        work = real_all_reduce(host, *args, **kwargs)
+        tensor.copy_(host.to(tensor.device))
+        return work
+    dist.all_reduce = all_reduce
+    dist.distributed_c10d._device_capability = lambda group=None: ["lazy"]
+    dist.get_backend = lambda group=None: "nccl"
+    try:
+        from gmts.trainer import distributed
+        from gmts.run.state import StopRequest
+        out = {"sum": distributed.all_reduce_sum(torch.tensor([rank + 1.0, 2.0])).tolist(),
+               "count": int(distributed.all_reduce_sum(torch.tensor(rank + 1))),
+               "stop": StopRequest().any_process()}
+        layer = torch.nn.Linear(3, 2)
+        for p in layer.parameters():
+            p.grad = torch.full_like(p, float(rank + 1))
+        distributed.all_reduce_gradients(list(layer.parameters()))
+        out["grads"] = [p.grad.unique().tolist() for p in layer.parameters()]
+        distributed.BUCKET_ELEMENTS = 4           # buckets of 4: the weight (6) cut in two pieces
+        for p in layer.parameters():
+            p.grad = torch.arange(p.numel(), dtype=torch.float32).view_as(p) * (rank + 1)
+        distributed.all_reduce_gradients(list(layer.parameters()))
+        out["bucketed"] = [p.grad.reshape(-1).tolist() for p in layer.parameters()]
+        selected, *_ = one_update("gmts", shard(make_batch(), rank, world), "selected")
+        out["selected"] = selected
+        out["handed"] = sorted(set(handed))
+        torch.save(out, os.path.join(out_dir, f"{rank}.pt"))
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+def test_every_collective_runs_on_the_backends_device(tmp_path):
+    """The step's collectives (the rollout figures, the selection counts, the gradients, the stop
+    request...) are handed tensors on the device the backend serves, whatever device the caller's
+    tensors are on; and they sum."""
+    pytest.importorskip("torch._lazy.ts_backend")
+    mp.spawn(_nccl_like_worker, args=(2, str(tmp_path / "init"), str(tmp_path)), nprocs=2,
+             join=True)
+    parts = [torch.load(tmp_path / f"{r}.pt", weights_only=False) for r in range(2)]
+    for part in parts:
+        assert part["handed"] == ["lazy"]
+        assert part["sum"] == [3.0, 4.0] and part["count"] == 3 and part["grads"] == [[3.0], [3.0]]
+        assert part["stop"] is False
+        assert part["bucketed"] == [[3.0 * i for i in range(6)], [0.0, 3.0]]
+    single_sel, *_ = one_update("gmts", make_batch(), "selected")
+    assert torch.equal(torch.cat([p["selected"] for p in parts]), single_sel)
+
+
+def test_gradient_norm_of_bf16_gradients_is_summed_in_float32():
+    """Full bf16 fine-tuning: the norm (and so the clip coefficient) to float32 accuracy, not bf16's
+    3 digits. Reference: float64 over the same bf16 values. Float32 sums of n = 4096 squares:
+    relative error <= n u = 2.4e-4 at worst (u = 2^-24), and the square root halves it; bf16 itself
+    rounds the result by up to 2^-9 = 2e-3."""
+    from gmts.trainer.step import ONE_PROCESS
+    from gmts.trainer.distributed import TORCHRUN
+    gen = torch.Generator().manual_seed(0)
+    for clip in (ONE_PROCESS.clip_grad_norm, TORCHRUN.clip_grad_norm):
+        params = [torch.nn.Parameter(torch.zeros(64, 32, dtype=torch.bfloat16)) for _ in range(2)]
+        for p in params:
+            p.grad = torch.randn(p.shape, generator=gen).to(torch.bfloat16)
+        exact = float(torch.cat([p.grad.double().reshape(-1) for p in params]).norm())
+        norm = clip(params, exact / 2)
+        assert norm.dtype in (torch.float32, torch.float64), norm.dtype
+        assert abs(float(norm) - exact) <= 4096 * 2.0 ** -24 * exact
+        clipped = float(torch.cat([p.grad.double().reshape(-1) for p in params]).norm())
+        assert abs(clipped - exact / 2) <= 2.0 ** -8 * exact / 2     # one bf16 rounding each

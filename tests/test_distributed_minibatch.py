@@ -3,6 +3,11 @@
 - a step in which no process has a token with a gradient leaves the weights EXACTLY unchanged (AdamW's momentum
   must not move them, as it would from zero-filled gradients);
 - ties exactly at the top-k cut-off, across ranks: the single process's order (rank, then row, then column) decides.
+
+The updates run in float64, model and optimizer: AdamW turns the rounding of a regrouped gradient sum into much more
+(a coordinate whose gradient is within rounding of 0 moves by a share of lr), and in float32 the rounding inside
+Adam's own moment updates adds a term that cancellation can make large. In float64 both are ~1e-16 relative, so
+the bound below (assert_same_update_float64, derived term by term) holds on any CPU with room to spare.
 """
 import os
 import sys
@@ -15,7 +20,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 
-from test_distributed import G, Q, T, assert_same_update, make_batch, record_gradients, shard  # noqa: E402
+from test_distributed import G, Q, T, adam_directions, make_batch, record_gradients, shard  # noqa: E402
+
+U64 = 2.0 ** -53      # float64's unit roundoff
 
 
 def updates(flags, batches, fsdp=False):
@@ -28,9 +35,9 @@ def updates(flags, batches, fsdp=False):
     torch.set_num_threads(1)
     cfg = parse_config(["--selector", "gmts", "--group-size", str(G), "--prompts-per-step", str(Q),
                         "--micro-batch-size", "2", "--lr", "1e-2", "--max-grad-norm", "0.5"] + flags)
-    model = tiny_qwen2(vocab_size=64, seed=11)
+    model = tiny_qwen2(vocab_size=64, seed=11, dtype=torch.float64)     # float64 model and AdamW (module doc)
     if fsdp:
-        distributed.shard_layers(model, torch.float32)
+        distributed.shard_layers(model, torch.float64)
     optimizer = build_optimizer(model, cfg)
     grads = record_gradients(model, optimizer)       # every optimizer step's gradient, over all the batches
     out = []
@@ -43,6 +50,34 @@ def updates(flags, batches, fsdp=False):
             params = {k: v.detach().clone() for k, v in model.state_dict().items()}
         out.append((selected, params, metrics, list(grads)))
     return out
+
+
+def assert_same_update_float64(grads, single_grads, params, single_params, lr, n_terms):
+    """"2 processes = 1 process" for float64 updates, every rounding accounted for (u = 2^-53).
+
+    Gradients, first step: a float64 sum of n per-token terms regrouped moves by at most n · u · Σ|terms|, with
+    Σ|terms| of the order of the largest coordinate: atol = n · u · max|g|.
+    Weights: θ_T = θ_0 - lr Σ_t û_t, û_t = m̂_t / (√v̂_t + ε). (a) Adam's amplification of the gradients' difference:
+    lr Σ_t |û_t - û'_t|, recomputed from the two recorded gradient sequences. (b) Adam's own rounding at step t: m_t is
+    a sum of t weighted gradients, whose rounding is at most (t + 2) u Σ_s w_s |g_s| = (t + 2) u M_t even where the
+    gradients cancel; v_t has positive terms only (relative (t + 2) u, half of it through the square root); the
+    divisions, bias corrections and the product with lr add a few u · |û_t|. So the step moves by at most
+    lr · 8 (t + 2) u · (M̂_t / (√v̂_t + ε) + |û_t|). (c) θ - lr · û rounds by u · |θ| per step."""
+    for name, g in single_grads[0].items():
+        bound = n_terms * U64 * float(g.abs().max())
+        torch.testing.assert_close(grads[0][name], g, rtol=0, atol=bound, msg=lambda m: f"{name} (step 1): {m}")
+    ours, theirs = adam_directions(grads), adam_directions(single_grads)
+    magnitudes = adam_directions([{k: v.abs() for k, v in step.items()} for step in single_grads])   # M̂ / (√v̂ + ε)
+    for name, value in single_params.items():
+        if name not in ours:                      # a buffer, or a parameter without a gradient: exactly unchanged
+            assert torch.equal(params[name], value), name
+            continue
+        amplified = lr * sum((a - b).abs() for a, b in zip(ours[name], theirs[name]))
+        adam = lr * sum(8 * (t + 2) * U64 * (m + u.abs())
+                        for t, (m, u) in enumerate(zip(magnitudes[name], theirs[name]), start=1))
+        steps = len(grads) * U64 * (value.abs() + lr * sum(u.abs() for u in theirs[name]))
+        excess = (params[name] - value).abs() - amplified - adam - steps
+        assert float(excess.max()) <= 0, (name, float(excess.max()))
 
 
 def dead_batch():
@@ -83,15 +118,15 @@ def test_minibatches_on_two_processes_equal_one_process(tmp_path, flags, fsdp):
     assert torch.equal(torch.cat([p[0][0] for p in parts]), single_sel)
     for p in (parts[:1] if fsdp else parts):
         # the first step's gradient tightly, the weights after every step within Adam's amplification of the
-        # rounding (tests/test_distributed.py, assert_same_update, derives both)
-        assert_same_update(p[0][3], single_grads, p[0][1], single_params, lr=1e-2, n_terms=Q * G * T + 16)
+        # rounding and Adam's own float64 rounding (assert_same_update_float64 derives each)
+        assert_same_update_float64(p[0][3], single_grads, p[0][1], single_params, lr=1e-2, n_terms=Q * G * T + 16)
     m = parts[0][0][2]
     assert m["optimizer_steps"] == single_metrics["optimizer_steps"] > 1
     # Counts and shares of tokens are exact (the selections are equal, asserted above). ratio_abs_dev_mean and the
     # gradient norms of the later mini-batches are measured at θ after Adam steps, so they carry the weights'
-    # amplified rounding (|Δθ| ~1e-6 on a few coordinates, see assert_same_update): through a Lipschitz forward
-    # pass that moves a log-ratio or a norm of order 1 by ~1e-6 relative, under the rel=1e-5 allowed (measured on
-    # this batch: below 1e-6); abs=1e-9 for the mean |r - 1|, which is 0 up to rounding on the first mini-batch.
+    # difference (assert_same_update_float64 bounds it; float64 leaves it ~1e-15 here): through a Lipschitz forward
+    # pass that moves a log-ratio or a norm of order 1 by far less than the rel=1e-5 allowed; abs=1e-9 for the mean
+    # |r - 1|, which is 0 up to rounding on the first mini-batch.
     for key in ("selected_tokens", "valid_tokens", "clip_active_share", "ratio_abs_dev_mean",
                 "selection_overlap_ets_gmts", "selection_overlap_ets_gmts_min", "grad_norm", "grad_norm_max"):
         assert m[key] == pytest.approx(single_metrics[key], rel=1e-5, abs=1e-9), key
@@ -105,7 +140,7 @@ def test_a_step_with_nothing_to_learn_leaves_the_weights_unchanged_on_every_rank
         for name, value in after_first.items():
             assert torch.equal(after_dead[name], value), name          # exactly: no momentum step
     # the first batch's steps as in test_minibatches_on_two_processes_equal_one_process (the dead one adds none)
-    assert_same_update(parts[0][1][3], single[1][3], parts[0][1][1], single[1][1], lr=1e-2, n_terms=Q * G * T + 16)
+    assert_same_update_float64(parts[0][1][3], single[1][3], parts[0][1][1], single[1][1], lr=1e-2, n_terms=Q * G * T + 16)
 
 
 def tie_scores():

@@ -60,6 +60,8 @@ def lora_run(digit_model_dir, digit_data, tmp_path_factory):
 
 def test_only_adapters_train_and_both_exports_load(lora_run, digit_model_dir):
     from peft import PeftModel
+
+    from gmts.trainer.policy import peft_quiet
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
     ckpt = lora_run / "checkpoints" / "step-000002"
@@ -94,8 +96,9 @@ def test_only_adapters_train_and_both_exports_load(lora_run, digit_model_dir):
     # Both folders load with transformers and are the same function.
     ids = torch.tensor([[3, 9, 11, 4, 40, 41]])
     plain = AutoModelForCausalLM.from_pretrained(lora_run / "final-merged").eval()
-    with_adapter = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(digit_model_dir), ckpt).eval()
-    auto_adapter = AutoModelForCausalLM.from_pretrained(ckpt).eval()      # transformers reads adapter_config.json
+    with peft_quiet():                    # peft's own deprecation warning (gmts/trainer/policy.py, peft_quiet)
+        with_adapter = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(digit_model_dir), ckpt).eval()
+        auto_adapter = AutoModelForCausalLM.from_pretrained(ckpt).eval()  # transformers reads adapter_config.json
     with torch.no_grad():
         reference = plain(ids).logits
         # merged weights against W x + (α/r) B (A x): the same function rounded in two orders, ~u per layer

@@ -13,13 +13,14 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 import rewards
+from conftest import SHARED_DATA, needs_shared_data  # ../shared/data, and the skip that says how to get it
 from rewards import code as code_mod
 from rewards import get_reward
 from rewards import math as math_mod
 from rewards.choice import extract_choice
 from rewards.sandbox import RUN_UIDS, belongs_to_us, run_python, sandbox_info
 
-SHARED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data")
+SHARED = SHARED_DATA                       # ../shared/data (tests/conftest.py says what it holds)
 GSM8K = [os.path.join(SHARED, "gsm8k", f"{s}.jsonl") for s in ("train", "test")]
 MATH500 = os.path.join(SHARED, "math500", "test.jsonl")
 HAS_MATH_VERIFY = importlib.util.find_spec("math_verify") is not None
@@ -35,7 +36,7 @@ def rows(path):
 # ------------------------------------------------------------------ GSM8K and MATH-500 golds
 
 
-@pytest.mark.skipif(not all(map(os.path.exists, GSM8K)), reason="shared/data/gsm8k not present")
+@needs_shared_data("gsm8k")
 def test_every_gsm8k_gold_parses_and_scores():
     for row in rows(GSM8K[0]) + rows(GSM8K[1]):
         gold = math_mod.gold_answer(row["answer"])
@@ -48,7 +49,7 @@ def test_every_gsm8k_gold_parses_and_scores():
         assert gsm8k(row["answer"], row["answer"]) == 1.0
 
 
-@pytest.mark.skipif(not os.path.exists(MATH500), reason="shared/data/math500 not present")
+@needs_shared_data("math500", "test.jsonl")
 def test_every_math500_answer_equals_itself_and_reference_solutions_score():
     data = rows(MATH500)
     for row in data:

@@ -174,3 +174,56 @@ def test_kv_cache_keyword_through_a_lora_model():
     model = tiny_qwen2(seed=4)
     lora = add_lora(model, rank=2, seed=0)
     assert _cache_keyword(lora) == _cache_keyword(model)
+
+
+def test_answers_do_not_depend_on_how_the_prompts_split_into_generation_calls():
+    """--rollout-batch-size changes how a step samples, never what: each prompt's answers draw from
+    its own seed (taken from the step's generator once, for all prompts), whatever call and batch
+    row they sample in."""
+    model = tiny_qwen2(dtype=torch.float64, seed=4)
+    many = [[3, 9, 11, 4], [12, 13], [20, 21, 22, 23, 24, 25], [30, 31, 32], [8]]
+    kw = dict(group_size=4, max_new_tokens=12, eos_token_ids=EOS, pad_token_id=PAD, temperature=1.0)
+    rolls = [sample_batched(model, many, prompts_per_call=k,
+                            generator=torch.Generator().manual_seed(3), **kw) for k in (0, 1, 2, 3)]
+    whole = rolls[0]
+    assert whole.finished.any() and not whole.finished.all()      # rows of different lengths
+    for roll in rolls[1:]:
+        width = whole.completion_ids.shape[1]
+        assert torch.equal(roll.completion_ids[:, :width], whole.completion_ids)
+        assert torch.equal(roll.valid_mask[:, :width], whole.valid_mask)
+        assert not roll.valid_mask[:, width:].any()
+        # float64, other batch shapes and paddings: ~1e-14 apart (as in the shared-prefix test)
+        torch.testing.assert_close(roll.logp[:, :width], whole.logp, rtol=1e-9, atol=1e-9)
+    other = sample_batched(model, many, generator=torch.Generator().manual_seed(4), **kw)
+    assert not torch.equal(other.completion_ids, whole.completion_ids)
+
+
+def test_the_decode_loop_syncs_with_the_host_only_every_check_every_tokens():
+    """A device-to-host read (a scalar read: .item(), int(), bool(); nonzero, also inside a
+    boolean-mask write) serialises a GPU and breaks CUDA graphs. Counted at the dispatcher over a
+    whole rollout whose rows never end (no end-of-sequence id): at most one look per CHECK_EVERY
+    tokens (each a sum read as an int), plus the prefill's."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from gmts.trainer.rollout import CHECK_EVERY
+    syncing = {torch.ops.aten._local_scalar_dense.default, torch.ops.aten.nonzero.default,
+               torch.ops.aten.is_nonzero.default, torch.ops.aten.item.default}
+
+    class Count(TorchDispatchMode):
+        n = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            Count.n += func in syncing
+            return func(*args, **(kwargs or {}))
+    model = tiny_qwen2(seed=4)
+    kw = dict(group_size=4, eos_token_ids=[-1], pad_token_id=PAD,
+              generator=torch.Generator().manual_seed(0))
+    counts = []
+    for new_tokens in (2, 48):       # 2: the prefill and one decode step (t = 1: the last token)
+        Count.n = 0
+        with Count():
+            roll = sample(model, prompts(), max_new_tokens=new_tokens, **kw)
+        counts.append(Count.n)
+    before_decoding = counts[0]
+    Count.n = counts[1]
+    assert not roll.finished.any()
+    assert Count.n <= before_decoding + 48 // CHECK_EVERY, counts

@@ -1,17 +1,18 @@
-"""The sampler's preallocated KV cache (gmts/trainer/rollout.py, KVCache) against the sampler it replaced.
+"""The sampler's preallocated KV cache (gmts/trainer/rollout.py, KVCache) against the sampler it
+replaced.
 
-`reference_sample` below is the previous sampler verbatim (transformers' DynamicCache, grown by concatenation, every
-finished row dropped at once with batch_select_indices). It lives HERE, not in gmts: the package has one sampler.
-The new one must draw the same samples for the same seed (same generator calls, same shapes, same order), with
-log-probs and entropies equal to float error, on Qwen2 and Llama (SmolLM2's architecture) and through LoRA (peft).
+`reference_sample` below is the previous sampler verbatim (transformers' DynamicCache, grown by
+concatenation, every finished row dropped at once with batch_select_indices). It lives HERE, not in
+gmts: the package has one sampler. The new one must draw the same samples for the same seed (the
+same uniforms: rollout.answers_uniforms), with log-probs and entropies equal to float error, on
+Qwen2 and Llama (SmolLM2's architecture) and through LoRA (peft).
 
-Tolerances: the models run in float64. The two samplers compute the same logits from the same keys and values, in a
-different memory layout (a strided view of a preallocated buffer vs a freshly concatenated tensor) and with
-different batch sizes at some steps (finished rows dropped at once vs at halvings), so SDPA and the matmuls may
-reduce in a different order: float64 rounding, ~1e-15 relative per operation, a few hundred operations deep, then
-log-softmax over 64 logits. 1e-9 leaves room for that; a wrong position, column or mask moves log-probs by O(0.1)
-on these random models.
-"""
+Tolerances: the models run in float64. The two samplers compute the same logits from the same keys
+and values, in a different memory layout (a strided view of a preallocated buffer vs a freshly
+concatenated tensor) and with different batch sizes at some steps (finished rows dropped at once vs
+at halvings), so SDPA and the matmuls may reduce in a different order: float64 rounding, ~1e-15
+relative per operation, a few hundred operations deep, then log-softmax over 64 logits. 1e-9 leaves
+room for that; a wrong position, column or mask moves log-probs by O(0.1) on these random models."""
 import pytest
 import torch
 
@@ -28,8 +29,10 @@ TOL = dict(rtol=1e-9, atol=1e-9)
 def reference_sample(model, prompts, *, group_size, max_new_tokens, eos_token_ids, pad_token_id, temperature=1.0,
                      top_k=0, top_p=1.0, generator=None, share_prefix=True, drop_finished=True):
     """The previous gmts sampler (main before issue #23), DynamicCache and all. Returns (tokens, valid, logp, entropy,
-    finished)."""
+    finished). Its random numbers: the sampler's own table, uniform[row, t] (per prompt seeds)."""
     device = next(model.parameters()).device
+    seeds = rollout.prompt_seeds(len(prompts), generator)
+    uniform = rollout.answers_uniforms(seeds, group_size, max_new_tokens)
     eos = torch.tensor(sorted(set(eos_token_ids)), device=device)
     n_rows = len(prompts) * group_size
     greedy = temperature == 0
@@ -48,7 +51,6 @@ def reference_sample(model, prompts, *, group_size, max_new_tokens, eos_token_id
     finished = torch.zeros(n_rows, dtype=torch.bool, device=device)
     live = torch.arange(n_rows, device=device)
     for t in range(max_new_tokens):
-        uniform = torch.rand(n_rows, generator=generator, device=device, dtype=torch.float64)
         scaled = logits.float() / (temperature if not greedy else 1.0)
         log_probs = torch.log_softmax(scaled, dim=-1)
         if greedy:
@@ -56,7 +58,7 @@ def reference_sample(model, prompts, *, group_size, max_new_tokens, eos_token_id
         else:
             probs = torch.softmax(filter_logits(scaled, top_k, top_p), dim=-1).double()
             cdf = probs.cumsum(dim=-1)
-            u = (uniform[live] * cdf[:, -1]).unsqueeze(1)
+            u = (uniform[live, t] * cdf[:, -1]).unsqueeze(1)
             next_tok = torch.searchsorted(cdf, u, right=True).squeeze(1).clamp(max=probs.shape[-1] - 1)
         step_logp = log_probs.gather(1, next_tok[:, None]).squeeze(1)
         step_entropy = -(log_probs.exp() * log_probs).sum(dim=-1)
@@ -183,11 +185,12 @@ def test_cache_is_written_in_place_and_live_rows_compacted_at_halvings(monkeypat
     assert n_batch[0] == 24 and n_batch == sorted(n_batch, reverse=True)
     # Rows finish at step t when their token t is an eos; the batch shrinks at most once per halving of the live rows.
     # The rule, replayed from the result: after token t the rows still answering are those not finished by then
-    # (row i finishes at token lengths[i] - 1); the batch drops to them once they are at most half of it.
+    # (row i finishes at token lengths[i] - 1); every CHECK_EVERY tokens (the host's look at the
+    # rows) the batch drops to them once they are at most half of it.
     expected, n = [], 24
     for t in range(len(n_batch)):
         answering = int((~roll.finished | (roll.lengths > t + 1)).sum())
-        n = answering if answering <= n // 2 else n
+        n = answering if answering <= n // 2 and (t + 1) % rollout.CHECK_EVERY == 0 else n
         expected.append(n)
     assert n_batch == expected
     assert len(set(n_batch)) > 2                         # it did compact, more than once
@@ -198,11 +201,12 @@ def test_cache_is_written_in_place_and_live_rows_compacted_at_halvings(monkeypat
 def test_kv_cache_bytes_for_a_real_config():
     """Qwen2.5-1.5B: 28 layers, 2 KV heads of 128: 28 x 2 x 2 x 128 x 2 bytes = 28,672 bytes per row and column."""
     import os
+
+    from conftest import SHARED_DATA, shared_data_missing
     from transformers import AutoConfig
-    folder = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), os.pardir, "shared", "data",
-                          "qwen2.5-configs", "Qwen2.5-1.5B-Instruct")
-    if not os.path.isdir(folder):
-        pytest.skip(f"no {folder}")
+    folder = os.path.join(SHARED_DATA, "qwen2.5-configs", "Qwen2.5-1.5B-Instruct")
+    if shared_data_missing("qwen2.5-configs", "Qwen2.5-1.5B-Instruct"):
+        pytest.skip(shared_data_missing("qwen2.5-configs", "Qwen2.5-1.5B-Instruct"))
     config = AutoConfig.from_pretrained(folder)
     assert kv_cache_bytes(64, 1000, config, torch.bfloat16) == 64 * 1000 * 28_672
     assert kv_cache_bytes(1, 1, config, torch.float32) == 2 * 28_672

@@ -8,6 +8,7 @@ import time
 
 import pytest
 import torch
+from conftest import SHARED_DATA, needs_shared_data  # ../shared/data, and the skip that says how to get it
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def is_timing(key):          # wall-clock and memory figures differ between any two runs
@@ -217,11 +218,12 @@ def test_non_finite_loss_skips_updates_then_stops(digit_model_dir, tmp_path, mon
         assert torch.equal(v, before[k]), k                  # no update was applied
 
 
-QWEN_TOKENIZER = os.path.join(ROOT, "..", "shared", "data", "qwen2.5-tokenizer")
-QWEN_CONFIG = os.path.join(ROOT, "..", "shared", "data", "qwen2.5-configs", "Qwen2.5-0.5B-Instruct")
+QWEN_TOKENIZER = os.path.join(SHARED_DATA, "qwen2.5-tokenizer")            # tests/conftest.py says what it is
+QWEN_CONFIG = os.path.join(SHARED_DATA, "qwen2.5-configs", "Qwen2.5-0.5B-Instruct")
 
 
-@pytest.mark.skipif(not os.path.isdir(QWEN_TOKENIZER), reason="../shared/data/qwen2.5-tokenizer not present")
+@needs_shared_data("qwen2.5-tokenizer")
+@needs_shared_data("qwen2.5-configs", "Qwen2.5-0.5B-Instruct")
 def test_real_qwen_tokenizer_chat_template_eos_and_reward():
     sys.path.insert(0, ROOT)
     import data as datasets

@@ -22,6 +22,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import shutil
 import sys
 import time
@@ -30,6 +31,15 @@ import numpy as np
 import torch
 
 STATE_FILE = "trainer_state.pt"
+ABANDONED = "abandoned"         # RUN/abandoned/after-step-N: what a rewind to step N set aside (gmts/run/folder.py)
+MERGED = "final-merged"         # LoRA: the merged export at the end of a run (gmts/run/state.py)
+STEP_NAME = re.compile(r"step-(\d+)")   # a checkpoint folder's whole name; 'step-000001 copy' is not one
+
+
+def step_of(name):
+    """The step of a checkpoint folder name (step-000012 -> 12), or None for any other name."""
+    match = STEP_NAME.fullmatch(name)
+    return int(match.group(1)) if match else None
 MANIFEST = "manifest.json"      # {"files": {relative path: {"bytes": n, "sha256": hex}}}, written last
 
 
@@ -46,12 +56,31 @@ def rng_state(generator):
 
 
 def set_rng_state(state, generator):
+    """Every random stream of rng_state, also on another device or on fewer GPUs: the CUDA states
+    of the GPUs there are now (a process uses its own), the sampler's via restore_generator."""
     random.setstate(state["python"])
     np.random.set_state(state["numpy"])
     torch.set_rng_state(state["torch"])
-    if state.get("cuda") is not None and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-    generator.set_state(state["sampler"])
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    cuda = (state.get("cuda") or [])[:gpus]
+    for index, saved in enumerate(cuda):
+        torch.cuda.set_rng_state(saved, index)
+    restore_generator(generator, state["sampler"])
+
+
+def restore_generator(generator, saved):
+    """Set `generator` to a saved state. A state of another device type (a CPU run resumed on CUDA
+    or back: the CPU's Mersenne Twister state and CUDA's Philox seed and offset differ in size) is
+    carried across as a stream seeded from the saved state's bytes: another stream than the old
+    device's, but the same one at every resume."""
+    if generator.get_state().numel() == saved.numel():
+        generator.set_state(saved)
+    else:
+        digest = hashlib.sha256(saved.numpy().tobytes()).digest()
+        generator.manual_seed(int.from_bytes(digest[:8], "little"))
+        print(f"resume: a random stream was saved on another device type than {generator.device}; "
+              "it continues as a new stream seeded from the saved one (samples differ from the "
+              "uninterrupted run)", flush=True)
 
 
 def _fsync_tree(path):
@@ -124,7 +153,9 @@ def save_checkpoint(run_dir, step, model, tokenizer, trainer_state, keep=2, stat
                              f"with --resume {run_dir} once there is room") from None
         raise SystemExit(f"error: writing checkpoint {final} failed ({type(err).__name__}: {_one_line(err)}); "
                          f"{last}") from None
-    for old in list_checkpoints(run_dir)[:-keep]:
+    # Prune the oldest, never the one just written nor anything after it (a rewind has moved those aside).
+    older = [d for d in list_checkpoints(run_dir) if step_of(d) < step]
+    for old in older[:max(0, len(older) - (keep - 1))]:
         _discard(root, old)
     return final
 
@@ -249,23 +280,37 @@ def _discard(root, name):
     shutil.rmtree(trash, ignore_errors=True)
 
 
-def list_checkpoints(run_dir):
+def step_folders(run_dir):
+    """The names of run_dir/checkpoints' folders named step-N, by step (other names are not checkpoints)."""
     root = os.path.join(run_dir, "checkpoints")
     if not os.path.isdir(root):
         return []
-    return sorted(d for d in os.listdir(root) if d.startswith("step-") and os.path.isfile(os.path.join(root, d, STATE_FILE)))
+    return sorted((d for d in os.listdir(root) if step_of(d) is not None and os.path.isdir(os.path.join(root, d))),
+                  key=step_of)
+
+
+def list_checkpoints(run_dir):
+    """The checkpoints of run_dir (step-N folders with a trainer_state.pt), oldest first."""
+    return [d for d in step_folders(run_dir) if os.path.isfile(os.path.join(run_dir, "checkpoints", d, STATE_FILE))]
+
+
+def latest_name(run_dir):
+    """The checkpoint name run_dir/checkpoints/latest holds, or None (missing, unreadable, not a step-N name)."""
+    try:
+        with open(os.path.join(run_dir, "checkpoints", "latest"), encoding="utf-8") as fh:
+            name = fh.read().strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return name if step_of(name) is not None else None
 
 
 def find_checkpoint(path):
     """A checkpoint folder, or a run directory (its `latest`). Raises SystemExit with a clear message otherwise."""
     if os.path.isfile(os.path.join(path, STATE_FILE)):
         return path
-    latest = os.path.join(path, "checkpoints", "latest")
-    if os.path.isfile(latest):
-        with open(latest) as fh:
-            candidate = os.path.join(path, "checkpoints", fh.read().strip())
-        if os.path.isfile(os.path.join(candidate, STATE_FILE)):
-            return candidate
+    latest = latest_name(path)
+    if latest and os.path.isfile(os.path.join(path, "checkpoints", latest, STATE_FILE)):
+        return os.path.join(path, "checkpoints", latest)
     found = list_checkpoints(path)
     if found:
         return os.path.join(path, "checkpoints", found[-1])
@@ -344,14 +389,18 @@ def structure_problem(folder):
 
 def find_resumable(path, report=print):
     """(checkpoint folder, trainer state) to resume from: `path` itself when it is a checkpoint folder, else the
-    newest checkpoint of the run directory `path` that loads. A damaged checkpoint of a run directory is reported
-    (one line through `report`) and skipped, never deleted. Raises CheckpointError when there is nothing to load."""
+    run directory's head: the checkpoint `latest` names, or the newest one before it that loads (checkpoints after
+    `latest` are not the run's history: gmts/run/folder.py sets them aside). A damaged checkpoint of a run
+    directory is reported (one line through `report`) and skipped, never deleted. Raises CheckpointError when
+    there is nothing to load."""
     if os.path.isfile(os.path.join(path, STATE_FILE)):
         candidates, run = [path], False
     else:
         root = os.path.join(path, "checkpoints")
-        names = sorted((d for d in os.listdir(root) if d.startswith("step-")), reverse=True) \
-            if os.path.isdir(root) else []
+        names = step_folders(path)[::-1]
+        head = latest_name(path)
+        if head in names:
+            names = names[names.index(head):]
         candidates, run = [os.path.join(root, d) for d in names], True
         if not candidates:
             raise CheckpointError(f"no checkpoint there (expected {STATE_FILE} in it or in "
@@ -372,17 +421,8 @@ def find_resumable(path, report=print):
 
 
 def newer_checkpoints(run_dir, step):
-    """The step-* folders of run_dir after `step` (those a resume from `step` skipped), oldest first."""
-    return [d for d in list_checkpoints(run_dir) if int(d.split("-")[1]) > step] + [
-        d for d in _step_folders_without_state(run_dir) if int(d.split("-")[1]) > step]
-
-
-def _step_folders_without_state(run_dir):
-    root = os.path.join(run_dir, "checkpoints")
-    if not os.path.isdir(root):
-        return []
-    return sorted(d for d in os.listdir(root) if d.startswith("step-") and d[5:].isdigit()
-                  and os.path.isdir(os.path.join(root, d)) and not os.path.isfile(os.path.join(root, d, STATE_FILE)))
+    """The step-N folders of run_dir after `step` (those a resume from `step` does not continue), oldest first."""
+    return [d for d in step_folders(run_dir) if step_of(d) > step]
 
 
 def move_aside(run_dir, name):
@@ -397,9 +437,12 @@ def clean_leftovers(run_dir):
     """Remove what interrupted writes and prunes leave in run_dir/checkpoints (.tmp-step-*, .old-step-*,
     latest.tmp); never a step-* folder. Returns the names removed."""
     root = os.path.join(run_dir, "checkpoints")
-    if not os.path.isdir(root):
-        return []
     removed = []
+    if os.path.isdir(os.path.join(run_dir, f".tmp-{MERGED}")):          # an interrupted merged export
+        shutil.rmtree(os.path.join(run_dir, f".tmp-{MERGED}"), ignore_errors=True)
+        removed.append(f".tmp-{MERGED}")
+    if not os.path.isdir(root):
+        return removed
     for name in sorted(os.listdir(root)):
         if name.startswith((".tmp-step-", ".old-step-")) or name == "latest.tmp":
             target = os.path.join(root, name)
@@ -418,7 +461,7 @@ def remove_run(run_dir):
     for name in ("metrics.jsonl", "samples.jsonl", "config.json"):
         with contextlib.suppress(FileNotFoundError):
             os.remove(os.path.join(run_dir, name))
-    for name in ("checkpoints", "tensorboard", "wandb"):
+    for name in ("checkpoints", "tensorboard", "wandb", MERGED, ABANDONED, f".tmp-{MERGED}"):
         shutil.rmtree(os.path.join(run_dir, name), ignore_errors=True)
 
 
@@ -426,30 +469,43 @@ def _stderr(message):
     print(message, file=sys.stderr, flush=True)
 
 
-def truncate_jsonl(path, last_step, note=_stderr):
-    """Drop lines logged after `last_step` (a crash after logging but before checkpointing), so a resumed run's
-    metrics.jsonl reads exactly like an uninterrupted one.
+def _step_field(row):
+    """A log record's step: an int, None for a record without one (kept as it is), or False when it is not an
+    int (a hand-edited line: "3", 2.5, true)."""
+    if not isinstance(row, dict) or "step" not in row:
+        return None
+    step = row["step"]
+    return step if isinstance(step, int) and not isinstance(step, bool) else False
 
-    A torn LAST line (a write cut short by a crash or a full disk) is dropped and reported. A line that is not JSON
-    anywhere else is not a torn write: the file as it was is first copied to PATH.bad-<time> (kept), then that line
-    is dropped from the log and reported by its number. Nothing is ever deleted unseen."""
+
+def truncate_jsonl(path, last_step, note=_stderr, dropped_to=None):
+    """Drop lines logged after `last_step` (a crash after logging but before checkpointing), so a resumed run's
+    metrics.jsonl reads exactly like an uninterrupted one. dropped_to: a file that receives those lines (a rewind
+    keeps them, gmts/run/folder.py) instead of dropping them.
+
+    A torn LAST line (a write cut short by a crash or a full disk) is dropped and reported. A line that is not JSON,
+    or whose step is not an integer, anywhere else is not a torn write: the file as it was is first copied to
+    PATH.bad-<time> (kept), then that line is dropped from the log and reported by its number. Nothing is ever
+    deleted unseen."""
     if not os.path.exists(path):
         return
     with open(path, "rb") as fh:
         raw = fh.read()
     lines = raw.decode("utf-8", errors="replace").splitlines(keepends=True)
     numbered = [(i + 1, line) for i, line in enumerate(lines) if line.strip()]
-    kept, torn, bad = [], [], []
+    kept, torn, bad, later = [], [], [], []
     for n, (lineno, line) in enumerate(numbered):
         try:
-            row = json.loads(line)
+            step = _step_field(json.loads(line))
         except ValueError:
             (torn if n == len(numbered) - 1 else bad).append(lineno)
             continue
+        if step is False:
+            bad.append(lineno)
+            continue
         if not line.endswith("\n"):
             line += "\n"
-        if not isinstance(row, dict) or row.get("step", 0) <= last_step:
-            kept.append(line)
+        (kept if step is None or step <= last_step else later).append(line)
     if bad:
         copy = free_name(f"{path}.bad-{time.strftime('%Y%m%dT%H%M%S')}")
         try:
@@ -460,11 +516,13 @@ def truncate_jsonl(path, last_step, note=_stderr):
         except OSError as err:
             raise SystemExit(f"error: {path}:{bad[0]} is not JSON, and keeping a copy as {copy} failed "
                              f"({_one_line(err)}); {path} is unchanged") from None
-        note(f"gmts: {path}:{', '.join(map(str, bad))}: not JSON (a damaged line, not a torn last write); the file as "
-             f"it was is kept in {copy}, and the line is left out of {os.path.basename(path)}")
+        note(f"gmts: {path}:{', '.join(map(str, bad))}: not JSON or no integer step (a damaged line, not a torn last "
+             f"write); the file as it was is kept in {copy}, and the line is left out of {os.path.basename(path)}")
     if torn:
         note(f"gmts: {path}:{torn[0]}: dropped a torn line (the last one, left by an interrupted write)")
     try:
+        if dropped_to and later:
+            write_text_atomic(dropped_to, "".join(later))
         write_text_atomic(path, "".join(kept))
     except OSError as err:
         raise SystemExit(f"error: could not rewrite {path} ({_one_line(err)}); it is unchanged") from None

@@ -6,6 +6,7 @@ Precedence: dataclass defaults < --preset < explicit flags. The resolved config 
 import argparse
 import dataclasses
 import json
+import os
 import re
 from dataclasses import dataclass, field, fields
 
@@ -17,23 +18,26 @@ from gmts.run.validate import REPORT_TO, TRAIN_RULES, check  # noqa: F401  (REPO
 class Config:
     # --- model --------------------------------------------------------------------------------------------------
     model: str = field(default="Qwen/Qwen2.5-1.5B-Instruct", metadata={"help": "hub id or local folder"})
-    tokenizer: str = field(default="", metadata={"help": "tokenizer hub id or folder (default: --model)"})
+    tokenizer: str = field(default="", metadata={"help": "tokenizer hub id or folder (default: the --model's)"})
     dtype: str = field(default="auto", metadata={"help": "auto (bf16 on GPU, float32 on CPU) | float32 | bfloat16 | float16"})
     device: str = field(default="auto", metadata={"help": "auto (cuda if available) | cpu | cuda | cuda:1 ..."})
     gradient_checkpointing: bool = field(default=True, metadata={"help": "recompute activations in backward"})
     lora_rank: int = field(default=0, metadata={"help": "train LoRA adapters of this rank (needs peft); 0 = full fine-tuning"})
-    lora_alpha: float = field(default=0.0, metadata={"help": "LoRA alpha (default: 2 x rank)"})
+    lora_alpha: float = field(default=0.0, metadata={"help": "LoRA alpha; 0 = 2 x rank (default: 0, i.e. 2 x rank)"})
     chunk_size: int = field(default=1024, metadata={"help": "tokens per chunk in the output head (memory vs speed)"})
     # --- data ---------------------------------------------------------------------------------------------------
     data: str = field(default="gsm8k", metadata={"help": "built-in source (gsm8k, math, math500, csqa, csqa2, humaneval, mbpp, kodcode, arithmetic) or a local .jsonl/.json file (data/README.md)"})
     split: str = field(default="train", metadata={"help": "split of --data to train on"})
     limit: int = field(default=0, metadata={"help": "use only the first N training problems (0 = all)"})
-    question_field: str = field(default="", metadata={"help": "column holding the question in a local file, or a format over the row's columns, e.g. '{Body} {Question}'"})
-    answer_field: str = field(default="", metadata={"help": "column holding the reference answer in a local file"})
+    question_field: str = field(default="", metadata={"help": "column holding the question in a local file, or a format over the row's columns, e.g. '{Body} {Question}' (default: the first of question, problem, prompt, input)"})
+    answer_field: str = field(default="", metadata={"help": "column holding the reference answer in a local file (default: the first of answer, final_answer, target, output; code: tests, test, cases)"})
     template: str = field(default="", metadata={"help": "prompt template: math | code | plain-number | choice-letter | none (default: the source's own)"})
-    system_prompt: str = field(default=None, metadata={"help": "override the template's system prompt ('' = none)"})
-    task_options: str = field(default="", metadata={"help": "JSON options for the task, e.g. '{\"digits\": 2}' for arithmetic"})
+    system_prompt: str = field(default=None, metadata={"help": "override the template's system prompt ('' = none; default: the template's own)"})
+    task_options: str = field(default="", metadata={"help": "JSON options for the task, e.g. '{\"digits\": 2}' for arithmetic (default: none)"})
     max_prompt_tokens: int = field(default=1024, metadata={"help": "problems with longer prompts are skipped (counted)"})
+    reward: list = field(default_factory=list, metadata={"help": "a reward for every answer, repeatable: gsm8k | math | choice | code | path/file.py:function | package.module:function; R = the weighted sum (default: each row's own reward; docs/your_task.md)"})
+    reward_weights: str = field(default="", metadata={"help": "weights of the --reward functions in order, e.g. 1,0.1 (default: all 1)"})
+    reward_workers: int = field(default=0, metadata={"help": "threads scoring a step's answers concurrently (0 = twice this process's CPUs; 1 = one after another)"})
     code_trusted_only: bool = field(default=False, metadata={"help": "code reward: score 0 (without running) any problem whose tests could only be judged inside the sandbox (rewards/README.md)"})
     # --- rollout ------------------------------------------------------------------------------------------------
     prompts_per_step: int = field(default=8, metadata={"help": "prompts per rollout batch (Q); one optimizer step each unless --mini-batch-size is smaller"})
@@ -45,7 +49,7 @@ class Config:
     # --- algorithm ----------------------------------------------------------------------------------------------
     algo: str = field(default="grpo", metadata={"help": "grpo (ε1=ε2=0.2, β allowed) | dapo (β=0, ε2=0.28, dynamic sampling)"})
     eps_low: float = field(default=0.2, metadata={"help": "ε1: lower clip"})
-    eps_high: float = field(default=-1.0, metadata={"help": "ε2: upper clip (default: 0.2 grpo, 0.28 dapo)"})
+    eps_high: float = field(default=-1.0, metadata={"help": "ε2: upper clip; -1 = by --algo (default: -1, i.e. 0.2 for grpo, 0.28 for dapo)"})
     beta: float = field(default=0.0, metadata={"help": "k3 KL weight (loads a frozen reference model only when > 0; with LoRA the reference is the same model with its adapters off)"})
     kl_coverage: str = field(default="selected", metadata={"help": "KL term on selected tokens only | all valid tokens"})
     adv_std: str = field(default="unbiased", metadata={"help": "advantage std: unbiased | biased | none (Dr. GRPO)"})
@@ -84,16 +88,16 @@ class Config:
     keep_checkpoints: int = field(default=2, metadata={"help": "how many recent checkpoints to keep"})
     log_samples: int = field(default=2, metadata={"help": "sample completions written per step"})
     log_grad_noise: bool = field(default=False, metadata={"help": "log the gradient noise between two halves of each optimizer batch (grad_noise_ratio, grad_noise_scale: gmts/METHOD.md, \"How concentrated an update is\"); costs one float32 copy of the trainable parameters"})
-    resume: str = field(default="", metadata={"help": "run directory or checkpoint folder to continue from"})
+    resume: str = field(default="", metadata={"help": "run directory or checkpoint folder to continue from (default: none, a fresh run)"})
     overwrite: bool = field(default=False, metadata={"help": "start a fresh run in an --output-dir that holds one (deletes its metrics, samples and checkpoints)"})
     eval_every: int = field(default=0, metadata={"help": "evaluate every N steps and after the last (0 = never)"})
-    eval_data: str = field(default="", metadata={"help": "evaluation sources, space-separated name[:split] (e.g. 'gsm8k:test math500')"})
+    eval_data: str = field(default="", metadata={"help": "evaluation sources, space-separated name[:split] (e.g. 'gsm8k:test math500'; default: none)"})
     eval_limit: int = field(default=100, metadata={"help": "evaluation problems"})
     eval_samples: int = field(default=1, metadata={"help": "samples per evaluation problem"})
     eval_temperature: float = field(default=0.0, metadata={"help": "evaluation temperature (0 = greedy)"})
     eval_before: bool = field(default=False, metadata={"help": "also evaluate before the first step (needs --eval-data; with --eval-every, the end prints before and after)"})
     report_to: str = field(default="none", metadata={"help": "also log metrics, samples and config to: none | tensorboard | wandb (optional installs; wandb works offline with WANDB_MODE=offline)"})
-    preset: str = field(default="", metadata={"help": "named settings (explicit flags override): cpu-demo | recipe-gsm8k | paper-math | paper-math-7b | paper-base | paper-base-7b | paper-coder | paper-coder-7b | paper-qwen3-8b (README's presets table); --print-config shows the result"})
+    preset: str = field(default="", metadata={"help": "named settings (explicit flags override): cpu-demo | recipe-gsm8k | paper-math | paper-math-7b | paper-base | paper-base-7b | paper-coder | paper-coder-7b | paper-qwen3-8b (README's presets table); --print-config shows the result (default: none)"})
 
 
 # Presets: named settings (dataclass defaults < --preset < explicit flags). Each paper preset is one setting of the
@@ -171,44 +175,99 @@ PRESET_NOTES = {
 }
 
 
+def shown_default(value):
+    """How --help names a default: on / off for a switch, none for an unset value, else the value itself."""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if value is None or value == "" or value == []:
+        return "none"
+    return " ".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
+
+
+def with_default(help_text, value):
+    """`help_text` and one '(default: ...)', unless the text names its default itself."""
+    return help_text if re.search(r"\bdefault\b", help_text) else f"{help_text} (default: {shown_default(value)})"
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """--help of every entry point: the description as written (what it does, examples), then every option with
+    exactly one default (with_default)."""
+
+    def _get_help_string(self, action):
+        text = (action.help or "").replace(" (default: %(default)s)", "")   # BooleanOptionalAction's own, 3.11
+        return text if action.default is argparse.SUPPRESS else with_default(text, action.default)
+
+
 class _Parser(argparse.ArgumentParser):
+    """A bad flag is one line; --help opens with a short synopsis and the description, then the options."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("usage", "%(prog)s [options]")
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+
     def error(self, message):  # one clear line naming the flag, not a screenful of usage
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
+DESCRIPTION = """GRPO/DAPO with token selection in the policy loss: ETS (the 20% highest-entropy tokens),
+GMTS (the top 20% by |entropy x omega|), random, or none (plain GRPO/DAPO). Each step samples G answers per
+prompt, scores them with a program, takes advantages per group and trains the clipped policy loss on the
+selected tokens.
+
+  python train.py --preset cpu-demo --selector gmts   # SmolLM2-135M learns 0..30 sums on a CPU
+  python train.py --selector gmts                     # Qwen2.5-1.5B-Instruct on GSM8K: a GPU run
+  python train.py --preset paper-math --print-config  # what a preset sets (explicit flags override it)
+  python train.py --resume runs/gmts                  # continue a run from its last checkpoint
+
+Defaults < --preset < explicit flags. Offline, --model and --data take local paths. What a run writes:
+docs/training.md; the method: gmts/METHOD.md."""
+
+# The --help sections: the Config field that opens each (fields keep the dataclass's order).
+SECTIONS = {"model": "model", "data": "data", "prompts_per_step": "rollout", "algo": "algorithm",
+            "selector": "token selection", "steps": "optimisation", "seed": "output, checkpoints, evaluation"}
+
+
 def build_parser():
-    parser = _Parser(description="GRPO/DAPO with token selection (ETS, GMTS). See README.md.",
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    add_config_flags(parser)
+    parser = _Parser(prog="train.py", usage="%(prog)s [--preset NAME] [--selector none|ets|gmts|random] [options]",
+                     description=DESCRIPTION)
+    add_config_flags(parser, sections=SECTIONS)
     parser.add_argument("--print-config", action="store_true", default=argparse.SUPPRESS,
                         help="print the resolved config (preset, then flags) with the preset's source, and exit")
     return parser
 
 
-def add_config_flags(parser, names=None, *, defaults=None, helps=None):
+def add_config_flags(parser, names=None, *, defaults=None, helps=None, sections=None):
     """One --flag per Config field (every field, or those in `names`), typed and documented from the dataclass.
 
     defaults=None: every flag defaults to argparse.SUPPRESS, so parse_config can tell an explicit flag from a
     default (presets sit in between). A dict instead: the flags default to the dataclass's values, overridden by
     the dict's, and the namespace holds a value for each (for tools that use some of the fields, e.g. gmts.tools.analyze).
-    helps: {name: text} replaces a field's help where the tool gives the field another role."""
+    helps: {name: text} replaces a field's help where the tool gives the field another role.
+    sections: {name: title}: the field `name` and those after it go under `title` in --help."""
     chosen = [f for f in fields(Config) if names is None or f.name in names]
     unknown = set(names or ()) - {f.name for f in chosen}
     if unknown:
         raise ValueError(f"not Config fields: {sorted(unknown)}")
+    group = parser
     for f in chosen:
+        if f.name in (sections or {}):
+            group = parser.add_argument_group(sections[f.name])
         flag = "--" + f.name.replace("_", "-")
-        help_text = (helps or {}).get(f.name, f.metadata.get("help", ""))
-        default = f.default if defaults is None else defaults.get(f.name, f.default)
+        base = f.default_factory() if f.default is dataclasses.MISSING else f.default
+        default = base if defaults is None else defaults.get(f.name, base)
+        help_text = with_default((helps or {}).get(f.name, f.metadata.get("help", "")), default)
         value = argparse.SUPPRESS if defaults is None else default
-        if f.type is bool or f.type == "bool":
+        if f.type is list or f.type == "list":      # repeatable: --reward a --reward b
+            parser.add_argument(flag, dest=f.name, action="append", default=value,
+                                help=help_text)
+        elif f.type is bool or f.type == "bool":
             # --x / --no-x
-            parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=value,
-                                help=f"{help_text} (default: {default})")
+            group.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=value,
+                               help=help_text)
         else:
             kind = {"int": int, "float": float, "str": str}.get(f.type if isinstance(f.type, str) else f.type.__name__)
-            parser.add_argument(flag, dest=f.name, type=kind, default=value,
-                                help=f"{help_text} (default: {default!r})")
+            group.add_argument(flag, dest=f.name, type=kind, default=value, help=help_text)
 
 
 def parse_config(argv=None):
@@ -228,6 +287,8 @@ def parse_config(argv=None):
         resolve(cfg)
     except ValueError as err:
         parser.error(str(err) + preset_note(str(err), preset, explicit))   # a flag the user never typed
+    if show and cfg.resume:           # what the resume will run: printed by gmts/run/folder.py's check_start
+        return cfg
     if show:
         if preset:
             print(f"# --preset {preset}: {PRESET_NOTES.get(preset, '')}")
@@ -236,9 +297,17 @@ def parse_config(argv=None):
     return cfg
 
 
+# The flags whose value may be a path (or else a hub id or a built-in name); `~` in them is the home folder.
+PATH_VALUED_FLAGS = ("model", "tokenizer", "data", "output_dir", "resume")
+
+
 def resolve(cfg):
     """Fill the defaults that depend on other flags, then check every value against gmts/run/validate.py's table
     (raises ValueError naming the flag and the value)."""
+    for name in PATH_VALUED_FLAGS:       # `~` expanded here, once, for every later check, the lock and the loaders
+        value = getattr(cfg, name)
+        if isinstance(value, str) and value.startswith("~"):
+            setattr(cfg, name, os.path.expanduser(value))
     if isinstance(cfg.eps_high, (int, float)) and cfg.eps_high < 0:
         cfg.eps_high = 0.28 if cfg.algo == "dapo" else 0.2
     if cfg.mini_batch_size == 0:

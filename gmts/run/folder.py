@@ -17,20 +17,33 @@ proceeds and the other ends in one line naming the first's pid. Under torchrun o
 claim on the main process only). Deleting a run (--overwrite), cleaning leftovers of interrupted writes, moving a
 damaged checkpoint aside and cutting the logs back to the checkpoint all happen under the lock, never before.
 
-What counts as a run: metrics.jsonl, samples.jsonl or checkpoints/. A lone config.json is the trace of a start that
-stopped before its first step (an out-of-memory step 1, Ctrl-C, a bad --report-to backend): the next start replaces
-it, so the corrected command is never refused for it.
+What counts as a run: metrics.jsonl, samples.jsonl, checkpoints/ or final-merged/. A lone config.json (train.py's)
+is the trace of a start that stopped before its first step (an out-of-memory step 1, Ctrl-C, a bad --report-to
+backend): the next start replaces it, so the corrected command is never refused for it. A folder that holds
+something else train.py would overwrite (a model's config.json, weights) is not a run folder and is refused.
+
+A run's history is one line. `latest` is its head; `--resume RUN` continues from it. `--resume RUN/checkpoints/
+step-N` in place is a rewind: what the run holds after step N (the later checkpoints, their metrics.jsonl and
+samples.jsonl lines, a final-merged/ export) is moved, under the lock, to RUN/abandoned/after-step-N/ (.1, .2 ...
+when taken), so checkpoints, `latest`, the logs and the exports all end at step N and nothing is deleted. To keep
+both futures, branch instead: --resume RUN/checkpoints/step-N --output-dir NEW.
 """
+import contextlib
+import errno
 import fcntl
+import json
 import os
 import signal
 import socket
 import sys
 import time
 
-from gmts.run.validate import UsageError, context_problem, output_path_problem
+from gmts.run.validate import UsageError, context_problem, launcher_problem, output_path_problem
 
 LOCK = ".lock"
+LOCK_NOTE = ("That process owns this run folder while it runs: it holds an flock on this file, which the system "
+             "releases when the process ends, however it ends. Once it has ended the file means nothing (keep it or "
+             "delete it); never delete it while the process runs.\n")
 
 # Flags a resumed run may change: how the batch is computed, how long the run goes, what is logged and kept. Every
 # other flag defines the experiment (model, data and its order, the method, the optimiser): changing one mid-run
@@ -42,7 +55,13 @@ RESUMABLE = {"steps", "micro_batch_size", "micro_batch_tokens", "rollout_batch_s
              "compile", "log_grad_noise"}
 
 # The files of a run in its folder; a fresh run must not mix its files with these.
-RUN_FILES = ("metrics.jsonl", "samples.jsonl", "config.json", "checkpoints")
+RUN_FILES = ("metrics.jsonl", "samples.jsonl", "config.json", "checkpoints", "final-merged")
+
+# What a model folder holds (and a run folder never does at its top): train.py would overwrite or mix with it.
+MODEL_FILES = (".safetensors", ".bin", ".gguf", "tokenizer.json", "tokenizer_config.json", "adapter_config.json")
+
+# flock's errors on a file system without locks (NFS without lockd, some FUSE mounts).
+NO_LOCKS = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL)
 
 # Flags that may name a local file or folder (or else a hub id / built-in source). A fresh run stores them as
 # absolute paths, so a resume from another working directory reads the same files, and a resume compares them
@@ -73,6 +92,46 @@ def exit_on_interrupt(prog):
         signal.signal(sig, stop)
 
 
+class WatchedStdout:
+    """sys.stdout, remembering the OSError of a failed write (a full disk behind `> log`, a closed pipe), so that
+    train.py can tell that error from any other and end in one line (stdout_failed)."""
+
+    def __init__(self, stream):
+        self.stream, self.error = stream, None
+
+    def write(self, text):
+        try:
+            return self.stream.write(text)
+        except OSError as err:
+            self.error = self.error or err
+            raise
+
+    def flush(self):
+        try:
+            return self.stream.flush()
+        except OSError as err:
+            self.error = self.error or err
+            raise
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+
+
+def stdout_failed(err, prog="train.py"):
+    """When `err` came from writing to stdout (sys.stdout a WatchedStdout), print one line on stderr and return
+    True; stdout is pointed at /dev/null, so the interpreter's last flush says nothing more. Checkpoints and the
+    run's logs are written apart from stdout and stay whole."""
+    if getattr(sys.stdout, "error", None) is not err:
+        return False
+    with contextlib.suppress(OSError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    sys.stdout = sys.stdout.stream
+    print(f"{prog}: error: writing to stdout failed ({err.strerror or err}); the run folder's checkpoints and "
+          "logs are whole: once stdout can be written, run again (--resume --output-dir's folder if it holds a "
+          "checkpoint)", file=sys.stderr, flush=True)
+    return True
+
+
 # ----------------------------------------------------------------------------------------------------------------------
 # What a folder holds, and who owns it.
 
@@ -101,9 +160,35 @@ def resumed_run(resume):
     return run_of(resume) if os.path.isfile(os.path.join(resume, STATE_FILE)) else resume
 
 
+def foreign_files_problem(path):
+    """Why the folder `path` is not a run folder train.py may write into (a model's config.json, weights or
+    tokenizer files at its top), or None."""
+    if not os.path.isdir(path):
+        return None
+    config = os.path.join(path, "config.json")
+    if os.path.isfile(config) and _model_config(config):
+        return ("holds a model's config.json (model_type / architectures), not a train.py run's: train.py would "
+                "overwrite it; choose another --output-dir")
+    found = sorted(n for n in os.listdir(path) if n.endswith(MODEL_FILES))
+    if found:
+        return (f"holds {found[0]}, a model's file, not a run's (a model folder?); choose another --output-dir")
+    return None
+
+
+def _model_config(path):
+    """Whether the JSON file at `path` is a model's config.json (transformers writes model_type and architectures;
+    train.py's never holds either)."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            fields = json.load(fh)
+    except (OSError, ValueError):
+        return False
+    return isinstance(fields, dict) and ("model_type" in fields or "architectures" in fields)
+
+
 def _holder(fd):
     os.lseek(fd, 0, os.SEEK_SET)
-    text = os.read(fd, 200).decode("utf-8", "replace").strip()
+    text = os.read(fd, 200).decode("utf-8", "replace").strip().split("\n")[0]      # line 1: who
     return text or "a process that has not written its pid yet"
 
 
@@ -121,10 +206,20 @@ def owner(path):
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
             return _holder(fd)
+        except OSError as err:
+            raise _no_locks(path, err) from None
         fcntl.flock(fd, fcntl.LOCK_UN)
         return None
     finally:
         os.close(fd)
+
+
+def _no_locks(path, err, prog="train.py"):
+    if err.errno in NO_LOCKS:
+        return UsageError(prog, f"--output-dir {path}: its file system does not support file locks (flock: "
+                                f"{err.strerror or err}; NFS without lockd?), and a run folder needs one to have one "
+                                "owner: choose a folder on a local disk")
+    return UsageError(prog, f"--output-dir {path}: cannot lock {LOCK} ({err.strerror or err})")
 
 
 def _in_use(prog, path, who):
@@ -156,9 +251,14 @@ def check_start(argv, prog="train.py"):
     """The config train.py runs with, checked whole before anything loads or is written. Returns (cfg, checkpoint
     folder or None, trainer state or None); any problem is a UsageError (one line, exit 2)."""
     from gmts.run import checkpoint as ckpt
-    from gmts.run.config import Config, build_parser, parse_config, preset_note, resolve
+    from gmts.run.config import Config, build_parser, parse_config, preset_note, resolve, to_dict
+    problem = launcher_problem()           # WORLD_SIZE without torchrun: one line, not a rendezvous traceback
+    if problem:
+        raise UsageError(prog, problem)
     cfg = parse_config(argv)
     explicit = set(vars(build_parser().parse_args(argv)))
+    show = "print_config" in explicit              # (parse_config printed it already, unless --resume)
+    explicit.discard("print_config")
     resume_from, state = None, None
     if cfg.resume and "output_dir" not in explicit:      # continuing in place: is the run's owner still at work?
         who = resumed_run(cfg.resume) and owner(resumed_run(cfg.resume))
@@ -173,6 +273,8 @@ def check_start(argv, prog="train.py"):
         except ckpt.CheckpointError as err:
             raise UsageError(prog, f"--resume {cfg.resume}: {err}") from None
         saved = dict(state["config"])
+        if run_of(resume_from):        # a checkpoint outside a run folder has no run record beside it
+            record_problem(run_of(resume_from), saved, explicit, prog)
         for name in sorted(explicit - RESUMABLE):
             value = getattr(cfg, name)
             if name in saved and saved[name] != value and not (name in PATH_FLAGS and _local_path(name, value)
@@ -198,12 +300,16 @@ def check_start(argv, prog="train.py"):
         if cfg.steps <= state["step"]:
             raise UsageError(prog, f"--steps {cfg.steps}: {resume_from} is already at step {state['step']}; pass "
                                    f"--steps > {state['step']} to train further")
+        if show:                            # --resume RUN --print-config: what this resume will run, then exit
+            print(f"# --resume {cfg.resume}: {resume_from}'s configuration with this command's flags")
+            print(json.dumps(to_dict(cfg), indent=2))
+            raise SystemExit(0)
     else:
         for name in PATH_FLAGS:                 # local paths as absolute ones: a resume from anywhere reads them
             value = getattr(cfg, name)
             if _local_path(name, value):
                 setattr(cfg, name, os.path.abspath(os.path.expanduser(value)))
-    problem = output_path_problem(cfg.output_dir, "folder")
+    problem = output_path_problem(cfg.output_dir, "folder") or foreign_files_problem(cfg.output_dir)
     if problem:
         raise UsageError(prog, f"--output-dir {cfg.output_dir}: {problem}")
     who = owner(cfg.output_dir)
@@ -263,6 +369,9 @@ def _lock(path, prog):
             break
         except BlockingIOError:
             time.sleep(0.05)
+        except OSError as err:
+            os.close(fd)
+            raise _no_locks(path, err, prog) from None
     else:
         who = _holder(fd)
         os.close(fd)
@@ -270,13 +379,54 @@ def _lock(path, prog):
     _HELD[os.path.realpath(path)] = fd
     try:
         os.ftruncate(fd, 0)
-        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n{LOCK_NOTE}".encode(), 0)
     except OSError as err:
         raise SystemExit(f"error: --output-dir {path}: cannot write {LOCK} ({err.strerror or err})") from None
 
 
+# config.json records the run; the checkpoints hold what it runs. Flags that say nothing about the experiment.
+NOT_RECORDED = {"resume", "overwrite", "output_dir"}
+
+
+def record_problem(run_dir, saved, explicit, prog="train.py"):
+    """config.json against the checkpoint's config (`saved`) before a resume: config.json is what gmts wrote, never
+    an input, so a hand edit is not silently dropped. An edit to a flag that defines the experiment is refused; one
+    to a flag that may change on resume is said in one line (the checkpoint's value stays: pass the flag to change
+    it). A config.json that does not parse is refused (the run's record would be lost)."""
+    path = os.path.join(run_dir, "config.json")
+    if not os.path.isfile(path):
+        return
+    try:
+        with open(path, encoding="utf-8") as fh:
+            written = json.load(fh)
+        if not isinstance(written, dict):
+            raise ValueError("not a JSON object")
+    except (OSError, ValueError) as err:
+        raise UsageError(prog, f"--resume: {path} does not read as the run's configuration ({' '.join(str(err).split())}"
+                               "); a resume takes the configuration from the checkpoint: restore the file or remove "
+                               "it") from None
+    differ = sorted(k for k in written if k in saved and k not in NOT_RECORDED and k not in explicit
+                    and written[k] != saved[k]
+                    and not (k in PATH_FLAGS and _resolved(written[k]) == _resolved(saved[k])))
+    fixed = [k for k in differ if k not in RESUMABLE]
+    if fixed:
+        name = fixed[0]
+        raise UsageError(prog, f"--resume: {path} says {name} = {written[name]!r}, the checkpoint {saved[name]!r}; "
+                               f"config.json records the run and is not read back (hand-edited?), and "
+                               f"--{name.replace('_', '-')} defines the experiment: restore config.json, or start a "
+                               "new run with the new value")
+    if differ:
+        _note(f"{path} differs from the checkpoint's configuration in "
+              + ", ".join(f"{k} ({written[k]!r} there, {saved[k]!r} in the checkpoint)" for k in differ)
+              + "; the resume runs the checkpoint's values (config.json is rewritten): pass "
+              + ", ".join(f"--{k.replace('_', '-')}" for k in differ) + " to change them")
+
+
 def _prepare(cfg, start_step, path, prog, ckpt):
     """Under the lock: what the folder holds now (not what it held when check_start looked), then the changes."""
+    problem = foreign_files_problem(path)
+    if problem:
+        raise UsageError(prog, f"--output-dir {path}: {problem}")
     existing = run_files(path)
     if not cfg.resume:
         if holds_run(existing) and not cfg.overwrite:       # another start got here first and has finished
@@ -294,26 +444,63 @@ def _prepare(cfg, start_step, path, prog, ckpt):
                 raise UsageError(prog, f"--output-dir {path} holds another run ({', '.join(existing)}), written while "
                                        f"this start was loading; --resume {cfg.resume} would mix the two")
         else:
-            in_place = not os.path.isfile(os.path.join(cfg.resume, ckpt.STATE_FILE))
-            moved = False
-            for name in ckpt.newer_checkpoints(path, start_step):
-                folder = os.path.join(path, "checkpoints", name)
-                problem = ckpt.checkpoint_problem(folder, report=lambda _: None)
-                if problem:
-                    target = ckpt.move_aside(path, name)
-                    moved = True
-                    _note(f"kept the damaged checkpoint {name} aside as {os.path.basename(target)} ({problem})")
-                elif in_place:       # written after check_start chose the checkpoint: another start ran meanwhile
-                    raise UsageError(prog, f"--resume {cfg.resume}: {name} was written while this start was loading; "
-                                           "run the command again to continue from it")
-            kept = ckpt.list_checkpoints(path)
-            if moved and kept:
-                ckpt.write_text_atomic(os.path.join(path, "checkpoints", "latest"), kept[-1] + "\n")
+            _cut_history(cfg, start_step, path, prog, ckpt)
     removed = ckpt.clean_leftovers(path)
     if removed:
         _note(f"removed leftovers of an interrupted checkpoint write or prune: {', '.join(removed)}")
     if os.path.exists(os.path.join(path, "config.json.tmp")):
         os.remove(os.path.join(path, "config.json.tmp"))
-    if start_step:
-        for name in ("metrics.jsonl", "samples.jsonl"):
+    if start_step and not (cfg.resume and same_folder(path, resumed_run(cfg.resume))):
+        for name in ("metrics.jsonl", "samples.jsonl"):      # a branch into an empty folder: nothing to cut
             ckpt.truncate_jsonl(os.path.join(path, name), start_step)
+
+
+def _cut_history(cfg, start_step, path, prog, ckpt):
+    """A resume in place: the run's history ends at start_step. Damaged checkpoints after it are moved aside as
+    damaged-step-N; intact ones (a rewind, or a checkpoint renamed in place but not yet in `latest` by a crash) and
+    a final-merged/ exported after it go to RUN/abandoned/after-step-N/ with their metrics and samples lines;
+    `latest` names the checkpoint resumed."""
+    in_place = not os.path.isfile(os.path.join(cfg.resume, ckpt.STATE_FILE))      # --resume RUN: follows latest
+    head = ckpt.step_of(ckpt.latest_name(path) or "")
+    later = []
+    for name in ckpt.newer_checkpoints(path, start_step):
+        problem = ckpt.checkpoint_problem(os.path.join(path, "checkpoints", name), report=lambda _: None)
+        if problem:
+            target = ckpt.move_aside(path, name)
+            _note(f"kept the damaged checkpoint {name} aside as {os.path.basename(target)} ({problem})")
+        elif in_place and (head is None or ckpt.step_of(name) <= head):
+            # latest moved past the checkpoint check_start chose: another start ran meanwhile
+            raise UsageError(prog, f"--resume {cfg.resume}: {name} was written while this start was loading; "
+                                   "run the command again to continue from it")
+        else:
+            later.append(name)
+    merged = os.path.join(path, ckpt.MERGED)
+    export_later = os.path.isdir(merged) and _export_step(merged) != start_step
+    name = f"step-{start_step:06d}"
+    if later or export_later:
+        target = ckpt.free_name(os.path.join(path, ckpt.ABANDONED, f"after-{name}"))
+        os.makedirs(os.path.join(target, "checkpoints"))
+        for later_name in later:
+            os.rename(os.path.join(path, "checkpoints", later_name), os.path.join(target, "checkpoints", later_name))
+        if export_later:
+            os.rename(merged, os.path.join(target, ckpt.MERGED))
+        for log in ("metrics.jsonl", "samples.jsonl"):
+            ckpt.truncate_jsonl(os.path.join(path, log), start_step, dropped_to=os.path.join(target, log))
+        _note(f"rewound to {name}: moved what the run held after it ("
+              + ", ".join(later + ([ckpt.MERGED] if export_later else []) + ["their log lines"])
+              + f") to {target}; the run continues from {name}")
+    else:
+        for log in ("metrics.jsonl", "samples.jsonl"):
+            ckpt.truncate_jsonl(os.path.join(path, log), start_step)
+    if os.path.isdir(os.path.join(path, "checkpoints", name)) and ckpt.latest_name(path) != name:
+        ckpt.write_text_atomic(os.path.join(path, "checkpoints", "latest"), name + "\n")
+
+
+def _export_step(merged):
+    """The step a final-merged/ export was made at (its gmts_export.json), or None (unknown: an older gmts)."""
+    try:
+        with open(os.path.join(merged, "gmts_export.json"), encoding="utf-8") as fh:
+            step = json.load(fh).get("step")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return step if isinstance(step, int) else None

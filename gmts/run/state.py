@@ -7,6 +7,7 @@ Nothing in gmts/ imports data/ or rewards/: train.py passes its data loader and 
 import copy
 import json
 import os
+import shutil
 import signal
 import sys
 from dataclasses import dataclass
@@ -15,11 +16,14 @@ import torch
 
 from gmts.run import checkpoint as ckpt
 from gmts.run import folder
+from gmts.run.fingerprint import differences, fingerprint
+from gmts.run.validate import UsageError
 from gmts.run.config import to_dict
 from gmts.trainer import distributed
 from gmts.trainer.optim import build_optimizer
 from gmts.trainer.policy import (add_lora, check_vocabulary, enable_gradient_checkpointing, end_of_sequence_ids,
-                                 load_model, load_tokenizer, resolve_device, resolve_dtype)
+                                 load_model, load_tokenizer, peft_quiet, resolve_device,
+                                 resolve_dtype)
 from gmts.trainer.step import Batch, PromptStream  # noqa: F401  (moved to gmts/trainer/step.py; the old names)
 
 
@@ -41,6 +45,7 @@ class Run:
     device: torch.device
     rank: int = 0
     world: int = 1
+    fingerprint: dict = None      # what the run is made of (gmts/run/fingerprint.py), saved with every checkpoint
 
     @property
     def main_process(self):
@@ -88,7 +93,8 @@ def build_policy(cfg, resume_from, device, dtype):
     if cfg.lora_rank:
         if resume_from:
             from peft import PeftModel
-            model = PeftModel.from_pretrained(model, resume_from, is_trainable=True)
+            with peft_quiet():
+                model = PeftModel.from_pretrained(model, resume_from, is_trainable=True)
         else:
             model = add_lora(model, rank=cfg.lora_rank, alpha=cfg.lora_alpha, seed=cfg.seed)
     if cfg.gradient_checkpointing:
@@ -105,6 +111,15 @@ def build_run(cfg, resume_from, state, *, load_prompts, reward_functions):
     ckpt.seed_everything(cfg.seed)
     tokenizer, problems, prompt_ids, n_too_long, reward_fns = load_data(cfg, resume_from, load_prompts,
                                                                         reward_functions)
+    made_of = fingerprint(cfg, problems, prompt_ids, tokenizer)
+    if state is not None:             # before the model loads or anything is written: refuse another run's parts
+        saved = state.get("fingerprint")
+        problem = differences(saved, made_of, cfg) if saved else None
+        if problem:
+            raise UsageError("train.py", f"--resume {cfg.resume}: {problem}")
+        if saved is None and rank == 0:
+            folder._note(f"{resume_from} was written by an older gmts without a fingerprint: the data, tokenizer and "
+                         "base model cannot be compared with the run's")
     model, ref_model, optimizer = build_policy(cfg, resume_from, device, dtype)
     check_vocabulary(model, tokenizer, flag="--tokenizer" if cfg.tokenizer else "--model")   # not an IndexError later
     # Each process samples its own answers; the data order is shared.
@@ -112,7 +127,7 @@ def build_run(cfg, resume_from, state, *, load_prompts, reward_functions):
               eos_ids=end_of_sequence_ids(model, tokenizer), stream=PromptStream(problems, prompt_ids, cfg.seed),
               reward_fns=reward_fns, rollout_gen=torch.Generator(device=device).manual_seed(cfg.seed + 1_000_003 * rank),
               select_gen=torch.Generator(device=device).manual_seed(cfg.seed + 1 + 1_000_003 * rank),
-              device=device, rank=rank, world=world)
+              device=device, rank=rank, world=world, fingerprint=made_of)
     start_step = restore(run, state) if state is not None else 0
     if run.main_process:
         open_output_dir(run, start_step)
@@ -135,7 +150,7 @@ def restore(run, state):
     else:
         run.optimizer.load_state_dict(state["optimizer"])
     ckpt.set_rng_state(state["rng"][run.rank], run.rollout_gen)
-    run.select_gen.set_state(state["select_rng"][run.rank])
+    ckpt.restore_generator(run.select_gen, state["select_rng"][run.rank])
     run.stream.position = state["data_position"]
     return state["step"]
 
@@ -165,17 +180,34 @@ def save(run, step):
     if run.main_process:
         trainer_state = {"step": step, "config": to_dict(run.cfg), "optimizer": optim_state,
                          "rng": [r for r, _ in rngs], "select_rng": [s for _, s in rngs],
-                         "data_position": run.stream.position, "world_size": run.world}
+                         "data_position": run.stream.position, "world_size": run.world,
+                         "fingerprint": run.fingerprint}
         ckpt.save_checkpoint(run.cfg.output_dir, step, run.model, run.tokenizer, trainer_state,
                              keep=run.cfg.keep_checkpoints, state_dict=model_state)
     distributed.barrier()
 
 
-def save_merged_lora(run):
-    """LoRA: plain merged weights beside the checkpoints, for transformers / vLLM."""
-    merged_dir = os.path.join(run.cfg.output_dir, "final-merged")
-    copy.deepcopy(run.model).merge_and_unload().save_pretrained(merged_dir, safe_serialization=True)
-    run.tokenizer.save_pretrained(merged_dir)
+def save_merged_lora(run, step):
+    """LoRA: plain merged weights beside the checkpoints, for transformers / vLLM, written like a checkpoint:
+    into .tmp-final-merged, fsynced, then renamed into place, with gmts_export.json (the step) inside. A failed
+    write (a full disk) removes the temporary folder and is one line: no final-merged/ without its weights."""
+    merged_dir = os.path.join(run.cfg.output_dir, ckpt.MERGED)
+    tmp = os.path.join(run.cfg.output_dir, f".tmp-{ckpt.MERGED}")
+    try:
+        shutil.rmtree(tmp, ignore_errors=True)
+        copy.deepcopy(run.model).merge_and_unload().save_pretrained(tmp, safe_serialization=True)
+        run.tokenizer.save_pretrained(tmp)
+        ckpt.write_text_atomic(os.path.join(tmp, "gmts_export.json"), json.dumps({"step": step}) + "\n")
+        ckpt._fsync_tree(tmp)
+        if os.path.exists(merged_dir):
+            shutil.rmtree(merged_dir)
+        os.rename(tmp, merged_dir)
+    except Exception as err:       # OSError; safetensors' error on a full disk
+        shutil.rmtree(tmp, ignore_errors=True)
+        why = "No space left on device" if ckpt.disk_full(err) else f"{type(err).__name__}: {ckpt._one_line(err)}"
+        raise SystemExit(f"error: writing the merged LoRA export {merged_dir} failed ({why}); nothing was left "
+                         f"there, and the adapter checkpoint {ckpt.find_checkpoint(run.cfg.output_dir)} is intact "
+                         "(PeftModel.from_pretrained + merge_and_unload exports it)") from None
 
 
 class StopRequest:
@@ -202,21 +234,24 @@ class StopRequest:
 # ----------------------------------------------------------------------------------------------------------------------
 # In-training evaluation.
 
-def evaluate_during_training(run):
+def evaluate_during_training(run, label="eval"):
     """run_eval where it must run: under FSDP every process (each holds a shard of every layer; all evaluate
-    identically), else rank 0 alone. Returns the eval_* metrics on rank 0, {} on the others."""
+    identically), else rank 0 alone. Returns the eval_* metrics on rank 0, {} on the others. Rank 0 shows a
+    progress bar named `label`."""
     out = {}
     if run.cfg.fsdp:
         with distributed.layers_gathered(run.model):
-            out = run_eval(run.cfg, run.model, run.tokenizer, run.eos_ids, run.device)
+            out = run_eval(run.cfg, run.model, run.tokenizer, run.eos_ids, run.device,
+                           progress=run.main_process and label)
     elif run.main_process:
-        out = run_eval(run.cfg, run.model, run.tokenizer, run.eos_ids, run.device)
+        out = run_eval(run.cfg, run.model, run.tokenizer, run.eos_ids, run.device, progress=label)
     distributed.barrier()
     return out if run.main_process else {}
 
 
-def run_eval(cfg, model, tokenizer, eos_ids, device):
-    """In-training evaluation with eval.py's protocol (the same code as `python eval.py`)."""
+def run_eval(cfg, model, tokenizer, eos_ids, device, progress="eval"):
+    """In-training evaluation with eval.py's protocol (the same code as `python eval.py`); `progress` as in
+    evaluate_model (a name: a bar on stderr that goes when done)."""
     from gmts.tools.evaluate import evaluate_model
     was_training = model.training
     model.eval()
@@ -225,8 +260,10 @@ def run_eval(cfg, model, tokenizer, eos_ids, device):
     result = evaluate_model(model, tokenizer, cfg.eval_data, limit=cfg.eval_limit, samples=cfg.eval_samples,
                             temperature=cfg.eval_temperature, max_new_tokens=cfg.max_new_tokens, seed=cfg.seed,
                             eos_ids=eos_ids, template=cfg.template or None, system_prompt=cfg.system_prompt,
-                            batch_size=batch_size, progress=False, max_prompt_tokens=cfg.max_prompt_tokens,
-                            task_options=json.loads(cfg.task_options) if cfg.task_options else None)
+                            batch_size=batch_size, progress=progress, max_prompt_tokens=cfg.max_prompt_tokens,
+                            task_options=json.loads(cfg.task_options) if cfg.task_options else None,
+                            rewards=cfg.reward or None, reward_weights=cfg.reward_weights,
+                            reward_workers=cfg.reward_workers)
     model.train(was_training)
     return {"eval_accuracy": result["accuracy"], "eval_ci95": result["ci95"], "eval_data": cfg.eval_data}
 

@@ -61,6 +61,22 @@ def _passes(check):
     return ok
 
 
+def utf8_problem(value):
+    """Why a flag's text cannot be written out (a byte that is not UTF-8, e.g. a Latin-1 file name, arrives as a
+    lone surrogate: the checkpoint writers, the JSON records and the summaries would fail on it), or None."""
+    for text in value if isinstance(value, (list, tuple)) else [value]:
+        try:
+            str(text).encode("utf-8")
+        except UnicodeEncodeError as err:
+            return (f"holds bytes that are not UTF-8 ({os.fsencode(str(text)[err.start:err.end])!r} at character "
+                    f"{err.start}), which the run's records cannot hold: rename it with UTF-8 characters only")
+    return None
+
+
+def _utf8(name):
+    return Rule(name, _no_problem(utf8_problem), f"--{name.replace('_', '-')} {{v!r}}: {{err}}")
+
+
 def _json_object(v, c):
     return not v or isinstance(json.loads(v), dict)
 
@@ -100,6 +116,26 @@ def _no_problem(find):
     return ok
 
 
+def reward_weights_problem(text, specs):
+    """None, or raises ValueError: why --reward-weights does not fit the --reward list (one finite
+    number per --reward, comma-separated)."""
+    if not text:
+        return None
+    if not specs:
+        raise ValueError("--reward-weights needs --reward")
+    try:
+        weights = [float(w) for w in str(text).split(",")]
+    except ValueError:
+        raise ValueError(f"--reward-weights must be numbers separated by commas, got {text!r}") \
+            from None
+    if not all(math.isfinite(w) for w in weights):
+        raise ValueError(f"--reward-weights must be finite numbers, got {text!r}")
+    if len(weights) != len(specs):
+        raise ValueError(f"--reward-weights gives {len(weights)} weight(s) for {len(specs)} "
+                         "--reward(s)")
+    return None
+
+
 def at_least(n):
     return lambda v, c: isinstance(v, int) and v >= n
 
@@ -125,9 +161,12 @@ def _finite_at_least(name, n, why=""):
 TRAIN_RULES = [
     # model and data
     Rule("model", lambda v, c: bool(v and v.strip()), "--model is empty"),
+    _utf8("model"), _utf8("tokenizer"), _utf8("data"), _utf8("output_dir"), _utf8("resume"), _utf8("eval_data"),
     Rule("model", _no_problem(lambda v: model_folder_problem(v)), "--model {v}: {err}"),
     Rule("tokenizer", _no_problem(lambda v: run_folder_problem(v) if v else None), "--tokenizer {v}: {err}"),
     Rule("dtype", lambda v, c: v in DTYPE_NAMES, f"--dtype must be one of {', '.join(DTYPE_NAMES)}, got {{v!r}}"),
+    Rule("dtype", lambda v, c: v != "float16", "--dtype float16: training has no loss scaling "
+         "(small gradients underflow to 0 in float16); use bfloat16 or float32"),
     Rule("device", _device_ok, "--device {v!r}: {err}"),
     _need("lora_rank", 0),
     _finite_at_least("lora_alpha", 0, " (0 = 2 x rank)"),
@@ -136,6 +175,11 @@ TRAIN_RULES = [
     _need("limit", 0),
     _need("max_prompt_tokens", 1),
     Rule("task_options", _json_object, "--task-options must be a JSON object, got {v!r}"),
+    Rule("reward", lambda v, c: isinstance(v, list) and all(s.strip() for s in v),
+         "--reward is empty"),
+    Rule("reward_weights", lambda v, c: reward_weights_problem(v, c.reward) is None,
+         "{err}"),
+    _need("reward_workers", 0),
     # rollout
     _need("prompts_per_step", 1),
     Rule("group_size", at_least(2), "--group-size must be >= 2 (a group of one answer has no baseline), got {v}"),
@@ -184,7 +228,7 @@ TRAIN_RULES = [
     Rule("adam_beta2", _between(0, 1, hi_open=True), "--adam-beta2 must be in [0, 1), got {v}"),
     _need("warmup_steps", 0),
     _finite_at_least("max_grad_norm", 0, " (0 = no clipping)"),
-    Rule("fsdp", lambda v, c: not v or int(os.environ.get("WORLD_SIZE", "1")) > 1,
+    Rule("fsdp", lambda v, c: not v or world_size() > 1,
          "--fsdp shards the model over several processes, and this is one: start it with torchrun, e.g. "
          "torchrun --nproc-per-node 2 train.py --fsdp ... (a resumed run: the same number of processes as before)"),
     Rule("fsdp", lambda v, c: not (v and (c.lora_rank or c.optimizer_offload)),
@@ -212,6 +256,31 @@ TRAIN_RULES = [
     Rule("report_to", lambda v, c: v not in REPORT_PACKAGE or importlib.util.find_spec(REPORT_PACKAGE[v]) is not None,
          "--report-to {v} needs the optional package {v}, which is not installed: pip install {v}"),
 ]
+
+
+def world_size():
+    """WORLD_SIZE as torchrun sets it, 1 without it (or when it is not a number: launcher_problem says so)."""
+    value = os.environ.get("WORLD_SIZE", "1")
+    return int(value) if value.strip().isdigit() else 1
+
+
+TORCHRUN_VARS = ("RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
+def launcher_problem():
+    """Why the environment is neither one process nor torchrun's (WORLD_SIZE set by hand, not a number, or without
+    the variables torchrun sets beside it), or None."""
+    value = os.environ.get("WORLD_SIZE")
+    if value is None:
+        return None
+    if not value.strip().isdigit() or int(value) < 1:
+        return f"the environment variable WORLD_SIZE={value!r} is not a number of processes: unset it, or start with torchrun"
+    missing = [v for v in TORCHRUN_VARS if not os.environ.get(v)]
+    if int(value) > 1 and missing:
+        return (f"the environment variable WORLD_SIZE={value} is set but {', '.join(missing)} "
+                f"{'is' if len(missing) == 1 else 'are'} not, so this is not a torchrun process: start with "
+                f"torchrun --nproc-per-node {value} train.py ..., or unset WORLD_SIZE for one process")
+    return None
 
 
 def check(cfg, rules, prefix=""):
@@ -258,7 +327,11 @@ def output_path_problem(path, kind):
 
 
 def _name_problem(full):
-    """A name the file system cannot hold: a component longer than its NAME_MAX, or the whole over PATH_MAX."""
+    """A name the file system cannot hold: bytes that are not UTF-8 (the checkpoint writers and the JSON files need
+    text), a component longer than its NAME_MAX, or the whole over PATH_MAX."""
+    problem = utf8_problem(full)
+    if problem:
+        return "the path " + problem
     probe = full
     while not os.path.exists(probe):
         probe = os.path.dirname(probe)
@@ -358,6 +431,7 @@ def context_problem(max_new_tokens, name_or_path):
 
 EVAL_RULES = [
     Rule("model", lambda v, c: bool(c.compare) or bool(v and v.strip()), "--model is required (or --compare A B)"),
+    _utf8("model"), _utf8("tokenizer"), _utf8("data"), _utf8("output"),
     Rule("model", lambda v, c: bool(c.compare) or _no_problem(model_folder_problem)(v, c), "--model {v}: {err}"),
     Rule("tokenizer", lambda v, c: not v or _no_problem(run_folder_problem)(v, c), "--tokenizer {v}: {err}"),
     Rule("limit", at_least(0), "--limit must be >= 0 (0 = all), got {v}"),
@@ -378,6 +452,8 @@ EVAL_RULES = [
     Rule("device", _device_ok, "--device {v!r}: {err}"),
     Rule("dtype", lambda v, c: v in DTYPE_NAMES, f"--dtype must be one of {', '.join(DTYPE_NAMES)}, got {{v!r}}"),
     Rule("bootstrap", at_least(100), "--bootstrap must be >= 100 (resamples behind each 95% interval), got {v}"),
+    Rule("reward_weights", lambda v, c: reward_weights_problem(v, c.reward) is None, "{err}"),
+    _need("reward_workers", 0),
 ]
 
 

@@ -491,6 +491,7 @@ def run(args):
     problems, prompt_ids = load_prompt_ids(args, tokenizer)
     reward_fns = {name: reward_lib.get_reward(name) for name in {p.reward for p in problems}}
     model = load_model(args.model, dtype=dtype, device=device).eval()
+    non_finite_weights(model, "--model", args.model)
     check_vocabulary(model, tokenizer, flag="--tokenizer" if args.tokenizer else "--model")
     ref_model = load_model(args.ref_model, dtype=dtype, device=device, flag="--ref-model").eval() \
         if args.ref_model else None
@@ -519,11 +520,12 @@ def run(args):
         cfg = analysis_config(args)
         trained, measured = off_policy_split(len(problems), args.mini_batch_size or 1, args.off_policy_steps)
         advantages = group_advantages(torch.tensor(all_rewards, dtype=torch.float32), G, std=args.adv_std)
+        select_gen = torch.Generator(device=device).manual_seed(args.seed)     # (--selector random)
         steps_log = off_policy_steps(model, rollout, advantages, trained, build_optimizer(model, cfg),
                                      eps_low=args.eps_low, eps_high=args.eps_high, selector=args.selector,
                                      ratio=args.ratio, loss_norm=args.loss_norm, temperature=args.temperature,
                                      chunk_size=args.chunk_size, max_grad_norm=args.max_grad_norm,
-                                     generator=torch.Generator().manual_seed(args.seed))
+                                     generator=select_gen)
         old_logp = rollout.logp                          # π_old: the policy that sampled, before the steps
     t_steps = time.time() - t0 - t_sample
 
@@ -547,6 +549,14 @@ def run(args):
         "summary": summary,
         "answers": records,
     }
+
+
+def non_finite_weights(model, flag, name):
+    """A model with NaN/inf weights gives NaN gradients and scores throughout: one line, before any sampling."""
+    for pname, p in model.named_parameters():
+        bad = int((~torch.isfinite(p.detach())).sum())
+        if bad:
+            raise SystemExit(f"error: {flag} {name}: {bad} weight(s) of {pname} are NaN/inf; nothing to analyse")
 
 
 def _objective_text(args):
@@ -591,8 +601,13 @@ def main(argv=None):
     result = run(args)
     from gmts.run.checkpoint import write_text_atomic
     os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
+    try:
+        text = json.dumps(result, allow_nan=False)     # NaN is not JSON, and not a measurement
+    except ValueError:
+        raise SystemExit(f"error: the analysis produced NaN/inf (non-finite gradients or scores: a model with "
+                         f"NaN/inf outputs?); nothing written to {args.output}") from None
     try:                                # whole or not at all: a full disk or a Ctrl-C leaves no half JSON
-        write_text_atomic(args.output, json.dumps(result))
+        write_text_atomic(args.output, text)
     except OSError as err:
         raise SystemExit(f"error: could not write {args.output} ({err.strerror or err})") from None
     figures = [] if args.no_plots else write_figures(result, args.output, dpi=args.dpi)

@@ -37,10 +37,17 @@ DEFAULT_SPLIT = "test"
 
 def parse_data_spec(spec):
     """"name[:split]" -> (source, split). A path to a local file keeps any ':' it has unless what follows the last ':'
-    looks like a split name (no '/', no '.')."""
+    looks like a split name (no '/', no '.'). A hub data set is hf:ORG/NAME[:CONFIG[:SPLIT]]
+    (hf:ORG/NAME::SPLIT for a split of the default config): the source keeps the config, as
+    train.py's --data takes it."""
     spec = spec.strip()
     if not spec:
         raise ValueError("empty data spec; use name[:split], e.g. gsm8k:test or math500")
+    if spec.startswith("hf:"):
+        name, config, split = (spec[3:].split(":") + ["", ""])[:3]
+        if spec[3:].count(":") > 2:
+            raise ValueError(f"{spec!r}: write a hub data set as hf:ORG/NAME[:CONFIG[:SPLIT]]")
+        return "hf:" + name + (f":{config}" if config else ""), split or DEFAULT_SPLIT
     source, sep, split = spec.rpartition(":")
     if sep and source and split and "/" not in split and "." not in split and not os.path.exists(spec):
         return source, split
@@ -104,8 +111,12 @@ def sampling_seed(seed, repeat, spec):
 
 def generate_records(model, tokenizer, problems, prompt_ids, *, spec, repeat, samples, temperature, top_p, top_k,
                      max_new_tokens, eos_ids, batch_size, generator, reward_fns, on_problem=None):
-    """Sample `samples` answers for every problem, `batch_size` prompts at a time, and score them. One record per
-    problem: the question, the reference, every completion with its reward."""
+    """Sample `samples` answers for every problem, `batch_size` prompts at a time, and score them
+    (a batch's answers at once: rewards.Scorer). One record per problem: the question, the
+    reference, every completion with its reward R and, with --reward, each reward's own value
+    ("rewards": {name: value or None})."""
+    import rewards
+    scorer = rewards.as_scorer(reward_fns)
     records = []
     for start in range(0, len(problems), batch_size):
         batch = problems[start:start + batch_size]
@@ -113,13 +124,17 @@ def generate_records(model, tokenizer, problems, prompt_ids, *, spec, repeat, sa
                       eos_token_ids=eos_ids, pad_token_id=tokenizer.pad_token_id, temperature=temperature,
                       top_k=top_k, top_p=top_p, generator=generator)
         tokens, valid, finished = roll.completion_ids.cpu(), roll.valid_mask.cpu(), roll.finished.cpu()
+        texts = [tokenizer.decode(tokens[row][valid[row]], skip_special_tokens=True)
+                 for row in range(len(tokens))]
+        scores = scorer.score(texts, [batch[row // samples] for row in range(len(texts))])
         for q, problem in enumerate(batch):
             completions = []
             for row in range(q * samples, (q + 1) * samples):
-                text = tokenizer.decode(tokens[row][valid[row]], skip_special_tokens=True)
-                reward = float(reward_fns[problem.reward](text, problem.answer))
-                completions.append({"text": text, "reward": reward, "tokens": int(valid[row].sum()),
+                completions.append({"text": texts[row], "reward": scores.total[row],
+                                    "tokens": int(valid[row].sum()),
                                     "finished": bool(finished[row])})
+                if scores.values:
+                    completions[-1]["rewards"] = {k: v[row] for k, v in scores.values.items()}
             n_correct = sum(c["reward"] >= 1.0 for c in completions)
             record = {"benchmark": spec, "id": problem.id, "repeat": repeat, "question": problem.question,
                       "reference": _jsonable(problem.answer), "n": samples, "correct": n_correct,
@@ -166,6 +181,13 @@ def summarize_benchmark(records, *, samples, seed, n_bootstrap=stats.N_BOOTSTRAP
         "repeat_spread": stats.spread(run_accuracy),
         "scores": {i: float(s) for i, s in zip(ids, scores)},            # what --compare pairs on
     }
+    labels = list(completions[0].get("rewards", {})) if completions else []
+    if labels:  # with --reward: each reward's mean where it applied, and how often it was None
+        import rewards
+        out["rewards"] = rewards.reward_figures({label: (
+            sum(c["rewards"][label] is not None for c in completions),
+            sum(c["rewards"][label] for c in completions if c["rewards"][label] is not None),
+            sum(c["rewards"][label] is None for c in completions)) for label in labels})
     return out, scores, pass_k
 
 
@@ -204,18 +226,24 @@ def metric_name(samples, temperature):
 def evaluate_model(model, tokenizer, data, *, limit=None, samples=1, temperature=0.0, max_new_tokens=512, seed=0,
                    eos_ids=None, template=None, system_prompt=None, batch_size=8, progress=True, top_p=1.0, top_k=0,
                    question_field=None, answer_field=None, repeats=1, data_seed=0, task_options=None,
-                   n_bootstrap=stats.N_BOOTSTRAP, max_prompt_tokens=None):
+                   n_bootstrap=stats.N_BOOTSTRAP, max_prompt_tokens=None, rewards=None,
+                   reward_weights=None, reward_workers=0):
     """Evaluate `model` on one or more benchmarks. Returns the summary dict (accuracy, ci95, pass_at_k, benchmarks,
     ...) with "records": one dict per (benchmark, problem, repeat) holding every completion and its reward.
 
     data: "name[:split]", several separated by spaces or commas, or a list of them.
     batch_size: prompts per generation batch (each brings `samples` rows).
+    progress: a progress bar on stderr (True), none (False), or a bar named by the string, gone when done.
     seed: sampling seed; repeat r of benchmark b uses torch.Generator seeded from (seed, r, b).
     data_seed: which problems --limit picks (and the arithmetic source's problems); kept apart from the sampling
     seed so that results under different seeds are paired on the same problems.
     max_prompt_tokens: problems with longer prompts are skipped and counted (per benchmark, "skipped_too_long").
+    rewards, reward_weights: --reward SPECs and their weights (rewards.load_rewards) for every
+    problem; None: each problem's own reward. A sample is correct when its R >= 1.
+    reward_workers: scoring threads (0 = twice the CPUs).
     """
-    import rewards
+    import rewards as reward_lib
+    specs_of_rewards = rewards
     from gmts.trainer.policy import end_of_sequence_ids
     specs = split_data_arg(data)
     if samples < 1 or repeats < 1 or batch_size < 1 or max_new_tokens < 1:
@@ -230,15 +258,14 @@ def evaluate_model(model, tokenizer, data, *, limit=None, samples=1, temperature
                                    max_prompt_tokens=max_prompt_tokens) for spec in specs}
     skipped = {spec: n for spec, (_, _, n) in loaded.items()}
     loaded = {spec: (problems, ids) for spec, (problems, ids, _) in loaded.items()}
-    reward_fns = {}
-    for problems, _ in loaded.values():
-        for p in problems:
-            if p.reward not in reward_fns:
-                reward_fns[p.reward] = rewards.get_reward(p.reward)
+    chosen = reward_lib.load_rewards(specs_of_rewards, reward_weights) if specs_of_rewards else None
+    reward_fns = reward_lib.Scorer(chosen, workers=reward_workers or None)
 
     device = next(model.parameters()).device
     total = repeats * sum(len(problems) for problems, _ in loaded.values())
-    bar = tqdm(total=total, desc="eval", unit="problem", dynamic_ncols=True, disable=not progress)
+    # progress: True a bar, False none, a string a bar of that name that goes when done (the caller prints the result)
+    bar = tqdm(total=total, desc=progress if isinstance(progress, str) else "eval", unit="problem",
+               dynamic_ncols=True, mininterval=1.0, leave=not isinstance(progress, str), disable=not progress)
     running = {"score": 0.0, "done": 0}
 
     def on_problem(record):
@@ -262,6 +289,7 @@ def evaluate_model(model, tokenizer, data, *, limit=None, samples=1, temperature
                     on_problem=on_problem)
     finally:
         bar.close()
+        reward_fns.close()
         model.train(was_training)
     elapsed = time.time() - t0
 
@@ -275,6 +303,8 @@ def evaluate_model(model, tokenizer, data, *, limit=None, samples=1, temperature
         "max_new_tokens": max_new_tokens, "seed": seed, "data_seed": data_seed, "repeats": repeats, "limit": limit,
         "batch_size": batch_size, "n_bootstrap": n_bootstrap, "time_s": elapsed,
         "max_prompt_tokens": max_prompt_tokens, "skipped_too_long": sum(skipped.values()),
+        "rewards": list(specs_of_rewards or []),
+        "reward_weights": [w for _, w in chosen] if chosen else [],
     }
     result.update(summarize(per_benchmark, seed=seed, n_bootstrap=n_bootstrap))
     result["benchmarks"] = {}

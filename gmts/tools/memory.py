@@ -26,6 +26,8 @@ micro-batch = micro-batch-size x (prompt tokens + max-new-tokens) (every answer 
   KV cache       layers x 2 x rows x (prompt + max-new-tokens) x kv_heads x head_dim x b, rows = --rollout-batch-size
                  (prompts per generation call; 0 = all of --prompts-per-step) x --group-size: the sampler's preallocated
                  cache, allocated once (gmts.trainer.rollout.kv_cache_bytes)
+Under torchrun the gradient all-reduce adds one float32 bucket of 64 MiB at most (gmts/trainer/
+distributed.py, all_reduce_gradients), not a copy of the gradients: not counted.
 The peak is the largest of three phases: rollout (weights, optimizer state, KV cache and the sampler's per-row
 vocabulary buffers), training (weights, optimizer state, activations + head, and the gradients: backward frees
 activations as it makes gradients, but neither glibc on CPU nor a caching allocator hands the freed blocks back at
@@ -77,8 +79,11 @@ def load_config(model):
     """The model's config (no weights): a folder's config.json or a hub id's; SmolLM2's offline copy when the hub
     cannot be reached (gmts/trainer/smollm2.py)."""
     from transformers import AutoConfig
+
+    from gmts.trainer.policy import hub_source
+    source = hub_source(model, needs="config.json")          # the hub unreachable: a cached copy or one line
     try:
-        return AutoConfig.from_pretrained(model)
+        return AutoConfig.from_pretrained(source)
     except (OSError, ValueError) as err:
         from gmts.trainer import smollm2
         if model == smollm2.HUB_ID and smollm2.is_model_folder(smollm2.DEFAULT_OUT):
@@ -91,8 +96,13 @@ def model_shape(config, name=""):
     """Count parameters exactly by building the model on the meta device (no memory, no weights)."""
     import torch
     from transformers import AutoModelForCausalLM
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config)
+    try:
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(config)
+    except ValueError:               # transformers: "Unrecognized configuration class ... for AutoModelForCausalLM"
+        raise SystemExit(f"error: --model {name or getattr(config, '_name_or_path', '')!r}: its config "
+                         f"({type(config).__name__}, model_type {getattr(config, 'model_type', '?')!r}) is not a "
+                         "causal language model's; train.py trains causal LMs (AutoModelForCausalLM)") from None
     params = sum(p.numel() for p in model.parameters())          # parameters() yields a tied weight once
     head = model.get_output_embeddings()
     lora = sum(m.in_features + m.out_features for n, m in model.named_modules()
@@ -251,7 +261,7 @@ def main(argv=None):
     ap = _Parser(prog="python -m gmts.tools.memory", description=__doc__.split("\n\n")[0],
                  epilog="Every other flag is a train.py flag (python train.py --help).")
     ap.add_argument("--gpu-memory", type=float, nargs="+", default=[24.0, 40.0, 80.0],
-                    help="GPU sizes in GiB to check (default 24 40 80)")
+                    help="GPU sizes in GiB to check (default: 24 40 80)")
     ap.add_argument("--prompt-tokens", type=int, default=0,
                     help="prompt length to plan for (default: --max-prompt-tokens, at most 256)")
     ap.add_argument("--json", action="store_true", help="print the estimate as JSON")

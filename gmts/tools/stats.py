@@ -268,3 +268,149 @@ def summarize(records, ratio=0.2):
         "epsilon": epsilon_distribution(records),
         **ratio_statistics(records),
     }
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Rates (how many of n runs diverged) and the stability map's bootstrap over seeds and problems
+# (bench/learning_check.py).
+
+def _z(level):
+    from statistics import NormalDist
+    return NormalDist().inv_cdf(0.5 + level / 2)
+
+
+def wilson_interval(k, n, level=0.95):
+    """Wilson score interval [lo, hi] of a rate of k events in n trials (float64)."""
+    k, n = int(k), int(n)
+    if not 0 <= k <= n or n < 1:
+        raise ValueError(f"a rate needs 0 <= k <= n and n >= 1, got k={k}, n={n}")
+    z, p = _z(level), k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    # k = 0 and k = n have a closed end exactly at 0 or 1; the formula gives it up to rounding
+    return [0.0 if k == 0 else centre - half, 1.0 if k == n else centre + half]
+
+
+def binomial_cdf(k, n, p):
+    """P(X <= k) for X ~ Binomial(n, p), summed exactly term by term (float64; n up to ~1000)."""
+    if k < 0:
+        return 0.0
+    if k >= n:
+        return 1.0
+    return math.fsum(math.comb(n, i) * p ** i * (1 - p) ** (n - i) for i in range(k + 1))
+
+
+def clopper_pearson_interval(k, n, level=0.95):
+    """Exact (Clopper-Pearson) interval [lo, hi] of a rate of k in n: lo solves P(X >= k | lo) =
+    α/2, hi solves P(X <= k | hi) = α/2; each by bisection on the exact binomial tail to float64
+    resolution."""
+    k, n = int(k), int(n)
+    if not 0 <= k <= n or n < 1:
+        raise ValueError(f"a rate needs 0 <= k <= n and n >= 1, got k={k}, n={n}")
+    tail = (1 - level) / 2
+
+    def solve(f):                   # f increasing in p on [0, 1], f(0) < 0 < f(1)
+        lo, hi = 0.0, 1.0
+        for _ in range(200):
+            mid = (lo + hi) / 2
+            if mid in (lo, hi):
+                break
+            lo, hi = (mid, hi) if f(mid) < 0 else (lo, mid)
+        return (lo + hi) / 2
+
+    lower = 0.0 if k == 0 else solve(lambda p: (1 - binomial_cdf(k - 1, n, p)) - tail)
+    upper = 1.0 if k == n else solve(lambda p: tail - binomial_cdf(k, n, p))
+    return [lower, upper]
+
+
+def rate_difference(k_a, n_a, k_b, n_b, level=0.95):
+    """Difference of two independent rates, k_b/n_b - k_a/n_a, and Newcombe's hybrid score interval
+    (his method 10, Stat. Med. 1998; 17:873): each rate's Wilson interval combined in quadrature."""
+    pa, pb = k_a / n_a, k_b / n_b
+    la, ua = wilson_interval(k_a, n_a, level)
+    lb, ub = wilson_interval(k_b, n_b, level)
+    d = pb - pa
+    lower = math.sqrt((pb - lb) ** 2 + (ua - pa) ** 2)
+    upper = math.sqrt((ub - pb) ** 2 + (pa - la) ** 2)
+    return d, [d - lower, d + upper]
+
+
+def paired_rate_difference(a, b, level=0.95):
+    """Difference of two rates measured on the same units (seeds): mean(b) - mean(a) of 0/1 outcomes
+    paired by position, and Newcombe's interval for paired data (his method 10, Stat. Med. 1998;
+    17:2635): the two Wilson intervals combined with the correlation φ of the 2x2 table (φ = 0 when
+    a margin is empty)."""
+    a, b = [bool(x) for x in a], [bool(x) for x in b]
+    if len(a) != len(b) or not a:
+        raise ValueError(f"paired rates need the same number (>= 1) of units, got {len(a)} and "
+                         f"{len(b)}")
+    n = len(a)
+    both = sum(x and y for x, y in zip(a, b))
+    only_a = sum(x and not y for x, y in zip(a, b))
+    only_b = sum(y and not x for x, y in zip(a, b))
+    neither = n - both - only_a - only_b
+    ka, kb = both + only_a, both + only_b
+    pa, pb = ka / n, kb / n
+    la, ua = wilson_interval(ka, n, level)
+    lb, ub = wilson_interval(kb, n, level)
+    margins = ka * (n - ka) * kb * (n - kb)
+    phi = (both * neither - only_a * only_b) / math.sqrt(margins) if margins else 0.0
+    d = pb - pa
+    lower = math.sqrt(max(0.0, (pb - lb) ** 2 - 2 * phi * (pb - lb) * (ua - pa) + (ua - pa) ** 2))
+    upper = math.sqrt(max(0.0, (ub - pb) ** 2 - 2 * phi * (ub - pb) * (pa - la) + (pa - la) ** 2))
+    return d, [d - lower, d + upper]
+
+
+def problem_counts(n_problems, *, seed=0, n_resamples=N_BOOTSTRAP):
+    """(n_resamples, n_problems) float64: how often each problem is drawn in each bootstrap
+    resample. Shared by every quantity of one analysis, so that differences are paired by problem.
+    """
+    rng = np.random.default_rng(seed)
+    out = np.zeros((n_resamples, n_problems), dtype=np.float64)
+    for start in range(0, n_resamples, _CHUNK):
+        rows = min(_CHUNK, n_resamples - start)
+        idx = rng.integers(0, n_problems, size=(rows, n_problems))
+        np.add.at(out, (np.arange(start, start + rows)[:, None], idx), 1.0)
+    return out
+
+
+def seed_problem_replicates(accuracies, profiles=None, counts=None):
+    """(S, n_resamples): each seed's accuracy under each problem resample (counts from
+    problem_counts).
+
+    accuracies: (S,) each seed's accuracy; profiles: per seed its (P,) per-problem scores, or None
+    where they were not kept. A seed without a profile moves with the mean profile of the seeds that
+    have one (the problem term is which problems the benchmark holds, shared by the seeds; its own
+    sampling noise is in its accuracy already). With no profile at all (or counts None) the
+    accuracies do not move: the bootstrap is over seeds only."""
+    acc = np.asarray(accuracies, dtype=np.float64)
+    profiles = list(profiles) if profiles is not None else [None] * acc.size
+    known = [np.asarray(p, dtype=np.float64) for p in profiles if p is not None]
+    if counts is None or not known:
+        return np.repeat(acc[:, None], 1 if counts is None else counts.shape[0], axis=1)
+    n_problems = counts.shape[1]
+    mean_profile = np.mean(known, axis=0)
+    shift = counts @ mean_profile / n_problems - mean_profile.mean()            # (B,)
+    rows = [counts @ np.asarray(p, dtype=np.float64) / n_problems if p is not None else a + shift
+            for a, p in zip(acc, profiles)]
+    return np.stack(rows)
+
+
+def seed_draws(n_seeds, *, seed=0, n_resamples=N_BOOTSTRAP):
+    """(n_resamples, n_seeds) seed indices drawn with replacement (a bootstrap over seeds)."""
+    return np.random.default_rng(seed).integers(0, n_seeds, size=(n_resamples, n_seeds))
+
+
+def resample_seed_means(replicates, draws):
+    """(n_resamples,): the mean over the drawn seeds of their replicate. replicates (S, B) from
+    seed_problem_replicates (B = 1: seeds only), draws (n_resamples, S') from seed_draws."""
+    replicates = np.asarray(replicates, dtype=np.float64)
+    cols = np.arange(draws.shape[0]) % replicates.shape[1]
+    return replicates[draws, cols[:, None]].mean(axis=1)
+
+
+def first_below(means_by_rate, threshold):
+    """means_by_rate: (R, B) resampled mean accuracy at R rates in ascending order. Returns (B,) the
+    index of the first rate whose mean is below threshold in each resample (R where none is)."""
+    below = np.asarray(means_by_rate) < threshold
+    return np.where(below.any(axis=0), below.argmax(axis=0), below.shape[0])

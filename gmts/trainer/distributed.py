@@ -20,6 +20,7 @@ head reads the head weight directly) and take the all-reduce above.
 """
 import contextlib
 import datetime
+import functools
 import math
 import os
 
@@ -57,37 +58,70 @@ def rank():
     return dist.get_rank() if active() else 0
 
 
-def _comm_device(tensor):
-    # gloo reduces CPU tensors; nccl needs CUDA ones.
-    return tensor.device if dist.get_backend() == "nccl" else torch.device("cpu")
+def backend_device():
+    """The device the process group's collectives run on, whatever a caller's tensor is on: the CPU
+    when the group serves it (gloo), else the group's accelerator, this process's current one (NCCL
+    serves only `cuda`, and refuses a CPU tensor: "No backend type associated with device type
+    cpu")."""
+    served = [torch.device(d).type for d in dist.distributed_c10d._device_capability()]
+    if "cpu" in served:
+        return torch.device("cpu")
+    module = getattr(torch, served[0], None)           # torch.cuda for "cuda"
+    index = module.current_device() if hasattr(module, "current_device") else None
+    return torch.device(served[0], index)
 
 
 def all_reduce_sum(values):
-    """Sum a float/int tensor over ranks (returns a new tensor on the input's device)."""
+    """Sum a float/int tensor over ranks (float64 / int64 on the wire); returns a new tensor on the
+    input's device, in its dtype."""
     values = torch.as_tensor(values)
     if not active():
         return values.clone()
-    buf = values.detach().to(_comm_device(values), torch.float64 if values.is_floating_point() else torch.long)
+    wire = torch.float64 if values.is_floating_point() else torch.long
+    buf = values.detach().to(backend_device(), wire)
     dist.all_reduce(buf)
     return buf.to(values.device, values.dtype)
 
 
+BUCKET_ELEMENTS = 1 << 24       # float32 elements per gradient all-reduce (64 MiB): the transient
+
+
 def all_reduce_gradients(params):
-    """Sum every replicated parameter's gradient over ranks, flattened into one buffer (one collective). Sharded
-    (FSDP) parameters are skipped: FSDP has already summed theirs."""
+    """Sum every replicated parameter's gradient over ranks, in float32 buckets of BUCKET_ELEMENTS
+    (one collective each; a larger gradient is cut into pieces), so the extra memory is one bucket,
+    not a float32 copy of every gradient. Sharded (FSDP) parameters are skipped: FSDP has already
+    summed theirs."""
     params = [p for p in params if not isinstance(p, DTensor)]
     if not active() or not params:
         return
-    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-    flat = torch.cat([g.reshape(-1).float() for g in grads])
-    comm = flat.to(_comm_device(flat))
-    dist.all_reduce(comm)
-    flat = comm.to(flat.device)
+    # float32 on the wire, float64 where a gradient is float64 (a float64 run stays exact)
+    dtype = functools.reduce(torch.promote_types, [p.dtype for p in params], torch.float32)
+    pieces, size = [], 0
+    for p in params:
+        if p.grad is None or not p.grad.is_contiguous():
+            p.grad = torch.zeros_like(p) if p.grad is None else p.grad.contiguous()
+        flat = p.grad.view(-1)
+        for start in range(0, flat.numel(), BUCKET_ELEMENTS):
+            piece = flat[start:start + BUCKET_ELEMENTS]
+            if size + piece.numel() > BUCKET_ELEMENTS:
+                _sum_pieces(pieces, size, dtype)
+                pieces, size = [], 0
+            pieces.append(piece)
+            size += piece.numel()
+    _sum_pieces(pieces, size, dtype)
+
+
+def _sum_pieces(pieces, size, dtype):
+    """All-reduce these gradient views (`size` elements in all) as one buffer of `dtype`, in place."""
+    buf, offset = torch.empty(size, dtype=dtype, device=backend_device()), 0
+    for piece in pieces:
+        buf[offset:offset + piece.numel()].copy_(piece)
+        offset += piece.numel()
+    dist.all_reduce(buf)
     offset = 0
-    for p, g in zip(params, grads):
-        n = g.numel()
-        p.grad = flat[offset:offset + n].view_as(p).to(p.dtype)
-        offset += n
+    for piece in pieces:       # back into the gradient, on its device and in its dtype
+        piece.copy_(buf[offset:offset + piece.numel()].to(piece.device))
+        offset += piece.numel()
 
 
 def shutdown():
@@ -104,12 +138,14 @@ def clip_grad_norm(params, max_norm):
     """The global gradient norm before clipping, and clipping to max_norm (0 or inf = off), like
     torch.nn.utils.clip_grad_norm_, also when some gradients are FSDP shards (their squares are summed over ranks)."""
     params = [p for p in params if p.grad is not None]
-    if not any(isinstance(p.grad, DTensor) for p in params):
-        return torch.nn.utils.clip_grad_norm_(params, max_norm if max_norm > 0 else float("inf"))
+    if not any(isinstance(p.grad, DTensor) for p in params):      # every rank holds the sum
+        from gmts.trainer.step import clip_grad_norm as clip_replicated
+        return clip_replicated(params, max_norm if max_norm > 0 else float("inf"))
     sharded = sum(p.grad.to_local().double().pow(2).sum() for p in params if isinstance(p.grad, DTensor))
     replicated = sum((p.grad.double().pow(2).sum() for p in params if not isinstance(p.grad, DTensor)),
                      torch.zeros((), dtype=torch.float64))
-    total = math.sqrt(float(all_reduce_sum(torch.as_tensor(sharded, dtype=torch.float64).cpu())) + float(replicated))
+    sharded = all_reduce_sum(torch.as_tensor(sharded, dtype=torch.float64))
+    total = math.sqrt(float(sharded) + float(replicated))
     if 0 < max_norm < math.inf:
         coef = min(max_norm / (total + 1e-6), 1.0)
         for p in params:
@@ -120,7 +156,8 @@ def clip_grad_norm(params, max_norm):
 def shard_layers(model, compute_dtype):
     """FSDP: shard every decoder layer over the ranks (float32 shards; computation in compute_dtype)."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-    policy = MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=torch.float32)
+    policy = MixedPrecisionPolicy(param_dtype=compute_dtype,
+                                  reduce_dtype=torch.promote_types(compute_dtype, torch.float32))
     for layer in model.get_decoder().layers:
         fully_shard(layer, mp_policy=policy)
         layer.set_gradient_divide_factor(1.0)           # SUM over ranks: each rank's loss is its share of the total

@@ -48,7 +48,7 @@ class MasterWeightAdamW:
 def build_optimizer(model, cfg):
     params = [p for p in model.parameters() if p.requires_grad]
     kwargs = dict(lr=cfg.lr, betas=(cfg.adam_beta1, cfg.adam_beta2), weight_decay=cfg.weight_decay)
-    low_precision = any(p.dtype != torch.float32 for p in params)
+    low_precision = any(p.dtype.itemsize < 4 for p in params)      # bf16 / fp16; float64 keeps its own precision
     if cfg.optimizer_offload or low_precision:
         return MasterWeightAdamW(params, state_device="cpu" if cfg.optimizer_offload else params[0].device, **kwargs)
     return torch.optim.AdamW(params, **kwargs)

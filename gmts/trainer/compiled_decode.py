@@ -1,0 +1,72 @@
+"""The compiled decode step of gmts/trainer/rollout.py's `sample(compile=True)` (train.py
+--compile): the one-token forward torch.compile'd over the sampler's static KV cache (CUDA graphs on
+a GPU). The default, eager sampler never enters this file.
+
+A compiled graph has static shapes: the batch's rows n and the cache's width (prompt columns +
+max_new_tokens). Both are bucketed, so that a run compiles a small, bounded set of graphs instead of
+one per new longest prompt (GSM8K under the Qwen2.5 tokenizer: 53 distinct longest prompts in 100
+steps of 8 prompts):
+- prompt columns: the longest prompt rounded up to a power of two, at least MIN_PROMPT_WIDTH
+  (prompts are left-padded to it; padding is masked, so the samples are the same);
+- rows: the call's N = prompts x G, then, as finished rows leave, powers of two (the live rows
+  padded with finished ones).
+Prompts of at most P tokens: at most (log2(P / MIN_PROMPT_WIDTH) + 1) x (log2(N) + 2) graphs
+(graph_bound; tests/test_compile.py counts them over rollouts of mixed prompt lengths).
+"""
+import torch
+
+MIN_PROMPT_WIDTH = 16
+BACKEND = "inductor"      # torch.compile's backend (gpu_check.py --dry-run: "eager", no codegen)
+
+
+def prompt_width(longest):
+    """The prompt columns of a compiled rollout whose longest prompt has `longest` tokens."""
+    return max(MIN_PROMPT_WIDTH, 1 << (longest - 1).bit_length())
+
+
+def bucket_rows(keep):
+    """Batch rows to keep after finished rows leave: the live ones (keep (n,) bool), then finished
+    ones up to a power of two, so the compiled step sees few distinct batch sizes."""
+    live, done = keep.nonzero().squeeze(1), (~keep).nonzero().squeeze(1)
+    return torch.cat([live, done[:(1 << (len(live) - 1).bit_length()) - len(live)]])
+
+
+def graph_bound(longest_prompt, rows):
+    """The most graphs a run compiles: prompt widths up to `longest_prompt` x the batch sizes of a
+    call of `rows` rows."""
+    widths = prompt_width(longest_prompt).bit_length() - MIN_PROMPT_WIDTH.bit_length() + 1
+    return widths * (len({rows} | {1 << i for i in range(rows.bit_length())}))
+
+
+def decode_step(model, cache, cache_kw):
+    """The decode step over `cache` (gmts/trainer/rollout.py's KVCache): step(ids (n, 1),
+    position_ids (n, 1), mask (n, max_len)) -> logits (n, V) float32 (a copy: CUDA graph outputs
+    are overwritten by the next replay).
+
+    Switches `cache` to static mode (writes at cache.position, attention over all max_len columns):
+    every step then has the same shapes for a given n. mode="reduce-overhead" captures CUDA graphs
+    on a GPU (one launch per step instead of dozens of kernels per layer); on CPU it is the default
+    mode. The cache's buffers are marked static, so CUDA graphs read them in place instead of
+    copying them in at every replay.
+    What it costs: the first call for each shape compiles (seconds to a minute, bench/README.md,
+    "Rollout"); torch's compile cache makes a later process faster, not free."""
+    import torch._dynamo
+    dynamo = torch._dynamo.config
+    dynamo.recompile_limit = max(dynamo.recompile_limit, 64)        # one graph per bucket
+    cache.position = torch.tensor(cache.length, device=cache.layers[0].keys.device)
+    for layer in cache.layers:
+        for buf in (layer.keys, layer.values):
+            torch._dynamo.mark_static_address(buf)
+    torch._dynamo.mark_static_address(cache.position)
+    on_gpu = cache.position.device.type == "cuda"
+
+    @torch.compile(mode="reduce-overhead" if on_gpu else None, dynamic=False, backend=BACKEND)
+    def forward(ids, position_ids, mask):
+        return model(input_ids=ids, attention_mask=mask, position_ids=position_ids, use_cache=True,
+                     **cache_kw).logits[:, -1].float()
+
+    def step(ids, position_ids, mask):
+        cache.position.fill_(cache.length)       # the column this step writes (a static address)
+        torch.compiler.cudagraph_mark_step_begin()   # the previous step's outputs are consumed
+        return forward(ids, position_ids, mask).clone()
+    return step
