@@ -58,6 +58,11 @@ def make_plugin(token: bytes, fd: int, test_module: str):
 
     phases = {}  # nodeid -> {when: outcome}
 
+    def explain(rep):
+        """What failed, for the run's stderr (diagnostics only; the verdict is the result line)."""
+        text = f"{rep.nodeid} {getattr(rep, 'when', 'collect')}: {rep.longreprtext[-1500:]}\n"
+        os.write(2, text.encode(errors="replace"))
+
     def final(seen) -> str:
         if "failed" in seen.values():
             return "failed"
@@ -86,6 +91,7 @@ def make_plugin(token: bytes, fd: int, test_module: str):
         def pytest_collectreport(self, report):
             if report.failed:
                 state["errors"] += 1
+                explain(report)
 
         @pytest.hookimpl(wrapper=True)
         def pytest_runtest_makereport(self, item, call):
@@ -106,6 +112,8 @@ def make_plugin(token: bytes, fd: int, test_module: str):
                 by_mark = rep.when == "setup" and evaluate_skip_marks(item)
                 outcome = "skipped" if by_mark else "failed"
             phases.setdefault(item.nodeid, {})[rep.when] = outcome
+            if rep.failed:
+                explain(rep)
             return rep
 
         @pytest.hookimpl(trylast=True)
@@ -127,8 +135,12 @@ def main():
     import pytest
     plugin = make_plugin(token, fd, os.path.splitext(os.path.basename(test_file))[0])
     del token
-    code = pytest.main(["-q", "-p", "no:cacheprovider", "-p", "no:stepwise", "-p", "no:doctest",
-                        "--rootdir", os.getcwd(), test_file], plugins=[plugin])
+    # Output as in a plain run: what the tests and the solution print goes to the run's stdout
+    # (capsys and capfd still capture inside their tests); pytest's own report is off, and each
+    # failure goes to the run's stderr (explain).
+    code = pytest.main(["-p", "no:cacheprovider", "-p", "no:stepwise", "-p", "no:doctest",
+                        "-p", "no:terminal", "--capture=no", "--rootdir", os.getcwd(), test_file],
+                       plugins=[plugin])
     sys.stdout.flush()
     os._exit(int(code) if int(code) < 256 else 1)
 

@@ -288,3 +288,27 @@ def test_helpers_the_solution_names_test_are_not_collected():
 def test_run_python_reports_the_run_untrusted():
     result = run_python(GOOD, tests=HARNESS)
     assert result.passed and not result.trusted and result.cases_untrusted >= 1
+
+
+def test_what_the_tests_print_reaches_the_runs_stdout_and_failures_its_stderr():
+    # the pytest path's output is the run's, as in a plain run: module-level prints of the tests
+    # and the solution on stdout, what failed (the test and pytest's reason) on stderr
+    tests = "import os\nprint('TESTS', os.getpid() > 0)\n" + HARNESS
+    result = run_python(GOOD + "print('SOLUTION')\n", tests=tests)
+    assert result.passed and not result.trusted
+    assert result.stdout.split() == ["SOLUTION", "TESTS", "True"]
+    assert result.stderr == ""
+    wrong = run_python(WRONG["zero"], tests=HARNESS)
+    assert not wrong.passed
+    assert "test_printed call" in wrong.stderr and "assert" in wrong.stderr
+
+
+def test_a_run_wholly_under_pytest_runs_the_solution_once():
+    # nothing left for the child to evaluate: the solution is not run a second time (it would
+    # spend the run's time again, and what it left behind, processes included, would meet itself)
+    sol = GOOD + "import os\nwith open('ran.txt', 'a') as f:\n    f.write('x')\n"
+    tests = HARNESS + "def test_once():\n    assert open('ran.txt').read() == 'x'\n"
+    assert run_python(sol, tests=tests).passed
+    twice = tests.replace("def test_once", "assert add(1, 1) == 2\ndef test_once")
+    result = run_python(sol + "print(open('ran.txt').read())\n", tests=twice)
+    assert result.stdout.split() == ["x", "xx"]  # the child runs it again for its own units
