@@ -531,6 +531,16 @@ def _checked(reward, value, completion, problem):
     return value
 
 
+def _raised(reward, err, completion, problem) -> RewardError:
+    """The RewardError for a custom reward that raised `err` (the user's code: any error is theirs
+    to see)."""
+    return RewardError(
+        f"--reward {reward.spec}: {reward.label} raised {_one_line(err)} on problem "
+        f"{problem.id} (completion {completion[:40]!r})",
+        _user_traceback(err),
+    )
+
+
 def _call(fn, reward, completion, problem):
     """One reward call: a built-in in per-row mode (reward None), or a custom reward with its
     fields."""
@@ -539,12 +549,8 @@ def _call(fn, reward, completion, problem):
     args, kwargs = _arguments(reward, completion, problem)
     try:
         value = fn(*args, **kwargs)
-    except Exception as err:  # noqa: BLE001  (the user's code: any error is theirs to see)
-        raise RewardError(
-            f"--reward {reward.spec}: {reward.label} raised {_one_line(err)} on problem "
-            f"{problem.id} (completion {completion[:40]!r})",
-            _user_traceback(err),
-        ) from None
+    except Exception as err:  # noqa: BLE001
+        raise _raised(reward, err, completion, problem) from None
     return _checked(reward, value, completion, problem)
 
 
@@ -552,12 +558,8 @@ async def _call_async(fn, reward, completion, problem):
     args, kwargs = _arguments(reward, completion, problem)
     try:
         value = await fn(*args, **kwargs)
-    except Exception as err:  # noqa: BLE001  (the user's code: any error is theirs to see)
-        raise RewardError(
-            f"--reward {reward.spec}: {reward.label} raised {_one_line(err)} on problem "
-            f"{problem.id} (completion {completion[:40]!r})",
-            _user_traceback(err),
-        ) from None
+    except Exception as err:  # noqa: BLE001
+        raise _raised(reward, err, completion, problem) from None
     return _checked(reward, value, completion, problem)
 
 

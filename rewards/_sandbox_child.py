@@ -223,9 +223,13 @@ _ITERATORS = (type(iter(())), type(iter([])), type(x for x in ()), map, filter, 
 
 
 def materialise(value):
-    """A step marked "iter" (the test passes the result to list(), sorted(), sum()...): a generator or other
-    builtin iterator becomes the list of its items; plain data stays as it is, anything else is left to encode."""
-    if type(value) in _ITERATORS:
+    """A step marked "iter" (the test passes the result to list(), sorted(), sum()...): a generator or
+    other builtin iterator, or an iterable object of the solution's (a linked list with `__iter__`),
+    becomes the list of its items, iterated as the builtin would; plain data stays as it is, and so
+    do mappings (dict() reads their keys) and whatever cannot be iterated: left to encode."""
+    kind = type(value)
+    iterable = kind not in _PLAIN and not isinstance(value, _COLLECTIONS) and _has(kind, "__iter__")
+    if kind in _ITERATORS or (iterable and not _has(kind, "keys")):
         items = []
         for item in value:
             items.append(item)
@@ -233,6 +237,11 @@ def materialise(value):
                 raise ValueError("iterator too long")
         return items
     return value
+
+
+def _has(kind, name) -> bool:
+    """The class (not the instance: no __getattr__ of the solution's runs) defines `name`."""
+    return any(name in vars(k) for k in kind.__mro__ if type(vars(k)) is type(vars(object)))
 
 
 def read_attrs(value, attrs):
@@ -273,10 +282,12 @@ def run_units(units, namespace):
     out = []
     for steps in units:
         ns, results = dict(namespace, __gmts_builtins=dict(_BUILTINS)), []
-        for step in steps:
+        held = {}  # what the test bound, by name: the same objects before every step (mutations
+        for step in steps:  # stay; a rebinding by the solution, `f_globals["data"] = ...`, does not)
+            ns.update(held)
             try:
                 if "bind" in step:  # a big input the trainer computed, sent as data rather than as source
-                    ns[step["bind"]] = decode_input(step["data"])
+                    ns[step["bind"]] = held[step["bind"]] = decode_input(step["data"])
                     results.append({"ok": None})
                 elif "eval" in step:
                     value = eval(step["eval"], ns)
@@ -286,6 +297,7 @@ def run_units(units, namespace):
                     results.append({"ok": encode(value), "applied": applied})
                 else:
                     exec(step["run"], ns)
+                    held.update((n, ns[n]) for n in step.get("binds", ()))
                     results.append({"ok": None})
             except BaseException as e:  # noqa: BLE001 - SystemExit in a call is a failure too
                 results.append(raised(e, namespace))

@@ -12,13 +12,12 @@ import atexit
 import json
 import os
 import re
-import select
-import subprocess
 import sys
-import tempfile
 import threading
 import warnings
 from fractions import Fraction
+
+from ._helpers import Helper, Pool
 
 VERIFY_TIMEOUT_S = 3.0  # per comparison, wall clock, including the helper's own parsing/verify time limits
 MAX_ANSWER_CHARS = 1000  # a longer "final answer" is not an answer: compared as a string only, never parsed
@@ -109,62 +108,26 @@ def to_number(answer: str) -> Fraction | None:
 # ---------------------------------------------------------------- LaTeX equivalence (math-verify, out of process)
 
 
-class _Worker:
-    """One math-verify helper process; a call that takes longer than the limit kills it (a new one starts on the
-    next call). Used by one thread at a time (the pool hands it out)."""
-
-    def __init__(self):
-        self.proc = None
-
-    def start(self):
-        # -I keeps rewards/ off sys.path (rewards/math.py would shadow the stdlib's math); the parent's sys.path
-        # is handed over instead, so a math-verify installed in a user site or a venv path is still found.
-        here = os.path.dirname(os.path.abspath(__file__))
-        paths = [p for p in sys.path if p and os.path.isdir(p) and os.path.abspath(p) != here]
-        env = dict(os.environ, GMTS_PARENT_SYS_PATH=json.dumps(paths))
-        worker = os.path.join(here, "_math_worker.py")
-        self.errors = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen([sys.executable, "-I", worker, str(max(1, int(VERIFY_TIMEOUT_S) - 1))],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.errors, env=env,
-                                     text=True, bufsize=1, start_new_session=True)
-        if self._readline(60.0) != "ready":  # importing sympy takes ~1-2 s; a cold disk can take longer
-            self.errors.seek(0)
-            tail = self.errors.read()[-600:].decode(errors="replace")
-            self.stop()
-            raise RuntimeError(tail)
-
-    def _readline(self, timeout: float) -> str | None:
-        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
-        return self.proc.stdout.readline().strip() if ready else None
-
-    def stop(self):
-        if self.proc is not None:
-            self.proc.kill()
-            self.proc.wait()
-            self.proc = None
-
-    def equal(self, gold: str, predicted: str) -> bool:
-        if self.proc is None or self.proc.poll() is not None:
-            self.start()
-        try:
-            self.proc.stdin.write(json.dumps([f"\\boxed{{{gold}}}", f"\\boxed{{{predicted}}}"]) + "\n")
-            answer = self._readline(VERIFY_TIMEOUT_S)
-        except (OSError, ValueError):
-            answer = None
-        if answer not in ("0", "1"):  # timed out or died: kill it, the verdict is "not equal"
-            self.stop()
-            return False
-        return answer == "1"
+def _math_helper() -> Helper:
+    # -I keeps rewards/ off sys.path (rewards/math.py would shadow the stdlib's math); the parent's
+    # sys.path is handed over instead, so a math-verify installed in a user site or a venv path is
+    # still found.
+    here = os.path.dirname(os.path.abspath(__file__))
+    paths = [p for p in sys.path if p and os.path.isdir(p) and os.path.abspath(p) != here]
+    env = dict(os.environ, GMTS_PARENT_SYS_PATH=json.dumps(paths))
+    argv = [sys.executable, "-I", os.path.join(here, "_math_worker.py"),
+            str(max(1, int(VERIFY_TIMEOUT_S) - 1))]
+    return Helper(argv, env, "the math-verify helper")
 
 
 class _Verifier:
-    """A pool of helper processes, one per concurrent caller up to `max_workers`, so verdicts asked from several
-    threads at once run side by side instead of queueing behind one slow answer. Thread-safe."""
+    """math-verify in a pool of helper processes (rewards/_helpers.py), one per concurrent caller up
+    to `max_workers`, so verdicts asked from several threads at once run side by side instead of
+    queueing behind one slow answer. Thread-safe."""
 
     def __init__(self, max_workers: int = 8):
-        self.lock, self.available, self.idle = threading.Lock(), None, []
-        self.slots = threading.BoundedSemaphore(max_workers)
-        self.workers = []
+        self.lock, self.available = threading.Lock(), None
+        self.pool = Pool(_math_helper, max_workers)
 
     def _check_installed(self) -> bool:
         with self.lock:
@@ -172,38 +135,31 @@ class _Verifier:
                 import importlib.util
                 self.available = importlib.util.find_spec("math_verify") is not None
                 if not self.available:
-                    warnings.warn("math-verify is not installed (pip install math-verify==0.9.0): LaTeX answers "
-                                  "are compared as normalised strings only, so equal values written differently "
-                                  "(\\frac{1}{2} vs 0.5, intervals, matrices) will score 0.", stacklevel=4)
+                    warnings.warn("math-verify is not installed (pip install math-verify==0.9.0): "
+                                  "LaTeX answers are compared as normalised strings only, so equal "
+                                  "values written differently (\\frac{1}{2} vs 0.5, intervals, "
+                                  "matrices) will score 0.", stacklevel=4)
             return self.available
 
     def equal(self, gold: str, predicted: str) -> bool | None:
-        """True/False, or None if math-verify is not installed or its helper cannot start."""
+        """True/False, or None if math-verify is not installed or its helper cannot start. A
+        comparison past VERIFY_TIMEOUT_S is False."""
         if not self._check_installed():
             return None
-        with self.slots:
+        line = json.dumps([f"\\boxed{{{gold}}}", f"\\boxed{{{predicted}}}"]) + "\n"
+        try:
+            return self.pool.ask(line, VERIFY_TIMEOUT_S) == "1"
+        except (OSError, RuntimeError) as e:
             with self.lock:
-                worker = self.idle.pop() if self.idle else None
-                if worker is None:
-                    worker = _Worker()
-                    self.workers.append(worker)
-            try:
-                return worker.equal(gold, predicted)
-            except (OSError, RuntimeError) as e:
-                with self.lock:
-                    if self.available:
-                        warnings.warn(f"the math-verify helper process failed to start; LaTeX answers are "
-                                      f"compared as normalised strings from now on. Its error: {e}", stacklevel=3)
-                    self.available = False
-                return None
-            finally:
-                with self.lock:
-                    self.idle.append(worker)
+                if self.available:
+                    warnings.warn(f"the math-verify helper process failed to start; LaTeX answers "
+                                  f"are compared as normalised strings from now on. Its error: {e}",
+                                  stacklevel=3)
+                self.available = False
+            return None
 
     def _stop(self):
-        with self.lock:
-            for worker in self.workers:
-                worker.stop()
+        self.pool.stop()
 
 
 _verifier = _Verifier()

@@ -33,12 +33,17 @@ frozenset hex int isinstance len list map max min oct ord pow range repr reverse
 tuple type zip""".split())
 BUILTIN_NAMES = frozenset(dir(builtins))
 MODULES = {"math": math, "collections": collections}
+# Modules the tests may import (`import random` inside a HumanEval check): the trainer evaluates them
+# itself, as it does math; pure computation only (no files, no global state a test could change here)
+IMPORTABLE = ("math", "cmath", "collections", "copy", "string", "itertools", "functools", "operator",
+              "fractions", "statistics", "heapq", "bisect", "re", "random")
 _SAFE_BUILTINS = {name: getattr(builtins, name) for name in SAFE_NAMES}
 # Calls that iterate over their argument: a generator (or any iterator) the solution returns there is materialised
 # into a list in the sandbox, and the call itself runs here on that list (list(gen) == list(list(gen)) exactly).
 ITERATING = frozenset("list tuple set frozenset sorted sum min max any all dict enumerate".split())
 # Builtins applied in the child when their argument is a value of the solution's (the result crosses as data)
 CHILD_BUILTINS = frozenset("len str repr bool isinstance abs".split())
+_KEEPS = frozenset("sorted list tuple set frozenset reversed min max".split())  # items stay what they are
 SINGLETONS = (None, True, False, Ellipsis)  # `x is None`: exact on rebuilt values (decode returns these objects)
 MAX_MESSAGE = 4096  # characters of an exception message matched against pytest.raises(match=...); longer: fail
 MAX_DEPTH = 100  # nesting of a returned value (the child sends at most 64 levels)
@@ -46,6 +51,29 @@ MAX_UNROLL = 1000  # rounds of a test's for-loop the trainer unrolls into steps
 _UNSET = object()
 MAX_SAME_HASH = 32  # distinct values with one hash in a result: more is a forged hash-collision attack
 MAX_HASH_WORK = 1 << 24  # elements hashed while decoding one result (~1 s); a 1M-item honest result needs ~2M
+
+
+def _importable() -> dict:
+    """The IMPORTABLE modules for one plan. `random` is the module's functions on a Random of the
+    plan's own, seeded 0 (as is a `random.Random()` the tests make without a seed): the inputs the
+    tests draw are the same in the trainer and in the judge helper, which builds the plan again, and
+    the caller's global random is neither read nor advanced."""
+    import importlib
+    import random
+    import types
+
+    class SeededRandom(random.Random):
+        def __init__(self, x=0):
+            super().__init__(x)
+
+        def seed(self, a=0, version=2):
+            super().seed(a, version)
+
+    rng = SeededRandom()
+    draws = {n: getattr(rng, n) for n in random.__all__  # the module's functions: its Random's methods
+             if isinstance(getattr(getattr(random, n), "__self__", None), random.Random)}
+    seeded = types.SimpleNamespace(**draws, Random=SeededRandom)
+    return {n: seeded if n == "random" else importlib.import_module(n) for n in IMPORTABLE}
 
 
 class Unconvertible(Exception):
@@ -67,6 +95,12 @@ class _Pytest:
 # `math.gcd` of two huge ints, `sum(lists, [])`): verdicts are made in helper processes under a deadline and a
 # memory limit (rewards/_judge.py), not here.
 _PARENT_GLOBALS = {"__builtins__": _SAFE_BUILTINS, **MODULES, "pytest": _Pytest}
+def _scope(names: dict) -> dict:
+    """Globals for evaluating a test's expression here: the names also as globals, so that a
+    comprehension or generator in it sees them (`''.join(choice(letters) for _ in range(n))`)."""
+    return {**_PARENT_GLOBALS, **names, "__builtins__": _SAFE_BUILTINS}
+
+
 _RAISES = object()  # `from pytest import raises`: only ever the context of a with-statement (raises_block)
 _FROM_PYTEST = {"approx": _approx, "raises": _RAISES}
 
@@ -375,8 +409,9 @@ class _Unit:
     expression mixing both, computed here while judging. `objects` are the child names holding instances of the
     solution's classes (`s = Stack()`): their methods and attributes are the solution's code and run there."""
 
-    def __init__(self, env: dict, child: set, prelude: list, modules=frozenset()):
+    def __init__(self, env: dict, child: set, prelude: list, modules=frozenset(), imports=None):
         self.env, self.child = dict(env), set(child)
+        self.imports = imports if imports is not None else _importable()
         self.objects, self.deferred = set(modules), set()  # `import solution`: its attributes are the solution's
         self.steps = [{"run": s} for s in prelude]
         self.checks = []
@@ -406,16 +441,73 @@ class _Unit:
         return False
 
     def is_child_value(self, node) -> bool:
-        """Evaluated wholly in the sandbox: a child name, a call of a solution callable, or an attribute, item or
-        method of a solution object. A method of a RETURNED value (`greet(x).startswith(...)`) is not: the value
-        comes back as plain data and the method runs here, so a str subclass gains nothing."""
+        """Evaluated wholly in the sandbox: a child name, a call of a solution callable, an attribute,
+        item or method of a solution object, or an operator or builtin applied to one (applies_to_object).
+        A method of a RETURNED value (`greet(x).startswith(...)`) is not: the value comes back as plain
+        data and the method runs here, so a str subclass gains nothing."""
         if isinstance(node, ast.Name):
             return node.id in self.child
-        if isinstance(node, ast.Call):
-            return self.is_callee(node.func)
-        if isinstance(node, (ast.Attribute, ast.Subscript)):
-            return self.is_object(node.value)
+        if isinstance(node, ast.Call) and self.is_callee(node.func):
+            return True
+        if isinstance(node, (ast.Attribute, ast.Subscript)) and self.is_object(node.value):
+            return True
+        return self.applies_to_object(node)
+
+    def is_builtin(self, node) -> bool:
+        return (isinstance(node, ast.Name) and node.id in BUILTIN_NAMES and node.id not in self.child
+                and node.id not in self.env)
+
+    def holds_object(self, node) -> bool:
+        """The value may be (or hold) an object of the solution's: an object, an arithmetic operator
+        on one (`v1 + v2`), a display of them (`[Card(2), Card(1)]`), `sorted`/`min`/`max`... of
+        them. It cannot cross as data: what the test applies to it runs in the child."""
+        if self.is_object(node):
+            return True
+        if isinstance(node, ast.BinOp):
+            return self.holds_object(node.left) or self.holds_object(node.right)
+        if isinstance(node, ast.UnaryOp):
+            return not isinstance(node.op, ast.Not) and self.holds_object(node.operand)
+        if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+            return any(self.holds_object(e) for e in node.elts)
+        if isinstance(node, ast.Dict):
+            return any(self.holds_object(e) for e in node.keys + node.values if e is not None)
+        if isinstance(node, ast.Call) and self.is_builtin(node.func) and node.func.id in _KEEPS:
+            return any(self.holds_object(a) for a in node.args)
         return False
+
+    def applies_to_object(self, node) -> bool:
+        """An operator or a builtin the test applies to an object of the solution's (`Vector(1, 2) +
+        Vector(3, 4) == Vector(4, 6)`, `list(LinkedList(...))`, `Point(1, 2) in points`, dataclass
+        equality): a step on the solution's object, run in the child, its result crossing as data.
+        Such a check is as strong as under pytest: the object's own methods (`__eq__`) decide it."""
+        if isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+        elif isinstance(node, ast.BinOp):
+            operands = [node.left, node.right]
+        elif isinstance(node, ast.UnaryOp):
+            operands = [node.operand]
+        elif isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+            operands = node.elts
+        elif isinstance(node, ast.Call) and self.is_builtin(node.func):
+            operands = [*node.args, *(k.value for k in node.keywords)]
+        else:
+            return False
+        return any(self.holds_object(o) for o in operands) and self.child_evaluable(node)
+
+    def child_evaluable(self, node) -> bool:
+        """Every name is the child's, a builtin, or inside a part the trainer computes and inlines;
+        nothing the trainer binds only while judging, no comprehension or lambda over child values."""
+        if self.deferred & _names(node) or isinstance(node, ast.Starred):
+            return False
+        if not self.uses_child(node):
+            return True
+        if isinstance(node, (ast.Lambda, ast.GeneratorExp, ast.ListComp, ast.SetComp, ast.DictComp,
+                             ast.NamedExpr, ast.Await)):
+            return False
+        if isinstance(node, ast.Name):
+            return node.id in self.child
+        return all(self.child_evaluable(c) for c in ast.iter_child_nodes(node)
+                   if isinstance(c, ast.expr))
 
     def applies_builtin(self, node) -> bool:
         """A builtin of CHILD_BUILTINS applied to a value of the solution's (and otherwise to inputs): it runs in
@@ -435,11 +527,11 @@ class _Unit:
             return node
         if isinstance(node, ast.Name) and node.id in self.env and _is_mutable(self.env[node.id]):
             value = self.env.pop(node.id)
-            self.steps.append({"run": f"{node.id} = {self.source(value)}"})
+            self.steps.append({"run": f"{node.id} = {self.source(value)}", "binds": [node.id]})
             self.child.add(node.id)
             for other in [n for n, v in self.env.items() if v is value]:  # `arr = original`: one list, two
                 self.env.pop(other)  # names; both are the child's from now on, as in pytest
-                self.steps.append({"run": f"{other} = {node.id}"})
+                self.steps.append({"run": f"{other} = {node.id}", "binds": [other]})
                 self.child.add(other)
             if any(_contains(v, {id(value)}) for v in self.env.values()):
                 raise Unconvertible("a mutable input is also held inside another value of the test's")
@@ -472,8 +564,24 @@ class _Unit:
         return ast.unparse(self._inline(copy.deepcopy(node)))
 
     def _inline(self, node):
+        if self.is_builtin(node) and isinstance(getattr(builtins, node.id), type(len)):
+            # a builtin function the child applies (`sorted(cards, key=len)`): the real one, as it
+            # was before the solution ran
+            return ast.parse(f"__gmts_builtins[{node.id!r}]", mode="eval").body
         if isinstance(node, ast.expr) and not isinstance(node, (ast.Starred, ast.Slice)) and not self.uses_child(node):
             return self.literal(node)
+        module = self.module_of(node.func) if isinstance(node, ast.Call) else None
+        if module is not None:  # `candidate(copy.deepcopy(encoded))`: applied in the child to its value
+            node.func = ast.parse(f"__gmts_builtins['__import__']({module!r}).{node.func.attr}",
+                                  mode="eval").body
+            node.args = [self._inline(a) for a in node.args]
+            node.keywords = [ast.keyword(arg=k.arg, value=self._inline(k.value)) for k in node.keywords]
+            return node
+        if isinstance(node, ast.Call) and self.is_builtin(node.func):  # `list(obj)` in the child
+            node.func = ast.parse(f"__gmts_builtins[{node.func.id!r}]", mode="eval").body
+            node.args = [self._inline(a) for a in node.args]
+            node.keywords = [ast.keyword(arg=k.arg, value=self._inline(k.value)) for k in node.keywords]
+            return node
         if isinstance(node, (ast.Lambda, ast.comprehension, ast.NamedExpr, ast.GeneratorExp, ast.ListComp,
                              ast.SetComp, ast.DictComp)):
             raise Unconvertible("child value inside a lambda or comprehension")
@@ -483,6 +591,16 @@ class _Unit:
             elif isinstance(value, list):
                 setattr(node, name, [self._inline(v) if isinstance(v, ast.AST) else v for v in value])
         return node
+
+    def module_of(self, node) -> str | None:
+        """`copy.deepcopy` for a module the tests imported (not random: its draws are the trainer's):
+        the module's name, else None."""
+        if not (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                and not node.attr.startswith("_")):
+            return None
+        value = self.env.get(node.value.id)
+        name = next((n for n, m in self.imports.items() if m is value and n != "random"), None)
+        return name if name is not None and isinstance(value, type(math)) else None
 
     def fetch(self, node, attrs=(), iterate=False):
         """A child value (then `attrs` read from it while it is a solution object): a step, and a placeholder."""
@@ -561,7 +679,7 @@ class _Unit:
         if self.deferred & _names(node):
             raise Unconvertible("an input computed from the solution's results")
         try:
-            return eval(self.parent_expr(copy.deepcopy(node)), dict(_PARENT_GLOBALS), dict(self.env))
+            return eval(self.parent_expr(copy.deepcopy(node)), _scope(self.env), dict(self.env))
         except Unconvertible:
             raise
         except Exception as e:  # noqa: BLE001 - the test's own expression failed here: leave it to the harness
@@ -592,13 +710,51 @@ class _Unit:
             if isinstance(stmt.value, ast.Constant) or (isinstance(stmt.value, ast.Name)
                                                         and stmt.value.id in BUILTIN_NAMES - self.child):
                 return  # a docstring, or a bare builtin name (`print` on its own line): no effect
+            if not self.uses_child(stmt.value):  # the tests' own work: `coeffs.append(c)`, here
+                self.parent_eval(stmt.value)
+                return
             if not self.is_child_value(stmt.value):
                 raise Unconvertible("statement that is not a call of the solution's")
             self.steps.append({"run": self.child_source(stmt.value)})
+        elif isinstance(stmt, ast.If):  # on values the trainer computes: the branch taken, here
+            if self.uses_child(stmt.test):
+                raise Unconvertible("a branch on the solution's values")
+            for s in stmt.body if self.parent_eval(stmt.test) else stmt.orelse:
+                self.statement(s)
+        elif isinstance(stmt, (ast.Import, ast.ImportFrom)):
+            self.import_(stmt)
         elif isinstance(stmt, ast.With):
             self.raises_block(stmt)
         elif not isinstance(stmt, ast.Pass):
             raise Unconvertible(type(stmt).__name__)
+
+    def import_(self, stmt):
+        """`import random`, `from random import randint` inside a test: the trainer's own modules
+        (IMPORTABLE); `from solution import f`: the solution's names, bound in the child."""
+        if isinstance(stmt, ast.ImportFrom) and stmt.module == "solution" and not stmt.level:
+            names = [a.asname or a.name for a in stmt.names]
+            if "*" in names:
+                raise Unconvertible("from solution import *")
+            self.steps.append({"run": ast.unparse(stmt)})
+            for name in names:
+                self.env.pop(name, None)
+                self.deferred.discard(name)
+                self.child.add(name)
+            return
+        if isinstance(stmt, ast.Import):
+            pairs = [(a.asname or a.name, a.name, None) for a in stmt.names]
+        else:
+            pairs = [(a.asname or a.name, stmt.module, a.name) for a in stmt.names]
+        for bound, module, attr in pairs:
+            if stmt.__class__ is ast.ImportFrom and stmt.level or module not in self.imports:
+                raise Unconvertible(f"import of {module}")
+            if attr is not None and (attr.startswith("_") or not hasattr(self.imports[module], attr)):
+                raise Unconvertible(f"from {module} import {attr}")
+            value = self.imports[module] if attr is None else getattr(self.imports[module], attr)
+            self.child.discard(bound)
+            self.objects.discard(bound)
+            self.deferred.discard(bound)
+            self.env[bound] = value
 
     def unroll(self, stmt):
         """`for x in range(2, 8): assert f(x, x + 1) == str(x)`: a loop over values the trainer computes (at most
@@ -631,9 +787,10 @@ class _Unit:
                 raise Unconvertible("unpacking of the wrong length")
             self.env.update(zip(names, values))
         elif self.is_child_value(value):  # `result = f(x)`, `s = Stack()`: bound in the child
-            self.steps.append({"run": f"{ast.unparse(target)} = {self.child_source(value)}"})
+            self.steps.append({"run": f"{ast.unparse(target)} = {self.child_source(value)}",
+                               "binds": names})
             self.child.update(names)
-            if self.is_object(value):
+            if self.holds_object(value):  # `s = Stack()`, `v3 = v1 + v2`
                 self.objects.update(names)
         else:  # `r = sorted(f(x))`: the child computes f(x), the trainer the rest, while judging
             expr = self.parent_expr(self.split(value), self.placeholders())
@@ -692,18 +849,19 @@ class _Unit:
             match = self.parent_eval(kw.value)
             if not isinstance(match, str):
                 raise Unconvertible("match= that is not a string")
-        lines = []
+        lines, binds = [], []
         for s in stmt.body:  # the block stops at its first exception, as in pytest: one step
             if isinstance(s, ast.Expr) and self.is_child_value(s.value):
                 lines.append(self.child_source(s.value))
             elif (isinstance(s, ast.Assign) and len(s.targets) == 1 and isinstance(s.targets[0], ast.Name)
                   and self.is_child_value(s.value)):
                 lines.append(f"{s.targets[0].id} = {self.child_source(s.value)}")
+                binds.append(s.targets[0].id)
                 self.child.add(s.targets[0].id)
                 self.env.pop(s.targets[0].id, None)
             else:
                 raise Unconvertible("pytest.raises around code that is not a call of the solution's")
-        self.steps.append({"run": "\n".join(lines)})
+        self.steps.append({"run": "\n".join(lines), "binds": binds})
         self.checks.append(Check("raises", step=len(self.steps) - 1, exceptions=tuple(expected), match=match))
 
 
@@ -750,21 +908,69 @@ def _defined_names(stmts) -> set:
     return names
 
 
-def _is_test_class(stmt) -> bool:
-    """pytest collects `class Test*`; unittest any TestCase subclass (whatever it is called)."""
+def _is_test_class(stmt, classes=None) -> bool:
+    """pytest collects `class Test*`; unittest any TestCase subclass (whatever it is called), a
+    subclass of a TestCase class of the tests' own included. classes: the module's classes by name."""
     if not isinstance(stmt, ast.ClassDef):
         return False
-    return stmt.name.startswith("Test") or any(
-        str(_last_name(b)).endswith("TestCase") for b in stmt.bases)
+    return stmt.name.startswith("Test") or _is_test_case(stmt, classes or {}, set())
 
 
-def _class_tests(stmt: ast.ClassDef, env: dict) -> tuple[list, int]:
-    """The test methods of a test class, and their test cases (parametrize rows counted where literal)."""
+def _is_test_case(stmt: ast.ClassDef, classes: dict, seen: set) -> bool:
+    seen.add(stmt.name)
+    for base in stmt.bases:
+        name = str(_last_name(base))
+        if name.endswith("TestCase") or (
+                isinstance(base, ast.Name) and name in classes and name not in seen
+                and _is_test_case(classes[name], classes, seen)):
+            return True
+    return False
+
+
+def _test_methods(stmt: ast.ClassDef, classes: dict) -> list:
+    """The test methods a class has, its own and those it inherits from classes of the tests' own
+    (a mixin `class AddTests:` under `class TestAdd(AddTests)`), in the order Python resolves them
+    (an own method replaces an inherited one of the same name)."""
+    try:
+        order = _mro(stmt.name, classes, ())
+    except ValueError:  # a hierarchy Python itself would refuse: nothing to run
+        return []
+    methods = {}
+    for name in order:
+        for item in classes[name].body:
+            if (isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
+                    and item.name.startswith("test")):
+                methods.setdefault(item.name, item)
+    return list(methods.values())
+
+
+def _mro(name: str, classes: dict, path: tuple) -> list:
+    """C3 linearisation over the module's own classes (other bases contribute no tests)."""
+    if name in path:
+        raise ValueError("cyclic bases")
+    bases = [_last_name(b) for b in classes[name].bases if isinstance(b, ast.Name)
+             and b.id in classes]
+    merge = [_mro(b, classes, path + (name,)) for b in bases] + [list(bases)]
+    out = [name]
+    while any(merge):
+        for seq in merge:
+            head = seq[0] if seq else None
+            if head and not any(head in s[1:] for s in merge):
+                break
+        else:
+            raise ValueError("inconsistent bases")
+        out.append(head)
+        merge = [[x for x in s if x != head] for s in merge]
+    return out
+
+
+def _class_tests(stmt: ast.ClassDef, env: dict, classes=None) -> tuple[list, int]:
+    """The test methods of a test class (inherited ones too), and their test cases (parametrize
+    rows counted where literal)."""
     names, cases = [], 0
-    for item in stmt.body:
-        if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name.startswith("test"):
-            names.append(f"{stmt.name}.{item.name}")
-            cases += _count_cases(item) * len(_safe_rows(item, env, method=True))
+    for item in _test_methods(stmt, {**(classes or {}), stmt.name: stmt}):
+        names.append(f"{stmt.name}.{item.name}")
+        cases += _count_cases(item) * len(_safe_rows(item, env, method=True))
     return names, cases
 
 
@@ -836,7 +1042,9 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "") -> P
     except SyntaxError as e:
         raise ValueError(f"code tests are not valid Python ({e}): {tests[:200]!r}") from None
     module.body = _last_definitions(module.body)
+    classes = {s.name: s for s in module.body if isinstance(s, ast.ClassDef)}
     env, prelude, from_solution, modules = _setup_values(setup), [], set(), set()
+    imports = _importable()  # one per plan: the tests' random draws, in order, as in the judge
     setup_names -= set(env)  # data the setup binds is the tests' (computed here); its functions and classes
     # stay the solution's namespace's, where the setup also runs (a Node class the solution builds on)
     for stmt in module.body:  # literal constants and imports from the solution, in order
@@ -847,10 +1055,12 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "") -> P
             prelude.append(ast.unparse(stmt))
             from_solution |= {a.asname or a.name for a in stmt.names}
             modules |= {a.asname or a.name for a in stmt.names if a.name == "solution"}
-        elif isinstance(stmt, ast.ImportFrom) and stmt.module in ("collections", "math"):
+        elif isinstance(stmt, ast.ImportFrom) and stmt.module in imports and not stmt.level:
             for a in stmt.names:  # `from collections import Counter`: the trainer's own
-                if a.name != "*" and not a.name.startswith("_") and hasattr(MODULES[stmt.module], a.name):
-                    env[a.asname or a.name] = getattr(MODULES[stmt.module], a.name)
+                if a.name != "*" and not a.name.startswith("_") and hasattr(imports[stmt.module], a.name):
+                    env[a.asname or a.name] = getattr(imports[stmt.module], a.name)
+        elif isinstance(stmt, ast.Import):  # `import random` (a Random of the plan's own), `import copy`
+            env.update((a.asname or a.name, imports[a.name]) for a in stmt.names if a.name in imports)
         elif isinstance(stmt, ast.ImportFrom) and stmt.module == "pytest":  # `from pytest import approx, raises`
             for a in stmt.names:
                 if a.name in _FROM_PYTEST:
@@ -898,7 +1108,8 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "") -> P
     # The module's own statements (MBPP's asserts, `lst = [3, 1, 2]; sort_in_place(lst); assert lst == ...`) run
     # in order in one namespace, as a script: one unit. At the first statement it cannot convert, the script
     # breaks: that statement and every later one run in the harness (they may depend on it).
-    script = _Unit(env, child_names(ast.Module(body=script_stmts, type_ignores=[])), prelude, modules)
+    script = _Unit(env, child_names(ast.Module(body=script_stmts, type_ignores=[])), prelude, modules,
+                   imports)
     script_broken = False
     units, kept, harness_tests = [], [], []  # kept: (statement, whether it tests anything in the harness)
     trusted = untrusted = unjudged = 0
@@ -907,11 +1118,12 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "") -> P
             continue  # `if __name__ == ...`, `unittest.main()`, `check(add)`, `test_add()`: judged where defined
         if isinstance(stmt, ast.FunctionDef) and stmt.name in wrappers:
             continue  # `def test_check(): check(add)`: check's unit with that candidate
-        if _is_test_class(stmt):  # run by the harness, each method reported back by name
-            names, cases = _class_tests(stmt, env)
+        if _is_test_class(stmt, classes):  # run by the harness, each method reported by name
+            names, cases = _class_tests(stmt, env, classes)
             harness_tests += names
             untrusted += cases
-            unjudged += 0 if names else 1  # a test class without a test method tests nothing: never a pass
+            # a class without a test method (a base of the tests' own) tests nothing; if nothing
+            # else does, the run is unjudged below
             kept.append((stmt, True))
             continue
         if isinstance(stmt, ast.FunctionDef) and stmt.name == "check" and not entry_point and not checks_called:
@@ -942,7 +1154,8 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "") -> P
                     raise Unconvertible("check() signature")
                 converted = []
                 for candidate in candidates:  # usually one: the entry point, or what the tests pass to check
-                    u = _Unit(env, child_names(stmt) | {arg}, prelude + [f"{arg} = {candidate}"], modules)
+                    u = _Unit(env, child_names(stmt) | {arg}, prelude + [f"{arg} = {candidate}"],
+                              modules, imports)
                     for s in stmt.body:
                         u.statement(s)
                     converted.append(Unit(u.steps, u.checks, "check"))
@@ -953,7 +1166,8 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "") -> P
                 rows = _param_rows(stmt, env)
                 converted = []
                 for row in rows:
-                    u = _Unit({**env, **row}, child_names(stmt) - set(row), prelude, modules)
+                    u = _Unit({**env, **row}, child_names(stmt) - set(row), prelude, modules,
+                              imports)
                     for s in stmt.body:
                         u.statement(s)
                     converted.append(Unit(u.steps, u.checks, stmt.name))
@@ -1095,7 +1309,7 @@ def judge_unit(unit: Unit, results) -> bool:
             continue
         scope = _Values({**check.env, **values})
         scope.failed = values.failed
-        result = eval(check.expr, dict(_PARENT_GLOBALS), scope)
+        result = eval(check.expr, _scope(scope), scope)
         if check.kind == "bind":
             parts = list(result) if len(check.names) > 1 else [result]
             if len(parts) != len(check.names):

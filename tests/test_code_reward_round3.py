@@ -363,3 +363,167 @@ ON_OBJECTS = [
 def test_builtins_meet_the_solutions_objects_in_the_sandbox(case):
     both(STACK, ON_OBJECTS[case], 1.0)
     both(STACK.replace("self.items.append(x)", "pass"), ON_OBJECTS[case], 0.0)
+
+
+# ------------------------------------------------------------------ operators between the solution's objects
+
+VECTOR = ("class Vector:\n    def __init__(self, x, y):\n        self.x, self.y = x, y\n"
+          "    def __add__(self, o):\n        return Vector(self.x + o.x, self.y + o.y)\n"
+          "    def __mul__(self, k):\n        return Vector(self.x * k, self.y * k)\n"
+          "    def __neg__(self):\n        return Vector(-self.x, -self.y)\n"
+          "    def __eq__(self, o):\n        return isinstance(o, Vector) and (self.x, self.y) == (o.x, o.y)\n"
+          "    def __hash__(self):\n        return hash((self.x, self.y))\n"
+          "    def __lt__(self, o):\n        return (self.x, self.y) < (o.x, o.y)\n"
+          "    def __iter__(self):\n        return iter((self.x, self.y))\n"
+          "def norm2(v):\n    return v.x * v.x + v.y * v.y\n")
+POINT = ("from dataclasses import dataclass\n@dataclass(frozen=True)\nclass Point:\n    x: int\n    y: int\n"
+         "def make_point(a, b):\n    return Point(a, b)\ndef mirror(p):\n    return Point(p.y, p.x)\n"
+         "def diagonal(n):\n    return [Point(i, i) for i in range(n)]\n")
+LINKED = ("class LinkedList:\n    def __init__(self, items=()):\n        self.items = list(items)\n"
+          "    def __iter__(self):\n        return iter(self.items)\n"
+          "def build(items):\n    return LinkedList(reversed(items))\n")
+ALWAYS_EQUAL = ("class Vector:\n    def __init__(self, *a):\n        pass\n    def __eq__(self, o):\n"
+                "        return False\n    def __add__(self, o):\n        return self\n"
+                "class _Eq:\n    def __eq__(self, o):\n        return True\n"
+                "def norm2(v):\n    return _Eq()\n")
+OPERATORS = [  # (tests, honest, wrong ones)
+    # a value the solution returns is still data the trainer judges (norm2): always-equal fails
+    ("assert Vector(1, 2) + Vector(3, 4) == Vector(4, 6)\nassert norm2(Vector(3, 4)) == 25", VECTOR,
+     [VECTOR.replace("self.x + o.x", "self.x - o.x"), ALWAYS_EQUAL, VECTOR.replace("v.y * v.y", "v.y")]),
+    ("v = Vector(1, 2)\nw = v + v\nassert w == Vector(2, 4)\nassert v * 3 == Vector(3, 6)\n"
+     "assert -v == Vector(-1, -2)", VECTOR,
+     [VECTOR.replace("self.x * k", "self.x + k"), VECTOR.replace("(-self.x", "(self.x")]),
+    ("def test_vectors():\n    assert sorted([Vector(2, 1), Vector(1, 2)]) == [Vector(1, 2), Vector(2, 1)]\n"
+     "    assert Vector(1, 2) in {Vector(0, 0), Vector(1, 2)}\n    assert Vector(1, 2) != Vector(2, 1)",
+     VECTOR, [VECTOR.replace("< (o.x", "> (o.x"), VECTOR.replace("(self.x, self.y) == (o.x", "(o.x")]),
+    ("assert list(Vector(5, 7)) == [5, 7]\nassert tuple(Vector(1, 2)) == (1, 2)", VECTOR,
+     [VECTOR.replace("iter((self.x, self.y))", "iter((self.y, self.x))")]),
+    ("assert make_point(1, 2) == Point(1, 2)\nassert mirror(Point(1, 2)) == Point(2, 1)", POINT,
+     [POINT.replace("return Point(a, b)", "return Point(b, a)"), POINT.replace("Point(p.y, p.x)", "p")]),
+    ("from solution import Point, diagonal\n\ndef test_diagonal():\n    p = Point(1, 1)\n"
+     "    assert diagonal(2) == [Point(0, 0), p]\n    assert p in diagonal(3)", POINT,
+     [POINT.replace("Point(i, i)", "Point(i, 0)")]),
+    ("assert list(build([1, 2, 3])) == [3, 2, 1]\nassert list(LinkedList([1, 2])) == [1, 2]", LINKED,
+     [LINKED.replace("reversed(items)", "items"), LINKED.replace("iter(self.items)", "iter([])")]),
+]
+
+
+@pytest.mark.parametrize("case", range(len(OPERATORS)))
+def test_operators_between_the_solutions_objects_run_in_the_sandbox(case):
+    tests, good, wrongs = OPERATORS[case]
+    both(good, tests, 1.0)
+    assert run_python(good, tests=tests).trusted
+    for wrong in wrongs:
+        both(wrong, tests, 0.0)
+
+
+# ------------------------------------------------------------------ what the test binds, the solution cannot rebind
+
+REBIND = "import sys\n{target}def {name}(*args):\n    sys._getframe(1).f_globals[{var!r}] = {value}\n" \
+         "    return {value}\n"
+REBINDS = [  # (reference, honest, the name the wrong solution rebinds in its caller's frame, to what)
+    ({"tests": "assert my_sorted(data) == sorted(data)", "setup": "data = [3, 1, 2]"},
+     "def my_sorted(x):\n    return sorted(x)\n", "my_sorted", "data", "[9]"),
+    ({"tests": "def test_x():\n    assert my_sorted(data) == sorted(data)", "setup": "data = [3, 1, 2]"},
+     "def my_sorted(x):\n    return sorted(x)\n", "my_sorted", "data", "[9]"),
+    ("data = [3, 1, 2]\nassert my_sorted(data) == sorted(data)",
+     "def my_sorted(x):\n    return sorted(x)\n", "my_sorted", "data", "[9]"),
+    ({"tests": "lst = [3, 1, 2]\nsort_in_place(lst)\nassert lst == expected", "setup": "expected = [1, 2, 3]"},
+     "def sort_in_place(x):\n    x.sort()\n", "sort_in_place", "lst", "[1, 2, 3]"),
+    ("result = double(4)\ntouch()\nassert result == 8",
+     "def double(x):\n    return 2 * x\ndef touch():\n    pass\n", "touch", "result", "8"),
+]
+
+
+@pytest.mark.parametrize("case", range(len(REBINDS)))
+def test_what_the_tests_bind_the_solution_cannot_rebind(case):
+    reference, good, name, var, value = REBINDS[case]
+    both(good, reference, 1.0)
+    other = "def double(x):\n    return 0\n" if name == "touch" else ""
+    both(REBIND.format(target=other, name=name, var=var, value=value), reference, 0.0)
+    # the same objects stay bound: an in-place sort passes, and mutating an input the test says
+    # must not change fails, as in pytest
+    both("def sort_in_place(x):\n    x.sort()\n",
+         {"tests": "sort_in_place(data)\nassert data == [1, 2, 3]", "setup": "data = [3, 1, 2]"}, 1.0)
+    both("def total(x):\n    s = sum(x)\n    x.clear()\n    return s\n",
+         {"tests": "assert total(data) == 6\nassert data == [1, 2, 3]", "setup": "data = [1, 2, 3]"}, 0.0)
+
+
+# ------------------------------------------------------------------ checks that draw random inputs, mixins
+
+RANDOM_CHECKS = [  # (tests, entry point, honest)
+    ("def check(candidate):\n    import random\n    assert candidate(2, 3) == 5\n"
+     "    for i in range(50):\n        x, y = random.randint(0, 1000), random.randint(0, 1000)\n"
+     "        assert candidate(x, y) == x + y\n", "add", "def add(a, b):\n    return a + b\n"),
+    ("def check(candidate):\n    from random import randint, choice\n    import string\n"
+     "    letters = string.ascii_lowercase\n    for _ in range(30):\n"
+     "        s = ''.join(choice(letters) for i in range(randint(5, 10)))\n"
+     "        encoded = encode(s)\n        assert candidate(encoded) == s\n", "decode",
+     "def encode(s):\n    return s[::-1]\ndef decode(s):\n    return s[::-1]\n"),
+    ("def check(candidate):\n    import random\n    import copy\n    rng = random.Random(42)\n"
+     "    for _ in range(30):\n        xs = []\n        for _ in range(rng.randint(1, 6)):\n"
+     "            x = rng.randint(-5, 5)\n            if x == 0:\n                x = 1\n"
+     "            xs.append(x)\n        rng.shuffle(xs)\n"
+     "        assert candidate(copy.deepcopy(xs)) == sorted(xs)\n", "sort_list",
+     "def sort_list(xs):\n    return sorted(xs)\n"),
+    ("import random\n\ndef test_add():\n    random.seed(7)\n    for _ in range(20):\n"
+     "        a = random.random()\n        assert add(a, 1) == a + 1\n", None,
+     "def add(a, b):\n    return a + b\n"),
+]
+ALWAYS_EQ = ("class _Eq(str):\n    def __eq__(self, o):\n        return True\n    __hash__ = str.__hash__\n"
+             "def {name}(*args):\n    return _Eq()\ndef encode(s):\n    return s\n")
+
+
+@pytest.mark.parametrize("case", range(len(RANDOM_CHECKS)))
+def test_checks_that_draw_random_inputs_are_judged_by_the_trainer(case):
+    tests, entry_point, good = RANDOM_CHECKS[case]
+    reference = {"tests": tests, "entry_point": entry_point} if entry_point else tests
+    both(good, reference, 1.0)
+    assert run_python(good, tests=tests, entry_point=entry_point).trusted
+    name = entry_point or "add"
+    wrong = good.replace("return a + b", "return a + b + (a > 0.5)").replace(
+        "def decode(s):\n    return s[::-1]", "def decode(s):\n    return s").replace("sorted(xs)", "xs")
+    assert wrong != good
+    both(wrong, reference, 0.0)
+    both(ALWAYS_EQ.format(name=name), reference, 0.0)
+
+
+def test_the_tests_random_draws_are_the_plans_own():
+    # the trainer and the judge helper build the plan separately: the draws must agree, and the
+    # caller's global random is neither read nor advanced
+    import random
+
+    from rewards import testplan
+    tests = RANDOM_CHECKS[0][0]
+    random.seed(1)
+    expected = random.random()
+    random.seed(1)
+    first = testplan.build_plan.__wrapped__(tests, "add")
+    assert random.random() == expected
+    again = testplan.build_plan.__wrapped__(tests.replace("range(50)", "range(50) "), "add")
+    assert [u.steps for u in first.units] == [u.steps for u in again.units]
+    assert first.harness is None and first.trusted == 51
+
+
+MIXINS = [
+    "class AddChecks:\n    def test_add(self):\n        assert add(2, 3) == 5\n"
+    "class TestAdd(AddChecks):\n    pass\n",
+    "import unittest\nclass AddChecks:\n    def test_add(self):\n        self.assertEqual(add(2, 3), 5)\n"
+    "class AddTests(AddChecks, unittest.TestCase):\n    pass\n",
+    "import unittest\nclass Base(unittest.TestCase):\n    def setUp(self):\n        self.f = add\n"
+    "class AddTests(Base):\n    def test_add(self):\n        self.assertEqual(self.f(2, 3), 5)\n",
+    "class A:\n    def test_a(self):\n        assert add(2, 3) == 5\nclass B(A):\n"
+    "    def test_b(self):\n        assert add(1, 1) == 2\nclass TestC(B):\n    pass\n",
+]
+
+
+@pytest.mark.parametrize("case", range(len(MIXINS)))
+def test_test_classes_with_inherited_tests_run_under_pytest(case):
+    good, wrong = "def add(a, b):\n    return a + b\n", "def add(a, b):\n    return a * 2 - 1\n"
+    assert code(block(good), MIXINS[case]) == 1.0
+    assert trusted_code(block(good), MIXINS[case]) == 0.0  # refused: the path is pytest's
+    assert code(block(wrong), MIXINS[case]) == 0.0
+    # every inherited test is expected by name: one that does not run is a failure
+    hidden = MIXINS[case] + "\ndel AddChecks.test_add\n" if "AddChecks" in MIXINS[case] else None
+    if hidden:
+        assert code(block(good), hidden) == 0.0
