@@ -37,7 +37,14 @@ from math import isfinite
 
 from .choice import choice_reward, extract_choice, has_choice
 from .code import code_reward, code_stats, extract_code, has_code_block
-from .math import answers_equal, gsm8k_reward, has_boxed, last_boxed, last_number, math_reward
+from .math import (
+    answers_equal,
+    gsm8k_reward,
+    has_boxed,
+    last_boxed,
+    last_number,
+    math_reward,
+)
 
 _REWARDS = {
     "gsm8k": (gsm8k_reward, has_boxed),

@@ -1,20 +1,24 @@
-"""The process that runs untrusted code for rewards/code.py. Started as `python -I _sandbox_child.py`.
+"""The process that runs untrusted code for rewards/code.py. Started as `python -I
+_sandbox_child.py`.
 
-A standalone script (no imports from this repo): it runs in a fresh interpreter, inside bubblewrap when the
-machine has it (rewards/sandbox.py). The spec arrives as JSON on stdin; the report leaves as JSON lines on the fd it names.
-This process only COMPUTES: it never sees an expected output of a trusted test, and the parent judges what it
-reports. Whatever the solution does to this process (replacing builtins, walking the stack, writing to the report fd)
-can change the report, but a report only passes if its values are the right ones.
+A standalone script (no imports from this repo): it runs in a fresh interpreter, inside bubblewrap
+when the machine has it (rewards/sandbox.py). The spec arrives as JSON on stdin; the report leaves
+as JSON lines on the fd it names. This process only COMPUTES: it never sees an expected output of a
+trusted test, and the parent judges what it reports. Whatever the solution does to this process
+(replacing builtins, walking the stack, writing to the report fd) can change the report, but a
+report only passes if its values are the right ones.
 
 Work, in order:
-  1. privileges: bwrap as root -> drop to the run's own uid, enter a fresh user namespace that cannot make
-     another one, drop every capability; fallback (no bwrap) -> today's unshare(NET|PID) + fork + uid drop.
+  1. privileges: bwrap as root -> drop to the run's own uid, enter a fresh user namespace that
+     cannot make another one, drop every capability; fallback (no bwrap) -> today's unshare(NET|PID)
+     + fork + uid drop.
   2. rlimits (memory, CPU, file size, fds, processes, no core dumps).
-  3. `units`: lists of steps ({"run": stmt} or {"eval": expr}, with "iter": materialise a returned iterator,
-     "attrs": attributes to read while the value is an object of the solution's) evaluated in a copy of the
-     solution's namespace, every step whatever an earlier one raised; each eval's value goes back as plain data
-     (exact types only), or the exception with its MRO. `cases`: the solution runs as a script once per stdin;
-     its stdout goes back. Report line: {"units": [...]} or {"cases": [...]}.
+  3. `units`: lists of steps ({"run": stmt} or {"eval": expr}, with "iter": materialise a returned
+     iterator, "attrs": attributes to read while the value is an object of the solution's) evaluated
+     in a copy of the solution's namespace, every step whatever an earlier one raised; each eval's
+     value goes back as plain data (exact types only), or the exception with its MRO. `cases`: the
+     solution runs as a script once per stdin; its stdout goes back. Report line: {"units": [...]}
+     or {"cases": [...]}.
   3a. before 3, `harness` (untrusted tests that could not be turned into pairs): the installed
      pytest runs them in a process of its own (run_pytest, rewards/_pytest_runner.py); its result
      goes to a file of the parent's.
@@ -45,7 +49,8 @@ class _CapHeader(ctypes.Structure):
 
 
 class _CapData(ctypes.Structure):
-    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
+                ("inheritable", ctypes.c_uint32)]
 
 
 def set_caps(caps: int):
@@ -57,8 +62,8 @@ def set_caps(caps: int):
 
 
 def become(uid: int):
-    """Root -> `uid` (group too, no supplementary groups). Dumpable again afterwards, so that this process may
-    write its own /proc/self/uid_map (a uid change makes /proc/self root-owned)."""
+    """Root -> `uid` (group too, no supplementary groups). Dumpable again afterwards, so that this
+    process may write its own /proc/self/uid_map (a uid change makes /proc/self root-owned)."""
     os.setgroups([])
     os.setresgid(uid, uid, uid)
     os.setresuid(uid, uid, uid)
@@ -66,13 +71,14 @@ def become(uid: int):
 
 
 def enter_user_namespace(uid: int):
-    """A user namespace of our own, mapping only ourselves (to 65534 inside), in which no further user namespace
-    can be created (user.max_user_namespaces = 0: bwrap's --disable-userns). Then every capability that creating
-    it gave us is dropped, bounding set included."""
+    """A user namespace of our own, mapping only ourselves (to 65534 inside), in which no further
+    user namespace can be created (user.max_user_namespaces = 0: bwrap's --disable-userns). Then
+    every capability that creating it gave us is dropped, bounding set included."""
     if _libc.unshare(CLONE_NEWUSER) != 0:
         raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWUSER) failed")
     for path, text in (("/proc/self/setgroups", "deny"), ("/proc/self/uid_map", f"65534 {uid} 1"),
-                       ("/proc/self/gid_map", f"65534 {uid} 1"), ("/proc/sys/user/max_user_namespaces", "0")):
+                       ("/proc/self/gid_map", f"65534 {uid} 1"),
+                       ("/proc/sys/user/max_user_namespaces", "0")):
         with open(path, "w") as f:
             f.write(text)
     for cap in range(CAP_LAST + 1):
@@ -82,23 +88,25 @@ def enter_user_namespace(uid: int):
 
 
 def drop_fallback(uid: int, keep_dac: bool):
-    """Without bwrap, as root: become the run's uid, keeping CAP_DAC_READ_SEARCH only when the interpreter lives
-    where other users cannot read it (e.g. pyenv under /root); the parent decides and says so in sandbox_info()."""
+    """Without bwrap, as root: become the run's uid, keeping CAP_DAC_READ_SEARCH only when the
+    interpreter lives where other users cannot read it (e.g. pyenv under /root); the parent decides
+    and says so in sandbox_info()."""
     if not keep_dac:
         become(uid)
         return
     _libc.prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0)
     become(uid)
     set_caps(1 << CAP_DAC_READ_SEARCH)
-    _libc.prctl(PR_CAP_AMBIENT, 2, CAP_DAC_READ_SEARCH, 0, 0)  # PR_CAP_AMBIENT_RAISE: a subprocess keeps it
+    # PR_CAP_AMBIENT_RAISE: a subprocess keeps it
+    _libc.prctl(PR_CAP_AMBIENT, 2, CAP_DAC_READ_SEARCH, 0, 0)
 
 
 def set_limits(limits):
     mb = 1 << 20
     resource.setrlimit(resource.RLIMIT_AS, (limits["memory_mb"] * mb,) * 2)
     resource.setrlimit(resource.RLIMIT_CPU, (limits["cpu_s"], limits["cpu_s"] + 1))
-    # stdin/stdout cases: this process writes the outputs into the parent's files (each case process gets
-    # file_mb again in _case_process)
+    # stdin/stdout cases: this process writes the outputs into the parent's files (each case process
+    # gets file_mb again in _case_process)
     fsize = max([limits["file_mb"] * mb] + limits.get("out_caps", []))
     resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
     resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
@@ -109,7 +117,8 @@ def set_limits(limits):
 
 
 def block_sockets():
-    """Fallback when no network namespace could be made. Weak: ctypes or a subprocess can get around it."""
+    """Fallback when no network namespace could be made. Weak: ctypes or a subprocess can get around
+    it."""
     import socket
 
     def refuse(*args, **kwargs):
@@ -131,9 +140,9 @@ _SCALARS = (type(None), bool, int, str)
 
 
 def encode(value, depth=0, budget=None):
-    """`value` as JSON, exact types only (no subclass, so no custom __eq__ survives). Tuples, sets, dicts with
-    any keys, bytes, complex, non-finite floats and big ints (in hex: no 4,300-digit limit, linear both ways) are
-    tagged so the parent rebuilds exactly the same value."""
+    """`value` as JSON, exact types only (no subclass, so no custom __eq__ survives). Tuples, sets,
+    dicts with any keys, bytes, complex, non-finite floats and big ints (in hex: no 4,300-digit
+    limit, linear both ways) are tagged so the parent rebuilds exactly the same value."""
     budget = budget if budget is not None else [MAX_ITEMS]
     budget[0] -= 1
     if depth > MAX_DEPTH or budget[0] < 0:
@@ -146,8 +155,11 @@ def encode(value, depth=0, budget=None):
     if kind is float:
         return value if math.isfinite(value) else {"float": repr(value)}
     if kind is list:
-        kinds = set(map(type, value))  # a flat list of small ints or strs goes as it is (at C speed)
-        if kinds in ({int}, {str}) and (kinds == {str} or (-(1 << 62) < min(value) and max(value) < 1 << 62)):
+        # a flat list of small ints or strs goes as it is (at C speed)
+        kinds = set(map(type, value))
+        if kinds in ({int},
+                     {str}) and (kinds == {str}
+                                 or (-(1 << 62) < min(value) and max(value) < 1 << 62)):
             budget[0] -= len(value)
             if budget[0] < 0:
                 raise ValueError("result too large")
@@ -156,7 +168,8 @@ def encode(value, depth=0, budget=None):
     if kind in (tuple, set, frozenset):
         return {kind.__name__: [encode(v, depth + 1, budget) for v in value]}
     if kind is dict:
-        return {"dict": [[encode(k, depth + 1, budget), encode(v, depth + 1, budget)] for k, v in value.items()]}
+        return {"dict": [[encode(k, depth + 1, budget), encode(v, depth + 1, budget)] for k,
+                         v in value.items()]}
     if kind is bytes:
         return {"bytes": value.hex()}
     if kind is complex:
@@ -165,22 +178,26 @@ def encode(value, depth=0, budget=None):
     if stdlib is not None:
         return stdlib
     item = getattr(value, "item", None)  # numpy scalars: an honest solution's np.int64(5) means 5
-    if type(value).__module__ == "numpy" and callable(item) and type(item()) in (bool, int, float, complex):
+    if (type(value).__module__ == "numpy" and callable(item)
+            and type(item()) in (bool, int, float, complex)):
         return encode(item(), depth, budget)
     raise TypeError(f"result of type {kind.__name__} is not plain data")
 
 
 def decode_input(value):
-    """An input from the trainer (testplan.encode_input: the tagged JSON of encode) back to its value."""
+    """An input from the trainer (testplan.encode_input: the tagged JSON of encode) back to its
+    value."""
     if type(value) is list:
-        return [decode_input(v) for v in value] if any(type(v) in (list, dict) for v in value) else value
+        return [decode_input(v) for v in value] if any(type(v) in (list, dict)
+                                                       for v in value) else value
     if type(value) is not dict:
         return value
     (tag, inner), = value.items()
     if tag == "int":
         return int(inner, 16)
     if tag in ("tuple", "set", "frozenset"):
-        return {"tuple": tuple, "set": set, "frozenset": frozenset}[tag](decode_input(v) for v in inner)
+        return {"tuple": tuple, "set": set,
+                "frozenset": frozenset}[tag](decode_input(v) for v in inner)
     if tag == "dict":
         return {decode_input(k): decode_input(v) for k, v in inner}
     if tag == "float":
@@ -192,16 +209,20 @@ def decode_input(value):
     raise ValueError(f"unknown input tag {tag!r}")
 
 
-_COLLECTIONS = (collections.Counter, collections.OrderedDict, collections.defaultdict, collections.deque)
-_FACTORIES = {getattr(builtins, n): n for n in ("list", "int", "set", "dict", "str", "float", "tuple", "bool")}
+_COLLECTIONS = (collections.Counter, collections.OrderedDict, collections.defaultdict,
+                collections.deque)
+_FACTORIES = {getattr(builtins, n): n
+              for n in ("list", "int", "set", "dict", "str", "float", "tuple", "bool")}
 
 
 def _stdlib_value(value, kind, depth, budget):
-    """The stdlib's value types, as what they are (the classes as they were before the solution ran): Counter,
-    OrderedDict, defaultdict (its factory when it is a builtin type), deque, and a namedtuple (its class name
-    and fields; the parent makes a namedtuple of its own: no method of the solution's class crosses)."""
+    """The stdlib's value types, as what they are (the classes as they were before the solution
+    ran): Counter, OrderedDict, defaultdict (its factory when it is a builtin type), deque, and a
+    namedtuple (its class name and fields; the parent makes a namedtuple of its own: no method of
+    the solution's class crosses)."""
     def pairs():
-        return [[encode(k, depth + 1, budget), encode(v, depth + 1, budget)] for k, v in value.items()]
+        return [[encode(k, depth + 1, budget), encode(v, depth + 1, budget)] for k,
+                v in value.items()]
     if kind is _COLLECTIONS[0] or kind is _COLLECTIONS[1]:
         return {kind.__name__: pairs()}
     if kind is _COLLECTIONS[2]:
@@ -218,15 +239,17 @@ def _stdlib_value(value, kind, depth, budget):
 
 
 _PLAIN = (type(None), bool, int, float, complex, str, bytes, list, tuple, dict, set, frozenset)
-_ITERATORS = (type(iter(())), type(iter([])), type(x for x in ()), map, filter, zip, reversed, enumerate, range,
+_ITERATORS = (type(iter(())), type(iter([])), type(x for x in ()), map, filter, zip, reversed,
+              enumerate, range,
               type({}.keys()), type({}.values()), type({}.items()))
 
 
 def materialise(value):
-    """A step marked "iter" (the test passes the result to list(), sorted(), sum()...): a generator or
-    other builtin iterator, or an iterable object of the solution's (a linked list with `__iter__`),
-    becomes the list of its items, iterated as the builtin would; plain data stays as it is, and so
-    do mappings (dict() reads their keys) and whatever cannot be iterated: left to encode."""
+    """A step marked "iter" (the test passes the result to list(), sorted(), sum()...): a generator
+    or other builtin iterator, or an iterable object of the solution's (a linked list with
+    `__iter__`), becomes the list of its items, iterated as the builtin would; plain data stays as
+    it is, and so do mappings (dict() reads their keys) and whatever cannot be iterated: left to
+    encode."""
     kind = type(value)
     iterable = kind not in _PLAIN and not isinstance(value, _COLLECTIONS) and _has(kind, "__iter__")
     if kind in _ITERATORS or (iterable and not _has(kind, "keys")):
@@ -245,8 +268,9 @@ def _has(kind, name) -> bool:
 
 
 def read_attrs(value, attrs):
-    """Read `attrs` in turn while the value is an object of the solution's own (a linked-list node): from plain
-    data the parent reads them. A subclass of a plain type stops here too, and then fails in encode."""
+    """Read `attrs` in turn while the value is an object of the solution's own (a linked-list node):
+    from plain data the parent reads them. A subclass of a plain type stops here too, and then fails
+    in encode."""
     applied = 0
     for attr in attrs:
         if isinstance(value, _PLAIN):
@@ -257,14 +281,15 @@ def read_attrs(value, attrs):
 
 
 def raised(e, namespace):
-    """The raised exception as data: its class's name, message, and each class of its MRO with its origin, decided
-    against the builtins as they were before the solution ran: "builtins" (that very builtin class), "solution"
-    (the class the solution's module binds to that name) or "other"."""
+    """The raised exception as data: its class's name, message, and each class of its MRO with its
+    origin, decided against the builtins as they were before the solution ran: "builtins" (that very
+    builtin class), "solution" (the class the solution's module binds to that name) or "other"."""
     mro = []
     for cls in type(e).__mro__[:32]:
         name = getattr(cls, "__name__", "?")
         name = name if type(name) is str else "?"
-        origin = ("builtins" if _BUILTINS.get(name) is cls else "solution" if namespace.get(name) is cls
+        origin = ("builtins" if _BUILTINS.get(name) is cls else "solution"
+                  if namespace.get(name) is cls
                   else "other")
         mro.append([name, origin])
     try:
@@ -276,17 +301,20 @@ def raised(e, namespace):
 
 
 def run_units(units, namespace):
-    """Each unit in a fresh copy of the solution's namespace. Every step runs, whatever an earlier one raised (the
-    child is not told which steps the tests expect to raise). Results: {"ok": value[, "applied": n]} |
-    {"ok": null} for run steps | {"exc": name, "msg": str, "mro": [[name, origin], ...]}."""
+    """Each unit in a fresh copy of the solution's namespace. Every step runs, whatever an earlier
+    one raised (the child is not told which steps the tests expect to raise). Results: {"ok":
+    value[, "applied": n]} | {"ok": null} for run steps | {"exc": name, "msg": str, "mro": [[name,
+    origin], ...]}."""
     out = []
     for steps in units:
         ns, results = dict(namespace, __gmts_builtins=dict(_BUILTINS)), []
         held = {}  # what the test bound, by name: the same objects before every step (mutations
-        for step in steps:  # stay; a rebinding by the solution, `f_globals["data"] = ...`, does not)
+        # stay; a rebinding by the solution, `f_globals["data"] = ...`, does not)
+        for step in steps:
             ns.update(held)
             try:
-                if "bind" in step:  # a big input the trainer computed, sent as data rather than as source
+                # a big input the trainer computed, sent as data rather than as source
+                if "bind" in step:
                     ns[step["bind"]] = held[step["bind"]] = decode_input(step["data"])
                     results.append({"ok": None})
                 elif "eval" in step:
@@ -296,7 +324,7 @@ def run_units(units, namespace):
                     value, applied = read_attrs(value, step.get("attrs", ()))
                     results.append({"ok": encode(value), "applied": applied})
                 else:
-                    exec(step["run"], ns)
+                    exec(step["run"], ns)  # noqa: S102 - the solution's step, in the sandbox
                     held.update((n, ns[n]) for n in step.get("binds", ()))
                     results.append({"ok": None})
             except BaseException as e:  # noqa: BLE001 - SystemExit in a call is a failure too
@@ -308,9 +336,10 @@ def run_units(units, namespace):
 
 
 def _case_process(i, out_w, max_procs, cpu_s, file_bytes):
-    """The forked solution process of case i: stdin from its input file, stdout into the pipe, stderr dropped;
-    its own CPU limit; after the script, its non-daemon threads are waited for (`threading.Thread(target=main)`
-    with a big stack is a common recursion idiom), as the interpreter would at exit."""
+    """The forked solution process of case i: stdin from its input file, stdout into the pipe,
+    stderr dropped; its own CPU limit; after the script, its non-daemon threads are waited for
+    (`threading.Thread(target=main)` with a big stack is a common recursion idiom), as the
+    interpreter would at exit."""
     try:
         resource.setrlimit(resource.RLIMIT_NPROC, (max_procs, max_procs))
         resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))
@@ -339,11 +368,12 @@ def _case_process(i, out_w, max_procs, cpu_s, file_bytes):
 
 
 def run_cases(inputs, out_fds, out_caps, max_procs, file_mb, case_s, may_kill_all):
-    """stdin/stdout programs: one forked process per input, each with its own limit of `case_s` seconds (wall
-    clock and CPU). Its stdout goes through a pipe into the parent's file `out_fds[i]` (`out_caps[i]` bytes at
-    most, the excess read and dropped: writes never fail), its input file is removed afterwards, and whatever it left running is killed before the
-    next case (kill(-1): every process of the run but this one; only where the run has its own uid or pid
-    namespace, `may_kill_all`). Returns [{"exit", "timed_out"}]."""
+    """stdin/stdout programs: one forked process per input, each with its own limit of `case_s`
+    seconds (wall clock and CPU). Its stdout goes through a pipe into the parent's file `out_fds[i]`
+    (`out_caps[i]` bytes at most, the excess read and dropped: writes never fail), its input file is
+    removed afterwards, and whatever it left running is killed before the next case (kill(-1): every
+    process of the run but this one; only where the run has its own uid or pid namespace,
+    `may_kill_all`). Returns [{"exit", "timed_out"}]."""
     import select
     out = []
     cpu_s = max(1, math.ceil(case_s))
@@ -394,7 +424,8 @@ def run_cases(inputs, out_fds, out_caps, max_procs, file_mb, case_s, may_kill_al
         os.close(read_end)
         if may_kill_all:
             try:
-                os.kill(-1, signal.SIGKILL)  # all the run's processes but this one (and a namespace's init)
+                # all the run's processes but this one (and a namespace's init)
+                os.kill(-1, signal.SIGKILL)
             except OSError:
                 pass
         else:
@@ -402,7 +433,8 @@ def run_cases(inputs, out_fds, out_caps, max_procs, file_mb, case_s, may_kill_al
         if status is None:
             os.waitpid(pid, 0)
         os.remove(f"in{i}.txt")
-        out.append({"exit": None if status is None else os.waitstatus_to_exitcode(status), "timed_out": timed_out})
+        out.append({"exit": None if status is None else os.waitstatus_to_exitcode(status),
+                    "timed_out": timed_out})
     return out
 
 
@@ -444,7 +476,8 @@ def report(obj):
 
 
 def work(spec):
-    """Everything after privileges and limits: the solution, the units or cases, then the harness."""
+    """Everything after privileges and limits: the solution, the units or cases, then the
+    harness."""
     _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)  # setuid binaries cannot give privileges back
     _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # after setuid, which clears it
     if not spec["net_isolated"]:
@@ -453,9 +486,11 @@ def work(spec):
     with open("solution.py", "w", encoding="utf-8") as f:
         f.write(spec["solution"])
     if spec.get("cases") is not None:
-        may_kill_all = spec["drop"]["how"] != "fallback-user" or spec["net_isolated"]  # own uid or pid ns
+        # own uid or pid ns
+        may_kill_all = spec["drop"]["how"] != "fallback-user" or spec["net_isolated"]
         limits = spec["limits"]
-        report({"cases": run_cases(spec["cases"], spec["out_fds"], spec["out_caps"], limits["max_procs"],
+        report({"cases": run_cases(spec["cases"], spec["out_fds"], spec["out_caps"],
+                                   limits["max_procs"],
                                    limits["file_mb"], spec["case_s"], may_kill_all)})
         return
     if spec.get("harness"):
@@ -468,7 +503,7 @@ def work(spec):
     import importlib
     solution = importlib.import_module("solution")  # `from solution import f` works too
     if spec.get("setup"):
-        exec(compile(spec["setup"], "setup.py", "exec"), vars(solution))
+        exec(compile(spec["setup"], "setup.py", "exec"), vars(solution))  # noqa: S102
     namespace = {k: v for k, v in vars(solution).items() if not k.startswith("__")}
     report({"units": run_units(spec["units"], namespace)})
 
@@ -476,7 +511,8 @@ def work(spec):
 def child(spec):
     try:
         drop = spec["drop"]
-        set_limits(spec["limits"])  # before the uid drop: RLIMIT_NPROC then counts the new uid's processes
+        # before the uid drop: RLIMIT_NPROC then counts the new uid's processes
+        set_limits(spec["limits"])
         if drop["how"] == "bwrap-root":
             become(drop["uid"])
             enter_user_namespace(drop["uid"])
@@ -487,7 +523,8 @@ def child(spec):
         work(spec)
         sys.stdout.flush()
         os._exit(0)
-    except BaseException:  # noqa: BLE001 - SystemExit included: exiting is not passing, the report decides
+    # SystemExit included: exiting is not passing, the report decides
+    except BaseException:  # noqa: BLE001
         try:
             traceback.print_exc(limit=5)
             sys.stderr.flush()
@@ -496,7 +533,8 @@ def child(spec):
 
 
 def try_unshare():
-    """Fallback only: new network + pid namespaces (root directly, others through a user namespace)."""
+    """Fallback only: new network + pid namespaces (root directly, others through a user
+    namespace)."""
     for flags in (CLONE_NEWNET | CLONE_NEWPID, CLONE_NEWUSER | CLONE_NEWNET | CLONE_NEWPID):
         if _libc.unshare(flags) == 0:
             return True
@@ -509,12 +547,15 @@ def main():
     os.close(0)
     _report_fd = spec["report_fd"]
     if spec["drop"]["how"].startswith("bwrap"):
-        spec["net_isolated"] = True  # bwrap made every namespace; its init is pid 1 and reaps the rest
+        # bwrap made every namespace; its init is pid 1 and reaps the rest
+        spec["net_isolated"] = True
         child(spec)
-    # Fallback: unshare(CLONE_NEWPID) only moves our children into the new namespace, so fork: the inner process is
-    # pid 1 there, and when it ends the kernel kills everything it left behind, setsid() escapees included.
+    # Fallback: unshare(CLONE_NEWPID) only moves our children into the new namespace, so fork: the
+    # inner process is pid 1 there, and when it ends the kernel kills everything it left behind,
+    # setsid() escapees included.
     spec["net_isolated"] = try_unshare() if spec.get("isolate", True) else False
-    with open(spec["status_path"], "w") as f:  # tells the parent whether it must hunt for leftovers itself
+    # tells the parent whether it must hunt for leftovers itself
+    with open(spec["status_path"], "w") as f:
         f.write("namespaces" if spec["net_isolated"] else "none")
     pid = os.fork()
     if pid == 0:

@@ -1,22 +1,26 @@
-"""Multiple-choice reward (CommonsenseQA 1 and 2): the letter the answer settles on must be the reference letter.
+"""Multiple-choice reward (CommonsenseQA 1 and 2): the letter the answer settles on must be the
+reference letter.
 
-Where the letter is looked for, most explicit first; within each, the LAST occurrence wins (models restate and
-correct themselves):
+Where the letter is looked for, most explicit first; within each, the LAST occurrence wins (models
+restate and correct themselves):
   1. \\boxed{B}, \\boxed{(B)}, \\boxed{\\text{B}}
   2. "the answer is (B)", "Answer: B", "answer is **B**", "correct option: B)"
-  3. a marked letter anywhere: "(B)", "B)", "**B**", "[B]", or a line that is just "B" / "B." / "B: text"
+  3. a marked letter anywhere: "(B)", "B)", "**B**", "[B]", or a line that is just "B" / "B." / "B:
+  text"
 A bare capital letter inside prose ("A dog ...") never counts. Letters A-J are recognised.
 """
 import re
 
 _L = r"([A-J])"
-# Every repeat is bounded or anchored on a literal, so matching stays linear on adversarial text (a pattern with
-# several adjacent \s* backtracks polynomially on a long run of spaces).
+# Every repeat is bounded or anchored on a literal, so matching stays linear on adversarial text (a
+# pattern with several adjacent \s* backtracks polynomially on a long run of spaces).
 _BOXED = re.compile(r"\\boxed\s{0,3}\{\s{0,3}(?:\\text(?:bf)?\s{0,3}\{)?\s{0,3}\(?\s{0,3}" + _L +
                     r"\s{0,3}\)?\s{0,3}\}?\s{0,3}\}")
-_STATED = re.compile(r"(?i:answer|option|choice)(?:\s{1,3}(?i:is|would be|will be))?(?:\s{0,3}(?i:option|choice))?"
+_STATED = re.compile(r"(?i:answer|option|choice)(?:\s{1,3}(?i:is|would be|will be))?"
+                     r"(?:\s{0,3}(?i:option|choice))?"
                      r"[\s:\-\*\(\[]{0,8}" + _L + r"(?![A-Za-z0-9'])")
-_MARKED = re.compile(r"\(" + _L + r"\)|(?<![A-Za-z0-9])" + _L + r"\)|\*\*" + _L + r"\*\*|\[" + _L + r"\]"
+_MARKED = re.compile(r"\(" + _L + r"\)|(?<![A-Za-z0-9])" + _L + r"\)|\*\*" + _L + r"\*\*|\[" + _L
+                     + r"\]"
                      r"|^[ \t]*" + _L + r"(?:[.:](?:[ \t].*)?)?[ \t]*$", re.MULTILINE)
 
 

@@ -1,17 +1,19 @@
-"""Code reward: the completion's last Python code block must pass the problem's tests in the sandbox.
+"""Code reward: the completion's last Python code block must pass the problem's tests in the
+sandbox.
 
 The reference (Problem.answer for code problems) is one of:
-- a dict {"tests": str, "entry_point": str | None, "setup": str}: MBPP (asserts; setup = test_setup_code),
-  HumanEval (`def check(candidate)` plus entry_point) and KodCode (`from solution import f` and pytest-style
-  `test_*` functions with @pytest.mark.parametrize).
-- a dict {"cases": [{"input": str, "output": str}, ...]}: stdin/stdout programs (LiveCodeBench, Codeforces).
+- a dict {"tests": str, "entry_point": str | None, "setup": str}: MBPP (asserts; setup =
+  test_setup_code), HumanEval (`def check(candidate)` plus entry_point) and KodCode (`from solution
+  import f` and pytest-style `test_*` functions with @pytest.mark.parametrize).
+- a dict {"cases": [{"input": str, "output": str}, ...]}: stdin/stdout programs (LiveCodeBench,
+  Codeforces).
 - a str (= {"tests": str}) or a list of assert strings (joined with newlines).
 Optional keys "timeout" (per stdin/stdout case) and "memory_mb" override the defaults per problem;
 "float_tolerance" (stdin/stdout) lets numeric tokens differ by that much, absolute or relative.
 
-The sandbox only computes; this process judges (rewards/testplan.py). Test cases that cannot be judged here run
-inside the sandbox as before: such a verdict is untrusted, counted in code_stats(), and refused (0.0, not run)
-with trusted_only=True.
+The sandbox only computes; this process judges (rewards/testplan.py). Test cases that cannot be
+judged here run inside the sandbox as before: such a verdict is untrusted, counted in code_stats(),
+and refused (0.0, not run) with trusted_only=True.
 """
 import ast
 import threading
@@ -23,8 +25,8 @@ MAX_EXTENSIONS = 8  # later closing fences tried when a block, cut at its first 
 
 
 def _fence(line: str):
-    """(indent, fence length, info) if `line` opens or closes a backtick fence (CommonMark: at least three
-    backticks, no backtick in the info string), else None. Linear in the line."""
+    """(indent, fence length, info) if `line` opens or closes a backtick fence (CommonMark: at least
+    three backticks, no backtick in the info string), else None. Linear in the line."""
     stripped = line.lstrip(" ")
     ticks = len(stripped) - len(stripped.lstrip("`"))
     if ticks < 3:
@@ -36,9 +38,10 @@ def _fence(line: str):
 
 
 def _blocks(lines: list[str]):
-    """Fenced code blocks as (language, first line, end line, indent, fence length); an unclosed one is left
-    out. One pass over the lines. A closing fence is at least as long as the opening one, has nothing after it
-    and is indented at most 3 columns more (a docstring's indented fence does not close the block)."""
+    """Fenced code blocks as (language, first line, end line, indent, fence length); an unclosed one
+    is left out. One pass over the lines. A closing fence is at least as long as the opening one,
+    has nothing after it and is indented at most 3 columns more (a docstring's indented fence does
+    not close the block)."""
     i, n = 0, len(lines)
     while i < n:
         opening = _fence(lines[i])
@@ -74,10 +77,11 @@ def _parses(source: str) -> bool:
 
 
 def extract_code(completion: str) -> str | None:
-    """The last ```python (or ```py / ```python3) block; if the answer has no labelled block, the last unlabelled
-    one. An unclosed block (cut off by the length limit) does not count; an indented block (inside a list item) is
-    dedented. A block that is not Python when cut at its first closing fence (a fence line inside a string
-    literal) is extended to the first later fence line (up to MAX_EXTENSIONS) that makes it Python."""
+    """The last ```python (or ```py / ```python3) block; if the answer has no labelled block, the
+    last unlabelled one. An unclosed block (cut off by the length limit) does not count; an indented
+    block (inside a list item) is dedented. A block that is not Python when cut at its first closing
+    fence (a fence line inside a string literal) is extended to the first later fence line (up to
+    MAX_EXTENSIONS) that makes it Python."""
     lines = completion.split("\n")
     labelled = unlabelled = None
     for block in _blocks(lines):
@@ -109,13 +113,16 @@ def _as_spec(reference) -> dict:
         return {"tests": reference}
     if isinstance(reference, (list, tuple)) and all(isinstance(t, str) for t in reference):
         return {"tests": "\n".join(reference)}
-    if isinstance(reference, dict) and (reference.get("tests") or reference.get("cases") is not None):
+    if isinstance(reference, dict) and (reference.get("tests")
+                                        or reference.get("cases") is not None):
         return reference
-    raise ValueError(f"code reference must be a tests string, a list of asserts, or a dict with 'tests' or "
-                     f"'cases'; got {type(reference).__name__}: {str(reference)[:200]!r}")
+    raise ValueError(f"code reference must be a tests string, a list of asserts, or a dict with "
+                     f"'tests' or 'cases'; got {type(reference).__name__}: "
+                     f"{str(reference)[:200]!r}")
 
 
-_STATS_KEYS = ("runs", "trusted_runs", "untrusted_runs", "refused_runs", "unjudged_runs", "cases_trusted",
+_STATS_KEYS = ("runs", "trusted_runs", "untrusted_runs", "refused_runs", "unjudged_runs",
+               "cases_trusted",
                "cases_untrusted")
 _stats = dict.fromkeys(_STATS_KEYS, 0)
 _stats_lock = threading.Lock()
@@ -123,10 +130,11 @@ _stats_lock = threading.Lock()
 
 def code_stats(reset: bool = False) -> dict:
     """Counts since start (or the last reset) over code rewards: runs judged wholly by the trainer
-    (trusted_runs), runs whose verdict came partly from tests inside the sandbox (untrusted_runs), runs refused by
-    trusted_only, runs scored 0 unrun because their tests hold nothing (or a part) that can be judged or run
-    (unjudged_runs: a `check` without entry point, no test case at all), and the test cases behind them.
-    Which memory limit holds per run: rewards.sandbox.memory_limit()."""
+    (trusted_runs), runs whose verdict came partly from tests inside the sandbox (untrusted_runs),
+    runs refused by trusted_only, runs scored 0 unrun because their tests hold nothing (or a part)
+    that can be judged or run (unjudged_runs: a `check` without entry point, no test case at all),
+    and the test cases behind them. Which memory limit holds per run:
+    rewards.sandbox.memory_limit()."""
     with _stats_lock:
         out = dict(_stats)
         if reset:
@@ -148,22 +156,25 @@ _sandbox_checked = False
 
 
 def check_sandbox():
-    """Run a trivially correct program once. If even that fails, the machine cannot run the sandbox (e.g. the
-    interpreter is unreadable for the sandbox's uid) and every code reward would silently be 0: raise instead."""
+    """Run a trivially correct program once. If even that fails, the machine cannot run the sandbox
+    (e.g. the interpreter is unreadable for the sandbox's uid) and every code reward would silently
+    be 0: raise instead."""
     global _sandbox_checked
     if not _sandbox_checked:
         result = run_python("x = 1", tests="assert x == 1", timeout=30)
         if not result.passed:
-            raise RuntimeError(f"the code sandbox cannot run even a correct program on this machine "
-                               f"(returncode {result.returncode}): {result.stderr[-1000:]}")
+            raise RuntimeError(f"the code sandbox cannot run even a correct program on this "
+                               f"machine (returncode {result.returncode}): "
+                               f"{result.stderr[-1000:]}")
         _sandbox_checked = True
 
 
 def code_reward(completion: str, reference, *, timeout: float = 10.0, memory_mb: int = 2048,
                 trusted_only: bool = False) -> float:
-    """1.0 if the last code block passes every test within the limits, else 0.0. Never raises on a completion;
-    a malformed reference (a data bug) raises ValueError, a sandbox that cannot work here RuntimeError.
-    trusted_only=True: 0.0 without running when any test case could only be judged inside the sandbox."""
+    """1.0 if the last code block passes every test within the limits, else 0.0. Never raises on a
+    completion; a malformed reference (a data bug) raises ValueError, a sandbox that cannot work
+    here RuntimeError. trusted_only=True: 0.0 without running when any test case could only be
+    judged inside the sandbox."""
     spec = _as_spec(reference)
     check_sandbox()
     if not isinstance(completion, str):
@@ -175,11 +186,14 @@ def code_reward(completion: str, reference, *, timeout: float = 10.0, memory_mb:
     if isinstance(tests, (list, tuple)):
         tests = "\n".join(tests)
     try:
-        result = run_python(code, tests=tests, entry_point=spec.get("entry_point"), setup=spec.get("setup") or "",
+        result = run_python(code, tests=tests, entry_point=spec.get("entry_point"),
+                            setup=spec.get("setup") or "",
                             cases=spec.get("cases"), timeout=float(spec.get("timeout", timeout)),
-                            memory_mb=int(spec.get("memory_mb", memory_mb)), trusted_only=trusted_only,
+                            memory_mb=int(spec.get("memory_mb", memory_mb)),
+                            trusted_only=trusted_only,
                             float_tolerance=spec.get("float_tolerance"))
-    except (OSError, UnicodeEncodeError):  # e.g. lone surrogates in the completion cannot be written out
+    # e.g. lone surrogates in the completion cannot be written out
+    except (OSError, UnicodeEncodeError):
         return 0.0
     _count(result)
     return 1.0 if result.passed else 0.0

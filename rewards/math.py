@@ -1,12 +1,15 @@
-"""Math rewards: the final answer is the last \\boxed{...}; numbers are compared exactly, LaTeX with math-verify.
+"""Math rewards: the final answer is the last \\boxed{...}; numbers are compared exactly, LaTeX with
+math-verify.
 
 gsm8k_reward(completion, gold): last \\boxed{} or, if there is none, the last number in the text.
-math_reward(completion, gold):  last \\boxed{} only (the paper's template asks for one; no box, no answer).
+math_reward(completion, gold):  last \\boxed{} only (the paper's template asks for one; no box, no
+answer).
 
-Comparison, cheapest first: (1) normalised strings equal; (2) both sides plain numbers (commas, signs, $, %,
-trailing units, .0, simple fractions handled) -> exact Fraction equality; (3) anything else (LaTeX fractions,
-roots, intervals, matrices, expressions) -> math-verify in a helper process with a hard time limit
-(rewards/_math_worker.py). If math-verify is not installed, (3) is skipped with a warning: only (1) and (2).
+Comparison, cheapest first: (1) normalised strings equal; (2) both sides plain numbers (commas,
+signs, $, %, trailing units, .0, simple fractions handled) -> exact Fraction equality; (3) anything
+else (LaTeX fractions, roots, intervals, matrices, expressions) -> math-verify in a helper process
+with a hard time limit (rewards/_math_worker.py). If math-verify is not installed, (3) is skipped
+with a warning: only (1) and (2).
 """
 import atexit
 import json
@@ -19,8 +22,10 @@ from fractions import Fraction
 
 from ._helpers import Helper, Pool
 
-VERIFY_TIMEOUT_S = 3.0  # per comparison, wall clock, including the helper's own parsing/verify time limits
-MAX_ANSWER_CHARS = 1000  # a longer "final answer" is not an answer: compared as a string only, never parsed
+# per comparison, wall clock, including the helper's own parsing/verify time limits
+VERIFY_TIMEOUT_S = 3.0
+# a longer "final answer" is not an answer: compared as a string only, never parsed
+MAX_ANSWER_CHARS = 1000
 
 # ---------------------------------------------------------------- extraction
 
@@ -29,13 +34,15 @@ _BRACES = re.compile(r"[{}]")
 
 
 def last_boxed(text: str) -> str | None:
-    """Content of the last well-formed \\boxed{...} (nested braces allowed) or `\\boxed 5`. A box cut off before
-    its closing brace is skipped, so a truncated re-statement does not erase an earlier complete answer."""
+    """Content of the last well-formed \\boxed{...} (nested braces allowed) or `\\boxed 5`. A box
+    cut off before its closing brace is skipped, so a truncated re-statement does not erase an
+    earlier complete answer."""
     starts = [m.end() for m in _BOX.finditer(text)][-20:]  # bound the work on adversarial inputs
     for start in reversed(starts):
         if start < len(text) and text[start] == "{":
             depth = 0
-            for brace in _BRACES.finditer(text, start):  # jumps from brace to brace: fast on long answers
+            # jumps from brace to brace: fast on long answers
+            for brace in _BRACES.finditer(text, start):
                 depth += 1 if brace.group(0) == "{" else -1
                 if depth == 0:
                     return text[start + 1:brace.start()].strip()
@@ -50,7 +57,8 @@ _NUMBER = re.compile(r"(?<![\w.])-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|(?<![\w.
 
 
 def last_number(text: str) -> str | None:
-    """The last number written in the text ("1,234.5", "-3", ".5"); GSM8K's fallback when nothing is boxed."""
+    """The last number written in the text ("1,234.5", "-3", ".5"); GSM8K's fallback when nothing is
+    boxed."""
     last = None
     for last in _NUMBER.finditer(text):
         pass
@@ -61,19 +69,25 @@ def last_number(text: str) -> str | None:
 
 _TEXT_CMD = re.compile(r"\\(?:text|textbf|textrm|mbox|mathrm|mathbf)\s*\{([^{}]*)\}")
 _FRAC = re.compile(r"^(-?)\\[dt]?frac\{\s*(-?\d+)\s*\}\{\s*(-?\d+)\s*\}$")
-_PLAIN = re.compile(r"^([-+]?)(\d{1,3}(?:,\d{3})+|\d*)(\.\d+)?(?:/(\d+))?(\s+[A-Za-z][A-Za-z .]*(?:\^\{?\d\}?)?)?$")
-# Words that make "5 <words>" more than a number with its unit: "5 or seven", "5 and 6", "5 to 7", "5 plus x".
-_NOT_A_UNIT = re.compile(r"\b(?:or|and|nor|but|not|to|plus|minus|times|over|divided|by|is|equals?|than|vs|versus|"
-                         r"either|neither|maybe|between|from)\b", re.IGNORECASE)
+_PLAIN = re.compile(r"^([-+]?)(\d{1,3}(?:,\d{3})+|\d*)(\.\d+)?(?:/(\d+))?"
+                    r"(\s+[A-Za-z][A-Za-z .]*(?:\^\{?\d\}?)?)?$")
+# Words that make "5 <words>" more than a number with its unit: "5 or seven", "5 and 6", "5 to 7",
+# "5 plus x".
+_NOT_A_UNIT = re.compile(r"\b(?:or|and|nor|but|not|to|plus|minus|times|over|divided|by|is|equals?|"
+                         r"than|vs|versus|either|neither|maybe|between|from)\b", re.IGNORECASE)
 
 
 def normalize(answer: str) -> str:
-    """Formatting-only rewrites both sides get before any comparison (strip $, spacing commands, \\left, ...)."""
+    """Formatting-only rewrites both sides get before any comparison (strip $, spacing commands,
+    \\left, ...)."""
     s = answer.strip()
-    s = re.sub(r"(?<!\\)\\[!,;:]", "", s)  # LaTeX thin spaces ("1\\!000"); the row break "\\\\" is kept
+    # LaTeX thin spaces ("1\\!000"); the row break "\\\\" is kept
+    s = re.sub(r"(?<!\\)\\[!,;:]", "", s)
     s = re.sub(r"(?<!\\)\\ ", " ", s)
-    for old, new in (("~", " "), ("\\left", ""), ("\\right", ""), ("\\dfrac", "\\frac"), ("\\tfrac", "\\frac"),
-                     ("\\$", ""), ("$", ""), ("\\%", ""), ("%", ""), ("^{\\circ}", ""), ("^\\circ", ""),
+    for old, new in (("~", " "), ("\\left", ""), ("\\right", ""), ("\\dfrac", "\\frac"),
+                     ("\\tfrac", "\\frac"),
+                     ("\\$", ""), ("$", ""), ("\\%", ""), ("%", ""), ("^{\\circ}", ""),
+                     ("^\\circ", ""),
                      ("°", ""), ("−", "-"), ("\\displaystyle", "")):
         s = s.replace(old, new)
     s = _TEXT_CMD.sub(lambda m: " " + m.group(1).strip(), s)
@@ -83,7 +97,8 @@ def normalize(answer: str) -> str:
 
 
 def to_number(answer: str) -> Fraction | None:
-    """An exact value for a plain number, or None if it is anything else (then LaTeX comparison decides)."""
+    """An exact value for a plain number, or None if it is anything else (then LaTeX comparison
+    decides)."""
     s = normalize(answer)
     if s.startswith("(") and s.endswith(")") and s.count("(") == 1:
         s = s[1:-1].strip()
@@ -105,7 +120,8 @@ def to_number(answer: str) -> Fraction | None:
     return -value if sign == "-" else value
 
 
-# ---------------------------------------------------------------- LaTeX equivalence (math-verify, out of process)
+# ---------------------------------------------------------------- LaTeX equivalence (math-verify,
+# out of process)
 
 
 def _math_helper() -> Helper:
@@ -179,7 +195,8 @@ def answers_equal(predicted: str, gold: str) -> bool:
         p_num, g_num = to_number(p), to_number(g)
         if p_num is not None and g_num is not None:
             return p_num == g_num
-        verdict = _verifier.equal(gold.strip(), predicted.strip())  # math-verify normalises on its own
+        # math-verify normalises on its own
+        verdict = _verifier.equal(gold.strip(), predicted.strip())
         return p.replace(" ", "") == g.replace(" ", "") if verdict is None else verdict
     except Exception:  # noqa: BLE001 - a reward must not crash training on a strange string
         return False
@@ -189,11 +206,12 @@ def answers_equal(predicted: str, gold: str) -> bool:
 
 
 def gold_answer(reference) -> str:
-    """GSM8K's answer field ends in '#### 72'; take what follows. A bare answer (str or number) is returned as
-    is. Anything else, None included, or an empty answer is a data bug: ValueError (else `\\boxed{None}` scores)."""
+    """GSM8K's answer field ends in '#### 72'; take what follows. A bare answer (str or number) is
+    returned as is. Anything else, None included, or an empty answer is a data bug: ValueError (else
+    `\\boxed{None}` scores)."""
     if isinstance(reference, bool) or not isinstance(reference, (str, int, float, Fraction)):
-        raise ValueError(f"math reference must be a string or a number, got {type(reference).__name__}: "
-                         f"{str(reference)[:200]!r}")
+        raise ValueError(f"math reference must be a string or a number, got "  # noqa: TRY004
+                         f"{type(reference).__name__}: {str(reference)[:200]!r}")
     text = str(reference)
     gold = text.rsplit("####", 1)[1].strip() if "####" in text else text.strip()
     if not gold:
@@ -206,7 +224,8 @@ def gsm8k_reward(completion: str, reference) -> float:
         return 0.0
     boxed = last_boxed(completion)
     predicted = boxed if boxed is not None else last_number(completion)
-    return 1.0 if predicted is not None and answers_equal(predicted, gold_answer(reference)) else 0.0
+    return 1.0 if predicted is not None and answers_equal(predicted,
+                                                          gold_answer(reference)) else 0.0
 
 
 def math_reward(completion: str, reference) -> float:

@@ -1,23 +1,27 @@
-"""Start rewards/_sandbox_child.py on untrusted code and bring back its report (data only; the caller judges).
+"""Start rewards/_sandbox_child.py on untrusted code and bring back its report (data only; the
+caller judges).
 
 Two ways to start it, chosen once per process by a probe run (`sandbox_info()` says which):
-- bubblewrap (`bwrap`, Debian package `bubblewrap`): new mount, pid, net, ipc, uts and (where the kernel allows)
-  cgroup namespaces; a root file system that holds only read-only binds of what the interpreter needs; private
-  size-capped tmpfs for the working directory, /tmp and /dev/shm, so nothing written survives the run and no run
-  sees another's files; --die-with-parent and --new-session. As root, bwrap keeps only CAP_SETUID/SETGID for the
-  child, which becomes the run's own uid (so RLIMIT_NPROC holds: the kernel exempts uid 0 from it), enters a user
-  namespace that cannot make another one, and drops every capability. As another user, bwrap makes the user
+- bubblewrap (`bwrap`, Debian package `bubblewrap`): new mount, pid, net, ipc, uts and (where the
+  kernel allows) cgroup namespaces; a root file system that holds only read-only binds of what the
+  interpreter needs; private size-capped tmpfs for the working directory, /tmp and /dev/shm, so
+  nothing written survives the run and no run sees another's files; --die-with-parent and
+  --new-session. As root, bwrap keeps only CAP_SETUID/SETGID for the child, which becomes the run's
+  own uid (so RLIMIT_NPROC holds: the kernel exempts uid 0 from it), enters a user namespace that
+  cannot make another one, and drops every capability. As another user, bwrap makes the user
   namespace itself (--unshare-user --disable-userns).
-- fallback, with one warning: today's path. unshare(NET|PID) when permitted, the run's own uid as root (keeping
-  CAP_DAC_READ_SEARCH only if the interpreter is unreadable to other users), a 0700 work dir on disk, and
-  afterwards the run's files in /tmp and /dev/shm are deleted and its processes killed.
-Both: rlimits in the child, a wall clock in the parent that SIGKILLs the session, a minimal environment.
-Memory is bounded per RUN, not per process: each run gets its own memory cgroup (v2, else v1) where this process
-may make one; without one, as root, the run may not fork (RLIMIT_NPROC = 1), so RLIMIT_AS bounds it whole.
-`memory_limit()` says which. Each run gets its own uid from RUN_UIDS, drawn from os.urandom (never from the
-caller's `random`, which data-parallel ranks seed alike) and reserved host-wide for the run's lifetime by an
-abstract unix socket named after it, so two runs at once, in one process or in two, cannot share a uid, and so
-cannot signal, trace or starve (NPROC) each other, nor kill each other's processes when cleaning up.
+- fallback, with one warning: today's path. unshare(NET|PID) when permitted, the run's own uid as
+  root (keeping CAP_DAC_READ_SEARCH only if the interpreter is unreadable to other users), a 0700
+  work dir on disk, and afterwards the run's files in /tmp and /dev/shm are deleted and its
+  processes killed.
+Both: rlimits in the child, a wall clock in the parent that SIGKILLs the session, a minimal
+environment. Memory is bounded per RUN, not per process: each run gets its own memory cgroup (v2,
+else v1) where this process may make one; without one, as root, the run may not fork (RLIMIT_NPROC =
+1), so RLIMIT_AS bounds it whole. `memory_limit()` says which. Each run gets its own uid from
+RUN_UIDS, drawn from os.urandom (never from the caller's `random`, which data-parallel ranks seed
+alike) and reserved host-wide for the run's lifetime by an abstract unix socket named after it, so
+two runs at once, in one process or in two, cannot share a uid, and so cannot signal, trace or
+starve (NPROC) each other, nor kill each other's processes when cleaning up.
 """
 import contextlib
 import errno
@@ -41,14 +45,16 @@ from .testplan import CHECK_TEST, build_plan, decode
 
 _CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_sandbox_child.py")
 _RUNNER = os.path.join(os.path.dirname(_CHILD), "_pytest_runner.py")
-RUN_UIDS = range(0x6D000000, 0x6D000000 + (1 << 24))  # one per run, unused by any account; never 0 or 65534
+# one per run, unused by any account; never 0 or 65534
+RUN_UIDS = range(0x6D000000, 0x6D000000 + (1 << 24))
 TMPFS_MB = 64  # each of /work, /tmp, /dev/shm inside bwrap
 SANDBOX_DIRS = ("/tmp", "/dev/shm")
 
 
 @dataclass
 class ChildRun:
-    report: list  # the JSON lines the child wrote to its report fd, parsed (unless parse=False); untrusted data
+    # the JSON lines the child wrote to its report fd, parsed (unless parse=False); untrusted data
+    report: list
     raw: str  # the same lines as text (for the judge's helper process)
     timed_out: bool
     returncode: int | None
@@ -63,20 +69,23 @@ class ChildRun:
 
 
 def _interpreter_paths() -> list[str]:
-    """What the interpreter needs, outside the system dirs that are bound anyway: its own folder (the binary,
-    pyvenv.cfg), the standard library, the installed packages (sysconfig's and site's folders) and libpython's
-    folder. Never a folder of the caller's: neither sys.path entries (the launching script's folder, PYTHONPATH,
-    the project, editable installs) nor the working directory."""
+    """What the interpreter needs, outside the system dirs that are bound anyway: its own folder
+    (the binary, pyvenv.cfg), the standard library, the installed packages (sysconfig's and site's
+    folders) and libpython's folder. Never a folder of the caller's: neither sys.path entries (the
+    launching script's folder, PYTHONPATH, the project, editable installs) nor the working
+    directory."""
     import site
     import sysconfig
     exe = os.path.realpath(sys.executable)
     paths = {os.path.dirname(exe), os.path.dirname(os.path.abspath(sys.executable))}
-    for scheme_paths in (sysconfig.get_paths(), sysconfig.get_paths(vars={"base": sys.base_prefix,
-                                                                          "platbase": sys.base_prefix})):
+    base = {"base": sys.base_prefix, "platbase": sys.base_prefix}
+    for scheme_paths in (sysconfig.get_paths(), sysconfig.get_paths(vars=base)):
         paths.update(scheme_paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib"))
     paths.update(site.getsitepackages() if hasattr(site, "getsitepackages") else [])
-    paths.add(sysconfig.get_config_var("LIBDIR") or "")  # libpython*.so of a shared build (pyenv, conda)
-    files = [os.path.join(sys.prefix, "pyvenv.cfg")]  # a venv: how the interpreter finds its site-packages
+    # libpython*.so of a shared build (pyenv, conda)
+    paths.add(sysconfig.get_config_var("LIBDIR") or "")
+    # a venv: how the interpreter finds its site-packages
+    files = [os.path.join(sys.prefix, "pyvenv.cfg")]
     paths = sorted({os.path.realpath(p) for p in paths if p and os.path.isdir(p)})
     kept = []
     for p in paths:
@@ -88,25 +97,32 @@ def _interpreter_paths() -> list[str]:
 
 
 def _bwrap_argv(bwrap: str, as_root: bool, workdir: str, uid: int) -> list[str]:
-    argv = [bwrap, "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
+    argv = [bwrap, "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
+            "--unshare-cgroup-try",
             "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
-    if as_root:  # the child drops to `uid` itself and makes its own user namespace (see module docstring)
+    # the child drops to `uid` itself and makes its own user namespace (see module docstring)
+    if as_root:
         argv += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
     else:
         argv += ["--unshare-user", "--disable-userns", "--uid", "65534", "--gid", "65534"]
-    for path in ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc/ld.so.cache", "/etc/ld.so.conf",
+    for path in ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc/ld.so.cache",
+                 "/etc/ld.so.conf",
                  "/etc/ld.so.conf.d", "/etc/alternatives", "/etc/localtime"):
         argv += ["--ro-bind-try", path, path]
     argv += ["--proc", "/proc", "--dev", "/dev"]
     for path in (workdir, "/tmp", "/dev/shm"):
-        # as root, the tmpfs is made before the child becomes the run's uid, which must still write there
-        argv += ["--size", str(TMPFS_MB << 20), "--perms", "0777" if as_root else "0700", "--tmpfs", path]
-    # The interpreter's folders are bound AFTER the tmpfs mounts: a venv under /tmp (or under a checkout in /work)
-    # would otherwise be hidden by them, and bwrap could not even start the interpreter.
+        # as root, the tmpfs is made before the child becomes the run's uid, which must still write
+        # there
+        argv += ["--size", str(TMPFS_MB << 20), "--perms", "0777" if as_root else "0700", "--tmpfs",
+                 path]
+    # The interpreter's folders are bound AFTER the tmpfs mounts: a venv under /tmp (or under a
+    # checkout in /work) would otherwise be hidden by them, and bwrap could not even start the
+    # interpreter.
     made = {workdir, "/tmp", "/dev", "/dev/shm"}
     for path in _interpreter_paths():
         parts = path.split("/")
-        for i in range(2, len(parts)):  # bwrap makes missing parents 0700: the run's uid could not pass them
+        # bwrap makes missing parents 0700: the run's uid could not pass them
+        for i in range(2, len(parts)):
             parent = "/".join(parts[:i])
             if parent not in made:
                 made.add(parent)
@@ -121,8 +137,10 @@ def _bwrap_argv(bwrap: str, as_root: bool, workdir: str, uid: int) -> list[str]:
 
 
 def _clean_env(workdir: str, tmp: str) -> dict:
-    # Only what an interpreter needs. Thread-count variables keep numpy & co. from counting against max_procs.
-    return {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": workdir, "TMPDIR": tmp, "LANG": "C.UTF-8",
+    # Only what an interpreter needs. Thread-count variables keep numpy & co. from counting against
+    # max_procs.
+    return {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": workdir, "TMPDIR": tmp,
+            "LANG": "C.UTF-8",
             "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1",
             "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
@@ -145,7 +163,8 @@ def _world_traversable(path: str) -> bool:
 
 
 def _kill_uid(uid: int):
-    """SIGKILL every process of the run's uid (unique to this run) until none is left (at most ~2 s)."""
+    """SIGKILL every process of the run's uid (unique to this run) until none is left (at most ~2
+    s)."""
     for _ in range(200):  # a process may fork while we scan; a dying namespace takes a moment
         found = False
         for entry in filter(str.isdigit, os.listdir("/proc")):
@@ -181,8 +200,8 @@ def _remove_owned_by(uid: int):
 
 
 def _kill_group(proc: subprocess.Popen):
-    """SIGKILL the child's session (start_new_session made its pid the group id); bwrap's --die-with-parent and
-    the pid namespace take the rest with it."""
+    """SIGKILL the child's session (start_new_session made its pid the group id); bwrap's
+    --die-with-parent and the pid namespace take the rest with it."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except OSError:
@@ -194,11 +213,13 @@ def _kill_group(proc: subprocess.Popen):
 
 
 def _reserve_uid() -> tuple[int, socket.socket]:
-    """A uid from RUN_UIDS that no other run on this machine holds, and the socket that holds it: an abstract
-    unix socket (no file, released by the kernel when closed or when this process dies) is bound to the uid's
-    name; a second bind of the same name, from any process, fails with EADDRINUSE."""
+    """A uid from RUN_UIDS that no other run on this machine holds, and the socket that holds it: an
+    abstract unix socket (no file, released by the kernel when closed or when this process dies) is
+    bound to the uid's name; a second bind of the same name, from any process, fails with
+    EADDRINUSE."""
     while True:
-        uid = RUN_UIDS[secrets.randbelow(len(RUN_UIDS))]  # os.urandom: the caller's `random` is not touched
+        # os.urandom: the caller's `random` is not touched
+        uid = RUN_UIDS[secrets.randbelow(len(RUN_UIDS))]
         holder = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             holder.bind(f"\0gmts-run-uid-{uid}")
@@ -210,9 +231,9 @@ def _reserve_uid() -> tuple[int, socket.socket]:
 
 
 def _cgroup_candidates(controller: str = "memory") -> list[tuple[str, str]]:
-    """(version, directory) of this process's own cgroup in each hierarchy that has `controller` (memory,
-    cpu): cgroup2 first, then the v1 hierarchy of that controller (hybrid hosts such as this one bind them to
-    v1)."""
+    """(version, directory) of this process's own cgroup in each hierarchy that has `controller`
+    (memory, cpu): cgroup2 first, then the v1 hierarchy of that controller (hybrid hosts such as
+    this one bind them to v1)."""
     mounts = {}
     try:
         with open("/proc/self/mountinfo") as f:
@@ -233,7 +254,8 @@ def _cgroup_candidates(controller: str = "memory") -> list[tuple[str, str]]:
             continue
         mount, root = mounts[version]
         for _, controllers, path in membership:
-            if (version == "cgroup2" and controllers == "") or (version == "cgroup1" and controller in
+            if (version == "cgroup2" and controllers == "") or (version == "cgroup1"
+                                                                and controller in
                                                                 controllers.split(",")):
                 if root != "/" and path.startswith(root):
                     path = path[len(root):]
@@ -248,8 +270,8 @@ def _write(path: str, text: str):
 
 
 def _make_cgroup(version: str, base: str, name: str, memory_mb: int) -> str:
-    """A child cgroup of `base` whose memory (with swap, and tmpfs pages written in it) is capped for all its
-    processes together."""
+    """A child cgroup of `base` whose memory (with swap, and tmpfs pages written in it) is capped
+    for all its processes together."""
     path = os.path.join(base, name)
     os.mkdir(path)
     try:
@@ -260,7 +282,8 @@ def _make_cgroup(version: str, base: str, name: str, memory_mb: int) -> str:
                 _write(os.path.join(path, "memory.swap.max"), "0")
         else:
             _write(os.path.join(path, "memory.limit_in_bytes"), limit)
-            if os.path.exists(os.path.join(path, "memory.memsw.limit_in_bytes")):  # memory + swap: no swap
+            # memory + swap: no swap
+            if os.path.exists(os.path.join(path, "memory.memsw.limit_in_bytes")):
                 _write(os.path.join(path, "memory.memsw.limit_in_bytes"), limit)
     except OSError:
         os.rmdir(path)
@@ -272,9 +295,9 @@ CPU_QUOTA = 1.0  # CPUs a run may use at once, all its processes together
 
 
 def _make_cpu_cgroup(version: str, base: str, name: str) -> str:
-    """A child cgroup of `base` whose processes together get at most CPU_QUOTA CPUs (CFS bandwidth): a run that
-    forks spinners (setsid or not) shares one CPU among them, so a concurrent run keeps its own; with the wall
-    clock, a run's CPU time is at most CPU_QUOTA x its time limit."""
+    """A child cgroup of `base` whose processes together get at most CPU_QUOTA CPUs (CFS bandwidth):
+    a run that forks spinners (setsid or not) shares one CPU among them, so a concurrent run keeps
+    its own; with the wall clock, a run's CPU time is at most CPU_QUOTA x its time limit."""
     path = os.path.join(base, name)
     os.mkdir(path)
     period = 100_000
@@ -291,7 +314,8 @@ def _make_cpu_cgroup(version: str, base: str, name: str) -> str:
 
 
 def _remove_cgroup(path: str):
-    """Kill whatever is still in the run's cgroup and remove it (at most ~2 s: a dying process takes a moment)."""
+    """Kill whatever is still in the run's cgroup and remove it (at most ~2 s: a dying process takes
+    a moment)."""
     for _ in range(200):
         try:
             with open(os.path.join(path, "cgroup.procs")) as f:
@@ -317,8 +341,9 @@ _cpu_cgroup = None  # the same for the cpu controller
 
 
 def _probe_cgroup() -> tuple[str, str]:
-    """The first hierarchy where this process can make a memory-capped child cgroup. cgroup2 needs the memory
-    controller enabled for its children (a delegated cgroup); this process is never moved."""
+    """The first hierarchy where this process can make a memory-capped child cgroup. cgroup2 needs
+    the memory controller enabled for its children (a delegated cgroup); this process is never
+    moved."""
     for version, base in _cgroup_candidates():
         if version == "cgroup2":
             try:
@@ -328,7 +353,8 @@ def _probe_cgroup() -> tuple[str, str]:
             except OSError:
                 continue
         try:
-            _remove_cgroup(_make_cgroup(version, base, f"gmts-probe-{os.getpid()}-{secrets.token_hex(4)}", 64))
+            _remove_cgroup(_make_cgroup(version, base,
+                                        f"gmts-probe-{os.getpid()}-{secrets.token_hex(4)}", 64))
             return version, base
         except OSError:
             continue
@@ -336,8 +362,8 @@ def _probe_cgroup() -> tuple[str, str]:
 
 
 def _probe_cpu_cgroup() -> tuple[str, str]:
-    """The first hierarchy where this process can make a CPU-capped child cgroup (cgroup2: the cpu controller
-    enabled for its children)."""
+    """The first hierarchy where this process can make a CPU-capped child cgroup (cgroup2: the cpu
+    controller enabled for its children)."""
     for version, base in _cgroup_candidates("cpu"):
         if version == "cgroup2":
             try:
@@ -347,7 +373,8 @@ def _probe_cpu_cgroup() -> tuple[str, str]:
             except OSError:
                 continue
         try:
-            _remove_cgroup(_make_cpu_cgroup(version, base, f"gmts-probe-{os.getpid()}-{secrets.token_hex(4)}"))
+            _remove_cgroup(_make_cpu_cgroup(version, base,
+                                            f"gmts-probe-{os.getpid()}-{secrets.token_hex(4)}"))
             return version, base
         except OSError:
             continue
@@ -355,8 +382,9 @@ def _probe_cpu_cgroup() -> tuple[str, str]:
 
 
 def cpu_limit() -> str:
-    """Which CPU limit holds for a run: 'cgroup2' or 'cgroup1' (CPU_QUOTA CPUs for the run's processes
-    together), or 'rlimit-cpu per process' (no cgroup: RLIMIT_CPU on each process, the weak case)."""
+    """Which CPU limit holds for a run: 'cgroup2' or 'cgroup1' (CPU_QUOTA CPUs for the run's
+    processes together), or 'rlimit-cpu per process' (no cgroup: RLIMIT_CPU on each process, the
+    weak case)."""
     global _cpu_cgroup
     if _cpu_cgroup is None:
         _cpu_cgroup = _probe_cpu_cgroup()
@@ -365,23 +393,26 @@ def cpu_limit() -> str:
 
 def memory_limit() -> str:
     """Which memory limit holds for a run: 'cgroup2' or 'cgroup1' (the run's processes together),
-    'rlimit-as, no forks' (root without a cgroup: RLIMIT_AS on the run's only process), or 'rlimit-as per
-    process' (neither: up to RLIMIT_AS x RLIMIT_NPROC, the weak case, which warns)."""
+    'rlimit-as, no forks' (root without a cgroup: RLIMIT_AS on the run's only process), or
+    'rlimit-as per process' (neither: up to RLIMIT_AS x RLIMIT_NPROC, the weak case, which
+    warns)."""
     global _cgroup
     if _cgroup is None:
         _cgroup = _probe_cgroup()
         if not _cgroup[0] and os.getuid() != 0:
-            warnings.warn("the code sandbox cannot make a memory cgroup and does not run as root: its memory "
-                          "limit holds per process, not per run (see rewards/README.md)", stacklevel=3)
+            warnings.warn("the code sandbox cannot make a memory cgroup and does not run as root: "
+                          "its memory "
+                          "limit holds per process, not per run (see rewards/README.md)",
+                          stacklevel=3)
     if _cgroup[0]:
         return _cgroup[0]
     return "rlimit-as, no forks" if os.getuid() == 0 else "rlimit-as per process"
 
 
 def belongs_to_us(pid) -> bool:
-    """Is this process (of some run's uid) one of THIS process's runs? With a run cgroup in force, exactly those
-    in a cgroup named after our pid (a run cannot leave its cgroup); without one, any run uid could be ours.
-    For leak checks on a machine where other trainers run sandboxes too."""
+    """Is this process (of some run's uid) one of THIS process's runs? With a run cgroup in force,
+    exactly those in a cgroup named after our pid (a run cannot leave its cgroup); without one, any
+    run uid could be ours. For leak checks on a machine where other trainers run sandboxes too."""
     if not (_cgroup and _cgroup[0]):
         return True
     try:
@@ -397,21 +428,25 @@ def belongs_to_us(pid) -> bool:
 _mode = None  # "bwrap" | "fallback", decided by the first run's probe
 
 
-CASE_SLACK_S = 0.25  # per stdin/stdout case beyond its own limit: forking it, removing its input, killing leftovers
+# per stdin/stdout case beyond its own limit: forking it, removing its input, killing leftovers
+CASE_SLACK_S = 0.25
 START_S = 3.0  # a run's start (bwrap, the interpreter) beyond the cases' limits
-OUTPUT_BYTES = 8 << 20  # of one case's stdout kept at least (twice the expected output if that is more); the child
+# of one case's stdout kept at least (twice the expected output if that is more); the child
+OUTPUT_BYTES = 8 << 20
 # reads and drops the rest, so a program's writes never fail
 REPORT_LINES = 1  # the child's units (or cases) line; the pytest runner writes one to its own file
-# What the trainer reads back at most. Parsing and rebuilding cost ~1-3 s per MiB for the worst shapes (millions of
-# one-item lists) on this 2-core machine under load, so 2 MiB bounds a forged report to a few seconds; an honest
-# result that large (a 300,000-int list) fails, like one that runs past the time limit.
+# What the trainer reads back at most. Parsing and rebuilding cost ~1-3 s per MiB for the worst
+# shapes (millions of one-item lists) on this 2-core machine under load, so 2 MiB bounds a forged
+# report to a few seconds; an honest result that large (a 300,000-int list) fails, like one that
+# runs past the time limit.
 REPORT_BYTES = 2 << 20
 
 
 def _raw_report(f, max_bytes: int) -> str:
-    """The child's JSON lines as text, at bounded cost whatever the solution wrote to the report file: more than
-    `max_bytes` (REPORT_BYTES) or more lines than the child writes is a forged report (or too big a result), refused
-    (""). Parsing is left to the judge (rewards/_judge.py), under its deadline."""
+    """The child's JSON lines as text, at bounded cost whatever the solution wrote to the report
+    file: more than `max_bytes` (REPORT_BYTES) or more lines than the child writes is a forged
+    report (or too big a result), refused (""). Parsing is left to the judge (rewards/_judge.py),
+    under its deadline."""
     if os.fstat(f.fileno()).st_size > max_bytes:
         return ""
     f.seek(0)
@@ -422,7 +457,8 @@ def _raw_report(f, max_bytes: int) -> str:
 
 
 def parse_report(text: str) -> list:
-    """The report's lines, parsed by the C JSON decoder (linear; a nesting too deep for it fails: [])."""
+    """The report's lines, parsed by the C JSON decoder (linear; a nesting too deep for it fails:
+    [])."""
     try:
         return [json.loads(line) for line in text.split("\n") if line]
     except (ValueError, RecursionError):
@@ -431,17 +467,20 @@ def parse_report(text: str) -> list:
 
 def _start(spec: dict, *, mode: str, timeout: float, isolate: bool, parse: bool = True,
            outputs: int = 0, read_outputs=None) -> ChildRun:
-    """One run of the child on `spec`. `outputs` > 0: that many files for the stdin/stdout cases' outputs, their
-    fds passed as spec["out_fds"]; read_outputs(files) is called on them (still open) after the run."""
+    """One run of the child on `spec`. `outputs` > 0: that many files for the stdin/stdout cases'
+    outputs, their fds passed as spec["out_fds"]; read_outputs(files) is called on them (still open)
+    after the run."""
     as_root = os.getuid() == 0
     uid, holder = _reserve_uid()
-    # the trainer's pid in the name: whose run a leftover folder was is visible (and tests of concurrent runs can tell)
+    # the trainer's pid in the name: whose run a leftover folder was is visible (and tests of
+    # concurrent runs can tell)
     base = None if mode == "bwrap" else tempfile.mkdtemp(prefix=f"gmts-sandbox-{os.getpid()}-")
     cgroups = []
     start = time.monotonic()
     try:
         version, cgroup_base = _cgroup if _cgroup and _cgroup[0] else ("", "")
-        name = f"gmts-run-{os.getpid()}-{uid}"  # a stale one (a trainer killed mid-run) says whose it was
+        # a stale one (a trainer killed mid-run) says whose it was
+        name = f"gmts-run-{os.getpid()}-{uid}"
         if version:
             cgroups.append(_make_cgroup(version, cgroup_base, name, spec["limits"]["memory_mb"]))
         cpu_limit()
@@ -466,7 +505,8 @@ def _start(spec: dict, *, mode: str, timeout: float, isolate: bool, parse: bool 
                             or not _world_traversable(_CHILD)}
             argv, env, cwd = [sys.executable, "-I", _CHILD], _clean_env(workdir, workdir), workdir
         spec.update(workdir=workdir, isolate=isolate)
-        if cgroups:  # the run joins its cgroups before anything of it starts: a shell moves itself, then execs
+        # the run joins its cgroups before anything of it starts: a shell moves itself, then execs
+        if cgroups:
             joins = " && ".join(f'echo $$ > "${i}"' for i in range(len(cgroups)))
             argv = ["/bin/sh", "-c", f'{joins} && shift {len(cgroups) - 1} && exec "$@"',
                     *(os.path.join(c, "cgroup.procs") for c in cgroups), *argv]
@@ -480,7 +520,8 @@ def _start(spec: dict, *, mode: str, timeout: float, isolate: bool, parse: bool 
                 spec["harness"] = dict(spec["harness"], fd=results.fileno(), runner=runner,
                                        file=os.path.join(workdir, "gmts_tests.py"))
             spec["out_fds"] = [f.fileno() for f in case_files]
-            proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=out, stderr=err, cwd=cwd, env=env,
+            proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=out, stderr=err, cwd=cwd,
+                                    env=env,
                                     start_new_session=True, pass_fds=(
                                         rep.fileno(), *spec["out_fds"],
                                         *([results.fileno()] if results else [])))
@@ -497,7 +538,8 @@ def _start(spec: dict, *, mode: str, timeout: float, isolate: bool, parse: bool 
                 _kill_group(proc)
                 for cgroup in cgroups:
                     _remove_cgroup(cgroup)
-                if as_root:  # the pid namespace dies asynchronously: return only once nothing of the run is left
+                # the pid namespace dies asynchronously: return only once nothing of the run is left
+                if as_root:
                     _kill_uid(uid)
             out.seek(0)
             err.seek(0)
@@ -523,7 +565,8 @@ _PROBE = r'''
 import os, socket
 INFO = {"uid": os.getuid(), "pid_namespace": os.getpid() <= 2,
         "caps": open("/proc/self/status").read().split("CapEff:")[1].split()[0],
-        "namespaces": {n: os.readlink(f"/proc/self/ns/{n}") for n in sorted(os.listdir("/proc/self/ns"))}}
+        "namespaces": {n: os.readlink(f"/proc/self/ns/{n}")
+                       for n in sorted(os.listdir("/proc/self/ns"))}}
 try:
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     s.settimeout(2)
@@ -532,36 +575,46 @@ try:
 except PermissionError as e:
     INFO["net"] = "socket-patch" if "sandbox" in str(e) else "blocked"
 except OSError as e:
-    INFO["net"] = "namespace" if e.errno == 101 else f"blocked ({e})"  # ENETUNREACH: no interface at all
+    # ENETUNREACH: no interface at all
+    INFO["net"] = "namespace" if e.errno == 101 else f"blocked ({e})"
 '''
 
 
-def _limits(timeout: float, memory_mb: int, cpu_s: int | None, max_procs: int, file_mb: int) -> dict:
+def _limits(timeout: float, memory_mb: int, cpu_s: int | None, max_procs: int,
+            file_mb: int) -> dict:
     if memory_limit() == "rlimit-as, no forks":
-        max_procs = 1  # no cgroup: RLIMIT_AS bounds a run only if it is one process (threads count too)
-    return {"memory_mb": memory_mb, "cpu_s": int(cpu_s or max(1, timeout) + 1), "max_procs": max_procs,
+        # no cgroup: RLIMIT_AS bounds a run only if it is one process (threads count too)
+        max_procs = 1
+    return {"memory_mb": memory_mb, "cpu_s": int(cpu_s or max(1, timeout) + 1),
+            "max_procs": max_procs,
             "file_mb": file_mb}
 
 
 def _probe_mode() -> str:
-    """bwrap if it is installed and runs a trivial program here; else the fallback, with one warning."""
+    """bwrap if it is installed and runs a trivial program here; else the fallback, with one
+    warning."""
     if shutil.which("bwrap") is None:
-        warnings.warn("bubblewrap (bwrap) is not installed: the code sandbox falls back to rlimits, namespaces "
-                      "where permitted and a uid drop, which cannot hide the machine's files from the code "
+        warnings.warn("bubblewrap (bwrap) is not installed: the code sandbox falls back to "
+                      "rlimits, namespaces "
+                      "where permitted and a uid drop, which cannot hide the machine's files from "
+                      "the code "
                       "(apt-get install bubblewrap; see rewards/README.md)", stacklevel=4)
         return "fallback"
-    spec = {"solution": "X = 1", "units": [[{"eval": "X"}]], "limits": _limits(30, 2048, None, 64, 16)}
+    spec = {"solution": "X = 1", "units": [[{"eval": "X"}]],
+            "limits": _limits(30, 2048, None, 64, 16)}
     run = _start(spec, mode="bwrap", timeout=30, isolate=True)
     if run.report and run.report[0] == {"units": [[{"ok": 1, "applied": 0}]]}:
         return "bwrap"
-    warnings.warn(f"bubblewrap is installed but cannot run a sandbox here (returncode {run.returncode}: "
-                  f"{run.stderr.strip()[-300:]!r}); the code sandbox falls back to rlimits, namespaces where "
-                  f"permitted and a uid drop (see rewards/README.md)", stacklevel=4)
+    warnings.warn(f"bubblewrap is installed but cannot run a sandbox here (returncode "
+                  f"{run.returncode}: {run.stderr.strip()[-300:]!r}); the code sandbox falls back "
+                  f"to rlimits, namespaces where permitted and a uid drop (see rewards/README.md)",
+                  stacklevel=4)
     return "fallback"
 
 
 def sandbox_mode() -> str:
-    """'bwrap' or 'fallback': decided by a probe run the first time it is asked, then fixed for the process."""
+    """'bwrap' or 'fallback': decided by a probe run the first time it is asked, then fixed for the
+    process."""
     global _mode
     if _mode is None:
         _mode = _probe_mode()
@@ -571,13 +624,17 @@ def sandbox_mode() -> str:
 def run_child(spec: dict, *, timeout: float = 10.0, memory_mb: int = 2048, cpu_s: int | None = None,
               max_procs: int = 64, file_mb: int = 16, isolate: bool = True, parse: bool = True,
               read_outputs=None) -> ChildRun:
-    """Run the child on `spec` (solution, and units, cases or a harness; see rewards/_sandbox_child.py) in the
-    sandbox. isolate=False forces the fallback without namespaces (for tests of that path)."""
+    """Run the child on `spec` (solution, and units, cases or a harness; see
+    rewards/_sandbox_child.py) in the sandbox. isolate=False forces the fallback without namespaces
+    (for tests of that path)."""
     spec = dict(spec, limits=dict(_limits(timeout, memory_mb, cpu_s, max_procs, file_mb),
-                                  cases=spec.get("cases") is not None, out_caps=spec.get("out_caps", [])))
+                                  cases=spec.get("cases") is not None,
+                                  out_caps=spec.get("out_caps", [])))
     mode = sandbox_mode() if isolate else "fallback"
     cases = len(spec["cases"]) if spec.get("cases") is not None else 0
-    if cases:  # each case has `timeout` of its own (the child kills it there); the run, all of them and a start
+    # each case has `timeout` of its own (the child kills it there); the run, all of them and a
+    # start
+    if cases:
         spec["case_s"] = timeout
         timeout = cases * (timeout + CASE_SLACK_S) + START_S
     return _start(spec, mode=mode, timeout=timeout, isolate=isolate, parse=parse, outputs=cases,
@@ -585,10 +642,12 @@ def run_child(spec: dict, *, timeout: float = 10.0, memory_mb: int = 2048, cpu_s
 
 
 def sandbox_info(isolate: bool = True) -> dict:
-    """What the sandbox gives on this machine: {'mode': 'bwrap' | 'fallback', 'uid' (as the code sees it),
-    'pid_namespace', 'net': 'namespace' | 'socket-patch' | ..., 'caps' (effective, hex), 'new_namespaces' (those
-    that differ from the trainer's)}. Runs one tiny sandboxed program (about 0.1 s)."""
-    run = run_child({"solution": _PROBE, "units": [[{"eval": "INFO"}]]}, timeout=10, isolate=isolate)
+    """What the sandbox gives on this machine: {'mode': 'bwrap' | 'fallback', 'uid' (as the code
+    sees it), 'pid_namespace', 'net': 'namespace' | 'socket-patch' | ..., 'caps' (effective, hex),
+    'new_namespaces' (those that differ from the trainer's)}. Runs one tiny sandboxed program (about
+    0.1 s)."""
+    run = run_child({"solution": _PROBE, "units": [[{"eval": "INFO"}]]}, timeout=10,
+                    isolate=isolate)
     try:
         info = decode(run.report[0]["units"][0][0]["ok"])
     except (IndexError, KeyError, TypeError, ValueError):
@@ -618,8 +677,9 @@ def _output_cap(expected: str) -> int:
 
 
 def _same_output(f, expected: str, cap: int, tolerance: float | None) -> bool:
-    """A case's stdout (the file the child wrote, at most `cap` bytes) against the expected output, token by
-    token; with a tolerance, numbers may differ by it (absolute, or relative to the expected value)."""
+    """A case's stdout (the file the child wrote, at most `cap` bytes) against the expected output,
+    token by token; with a tolerance, numbers may differ by it (absolute, or relative to the
+    expected value)."""
     if os.fstat(f.fileno()).st_size > cap:
         return False
     f.seek(0)
@@ -630,7 +690,8 @@ def _same_output(f, expected: str, cap: int, tolerance: float | None) -> bool:
 @dataclass
 class SandboxResult:
     passed: bool
-    trusted: bool  # False: part of the verdict came from tests run inside the sandbox (plan.harness)
+    # False: part of the verdict came from tests run inside the sandbox (plan.harness)
+    trusted: bool
     timed_out: bool
     returncode: int | None
     seconds: float
@@ -639,7 +700,8 @@ class SandboxResult:
     cases_trusted: int = 0  # test cases judged by this process
     cases_untrusted: int = 0  # test cases judged inside the sandbox
     refused: bool = False  # trusted_only and the tests needed the harness: not run, not passed
-    unjudged: bool = False  # the tests hold a part that can be neither judged nor run (or no test): not run, 0
+    # the tests hold a part that can be neither judged nor run (or no test): not run, 0
+    unjudged: bool = False
 
 
 def pytest_source(plan, setup: str) -> str:
@@ -650,8 +712,8 @@ def pytest_source(plan, setup: str) -> str:
     lines = ["import solution as __gmts_solution"]
     if setup.strip():
         lines.append(f"exec(compile({setup!r}, 'setup.py', 'exec'), vars(__gmts_solution))")
-    lines += ["globals().update({k: v for k, v in vars(__gmts_solution).items()"
-              " if not k.startswith('__')})", "del __gmts_solution", plan.harness]
+    lines += [("globals().update({k: v for k, v in vars(__gmts_solution).items()"
+               " if not k.startswith('__')})"), "del __gmts_solution", plan.harness]
     if "check" in plan.harness_tests:
         lines.append(f"\n\ndef {CHECK_TEST}():\n    check({plan.check_candidate})")
     return "\n".join(lines) + "\n"
@@ -659,32 +721,37 @@ def pytest_source(plan, setup: str) -> str:
 
 def run_python(solution: str, *, tests: str = "", entry_point: str | None = None, setup: str = "",
                cases: list[dict] | None = None, timeout: float = 10.0, memory_mb: int = 2048,
-               cpu_s: int | None = None, max_procs: int = 64, file_mb: int = 16, isolate: bool = True,
+               cpu_s: int | None = None, max_procs: int = 64, file_mb: int = 16,
+               isolate: bool = True,
                trusted_only: bool = False, float_tolerance: float | None = None) -> SandboxResult:
-    """Run `solution` (Python source) against `tests` (see rewards/testplan.py for the formats) or stdin/stdout
-    `cases` ([{"input": str, "output": str}], compared token by token here, each case with `timeout` of its own;
-    float_tolerance: tokens that are both numbers may differ by that much, absolute or relative). passed=True only
-    if every test case passed. trusted_only=True refuses tests that would have to be judged inside the sandbox."""
+    """Run `solution` (Python source) against `tests` (see rewards/testplan.py for the formats) or
+    stdin/stdout `cases` ([{"input": str, "output": str}], compared token by token here, each case
+    with `timeout` of its own; float_tolerance: tokens that are both numbers may differ by that
+    much, absolute or relative). passed=True only if every test case passed. trusted_only=True
+    refuses tests that would have to be judged inside the sandbox."""
     if cases is None and not tests.strip():
         raise ValueError("run_python needs `tests` or `cases`; got neither")
-    limits = dict(timeout=timeout, memory_mb=memory_mb, cpu_s=cpu_s, max_procs=max_procs, file_mb=file_mb,
-                  isolate=isolate)
+    limits = {"timeout": timeout, "memory_mb": memory_mb, "cpu_s": cpu_s, "max_procs": max_procs,
+              "file_mb": file_mb, "isolate": isolate}
     if cases is not None and not cases:  # zero test cases judged is never a pass
         return SandboxResult(False, False, False, None, 0.0, "", "", unjudged=True)
     if cases is not None:
         caps = [_output_cap(str(c["output"])) for c in cases]
-        verdicts = run_child({"solution": solution, "cases": [str(c["input"]) for c in cases], "out_caps": caps},
+        verdicts = run_child({"solution": solution, "cases": [str(c["input"]) for c in cases],
+                              "out_caps": caps},
                              **limits, read_outputs=lambda files: [
                                  _same_output(f, str(c["output"]), cap, float_tolerance)
                                  for f, c, cap in zip(files, cases, caps)])
-        report = next((r["cases"] for r in reversed(verdicts.report) if isinstance(r, dict) and "cases" in r), None)
+        report = next((r["cases"] for r in reversed(verdicts.report) if isinstance(r, dict)
+                       and "cases" in r), None)
         passed = (not verdicts.timed_out and isinstance(report, list) and len(report) == len(cases)
                   and all(isinstance(o, dict) and o.get("exit") == 0 and o.get("timed_out") is False
                           for o in report) and all(verdicts.outputs or [False]))
-        return SandboxResult(passed, True, verdicts.timed_out, verdicts.returncode, verdicts.seconds,
+        return SandboxResult(passed, True, verdicts.timed_out, verdicts.returncode,
+                             verdicts.seconds,
                              verdicts.stdout, verdicts.stderr, cases_trusted=len(cases))
     plan = build_plan(tests, entry_point, setup or "")
-    counts = dict(cases_trusted=plan.trusted, cases_untrusted=plan.untrusted)
+    counts = {"cases_trusted": plan.trusted, "cases_untrusted": plan.untrusted}
     if plan.unjudged:  # zero test cases judged is never a pass
         return SandboxResult(False, False, False, None, 0.0, "", "", unjudged=True, **counts)
     if trusted_only and plan.harness is not None:
@@ -697,5 +764,6 @@ def run_python(solution: str, *, tests: str = "", entry_point: str | None = None
     passed = not run.timed_out and bool(run.raw) and _judge.verdict(
         {"tests": tests, "entry_point": entry_point, "setup": setup or "", "token": token,
          "report": run.raw, "pytest": run.pytest})
-    return SandboxResult(passed, plan.harness is None, run.timed_out, run.returncode, run.seconds, run.stdout,
+    return SandboxResult(passed, plan.harness is None, run.timed_out, run.returncode, run.seconds,
+                         run.stdout,
                          run.stderr, **counts)

@@ -1,20 +1,23 @@
 """Split a code problem's tests into what the sandbox computes and what the trainer judges.
 
-build_plan(tests, entry_point, setup) parses the tests (MBPP asserts, HumanEval's `def check(candidate)`, KodCode's
-`from solution import f` + `test_*` functions with @pytest.mark.parametrize tables) into units, one per test case:
-- unit.steps go to the sandbox: only the solution's own callables applied to INPUTS, e.g. {"eval": "add(1, 2)"}.
-  Every input is computed here and sent as a literal; the child never evaluates a builtin, a module or a name of
-  the tests' (it could rebind them: `gcd(n, 0) == n` with the solution setting n = 0 through its caller's frame).
-- unit.checks stay here: the test's own expression around those calls, with each call replaced by the value the
-  sandbox sent back (plain data of exact types, rebuilt by `decode`): ==, `is None`, math.isclose, pytest.approx
-  (pytest's own), pytest.raises, and methods such as `.startswith` on a returned str, all evaluated here.
-The reference alone decides the plan (never the solution), so a policy cannot make a test less trusted.
-What cannot be split so (loops, helpers defined by the tests, fixtures, identity between two computed values,
-test classes, ...) stays in `plan.harness`: the tests' source minus the converted units, run inside
-the sandbox under the installed pytest (rewards/_pytest_runner.py; pytest_verdict reads its result),
-so its verdict is untrusted. What can be neither judged nor run (a `check(candidate)` with no entry
-point, a file with no test case at all) is `plan.unjudged`: such a run scores 0 and is counted, never
-passed by default.
+build_plan(tests, entry_point, setup) parses the tests (MBPP asserts, HumanEval's `def
+check(candidate)`, KodCode's `from solution import f` + `test_*` functions with
+@pytest.mark.parametrize tables) into units, one per test case:
+- unit.steps go to the sandbox: only the solution's own callables applied to INPUTS, e.g. {"eval":
+  "add(1, 2)"}. Every input is computed here and sent as a literal; the child never evaluates a
+  builtin, a module or a name of the tests' (it could rebind them: `gcd(n, 0) == n` with the
+  solution setting n = 0 through its caller's frame).
+- unit.checks stay here: the test's own expression around those calls, with each call replaced by
+  the value the sandbox sent back (plain data of exact types, rebuilt by `decode`): ==, `is None`,
+  math.isclose, pytest.approx (pytest's own), pytest.raises, and methods such as `.startswith` on a
+  returned str, all evaluated here.
+The reference alone decides the plan (never the solution), so a policy cannot make a test less
+trusted. What cannot be split so (loops, helpers defined by the tests, fixtures, identity between
+two computed values, test classes, ...) stays in `plan.harness`: the tests' source minus the
+converted units, run inside the sandbox under the installed pytest (rewards/_pytest_runner.py;
+pytest_verdict reads its result), so its verdict is untrusted. What can be neither judged nor run (a
+`check(candidate)` with no entry point, a file with no test case at all) is `plan.unjudged`: such a
+run scores 0 and is counted, never passed by default.
 """
 import ast
 import builtins
@@ -26,31 +29,42 @@ import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-# Builtins the trainer evaluates itself (real builtins, whatever the solution redefines). Every other builtin
-# (print, id, next, getattr, ...) makes its test case untrusted: it would have to run inside the sandbox.
-SAFE_NAMES = frozenset("""abs all any ascii bin bool bytes chr complex dict divmod enumerate filter float format
-frozenset hex int isinstance len list map max min oct ord pow range repr reversed round set slice sorted str sum
-tuple type zip""".split())
+# Builtins the trainer evaluates itself (real builtins, whatever the solution redefines). Every
+# other builtin (print, id, next, getattr, ...) makes its test case untrusted: it would have to run
+# inside the sandbox.
+SAFE_NAMES = frozenset("""abs all any ascii bin bool bytes chr complex dict divmod enumerate filter
+float format frozenset hex int isinstance len list map max min oct ord pow range repr reversed round
+set slice sorted str sum tuple type zip""".split())  # noqa: SIM905
 BUILTIN_NAMES = frozenset(dir(builtins))
 MODULES = {"math": math, "collections": collections}
-# Modules the tests may import (`import random` inside a HumanEval check): the trainer evaluates them
-# itself, as it does math; pure computation only (no files, no global state a test could change here)
-IMPORTABLE = ("math", "cmath", "collections", "copy", "string", "itertools", "functools", "operator",
+# Modules the tests may import (`import random` inside a HumanEval check): the trainer evaluates
+# them itself, as it does math; pure computation only (no files, no global state a test could change
+# here)
+IMPORTABLE = ("math", "cmath", "collections", "copy", "string", "itertools", "functools",
+              "operator",
               "fractions", "statistics", "heapq", "bisect", "re", "random")
 _SAFE_BUILTINS = {name: getattr(builtins, name) for name in SAFE_NAMES}
-# Calls that iterate over their argument: a generator (or any iterator) the solution returns there is materialised
-# into a list in the sandbox, and the call itself runs here on that list (list(gen) == list(list(gen)) exactly).
-ITERATING = frozenset("list tuple set frozenset sorted sum min max any all dict enumerate".split())
-# Builtins applied in the child when their argument is a value of the solution's (the result crosses as data)
-CHILD_BUILTINS = frozenset("len str repr bool isinstance abs".split())
-_KEEPS = frozenset("sorted list tuple set frozenset reversed min max".split())  # items stay what they are
-SINGLETONS = (None, True, False, Ellipsis)  # `x is None`: exact on rebuilt values (decode returns these objects)
-MAX_MESSAGE = 4096  # characters of an exception message matched against pytest.raises(match=...); longer: fail
+# Calls that iterate over their argument: a generator (or any iterator) the solution returns there
+# is materialised into a list in the sandbox, and the call itself runs here on that list (list(gen)
+# == list(list(gen)) exactly).
+ITERATING = frozenset(
+    "list tuple set frozenset sorted sum min max any all dict enumerate".split())  # noqa: SIM905
+# Builtins applied in the child when their argument is a value of the solution's (the result crosses
+# as data)
+CHILD_BUILTINS = frozenset("len str repr bool isinstance abs".split())  # noqa: SIM905
+# items stay what they are
+_KEEPS = frozenset("sorted list tuple set frozenset reversed min max".split())  # noqa: SIM905
+# `x is None`: exact on rebuilt values (decode returns these objects)
+SINGLETONS = (None, True, False, Ellipsis)
+# characters of an exception message matched against pytest.raises(match=...); longer: fail
+MAX_MESSAGE = 4096
 MAX_DEPTH = 100  # nesting of a returned value (the child sends at most 64 levels)
 MAX_UNROLL = 1000  # rounds of a test's for-loop the trainer unrolls into steps
 _UNSET = object()
-MAX_SAME_HASH = 32  # distinct values with one hash in a result: more is a forged hash-collision attack
-MAX_HASH_WORK = 1 << 24  # elements hashed while decoding one result (~1 s); a 1M-item honest result needs ~2M
+# distinct values with one hash in a result: more is a forged hash-collision attack
+MAX_SAME_HASH = 32
+# elements hashed while decoding one result (~1 s); a 1M-item honest result needs ~2M
+MAX_HASH_WORK = 1 << 24
 
 
 def _importable() -> dict:
@@ -70,7 +84,8 @@ def _importable() -> dict:
             super().seed(a, version)
 
     rng = SeededRandom()
-    draws = {n: getattr(rng, n) for n in random.__all__  # the module's functions: its Random's methods
+    # the module's functions: its Random's methods
+    draws = {n: getattr(rng, n) for n in random.__all__
              if isinstance(getattr(getattr(random, n), "__self__", None), random.Random)}
     seeded = types.SimpleNamespace(**draws, Random=SeededRandom)
     return {n: seeded if n == "random" else importlib.import_module(n) for n in IMPORTABLE}
@@ -81,8 +96,9 @@ class Unconvertible(Exception):
 
 
 def _approx(*args, **kwargs):
-    """pytest's own approx (inf, abs-only tolerance, nan_ok, sequences and dicts exactly as pytest has them),
-    imported on first use so that a trainer without approx in its tests does not import pytest."""
+    """pytest's own approx (inf, abs-only tolerance, nan_ok, sequences and dicts exactly as pytest
+    has them), imported on first use so that a trainer without approx in its tests does not import
+    pytest."""
     import pytest
     return pytest.approx(*args, **kwargs)
 
@@ -91,9 +107,9 @@ class _Pytest:
     approx = staticmethod(_approx)
 
 
-# The test's expression runs here over values the solution chose, so the solution sets its cost (`3 ** f(x)`,
-# `math.gcd` of two huge ints, `sum(lists, [])`): verdicts are made in helper processes under a deadline and a
-# memory limit (rewards/_judge.py), not here.
+# The test's expression runs here over values the solution chose, so the solution sets its cost (`3
+# ** f(x)`, `math.gcd` of two huge ints, `sum(lists, [])`): verdicts are made in helper processes
+# under a deadline and a memory limit (rewards/_judge.py), not here.
 _PARENT_GLOBALS = {"__builtins__": _SAFE_BUILTINS, **MODULES, "pytest": _Pytest}
 def _scope(names: dict) -> dict:
     """Globals for evaluating a test's expression here: the names also as globals, so that a
@@ -101,7 +117,8 @@ def _scope(names: dict) -> dict:
     return {**_PARENT_GLOBALS, **names, "__builtins__": _SAFE_BUILTINS}
 
 
-_RAISES = object()  # `from pytest import raises`: only ever the context of a with-statement (raises_block)
+# `from pytest import raises`: only ever the context of a with-statement (raises_block)
+_RAISES = object()
 _FROM_PYTEST = {"approx": _approx, "raises": _RAISES}
 
 
@@ -109,22 +126,25 @@ _FROM_PYTEST = {"approx": _approx, "raises": _RAISES}
 
 
 def decode(value):
-    """The child's tagged JSON back to the exact Python value (see _sandbox_child.encode). Only plain types can
-    come out of json.loads, so no object with its own __eq__ can reach a comparison here. The cost is linear in
-    the report: nesting is bounded, and a result holding many distinct values of one hash (which would make
-    building or comparing sets quadratic, here or in the test's own `set(result)`) is refused."""
+    """The child's tagged JSON back to the exact Python value (see _sandbox_child.encode). Only
+    plain types can come out of json.loads, so no object with its own __eq__ can reach a comparison
+    here. The cost is linear in the report: nesting is bounded, and a result holding many distinct
+    values of one hash (which would make building or comparing sets quadratic, here or in the test's
+    own `set(result)`) is refused."""
     decoder = _Decoder()
     out = decoder.decode(value, 0)
     _check_collisions(decoder.hashable)
     return out
 
 
-_SMALL_INT = 1 << 60  # ints below this hash to themselves: distinct ones never collide (but -1 and -2 do)
+# ints below this hash to themselves: distinct ones never collide (but -1 and -2 do)
+_SMALL_INT = 1 << 60
 
 
 class _Decoder:
     def __init__(self):
-        self.hashable = []  # values whose hash a solution can steer: big ints, floats, complex, tuples, frozensets
+        # values whose hash a solution can steer: big ints, floats, complex, tuples, frozensets
+        self.hashable = []
         self.nodes = 0  # values decoded so far
         self.work = 0  # elements hash() will visit: a tuple re-hashes its nested tuples every time
 
@@ -145,7 +165,8 @@ class _Decoder:
                 items = self.items(inner, depth)
                 if tag == "tuple":
                     return self.steerable(tuple(items), cost=self.nodes - first)
-                _check_collisions(items)  # before the set is built: building it is the quadratic part
+                # before the set is built: building it is the quadratic part
+                _check_collisions(items)
                 made = set(items) if tag == "set" else frozenset(items)
                 return made if tag == "set" else self.steerable(made)  # a frozenset caches its hash
             if tag == "dict":
@@ -159,18 +180,21 @@ class _Decoder:
             if tag == "bytes":
                 return bytes.fromhex(inner)
             if tag == "complex":
-                return self.steerable(complex(self.decode(inner[0], depth + 1), self.decode(inner[1], depth + 1)))
+                return self.steerable(complex(self.decode(inner[0], depth + 1),
+                                              self.decode(inner[1], depth + 1)))
             raise ValueError(f"unknown result tag {tag!r}")
         if type(value) is int:
             return value if -_SMALL_INT < value < _SMALL_INT else self.steerable(value)
         if type(value) is float:
             return self.steerable(value)
-        if type(value) in (type(None), bool, str):  # str hashes are salted per process: no forged collisions
+        # str hashes are salted per process: no forged collisions
+        if type(value) in (type(None), bool, str):
             return value
         raise ValueError(f"malformed result of type {type(value).__name__}")
 
     def stdlib(self, tag, inner, depth):
-        """collections' value types, rebuilt as what they are (a namedtuple as one of ours, same fields)."""
+        """collections' value types, rebuilt as what they are (a namedtuple as one of ours, same
+        fields)."""
         def pairs(items):
             made = [(self.decode(k, depth + 1), self.decode(v, depth + 1)) for k, v in items]
             _check_collisions([k for k, _ in made])
@@ -193,12 +217,13 @@ class _Decoder:
         return self.steerable(_namedtuple(name, tuple(fields))(*self.items(items, depth)))
 
     def items(self, values, depth) -> list:
-        """A list's items. Fast path, at C speed, for the common flat list of one scalar type (json.loads made it
-        already): small ints, strs, floats (their hashes recorded)."""
+        """A list's items. Fast path, at C speed, for the common flat list of one scalar type
+        (json.loads made it already): small ints, strs, floats (their hashes recorded)."""
         if type(values) is not list:
             raise ValueError(f"malformed result items of type {type(values).__name__}")
         kinds = set(map(type, values))
-        if len(kinds) == 1 and (kinds <= {str, bool, type(None)} or (kinds == {int} and -_SMALL_INT < min(values)
+        if len(kinds) == 1 and (kinds <= {str, bool, type(None)}
+                                or (kinds == {int} and -_SMALL_INT < min(values)
                                                                    and max(values) < _SMALL_INT)):
             self.nodes += len(values)
             return values
@@ -217,7 +242,8 @@ class _Decoder:
         return value
 
 
-_FACTORIES = {None: None, **{n: getattr(builtins, n) for n in ("list", "int", "set", "dict", "str", "float",
+_FACTORIES = {None: None,
+              **{n: getattr(builtins, n) for n in ("list", "int", "set", "dict", "str", "float",
                                                                  "tuple", "bool")}}
 
 
@@ -236,32 +262,42 @@ def _hash(value):
         return None
 
 
+def _both_nan(a, b) -> bool:
+    return a != a and b != b  # noqa: PLR0124 - only nan differs from itself
+
+
 def _check_collisions(values):
-    """Refuse more than MAX_SAME_HASH distinct values sharing one hash. Numbers, and tuples of them, hash alike in
-    every process, so a solution can make thousands collide (a 2-tuple's hash can be steered to any value through
-    its second item). Counting hashes runs at C speed; only a hash seen that often (an honest result repeating
-    one value) is looked at value by value."""
+    """Refuse more than MAX_SAME_HASH distinct values sharing one hash. Numbers, and tuples of them,
+    hash alike in every process, so a solution can make thousands collide (a 2-tuple's hash can be
+    steered to any value through its second item). Counting hashes runs at C speed; only a hash seen
+    that often (an honest result repeating one value) is looked at value by value."""
     hashes = list(map(_hash, values))
     hot = {h for h, n in collections.Counter(hashes).items() if n > MAX_SAME_HASH and h is not None}
     for key in hot:
         distinct = []
         for h, v in zip(hashes, values):
-            if h == key and not any(type(d) is type(v) and (d == v or d != d and v != v) for d in distinct):
+            if h == key and not any(type(d) is type(v) and (d == v or _both_nan(d, v))
+                                    for d in distinct):
                 distinct.append(v)
                 if len(distinct) > MAX_SAME_HASH:
-                    raise ValueError(f"more than {MAX_SAME_HASH} distinct values share the hash {key}")
+                    raise ValueError(f"more than {MAX_SAME_HASH} distinct values share the hash "
+                                     f"{key}")
 
 
-MAX_LITERAL = 100_000  # characters of an input sent as source; a bigger one travels as data (encode_input)
+# characters of an input sent as source; a bigger one travels as data (encode_input)
+MAX_LITERAL = 100_000
 
 
 def encode_input(value):
-    """An input the trainer computed, as the child's tagged JSON (the format of its results; the child's
-    decode_input rebuilds it): flat lists of small ints, strs or finite floats as they are."""
+    """An input the trainer computed, as the child's tagged JSON (the format of its results; the
+    child's decode_input rebuilds it): flat lists of small ints, strs or finite floats as they
+    are."""
     kind = type(value)
     if kind is list and value:
         kinds = set(map(type, value))
-        if kinds in ({str}, {bool}) or (kinds == {int} and -(1 << 62) < min(value) and max(value) < 1 << 62) or (
+        if kinds in ({str},
+                     {bool}) or (kinds == {int} and -(1 << 62) < min(value)
+                                 and max(value) < 1 << 62) or (
                 kinds == {float} and all(map(math.isfinite, value))):
             return value
     if kind is int and value.bit_length() > 62:
@@ -304,7 +340,8 @@ def render(value) -> str:
 
 
 def _is_mutable(value) -> bool:
-    """Does the value hold a list, dict or set anywhere (an argument the solution could change in place)?"""
+    """Does the value hold a list, dict or set anywhere (an argument the solution could change in
+    place)?"""
     if type(value) in (list, dict, set):
         return True
     if type(value) in (tuple, frozenset):
@@ -313,7 +350,8 @@ def _is_mutable(value) -> bool:
 
 
 def _more_items_than(value, limit: int) -> bool:
-    """Does `value` hold more than `limit` items, nested ones counted (stops counting past the limit)?"""
+    """Does `value` hold more than `limit` items, nested ones counted (stops counting past the
+    limit)?"""
     stack, seen = [value], 0
     while stack:
         v = stack.pop()
@@ -353,7 +391,9 @@ def _contains(value, targets: set) -> bool:
 
 @dataclass
 class Check:
-    kind: str  # "assert": expr over placeholders | "bind": names = expr | "raises": step `step` raised `exceptions`
+    # "assert": expr over placeholders | "bind": names = expr | "raises": step `step` raised
+    # `exceptions`
+    kind: str
     expr: object = None
     env: dict = field(default_factory=dict)
     step: int = -1
@@ -376,8 +416,10 @@ class Plan:
     trusted: int  # test cases judged here
     untrusted: int  # test cases left to the harness
     unjudged: int = 0  # test cases that can be neither judged nor run: the run scores 0
-    harness_tests: tuple = ()  # the tests the harness must report as run ("test_x", "TestC.test_y", "check")
-    check_candidate: str | None = None  # what the harness passes to check(): the entry point, or check(add)'s
+    # the tests the harness must report as run ("test_x", "TestC.test_y", "check")
+    harness_tests: tuple = ()
+    # what the harness passes to check(): the entry point, or check(add)'s
+    check_candidate: str | None = None
 
 
 def _names(node) -> set:
@@ -392,27 +434,32 @@ def _bound_inside(node) -> set:
             bound |= _names(n.target)
         elif isinstance(n, ast.Lambda):
             a = n.args
-            bound |= {x.arg for x in a.posonlyargs + a.args + a.kwonlyargs + [a.vararg, a.kwarg] if x}
+            bound |= {x.arg for x in a.posonlyargs + a.args + a.kwonlyargs + [a.vararg, a.kwarg]
+                      if x}
     return bound
 
 
 def _last_name(node) -> str:
-    return node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else ""
+    return node.id if isinstance(node, ast.Name) else node.attr if isinstance(node,
+                                                                              ast.Attribute) else ""
 
 
 class _Unit:
-    """Converts one test case's statements; raises Unconvertible at the first thing it cannot judge outside.
+    """Converts one test case's statements; raises Unconvertible at the first thing it cannot judge
+    outside.
 
-    Names live in one of three places. env: values computed here (literals, parametrize rows, child-free
-    assignments). child: names bound in the sandbox (the solution's; results assigned by the test; mutable inputs
-    once passed to the solution, since it may change them in place). deferred: names the test assigned from an
-    expression mixing both, computed here while judging. `objects` are the child names holding instances of the
-    solution's classes (`s = Stack()`): their methods and attributes are the solution's code and run there."""
+    Names live in one of three places. env: values computed here (literals, parametrize rows,
+    child-free assignments). child: names bound in the sandbox (the solution's; results assigned by
+    the test; mutable inputs once passed to the solution, since it may change them in place).
+    deferred: names the test assigned from an expression mixing both, computed here while judging.
+    `objects` are the child names holding instances of the solution's classes (`s = Stack()`): their
+    methods and attributes are the solution's code and run there."""
 
     def __init__(self, env: dict, child: set, prelude: list, modules=frozenset(), imports=None):
         self.env, self.child = dict(env), set(child)
         self.imports = imports if imports is not None else _importable()
-        self.objects, self.deferred = set(modules), set()  # `import solution`: its attributes are the solution's
+        # `import solution`: its attributes are the solution's
+        self.objects, self.deferred = set(modules), set()
         self.steps = [{"run": s} for s in prelude]
         self.checks = []
 
@@ -422,10 +469,11 @@ class _Unit:
         return bool(_names(node) & self.child)
 
     def is_object(self, node) -> bool:
-        """An instance of the solution's classes: a name bound to one, or `Cls(...)` for a capitalised solution
-        callable (the naming convention decides, from the tests alone). An attribute of an object is a value:
-        `Greeting(x).text.startswith(...)` runs startswith here, on the text sent back (read_attrs in the child
-        still walks `obj.left.val` through the solution's own nodes)."""
+        """An instance of the solution's classes: a name bound to one, or `Cls(...)` for a
+        capitalised solution callable (the naming convention decides, from the tests alone). An
+        attribute of an object is a value: `Greeting(x).text.startswith(...)` runs startswith here,
+        on the text sent back (read_attrs in the child still walks `obj.left.val` through the
+        solution's own nodes)."""
         if isinstance(node, ast.Name):
             return node.id in self.objects
         if isinstance(node, ast.Call):
@@ -433,7 +481,8 @@ class _Unit:
         return False
 
     def is_callee(self, node) -> bool:
-        """A callable of the solution's: one of its names, or a method or attribute of one of its objects."""
+        """A callable of the solution's: one of its names, or a method or attribute of one of its
+        objects."""
         if isinstance(node, ast.Name):
             return node.id in self.child
         if isinstance(node, ast.Attribute):
@@ -441,10 +490,10 @@ class _Unit:
         return False
 
     def is_child_value(self, node) -> bool:
-        """Evaluated wholly in the sandbox: a child name, a call of a solution callable, an attribute,
-        item or method of a solution object, or an operator or builtin applied to one (applies_to_object).
-        A method of a RETURNED value (`greet(x).startswith(...)`) is not: the value comes back as plain
-        data and the method runs here, so a str subclass gains nothing."""
+        """Evaluated wholly in the sandbox: a child name, a call of a solution callable, an
+        attribute, item or method of a solution object, or an operator or builtin applied to one
+        (applies_to_object). A method of a RETURNED value (`greet(x).startswith(...)`) is not: the
+        value comes back as plain data and the method runs here, so a str subclass gains nothing."""
         if isinstance(node, ast.Name):
             return node.id in self.child
         if isinstance(node, ast.Call) and self.is_callee(node.func):
@@ -454,7 +503,8 @@ class _Unit:
         return self.applies_to_object(node)
 
     def is_builtin(self, node) -> bool:
-        return (isinstance(node, ast.Name) and node.id in BUILTIN_NAMES and node.id not in self.child
+        return (isinstance(node, ast.Name) and node.id in BUILTIN_NAMES
+                and node.id not in self.child
                 and node.id not in self.env)
 
     def holds_object(self, node) -> bool:
@@ -496,7 +546,8 @@ class _Unit:
 
     def child_evaluable(self, node) -> bool:
         """Every name is the child's, a builtin, or inside a part the trainer computes and inlines;
-        nothing the trainer binds only while judging, no comprehension or lambda over child values."""
+        nothing the trainer binds only while judging, no comprehension or lambda over child
+        values."""
         if self.deferred & _names(node) or isinstance(node, ast.Starred):
             return False
         if not self.uses_child(node):
@@ -510,34 +561,41 @@ class _Unit:
                    if isinstance(c, ast.expr))
 
     def applies_builtin(self, node) -> bool:
-        """A builtin of CHILD_BUILTINS applied to a value of the solution's (and otherwise to inputs): it runs in
-        the child on the real builtin (as it was before the solution ran) and returns plain data, so an object of
-        the solution's (`len(stack)`, `str(node)`, `list(custom_iterable)`) meets it as in pytest."""
-        return (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in CHILD_BUILTINS
-                and node.func.id not in self.child and node.func.id not in self.env and not node.keywords
+        """A builtin of CHILD_BUILTINS applied to a value of the solution's (and otherwise to
+        inputs): it runs in the child on the real builtin (as it was before the solution ran) and
+        returns plain data, so an object of the solution's (`len(stack)`, `str(node)`,
+        `list(custom_iterable)`) meets it as in pytest."""
+        return (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                and node.func.id in CHILD_BUILTINS
+                and node.func.id not in self.child and node.func.id not in self.env
+                and not node.keywords
                 and any(self.is_child_value(a) for a in node.args)
                 and all(self.is_child_value(a) or not self.uses_child(a) for a in node.args))
 
     # ------------------------------------------------ the child's side
 
     def literal(self, node):
-        """A child-free subexpression of a call's arguments, as the child will see it: a literal computed here,
-        or (a bare mutable input) the name itself, bound once in the child and from then on the child's."""
+        """A child-free subexpression of a call's arguments, as the child will see it: a literal
+        computed here, or (a bare mutable input) the name itself, bound once in the child and from
+        then on the child's."""
         if isinstance(node, ast.Constant):
             return node
         if isinstance(node, ast.Name) and node.id in self.env and _is_mutable(self.env[node.id]):
             value = self.env.pop(node.id)
             self.steps.append({"run": f"{node.id} = {self.source(value)}", "binds": [node.id]})
             self.child.add(node.id)
-            for other in [n for n, v in self.env.items() if v is value]:  # `arr = original`: one list, two
+            # `arr = original`: one list, two
+            for other in [n for n, v in self.env.items() if v is value]:
                 self.env.pop(other)  # names; both are the child's from now on, as in pytest
                 self.steps.append({"run": f"{other} = {node.id}", "binds": [other]})
                 self.child.add(other)
             if any(_contains(v, {id(value)}) for v in self.env.values()):
-                raise Unconvertible("a mutable input is also held inside another value of the test's")
+                raise Unconvertible("a mutable input is also held inside another value of the "
+                                    "test's")
             return node
         if isinstance(node, ast.Lambda) and _names(node) <= BUILTIN_NAMES | _bound_inside(node):
-            return node  # `key=lambda x: -x`: code, not data; it only shapes the solution's own input
+            # `key=lambda x: -x`: code, not data; it only shapes the solution's own input
+            return node
         if isinstance(node, ast.Name) and node.id in BUILTIN_NAMES - set(self.env) and isinstance(
                 getattr(builtins, node.id), type):
             return node  # a type as an argument (`convert(x, int)`)
@@ -545,13 +603,15 @@ class _Unit:
         mutable = {id(v) for v in self.env.values() if _is_mutable(v)}
         if _contains(value, mutable):
             raise Unconvertible("a mutable input reached the solution inside another value")
-        # the literal's source, verbatim: a Name node unparses to its id as it is (an ast.Constant would unparse
-        # an int over 4,300 digits with repr(), which refuses it); parenthesised, so no operator binds into it
+        # the literal's source, verbatim: a Name node unparses to its id as it is (an ast.Constant
+        # would unparse an int over 4,300 digits with repr(), which refuses it); parenthesised, so
+        # no operator binds into it
         return ast.Name(id=f"({self.source(value)})", ctx=ast.Load())
 
     def source(self, value) -> str:
-        """An input as the child will read it: its literal, or for a big one (a 5-million-item list would not
-        compile in the child's memory) a name the child binds from data sent beside the steps."""
+        """An input as the child will read it: its literal, or for a big one (a 5-million-item list
+        would not compile in the child's memory) a name the child binds from data sent beside the
+        steps."""
         text = None if _more_items_than(value, MAX_LITERAL // 10) else render(value)
         if text is not None and len(text) <= MAX_LITERAL:
             return text
@@ -560,7 +620,8 @@ class _Unit:
         return name
 
     def child_source(self, node) -> str:
-        """Source of a child expression with every child-free subexpression computed here and inlined."""
+        """Source of a child expression with every child-free subexpression computed here and
+        inlined."""
         return ast.unparse(self._inline(copy.deepcopy(node)))
 
     def _inline(self, node):
@@ -568,33 +629,39 @@ class _Unit:
             # a builtin function the child applies (`sorted(cards, key=len)`): the real one, as it
             # was before the solution ran
             return ast.parse(f"__gmts_builtins[{node.id!r}]", mode="eval").body
-        if isinstance(node, ast.expr) and not isinstance(node, (ast.Starred, ast.Slice)) and not self.uses_child(node):
+        if (isinstance(node, ast.expr) and not isinstance(node, (ast.Starred, ast.Slice))
+                and not self.uses_child(node)):
             return self.literal(node)
         module = self.module_of(node.func) if isinstance(node, ast.Call) else None
-        if module is not None:  # `candidate(copy.deepcopy(encoded))`: applied in the child to its value
+        # `candidate(copy.deepcopy(encoded))`: applied in the child to its value
+        if module is not None:
             node.func = ast.parse(f"__gmts_builtins['__import__']({module!r}).{node.func.attr}",
                                   mode="eval").body
             node.args = [self._inline(a) for a in node.args]
-            node.keywords = [ast.keyword(arg=k.arg, value=self._inline(k.value)) for k in node.keywords]
+            node.keywords = [ast.keyword(arg=k.arg, value=self._inline(k.value))
+                             for k in node.keywords]
             return node
         if isinstance(node, ast.Call) and self.is_builtin(node.func):  # `list(obj)` in the child
             node.func = ast.parse(f"__gmts_builtins[{node.func.id!r}]", mode="eval").body
             node.args = [self._inline(a) for a in node.args]
-            node.keywords = [ast.keyword(arg=k.arg, value=self._inline(k.value)) for k in node.keywords]
+            node.keywords = [ast.keyword(arg=k.arg, value=self._inline(k.value))
+                             for k in node.keywords]
             return node
-        if isinstance(node, (ast.Lambda, ast.comprehension, ast.NamedExpr, ast.GeneratorExp, ast.ListComp,
+        if isinstance(node,
+                      (ast.Lambda, ast.comprehension, ast.NamedExpr, ast.GeneratorExp, ast.ListComp,
                              ast.SetComp, ast.DictComp)):
             raise Unconvertible("child value inside a lambda or comprehension")
         for name, value in ast.iter_fields(node):
             if isinstance(value, ast.AST):
                 setattr(node, name, self._inline(value))
             elif isinstance(value, list):
-                setattr(node, name, [self._inline(v) if isinstance(v, ast.AST) else v for v in value])
+                setattr(node, name,
+                        [self._inline(v) if isinstance(v, ast.AST) else v for v in value])
         return node
 
     def module_of(self, node) -> str | None:
-        """`copy.deepcopy` for a module the tests imported (not random: its draws are the trainer's):
-        the module's name, else None."""
+        """`copy.deepcopy` for a module the tests imported (not random: its draws are the
+        trainer's): the module's name, else None."""
         if not (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
                 and not node.attr.startswith("_")):
             return None
@@ -603,7 +670,8 @@ class _Unit:
         return name if name is not None and isinstance(value, type(math)) else None
 
     def fetch(self, node, attrs=(), iterate=False):
-        """A child value (then `attrs` read from it while it is a solution object): a step, and a placeholder."""
+        """A child value (then `attrs` read from it while it is a solution object): a step, and a
+        placeholder."""
         step = {"eval": self.child_source(node)}
         if attrs:
             step["attrs"] = list(attrs)
@@ -615,18 +683,21 @@ class _Unit:
     # ------------------------------------------------ the trainer's side
 
     def split(self, node, iterate=False, bound=frozenset()):
-        """`node` with each child-computed part replaced by a placeholder __rN (N = its step). Inside a
-        comprehension or lambda (`bound`: the names they bind) only a bare child name may be fetched: reading a
-        variable once is exact, calling the solution once for what the loop would call many times is not."""
+        """`node` with each child-computed part replaced by a placeholder __rN (N = its step).
+        Inside a comprehension or lambda (`bound`: the names they bind) only a bare child name may
+        be fetched: reading a variable once is exact, calling the solution once for what the loop
+        would call many times is not."""
         if not self.uses_child(node):
             return node
         if self.is_child_value(node):
             if bound and not (isinstance(node, ast.Name) and node.id not in bound):
                 raise Unconvertible("a call of the solution's inside a lambda or comprehension")
             return self.fetch(node, iterate=iterate)
-        if isinstance(node, (ast.Lambda, ast.GeneratorExp, ast.ListComp, ast.SetComp, ast.DictComp)):
+        if isinstance(node,
+                      (ast.Lambda, ast.GeneratorExp, ast.ListComp, ast.SetComp, ast.DictComp)):
             bound = bound | _bound_inside(node)
-        if isinstance(node, ast.Attribute):  # attributes read from a returned value: `head(x).next.val`
+        # attributes read from a returned value: `head(x).next.val`
+        if isinstance(node, ast.Attribute):
             attrs, base = [], node
             while isinstance(base, ast.Attribute) and not self.is_child_value(base):
                 attrs.insert(0, base.attr)
@@ -635,20 +706,26 @@ class _Unit:
                 if any(a.startswith("_") for a in attrs):
                     raise Unconvertible("private attribute")
                 if bound:
-                    raise Unconvertible("attributes of a child value inside a lambda or comprehension")
+                    raise Unconvertible("attributes of a child value inside a lambda or "
+                                        "comprehension")
                 return self.fetch(base, attrs=attrs)
-        if self.applies_builtin(node) and not bound:  # `len(obj)`, `isinstance(n, Node)`: a step on the
-            args = ", ".join(self.child_source(a) for a in node.args)  # solution's objects, in the child
+        # `len(obj)`, `isinstance(n, Node)`: a step on the
+        if self.applies_builtin(node) and not bound:
+            # solution's objects, in the child
+            args = ", ".join(self.child_source(a) for a in node.args)
             self.steps.append({"eval": f"__gmts_builtins[{node.func.id!r}]({args})"})
             return ast.Name(id=f"__r{len(self.steps) - 1}", ctx=ast.Load())
         if isinstance(node, ast.Call):
-            consume = isinstance(node.func, ast.Name) and node.func.id in ITERATING and node.func.id not in self.child
+            consume = (isinstance(node.func, ast.Name) and node.func.id in ITERATING
+                       and node.func.id not in self.child)
             if isinstance(node.func, ast.Attribute):  # a method of a returned value: it runs here
                 node.func.value = self.split(node.func.value, bound=bound)
             else:
                 node.func = self.split(node.func, bound=bound)
-            node.args = [self.split(a, iterate=consume and not bound, bound=bound) for a in node.args]
-            node.keywords = [ast.keyword(arg=k.arg, value=self.split(k.value, bound=bound)) for k in node.keywords]
+            node.args = [self.split(a, iterate=consume and not bound, bound=bound)
+                         for a in node.args]
+            node.keywords = [ast.keyword(arg=k.arg, value=self.split(k.value, bound=bound))
+                             for k in node.keywords]
             return node
         if isinstance(node, (ast.NamedExpr, ast.Starred)):
             raise Unconvertible(f"child value inside {type(node).__name__}")
@@ -656,19 +733,24 @@ class _Unit:
             if isinstance(value, ast.AST):
                 setattr(node, name, self.split(value, bound=bound))
             elif isinstance(value, list):
-                setattr(node, name, [self.split(v, bound=bound) if isinstance(v, ast.AST) else v for v in value])
+                setattr(node, name,
+                        [self.split(v, bound=bound) if isinstance(v, ast.AST) else v
+                         for v in value])
         return node
 
     def parent_expr(self, node, placeholders=()):
-        """Validate an expression the trainer will evaluate: known names only, no private attributes."""
-        allowed = (set(self.env) | self.deferred | SAFE_NAMES | set(MODULES) | {"pytest"} | set(placeholders)
+        """Validate an expression the trainer will evaluate: known names only, no private
+        attributes."""
+        allowed = (set(self.env) | self.deferred | SAFE_NAMES | set(MODULES) | {"pytest"}
+                   | set(placeholders)
                    | _bound_inside(node))
         for n in ast.walk(node):
             if isinstance(n, ast.Name) and n.id not in allowed:
                 raise Unconvertible(f"name {n.id!r} cannot be evaluated by the trainer")
             if isinstance(n, ast.Attribute) and n.attr.startswith("_"):
                 raise Unconvertible("private attribute")
-            if (isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "pytest"
+            if (isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
+                and n.value.id == "pytest"
                     and n.attr != "approx"):
                 raise Unconvertible(f"pytest.{n.attr}")
             if isinstance(n, (ast.NamedExpr, ast.Await, ast.Yield, ast.YieldFrom)):
@@ -682,8 +764,10 @@ class _Unit:
             return eval(self.parent_expr(copy.deepcopy(node)), _scope(self.env), dict(self.env))
         except Unconvertible:
             raise
-        except Exception as e:  # noqa: BLE001 - the test's own expression failed here: leave it to the harness
-            raise Unconvertible(f"the trainer could not evaluate {ast.unparse(node)[:60]}: {e}") from None
+        # the test's own expression failed here: leave it to the harness
+        except Exception as e:  # noqa: BLE001
+            raise Unconvertible(f"the trainer could not evaluate {ast.unparse(node)[:60]}: "
+                                f"{e}") from None
 
     def placeholders(self):
         return [f"__r{i}" for i, s in enumerate(self.steps) if "eval" in s]
@@ -691,24 +775,28 @@ class _Unit:
     # ------------------------------------------------ statements
 
     def statement(self, stmt):
-        stmt = copy.deepcopy(stmt)  # split() rewrites it; the same test body serves every parametrize row
+        # split() rewrites it; the same test body serves every parametrize row
+        stmt = copy.deepcopy(stmt)
         if isinstance(stmt, ast.Assert):
             self.check_identity(stmt.test)
             expr = self.split(stmt.test)
-            self.checks.append(Check("assert", expr=self.parent_expr(expr, self.placeholders()), env=dict(self.env)))
+            self.checks.append(Check("assert", expr=self.parent_expr(expr, self.placeholders()),
+                                     env=dict(self.env)))
         elif isinstance(stmt, (ast.Assign, ast.AnnAssign)):
             targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
             if stmt.value is None:
                 return
             if len(targets) != 1 or not all(isinstance(t, ast.Name) for t in
-                                            (targets[0].elts if isinstance(targets[0], ast.Tuple) else targets)):
+                                            (targets[0].elts if isinstance(targets[0], ast.Tuple)
+                                             else targets)):
                 raise Unconvertible("assignment to something other than names")
             self.assign(targets[0], stmt.value)
         elif isinstance(stmt, ast.For):
             self.unroll(stmt)
         elif isinstance(stmt, ast.Expr):
             if isinstance(stmt.value, ast.Constant) or (isinstance(stmt.value, ast.Name)
-                                                        and stmt.value.id in BUILTIN_NAMES - self.child):
+                                                        and stmt.value.id in BUILTIN_NAMES
+                                                        - self.child):
                 return  # a docstring, or a bare builtin name (`print` on its own line): no effect
             if not self.uses_child(stmt.value):  # the tests' own work: `coeffs.append(c)`, here
                 self.parent_eval(stmt.value)
@@ -748,7 +836,8 @@ class _Unit:
         for bound, module, attr in pairs:
             if stmt.__class__ is ast.ImportFrom and stmt.level or module not in self.imports:
                 raise Unconvertible(f"import of {module}")
-            if attr is not None and (attr.startswith("_") or not hasattr(self.imports[module], attr)):
+            if attr is not None and (attr.startswith("_")
+                                     or not hasattr(self.imports[module], attr)):
                 raise Unconvertible(f"from {module} import {attr}")
             value = self.imports[module] if attr is None else getattr(self.imports[module], attr)
             self.child.discard(bound)
@@ -757,8 +846,9 @@ class _Unit:
             self.env[bound] = value
 
     def unroll(self, stmt):
-        """`for x in range(2, 8): assert f(x, x + 1) == str(x)`: a loop over values the trainer computes (at most
-        MAX_UNROLL) is the sequence of its bodies, one per value, each binding the target here."""
+        """`for x in range(2, 8): assert f(x, x + 1) == str(x)`: a loop over values the trainer
+        computes (at most MAX_UNROLL) is the sequence of its bodies, one per value, each binding the
+        target here."""
         if stmt.orelse or self.uses_child(stmt.iter) or any(isinstance(n, (ast.Break, ast.Continue))
                                                             for n in ast.walk(stmt)):
             raise Unconvertible("a loop the trainer cannot unroll")
@@ -780,8 +870,10 @@ class _Unit:
             self.child.discard(name)
             self.objects.discard(name)
             self.deferred.discard(name)
-        if given is not _UNSET or (not self.uses_child(value) and not self.deferred & _names(value)):
-            result = given if given is not _UNSET else self.parent_eval(value)  # inputs: computed here now
+        if given is not _UNSET or (not self.uses_child(value)
+                                   and not self.deferred & _names(value)):
+            # inputs: computed here now
+            result = given if given is not _UNSET else self.parent_eval(value)
             values = list(result) if isinstance(target, ast.Tuple) else [result]
             if len(values) != len(names):
                 raise Unconvertible("unpacking of the wrong length")
@@ -798,18 +890,20 @@ class _Unit:
             self.deferred.update(names)
 
     def check_identity(self, test):
-        """`is` between two values the trainer rebuilds separately is meaningless (`result is not data` would
-        always hold): only `is` against None, True, False or ... stays here; anything else runs in the harness."""
+        """`is` between two values the trainer rebuilds separately is meaningless (`result is not
+        data` would always hold): only `is` against None, True, False or ... stays here; anything
+        else runs in the harness."""
         for n in ast.walk(test):
-            if isinstance(n, ast.Compare) and any(isinstance(op, (ast.Is, ast.IsNot)) for op in n.ops):
+            if isinstance(n, ast.Compare) and any(isinstance(op, (ast.Is, ast.IsNot))
+                                                  for op in n.ops):
                 operands = [n.left] + n.comparators
                 for i, op in enumerate(n.ops):
                     if not isinstance(op, (ast.Is, ast.IsNot)):
                         continue
                     pair = operands[i], operands[i + 1]
-                    if not any(self.exact_identity(x) for x in pair):
-                        if any(self.uses_child(x) for x in pair):
-                            raise Unconvertible("identity between computed values")
+                    if (not any(self.exact_identity(x) for x in pair)
+                            and any(self.uses_child(x) for x in pair)):
+                        raise Unconvertible("identity between computed values")
 
     def exact_identity(self, node) -> bool:
         """An operand whose identity survives rebuilding: None, True, False, ..., or a builtin type
@@ -820,9 +914,9 @@ class _Unit:
                 and node.id not in self.child and isinstance(getattr(builtins, node.id), type))
 
     def raises_block(self, stmt):
-        """`with pytest.raises(E[, match=...]): body`: the body runs in the child; E is checked here, against the
-        raised class's whole MRO (a real subclass passes, a class of the solution's that merely shares E's name
-        does not)."""
+        """`with pytest.raises(E[, match=...]): body`: the body runs in the child; E is checked
+        here, against the raised class's whole MRO (a real subclass passes, a class of the
+        solution's that merely shares E's name does not)."""
         item = stmt.items[0] if len(stmt.items) == 1 else None
         call = item.context_expr if item else None
         raises = isinstance(call, ast.Call) and (ast.unparse(call.func) == "pytest.raises" or (
@@ -838,7 +932,8 @@ class _Unit:
             builtin = getattr(builtins, e.id, None)
             if e.id in self.child and e.id not in self.objects:
                 expected.append((e.id, "solution"))  # `from solution import InvalidInput`
-            elif isinstance(builtin, type) and issubclass(builtin, BaseException) and e.id not in self.env:
+            elif (isinstance(builtin, type) and issubclass(builtin, BaseException)
+                  and e.id not in self.env):
                 expected.append((e.id, "builtins"))
             else:
                 raise Unconvertible("exception class defined by the tests")
@@ -853,29 +948,35 @@ class _Unit:
         for s in stmt.body:  # the block stops at its first exception, as in pytest: one step
             if isinstance(s, ast.Expr) and self.is_child_value(s.value):
                 lines.append(self.child_source(s.value))
-            elif (isinstance(s, ast.Assign) and len(s.targets) == 1 and isinstance(s.targets[0], ast.Name)
+            elif (isinstance(s, ast.Assign) and len(s.targets) == 1
+                  and isinstance(s.targets[0], ast.Name)
                   and self.is_child_value(s.value)):
                 lines.append(f"{s.targets[0].id} = {self.child_source(s.value)}")
                 binds.append(s.targets[0].id)
                 self.child.add(s.targets[0].id)
                 self.env.pop(s.targets[0].id, None)
             else:
-                raise Unconvertible("pytest.raises around code that is not a call of the solution's")
+                raise Unconvertible("pytest.raises around code that is not a call of the "
+                                    "solution's")
         self.steps.append({"run": "\n".join(lines), "binds": binds})
-        self.checks.append(Check("raises", step=len(self.steps) - 1, exceptions=tuple(expected), match=match))
+        self.checks.append(Check("raises", step=len(self.steps) - 1, exceptions=tuple(expected),
+                                 match=match))
 
 
 def _is_raises(node) -> bool:
-    return isinstance(node, ast.With) and bool(node.items) and "raises" in ast.unparse(node.items[0])
+    return (isinstance(node, ast.With) and bool(node.items)
+            and "raises" in ast.unparse(node.items[0]))
 
 
 def _count_cases(node) -> int:
-    """Test cases in a test function: its asserts and raises blocks; a test with neither checks that it runs."""
+    """Test cases in a test function: its asserts and raises blocks; a test with neither checks that
+    it runs."""
     return max(1, sum(isinstance(n, ast.Assert) or _is_raises(n) for n in ast.walk(node)))
 
 
 def _param_rows(fn: ast.FunctionDef, env: dict) -> list[dict]:
-    """The parametrize tables of a test function as keyword dicts (cartesian product over decorators)."""
+    """The parametrize tables of a test function as keyword dicts (cartesian product over
+    decorators)."""
     rows = [{}]
     for deco in fn.decorator_list:
         if not (isinstance(deco, ast.Call) and ast.unparse(deco.func) in ("pytest.mark.parametrize",
@@ -904,13 +1005,15 @@ def _defined_names(stmts) -> set:
         elif isinstance(stmt, (ast.Import, ast.ImportFrom)):
             names |= {(a.asname or a.name).split(".")[0] for a in stmt.names}
         else:
-            names |= {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+            names |= {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name)
+                      and isinstance(n.ctx, ast.Store)}
     return names
 
 
 def _is_test_class(stmt, classes=None) -> bool:
     """pytest collects `class Test*`; unittest any TestCase subclass (whatever it is called), a
-    subclass of a TestCase class of the tests' own included. classes: the module's classes by name."""
+    subclass of a TestCase class of the tests' own included. classes: the module's classes by
+    name."""
     if not isinstance(stmt, ast.ClassDef):
         return False
     return stmt.name.startswith("Test") or _is_test_case(stmt, classes or {}, set())
@@ -985,36 +1088,40 @@ def _check_call(stmt) -> str | None:
         return None
     call = stmt.value
     args = list(call.args) + [k.value for k in call.keywords if k.arg in ("candidate", None)]
-    if len(args) != 1 or len(call.args) + len(call.keywords) != 1 or not isinstance(args[0], ast.Name):
+    if (len(args) != 1 or len(call.args) + len(call.keywords) != 1
+            or not isinstance(args[0], ast.Name)):
         return None
     return args[0].id
 
 
 def _runs_tests(stmt, test_functions) -> bool:
-    """`test_add()` (a test function of the tests', called without arguments) or `unittest.main(...)` at module
-    level: the tests run where they are defined; this call adds nothing to judge."""
+    """`test_add()` (a test function of the tests', called without arguments) or
+    `unittest.main(...)` at module level: the tests run where they are defined; this call adds
+    nothing to judge."""
     if not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)):
         return False
     func = stmt.value.func
-    if isinstance(func, ast.Name) and func.id in test_functions and not stmt.value.args and not stmt.value.keywords:
+    if (isinstance(func, ast.Name) and func.id in test_functions and not stmt.value.args
+            and not stmt.value.keywords):
         return True
     return ast.unparse(func) == "unittest.main"
 
 
 def _is_main_guard(stmt) -> bool:
-    """`if __name__ == "__main__": unittest.main()`: not a test (the harness runs under another name)."""
+    """`if __name__ == "__main__": unittest.main()`: not a test (the harness runs under another
+    name)."""
     return isinstance(stmt, ast.If) and "__name__" in _names(stmt.test)
 
 
 def _setup_values(setup: str) -> dict:
-    """The names a problem's setup (MBPP's test_setup_code, test_imports) binds to data or to a module the
-    trainer evaluates: part of the tests, so computed here by running the setup (trusted, like the tests), never
-    read back from the sandbox, where the solution could rebind them."""
+    """The names a problem's setup (MBPP's test_setup_code, test_imports) binds to data or to a
+    module the trainer evaluates: part of the tests, so computed here by running the setup (trusted,
+    like the tests), never read back from the sandbox, where the solution could rebind them."""
     if not setup.strip():
         return {}
     ns = {}
     try:
-        exec(compile(setup, "setup.py", "exec"), ns)
+        exec(compile(setup, "setup.py", "exec"), ns)  # noqa: S102 - the tests' own setup
     except Exception:  # noqa: BLE001 - a setup that cannot run here stays wholly the sandbox's
         return {}
     values = {}
@@ -1034,8 +1141,8 @@ def _setup_values(setup: str) -> dict:
 
 @lru_cache(maxsize=4096)
 def build_plan(tests: str, entry_point: str | None = None, setup: str = "") -> Plan:
-    """The plan for one problem's tests (cached: the same reference comes back every epoch). A tests string
-    that is not Python raises ValueError (a data bug)."""
+    """The plan for one problem's tests (cached: the same reference comes back every epoch). A tests
+    string that is not Python raises ValueError (a data bug)."""
     try:
         module = ast.parse(tests)
         setup_names = _defined_names(ast.parse(setup).body) if setup else set()
@@ -1045,8 +1152,10 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "") -> P
     classes = {s.name: s for s in module.body if isinstance(s, ast.ClassDef)}
     env, prelude, from_solution, modules = _setup_values(setup), [], set(), set()
     imports = _importable()  # one per plan: the tests' random draws, in order, as in the judge
-    setup_names -= set(env)  # data the setup binds is the tests' (computed here); its functions and classes
-    # stay the solution's namespace's, where the setup also runs (a Node class the solution builds on)
+    # data the setup binds is the tests' (computed here); its functions and classes
+    setup_names -= set(env)
+    # stay the solution's namespace's, where the setup also runs (a Node class the solution builds
+    # on)
     for stmt in module.body:  # literal constants and imports from the solution, in order
         if isinstance(stmt, ast.ImportFrom) and stmt.module == "solution":
             prelude.append(ast.unparse(stmt))
@@ -1057,65 +1166,88 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "") -> P
             modules |= {a.asname or a.name for a in stmt.names if a.name == "solution"}
         elif isinstance(stmt, ast.ImportFrom) and stmt.module in imports and not stmt.level:
             for a in stmt.names:  # `from collections import Counter`: the trainer's own
-                if a.name != "*" and not a.name.startswith("_") and hasattr(imports[stmt.module], a.name):
+                if a.name != "*" and not a.name.startswith("_") and hasattr(imports[stmt.module],
+                                                                            a.name):
                     env[a.asname or a.name] = getattr(imports[stmt.module], a.name)
-        elif isinstance(stmt, ast.Import):  # `import random` (a Random of the plan's own), `import copy`
-            env.update((a.asname or a.name, imports[a.name]) for a in stmt.names if a.name in imports)
-        elif isinstance(stmt, ast.ImportFrom) and stmt.module == "pytest":  # `from pytest import approx, raises`
+        # `import random` (a Random of the plan's own), `import copy`
+        elif isinstance(stmt, ast.Import):
+            env.update((a.asname or a.name, imports[a.name]) for a in stmt.names
+                       if a.name in imports)
+        # `from pytest import approx, raises`
+        elif isinstance(stmt, ast.ImportFrom) and stmt.module == "pytest":
             for a in stmt.names:
                 if a.name in _FROM_PYTEST:
                     env[a.asname or a.name] = _FROM_PYTEST[a.name]
-        elif (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)):
+        elif (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
+              and isinstance(stmt.targets[0], ast.Name)):
             try:
                 env[stmt.targets[0].id] = ast.literal_eval(stmt.value)
             except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
                 pass
     imported = _defined_names(s for s in module.body if isinstance(s, (ast.Import, ast.ImportFrom)))
-    defined = _defined_names(s for s in module.body if not (isinstance(s, ast.ImportFrom) and s.module == "solution"))
-    # Names the tests define themselves (helpers, non-literal variables, other modules) make a case unconvertible;
-    # so do builtins the trainer does not evaluate itself (they are never the solution's, unless it exports them);
-    # every other free name is the solution's (MBPP names no entry point; KodCode imports them).
-    foreign = (defined - set(env) - {"check"} - {n for n in defined if n.startswith("test")}) | (imported - set(MODULES) - set(env))
+    defined = _defined_names(s for s in module.body
+                             if not (isinstance(s, ast.ImportFrom) and s.module == "solution"))
+    # Names the tests define themselves (helpers, non-literal variables, other modules) make a case
+    # unconvertible; so do builtins the trainer does not evaluate itself (they are never the
+    # solution's, unless it exports them); every other free name is the solution's (MBPP names no
+    # entry point; KodCode imports them).
+    foreign = (defined - set(env) - {"check"}
+               - {n for n in defined if n.startswith("test")}) | (imported - set(MODULES)
+                                                                  - set(env))
     foreign -= from_solution | setup_names
     foreign.discard("pytest")
     foreign -= {n for n, v in env.items() if any(v is x for x in _FROM_PYTEST.values())}
     own = from_solution | setup_names
 
     def child_names(node) -> set:
-        stored = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
-        local = stored | _bound_inside(node)  # the test's own variables (loop and comprehension ones too)
-        return (_names(node) - local - BUILTIN_NAMES - set(MODULES) - {"pytest"} - set(env) - foreign) | own
+        stored = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)
+                  and isinstance(n.ctx, ast.Store)}
+        # the test's own variables (loop and comprehension ones too)
+        local = stored | _bound_inside(node)
+        return (_names(node) - local - BUILTIN_NAMES - set(MODULES) - {"pytest"} - set(env)
+                - foreign) | own
 
-    # `check(add)` at module level (HumanEval + a call, HumanEvalPack without an entry point) or as the whole body
-    # of a test function (MultiPL-E's `def test_check(): check(add)`): each names a candidate for check; those
-    # statements are that check's unit, not tests of their own. A bare call of a test function of the tests'
-    # (`test_add()` after its definition) runs what the unit judges already.
-    check_def = next((s for s in module.body if isinstance(s, ast.FunctionDef) and s.name == "check"), None)
-    wrappers = {s.name for s in module.body if isinstance(s, ast.FunctionDef) and s.name.startswith("test")
+    # `check(add)` at module level (HumanEval + a call, HumanEvalPack without an entry point) or as
+    # the whole body of a test function (MultiPL-E's `def test_check(): check(add)`): each names a
+    # candidate for check; those statements are that check's unit, not tests of their own. A bare
+    # call of a test function of the tests' (`test_add()` after its definition) runs what the unit
+    # judges already.
+    check_def = next((s for s in module.body if isinstance(s, ast.FunctionDef)
+                      and s.name == "check"), None)
+    wrappers = {s.name for s in module.body if isinstance(s, ast.FunctionDef)
+                and s.name.startswith("test")
                 and s.body and all(_check_call(b) for b in _without_docstring(s.body))}
     candidates = [entry_point] if entry_point else []
     for s in module.body:
-        calls = ([s] if _check_call(s) else _without_docstring(s.body) if isinstance(s, ast.FunctionDef)
+        calls = ([s] if _check_call(s) else _without_docstring(s.body)
+                 if isinstance(s, ast.FunctionDef)
                  and s.name in wrappers else [])
         candidates += [_check_call(c) for c in calls if _check_call(c) not in candidates]
     if check_def is None:
         wrappers, candidates = set(), candidates[:1]
-    test_functions = {s.name for s in module.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))
+    test_functions = {s.name for s in module.body
+                      if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))
                       and s.name.startswith("test")}
     checks_called = bool(candidates) and check_def is not None
     script_kinds = (ast.Assert, ast.Assign, ast.AnnAssign, ast.Expr, ast.With)
     script_stmts = [s for s in module.body if isinstance(s, script_kinds)]
-    # The module's own statements (MBPP's asserts, `lst = [3, 1, 2]; sort_in_place(lst); assert lst == ...`) run
-    # in order in one namespace, as a script: one unit. At the first statement it cannot convert, the script
-    # breaks: that statement and every later one run in the harness (they may depend on it).
-    script = _Unit(env, child_names(ast.Module(body=script_stmts, type_ignores=[])), prelude, modules,
+    # The module's own statements (MBPP's asserts, `lst = [3, 1, 2]; sort_in_place(lst); assert lst
+    # == ...`) run in order in one namespace, as a script: one unit. At the first statement it
+    # cannot convert, the script breaks: that statement and every later one run in the harness (they
+    # may depend on it).
+    script = _Unit(env, child_names(ast.Module(body=script_stmts, type_ignores=[])), prelude,
+                   modules,
                    imports)
     script_broken = False
-    units, kept, harness_tests = [], [], []  # kept: (statement, whether it tests anything in the harness)
+    # kept: (statement, whether it tests anything in the harness)
+    units, kept, harness_tests = [], [], []
     trusted = untrusted = unjudged = 0
     for stmt in module.body:
-        if _is_main_guard(stmt) or (check_def is not None and _check_call(stmt)) or _runs_tests(stmt, test_functions):
-            continue  # `if __name__ == ...`, `unittest.main()`, `check(add)`, `test_add()`: judged where defined
+        if _is_main_guard(stmt) or (check_def is not None
+                                    and _check_call(stmt)) or _runs_tests(stmt, test_functions):
+            # `if __name__ == ...`, `unittest.main()`, `check(add)`, `test_add()`: judged where
+            # defined
+            continue
         if isinstance(stmt, ast.FunctionDef) and stmt.name in wrappers:
             continue  # `def test_check(): check(add)`: check's unit with that candidate
         if _is_test_class(stmt, classes):  # run by the harness, each method reported by name
@@ -1126,10 +1258,13 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "") -> P
             # else does, the run is unjudged below
             kept.append((stmt, True))
             continue
-        if isinstance(stmt, ast.FunctionDef) and stmt.name == "check" and not entry_point and not checks_called:
-            unjudged += _count_cases(stmt)  # HumanEval's check(candidate) with nothing to pass as candidate
+        if (isinstance(stmt, ast.FunctionDef) and stmt.name == "check" and not entry_point
+                and not checks_called):
+            # HumanEval's check(candidate) with nothing to pass as candidate
+            unjudged += _count_cases(stmt)
             continue
-        if isinstance(stmt, script_kinds) and not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant)):
+        if isinstance(stmt, script_kinds) and not (isinstance(stmt, ast.Expr)
+                                                   and isinstance(stmt.value, ast.Constant)):
             cases = _count_cases(stmt) if isinstance(stmt, (ast.Assert, ast.With)) else 0
             if not script_broken:
                 saved = copy.copy(script.__dict__)
@@ -1137,13 +1272,16 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "") -> P
                 try:
                     script.statement(stmt)
                     trusted += cases
-                    kept.append((stmt, False))  # the harness still needs its effects (a binding, a mutation)
+                    # the harness still needs its effects (a binding, a mutation)
+                    kept.append((stmt, False))
                     continue
-                except (Unconvertible, ValueError, TypeError, SyntaxError, ArithmeticError, LookupError,
+                except (Unconvertible, ValueError, TypeError, SyntaxError, ArithmeticError,
+                        LookupError,
                         RecursionError):
                     script.__dict__.update(saved)
                     script_broken = True
-            runs = isinstance(stmt, (ast.Expr, ast.With))  # in the harness, a bare call tests that it runs
+            # in the harness, a bare call tests that it runs
+            runs = isinstance(stmt, (ast.Expr, ast.With))
             untrusted += cases or int(runs)
             kept.append((stmt, bool(cases) or runs))
             continue
@@ -1153,7 +1291,8 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "") -> P
                 if arg is None or stmt.decorator_list:
                     raise Unconvertible("check() signature")
                 converted = []
-                for candidate in candidates:  # usually one: the entry point, or what the tests pass to check
+                # usually one: the entry point, or what the tests pass to check
+                for candidate in candidates:
                     u = _Unit(env, child_names(stmt) | {arg}, prelude + [f"{arg} = {candidate}"],
                               modules, imports)
                     for s in stmt.body:
@@ -1174,10 +1313,14 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "") -> P
                 units += converted
                 trusted += len(rows) * _count_cases(stmt)
                 continue
-        except (Unconvertible, ValueError, TypeError, SyntaxError, ArithmeticError, LookupError, RecursionError):
-            # not judged here (ValueError & co.: a table the trainer could not evaluate): the harness runs it
-            untrusted += _count_cases(stmt) * (len(_safe_rows(stmt, env)) if isinstance(stmt, ast.FunctionDef) else 1)
-            if isinstance(stmt, ast.FunctionDef) and (stmt.name.startswith("test") or stmt.name == "check"):
+        except (Unconvertible, ValueError, TypeError, SyntaxError, ArithmeticError, LookupError,
+                RecursionError):
+            # not judged here (ValueError & co.: a table the trainer could not evaluate): the
+            # harness runs it
+            untrusted += _count_cases(stmt) * (len(_safe_rows(stmt, env))
+                                               if isinstance(stmt, ast.FunctionDef) else 1)
+            if isinstance(stmt, ast.FunctionDef) and (stmt.name.startswith("test")
+                                                      or stmt.name == "check"):
                 harness_tests.append(stmt.name)
             kept.append((stmt, True))
             continue
@@ -1185,7 +1328,8 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "") -> P
         if test and not isinstance(stmt, ast.FunctionDef):
             untrusted += _count_cases(stmt)  # a module-level loop: it tests as the harness runs it
             if isinstance(stmt, ast.AsyncFunctionDef) and stmt.name.startswith("test"):
-                harness_tests.append(stmt.name)  # the harness must report it run (it cannot: never a pass)
+                # the harness must report it run (it cannot: never a pass)
+                harness_tests.append(stmt.name)
         kept.append((stmt, test))
     if script.checks or len(script.steps) > len(prelude):
         units.insert(0, Unit(script.steps, script.checks, "module"))
@@ -1193,15 +1337,18 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "") -> P
     if any(test for _, test in kept):
         harness = ast.unparse(ast.Module(body=[stmt for stmt, _ in kept], type_ignores=[]))
     if trusted + untrusted == 0:
-        unjudged += 1  # no test case at all (only helpers, imports, a docstring): zero judged is never a pass
-    return Plan(units=units, harness=harness, trusted=trusted, untrusted=untrusted, unjudged=unjudged,
+        # no test case at all (only helpers, imports, a docstring): zero judged is never a pass
+        unjudged += 1
+    return Plan(units=units, harness=harness, trusted=trusted, untrusted=untrusted,
+                unjudged=unjudged,
                 harness_tests=tuple(dict.fromkeys(harness_tests)),
                 check_candidate=candidates[0] if candidates else None)
 
 
 def _last_definitions(body: list) -> list:
     """The module's statements without a test function or class that a later one of the same name
-    replaces (pytest collects the module's final namespace: only the last `def test_x` is a test)."""
+    replaces (pytest collects the module's final namespace: only the last `def test_x` is a
+    test)."""
     def test_name(stmt):
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and (
                 stmt.name.startswith(("test", "Test")) or _is_test_class(stmt)):
@@ -1239,8 +1386,9 @@ def _is_test(stmt, entry_point) -> bool:
 
 
 def _raised(result: dict, expected: tuple, match: str | None) -> bool:
-    """The step raised one of `expected` (by the child's report of the raised class's MRO: each class's name and
-    whether it IS the builtin, or the solution's, of that name), with a message that `match` finds."""
+    """The step raised one of `expected` (by the child's report of the raised class's MRO: each
+    class's name and whether it IS the builtin, or the solution's, of that name), with a message
+    that `match` finds."""
     if "exc" not in result or not isinstance(result.get("mro"), list):
         return False
     mro = {(c[0], c[1]) for c in result["mro"] if isinstance(c, list) and len(c) == 2}
@@ -1249,14 +1397,16 @@ def _raised(result: dict, expected: tuple, match: str | None) -> bool:
     if match is None:
         return True
     message = result.get("msg")
-    # pytest matches the whole message; a message this long is refused rather than searched (the regex is the
-    # tests', but the text is the solution's, and a search can take time quadratic in it)
-    return isinstance(message, str) and len(message) <= MAX_MESSAGE and re.search(match, message) is not None
+    # pytest matches the whole message; a message this long is refused rather than searched (the
+    # regex is the tests', but the text is the solution's, and a search can take time quadratic in
+    # it)
+    return (isinstance(message, str) and len(message) <= MAX_MESSAGE
+            and re.search(match, message) is not None)
 
 
 def _value(step: dict, result: dict):
-    """The value of an eval step: decoded, then the attributes the child did not read (it reads them only from
-    the solution's own objects; from plain data they are read here)."""
+    """The value of an eval step: decoded, then the attributes the child did not read (it reads them
+    only from the solution's own objects; from plain data they are read here)."""
     value = decode(result["ok"])
     attrs = step.get("attrs", [])
     applied = result.get("applied", 0)
@@ -1268,11 +1418,13 @@ def _value(step: dict, result: dict):
 
 
 class _StepFailed(Exception):
-    """A check read the value of a step that raised in the child (or returned something that is not data)."""
+    """A check read the value of a step that raised in the child (or returned something that is not
+    data)."""
 
 
 class _Values(dict):
-    """Placeholder values for a check; reading one whose step failed fails the check, only when it is read."""
+    """Placeholder values for a check; reading one whose step failed fails the check, only when it
+    is read."""
 
     def __init__(self, *args):
         super().__init__(*args)
@@ -1285,7 +1437,8 @@ class _Values(dict):
 
 
 def judge_unit(unit: Unit, results) -> bool:
-    """Did the child's results for this unit pass every check? Any malformed or missing result: no."""
+    """Did the child's results for this unit pass every check? Any malformed or missing result:
+    no."""
     if not isinstance(results, list) or len(results) != len(unit.steps):
         return False
     raises_steps = {c.step for c in unit.checks if c.kind == "raises"}
@@ -1295,7 +1448,8 @@ def judge_unit(unit: Unit, results) -> bool:
             return False
         if i in raises_steps:
             continue
-        if "eval" in unit.steps[i]:  # a value that raised (or is not plain data) fails only where it is used:
+        # a value that raised (or is not plain data) fails only where it is used:
+        if "eval" in unit.steps[i]:
             try:  # `assert f(x) == 3 or g(x) == 4` as Python evaluates it, short-circuits included
                 values[f"__r{i}"] = _value(unit.steps[i], result)
             except (KeyError, ValueError, TypeError, AttributeError):
@@ -1321,7 +1475,8 @@ def judge_unit(unit: Unit, results) -> bool:
 
 
 def judge(plan: Plan, unit_results) -> bool:
-    """Every unit passed. Exceptions while judging (a result of the wrong shape for the check) are failures."""
+    """Every unit passed. Exceptions while judging (a result of the wrong shape for the check) are
+    failures."""
     if not isinstance(unit_results, list) or len(unit_results) != len(plan.units):
         return False
     try:
@@ -1371,7 +1526,8 @@ def pytest_verdict(plan: Plan, text: str, token: str) -> bool:
     return data.get("exit") == 0 and any(o in PYTEST_PASS for o in tests.values())
 
 
-CHECK_TEST = "test__gmts_check"  # runs HumanEval's check(candidate) under pytest (rewards/sandbox.py)
+# runs HumanEval's check(candidate) under pytest (rewards/sandbox.py)
+CHECK_TEST = "test__gmts_check"
 
 
 def verdict(message: dict) -> bool:
@@ -1384,7 +1540,8 @@ def verdict(message: dict) -> bool:
         report = [json.loads(line) for line in message["report"].split("\n") if line]
     except (ValueError, RecursionError):
         return False
-    units = next((r["units"] for r in reversed(report) if isinstance(r, dict) and "units" in r), None)
+    units = next((r["units"] for r in reversed(report) if isinstance(r, dict) and "units" in r),
+                 None)
     if units is None or not judge(plan, units):
         return False
     if plan.harness is None:

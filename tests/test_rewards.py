@@ -1,5 +1,6 @@
-"""Rewards: math/gsm8k answer checking on the real golds, a table of tricky cases, choice letters, and the code
-sandbox against adversarial programs (each must end in reward 0 within its time limit, touching nothing)."""
+"""Rewards: math/gsm8k answer checking on the real golds, a table of tricky cases, choice letters,
+and the code sandbox against adversarial programs (each must end in reward 0 within its time limit,
+touching nothing)."""
 import importlib.util
 import json
 import os
@@ -12,8 +13,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+# ../shared/data, and the skip that says how to get it
+from conftest import SHARED_DATA, needs_shared_data
+
 import rewards
-from conftest import SHARED_DATA, needs_shared_data  # ../shared/data, and the skip that says how to get it
 from rewards import code as code_mod
 from rewards import get_reward
 from rewards import math as math_mod
@@ -54,9 +57,11 @@ def test_every_math500_answer_equals_itself_and_reference_solutions_score():
     data = rows(MATH500)
     for row in data:
         assert math_mod.answers_equal(row["answer"], row["answer"]), row["answer"]
-        assert math_r(row["solution"], row["answer"]) == 1.0, (math_mod.last_boxed(row["solution"]), row["answer"])
+        assert math_r(row["solution"], row["answer"]) == 1.0, (math_mod.last_boxed(row["solution"]),
+                                                               row["answer"])
         assert math_r(row["solution"] + "\nWait, no: \\boxed{123456789}", row["answer"]) == 0.0
-    if HAS_MATH_VERIFY:  # the non-numeric ones also through math-verify itself, not just the string fast path
+    # the non-numeric ones also through math-verify itself, not just the string fast path
+    if HAS_MATH_VERIFY:
         latex = [r["answer"] for r in data if math_mod.to_number(r["answer"]) is None]
         assert len(latex) > 50
         assert all(math_mod._verifier.equal(a, a) for a in latex)
@@ -65,33 +70,47 @@ def test_every_math500_answer_equals_itself_and_reference_solutions_score():
 # (reward, completion, gold, expected)
 TRICKY = [
     ("gsm8k", "\\boxed{1,600}", "1600", 1), ("gsm8k", "The answer is 1,600.", "1600", 1),
-    ("gsm8k", "\\boxed{1600}", "1,600", 1), ("gsm8k", "\\boxed{-5}", "-5", 1), ("gsm8k", "\\boxed{5}", "-5", 0),
-    ("gsm8k", "\\boxed{\\$18}", "18", 1), ("gsm8k", "\\boxed{18 dollars}", "18", 1), ("gsm8k", "\\boxed{50\\%}", "50", 1),
-    ("gsm8k", "\\boxed{18.0}", "18", 1), ("gsm8k", "\\boxed{18.00}", "18", 1), ("gsm8k", "\\boxed{18.5}", "18", 0),
+    ("gsm8k", "\\boxed{1600}", "1,600", 1), ("gsm8k", "\\boxed{-5}", "-5", 1),
+          ("gsm8k", "\\boxed{5}", "-5", 0),
+    ("gsm8k", "\\boxed{\\$18}", "18", 1), ("gsm8k", "\\boxed{18 dollars}", "18", 1),
+          ("gsm8k", "\\boxed{50\\%}", "50", 1),
+    ("gsm8k", "\\boxed{18.0}", "18", 1), ("gsm8k", "\\boxed{18.00}", "18", 1),
+          ("gsm8k", "\\boxed{18.5}", "18", 0),
     ("gsm8k", "She makes $18 every day.", "18", 1), ("gsm8k", "48/2 = 24 then 24+48 = 72", "72", 1),
-    ("gsm8k", "no digits here", "5", 0), ("gsm8k", "", "5", 0), ("gsm8k", "\\boxed{x = 12}", "12", 1),
+    ("gsm8k", "no digits here", "5", 0), ("gsm8k", "", "5", 0),
+          ("gsm8k", "\\boxed{x = 12}", "12", 1),
     ("gsm8k", "\\boxed{12\\text{ cm}^2}", "12", 1), ("gsm8k", "\\boxed{3} then \\boxed{4}", "4", 1),
     ("gsm8k", "\\boxed{3} then \\boxed{4}", "3", 0), ("gsm8k", "\\boxed{five}", "5", 0),
     ("gsm8k", "It is 5. \\boxed{}", "5", 0), ("gsm8k", "\\boxed{0.5}", "\\frac{1}{2}", 1),
-    ("gsm8k", "#### 72", "Natalia sold 48/2 = 24 clips.\n#### 72", 1), ("gsm8k", "-.5 is it", "-0.5", 1),
+    ("gsm8k", "#### 72", "Natalia sold 48/2 = 24 clips.\n#### 72", 1),
+          ("gsm8k", "-.5 is it", "-0.5", 1),
     ("math", "\\boxed{\\frac{1}{2}}", "0.5", 1), ("math", "\\boxed{\\dfrac{1}{2}}", "\\frac12", 1),
     ("math", "\\boxed{1/2}", "\\frac{1}{2}", 1), ("math", "\\boxed{-\\frac{3}{4}}", "-0.75", 1),
-    ("math", "\\boxed{\\frac{2}{4}}", "\\frac{1}{2}", 1), ("math", "\\boxed{0.33}", "\\frac{1}{3}", 0),
-    ("math", "The answer is 5", "5", 0), ("math", "\\boxed{\\frac{\\sqrt{3}}{2}}", "\\frac{\\sqrt3}{2}", 1),
+    ("math", "\\boxed{\\frac{2}{4}}", "\\frac{1}{2}", 1),
+          ("math", "\\boxed{0.33}", "\\frac{1}{3}", 0),
+    ("math", "The answer is 5", "5", 0),
+          ("math", "\\boxed{\\frac{\\sqrt{3}}{2}}", "\\frac{\\sqrt3}{2}", 1),
     ("math", "\\boxed{2\\sqrt{2}}", "\\sqrt{8}", 1), ("math", "\\boxed{\\sqrt{2}}", "\\sqrt{3}", 0),
     ("math", "\\boxed{(1, 2]}", "(1,2]", 1), ("math", "\\boxed{[1, 2]}", "(1,2]", 0),
-    ("math", "\\boxed{\\begin{pmatrix} 1 \\\\ 2 \\end{pmatrix}}", "\\begin{pmatrix}1\\\\2\\end{pmatrix}", 1),
-    ("math", "\\boxed{\\begin{pmatrix} 1 \\\\ 3 \\end{pmatrix}}", "\\begin{pmatrix}1\\\\2\\end{pmatrix}", 0),
-    ("math", "\\boxed{\\left( 3, \\frac{\\pi}{2} \\right)}", "\\left( 3, \\frac{\\pi}{2} \\right)", 1),
+    ("math", "\\boxed{\\begin{pmatrix} 1 \\\\ 2 \\end{pmatrix}}",
+     "\\begin{pmatrix}1\\\\2\\end{pmatrix}", 1),
+    ("math", "\\boxed{\\begin{pmatrix} 1 \\\\ 3 \\end{pmatrix}}",
+     "\\begin{pmatrix}1\\\\2\\end{pmatrix}", 0),
+    ("math", "\\boxed{\\left( 3, \\frac{\\pi}{2} \\right)}", "\\left( 3, \\frac{\\pi}{2} \\right)",
+     1),
     ("math", "\\boxed{x^2+2x+1}", "(x+1)^2", 1), ("math", "\\boxed{90^\\circ}", "90", 1),
-    ("math", "\\boxed{\\text{(C)}}", "\\text{(C)}", 1), ("math", "\\boxed{\\frac{1}{2}", "\\frac{1}{2}", 0),
+    ("math", "\\boxed{\\text{(C)}}", "\\text{(C)}", 1),
+          ("math", "\\boxed{\\frac{1}{2}", "\\frac{1}{2}", 0),
     ("math", "\\boxed{7} and then \\boxed{\\frac{1}{2}", "7", 1), ("math", "\\boxed{{5}}", "5", 1),
-    ("math", "\\fbox{5}", "5", 1), ("math", "$\\boxed 5$", "5", 1), ("math", "\\boxed{1\\,000}", "1000", 1),
-    ("math", "x" * 200_000 + " \\boxed{42}", "42", 1), ("math", "\\boxed{" + "1" * 5000 + "}", "1", 0),
+    ("math", "\\fbox{5}", "5", 1), ("math", "$\\boxed 5$", "5", 1),
+          ("math", "\\boxed{1\\,000}", "1000", 1),
+    ("math", "x" * 200_000 + " \\boxed{42}", "42", 1),
+          ("math", "\\boxed{" + "1" * 5000 + "}", "1", 0),
 ]
 
 
-@pytest.mark.parametrize("name,completion,gold,expected", TRICKY, ids=[f"{i}" for i in range(len(TRICKY))])
+@pytest.mark.parametrize("name,completion,gold,expected", TRICKY,
+                         ids=[f"{i}" for i in range(len(TRICKY))])
 def test_tricky_math_cases(name, completion, gold, expected):
     latex_only = name == "math" and expected == 1 and math_mod.to_number(gold) is None \
         and math_mod.normalize(gold) != math_mod.normalize(math_mod.last_boxed(completion) or "")
@@ -117,7 +136,8 @@ def test_rewards_never_raise_and_stay_fast():
         for fn, gold in ((gsm8k, "5"), (math_r, "\\frac{1}{2}"), (choice, "B")):
             assert fn(text, gold) in (0.0, 1.0)
     for bad in (None, 5, b"\\boxed{5}", ["x"]):
-        assert gsm8k(bad, "5") == math_r(bad, "5") == choice(bad, "A") == code(bad, "assert True") == 0.0
+        assert gsm8k(bad, "5") == math_r(bad, "5") == choice(bad, "A") == code(bad,
+                                                                               "assert True") == 0.0
     huge = ("\\boxed{" * 5000 + "1") * 20 + "9" * 1_000_000
     start = time.monotonic()
     assert gsm8k(huge, "5") == 0.0 and math_r(huge, "5") == 0.0 and choice(huge, "A") == 0.0
@@ -129,22 +149,28 @@ def test_pathological_latex_is_cut_off_and_verifier_recovers_in_threads():
     start = time.monotonic()
     assert math_r("\\boxed{9^{9^{9^{9^{9}}}}}", "1") == 0.0
     assert time.monotonic() - start < math_mod.VERIFY_TIMEOUT_S + 1.5
-    # signal.alarm only works in the main thread: the out-of-process verifier must work from any thread
+    # signal.alarm only works in the main thread: the out-of-process verifier must work from any
+    # thread
     with ThreadPoolExecutor(4) as pool:
-        results = list(pool.map(lambda g: math_r("\\boxed{\\frac{\\sqrt{3}}{2}}", g), ["\\frac{\\sqrt3}{2}"] * 8))
+        results = list(pool.map(lambda g: math_r("\\boxed{\\frac{\\sqrt{3}}{2}}", g),
+                                ["\\frac{\\sqrt3}{2}"] * 8))
     assert results == [1.0] * 8
 
 
 def test_fallback_without_math_verify_warns_and_compares_strings(monkeypatch):
     verifier = math_mod._Verifier()
     real_find_spec = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == "math_verify" else real_find_spec(n, *a))
+    monkeypatch.setattr(importlib.util, "find_spec", lambda n,
+                        *a: None if n == "math_verify" else real_find_spec(n, *a))
     monkeypatch.setattr(math_mod, "_verifier", verifier)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        assert math_r("\\boxed{\\frac{\\sqrt{3}}{2}}", "\\frac{\\sqrt{3}}{2}") == 1.0  # string-equal
-        assert math_r("\\boxed{\\frac{ \\sqrt{3} }{2}}", "\\frac{\\sqrt{3}}{2}") == 1.0  # spaces ignored
-        assert math_r("\\boxed{\\frac{\\sqrt3}{2}}", "\\frac{\\sqrt{3}}{2}") == 0.0  # needs the verifier
+        # string-equal
+        assert math_r("\\boxed{\\frac{\\sqrt{3}}{2}}", "\\frac{\\sqrt{3}}{2}") == 1.0
+        # spaces ignored
+        assert math_r("\\boxed{\\frac{ \\sqrt{3} }{2}}", "\\frac{\\sqrt{3}}{2}") == 1.0
+        # needs the verifier
+        assert math_r("\\boxed{\\frac{\\sqrt3}{2}}", "\\frac{\\sqrt{3}}{2}") == 0.0
         assert math_r("\\boxed{0.5}", "\\frac{1}{2}") == 1.0  # numbers never need it
     assert any("math-verify is not installed" in str(w.message) for w in caught)
 
@@ -153,17 +179,22 @@ def test_fallback_without_math_verify_warns_and_compares_strings(monkeypatch):
 
 CHOICES = [
     ("The answer is (B)", "B", 1), ("B)", "B", 1), ("**B**", "B", 1), ("Answer: C", "C", 1),
-    ("\\boxed{D}", "D", 1), ("\\boxed{(D)}", "D", 1), ("\\boxed{\\text{E}}", "E", 1), ("the answer is b", "B", 0),
-    ("I think A dog would do it.", "A", 0), ("(A) is wrong, (C) is right. So the answer is C.", "C", 1),
-    ("Options: A) x B) y. Final answer: **A**", "A", 1), ("E", "E", 1), ("A.", "A", 1), ("", "A", 0),
-    ("Let me see... option (B) seems plausible but the answer is (D).", "D", 1), ("So the correct option is D.", "D", 1),
+    ("\\boxed{D}", "D", 1), ("\\boxed{(D)}", "D", 1), ("\\boxed{\\text{E}}", "E", 1),
+           ("the answer is b", "B", 0),
+    ("I think A dog would do it.", "A", 0),
+           ("(A) is wrong, (C) is right. So the answer is C.", "C", 1),
+    ("Options: A) x B) y. Final answer: **A**", "A", 1), ("E", "E", 1), ("A.", "A", 1),
+           ("", "A", 0),
+    ("Let me see... option (B) seems plausible but the answer is (D).", "D", 1),
+           ("So the correct option is D.", "D", 1),
 ]
 
 
 @pytest.mark.parametrize("completion,gold,expected", CHOICES)
 def test_choice_letters(completion, gold, expected):
     assert choice(completion, gold) == float(expected)
-    assert choice(completion, f"({gold.lower()})") == float(expected)  # reference forms are normalised
+    # reference forms are normalised
+    assert choice(completion, f"({gold.lower()})") == float(expected)
 
 
 def test_choice_reference_must_be_a_letter():
@@ -181,13 +212,17 @@ def block(src):
 
 def test_code_formats_pass_and_fail():
     add = "def add(a, b):\n    return a + b"
-    assert code(block(add), ["assert add(1, 2) == 3", "assert add(2, 2) == 4"]) == 1.0  # MBPP asserts
+    # MBPP asserts
+    assert code(block(add), ["assert add(1, 2) == 3", "assert add(2, 2) == 4"]) == 1.0
     assert code(block("def add(a, b):\n    return a - b"), ["assert add(1, 2) == 3"]) == 0.0
-    humaneval = {"tests": "def check(candidate):\n    assert candidate(2, 3) == 5\n", "entry_point": "add"}
+    humaneval = {"tests": "def check(candidate):\n    assert candidate(2, 3) == 5\n",
+                 "entry_point": "add"}
     assert code(block(add), humaneval) == 1.0
     assert code(block("def add(a, b):\n    return 0"), humaneval) == 0.0
-    kodcode = {"tests": "import pytest\nfrom solution import add\n\n@pytest.mark.parametrize('a,b,c', [(1, 2, 3), "
-                        "(0, 0, 0)])\ndef test_add(a, b, c):\n    assert add(a, b) == c\n\ndef test_type():\n"
+    kodcode = {"tests": "import pytest\nfrom solution import add\n\n"
+                        "@pytest.mark.parametrize('a,b,c', [(1, 2, 3), "
+                        "(0, 0, 0)])\ndef test_add(a, b, c):\n    assert add(a, b) == c\n\n"
+                        "def test_type():\n"
                         "    with pytest.raises(TypeError):\n        add(1, 'x')\n"}
     if importlib.util.find_spec("pytest"):
         assert code(block(add), kodcode) == 1.0
@@ -199,15 +234,18 @@ def test_code_formats_pass_and_fail():
 
 def test_broken_sandbox_is_an_error_not_silent_zeros(monkeypatch):
     monkeypatch.setattr(code_mod, "_sandbox_checked", False)
-    monkeypatch.setattr(code_mod, "run_python", lambda *a, **k: run_python("raise ImportError('no python')",
-                                                                            tests="pass", timeout=5))
+    monkeypatch.setattr(code_mod, "run_python", lambda *a,
+                        **k: run_python("raise ImportError('no python')",
+                                                                            tests="pass",
+                                                                           timeout=5))
     with pytest.raises(RuntimeError, match="cannot run even a correct program"):
         code(block("x = 1"), "assert x == 1")
 
 
 def test_code_block_extraction():
     assert code_mod.extract_code("```python\nx = 1\n```\ntext\n```python\nx = 2\n```") == "x = 2\n"
-    assert code_mod.extract_code("```python\nx = 1\n```\n```\nplain\n```") == "x = 1\n"  # labelled wins
+    # labelled wins
+    assert code_mod.extract_code("```python\nx = 1\n```\n```\nplain\n```") == "x = 1\n"
     assert code_mod.extract_code("```\nx = 3\n```") == "x = 3\n"
     assert code_mod.extract_code("```python\nx = 1\n```\n```python\nunclosed = True") == "x = 1\n"
     assert code_mod.extract_code("def f(): pass") is None
@@ -232,12 +270,14 @@ def run_bad(src, tests="assert True", **kw):
 
 
 def nobody_processes():
-    """Processes of any sandbox run (each run has its own uid in RUN_UIDS; nobody for older layouts)."""
+    """Processes of any sandbox run (each run has its own uid in RUN_UIDS; nobody for older
+    layouts)."""
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             uid = os.stat(f"/proc/{pid}").st_uid
-            if (uid in RUN_UIDS or uid == 65534) and belongs_to_us(pid):  # not another trainer's on this machine
+            # not another trainer's on this machine
+            if (uid in RUN_UIDS or uid == 65534) and belongs_to_us(pid):
                 found.append(pid)
         except OSError:
             pass
@@ -249,24 +289,31 @@ def nobody_processes():
     "import time\ntime.sleep(1000)",
     "x = bytearray(10 ** 11)",  # huge allocation at once
     "chunks = []\nwhile True:\n    chunks.append(bytearray(10 ** 7))",  # growing allocation
-    "with open('big', 'wb') as f:\n    while True:\n        f.write(b'x' * 10 ** 6)",  # fill the disk
+    # fill the disk
+    "with open('big', 'wb') as f:\n    while True:\n        f.write(b'x' * 10 ** 6)",
     "while True:\n    print('x' * 10000)",  # flood stdout
     "import os\nos._exit(0)",  # exit 0 before the tests run
     "import sys\nsys.exit(0)",
-    "import signal, os\nos.kill(os.getppid(), signal.SIGKILL)\nraise SystemExit(0)",  # attack the harness
-], ids=["loop", "sleep", "alloc", "alloc_grow", "bigfile", "stdout_flood", "os_exit", "sys_exit", "kill_parent"])
+    # attack the harness
+    "import signal, os\nos.kill(os.getppid(), signal.SIGKILL)\nraise SystemExit(0)",
+], ids=["loop", "sleep", "alloc", "alloc_grow", "bigfile", "stdout_flood", "os_exit", "sys_exit",
+        "kill_parent"])
 def test_adversarial_programs_score_zero_in_bounded_time(src):
     run_bad(src)
 
 
 def test_fork_bomb_is_contained_and_cleaned_up():
     before = set(nobody_processes())
-    run_bad("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass")
+    run_bad("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n"
+            "        pass")
     time.sleep(0.3)
     assert set(nobody_processes()) - before == set()
-    # how many processes one run can hold at once: RLIMIT_NPROC (per uid nobody as root; per user otherwise)
-    counter = ("import os, time\nn = 0\nwhile n < 500:\n    try:\n        pid = os.fork()\n    except OSError:\n"
-               "        break\n    if pid == 0:\n        time.sleep(30)\n        os._exit(0)\n    n += 1\nCOUNT = n\n")
+    # how many processes one run can hold at once: RLIMIT_NPROC (per uid nobody as root; per user
+    # otherwise)
+    counter = ("import os, time\nn = 0\nwhile n < 500:\n    try:\n        pid = os.fork()\n"
+               "    except OSError:\n"
+               "        break\n    if pid == 0:\n        time.sleep(30)\n        os._exit(0)\n"
+               "    n += 1\nCOUNT = n\n")
     result = run_python(counter, tests="print('COUNT', COUNT)", timeout=LIMIT, max_procs=16)
     assert result.passed, result.stderr
     assert int(result.stdout.split()[-1]) <= 16
@@ -275,10 +322,12 @@ def test_fork_bomb_is_contained_and_cleaned_up():
 @pytest.mark.parametrize("isolate", [True, False], ids=["sandbox", "no-namespaces"])
 def test_escaped_background_process_is_killed(isolate):
     shared = tempfile.mkdtemp(prefix="gmts-escape-")
-    os.chmod(shared, 0o777)  # reachable by the run's uid (without bubblewrap; with it the folder is not there)
+    # reachable by the run's uid (without bubblewrap; with it the folder is not there)
+    os.chmod(shared, 0o777)
     beacon = os.path.join(shared, "beacon")
     src = (f"import os, time\nif os.fork() == 0:\n    os.setsid()\n    while True:\n        try:\n"
-           f"            with open({beacon!r}, 'a') as f:\n                f.write('x')\n        except OSError:\n"
+           f"            with open({beacon!r}, 'a') as f:\n                f.write('x')\n"
+           f"        except OSError:\n"
            f"            pass\n        time.sleep(0.05)\ntime.sleep(0.5)\n")
     before = set(nobody_processes())
     try:
@@ -295,7 +344,8 @@ def test_escaped_background_process_is_killed(isolate):
         shutil.rmtree(shared, ignore_errors=True)
 
 
-@pytest.mark.skipif(os.getuid() != 0, reason="file protection comes from dropping to uid nobody, which needs root")
+@pytest.mark.skipif(os.getuid() != 0,
+                    reason="file protection comes from dropping to uid nobody, which needs root")
 def test_files_outside_the_sandbox_cannot_be_deleted_or_written(tmp_path):
     victim = tmp_path / "victim.txt"
     victim.write_text("keep")
@@ -309,14 +359,16 @@ def test_files_outside_the_sandbox_cannot_be_deleted_or_written(tmp_path):
 
 def test_no_network():
     run_bad("import socket\nsocket.create_connection(('1.1.1.1', 80), timeout=1)")
-    import socket  # the trainer's own loopback is out of reach (bwrap's namespace has a private `lo` of its own)
+    # the trainer's own loopback is out of reach (bwrap's namespace has a private `lo` of its own)
+    import socket
     with socket.socket() as server:
         server.bind(("127.0.0.1", 0))
         server.listen()
         run_bad(f"import socket\nc = socket.create_connection({server.getsockname()!r}, timeout=1)")
     assert sandbox_info()["net"] in ("namespace", "socket-patch")
     # the fallback when no network namespace can be made (e.g. a container without CAP_SYS_ADMIN)
-    result = run_python("import socket\ntry:\n    socket.socket()\nexcept PermissionError as e:\n    ERR = str(e)\n",
+    result = run_python("import socket\ntry:\n    socket.socket()\nexcept PermissionError as e:\n"
+                        "    ERR = str(e)\n",
                         tests="assert 'disabled in the sandbox' in ERR", timeout=5, isolate=False)
     assert result.passed, result.stderr
 
@@ -336,10 +388,11 @@ FOUND = found
 def test_trainer_environment_is_not_visible(monkeypatch):
     monkeypatch.setenv("GMTS_TEST_SECRET", "hunter2-gmts")
     scope = {}
-    exec(SCAN, scope)
+    exec(SCAN, scope)  # noqa: S102
     assert scope["FOUND"]  # control: the scan does find the secret from the trainer's side
     scan = SCAN if os.getuid() == 0 else SCAN.split("for pid")[0] + "FOUND = found\n"
-    # (without root the child is the trainer's user and can read /proc/<trainer>/environ: only os.environ is checked)
+    # (without root the child is the trainer's user and can read /proc/<trainer>/environ: only
+    # os.environ is checked)
     result = run_python(scan, tests="assert not FOUND, 'secret visible'", timeout=5)
     assert result.passed, result.stderr
 
@@ -367,7 +420,8 @@ def test_get_reward_options():
     with pytest.raises(ValueError, match="takes no options"):
         get_reward("math", timeout=3)
     shaped = get_reward("math", format_bonus=0.1)
-    assert shaped("\\boxed{3}", "4") == pytest.approx(0.1) and shaped("\\boxed{4}", "4") == pytest.approx(1.1)
+    assert shaped("\\boxed{3}", "4") == pytest.approx(0.1) and shaped("\\boxed{4}",
+                                                                      "4") == pytest.approx(1.1)
     assert shaped("4", "4") == 0.0
     assert rewards.REWARD_NAMES == ("gsm8k", "math", "choice", "code")
     fast = get_reward("code", timeout=1.0)
@@ -380,7 +434,8 @@ def test_score_batch_matches_one_by_one():
     good, bad = block("def add(a, b):\n    return a + b"), block("def add(a, b):\n    return a - b")
     names = ["code", "gsm8k", "code", "choice", "code", "math"]
     completions = [good, "so 12", bad, "(C)", good, "\\boxed{\\frac{1}{2}}"]
-    references = [["assert add(2, 2) == 4"], "12", ["assert add(2, 2) == 4"], "C", ["assert add(1, 1) == 2"], "0.5"]
+    references = [["assert add(2, 2) == 4"], "12", ["assert add(2, 2) == 4"], "C",
+                  ["assert add(1, 1) == 2"], "0.5"]
     expected = [get_reward(n)(c, r) for n, c, r in zip(names, completions, references)]
     assert expected == [1.0, 1.0, 0.0, 1.0, 1.0, 1.0]
     assert rewards.score_batch(names, completions, references, workers=3) == expected
@@ -390,7 +445,8 @@ def test_score_batch_matches_one_by_one():
 
 def test_verifier_that_cannot_start_falls_back_with_a_warning(monkeypatch):
     verifier = math_mod._Verifier()
-    verifier.available = True  # installed, as far as the parent can tell, but the helper dies at start
+    # installed, as far as the parent can tell, but the helper dies at start
+    verifier.available = True
     monkeypatch.setattr(math_mod.sys, "executable", "/bin/false")
     monkeypatch.setattr(math_mod, "_verifier", verifier)
     with pytest.warns(UserWarning, match="failed to start"):
