@@ -340,45 +340,32 @@ _cgroup = None  # (version, base directory) once probed; ("", "") when no cgroup
 _cpu_cgroup = None  # the same for the cpu controller
 
 
-def _probe_cgroup() -> tuple[str, str]:
-    """The first hierarchy where this process can make a memory-capped child cgroup. cgroup2 needs
-    the memory controller enabled for its children (a delegated cgroup); this process is never
-    moved."""
-    for version, base in _cgroup_candidates():
+def _probe(controller: str, make) -> tuple[str, str]:
+    """The first hierarchy where this process can make a child cgroup capped by `controller`
+    (memory, cpu; make(version, base, name) makes one). cgroup2 needs the controller enabled for
+    its children (a delegated cgroup); this process is never moved."""
+    for version, base in _cgroup_candidates(controller):
         if version == "cgroup2":
             try:
                 with open(os.path.join(base, "cgroup.subtree_control")) as f:
-                    if "memory" not in f.read().split():
+                    if controller not in f.read().split():
                         continue
             except OSError:
                 continue
         try:
-            _remove_cgroup(_make_cgroup(version, base,
-                                        f"gmts-probe-{os.getpid()}-{secrets.token_hex(4)}", 64))
+            _remove_cgroup(make(version, base, f"gmts-probe-{os.getpid()}-{secrets.token_hex(4)}"))
             return version, base
         except OSError:
             continue
     return "", ""
+
+
+def _probe_cgroup() -> tuple[str, str]:
+    return _probe("memory", lambda version, base, name: _make_cgroup(version, base, name, 64))
 
 
 def _probe_cpu_cgroup() -> tuple[str, str]:
-    """The first hierarchy where this process can make a CPU-capped child cgroup (cgroup2: the cpu
-    controller enabled for its children)."""
-    for version, base in _cgroup_candidates("cpu"):
-        if version == "cgroup2":
-            try:
-                with open(os.path.join(base, "cgroup.subtree_control")) as f:
-                    if "cpu" not in f.read().split():
-                        continue
-            except OSError:
-                continue
-        try:
-            _remove_cgroup(_make_cpu_cgroup(version, base,
-                                            f"gmts-probe-{os.getpid()}-{secrets.token_hex(4)}"))
-            return version, base
-        except OSError:
-            continue
-    return "", ""
+    return _probe("cpu", _make_cpu_cgroup)
 
 
 def cpu_limit() -> str:
