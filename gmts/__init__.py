@@ -12,19 +12,22 @@ The package is laid out by role (README.md, "Layout"):
     gmts/run/       the run infrastructure: config, validation, run state, checkpoints, logs, reporters
     gmts/tools/     the tools: evaluate, analyze, plot, memory planner, statistics, toy models
 
-Nothing in gmts/ imports data/ or rewards/ (train.py and eval.py pass the data loader and the reward functions in;
-the tools that read data sets, gmts/tools/evaluate.py and analyze.py, import them inside the functions that do).
-`import gmts` loads no torch until a name below is used: the method's public names are loaded on first use (PEP 562),
-and `pip install -e .` makes it importable from any folder.
+Nothing in gmts/ imports data/ or rewards/ (train.py and eval.py pass the data loader and the reward
+functions in; the tools that read data sets, gmts/tools/evaluate.py and analyze.py, import them
+inside the functions that do). `import gmts` loads no torch until a name below is used: the method's
+public names are loaded on first use (PEP 562), and `pip install -e .` makes it importable from any
+folder.
 """
 import importlib
 
-# Where each public name lives. Imported on first use, so that `import gmts.run.config` / `gmts.run.validate` do not
-# load torch: the command line checks its flags before torch loads (~3 s) and a bad one fails at once.
+# Where each public name lives. Imported on first use, so that `import gmts.run.config` /
+# `gmts.run.validate` do not load torch: the command line checks its flags before torch loads (~3 s)
+# and a bad one fails at once.
 _EXPORTS = {
-    "method.grpo": ("group_advantages", "mixed_groups", "overlong_penalty", "check_loss_config", "kl_relative_weight",
-                    "loss_weights", "policy_loss", "relative_token_weight", "token_objective", "SELECTORS",
-                    "clip_active", "token_omega", "token_scores", "num_to_select", "select_tokens"),
+    "method.grpo": ("group_advantages", "mixed_groups", "overlong_penalty", "check_loss_config",
+                    "kl_relative_weight", "loss_weights", "policy_loss", "relative_token_weight",
+                    "token_objective", "SELECTORS", "clip_active", "token_omega", "token_scores",
+                    "num_to_select", "select_tokens"),
     "method.head": ("token_entropy", "token_logprobs_and_entropy"),
 }
 _WHERE = {name: module for module, names in _EXPORTS.items() for name in names}

@@ -1,10 +1,10 @@
-"""Run many train.py / eval.py command lines cheaply, each exactly as `python SCRIPT ARGS...` would, for
-tests/test_bad_input.py.
+"""Run many train.py / eval.py command lines cheaply, each exactly as `python SCRIPT ARGS...` would,
+for tests/test_bad_input.py.
 
-Reads [[script, [args...]], ...] as JSON on stdin; imports the heavy modules once, then runs every case in a forked
-child whose stdout and stderr are files, with the interpreter's own handling of SystemExit (None -> 0, an int -> that
-status, anything else printed to stderr -> 1) and of any other exception (a traceback, status 1). Writes
-[{"rc", "stdout", "stderr"}, ...] as JSON on stdout.
+Reads [[script, [args...]], ...] as JSON on stdin; imports the heavy modules once, then runs every
+case in a forked child whose stdout and stderr are files, with the interpreter's own handling of
+SystemExit (None -> 0, an int -> that status, anything else printed to stderr -> 1) and of any other
+exception (a traceback, status 1). Writes [{"rc", "stdout", "stderr"}, ...] as JSON on stdout.
 """
 import json
 import os

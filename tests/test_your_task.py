@@ -542,15 +542,16 @@ def test_the_your_task_page_runs_end_to_end(tmp_path):
 
 
 def test_training_logs_each_reward_and_evaluates_with_the_runs_rewards(digit_model_dir, tmp_path):
-    """train.py --reward ... --eval-every: each reward's figures per step in metrics.jsonl, and the in-training
-    evaluation scored by the run's rewards (an always-1 reward: accuracy 1, where the rows' own gsm8k
-    reward gives the tiny model far less)."""
+    """train.py --reward ... --eval-every: each reward's figures per step in metrics.jsonl, and the
+    in-training evaluation scored by the run's rewards (an always-1 reward: accuracy 1, where the
+    rows' own gsm8k reward gives the tiny model far less)."""
     path = write(tmp_path / "always.py", "def one(completion, answer, **fields):\n    return 1.0\n")
     data_file = jsonl(tmp_path / "d.jsonl", ROWS)
-    argv = [sys.executable, "train.py", "--model", digit_model_dir, "--data", data_file, "--steps", "1",
-            "--prompts-per-step", "2", "--group-size", "2", "--max-new-tokens", "2", "--micro-batch-size", "4",
-            "--device", "cpu", "--reward", f"{path}:one", "--reward", "gsm8k", "--reward-weights", "1,0",
-            "--eval-data", data_file, "--eval-every", "1", "--output-dir", str(tmp_path / "run")]
+    argv = [sys.executable, "train.py", "--model", digit_model_dir, "--data", data_file, "--steps",
+            "1", "--prompts-per-step", "2", "--group-size", "2", "--max-new-tokens", "2",
+            "--micro-batch-size", "4", "--device", "cpu", "--reward", f"{path}:one", "--reward",
+            "gsm8k", "--reward-weights", "1,0", "--eval-data", data_file, "--eval-every", "1",
+            "--output-dir", str(tmp_path / "run")]
     proc = subprocess.run(argv, capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=600)
     assert proc.returncode == 0, proc.stderr
     (m,) = [json.loads(line) for line in open(tmp_path / "run" / "metrics.jsonl")]
