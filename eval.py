@@ -124,7 +124,7 @@ def _name_tag(name):
     """A file-name tag for a hub id or built-in name (its own text), or for a local path: its last
     two components and 8 hex digits of its real path, so RUN_A/checkpoints/step-000001 and
     RUN_B/checkpoints/ step-000001 get two names."""
-    safe = lambda text: re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-") or "model"   # noqa: E731
+    safe = lambda text: re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-") or "model"
     path = os.path.expanduser(name.split(":")[0]) if name else name
     if not path or not os.path.exists(path):
         return safe(name)

@@ -54,7 +54,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from bench.common import emit, environment, median, write_results, peak_bytes, reset_peak, run_worker  # noqa: E402
+from bench.common import emit, environment, median, write_results, peak_bytes, reset_peak, run_worker
 
 METHODS = ("generate", "plain", "ours", "old", "compiled")
 DEFAULT_METHODS = ("generate", "plain", "ours")

@@ -44,8 +44,8 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from bench.common import emit, environment, median, write_results, run_worker  # noqa: E402
-from bench.learning_check import DEFAULT_SYSTEM, DEFAULT_TASK  # noqa: E402
+from bench.common import emit, environment, median, write_results, run_worker
+from bench.learning_check import DEFAULT_SYSTEM, DEFAULT_TASK
 
 SIDES = ("ours", "ours-noskip", "trl")
 

@@ -22,7 +22,6 @@ decoder actually ran (rows x padded width, summed over micro-batches, counted by
 Each side is timed --reps times after a two-row warm-up pass through each; medians.
 """
 import argparse
-import json
 import os
 import statistics
 import sys

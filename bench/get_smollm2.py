@@ -14,7 +14,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from gmts.trainer.smollm2 import DEFAULT_OUT, fetch  # noqa: E402
+from gmts.trainer.smollm2 import DEFAULT_OUT, fetch
 
 
 def main(argv=None):

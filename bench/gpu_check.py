@@ -177,7 +177,7 @@ def check_head(s):
 
     ref = reference()
     names = ("logp", "entropy", "grad_hidden", "grad_weight")
-    err = lambda got: {k: float((g - r).abs().max()) for k, g, r in zip(names, got, ref)}  # noqa
+    err = lambda got: {k: float((g - r).abs().max()) for k, g, r in zip(names, got, ref)}
     t0 = time.perf_counter()
     got = ours()
     sync(dev)
@@ -245,7 +245,7 @@ def mixed_prompts(lengths, vocab, seed=0):
     gen = torch.Generator().manual_seed(seed)
     ids = lambda n: [
         int(x) for x in torch.randint(0, vocab // EOS_EVERY, (n,), generator=gen) * EOS_EVERY
-    ]  # noqa
+    ]
     return [ids(n) for n in lengths]
 
 
@@ -670,7 +670,7 @@ def main(argv=None):
         torch.set_num_threads(1)
     t_start = time.perf_counter()
     deadline, hard = t_start + args.budget_s, t_start + args.hard_limit_s
-    timeout = lambda: max(1.0, hard - time.perf_counter())  # noqa: E731
+    timeout = lambda: max(1.0, hard - time.perf_counter())
     os.makedirs(args.work_dir, exist_ok=True)
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     tok, tok_name = tokenizer(args.shared, args.dry_run)
@@ -696,7 +696,7 @@ def main(argv=None):
         print(f"gpu_check: {name}: not run ({why})", flush=True)
 
     write(results, out)
-    wanted = lambda name: args.only is None or name in args.only  # noqa: E731
+    wanted = lambda name: args.only is None or name in args.only
     for name in CHECKS:
         if not wanted(name):
             skip(name, "not asked for (--only)")

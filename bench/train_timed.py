@@ -12,8 +12,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import train  # noqa: E402
-from gmts.trainer import step  # noqa: E402
+import train
+from gmts.trainer import step
 
 spent = [0.0]          # seconds in the timed functions since the current update began
 

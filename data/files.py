@@ -117,7 +117,7 @@ def read_records(path: str) -> list[tuple[str, dict]]:
                          ".parquet), or read the folder as a data set (data.load_problems)")
     if not os.access(path, os.R_OK):
         raise ValueError(f"{path}: cannot be read (permission denied)")
-    base = path[:-3] if path.endswith(".gz") else path
+    base = path.removesuffix(".gz")
     if base.endswith(".parquet"):
         try:
             import pyarrow.parquet as pq

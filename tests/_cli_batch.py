@@ -16,10 +16,10 @@ import traceback
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-import torch  # noqa: E402,F401  (imported once, before the forks)
-import transformers  # noqa: E402,F401
-import train  # noqa: E402,F401
-import eval as _eval  # noqa: E402,F401
+import torch  # noqa: F401  (imported once, before the forks)
+import transformers  # noqa: F401
+import train  # noqa: F401
+import eval as _eval  # noqa: F401
 
 
 def run_case(script, args, out_path, err_path):

@@ -4,12 +4,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-import json  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
+import json
+import subprocess
+import sys
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
+import pytest
+import torch
 
 torch.set_num_threads(1)
 

@@ -24,10 +24,8 @@ def never_download(monkeypatch):
 
 def write_jsonl(path, rows, raw_lines=()):
     with open(path, "w") as f:
-        for row in rows:
-            f.write(json.dumps(row) + "\n")
-        for line in raw_lines:
-            f.write(line + "\n")
+        f.writelines(json.dumps(row) + "\n" for row in rows)
+        f.writelines(line + "\n" for line in raw_lines)
     return str(path)
 
 

@@ -24,7 +24,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 
-from test_distributed import G, Q, T, adam_directions, make_batch, record_gradients, shard  # noqa: E402
+from test_distributed import G, Q, T, adam_directions, make_batch, record_gradients, shard
 
 U64 = 2.0 ** -53      # float64's unit roundoff
 

@@ -172,9 +172,7 @@ def tiny(tiny_model_dir):
 
 def write_problems(path, answers):
     with open(path, "w") as fh:
-        for i, answer in enumerate(answers):
-            fh.write(
-                json.dumps({"id": f"q{i}", "question": f"What is {i} + {i}?", "answer": answer}) + "\n")
+        fh.writelines(json.dumps({"id": f"q{i}", "question": f"What is {i} + {i}?", "answer": answer}) + "\n" for i, answer in enumerate(answers))
     return str(path)
 
 

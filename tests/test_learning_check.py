@@ -121,7 +121,7 @@ def test_bad_arm_is_refused_before_any_work(tmp_path):
 # and the figure run for real in seconds.
 
 sys.path.insert(0, os.path.join(ROOT, "bench"))
-import learning_check as lc  # noqa: E402
+import learning_check as lc
 
 PROBLEMS = [f"p{i}" for i in range(10)]
 BASE = [0.0, 0.5, 0.25, 0.0, 0.5, 0.25, 0.0, 0.5, 0.25, 0.25]           # mean 0.25
@@ -288,7 +288,7 @@ def test_map_options_and_the_commands_they_build(tmp_path):
 # The boundary's statistics (issue #34): rates with intervals against known values in float64, and
 # the whole analysis on fake runs whose answer is known.
 
-from gmts.tools import stats  # noqa: E402
+from gmts.tools import stats
 
 
 def test_rate_intervals_against_known_values():

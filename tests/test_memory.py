@@ -5,7 +5,6 @@ import dataclasses
 import json
 
 import pytest
-import torch
 
 from gmts.tools import memory
 from gmts.run.config import parse_config

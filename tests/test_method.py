@@ -6,7 +6,6 @@ import pytest
 import torch
 
 import gmts
-from gmts.method.grpo import LOSS_NORMS
 from conftest import tiny_qwen2
 
 EPS_LOW, EPS_HIGH, BETA = 0.2, 0.28, 0.05

@@ -49,7 +49,7 @@ def test_cuda_states_of_more_gpus_than_there_are_now(monkeypatch):
     """A checkpoint written with 4 GPUs visible, resumed with 1: the one GPU's state is restored, no
     IndexError; and a checkpoint without CUDA states resumed on a GPU restores none."""
     restored = []
-    record = lambda state, device="cuda": restored.append(device)  # noqa: E731
+    record = lambda state, device="cuda": restored.append(device)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     monkeypatch.setattr(torch.cuda, "set_rng_state", record)

@@ -13,7 +13,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 
-from test_train import is_timing, read_jsonl, run_train  # noqa: E402
+from test_train import is_timing, read_jsonl, run_train
 
 
 def args(model_dir, data, out, *extra):

@@ -20,7 +20,7 @@ import os
 from gmts.run.config import to_dict
 
 
-def open(cfg):  # noqa: A001 (the interface reads report.open / log / close)
+def open(cfg):  # the interface reads report.open / log / close, shadowing the builtin
     """The reporter that --report-to asks for; `none` (or cfg None, e.g. on ranks > 0) logs
     nothing."""
     kind = getattr(cfg, "report_to", "none") if cfg is not None else "none"

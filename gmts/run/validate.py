@@ -23,7 +23,8 @@ import math
 import os
 import sys
 import tempfile
-from typing import Callable, NamedTuple
+from typing import NamedTuple
+from collections.abc import Callable
 
 from gmts.method.options import KL_COVERAGE, LOSS_NORMS, SCOPES, SELECTORS, STD_MODES, check_loss_config
 
@@ -130,7 +131,7 @@ def reward_weights_problem(text, specs):
     """None, or raises ValueError: why --reward-weights does not fit the --reward list (one finite
     number per --reward, comma-separated)."""
     if not text:
-        return None
+        return
     if not specs:
         raise ValueError("--reward-weights needs --reward")
     try:
@@ -143,7 +144,7 @@ def reward_weights_problem(text, specs):
     if len(weights) != len(specs):
         raise ValueError(f"--reward-weights gives {len(weights)} weight(s) for {len(specs)} "
                          "--reward(s)")
-    return None
+    return
 
 
 def at_least(n):
@@ -527,4 +528,4 @@ def check_eval_args(args, output, prog="eval.py"):
 
 def problems_path(output):
     """Where eval.py writes the per-problem records of the summary `output`."""
-    return (output[:-5] if output.endswith(".json") else output) + ".problems.jsonl"
+    return output.removesuffix(".json") + ".problems.jsonl"

@@ -54,7 +54,7 @@ if __name__ == "__main__":
                                                                 "(Ctrl-C); "
                                                                  "nothing was written"))
 
-import torch  # noqa: E402
+import torch
 
 from gmts.method.grpo import group_advantages
 from gmts.run.config import Config, _Parser, add_config_flags, resolve

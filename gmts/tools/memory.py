@@ -42,7 +42,6 @@ fragmentation come on top: the fit check keeps GPU_RESERVE of the card free.
 
 Validated on CPU against the VmHWM of real train.py runs: bench/README.md, "Memory planner".
 """
-import argparse
 import json
 import math
 import os
@@ -250,7 +249,7 @@ def report(cfg, shape, gpu_gib, prompt_tokens, device="gpu"):
 
 
 def format_report(r, cfg):
-    g = lambda x: f"{x / GIB:8.2f}"  # noqa: E731
+    g = lambda x: f"{x / GIB:8.2f}"
     c = r["components_bytes"]
     lines = [(f"{r['model']}: {r['params'] / 1e6:.1f}M parameters; {r['device']}; micro-batch "
               f"{cfg.micro_batch_size} x ({r['prompt_tokens']} prompt + {cfg.max_new_tokens} new "

@@ -18,7 +18,7 @@ if __name__ == "__main__":
     signal.signal(signal.SIGINT, lambda signum, frame: sys.exit("\ngmts.tools.plot: interrupted "
                                                                 "(Ctrl-C)"))
 
-import torch  # noqa: E402
+import torch
 
 # Panels in order: (metrics.jsonl key, axis label). What each means: docs/training.md, "Selection
 # diagnostics".
