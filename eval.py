@@ -238,9 +238,9 @@ def main(argv=None):
         raise SystemExit(f"error: {err}") from None
     tokenizer = one_line_errors(load_tokenizer, args.tokenizer or args.model,
                                 flag="--tokenizer" if args.tokenizer else "--model")
-    data_kw = dict(limit=args.limit or None, data_seed=args.data_seed, template=args.template,
-                   system_prompt=args.system_prompt, question_field=args.question_field,
-                   answer_field=args.answer_field, task_options=task_options)
+    data_kw = {"limit": args.limit or None, "data_seed": args.data_seed, "template": args.template,
+                   "system_prompt": args.system_prompt, "question_field": args.question_field,
+                   "answer_field": args.answer_field, "task_options": task_options}
     # load every benchmark once now: an unknown source fails before the model loads
     try:
         sizes = {

@@ -213,7 +213,7 @@ def main():
         args.model, args.groups, args.new_tokens, args.reps = "tiny", [2], [8], 1
     model_name = args.model if args.model in ("qwen2-41m", "tiny") else os.path.expanduser(
         args.model)
-    common = dict(no_eos=args.no_eos, old_rev=args.old_rev)
+    common = {"no_eos": args.no_eos, "old_rev": args.old_rev}
 
     if args.worker:
         method, G, seed, T = args.worker

@@ -63,7 +63,7 @@ def emit(result: dict) -> None:
 def run_worker(argv: list[str], timeout_s: float = 900) -> dict:
     """Run `python <argv>` in a fresh process; return the dict it emitted, or {'error': ...}."""
     proc = subprocess.run([sys.executable, *argv], capture_output=True, text=True,
-                          timeout=timeout_s)
+                          timeout=timeout_s, check=False)
     for line in reversed(proc.stdout.splitlines()):
         if line.startswith(RESULT_TAG):
             return json.loads(line[len(RESULT_TAG):])

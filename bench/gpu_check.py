@@ -54,33 +54,33 @@ sys.path.insert(0, ROOT)
 # Shapes of Qwen2.5-0.5B-Instruct (its config.json), a 2-layer model of its width (compiling,
 # torchrun), and a toy.
 SHAPES = {
-    "qwen2.5-0.5b": dict(
-        vocab_size=151936,
-        hidden_size=896,
-        intermediate_size=4864,
-        num_hidden_layers=24,
-        num_attention_heads=14,
-        num_key_value_heads=2,
-        tie_word_embeddings=True,
-    ),
-    "qwen2.5-0.5b-2layers": dict(
-        vocab_size=151936,
-        hidden_size=896,
-        intermediate_size=4864,
-        num_hidden_layers=2,
-        num_attention_heads=14,
-        num_key_value_heads=2,
-        tie_word_embeddings=True,
-    ),
-    "toy": dict(
-        vocab_size=512,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        tie_word_embeddings=True,
-    ),
+    "qwen2.5-0.5b": {
+        "vocab_size": 151936,
+        "hidden_size": 896,
+        "intermediate_size": 4864,
+        "num_hidden_layers": 24,
+        "num_attention_heads": 14,
+        "num_key_value_heads": 2,
+        "tie_word_embeddings": True,
+    },
+    "qwen2.5-0.5b-2layers": {
+        "vocab_size": 151936,
+        "hidden_size": 896,
+        "intermediate_size": 4864,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 14,
+        "num_key_value_heads": 2,
+        "tie_word_embeddings": True,
+    },
+    "toy": {
+        "vocab_size": 512,
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
+        "tie_word_embeddings": True,
+    },
 }
 CHECKS = ("head", "rollout", "compiled_equals_eager", "train_resume", "torchrun")
 EOS_EVERY = 16  # every 16th token id ends an answer: a random model's answers end after ~16 tokens
@@ -88,36 +88,36 @@ EOS_EVERY = 16  # every 16th token id ends an answer: a random model's answers e
 
 def sizes(dry):
     if dry:
-        return dict(
-            device="cpu",
-            head_tokens=64,
-            head_vocab=512,
-            head_hidden=32,
-            chunk=16,
-            shape="toy",
-            small="toy",
-            new_tokens=48,
-            train_new_tokens=8,
-            train_prompts=2,
-            train_group=4,
-            train_micro=4,
-            prompt_lengths=((5, 20), (9, 40)),
-        )
-    return dict(
-        device="cuda",
-        head_tokens=4096,
-        head_vocab=151936,
-        head_hidden=1536,
-        chunk=1024,
-        shape="qwen2.5-0.5b",
-        small="qwen2.5-0.5b-2layers",
-        new_tokens=64,
-        train_new_tokens=64,
-        train_prompts=8,
-        train_group=8,
-        train_micro=16,
-        prompt_lengths=((7, 20), (30, 50)),
-    )
+        return {
+            "device": "cpu",
+            "head_tokens": 64,
+            "head_vocab": 512,
+            "head_hidden": 32,
+            "chunk": 16,
+            "shape": "toy",
+            "small": "toy",
+            "new_tokens": 48,
+            "train_new_tokens": 8,
+            "train_prompts": 2,
+            "train_group": 4,
+            "train_micro": 4,
+            "prompt_lengths": ((5, 20), (9, 40)),
+        }
+    return {
+        "device": "cuda",
+        "head_tokens": 4096,
+        "head_vocab": 151936,
+        "head_hidden": 1536,
+        "chunk": 1024,
+        "shape": "qwen2.5-0.5b",
+        "small": "qwen2.5-0.5b-2layers",
+        "new_tokens": 64,
+        "train_new_tokens": 64,
+        "train_prompts": 8,
+        "train_group": 8,
+        "train_micro": 16,
+        "prompt_lengths": ((7, 20), (30, 50)),
+    }
 
 
 def sync(device):
@@ -313,7 +313,7 @@ def check_compiled(s, model, eos, pad, dry):
     for i, lengths in enumerate(s["prompt_lengths"]):
         prompts = mixed_prompts(lengths, model.config.vocab_size, seed=i)
         longest = max(longest, *lengths)
-        kw = dict(group_size=2, max_new_tokens=s["new_tokens"], eos_token_ids=eos, pad_token_id=pad)
+        kw = {"group_size": 2, "max_new_tokens": s["new_tokens"], "eos_token_ids": eos, "pad_token_id": pad}
         t0 = time.perf_counter()
         compiled = sample(
             model, prompts, generator=torch.Generator().manual_seed(i), compile=True, **kw
@@ -365,7 +365,7 @@ def run_train(args, dry, timeout):
             env=env,
             capture_output=True,
             text=True,
-            timeout=timeout,
+            timeout=timeout, check=False
         )
     except subprocess.TimeoutExpired:
         return {"rc": "timeout", "wall_s": time.perf_counter() - t0}
@@ -556,7 +556,7 @@ def check_torchrun(s, tok, work, timeout, disk):
                 env=dict(os.environ, HF_HUB_OFFLINE="1"),
                 capture_output=True,
                 text=True,
-                timeout=timeout(),
+                timeout=timeout(), check=False
             )
             runs.append(
                 {

@@ -49,7 +49,7 @@ def plot_map(analysis, path, title=""):
         axes[0].axhspan(100 * lo, 100 * hi, color="#bbbbbb", alpha=0.35, lw=0,
                         label="base (95% CI)")
     for k, arm in enumerate(arms):
-        style = dict(color=COLOURS.get(arm, None), ls="--" if arm in DASHED else "-")
+        style = {"color": COLOURS.get(arm, None), "ls": "--" if arm in DASHED else "-"}
         at = [lr for lr in lrs if arm in cells[lr]]
         # arms side by side around each rate (4% apart on the log axis), so equal values and
         # intervals stay visible

@@ -211,11 +211,11 @@ def _local_row(row, where, question_field, answer_field, domain, reward):
     else:
         answer = _first(row, [answer_field] if answer_field else list(ANSWER_FIELDS),
                         where, "answer", "answer_field")
-    out = dict(question=str(question), answer=answer, domain=domain,
-               reward=reward or row.get("reward") or
-               DOMAINS[domain], starter_code=row.get("starter_code"), id=row.get("id"),
-               fields=_fields(row, question, answer_field or next(
-                   (k for k in ANSWER_FIELDS if row.get(k) is not None), None)))
+    out = {"question": str(question), "answer": answer, "domain": domain,
+               "reward": reward or row.get("reward") or
+               DOMAINS[domain], "starter_code": row.get("starter_code"), "id": row.get("id"),
+               "fields": _fields(row, question, answer_field or next(
+                   (k for k in ANSWER_FIELDS if row.get(k) is not None), None))}
     if domain == "choice":
         if "choices" in row:
             if not isinstance(row["choices"], list) or not row["choices"] or not all(

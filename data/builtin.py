@@ -70,53 +70,53 @@ def gsm8k(row, where):
     answer = str(_field(row, "answer", where))
     if "####" not in answer:
         raise ValueError(f"{where}: GSM8K answer has no '#### <number>' line: {answer[-80:]!r}")
-    return dict(question=_field(row, "question", where), answer=answer.rsplit("####", 1)[1].strip(),
-                domain="math", reward="gsm8k")
+    return {"question": _field(row, "question", where), "answer": answer.rsplit("####", 1)[1].strip(),
+                "domain": "math", "reward": "gsm8k"}
 
 
 def math(row, where):
-    return dict(question=_field(row, "problem", where),
-                answer=str(_field(row, "answer", where)).strip(), domain="math", reward="math")
+    return {"question": _field(row, "problem", where),
+                "answer": str(_field(row, "answer", where)).strip(), "domain": "math", "reward": "math"}
 
 
 def csqa(row, where):
     question = _field(row, "question", where)
     choices = sorted(_field(question, "choices", where), key=lambda c: c["label"])
-    return dict(question=question["stem"], choices=[c["text"] for c in choices],
-                answer=_field(row, "answerKey", where), domain="choice", reward="choice")
+    return {"question": question["stem"], "choices": [c["text"] for c in choices],
+                "answer": _field(row, "answerKey", where), "domain": "choice", "reward": "choice"}
 
 
 def csqa2(row, where):
     answer = str(_field(row, "answer", where)).strip().lower()
     if answer not in ("yes", "no"):
         raise ValueError(f"{where}: CSQA2 answer must be yes or no, got {answer!r}")
-    return dict(question=_field(row, "question", where), choices=["yes", "no"],
-                answer="A" if answer == "yes" else "B", domain="choice", reward="choice")
+    return {"question": _field(row, "question", where), "choices": ["yes", "no"],
+                "answer": "A" if answer == "yes" else "B", "domain": "choice", "reward": "choice"}
 
 
 def humaneval(row, where):
     prompt = _field(row, "prompt", where)
-    return dict(question=f"Complete this Python function:\n```python\n{prompt.rstrip()}\n```",
-                answer={"tests": _field(row, "test", where),
+    return {"question": f"Complete this Python function:\n```python\n{prompt.rstrip()}\n```",
+                "answer": {"tests": _field(row, "test", where),
                         "entry_point": _field(row, "entry_point", where)},
-                domain="code", reward="code")
+                "domain": "code", "reward": "code"}
 
 
 def mbpp(row, where):
     tests = _field(row, "test_list", where)
-    return dict(question=f"{_field(row, 'text', where)}\nYour code should pass these tests:\n"
+    return {"question": f"{_field(row, 'text', where)}\nYour code should pass these tests:\n"
                 + "\n".join(tests),
-                answer={"tests": "\n".join(tests), "setup": row.get("test_setup_code") or ""},
-                domain="code", reward="code")
+                "answer": {"tests": "\n".join(tests), "setup": row.get("test_setup_code") or ""},
+                "domain": "code", "reward": "code"}
 
 
 def kodcode(row, where):
     declarations = [t.get("function_declaration") for t in (row.get("test_info") or [])
                     if isinstance(t, dict)]
-    return dict(question=_field(row, "question", where),
-                answer={"tests": _field(row, "test", where)},
-                starter_code="\n".join(d for d in declarations if d) or None, domain="code",
-                reward="code")
+    return {"question": _field(row, "question", where),
+                "answer": {"tests": _field(row, "test", where)},
+                "starter_code": "\n".join(d for d in declarations if d) or None, "domain": "code",
+                "reward": "code"}
 
 
 CONVERTERS = {"gsm8k": gsm8k, "math": math, "math500": math, "csqa": csqa, "csqa2": csqa2,

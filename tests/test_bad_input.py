@@ -25,7 +25,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def run(script, args, **kw):
     return subprocess.run([sys.executable, os.path.join(ROOT, script), *args], capture_output=True,
-                          text=True, env=ENV, cwd=ROOT, timeout=600, **kw)
+                          text=True, env=ENV, cwd=ROOT, timeout=600, **kw, check=False)
 
 
 
@@ -60,13 +60,13 @@ def tmpfs(path, options):
     container), else None."""
     os.makedirs(path, exist_ok=True)
     if os.geteuid() != 0 or shutil.which("mount") is None or subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], capture_output=True).returncode != 0:
+            ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], capture_output=True, check=False).returncode != 0:
         yield None
         return
     try:
         yield path
     finally:
-        subprocess.run(["umount", str(path)], capture_output=True)
+        subprocess.run(["umount", str(path)], capture_output=True, check=False)
 
 
 @pytest.fixture(scope="module")
@@ -324,7 +324,7 @@ import train
 train.main({train_args(digit_model_dir, digit_data, out, "--steps", "3")!r})
 """
     proc = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, env=ENV,
-                          cwd=ROOT, timeout=600)
+                          cwd=ROOT, timeout=600, check=False)
     line = check_one_line({"rc": proc.returncode, "stderr": "\n".join(
         x for x in proc.stderr.splitlines() if not x.startswith(("train:", "Writing")))},
                           str(out / "metrics.jsonl"))

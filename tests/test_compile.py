@@ -27,7 +27,7 @@ from gmts.trainer.rollout import sample
 from conftest import tiny_qwen2
 
 EOS, PAD = [5, 7], 0
-TOL = dict(rtol=1e-6, atol=1e-6)
+TOL = {"rtol": 1e-6, "atol": 1e-6}
 
 
 def prompts():
@@ -35,8 +35,8 @@ def prompts():
 
 
 def kwargs(seed, **kw):
-    args = dict(group_size=4, max_new_tokens=16, eos_token_ids=EOS, pad_token_id=PAD,
-                temperature=1.0, generator=torch.Generator().manual_seed(seed))
+    args = {"group_size": 4, "max_new_tokens": 16, "eos_token_ids": EOS, "pad_token_id": PAD,
+                "temperature": 1.0, "generator": torch.Generator().manual_seed(seed)}
     args.update(kw)
     return args
 
@@ -114,7 +114,7 @@ def test_inductor_decode_step_gives_the_eager_samples():
     CDF boundary (a fixed seed; it does not)."""
     torch._dynamo.reset()
     model = tiny_qwen2(seed=4)
-    kw = dict(group_size=2, max_new_tokens=6, eos_token_ids=[-1], pad_token_id=PAD)
+    kw = {"group_size": 2, "max_new_tokens": 6, "eos_token_ids": [-1], "pad_token_id": PAD}
     eager = sample(model, prompts()[:1], generator=torch.Generator().manual_seed(0), **kw)
     compiled = sample(model, prompts()[:1], generator=torch.Generator().manual_seed(0),
                       compile=True, **kw)

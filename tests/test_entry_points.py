@@ -277,7 +277,7 @@ def test_every_entry_point_fails_in_one_line(inputs, digit_data, tmp_path):
 def test_the_batch_runner_is_the_real_command_line(inputs, tmp_path):
     """The same one line from a real `python -m ...` as from tests/_cli_batch.py's fork (exit status
     included)."""
-    d, m = inputs
+    _d, m = inputs
     cases = [(["-m", "gmts.tools.memory", "--model", m["good"], "--gpu-memory", "nan"], MEMORY),
              (
                  ["-m", "gmts.tools.analyze", "--model", m["run"], "--output",
@@ -285,7 +285,7 @@ def test_the_batch_runner_is_the_real_command_line(inputs, tmp_path):
     batch = run_batch([(script, args[2:]) for args, script in cases])
     for (args, _), result in zip(cases, batch):
         proc = subprocess.run([sys.executable, *args], capture_output=True, text=True, env=ENV,
-                              cwd=ROOT, timeout=300)
+                              cwd=ROOT, timeout=300, check=False)
         assert (proc.returncode, proc.stderr.strip()) == (result["rc"], result["stderr"].strip())
         one_line(proc.returncode, proc.stderr, "error:")
 
@@ -294,7 +294,7 @@ def test_the_batch_runner_is_the_real_command_line(inputs, tmp_path):
 def test_ctrl_c_during_start_up_is_one_line(inputs, digit_data, tmp_path, command):
     """SIGINT while the command is importing torch / loading: one line, no traceback, nothing
     written."""
-    d, m = inputs
+    _d, m = inputs
     out = tmp_path / "out" / "r.json"
     args = ([os.path.join(ROOT, "eval.py"), *evaluate(m["good"], digit_data, out)] if command
             == "eval"
@@ -325,7 +325,7 @@ def test_model_folder_problem_accepts_what_loads(inputs, tmp_path):
     (Qwen2.5 pads its embedding) passes."""
     from gmts.run.validate import model_folder_problem
     from gmts.trainer.policy import check_vocabulary, load_model, load_tokenizer, weights_problem
-    d, m = inputs
+    _d, m = inputs
     adapter = tmp_path / "adapter"
     adapter.mkdir()
     (adapter / "adapter_config.json").write_text("{}")

@@ -184,9 +184,9 @@ def test_greedy_evaluation_is_deterministic_and_keeps_train_py_signature(tiny, t
     model, tok = tiny
     from gmts.trainer.policy import end_of_sequence_ids
     data = write_problems(tmp_path / "p.jsonl", ["1", "2", "3"])
-    kwargs = dict(limit=3, samples=1, temperature=0.0, max_new_tokens=6,
-                  eos_ids=end_of_sequence_ids(model, tok), template=None, system_prompt=None,
-                  progress=False)
+    kwargs = {"limit": 3, "samples": 1, "temperature": 0.0, "max_new_tokens": 6,
+                  "eos_ids": end_of_sequence_ids(model, tok), "template": None, "system_prompt": None,
+                  "progress": False}
     # exactly train.py's run_eval kwargs
     first = evaluate_model(model, tok, data, seed=0, batch_size=3, **kwargs)
     # other seed, other batching
@@ -203,8 +203,8 @@ def test_sampling_is_reproducible_and_rewards_are_wired(tiny, tmp_path):
     from rewards.math import last_number
     model, tok = tiny
     data = write_problems(tmp_path / "p.jsonl", ["0"] * 6)
-    kw = dict(samples=4, temperature=1.0, max_new_tokens=8, batch_size=4, progress=False,
-              n_bootstrap=500)
+    kw = {"samples": 4, "temperature": 1.0, "max_new_tokens": 8, "batch_size": 4, "progress": False,
+              "n_bootstrap": 500}
     one = evaluate_model(model, tok, data, seed=7, **kw)
     assert texts(one) == texts(evaluate_model(model, tok, data, seed=7, **kw))
     assert texts(one) != texts(evaluate_model(model, tok, data, seed=8, **kw))
@@ -234,7 +234,7 @@ def run_cli(*args, cwd):
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", OMP_NUM_THREADS="1",
                PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     return subprocess.run([sys.executable, os.path.join(ROOT, "eval.py"), *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=120, check=False)
 
 
 def test_eval_cli_end_to_end_writes_summary_and_per_problem_files(tiny_model_dir, tmp_path, capsys):

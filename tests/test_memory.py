@@ -39,7 +39,7 @@ def plan(*flags, prompt_tokens=100):
 
 
 def test_components_follow_the_settings():
-    c, phases, (peak, phase), host = plan()
+    c, phases, (peak, _phase), host = plan()
     P = 1_000_000
     assert c["weights"] == 2 * P and c["gradients"] == 2 * P                 # bf16 on a GPU
     # float32 master + m + v

@@ -7,6 +7,7 @@ import torch
 
 import gmts
 from conftest import tiny_qwen2
+import itertools
 
 EPS_LOW, EPS_HIGH, BETA = 0.2, 0.28, 0.05
 
@@ -104,7 +105,7 @@ def test_proposition_3_1_log_ratio_tends_to_one():
         log_g = 0.5 * torch.log(eps ** 2 + p_rest.square().sum())
         entropy = -(logp[1:].exp() * logp[1:]).sum() - torch.log1p(-eps) * (1 - eps)
         gaps.append(abs(log_g / torch.log(entropy) - 1).item())
-    assert all(a > b for a, b in zip(gaps, gaps[1:])), gaps
+    assert all(a > b for a, b in itertools.pairwise(gaps)), gaps
     assert gaps[-1] < 0.05, gaps
 
 
@@ -210,7 +211,7 @@ def test_ratio_one_equals_unselected_loss_and_gradient(selector):
     omega = gmts.token_omega(logp.detach(), old, adv, beta=BETA, ref_logp=ref)
     scores = gmts.token_scores(selector, entropy, omega, generator=gen)
     for norm in ("selected", "all", "sequence"):
-        kw = dict(beta=BETA, ref_logp=ref)
+        kw = {"beta": BETA, "ref_logp": ref}
         selected = gmts.select_tokens(scores, valid, 1.0)
         loss_sel = gmts.policy_loss(logp, old, adv, gmts.loss_weights(valid, selected, norm), **kw)
         loss_all = gmts.policy_loss(logp, old, adv, gmts.loss_weights(valid, valid, norm), **kw)
@@ -247,7 +248,7 @@ def test_micro_batches_sum_to_full_batch_gradient(loss_norm, kl_all):
 
     full = grad_of(slice(0, 6))
     for split in ([0, 3, 6], [0, 1, 6], [0, 2, 3, 4, 5, 6], [0, 4, 6]):
-        summed = sum(grad_of(slice(a, b)) for a, b in zip(split, split[1:]))
+        summed = sum(grad_of(slice(a, b)) for a, b in itertools.pairwise(split))
         # float64: the micro-batches run the same rows through the same per-row computation (the
         # float32 RMSNorm inside Qwen2 sees identical inputs), only the sum over rows is grouped
         # differently: ~n u64 |g| ≈ 1e-15

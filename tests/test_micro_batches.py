@@ -19,6 +19,7 @@ from conftest import tiny_qwen2
 from gmts.method.grpo import loss_weights
 from gmts.trainer.step import (ONE_PROCESS, Batch, LossInputs, MiniBatch, accumulate_gradients,
                                micro_batches, rows_logprobs, scoring_pass)
+import itertools
 
 G, T = 2, 12
 
@@ -68,7 +69,7 @@ def test_every_row_once_longest_first_within_the_budget(size, tokens):
         else:
             assert len(chunk) <= size
     if tokens:
-        for a, b in zip(chunks, chunks[1:]):
+        for a, b in itertools.pairwise(chunks):
             assert padded_tokens(batch, torch.cat([a, b[:1]])) > tokens
     if tokens == 10**6:
         assert len(chunks) == 1

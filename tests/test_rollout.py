@@ -15,8 +15,8 @@ def prompts():
 
 
 def run(model, seed=0, **kw):
-    args = dict(group_size=4, max_new_tokens=12, eos_token_ids=EOS, pad_token_id=PAD,
-                temperature=1.0, generator=torch.Generator().manual_seed(seed))
+    args = {"group_size": 4, "max_new_tokens": 12, "eos_token_ids": EOS, "pad_token_id": PAD,
+                "temperature": 1.0, "generator": torch.Generator().manual_seed(seed)}
     args.update(kw)
     return sample(model, prompts(), **args)
 
@@ -120,7 +120,7 @@ def test_bad_arguments():
 
 def test_chunked_rollout_equals_one_call_when_greedy():
     model = tiny_qwen2(dtype=torch.float64, seed=9)
-    kw = dict(group_size=2, max_new_tokens=6, eos_token_ids=EOS, pad_token_id=PAD, temperature=0.0)
+    kw = {"group_size": 2, "max_new_tokens": 6, "eos_token_ids": EOS, "pad_token_id": PAD, "temperature": 0.0}
     whole = sample(model, prompts(), **kw)
     chunked = sample_batched(model, prompts(), prompts_per_call=1, **kw)
     assert chunked.prompt_ids == whole.prompt_ids and chunked.completion_ids.shape[0] == 6
@@ -192,7 +192,7 @@ def test_answers_do_not_depend_on_how_the_prompts_split_into_generation_calls():
     row they sample in."""
     model = tiny_qwen2(dtype=torch.float64, seed=4)
     many = [[3, 9, 11, 4], [12, 13], [20, 21, 22, 23, 24, 25], [30, 31, 32], [8]]
-    kw = dict(group_size=4, max_new_tokens=12, eos_token_ids=EOS, pad_token_id=PAD, temperature=1.0)
+    kw = {"group_size": 4, "max_new_tokens": 12, "eos_token_ids": EOS, "pad_token_id": PAD, "temperature": 1.0}
     rolls = [sample_batched(model, many, prompts_per_call=k,
                             generator=torch.Generator().manual_seed(3), **kw) for k in (0, 1, 2, 3)]
     whole = rolls[0]
@@ -225,8 +225,8 @@ def test_the_decode_loop_syncs_with_the_host_only_every_check_every_tokens():
             Count.n += func in syncing
             return func(*args, **(kwargs or {}))
     model = tiny_qwen2(seed=4)
-    kw = dict(group_size=4, eos_token_ids=[-1], pad_token_id=PAD,
-              generator=torch.Generator().manual_seed(0))
+    kw = {"group_size": 4, "eos_token_ids": [-1], "pad_token_id": PAD,
+              "generator": torch.Generator().manual_seed(0)}
     counts = []
     for new_tokens in (2, 48):       # 2: the prefill and one decode step (t = 1: the last token)
         Count.n = 0

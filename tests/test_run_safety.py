@@ -119,7 +119,7 @@ def test_resume_compares_resolved_paths(digit_model_dir, digit_data, runs, tmp_p
     cfg, _, _ = check_start(train_args(os.path.relpath(digit_model_dir), name, tmp_path / "new"))
     assert cfg.data == str(digit_data) and cfg.model == str(digit_model_dir)
     for spelling in (name, "./" + name, os.path.join("..", os.path.basename(folder), name)):
-        cfg, resume_from, state = check_start(
+        cfg, _resume_from, state = check_start(
             ["--resume", str(runs / "done"), "--steps", "3", "--data", spelling])
         assert cfg.data == str(digit_data) and state["step"] == 2
     (tmp_path / "copy.jsonl").write_text(open(digit_data).read())
@@ -176,7 +176,7 @@ def test_a_run_folder_has_one_owner_and_no_stale_lock(digit_model_dir, digit_dat
     proc = subprocess.run(
         [sys.executable, os.path.join(ROOT, "train.py"), "--resume", str(out), "--steps",
                            str(last + 1)], capture_output=True, text=True, env=ENV, cwd=ROOT,
-                           timeout=300)
+                           timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert [m["step"] for m in read_jsonl(out / "metrics.jsonl")] == list(range(1, last + 2))
 
@@ -199,7 +199,7 @@ time.sleep(float(sys.argv[1]))
                              stderr=subprocess.PIPE, text=True, env=ENV)
     assert owner.stdout.readline().strip() == "owner"
     other = subprocess.run([sys.executable, "-c", child, "0"], capture_output=True, text=True,
-                           env=ENV, timeout=120)
+                           env=ENV, timeout=120, check=False)
     check_one_line(other, f"pid {owner.pid}")
     from gmts.run.folder import owner as who
     assert who(str(tmp_path / "run")).startswith(f"pid {owner.pid} ")
@@ -208,7 +208,7 @@ time.sleep(float(sys.argv[1]))
     owner.communicate()
     assert who(str(tmp_path / "run")) is None
     again = subprocess.run([sys.executable, "-c", child, "0"], capture_output=True, text=True,
-                           env=ENV, timeout=120)
+                           env=ENV, timeout=120, check=False)
     assert again.returncode == 0 and again.stdout.strip() == "owner", again.stderr
     # One process may claim its own folder again (train.main twice in one process: a run, then its
     # resume).
@@ -414,7 +414,7 @@ ckpt.save_checkpoint = save_with_a_signal
 train.main({train_args(digit_model_dir, digit_data, out, "--steps", "5")!r})
 """
     proc = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, env=ENV,
-                          cwd=ROOT, timeout=600)
+                          cwd=ROOT, timeout=600, check=False)
     assert proc.returncode == 128 + sig, proc.stderr[-2000:]
     # no extra step after the save
     assert [m["step"] for m in read_jsonl(out / "metrics.jsonl")] == [1]
@@ -435,7 +435,7 @@ def test_ctrl_c_during_start_up_is_one_line_and_blocks_nothing(digit_model_dir, 
                           "interrupted (SIGINT)")
     assert proc.returncode == 128 + signal.SIGINT and "start-up" in line
     again = subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), *args],
-                           capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=600)
+                           capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=600, check=False)
     assert again.returncode == 0, again.stderr[-2000:]
     assert [m["step"] for m in read_jsonl(out / "metrics.jsonl")] == [1, 2]
 

@@ -22,7 +22,7 @@ from gmts.trainer.rollout import (KVCache, _cache_keyword, completion_mask, filt
 from conftest import tiny_qwen2
 
 EOS, PAD = [5, 7], 0
-TOL = dict(rtol=1e-9, atol=1e-9)
+TOL = {"rtol": 1e-9, "atol": 1e-9}
 
 
 @torch.no_grad()
@@ -121,8 +121,8 @@ def prompts():
 
 
 def kwargs(seed, **kw):
-    args = dict(group_size=4, max_new_tokens=16, eos_token_ids=EOS, pad_token_id=PAD,
-                temperature=1.0, generator=torch.Generator().manual_seed(seed))
+    args = {"group_size": 4, "max_new_tokens": 16, "eos_token_ids": EOS, "pad_token_id": PAD,
+                "temperature": 1.0, "generator": torch.Generator().manual_seed(seed)}
     args.update(kw)
     return args
 
@@ -163,7 +163,7 @@ def test_greedy_and_filtered_sampling_match_the_previous_sampler(name):
     model = MODELS[name]()
     assert_same(sample(model, prompts(), **kwargs(0, temperature=0.0)),
                 reference_sample(model, prompts(), **kwargs(0, temperature=0.0)))
-    for extra in (dict(top_k=5), dict(top_p=0.8), dict(temperature=0.7)):
+    for extra in ({"top_k": 5}, {"top_p": 0.8}, {"temperature": 0.7}):
         assert_same(sample(model, prompts(), **kwargs(1, **extra)),
                     reference_sample(model, prompts(), **kwargs(1, **extra)))
 

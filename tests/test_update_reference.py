@@ -235,10 +235,10 @@ def trainer_update(flags, tied=False, step=5):
                    for rows
                    in minibatch_rows(Q, G, cfg.mini_batch_size, seed=cfg.seed, step=step,
                                      epoch=epoch)]
-    opts = dict(selector=cfg.selector, ratio=cfg.ratio, norm=cfg.loss_norm, beta=cfg.beta,
-                kl=cfg.kl_coverage, bottom=cfg.bottom, scope=cfg.select_scope,
-                exclude=cfg.exclude_zero_adv, eps_low=cfg.eps_low, eps_high=cfg.eps_high,
-                T=cfg.temperature, lr=lr)
+    opts = {"selector": cfg.selector, "ratio": cfg.ratio, "norm": cfg.loss_norm, "beta": cfg.beta,
+                "kl": cfg.kl_coverage, "bottom": cfg.bottom, "scope": cfg.select_scope,
+                "exclude": cfg.exclude_zero_adv, "eps_low": cfg.eps_low, "eps_high": cfg.eps_high,
+                "T": cfg.temperature, "lr": lr}
     return model, batch, ref_model, opts, minibatches, metrics
 
 

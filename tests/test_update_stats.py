@@ -327,7 +327,7 @@ def test_ratio_over_ranks_equals_one_process():
     batch = real_batch()
     whole, _ = probe_step(*batch, micro_batch_size=2)
     ranks = FakeRanks(2)
-    model0, prompts, completions, valid, adv, weights = batch
+    _model0, prompts, completions, valid, adv, weights = batch
     mine = {0: torch.tensor([0, 1, 4, 5]), 1: torch.tensor([2, 3, 6, 7])}
     # Each rank's copy of the model is built here, not in its thread: tiny_model seeds torch's
     # global generator, which two threads building at once would share (the copies would differ by

@@ -386,7 +386,7 @@ def off_policy_steps(model, rollout, advantages, mini_batches, optimizer, *, eps
             ids, valid = rollout.completion_ids[rows].to(device), rollout.valid_mask[rows].to(
                 device)
             old, adv = rollout.logp[rows].to(device), adv_all[rows].to(device)
-            passes = dict(group_size=G, temperature=temperature, chunk_size=chunk_size)
+            passes = {"group_size": G, "temperature": temperature, "chunk_size": chunk_size}
             with torch.no_grad():
                 logp_now, entropy = completion_logprobs(model, prompts, ids, valid,
                                                         with_entropy=True, **passes)
@@ -442,7 +442,7 @@ SHARED_FLAGS = ("model", "tokenizer", "dtype", "device", "chunk_size", "data", "
                 "lr", "weight_decay", "adam_beta1", "adam_beta2", "max_grad_norm", "seed")
 # Where the analysis's defaults differ from the trainer's (eps_high: no --algo here, so GRPO's
 # symmetric 0.2).
-DEFAULTS = dict(model=None, group_size=16, eps_high=0.2)
+DEFAULTS = {"model": None, "group_size": 16, "eps_high": 0.2}
 HELPS = {
     "model": "hub id or local folder (required)", "split": "split of --data",
     "eps_low": "ε1 (inactive on-policy: r = 1)", "eps_high": "ε2 (inactive on-policy: r = 1)",

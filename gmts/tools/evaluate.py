@@ -413,7 +413,7 @@ def compare_results(path_a, path_b, *, seed=0, n_bootstrap=stats.N_BOOTSTRAP):
         only_a, only_b = set(scores_a[bench]) - set(scores_b[bench]), set(scores_b[bench]) - set(
             scores_a[bench])
         if only_a or only_b:
-            example = sorted(only_a or only_b)[0]
+            example = min(only_a or only_b)
             raise ValueError(f"{bench}: the files hold different problems ({len(only_a)} only in "
                              f"{path_a}, {len(only_b)} only in {path_b}, e.g. {example!r}); "
                              "evaluate both with the same --data and --limit")

@@ -19,6 +19,7 @@ if __name__ == "__main__":
                                                                 "(Ctrl-C)"))
 
 import torch
+import itertools
 
 # Panels in order: (metrics.jsonl key, axis label). What each means: docs/training.md, "Selection
 # diagnostics".
@@ -248,7 +249,7 @@ def plot_figure3(result, path, dpi=110):
     hist = summary["epsilon"].get("histogram")
     if hist:
         edges, counts = hist["edges"], hist["counts"]
-        axes[2].bar(edges[:-1], counts, width=[b - a for a, b in zip(edges[:-1], edges[1:])],
+        axes[2].bar(edges[:-1], counts, width=[b - a for a, b in itertools.pairwise(edges)],
                     align="edge", color="tab:purple")
     axes[2].set_xlabel("ε = 1 - p(sampled token)")
     axes[2].set_ylabel("tokens")
