@@ -3,7 +3,7 @@
     python eval.py --model Qwen/Qwen2.5-Math-1.5B --data math500 --samples 16 --temperature 1.0   # average@16
     python eval.py --model runs/x/checkpoints/step-000100 --data gsm8k:test math500 --temperature 0   # greedy, a table
     python eval.py --model runs/x/checkpoints/step-000100 --data math500 --samples 4 --repeat 5       # the noise floor
-    python eval.py --compare base.json trained.json                                               # paired B - A
+    python eval.py --compare base.json trained.json                                   # paired B - A
 
 Every figure comes with a 95% percentile-bootstrap interval over problems (gmts/tools/stats.py).
 Outputs: a summary JSON (--output) and, beside it, a per-problem .jsonl holding every sampled

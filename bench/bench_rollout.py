@@ -32,7 +32,7 @@ intermediate 640, 4 heads / 2 KV heads, tied embeddings: 41.7M parameters (bench
 "Rollout"). A random model never stops early (worst case for dropping rows). A folder path (e.g.
 SmolLM2-135M-Instruct from bench/get_smollm2.py) is a real model that does stop.
 
-  python bench/bench_rollout.py                               # G = 8, 16 on qwen2-41m, 128 new tokens, 3 reps
+  python bench/bench_rollout.py                     # G = 8, 16 on qwen2-41m, 128 new tokens, 3 reps
   python bench/bench_rollout.py --model ~/.cache/gmts/SmolLM2-135M-Instruct --groups 16 --reps 2
   python bench/bench_rollout.py --smoke --out /tmp/r.json     # tiny shapes, seconds (tests/test_bench_smoke.py)
   python bench/bench_rollout.py --model ~/.cache/gmts/SmolLM2-135M-Instruct --groups 8 --new-tokens 64 256 512 \

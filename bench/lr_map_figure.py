@@ -3,7 +3,7 @@ the update diagnostics (n_eff, the gradient-noise ratio η) against the learning
 (gmts/METHOD.md, "How concentrated an update is"). Drawn by bench/learning_check.py for every sweep;
 also on its own from a results file:
 
-    python bench/lr_map_figure.py bench/results/lr_map.json              # -> bench/results/lr_map_map.png
+    python bench/lr_map_figure.py bench/results/lr_map.json        # -> bench/results/lr_map_map.png
 
 matplotlib is optional (as in gmts/tools/plot.py, whose style this follows): without it nothing is
 drawn and the tables stay the results.

@@ -1,7 +1,7 @@
 """Check the memory planner (gmts/tools/memory.py) against measured peak memory of real train.py
 runs on CPU.
 
-    python bench/memory_check.py                      # SmolLM2-135M + a random model of Qwen2.5-0.5B's shape
+    python bench/memory_check.py             # SmolLM2-135M + a random model of Qwen2.5-0.5B's shape
     python bench/memory_check.py --only smollm2 --out /tmp/m.json
 
 Each run is `python train.py ... --device cpu --steps 2` in a fresh process; its metrics.jsonl's

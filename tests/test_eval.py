@@ -17,7 +17,7 @@ from gmts.tools.evaluate import compare_results, evaluate_model, parse_data_spec
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-# ----------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # pass@k
 
 def test_pass_at_k_matches_the_closed_form():
@@ -50,7 +50,7 @@ def test_pass_k_values_are_powers_of_two_and_the_sample_count():
     assert stats.pass_k_values(12) == [1, 2, 4, 8, 12]
 
 
-# ----------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Bootstrap intervals
 
 def test_bootstrap_interval_has_the_binomial_width_and_is_seeded():
@@ -100,7 +100,7 @@ def test_spread_reports_the_noise_floor():
     assert s["noise_floor_95"] == pytest.approx(1.96 * math.sqrt(2) * 0.02)
 
 
-# ----------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Comparing result files (synthetic per-problem files, the format eval.py writes)
 
 def write_records(path, scores, n=4, benchmark="gsm8k:test"):
@@ -160,7 +160,7 @@ def test_data_spec_parsing(tmp_path):
     assert parse_data_spec("C:/data/probs.jsonl") == ("C:/data/probs.jsonl", "test")
 
 
-# ----------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Generation on the tiny model
 
 @pytest.fixture(scope="module")
@@ -227,7 +227,7 @@ def test_sampling_is_reproducible_and_rewards_are_wired(tiny, tmp_path):
     assert lo <= scored["accuracy"] <= hi
 
 
-# ----------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # The command line, end to end
 
 def run_cli(*args, cwd):

@@ -114,7 +114,7 @@ def test_bad_arm_is_refused_before_any_work(tmp_path):
     assert not (tmp_path / "w").exists()
 
 
-# ----------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # The stability map's machinery (issue #24), end to end with fake runs: train.py and eval.py are
 # replaced by a function that writes what they would (metrics.jsonl, a checkpoint folder, eval
 # files), so the pool, the divergence rules, --extend-lrs, the diagnostics' aggregation, the table
@@ -284,7 +284,7 @@ def test_map_options_and_the_commands_they_build(tmp_path):
         assert done.returncode == 2 and message in done.stderr
 
 
-# ----------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # The boundary's statistics (issue #34): rates with intervals against known values in float64, and
 # the whole analysis on fake runs whose answer is known.
 

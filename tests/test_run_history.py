@@ -69,7 +69,7 @@ def copy_run(base, name, tmp_path):
     return str(target)
 
 
-# ----------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # 1. What a run is made of.
 
 def test_a_resume_refuses_data_whose_contents_changed(digit_model_dir, digit_data, base, tmp_path):
@@ -127,7 +127,7 @@ def test_a_hand_edit_of_config_json_is_refused_or_said(base, tmp_path):
         assert json.load(fh)["save_every"] == config["save_every"]
 
 
-# ----------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # 2. A run's history is one line.
 
 @pytest.mark.parametrize("keep", [5, 1])
@@ -178,7 +178,7 @@ def test_overwrite_removes_every_export_of_the_old_run(base, digit_model_dir, di
     assert steps_of(run) == [1]
 
 
-# ----------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # 3. Folders that are not run folders.
 
 def test_tilde_is_the_home_folder_in_every_check(digit_model_dir, digit_data, base, tmp_path):
@@ -230,7 +230,7 @@ def test_eval_default_outputs_are_unique_per_checkpoint(base, tmp_path):
         os.path.join("out", "eval", "Qwen-Qwen2.5-1.5B_gsm8k-test_s0.json")
 
 
-# ----------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # 4. Non-finite numbers.
 
 @pytest.fixture(scope="module")
@@ -282,7 +282,7 @@ def test_analyze_refuses_a_nan_model_and_writes_no_nan_json(nan_model, digit_dat
     assert not out.exists()
 
 
-# ----------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # 5. The edges.
 
 def test_a_file_system_without_locks_is_one_line(tmp_path, monkeypatch):

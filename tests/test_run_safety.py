@@ -62,7 +62,7 @@ def weights(run_dir, step):
     return load_file(os.path.join(run_dir, "checkpoints", f"step-{step:06d}", "model.safetensors"))
 
 
-# ----------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Presets, resume into another folder, start-up checks: one line, nothing written.
 
 def test_no_preset_deletes_or_continues_a_run():
@@ -130,7 +130,7 @@ def test_resume_compares_resolved_paths(digit_model_dir, digit_data, runs, tmp_p
     assert err.value.code == 2
 
 
-# ----------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # One owner: two real processes, and a lock that a kill -9 does not leave behind.
 
 def test_a_run_folder_has_one_owner_and_no_stale_lock(digit_model_dir, digit_data, tmp_path):
@@ -221,7 +221,7 @@ time.sleep(float(sys.argv[1]))
     assert who(str(tmp_path / "mine")) is None
 
 
-# ----------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Damaged checkpoints: detected, kept aside, skipped; the resumed run is the uninterrupted one.
 
 def damage(path, how):
@@ -302,7 +302,7 @@ def test_a_checkpoint_without_manifest_is_checked_by_structure(runs, tmp_path):
         shutil.copy(runs / "done" / "checkpoints" / "step-000002" / name, old / name)
 
 
-# ----------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # A full disk during a checkpoint write: one line naming the intact checkpoint, the partial write
 # removed.
 
@@ -394,7 +394,7 @@ def test_a_real_full_disk_for_each_writer(tmp_path):
             _assert_clean_failure(err, disk, first)
 
 
-# ----------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Signals during a save, Ctrl-C during start-up, a damaged log line.
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
@@ -481,7 +481,7 @@ def test_a_damaged_log_line_is_named_and_kept(runs, tmp_path):
     assert [m["step"] for m in read_jsonl(run_dir / "metrics.jsonl")] == [2, 3]
 
 
-# ----------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # No import cycle in gmts/run.
 
 def test_gmts_run_has_no_import_cycle():

@@ -19,7 +19,7 @@ from gmts.run.validate import REPORT_TO, TRAIN_RULES, check  # noqa: F401  (REPO
 @dataclass
 class Config:
     # --- model
-    # --------------------------------------------------------------------------------------------------
+    # ----------------------------------------------------------------------------------------------
     model: str = field(default="Qwen/Qwen2.5-1.5B-Instruct",
                        metadata={"help": "hub id or local folder"})
     tokenizer: str = field(default="", metadata={"help": "tokenizer hub id or folder (default: the "
@@ -37,7 +37,7 @@ class Config:
     chunk_size: int = field(default=1024, metadata={"help": "tokens per chunk in the output head "
                                                             "(memory vs speed)"})
     # --- data
-    # ---------------------------------------------------------------------------------------------------
+    # ----------------------------------------------------------------------------------------------
     data: str = field(default="gsm8k", metadata={"help": "built-in source (gsm8k, math, math500, "
                                                          "csqa, csqa2, humaneval, mbpp, kodcode, "
                                                          "arithmetic) or a local .jsonl/.json file "
@@ -83,7 +83,7 @@ class Config:
                                                       "problem whose tests could only be judged "
                                                       "inside the sandbox (rewards/README.md)"})
     # --- rollout
-    # ------------------------------------------------------------------------------------------------
+    # ----------------------------------------------------------------------------------------------
     prompts_per_step: int = field(default=8, metadata={"help": "prompts per rollout batch (Q); one "
                                                                "optimizer step each unless "
                                                                "--mini-batch-size is smaller"})
@@ -196,7 +196,7 @@ class Config:
                                                             "are skipped and logged; stop after "
                                                             "this many in a row"})
     # --- output
-    # -------------------------------------------------------------------------------------------------
+    # ----------------------------------------------------------------------------------------------
     seed: int = field(default=0, metadata={"help": "seeds everything (sampling, data order, "
                                                    "adapter init)"})
     output_dir: str = field(default="runs/gmts",

@@ -144,7 +144,7 @@ def stdout_failed(err, prog="train.py"):
     return True
 
 
-# ----------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # What a folder holds, and who owns it.
 
 def run_files(path):
@@ -266,7 +266,7 @@ def _resolved(value):
     return os.path.realpath(full) if full and os.path.exists(full) else value
 
 
-# ----------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Before anything loads: check_start.
 
 def check_start(argv, prog="train.py"):
@@ -370,7 +370,7 @@ def check_start(argv, prog="train.py"):
     return cfg, resume_from, state
 
 
-# ----------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # The first write: claim.
 
 # {real path of a run folder: its lock's file descriptor}: open, and so the folder owned, until the

@@ -28,7 +28,7 @@ from gmts.trainer.policy import (add_lora, check_vocabulary, enable_gradient_che
 from gmts.trainer.step import Batch, PromptStream  # noqa: F401  (moved to gmts/trainer/step.py; the old names)
 
 
-# ----------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # The run's state, built once and passed around as one object.
 
 @dataclass
@@ -154,7 +154,7 @@ def build_run(cfg, resume_from, state, *, load_prompts, reward_functions):
     return run, start_step
 
 
-# ----------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Checkpoints and the output folder.
 
 def restore(run, state):
@@ -256,7 +256,7 @@ class StopRequest:
         return bool(int(distributed.all_reduce_sum(torch.tensor(self.signum))))
 
 
-# ----------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # In-training evaluation.
 
 def evaluate_during_training(run, label="eval"):

@@ -2,7 +2,7 @@
 gradient, and which score (entropy, or GMTS's |E·ω|) ranks tokens by it?
 
     python -m gmts.tools.analyze --model Qwen/Qwen2.5-Math-1.5B --data math500 --split test --prompts 10 --group-size 16 \
-        --params last:2 --output analysis.json          # also writes analysis_fig2.png, analysis_fig3.png
+        --params last:2 --output analysis.json    # also writes analysis_fig2.png, analysis_fig3.png
 
 For every prompt it samples a group of answers (gmts.trainer.rollout.sample), rewards them
 (rewards/), computes advantages (gmts.method.grpo), and then, for every completion token, the exact
@@ -66,7 +66,7 @@ from gmts.method.grpo import clip_active, token_omega, token_scores
 from gmts.method.grpo import select_tokens
 from gmts.tools.stats import summarize
 
-# ----------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Which parameters θ the gradient is taken over.
 
 
@@ -125,7 +125,7 @@ def _detach_input_hook(_module, args, kwargs):
     return args, kwargs
 
 
-# ----------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # One answer: one forward, then one backward per token.
 
 def answer_token_gradients(model, prompt_ids, completion_ids, *, params, cut_before=None,
@@ -271,7 +271,7 @@ def answer_ref_logp(ref_model, prompt_ids, completion_ids, *, temperature=1.0, c
     return logp.double().cpu()
 
 
-# ----------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # A batch: sampled groups -> per-answer records with every per-token quantity.
 
 def analyze_groups(model, prompt_ids, rollout, rewards, *, params="all", adv_std="unbiased",
@@ -354,7 +354,7 @@ def analyze_groups(model, prompt_ids, rollout, rewards, *, params="all", adv_std
     return records
 
 
-# ----------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Off-policy: move θ away from the policy that sampled, as the trainer's later mini-batches find it.
 
 def off_policy_steps(model, rollout, advantages, mini_batches, optimizer, *, eps_low=0.2,
@@ -431,7 +431,7 @@ def off_policy_split(n_groups, mini_batch_size, steps):
     return trained, list(range(steps * mini_batch_size, n_groups))
 
 
-# ----------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Command line: the flags the analysis shares with train.py are generated from gmts.run.config's
 # Config.
 

@@ -37,7 +37,7 @@ from gmts.trainer.rollout import sample
 DEFAULT_SPLIT = "test"
 
 
-# ----------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Data.
 
 def parse_data_spec(spec):
@@ -110,7 +110,7 @@ def _one_line(err):
     return " ".join(text.split())
 
 
-# ----------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Generation and scoring.
 
 def sampling_seed(seed, repeat, spec):
@@ -167,7 +167,7 @@ def _jsonable(value):
         return str(value)
 
 
-# ----------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Summaries.
 
 def summarize_benchmark(records, *, samples, seed, n_bootstrap=stats.N_BOOTSTRAP):
@@ -240,7 +240,7 @@ def metric_name(samples, temperature):
     return "greedy accuracy" if temperature == 0 and samples == 1 else f"average@{samples}"
 
 
-# ----------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # The entry point train.py and eval.py share.
 
 def evaluate_model(model, tokenizer, data, *, limit=None, samples=1, temperature=0.0,
@@ -346,7 +346,7 @@ def evaluate_model(model, tokenizer, data, *, limit=None, samples=1, temperature
     return result
 
 
-# ----------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Comparing two result files.
 
 def load_scores(path):

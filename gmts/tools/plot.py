@@ -158,7 +158,7 @@ def plot_runs(run_dirs, output, *, metrics=None, smooth=1, title=None):
     return output
 
 
-# ----------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # The paper's Figures 2 and 3 from a gmts.tools.analyze result (its JSON, loaded, or the dict run()
 # returns).
 

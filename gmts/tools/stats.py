@@ -142,7 +142,7 @@ def _is_list_of_arrays(x):
         x[0])
 
 
-# ----------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # The gradient analysis (gmts.tools.analyze): correlations without scipy, and the numbers of the
 # paper's Figure 3.
 
@@ -294,7 +294,7 @@ def summarize(records, ratio=0.2):
     }
 
 
-# ----------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Rates (how many of n runs diverged) and the stability map's bootstrap over seeds and problems
 # (bench/learning_check.py).
 

@@ -20,7 +20,7 @@ import math
 import torch
 
 
-# ----------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # n_eff: the effective number of answers the update rests on.
 
 @torch.no_grad()
@@ -128,7 +128,7 @@ def _median(sorted_values):
     return mid if n % 2 else (sorted_values[n // 2 - 1] + mid) / 2
 
 
-# ----------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Gradient noise between two halves of the optimizer batch.
 
 def noise_from_halves(diff_sq, sum_sq, groups_a, groups_b):
@@ -164,11 +164,11 @@ class GradNoiseProbe:
         probe = GradNoiseProbe(params)                       # the trainable parameters; allocates nothing yet
         rows_a, rows_b = probe.split(rows, group_size)       # whole groups: half a, then half b
         ... backward the micro-batches of rows_a ...
-        probe.snapshot()                                     # copies the gradient so far (g_a) into the buffer
+        probe.snapshot()                          # copies the gradient so far (g_a) into the buffer
         ... backward the micro-batches of rows_b ...
-        probe.finish()                                       # before clipping / the optimizer step: g_b = g - g_a
+        probe.finish()                         # before clipping / the optimizer step: g_b = g - g_a
         ... optimizer step ...
-        probe.metrics(grad_norm)                             # {"grad_noise_ratio": η, "grad_noise_scale": B_simple}
+        probe.metrics(grad_norm)             # {"grad_noise_ratio": η, "grad_noise_scale": B_simple}
 
     Memory: one float32 copy of the trainable parameters (float64 for float64 parameters), allocated
     at the first snapshot and reused. Cost: a few element-wise passes over it; the micro-batches are
