@@ -3,10 +3,13 @@ recompute in backward).
 
 Work measured (one fresh process per measurement, forward + backward through logp, entropy as a
 no-grad score):
-  naive : logits = h @ W.T (float32, T x V), log_softmax, gather, entropy = -(p * logp).sum, backward.
-  trl   : the same logits and log_softmax gather for logp, entropy chunked over 128 rows at a time. The entropy part
-          is equivalent to trl.trainer.utils.entropy_from_logits (log_softmax of 128-row chunks, -(exp(lp) * lp).sum);
-          reimplemented here so the bench does not depend on trl. It still needs the whole logits tensor.
+  naive : logits = h @ W.T (float32, T x V), log_softmax, gather, entropy = -(p * logp).sum,
+        backward.
+  trl   : the same logits and log_softmax gather for logp, entropy chunked over 128 rows at a time.
+        The entropy part
+          is equivalent to trl.trainer.utils.entropy_from_logits (log_softmax of 128-row chunks,
+          -(exp(lp) * lp).sum); reimplemented here so the bench does not depend on trl. It still
+        needs the whole logits tensor.
   ours  : gmts.method.head.token_logprobs_and_entropy (never holds T x V).
 Shapes: Qwen2.5-0.5B head, hidden 896, vocab 151,936; T tokens. Peak = VmHWM - RSS after inputs were
 built (includes the 0.54 GB float32 grad of W, which every method allocates).

@@ -2,13 +2,15 @@
 is 37 - 12 * 4?".
 
 Knobs (load_problems("arithmetic", split, seed=..., **options)):
-    n       number of problems (default: up to 1000 for train, 200 for other splits, fewer if fewer exist;
-            an n you give is exact, or an error)
+    n       number of problems (default: up to 1000 for train, 200 for other splits, fewer if fewer
+            exist; an n you give is exact, or an error)
     digits  digits per operand (default 2); `min_digits` (default 1) lets operands be shorter
     terms   operands per expression (default 3)
     ops     operators to draw from (default "+-"; add "*" for precedence, which is harder)
-    max_operand  draw every operand uniformly from 0..max_operand instead of by digits (e.g. 30: "17 + 24"), a
-            difficulty between digits=1 and digits=2; it replaces digits and min_digits, which must then be left out
+    max_operand  draw every operand uniformly from 0..max_operand instead of by digits (e.g. 30: "17
+                 + 24"), a
+            difficulty between digits=1 and digits=2; it replaces digits and min_digits, which must
+            then be left out
 Difficulty grows with digits, terms and "*". For a 135M model, digits=1, terms=2 is easy and
 digits=2, terms=3 is hard; pick the knobs that put the starting success rate in the range you want.
 

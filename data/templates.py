@@ -1,12 +1,15 @@
 """Prompt templates. A template turns (question, domain) into chat messages and a plain-text prompt.
 
-    math          the paper's math/commonsense template (appendix A.3): system "Please reason step by step, and
-                  put your final answer within \\boxed{}.", user = the question. Default for math and choice.
-    code          the paper's code template: Qwen's default system prompt; the user asks for a self-contained
-                  Python script in a markdown code block (with the starter code when the problem has one).
-    plain-number  short answers for small models that rarely write \\boxed{}: "Answer with just the number."
-                  Pair it with the gsm8k reward (last number).
-    choice-letter short answers for multiple choice: "Answer with just the letter of the correct option."
+    math          the paper's math/commonsense template (appendix A.3): system "Please reason step
+                  by step, and put your final answer within \\boxed{}.", user = the question.
+                  Default for math and choice.
+    code          the paper's code template: Qwen's default system prompt; the user asks for a
+                  self-contained Python script in a markdown code block (with the starter code when
+                  the problem has one).
+    plain-number  short answers for small models that rarely write \\boxed{}: "Answer with just the
+                  number." Pair it with the gsm8k reward (last number).
+    choice-letter short answers for multiple choice: "Answer with just the letter of the correct
+                  option."
     none          no system message; the user message is the question.
 
 `system_prompt=` replaces the template's system message ("" drops it). A plain prompt (for

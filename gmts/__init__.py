@@ -3,13 +3,18 @@
 The package is laid out by role (README.md, "Layout"):
 
     gmts/method/    the method: pure functions on tensors, importable on their own (torch only)
-        grpo.py         advantage, ω, the selectors' scores, the exact top-ρ selection, the masked loss
-        head.py         log π(o_it) and entropy E_it through the output head, chunked over the vocabulary
-        options.py      the method's option names and their checks (no torch: the command line checks flags first)
-    gmts/trainer/   the trainer's parts: the sampler (rollout.py), one step's machinery (step.py), the per-step
-                    diagnostics, model loading and LoRA (policy.py), the optimizer, several processes and FSDP
-                    (distributed.py, which a single process's step never enters)
-    gmts/run/       the run infrastructure: config, validation, run state, checkpoints, logs, reporters
+        grpo.py         advantage, ω, the selectors' scores, the exact top-ρ selection, the masked
+                        loss
+        head.py         log π(o_it) and entropy E_it through the output head, chunked over the
+                        vocabulary
+        options.py      the method's option names and their checks (no torch: the command line
+                        checks flags first)
+    gmts/trainer/   the trainer's parts: the sampler (rollout.py), one step's machinery (step.py),
+                    the per-step diagnostics, model loading and LoRA (policy.py), the optimizer,
+                    several processes and FSDP (distributed.py, which a single process's step never
+                    enters)
+    gmts/run/       the run infrastructure: config, validation, run state, checkpoints, logs,
+                    reporters
     gmts/tools/     the tools: evaluate, analyze, plot, memory planner, statistics, toy models
 
 Nothing in gmts/ imports data/ or rewards/ (train.py and eval.py pass the data loader and the reward

@@ -2,7 +2,8 @@
 problem.
 
     check(cfg, TRAIN_RULES)            -> raises ValueError naming the first bad flag and its value
-    check_eval_args(args)              -> eval.py's flags, its output path and the model's context, up front
+    check_eval_args(args)              -> eval.py's flags, its output path and the model's context,
+                                       up front
 
 train.py's run folder and resume (what a folder holds, who owns it) are gmts/run/folder.py's, which
 uses these. This module imports nothing of gmts/run (gmts/run/config.py imports its table), so there

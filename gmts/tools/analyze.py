@@ -8,12 +8,14 @@ For every prompt it samples a group of answers (gmts.trainer.rollout.sample), re
 (rewards/), computes advantages (gmts.method.grpo), and then, for every completion token, the exact
 gradient norms
 
-    ||∇θ log π_θ(o_it)||        one backward pass per token (torch.autograd.grad with retain_graph, one forward per
-                                answer); θ = every parameter, or with --params last:K only the last K decoder layers,
-                                the final norm and the output head (for big models), or --params head
-    ||∇θ ℓ_it||                 ℓ_it = gmts.token_objective (gmts/METHOD.md, "One RLVR step", with the trainer's settings).
-                                ℓ_it depends on θ only through log π_θ(o_it), so ∇θ ℓ_it = (dℓ_it/d log π) ∇θ log π:
-                                the scalar is taken by autograd through token_objective itself, and equals ω_it.
+    ||∇θ log π_θ(o_it)||        one backward pass per token (torch.autograd.grad with retain_graph,
+                                one forward per answer); θ = every parameter, or with --params
+                                last:K only the last K decoder layers, the final norm and the output
+                                head (for big models), or --params head
+    ||∇θ ℓ_it||                 ℓ_it = gmts.token_objective (gmts/METHOD.md, "One RLVR step", with
+                                the trainer's settings). ℓ_it depends on θ only through log
+                                π_θ(o_it), so ∇θ ℓ_it = (dℓ_it/d log π) ∇θ log π: the scalar is
+                                taken by autograd through token_objective itself, and equals ω_it.
 
 What is measured (gmts/METHOD.md, "The gradient of one token"): the analysis runs at θ = θ_old
 (on-policy, one update per batch: r = 1, nothing clips), so ω_it = A_i, plus with --beta > 0 and
@@ -136,7 +138,8 @@ def answer_token_gradients(model, prompt_ids, completion_ids, *, params, cut_bef
     Returns a dict of 1-D float64 tensors over the first min(T, max_tokens) tokens:
         logp             log π_θ(o_t) under softmax(z / τ)
         entropy          E_t, entropy of softmax(z / τ)
-        logit_grad_norm  ||e_{o_t} - p||_2, Proposition 3.1's G_t (the gradient of log p w.r.t. z / τ)
+        logit_grad_norm  ||e_{o_t} - p||_2, Proposition 3.1's G_t (the gradient of log p w.r.t. z /
+                         τ)
         grad_logp_norm   ||∇θ log π_θ(o_t)||_2 over `params`
     One forward pass builds the graph; each token's backward reuses it (retain_graph). Parameters
     outside `params` are frozen for the duration (their requires_grad is restored afterwards).

@@ -1,7 +1,9 @@
 """Evaluation the way the paper measures (average@k at temperature 1.0, or greedy), with intervals.
 
-    evaluate_model(model, tokenizer, "math500", samples=16, temperature=1.0)   -> summary dict (+ "records")
-    compare_results("A.json", "B.json")                                        -> paired difference B - A
+    evaluate_model(model, tokenizer, "math500", samples=16, temperature=1.0)   -> summary dict (+
+                                                                               "records")
+    compare_results("A.json", "B.json")                                        -> paired difference
+                                                                               B - A
 
 Metrics, per benchmark (a data spec "name[:split]", split "test" unless given):
 - accuracy: average@k, the mean over problems of the share of a problem's k samples that are correct

@@ -14,20 +14,23 @@ micro-batch-size x (prompt tokens + max-new-tokens) (every answer assumed to run
 
   weights        P x b (LoRA: + the adapters in float32)
   gradients      T x b (LoRA: float32 adapters)
-  optimizer      AdamW m and v (8 T); with bf16 weights or --optimizer-offload, float32 master weights + m + v
-                 (12 T) and, during the step, float32 gradient copies (4 T): on the GPU, or in CPU memory with
-                 --optimizer-offload (gmts/trainer/optim.py)
+  optimizer      AdamW m and v (8 T); with bf16 weights or --optimizer-offload, float32 master
+                 weights + m + v (12 T) and, during the step, float32 gradient copies (4 T): on the
+                 GPU, or in CPU memory with --optimizer-offload (gmts/trainer/optim.py)
   reference      a frozen copy of the weights (P x b) when --beta > 0 without LoRA
-  activations    saved for backward per layer and token: 7H + 4A + 4I elements, A = heads x head_dim (two norms'
-                 inputs and outputs, q, the attention output and o_proj's input; SDPA's scaled q, k and v after the
-                 GQA repeat; gate, up, SiLU and product), + heads x L on CPU (its math path keeps the attention
-                 matrix), x layers x n x b x ACTIVATION_FACTOR (measured); with gradient checkpointing only each
-                 layer's input (H) plus one layer recomputed in the backward
-  output head    the chunked head (gmts/method/head.py): min(chunk, n) x V logits buffers in the matmul dtype (+ float32)
-                 and the float32 head-weight gradient (V x H), plus the final hidden states (n x H)
-  KV cache       layers x 2 x rows x (prompt + max-new-tokens) x kv_heads x head_dim x b, rows = --rollout-batch-size
-                 (prompts per generation call; 0 = all of --prompts-per-step) x --group-size: the sampler's preallocated
-                 cache, allocated once (gmts.trainer.rollout.kv_cache_bytes)
+  activations    saved for backward per layer and token: 7H + 4A + 4I elements, A = heads x head_dim
+                 (two norms' inputs and outputs, q, the attention output and o_proj's input; SDPA's
+                 scaled q, k and v after the GQA repeat; gate, up, SiLU and product), + heads x L on
+                 CPU (its math path keeps the attention matrix), x layers x n x b x
+                 ACTIVATION_FACTOR (measured); with gradient checkpointing only each layer's input
+                 (H) plus one layer recomputed in the backward
+  output head    the chunked head (gmts/method/head.py): min(chunk, n) x V logits buffers in the
+                 matmul dtype (+ float32) and the float32 head-weight gradient (V x H), plus the
+                 final hidden states (n x H)
+  KV cache       layers x 2 x rows x (prompt + max-new-tokens) x kv_heads x head_dim x b, rows =
+                 --rollout-batch-size (prompts per generation call; 0 = all of --prompts-per-step) x
+                 --group-size: the sampler's preallocated cache, allocated once
+                 (gmts.trainer.rollout.kv_cache_bytes)
 Under torchrun the gradient all-reduce adds one float32 bucket of 64 MiB at most (gmts/trainer/
 distributed.py, all_reduce_gradients), not a copy of the gradients: not counted.
 The peak is the largest of three phases: rollout (weights, optimizer state, KV cache and the

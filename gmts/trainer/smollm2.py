@@ -2,7 +2,8 @@
 cannot be reached.
 
     from gmts.trainer.smollm2 import HUB_ID, fetch
-    folder = fetch()          # -> ~/.cache/gmts/SmolLM2-135M-Instruct, an ordinary transformers folder (cached)
+    folder = fetch()          # -> ~/.cache/gmts/SmolLM2-135M-Instruct, an ordinary transformers
+    folder (cached)
 
 gmts.trainer.policy.load_model / load_tokenizer fall back to `fetch()` when the hub id HUB_ID cannot
 be loaded from the hub.

@@ -6,11 +6,12 @@ fewer sequences" and left it unmeasured (gmts/METHOD.md, "What the reproduction 
 measurements of ONE optimizer batch (a mini-batch of whole groups, over all its micro-batches and
 data-parallel ranks):
 
-    update_answers_effective   n_eff = (Σ_i W_i)² / Σ_i W_i²,   W_i = Σ_t |ω_it| · w_it over answer i's selected
-                               tokens: how many answers carry the loss's gradient coefficients. Cheap: always on.
-    GradNoiseProbe             η = ‖g_a − g_b‖² / ‖g_a + g_b‖² between the gradients of two halves of the batch
-                               (whole groups each), and the noise scale it implies. One parameter-sized buffer:
-                               behind --log-grad-noise.
+    update_answers_effective   n_eff = (Σ_i W_i)² / Σ_i W_i²,   W_i = Σ_t |ω_it| · w_it over answer
+                               i's selected tokens: how many answers carry the loss's gradient
+                               coefficients. Cheap: always on.
+    GradNoiseProbe             η = ‖g_a − g_b‖² / ‖g_a + g_b‖² between the gradients of two halves
+                               of the batch (whole groups each), and the noise scale it implies. One
+                               parameter-sized buffer: behind --log-grad-noise.
 
 Nothing here changes the update: the functions read ω, the loss weights and the accumulated
 gradients.
@@ -28,7 +29,8 @@ def update_answers_effective(omega, weights, *, reduce=None, reduce_max=None):
     """The effective number of answers carrying one optimizer step (gmts/METHOD.md, "How
     concentrated an update is").
 
-        W_i   = Σ_t |ω_it| · w_it               (w_it · m_it from loss_weights: zero off the selection, the batch-wide
+        W_i   = Σ_t |ω_it| · w_it               (w_it · m_it from loss_weights: zero off the
+              selection, the batch-wide
                                                  normaliser included; ω_it from token_omega)
         n_eff = (Σ_i W_i)² / Σ_i W_i²           (Kish's effective sample size of the weights W)
 
@@ -41,19 +43,23 @@ def update_answers_effective(omega, weights, *, reduce=None, reduce_max=None):
     optimizer batch);
             positions with weight 0 (unselected, padding) never enter, even if ω there is not finite
     reduce, reduce_max: callables that sum / take the max of a tensor over data-parallel ranks
-            (gmts.trainer.distributed.all_reduce_sum; a max over ranks), so the figures are the whole batch's.
-            Both or neither. Micro-batches need nothing: the weights are the whole optimizer batch's already.
+            (gmts.trainer.distributed.all_reduce_sum; a max over ranks), so the figures are the
+            whole batch's. Both or neither. Micro-batches need nothing: the weights are the whole
+            optimizer batch's already.
 
     With β > 0 and --kl-coverage all, unselected tokens still get a KL gradient; W counts the
     selected tokens only (the policy loss's tokens), as the selection is what the figure is about.
 
     Returns a dict (floats, None where undefined):
-      update_answers_effective        n_eff; None when Σ W = 0 (nothing selected, or every selected token has ω = 0:
-                                      the step has no policy gradient, there is no update to spread)
-      update_answers_effective_share  n_eff / N, N = answers in the optimizer batch (A = 0 answers included); None
-                                      as above
-      update_weight_top1_share        max_i W_i / Σ W_i, the largest single answer's share; None as above
-      update_answers_with_weight      how many answers have W_i > 0 (an upper bound of n_eff; 0 in the edge case)
+      update_answers_effective        n_eff; None when Σ W = 0 (nothing selected, or every selected
+                                      token has ω = 0: the step has no policy gradient, there is no
+                                      update to spread)
+      update_answers_effective_share  n_eff / N, N = answers in the optimizer batch (A = 0 answers
+                                      included); None as above
+      update_weight_top1_share        max_i W_i / Σ W_i, the largest single answer's share; None as
+                                      above
+      update_answers_with_weight      how many answers have W_i > 0 (an upper bound of n_eff; 0 in
+                                      the edge case)
     """
     if omega.shape != weights.shape or omega.dim() != 2:
         raise ValueError(f"omega {tuple(omega.shape)} and weights {tuple(weights.shape)} must be "
@@ -135,16 +141,18 @@ def noise_from_halves(diff_sq, sum_sq, groups_a, groups_b):
     """η and the simple noise scale from the two halves' gradients (gmts/METHOD.md, "How
     concentrated an update is").
 
-        η       = n_a · n_b · ‖g_a/n_a − g_b/n_b‖² / ‖g_a + g_b‖²     (= ‖g_a − g_b‖² / ‖g_a + g_b‖² when n_a = n_b)
-        B_simple = B · η / (1 − η),   B = n_a + n_b groups              (McCandlish et al. 2018, "simple noise scale")
+        η       = n_a · n_b · ‖g_a/n_a − g_b/n_b‖² / ‖g_a + g_b‖²     (= ‖g_a − g_b‖² / ‖g_a + g_b‖²
+                when n_a = n_b)
+        B_simple = B · η / (1 − η),   B = n_a + n_b groups              (McCandlish et al. 2018,
+        "simple noise scale")
 
     diff_sq = ‖g_a/n_a − g_b/n_b‖², sum_sq = ‖g_a + g_b‖² (g_a, g_b: the halves' summed gradients,
     global); groups_a, groups_b: n_a, n_b, the halves' group counts. Returns (η, B_simple in
     groups):
-      η = 0 when the halves agree exactly; η = inf when the sum is 0 but the halves are not (g_a = -g_b);
-      (None, None) when both are 0 (no gradient) or either is not finite;
-      B_simple = None when η >= 1: the estimate of |E g|² is <= 0 (the halves are not positively correlated), so
-      the noise scale is unbounded, not a number.
+      η = 0 when the halves agree exactly; η = inf when the sum is 0 but the halves are not (g_a =
+      -g_b); (None, None) when both are 0 (no gradient) or either is not finite;
+      B_simple = None when η >= 1: the estimate of |E g|² is <= 0 (the halves are not positively
+      correlated), so the noise scale is unbounded, not a number.
     """
     if groups_a < 1 or groups_b < 1:
         raise ValueError(f"each half needs at least one group, got {groups_a} and {groups_b}")
@@ -161,9 +169,9 @@ class GradNoiseProbe:
     """The gradient noise between two halves of one optimizer batch, measured inside a
     gradient-accumulation loop.
 
-        probe = GradNoiseProbe(params)                       # the trainable parameters; allocates nothing yet
-        rows_a, rows_b = probe.split(rows, group_size)       # whole groups: half a, then half b
-        ... backward the micro-batches of rows_a ...
+        probe = GradNoiseProbe(params)                       # the trainable parameters; allocates
+        nothing yet rows_a, rows_b = probe.split(rows, group_size)       # whole groups: half a,
+        then half b ... backward the micro-batches of rows_a ...
         probe.snapshot()                          # copies the gradient so far (g_a) into the buffer
         ... backward the micro-batches of rows_b ...
         probe.finish()                         # before clipping / the optimizer step: g_b = g - g_a
