@@ -45,7 +45,8 @@ def corpus():
     from rewards import get_reward, testplan
     code, trusted_code = get_reward("code"), get_reward("code", trusted_only=True)
     problems = humaneval_problems()
-    totals = {"cases_trusted": 0, "cases_untrusted": 0, "unjudged": 0, "problems_trusted": 0, "canonical": 0,
+    totals = {"cases_trusted": 0, "cases_untrusted": 0, "unjudged": 0, "problems_trusted": 0,
+              "canonical": 0,
                   "canonical_trusted_only": 0, "wrong": 0}
     failures = []
     start = time.monotonic()

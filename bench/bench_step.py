@@ -86,7 +86,8 @@ def run_ours(args, out_dir, keep_zero_adv_rows=False):
     if keep_zero_adv_rows:
         cmd.append("--no-skip")
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=3600, check=False)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=3600,
+                          check=False)
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
         return {"error": f"train.py rc={proc.returncode}: "

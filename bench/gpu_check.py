@@ -313,7 +313,8 @@ def check_compiled(s, model, eos, pad, dry):
     for i, lengths in enumerate(s["prompt_lengths"]):
         prompts = mixed_prompts(lengths, model.config.vocab_size, seed=i)
         longest = max(longest, *lengths)
-        kw = {"group_size": 2, "max_new_tokens": s["new_tokens"], "eos_token_ids": eos, "pad_token_id": pad}
+        kw = {"group_size": 2, "max_new_tokens": s["new_tokens"], "eos_token_ids": eos,
+              "pad_token_id": pad}
         t0 = time.perf_counter()
         compiled = sample(
             model, prompts, generator=torch.Generator().manual_seed(i), compile=True, **kw

@@ -77,7 +77,8 @@ DEFAULT_ARMS = ("none", "ets", "gmts", "random")
 # groups left out of the ranking (--exclude-zero-adv), which explained most of ETS's deficit at lr
 # 1e-5 (bench/README.md).
 ARM_FLAGS = {"ets-exclude": ("ets", ["--exclude-zero-adv"])}
-MAP = {"lrs": "5e-6,1e-5,2e-5,4e-5", "extend_lrs": "8e-5", "arms": "none,ets,gmts,random,ets-exclude",
+MAP = {"lrs": "5e-6,1e-5,2e-5,4e-5", "extend_lrs": "8e-5",
+       "arms": "none,ets,gmts,random,ets-exclude",
            "work_dir": os.path.join(ROOT, "runs", "lr_map"),
            "results": os.path.join(HERE, "results", "lr_map")}
 # --map-boundary (issue #34): the map at every rate for every arm, no extension, and 10 seeds at the

@@ -127,9 +127,11 @@ def main():
         for variant, flags in VARIANTS.items():
             measured, wall = measure(folder, flags, os.path.join(args.work_dir, "runs"))
             plan, phase = planned(folder, flags, prompt)
-            row = {"model": name, "folder": folder, "variant": variant, "measured_gib": measured / 2 ** 30,
+            row = {"model": name, "folder": folder, "variant": variant,
+                   "measured_gib": measured / 2 ** 30,
                        "planned_gib": plan / 2 ** 30, "planned_phase": phase,
-                       "error": (plan - measured) / measured, "prompt_tokens": prompt, "wall_s": wall}
+                       "error": (plan - measured) / measured, "prompt_tokens": prompt,
+                       "wall_s": wall}
             print(json.dumps(row), flush=True)
             rows.append(row)
             # after every run: a partial table survives an interruption

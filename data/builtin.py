@@ -70,13 +70,15 @@ def gsm8k(row, where):
     answer = str(_field(row, "answer", where))
     if "####" not in answer:
         raise ValueError(f"{where}: GSM8K answer has no '#### <number>' line: {answer[-80:]!r}")
-    return {"question": _field(row, "question", where), "answer": answer.rsplit("####", 1)[1].strip(),
+    return {"question": _field(row, "question", where),
+            "answer": answer.rsplit("####", 1)[1].strip(),
                 "domain": "math", "reward": "gsm8k"}
 
 
 def math(row, where):
     return {"question": _field(row, "problem", where),
-                "answer": str(_field(row, "answer", where)).strip(), "domain": "math", "reward": "math"}
+                "answer": str(_field(row, "answer", where)).strip(), "domain": "math",
+                "reward": "math"}
 
 
 def csqa(row, where):

@@ -331,10 +331,12 @@ def test_cli_off_policy_steps_then_measures_the_other_groups(digit_model_dir, di
     assert json.loads(out.read_text())["objective"].startswith("off-policy")
     (step,) = result["off_policy_steps"]
     assert step["groups"] == [0] and math.isfinite(step["loss"])
-    assert {a["group"] for a in result["answers"]} == {1, 2} and len(result["summary"]["groups"]) == 2
+    assert ({a["group"] for a in result["answers"]} == {1, 2}
+            and len(result["summary"]["groups"]) == 2)
     # a mixed group, scored at θ_old
     assert step["grad_norm"] > 0 and step["ratio_abs_dev_mean"] < 1e-5
-    assert result["summary"]["ratio_abs_dev_mean"] > 0.01 and result["summary"]["clip_active_share"] > 0
+    assert (result["summary"]["ratio_abs_dev_mean"] > 0.01
+            and result["summary"]["clip_active_share"] > 0)
 
 
 def test_cli_rejects_bad_flags_naming_them(capsys):
@@ -376,7 +378,7 @@ def test_plot_writes_a_png_comparing_runs(tmp_path):
     plot.main([a, b, "--output", str(out), "--smooth", "2"])
     data = out.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
-    assert plot.run_label(json.loads((tmp_path / "b" / "config.json").read_text()), b) == "gmts ρ=0.2 seed 0"
+    assert (plot.run_label(json.loads((tmp_path / "b" / "config.json").read_text()), b) == "gmts ρ=0.2 seed 0")
     assert plot.series(plot.read_run(a)[1], "grad_norm") == ([1, 2, 3, 4], [2.0, 3.0, 4.0, 5.0])
     assert plot.moving_average([1.0, 3.0, 5.0], 2) == [1.0, 2.0, 4.0]
     with pytest.raises(SystemExit, match="no metrics.jsonl"):

@@ -60,7 +60,8 @@ def tmpfs(path, options):
     container), else None."""
     os.makedirs(path, exist_ok=True)
     if os.geteuid() != 0 or shutil.which("mount") is None or subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], capture_output=True, check=False).returncode != 0:
+            ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], capture_output=True,
+            check=False).returncode != 0:
         yield None
         return
     try:
@@ -294,7 +295,8 @@ def test_find_resumable_reports_every_kind_of_damage(finished_run, tmp_path):
         ckpt.find_resumable(str(run_dir), report=notes.append)
     # Both found by the manifest's sizes (a checkpoint without one would meet torch.load's "does not
     # load")
-    assert len(notes) == 2 and "trainer_state.pt is empty" in notes[0] and "trainer_state.pt is truncated" in notes[1]
+    assert (len(notes) == 2 and "trainer_state.pt is empty" in notes[0]
+            and "trainer_state.pt is truncated" in notes[1])
     with pytest.raises(ckpt.CheckpointError, match="the checkpoint is damaged"):
         ckpt.find_resumable(str(root / "step-000002"))
     (root / "step-000001" / "model.safetensors").write_bytes(b"")
@@ -351,7 +353,8 @@ def test_a_log_line_on_a_full_disk_is_whole_or_absent(tmp_path, monkeypatch):
     with pytest.raises(SystemExit) as err:
         runlog.append_jsonl(str(path), [{"step": 2, "x": "y" * 100}])
     monkeypatch.undo()
-    assert str(path) in str(err.value.code) and "No space left" in str(err.value.code) and "\n" not in str(err.value.code)
+    assert (str(path) in str(err.value.code) and "No space left" in str(err.value.code)
+            and "\n" not in str(err.value.code))
     assert path.read_text() == '{"step": 1}\n'
 
 

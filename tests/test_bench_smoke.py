@@ -56,7 +56,8 @@ def test_bench_scripts_run_in_smoke_mode(digit_model_dir, digit_data, tmp_path):
         assert selected == math.ceil(0.2 * valid)
     assert 0 <= step["summary"]["ours"]["score_select_share"] < 1
     assert step["summary"]["ours"]["median_peak_gb"] > 0
-    assert step["summary"]["ours"]["median_tokens_per_s"] > 0 and step["settings"]["loss"].startswith("--loss-norm all")
+    assert (step["summary"]["ours"]["median_tokens_per_s"] > 0
+            and step["settings"]["loss"].startswith("--loss-norm all"))
     if HAVE_TRL:
         trl = step["summary"]["trl"]
         assert trl["median_step_s"] > 0 and trl["median_peak_gb"] > 0

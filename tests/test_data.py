@@ -41,11 +41,13 @@ def test_gsm8k_from_relative_data_dir(monkeypatch):
     train = data.load_problems("gsm8k", "train", limit=5)
     assert len(test) == 1319 and len(train) == 5
     first = test[0]
-    assert first.id == "gsm8k/test/0" and first.answer == "18" and first.domain == "math" and first.reward == "gsm8k"
+    assert (first.id == "gsm8k/test/0" and first.answer == "18" and first.domain == "math"
+            and first.reward == "gsm8k")
     assert first.question.startswith("Janet")
     assert first.messages == [{"role": "system", "content": templates.MATH_SYSTEM},
                               {"role": "user", "content": first.question}]
-    assert templates.MATH_SYSTEM == "Please reason step by step, and put your final answer within \\boxed{}."
+    assert (templates.MATH_SYSTEM
+            == "Please reason step by step, and put your final answer within \\boxed{}.")
     assert train[0].answer == "72" and train[0].question.startswith("Natalia")
     assert [p.id for p in data.load_problems("gsm8k", "test", limit=3)] == [p.id for p in test[:3]]
     with pytest.raises(ValueError, match="splits"):
@@ -68,7 +70,8 @@ def test_offline_missing_file_names_file_and_origin(tmp_path, monkeypatch):
     with pytest.raises(FileNotFoundError) as err:
         data.load_problems("gsm8k", "test")
     message = str(err.value)
-    assert str(tmp_path / "gsm8k" / "test.jsonl") in message and "openai/grade-school-math" in message
+    assert (str(tmp_path / "gsm8k" / "test.jsonl") in message
+            and "openai/grade-school-math" in message)
     assert "3730d312" in message  # the sha256 to check a hand-placed file against
     # parquet sources also accept a .jsonl copy
     with pytest.raises(FileNotFoundError, match="JSON lines"):
@@ -148,7 +151,7 @@ def test_other_builtin_formats_from_a_data_folder(tmp_path, monkeypatch):
         assert problem.domain == "code" and problem.messages[0]["content"] == templates.QWEN_SYSTEM
         assert "self-contained Python script" in problem.messages[1]["content"]
         assert get_reward(problem.reward)(solution, problem.answer) == 1.0, source
-        assert get_reward(problem.reward)(solution.replace("a + b", "a - b"), problem.answer) == 0.0, source
+        assert (get_reward(problem.reward)(solution.replace("a + b", "a - b"), problem.answer) == 0.0), source
     # starter code
     assert "def add(a, b):" in data.load_problems("kodcode", "train")[0].messages[1]["content"]
 
@@ -182,7 +185,8 @@ def test_question_field_formats_several_fields(tmp_path):
     literal = data.load_problems(path, question_field="Q: {Question} {{context}}",
                                  answer_field="Answer")[0]
     assert literal.question == "Q: How many now? {context}"
-    assert data.load_problems(path, question_field="Question", answer_field="Answer")[0].question == "How many now?"
+    assert (data.load_problems(path, question_field="Question", answer_field="Answer")[0].question
+            == "How many now?")
     gap = write_jsonl(tmp_path / "gap.jsonl", [rows[0], {"Body": "x", "Answer": "1"}])
     with pytest.raises(ValueError, match=r"gap\.jsonl:2: no field 'Question' for question_field "
                                          r"'\{Body\} \{Question\}' \(fields: \['Answer', 'Body'\]\)"):
@@ -274,7 +278,8 @@ def test_arithmetic_is_deterministic_correct_and_split_disjoint():
         expression = p.question.removeprefix("What is ").removesuffix("?")
         # the independent check: Python's own precedence rules
         assert int(p.answer) == eval(expression)
-        assert p.reward == "gsm8k" and get_reward(p.reward)(f"\\boxed{{{p.answer}}}", p.answer) == 1.0
+        assert (p.reward == "gsm8k"
+                and get_reward(p.reward)(f"\\boxed{{{p.answer}}}", p.answer) == 1.0)
     train = {
         p.question for p in data.load_problems("arithmetic", "train", n=3000, digits=1, terms=3)}
     test = {p.question for p in data.load_problems("arithmetic", "test", n=200, digits=1, terms=3)}
@@ -321,7 +326,8 @@ def test_small_model_prompts():
     problem = data.load_problems("arithmetic", "test", n=1, template="plain-number")[0]
     assert problem.messages == [{"role": "system", "content": "Answer with just the number."},
                                 {"role": "user", "content": problem.question}]
-    assert problem.prompt == f"Answer with just the number.\n\nQuestion: {problem.question}\nAnswer:"
+    assert (problem.prompt
+            == f"Answer with just the number.\n\nQuestion: {problem.question}\nAnswer:")
     # a bare number scores
     assert get_reward(problem.reward)(f"{problem.answer}", problem.answer) == 1.0
     custom = data.load_problems("arithmetic", "test", n=1, system_prompt="Reply with digits only.")[

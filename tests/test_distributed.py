@@ -228,7 +228,8 @@ def test_torchrun_two_processes_train_checkpoint_and_resume(digit_model_dir, dig
             os.path.join(ROOT, "train.py")]
     args = ["--model", digit_model_dir, "--data", digit_data, "--steps", "2", "--prompts-per-step",
             "2", "--group-size", "4", "--max-new-tokens", "3", "--micro-batch-size", "4",
-            "--device", "cpu", "--selector", "gmts", "--output-dir", str(out), "--lr", "1e-3", "--save-every", "1"] + \
+            "--device", "cpu", "--selector", "gmts", "--output-dir", str(out), "--lr", "1e-3",
+            "--save-every", "1"] + \
         (["--fsdp", "--eval-every", "2", "--eval-data", digit_data, "--eval-limit", "4"] if fsdp
          else [])
     proc = subprocess.run(base + args, cwd=ROOT, env=env, capture_output=True, text=True,
@@ -252,7 +253,8 @@ def test_torchrun_two_processes_train_checkpoint_and_resume(digit_model_dir, dig
     assert len((out / "metrics.jsonl").read_text().splitlines()) == 3
     single = subprocess.run(
         [sys.executable, os.path.join(ROOT, "train.py"), "--resume", str(out), "--steps", "4"],
-                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
+                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+                            check=False)
     assert single.returncode != 0 and "same number" in single.stderr
 
 

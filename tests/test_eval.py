@@ -91,7 +91,8 @@ def test_paired_difference_identical_and_shifted():
     # 1]
     noisy = rng.random(200)
     _, ci_paired = stats.paired_difference(noisy, noisy + 0.02, seed=0, n_resamples=2000)
-    assert ci_paired[0] > 0 and stats.bootstrap_ci(noisy, seed=0, n_resamples=2000)[1] > noisy.mean() + 0.02
+    assert (ci_paired[0] > 0
+            and stats.bootstrap_ci(noisy, seed=0, n_resamples=2000)[1] > noisy.mean() + 0.02)
 
 
 def test_spread_reports_the_noise_floor():
@@ -132,7 +133,8 @@ def test_compare_clear_shift_excludes_zero(tmp_path):
     # one more right of 4 on each
     b = write_records(tmp_path / "b.jsonl", {k: v + 0.25 for k, v in base.items()})
     out = compare_results(a, b, n_bootstrap=2000)
-    assert out["difference"] == pytest.approx(0.25) and out["ci95"][0] > 0 and out["verdict"] == "better"
+    assert (out["difference"] == pytest.approx(0.25) and out["ci95"][0] > 0
+            and out["verdict"] == "better")
     assert compare_results(b, a, n_bootstrap=2000)["verdict"] == "worse"
 
 
@@ -172,7 +174,8 @@ def tiny(tiny_model_dir):
 
 def write_problems(path, answers):
     with open(path, "w") as fh:
-        fh.writelines(json.dumps({"id": f"q{i}", "question": f"What is {i} + {i}?", "answer": answer}) + "\n" for i, answer in enumerate(answers))
+        fh.writelines(json.dumps({"id": f"q{i}", "question": f"What is {i} + {i}?",
+                                  "answer": answer}) + "\n" for i, answer in enumerate(answers))
     return str(path)
 
 
@@ -185,14 +188,16 @@ def test_greedy_evaluation_is_deterministic_and_keeps_train_py_signature(tiny, t
     from gmts.trainer.policy import end_of_sequence_ids
     data = write_problems(tmp_path / "p.jsonl", ["1", "2", "3"])
     kwargs = {"limit": 3, "samples": 1, "temperature": 0.0, "max_new_tokens": 6,
-                  "eos_ids": end_of_sequence_ids(model, tok), "template": None, "system_prompt": None,
+                  "eos_ids": end_of_sequence_ids(model, tok), "template": None,
+                  "system_prompt": None,
                   "progress": False}
     # exactly train.py's run_eval kwargs
     first = evaluate_model(model, tok, data, seed=0, batch_size=3, **kwargs)
     # other seed, other batching
     again = evaluate_model(model, tok, data, seed=123, batch_size=1, **kwargs)
     assert texts(first) == texts(again) and all(t[0] for t in texts(first))
-    assert isinstance(first["accuracy"], float) and len(first["ci95"]) == 2 and first["metric"] == "greedy accuracy"
+    assert (isinstance(first["accuracy"], float) and len(first["ci95"]) == 2
+            and first["metric"] == "greedy accuracy")
 
 
 def test_sampling_is_reproducible_and_rewards_are_wired(tiny, tmp_path):
@@ -268,7 +273,8 @@ def test_eval_cli_end_to_end_writes_summary_and_per_problem_files(tiny_model_dir
     # the result compared with itself (summary vs its own per-problem file): no difference
     import eval as eval_cli
     cmp = eval_cli.main(["--compare", str(out), summary["problems_file"], "--bootstrap", "200"])
-    assert cmp["difference"] == 0.0 and cmp["verdict"] == "indistinguishable" and cmp["n_problems"] == 6
+    assert (cmp["difference"] == 0.0 and cmp["verdict"] == "indistinguishable"
+            and cmp["n_problems"] == 6)
     assert "B is indistinguishable from A" in capsys.readouterr().out
 
 
@@ -289,7 +295,8 @@ def test_eval_cli_bad_input_gives_one_line_errors(tiny_model_dir, tmp_path):
     # a bad flag: a usage error (status 2), one line
     with pytest.raises(SystemExit) as err:
         eval_cli.main(["--model", tiny_model_dir, "--samples", "0"])
-    assert err.value.code == 2 and str(err.value) == "eval.py: error: --samples must be an integer >= 1, got 0"
+    assert (err.value.code == 2
+            and str(err.value) == "eval.py: error: --samples must be an integer >= 1, got 0")
     # the model's context holds the prompt and the answer
     with pytest.raises(SystemExit) as err:
         eval_cli.main(

@@ -56,7 +56,8 @@ def test_float32_matches_plain_values_and_gradients(chunk_size, temperature, bia
     ref_entropy = plain(hidden, weight, targets, b, temperature)[1]
     logp, entropy = token_logprobs_and_entropy(hidden, weight, targets, head_bias=b,
                                                temperature=temperature, chunk_size=chunk_size)
-    assert logp.shape == targets.shape == entropy.shape and logp.dtype == entropy.dtype == torch.float32
+    assert (logp.shape == targets.shape == entropy.shape and logp.dtype == entropy.dtype
+            == torch.float32)
     # Tolerances from float32 arithmetic (u = 2^-24 ≈ 6e-8): a chunk is a GEMM of another shape,
     # which may block the 16-term dot products differently: |δz| <= 16 u Σ|h_i w_i| ≈ 16 · 6e-8 · 8
     # ≈ 8e-6 for logits of std ~2 (|z| up to ~8); log-softmax and the entropy add a few u · max|z| ≈

@@ -60,6 +60,7 @@ def test_the_wheel_ships_data_and_rewards_and_the_tools_run_from_another_folder(
          "3",
                               "--no-plots", "--no-progress", "--device", "cpu", "--output",
          str(out)],
-                             cwd=elsewhere, env=run_env, capture_output=True, text=True, check=False)
+                             cwd=elsewhere, env=run_env, capture_output=True, text=True,
+                             check=False)
     assert analyze.returncode == 0, analyze.stderr[-3000:]
     assert out.is_file()

@@ -23,7 +23,8 @@ def run_check(tmp_path, *extra):
            "none,ets,gmts", "--work-dir", str(tmp_path / "work"), "--results", str(results),
            "--parallel", "2", "--train-flags=--max-bad-steps 5", "--log-grad-noise", *extra]
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", OMP_NUM_THREADS="1")
-    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
+    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+                          check=False)
     return done, results
 
 
@@ -263,24 +264,28 @@ def test_map_machinery_divergence_extension_and_diagnostics(tmp_path, monkeypatc
 
 def test_map_options_and_the_commands_they_build(tmp_path):
     args = lc.parse_args(["--map"])
-    assert args.lrs == [5e-6, 1e-5, 2e-5, 4e-5] and args.extend_lrs == [8e-5] and args.log_grad_noise
+    assert (args.lrs == [5e-6, 1e-5, 2e-5, 4e-5] and args.extend_lrs == [8e-5]
+            and args.log_grad_noise)
     assert args.arms == ["none", "ets", "gmts", "random", "ets-exclude"]
     assert args.work_dir.endswith(os.path.join("runs", "lr_map")) and args.results.endswith(
         "lr_map")
     # explicit flags win
     assert lc.parse_args(["--map", "--lrs", "1e-5", "--arms", "gmts"]).lrs == [1e-5]
     cmd = lc.train_cmd(args, "m", "ets-exclude", 0, 1e-5, str(tmp_path / "run"))
-    assert flag(cmd, "--selector") == "ets" and "--exclude-zero-adv" in cmd and "--log-grad-noise" in cmd
+    assert (flag(cmd, "--selector") == "ets" and "--exclude-zero-adv" in cmd
+            and "--log-grad-noise" in cmd)
     # train.py accepts the exact command line the map builds (checked whole, before any model loads)
     done = subprocess.run(cmd[:1] + cmd[1:] + ["--print-config"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=60, env=dict(os.environ, HF_HUB_OFFLINE="1"), check=False)
+                          text=True, timeout=60, env=dict(os.environ, HF_HUB_OFFLINE="1"),
+                          check=False)
     assert done.returncode == 0, done.stderr
     config = json.loads(done.stdout[done.stdout.index("{"):])
     assert config["selector"] == "ets" and config["exclude_zero_adv"] and config["log_grad_noise"]
     for bad, message in ((["--extend-lrs", "1e-6"], "above the largest"),
                          (["--lrs", "0"], "must be > 0")):
         cmd = [sys.executable, "bench/learning_check.py", *bad, "--report-only"]
-        done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)
+        done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=60,
+                              check=False)
         assert done.returncode == 2 and message in done.stderr
 
 
@@ -440,7 +445,7 @@ def test_boundary_rates_pairs_records_resume_and_repeats(tmp_path, monkeypatch, 
     # --max-runs: this invocation starts 7 runs, the next goes on (resumable run by run)
     assert lc.main(argv + ["--max-runs", "7"]) == 0
     assert calls.count("train.py") == 7
-    assert len(json.loads(results.with_suffix(".json").read_text())["meta"]["left_for_later"]) == 60 - 7
+    assert (len(json.loads(results.with_suffix(".json").read_text())["meta"]["left_for_later"]) == 60 - 7)
     assert lc.main(argv) == 0
     assert calls.count("train.py") == 60
     report = json.loads(results.with_suffix(".json").read_text())
@@ -470,7 +475,8 @@ def test_boundary_rates_pairs_records_resume_and_repeats(tmp_path, monkeypatch, 
                line.endswith("no difference can be told apart.") for line in reading)
     assert any("gmts diverged less often" in line for line in reading)
     md = results.with_suffix(".md").read_text()
-    assert "## Divergence rates and intervals" in md and "| 4e-05 | ets | 5/10 | 50% [24, 76] | [19, 81] |" in md
+    assert ("## Divergence rates and intervals" in md
+            and "| 4e-05 | ets | 5/10 | 50% [24, 76] | [19, 81] |" in md)
     # one record per run, with its CPU, revision, scores and settings
     names = sorted(os.listdir(records))
     assert len([n for n in names if n.startswith("lr")]) == 60 and len(
@@ -556,7 +562,8 @@ def test_existing_map_records_rebuilt(tmp_path):
     assert new["arms"]["4e-05"]["gmts"]["seed_accuracies"][0] == 0.36      # "36.0%" in the issue
     assert new["arms"]["8e-05"]["gmts"]["seed_accuracies"][0] == 0.2325
     cell = new["arms"]["4e-05"]["ets"]
-    assert cell["ci95"] is not None and cell["intervals"]["bootstrap"] == "over seeds only (no per-problem scores)"
+    assert (cell["ci95"] is not None
+            and cell["intervals"]["bootstrap"] == "over seeds only (no per-problem scores)")
     assert cell["intervals"]["exact95"] == pytest.approx([0.0084037587, 0.9057006759])
     assert cell["cpus"] == {"Intel(R) Xeon(R) Processor": 3} and cell["revisions"] == {
         "not recorded": 3}

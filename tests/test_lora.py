@@ -33,7 +33,8 @@ def lora_args(model_dir, data, out, *extra):
 def run_train(args):
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", OMP_NUM_THREADS="1")
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), *args],
-                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=300, check=False)
+                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=300,
+                          check=False)
     if proc.returncode != 0:
         raise AssertionError(f"train.py failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return proc

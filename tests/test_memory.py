@@ -24,7 +24,7 @@ def test_shape_counts_parameters_exactly_and_lora_like_peft():
             64, 16, 2, 2, 1)
     lora = add_lora(tiny_qwen2(vocab_size=64, hidden=16, layers=2), rank=4)
     trainable = sum(p.numel() for p in lora.parameters() if p.requires_grad)
-    assert 4 * memory.model_shape(tiny_qwen2(vocab_size=64, hidden=16, layers=2).config).lora_per_rank == trainable
+    assert (4 * memory.model_shape(tiny_qwen2(vocab_size=64, hidden=16, layers=2).config).lora_per_rank == trainable)
 
 
 def shape():
@@ -60,7 +60,7 @@ def test_components_follow_the_settings():
     kv1, kv4 = plan("--rollout-batch-size", "1")[0]["kv_cache"], plan("--rollout-batch-size", "4")[
         0]["kv_cache"]
     assert kv4 == 4 * kv1
-    assert plan("--micro-batch-size", "16")[0]["activations"] == 2 * plan("--micro-batch-size", "8")[0]["activations"]
+    assert (plan("--micro-batch-size", "16")[0]["activations"] == 2 * plan("--micro-batch-size", "8")[0]["activations"])
     # a token budget replaces rows x padded width: activations scale with the budget, whatever the
     # row count
     budget = plan("--micro-batch-tokens", "40000")[0]["activations"]

@@ -76,7 +76,7 @@ def _check_notebook_3_story(text):
     assert n == 0 or d < 0, deltas
     accuracy = dict(
         re.findall(r"held-out accuracy (before training|after step \d+): (\d+\.\d)%", text))
-    assert "before training" in accuracy and len(accuracy) == 2, f"no before/after accuracy printed: {accuracy}"
+    assert ("before training" in accuracy and len(accuracy) == 2), f"no before/after accuracy printed: {accuracy}"
     after = next(float(v) for k, v in accuracy.items() if k.startswith("after"))
     # Six steps of the cpu-demo preset move greedy held-out accuracy by some 30-45 points on every
     # seed measured (notebooks/README.md); "rose at all" is far inside that, and it would catch an
@@ -95,10 +95,10 @@ def test_committed_notebook_carries_its_outputs(name):
     code = [c for c in nb.cells if c.cell_type == "code"]
     # Run top to bottom in one session: execution counts 1, 2, 3, ... with no cell skipped or
     # re-run.
-    assert [c.execution_count for c in code] == list(range(1, len(code) + 1)), f"{name}: not executed top to bottom"
+    assert ([c.execution_count for c in code] == list(range(1, len(code) + 1))), f"{name}: not executed top to bottom"
     outputs = [o for c in code for o in c.outputs]
     assert outputs, f"{name}: committed without outputs"
-    assert not [o for o in outputs if o.output_type == "error"], f"{name}: committed with an error output"
+    assert (not [o for o in outputs if o.output_type == "error"]), f"{name}: committed with an error output"
     assert REAL_MODEL in _printed(nb), f"{name}: its outputs do not come from SmolLM2-135M-Instruct"
     # Something a reader can see: a figure or highlighted text.
     assert _rich(nb) & {"image/png", "text/html"}, (f"{name}: no figure or highlighted text among "
@@ -182,4 +182,4 @@ def test_notebook_runs_top_to_bottom(name, real_model, monkeypatch, capsys):
     if name.startswith("03_"):
         _check_notebook_3_story(text)
     with open(path, "rb") as fh:
-        assert hashlib.sha256(fh.read()).hexdigest() == committed, f"{name}: the test rewrote the committed file"
+        assert (hashlib.sha256(fh.read()).hexdigest() == committed), f"{name}: the test rewrote the committed file"

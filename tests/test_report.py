@@ -43,13 +43,15 @@ def test_tensorboard_event_file_holds_metrics_samples_and_config(tiny_model_dir,
                    "--eval-every", "5",
                           "--eval-data", "arithmetic:test", "--eval-limit", "3"))
     printed = capsys.readouterr().out
-    assert "held-out accuracy before training:" in printed and "held-out accuracy after step 2:" in printed
+    assert ("held-out accuracy before training:" in printed
+            and "held-out accuracy after step 2:" in printed)
     metrics = [json.loads(line) for line in open(out / "metrics.jsonl")]
     samples = [json.loads(line) for line in open(out / "samples.jsonl")]
     # --eval-every 5 > --steps 2: the last step is evaluated anyway; the evaluation before step 1
     # rides on step 1.
     assert "eval_accuracy" in metrics[1] and "eval_accuracy" not in metrics[0]
-    assert 0 <= metrics[0]["eval_before_accuracy"] <= 1 and metrics[0]["eval_before_data"] == "arithmetic:test"
+    assert (0 <= metrics[0]["eval_before_accuracy"] <= 1
+            and metrics[0]["eval_before_data"] == "arithmetic:test")
 
     events = glob.glob(str(out / "tensorboard" / "events.out.tfevents.*"))
     assert len(events) == 1

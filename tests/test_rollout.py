@@ -120,7 +120,8 @@ def test_bad_arguments():
 
 def test_chunked_rollout_equals_one_call_when_greedy():
     model = tiny_qwen2(dtype=torch.float64, seed=9)
-    kw = {"group_size": 2, "max_new_tokens": 6, "eos_token_ids": EOS, "pad_token_id": PAD, "temperature": 0.0}
+    kw = {"group_size": 2, "max_new_tokens": 6, "eos_token_ids": EOS, "pad_token_id": PAD,
+          "temperature": 0.0}
     whole = sample(model, prompts(), **kw)
     chunked = sample_batched(model, prompts(), prompts_per_call=1, **kw)
     assert chunked.prompt_ids == whole.prompt_ids and chunked.completion_ids.shape[0] == 6
@@ -136,7 +137,8 @@ def test_concat_rollouts_pads_each_part_to_the_longest():
     short = run(model, max_new_tokens=3)
     long = run(model, max_new_tokens=7, seed=1)
     both = concat_rollouts([short, long], PAD)
-    assert both.completion_ids.shape == (24, 7) and both.prompt_ids == short.prompt_ids + long.prompt_ids
+    assert (both.completion_ids.shape == (24, 7) and both.prompt_ids == short.prompt_ids
+            + long.prompt_ids)
     assert torch.equal(both.completion_ids[12:], long.completion_ids)
     assert torch.equal(both.completion_ids[:12, :3], short.completion_ids)
     assert (both.completion_ids[:12, 3:] == PAD).all() and not both.valid_mask[:12, 3:].any()
@@ -192,7 +194,8 @@ def test_answers_do_not_depend_on_how_the_prompts_split_into_generation_calls():
     row they sample in."""
     model = tiny_qwen2(dtype=torch.float64, seed=4)
     many = [[3, 9, 11, 4], [12, 13], [20, 21, 22, 23, 24, 25], [30, 31, 32], [8]]
-    kw = {"group_size": 4, "max_new_tokens": 12, "eos_token_ids": EOS, "pad_token_id": PAD, "temperature": 1.0}
+    kw = {"group_size": 4, "max_new_tokens": 12, "eos_token_ids": EOS, "pad_token_id": PAD,
+          "temperature": 1.0}
     rolls = [sample_batched(model, many, prompts_per_call=k,
                             generator=torch.Generator().manual_seed(3), **kw) for k in (0, 1, 2, 3)]
     whole = rolls[0]

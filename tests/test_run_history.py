@@ -145,7 +145,8 @@ def test_a_rewind_moves_the_later_history_aside_and_the_run_reads_as_one(base, t
     # the same run, redone
     assert same_metrics(read_jsonl(os.path.join(run, "metrics.jsonl")), old_metrics)
     kept = ["step-000001", "step-000002", "step-000003"][-keep:]
-    assert [c for c in checkpoints(run) if c.startswith("step-")] == kept and latest(run) == "step-000003"
+    assert ([c for c in checkpoints(run) if c.startswith("step-")] == kept
+            and latest(run) == "step-000003")
     # the closing line: this branch
     assert "checkpoints/step-000003" in rewind["stdout"].strip().splitlines()[-1]
     # --resume RUN follows `latest`; the log reads 1, 2, 3, 4 and equals the straight 4-step run
@@ -308,14 +309,16 @@ def test_stdout_on_a_full_disk_is_one_line(digit_model_dir, digit_data, tmp_path
         result = subprocess.run(args, cwd=ROOT, env=ENV, stdout=full, stderr=subprocess.PIPE,
                                 text=True, check=False)
     lines = stderr_lines(result.stderr)
-    assert result.returncode != 0 and "Traceback" not in result.stderr and "Exception ignored" not in result.stderr
+    assert (result.returncode != 0 and "Traceback" not in result.stderr
+            and "Exception ignored" not in result.stderr)
     assert len(lines) == 1 and "writing to stdout failed" in lines[0], result.stderr
 
 
 def test_world_size_without_torchrun_is_one_line(digit_model_dir, digit_data, tmp_path):
     args = argv(digit_model_dir, digit_data, str(tmp_path / "run"), "--steps", 1)
     for env in (dict(ENV, WORLD_SIZE="2"), dict(ENV, WORLD_SIZE="two")):
-        result = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
+        result = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True,
+                                check=False)
         check_one_line(result, "WORLD_SIZE")
     assert not os.path.exists(tmp_path / "run" / "checkpoints")
 

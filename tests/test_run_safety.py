@@ -166,7 +166,8 @@ def test_a_run_folder_has_one_owner_and_no_stale_lock(digit_model_dir, digit_dat
     # kill -9 the next owner mid-run: the kernel drops its lock, so the run resumes at once.
     killed = popen(["--resume", str(out), "--steps", "100000", "--save-every", "1"])
     n = len(steps)
-    while len(read_jsonl(out / "metrics.jsonl")) < n + 2 and killed.poll() is None and time.time() < deadline:
+    while (len(read_jsonl(out / "metrics.jsonl")) < n + 2 and killed.poll() is None
+           and time.time() < deadline):
         time.sleep(0.1)
     killed.kill()
     killed.communicate(timeout=60)
@@ -298,7 +299,7 @@ def test_a_checkpoint_without_manifest_is_checked_by_structure(runs, tmp_path):
     for name in ("generation_config.json", "config.json", "tokenizer.json"):
         shutil.copy(runs / "done" / "checkpoints" / "step-000002" / name, old / name)
         damage(old / name, "truncate")
-        assert ckpt.checkpoint_problem(str(old)) == f"{name} is damaged (not valid JSON: truncated?)"
+        assert (ckpt.checkpoint_problem(str(old)) == f"{name} is damaged (not valid JSON: truncated?)")
         shutil.copy(runs / "done" / "checkpoints" / "step-000002" / name, old / name)
 
 
@@ -316,7 +317,8 @@ def _first_checkpoint(disk):
 def _assert_clean_failure(err, disk, first):
     from gmts.run import checkpoint as ckpt
     text = str(err.value.code)
-    assert "\n" not in text and text.startswith("error: No space left on device") and "step-000001 is intact" in text
+    assert ("\n" not in text and text.startswith("error: No space left on device")
+            and "step-000001 is intact" in text)
     # no .tmp-step-* left
     assert sorted(os.listdir(disk / "checkpoints")) == ["latest", "step-000001"]
     assert (disk / "checkpoints" / "latest").read_text() == "step-000001\n"
@@ -435,7 +437,8 @@ def test_ctrl_c_during_start_up_is_one_line_and_blocks_nothing(digit_model_dir, 
                           "interrupted (SIGINT)")
     assert proc.returncode == 128 + signal.SIGINT and "start-up" in line
     again = subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), *args],
-                           capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=600, check=False)
+                           capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=600,
+                           check=False)
     assert again.returncode == 0, again.stderr[-2000:]
     assert [m["step"] for m in read_jsonl(out / "metrics.jsonl")] == [1, 2]
 
@@ -455,7 +458,8 @@ def test_a_start_that_never_completed_a_step_does_not_block_the_next(
                                 ["--resume", str(runs / "done"), "--steps", "3", "--output-dir",
                                              str(tmp_path / "branch")])])
     assert fresh["rc"] == 0, fresh["stderr"][-2000:]
-    assert "replacing" in fresh["stderr"] and json.loads((out / "config.json").read_text())["seed"] == 3
+    assert ("replacing" in fresh["stderr"]
+            and json.loads((out / "config.json").read_text())["seed"] == 3)
     assert branch["rc"] == 0, branch["stderr"][-2000:]
     assert [m["step"] for m in read_jsonl(tmp_path / "branch" / "metrics.jsonl")] == [3]
     assert same_metrics(read_jsonl(tmp_path / "branch" / "metrics.jsonl"),

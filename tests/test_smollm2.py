@@ -114,8 +114,10 @@ def test_without_a_usable_installed_wheel_it_downloads(dist, tmp_path, monkeypat
 
 def test_cpu_demo_preset():
     cfg = parse_config(["--preset", "cpu-demo", "--selector", "gmts"])
-    assert cfg.model == smollm2.HUB_ID and cfg.data == "arithmetic" and '"max_operand": 30' in cfg.task_options
-    assert (cfg.prompts_per_step, cfg.group_size, cfg.max_new_tokens, cfg.temperature, cfg.lr, cfg.steps) == \
+    assert (cfg.model == smollm2.HUB_ID and cfg.data == "arithmetic"
+            and '"max_operand": 30' in cfg.task_options)
+    assert (cfg.prompts_per_step, cfg.group_size, cfg.max_new_tokens, cfg.temperature, cfg.lr,
+            cfg.steps) == \
         (4, 8, 48, 0.5, 1e-5, 20)
     assert cfg.eval_before and cfg.eval_every == cfg.steps and cfg.eval_data == "arithmetic:test"
     assert cfg.eval_temperature == cfg.temperature and cfg.selector == "gmts"

@@ -35,7 +35,8 @@ def train_args(model_dir, out, *extra):
 def run_train(args, check=True, **kw):
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", OMP_NUM_THREADS="1")
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), *args],
-                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=600, **kw, check=False)
+                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=600, **kw,
+                          check=False)
     if check and proc.returncode != 0:
         raise AssertionError(f"train.py failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return proc

@@ -83,7 +83,8 @@ def test_every_paper_preset_prints_its_resolved_config(preset):
     assert note.startswith(f"# --preset {preset}: A.3")
     cfg = json.loads(body)
     assert (cfg["prompts_per_step"], cfg["mini_batch_size"], cfg["max_new_tokens"], cfg["lr"]) == PAPER[preset]
-    assert (cfg["group_size"], cfg["temperature"], cfg["eps_low"], cfg["eps_high"], cfg["warmup_steps"]) == \
+    assert (cfg["group_size"], cfg["temperature"], cfg["eps_low"], cfg["eps_high"],
+            cfg["warmup_steps"]) == \
         (16, 1.0, 0.2, 0.28, 0)
     assert cfg["selector"] == "ets"                            # flags still override
     assert cfg["prompts_per_step"] % cfg["mini_batch_size"] == 0
@@ -93,4 +94,5 @@ def test_every_paper_preset_prints_its_resolved_config(preset):
 def test_bad_mini_batch_size_names_the_flag(digit_model_dir, digit_data, tmp_path):
     proc = run_train(args(digit_model_dir, digit_data, tmp_path / "x", "--mini-batch-size", "3"),
                      check=False)
-    assert proc.returncode == 2 and "--mini-batch-size" in proc.stderr and "Traceback" not in proc.stderr
+    assert (proc.returncode == 2 and "--mini-batch-size" in proc.stderr
+            and "Traceback" not in proc.stderr)

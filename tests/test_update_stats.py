@@ -59,7 +59,7 @@ def test_n_eff_is_scale_free_and_uses_the_loss_weights_of_the_selection():
         weights = gmts.loss_weights(valid, selected, norm)
         W = (omega.abs().double() * weights).sum(1)
         expect = float(W.sum() ** 2 / W.pow(2).sum())
-        assert update_answers_effective(omega, weights)["update_answers_effective"] == pytest.approx(expect, 1e-12)
+        assert (update_answers_effective(omega, weights)["update_answers_effective"] == pytest.approx(expect, 1e-12))
     # the row with A = 0 carries nothing whatever was selected in it
     assert update_answers_effective(omega, weights)["update_answers_with_weight"] <= 3
 

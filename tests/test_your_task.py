@@ -552,7 +552,8 @@ def test_training_logs_each_reward_and_evaluates_with_the_runs_rewards(digit_mod
             "--micro-batch-size", "4", "--device", "cpu", "--reward", f"{path}:one", "--reward",
             "gsm8k", "--reward-weights", "1,0", "--eval-data", data_file, "--eval-every", "1",
             "--output-dir", str(tmp_path / "run")]
-    proc = subprocess.run(argv, capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=600, check=False)
+    proc = subprocess.run(argv, capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=600,
+                          check=False)
     assert proc.returncode == 0, proc.stderr
     (m,) = [json.loads(line) for line in open(tmp_path / "run" / "metrics.jsonl")]
     assert m["reward_one_mean"] == 1.0 and m["reward_one_none"] == 0.0 and m["reward_mean"] == 1.0

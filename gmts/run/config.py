@@ -249,7 +249,8 @@ class Config:
 # batch arithmetic (Q x G answers per rollout batch, b prompts per optimizer step) and split the
 # work in memory with --rollout-batch-size and --micro-batch-size, which change how the batch is
 # computed, never what it is.
-_A3 = {"group_size": 16, "temperature": 1.0, "algo": "dapo", "eps_low": 0.2, "eps_high": 0.28, "warmup_steps": 0,
+_A3 = {"group_size": 16, "temperature": 1.0, "algo": "dapo", "eps_low": 0.2, "eps_high": 0.28,
+       "warmup_steps": 0,
            "ratio": 0.2}
 _A3_LARGE = dict(_A3, prompts_per_step=512, mini_batch_size=32, lr=1e-6, rollout_batch_size=8,
                  micro_batch_size=2)
@@ -262,8 +263,10 @@ PRESETS = {
                      "task_options": '{"max_operand": 30, "terms": 2, "ops": "+"}',
                      "system_prompt": "Answer with just the number. For example, for 'What is 12 + "
                                    "5?' you reply: 17",
-                     "prompts_per_step": 4, "group_size": 8, "micro_batch_size": 16, "max_new_tokens": 48,
-                     "temperature": 0.5, "algo": "grpo", "beta": 0.0, "lr": 1e-5, "steps": 20, "ratio": 0.2,
+                     "prompts_per_step": 4, "group_size": 8, "micro_batch_size": 16,
+                     "max_new_tokens": 48,
+                     "temperature": 0.5, "algo": "grpo", "beta": 0.0, "lr": 1e-5, "steps": 20,
+                     "ratio": 0.2,
                      "gradient_checkpointing": False, "save_every": 0, "keep_checkpoints": 1,
                      "output_dir": "runs/cpu-demo", "eval_data": "arithmetic:test",
                      "eval_every": 20, "eval_before": True, "eval_limit": 100, "eval_samples": 2,
@@ -271,8 +274,10 @@ PRESETS = {
     # The public reproduction's setting: Qwen2.5-1.5B-Instruct on GSM8K, 8 answers per prompt, 256
     # new tokens, ρ = 0.2, LoRA r = 32 at lr 1e-4; TRL's bnpo with the selection folded into its
     # completion mask, as the reproduction ran it (= our "selected": 1/S over the selected tokens).
-    "recipe-gsm8k": {"model": "Qwen/Qwen2.5-1.5B-Instruct", "data": "gsm8k", "limit": 512, "group_size": 8,
-                         "max_new_tokens": 256, "ratio": 0.2, "algo": "grpo", "beta": 0.0, "loss_norm": "selected",
+    "recipe-gsm8k": {"model": "Qwen/Qwen2.5-1.5B-Instruct", "data": "gsm8k", "limit": 512,
+                     "group_size": 8,
+                         "max_new_tokens": 256, "ratio": 0.2, "algo": "grpo", "beta": 0.0,
+                         "loss_norm": "selected",
                          "lora_rank": 32, "lr": 1e-4, "steps": 40, "prompts_per_step": 8,
                          "eval_data": "gsm8k:test", "eval_limit": 120},
     # Math models, MATH-12K: 64 questions x 16 rollouts, mini-batch 64 (one on-policy optimizer step

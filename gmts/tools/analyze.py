@@ -658,7 +658,8 @@ def _objective_text(args):
 
 def format_summary(summary):
     def fmt(d):
-        return "n/a" if d["mean"] is None else f"mean {d['mean']:+.3f} (min {d['min']:+.3f}, max {d['max']:+.3f})"
+        return ("n/a" if d["mean"] is None
+                else f"mean {d['mean']:+.3f} (min {d['min']:+.3f}, max {d['max']:+.3f})")
     rec = summary["top_recall"]
     eps = summary["epsilon"]
     lines = [

@@ -362,7 +362,8 @@ def load_scores(path):
     try:
         return _read_scores(path)
     except (OSError, UnicodeDecodeError) as err:     # unreadable, or not text at all
-        raise ValueError(f"{path}: cannot be read as an eval.py result ({type(err).__name__}: {_one_line(err)})") \
+        raise ValueError(f"{path}: cannot be read as an eval.py result ({type(err).__name__}: "
+                         f"{_one_line(err)})") \
             from None
 
 

@@ -95,7 +95,8 @@ def series(rows, key):
     steps, values = [], []
     for row in rows:
         value = row.get(key)
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and value == value and abs(value) != float("inf"):
+        if (isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
+            and abs(value) != float("inf")):
             steps.append(row.get("step", len(steps) + 1))
             values.append(float(value))
     return steps, values

@@ -52,7 +52,8 @@ class MasterWeightAdamW:
 
 def build_optimizer(model, cfg):
     params = [p for p in model.parameters() if p.requires_grad]
-    kwargs = {"lr": cfg.lr, "betas": (cfg.adam_beta1, cfg.adam_beta2), "weight_decay": cfg.weight_decay}
+    kwargs = {"lr": cfg.lr, "betas": (cfg.adam_beta1, cfg.adam_beta2),
+              "weight_decay": cfg.weight_decay}
     # bf16 / fp16; float64 keeps its own precision
     low_precision = any(p.dtype.itemsize < 4 for p in params)
     if cfg.optimizer_offload or low_precision:
