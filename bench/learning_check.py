@@ -1476,7 +1476,8 @@ def main(argv=None):
     check_work_dir(args, model)
     import torch
     meta = {"command": "python bench/learning_check.py " + " ".join(json.dumps(a) if " " in a else a
-                                                                     for a in (argv if argv is not None else sys.argv[1:])),
+                                                                     for a
+                                                                     in (argv if argv is not None else sys.argv[1:])),
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "machine": f"{cpu_name()}, {os.cpu_count()} CPU cores, {platform.system()} "
                        f"{platform.machine()}",

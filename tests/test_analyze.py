@@ -378,7 +378,8 @@ def test_plot_writes_a_png_comparing_runs(tmp_path):
     plot.main([a, b, "--output", str(out), "--smooth", "2"])
     data = out.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
-    assert (plot.run_label(json.loads((tmp_path / "b" / "config.json").read_text()), b) == "gmts ρ=0.2 seed 0")
+    assert (plot.run_label(json.loads((tmp_path / "b" / "config.json").read_text()), b)
+            == "gmts ρ=0.2 seed 0")
     assert plot.series(plot.read_run(a)[1], "grad_norm") == ([1, 2, 3, 4], [2.0, 3.0, 4.0, 5.0])
     assert plot.moving_average([1.0, 3.0, 5.0], 2) == [1.0, 2.0, 4.0]
     with pytest.raises(SystemExit, match="no metrics.jsonl"):

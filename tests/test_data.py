@@ -151,7 +151,8 @@ def test_other_builtin_formats_from_a_data_folder(tmp_path, monkeypatch):
         assert problem.domain == "code" and problem.messages[0]["content"] == templates.QWEN_SYSTEM
         assert "self-contained Python script" in problem.messages[1]["content"]
         assert get_reward(problem.reward)(solution, problem.answer) == 1.0, source
-        assert (get_reward(problem.reward)(solution.replace("a + b", "a - b"), problem.answer) == 0.0), source
+        assert (get_reward(problem.reward)(solution.replace("a + b", "a - b"), problem.answer)
+                == 0.0), source
     # starter code
     assert "def add(a, b):" in data.load_problems("kodcode", "train")[0].messages[1]["content"]
 

@@ -39,7 +39,8 @@ def updates(flags, batches, fsdp=False):
     from gmts.trainer.optim import build_optimizer
     torch.set_num_threads(1)
     cfg = parse_config(["--selector", "gmts", "--group-size", str(G), "--prompts-per-step", str(Q),
-                        "--micro-batch-size", "2", "--lr", "1e-2", "--max-grad-norm", "0.5"] + flags)
+                        "--micro-batch-size", "2", "--lr", "1e-2", "--max-grad-norm", "0.5"]
+                        + flags)
     # float64 model and AdamW (module doc)
     model = tiny_qwen2(vocab_size=64, seed=11, dtype=torch.float64)
     if fsdp:

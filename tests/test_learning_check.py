@@ -445,7 +445,8 @@ def test_boundary_rates_pairs_records_resume_and_repeats(tmp_path, monkeypatch, 
     # --max-runs: this invocation starts 7 runs, the next goes on (resumable run by run)
     assert lc.main(argv + ["--max-runs", "7"]) == 0
     assert calls.count("train.py") == 7
-    assert (len(json.loads(results.with_suffix(".json").read_text())["meta"]["left_for_later"]) == 60 - 7)
+    assert (len(json.loads(results.with_suffix(".json").read_text())["meta"]["left_for_later"])
+            == 60 - 7)
     assert lc.main(argv) == 0
     assert calls.count("train.py") == 60
     report = json.loads(results.with_suffix(".json").read_text())

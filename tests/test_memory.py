@@ -60,7 +60,8 @@ def test_components_follow_the_settings():
     kv1, kv4 = plan("--rollout-batch-size", "1")[0]["kv_cache"], plan("--rollout-batch-size", "4")[
         0]["kv_cache"]
     assert kv4 == 4 * kv1
-    assert (plan("--micro-batch-size", "16")[0]["activations"] == 2 * plan("--micro-batch-size", "8")[0]["activations"])
+    assert (plan("--micro-batch-size", "16")[0]["activations"]
+            == 2 * plan("--micro-batch-size", "8")[0]["activations"])
     # a token budget replaces rows x padded width: activations scale with the budget, whatever the
     # row count
     budget = plan("--micro-batch-tokens", "40000")[0]["activations"]

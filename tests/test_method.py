@@ -25,7 +25,7 @@ def flat_grad(output, params):
 
 
 # 1. The ω identity
-#    ---------------------------------------------------------------------------------------------------
+#    -----------------------------------------------------------------------------------------------
 
 def test_omega_identity_matches_autograd_on_every_branch():
     model = tiny_qwen2(dtype=torch.float64, seed=1)
@@ -77,7 +77,7 @@ def test_omega_on_policy_is_the_advantage():
 
 
 # 2. Proposition 3.1
-#    --------------------------------------------------------------------------------------------------
+#    -----------------------------------------------------------------------------------------------
 
 def test_proposition_3_1_gradient_norm_of_log_prob():
     gen = torch.Generator().manual_seed(3)
@@ -110,7 +110,7 @@ def test_proposition_3_1_log_ratio_tends_to_one():
 
 
 # 3. Selection
-#    ----------------------------------------------------------------------------------------------------------
+#    -----------------------------------------------------------------------------------------------
 
 def random_batch(gen, n, t):
     lengths = torch.randint(0, t + 1, (n,), generator=gen)
@@ -221,7 +221,7 @@ def test_ratio_one_equals_unselected_loss_and_gradient(selector):
 
 
 # 4. Micro-batching
-#    ------------------------------------------------------------------------------------------------------
+#    -----------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("loss_norm", ["selected", "all", "sequence"])
 @pytest.mark.parametrize("kl_all", [False, True])
@@ -279,7 +279,7 @@ def test_sequence_selected_with_a_selector_is_refused():
 
 
 # 5. On-policy, β = 0
-#    -----------------------------------------------------------------------------------------------------
+#    -----------------------------------------------------------------------------------------------
 
 def test_on_policy_gmts_is_abs_entropy_times_advantage_and_ets_ignores_advantage():
     gen = torch.Generator().manual_seed(9)
@@ -302,7 +302,7 @@ def test_on_policy_gmts_is_abs_entropy_times_advantage_and_ets_ignores_advantage
 
 
 # 6. All-equal groups
-#    -----------------------------------------------------------------------------------------------------
+#    -----------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("std", ["unbiased", "biased", "none"])
 def test_all_equal_groups_give_zero_advantage_and_no_nan(std):
@@ -357,7 +357,7 @@ def test_exclude_removes_zero_advantage_groups_from_the_ranking():
 
 
 # 7. Bad input
-#    -------------------------------------------------------------------------------------------------------------
+#    -----------------------------------------------------------------------------------------------
 
 def test_bad_input_raises_clear_errors():
     valid = torch.ones(2, 3, dtype=torch.bool)

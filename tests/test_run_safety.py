@@ -299,7 +299,8 @@ def test_a_checkpoint_without_manifest_is_checked_by_structure(runs, tmp_path):
     for name in ("generation_config.json", "config.json", "tokenizer.json"):
         shutil.copy(runs / "done" / "checkpoints" / "step-000002" / name, old / name)
         damage(old / name, "truncate")
-        assert (ckpt.checkpoint_problem(str(old)) == f"{name} is damaged (not valid JSON: truncated?)")
+        assert (ckpt.checkpoint_problem(str(old))
+                == f"{name} is damaged (not valid JSON: truncated?)")
         shutil.copy(runs / "done" / "checkpoints" / "step-000002" / name, old / name)
 
 

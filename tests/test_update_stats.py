@@ -32,7 +32,7 @@ def weights_for(W, tokens=3):
 
 
 # 1. n_eff
-#    ------------------------------------------------------------------------------------------------------------
+#    -----------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("W, n_eff, top1", [([1, 1, 1, 1], 4.0, 0.25), ([1, 0, 0, 0], 1.0, 1.0),
                                             ([3, 1], 16 / 10, 0.75), ([2, 2, 0, 0, 0, 0], 2.0, 0.5)])
@@ -59,7 +59,8 @@ def test_n_eff_is_scale_free_and_uses_the_loss_weights_of_the_selection():
         weights = gmts.loss_weights(valid, selected, norm)
         W = (omega.abs().double() * weights).sum(1)
         expect = float(W.sum() ** 2 / W.pow(2).sum())
-        assert (update_answers_effective(omega, weights)["update_answers_effective"] == pytest.approx(expect, 1e-12))
+        assert (update_answers_effective(omega, weights)["update_answers_effective"]
+                == pytest.approx(expect, 1e-12))
     # the row with A = 0 carries nothing whatever was selected in it
     assert update_answers_effective(omega, weights)["update_answers_with_weight"] <= 3
 
@@ -367,7 +368,7 @@ def test_split_keeps_halves_balanced_when_every_rank_has_an_odd_count():
 
 
 # 4. The flag
-#    ---------------------------------------------------------------------------------------------------------
+#    -----------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("flags, message", [
     (["--prompts-per-step", "1"], "--log-grad-noise needs at least 2 prompts per optimizer step"),

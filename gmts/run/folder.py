@@ -309,7 +309,8 @@ def check_start(argv, prog="train.py"):
             value = getattr(cfg, name)
             if name in saved and saved[name] != value and not (name in PATH_FLAGS
                                                                and _local_path(name, value)
-                                                               and _resolved(saved[name]) == _resolved(value)):
+                                                               and _resolved(saved[name])
+                                                               == _resolved(value)):
                 raise UsageError(prog, f"--{name.replace('_', '-')} {value!r}: the run in "
                                        f"{cfg.resume} used {saved[name]!r}, and "
                                        f"--{name.replace('_', '-')} cannot change on resume (it "

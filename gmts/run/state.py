@@ -146,7 +146,8 @@ def build_run(cfg, resume_from, state, *, load_prompts, reward_functions):
         n_params = sum(p.numel() for p in model.parameters() if p.requires_grad)
         print(f"gmts: {cfg.model} ({n_params / 1e6:.1f}M trainable) on {device} "
               f"{str(dtype).replace('torch.', '')}"
-              + (f" x {world} processes" if world > 1 else "") + f"; {len(problems)} problems from {cfg.data}"
+              + (f" x {world} processes" if world > 1 else "")
+              + f"; {len(problems)} problems from {cfg.data}"
               + (f" ({n_too_long} skipped: prompt too long)" if n_too_long else "")
               + f"; selector {cfg.selector} ρ={cfg.ratio}; {cfg.algo}; output {cfg.output_dir}"
               + (f"; resuming from {resume_from} at step {start_step}" if resume_from else ""),
