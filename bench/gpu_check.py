@@ -53,34 +53,14 @@ sys.path.insert(0, ROOT)
 
 # Shapes of Qwen2.5-0.5B-Instruct (its config.json), a 2-layer model of its width (compiling,
 # torchrun), and a toy.
+_QWEN05 = {"vocab_size": 151936, "hidden_size": 896, "intermediate_size": 4864,
+           "num_hidden_layers": 24, "num_attention_heads": 14, "num_key_value_heads": 2,
+           "tie_word_embeddings": True}
 SHAPES = {
-    "qwen2.5-0.5b": {
-        "vocab_size": 151936,
-        "hidden_size": 896,
-        "intermediate_size": 4864,
-        "num_hidden_layers": 24,
-        "num_attention_heads": 14,
-        "num_key_value_heads": 2,
-        "tie_word_embeddings": True,
-    },
-    "qwen2.5-0.5b-2layers": {
-        "vocab_size": 151936,
-        "hidden_size": 896,
-        "intermediate_size": 4864,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 14,
-        "num_key_value_heads": 2,
-        "tie_word_embeddings": True,
-    },
-    "toy": {
-        "vocab_size": 512,
-        "hidden_size": 32,
-        "intermediate_size": 64,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 2,
-        "num_key_value_heads": 1,
-        "tie_word_embeddings": True,
-    },
+    "qwen2.5-0.5b": _QWEN05,
+    "qwen2.5-0.5b-2layers": {**_QWEN05, "num_hidden_layers": 2},
+    "toy": {"vocab_size": 512, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+            "num_attention_heads": 2, "num_key_value_heads": 1, "tie_word_embeddings": True},
 }
 CHECKS = ("head", "rollout", "compiled_equals_eager", "train_resume", "torchrun")
 EOS_EVERY = 16  # every 16th token id ends an answer: a random model's answers end after ~16 tokens
