@@ -290,7 +290,7 @@ def main():
                 if s is None:
                     print(f"| {T} | {G} | {method} | failed | | | | | | |")
                     continue
-                ratio = (lambda b: f"{s['median_tokens_per_s'] / b['median_tokens_per_s']:.2f}x"
+                ratio = (lambda b, s=s: f"{s['median_tokens_per_s'] / b['median_tokens_per_s']:.2f}x"
                          if b else "-")
                 print(f"| {T} | {G} | {method} | {s['median_tokens_per_s']:.1f} | "
                       f"{', '.join(f'{x:.1f}' for x in s['tokens_per_s'])} | "

@@ -426,13 +426,15 @@ def steps_logged(metrics_path):
 def training_summary(metrics_path):
     """What the training log says: grad norms, response lengths, time per step, batch accuracy
     first/last."""
-    rows = [json.loads(line) for line in open(metrics_path) if line.strip()] if os.path.exists(
-        metrics_path) else []
+    rows = []
+    if os.path.exists(metrics_path):
+        with open(metrics_path) as fh:
+            rows = [json.loads(line) for line in fh if line.strip()]
     if not rows:
         return {"steps_logged": 0}
     trained = [r for r in rows if "grad_norm" in r]
     norms = [r["grad_norm"] for r in trained]
-    finite = [g for g in norms if g == g and abs(g) != float("inf")]
+    finite = [g for g in norms if math.isfinite(g)]
     noise = [r["grad_noise_ratio"] for r in rows if r.get("grad_noise_ratio") is not None]
     # B_simple is null where η >= 1 (unbounded): it sorts as +inf in the median, it is not dropped
     scale = [math.inf if r.get("grad_noise_scale") is None else r["grad_noise_scale"]
@@ -496,8 +498,9 @@ def eval_cut_share(eval_json):
     """Share of the evaluation's answers that ran to the token limit (the reward still reads their
     last number)."""
     problems = eval_json[:-len(".json")] + ".problems.jsonl"
-    finished = [c["finished"] for line in open(problems)
-                if line.strip() for c in json.loads(line)["completions"]]
+    with open(problems) as fh:
+        finished = [c["finished"] for line in fh if line.strip()
+                    for c in json.loads(line)["completions"]]
     return sum(not f for f in finished) / max(len(finished), 1)
 
 
@@ -1601,7 +1604,7 @@ def main(argv=None):
                         print(f"learning_check: {key} done"
                               + (f" ({rec['wall_s']:.0f}s)" if key != "base" else ""),
                               flush=True)
-                    except Exception as err:   # one failed run must not lose the others' results
+                    except Exception as err:  # noqa: BLE001 - one failed run must not lose the others' results
                         meta["failed"][key] = str(err)
                         print(f"learning_check: {key} FAILED: {err}", file=sys.stderr, flush=True)
                     refresh()

@@ -346,5 +346,5 @@ def load_problems(source: str, split: str = "train", *, limit: int | None = None
     return problems
 
 
-__all__ = ["Problem", "OptionError", "load_problems", "render_prompt", "decontamination_report",
-           "format_report", "BUILTIN_SOURCES"]
+__all__ = ["BUILTIN_SOURCES", "OptionError", "Problem", "decontamination_report", "format_report",
+           "load_problems", "render_prompt"]

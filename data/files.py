@@ -126,7 +126,7 @@ def read_records(path: str) -> list[tuple[str, dict]]:
                               f"convert it to .jsonl") from e
         try:
             rows = pq.read_table(path).to_pylist()
-        except Exception as e:    # pyarrow's ArrowInvalid / OSError for a truncated or foreign file
+        except Exception as e:  # noqa: BLE001 - pyarrow's ArrowInvalid / OSError for a truncated or foreign file
             raise ValueError(f"{path}: not a readable parquet file ({type(e).__name__}: "
                              f"{' '.join(str(e).split())[:200]})") from None
         records = [(f"{path} row {i}", row) for i, row in enumerate(rows)]
@@ -135,8 +135,7 @@ def read_records(path: str) -> list[tuple[str, dict]]:
         # read whole first: a .gz cut short fails while reading, named with the lines read
         try:
             with _open_bytes(path) as f:
-                for raw in f:
-                    lines.append(raw)
+                lines.extend(f)           # the lines read so far stay when the stream breaks
         # BadGzipFile is an OSError; a cut stream an EOFError
         except (OSError, EOFError, zlib.error) as err:
             if not path.endswith(".gz"):
@@ -182,7 +181,8 @@ def read_records(path: str) -> list[tuple[str, dict]]:
         raise ValueError(f"{path}: empty file, no problems")
     for where, row in records:
         if not isinstance(row, dict):
-            raise ValueError(f"{where}: expected a JSON object, got {type(row).__name__}")
+            raise ValueError(  # noqa: TRY004 - bad data, not a bad argument type
+                f"{where}: expected a JSON object, got {type(row).__name__}")
     return records
 
 

@@ -36,7 +36,7 @@ _EXPORTS = {
     "method.head": ("token_entropy", "token_logprobs_and_entropy"),
 }
 _WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
-__all__ = sorted(_WHERE)
+__all__ = [name for name in sorted(_WHERE)]
 
 
 def __getattr__(name):

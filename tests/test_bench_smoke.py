@@ -36,7 +36,8 @@ def test_bench_scripts_run_in_smoke_mode(digit_model_dir, digit_data, tmp_path):
     }
     procs = {}
     for name, args in commands.items():
-        procs[name] = (start(args, open(tmp_path / f"{name}.log", "w")))
+        with open(tmp_path / f"{name}.log", "w") as log:   # the child keeps its own descriptor
+            procs[name] = start(args, log)
     for name, proc in procs.items():
         assert proc.wait(timeout=300) == 0, (tmp_path / f"{name}.log").read_text()[-3000:]
 

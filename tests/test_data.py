@@ -4,6 +4,7 @@ import gzip
 import hashlib
 import json
 import os
+import pathlib
 
 import pytest
 
@@ -91,7 +92,7 @@ def test_checksum_mismatch_is_refused(tmp_path, monkeypatch):
 
 def test_download_records_and_checks_checksums(tmp_path, monkeypatch):
     source = write_jsonl(tmp_path / "origin.jsonl", [{"question": "q", "answer": "1"}])
-    digest = hashlib.sha256(open(source, "rb").read()).hexdigest()
+    digest = hashlib.sha256(pathlib.Path(source).read_bytes()).hexdigest()
     monkeypatch.setenv("GMTS_DATA_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv("GMTS_OFFLINE")
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
@@ -102,7 +103,7 @@ def test_download_records_and_checks_checksums(tmp_path, monkeypatch):
         files.fetch(files.RemoteFile("demo/b.jsonl", "file://" + source, "0" * 64))
     unpinned = files.RemoteFile("demo/c.jsonl", "file://" + source, None)
     path = files.fetch(unpinned)
-    assert open(path + ".sha256").read().strip() == digest  # recorded at first download
+    assert pathlib.Path(path + ".sha256").read_text().strip() == digest  # recorded at first download
     with open(path, "a") as f:
         f.write("\n")
     with pytest.raises(ValueError, match="sha256"):  # and checked on later loads

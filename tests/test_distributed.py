@@ -104,7 +104,7 @@ def assert_same_update(grads, single_grads, params, single_params, lr, n_terms):
     for name, g in single_grads[0].items():
         bound = n_terms * u * float(g.abs().max())
         torch.testing.assert_close(grads[0][name], g, rtol=0, atol=bound,
-                                   msg=lambda m: f"{name} (step 1): {m}")
+                                   msg=lambda m, name=name: f"{name} (step 1): {m}")
     ours, theirs = adam_directions(grads), adam_directions(single_grads)
     for name, value in single_params.items():
         # a buffer, or a parameter without a gradient: exactly unchanged

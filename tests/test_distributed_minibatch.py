@@ -76,7 +76,7 @@ def assert_same_update_float64(grads, single_grads, params, single_params, lr, n
     for name, g in single_grads[0].items():
         bound = n_terms * U64 * float(g.abs().max())
         torch.testing.assert_close(grads[0][name], g, rtol=0, atol=bound,
-                                   msg=lambda m: f"{name} (step 1): {m}")
+                                   msg=lambda m, name=name: f"{name} (step 1): {m}")
     ours, theirs = adam_directions(grads), adam_directions(single_grads)
     # M̂ / (√v̂ + ε)
     magnitudes = adam_directions([{k: v.abs() for k, v in step.items()} for step in single_grads])

@@ -4,6 +4,7 @@ errors on bad input."""
 import json
 import math
 import os
+import pathlib
 import subprocess
 import sys
 from fractions import Fraction
@@ -260,7 +261,7 @@ def test_eval_cli_end_to_end_writes_summary_and_per_problem_files(tiny_model_dir
         assert entry["n_problems"] == 3 and len(entry["scores"]) == 3 and len(
             entry["repeat_spread"]["values"]) == 2
         assert entry["ci95"][0] <= entry["accuracy"] <= entry["ci95"][1]
-    lines = [json.loads(x) for x in open(summary["problems_file"])]
+    lines = [json.loads(x) for x in pathlib.Path(summary["problems_file"]).read_text().splitlines()]
     # every problem, every repeat
     assert len(lines) == 2 * 6
     for r in lines:
@@ -316,7 +317,7 @@ def test_train_eval_every_logs_the_same_evaluation(tiny_model_dir, tmp_path):
                 "--output-dir", str(out), "--eval-every", "2", "--eval-data", "arithmetic:test",
          "--eval-limit", "3",
                 "--eval-samples", "2", "--eval-temperature", "1.0"])
-    metrics = [json.loads(x) for x in open(out / "metrics.jsonl")]
+    metrics = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert "eval_accuracy" not in metrics[0]
     logged = metrics[1]
     assert logged["eval_data"] == "arithmetic:test"

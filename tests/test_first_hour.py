@@ -3,6 +3,7 @@ one line that says which folder to pass, --help explains and names one default p
 printed figures say what they are."""
 import json
 import os
+import pathlib
 import re
 import subprocess
 import sys
@@ -112,4 +113,4 @@ def test_a_cached_hub_id_loads_from_the_cache_with_the_hub_unreachable(
     assert seen == [("org/cached-model", True)]
     # a folder is left alone
     assert policy.hub_source(tiny_model_dir) == tiny_model_dir
-    assert json.load(open(os.path.join(tiny_model_dir, "config.json")))["hidden_size"] == 32
+    assert json.loads(pathlib.Path(tiny_model_dir, "config.json").read_text())["hidden_size"] == 32

@@ -4,6 +4,7 @@ and write its table."""
 import json
 import math
 import os
+import pathlib
 import shutil
 import statistics
 import subprocess
@@ -47,11 +48,11 @@ def test_smoke_writes_paired_table(tmp_path):
         # deleted after its eval
         assert not os.path.exists(os.path.join(run["run_dir"], "checkpoints"))
         # --train-flags and --log-grad-noise reach train.py
-        config = json.loads(open(os.path.join(run["run_dir"], "config.json")).read())
+        config = json.loads(pathlib.Path(run["run_dir"], "config.json").read_text())
         assert config["max_bad_steps"] == 5 and config["log_grad_noise"] is True
         # the update diagnostics of the table are the means of what train.py logged (null where it
         # logged none)
-        rows = [json.loads(line) for line in open(os.path.join(run["run_dir"], "metrics.jsonl"))]
+        rows = [json.loads(line) for line in pathlib.Path(run["run_dir"], "metrics.jsonl").read_text().splitlines()]
         logged = [r["update_answers_effective"] for r in rows
                   if r.get("update_answers_effective") is not None]
         assert run["update_answers_effective_mean"] == (pytest.approx(sum(logged) / len(logged))
@@ -61,7 +62,7 @@ def test_smoke_writes_paired_table(tmp_path):
         assert entry["stable"] == (entry["n_diverged"] == 0) and set(entry["diverged"]) <= {"0"}
         # the paired difference against the base is the mean of per-problem differences of the eval
         # files
-        per_problem = [json.loads(l) for l in open(run["eval"].replace(".json", ".problems.jsonl"))]
+        per_problem = [json.loads(l) for l in pathlib.Path(run["eval"].replace(".json", ".problems.jsonl")).read_text().splitlines()]
         assert len(per_problem) == 6 and all(r["n"] == 2 for r in per_problem)
         acc = sum(r["correct"] / r["n"] for r in per_problem) / 6
         assert entry["accuracy"] == pytest.approx(acc)
@@ -200,7 +201,7 @@ def fake_run_logged(cmd, log_path, threads):
     assert script == "eval.py"
     model, output = flag(cmd, "--model"), flag(cmd, "--output")
     if os.path.exists(os.path.join(model, "which.json")):
-        accuracy = fake_scenario(*json.load(open(os.path.join(model, "which.json"))))[2]
+        accuracy = fake_scenario(*json.loads(pathlib.Path(model, "which.json").read_text()))[2]
         # per problem, mean = accuracy
         scores = [min(1.0, accuracy + (b - 0.25)) for b in BASE]
     else:

@@ -1,5 +1,6 @@
 """The method core (gmts/METHOD.md) pinned down: ω identity, Proposition 3.1, selection,
 micro-batching, bad input."""
+import itertools
 import math
 
 import pytest
@@ -7,7 +8,6 @@ import torch
 
 import gmts
 from conftest import tiny_qwen2
-import itertools
 
 EPS_LOW, EPS_HIGH, BETA = 0.2, 0.28, 0.05
 

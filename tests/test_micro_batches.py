@@ -10,6 +10,7 @@ micro-batch split, a shorter padded row), relative error ~ n · 2^-53 with n ~ 1
 1e-10 leaves room and would still catch a token counted twice (an O(1) relative change) or a weight
 read from the wrong column.
 """
+import itertools
 import types
 
 import pytest
@@ -19,7 +20,6 @@ from conftest import tiny_qwen2
 from gmts.method.grpo import loss_weights
 from gmts.trainer.step import (ONE_PROCESS, Batch, LossInputs, MiniBatch, accumulate_gradients,
                                micro_batches, rows_logprobs, scoring_pass)
-import itertools
 
 G, T = 2, 12
 

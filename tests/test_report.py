@@ -45,8 +45,8 @@ def test_tensorboard_event_file_holds_metrics_samples_and_config(tiny_model_dir,
     printed = capsys.readouterr().out
     assert ("held-out accuracy before training:" in printed
             and "held-out accuracy after step 2:" in printed)
-    metrics = [json.loads(line) for line in open(out / "metrics.jsonl")]
-    samples = [json.loads(line) for line in open(out / "samples.jsonl")]
+    metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
     # --eval-every 5 > --steps 2: the last step is evaluated anyway; the evaluation before step 1
     # rides on step 1.
     assert "eval_accuracy" in metrics[1] and "eval_accuracy" not in metrics[0]

@@ -11,6 +11,7 @@ import errno
 import glob
 import json
 import os
+import pathlib
 import shutil
 import signal
 import subprocess
@@ -122,7 +123,7 @@ def test_resume_compares_resolved_paths(digit_model_dir, digit_data, runs, tmp_p
         cfg, _resume_from, state = check_start(
             ["--resume", str(runs / "done"), "--steps", "3", "--data", spelling])
         assert cfg.data == str(digit_data) and state["step"] == 2
-    (tmp_path / "copy.jsonl").write_text(open(digit_data).read())
+    (tmp_path / "copy.jsonl").write_text(pathlib.Path(digit_data).read_text())
     # another file, even with the same content
     with pytest.raises(SystemExit) as err:
         check_start(
@@ -349,7 +350,7 @@ def test_a_full_disk_injected_into_each_writer(tmp_path, monkeypatch):
     # a file that takes 1000 bytes, then ENOSPC, as a disk would
     class FullFile:
         def __init__(self, path):
-            self.fh, self.room = open(path, "wb"), 1000
+            self.fh, self.room = open(path, "wb"), 1000  # noqa: SIM115 - closed by __exit__
 
         def write(self, data):
             if len(data) > self.room:
@@ -366,9 +367,11 @@ def test_a_full_disk_injected_into_each_writer(tmp_path, monkeypatch):
         def __exit__(self, *exc):
             self.fh.close()
     import builtins
-    monkeypatch.setattr(ckpt, "open", lambda path, mode="r", *a,
-                        **k: FullFile(path) if path.endswith(
-        ckpt.STATE_FILE) and "w" in mode else builtins.open(path, mode, *a, **k), raising=False)
+    def full_open(path, mode="r", *a, **k):
+        if path.endswith(ckpt.STATE_FILE) and "w" in mode:
+            return FullFile(path)
+        return builtins.open(path, mode, *a, **k)  # noqa: SIM115 - the caller's `with` closes it
+    monkeypatch.setattr(ckpt, "open", full_open, raising=False)
     with pytest.raises(SystemExit) as err:
         ckpt.save_checkpoint(str(tmp_path), 2, model, tok,
                              {"step": 2, "config": {}, "big": torch.zeros(10_000)})
@@ -482,7 +485,7 @@ def test_a_damaged_log_line_is_named_and_kept(runs, tmp_path):
     assert len(notes) == 2 and f"{run_dir / 'metrics.jsonl'}:1: not JSON" in notes[0], notes
     assert f"{run_dir / 'metrics.jsonl'}:3: dropped a torn line" in notes[1]
     copies = glob.glob(str(run_dir / "metrics.jsonl.bad-*"))
-    assert len(copies) == 1 and open(copies[0]).read() == original                # kept as it was
+    assert len(copies) == 1 and pathlib.Path(copies[0]).read_text() == original                # kept as it was
     assert [m["step"] for m in read_jsonl(run_dir / "metrics.jsonl")] == [2, 3]
 
 
@@ -496,7 +499,7 @@ def test_gmts_run_has_no_import_cycle():
     names = {f[:-3] for f in os.listdir(folder) if f.endswith(".py") and f != "__init__.py"}
     graph = {}
     for name in names:
-        tree = ast.parse(open(os.path.join(folder, name + ".py")).read())
+        tree = ast.parse(pathlib.Path(folder, name + ".py").read_text())
         deps = set()
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and node.module == "gmts.run":

@@ -96,7 +96,8 @@ def test_without_a_usable_installed_wheel_it_downloads(dist, tmp_path, monkeypat
     gguf = FakeFile(str(tmp_path / smollm2.GGUF_NAME))
     # the file is there: only the version check may refuse it
     if dist == "other version":
-        open(gguf.path, "wb").write(b"GGUF")
+        with open(gguf.path, "wb") as fh:
+            fh.write(b"GGUF")
 
     def distribution(name):
         if dist == "missing":

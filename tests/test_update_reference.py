@@ -255,7 +255,7 @@ def test_update_policy_equals_the_reference(name):
     # float32 RMSNorm sees the same per-row values in both (rows are computed independently), so it
     # rounds alike. 1e-9 absolute is far above.
     for (key, a), b in zip(model.named_parameters(), expected.parameters()):
-        torch.testing.assert_close(a, b, rtol=1e-7, atol=1e-9, msg=lambda m: f"{name}: {key}: {m}")
+        torch.testing.assert_close(a, b, rtol=1e-7, atol=1e-9, msg=lambda m, key=key: f"{name}: {key}: {m}")
     # one step per mini-batch, except where no token has a gradient (only the A = 0 group, β = 0):
     # no step at all
     dead = sum(1 for rows in minibatches if opts["beta"] == 0
@@ -283,7 +283,7 @@ def test_tied_embeddings_gradients_equal_the_reference():
     assert model.get_output_embeddings().weight is model.get_input_embeddings().weight
     # as above: ~1e-13 apart
     for (key, a), b in zip(model.named_parameters(), expected.parameters()):
-        torch.testing.assert_close(a, b, rtol=1e-7, atol=1e-9, msg=lambda m: f"{key}: {m}")
+        torch.testing.assert_close(a, b, rtol=1e-7, atol=1e-9, msg=lambda m, key=key: f"{key}: {m}")
 
 
 def test_minibatch_partition():

@@ -112,7 +112,7 @@ class FakeRanks:
                 results[rank] = fn(rank, lambda v: self._exchange(rank, v, lambda s: s.sum(0)),
                                    lambda v: self._exchange(rank, v, lambda s: s.max(0).values))
             # a failed rank must fail the test, not hang it
-            except Exception as err:
+            except Exception as err:  # noqa: BLE001
                 errors.append(err)
                 self.barrier.abort()
         threads = [threading.Thread(target=body, args=(r,)) for r in range(self.world)]

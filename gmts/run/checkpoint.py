@@ -157,7 +157,7 @@ def save_checkpoint(run_dir, step, model, tokenizer, trainer_state, keep=2, stat
         if trash:
             shutil.rmtree(trash, ignore_errors=True)
     # OSError; safetensors' SafetensorError and torch.save's RuntimeError on a full disk
-    except Exception as err:
+    except Exception as err:  # noqa: BLE001
         shutil.rmtree(tmp, ignore_errors=True)
         kept = list_checkpoints(run_dir)
         last = (f"{kept[-1]} is intact ({os.path.join(root, kept[-1])})" if kept
@@ -446,7 +446,7 @@ def find_resumable(path, report=print):
         if problem is None:
             try:
                 return folder, load_trainer_state(folder)
-            except Exception as err:         # a damaged pickle/zip raises many kinds of errors
+            except Exception as err:  # noqa: BLE001 - a damaged pickle/zip raises many kinds of errors
                 problem = (f"{STATE_FILE} does not load ({type(err).__name__}: "
                            f"{' '.join(str(err).split())[:200]})")
         if not run:

@@ -70,7 +70,7 @@ def model_hash(name_or_path):
     try:
         from huggingface_hub import try_to_load_from_cache
         found = try_to_load_from_cache(name_or_path, "config.json")
-    except Exception:                 # not a repo id, no cache: nothing to read without a download
+    except Exception:  # noqa: BLE001 - not a repo id, no cache: nothing to read without a download
         return None
     if isinstance(found, str) and os.sep + "snapshots" + os.sep in found:
         return "hub:" + found.split(os.sep + "snapshots" + os.sep)[1].split(os.sep)[0]

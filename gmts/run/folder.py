@@ -448,7 +448,8 @@ def record_problem(run_dir, saved, explicit, prog="train.py"):
         with open(path, encoding="utf-8") as fh:
             written = json.load(fh)
         if not isinstance(written, dict):
-            raise ValueError("not a JSON object")
+            raise ValueError(  # noqa: TRY004 - bad data, not a bad argument type
+                "not a JSON object")
     except (OSError, ValueError) as err:
         raise UsageError(prog, f"--resume: {path} does not read as the run's configuration "
                                f"({' '.join(str(err).split())}); a resume takes the configuration "

@@ -41,7 +41,7 @@ def scalars(metrics):
     for name, value in metrics.items():
         if name == "step":
             continue
-        if isinstance(value, bool) or isinstance(value, (int, float)):
+        if isinstance(value, (int, float)):  # bool included
             out[name] = float(value)
         elif isinstance(value, (list, tuple)) and len(value) == 2 and all(
             isinstance(v, (int, float)) for v in value):

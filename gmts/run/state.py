@@ -224,7 +224,7 @@ def save_merged_lora(run, step):
         if os.path.exists(merged_dir):
             shutil.rmtree(merged_dir)
         os.rename(tmp, merged_dir)
-    except Exception as err:       # OSError; safetensors' error on a full disk
+    except Exception as err:  # noqa: BLE001 - OSError; safetensors' error on a full disk
         shutil.rmtree(tmp, ignore_errors=True)
         why = ("No space left on device" if ckpt.disk_full(err)
                else f"{type(err).__name__}: {ckpt._one_line(err)}")

@@ -447,7 +447,7 @@ def model_context(name_or_path):
         try:
             from huggingface_hub import try_to_load_from_cache
             path = try_to_load_from_cache(name_or_path, "config.json")
-        except Exception:            # not a valid repo id, no cache: nothing to read cheaply
+        except Exception:  # noqa: BLE001 - not a valid repo id, no cache: nothing to read cheaply
             return None
         if not isinstance(path, str) or not os.path.isfile(path):
             return None

