@@ -1,24 +1,30 @@
 """Built-in sources: where each file comes from, and how one row becomes (question, answer, domain,
-reward).
+reward). Each source's splits, then its origin (downloaded once into the cache folder, see
+data/files.py):
 
-| source    | splits                          | origin (downloaded once into the cache folder, see
-data/files.py)   |
-|-----------|---------------------------------|----------------------------------------------------------------------| | gsm8k     | train 7473, test 1319           | github openai/grade-school-math @3101c7d (sha256 pinned)             |
-| math      | train = MATH-12K, test = MATH-500 | train: HF hiyouga/math12k parquet (needs pyarrow);
-test as math500 | | math500   | test 500                        | github jincan333/MAS-TTS @ae8f961
-data/math500 (sha256 pinned)       | | csqa      | train 9741, test = dev 1221     | CommonsenseQA's
-official S3 files (the official test has no labels)  | | csqa2     | train, test = dev
-| github allenai/csqa2 dataset/*.json.gz (yes/no -> choices A/B)       | | humaneval | test 164
-| github openai/human-eval data/HumanEval.jsonl.gz                     | | mbpp      |
-train/validation/test/prompt    | github google-research/google-research mbpp/mbpp.jsonl (by
-task_id)  | | kodcode   | train                           | HF KodCode/KodCode-Light-RL-10K parquet
-(needs pyarrow)              | Files without a pinned sha256 have theirs recorded at first download
-and checked afterwards.
+    gsm8k      train 7473, test 1319
+               github openai/grade-school-math @3101c7d (sha256 pinned)
+    math       train = MATH-12K, test = MATH-500
+               train: HF hiyouga/math12k parquet (needs pyarrow); test as math500
+    math500    test 500
+               github jincan333/MAS-TTS @ae8f961 data/math500 (sha256 pinned)
+    csqa       train 9741, test = dev 1221
+               CommonsenseQA's official S3 files (the official test has no labels)
+    csqa2      train, test = dev
+               github allenai/csqa2 dataset/*.json.gz (yes/no -> choices A/B)
+    humaneval  test 164
+               github openai/human-eval data/HumanEval.jsonl.gz
+    mbpp       train/validation/test/prompt
+               github google-research/google-research mbpp/mbpp.jsonl (by task_id)
+    kodcode    train
+               HF KodCode/KodCode-Light-RL-10K parquet (needs pyarrow)
+
+Files without a pinned sha256 have theirs recorded at first download and checked afterwards.
 """
 from .files import RemoteFile
 
-_GSM8K = "https://raw.githubusercontent.com/openai/grade-school-math/3101c7d5072418e28b9008a6636bde82a006892c/" \
-         "grade_school_math/data/"
+_GSM8K = ("https://raw.githubusercontent.com/openai/grade-school-math/"
+          "3101c7d5072418e28b9008a6636bde82a006892c/grade_school_math/data/")
 _MATH500 = RemoteFile("math500/test.jsonl", "https://raw.githubusercontent.com/jincan333/MAS-TTS/"
                       "ae8f961818d47860cfbde256b72cbb5c326e6b85/data/math500/test.jsonl",
                       "34943b1a3660c7dc63c7bc89b5ecefc0ffdeeee32501c2ad161cdec34d7a4b4c")

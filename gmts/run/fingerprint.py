@@ -1,8 +1,7 @@
 """What a run is made of, as hashes: the data it trains on, the tokenizer, the base model.
 
-    fp = fingerprint(cfg, problems, prompt_ids, tokenizer)    # {"data": ..., "prompts": ...,
-    "tokenizer": ..., ...} problem = differences(saved_fp, fp, cfg)                 # one line
-    naming what differs, or None
+    fp = fingerprint(cfg, problems, prompt_ids, tokenizer)   # {"data": ..., "prompts": ..., ...}
+    problem = differences(saved_fp, fp, cfg)    # one line naming what differs, or None
 
 Every checkpoint's trainer_state.pt holds the fingerprint of the run that wrote it
 (gmts/run/state.py). A resume computes it again from what it loaded, before anything is written, and

@@ -1,11 +1,11 @@
 """The run folder: one owner, one run, nothing lost or mixed.
 
     exit_on_interrupt("train.py")                  # Ctrl-C / SIGTERM during start-up: one line, not
-                                                   a traceback
+                                                   # a traceback
     cfg, resume_from, state = check_start(argv)    # every check, before anything loads or is
-                                                   written
+                                                   # written
     claim(cfg, start_step)                         # the first write into --output-dir
-                                                   (gmts/run/state.py)
+                                                   # (gmts/run/state.py)
 
 check_start reads and never writes: the flag table (gmts/run/validate.py, via parse_config), the
 checkpoint to resume (the newest intact one: gmts/run/checkpoint.py), the flags a resume may not

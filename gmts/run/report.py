@@ -2,8 +2,8 @@
 samples.jsonl.
 
     reporter = report.open(cfg)                 # cfg.report_to: none | tensorboard | wandb
-    reporter.log(step, metrics, samples)        # one metrics.jsonl record and that step's
-    samples.jsonl records reporter.close()
+    reporter.log(step, metrics, samples)        # one metrics.jsonl record, that step's samples
+    reporter.close()
 
 What is logged: every numeric metrics.jsonl field as a scalar under its own name (a [low, high]
 interval such as eval_ci95 as <name>_low / <name>_high; text fields such as `skipped` as text), the

@@ -1,7 +1,7 @@
 """The run's logs (metrics.jsonl, samples.jsonl): every line written whole or not at all.
 
-    append_jsonl(path, rows)     # one write of all the rows' bytes; on failure the file is cut back
-                                 as it was
+    append_jsonl(path, rows)     # one write of all the rows' bytes; on failure the file is
+                                 # cut back as it was
 
 A full disk (or any write error) ends the run with one line naming the file, and the file keeps only
 whole lines, so a later --resume reads it as is (gmts/checkpoint.truncate_jsonl also drops a torn
