@@ -370,7 +370,7 @@ def test_a_full_disk_injected_into_each_writer(tmp_path, monkeypatch):
     def full_open(path, mode="r", *a, **k):
         if path.endswith(ckpt.STATE_FILE) and "w" in mode:
             return FullFile(path)
-        return builtins.open(path, mode, *a, **k)  # noqa: SIM115 - the caller's `with` closes it
+        return builtins.open(path, mode, *a, **k)  # the caller's `with` closes it
     monkeypatch.setattr(ckpt, "open", full_open, raising=False)
     with pytest.raises(SystemExit) as err:
         ckpt.save_checkpoint(str(tmp_path), 2, model, tok,
