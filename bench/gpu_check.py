@@ -53,34 +53,14 @@ sys.path.insert(0, ROOT)
 
 # Shapes of Qwen2.5-0.5B-Instruct (its config.json), a 2-layer model of its width (compiling,
 # torchrun), and a toy.
+_QWEN05 = {"vocab_size": 151936, "hidden_size": 896, "intermediate_size": 4864,
+           "num_hidden_layers": 24, "num_attention_heads": 14, "num_key_value_heads": 2,
+           "tie_word_embeddings": True}
 SHAPES = {
-    "qwen2.5-0.5b": dict(
-        vocab_size=151936,
-        hidden_size=896,
-        intermediate_size=4864,
-        num_hidden_layers=24,
-        num_attention_heads=14,
-        num_key_value_heads=2,
-        tie_word_embeddings=True,
-    ),
-    "qwen2.5-0.5b-2layers": dict(
-        vocab_size=151936,
-        hidden_size=896,
-        intermediate_size=4864,
-        num_hidden_layers=2,
-        num_attention_heads=14,
-        num_key_value_heads=2,
-        tie_word_embeddings=True,
-    ),
-    "toy": dict(
-        vocab_size=512,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        tie_word_embeddings=True,
-    ),
+    "qwen2.5-0.5b": _QWEN05,
+    "qwen2.5-0.5b-2layers": {**_QWEN05, "num_hidden_layers": 2},
+    "toy": {"vocab_size": 512, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+            "num_attention_heads": 2, "num_key_value_heads": 1, "tie_word_embeddings": True},
 }
 CHECKS = ("head", "rollout", "compiled_equals_eager", "train_resume", "torchrun")
 EOS_EVERY = 16  # every 16th token id ends an answer: a random model's answers end after ~16 tokens
@@ -88,36 +68,36 @@ EOS_EVERY = 16  # every 16th token id ends an answer: a random model's answers e
 
 def sizes(dry):
     if dry:
-        return dict(
-            device="cpu",
-            head_tokens=64,
-            head_vocab=512,
-            head_hidden=32,
-            chunk=16,
-            shape="toy",
-            small="toy",
-            new_tokens=48,
-            train_new_tokens=8,
-            train_prompts=2,
-            train_group=4,
-            train_micro=4,
-            prompt_lengths=((5, 20), (9, 40)),
-        )
-    return dict(
-        device="cuda",
-        head_tokens=4096,
-        head_vocab=151936,
-        head_hidden=1536,
-        chunk=1024,
-        shape="qwen2.5-0.5b",
-        small="qwen2.5-0.5b-2layers",
-        new_tokens=64,
-        train_new_tokens=64,
-        train_prompts=8,
-        train_group=8,
-        train_micro=16,
-        prompt_lengths=((7, 20), (30, 50)),
-    )
+        return {
+            "device": "cpu",
+            "head_tokens": 64,
+            "head_vocab": 512,
+            "head_hidden": 32,
+            "chunk": 16,
+            "shape": "toy",
+            "small": "toy",
+            "new_tokens": 48,
+            "train_new_tokens": 8,
+            "train_prompts": 2,
+            "train_group": 4,
+            "train_micro": 4,
+            "prompt_lengths": ((5, 20), (9, 40)),
+        }
+    return {
+        "device": "cuda",
+        "head_tokens": 4096,
+        "head_vocab": 151936,
+        "head_hidden": 1536,
+        "chunk": 1024,
+        "shape": "qwen2.5-0.5b",
+        "small": "qwen2.5-0.5b-2layers",
+        "new_tokens": 64,
+        "train_new_tokens": 64,
+        "train_prompts": 8,
+        "train_group": 8,
+        "train_micro": 16,
+        "prompt_lengths": ((7, 20), (30, 50)),
+    }
 
 
 def sync(device):
@@ -177,7 +157,7 @@ def check_head(s):
 
     ref = reference()
     names = ("logp", "entropy", "grad_hidden", "grad_weight")
-    err = lambda got: {k: float((g - r).abs().max()) for k, g, r in zip(names, got, ref)}  # noqa
+    err = lambda got: {k: float((g - r).abs().max()) for k, g, r in zip(names, got, ref)}
     t0 = time.perf_counter()
     got = ours()
     sync(dev)
@@ -245,7 +225,7 @@ def mixed_prompts(lengths, vocab, seed=0):
     gen = torch.Generator().manual_seed(seed)
     ids = lambda n: [
         int(x) for x in torch.randint(0, vocab // EOS_EVERY, (n,), generator=gen) * EOS_EVERY
-    ]  # noqa
+    ]
     return [ids(n) for n in lengths]
 
 
@@ -313,7 +293,8 @@ def check_compiled(s, model, eos, pad, dry):
     for i, lengths in enumerate(s["prompt_lengths"]):
         prompts = mixed_prompts(lengths, model.config.vocab_size, seed=i)
         longest = max(longest, *lengths)
-        kw = dict(group_size=2, max_new_tokens=s["new_tokens"], eos_token_ids=eos, pad_token_id=pad)
+        kw = {"group_size": 2, "max_new_tokens": s["new_tokens"], "eos_token_ids": eos,
+              "pad_token_id": pad}
         t0 = time.perf_counter()
         compiled = sample(
             model, prompts, generator=torch.Generator().manual_seed(i), compile=True, **kw
@@ -365,7 +346,7 @@ def run_train(args, dry, timeout):
             env=env,
             capture_output=True,
             text=True,
-            timeout=timeout,
+            timeout=timeout, check=False
         )
     except subprocess.TimeoutExpired:
         return {"rc": "timeout", "wall_s": time.perf_counter() - t0}
@@ -556,7 +537,7 @@ def check_torchrun(s, tok, work, timeout, disk):
                 env=dict(os.environ, HF_HUB_OFFLINE="1"),
                 capture_output=True,
                 text=True,
-                timeout=timeout(),
+                timeout=timeout(), check=False
             )
             runs.append(
                 {
@@ -608,7 +589,7 @@ def run_check(name, fn, results, path, deadline):
     else:
         try:
             checks[name] = fn()
-        except Exception as err:  # one broken check must not hide the others' figures
+        except Exception as err:  # noqa: BLE001 - one broken check must not hide the others' figures
             checks[name] = {
                 "pass": False,
                 "error": f"{type(err).__name__}: {err}",
@@ -670,7 +651,7 @@ def main(argv=None):
         torch.set_num_threads(1)
     t_start = time.perf_counter()
     deadline, hard = t_start + args.budget_s, t_start + args.hard_limit_s
-    timeout = lambda: max(1.0, hard - time.perf_counter())  # noqa: E731
+    timeout = lambda: max(1.0, hard - time.perf_counter())
     os.makedirs(args.work_dir, exist_ok=True)
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     tok, tok_name = tokenizer(args.shared, args.dry_run)
@@ -696,7 +677,7 @@ def main(argv=None):
         print(f"gpu_check: {name}: not run ({why})", flush=True)
 
     write(results, out)
-    wanted = lambda name: args.only is None or name in args.only  # noqa: E731
+    wanted = lambda name: args.only is None or name in args.only
     for name in CHECKS:
         if not wanted(name):
             skip(name, "not asked for (--only)")

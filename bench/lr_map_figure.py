@@ -1,27 +1,30 @@
-"""The stability map's figure: held-out accuracy against the learning rate, one line per arm, and the update
-diagnostics (n_eff, the gradient-noise ratio η) against the learning rate (gmts/METHOD.md, "How concentrated an
-update is"). Drawn by bench/learning_check.py for every sweep; also on its own from a results file:
+"""The stability map's figure: held-out accuracy against the learning rate, one line per arm, and
+the update diagnostics (n_eff, the gradient-noise ratio η) against the learning rate
+(gmts/METHOD.md, "How concentrated an update is"). Drawn by bench/learning_check.py for every sweep;
+also on its own from a results file:
 
-    python bench/lr_map_figure.py bench/results/lr_map.json              # -> bench/results/lr_map_map.png
+    python bench/lr_map_figure.py bench/results/lr_map.json        # -> bench/results/lr_map_map.png
 
-matplotlib is optional (as in gmts/tools/plot.py, whose style this follows): without it nothing is drawn and the
-tables stay the results.
+matplotlib is optional (as in gmts/tools/plot.py, whose style this follows): without it nothing is
+drawn and the tables stay the results.
 """
 import json
 import os
 import sys
 
-# One colour per arm, the same in every panel (ETS and its exclude variant share a hue, the variant dashed).
-COLOURS = {"none": "#4c4c4c", "ets": "#1f77b4", "ets-exclude": "#1f77b4", "gmts": "#d62728", "random": "#2ca02c"}
+# One colour per arm, the same in every panel (ETS and its exclude variant share a hue, the variant
+# dashed).
+COLOURS = {"none": "#4c4c4c", "ets": "#1f77b4", "ets-exclude": "#1f77b4", "gmts": "#d62728",
+           "random": "#2ca02c"}
 DASHED = {"ets-exclude"}
 
 
 def plot_map(analysis, path, title=""):
-    """analysis: bench/learning_check.py's analysis (or the results JSON). Writes `path` (PNG) and returns it, or
-    returns None when matplotlib is missing. Panels: the mean accuracy over seeds with its 95%
-    interval (over seeds and problems where the analysis has it, else over problems; diverged cells
-    as open markers, the base's interval as a band); the divergence rate with its Wilson 95%
-    interval; n_eff; η when any run logged it."""
+    """analysis: bench/learning_check.py's analysis (or the results JSON). Writes `path` (PNG) and
+    returns it, or returns None when matplotlib is missing. Panels: the mean accuracy over seeds
+    with its 95% interval (over seeds and problems where the analysis has it, else over problems;
+    diverged cells as open markers, the base's interval as a band); the divergence rate with its
+    Wilson 95% interval; n_eff; η when any run logged it."""
     try:
         import matplotlib
         matplotlib.use("Agg")                                   # files only: no display on a server
@@ -33,7 +36,8 @@ def plot_map(analysis, path, title=""):
     arms = []
     for lr in lrs:
         arms += [a for a in cells[lr] if a not in arms]
-    noise = any(cells[lr][a].get("grad_noise_ratio_median") is not None for lr in lrs for a in cells[lr])
+    noise = any(cells[lr][a].get("grad_noise_ratio_median") is
+                not None for lr in lrs for a in cells[lr])
     rates = any("intervals" in cells[lr][a] for lr in lrs for a in cells[lr])
     panels = 2 + noise + rates
     fig, axes = plt.subplots(1, panels, figsize=(4.6 * panels, 3.8), dpi=110)
@@ -42,14 +46,18 @@ def plot_map(analysis, path, title=""):
     base = analysis.get("base")
     if base:
         lo, hi = base["ci95"]
-        axes[0].axhspan(100 * lo, 100 * hi, color="#bbbbbb", alpha=0.35, lw=0, label="base (95% CI)")
+        axes[0].axhspan(100 * lo, 100 * hi, color="#bbbbbb", alpha=0.35, lw=0,
+                        label="base (95% CI)")
     for k, arm in enumerate(arms):
-        style = dict(color=COLOURS.get(arm, None), ls="--" if arm in DASHED else "-")
+        style = {"color": COLOURS.get(arm, None), "ls": "--" if arm in DASHED else "-"}
         at = [lr for lr in lrs if arm in cells[lr]]
-        # arms side by side around each rate (4% apart on the log axis), so equal values and intervals stay visible
+        # arms side by side around each rate (4% apart on the log axis), so equal values and
+        # intervals stay visible
         x = [float(lr) * 1.04 ** (k - (len(arms) - 1) / 2) for lr in at]
-        # accuracy with its interval; a cell where any seed diverged is drawn open, one without accuracy is left out
-        acc = [(xv, cells[lr][arm]) for xv, lr in zip(x, at) if cells[lr][arm].get("accuracy") is not None]
+        # accuracy with its interval; a cell where any seed diverged is drawn open, one without
+        # accuracy is left out
+        acc = [(xv, cells[lr][arm]) for xv,
+               lr in zip(x, at) if cells[lr][arm].get("accuracy") is not None]
         if acc:
             xs = [a for a, _ in acc]
             ys = [100 * e["accuracy"] for _, e in acc]
@@ -104,7 +112,8 @@ def plot_map(analysis, path, title=""):
 
 if __name__ == "__main__":
     if len(sys.argv) != 2 or not sys.argv[1].endswith(".json"):
-        sys.exit("usage: python bench/lr_map_figure.py RESULTS.json   (bench/learning_check.py's output)")
+        sys.exit("usage: python bench/lr_map_figure.py RESULTS.json   (bench/learning_check.py's "
+                 "output)")
     with open(sys.argv[1]) as fh:
         results = json.load(fh)
     out = plot_map(results, sys.argv[1][:-len(".json")] + "_map.png",

@@ -1,7 +1,8 @@
-"""train.py as bench/bench_step.py runs it: the same main(), with the time spent scoring and selecting (stages 4-5:
-token_omega, token_scores, select) added to each metrics line as `time_score_select_s`, and with `--no-skip` the
-zero-advantage skip switched off (gmts/trainer/step.py, SKIP_ZERO_ADVANTAGE_ROWS). The trainer has no timing lines
-inside its stages; these wrappers add them from outside, for the benchmark only.
+"""train.py as bench/bench_step.py runs it: the same main(), with the time spent scoring and
+selecting (stages 4-5: token_omega, token_scores, select) added to each metrics line as
+`time_score_select_s`, and with `--no-skip` the zero-advantage skip switched off
+(gmts/trainer/step.py, SKIP_ZERO_ADVANTAGE_ROWS). The trainer has no timing lines inside its stages;
+these wrappers add them from outside, for the benchmark only.
 
     python bench/train_timed.py [--no-skip] TRAIN_FLAGS...
 """
@@ -11,8 +12,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import train  # noqa: E402
-from gmts.trainer import step  # noqa: E402
+import train
+from gmts.trainer import step
 
 spent = [0.0]          # seconds in the timed functions since the current update began
 
@@ -35,11 +36,13 @@ train_step = train.train_step
 def train_step_timed(run, step_number):
     spent[0] = 0.0
     metrics, log = train_step(run, step_number)
-    metrics["time_score_select_s"] = spent[0]               # ω, the scores and the top-k (not the diagnostics)
+    # ω, the scores and the top-k (not the diagnostics)
+    metrics["time_score_select_s"] = spent[0]
     return metrics, log
 
 
-train.train_step = train_step_timed                          # main() looks train_step up at each call
+# main() looks train_step up at each call
+train.train_step = train_step_timed
 
 if __name__ == "__main__":
     argv = sys.argv[1:]

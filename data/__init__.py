@@ -1,21 +1,23 @@
 """Problems for training and evaluation: `load_problems(source, split)` -> list[Problem].
 
-source: a built-in name (BUILTIN_SOURCES; see data/builtin.py for origins, data/arithmetic.py for the offline
-task), a path to a local .jsonl / .json (optionally .gz) / .parquet file, or a data set read with
-`datasets` (optional): hf:ORG/NAME[:CONFIG] from the hub, or a folder (save_to_disk, or laid out
-like a hub repository). Data sets take `split` and the same field options as local files.
+source: a built-in name (BUILTIN_SOURCES; see data/builtin.py for origins, data/arithmetic.py for
+the offline task), a path to a local .jsonl / .json (optionally .gz) / .parquet file, or a data set
+read with `datasets` (optional): hf:ORG/NAME[:CONFIG] from the hub, or a folder (save_to_disk, or
+laid out like a hub repository). Data sets take `split` and the same field options as local files.
 
-Local files: one problem per row. The question comes from `question_field` (default: the first of question,
-problem, prompt, input; or a format over the row's fields, e.g. "{Body} {Question}"), the reference from `answer_field` (default: answer, final_answer, target, output; for
-code rows: tests / test, with entry_point, or cases). A row may set "domain" (math | code | choice), "reward"
-(gsm8k | math | choice | code), "choices" (a list; the answer is then a letter, an index or the choice's text),
-"id" and "starter_code". Without a domain a row is math with the gsm8k reward (last \\boxed{}, else last number).
-The `reward=` and `domain=` options override every row. `split` is ignored for local files.
-Every problem keeps its row's other fields in `Problem.fields` (the question as "question", the
-answer column left out): what a custom reward (`--reward file.py:fn`, rewards/) is called with.
+Local files: one problem per row. The question comes from `question_field` (default: the first of
+question, problem, prompt, input; or a format over the row's fields, e.g. "{Body} {Question}"), the
+reference from `answer_field` (default: answer, final_answer, target, output; for code rows: tests /
+test, with entry_point, or cases). A row may set "domain" (math | code | choice), "reward" (gsm8k |
+math | choice | code), "choices" (a list; the answer is then a letter, an index or the choice's
+text), "id" and "starter_code". Without a domain a row is math with the gsm8k reward (last
+\\boxed{}, else last number). The `reward=` and `domain=` options override every row. `split` is
+ignored for local files. Every problem keeps its row's other fields in `Problem.fields` (the
+question as "question", the answer column left out): what a custom reward (`--reward file.py:fn`,
+rewards/) is called with.
 
-limit: the first `limit` problems in file order (no shuffling here: shuffle in the trainer, with its seed).
-seed: only the arithmetic task uses it.
+limit: the first `limit` problems in file order (no shuffling here: shuffle in the trainer, with its
+seed). seed: only the arithmetic task uses it.
 """
 import os
 from dataclasses import dataclass, field
@@ -35,25 +37,28 @@ ANSWER_FIELDS = ("answer", "final_answer", "target", "output")  # a local row's 
 class Problem:
     id: str  # stable id, e.g. "gsm8k/test/17"
     question: str  # raw question text (with the lettered choices for multiple choice)
-    answer: Any  # reference for the reward fn: str (math/gsm8k/arithmetic), letter (choice), tests (code)
+    # reference for the reward fn: str (math/gsm8k/arithmetic), letter (choice), tests (code)
+    answer: Any
     domain: str  # "math" | "code" | "choice"
     reward: str  # name for rewards.get_reward: "gsm8k" | "math" | "choice" | "code"
-    messages: list[dict] = field(default_factory=list)  # chat messages (system + user) per the template
+    # chat messages (system + user) per the template
+    messages: list[dict] = field(default_factory=list)
     prompt: str = ""  # plain-text prompt for tokenizers without a chat template
     fields: dict = field(default_factory=dict)  # the row's other fields + "question": **fields
 
 
 def render_prompt(problem: Problem, tokenizer) -> str:
-    """The text to feed the model: the tokenizer's chat template with the generation prompt when it has one,
-    else the plain prompt."""
+    """The text to feed the model: the tokenizer's chat template with the generation prompt when it
+    has one, else the plain prompt."""
     if getattr(tokenizer, "chat_template", None):
-        return tokenizer.apply_chat_template(problem.messages, tokenize=False, add_generation_prompt=True)
+        return tokenizer.apply_chat_template(problem.messages, tokenize=False,
+                                             add_generation_prompt=True)
     return problem.prompt
 
 
 def prompt_token_ids(problems, tokenizer, max_tokens=None):
-    """(kept problems, their prompt ids): each problem rendered with render_prompt and tokenized; problems whose
-    prompt is longer than `max_tokens` are left out (the caller reports how many)."""
+    """(kept problems, their prompt ids): each problem rendered with render_prompt and tokenized;
+    problems whose prompt is longer than `max_tokens` are left out (the caller reports how many)."""
     kept, ids = [], []
     for problem in problems:
         tokens = tokenizer(render_prompt(problem, tokenizer), add_special_tokens=False)["input_ids"]
@@ -63,11 +68,11 @@ def prompt_token_ids(problems, tokenizer, max_tokens=None):
     return kept, ids
 
 
-def load_prompts_for_cli(source, split, tokenizer, *, max_prompt_tokens=None, question_field="", answer_field="",
-                         template="", task_options="", **options):
-    """What train.py and `python -m gmts.analyze` do with their data flags: load_problems, then prompt_token_ids.
-    Returns (problems, prompt ids, how many were skipped as too long); a problem with the data is a one-line
-    SystemExit naming --data."""
+def load_prompts_for_cli(source, split, tokenizer, *, max_prompt_tokens=None, question_field="",
+                         answer_field="", template="", task_options="", **options):
+    """What train.py and `python -m gmts.analyze` do with their data flags: load_problems, then
+    prompt_token_ids. Returns (problems, prompt ids, how many were skipped as too long); a problem
+    with the data is a one-line SystemExit naming --data."""
     import json
     try:
         problems = load_problems(source, split, question_field=question_field or None,
@@ -79,17 +84,20 @@ def load_prompts_for_cli(source, split, tokenizer, *, max_prompt_tokens=None, qu
         raise SystemExit(f"error: --data {source!r}: {err}") from None
     kept, ids = prompt_token_ids(problems, tokenizer, max_prompt_tokens)
     if not kept:
-        raise SystemExit(f"error: --data {source!r}: no problem fits --max-prompt-tokens {max_prompt_tokens}")
+        raise SystemExit(f"error: --data {source!r}: no problem fits --max-prompt-tokens "
+                         f"{max_prompt_tokens}")
     return kept, ids, len(problems) - len(kept)
 
 
 class OptionError(ValueError):
-    """A bad task option (--task-options on the command line), apart from problems with the data itself."""
+    """A bad task option (--task-options on the command line), apart from problems with the data
+    itself."""
 
 
 def check_options(fn, options: dict, what: str, skip=("split", "seed")) -> None:
-    """Each option's name and type against `fn`'s signature (e.g. arithmetic.generate's `digits: int | None`), so
-    '{"digits": "two"}' is a one-line ValueError naming the option, not a TypeError deep in the generator."""
+    """Each option's name and type against `fn`'s signature (e.g. arithmetic.generate's `digits: int
+    | None`), so '{"digits": "two"}' is a one-line ValueError naming the option, not a TypeError
+    deep in the generator."""
     import inspect
     import types
     import typing
@@ -105,7 +113,8 @@ def check_options(fn, options: dict, what: str, skip=("split", "seed")) -> None:
         kinds = [k for k in allowed if k is not type(None)]
         ok = any(isinstance(value, k) and not (k is int and isinstance(value, bool)) for k in kinds)
         if not ok:
-            names = " or ".join({int: "an integer", str: "a string", float: "a number"}.get(k, k.__name__)
+            names = " or ".join(
+                {int: "an integer", str: "a string", float: "a number"}.get(k, k.__name__)
                                 for k in kinds)
             raise OptionError(f"{what} option {name!r} must be {names}, got {value!r}")
 
@@ -119,7 +128,8 @@ def _choice_letter(answer, choices: list, where: str) -> str:
     matches = [i for i, c in enumerate(choices) if str(c).strip().lower() == text.lower()]
     if len(matches) == 1:
         return LETTERS[matches[0]]
-    raise ValueError(f"{where}: answer {answer!r} is not a letter, an index or the text of one of the choices")
+    raise ValueError(f"{where}: answer {answer!r} is not a letter, an index or the text of one of "
+                     "the choices")
 
 
 def _first(row: dict, names, where: str, what: str, option: str):
@@ -127,21 +137,23 @@ def _first(row: dict, names, where: str, what: str, option: str):
         if name in row and row[name] is not None:
             return row[name]
     nulls = [name for name in names if name in row]
-    if nulls:                                     # the field is there, empty: say so, not "no field"
+    # the field is there, empty: say so, not "no field"
+    if nulls:
         raise ValueError(f"{where}: the {what} field {nulls[0]!r} is null")
     raise ValueError(f"{where}: no {what} field (tried {', '.join(names)}; fields: {sorted(row)}); "
                      f"pass {option}=<field name>")
 
 
 def _text(value, where: str, what: str, numbers: bool = False):
-    """A question (or a math answer) as text. A list or an object is refused rather than trained on as its Python
-    repr ("['Say', '1']"); numbers pass where they are a natural answer (GSM8K-style "answer": 42)."""
+    """A question (or a math answer) as text. A list or an object is refused rather than trained on
+    as its Python repr ("['Say', '1']"); numbers pass where they are a natural answer (GSM8K-style
+    "answer": 42)."""
     if isinstance(value, str):
         return value
     if numbers and isinstance(value, (int, float)) and not isinstance(value, bool):
         return str(value)
-    raise ValueError(f"{where}: the {what} must be a string{' or a number' if numbers else ''}, got "
-                     f"{type(value).__name__} {_short(value)}")
+    raise ValueError(f"{where}: the {what} must be a string{' or a number' if numbers else ''}, "
+                     f"got {type(value).__name__} {_short(value)}")
 
 
 def _short(value, n=60):
@@ -150,55 +162,70 @@ def _short(value, n=60):
 
 
 def _format_fields(fmt: str, row: dict, where: str) -> str:
-    """question_field = "{Body} {Question}": str.format over the row's fields (each a plain name; {{ }} for braces)."""
+    """question_field = "{Body} {Question}": str.format over the row's fields (each a plain name; {{
+    }} for braces)."""
     import string
     try:
         names = [name for _, name, _, _ in string.Formatter().parse(fmt) if name is not None]
     except ValueError as e:
-        raise ValueError(f"question_field {fmt!r} is not a valid format ({e}); write fields as {{name}}") from None
+        raise ValueError(f"question_field {fmt!r} is not a valid format ({e}); write fields as "
+                         "{name}") from None
     for name in names:
         if not name.isidentifier() and name not in row:
-            raise ValueError(f"question_field {fmt!r}: {{{name}}} is not a plain field name; write fields as {{name}}")
+            raise ValueError(f"question_field {fmt!r}: {{{name}}} is not a plain field name; write "
+                             "fields as {name}")
         if name in row and row[name] is None:
             raise ValueError(f"{where}: the field {name!r} of question_field {fmt!r} is null")
         if name not in row:
-            raise ValueError(f"{where}: no field {name!r} for question_field {fmt!r} (fields: {sorted(row)})")
-    return fmt.format_map({name: _text(row[name], where, f"field {name!r}", numbers=True) for name in names})
+            raise ValueError(f"{where}: no field {name!r} for question_field {fmt!r} (fields: "
+                             f"{sorted(row)})")
+    return fmt.format_map(
+        {name: _text(row[name], where, f"field {name!r}", numbers=True) for name in names})
 
 
 def _local_row(row, where, question_field, answer_field, domain, reward):
-    domain = domain or row.get("domain") or ("code" if any(k in row for k in ("tests", "test", "cases"))
+    domain = domain or row.get("domain") or ("code"
+                                             if any(k in row for k in ("tests", "test", "cases"))
                                               else "choice" if "choices" in row else "math")
     if domain not in DOMAINS:
         raise ValueError(f"{where}: domain must be one of {sorted(DOMAINS)}, got {domain!r}")
-    if question_field and "{" in question_field:     # a format over the row's fields, e.g. "{Body} {Question}"
+    # a format over the row's fields, e.g. "{Body} {Question}"
+    if question_field and "{" in question_field:
         question = _format_fields(question_field, row, where)
     else:
-        question = _text(_first(row, [question_field] if question_field else ["question", "problem", "prompt",
-                                                                                "input"], where, "question",
+        question = _text(
+            _first(row, [question_field] if question_field else ["question", "problem", "prompt",
+                                                                                "input"], where,
+                   "question",
                                 "question_field"), where, "question")
     if domain == "code" and not answer_field:
         tests = _first(row, ["tests", "test", "cases"], where, "tests", "answer_field")
         if not ("cases" in row and "tests" not in row and "test" not in row) and not (
-                isinstance(tests, str) or isinstance(tests, list) and all(isinstance(t, str) for t in tests)):
-            raise ValueError(f"{where}: the tests must be a string or a list of strings, got {_short(tests)}")
+                isinstance(tests, str) or isinstance(tests, list)
+                and all(isinstance(t, str) for t in tests)):
+            raise ValueError(f"{where}: the tests must be a string or a list of strings, got "
+                             f"{_short(tests)}")
         answer = {"cases": tests} if "cases" in row and "tests" not in row and "test" not in row else \
             {"tests": tests if isinstance(tests, str) else "\n".join(tests),
              "entry_point": row.get("entry_point"), "setup": row.get("setup") or ""}
     else:
         answer = _first(row, [answer_field] if answer_field else list(ANSWER_FIELDS),
                         where, "answer", "answer_field")
-    out = dict(question=str(question), answer=answer, domain=domain, reward=reward or row.get("reward") or
-               DOMAINS[domain], starter_code=row.get("starter_code"), id=row.get("id"),
-               fields=_fields(row, question, answer_field or next(
-                   (k for k in ANSWER_FIELDS if row.get(k) is not None), None)))
+    out = {"question": str(question), "answer": answer, "domain": domain,
+               "reward": reward or row.get("reward") or
+               DOMAINS[domain], "starter_code": row.get("starter_code"), "id": row.get("id"),
+               "fields": _fields(row, question, answer_field or next(
+                   (k for k in ANSWER_FIELDS if row.get(k) is not None), None))}
     if domain == "choice":
         if "choices" in row:
             if not isinstance(row["choices"], list) or not row["choices"] or not all(
-                    isinstance(c, (str, int, float)) and not isinstance(c, bool) for c in row["choices"]):
-                raise ValueError(f"{where}: choices must be a non-empty list of strings, got {_short(row['choices'])}")
+                    isinstance(c, (str, int, float)) and
+                    not isinstance(c, bool) for c in row["choices"]):
+                raise ValueError(f"{where}: choices must be a non-empty list of strings, got "
+                                 f"{_short(row['choices'])}")
             if len(row["choices"]) > len(LETTERS):
-                raise ValueError(f"{where}: {len(row['choices'])} choices, at most {len(LETTERS)} (A-J) are supported")
+                raise ValueError(f"{where}: {len(row['choices'])} choices, at most {len(LETTERS)} "
+                                 "(A-J) are supported")
             out["choices"] = list(row["choices"])
             out["answer"] = _choice_letter(answer, out["choices"], where)
         else:  # the question already lists its options
@@ -221,7 +248,8 @@ def _builtin_records(source: str, split: str):
     if split not in files:
         raise ValueError(f"{source} has splits {sorted(files)}, got split={split!r}")
     remote = files[split]
-    jsonl_copy = os.path.join(data_dir(), remote.name.rsplit(".", 1)[0] + ".jsonl")  # a converted parquet
+    # a converted parquet
+    jsonl_copy = os.path.join(data_dir(), remote.name.rsplit(".", 1)[0] + ".jsonl")
     if remote.name.endswith(".parquet") and os.path.exists(jsonl_copy):
         path = jsonl_copy
     else:
@@ -233,7 +261,8 @@ def _builtin_records(source: str, split: str):
             raise FileNotFoundError(f"{e} Or place the same rows as JSON lines at {jsonl_copy}.") from None
     records = read_records(path)
     if source == "mbpp":  # one file, split by task_id
-        records = [(where, row) for where, row in records if row.get("task_id") in builtin.MBPP_TASK_IDS[split]]
+        records = [(where, row) for where,
+                   row in records if row.get("task_id") in builtin.MBPP_TASK_IDS[split]]
     convert = builtin.CONVERTERS[source]
     out = []
     for i, (where, row) in enumerate(records):
@@ -250,22 +279,26 @@ def _local_records(path: str, question_field, answer_field, domain=None, reward=
     else:
         name = path[3:].partition(":")[0] if path.startswith("hf:") else os.path.normpath(path)
         stem, records = f"{os.path.basename(name)}/{split}", read_dataset(path, split)
-    return [(f"{stem}/{i}", where, _local_row(row, where, question_field, answer_field, domain, reward))
+    return [
+        (f"{stem}/{i}", where, _local_row(row, where, question_field, answer_field, domain, reward))
             for i, (where, row) in enumerate(records)]
 
 
 def load_problems(source: str, split: str = "train", *, limit: int | None = None, seed: int = 0,
                   question_field: str | None = None, answer_field: str | None = None,
                   template: str | None = None, system_prompt: str | None = None, **task_options) -> list[Problem]:
-    """Problems of `source`/`split`, prompts built with `template` (data/templates.py; default per domain).
-    task_options: arithmetic knobs (n, digits, min_digits, max_operand, terms, ops); for local files `reward=` / `domain=`."""
+    """Problems of `source`/`split`, prompts built with `template` (data/templates.py; default per
+    domain). task_options: arithmetic knobs (n, digits, min_digits, max_operand, terms, ops); for
+    local files `reward=` / `domain=`."""
     if limit is not None and limit < 0:
         raise ValueError(f"limit must be >= 0, got {limit}")
     if source in BUILTIN_SOURCES and (question_field or answer_field):
-        raise ValueError("question_field / answer_field apply to local files, not to built-in sources")
+        raise ValueError("question_field / answer_field apply to local files, not to built-in "
+                         "sources")
     if source == "arithmetic":
         check_options(arithmetic.generate, task_options, "the arithmetic task")
-        if limit and "n" not in task_options:     # generate just what is asked (the first `limit` are the same)
+        # generate just what is asked (the first `limit` are the same)
+        if limit and "n" not in task_options:
             task_options = dict(task_options, n=limit)
         rows = arithmetic.generate(split, seed, **task_options)
         records = [(r["id"], r["id"], dict(r, domain="math", reward="gsm8k",
@@ -278,7 +311,8 @@ def load_problems(source: str, split: str = "train", *, limit: int | None = None
     elif os.path.exists(source) or source.endswith((".jsonl", ".json", ".gz", ".parquet")) or \
             source.startswith("hf:"):
         if set(task_options) - {"domain", "reward"}:
-            raise OptionError(f"local files take the options domain= and reward=, got {sorted(task_options)}")
+            raise OptionError("local files take the options domain= and reward=, got "
+                              f"{sorted(task_options)}")
         for name, value in task_options.items():
             if value is not None and not isinstance(value, str):
                 raise OptionError(f"the option {name!r} must be a string, got {value!r}")
@@ -295,19 +329,22 @@ def load_problems(source: str, split: str = "train", *, limit: int | None = None
         if not question.strip():
             raise ValueError(f"{where}: empty question")
         for what, text in (("question", question), ("answer", row["answer"])):
-            try:                           # JSON can hold a lone surrogate ("\ud800"), which no tokenizer takes
+            # JSON can hold a lone surrogate ("\ud800"), which no tokenizer takes
+            try:
                 str(text).encode("utf-8")
             except UnicodeEncodeError as e:
                 raise ValueError(f"{where}: the {what} is not valid Unicode text (a lone surrogate "
                                  f"{str(text)[e.start]!r} at character {e.start})") from None
         if row.get("choices"):
             question = templates.format_choices(question, row["choices"])
-        messages, prompt = templates.build(question, row["domain"], template, system_prompt, row.get("starter_code"))
-        problems.append(Problem(id=str(row.get("id") or default_id), question=question, answer=row["answer"],
+        messages, prompt = templates.build(question, row["domain"], template, system_prompt,
+                                           row.get("starter_code"))
+        problems.append(
+            Problem(id=str(row.get("id") or default_id), question=question, answer=row["answer"],
                                 domain=row["domain"], reward=row["reward"], messages=messages,
                                 prompt=prompt, fields=row.get("fields") or {}))
     return problems
 
 
-__all__ = ["Problem", "OptionError", "load_problems", "render_prompt", "decontamination_report", "format_report",
-           "BUILTIN_SOURCES"]
+__all__ = ["BUILTIN_SOURCES", "OptionError", "Problem", "decontamination_report", "format_report",
+           "load_problems", "render_prompt"]

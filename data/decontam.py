@@ -1,8 +1,10 @@
-"""Decontamination check: does any training question share a word n-gram with an evaluation question?
+"""Decontamination check: does any training question share a word n-gram with an evaluation
+question?
 
-Questions are lower-cased and split into words (punctuation and LaTeX markup dropped); two questions overlap if
-they share n consecutive words (n = 13 by default, the GPT-3 paper's choice). A question shorter than n words is
-compared as a whole, so short exact duplicates are still found. Run it before training and read the report.
+Questions are lower-cased and split into words (punctuation and LaTeX markup dropped); two questions
+overlap if they share n consecutive words (n = 13 by default, the GPT-3 paper's choice). A question
+shorter than n words is compared as a whole, so short exact duplicates are still found. Run it
+before training and read the report.
 """
 import re
 
@@ -17,8 +19,9 @@ def _ngrams(text: str, n: int) -> set[tuple[str, ...]]:
 
 
 def decontamination_report(train, evaluation, n: int = 13, max_examples: int = 10) -> dict:
-    """{n, train, eval, overlapping_train, overlapping_eval, examples: [{train_id, eval_id, ngram}]}.
-    `train` and `evaluation` are lists of data.Problem (anything with .id and .question)."""
+    """{n, train, eval, overlapping_train, overlapping_eval, examples: [{train_id, eval_id,
+    ngram}]}. `train` and `evaluation` are lists of data.Problem (anything with .id and
+    .question)."""
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
     owner: dict[tuple, str] = {}
@@ -31,13 +34,19 @@ def decontamination_report(train, evaluation, n: int = 13, max_examples: int = 1
             if gram in owner:
                 train_hits.add(problem.id)
                 eval_hits.add(owner[gram])
-                if len(examples) < max_examples and (not examples or examples[-1]["train_id"] != problem.id):
-                    examples.append({"train_id": problem.id, "eval_id": owner[gram], "ngram": " ".join(gram)})
-    return {"n": n, "train": len(train), "eval": len(evaluation), "overlapping_train": len(train_hits),
-            "overlapping_eval": len(eval_hits), "examples": examples}
+                if len(examples) < max_examples and (not examples
+                                                     or examples[-1]["train_id"] != problem.id):
+                    examples.append(
+                        {"train_id": problem.id, "eval_id": owner[gram], "ngram": " ".join(gram)})
+    return {"n": n, "train": len(train), "eval": len(evaluation),
+            "overlapping_train": len(train_hits), "overlapping_eval": len(eval_hits),
+            "examples": examples}
 
 
 def format_report(report: dict) -> str:
-    line = (f"decontamination ({report['n']}-gram): {report['overlapping_train']}/{report['train']} train "
-            f"questions share an n-gram with {report['overlapping_eval']}/{report['eval']} eval questions")
-    return "\n".join([line] + [f"  {e['train_id']} ~ {e['eval_id']}: \"{e['ngram']}\"" for e in report["examples"]])
+    line = (f"decontamination ({report['n']}-gram): "
+            f"{report['overlapping_train']}/{report['train']} train questions share an n-gram with "
+            f"{report['overlapping_eval']}/{report['eval']} eval questions")
+    return "\n".join(
+        [line] + [
+            f"  {e['train_id']} ~ {e['eval_id']}: \"{e['ngram']}\"" for e in report["examples"]])

@@ -2,10 +2,11 @@
 (hf:ORG/NAME, a save_to_disk folder, a folder laid out like a hub data set repository), and the
 download cache for built-in sources.
 
-Cache folder: $GMTS_DATA_DIR if set (relative paths are taken from the current directory), else ~/.cache/gmts.
-A built-in file lives at <cache>/<source>/<name>, e.g. <cache>/gsm8k/test.jsonl, so pointing GMTS_DATA_DIR at a
-folder laid out like shared/data works with no download. Offline (GMTS_OFFLINE=1 or HF_HUB_OFFLINE=1) nothing is
-downloaded and a missing file is an error that names the file, where to put it and where it comes from.
+Cache folder: $GMTS_DATA_DIR if set (relative paths are taken from the current directory), else
+~/.cache/gmts. A built-in file lives at <cache>/<source>/<name>, e.g. <cache>/gsm8k/test.jsonl, so
+pointing GMTS_DATA_DIR at a folder laid out like shared/data works with no download. Offline
+(GMTS_OFFLINE=1 or HF_HUB_OFFLINE=1) nothing is downloaded and a missing file is an error that names
+the file, where to put it and where it comes from.
 """
 import gzip
 import hashlib
@@ -22,15 +23,19 @@ from dataclasses import dataclass
 class RemoteFile:
     name: str  # path inside the cache folder, "<source>/<file>"
     url: str
-    sha256: str | None  # None: not pinned yet; the first download records it in <file>.sha256 and later loads check it
+    # None: not pinned yet; the first download records it in <file>.sha256 and later loads check it
+    sha256: str | None
 
 
 def data_dir() -> str:
-    return os.path.abspath(os.environ.get("GMTS_DATA_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "gmts"))
+    return os.path.abspath(os.environ.get("GMTS_DATA_DIR")
+                           or os.path.join(os.path.expanduser("~"), ".cache", "gmts"))
 
 
 def offline() -> bool:
-    return any(os.environ.get(v, "").lower() in ("1", "true", "yes") for v in ("GMTS_OFFLINE", "HF_HUB_OFFLINE"))
+    return any(
+        os.environ.get(v, "").lower() in ("1", "true", "yes") for v
+        in ("GMTS_OFFLINE", "HF_HUB_OFFLINE"))
 
 
 def sha256_of(path: str) -> str:
@@ -42,15 +47,16 @@ def sha256_of(path: str) -> str:
 
 
 def fetch(remote: RemoteFile) -> str:
-    """Local path of a built-in file, downloading it once if needed; its checksum is verified on every load."""
+    """Local path of a built-in file, downloading it once if needed; its checksum is verified on
+    every load."""
     path = os.path.join(data_dir(), remote.name)
     if not os.path.exists(path):
         where = (f"Place the file at {path} (from {remote.url}"
                  + (f", sha256 {remote.sha256})" if remote.sha256 else ")")
                  + " or set GMTS_DATA_DIR to a folder that contains " + remote.name)
         if offline():
-            raise FileNotFoundError(f"{remote.name} is not in the data folder and downloads are off "
-                                    f"(GMTS_OFFLINE / HF_HUB_OFFLINE). {where}.")
+            raise FileNotFoundError(f"{remote.name} is not in the data folder and downloads are "
+                                    f"off (GMTS_OFFLINE / HF_HUB_OFFLINE). {where}.")
         os.makedirs(os.path.dirname(path), exist_ok=True)
         partial = path + ".partial"
         try:
@@ -69,8 +75,9 @@ def fetch(remote: RemoteFile) -> str:
     if expected is not None:
         actual = sha256_of(path)
         if actual != expected:
-            raise ValueError(f"{path}: sha256 {actual} does not match the expected {expected}. The file is "
-                             f"damaged or a different version; delete it to download {remote.url} again.")
+            raise ValueError(f"{path}: sha256 {actual} does not match the expected {expected}. The "
+                             "file is damaged or a different version; delete it to download "
+                             f"{remote.url} again.")
     return path
 
 
@@ -79,12 +86,14 @@ def _open_bytes(path: str):
 
 
 def _gzip_problem(path: str, err: Exception, lineno: int = 0) -> ValueError:
-    """A damaged .gz as one line: not gzip at all, or cut short (an interrupted download or copy)."""
+    """A damaged .gz as one line: not gzip at all, or cut short (an interrupted download or
+    copy)."""
     if isinstance(err, gzip.BadGzipFile):
-        return ValueError(f"{path}: not a gzip file ({err}); rename it without .gz if it is plain text")
+        return ValueError(f"{path}: not a gzip file ({err}); rename it without .gz if it is plain "
+                          "text")
     where = f" after line {lineno}" if lineno else ""
-    return ValueError(f"{path}: the gzip data is truncated or damaged{where} ({type(err).__name__}: {err}); "
-                      "download or copy it again")
+    return ValueError(f"{path}: the gzip data is truncated or damaged{where} "
+                      f"({type(err).__name__}: {err}); download or copy it again")
 
 
 def _decode(raw: bytes, path: str, lineno: int = 0) -> str:
@@ -94,12 +103,13 @@ def _decode(raw: bytes, path: str, lineno: int = 0) -> str:
     except UnicodeDecodeError as e:
         line = lineno or raw.count(b"\n", 0, e.start) + 1
         column = e.start - (raw.rfind(b"\n", 0, e.start) + 1 if not lineno else 0) + 1
-        raise ValueError(f"{path}:{line}: not UTF-8 text (byte 0x{raw[e.start]:02x} at column {column}); "
-                         "save the file as UTF-8") from None
+        raise ValueError(f"{path}:{line}: not UTF-8 text (byte 0x{raw[e.start]:02x} at column "
+                         f"{column}); save the file as UTF-8") from None
 
 
 def read_records(path: str) -> list[tuple[str, dict]]:
-    """[(where, row)] with where = "file:line" (jsonl) or "file item i" (json), for error messages."""
+    """[(where, row)] with where = "file:line" (jsonl) or "file item i" (json), for error
+    messages."""
     if not os.path.exists(path):
         raise FileNotFoundError(f"no such data file: {path}")
     if os.path.isdir(path):
@@ -107,26 +117,27 @@ def read_records(path: str) -> list[tuple[str, dict]]:
                          ".parquet), or read the folder as a data set (data.load_problems)")
     if not os.access(path, os.R_OK):
         raise ValueError(f"{path}: cannot be read (permission denied)")
-    base = path[:-3] if path.endswith(".gz") else path
+    base = path.removesuffix(".gz")
     if base.endswith(".parquet"):
         try:
             import pyarrow.parquet as pq
         except ImportError as e:
-            raise ImportError(f"{path} is a parquet file: `pip install pyarrow` to read it, or convert it to "
-                              f".jsonl") from e
+            raise ImportError(f"{path} is a parquet file: `pip install pyarrow` to read it, or "
+                              f"convert it to .jsonl") from e
         try:
             rows = pq.read_table(path).to_pylist()
-        except Exception as e:    # pyarrow's ArrowInvalid / OSError for a truncated or foreign file
+        except Exception as e:  # noqa: BLE001 - pyarrow's ArrowInvalid / OSError for a truncated or foreign file
             raise ValueError(f"{path}: not a readable parquet file ({type(e).__name__}: "
                              f"{' '.join(str(e).split())[:200]})") from None
         records = [(f"{path} row {i}", row) for i, row in enumerate(rows)]
     elif base.endswith(".jsonl"):
         records, lines = [], []
-        try:                  # read whole first: a .gz cut short fails while reading, named with the lines read
+        # read whole first: a .gz cut short fails while reading, named with the lines read
+        try:
             with _open_bytes(path) as f:
-                for raw in f:
-                    lines.append(raw)
-        except (OSError, EOFError, zlib.error) as err:   # BadGzipFile is an OSError; a cut stream an EOFError
+                lines.extend(f)           # the lines read so far stay when the stream breaks
+        # BadGzipFile is an OSError; a cut stream an EOFError
+        except (OSError, EOFError, zlib.error) as err:
             if not path.endswith(".gz"):
                 raise
             raise _gzip_problem(path, err, len(lines)) from None
@@ -157,18 +168,21 @@ def read_records(path: str) -> list[tuple[str, dict]]:
         if isinstance(data, dict):  # {"data": [...]} and the like: the one list inside
             lists = [v for v in data.values() if isinstance(v, list)]
             if len(lists) != 1:
-                raise ValueError(f"{path}: expected a list of objects, or an object holding exactly one list")
+                raise ValueError(f"{path}: expected a list of objects, or an object holding "
+                                 "exactly one list")
             data = lists[0]
         if not isinstance(data, list):
             raise ValueError(f"{path}: expected a list of objects, got {type(data).__name__}")
         records = [(f"{path} item {i}", row) for i, row in enumerate(data)]
     else:
-        raise ValueError(f"unsupported data file {path!r}: use .jsonl, .json (optionally .gz) or .parquet")
+        raise ValueError(f"unsupported data file {path!r}: use .jsonl, .json (optionally .gz) or "
+                         ".parquet")
     if not records:
         raise ValueError(f"{path}: empty file, no problems")
     for where, row in records:
         if not isinstance(row, dict):
-            raise ValueError(f"{where}: expected a JSON object, got {type(row).__name__}")
+            raise ValueError(  # noqa: TRY004 - bad data, not a bad argument type
+                f"{where}: expected a JSON object, got {type(row).__name__}")
     return records
 
 
@@ -186,14 +200,16 @@ def _import_datasets(source: str):
     except ImportError:
         raise ImportError(f"{source} is read with the `datasets` library, which is not installed: "
                           "pip install datasets") from None
-    datasets.logging.set_verbosity_error()   # its progress bars and cache notices are not our output
+    # its progress bars and cache notices are not our output
+    datasets.logging.set_verbosity_error()
     datasets.disable_progress_bars()
     return datasets
 
 
 def hub_reachable(timeout: float = 3.0) -> bool:
     """Whether a TCP connection to the hub (HF_ENDPOINT) opens within `timeout` seconds (name lookup
-    included: it runs in a thread, so a resolver that never answers costs `timeout`, not minutes)."""
+    included: it runs in a thread, so a resolver that never answers costs `timeout`, not
+    minutes)."""
     from huggingface_hub import constants
     url = urllib.parse.urlparse(constants.ENDPOINT)
     port = url.port or (443 if url.scheme == "https" else 80)
@@ -240,8 +256,8 @@ def _rows(table, source: str, split: str):
 def read_dataset(source: str, split: str) -> list[tuple[str, dict]]:
     """[(where, row)] of `split` of a data set read with `datasets`: hf:ORG/NAME[:CONFIG]
     (datasets.load_dataset; offline or with the hub unreachable, the local cache only), a folder
-    written by save_to_disk (load_from_disk; a DatasetDict gives `split`) or a folder laid out like a
-    hub repository (load_dataset on the folder). Problems are one-line FileNotFoundError /
+    written by save_to_disk (load_from_disk; a DatasetDict gives `split`) or a folder laid out like
+    a hub repository (load_dataset on the folder). Problems are one-line FileNotFoundError /
     ValueError / ImportError."""
     datasets = _import_datasets(source)
     if not source.startswith("hf:"):
@@ -285,8 +301,8 @@ def read_dataset(source: str, split: str) -> list[tuple[str, dict]]:
     except (ConnectionError, FileNotFoundError) as e:
         if cut_off:
             raise FileNotFoundError(f"{source} is not in the datasets cache "
-                                    f"({datasets.config.HF_DATASETS_CACHE}) and {why}; load it once "
-                                    "online, or pass a save_to_disk folder") from None
+                                    f"({datasets.config.HF_DATASETS_CACHE}) and {why}; load it "
+                                    "once online, or pass a save_to_disk folder") from None
         raise FileNotFoundError(f"{source}: {' '.join(str(e).split())[:300]}") from None
     except ValueError as e:             # an unknown config or split: datasets lists the right ones
         raise ValueError(f"{source}: {' '.join(str(e).split())[:300]}") from None

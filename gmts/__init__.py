@@ -3,32 +3,40 @@
 The package is laid out by role (README.md, "Layout"):
 
     gmts/method/    the method: pure functions on tensors, importable on their own (torch only)
-        grpo.py         advantage, ω, the selectors' scores, the exact top-ρ selection, the masked loss
-        head.py         log π(o_it) and entropy E_it through the output head, chunked over the vocabulary
-        options.py      the method's option names and their checks (no torch: the command line checks flags first)
-    gmts/trainer/   the trainer's parts: the sampler (rollout.py), one step's machinery (step.py), the per-step
-                    diagnostics, model loading and LoRA (policy.py), the optimizer, several processes and FSDP
-                    (distributed.py, which a single process's step never enters)
-    gmts/run/       the run infrastructure: config, validation, run state, checkpoints, logs, reporters
+        grpo.py         advantage, ω, the selectors' scores, the exact top-ρ selection, the masked
+                        loss
+        head.py         log π(o_it) and entropy E_it through the output head, chunked over the
+                        vocabulary
+        options.py      the method's option names and their checks (no torch: the command line
+                        checks flags first)
+    gmts/trainer/   the trainer's parts: the sampler (rollout.py), one step's machinery (step.py),
+                    the per-step diagnostics, model loading and LoRA (policy.py), the optimizer,
+                    several processes and FSDP (distributed.py, which a single process's step never
+                    enters)
+    gmts/run/       the run infrastructure: config, validation, run state, checkpoints, logs,
+                    reporters
     gmts/tools/     the tools: evaluate, analyze, plot, memory planner, statistics, toy models
 
-Nothing in gmts/ imports data/ or rewards/ (train.py and eval.py pass the data loader and the reward functions in;
-the tools that read data sets, gmts/tools/evaluate.py and analyze.py, import them inside the functions that do).
-`import gmts` loads no torch until a name below is used: the method's public names are loaded on first use (PEP 562),
-and `pip install -e .` makes it importable from any folder.
+Nothing in gmts/ imports data/ or rewards/ (train.py and eval.py pass the data loader and the reward
+functions in; the tools that read data sets, gmts/tools/evaluate.py and analyze.py, import them
+inside the functions that do). `import gmts` loads no torch until a name below is used: the method's
+public names are loaded on first use (PEP 562), and `pip install -e .` makes it importable from any
+folder.
 """
 import importlib
 
-# Where each public name lives. Imported on first use, so that `import gmts.run.config` / `gmts.run.validate` do not
-# load torch: the command line checks its flags before torch loads (~3 s) and a bad one fails at once.
+# Where each public name lives. Imported on first use, so that `import gmts.run.config` /
+# `gmts.run.validate` do not load torch: the command line checks its flags before torch loads (~3 s)
+# and a bad one fails at once.
 _EXPORTS = {
-    "method.grpo": ("group_advantages", "mixed_groups", "overlong_penalty", "check_loss_config", "kl_relative_weight",
-                    "loss_weights", "policy_loss", "relative_token_weight", "token_objective", "SELECTORS",
-                    "clip_active", "token_omega", "token_scores", "num_to_select", "select_tokens"),
+    "method.grpo": ("group_advantages", "mixed_groups", "overlong_penalty", "check_loss_config",
+                    "kl_relative_weight", "loss_weights", "policy_loss", "relative_token_weight",
+                    "token_objective", "SELECTORS", "clip_active", "token_omega", "token_scores",
+                    "num_to_select", "select_tokens"),
     "method.head": ("token_entropy", "token_logprobs_and_entropy"),
 }
 _WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
-__all__ = sorted(_WHERE)
+__all__ = [name for name in sorted(_WHERE)]
 
 
 def __getattr__(name):

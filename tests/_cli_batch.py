@@ -1,10 +1,10 @@
-"""Run many train.py / eval.py command lines cheaply, each exactly as `python SCRIPT ARGS...` would, for
-tests/test_bad_input.py.
+"""Run many train.py / eval.py command lines cheaply, each exactly as `python SCRIPT ARGS...` would,
+for tests/test_bad_input.py.
 
-Reads [[script, [args...]], ...] as JSON on stdin; imports the heavy modules once, then runs every case in a forked
-child whose stdout and stderr are files, with the interpreter's own handling of SystemExit (None -> 0, an int -> that
-status, anything else printed to stderr -> 1) and of any other exception (a traceback, status 1). Writes
-[{"rc", "stdout", "stderr"}, ...] as JSON on stdout.
+Reads [[script, [args...]], ...] as JSON on stdin; imports the heavy modules once, then runs every
+case in a forked child whose stdout and stderr are files, with the interpreter's own handling of
+SystemExit (None -> 0, an int -> that status, anything else printed to stderr -> 1) and of any other
+exception (a traceback, status 1). Writes [{"rc", "stdout", "stderr"}, ...] as JSON on stdout.
 """
 import json
 import os
@@ -16,10 +16,10 @@ import traceback
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-import torch  # noqa: E402,F401  (imported once, before the forks)
-import transformers  # noqa: E402,F401
-import train  # noqa: E402,F401
-import eval as _eval  # noqa: E402,F401
+import torch  # noqa: F401  (imported once, before the forks)
+import transformers  # noqa: F401
+import train  # noqa: F401
+import eval as _eval  # noqa: F401
 
 
 def run_case(script, args, out_path, err_path):
@@ -40,7 +40,7 @@ def run_case(script, args, out_path, err_path):
             else:
                 print(exit_.code, file=sys.stderr)
                 code = 1
-        except BaseException:
+        except BaseException:  # noqa: BLE001 - any failure ends this command only, as in its own process
             traceback.print_exc()
             code = 1
         sys.stdout.flush()

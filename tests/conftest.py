@@ -4,43 +4,49 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-import json  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
+import json
+import subprocess
+import sys
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
+import pytest
+import torch
 
 torch.set_num_threads(1)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# The environment of the command lines the entry-point tests run: offline, one thread, the project importable.
+# The environment of the command lines the entry-point tests run: offline, one thread, the project
+# importable.
 ENV = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", OMP_NUM_THREADS="1",
            PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
 
-# shared/data: public files some tests read, kept beside the clone (../shared/data), never committed; another folder
-# with GMTS_TEST_DATA=DIR. Without them those tests skip and say what is missing and how to get it.
-SHARED_DATA = os.path.abspath(os.environ.get("GMTS_TEST_DATA") or os.path.join(ROOT, "..", "shared", "data"))
+# shared/data: public files some tests read, kept beside the clone (../shared/data), never
+# committed; another folder with GMTS_TEST_DATA=DIR. Without them those tests skip and say what is
+# missing and how to get it.
+SHARED_DATA = os.path.abspath(os.environ.get("GMTS_TEST_DATA")
+                              or os.path.join(ROOT, "..", "shared", "data"))
 _FETCH = {
-    "gsm8k": "GSM8K's train.jsonl and test.jsonl (openai/grade-school-math); data/ downloads them, sha256 pinned: "
-             "GMTS_DATA_DIR=DIR python -c \"import data; data.load_problems('gsm8k', 'train'); "
-             "data.load_problems('gsm8k', 'test')\"",
+    "gsm8k": "GSM8K's train.jsonl and test.jsonl (openai/grade-school-math); data/ downloads them, "
+             "sha256 pinned: GMTS_DATA_DIR=DIR python -c \"import data; "
+             "data.load_problems('gsm8k', 'train'); data.load_problems('gsm8k', 'test')\"",
     "math500": "MATH-500's test.jsonl; data/ downloads it, sha256 pinned: "
                "GMTS_DATA_DIR=DIR python -c \"import data; data.load_problems('math500', 'test')\"",
-    "qwen2.5-tokenizer": "the Qwen2.5 tokenizer: hf download Qwen/Qwen2.5-0.5B-Instruct vocab.json merges.txt "
-                         "tokenizer_config.json --local-dir DIR/qwen2.5-tokenizer",
-    "qwen2.5-configs": "Qwen2.5-{0.5B,1.5B}-Instruct's config.json: hf download Qwen/Qwen2.5-1.5B-Instruct config.json "
-                       "--local-dir DIR/qwen2.5-configs/Qwen2.5-1.5B-Instruct (and 0.5B)",
+    "qwen2.5-tokenizer": "the Qwen2.5 tokenizer: hf download Qwen/Qwen2.5-0.5B-Instruct vocab.json "
+                         "merges.txt tokenizer_config.json --local-dir DIR/qwen2.5-tokenizer",
+    "qwen2.5-configs": "Qwen2.5-{0.5B,1.5B}-Instruct's config.json: hf download "
+                       "Qwen/Qwen2.5-1.5B-Instruct config.json --local-dir "
+                       "DIR/qwen2.5-configs/Qwen2.5-1.5B-Instruct (and 0.5B)",
 }
 
 
 def shared_data_missing(*parts):
-    """Why a test that reads SHARED_DATA/<parts> skips (a line saying what and how to get it), or None if there."""
+    """Why a test that reads SHARED_DATA/<parts> skips (a line saying what and how to get it), or
+    None if there."""
     path = os.path.join(SHARED_DATA, *parts)
     if os.path.exists(path):
         return None
-    return (f"no {path}: shared/data holds public files beside the clone, not in the repo; to run this test get "
-            f"{_FETCH[parts[0]]}, with DIR = {SHARED_DATA} (or set GMTS_TEST_DATA=DIR)")
+    return (f"no {path}: shared/data holds public files beside the clone, not in the repo; to run "
+            f"this test get {_FETCH[parts[0]]}, with DIR = {SHARED_DATA} (or set "
+            "GMTS_TEST_DATA=DIR)")
 
 
 def needs_shared_data(*parts):
@@ -50,9 +56,11 @@ def needs_shared_data(*parts):
 
 
 def run_batch(cases, timeout=900):
-    """[(script, args)] -> [{"rc", "stdout", "stderr"}], each as its own command line (tests/_cli_batch.py)."""
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "_cli_batch.py")], input=json.dumps(cases),
-                          capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=timeout)
+    """[(script, args)] -> [{"rc", "stdout", "stderr"}], each as its own command line
+    (tests/_cli_batch.py)."""
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "_cli_batch.py")],
+                          input=json.dumps(cases), capture_output=True, text=True, env=ENV,
+                          cwd=ROOT, timeout=timeout, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout)
 
@@ -70,14 +78,16 @@ def tiny_qwen2(vocab_size=64, hidden=16, layers=2, dtype=torch.float32, seed=0):
 
 
 def build_byte_tokenizer():
-    """A byte-level tokenizer with Qwen's chat tokens, built in memory (gmts/tools/toy.py): no download."""
+    """A byte-level tokenizer with Qwen's chat tokens, built in memory (gmts/tools/toy.py): no
+    download."""
     from gmts.tools.toy import byte_tokenizer
     return byte_tokenizer()
 
 
 def write_tiny_model(path, seed=0, hidden=32, layers=2, favour=None):
-    """A tiny random Qwen2 + the byte-level tokenizer saved as an ordinary transformers folder. `favour` biases it
-    toward a few characters so that its groups of answers get mixed rewards (gmts/tools/toy.py explains how)."""
+    """A tiny random Qwen2 + the byte-level tokenizer saved as an ordinary transformers folder.
+    `favour` biases it toward a few characters so that its groups of answers get mixed rewards
+    (gmts/tools/toy.py explains how)."""
     from gmts.tools.toy import save_tiny_model
     return save_tiny_model(path, seed=seed, hidden=hidden, layers=layers, favour=favour)
 
@@ -89,7 +99,8 @@ def tiny_model_dir(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def digit_model_dir(tmp_path_factory):
-    """A tiny model that mostly answers "1", "2" or stops: on `digit_data` its groups get mixed rewards."""
+    """A tiny model that mostly answers "1", "2" or stops: on `digit_data` its groups get mixed
+    rewards."""
     return write_tiny_model(tmp_path_factory.mktemp("digit-qwen2"), favour="12 ")
 
 

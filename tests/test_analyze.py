@@ -1,7 +1,9 @@
-"""gmts.tools.analyze (the paper's Figures 2-3 measurements) and gmts.tools.plot, on tiny offline models.
+"""gmts.tools.analyze (the paper's Figures 2-3 measurements) and gmts.tools.plot, on tiny offline
+models.
 
-The per-token gradient norms are checked against a direct computation written here independently: the model's own
-full logits, log_softmax, and one torch.autograd.grad of the token objective per token."""
+The per-token gradient norms are checked against a direct computation written here independently:
+the model's own full logits, log_softmax, and one torch.autograd.grad of the token objective per
+token."""
 import json
 import math
 import os
@@ -19,7 +21,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _prompt(tok, text="Say 1"):
-    ids = tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True)
+    ids = tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
+                                  tokenize=True)
     return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
 
 
@@ -31,9 +34,11 @@ def _batch(model, tok, group_size=4, max_new_tokens=5, seed=0):
     return prompts, roll
 
 
-def direct_token_gradients(model, prompt, completion, advantage, params, *, beta=0.0, ref_model=None, temperature=1.0):
-    """Independent reference: ||∇θ log π(o_t)|| and ||∇θ ℓ_t|| for every token t of one answer, from the full logits.
-    ℓ_t = r A - β (π_ref/π - log(π_ref/π) - 1) with r = π/π_old, π_old = π (a constant copy)."""
+def direct_token_gradients(model, prompt, completion, advantage, params, *, beta=0.0,
+                           ref_model=None, temperature=1.0):
+    """Independent reference: ||∇θ log π(o_t)|| and ||∇θ ℓ_t|| for every token t of one answer, from
+    the full logits. ℓ_t = r A - β (π_ref/π - log(π_ref/π) - 1) with r = π/π_old, π_old = π (a
+    constant copy)."""
     ids = torch.tensor([prompt + completion])
     P = len(prompt)
     ref_logp = None
@@ -61,25 +66,31 @@ def direct_token_gradients(model, prompt, completion, advantage, params, *, beta
 def test_gradient_norms_equal_direct_autograd_per_token():
     model, tok = tiny_model(favour="12 ", dtype=torch.float64)
     prompts, roll = _batch(model, tok)
-    rewards = [1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0]      # G = 4, unbiased std: A = +1.5 / -0.5 and ±0.866
+    # G = 4, unbiased std: A = +1.5 / -0.5 and ±0.866
+    rewards = [1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0]
     records = analyze.analyze_groups(model, prompts, roll, rewards, params="all", progress=False)
     assert len(records) == 8
     params = list(model.parameters())
     for rec in records:
         completion = roll.completion_ids[rec["answer"]][roll.valid_mask[rec["answer"]]].tolist()
-        logp_norms, obj_norms, entropies = direct_token_gradients(model, prompts[rec["group"]], completion,
+        logp_norms, obj_norms, entropies = direct_token_gradients(
+            model, prompts[rec["group"]], completion,
                                                                   rec["advantage"], params)
         assert rec["n_tokens"] == len(completion) == len(rec["grad_logp_norm"])
-        # float64: the same forward and a backward from the same token's log π, ~1e-14 apart. (Qwen2's RMSNorm runs in
-        # float32 inside: its inputs are the same, and upstream gradients ~1e-16 apart round to the same float32
-        # values except with probability ~1e-16 / 6e-8 per element, so it adds nothing in practice.)
-        torch.testing.assert_close(torch.tensor(rec["grad_logp_norm"]), torch.tensor(logp_norms), rtol=1e-9, atol=1e-12)
-        torch.testing.assert_close(torch.tensor(rec["grad_objective_norm"]), torch.tensor(obj_norms), rtol=1e-9,
+        # float64: the same forward and a backward from the same token's log π, ~1e-14 apart.
+        # (Qwen2's RMSNorm runs in float32 inside: its inputs are the same, and upstream gradients
+        # ~1e-16 apart round to the same float32 values except with probability ~1e-16 / 6e-8 per
+        # element, so it adds nothing in practice.)
+        torch.testing.assert_close(torch.tensor(rec["grad_logp_norm"]), torch.tensor(logp_norms),
+                                   rtol=1e-9, atol=1e-12)
+        torch.testing.assert_close(torch.tensor(rec["grad_objective_norm"]),
+                                   torch.tensor(obj_norms), rtol=1e-9, atol=1e-12)
+        torch.testing.assert_close(torch.tensor(rec["entropy"]), torch.tensor(entropies), rtol=1e-9,
                                    atol=1e-12)
-        torch.testing.assert_close(torch.tensor(rec["entropy"]), torch.tensor(entropies), rtol=1e-9, atol=1e-12)
         # On-policy, β = 0: ω = A exactly, the GMTS score is |E·A|, ε = 1 - p.
         assert rec["omega"] == pytest.approx([rec["advantage"]] * rec["n_tokens"])
-        assert rec["gmts_score"] == pytest.approx([abs(e * rec["advantage"]) for e in rec["entropy"]])
+        assert rec["gmts_score"] == pytest.approx(
+            [abs(e * rec["advantage"]) for e in rec["entropy"]])
         assert rec["epsilon"] == pytest.approx([1 - math.exp(lp) for lp in rec["logp"]])
     assert {round(r["advantage"], 4) for r in records} == {1.5, -0.5, 0.866, -0.866}
 
@@ -94,16 +105,19 @@ def test_last_layers_option_and_kl_term_match_direct_autograd():
                                 model.get_output_embeddings().weight]}
     assert {id(p) for p in params} == expected and cut is last
     rewards = [1.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 1.0]
-    records = analyze.analyze_groups(model, prompts, roll, rewards, params="last:1", beta=0.1, ref_model=ref,
-                                     progress=False)
+    records = analyze.analyze_groups(model, prompts, roll, rewards, params="last:1", beta=0.1,
+                                     ref_model=ref, progress=False)
     for rec in records[:3]:
         completion = roll.completion_ids[rec["answer"]][roll.valid_mask[rec["answer"]]].tolist()
-        logp_norms, obj_norms, _ = direct_token_gradients(model, prompts[rec["group"]], completion, rec["advantage"],
-                                                          params, beta=0.1, ref_model=ref)
-        torch.testing.assert_close(torch.tensor(rec["grad_logp_norm"]), torch.tensor(logp_norms), rtol=1e-9, atol=1e-12)
-        torch.testing.assert_close(torch.tensor(rec["grad_objective_norm"]), torch.tensor(obj_norms), rtol=1e-9,
-                                   atol=1e-12)
-        # the KL term makes ω differ from A, and the coefficient autograd found through token_objective is ω
+        logp_norms, obj_norms, _ = direct_token_gradients(model, prompts[rec["group"]], completion,
+                                                          rec["advantage"], params, beta=0.1,
+                                                          ref_model=ref)
+        torch.testing.assert_close(torch.tensor(rec["grad_logp_norm"]), torch.tensor(logp_norms),
+                                   rtol=1e-9, atol=1e-12)
+        torch.testing.assert_close(torch.tensor(rec["grad_objective_norm"]),
+                                   torch.tensor(obj_norms), rtol=1e-9, atol=1e-12)
+        # the KL term makes ω differ from A, and the coefficient autograd found through
+        # token_objective is ω
         assert rec["objective_coef"] == pytest.approx(rec["omega"], rel=1e-9)
         assert any(abs(w - rec["advantage"]) > 1e-4 for w in rec["omega"])
     # every parameter's requires_grad is restored
@@ -111,8 +125,9 @@ def test_last_layers_option_and_kl_term_match_direct_autograd():
 
 
 def test_untied_head_with_a_bias_and_temperature_match_direct_autograd():
-    # Untied head, so with --params all its gradient is taken in closed form ((e - p) h / τ, a rank-one matrix);
-    # a bias and τ != 1 exercise every term of that formula against plain autograd of the full logits.
+    # Untied head, so with --params all its gradient is taken in closed form ((e - p) h / τ, a
+    # rank-one matrix); a bias and τ != 1 exercise every term of that formula against plain autograd
+    # of the full logits.
     from conftest import tiny_qwen2
     model = tiny_qwen2(dtype=torch.float64, seed=3)
     head = model.get_output_embeddings()
@@ -121,20 +136,24 @@ def test_untied_head_with_a_bias_and_temperature_match_direct_autograd():
     for spec in ("all", "last:1", "head"):
         params, cut = analyze.analysis_parameters(model, spec)
         assert any(p is head.bias for p in params)
-        out = analyze.answer_token_gradients(model, prompt, completion, params=params, cut_before=cut,
-                                             temperature=0.7)
-        logp_norms, _, entropies = direct_token_gradients(model, prompt, completion, 1.0, params, temperature=0.7)
-        # rtol 1e-6: the closed-form head gradient and autograd of the full logits are different graphs, so the float32
-        # RMSNorm inside the float64 model rounds their backward differently (~16 u32 ≈ 1e-6 relative at most)
-        torch.testing.assert_close(out["grad_logp_norm"], torch.tensor(logp_norms, dtype=torch.float64),
-                                   rtol=1e-6, atol=1e-12)
-        torch.testing.assert_close(out["entropy"], torch.tensor(entropies, dtype=torch.float64), rtol=1e-9, atol=1e-12)
+        out = analyze.answer_token_gradients(model, prompt, completion, params=params,
+                                             cut_before=cut, temperature=0.7)
+        logp_norms, _, entropies = direct_token_gradients(model, prompt, completion, 1.0, params,
+                                                          temperature=0.7)
+        # rtol 1e-6: the closed-form head gradient and autograd of the full logits are different
+        # graphs, so the float32 RMSNorm inside the float64 model rounds their backward differently
+        # (~16 u32 ≈ 1e-6 relative at most)
+        torch.testing.assert_close(out["grad_logp_norm"],
+                                   torch.tensor(logp_norms, dtype=torch.float64), rtol=1e-6,
+                                   atol=1e-12)
+        torch.testing.assert_close(out["entropy"], torch.tensor(entropies, dtype=torch.float64),
+                                   rtol=1e-9, atol=1e-12)
 
 
 def test_head_only_on_a_tied_head_is_the_outer_product_norm():
-    # Tied head (= the input embedding). With --params head, θ is the head's use only: ∇_W log p_t = (e - p) h_tᵀ,
-    # so the norm is ||e - p|| · ||h_t|| (Prop. 3.1's G_t times the hidden state's norm). Counting the embedding
-    # use as well would make it larger.
+    # Tied head (= the input embedding). With --params head, θ is the head's use only: ∇_W log p_t =
+    # (e - p) h_tᵀ, so the norm is ||e - p|| · ||h_t|| (Prop. 3.1's G_t times the hidden state's
+    # norm). Counting the embedding use as well would make it larger.
     model, tok = tiny_model(dtype=torch.float64)
     assert model.get_output_embeddings().weight is model.get_input_embeddings().weight
     prompt, completion = _prompt(tok), [40, 41, 42, 43]
@@ -143,34 +162,40 @@ def test_head_only_on_a_tied_head_is_the_outer_product_norm():
     with torch.no_grad():
         h = model.get_decoder()(input_ids=torch.tensor([prompt + completion])).last_hidden_state[0]
     h = h[len(prompt) - 1: len(prompt) - 1 + len(completion)]
-    torch.testing.assert_close(out["grad_logp_norm"], out["logit_grad_norm"] * h.norm(dim=-1), rtol=1e-9, atol=0)
+    torch.testing.assert_close(out["grad_logp_norm"], out["logit_grad_norm"] * h.norm(dim=-1),
+                               rtol=1e-9, atol=0)
     p = torch.softmax(h @ model.get_output_embeddings().weight.t(), -1)
     e = torch.nn.functional.one_hot(torch.tensor(completion), p.shape[-1]).double()
     torch.testing.assert_close(out["logit_grad_norm"], (e - p).norm(dim=-1), rtol=1e-9, atol=0)
     full, _ = analyze.analysis_parameters(model, "all")
-    tied_all = analyze.answer_token_gradients(model, prompt, completion, params=[full[0]])   # embedding+head use
+    # embedding+head use
+    tied_all = analyze.answer_token_gradients(model, prompt, completion, params=[full[0]])
     assert (tied_all["grad_logp_norm"] > out["grad_logp_norm"] + 1e-9).all()
 
 
 def test_off_policy_steps_move_theta_and_the_measured_tokens_have_r_not_one():
-    """After an AdamW step on group 0, group 1 is measured at the moved θ against the rollout's log-probs: r ≠ 1,
-    some clips active, and ||∇θ ℓ|| still equals a direct autograd of min(r A, clip(r) A) per token."""
+    """After an AdamW step on group 0, group 1 is measured at the moved θ against the rollout's
+    log-probs: r ≠ 1, some clips active, and ||∇θ ℓ|| still equals a direct autograd of min(r A,
+    clip(r) A) per token."""
     model, tok = tiny_model(favour="12 ", dtype=torch.float64)
     prompts, roll = _batch(model, tok, max_new_tokens=4)
     rewards = [1.0, 0.0, 0.0, 1.0, 0.0, 1.0, 1.0, 0.0]
     before = [p.detach().clone() for p in model.parameters()]
     trained, measured = analyze.off_policy_split(2, 1, 1)
     assert (trained, measured) == ([[0]], [1])
-    advantages = torch.tensor([1.0, -1.0, -1.0, 1.0, -1.0, 1.0, 1.0, -1.0]) * math.sqrt(3) / 2   # unbiased std, G = 4
-    log = analyze.off_policy_steps(model, roll, advantages, trained, torch.optim.AdamW(model.parameters(), lr=0.05),
-                                   eps_low=0.2, eps_high=0.2)
+    # unbiased std, G = 4
+    advantages = torch.tensor([1.0, -1.0, -1.0, 1.0, -1.0, 1.0, 1.0, -1.0]) * math.sqrt(3) / 2
+    log = analyze.off_policy_steps(model, roll, advantages, trained,
+                                   torch.optim.AdamW(model.parameters(), lr=0.05), eps_low=0.2,
+                                   eps_high=0.2)
     assert len(log) == 1 and log[0]["groups"] == [0] and log[0]["grad_norm"] > 0
-    # the first mini-batch is scored at θ_old: r = 1 up to the rollout's KV-cached values against a full forward
-    # (float64 model with Qwen2's float32 RMSNorm: |Δ log π| ~ 1e-7, tests/test_rollout.py), so mean |r - 1| < 1e-5
+    # the first mini-batch is scored at θ_old: r = 1 up to the rollout's KV-cached values against a
+    # full forward (float64 model with Qwen2's float32 RMSNorm: |Δ log π| ~ 1e-7,
+    # tests/test_rollout.py), so mean |r - 1| < 1e-5
     assert log[0]["ratio_abs_dev_mean"] < 1e-5
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
-    records = analyze.analyze_groups(model, prompts, roll, rewards, params="all", old_logp=roll.logp,
-                                     groups=measured, progress=False)
+    records = analyze.analyze_groups(model, prompts, roll, rewards, params="all",
+                                     old_logp=roll.logp, groups=measured, progress=False)
     assert [r["answer"] for r in records] == [4, 5, 6, 7] and {r["group"] for r in records} == {1}
     ratios = torch.tensor([v for r in records for v in r["ratio"]])
     assert (ratios - 1).abs().max() > 0.05
@@ -189,17 +214,22 @@ def test_off_policy_steps_move_theta_and_the_measured_tokens_have_r_not_one():
             objective = torch.minimum(r * rec["advantage"], r.clamp(0.8, 1.2) * rec["advantage"])
             g = torch.autograd.grad(objective, params)
             expected.append(math.sqrt(sum(float(x.pow(2).sum()) for x in g)))
-        # rtol 1e-6, not 1e-9: Qwen2's RMSNorm computes in float32 even in a float64 model, so a backward seeded
-        # with r·A instead of 1 rounds differently at ~1e-7 (the clipped tokens' exact zeros are checked below).
+        # rtol 1e-6, not 1e-9: Qwen2's RMSNorm computes in float32 even in a float64 model, so a
+        # backward seeded with r·A instead of 1 rounds differently at ~1e-7 (the clipped tokens'
+        # exact zeros are checked below).
         torch.testing.assert_close(torch.tensor(rec["grad_objective_norm"], dtype=torch.float64),
-                                   torch.tensor(expected, dtype=torch.float64), rtol=1e-6, atol=1e-12)
+                                   torch.tensor(expected, dtype=torch.float64), rtol=1e-6,
+                                   atol=1e-12)
         assert rec["objective_coef"] == pytest.approx(rec["omega"], rel=1e-9, abs=1e-12)
-        for w, r, clipped, g in zip(rec["omega"], rec["ratio"], rec["clip_active"], rec["grad_objective_norm"]):
-            assert w == pytest.approx(0.0 if clipped else r * rec["advantage"], rel=1e-9, abs=1e-12)  # ω = r·A·I
+        for w, r, clipped, g in zip(rec["omega"], rec["ratio"], rec["clip_active"],
+                                    rec["grad_objective_norm"]):
+            # ω = r·A·I
+            assert w == pytest.approx(0.0 if clipped else r * rec["advantage"], rel=1e-9, abs=1e-12)
             assert (g == 0) == clipped
     s = stats.summarize(records, ratio=0.2)
     assert 0 < s["clip_active_share"] < 1 and s["ratio_abs_dev_mean"] > 0.01
-    on_policy = stats.summarize(analyze.analyze_groups(model, prompts, roll, rewards, groups=[1], progress=False))
+    on_policy = stats.summarize(
+        analyze.analyze_groups(model, prompts, roll, rewards, groups=[1], progress=False))
     assert on_policy["clip_active_share"] == 0 and on_policy["ratio_abs_dev_mean"] == 0
 
 
@@ -212,8 +242,10 @@ def test_bad_params_spec_names_it():
 
 def test_pearson_spearman_against_known_values():
     assert stats.pearson([1, 2, 3, 4], [2, 4, 6, 8]) == pytest.approx(1.0)
-    assert stats.pearson([1, 2, 3], [5, 5, 5]) is None                     # constant: undefined, not NaN
-    assert stats.spearman([1, 2, 3, 4, 5], [1, 8, 27, 64, 125]) == pytest.approx(1.0)   # monotone, not linear
+    # constant: undefined, not NaN
+    assert stats.pearson([1, 2, 3], [5, 5, 5]) is None
+    # monotone, not linear
+    assert stats.spearman([1, 2, 3, 4, 5], [1, 8, 27, 64, 125]) == pytest.approx(1.0)
     assert stats.ranks([10, 20, 20, 30]).tolist() == [1.0, 2.5, 2.5, 4.0]
     # Spearman with ties = Pearson of average ranks: x ranks [1, 2.5, 2.5, 4], y ranks [1, 2, 3, 4]
     assert stats.spearman([1, 2, 2, 3], [1, 2, 3, 4]) == pytest.approx(0.9486832980505138)
@@ -226,22 +258,27 @@ def test_pearson_spearman_against_known_values():
 
 
 def test_summary_recall_prefers_gmts_when_one_answer_carries_the_gradient():
-    # Synthetic records: answer 0 (A = +2.47) has LOW entropy, the seven wrong answers (A = -0.35) high entropy.
+    # Synthetic records: answer 0 (A = +2.47) has LOW entropy, the seven wrong answers (A = -0.35)
+    # high entropy.
     records = []
     for i in range(8):
         adv = 2.4748 if i == 0 else -0.3536
         ent = [0.5 + 0.01 * t for t in range(10)] if i == 0 else [1.0 + 0.01 * t for t in range(10)]
-        glp = [e for e in ent]                                               # gradient tracks entropy within answers
-        records.append({"group": 0, "answer": i, "reward": float(i == 0), "advantage": adv, "n_tokens": 10,
+        # gradient tracks entropy within answers
+        glp = [e for e in ent]
+        records.append(
+            {"group": 0, "answer": i, "reward": float(i == 0), "advantage": adv, "n_tokens": 10,
                         "entropy": ent, "grad_logp_norm": glp, "epsilon": [0.05] * 10,
                         "grad_objective_norm": [abs(adv) * g for g in glp],
                         "gmts_score": [abs(adv) * e for e in ent]})
     s = stats.summarize(records, ratio=0.2)
-    # k = ceil(0.2 * 80) = 16 true top tokens: answer 0's 10 (|A| = 2.47) and 6 of the wrong answers' highest.
-    # ETS ranks by entropy alone, misses all 10 of answer 0 and finds only those 6.
+    # k = ceil(0.2 * 80) = 16 true top tokens: answer 0's 10 (|A| = 2.47) and 6 of the wrong
+    # answers' highest. ETS ranks by entropy alone, misses all 10 of answer 0 and finds only those
+    # 6.
     assert s["top_recall"]["gmts"] == 1.0 and s["top_recall"]["ets"] == pytest.approx(6 / 16)
     assert s["groups"][0]["spearman_gmts_grad"] == pytest.approx(1.0)
-    assert s["groups"][0]["spearman_entropy_grad"] < 0.5     # right within the wrong answers, wrong across
+    # right within the wrong answers, wrong across
+    assert s["groups"][0]["spearman_entropy_grad"] < 0.5
     assert s["pearson_logE_loggrad"]["mean"] == pytest.approx(1.0)
     assert s["epsilon"]["share_below_0.1"] == 1.0 and sum(s["epsilon"]["histogram"]["counts"]) == 80
 
@@ -249,22 +286,27 @@ def test_summary_recall_prefers_gmts_when_one_answer_carries_the_gradient():
 def test_cli_end_to_end_writes_json_and_figures(digit_model_dir, digit_data, tmp_path):
     out = tmp_path / "analysis.json"
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", OMP_NUM_THREADS="1")
-    proc = subprocess.run([sys.executable, "-m", "gmts.tools.analyze", "--model", digit_model_dir, "--data", digit_data,
-                           "--prompts", "3", "--group-size", "4", "--max-new-tokens", "4", "--device", "cpu",
+    proc = subprocess.run(
+        [sys.executable, "-m", "gmts.tools.analyze", "--model", digit_model_dir, "--data",
+         digit_data,
+                           "--prompts", "3", "--group-size", "4", "--max-new-tokens", "4",
+         "--device", "cpu",
                            "--seed", "1", "--params", "last:1", "--max-tokens-per-answer", "3",
-                           "--output", str(out)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+                           "--output", str(out)], cwd=ROOT, env=env, capture_output=True, text=True,
+                           timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr
     result = json.loads(out.read_text())
     assert {"config", "summary", "answers", "objective", "params", "n_params"} <= set(result)
     summary = result["summary"]
-    assert {"groups", "pearson_logE_loggrad", "spearman_gmts_grad", "spearman_entropy_grad", "epsilon",
-            "top_recall", "pearson_logE_loggrad_within_answer"} <= set(summary)
+    assert {"groups", "pearson_logE_loggrad", "spearman_gmts_grad", "spearman_entropy_grad",
+            "epsilon", "top_recall", "pearson_logE_loggrad_within_answer"} <= set(summary)
     assert len(summary["groups"]) == 3 and len(result["answers"]) == 12
     for g in summary["groups"]:
-        assert {"pearson_logE_loggrad", "spearman_gmts_grad", "spearman_entropy_grad", "rewards", "advantages",
-                "problem"} <= set(g)
+        assert {"pearson_logE_loggrad", "spearman_gmts_grad", "spearman_entropy_grad", "rewards",
+                "advantages", "problem"} <= set(g)
     eps = summary["epsilon"]
-    assert eps["n"] == sum(a["n_tokens"] for a in result["answers"]) and 0 <= eps["quantiles"]["0.5"] <= 1
+    assert eps["n"] == sum(a["n_tokens"] for a in result["answers"]) and 0 <= eps["quantiles"][
+        "0.5"] <= 1
     for a in result["answers"]:
         assert a["n_tokens"] <= 3 and len(a["grad_objective_norm"]) == a["n_tokens"]
         assert all(v >= 0 and math.isfinite(v) for v in a["grad_logp_norm"])
@@ -279,23 +321,32 @@ def test_cli_end_to_end_writes_json_and_figures(digit_model_dir, digit_data, tmp
 
 def test_cli_off_policy_steps_then_measures_the_other_groups(digit_model_dir, digit_data, tmp_path):
     out = tmp_path / "off.json"
-    result = analyze.main(["--model", digit_model_dir, "--data", digit_data, "--prompts", "3", "--group-size", "4",
-                           "--max-new-tokens", "4", "--device", "cpu", "--seed", "3", "--params", "last:1",
-                           "--off-policy-steps", "1", "--mini-batch-size", "1", "--lr", "0.05", "--selector", "gmts",
+    result = analyze.main(
+        ["--model", digit_model_dir, "--data", digit_data, "--prompts", "3", "--group-size", "4",
+                           "--max-new-tokens", "4", "--device", "cpu", "--seed", "3", "--params",
+         "last:1",
+                           "--off-policy-steps", "1", "--mini-batch-size", "1", "--lr", "0.05",
+         "--selector", "gmts",
                            "--output", str(out), "--no-plots", "--no-progress"])
     assert json.loads(out.read_text())["objective"].startswith("off-policy")
     (step,) = result["off_policy_steps"]
     assert step["groups"] == [0] and math.isfinite(step["loss"])
-    assert {a["group"] for a in result["answers"]} == {1, 2} and len(result["summary"]["groups"]) == 2
-    assert step["grad_norm"] > 0 and step["ratio_abs_dev_mean"] < 1e-5     # a mixed group, scored at θ_old
-    assert result["summary"]["ratio_abs_dev_mean"] > 0.01 and result["summary"]["clip_active_share"] > 0
+    assert ({a["group"] for a in result["answers"]} == {1, 2}
+            and len(result["summary"]["groups"]) == 2)
+    # a mixed group, scored at θ_old
+    assert step["grad_norm"] > 0 and step["ratio_abs_dev_mean"] < 1e-5
+    assert (result["summary"]["ratio_abs_dev_mean"] > 0.01
+            and result["summary"]["clip_active_share"] > 0)
 
 
 def test_cli_rejects_bad_flags_naming_them(capsys):
-    for argv, flag in ((["--group-size", "1"], "--group-size"), (["--params", "middle"], "--params"),
-                       (["--task-options", "[1]"], "--task-options"), (["--ratio", "1.5"], "--ratio"),
-                       (["--temperature", "0"], "--temperature"), (["--adv-std", "x"], "--adv-std"),
-                       (["--prompts", "4", "--mini-batch-size", "2", "--off-policy-steps", "2"], "--off-policy-steps"),
+    for argv, flag in ((["--group-size", "1"], "--group-size"),
+                       (["--params", "middle"], "--params"),
+                       (["--task-options", "[1]"], "--task-options"),
+                       (["--ratio", "1.5"], "--ratio"), (["--temperature", "0"], "--temperature"),
+                       (["--adv-std", "x"], "--adv-std"),
+                       (["--prompts", "4", "--mini-batch-size", "2", "--off-policy-steps", "2"],
+                        "--off-policy-steps"),
                        (["--off-policy-steps", "1", "--beta", "0.1"], "--beta")):
         with pytest.raises(SystemExit) as exc:
             analyze.main(["--model", "x", *argv])
@@ -307,10 +358,14 @@ def test_cli_rejects_bad_flags_naming_them(capsys):
 
 def _synthetic_run(path, selector, seed, steps=5):
     path.mkdir()
-    (path / "config.json").write_text(json.dumps({"selector": selector, "seed": seed, "ratio": 0.2}))
+    (path / "config.json").write_text(
+        json.dumps({"selector": selector, "seed": seed, "ratio": 0.2}))
     rows = [{"step": s, "reward_mean": 0.1 * s, "accuracy": 0.1 * s, "entropy_mean": 2.0 - 0.1 * s,
-             "grad_norm": 1.0 + s, "response_len_mean": 30 + s, "selection_overlap_ets_gmts": 0.7} for s in range(1, steps)]
-    rows.append({"step": steps, "reward_mean": 0.0, "accuracy": 0.0, "skipped": "no group with mixed rewards"})
+             "grad_norm": 1.0 + s, "response_len_mean": 30 + s, "selection_overlap_ets_gmts": 0.7}
+            for s in range(1, steps)]
+    rows.append(
+        {"step": steps, "reward_mean": 0.0, "accuracy": 0.0,
+         "skipped": "no group with mixed rewards"})
     (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     return str(path)
 
@@ -323,7 +378,8 @@ def test_plot_writes_a_png_comparing_runs(tmp_path):
     plot.main([a, b, "--output", str(out), "--smooth", "2"])
     data = out.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
-    assert plot.run_label(json.loads((tmp_path / "b" / "config.json").read_text()), b) == "gmts ρ=0.2 seed 0"
+    assert (plot.run_label(json.loads((tmp_path / "b" / "config.json").read_text()), b)
+            == "gmts ρ=0.2 seed 0")
     assert plot.series(plot.read_run(a)[1], "grad_norm") == ([1, 2, 3, 4], [2.0, 3.0, 4.0, 5.0])
     assert plot.moving_average([1.0, 3.0, 5.0], 2) == [1.0, 2.0, 4.0]
     with pytest.raises(SystemExit, match="no metrics.jsonl"):

@@ -1,20 +1,22 @@
-"""`sample(..., compile=True)`: the decode step torch.compile'd over the static KV cache (gmts/trainer/rollout.py,
-_compiled_decode), against the eager sampler.
+"""`sample(..., compile=True)`: the decode step torch.compile'd over the static KV cache
+(gmts/trainer/rollout.py, _compiled_decode), against the eager sampler.
 
-Two layers of checking, because inductor's C++ code generation costs ~20 s of CPU per graph even for a 2-layer model
-(measured: the inductor test below, 20.9 s user CPU, 2 min 7 s wall on the shared 2-core machine), so the bucket
-logic is tested without it:
-- torch.compile with a recording backend that runs the captured graph as it is (no code generation). This checks
-  what is ours: dynamo captures the whole decode step over the static cache (one graph, no graph breaks), the static
-  mode (writes at cache.position, attention over every column, masked by causality) gives the eager samples, and the
-  batch shapes are bucketed (N, then powers of two), so the step compiles once per bucket and never again.
-- the real thing (inductor), one shape, the same comparison (skipped only without a C++ compiler, which inductor
-  needs on a CPU).
+Two layers of checking, because inductor's C++ code generation costs ~20 s of CPU per graph even for
+a 2-layer model (measured: the inductor test below, 20.9 s user CPU, 2 min 7 s wall on the shared
+2-core machine), so the bucket logic is tested without it:
+- torch.compile with a recording backend that runs the captured graph as it is (no code generation).
+  This checks what is ours: dynamo captures the whole decode step over the static cache (one graph,
+  no graph breaks), the static mode (writes at cache.position, attention over every column, masked
+  by causality) gives the eager samples, and the batch shapes are bucketed (N, then powers of two),
+  so the step compiles once per bucket and never again.
+- the real thing (inductor), one shape, the same comparison (skipped only without a C++ compiler,
+  which inductor needs on a CPU).
 
-Tolerances: float64 models. Eager attends over the filled columns, static over all max_len columns with the rest
-masked (exp(-inf) = 0 exactly, but the reductions run over more terms in another order): float64 rounding, ~1e-15
-relative, in logits that then pick the same tokens. log-probs and entropies are STORED in float32 (Rollout), so
-the stored values may differ by one float32 rounding step: |x| x 2^-24 ~ 3e-7 at |x| ~ 5; atol 1e-6 covers it.
+Tolerances: float64 models. Eager attends over the filled columns, static over all max_len columns
+with the rest masked (exp(-inf) = 0 exactly, but the reductions run over more terms in another
+order): float64 rounding, ~1e-15 relative, in logits that then pick the same tokens. log-probs and
+entropies are STORED in float32 (Rollout), so the stored values may differ by one float32 rounding
+step: |x| x 2^-24 ~ 3e-7 at |x| ~ 5; atol 1e-6 covers it.
 """
 import shutil
 
@@ -25,7 +27,7 @@ from gmts.trainer.rollout import sample
 from conftest import tiny_qwen2
 
 EOS, PAD = [5, 7], 0
-TOL = dict(rtol=1e-6, atol=1e-6)
+TOL = {"rtol": 1e-6, "atol": 1e-6}
 
 
 def prompts():
@@ -33,8 +35,8 @@ def prompts():
 
 
 def kwargs(seed, **kw):
-    args = dict(group_size=4, max_new_tokens=16, eos_token_ids=EOS, pad_token_id=PAD, temperature=1.0,
-                generator=torch.Generator().manual_seed(seed))
+    args = {"group_size": 4, "max_new_tokens": 16, "eos_token_ids": EOS, "pad_token_id": PAD,
+                "temperature": 1.0, "generator": torch.Generator().manual_seed(seed)}
     args.update(kw)
     return args
 
@@ -79,36 +81,43 @@ def test_static_decode_step_gives_the_eager_samples_and_compiles_once_per_bucket
         eager = sample(model, prompts(), **kwargs(seed, max_new_tokens=48))   # rows drop every 8
         compiled = sample(model, prompts(), **kwargs(seed, max_new_tokens=48, compile=True))
         assert_same(compiled, eager)
-    assert not counters["graph_break"], dict(counters["graph_break"])      # the whole step is one graph
+    # the whole step is one graph
+    assert not counters["graph_break"], dict(counters["graph_break"])
     batch_sizes = [n for n, _ in recording_compile]
     assert batch_sizes[0] == 12 and all(n & (n - 1) == 0 for n in batch_sizes[1:]), batch_sizes
-    assert len(batch_sizes) == len(set(batch_sizes))                       # never recompiled for a size it has seen
-    assert len(batch_sizes) >= 2                                           # finished rows were dropped: buckets used
+    # never recompiled for a size it has seen
+    assert len(batch_sizes) == len(set(batch_sizes))
+    # finished rows were dropped: buckets used
+    assert len(batch_sizes) >= 2
 
 
 def test_static_decode_step_through_lora(recording_compile):
     pytest.importorskip("peft")
     from gmts.trainer.policy import add_lora
     model = add_lora(tiny_qwen2(dtype=torch.float64, seed=4), rank=2, seed=0)
-    with torch.no_grad():                          # peft starts B at 0; non-zero adapters must be applied too
+    # peft starts B at 0; non-zero adapters must be applied too
+    with torch.no_grad():
         for name, p in model.named_parameters():
             if "lora_B" in name:
                 p.normal_(generator=torch.Generator().manual_seed(len(name)))
-    assert_same(sample(model, prompts(), **kwargs(1, compile=True)), sample(model, prompts(), **kwargs(1)))
+    assert_same(sample(model, prompts(), **kwargs(1, compile=True)),
+                sample(model, prompts(), **kwargs(1)))
     assert recording_compile
 
 
 @pytest.mark.skipif(not any(shutil.which(c) for c in ("g++", "c++", "clang++")),
                     reason="torch.compile (inductor) needs a C++ compiler on a CPU")
 def test_inductor_decode_step_gives_the_eager_samples():
-    """One shape (no end-of-sequence: no row is dropped, one graph), float32 as train.py runs on CPU. Tolerance:
-    inductor fuses and reorders float32 reductions (~1e-7 relative, a few hundred deep) in logits of O(1): 1e-4.
-    Tokens: the same, as long as no uniform falls within that of a CDF boundary (a fixed seed; it does not)."""
+    """One shape (no end-of-sequence: no row is dropped, one graph), float32 as train.py runs on
+    CPU. Tolerance: inductor fuses and reorders float32 reductions (~1e-7 relative, a few hundred
+    deep) in logits of O(1): 1e-4. Tokens: the same, as long as no uniform falls within that of a
+    CDF boundary (a fixed seed; it does not)."""
     torch._dynamo.reset()
     model = tiny_qwen2(seed=4)
-    kw = dict(group_size=2, max_new_tokens=6, eos_token_ids=[-1], pad_token_id=PAD)
+    kw = {"group_size": 2, "max_new_tokens": 6, "eos_token_ids": [-1], "pad_token_id": PAD}
     eager = sample(model, prompts()[:1], generator=torch.Generator().manual_seed(0), **kw)
-    compiled = sample(model, prompts()[:1], generator=torch.Generator().manual_seed(0), compile=True, **kw)
+    compiled = sample(model, prompts()[:1], generator=torch.Generator().manual_seed(0),
+                      compile=True, **kw)
     assert torch.equal(compiled.completion_ids, eager.completion_ids)
     torch.testing.assert_close(compiled.logp, eager.logp, rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(compiled.entropy, eager.entropy, rtol=1e-4, atol=1e-4)

@@ -1,13 +1,17 @@
-"""Two processes (gloo, CPU) against one, for what the mini-batch regime and the exactness notes added:
-- several optimizer steps per rollout batch (some mini-batches hold rows of one rank only), plain and FSDP;
-- a step in which no process has a token with a gradient leaves the weights EXACTLY unchanged (AdamW's momentum
-  must not move them, as it would from zero-filled gradients);
-- ties exactly at the top-k cut-off, across ranks: the single process's order (rank, then row, then column) decides.
+"""Two processes (gloo, CPU) against one, for what the mini-batch regime and the exactness notes
+added:
+- several optimizer steps per rollout batch (some mini-batches hold rows of one rank only), plain
+  and FSDP;
+- a step in which no process has a token with a gradient leaves the weights EXACTLY unchanged
+  (AdamW's momentum must not move them, as it would from zero-filled gradients);
+- ties exactly at the top-k cut-off, across ranks: the single process's order (rank, then row, then
+  column) decides.
 
-The updates run in float64, model and optimizer: AdamW turns the rounding of a regrouped gradient sum into much more
-(a coordinate whose gradient is within rounding of 0 moves by a share of lr), and in float32 the rounding inside
-Adam's own moment updates adds a term that cancellation can make large. In float64 both are ~1e-16 relative, so
-the bound below (assert_same_update_float64, derived term by term) holds on any CPU with room to spare.
+The updates run in float64, model and optimizer: AdamW turns the rounding of a regrouped gradient
+sum into much more (a coordinate whose gradient is within rounding of 0 moves by a share of lr), and
+in float32 the rounding inside Adam's own moment updates adds a term that cancellation can make
+large. In float64 both are ~1e-16 relative, so the bound below (assert_same_update_float64, derived
+term by term) holds on any CPU with room to spare.
 """
 import os
 import sys
@@ -20,13 +24,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 
-from test_distributed import G, Q, T, adam_directions, make_batch, record_gradients, shard  # noqa: E402
+from test_distributed import G, Q, T, adam_directions, make_batch, record_gradients, shard
 
 U64 = 2.0 ** -53      # float64's unit roundoff
 
 
 def updates(flags, batches, fsdp=False):
-    """Run update_policy on each batch in turn (AdamW, so a second update carries momentum from the first)."""
+    """Run update_policy on each batch in turn (AdamW, so a second update carries momentum from the
+    first)."""
     import train
     from conftest import tiny_qwen2
     from gmts.trainer import distributed
@@ -34,16 +39,19 @@ def updates(flags, batches, fsdp=False):
     from gmts.trainer.optim import build_optimizer
     torch.set_num_threads(1)
     cfg = parse_config(["--selector", "gmts", "--group-size", str(G), "--prompts-per-step", str(Q),
-                        "--micro-batch-size", "2", "--lr", "1e-2", "--max-grad-norm", "0.5"] + flags)
-    model = tiny_qwen2(vocab_size=64, seed=11, dtype=torch.float64)     # float64 model and AdamW (module doc)
+                        "--micro-batch-size", "2", "--lr", "1e-2", "--max-grad-norm", "0.5"]
+                        + flags)
+    # float64 model and AdamW (module doc)
+    model = tiny_qwen2(vocab_size=64, seed=11, dtype=torch.float64)
     if fsdp:
         distributed.shard_layers(model, torch.float64)
     optimizer = build_optimizer(model, cfg)
-    grads = record_gradients(model, optimizer)       # every optimizer step's gradient, over all the batches
+    # every optimizer step's gradient, over all the batches
+    grads = record_gradients(model, optimizer)
     out = []
     for step, batch in enumerate(batches, start=1):
-        metrics, selected = train.update_policy(cfg, model, None, optimizer, batch, torch.Generator(),
-                                                torch.device("cpu"), step)
+        metrics, selected = train.update_policy(cfg, model, None, optimizer, batch,
+                                                torch.Generator(), torch.device("cpu"), step)
         if fsdp:
             params, _ = distributed.full_state_dicts(model, optimizer)
         else:
@@ -55,21 +63,26 @@ def updates(flags, batches, fsdp=False):
 def assert_same_update_float64(grads, single_grads, params, single_params, lr, n_terms):
     """"2 processes = 1 process" for float64 updates, every rounding accounted for (u = 2^-53).
 
-    Gradients, first step: a float64 sum of n per-token terms regrouped moves by at most n · u · Σ|terms|, with
-    Σ|terms| of the order of the largest coordinate: atol = n · u · max|g|.
-    Weights: θ_T = θ_0 - lr Σ_t û_t, û_t = m̂_t / (√v̂_t + ε). (a) Adam's amplification of the gradients' difference:
-    lr Σ_t |û_t - û'_t|, recomputed from the two recorded gradient sequences. (b) Adam's own rounding at step t: m_t is
-    a sum of t weighted gradients, whose rounding is at most (t + 2) u Σ_s w_s |g_s| = (t + 2) u M_t even where the
-    gradients cancel; v_t has positive terms only (relative (t + 2) u, half of it through the square root); the
-    divisions, bias corrections and the product with lr add a few u · |û_t|. So the step moves by at most
-    lr · 8 (t + 2) u · (M̂_t / (√v̂_t + ε) + |û_t|). (c) θ - lr · û rounds by u · |θ| per step."""
+    Gradients, first step: a float64 sum of n per-token terms regrouped moves by at most n · u ·
+    Σ|terms|, with Σ|terms| of the order of the largest coordinate: atol = n · u · max|g|.
+    Weights: θ_T = θ_0 - lr Σ_t û_t, û_t = m̂_t / (√v̂_t + ε). (a) Adam's amplification of the
+    gradients' difference: lr Σ_t |û_t - û'_t|, recomputed from the two recorded gradient sequences.
+    (b) Adam's own rounding at step t: m_t is a sum of t weighted gradients, whose rounding is at
+        most (t + 2) u Σ_s w_s |g_s| = (t + 2) u M_t even where the
+    gradients cancel; v_t has positive terms only (relative (t + 2) u, half of it through the square
+    root); the divisions, bias corrections and the product with lr add a few u · |û_t|. So the step
+    moves by at most lr · 8 (t + 2) u · (M̂_t / (√v̂_t + ε) + |û_t|). (c) θ - lr · û rounds by u ·
+    |θ| per step."""
     for name, g in single_grads[0].items():
         bound = n_terms * U64 * float(g.abs().max())
-        torch.testing.assert_close(grads[0][name], g, rtol=0, atol=bound, msg=lambda m: f"{name} (step 1): {m}")
+        torch.testing.assert_close(grads[0][name], g, rtol=0, atol=bound,
+                                   msg=lambda m, name=name: f"{name} (step 1): {m}")
     ours, theirs = adam_directions(grads), adam_directions(single_grads)
-    magnitudes = adam_directions([{k: v.abs() for k, v in step.items()} for step in single_grads])   # M̂ / (√v̂ + ε)
+    # M̂ / (√v̂ + ε)
+    magnitudes = adam_directions([{k: v.abs() for k, v in step.items()} for step in single_grads])
     for name, value in single_params.items():
-        if name not in ours:                      # a buffer, or a parameter without a gradient: exactly unchanged
+        # a buffer, or a parameter without a gradient: exactly unchanged
+        if name not in ours:
             assert torch.equal(params[name], value), name
             continue
         amplified = lr * sum((a - b).abs() for a, b in zip(ours[name], theirs[name]))
@@ -105,30 +118,38 @@ def _worker(rank, world, init_file, flags, kind, out_dir, fsdp):
 
 
 def spawn(tmp_path, flags, kind, fsdp=False):
-    mp.spawn(_worker, args=(2, str(tmp_path / "init"), flags, kind, str(tmp_path), fsdp), nprocs=2, join=True)
+    mp.spawn(_worker, args=(2, str(tmp_path / "init"), flags, kind, str(tmp_path), fsdp), nprocs=2,
+             join=True)
     return [torch.load(tmp_path / f"{r}.pt", weights_only=False) for r in range(2)]
 
 
-@pytest.mark.parametrize("flags, fsdp", [(["--mini-batch-size", "1"], False), (["--mini-batch-size", "2"], False),
-                                         (["--mini-batch-size", "1", "--selector", "ets", "--ppo-epochs", "2"], False),
+@pytest.mark.parametrize("flags, fsdp",
+                         [(["--mini-batch-size", "1"], False), (["--mini-batch-size", "2"], False),
+                                         (
+                                             ["--mini-batch-size", "1", "--selector", "ets",
+                                              "--ppo-epochs", "2"], False),
                                          (["--mini-batch-size", "1"], True)])
 def test_minibatches_on_two_processes_equal_one_process(tmp_path, flags, fsdp):
     parts = spawn(tmp_path, flags, "minibatch", fsdp)
     [(single_sel, single_params, single_metrics, single_grads)] = updates(flags, [make_batch()])
     assert torch.equal(torch.cat([p[0][0] for p in parts]), single_sel)
     for p in (parts[:1] if fsdp else parts):
-        # the first step's gradient tightly, the weights after every step within Adam's amplification of the
-        # rounding and Adam's own float64 rounding (assert_same_update_float64 derives each)
-        assert_same_update_float64(p[0][3], single_grads, p[0][1], single_params, lr=1e-2, n_terms=Q * G * T + 16)
+        # the first step's gradient tightly, the weights after every step within Adam's
+        # amplification of the rounding and Adam's own float64 rounding (assert_same_update_float64
+        # derives each)
+        assert_same_update_float64(p[0][3], single_grads, p[0][1], single_params, lr=1e-2,
+                                   n_terms=Q * G * T + 16)
     m = parts[0][0][2]
     assert m["optimizer_steps"] == single_metrics["optimizer_steps"] > 1
-    # Counts and shares of tokens are exact (the selections are equal, asserted above). ratio_abs_dev_mean and the
-    # gradient norms of the later mini-batches are measured at θ after Adam steps, so they carry the weights'
-    # difference (assert_same_update_float64 bounds it; float64 leaves it ~1e-15 here): through a Lipschitz forward
-    # pass that moves a log-ratio or a norm of order 1 by far less than the rel=1e-5 allowed; abs=1e-9 for the mean
-    # |r - 1|, which is 0 up to rounding on the first mini-batch.
+    # Counts and shares of tokens are exact (the selections are equal, asserted above).
+    # ratio_abs_dev_mean and the gradient norms of the later mini-batches are measured at θ after
+    # Adam steps, so they carry the weights' difference (assert_same_update_float64 bounds it;
+    # float64 leaves it ~1e-15 here): through a Lipschitz forward pass that moves a log-ratio or a
+    # norm of order 1 by far less than the rel=1e-5 allowed; abs=1e-9 for the mean |r - 1|, which is
+    # 0 up to rounding on the first mini-batch.
     for key in ("selected_tokens", "valid_tokens", "clip_active_share", "ratio_abs_dev_mean",
-                "selection_overlap_ets_gmts", "selection_overlap_ets_gmts_min", "grad_norm", "grad_norm_max"):
+                "selection_overlap_ets_gmts", "selection_overlap_ets_gmts_min", "grad_norm",
+                "grad_norm_max"):
         assert m[key] == pytest.approx(single_metrics[key], rel=1e-5, abs=1e-9), key
 
 
@@ -139,13 +160,16 @@ def test_a_step_with_nothing_to_learn_leaves_the_weights_unchanged_on_every_rank
         assert m["optimizer_steps"] == 0
         for name, value in after_first.items():
             assert torch.equal(after_dead[name], value), name          # exactly: no momentum step
-    # the first batch's steps as in test_minibatches_on_two_processes_equal_one_process (the dead one adds none)
-    assert_same_update_float64(parts[0][1][3], single[1][3], parts[0][1][1], single[1][1], lr=1e-2, n_terms=Q * G * T + 16)
+    # the first batch's steps as in test_minibatches_on_two_processes_equal_one_process (the dead
+    # one adds none)
+    assert_same_update_float64(parts[0][1][3], single[1][3], parts[0][1][1], single[1][1], lr=1e-2,
+                               n_terms=Q * G * T + 16)
 
 
 def tie_scores():
-    """16 rows x 1 token of scores where the 4th and 5th largest (k = ceil(0.25 · 16) = 4) tie: row 6 (rank 0) and
-    row 9 (rank 1), so the cut-off falls inside the tie and only the tie order decides which one is kept."""
+    """16 rows x 1 token of scores where the 4th and 5th largest (k = ceil(0.25 · 16) = 4) tie: row
+    6 (rank 0) and row 9 (rank 1), so the cut-off falls inside the tie and only the tie order
+    decides which one is kept."""
     scores = torch.linspace(0.0, 1.0, 16)[:, None].clone()
     scores[15], scores[14], scores[13] = 9.0, 8.0, 7.0
     scores[6] = scores[9] = 5.0

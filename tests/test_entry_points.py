@@ -1,10 +1,11 @@
-"""One line, never a traceback, from every entry point: train.py, eval.py, `python -m gmts.tools.analyze`,
-`python -m gmts.tools.memory` and `python -m gmts.tools.plot`.
+"""One line, never a traceback, from every entry point: train.py, eval.py, `python -m
+gmts.tools.analyze`, `python -m gmts.tools.memory` and `python -m gmts.tools.plot`.
 
-Each kind of bad input a user meets (damaged or misplaced model files, flags, data, output paths, Ctrl-C) runs
-through the real command line: batched by tests/_cli_batch.py (each case exactly as `python SCRIPT ARGS` would run,
-in a fork of one warm process), plus a few real subprocesses to show the batch runner is faithful. Every case must end
-with a non-zero exit, exactly one line on stderr naming the flag or file:line, no traceback, and nothing written.
+Each kind of bad input a user meets (damaged or misplaced model files, flags, data, output paths,
+Ctrl-C) runs through the real command line: batched by tests/_cli_batch.py (each case exactly as
+`python SCRIPT ARGS` would run, in a fork of one warm process), plus a few real subprocesses to show
+the batch runner is faithful. Every case must end with a non-zero exit, exactly one line on stderr
+naming the flag or file:line, no traceback, and nothing written.
 """
 import json
 import os
@@ -23,7 +24,8 @@ sys.path.insert(0, ROOT)
 
 
 def tree(folder):
-    """Every path under `folder` with its size and modification time: what "nothing written" is checked against."""
+    """Every path under `folder` with its size and modification time: what "nothing written" is
+    checked against."""
     out = {}
     for root, dirs, files in os.walk(folder):
         for name in dirs + files:
@@ -44,7 +46,8 @@ def one_line(rc, stderr, expected, context=""):
 
 @pytest.fixture(scope="module")
 def inputs(digit_model_dir, tmp_path_factory):
-    """Bad model folders and data files, made once: copies of the tiny model with one thing wrong each."""
+    """Bad model folders and data files, made once: copies of the tiny model with one thing wrong
+    each."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
     from gmts.tools.toy import byte_tokenizer
     d = tmp_path_factory.mktemp("entry")
@@ -59,23 +62,32 @@ def inputs(digit_model_dir, tmp_path_factory):
         return str(folder)
 
     m = {"good": str(good)}
-    m["truncated"] = variant("truncated", lambda f: (f / "model.safetensors").write_bytes(weights[:len(weights) // 2]))
-    m["garbage"] = variant("garbage", lambda f: (f / "model.safetensors").write_bytes(b"not safetensors " * 20))
+    m["truncated"] = variant("truncated",
+                             lambda f: (f / "model.safetensors").write_bytes(
+                                 weights[:len(weights) // 2]))
+    m["garbage"] = variant("garbage",
+                           lambda f: (f / "model.safetensors").write_bytes(b"not safetensors " * 20))
     m["no-weights"] = variant("no-weights", lambda f: (f / "model.safetensors").unlink())
-    m["bad-config"] = variant("bad-config", lambda f: (f / "config.json").write_text('{"model_type": "qw'))
-    m["bad-tokenizer"] = variant("bad-tokenizer", lambda f: (f / "tokenizer.json").write_text('{"version": '))
+    m["bad-config"] = variant("bad-config",
+                              lambda f: (f / "config.json").write_text('{"model_type": "qw'))
+    m["bad-tokenizer"] = variant("bad-tokenizer",
+                                 lambda f: (f / "tokenizer.json").write_text('{"version": '))
     (d / "empty").mkdir()
     m["empty"] = str(d / "empty")
     # A train.py run folder (what model_folder_problem recognises: checkpoints/ and metrics.jsonl).
     run = d / "run"
     (run / "checkpoints" / "step-000003").mkdir(parents=True)
     (run / "metrics.jsonl").write_text('{"step": 1, "reward_mean": 0.5}\n')
-    (run / "config.json").write_text(json.dumps({"selector": "gmts", "output_dir": str(run), "dtype": "auto"}))
+    (run / "config.json").write_text(
+        json.dumps({"selector": "gmts", "output_dir": str(run), "dtype": "auto"}))
     m["run"] = str(run)
-    # A tokenizer of 259 ids over an embedding of 100 rows (an IndexError at the first prompt, unchecked).
+    # A tokenizer of 259 ids over an embedding of 100 rows (an IndexError at the first prompt,
+    # unchecked).
     tok = byte_tokenizer()
-    small = Qwen2ForCausalLM(Qwen2Config(vocab_size=100, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=256,
+    small = Qwen2ForCausalLM(
+        Qwen2Config(vocab_size=100, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                         num_attention_heads=2, num_key_value_heads=1,
+                    max_position_embeddings=256,
                                          eos_token_id=None, pad_token_id=None))
     small.save_pretrained(d / "small-vocab")
     tok.save_pretrained(d / "small-vocab")
@@ -109,8 +121,9 @@ def inputs(digit_model_dir, tmp_path_factory):
 
 
 def train(model, data, out, *extra):
-    return ["--model", model, "--data", data, "--steps", "1", "--prompts-per-step", "2", "--group-size", "4",
-            "--max-new-tokens", "3", "--micro-batch-size", "4", "--device", "cpu", "--output-dir", str(out), *extra]
+    return ["--model", model, "--data", data, "--steps", "1", "--prompts-per-step", "2",
+            "--group-size", "4", "--max-new-tokens", "3", "--micro-batch-size", "4", "--device",
+            "cpu", "--output-dir", str(out), *extra]
 
 
 def evaluate(model, data, out, *extra):
@@ -119,8 +132,9 @@ def evaluate(model, data, out, *extra):
 
 
 def analyze(model, data, out, *extra):
-    return ["--model", model, "--data", data, "--prompts", "2", "--group-size", "4", "--max-new-tokens", "3",
-            "--device", "cpu", "--no-progress", "--output", str(out), *extra]
+    return ["--model", model, "--data", data, "--prompts", "2", "--group-size", "4",
+            "--max-new-tokens", "3", "--device", "cpu", "--no-progress", "--output", str(out),
+            *extra]
 
 
 MEMORY = "gmts/tools/memory.py"
@@ -130,7 +144,8 @@ PLOT = "gmts/tools/plot.py"
 
 def test_every_entry_point_fails_in_one_line(inputs, digit_data, tmp_path):
     d, m = inputs
-    fresh, eval_out, analysis = tmp_path / "fresh", tmp_path / "eval" / "r.json", tmp_path / "an" / "a.json"
+    fresh, eval_out, analysis = (tmp_path / "fresh", tmp_path / "eval" / "r.json",
+                                 tmp_path / "an" / "a.json")
     f = {name: str(d / name) for name in os.listdir(d)}
     cases = []                       # (script, args, expected texts, usage error: exit status 2)
 
@@ -146,7 +161,8 @@ def test_every_entry_point_fails_in_one_line(inputs, digit_data, tmp_path):
         cases.append(("train.py", train(m[name], digit_data, fresh), expected, usage))
         cases.append(("eval.py", evaluate(m[name], digit_data, eval_out), expected, usage))
         cases.append((ANALYZE, analyze(m[name], digit_data, analysis), expected, usage))
-    # ... and the ones the flag check refuses before torch loads (status 2): also in the memory planner.
+    # ... and the ones the flag check refuses before torch loads (status 2): also in the memory
+    # planner.
     before_torch = [
         ("run", ["--model", "train.py run folder", "step-000003", "--resume"]),
         ("empty", ["--model", "no config.json"]),
@@ -160,10 +176,10 @@ def test_every_entry_point_fails_in_one_line(inputs, digit_data, tmp_path):
     weights_file = os.path.join(m["good"], "model.safetensors")
     cases += [
         ("train.py", train(weights_file, digit_data, fresh), ["--model", "is a file"], True),
-        ("train.py", train(m["good"], digit_data, fresh, "--tokenizer", m["run"]), ["--tokenizer", "run folder"],
-         True),
-        ("eval.py", evaluate(m["good"], digit_data, eval_out, "--tokenizer", m["run"]), ["--tokenizer", "run folder"],
-         True),
+        ("train.py", train(m["good"], digit_data, fresh, "--tokenizer", m["run"]),
+         ["--tokenizer", "run folder"], True),
+        ("eval.py", evaluate(m["good"], digit_data, eval_out, "--tokenizer", m["run"]),
+         ["--tokenizer", "run folder"], True),
         ("eval.py", evaluate(m["good"], digit_data, eval_out, "--tokenizer", m["empty"]),
          ["--tokenizer", "no tokenizer"], False),
         (ANALYZE, analyze(m["good"], digit_data, analysis, "--ref-model", m["truncated"]),
@@ -174,21 +190,23 @@ def test_every_entry_point_fails_in_one_line(inputs, digit_data, tmp_path):
     two = '{"digits": "two"}'
     cases += [
         ("train.py", train(m["good"], digit_data, fresh, "--fsdp"), ["--fsdp", "torchrun"], True),
-        ("train.py", train(m["good"], "arithmetic", fresh, "--task-options", two), ["--task-options", "'digits'"],
-         False),
+        ("train.py", train(m["good"], "arithmetic", fresh, "--task-options", two),
+         ["--task-options", "'digits'"], False),
         ("train.py", train(m["good"], "arithmetic", fresh, "--task-options", '{"dgits": 2}'),
          ["--task-options", "'dgits'"], False),
-        ("eval.py", evaluate(m["good"], "arithmetic", eval_out, "--task-options", two), ["--task-options", "'digits'"],
-         False),
-        (ANALYZE, analyze(m["good"], "arithmetic", analysis, "--task-options", two), ["--task-options", "'digits'"],
-         False),
+        ("eval.py", evaluate(m["good"], "arithmetic", eval_out, "--task-options", two),
+         ["--task-options", "'digits'"], False),
+        (ANALYZE, analyze(m["good"], "arithmetic", analysis, "--task-options", two),
+         ["--task-options", "'digits'"], False),
         # A message about a flag the user never typed says where its value came from.
-        ("train.py", ["--preset", "cpu-demo", "--micro-batch-size", "3", "--output-dir", str(fresh)],
-         ["--micro-batch-size 3", "--prompts-per-step 4, --group-size 8 set by --preset cpu-demo"], True),
+        ("train.py",
+         ["--preset", "cpu-demo", "--micro-batch-size", "3", "--output-dir", str(fresh)],
+         ["--micro-batch-size 3", "--prompts-per-step 4, --group-size 8 set by --preset cpu-demo"],
+         True),
         ("train.py", ["--preset", "paper-math", "--model", m["good"], "--output-dir", str(fresh)],
          ["--max-new-tokens 2048", "set by --preset paper-math"], True),
-        (MEMORY, ["--preset", "cpu-demo", "--mini-batch-size", "3"], ["--prompts-per-step 4 set by --preset cpu-demo"],
-         True),
+        (MEMORY, ["--preset", "cpu-demo", "--mini-batch-size", "3"],
+         ["--prompts-per-step 4 set by --preset cpu-demo"], True),
         # The planner's own flags, which used to give a report with nonsense in it.
         (MEMORY, ["--model", m["good"], "--gpu-memory", "-1"], "--gpu-memory", True),
         (MEMORY, ["--model", m["good"], "--gpu-memory", "nan"], "--gpu-memory", True),
@@ -199,7 +217,8 @@ def test_every_entry_point_fails_in_one_line(inputs, digit_data, tmp_path):
         # argparse's own errors: one line, as train.py's, not a usage block.
         (MEMORY, ["--model", m["good"], "--gpu-memory", "big"], "--gpu-memory", True),
         ("eval.py", evaluate(m["good"], digit_data, eval_out, "--samples", "x"), "--samples", True),
-        ("eval.py", evaluate(m["good"], digit_data, eval_out, "--no-such-flag"), "--no-such-flag", True),
+        ("eval.py", evaluate(m["good"], digit_data, eval_out, "--no-such-flag"), "--no-such-flag",
+         True),
         (ANALYZE, analyze(m["good"], digit_data, analysis, "--prompts", "x"), "--prompts", True),
         (PLOT, [m["plot-run"], "--smooth", "x"], "--smooth", True),
         (PLOT, [m["plot-run"], "--no-such-flag"], "--no-such-flag", True),
@@ -207,7 +226,8 @@ def test_every_entry_point_fails_in_one_line(inputs, digit_data, tmp_path):
          ["--metrics reward_mena", "reward_mean"], False),
     ]
 
-    # Data: file:line for a row, the file for a damaged container; the same in every command that reads data.
+    # Data: file:line for a row, the file for a damaged container; the same in every command that
+    # reads data.
     data_cases = [
         ("list-question.jsonl", [f["list-question.jsonl"] + ":2", "must be a string", "list"]),
         ("null-question.jsonl", [f["null-question.jsonl"] + ":2", "'question' is null"]),
@@ -226,24 +246,28 @@ def test_every_entry_point_fails_in_one_line(inputs, digit_data, tmp_path):
 
     # Output paths: checked before any work, in every tool that writes.
     cases += [
-        (ANALYZE, analyze(m["good"], digit_data, f["out-folder"]), ["--output", "is a folder"], True),
-        (ANALYZE, analyze(m["good"], digit_data, os.path.join(f["a-file"], "a.json")), ["--output", "is a file"],
+        (ANALYZE, analyze(m["good"], digit_data, f["out-folder"]), ["--output", "is a folder"],
          True),
+        (ANALYZE, analyze(m["good"], digit_data, os.path.join(f["a-file"], "a.json")),
+         ["--output", "is a file"], True),
         (PLOT, [m["plot-run"], "--output", f["out-folder"]], ["--output", "is a folder"], True),
-        (PLOT, [m["plot-run"], "--output", os.path.join(f["a-file"], "p.png")], ["--output", "is a file"], True),
-        ("eval.py", ["--compare", f["a.json"], f["out-folder"]], ["--compare", f["out-folder"], "is a folder"],
+        (PLOT, [m["plot-run"], "--output", os.path.join(f["a-file"], "p.png")],
+         ["--output", "is a file"], True),
+        ("eval.py", ["--compare", f["a.json"], f["out-folder"]],
+         ["--compare", f["out-folder"], "is a folder"], False),
+        ("eval.py", ["--compare", f["out-folder"], f["a.json"]], ["--compare", "is a folder"],
          False),
-        ("eval.py", ["--compare", f["out-folder"], f["a.json"]], ["--compare", "is a folder"], False),
         # Damaged input of the plotter: a run whose config.json is cut short.
-        (PLOT, [m["plot-run"], "--output", str(tmp_path / "p.png")], [os.path.join(m["plot-run"], "config.json")],
-         False),
+        (PLOT, [m["plot-run"], "--output", str(tmp_path / "p.png")],
+         [os.path.join(m["plot-run"], "config.json")], False),
     ]
 
     before = tree(d)
     results = run_batch([(script, args) for script, args, _, _ in cases])
     for (script, args, expected, usage), result in zip(cases, results):
         line = one_line(result["rc"], result["stderr"], expected, context=(script, args))
-        if usage:                                           # a flag: a usage error, status 2, like train.py's
+        # a flag: a usage error, status 2, like train.py's
+        if usage:
             assert result["rc"] == 2, (script, args, line)
     assert tree(d) == before                               # no input touched
     assert not fresh.exists() and not eval_out.parent.exists() and not analysis.parent.exists()
@@ -251,29 +275,35 @@ def test_every_entry_point_fails_in_one_line(inputs, digit_data, tmp_path):
 
 
 def test_the_batch_runner_is_the_real_command_line(inputs, tmp_path):
-    """The same one line from a real `python -m ...` as from tests/_cli_batch.py's fork (exit status included)."""
-    d, m = inputs
+    """The same one line from a real `python -m ...` as from tests/_cli_batch.py's fork (exit status
+    included)."""
+    _d, m = inputs
     cases = [(["-m", "gmts.tools.memory", "--model", m["good"], "--gpu-memory", "nan"], MEMORY),
-             (["-m", "gmts.tools.analyze", "--model", m["run"], "--output", str(tmp_path / "a.json")], ANALYZE)]
+             (
+                 ["-m", "gmts.tools.analyze", "--model", m["run"], "--output",
+                  str(tmp_path / "a.json")], ANALYZE)]
     batch = run_batch([(script, args[2:]) for args, script in cases])
     for (args, _), result in zip(cases, batch):
-        proc = subprocess.run([sys.executable, *args], capture_output=True, text=True, env=ENV, cwd=ROOT,
-                              timeout=300)
+        proc = subprocess.run([sys.executable, *args], capture_output=True, text=True, env=ENV,
+                              cwd=ROOT, timeout=300, check=False)
         assert (proc.returncode, proc.stderr.strip()) == (result["rc"], result["stderr"].strip())
         one_line(proc.returncode, proc.stderr, "error:")
 
 
 @pytest.mark.parametrize("command", ["eval", "analyze"])
 def test_ctrl_c_during_start_up_is_one_line(inputs, digit_data, tmp_path, command):
-    """SIGINT while the command is importing torch / loading: one line, no traceback, nothing written."""
-    d, m = inputs
+    """SIGINT while the command is importing torch / loading: one line, no traceback, nothing
+    written."""
+    _d, m = inputs
     out = tmp_path / "out" / "r.json"
-    args = ([os.path.join(ROOT, "eval.py"), *evaluate(m["good"], digit_data, out)] if command == "eval"
+    args = ([os.path.join(ROOT, "eval.py"), *evaluate(m["good"], digit_data, out)] if command
+            == "eval"
             else ["-m", "gmts.tools.analyze", *analyze(m["good"], digit_data, out)])
-    proc = subprocess.Popen([sys.executable, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=ENV, cwd=ROOT)
-    # Signal once torch's library is being mapped: both commands set their handler before they import torch, so
-    # this is inside start-up (the import takes seconds) and after the handler, however loaded the machine is.
+    proc = subprocess.Popen([sys.executable, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=ENV, cwd=ROOT)
+    # Signal once torch's library is being mapped: both commands set their handler before they
+    # import torch, so this is inside start-up (the import takes seconds) and after the handler,
+    # however loaded the machine is.
     maps, deadline = f"/proc/{proc.pid}/maps", time.time() + 120
     while os.path.exists(maps) and time.time() < deadline and proc.poll() is None:
         with open(maps) as fh:
@@ -281,7 +311,8 @@ def test_ctrl_c_during_start_up_is_one_line(inputs, digit_data, tmp_path, comman
                 break
         time.sleep(0.01)
     else:
-        time.sleep(0.5)                     # no /proc (not Linux): past interpreter start-up, inside `import torch`
+        # no /proc (not Linux): past interpreter start-up, inside `import torch`
+        time.sleep(0.5)
     proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=300)
     one_line(proc.returncode, stderr, "interrupted (Ctrl-C)")
@@ -289,11 +320,12 @@ def test_ctrl_c_during_start_up_is_one_line(inputs, digit_data, tmp_path, comman
 
 
 def test_model_folder_problem_accepts_what_loads(inputs, tmp_path):
-    """The checks refuse what cannot load and nothing else: a model folder, a LoRA adapter folder (no config.json;
-    peft loads it) and a hub id pass; a vocabulary smaller than the embedding (Qwen2.5 pads its embedding) passes."""
+    """The checks refuse what cannot load and nothing else: a model folder, a LoRA adapter folder
+    (no config.json; peft loads it) and a hub id pass; a vocabulary smaller than the embedding
+    (Qwen2.5 pads its embedding) passes."""
     from gmts.run.validate import model_folder_problem
     from gmts.trainer.policy import check_vocabulary, load_model, load_tokenizer, weights_problem
-    d, m = inputs
+    _d, m = inputs
     adapter = tmp_path / "adapter"
     adapter.mkdir()
     (adapter / "adapter_config.json").write_text("{}")
@@ -314,8 +346,9 @@ def test_model_folder_problem_accepts_what_loads(inputs, tmp_path):
 
 
 def test_data_fields_keep_numbers_and_refuse_the_rest(tmp_path):
-    """A number is a natural math answer ("answer": 42 -> "42") and a valid option passes; a list, an object, a
-    bool or null is refused with file:line rather than trained on as its Python repr."""
+    """A number is a natural math answer ("answer": 42 -> "42") and a valid option passes; a list,
+    an object, a bool or null is refused with file:line rather than trained on as its Python
+    repr."""
     import data
     path = tmp_path / "d.jsonl"
     path.write_text('{"question": "Say 42", "answer": 42}\n{"question": "Half", "answer": 0.5}\n')

@@ -1,8 +1,10 @@
-"""eval.py and its logic (gmts/tools/evaluate.py, gmts/tools/stats.py): pass@k, bootstrap intervals, paired comparison,
-reproducible generation on a tiny random Qwen2, the output files, and clear errors on bad input."""
+"""eval.py and its logic (gmts/tools/evaluate.py, gmts/tools/stats.py): pass@k, bootstrap intervals,
+paired comparison, reproducible generation on a tiny random Qwen2, the output files, and clear
+errors on bad input."""
 import json
 import math
 import os
+import pathlib
 import subprocess
 import sys
 from fractions import Fraction
@@ -16,7 +18,7 @@ from gmts.tools.evaluate import compare_results, evaluate_model, parse_data_spec
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-# ----------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # pass@k
 
 def test_pass_at_k_matches_the_closed_form():
@@ -30,7 +32,8 @@ def test_pass_at_k_matches_the_closed_form():
 
 
 def test_pass_at_k_is_stable_where_the_binomials_overflow_float():
-    n, c, k = 1024, 3, 512                     # C(1024, 512) ~ 1e306: the naive float ratio is at the edge
+    # C(1024, 512) ~ 1e306: the naive float ratio is at the edge
+    n, c, k = 1024, 3, 512
     exact = 1 - Fraction(math.comb(n - c, k), math.comb(n, k))
     assert stats.pass_at_k(n, c, k) == pytest.approx(float(exact), rel=1e-12)
     assert stats.pass_at_k(4096, 1, 2048) == pytest.approx(0.5, rel=1e-12)
@@ -48,7 +51,7 @@ def test_pass_k_values_are_powers_of_two_and_the_sample_count():
     assert stats.pass_k_values(12) == [1, 2, 4, 8, 12]
 
 
-# ----------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Bootstrap intervals
 
 def test_bootstrap_interval_has_the_binomial_width_and_is_seeded():
@@ -57,19 +60,21 @@ def test_bootstrap_interval_has_the_binomial_width_and_is_seeded():
     lo, hi = stats.bootstrap_ci(scores, seed=0, n_resamples=4000)
     se = math.sqrt(scores.mean() * (1 - scores.mean()) / scores.size)
     assert lo < scores.mean() < hi
-    # statistics, not rounding: the percentile interval's width from 4000 resamples has a relative sampling error of
-    # ~1/√(2 · 4000 · 0.05) ≈ 1.6% per end, and the binomial normal approximation at n = 400 is within a few %;
-    # the seed is fixed, so this is one deterministic draw well inside 12%
+    # statistics, not rounding: the percentile interval's width from 4000 resamples has a relative
+    # sampling error of ~1/√(2 · 4000 · 0.05) ≈ 1.6% per end, and the binomial normal approximation
+    # at n = 400 is within a few %; the seed is fixed, so this is one deterministic draw well inside
+    # 12%
     assert (hi - lo) == pytest.approx(2 * 1.96 * se, rel=0.12)
     assert stats.bootstrap_ci(scores, seed=0, n_resamples=4000) == [lo, hi]      # reproducible
-    assert stats.bootstrap_ci(np.full(50, 0.25), seed=3) == [0.25, 0.25]         # no spread, no width
+    # no spread, no width
+    assert stats.bootstrap_ci(np.full(50, 0.25), seed=3) == [0.25, 0.25]
 
 
 def test_average_over_benchmarks_resamples_within_each():
     a, b = np.zeros(100), np.ones(30)
     lo, hi = stats.bootstrap_ci([a, b], seed=0, n_resamples=2000)
-    # each benchmark's mean is fixed (no spread inside), so the average of means is exactly 0.5 in every resample;
-    # pooling the 130 problems instead would give 30/130 with a non-zero width
+    # each benchmark's mean is fixed (no spread inside), so the average of means is exactly 0.5 in
+    # every resample; pooling the 130 problems instead would give 30/130 with a non-zero width
     assert lo == hi == 0.5
 
 
@@ -83,10 +88,12 @@ def test_paired_difference_identical_and_shifted():
     assert 0 < ci[0] < diff < ci[1] and stats.verdict(ci) == "better"
     diff, ci = stats.paired_difference(b, a, seed=0, n_resamples=2000)
     assert ci[1] < 0 and stats.verdict(ci) == "worse"
-    # pairing matters: a small uniform shift is clear when paired, though the scores spread over [0, 1]
+    # pairing matters: a small uniform shift is clear when paired, though the scores spread over [0,
+    # 1]
     noisy = rng.random(200)
     _, ci_paired = stats.paired_difference(noisy, noisy + 0.02, seed=0, n_resamples=2000)
-    assert ci_paired[0] > 0 and stats.bootstrap_ci(noisy, seed=0, n_resamples=2000)[1] > noisy.mean() + 0.02
+    assert (ci_paired[0] > 0
+            and stats.bootstrap_ci(noisy, seed=0, n_resamples=2000)[1] > noisy.mean() + 0.02)
 
 
 def test_spread_reports_the_noise_floor():
@@ -95,14 +102,16 @@ def test_spread_reports_the_noise_floor():
     assert s["noise_floor_95"] == pytest.approx(1.96 * math.sqrt(2) * 0.02)
 
 
-# ----------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Comparing result files (synthetic per-problem files, the format eval.py writes)
 
 def write_records(path, scores, n=4, benchmark="gsm8k:test"):
     with open(path, "w") as fh:
         for pid, score in scores.items():
             correct = round(score * n)
-            fh.write(json.dumps({"benchmark": benchmark, "id": pid, "repeat": 0, "n": n, "correct": correct,
+            fh.write(
+                json.dumps(
+                    {"benchmark": benchmark, "id": pid, "repeat": 0, "n": n, "correct": correct,
                                  "score": correct / n, "completions": []}) + "\n")
     return str(path)
 
@@ -111,7 +120,8 @@ def test_compare_identical_files_contains_zero(tmp_path):
     rng = np.random.default_rng(3)
     scores = {f"p{i}": float(rng.integers(0, 5)) / 4 for i in range(60)}
     a = write_records(tmp_path / "a.jsonl", scores)
-    b = write_records(tmp_path / "b.jsonl", dict(reversed(list(scores.items()))))     # order must not matter
+    # order must not matter
+    b = write_records(tmp_path / "b.jsonl", dict(reversed(list(scores.items()))))
     out = compare_results(a, b, n_bootstrap=2000)
     assert out["difference"] == 0.0 and out["ci95"][0] <= 0 <= out["ci95"][1]
     assert out["verdict"] == "indistinguishable" and out["n_problems"] == 60
@@ -121,9 +131,11 @@ def test_compare_clear_shift_excludes_zero(tmp_path):
     rng = np.random.default_rng(4)
     base = {f"p{i}": float(rng.integers(0, 3)) / 4 for i in range(80)}
     a = write_records(tmp_path / "a.jsonl", base)
-    b = write_records(tmp_path / "b.jsonl", {k: v + 0.25 for k, v in base.items()})   # one more right of 4 on each
+    # one more right of 4 on each
+    b = write_records(tmp_path / "b.jsonl", {k: v + 0.25 for k, v in base.items()})
     out = compare_results(a, b, n_bootstrap=2000)
-    assert out["difference"] == pytest.approx(0.25) and out["ci95"][0] > 0 and out["verdict"] == "better"
+    assert (out["difference"] == pytest.approx(0.25) and out["ci95"][0] > 0
+            and out["verdict"] == "better")
     assert compare_results(b, a, n_bootstrap=2000)["verdict"] == "worse"
 
 
@@ -139,7 +151,8 @@ def test_compare_refuses_different_problem_sets(tmp_path):
         import eval as eval_cli
         eval_cli.main(["--compare", a, b])
     message = str(err.value.code)
-    assert message.startswith("error: --compare") and "\n" not in message and ("p3" in message or "p4" in message)
+    assert message.startswith("error: --compare") and "\n" not in message and (
+        "p3" in message or "p4" in message)
 
 
 def test_data_spec_parsing(tmp_path):
@@ -150,7 +163,7 @@ def test_data_spec_parsing(tmp_path):
     assert parse_data_spec("C:/data/probs.jsonl") == ("C:/data/probs.jsonl", "test")
 
 
-# ----------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Generation on the tiny model
 
 @pytest.fixture(scope="module")
@@ -162,8 +175,8 @@ def tiny(tiny_model_dir):
 
 def write_problems(path, answers):
     with open(path, "w") as fh:
-        for i, answer in enumerate(answers):
-            fh.write(json.dumps({"id": f"q{i}", "question": f"What is {i} + {i}?", "answer": answer}) + "\n")
+        fh.writelines(json.dumps({"id": f"q{i}", "question": f"What is {i} + {i}?",
+                                  "answer": answer}) + "\n" for i, answer in enumerate(answers))
     return str(path)
 
 
@@ -175,22 +188,29 @@ def test_greedy_evaluation_is_deterministic_and_keeps_train_py_signature(tiny, t
     model, tok = tiny
     from gmts.trainer.policy import end_of_sequence_ids
     data = write_problems(tmp_path / "p.jsonl", ["1", "2", "3"])
-    kwargs = dict(limit=3, samples=1, temperature=0.0, max_new_tokens=6, eos_ids=end_of_sequence_ids(model, tok),
-                  template=None, system_prompt=None, progress=False)
-    first = evaluate_model(model, tok, data, seed=0, batch_size=3, **kwargs)     # exactly train.py's run_eval kwargs
-    again = evaluate_model(model, tok, data, seed=123, batch_size=1, **kwargs)  # other seed, other batching
+    kwargs = {"limit": 3, "samples": 1, "temperature": 0.0, "max_new_tokens": 6,
+                  "eos_ids": end_of_sequence_ids(model, tok), "template": None,
+                  "system_prompt": None,
+                  "progress": False}
+    # exactly train.py's run_eval kwargs
+    first = evaluate_model(model, tok, data, seed=0, batch_size=3, **kwargs)
+    # other seed, other batching
+    again = evaluate_model(model, tok, data, seed=123, batch_size=1, **kwargs)
     assert texts(first) == texts(again) and all(t[0] for t in texts(first))
-    assert isinstance(first["accuracy"], float) and len(first["ci95"]) == 2 and first["metric"] == "greedy accuracy"
+    assert (isinstance(first["accuracy"], float) and len(first["ci95"]) == 2
+            and first["metric"] == "greedy accuracy")
 
 
 def test_sampling_is_reproducible_and_rewards_are_wired(tiny, tmp_path):
-    """Same seed, same samples; another seed, other samples. Then make references out of what the model wrote, so
-    the rerun (same seed) must score exactly those samples as correct: accuracy and pass@k from real rewards."""
+    """Same seed, same samples; another seed, other samples. Then make references out of what the
+    model wrote, so the rerun (same seed) must score exactly those samples as correct: accuracy and
+    pass@k from real rewards."""
     from rewards import get_reward
     from rewards.math import last_number
     model, tok = tiny
     data = write_problems(tmp_path / "p.jsonl", ["0"] * 6)
-    kw = dict(samples=4, temperature=1.0, max_new_tokens=8, batch_size=4, progress=False, n_bootstrap=500)
+    kw = {"samples": 4, "temperature": 1.0, "max_new_tokens": 8, "batch_size": 4, "progress": False,
+              "n_bootstrap": 500}
     one = evaluate_model(model, tok, data, seed=7, **kw)
     assert texts(one) == texts(evaluate_model(model, tok, data, seed=7, **kw))
     assert texts(one) != texts(evaluate_model(model, tok, data, seed=8, **kw))
@@ -198,7 +218,8 @@ def test_sampling_is_reproducible_and_rewards_are_wired(tiny, tmp_path):
     for r in one["records"]:
         numbers = [last_number(c["text"]) for c in r["completions"]]
         references.append(next((x for x in numbers if x is not None), "123456789"))
-    scored = evaluate_model(model, tok, write_problems(tmp_path / "p.jsonl", references), seed=7, **kw)
+    scored = evaluate_model(model, tok, write_problems(tmp_path / "p.jsonl", references), seed=7,
+                            **kw)
     assert texts(scored) == texts(one)
     reward = get_reward("gsm8k")
     expected = [np.mean([reward(c["text"], ref) >= 1 for c in r["completions"]])
@@ -206,78 +227,97 @@ def test_sampling_is_reproducible_and_rewards_are_wired(tiny, tmp_path):
     assert scored["accuracy"] == pytest.approx(np.mean(expected)) and scored["accuracy"] > 0
     counts = [r["correct"] for r in scored["records"]]
     assert scored["pass_at_k"]["4"] == pytest.approx(np.mean([c > 0 for c in counts]))
-    assert scored["pass_at_k"]["2"] == pytest.approx(np.mean([stats.pass_at_k(4, c, 2) for c in counts]))
+    assert scored["pass_at_k"]["2"] == pytest.approx(
+        np.mean([stats.pass_at_k(4, c, 2) for c in counts]))
     lo, hi = scored["ci95"]
     assert lo <= scored["accuracy"] <= hi
 
 
-# ----------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # The command line, end to end
 
 def run_cli(*args, cwd):
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", OMP_NUM_THREADS="1",
                PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     return subprocess.run([sys.executable, os.path.join(ROOT, "eval.py"), *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=120, check=False)
 
 
 def test_eval_cli_end_to_end_writes_summary_and_per_problem_files(tiny_model_dir, tmp_path, capsys):
     out = tmp_path / "res" / "a.json"
-    proc = run_cli("--model", tiny_model_dir, "--data", "arithmetic:test", "arithmetic:validation", "--limit", "3",
-                   "--samples", "2", "--temperature", "1.0", "--max-new-tokens", "4", "--batch-size", "2",
-                   "--repeat", "2", "--top-k", "50", "--bootstrap", "500", "--output", str(out), "--quiet",
-                   cwd=tmp_path)
+    proc = run_cli("--model", tiny_model_dir, "--data", "arithmetic:test", "arithmetic:validation",
+                   "--limit", "3", "--samples", "2", "--temperature", "1.0", "--max-new-tokens",
+                   "4", "--batch-size", "2", "--repeat", "2", "--top-k", "50", "--bootstrap", "500",
+                   "--output", str(out), "--quiet", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     summary = json.loads(out.read_text())
-    for field in ("model", "data", "n_problems", "samples", "temperature", "accuracy", "ci95", "pass_at_k", "seed",
-                  "benchmarks", "repeat_spread", "problems_file"):
+    for field in ("model", "data", "n_problems", "samples", "temperature", "accuracy", "ci95",
+                  "pass_at_k", "seed", "benchmarks", "repeat_spread", "problems_file"):
         assert field in summary, field
     assert summary["n_problems"] == 6 and summary["samples"] == 2 and summary["repeats"] == 2
     assert set(summary["pass_at_k"]) == {"1", "2"}
     assert set(summary["benchmarks"]) == {"arithmetic:test", "arithmetic:validation"}
     for entry in summary["benchmarks"].values():
-        assert entry["n_problems"] == 3 and len(entry["scores"]) == 3 and len(entry["repeat_spread"]["values"]) == 2
+        assert entry["n_problems"] == 3 and len(entry["scores"]) == 3 and len(
+            entry["repeat_spread"]["values"]) == 2
         assert entry["ci95"][0] <= entry["accuracy"] <= entry["ci95"][1]
-    lines = [json.loads(x) for x in open(summary["problems_file"])]
-    assert len(lines) == 2 * 6                                           # every problem, every repeat
+    lines = [json.loads(x) for x in pathlib.Path(summary["problems_file"]).read_text().splitlines()]
+    # every problem, every repeat
+    assert len(lines) == 2 * 6
     for r in lines:
-        assert {"benchmark", "id", "repeat", "question", "reference", "completions", "correct", "score"} <= set(r)
-        assert len(r["completions"]) == 2 and all({"text", "reward"} <= set(c) for c in r["completions"])
+        assert {"benchmark", "id", "repeat", "question", "reference", "completions", "correct",
+                "score"} <= set(r)
+        assert len(r["completions"]) == 2 and all(
+            {"text", "reward"} <= set(c) for c in r["completions"])
         assert r["correct"] == sum(c["reward"] >= 1 for c in r["completions"])
     assert "average" in proc.stdout and "average@2" in proc.stdout and "95% CI" in proc.stdout
     # the result compared with itself (summary vs its own per-problem file): no difference
     import eval as eval_cli
     cmp = eval_cli.main(["--compare", str(out), summary["problems_file"], "--bootstrap", "200"])
-    assert cmp["difference"] == 0.0 and cmp["verdict"] == "indistinguishable" and cmp["n_problems"] == 6
+    assert (cmp["difference"] == 0.0 and cmp["verdict"] == "indistinguishable"
+            and cmp["n_problems"] == 6)
     assert "B is indistinguishable from A" in capsys.readouterr().out
 
 
 def test_eval_cli_bad_input_gives_one_line_errors(tiny_model_dir, tmp_path):
-    missing = run_cli("--model", str(tmp_path / "no-such-model"), "--data", "arithmetic", cwd=tmp_path)
+    missing = run_cli("--model", str(tmp_path / "no-such-model"), "--data", "arithmetic",
+                      cwd=tmp_path)
     assert missing.returncode != 0
-    assert missing.stderr.strip().splitlines() == [f"error: --model {str(tmp_path / 'no-such-model')!r}: no such folder"]
+    assert missing.stderr.strip().splitlines() == [
+        f"error: --model {str(tmp_path / 'no-such-model')!r}: no such folder"]
     import eval as eval_cli
     with pytest.raises(SystemExit) as err:
-        eval_cli.main(["--model", tiny_model_dir, "--data", "no-such-benchmark", "--quiet", "--max-new-tokens", "8"])
+        eval_cli.main(
+            ["--model", tiny_model_dir, "--data", "no-such-benchmark", "--quiet",
+             "--max-new-tokens", "8"])
     message = str(err.value.code)
     assert message.startswith("error: --data 'no-such-benchmark'") and "unknown source" in message
     assert "\n" not in message
-    with pytest.raises(SystemExit) as err:                 # a bad flag: a usage error (status 2), one line
+    # a bad flag: a usage error (status 2), one line
+    with pytest.raises(SystemExit) as err:
         eval_cli.main(["--model", tiny_model_dir, "--samples", "0"])
-    assert err.value.code == 2 and str(err.value) == "eval.py: error: --samples must be an integer >= 1, got 0"
-    with pytest.raises(SystemExit) as err:                 # the model's context holds the prompt and the answer
-        eval_cli.main(["--model", tiny_model_dir, "--data", "arithmetic", "--max-new-tokens", "1024"])
-    assert err.value.code == 2 and "--max-new-tokens 1024 does not fit the model's context" in str(err.value)
+    assert (err.value.code == 2
+            and str(err.value) == "eval.py: error: --samples must be an integer >= 1, got 0")
+    # the model's context holds the prompt and the answer
+    with pytest.raises(SystemExit) as err:
+        eval_cli.main(
+            ["--model", tiny_model_dir, "--data", "arithmetic", "--max-new-tokens", "1024"])
+    assert err.value.code == 2 and "--max-new-tokens 1024 does not fit the model's context" in str(
+        err.value)
 
 
 def test_train_eval_every_logs_the_same_evaluation(tiny_model_dir, tmp_path):
     import train
     out = tmp_path / "run"
-    train.main(["--model", tiny_model_dir, "--data", "arithmetic", "--steps", "2", "--prompts-per-step", "2",
-                "--group-size", "2", "--max-new-tokens", "3", "--micro-batch-size", "2", "--device", "cpu",
-                "--output-dir", str(out), "--eval-every", "2", "--eval-data", "arithmetic:test", "--eval-limit", "3",
+    train.main(
+        ["--model", tiny_model_dir, "--data", "arithmetic", "--steps", "2", "--prompts-per-step",
+         "2",
+                "--group-size", "2", "--max-new-tokens", "3", "--micro-batch-size", "2", "--device",
+         "cpu",
+                "--output-dir", str(out), "--eval-every", "2", "--eval-data", "arithmetic:test",
+         "--eval-limit", "3",
                 "--eval-samples", "2", "--eval-temperature", "1.0"])
-    metrics = [json.loads(x) for x in open(out / "metrics.jsonl")]
+    metrics = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert "eval_accuracy" not in metrics[0]
     logged = metrics[1]
     assert logged["eval_data"] == "arithmetic:test"

@@ -1,7 +1,9 @@
-"""What a newcomer sees in the first hour: every long phase shows progress, an unreachable hub is one line that
-says which folder to pass, --help explains and names one default per option, the printed figures say what they are."""
+"""What a newcomer sees in the first hour: every long phase shows progress, an unreachable hub is
+one line that says which folder to pass, --help explains and names one default per option, the
+printed figures say what they are."""
 import json
 import os
+import pathlib
 import re
 import subprocess
 import sys
@@ -11,40 +13,48 @@ import pytest
 from conftest import ENV, ROOT
 
 
-def test_the_in_training_evaluations_show_progress_and_print_once(digit_model_dir, digit_data, tmp_path, capsys):
+def test_the_in_training_evaluations_show_progress_and_print_once(
+    digit_model_dir, digit_data, tmp_path, capsys):
     import train
-    train.main(["--model", digit_model_dir, "--data", str(digit_data), "--steps", "2", "--prompts-per-step", "2",
-                "--group-size", "4", "--max-new-tokens", "3", "--micro-batch-size", "4", "--device", "cpu",
+    train.main(
+        ["--model", digit_model_dir, "--data", str(digit_data), "--steps", "2",
+         "--prompts-per-step", "2",
+                "--group-size", "4", "--max-new-tokens", "3", "--micro-batch-size", "4", "--device",
+         "cpu",
                 "--output-dir", str(tmp_path / "run"), "--eval-before", "--eval-every", "1",
                 "--eval-data", "arithmetic:test", "--eval-limit", "3"])
     captured = capsys.readouterr()
     # each evaluation has its bar, named, counting the problems it has answered
     for label in ("eval before training", "eval after step 1", "eval after step 2"):
-        assert re.search(re.escape(label) + r":\s+\d+%.*\| \d/3 \[", captured.err), (label, captured.err[-2000:])
-    assert "writing checkpoint step-2" in captured.err                   # the save says what it is doing
+        assert re.search(re.escape(label) + r":\s+\d+%.*\| \d/3 \[", captured.err), (
+            label, captured.err[-2000:])
+    # the save says what it is doing
+    assert "writing checkpoint step-2" in captured.err
     out = captured.out.splitlines()
     assert sum("held-out accuracy before training:" in line for line in out) == 1, out
     assert sum("held-out accuracy after step 2:" in line for line in out) == 1, out
     final = out[-1]
-    assert re.search(r"2 steps in [\d.]+s wall time \(from the end of loading: [\d.]+s of it evaluating, "
-                     r"[\d.]+s writing checkpoints\)", final), final
+    assert re.search(r"2 steps in [\d.]+s wall time \(from the end of loading: [\d.]+s of it "
+                     r"evaluating, [\d.]+s writing checkpoints\)", final), final
     # one seconds-per-step figure on the bar (tqdm's own rate would average the evaluations in)
     assert "s/step" not in captured.err and "s_per_step=" in captured.err
     # the .lock a clean exit leaves (removing it could give a folder two owners) says what it is
     lock = (tmp_path / "run" / ".lock").read_text().splitlines()
-    assert lock[0] == f"pid {os.getpid()} on {__import__('socket').gethostname()}" and "means nothing" in lock[1]
+    assert (lock[0] == f"pid {os.getpid()} on {__import__('socket').gethostname()}"
+            and "means nothing" in lock[1])
 
 
 def test_every_option_of_every_entry_point_names_one_default():
     helps = {}
     for script in ("train.py", "eval.py", "-m gmts.tools.memory", "-m gmts.tools.analyze"):
-        proc = subprocess.run([sys.executable, *script.split(), "--help"], capture_output=True, text=True, env=ENV,
-                              cwd=ROOT, timeout=300)
+        proc = subprocess.run([sys.executable, *script.split(), "--help"], capture_output=True,
+                              text=True, env=ENV, cwd=ROOT, timeout=300, check=False)
         assert proc.returncode == 0, proc.stderr
         helps[script] = proc.stdout
     for script, text in helps.items():
         head = text.split("options:")[0]
-        # the first screen explains: a description of more than a line, not only a synopsis of bracketed flags
+        # the first screen explains: a description of more than a line, not only a synopsis of
+        # bracketed flags
         assert len(head.splitlines()) <= 30 and len(re.findall(r"\[--", head)) <= 3, (script, head)
         assert "None" not in text, script
         options = [o for o in re.split(r"\n  (?=-)", text.split("options:", 1)[1]) if o.strip()]
@@ -59,8 +69,8 @@ def test_every_option_of_every_entry_point_names_one_default():
 
 @pytest.fixture(scope="module")
 def unreachable_hub(tmp_path_factory):
-    """The environment of a machine where the hub cannot be reached: HF_HUB_OFFLINE NOT set, the endpoint a local
-    port where nothing listens (connection refused), an empty hub cache."""
+    """The environment of a machine where the hub cannot be reached: HF_HUB_OFFLINE NOT set, the
+    endpoint a local port where nothing listens (connection refused), an empty hub cache."""
     env = {k: v for k, v in ENV.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
     env.update(HF_ENDPOINT="http://127.0.0.1:9", HF_HOME=str(tmp_path_factory.mktemp("hf-home")))
     return env
@@ -71,21 +81,25 @@ def unreachable_hub(tmp_path_factory):
     "eval.py --model Qwen/Qwen2.5-1.5B-Instruct --data gsm8k --limit 2",
     "-m gmts.tools.memory --model Qwen/Qwen2.5-1.5B-Instruct --gpu-memory 24",
 ])
-def test_a_hub_id_with_the_hub_unreachable_is_one_line_naming_the_folder_to_pass(command, unreachable_hub,
+def test_a_hub_id_with_the_hub_unreachable_is_one_line_naming_the_folder_to_pass(
+    command, unreachable_hub,
                                                                                  tmp_path):
     args = command.format(tmp=tmp_path).split()
-    proc = subprocess.run([sys.executable, *args], capture_output=True, text=True, env=unreachable_hub, cwd=ROOT,
-                          timeout=300)
+    proc = subprocess.run([sys.executable, *args], capture_output=True, text=True,
+                          env=unreachable_hub, cwd=ROOT, timeout=300, check=False)
     lines = (proc.stdout + proc.stderr).strip().splitlines()
-    assert proc.returncode != 0 and len(lines) == 1, lines[:12]        # no hub retry lines before it
+    # no hub retry lines before it
+    assert proc.returncode != 0 and len(lines) == 1, lines[:12]
     line = lines[0]
     assert line.startswith("error: --model: could not load 'Qwen/Qwen2.5-1.5B-Instruct'"), line
-    assert "http://127.0.0.1:9 cannot be reached" in line and "--model /path/to/folder" in line, line
-    assert "config.json" in line and "hf download Qwen/Qwen2.5-1.5B-Instruct --local-dir" in line, line
+    assert ("http://127.0.0.1:9 cannot be reached" in line and "--model /path/to/folder" in line), line
+    assert ("config.json" in line and "hf download Qwen/Qwen2.5-1.5B-Instruct --local-dir" in line), line
 
 
-def test_a_cached_hub_id_loads_from_the_cache_with_the_hub_unreachable(tiny_model_dir, tmp_path, monkeypatch):
-    """Unreachable hub, but the id is in the local hub cache: the cached folder, without a download attempt."""
+def test_a_cached_hub_id_loads_from_the_cache_with_the_hub_unreachable(
+    tiny_model_dir, tmp_path, monkeypatch):
+    """Unreachable hub, but the id is in the local hub cache: the cached folder, without a download
+    attempt."""
     from gmts.trainer import policy, smollm2
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
@@ -93,8 +107,10 @@ def test_a_cached_hub_id_loads_from_the_cache_with_the_hub_unreachable(tiny_mode
     import huggingface_hub
     seen = []
     monkeypatch.setattr(huggingface_hub, "snapshot_download",
-                        lambda repo, **kw: seen.append((repo, kw.get("local_files_only"))) or tiny_model_dir)
+                        lambda repo,
+                        **kw: seen.append((repo, kw.get("local_files_only"))) or tiny_model_dir)
     assert policy.hub_source("org/cached-model") == tiny_model_dir
     assert seen == [("org/cached-model", True)]
-    assert policy.hub_source(tiny_model_dir) == tiny_model_dir                       # a folder is left alone
-    assert json.load(open(os.path.join(tiny_model_dir, "config.json")))["hidden_size"] == 32
+    # a folder is left alone
+    assert policy.hub_source(tiny_model_dir) == tiny_model_dir
+    assert json.loads(pathlib.Path(tiny_model_dir, "config.json").read_text())["hidden_size"] == 32

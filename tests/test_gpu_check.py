@@ -4,6 +4,7 @@ the prepared GPU command cannot rot before a GPU is available."""
 
 import json
 import os
+import pathlib
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -39,9 +40,9 @@ def test_a_check_that_raises_or_runs_out_of_time_is_written_at_once(tmp_path):
     out = str(tmp_path / "gpu.json")
     results = {"checks": {}}
     gpu_check.run_check("head", lambda: 1 / 0, results, out, deadline=float("inf"))
-    assert json.loads(open(out).read())["checks"]["head"]["status"] == "fail"
+    assert json.loads(pathlib.Path(out).read_text())["checks"]["head"]["status"] == "fail"
     gpu_check.run_check("rollout", lambda: {"pass": True}, results, out, deadline=0.0)
-    written = json.loads(open(out).read())
+    written = json.loads(pathlib.Path(out).read_text())
     assert written["checks"]["rollout"]["status"] == "not run" and written["verdict"] == "fail"
     gpu_check.run_check(
         "head", lambda: {"figure": 1.0}, results, out, deadline=float("inf")

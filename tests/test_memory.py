@@ -1,10 +1,10 @@
-"""gmts/tools/memory.py: the planner counts parameters exactly from a config, adds components the way train.py holds them,
-and its CLI takes train.py's flags. (Its accuracy against measured peaks: bench/memory_check.py, bench/README.md.)"""
+"""gmts/tools/memory.py: the planner counts parameters exactly from a config, adds components the
+way train.py holds them, and its CLI takes train.py's flags. (Its accuracy against measured peaks:
+bench/memory_check.py, bench/README.md.)"""
 import dataclasses
 import json
 
 import pytest
-import torch
 
 from gmts.tools import memory
 from gmts.run.config import parse_config
@@ -20,43 +20,53 @@ def test_shape_counts_parameters_exactly_and_lora_like_peft():
         shape = memory.model_shape(model.config)
         real = type(model)(model.config)
         assert shape.params == sum(p.numel() for p in real.parameters())
-        assert (shape.vocab, shape.hidden, shape.layers, shape.heads, shape.kv_heads) == (64, 16, 2, 2, 1)
+        assert (shape.vocab, shape.hidden, shape.layers, shape.heads, shape.kv_heads) == (
+            64, 16, 2, 2, 1)
     lora = add_lora(tiny_qwen2(vocab_size=64, hidden=16, layers=2), rank=4)
     trainable = sum(p.numel() for p in lora.parameters() if p.requires_grad)
-    assert 4 * memory.model_shape(tiny_qwen2(vocab_size=64, hidden=16, layers=2).config).lora_per_rank == trainable
+    assert (4 * memory.model_shape(tiny_qwen2(vocab_size=64, hidden=16, layers=2).config).lora_per_rank == trainable)
 
 
 def shape():
-    return memory.Shape(name="m", params=1_000_000, vocab=1000, hidden=64, layers=4, heads=4, kv_heads=2, head_dim=16,
-                        intermediate=128, tied=True, lora_per_rank=4 * 7 * 128)
+    return memory.Shape(name="m", params=1_000_000, vocab=1000, hidden=64, layers=4, heads=4,
+                        kv_heads=2, head_dim=16, intermediate=128, tied=True,
+                        lora_per_rank=4 * 7 * 128)
 
 
 def plan(*flags, prompt_tokens=100):
-    return memory.plan(parse_config(list(flags)), shape(), prompt_tokens=prompt_tokens, device="gpu")
+    return memory.plan(parse_config(list(flags)), shape(), prompt_tokens=prompt_tokens,
+                       device="gpu")
 
 
 def test_components_follow_the_settings():
-    c, phases, (peak, phase), host = plan()
+    c, phases, (peak, _phase), host = plan()
     P = 1_000_000
     assert c["weights"] == 2 * P and c["gradients"] == 2 * P                 # bf16 on a GPU
-    assert c["optimizer_state"] == 12 * P and c["optimizer_location"] == "gpu"   # float32 master + m + v
+    # float32 master + m + v
+    assert c["optimizer_state"] == 12 * P and c["optimizer_location"] == "gpu"
     assert c["reference_model"] == 0 and host == 0 and peak == max(phases.values())
     assert plan("--beta", "0.01")[0]["reference_model"] == 2 * P
     offload = plan("--optimizer-offload")
     assert offload[0]["optimizer_location"] == "cpu" and offload[3] == 12 * P
-    assert offload[2][0] < peak                                              # the state left the GPU
+    # the state left the GPU
+    assert offload[2][0] < peak
     lora = plan("--lora-rank", "8", "--beta", "0.01")[0]
     assert lora["gradients"] == 4 * 8 * shape().lora_per_rank and lora["reference_model"] == 0
     fp32 = memory.plan(parse_config([]), shape(), prompt_tokens=100, device="cpu")[0]
     assert fp32["weights"] == 4 * P and fp32["optimizer_state"] == 8 * P and fp32["runtime"] > 0
     on, off = plan("--gradient-checkpointing")[0], plan("--no-gradient-checkpointing")[0]
-    assert on["activations"] == on["activations_checkpointing"] < off["activations"] == off["activations_no_checkpointing"]
-    kv1, kv4 = plan("--rollout-batch-size", "1")[0]["kv_cache"], plan("--rollout-batch-size", "4")[0]["kv_cache"]
+    assert on["activations"] == on["activations_checkpointing"] < off["activations"] == off[
+        "activations_no_checkpointing"]
+    kv1, kv4 = plan("--rollout-batch-size", "1")[0]["kv_cache"], plan("--rollout-batch-size", "4")[
+        0]["kv_cache"]
     assert kv4 == 4 * kv1
-    assert plan("--micro-batch-size", "16")[0]["activations"] == 2 * plan("--micro-batch-size", "8")[0]["activations"]
-    # a token budget replaces rows x padded width: activations scale with the budget, whatever the row count
+    assert (plan("--micro-batch-size", "16")[0]["activations"]
+            == 2 * plan("--micro-batch-size", "8")[0]["activations"])
+    # a token budget replaces rows x padded width: activations scale with the budget, whatever the
+    # row count
     budget = plan("--micro-batch-tokens", "40000")[0]["activations"]
-    assert budget == plan("--micro-batch-tokens", "40000", "--micro-batch-size", "1")[0]["activations"]
+    assert budget == plan("--micro-batch-tokens", "40000", "--micro-batch-size", "1")[0][
+        "activations"]
     assert plan("--micro-batch-tokens", "80000")[0]["activations"] == 2 * budget
 
 
@@ -64,9 +74,10 @@ def test_largest_fitting_settings():
     cfg = parse_config(["--prompts-per-step", "4", "--group-size", "4", "--micro-batch-size", "1"])
     huge = memory.largest_fitting(cfg, shape(), 10 ** 12, 100)
     assert huge == {"changes": {}, "micro_batch_size": 16, "rollout_batch_size": 4}
-    assert memory.largest_fitting(cfg, shape(), 10 ** 6, 100) is None           # not even the weights fit
-    need = memory.plan(dataclasses.replace(cfg, micro_batch_size=2, rollout_batch_size=1), shape(), prompt_tokens=100,
-                       device="gpu")
+    # not even the weights fit
+    assert memory.largest_fitting(cfg, shape(), 10 ** 6, 100) is None
+    need = memory.plan(dataclasses.replace(cfg, micro_batch_size=2, rollout_batch_size=1), shape(),
+                       prompt_tokens=100, device="gpu")
     tight = memory.largest_fitting(cfg, shape(), need[2][0], 100)
     assert tight["micro_batch_size"] == 2 and tight["changes"] == {}
 
@@ -76,13 +87,19 @@ def test_cli_reads_only_the_config(tiny_model_dir, tmp_path, capsys):
     folder = tmp_path / "config-only"
     folder.mkdir()
     shutil.copy(f"{tiny_model_dir}/config.json", folder / "config.json")     # no weights at all
-    memory.main(["--model", str(folder), "--gpu-memory", "24", "80", "--micro-batch-size", "4", "--lora-rank", "8"])
+    memory.main(
+        ["--model", str(folder), "--gpu-memory", "24", "80", "--micro-batch-size", "4",
+         "--lora-rank", "8"])
     text = capsys.readouterr().out
-    for line in ("weights", "gradients", "optimizer state", "activations, no checkpointing", "activations, checkpointing",
-                 "output head chunks", "KV cache", "LoRA:", "24.0 GiB GPU", "80.0 GiB GPU", "largest that fits"):
+    for line in ("weights", "gradients", "optimizer state", "activations, no checkpointing",
+                 "activations, checkpointing", "output head chunks", "KV cache", "LoRA:",
+                 "24.0 GiB GPU", "80.0 GiB GPU", "largest that fits"):
         assert line in text, line
-    memory.main(["--model", str(folder), "--gpu-memory", "24", "--json", "--preset", "cpu-demo", "--model", str(folder)])
+    memory.main(
+        ["--model", str(folder), "--gpu-memory", "24", "--json", "--preset", "cpu-demo", "--model",
+         str(folder)])
     report = json.loads(capsys.readouterr().out)
-    assert report["peak_bytes"] == max(report["phases_bytes"].values()) and report["gpus"]["24.0"]["fits_as_given"]
+    assert report["peak_bytes"] == max(report["phases_bytes"].values()) and report["gpus"]["24.0"][
+        "fits_as_given"]
     with pytest.raises(SystemExit):
         memory.main(["--model", str(tmp_path / "nowhere"), "--gpu-memory", "24"])

@@ -1,11 +1,12 @@
-"""The method core (gmts/METHOD.md) pinned down: ω identity, Proposition 3.1, selection, micro-batching, bad input."""
+"""The method core (gmts/METHOD.md) pinned down: ω identity, Proposition 3.1, selection,
+micro-batching, bad input."""
+import itertools
 import math
 
 import pytest
 import torch
 
 import gmts
-from gmts.method.grpo import LOSS_NORMS
 from conftest import tiny_qwen2
 
 EPS_LOW, EPS_HIGH, BETA = 0.2, 0.28, 0.05
@@ -19,10 +20,12 @@ def sampled_logp(model, ids):
 
 def flat_grad(output, params):
     grads = torch.autograd.grad(output, params, retain_graph=True, allow_unused=True)
-    return torch.cat([(g if g is not None else torch.zeros_like(p)).reshape(-1) for g, p in zip(grads, params)])
+    return torch.cat(
+        [(g if g is not None else torch.zeros_like(p)).reshape(-1) for g, p in zip(grads, params)])
 
 
-# 1. The ω identity ---------------------------------------------------------------------------------------------------
+# 1. The ω identity
+#    -----------------------------------------------------------------------------------------------
 
 def test_omega_identity_matches_autograd_on_every_branch():
     model = tiny_qwen2(dtype=torch.float64, seed=1)
@@ -35,10 +38,10 @@ def test_omega_identity_matches_autograd_on_every_branch():
     r_target = torch.tensor([1.6, 0.5, 1.1, 0.9, 1.0, 1.35, 0.75, 1.05], dtype=torch.float64).expand(3, 8)
     old_logp = logp.detach() - torch.log(r_target)
     ref_logp = logp.detach() + 0.3 * torch.randn(logp.shape, generator=gen, dtype=torch.float64)
-    omega = gmts.token_omega(logp.detach(), old_logp, advantages, eps_low=EPS_LOW, eps_high=EPS_HIGH, beta=BETA,
-                             ref_logp=ref_logp)
-    surrogate, kl = gmts.token_objective(logp, old_logp, advantages, eps_low=EPS_LOW, eps_high=EPS_HIGH, beta=BETA,
-                                         ref_logp=ref_logp)
+    omega = gmts.token_omega(logp.detach(), old_logp, advantages, eps_low=EPS_LOW,
+                             eps_high=EPS_HIGH, beta=BETA, ref_logp=ref_logp)
+    surrogate, kl = gmts.token_objective(logp, old_logp, advantages, eps_low=EPS_LOW,
+                                         eps_high=EPS_HIGH, beta=BETA, ref_logp=ref_logp)
     objective = surrogate - BETA * kl                                  # ℓ_it, (3, 8)
 
     branches = set()
@@ -52,8 +55,9 @@ def test_omega_identity_matches_autograd_on_every_branch():
             g_logp = flat_grad(logp[i, t], params)
             expected = omega[i, t] * g_logp
             rel = (g_obj - expected).norm() / expected.norm().clamp(min=1e-300)
-            # float64 model, but Qwen2's RMSNorm computes in float32 inside it: two backward passes of different
-            # graphs (ℓ vs log π) round its float32 part differently, ~d u32 = 16 · 6e-8 ≈ 1e-6 relative at most
+            # float64 model, but Qwen2's RMSNorm computes in float32 inside it: two backward passes
+            # of different graphs (ℓ vs log π) round its float32 part differently, ~d u32 = 16 ·
+            # 6e-8 ≈ 1e-6 relative at most
             assert rel < 1e-6, (i, t, a, r, rel.item())
             if clipped:  # the clip kills the policy part: only the KL part of ω is left
                 ref_over_pi = torch.exp(ref_logp[i, t] - logp[i, t]).item()
@@ -72,7 +76,8 @@ def test_omega_on_policy_is_the_advantage():
     torch.testing.assert_close(gmts.token_omega(logp, logp, per_token), omega)
 
 
-# 2. Proposition 3.1 --------------------------------------------------------------------------------------------------
+# 2. Proposition 3.1
+#    -----------------------------------------------------------------------------------------------
 
 def test_proposition_3_1_gradient_norm_of_log_prob():
     gen = torch.Generator().manual_seed(3)
@@ -87,22 +92,25 @@ def test_proposition_3_1_gradient_norm_of_log_prob():
 
 
 def test_proposition_3_1_log_ratio_tends_to_one():
-    """log G / log E -> 1 as ε = 1 - p_i -> 0 (computed from logits so that tiny ε stays representable)."""
+    """log G / log E -> 1 as ε = 1 - p_i -> 0 (computed from logits so that tiny ε stays
+    representable)."""
     rest = torch.randn(30, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
     gaps = []
     for margin in (5.0, 20.0, 60.0, 200.0):
         z = torch.cat([torch.tensor([margin], dtype=torch.float64), rest])
         logp = torch.log_softmax(z, dim=0)
         p_rest = logp[1:].exp()
-        eps = p_rest.sum()                                              # 1 - p_i without cancellation
+        # 1 - p_i without cancellation
+        eps = p_rest.sum()
         log_g = 0.5 * torch.log(eps ** 2 + p_rest.square().sum())
         entropy = -(logp[1:].exp() * logp[1:]).sum() - torch.log1p(-eps) * (1 - eps)
         gaps.append(abs(log_g / torch.log(entropy) - 1).item())
-    assert all(a > b for a, b in zip(gaps, gaps[1:])), gaps
+    assert all(a > b for a, b in itertools.pairwise(gaps)), gaps
     assert gaps[-1] < 0.05, gaps
 
 
-# 3. Selection ----------------------------------------------------------------------------------------------------------
+# 3. Selection
+#    -----------------------------------------------------------------------------------------------
 
 def random_batch(gen, n, t):
     lengths = torch.randint(0, t + 1, (n,), generator=gen)
@@ -114,7 +122,8 @@ def random_batch(gen, n, t):
 def test_selects_exactly_ceil_ratio_n_and_never_padding():
     gen = torch.Generator().manual_seed(5)
     for trial in range(200):
-        n, t = int(torch.randint(1, 9, (1,), generator=gen)), int(torch.randint(1, 40, (1,), generator=gen))
+        n, t = int(torch.randint(1, 9, (1,), generator=gen)), int(
+            torch.randint(1, 40, (1,), generator=gen))
         scores, valid = random_batch(gen, n, t)
         if valid.sum() == 0:
             continue
@@ -143,7 +152,8 @@ def test_batch_scope_is_not_per_row():
     valid = torch.ones(2, 4, dtype=torch.bool)
     mask = gmts.select_tokens(scores, valid, 0.5)
     assert mask[0].all() and not mask[1].any()
-    group_mask = gmts.select_tokens(scores, valid, 0.5, scope="group", group_ids=torch.tensor([0, 1]))
+    group_mask = gmts.select_tokens(scores, valid, 0.5, scope="group",
+                                    group_ids=torch.tensor([0, 1]))
     assert group_mask.sum(1).tolist() == [2, 2]
     assert group_mask[0].tolist() == [True, True, False, False]
     assert group_mask[1].tolist() == [False, False, True, True]
@@ -183,7 +193,8 @@ def batch_for_loss(model, gen, n=6, t=10, beta=0.0, off_policy=True):
     valid = torch.arange(t)[None, :] < lengths[:, None]
     with torch.no_grad():
         logp0 = sampled_logp(model, ids)
-    old = logp0 + (0.4 * torch.randn(logp0.shape, generator=gen, dtype=logp0.dtype) if off_policy else 0)
+    old = logp0 + (0.4 * torch.randn(logp0.shape, generator=gen, dtype=logp0.dtype) if off_policy
+                   else 0)
     ref = logp0 + 0.3 * torch.randn(logp0.shape, generator=gen, dtype=logp0.dtype)
     adv = torch.randn(n, generator=gen, dtype=logp0.dtype)
     return ids, valid, old, ref if beta else None, adv
@@ -200,7 +211,7 @@ def test_ratio_one_equals_unselected_loss_and_gradient(selector):
     omega = gmts.token_omega(logp.detach(), old, adv, beta=BETA, ref_logp=ref)
     scores = gmts.token_scores(selector, entropy, omega, generator=gen)
     for norm in ("selected", "all", "sequence"):
-        kw = dict(beta=BETA, ref_logp=ref)
+        kw = {"beta": BETA, "ref_logp": ref}
         selected = gmts.select_tokens(scores, valid, 1.0)
         loss_sel = gmts.policy_loss(logp, old, adv, gmts.loss_weights(valid, selected, norm), **kw)
         loss_all = gmts.policy_loss(logp, old, adv, gmts.loss_weights(valid, valid, norm), **kw)
@@ -209,7 +220,8 @@ def test_ratio_one_equals_unselected_loss_and_gradient(selector):
         assert torch.equal(flat_grad(loss_sel, params), flat_grad(loss_all, params))
 
 
-# 4. Micro-batching ------------------------------------------------------------------------------------------------------
+# 4. Micro-batching
+#    -----------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("loss_norm", ["selected", "all", "sequence"])
 @pytest.mark.parametrize("kl_all", [False, True])
@@ -221,23 +233,25 @@ def test_micro_batches_sum_to_full_batch_gradient(loss_norm, kl_all):
     with torch.no_grad():
         logp = sampled_logp(model, ids)
     omega = gmts.token_omega(logp, old, adv, beta=BETA, ref_logp=ref)
-    scores = gmts.token_scores("gmts", torch.rand(valid.shape, dtype=torch.float64, generator=gen), omega,
-                               weight=gmts.relative_token_weight(valid, loss_norm))
+    scores = gmts.token_scores("gmts", torch.rand(valid.shape, dtype=torch.float64, generator=gen),
+                               omega, weight=gmts.relative_token_weight(valid, loss_norm))
     selected = gmts.select_tokens(scores, valid, 0.3)
     weights = gmts.loss_weights(valid, selected, loss_norm)          # once, on the full batch
     kl_weights = gmts.loss_weights(valid, valid, loss_norm) if kl_all else None
 
     def grad_of(rows):
         lp = sampled_logp(model, ids[rows])
-        loss = gmts.policy_loss(lp, old[rows], adv[rows], weights[rows], beta=BETA, ref_logp=ref[rows],
+        loss = gmts.policy_loss(lp, old[rows], adv[rows], weights[rows], beta=BETA,
+                                ref_logp=ref[rows],
                                 kl_weights=None if kl_weights is None else kl_weights[rows])
         return flat_grad(loss, params)
 
     full = grad_of(slice(0, 6))
     for split in ([0, 3, 6], [0, 1, 6], [0, 2, 3, 4, 5, 6], [0, 4, 6]):
-        summed = sum(grad_of(slice(a, b)) for a, b in zip(split, split[1:]))
-        # float64: the micro-batches run the same rows through the same per-row computation (the float32 RMSNorm
-        # inside Qwen2 sees identical inputs), only the sum over rows is grouped differently: ~n u64 |g| ≈ 1e-15
+        summed = sum(grad_of(slice(a, b)) for a, b in itertools.pairwise(split))
+        # float64: the micro-batches run the same rows through the same per-row computation (the
+        # float32 RMSNorm inside Qwen2 sees identical inputs), only the sum over rows is grouped
+        # differently: ~n u64 |g| ≈ 1e-15
         torch.testing.assert_close(summed, full, rtol=1e-10, atol=1e-14)
 
 
@@ -250,7 +264,8 @@ def test_loss_weights_normalisers():
     seq = gmts.loss_weights(valid, sel, "sequence")
     assert seq[0, 0].item() == pytest.approx(1 / 8) and seq[1, 1].item() == pytest.approx(1 / 4)
     seq_sel = gmts.loss_weights(valid, sel, "sequence-selected")
-    assert seq_sel[0, 0].item() == pytest.approx(1 / 4) and seq_sel[1, 1].item() == pytest.approx(1 / 2)
+    assert seq_sel[0, 0].item() == pytest.approx(1 / 4) and seq_sel[1, 1].item() == pytest.approx(
+        1 / 2)
     assert gmts.loss_weights(valid, sel, "all")[0, 1].item() == 0.0
 
 
@@ -263,7 +278,8 @@ def test_sequence_selected_with_a_selector_is_refused():
         gmts.check_loss_config("gmts", 0.2, "per-token")
 
 
-# 5. On-policy, β = 0 -----------------------------------------------------------------------------------------------------
+# 5. On-policy, β = 0
+#    -----------------------------------------------------------------------------------------------
 
 def test_on_policy_gmts_is_abs_entropy_times_advantage_and_ets_ignores_advantage():
     gen = torch.Generator().manual_seed(9)
@@ -272,17 +288,21 @@ def test_on_policy_gmts_is_abs_entropy_times_advantage_and_ets_ignores_advantage
     valid = torch.ones(8, 12, dtype=torch.bool)
     adv = gmts.group_advantages(torch.tensor([1., 0, 0, 0, 1, 1, 0, 1]), 4)
     omega = gmts.token_omega(logp, logp.clone(), adv)
-    torch.testing.assert_close(gmts.token_scores("gmts", entropy, omega), (entropy * adv[:, None]).abs())
+    torch.testing.assert_close(gmts.token_scores("gmts", entropy, omega),
+                               (entropy * adv[:, None]).abs())
     other_adv = -3 * adv + 1
-    ets_a = gmts.select_tokens(gmts.token_scores("ets", entropy, gmts.token_omega(logp, logp, adv)), valid, 0.2)
-    ets_b = gmts.select_tokens(gmts.token_scores("ets", entropy, gmts.token_omega(logp, logp, other_adv)), valid, 0.2)
+    ets_a = gmts.select_tokens(gmts.token_scores("ets", entropy, gmts.token_omega(logp, logp, adv)),
+                               valid, 0.2)
+    ets_b = gmts.select_tokens(
+        gmts.token_scores("ets", entropy, gmts.token_omega(logp, logp, other_adv)), valid, 0.2)
     assert torch.equal(ets_a, ets_b)
     gmts_a = gmts.select_tokens(gmts.token_scores("gmts", entropy, omega), valid, 0.2)
     # The correct answer in a mostly-wrong group gets the larger |A|: GMTS favours its tokens.
     assert gmts_a.sum() == ets_a.sum() and not torch.equal(gmts_a, ets_a)
 
 
-# 6. All-equal groups -----------------------------------------------------------------------------------------------------
+# 6. All-equal groups
+#    -----------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("std", ["unbiased", "biased", "none"])
 def test_all_equal_groups_give_zero_advantage_and_no_nan(std):
@@ -291,14 +311,16 @@ def test_all_equal_groups_give_zero_advantage_and_no_nan(std):
     assert torch.isfinite(adv).all()
     assert adv[:8].abs().max().item() == 0.0
     assert adv[8] > 0 and (adv[9:] < 0).all()
-    assert adv.view(3, 4).sum(1).abs().max() < 1e-6          # float32: 4 terms of |A| < 2, ~4 u · 2 ≈ 5e-7
+    # float32: 4 terms of |A| < 2, ~4 u · 2 ≈ 5e-7
+    assert adv.view(3, 4).sum(1).abs().max() < 1e-6
 
 
 @pytest.mark.parametrize("std", ["unbiased", "biased", "none"])
 @pytest.mark.parametrize("value", [0.3, 0.1, 1 / 3, 0.7, -2.2, 1e-8])
 def test_all_equal_groups_give_exactly_zero_for_any_reward_value(std, value):
-    """A float mean of eight 0.3's is not exactly 0.3: without the max == min test every answer of the group got
-    |A| ~ 0.06 (e.g. --overlong-penalty 0.7 with every answer cut), and exclude / the zero-A skip missed it."""
+    """A float mean of eight 0.3's is not exactly 0.3: without the max == min test every answer of
+    the group got |A| ~ 0.06 (e.g. --overlong-penalty 0.7 with every answer cut), and exclude / the
+    zero-A skip missed it."""
     rewards = torch.tensor([value] * 8 + [1.0] + [0.0] * 7)
     adv = gmts.group_advantages(rewards, 8, std=std)
     assert adv[:8].abs().max().item() == 0.0
@@ -307,29 +329,35 @@ def test_all_equal_groups_give_exactly_zero_for_any_reward_value(std, value):
 
 def test_advantage_values_match_the_reproduction():
     adv = gmts.group_advantages(torch.tensor([1., 0, 0, 0, 0, 0, 0, 0]), 8)
-    assert adv[0].item() == pytest.approx(2.47, abs=0.01) and adv[1].item() == pytest.approx(-0.35, abs=0.01)
+    assert adv[0].item() == pytest.approx(2.47, abs=0.01) and adv[1].item() == pytest.approx(
+        -0.35, abs=0.01)
     assert gmts.group_advantages(torch.tensor([1., 0]), 2, std="none").tolist() == [0.5, -0.5]
 
 
 def test_exclude_removes_zero_advantage_groups_from_the_ranking():
     gen = torch.Generator().manual_seed(10)
     entropy = torch.rand(8, 6, generator=gen)
-    entropy[:4] += 10                                          # the all-equal group has the highest entropies
+    # the all-equal group has the highest entropies
+    entropy[:4] += 10
     valid = torch.ones(8, 6, dtype=torch.bool)
     adv = gmts.group_advantages(torch.tensor([1., 1, 1, 1, 1, 0, 0, 0]), 4)
     exclude = adv == 0
     ets = gmts.select_tokens(gmts.token_scores("ets", entropy), valid, 0.25)
-    assert ets[:4].any()                                       # without exclude, ETS spends budget on A = 0 tokens
+    # without exclude, ETS spends budget on A = 0 tokens
+    assert ets[:4].any()
     ets_ex = gmts.select_tokens(gmts.token_scores("ets", entropy), valid, 0.25, exclude=exclude)
-    # The budget is every arm's: k = ceil(ρ · N_valid) over ALL 48 valid tokens, not over the 24 eligible ones.
+    # The budget is every arm's: k = ceil(ρ · N_valid) over ALL 48 valid tokens, not over the 24
+    # eligible ones.
     assert not ets_ex[:4].any() and int(ets_ex.sum()) == int(ets.sum()) == math.ceil(0.25 * 48)
     # ... capped at the eligible count when ρ asks for more than the eligible answers hold.
-    assert int(gmts.select_tokens(gmts.token_scores("ets", entropy), valid, 0.75, exclude=exclude).sum()) == 24
+    assert int(
+        gmts.select_tokens(gmts.token_scores("ets", entropy), valid, 0.75, exclude=exclude).sum()) == 24
     omega = gmts.token_omega(torch.zeros(8, 6), torch.zeros(8, 6), adv)
     assert gmts.token_scores("gmts", entropy, omega)[:4].abs().max().item() == 0.0
 
 
-# 7. Bad input -------------------------------------------------------------------------------------------------------------
+# 7. Bad input
+#    -----------------------------------------------------------------------------------------------
 
 def test_bad_input_raises_clear_errors():
     valid = torch.ones(2, 3, dtype=torch.bool)
@@ -368,8 +396,9 @@ def test_bad_input_raises_clear_errors():
 
 def test_selection_diagnostics_count_what_each_selection_spends():
     from gmts.trainer.diagnostics import selection_diagnostics
-    # 4 answers x 5 tokens, all valid. Answers 0-1: an all-equal group (A = 0) with the HIGHEST entropies, so ETS's
-    # top-20% (4 tokens) all sit there; answers 2-3 have A = +1 / -1, so GMTS (|H * ω|, ω = A on-policy) picks there.
+    # 4 answers x 5 tokens, all valid. Answers 0-1: an all-equal group (A = 0) with the HIGHEST
+    # entropies, so ETS's top-20% (4 tokens) all sit there; answers 2-3 have A = +1 / -1, so GMTS
+    # (|H * ω|, ω = A on-policy) picks there.
     valid = torch.ones(4, 5, dtype=torch.bool)
     adv = torch.tensor([0.0, 0.0, 1.0, -1.0])
     entropy = torch.tensor([[9.0, 8.0, 0.1, 0.1, 0.1], [7.0, 6.0, 0.1, 0.1, 0.1],
@@ -383,9 +412,11 @@ def test_selection_diagnostics_count_what_each_selection_spends():
     assert d["top_answer_share"] == 0.5 and d["selection_overlap_ets_gmts"] == 0.0
     assert d["entropy_selected_mean"] == pytest.approx((9 + 8 + 7 + 6) / 4)
     gms = gmts.select_tokens(gmts.token_scores("gmts", entropy, omega), valid, 0.2)
-    assert gms[2:].sum() == 4                           # 1.0, 0.9, 0.6, 0.5: both signed answers, none with A = 0
+    # 1.0, 0.9, 0.6, 0.5: both signed answers, none with A = 0
+    assert gms[2:].sum() == 4
     d = selection_diagnostics(valid, adv, entropy, omega, gms, 0.2)
-    assert d["selected_share_zero_adv"] == 0.0 and d["ets_share_zero_adv"] == 1.0   # ETS's, whatever was selected
+    # ETS's, whatever was selected
+    assert d["selected_share_zero_adv"] == 0.0 and d["ets_share_zero_adv"] == 1.0
     assert d["selected_share_positive_adv"] == 0.5 and d["top_answer_share"] == 0.5
 
 
@@ -393,17 +424,20 @@ def test_overlong_penalty_is_dapos_soft_punishment():
     lengths = torch.tensor([1, 40, 41, 44, 47, 48])
     # limit 48, buffer 8: free up to 40 tokens, then -1/8 per token, -1 at the limit (a cut answer)
     assert gmts.overlong_penalty(lengths, 48, 8).tolist() == [0, 0, -0.125, -0.5, -0.875, -1.0]
-    assert gmts.overlong_penalty(lengths, 48, 8, factor=0.5).tolist() == [0, 0, -0.0625, -0.25, -0.4375, -0.5]
+    assert gmts.overlong_penalty(lengths, 48, 8, factor=0.5).tolist() == [
+        0, 0, -0.0625, -0.25, -0.4375, -0.5]
     assert gmts.overlong_penalty(lengths, 48, 0).tolist() == [0.0] * 6                 # off
-    assert torch.allclose(gmts.overlong_penalty(lengths, 48, 48), -lengths / 48)         # the whole answer
+    # the whole answer
+    assert torch.allclose(gmts.overlong_penalty(lengths, 48, 48), -lengths / 48)
     for bad in ({"buffer": 49}, {"buffer": -1}, {"buffer": 8, "factor": -1.0}):
         with pytest.raises(ValueError, match="overlong"):
             gmts.overlong_penalty(lengths, 48, **bad)
 
 
 def test_overlap_diagnostic_uses_the_runs_scope_bottom_and_exclude():
-    """selection_overlap_ets_gmts compares what ETS and GMTS would select UNDER THE RUN'S SETTINGS: with exclude,
-    neither counterfactual may pick the excluded group; with bottom, both pick their lowest scores."""
+    """selection_overlap_ets_gmts compares what ETS and GMTS would select UNDER THE RUN'S SETTINGS:
+    with exclude, neither counterfactual may pick the excluded group; with bottom, both pick their
+    lowest scores."""
     from types import SimpleNamespace
     from gmts.trainer.diagnostics import counterfactual_selections, overlap
     from gmts.trainer.step import select
@@ -420,14 +454,18 @@ def test_overlap_diagnostic_uses_the_runs_scope_bottom_and_exclude():
     ets, gms = counterfactual_selections(choose(plain), entropy, omega, None)
     assert ets[:2].all(dim=0)[:2].all() and overlap(ets, gms) == 0.0
     ets, gms = counterfactual_selections(choose(plain, exclude=adv == 0), entropy, omega, None)
-    assert not ets[:2].any() and overlap(ets, gms) == 1.0          # both now pick 1.0, 0.9, 0.6, 0.5
+    # both now pick 1.0, 0.9, 0.6, 0.5
+    assert not ets[:2].any() and overlap(ets, gms) == 1.0
     bottom = SimpleNamespace(selector="gmts", ratio=0.2, select_scope="batch", bottom=True)
     ets, gms = counterfactual_selections(choose(bottom), entropy, omega, None)
-    assert ets[:2, 2:].sum() == 4 and gms[:2].sum() == 4            # lowest entropies; GMTS's zeros (A = 0)
-    # a run with selector none still reports what ETS and GMTS would keep at ρ (not ρ = 1: overlap 1.0)
+    # lowest entropies; GMTS's zeros (A = 0)
+    assert ets[:2, 2:].sum() == 4 and gms[:2].sum() == 4
+    # a run with selector none still reports what ETS and GMTS would keep at ρ (not ρ = 1: overlap
+    # 1.0)
     none = SimpleNamespace(selector="none", ratio=0.2, select_scope="batch", bottom=False)
     assert select(none, None, valid, group_ids, None).all()
-    ets, gms = counterfactual_selections(lambda s: select(none, s, valid, group_ids, None, ratio=none.ratio),
+    ets, gms = counterfactual_selections(
+        lambda s: select(none, s, valid, group_ids, None, ratio=none.ratio),
                                          entropy, omega, None)
     assert ets.sum() == gms.sum() == 4 and overlap(ets, gms) == 0.0
     group = SimpleNamespace(selector="gmts", ratio=0.2, select_scope="group", bottom=False)
@@ -436,8 +474,9 @@ def test_overlap_diagnostic_uses_the_runs_scope_bottom_and_exclude():
 
 
 def test_kl_relative_weight_is_the_true_gradient_coefficient():
-    """With --loss-norm selected and --kl-coverage all, the loss is Σ_sel ℓ^pol / S - β Σ_valid D / N: a selected
-    token's gradient coefficient is (r A I)/S + β(π_ref/π - 1)/N = (1/S)·ω(kl_weight = S/N). Autograd agrees."""
+    """With --loss-norm selected and --kl-coverage all, the loss is Σ_sel ℓ^pol / S - β Σ_valid D /
+    N: a selected token's gradient coefficient is (r A I)/S + β(π_ref/π - 1)/N = (1/S)·ω(kl_weight =
+    S/N). Autograd agrees."""
     torch.manual_seed(0)
     n, t = 3, 4
     logp = (-torch.rand(n, t, dtype=torch.float64)).requires_grad_()
@@ -448,11 +487,14 @@ def test_kl_relative_weight_is_the_true_gradient_coefficient():
     selected = torch.zeros(n, t, dtype=torch.bool)
     selected[0, :2] = selected[1, 1] = selected[2, 3] = True
     beta = 0.2
-    loss = gmts.policy_loss(logp, old, adv, gmts.loss_weights(valid, selected, "selected"), beta=beta, ref_logp=ref,
+    loss = gmts.policy_loss(logp, old, adv, gmts.loss_weights(valid, selected, "selected"),
+                            beta=beta, ref_logp=ref,
                             kl_weights=gmts.loss_weights(valid, valid, "selected"))
-    (grad,) = torch.autograd.grad(-loss, logp)                  # ∂J/∂log π = the coefficient in front of ∇ log π
+    # ∂J/∂log π = the coefficient in front of ∇ log π
+    (grad,) = torch.autograd.grad(-loss, logp)
     S, N = int(selected.sum()), n * t
     omega = gmts.token_omega(logp.detach(), old, adv, beta=beta, ref_logp=ref,
                              kl_weight=gmts.kl_relative_weight("selected", "all", S, N))
     torch.testing.assert_close(grad[selected], omega[selected] / S, rtol=1e-12, atol=1e-14)
-    assert gmts.kl_relative_weight("all", "all", S, N) == gmts.kl_relative_weight("selected", "selected", S, N) == 1.0
+    assert gmts.kl_relative_weight("all", "all", S, N) == gmts.kl_relative_weight(
+        "selected", "selected", S, N) == 1.0

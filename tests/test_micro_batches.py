@@ -1,13 +1,16 @@
-"""Step 6's and the scoring pass's micro-batches (gmts/trainer/step.py, micro_batches): rows grouped by answer length,
-each micro-batch trimmed to its own width, optionally cut by a token budget (--micro-batch-tokens).
+"""Step 6's and the scoring pass's micro-batches (gmts/trainer/step.py, micro_batches): rows grouped
+by answer length, each micro-batch trimmed to its own width, optionally cut by a token budget
+(--micro-batch-tokens).
 
-What must hold: every row in exactly one micro-batch; the passes compute only the micro-batch's own width (counted on
-the decoder's real inputs); and none of it changes a number: the gradient and the scored log-probs / entropies equal
-those of one untrimmed pass over every row in rollout order. The model is float64, so "equal" is to float64 rounding:
-the same per-row sums regrouped (another micro-batch split, a shorter padded row), relative error ~ n · 2^-53 with
-n ~ 10^2 terms, ~1e-14; 1e-10 leaves room and would still catch a token counted twice (an O(1) relative change) or
-a weight read from the wrong column.
+What must hold: every row in exactly one micro-batch; the passes compute only the micro-batch's own
+width (counted on the decoder's real inputs); and none of it changes a number: the gradient and the
+scored log-probs / entropies equal those of one untrimmed pass over every row in rollout order. The
+model is float64, so "equal" is to float64 rounding: the same per-row sums regrouped (another
+micro-batch split, a shorter padded row), relative error ~ n · 2^-53 with n ~ 10^2 terms, ~1e-14;
+1e-10 leaves room and would still catch a token counted twice (an O(1) relative change) or a weight
+read from the wrong column.
 """
+import itertools
 import types
 
 import pytest
@@ -15,29 +18,32 @@ import torch
 
 from conftest import tiny_qwen2
 from gmts.method.grpo import loss_weights
-from gmts.trainer.step import (ONE_PROCESS, Batch, LossInputs, MiniBatch, accumulate_gradients, micro_batches,
-                               rows_logprobs, scoring_pass)
+from gmts.trainer.step import (ONE_PROCESS, Batch, LossInputs, MiniBatch, accumulate_gradients,
+                               micro_batches, rows_logprobs, scoring_pass)
 
 G, T = 2, 12
 
 
 def spread_batch(seed=0):
-    """6 groups x 2 answers whose lengths spread from 1 to T in a shuffled order, prompts of 2-7 tokens."""
+    """6 groups x 2 answers whose lengths spread from 1 to T in a shuffled order, prompts of 2-7
+    tokens."""
     gen = torch.Generator().manual_seed(seed)
     n = 6 * G
     lengths = torch.tensor([1, 12, 3, 7, 12, 2, 5, 9, 4, 11, 6, 8])
     valid = torch.arange(T)[None, :] < lengths[:, None]
     completion = torch.randint(3, 64, (n, T), generator=gen).masked_fill(~valid, 0)
     prompts = [torch.randint(3, 64, (int(k),), generator=gen).tolist() for k in (2, 7, 3, 5, 4, 6)]
-    adv = torch.tensor([1.0, -1.0, 0.5, -0.5, 0.9, -0.9, 0.3, -0.3, 1.1, -1.1, 0.2, -0.2], dtype=torch.float64)
+    adv = torch.tensor([1.0, -1.0, 0.5, -0.5, 0.9, -0.9, 0.3, -0.3, 1.1, -1.1, 0.2, -0.2],
+                       dtype=torch.float64)
     zeros = torch.zeros(n, T, dtype=torch.float64)
-    return Batch(problems=[None] * 6, prompt_ids=prompts, completion_ids=completion, valid=valid, logp=zeros,
-                 entropy=zeros, texts=[""] * n, rewards=torch.zeros(n), advantages=adv)
+    return Batch(problems=[None] * 6, prompt_ids=prompts, completion_ids=completion, valid=valid,
+                 logp=zeros, entropy=zeros, texts=[""] * n, rewards=torch.zeros(n), advantages=adv)
 
 
 def cfg(micro_batch_size=4, micro_batch_tokens=0):
-    return types.SimpleNamespace(group_size=G, micro_batch_size=micro_batch_size, micro_batch_tokens=micro_batch_tokens,
-                                 temperature=0.7, chunk_size=5)
+    return types.SimpleNamespace(group_size=G, micro_batch_size=micro_batch_size,
+                                 micro_batch_tokens=micro_batch_tokens, temperature=0.7,
+                                 chunk_size=5)
 
 
 def padded_tokens(batch, chunk):
@@ -45,14 +51,17 @@ def padded_tokens(batch, chunk):
     return len(chunk) * (max(len(batch.prompt_ids[int(i) // G]) for i in chunk) + widest_answer)
 
 
-@pytest.mark.parametrize("size,tokens", [(1, 0), (4, 0), (5, 0), (12, 0), (1, 1), (8, 30), (8, 60), (8, 10**6)])
+@pytest.mark.parametrize("size,tokens",
+                         [(1, 0), (4, 0), (5, 0), (12, 0), (1, 1), (8, 30), (8, 60), (8, 10**6)])
 def test_every_row_once_longest_first_within_the_budget(size, tokens):
     batch = spread_batch()
-    rows = torch.tensor([7, 0, 3, 10, 1, 5, 11, 2, 8])             # a shuffled subset, as a mini-batch may be
+    # a shuffled subset, as a mini-batch may be
+    rows = torch.tensor([7, 0, 3, 10, 1, 5, 11, 2, 8])
     chunks = micro_batches(batch, rows, cfg(size, tokens))
     assert sorted(torch.cat(chunks).tolist()) == sorted(rows.tolist())
     widths = [int(batch.valid[i].sum()) for i in torch.cat(chunks)]
-    assert widths == sorted(widths, reverse=True)                    # grouped by length, longest first
+    # grouped by length, longest first
+    assert widths == sorted(widths, reverse=True)
     for chunk in chunks:
         if tokens:                     # the budget holds unless one row alone exceeds it
             assert len(chunk) == 1 or padded_tokens(batch, chunk) <= tokens
@@ -60,7 +69,7 @@ def test_every_row_once_longest_first_within_the_budget(size, tokens):
         else:
             assert len(chunk) <= size
     if tokens:
-        for a, b in zip(chunks, chunks[1:]):
+        for a, b in itertools.pairwise(chunks):
             assert padded_tokens(batch, torch.cat([a, b[:1]])) > tokens
     if tokens == 10**6:
         assert len(chunks) == 1
@@ -72,7 +81,8 @@ def count_decoder_tokens(model):
     """A forward hook on the decoder that adds up rows x width of every input it receives."""
     seen = []
     hook = model.get_decoder().register_forward_hook(
-        lambda module, args, kwargs, out: seen.append(kwargs["input_ids"].numel()), with_kwargs=True)
+        lambda module, args, kwargs, out: seen.append(kwargs["input_ids"].numel()),
+        with_kwargs=True)
     return seen, hook
 
 
@@ -83,17 +93,20 @@ def test_scoring_pass_equals_one_untrimmed_pass_and_computes_only_real_width(siz
     rows = torch.tensor([7, 0, 3, 10, 1, 5, 11, 2, 8])
     prompts = [batch.prompt_ids[int(i) // G] for i in rows]
     with torch.no_grad():
-        want_lp, want_ent = rows_logprobs(model, prompts, batch.completion_ids[rows], batch.valid[rows],
-                                          temperature=0.7, chunk_size=5, with_entropy=True)
+        want_lp, want_ent = rows_logprobs(model, prompts, batch.completion_ids[rows],
+                                          batch.valid[rows], temperature=0.7, chunk_size=5,
+                                          with_entropy=True)
     seen, hook = count_decoder_tokens(model)
     lp, ent = scoring_pass(model, batch, rows, cfg(size, tokens), ONE_PROCESS)
     hook.remove()
     assert lp.shape == ent.shape == (len(rows), T) and lp.dtype == torch.float64
-    torch.testing.assert_close(lp, want_lp, rtol=0, atol=1e-10)     # in the order of `rows`, 0 at padding
+    # in the order of `rows`, 0 at padding
+    torch.testing.assert_close(lp, want_lp, rtol=0, atol=1e-10)
     torch.testing.assert_close(ent, want_ent, rtol=0, atol=1e-10)
     assert (lp[~batch.valid[rows]] == 0).all()
     chunks = micro_batches(batch, rows, cfg(size, tokens))
-    assert seen == [padded_tokens(batch, c) for c in chunks]        # each pass at its own width, nothing else
+    # each pass at its own width, nothing else
+    assert seen == [padded_tokens(batch, c) for c in chunks]
     untrimmed = sum(len(c) * (max(len(batch.prompt_ids[int(i) // G]) for i in c) + T)
                     for c in torch.split(rows, size if not tokens else len(rows)))
     if size < 12:
@@ -101,19 +114,22 @@ def test_scoring_pass_equals_one_untrimmed_pass_and_computes_only_real_width(siz
 
 
 def gradient(model, batch, rows, config):
-    """The trainer's step-6 gradient of the on-policy loss over `rows` (weights with the whole batch's normaliser)."""
-    mb = MiniBatch(rows, valid=batch.valid, advantages=batch.advantages, old_logp=batch.logp, entropy=batch.entropy,
-                   ref_logp=None, exclude=None, group_size=G)
+    """The trainer's step-6 gradient of the on-policy loss over `rows` (weights with the whole
+    batch's normaliser)."""
+    mb = MiniBatch(rows, valid=batch.valid, advantages=batch.advantages, old_logp=batch.logp,
+                   entropy=batch.entropy, ref_logp=None, exclude=None, group_size=G)
     weights = loss_weights(mb.valid, mb.valid, "selected")
-    inputs = LossInputs(mb, weights, None, mb.rows, on_policy=True, eps_low=0.2, eps_high=0.28, beta=0.0)
+    inputs = LossInputs(mb, weights, None, mb.rows, on_policy=True, eps_low=0.2, eps_high=0.28,
+                        beta=0.0)
     model.zero_grad(set_to_none=True)
     loss, passes = accumulate_gradients(model, batch, inputs, config, ONE_PROCESS)
     return float(loss), passes, [p.grad.clone() for p in model.parameters()]
 
 
 def test_gradient_is_the_same_for_every_grouping():
-    """The one-pass gradient (all 12 rows, untrimmed: every micro-batch of 12 is trimmed only to the batch's widest,
-    which is T here) against row-by-row, uneven micro-batches and token budgets, each grouped and trimmed."""
+    """The one-pass gradient (all 12 rows, untrimmed: every micro-batch of 12 is trimmed only to the
+    batch's widest, which is T here) against row-by-row, uneven micro-batches and token budgets,
+    each grouped and trimmed."""
     model = tiny_qwen2(hidden=16, layers=2, dtype=torch.float64, seed=2)
     batch = spread_batch()
     rows = torch.arange(len(batch.advantages))

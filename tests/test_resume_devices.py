@@ -49,19 +49,19 @@ def test_cuda_states_of_more_gpus_than_there_are_now(monkeypatch):
     """A checkpoint written with 4 GPUs visible, resumed with 1: the one GPU's state is restored, no
     IndexError; and a checkpoint without CUDA states resumed on a GPU restores none."""
     restored = []
-    record = lambda state, device="cuda": restored.append(device)  # noqa: E731
+    record = lambda state, device="cuda": restored.append(device)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     monkeypatch.setattr(torch.cuda, "set_rng_state", record)
     monkeypatch.setattr(torch.cuda.random, "set_rng_state", record)
     gen = torch.Generator().manual_seed(3)
-    state = dict(
-        python=__import__("random").getstate(),
-        numpy=__import__("numpy").random.get_state(),
-        torch=torch.get_rng_state(),
-        cuda=[torch.zeros(16, dtype=torch.uint8)] * 4,
-        sampler=gen.get_state(),
-    )
+    state = {
+        "python": __import__("random").getstate(),
+        "numpy": __import__("numpy").random.get_state(),
+        "torch": torch.get_rng_state(),
+        "cuda": [torch.zeros(16, dtype=torch.uint8)] * 4,
+        "sampler": gen.get_state(),
+    }
     ckpt.set_rng_state(state, torch.Generator())
     assert restored == [0]
     restored.clear()
@@ -75,13 +75,13 @@ def test_a_cuda_runs_sampler_state_resumed_on_the_cpu():
     import random
     import numpy as np
 
-    state = dict(
-        python=random.getstate(),
-        numpy=np.random.get_state(),
-        torch=torch.get_rng_state(),
-        cuda=None,
-        sampler=torch.tensor([7] + [0] * 15, dtype=torch.uint8),
-    )
+    state = {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+        "cuda": None,
+        "sampler": torch.tensor([7] + [0] * 15, dtype=torch.uint8),
+    }
     a, b = torch.Generator(), torch.Generator()
     ckpt.set_rng_state(state, a)
     ckpt.set_rng_state(state, b)

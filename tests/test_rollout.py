@@ -1,4 +1,5 @@
-"""Rollout (gmts/trainer/rollout.py) and the training forward (gmts/trainer/policy.py) on a tiny random Qwen2."""
+"""Rollout (gmts/trainer/rollout.py) and the training forward (gmts/trainer/policy.py) on a tiny
+random Qwen2."""
 import pytest
 import torch
 
@@ -14,8 +15,8 @@ def prompts():
 
 
 def run(model, seed=0, **kw):
-    args = dict(group_size=4, max_new_tokens=12, eos_token_ids=EOS, pad_token_id=PAD, temperature=1.0,
-                generator=torch.Generator().manual_seed(seed))
+    args = {"group_size": 4, "max_new_tokens": 12, "eos_token_ids": EOS, "pad_token_id": PAD,
+                "temperature": 1.0, "generator": torch.Generator().manual_seed(seed)}
     args.update(kw)
     return sample(model, prompts(), **args)
 
@@ -27,12 +28,13 @@ def test_shared_prefix_and_dropped_rows_draw_the_same_samples_as_the_plain_path(
     assert fast.completion_ids.shape == (12, 12)
     assert torch.equal(fast.completion_ids, plain.completion_ids)
     assert torch.equal(fast.valid_mask, plain.valid_mask)
-    # float64 (u ≈ 1.1e-16): the two paths group the same attention sums differently (a shared prefix, fewer rows),
-    # ~n u |z| ≈ 1e-14 apart; Qwen2's RMSNorm rounds through float32 on both sides alike (the same rows, the same
-    # values), so 1e-9 leaves five orders of magnitude.
+    # float64 (u ≈ 1.1e-16): the two paths group the same attention sums differently (a shared
+    # prefix, fewer rows), ~n u |z| ≈ 1e-14 apart; Qwen2's RMSNorm rounds through float32 on both
+    # sides alike (the same rows, the same values), so 1e-9 leaves five orders of magnitude.
     torch.testing.assert_close(fast.logp, plain.logp, rtol=1e-9, atol=1e-9)
     torch.testing.assert_close(fast.entropy, plain.entropy, rtol=1e-9, atol=1e-9)
-    assert fast.finished.any() and not fast.finished.all()   # some rows stopped early: the drop path was exercised
+    # some rows stopped early: the drop path was exercised
+    assert fast.finished.any() and not fast.finished.all()
     other = run(model, seed=1)
     assert not torch.equal(other.completion_ids, fast.completion_ids)
 
@@ -41,22 +43,25 @@ def test_greedy_matches_model_generate():
     model = tiny_qwen2(seed=5)
     roll = run(model, group_size=1, temperature=0.0)
     for row, prompt in enumerate(prompts()):
-        out = model.generate(torch.tensor([prompt]), do_sample=False, max_new_tokens=12, eos_token_id=EOS,
-                             pad_token_id=PAD, attention_mask=torch.ones(1, len(prompt), dtype=torch.long))
+        out = model.generate(torch.tensor([prompt]), do_sample=False, max_new_tokens=12,
+                             eos_token_id=EOS, pad_token_id=PAD,
+                             attention_mask=torch.ones(1, len(prompt), dtype=torch.long))
         expected = out[0, len(prompt):].tolist()
         got = roll.completion_ids[row][roll.valid_mask[row]].tolist()
         assert got == expected
 
 
 def test_rollout_logprobs_and_entropies_match_a_full_forward():
-    """The scores use rollout-time values in place of the training forward's (gmts/METHOD.md, "Temperature": test how close they are)."""
+    """The scores use rollout-time values in place of the training forward's (gmts/METHOD.md,
+    "Temperature": test how close they are)."""
     model = tiny_qwen2(seed=6)
     roll = run(model)
-    logp, ent = completion_logprobs(model, roll.prompt_ids, roll.completion_ids, roll.valid_mask, group_size=4,
-                                    with_entropy=True, chunk_size=7)
-    # float32, KV-cached one-token steps against one padded forward: other GEMM shapes and attention groupings.
-    # Per layer the hidden states carry ~d u (d = 16 terms per dot product) relative error, ~1e-6 after 2 layers,
-    # and log-softmax adds ~u |z|: under 1e-5 (tests/test_rollout_precision.py measures bigger models).
+    logp, ent = completion_logprobs(model, roll.prompt_ids, roll.completion_ids, roll.valid_mask,
+                                    group_size=4, with_entropy=True, chunk_size=7)
+    # float32, KV-cached one-token steps against one padded forward: other GEMM shapes and attention
+    # groupings. Per layer the hidden states carry ~d u (d = 16 terms per dot product) relative
+    # error, ~1e-6 after 2 layers, and log-softmax adds ~u |z|: under 1e-5
+    # (tests/test_rollout_precision.py measures bigger models).
     torch.testing.assert_close(logp, roll.logp, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(ent, roll.entropy, rtol=1e-5, atol=1e-5)
     assert (logp[~roll.valid_mask] == 0).all()
@@ -65,19 +70,20 @@ def test_rollout_logprobs_and_entropies_match_a_full_forward():
 def test_temperature_defines_the_policy():
     model = tiny_qwen2(seed=7)
     roll = run(model, temperature=0.7)
-    logp, ent = completion_logprobs(model, roll.prompt_ids, roll.completion_ids, roll.valid_mask, group_size=4,
-                                    temperature=0.7, with_entropy=True)
+    logp, ent = completion_logprobs(model, roll.prompt_ids, roll.completion_ids, roll.valid_mask,
+                                    group_size=4, temperature=0.7, with_entropy=True)
     torch.testing.assert_close(logp, roll.logp, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(ent, roll.entropy, rtol=1e-5, atol=1e-5)
 
 
 def test_samples_follow_the_policy_distribution():
-    """Inverse-CDF sampling with one uniform per row draws from softmax(z/τ): first-token frequencies over many rows
-    match the model's probabilities (total variation well under the sampling noise bound)."""
+    """Inverse-CDF sampling with one uniform per row draws from softmax(z/τ): first-token
+    frequencies over many rows match the model's probabilities (total variation well under the
+    sampling noise bound)."""
     model = tiny_qwen2(seed=8)
     n = 6000
-    roll = sample(model, [[3, 9, 11]], group_size=n, max_new_tokens=1, eos_token_ids=EOS, pad_token_id=PAD,
-                  temperature=1.3, generator=torch.Generator().manual_seed(0))
+    roll = sample(model, [[3, 9, 11]], group_size=n, max_new_tokens=1, eos_token_ids=EOS,
+                  pad_token_id=PAD, temperature=1.3, generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         probs = torch.softmax(model(torch.tensor([[3, 9, 11]])).logits[0, -1] / 1.3, dim=-1)
     counts = torch.bincount(roll.completion_ids[:, 0], minlength=probs.numel()).double()
@@ -108,12 +114,14 @@ def test_rows_stop_at_eos_and_padding_is_filled():
 def test_bad_arguments():
     model = tiny_qwen2()
     with pytest.raises(ValueError, match="at least one token"):
-        sample(model, [[1], []], group_size=2, max_new_tokens=3, eos_token_ids=EOS, pad_token_id=PAD)
+        sample(model, [[1], []], group_size=2, max_new_tokens=3, eos_token_ids=EOS,
+               pad_token_id=PAD)
 
 
 def test_chunked_rollout_equals_one_call_when_greedy():
     model = tiny_qwen2(dtype=torch.float64, seed=9)
-    kw = dict(group_size=2, max_new_tokens=6, eos_token_ids=EOS, pad_token_id=PAD, temperature=0.0)
+    kw = {"group_size": 2, "max_new_tokens": 6, "eos_token_ids": EOS, "pad_token_id": PAD,
+          "temperature": 0.0}
     whole = sample(model, prompts(), **kw)
     chunked = sample_batched(model, prompts(), prompts_per_call=1, **kw)
     assert chunked.prompt_ids == whole.prompt_ids and chunked.completion_ids.shape[0] == 6
@@ -129,7 +137,8 @@ def test_concat_rollouts_pads_each_part_to_the_longest():
     short = run(model, max_new_tokens=3)
     long = run(model, max_new_tokens=7, seed=1)
     both = concat_rollouts([short, long], PAD)
-    assert both.completion_ids.shape == (24, 7) and both.prompt_ids == short.prompt_ids + long.prompt_ids
+    assert (both.completion_ids.shape == (24, 7) and both.prompt_ids == short.prompt_ids
+            + long.prompt_ids)
     assert torch.equal(both.completion_ids[12:], long.completion_ids)
     assert torch.equal(both.completion_ids[:12, :3], short.completion_ids)
     assert (both.completion_ids[:12, 3:] == PAD).all() and not both.valid_mask[:12, 3:].any()
@@ -140,8 +149,8 @@ def test_concat_rollouts_pads_each_part_to_the_longest():
 
 
 class _KwargsOnlyWrapper(torch.nn.Module):
-    """What a LoRA (peft) or DDP/FSDP wrapper looks like to inspect: forward(**kwargs), naming no cache keyword.
-    Records the keywords it was called with."""
+    """What a LoRA (peft) or DDP/FSDP wrapper looks like to inspect: forward(**kwargs), naming no
+    cache keyword. Records the keywords it was called with."""
 
     def __init__(self, model):
         super().__init__()
@@ -154,13 +163,16 @@ class _KwargsOnlyWrapper(torch.nn.Module):
 
 
 def test_kv_cache_keyword_is_the_models_own_name_even_through_a_wrapper():
-    """transformers 5.x names the KV cache `cache` and keeps `past_key_values` only as a deprecated alias (removed
-    within the range requirements.txt allows); a wrapper whose forward takes **kwargs must not get the alias."""
+    """transformers 5.x names the KV cache `cache` and keeps `past_key_values` only as a deprecated
+    alias (removed within the range requirements.txt allows); a wrapper whose forward takes **kwargs
+    must not get the alias."""
     import inspect
     model = tiny_qwen2(dtype=torch.float64, seed=4)
-    own = [k for k in ("cache", "past_key_values") if k in inspect.signature(model.forward).parameters]
+    own = [k for k in ("cache", "past_key_values")
+           if k in inspect.signature(model.forward).parameters]
     assert own, "the model's forward names no KV cache keyword"
-    assert _cache_keyword(model) == own[0]            # 'cache' whenever the model takes it (transformers >= 5)
+    # 'cache' whenever the model takes it (transformers >= 5)
+    assert _cache_keyword(model) == own[0]
     wrapped = _KwargsOnlyWrapper(model)
     assert _cache_keyword(wrapped) == own[0]
     roll = run(wrapped)
@@ -182,7 +194,8 @@ def test_answers_do_not_depend_on_how_the_prompts_split_into_generation_calls():
     row they sample in."""
     model = tiny_qwen2(dtype=torch.float64, seed=4)
     many = [[3, 9, 11, 4], [12, 13], [20, 21, 22, 23, 24, 25], [30, 31, 32], [8]]
-    kw = dict(group_size=4, max_new_tokens=12, eos_token_ids=EOS, pad_token_id=PAD, temperature=1.0)
+    kw = {"group_size": 4, "max_new_tokens": 12, "eos_token_ids": EOS, "pad_token_id": PAD,
+          "temperature": 1.0}
     rolls = [sample_batched(model, many, prompts_per_call=k,
                             generator=torch.Generator().manual_seed(3), **kw) for k in (0, 1, 2, 3)]
     whole = rolls[0]
@@ -215,8 +228,8 @@ def test_the_decode_loop_syncs_with_the_host_only_every_check_every_tokens():
             Count.n += func in syncing
             return func(*args, **(kwargs or {}))
     model = tiny_qwen2(seed=4)
-    kw = dict(group_size=4, eos_token_ids=[-1], pad_token_id=PAD,
-              generator=torch.Generator().manual_seed(0))
+    kw = {"group_size": 4, "eos_token_ids": [-1], "pad_token_id": PAD,
+              "generator": torch.Generator().manual_seed(0)}
     counts = []
     for new_tokens in (2, 48):       # 2: the prefill and one decode step (t = 1: the last token)
         Count.n = 0

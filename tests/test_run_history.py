@@ -1,11 +1,12 @@
 """A run knows what it is made of, its history is one line, and every edge is one line (issue 31).
 
-Kinds, each with the issue's cases: (1) the fingerprint (data contents, base model, tokenizer) and config.json as
-a record; (2) a rewind moves the run's later history to abandoned/ so checkpoints, `latest`, the logs and the exports
-agree; (3) folders that are not run folders, `~`, unique eval outputs, paths that are not UTF-8; (4) non-finite
-weights and updates end in the skip-then-stop line; (5) the edges (no flock, stdout on a full disk, WORLD_SIZE
-without torchrun, a non-integer step, a 'step-N copy' folder, a full disk during the merged export, a config that is
-not a causal LM, --print-config with --resume). The command lines run for real (tests/_cli_batch.py).
+Kinds, each with the issue's cases: (1) the fingerprint (data contents, base model, tokenizer) and
+config.json as a record; (2) a rewind moves the run's later history to abandoned/ so checkpoints,
+`latest`, the logs and the exports agree; (3) folders that are not run folders, `~`, unique eval
+outputs, paths that are not UTF-8; (4) non-finite weights and updates end in the skip-then-stop
+line; (5) the edges (no flock, stdout on a full disk, WORLD_SIZE without torchrun, a non-integer
+step, a 'step-N copy' folder, a full disk during the merged export, a config that is not a causal
+LM, --print-config with --resume). The command lines run for real (tests/_cli_batch.py).
 """
 import errno
 import json
@@ -51,9 +52,11 @@ def latest(run):
 
 @pytest.fixture(scope="module")
 def base(digit_model_dir, digit_data, tmp_path_factory):
-    """`three`: 3 steps, a checkpoint after each (all kept); `straight4`: the same run for 4 steps."""
+    """`three`: 3 steps, a checkpoint after each (all kept); `straight4`: the same run for 4
+    steps."""
     d = tmp_path_factory.mktemp("history")
-    for result in train(train_args(digit_model_dir, digit_data, d / "three", "--steps", 3, "--keep-checkpoints", 5),
+    for result in train(
+        train_args(digit_model_dir, digit_data, d / "three", "--steps", 3, "--keep-checkpoints", 5),
                         train_args(digit_model_dir, digit_data, d / "straight4", "--steps", 4,
                                    "--keep-checkpoints", 5)):
         ok(result)
@@ -66,7 +69,7 @@ def copy_run(base, name, tmp_path):
     return str(target)
 
 
-# ----------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # 1. What a run is made of.
 
 def test_a_resume_refuses_data_whose_contents_changed(digit_model_dir, digit_data, base, tmp_path):
@@ -74,7 +77,8 @@ def test_a_resume_refuses_data_whose_contents_changed(digit_model_dir, digit_dat
     shutil.copy(digit_data, data)
     run = tmp_path / "run"
     ok(train(train_args(digit_model_dir, data, run, "--steps", 1))[0])
-    with open(data, "a") as fh:                     # the file grew: same path, other contents, other data order
+    # the file grew: same path, other contents, other data order
+    with open(data, "a") as fh:
         fh.write(json.dumps({"question": "What is 1 + 1?", "answer": "2"}) + "\n")
     before = snapshot(run)
     [grown] = train(["--resume", run, "--steps", 2])
@@ -83,7 +87,8 @@ def test_a_resume_refuses_data_whose_contents_changed(digit_model_dir, digit_dat
 
 
 @pytest.mark.parametrize("flags", [["--lora-rank", 4], ["--beta", 0.1]])
-def test_a_resume_refuses_a_replaced_base_model_where_it_is_loaded_again(digit_data, tmp_path, flags):
+def test_a_resume_refuses_a_replaced_base_model_where_it_is_loaded_again(
+    digit_data, tmp_path, flags):
     """LoRA loads --model again as the base of the adapters; β > 0 as the frozen reference."""
     from conftest import write_tiny_model
     if flags[0] == "--lora-rank":
@@ -108,7 +113,8 @@ def test_a_hand_edit_of_config_json_is_refused_or_said(base, tmp_path):
         json.dump(dict(config, lr=0.5), fh)
     before = snapshot(run)
     [fixed] = train(["--resume", run, "--steps", 4])
-    check_one_line(fixed, "lr = 0.5")                                  # defines the experiment: refused
+    # defines the experiment: refused
+    check_one_line(fixed, "lr = 0.5")
     assert snapshot(run) == before
     with open(path, "w") as fh:
         json.dump(dict(config, save_every=7), fh)
@@ -117,10 +123,11 @@ def test_a_hand_edit_of_config_json_is_refused_or_said(base, tmp_path):
     notes = [x for x in stderr_lines(said["stderr"]) if "config.json" in x]
     assert len(notes) == 1 and "save_every" in notes[0], said["stderr"]
     with open(path) as fh:
-        assert json.load(fh)["save_every"] == config["save_every"]     # the checkpoint's value ran and is recorded
+        # the checkpoint's value ran and is recorded
+        assert json.load(fh)["save_every"] == config["save_every"]
 
 
-# ----------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # 2. A run's history is one line.
 
 @pytest.mark.parametrize("keep", [5, 1])
@@ -131,13 +138,17 @@ def test_a_rewind_moves_the_later_history_aside_and_the_run_reads_as_one(base, t
                       "--keep-checkpoints", keep])
     ok(rewind)
     abandoned = os.path.join(run, "abandoned", "after-step-000001")
-    assert sorted(os.listdir(os.path.join(abandoned, "checkpoints"))) == ["step-000002", "step-000003"]
+    assert sorted(os.listdir(os.path.join(abandoned, "checkpoints"))) == [
+        "step-000002", "step-000003"]
     assert [m["step"] for m in read_jsonl(os.path.join(abandoned, "metrics.jsonl"))] == [2, 3]
     assert steps_of(run) == [1, 2, 3]
-    assert same_metrics(read_jsonl(os.path.join(run, "metrics.jsonl")), old_metrics)   # the same run, redone
+    # the same run, redone
+    assert same_metrics(read_jsonl(os.path.join(run, "metrics.jsonl")), old_metrics)
     kept = ["step-000001", "step-000002", "step-000003"][-keep:]
-    assert [c for c in checkpoints(run) if c.startswith("step-")] == kept and latest(run) == "step-000003"
-    assert "checkpoints/step-000003" in rewind["stdout"].strip().splitlines()[-1]   # the closing line: this branch
+    assert ([c for c in checkpoints(run) if c.startswith("step-")] == kept
+            and latest(run) == "step-000003")
+    # the closing line: this branch
+    assert "checkpoints/step-000003" in rewind["stdout"].strip().splitlines()[-1]
     # --resume RUN follows `latest`; the log reads 1, 2, 3, 4 and equals the straight 4-step run
     ok(train(["--resume", run, "--steps", 4])[0])
     assert steps_of(run) == [1, 2, 3, 4]
@@ -146,12 +157,14 @@ def test_a_rewind_moves_the_later_history_aside_and_the_run_reads_as_one(base, t
 
 
 def test_resume_of_a_run_follows_latest_not_the_newest_name(base, tmp_path):
-    """A step-N after `latest` (a crash between the rename and `latest`, a copy) is not the run's head."""
+    """A step-N after `latest` (a crash between the rename and `latest`, a copy) is not the run's
+    head."""
     run = copy_run(base, "head", tmp_path)
     with open(os.path.join(run, "checkpoints", "latest"), "w") as fh:
         fh.write("step-000002\n")
     ok(train(["--resume", run, "--steps", 3])[0])
-    assert os.listdir(os.path.join(run, "abandoned", "after-step-000002", "checkpoints")) == ["step-000003"]
+    assert os.listdir(os.path.join(run, "abandoned", "after-step-000002", "checkpoints")) == [
+        "step-000003"]
     assert steps_of(run) == [1, 2, 3] and latest(run) == "step-000003"
 
 
@@ -161,11 +174,12 @@ def test_overwrite_removes_every_export_of_the_old_run(base, digit_model_dir, di
         os.makedirs(os.path.join(run, name))
         open(os.path.join(run, name, "model.safetensors"), "w").close()
     ok(train(train_args(digit_model_dir, digit_data, run, "--steps", 1, "--overwrite"))[0])
-    assert not os.path.exists(os.path.join(run, "final-merged")) and not os.path.exists(os.path.join(run, "abandoned"))
+    assert not os.path.exists(os.path.join(run, "final-merged")) and not os.path.exists(
+        os.path.join(run, "abandoned"))
     assert steps_of(run) == [1]
 
 
-# ----------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # 3. Folders that are not run folders.
 
 def test_tilde_is_the_home_folder_in_every_check(digit_model_dir, digit_data, base, tmp_path):
@@ -173,10 +187,12 @@ def test_tilde_is_the_home_folder_in_every_check(digit_model_dir, digit_data, ba
     shutil.copytree(base / "three", home / "run")
     cwd = tmp_path / "cwd"
     cwd.mkdir()
-    line = [a for a in argv(digit_model_dir, digit_data, "@OUT") if a not in ("--output-dir", "@OUT")]
+    line = [a for a in argv(digit_model_dir, digit_data, "@OUT") if a
+            not in ("--output-dir", "@OUT")]
     tilde = subprocess.run(line + ["--output-dir=~/run"], cwd=cwd, env=dict(ENV, HOME=str(home)),
-                           capture_output=True, text=True)
-    check_one_line(tilde, "already holds a run")                   # ~ is the home folder in every check
+                           capture_output=True, text=True, check=False)
+    # ~ is the home folder in every check
+    check_one_line(tilde, "already holds a run")
     assert not os.path.exists(cwd / "~")
 
 
@@ -191,13 +207,15 @@ def test_a_model_folder_as_output_dir_is_refused(digit_model_dir, digit_data, tm
 
 def test_a_path_that_is_not_utf8_is_refused_up_front(digit_model_dir, digit_data, tmp_path):
     latin1 = os.fsencode(str(tmp_path)) + b"/caf\xe9"
-    bad = subprocess.run(argv(digit_model_dir, digit_data, latin1), cwd=ROOT, env=ENV, capture_output=True,
-                         text=True)
+    bad = subprocess.run(argv(digit_model_dir, digit_data, latin1), cwd=ROOT, env=ENV,
+                         capture_output=True, text=True, check=False)
     check_one_line(bad, "not UTF-8")
     assert not os.path.exists(latin1)
-    bad_eval = subprocess.run([sys.executable, os.path.join(ROOT, "eval.py"), "--model", digit_model_dir, "--data",
-                               digit_data, b"--output", latin1 + b".json"], cwd=ROOT, env=ENV, capture_output=True,
-                              text=True)
+    bad_eval = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "eval.py"), "--model", digit_model_dir, "--data",
+                               digit_data, b"--output", latin1 + b".json"], cwd=ROOT, env=ENV,
+                               capture_output=True,
+                              text=True, check=False)
     check_one_line(bad_eval, "not UTF-8")
 
 
@@ -205,14 +223,15 @@ def test_eval_default_outputs_are_unique_per_checkpoint(base, tmp_path):
     sys.path.insert(0, ROOT)
     import eval as eval_py
     other = copy_run(base, "other", tmp_path)
-    a = eval_py.default_output(os.path.join(base, "three", "checkpoints", "step-000001"), ["math500"], 0)
+    a = eval_py.default_output(os.path.join(base, "three", "checkpoints", "step-000001"),
+                               ["math500"], 0)
     b = eval_py.default_output(os.path.join(other, "checkpoints", "step-000001"), ["math500"], 0)
     assert a != b and "three-step-000001" in a and "other-step-000001" in b
     assert eval_py.default_output("Qwen/Qwen2.5-1.5B", ["gsm8k:test"], 0) == \
         os.path.join("out", "eval", "Qwen-Qwen2.5-1.5B_gsm8k-test_s0.json")
 
 
-# ----------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # 4. Non-finite numbers.
 
 @pytest.fixture(scope="module")
@@ -237,27 +256,34 @@ def skip_then_stop(result):
 def test_a_nan_weight_ends_in_the_skip_then_stop_line(nan_model, digit_data, tmp_path):
     [result] = train(train_args(nan_model, digit_data, tmp_path / "run", "--steps", 6))
     skip_then_stop(result)
-    assert not os.path.exists(tmp_path / "run" / "checkpoints")      # NaN weights are never checkpointed
-    assert all("non-finite" in m.get("skipped", "") for m in read_jsonl(tmp_path / "run" / "metrics.jsonl"))
+    # NaN weights are never checkpointed
+    assert not os.path.exists(tmp_path / "run" / "checkpoints")
+    assert all(
+        "non-finite" in m.get("skipped", "") for m
+        in read_jsonl(tmp_path / "run" / "metrics.jsonl"))
 
 
-def test_an_update_that_overflows_ends_in_the_skip_then_stop_line(digit_model_dir, digit_data, tmp_path):
-    [result] = train(train_args(digit_model_dir, digit_data, tmp_path / "run", "--steps", 6, "--lr", 1e30,
+def test_an_update_that_overflows_ends_in_the_skip_then_stop_line(
+    digit_model_dir, digit_data, tmp_path):
+    [result] = train(
+        train_args(digit_model_dir, digit_data, tmp_path / "run", "--steps", 6, "--lr", 1e30,
                                 "--max-grad-norm", 0))
     skip_then_stop(result)
 
 
 def test_analyze_refuses_a_nan_model_and_writes_no_nan_json(nan_model, digit_data, tmp_path):
     out = tmp_path / "a.json"
-    analyze = subprocess.run([sys.executable, "-m", "gmts.tools.analyze", "--model", nan_model, "--data",
-                              digit_data, "--prompts", "1", "--group-size", "4", "--max-new-tokens", "3",
+    analyze = subprocess.run(
+        [sys.executable, "-m", "gmts.tools.analyze", "--model", nan_model, "--data",
+                              digit_data, "--prompts", "1", "--group-size", "4", "--max-new-tokens",
+         "3",
                               "--no-plots", "--no-progress", "--device", "cpu", "--output", out],
-                             cwd=ROOT, env=ENV, capture_output=True, text=True)
+                             cwd=ROOT, env=ENV, capture_output=True, text=True, check=False)
     check_one_line(analyze, "NaN/inf")
     assert not out.exists()
 
 
-# ----------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # 5. The edges.
 
 def test_a_file_system_without_locks_is_one_line(tmp_path, monkeypatch):
@@ -271,7 +297,8 @@ def test_a_file_system_without_locks_is_one_line(tmp_path, monkeypatch):
     cfg = types.SimpleNamespace(output_dir=str(tmp_path / "run"), resume="", overwrite=False)
     with pytest.raises(UsageError, match="does not support file locks"):
         folder.claim(cfg, 0)
-    with pytest.raises(UsageError, match="does not support file locks"):     # the look of check_start, too
+    # the look of check_start, too
+    with pytest.raises(UsageError, match="does not support file locks"):
         folder.owner(str(tmp_path / "run"))
     assert os.path.realpath(tmp_path / "run") not in folder._HELD
 
@@ -279,16 +306,19 @@ def test_a_file_system_without_locks_is_one_line(tmp_path, monkeypatch):
 def test_stdout_on_a_full_disk_is_one_line(digit_model_dir, digit_data, tmp_path):
     args = argv(digit_model_dir, digit_data, str(tmp_path / "run"), "--steps", 1)
     with open("/dev/full", "w") as full:
-        result = subprocess.run(args, cwd=ROOT, env=ENV, stdout=full, stderr=subprocess.PIPE, text=True)
+        result = subprocess.run(args, cwd=ROOT, env=ENV, stdout=full, stderr=subprocess.PIPE,
+                                text=True, check=False)
     lines = stderr_lines(result.stderr)
-    assert result.returncode != 0 and "Traceback" not in result.stderr and "Exception ignored" not in result.stderr
+    assert (result.returncode != 0 and "Traceback" not in result.stderr
+            and "Exception ignored" not in result.stderr)
     assert len(lines) == 1 and "writing to stdout failed" in lines[0], result.stderr
 
 
 def test_world_size_without_torchrun_is_one_line(digit_model_dir, digit_data, tmp_path):
     args = argv(digit_model_dir, digit_data, str(tmp_path / "run"), "--steps", 1)
     for env in (dict(ENV, WORLD_SIZE="2"), dict(ENV, WORLD_SIZE="two")):
-        result = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True)
+        result = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True,
+                                check=False)
         check_one_line(result, "WORLD_SIZE")
     assert not os.path.exists(tmp_path / "run" / "checkpoints")
 
@@ -303,18 +333,22 @@ def test_a_metrics_line_whose_step_is_not_an_integer(base, tmp_path):
     [result] = train(["--resume", run, "--steps", 4])
     ok(result)
     assert [x for x in stderr_lines(result["stderr"]) if "metrics.jsonl:1" in x], result["stderr"]
-    assert steps_of(run) == [2, 3, 4]                              # named, kept in the .bad- copy, left out
+    # named, kept in the .bad- copy, left out
+    assert steps_of(run) == [2, 3, 4]
     assert [f for f in os.listdir(run) if f.startswith("metrics.jsonl.bad-")]
 
 
 def test_a_copied_checkpoint_folder_is_not_a_checkpoint(base, tmp_path):
     run = copy_run(base, "copied", tmp_path)
     for name in ("step-000003 copy", "step-000009 copy"):
-        shutil.copytree(os.path.join(run, "checkpoints", "step-000003"), os.path.join(run, "checkpoints", name))
+        shutil.copytree(os.path.join(run, "checkpoints", "step-000003"),
+                        os.path.join(run, "checkpoints", name))
     [result] = train(["--resume", run, "--steps", 4])
     ok(result)
-    assert steps_of(run) == [1, 2, 3, 4]                           # resumed from step-000003, not from a copy
-    assert os.path.isdir(os.path.join(run, "checkpoints", "step-000009 copy"))     # not ours: left alone
+    # resumed from step-000003, not from a copy
+    assert steps_of(run) == [1, 2, 3, 4]
+    # not ours: left alone
+    assert os.path.isdir(os.path.join(run, "checkpoints", "step-000009 copy"))
 
 
 def test_a_full_disk_during_the_merged_export_leaves_no_final_merged(base, tmp_path):
@@ -329,7 +363,8 @@ def test_a_full_disk_during_the_merged_export_leaves_no_final_merged(base, tmp_p
             os.makedirs(path, exist_ok=True)
             open(os.path.join(path, "config.json"), "w").close()
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-    fake = types.SimpleNamespace(cfg=types.SimpleNamespace(output_dir=run), model=Full(), tokenizer=Full())
+    fake = types.SimpleNamespace(cfg=types.SimpleNamespace(output_dir=run), model=Full(),
+                                 tokenizer=Full())
     with pytest.raises(SystemExit) as err:
         save_merged_lora(fake, 3)
     assert "\n" not in str(err.value) and "No space left on device" in str(err.value)
@@ -342,8 +377,9 @@ def test_memory_refuses_a_config_that_is_not_a_causal_lm(tmp_path):
     from transformers import ViTConfig
     ViTConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64).save_pretrained(
         tmp_path / "vit")
-    result = subprocess.run([sys.executable, "-m", "gmts.tools.memory", "--model", str(tmp_path / "vit")], cwd=ROOT,
-                            env=ENV, capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "gmts.tools.memory", "--model", str(tmp_path / "vit")], cwd=ROOT,
+                            env=ENV, capture_output=True, text=True, check=False)
     check_one_line(result, "not a causal language model")
 
 
@@ -353,5 +389,6 @@ def test_print_config_with_resume_prints_what_the_resume_runs(base, tmp_path):
     [shown] = train(["--resume", run, "--steps", 9, "--print-config"])
     ok(shown)
     config = json.loads(shown["stdout"][shown["stdout"].index("{"):])
-    assert config["steps"] == 9 and config["lr"] == 1e-3 and config["seed"] == 3 and config["output_dir"] == run
+    assert config["steps"] == 9 and config["lr"] == 1e-3 and config["seed"] == 3 and config[
+        "output_dir"] == run
     assert snapshot(run) == before

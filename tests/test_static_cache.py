@@ -17,29 +17,33 @@ import pytest
 import torch
 
 from gmts.trainer import rollout
-from gmts.trainer.rollout import (KVCache, _cache_keyword, completion_mask, filter_logits, kv_cache_bytes, left_pad,
-                                  positions, sample)
+from gmts.trainer.rollout import (KVCache, _cache_keyword, completion_mask, filter_logits,
+                                  kv_cache_bytes, left_pad, positions, sample)
 from conftest import tiny_qwen2
 
 EOS, PAD = [5, 7], 0
-TOL = dict(rtol=1e-9, atol=1e-9)
+TOL = {"rtol": 1e-9, "atol": 1e-9}
 
 
 @torch.no_grad()
-def reference_sample(model, prompts, *, group_size, max_new_tokens, eos_token_ids, pad_token_id, temperature=1.0,
-                     top_k=0, top_p=1.0, generator=None, share_prefix=True, drop_finished=True):
-    """The previous gmts sampler (main before issue #23), DynamicCache and all. Returns (tokens, valid, logp, entropy,
-    finished). Its random numbers: the sampler's own table, uniform[row, t] (per prompt seeds)."""
+def reference_sample(model, prompts, *, group_size, max_new_tokens, eos_token_ids, pad_token_id,
+                     temperature=1.0, top_k=0, top_p=1.0, generator=None, share_prefix=True,
+                     drop_finished=True):
+    """The previous gmts sampler (main before issue #23), DynamicCache and all. Returns (tokens,
+    valid, logp, entropy, finished). Its random numbers: the sampler's own table, uniform[row, t]
+    (per prompt seeds)."""
     device = next(model.parameters()).device
     seeds = rollout.prompt_seeds(len(prompts), generator)
     uniform = rollout.answers_uniforms(seeds, group_size, max_new_tokens)
     eos = torch.tensor(sorted(set(eos_token_ids)), device=device)
     n_rows = len(prompts) * group_size
     greedy = temperature == 0
-    ids, mask = left_pad(prompts if share_prefix else [p for p in prompts for _ in range(group_size)],
+    ids, mask = left_pad(prompts if share_prefix
+                         else [p for p in prompts for _ in range(group_size)],
                          pad_token_id, device)
     cache_kw = _cache_keyword(model)
-    out = model(input_ids=ids, attention_mask=mask, position_ids=positions(mask), use_cache=True, logits_to_keep=1)
+    out = model(input_ids=ids, attention_mask=mask, position_ids=positions(mask), use_cache=True,
+                logits_to_keep=1)
     cache, logits = getattr(out, cache_kw), out.logits[:, -1]
     if share_prefix and group_size > 1:
         cache.batch_repeat_interleave(group_size)
@@ -59,10 +63,12 @@ def reference_sample(model, prompts, *, group_size, max_new_tokens, eos_token_id
             probs = torch.softmax(filter_logits(scaled, top_k, top_p), dim=-1).double()
             cdf = probs.cumsum(dim=-1)
             u = (uniform[live, t] * cdf[:, -1]).unsqueeze(1)
-            next_tok = torch.searchsorted(cdf, u, right=True).squeeze(1).clamp(max=probs.shape[-1] - 1)
+            next_tok = torch.searchsorted(cdf, u, right=True).squeeze(1).clamp(
+                max=probs.shape[-1] - 1)
         step_logp = log_probs.gather(1, next_tok[:, None]).squeeze(1)
         step_entropy = -(log_probs.exp() * log_probs).sum(dim=-1)
-        rows_live = ~finished[live] if not drop_finished else torch.ones_like(live, dtype=torch.bool)
+        rows_live = ~finished[live] if not drop_finished else torch.ones_like(
+            live, dtype=torch.bool)
         tokens[live[rows_live], t] = next_tok[rows_live]
         logp[live[rows_live], t] = step_logp[rows_live]
         entropy[live[rows_live], t] = step_entropy[rows_live]
@@ -74,9 +80,10 @@ def reference_sample(model, prompts, *, group_size, max_new_tokens, eos_token_id
             idx = keep.nonzero().squeeze(1)
             cache.batch_select_indices(idx)
             live, next_tok, mask = live[idx], next_tok[idx], mask[idx]
-        mask = torch.cat([mask, torch.ones((mask.shape[0], 1), dtype=mask.dtype, device=device)], dim=1)
-        out = model(input_ids=next_tok[:, None], attention_mask=mask, position_ids=positions(mask)[:, -1:],
-                    use_cache=True, **{cache_kw: cache})
+        mask = torch.cat([mask, torch.ones((mask.shape[0], 1), dtype=mask.dtype, device=device)],
+                         dim=1)
+        out = model(input_ids=next_tok[:, None], attention_mask=mask,
+                    position_ids=positions(mask)[:, -1:], use_cache=True, **{cache_kw: cache})
         cache, logits = getattr(out, cache_kw), out.logits[:, -1]
     valid = completion_mask(tokens, eos, max_new_tokens)
     tokens = tokens.masked_fill(~valid, pad_token_id)
@@ -84,7 +91,8 @@ def reference_sample(model, prompts, *, group_size, max_new_tokens, eos_token_id
 
 
 def tiny_llama(vocab_size=64, hidden=16, layers=2, dtype=torch.float64, seed=0):
-    """A tiny random LlamaForCausalLM (SmolLM2's architecture: tied embeddings, GQA) built from a config."""
+    """A tiny random LlamaForCausalLM (SmolLM2's architecture: tied embeddings, GQA) built from a
+    config."""
     from transformers import LlamaConfig, LlamaForCausalLM
     config = LlamaConfig(vocab_size=vocab_size, hidden_size=hidden, intermediate_size=2 * hidden,
                          num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
@@ -94,14 +102,17 @@ def tiny_llama(vocab_size=64, hidden=16, layers=2, dtype=torch.float64, seed=0):
 
 
 def lora_qwen2(seed=4):
-    """A tiny Qwen2 with LoRA adapters whose B is non-zero (peft starts B at 0: the adapters would change nothing)."""
+    """A tiny Qwen2 with LoRA adapters whose B is non-zero (peft starts B at 0: the adapters would
+    change nothing)."""
     pytest.importorskip("peft")
     from gmts.trainer.policy import add_lora
     model = add_lora(tiny_qwen2(dtype=torch.float64, seed=seed), rank=2, seed=0)
     with torch.no_grad():
         for name, p in model.named_parameters():
             if "lora_B" in name:
-                p.copy_(torch.randn(p.shape, generator=torch.Generator().manual_seed(len(name)), dtype=p.dtype))
+                p.copy_(
+                    torch.randn(p.shape, generator=torch.Generator().manual_seed(len(name)),
+                                dtype=p.dtype))
     return model.eval()
 
 
@@ -110,8 +121,8 @@ def prompts():
 
 
 def kwargs(seed, **kw):
-    args = dict(group_size=4, max_new_tokens=16, eos_token_ids=EOS, pad_token_id=PAD, temperature=1.0,
-                generator=torch.Generator().manual_seed(seed))
+    args = {"group_size": 4, "max_new_tokens": 16, "eos_token_ids": EOS, "pad_token_id": PAD,
+                "temperature": 1.0, "generator": torch.Generator().manual_seed(seed)}
     args.update(kw)
     return args
 
@@ -125,21 +136,26 @@ def assert_same(new, ref):
     torch.testing.assert_close(new.entropy, entropy, **TOL)
 
 
-MODELS = {"qwen2": lambda: tiny_qwen2(dtype=torch.float64, seed=4), "llama": lambda: tiny_llama(seed=3),
-          "qwen2-lora": lora_qwen2}
+MODELS = {"qwen2": lambda: tiny_qwen2(dtype=torch.float64, seed=4),
+          "llama": lambda: tiny_llama(seed=3), "qwen2-lora": lora_qwen2}
 
 
 @pytest.mark.parametrize("name", list(MODELS))
-@pytest.mark.parametrize("share_prefix,drop_finished", [(True, True), (False, False), (False, True)])
+@pytest.mark.parametrize("share_prefix,drop_finished",
+                         [(True, True), (False, False), (False, True)])
 def test_same_samples_as_the_previous_sampler(name, share_prefix, drop_finished):
     model = MODELS[name]()
     stops = []
     for seed in range(3):
-        new = sample(model, prompts(), **kwargs(seed, share_prefix=share_prefix, drop_finished=drop_finished))
-        ref = reference_sample(model, prompts(), **kwargs(seed, share_prefix=share_prefix, drop_finished=drop_finished))
+        new = sample(model, prompts(),
+                     **kwargs(seed, share_prefix=share_prefix, drop_finished=drop_finished))
+        ref = reference_sample(model, prompts(),
+                               **kwargs(seed, share_prefix=share_prefix,
+                                        drop_finished=drop_finished))
         assert_same(new, ref)
         stops.append(int(new.finished.sum()))
-    assert any(0 < s < 12 for s in stops), stops      # some rows stopped early and some ran on: both paths exercised
+    # some rows stopped early and some ran on: both paths exercised
+    assert any(0 < s < 12 for s in stops), stops
 
 
 @pytest.mark.parametrize("name", ["qwen2", "llama"])
@@ -147,13 +163,14 @@ def test_greedy_and_filtered_sampling_match_the_previous_sampler(name):
     model = MODELS[name]()
     assert_same(sample(model, prompts(), **kwargs(0, temperature=0.0)),
                 reference_sample(model, prompts(), **kwargs(0, temperature=0.0)))
-    for extra in (dict(top_k=5), dict(top_p=0.8), dict(temperature=0.7)):
+    for extra in ({"top_k": 5}, {"top_p": 0.8}, {"temperature": 0.7}):
         assert_same(sample(model, prompts(), **kwargs(1, **extra)),
                     reference_sample(model, prompts(), **kwargs(1, **extra)))
 
 
 class Spy:
-    """Records every KVCache the sampler builds, and per layer-0 write the batch size and the buffer's address."""
+    """Records every KVCache the sampler builds, and per layer-0 write the batch size and the
+    buffer's address."""
 
     def __init__(self, monkeypatch):
         self.caches, self.writes = [], []
@@ -168,7 +185,8 @@ class Spy:
 
                 def recorded(k, v, *args, **kw):
                     out = update(k, v, *args, **kw)
-                    spy.writes.append((k.shape[0], k.shape[2], first.keys.data_ptr(), first.values.data_ptr()))
+                    spy.writes.append(
+                        (k.shape[0], k.shape[2], first.keys.data_ptr(), first.values.data_ptr()))
                     return out
                 first.update = recorded
         monkeypatch.setattr(rollout, "KVCache", Recording)
@@ -177,16 +195,20 @@ class Spy:
 def test_cache_is_written_in_place_and_live_rows_compacted_at_halvings(monkeypatch):
     spy = Spy(monkeypatch)
     model = tiny_qwen2(dtype=torch.float64, seed=4)
-    roll = sample(model, prompts(), **kwargs(0, group_size=8, max_new_tokens=24, eos_token_ids=list(range(1, 9))))
+    roll = sample(model, prompts(),
+                  **kwargs(0, group_size=8, max_new_tokens=24, eos_token_ids=list(range(1, 9))))
     (cache,) = spy.caches
-    assert spy.writes[0][:2] == (3, 6)                  # the prefill: one row per prompt, the longest prompt's width
-    assert len({w[2:] for w in spy.writes}) == 1        # one pair of buffers for the whole rollout: no reallocation
-    n_batch = [w[0] for w in spy.writes[1:]]            # decode steps: the batch's rows at each step
+    # the prefill: one row per prompt, the longest prompt's width
+    assert spy.writes[0][:2] == (3, 6)
+    # one pair of buffers for the whole rollout: no reallocation
+    assert len({w[2:] for w in spy.writes}) == 1
+    # decode steps: the batch's rows at each step
+    n_batch = [w[0] for w in spy.writes[1:]]
     assert n_batch[0] == 24 and n_batch == sorted(n_batch, reverse=True)
-    # Rows finish at step t when their token t is an eos; the batch shrinks at most once per halving of the live rows.
-    # The rule, replayed from the result: after token t the rows still answering are those not finished by then
-    # (row i finishes at token lengths[i] - 1); every CHECK_EVERY tokens (the host's look at the
-    # rows) the batch drops to them once they are at most half of it.
+    # Rows finish at step t when their token t is an eos; the batch shrinks at most once per halving
+    # of the live rows. The rule, replayed from the result: after token t the rows still answering
+    # are those not finished by then (row i finishes at token lengths[i] - 1); every CHECK_EVERY
+    # tokens (the host's look at the rows) the batch drops to them once they are at most half of it.
     expected, n = [], 24
     for t in range(len(n_batch)):
         answering = int((~roll.finished | (roll.lengths > t + 1)).sum())
@@ -194,12 +216,14 @@ def test_cache_is_written_in_place_and_live_rows_compacted_at_halvings(monkeypat
         expected.append(n)
     assert n_batch == expected
     assert len(set(n_batch)) > 2                         # it did compact, more than once
-    bytes_allocated = sum(b.numel() * b.element_size() for layer in cache.layers for b in (layer.keys, layer.values))
+    bytes_allocated = sum(
+        b.numel() * b.element_size() for layer in cache.layers for b in (layer.keys, layer.values))
     assert bytes_allocated == kv_cache_bytes(24, 6 + 24, model.config, torch.float64)
 
 
 def test_kv_cache_bytes_for_a_real_config():
-    """Qwen2.5-1.5B: 28 layers, 2 KV heads of 128: 28 x 2 x 2 x 128 x 2 bytes = 28,672 bytes per row and column."""
+    """Qwen2.5-1.5B: 28 layers, 2 KV heads of 128: 28 x 2 x 2 x 128 x 2 bytes = 28,672 bytes per row
+    and column."""
     import os
 
     from conftest import SHARED_DATA, shared_data_missing
@@ -213,14 +237,17 @@ def test_kv_cache_bytes_for_a_real_config():
 
 
 def test_memory_planner_counts_the_cache_the_sampler_allocates(monkeypatch):
-    """gmts.tools.memory's KV-cache line is exactly the bytes of the buffers `sample` allocates (prompt width = the
-    planner's prompt tokens; rows = prompts per call x G; columns = prompt + max-new-tokens)."""
+    """gmts.tools.memory's KV-cache line is exactly the bytes of the buffers `sample` allocates
+    (prompt width = the planner's prompt tokens; rows = prompts per call x G; columns = prompt +
+    max-new-tokens)."""
     from gmts.run.config import Config
     from gmts.tools.memory import model_shape, plan
     spy = Spy(monkeypatch)
     model = tiny_qwen2(seed=4)                                  # float32, as train.py on CPU
     sample(model, prompts(), **kwargs(0, max_new_tokens=16))
-    allocated = sum(b.numel() * b.element_size() for layer in spy.caches[0].layers for b in (layer.keys, layer.values))
+    allocated = sum(
+        b.numel() * b.element_size() for layer in spy.caches[0].layers for b
+        in (layer.keys, layer.values))
     cfg = Config(prompts_per_step=3, group_size=4, max_new_tokens=16, dtype="float32")
     planned = plan(cfg, model_shape(model.config), prompt_tokens=6, device="cpu")[0]["kv_cache"]
     # layers x (K, V) x rows x kv_heads x columns x head_dim x bytes

@@ -1,4 +1,5 @@
-"""train.py end to end on a tiny random Qwen2 (offline, CPU): every selector, resume, faults, bad input."""
+"""train.py end to end on a tiny random Qwen2 (offline, CPU): every selector, resume, faults, bad
+input."""
 import json
 import os
 import signal
@@ -8,7 +9,8 @@ import time
 
 import pytest
 import torch
-from conftest import SHARED_DATA, needs_shared_data  # ../shared/data, and the skip that says how to get it
+# ../shared/data, and the skip that says how to get it
+from conftest import SHARED_DATA, needs_shared_data
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def is_timing(key):          # wall-clock and memory figures differ between any two runs
@@ -24,15 +26,17 @@ def _data(digit_data):
 
 
 def train_args(model_dir, out, *extra):
-    return ["--model", model_dir, "--data", DATA["digits"], "--steps", "2", "--prompts-per-step", "2",
-            "--group-size", "4", "--max-new-tokens", "3", "--micro-batch-size", "4", "--device", "cpu",
-            "--output-dir", str(out), "--lr", "1e-3", "--seed", "3", "--save-every", "1", *extra]
+    return ["--model", model_dir, "--data", DATA["digits"], "--steps", "2", "--prompts-per-step",
+            "2", "--group-size", "4", "--max-new-tokens", "3", "--micro-batch-size", "4",
+            "--device", "cpu", "--output-dir", str(out), "--lr", "1e-3", "--seed", "3",
+            "--save-every", "1", *extra]
 
 
 def run_train(args, check=True, **kw):
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", OMP_NUM_THREADS="1")
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), *args], capture_output=True, text=True,
-                          env=env, cwd=ROOT, timeout=600, **kw)
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), *args],
+                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=600, **kw,
+                          check=False)
     if check and proc.returncode != 0:
         raise AssertionError(f"train.py failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return proc
@@ -49,14 +53,15 @@ def test_two_steps_write_metrics_and_a_loadable_checkpoint(digit_model_dir, tmp_
     proc = run_train(train_args(digit_model_dir, out, "--selector", selector))
     metrics = read_jsonl(out / "metrics.jsonl")
     assert [m["step"] for m in metrics] == [1, 2]
-    required = {"step", "reward_mean", "accuracy", "response_len_mean", "entropy_mean", "entropy_selected_mean",
-                "valid_tokens", "selected_tokens", "answers_with_selected", "selected_share_positive_adv",
-                "selected_share_zero_adv", "ets_share_zero_adv",
-                "selection_overlap_ets_gmts", "grad_norm", "loss", "lr", "time_rollout_s", "time_train_s",
-                "tokens_per_s", "peak_memory_mb"}
+    required = {"step", "reward_mean", "accuracy", "response_len_mean", "entropy_mean",
+                "entropy_selected_mean", "valid_tokens", "selected_tokens", "answers_with_selected",
+                "selected_share_positive_adv", "selected_share_zero_adv", "ets_share_zero_adv",
+                "selection_overlap_ets_gmts", "grad_norm", "loss", "lr", "time_rollout_s",
+                "time_train_s", "tokens_per_s", "peak_memory_mb"}
     assert required <= set(metrics[0]), required - set(metrics[0])
     for m in metrics:
-        expected = m["valid_tokens"] if selector == "none" else -(-m["valid_tokens"] * 2 // 10)   # ceil(0.2 n)
+        # ceil(0.2 n)
+        expected = m["valid_tokens"] if selector == "none" else -(-m["valid_tokens"] * 2 // 10)
         assert m["selected_tokens"] == expected
         assert m["grad_norm"] > 0 and torch.isfinite(torch.tensor(m["loss"]))
     config = json.loads((out / "config.json").read_text())
@@ -83,7 +88,8 @@ def test_resume_continues_exactly(digit_model_dir, tmp_path):
     a, b = read_jsonl(straight / "metrics.jsonl"), read_jsonl(split / "metrics.jsonl")
     assert len(a) == len(b) == 4
     for x, y in zip(a, b):
-        assert {k: v for k, v in x.items() if not is_timing(k)} == {k: v for k, v in y.items() if not is_timing(k)}
+        assert {k: v for k, v in x.items() if not is_timing(k)} == {
+            k: v for k, v in y.items() if not is_timing(k)}
     from safetensors.torch import load_file
     wa = load_file(straight / "checkpoints" / "step-000004" / "model.safetensors")
     wb = load_file(split / "checkpoints" / "step-000004" / "model.safetensors")
@@ -95,9 +101,10 @@ def test_resume_continues_exactly(digit_model_dir, tmp_path):
 def test_sigterm_writes_a_checkpoint_and_resume_finishes(digit_model_dir, tmp_path):
     out = tmp_path / "interrupted"
     env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
-    args = train_args(digit_model_dir, out, "--steps", "200", "--save-every", "0", "--max-new-tokens", "4")
-    proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "train.py"), *args], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    args = train_args(digit_model_dir, out, "--steps", "200", "--save-every", "0",
+                      "--max-new-tokens", "4")
+    proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "train.py"), *args], cwd=ROOT,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 240
     while time.time() < deadline and not (out / "metrics.jsonl").exists():
         time.sleep(0.2)
@@ -114,11 +121,15 @@ def test_sigterm_writes_a_checkpoint_and_resume_finishes(digit_model_dir, tmp_pa
 
 
 def test_dynamic_sampling_drops_all_equal_groups(digit_model_dir, tmp_path):
-    # Answers no random model will ever produce: every group is all-wrong, so DAPO keeps nothing and says so.
+    # Answers no random model will ever produce: every group is all-wrong, so DAPO keeps nothing and
+    # says so.
     data = tmp_path / "impossible.jsonl"
-    data.write_text("".join(json.dumps({"question": f"q{i}", "answer": "987654321"}) + "\n" for i in range(6)))
+    data.write_text(
+        "".join(json.dumps({"question": f"q{i}", "answer": "987654321"}) + "\n" for i in range(6)))
     out = tmp_path / "dapo"
-    run_train(train_args(digit_model_dir, out, "--data", str(data), "--algo", "dapo", "--selector", "gmts",
+    run_train(
+        train_args(digit_model_dir, out, "--data", str(data), "--algo", "dapo", "--selector",
+                   "gmts",
                          "--max-sampling-tries", "3"))
     metrics = read_jsonl(out / "metrics.jsonl")
     assert all(m["sampling_tries"] == 3 and "no group" in m["skipped"] for m in metrics)
@@ -130,8 +141,10 @@ def test_collect_batch_keeps_only_mixed_groups(digit_model_dir):
     import train
     from gmts.run.config import parse_config
     from gmts.trainer.policy import end_of_sequence_ids, load_model, load_tokenizer
-    cfg = parse_config(["--model", digit_model_dir, "--data", "arithmetic", "--algo", "dapo", "--group-size", "4",
-                        "--prompts-per-step", "3", "--max-new-tokens", "5", "--max-sampling-tries", "5",
+    cfg = parse_config(
+        ["--model", digit_model_dir, "--data", "arithmetic", "--algo", "dapo", "--group-size", "4",
+                        "--prompts-per-step", "3", "--max-new-tokens", "5", "--max-sampling-tries",
+         "5",
                         "--micro-batch-size", "4"])
     tok = load_tokenizer(digit_model_dir)
     model = load_model(digit_model_dir, dtype=torch.float32, device=torch.device("cpu"))
@@ -139,7 +152,8 @@ def test_collect_batch_keeps_only_mixed_groups(digit_model_dir):
     stream = train.PromptStream(problems, ids, seed=0)
     # A reward that depends on the text's length parity: some groups mixed, some all-equal.
     fns = {name: (lambda text, ref: float(len(text) % 2)) for name in {p.reward for p in problems}}
-    batch, sampled, tries = train.collect_batch(cfg, model, tok, stream, end_of_sequence_ids(model, tok),
+    batch, sampled, tries = train.collect_batch(cfg, model, tok, stream,
+                                                end_of_sequence_ids(model, tok),
                                                 torch.Generator().manual_seed(0), fns)
     assert 1 <= tries <= 5 and sampled.numel() == tries * 12
     assert batch is not None and len(batch.problems) <= 3
@@ -153,23 +167,30 @@ def test_overlong_shaping_moves_the_advantage_not_the_reward(digit_model_dir):
     import train
     from gmts.run.config import parse_config
     from gmts.trainer.policy import end_of_sequence_ids, load_model, load_tokenizer
-    cfg = parse_config(["--model", digit_model_dir, "--data", "arithmetic", "--group-size", "4", "--prompts-per-step",
-                        "3", "--max-new-tokens", "6", "--micro-batch-size", "4", "--overlong-buffer", "4",
+    cfg = parse_config(
+        ["--model", digit_model_dir, "--data", "arithmetic", "--group-size", "4",
+         "--prompts-per-step",
+                        "3", "--max-new-tokens", "6", "--micro-batch-size", "4",
+         "--overlong-buffer", "4",
                         "--overlong-penalty", "0.5"])
     tok = load_tokenizer(digit_model_dir)
     model = load_model(digit_model_dir, dtype=torch.float32, device=torch.device("cpu"))
     problems, ids, _ = train.load_prompts(cfg, tok)
     stream = train.PromptStream(problems, ids, seed=0)
-    fns = {name: (lambda text, ref: 1.0) for name in {p.reward for p in problems}}    # every answer "right"
+    # every answer "right"
+    fns = {name: (lambda text, ref: 1.0) for name in {p.reward for p in problems}}
     batch, _, _ = train.collect_batch(cfg, model, tok, stream, end_of_sequence_ids(model, tok),
                                       torch.Generator().manual_seed(0), fns)
     lengths = batch.valid.sum(dim=1).float()
     assert len(set(lengths.tolist())) > 1, "the tiny model should give answers of several lengths"
-    assert (batch.rewards == 1.0).all()                       # the checker's reward is kept as it was
-    shaped = 1.0 - 0.5 * (lengths - 2).clamp(min=0) / 4       # DAPO: free up to 6 - 4 tokens, -0.5 at the limit
+    # the checker's reward is kept as it was
+    assert (batch.rewards == 1.0).all()
+    # DAPO: free up to 6 - 4 tokens, -0.5 at the limit
+    shaped = 1.0 - 0.5 * (lengths - 2).clamp(min=0) / 4
     from gmts import group_advantages
     assert torch.allclose(batch.advantages, group_advantages(shaped, 4))
-    assert batch.advantages.abs().sum() > 0                   # all-right groups now prefer their shorter answers
+    # all-right groups now prefer their shorter answers
+    assert batch.advantages.abs().sum() > 0
 
 
 @pytest.mark.parametrize("flags, message", [
@@ -201,7 +222,8 @@ def test_missing_model_and_bad_data_name_the_problem(digit_model_dir, tmp_path):
 
 def test_non_finite_loss_skips_updates_then_stops(digit_model_dir, tmp_path, monkeypatch):
     sys.path.insert(0, ROOT)
-    import gmts.trainer.step as gmts     # the module whose policy_loss the trainer's micro-batch loss calls
+    # the module whose policy_loss the trainer's micro-batch loss calls
+    import gmts.trainer.step as gmts
     import train
     real = gmts.policy_loss
     monkeypatch.setattr(gmts, "policy_loss", lambda *a, **k: real(*a, **k) * float("nan"))
@@ -218,7 +240,8 @@ def test_non_finite_loss_skips_updates_then_stops(digit_model_dir, tmp_path, mon
         assert torch.equal(v, before[k]), k                  # no update was applied
 
 
-QWEN_TOKENIZER = os.path.join(SHARED_DATA, "qwen2.5-tokenizer")            # tests/conftest.py says what it is
+# tests/conftest.py says what it is
+QWEN_TOKENIZER = os.path.join(SHARED_DATA, "qwen2.5-tokenizer")
 QWEN_CONFIG = os.path.join(SHARED_DATA, "qwen2.5-configs", "Qwen2.5-0.5B-Instruct")
 
 
@@ -231,8 +254,8 @@ def test_real_qwen_tokenizer_chat_template_eos_and_reward():
     from transformers import GenerationConfig
     from gmts.trainer.policy import end_of_sequence_ids, load_tokenizer
     tok = load_tokenizer(QWEN_TOKENIZER)
-    ids = tok.apply_chat_template([{"role": "user", "content": "What is 2+3?"}], add_generation_prompt=True,
-                                  tokenize=False)
+    ids = tok.apply_chat_template([{"role": "user", "content": "What is 2+3?"}],
+                                  add_generation_prompt=True, tokenize=False)
     assert tok(ids, add_special_tokens=False)["input_ids"][-3:] == [151644, 77091, 198]
     problem = datasets.load_problems("arithmetic", "train", limit=1)[0]
     prompt = datasets.render_prompt(problem, tok)
@@ -241,7 +264,8 @@ def test_real_qwen_tokenizer_chat_template_eos_and_reward():
     class Model:  # only the generation config matters here
         generation_config = GenerationConfig.from_pretrained(QWEN_CONFIG)
     assert end_of_sequence_ids(Model(), tok) == [151643, 151645]
-    completion = tok("Adding them gives \\boxed{72}.", add_special_tokens=False)["input_ids"] + [151645, 151643]
+    completion = tok("Adding them gives \\boxed{72}.", add_special_tokens=False)["input_ids"] + [
+        151645, 151643]
     text = tok.decode(completion[:completion.index(151645) + 1], skip_special_tokens=True)
     assert text == "Adding them gives \\boxed{72}."
     reward = rewards.get_reward("gsm8k")
@@ -249,11 +273,15 @@ def test_real_qwen_tokenizer_chat_template_eos_and_reward():
 
 
 @pytest.mark.parametrize("flags", [
-    ["--ppo-epochs", "2", "--selector", "gmts"],                              # no-grad scoring pass per update
-    ["--beta", "0.05", "--kl-coverage", "all", "--selector", "gmts"],         # frozen reference model + k3 KL
-    ["--select-scope", "group", "--bottom", "--exclude-zero-adv", "--loss-norm", "sequence", "--selector", "ets"],
+    # no-grad scoring pass per update
+    ["--ppo-epochs", "2", "--selector", "gmts"],
+    # frozen reference model + k3 KL
+    ["--beta", "0.05", "--kl-coverage", "all", "--selector", "gmts"],
+    ["--select-scope", "group", "--bottom", "--exclude-zero-adv", "--loss-norm", "sequence",
+     "--selector", "ets"],
     ["--loss-norm", "all", "--adv-std", "none", "--selector", "random", "--warmup-steps", "2"],
-    ["--dtype", "bfloat16", "--optimizer-offload", "--selector", "gmts", "--no-gradient-checkpointing"],
+    ["--dtype", "bfloat16", "--optimizer-offload", "--selector", "gmts",
+     "--no-gradient-checkpointing"],
 ])
 def test_algorithm_options_run_end_to_end(digit_model_dir, tmp_path, flags):
     out = tmp_path / "run"
@@ -272,8 +300,10 @@ def test_presets_resolve_and_explicit_flags_win():
     sys.path.insert(0, ROOT)
     from gmts.run.config import parse_config
     cfg = parse_config(["--preset", "paper-math", "--selector", "gmts", "--lr", "1e-5"])
-    assert (cfg.model, cfg.group_size, cfg.prompts_per_step, cfg.max_new_tokens) == ("Qwen/Qwen2.5-Math-1.5B", 16, 64, 2048)
-    assert (cfg.algo, cfg.eps_high, cfg.beta, cfg.lr, cfg.selector) == ("dapo", 0.28, 0.0, 1e-5, "gmts")
+    assert (cfg.model, cfg.group_size, cfg.prompts_per_step, cfg.max_new_tokens) == (
+        "Qwen/Qwen2.5-Math-1.5B", 16, 64, 2048)
+    assert (cfg.algo, cfg.eps_high, cfg.beta, cfg.lr, cfg.selector) == (
+        "dapo", 0.28, 0.0, 1e-5, "gmts")
     cfg = parse_config(["--preset", "recipe-gsm8k"])
     assert (cfg.model, cfg.group_size, cfg.max_new_tokens, cfg.ratio, cfg.eps_high) == \
         ("Qwen/Qwen2.5-1.5B-Instruct", 8, 256, 0.2, 0.2)
@@ -292,21 +322,26 @@ def test_master_weight_adamw_matches_adamw_and_keeps_small_updates():
         ref.step()
         ours.step()
     torch.testing.assert_close(a, b, rtol=0, atol=0)
-    # bf16 weights: an update far below bf16's resolution is kept in the float32 master copy and accumulates.
+    # bf16 weights: an update far below bf16's resolution is kept in the float32 master copy and
+    # accumulates.
     w = torch.nn.Parameter(torch.ones(4, dtype=torch.bfloat16))
     opt = MasterWeightAdamW([w], state_device="cpu", lr=1e-4)
     for _ in range(100):
         w.grad = torch.ones(4, dtype=torch.bfloat16)
         opt.step()
-    # a constant gradient: each AdamW step is lr · m̂/(√v̂ + ε) = lr (1 - ~1e-8), so 100 steps of 1e-4 in float32
-    # masters (u = 6e-8 per update of a value near 1): 1 - 0.01 to ~1e-5 relative, well within 1e-3
+    # a constant gradient: each AdamW step is lr · m̂/(√v̂ + ε) = lr (1 - ~1e-8), so 100 steps of
+    # 1e-4 in float32 masters (u = 6e-8 per update of a value near 1): 1 - 0.01 to ~1e-5 relative,
+    # well within 1e-3
     assert opt.master[0][0].item() == pytest.approx(1 - 100 * 1e-4, rel=1e-3)
     assert w[0].item() < 1.0
-    restored = MasterWeightAdamW([torch.nn.Parameter(torch.zeros(4, dtype=torch.bfloat16))], lr=1e-4)
+    restored = MasterWeightAdamW([torch.nn.Parameter(torch.zeros(4, dtype=torch.bfloat16))],
+                                 lr=1e-4)
     restored.load_state_dict(opt.state_dict())
     assert torch.equal(restored.master[0], opt.master[0])
 
 
 def test_missing_data_file_is_named(digit_model_dir, tmp_path):
-    proc = run_train(train_args(digit_model_dir, tmp_path / "o", "--data", str(tmp_path / "nope.jsonl")), check=False)
+    proc = run_train(
+        train_args(digit_model_dir, tmp_path / "o", "--data", str(tmp_path / "nope.jsonl")),
+        check=False)
     assert proc.returncode != 0 and "nope.jsonl" in proc.stderr and "Traceback" not in proc.stderr

@@ -1,6 +1,7 @@
-"""Per-update diagnostics (gmts/trainer/update_stats.py; gmts/METHOD.md, "How concentrated an update is"):
-n_eff on hand-made weights and its edge cases, the gradient-noise ratio on hand-made vectors, on identical and on
-opposite halves of a real batch, against separate autograd passes, and over simulated data-parallel ranks."""
+"""Per-update diagnostics (gmts/trainer/update_stats.py; gmts/METHOD.md, "How concentrated an update
+is"): n_eff on hand-made weights and its edge cases, the gradient-noise ratio on hand-made vectors,
+on identical and on opposite halves of a real batch, against separate autograd passes, and over
+simulated data-parallel ranks."""
 import dataclasses
 import math
 import threading
@@ -17,8 +18,9 @@ from gmts.trainer.update_stats import GradNoiseProbe, noise_from_halves, update_
 
 
 def weights_for(W, tokens=3):
-    """omega, weights (N, tokens) whose per-answer W_i = Σ_t |ω_it| · w_it is W (spread over the first token(s)),
-    with negative ω on some answers (|ω| must be taken) and junk ω where the weight is 0."""
+    """omega, weights (N, tokens) whose per-answer W_i = Σ_t |ω_it| · w_it is W (spread over the
+    first token(s)), with negative ω on some answers (|ω| must be taken) and junk ω where the weight
+    is 0."""
     N = len(W)
     omega = torch.full((N, tokens), float("nan"))          # unselected positions: never read
     weights = torch.zeros(N, tokens, dtype=torch.float64)
@@ -29,7 +31,8 @@ def weights_for(W, tokens=3):
     return omega, weights
 
 
-# 1. n_eff ------------------------------------------------------------------------------------------------------------
+# 1. n_eff
+#    -----------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("W, n_eff, top1", [([1, 1, 1, 1], 4.0, 0.25), ([1, 0, 0, 0], 1.0, 1.0),
                                             ([3, 1], 16 / 10, 0.75), ([2, 2, 0, 0, 0, 0], 2.0, 0.5)])
@@ -43,35 +46,42 @@ def test_n_eff_on_hand_made_weights(W, n_eff, top1):
 
 
 def test_n_eff_is_scale_free_and_uses_the_loss_weights_of_the_selection():
-    # The normaliser (1/S) scales every W alike: n_eff does not move. Real loss_weights on a real selection.
+    # The normaliser (1/S) scales every W alike: n_eff does not move. Real loss_weights on a real
+    # selection.
     gen = torch.Generator().manual_seed(0)
     valid = torch.ones(4, 5, dtype=torch.bool)
     valid[3, 3:] = False
-    omega = torch.tensor([2.47, -0.35, -0.35, 0.0])[:, None].expand(4, 5).clone()   # on-policy ω = A
+    # on-policy ω = A
+    omega = torch.tensor([2.47, -0.35, -0.35, 0.0])[:, None].expand(4, 5).clone()
     scores = gmts.token_scores("gmts", torch.rand(4, 5, generator=gen), omega)
     selected = gmts.select_tokens(scores, valid, 0.5)
     for norm in ("selected", "all"):
         weights = gmts.loss_weights(valid, selected, norm)
         W = (omega.abs().double() * weights).sum(1)
         expect = float(W.sum() ** 2 / W.pow(2).sum())
-        assert update_answers_effective(omega, weights)["update_answers_effective"] == pytest.approx(expect, 1e-12)
+        assert (update_answers_effective(omega, weights)["update_answers_effective"]
+                == pytest.approx(expect, 1e-12))
     # the row with A = 0 carries nothing whatever was selected in it
     assert update_answers_effective(omega, weights)["update_answers_with_weight"] <= 3
 
 
 def test_n_eff_edge_cases_are_none_not_zero_or_nan():
     valid = torch.ones(3, 4, dtype=torch.bool)
-    none_selected = torch.zeros(3, 4, dtype=torch.float64)                  # nothing selected: all weights 0
-    zero_omega = torch.zeros(3, 4)                                          # selected, but ω = 0 everywhere (A = 0)
+    # nothing selected: all weights 0
+    none_selected = torch.zeros(3, 4, dtype=torch.float64)
+    # selected, but ω = 0 everywhere (A = 0)
+    zero_omega = torch.zeros(3, 4)
     for omega, weights in ((torch.ones(3, 4), none_selected),
                            (zero_omega, gmts.loss_weights(valid, valid, "selected"))):
         out = update_answers_effective(omega, weights)
         assert out == {"update_answers_effective": None, "update_answers_effective_share": None,
                        "update_weight_top1_share": None, "update_answers_with_weight": 0}
-    out = update_answers_effective(torch.zeros(0, 4), torch.zeros(0, 4, dtype=torch.float64))   # no rows at all
+    # no rows at all
+    out = update_answers_effective(torch.zeros(0, 4), torch.zeros(0, 4, dtype=torch.float64))
     assert out["update_answers_effective"] is None
     with pytest.raises(ValueError, match="not finite"):
-        update_answers_effective(torch.tensor([[float("inf"), 1.0]]), torch.tensor([[0.5, 0.5]], dtype=torch.float64))
+        update_answers_effective(torch.tensor([[float("inf"), 1.0]]),
+                                 torch.tensor([[0.5, 0.5]], dtype=torch.float64))
     with pytest.raises(ValueError, match="same"):
         update_answers_effective(torch.ones(2, 3), torch.ones(2, 4))
     with pytest.raises(ValueError, match="together"):
@@ -79,8 +89,9 @@ def test_n_eff_edge_cases_are_none_not_zero_or_nan():
 
 
 class FakeRanks:
-    """`world` threads standing in for data-parallel ranks: all_reduce_sum / all_reduce_max exchange tensors at a
-    barrier, as torch.distributed's collectives would (each call must be made by every rank, in the same order)."""
+    """`world` threads standing in for data-parallel ranks: all_reduce_sum / all_reduce_max exchange
+    tensors at a barrier, as torch.distributed's collectives would (each call must be made by every
+    rank, in the same order)."""
 
     def __init__(self, world):
         self.world, self.barrier, self.slots = world, threading.Barrier(world), [None] * world
@@ -100,7 +111,8 @@ class FakeRanks:
             try:
                 results[rank] = fn(rank, lambda v: self._exchange(rank, v, lambda s: s.sum(0)),
                                    lambda v: self._exchange(rank, v, lambda s: s.max(0).values))
-            except Exception as err:                     # a failed rank must fail the test, not hang it
+            # a failed rank must fail the test, not hang it
+            except Exception as err:  # noqa: BLE001
                 errors.append(err)
                 self.barrier.abort()
         threads = [threading.Thread(target=body, args=(r,)) for r in range(self.world)]
@@ -117,14 +129,17 @@ def test_n_eff_over_ranks_equals_the_whole_batch():
     W = [3.0, 0.0, 1.0, 2.0, 5.0, 0.0]
     omega, weights = weights_for(W)
     whole = update_answers_effective(omega, weights)
-    parts = [slice(0, 1), slice(1, 4), slice(4, 6)]                       # uneven shares, one rank with no weight
-    got = FakeRanks(3).run(lambda r, s, m: update_answers_effective(omega[parts[r]], weights[parts[r]],
+    # uneven shares, one rank with no weight
+    parts = [slice(0, 1), slice(1, 4), slice(4, 6)]
+    got = FakeRanks(3).run(lambda r, s,
+                           m: update_answers_effective(omega[parts[r]], weights[parts[r]],
                                                                      reduce=s, reduce_max=m))
     for out in got:
         assert out == pytest.approx(whole, rel=1e-12)
 
 
-# 2. The gradient-noise ratio on hand-made vectors ---------------------------------------------------------------------
+# 2. The gradient-noise ratio on hand-made vectors
+#    ---------------------------------------------------------------------
 
 def probe_on_vectors(g_a, g_b, groups=(1, 1)):
     """Drive the probe as an accumulation loop would, with the gradients set by hand."""
@@ -141,31 +156,38 @@ def probe_on_vectors(g_a, g_b, groups=(1, 1)):
 
 def test_noise_ratio_on_hand_made_vectors():
     # ‖g_a − g_b‖² / ‖g_a + g_b‖²: d = (2, 2), s = (4, 6)
-    assert probe_on_vectors([3.0, 4.0], [1.0, 2.0])["grad_noise_ratio"] == pytest.approx(8 / 52, rel=1e-12)
+    assert probe_on_vectors([3.0, 4.0], [1.0, 2.0])["grad_noise_ratio"] == pytest.approx(
+        8 / 52, rel=1e-12)
     # orthogonal halves of equal norm: η = 1, the signal estimate g_a·g_b is 0, B_simple unbounded
     assert probe_on_vectors([1.0, 0.0], [0.0, 1.0]) == {"grad_noise_ratio": pytest.approx(1.0),
                                                         "grad_noise_scale": None}
-    out = probe_on_vectors([3.0, 4.0], [1.0, 2.0])                         # B = 2 groups: B η / (1 − η)
+    # B = 2 groups: B η / (1 − η)
+    out = probe_on_vectors([3.0, 4.0], [1.0, 2.0])
     assert out["grad_noise_scale"] == pytest.approx(2 * (8 / 52) / (1 - 8 / 52), rel=1e-12)
-    # unequal halves (2 groups and 1): n_a n_b ‖g_a/n_a − g_b/n_b‖² / ‖g‖², here g_a = 2 g_b: the halves agree
+    # unequal halves (2 groups and 1): n_a n_b ‖g_a/n_a − g_b/n_b‖² / ‖g‖², here g_a = 2 g_b: the
+    # halves agree
     assert probe_on_vectors([2.0, 4.0], [1.0, 2.0], groups=(2, 1))["grad_noise_ratio"] == 0.0
     out = probe_on_vectors([1.0, 0.0], [1.0, 1.0], groups=(2, 1))
     assert out["grad_noise_ratio"] == pytest.approx(2 * (0.5 ** 2 + 1.0) / (4 + 1), rel=1e-12)
 
 
 def test_noise_edge_cases():
-    assert probe_on_vectors([1.0, -2.0], [1.0, -2.0]) == {"grad_noise_ratio": 0.0, "grad_noise_scale": 0.0}
+    assert probe_on_vectors([1.0, -2.0], [1.0, -2.0]) == {"grad_noise_ratio": 0.0,
+                                                          "grad_noise_scale": 0.0}
     # opposite halves: the sum is 0 and the halves are not: η = inf, no noise scale (documented)
-    assert probe_on_vectors([1.0, -2.0], [-1.0, 2.0]) == {"grad_noise_ratio": math.inf, "grad_noise_scale": None}
+    assert probe_on_vectors([1.0, -2.0], [-1.0, 2.0]) == {"grad_noise_ratio": math.inf,
+                                                          "grad_noise_scale": None}
     # no gradient at all: nothing to measure
-    assert probe_on_vectors([0.0, 0.0], [0.0, 0.0]) == {"grad_noise_ratio": None, "grad_noise_scale": None}
+    assert probe_on_vectors([0.0, 0.0], [0.0, 0.0]) == {"grad_noise_ratio": None,
+                                                        "grad_noise_scale": None}
     assert noise_from_halves(float("nan"), 1.0, 1, 1) == (None, None)
     with pytest.raises(ValueError, match="at least one group"):
         noise_from_halves(1.0, 1.0, 0, 2)
     p = torch.nn.Parameter(torch.zeros(2))
     probe = GradNoiseProbe([p])
     with pytest.raises(ValueError, match="at least 2 groups"):
-        probe.split(torch.arange(4), 4)                                    # one group cannot be halved
+        # one group cannot be halved
+        probe.split(torch.arange(4), 4)
     with pytest.raises(ValueError, match="whole groups"):
         probe.split(torch.tensor([0, 1, 3, 2]), 2)
     with pytest.raises(RuntimeError, match="snapshot"):
@@ -176,30 +198,35 @@ def test_noise_edge_cases():
 
 
 def test_noise_ratio_estimates_the_noise_share_of_iid_group_gradients():
-    # What η and B_simple estimate (gmts/METHOD.md): per-group gradients x_j = μ + noise, noise ~ N(0, σ² I) in D
-    # dimensions. Then E‖g_a − g_b‖² = B tr Σ and E‖g_a + g_b‖² = B² |μ|² + B tr Σ (equal halves), so
-    # η ≈ tr Σ / (B |μ|² + tr Σ) and B_simple ≈ tr Σ / |μ|². σ is chosen so that tr Σ = B |μ|² (η ≈ 1/2, where
-    # 1/(1 − η) amplifies errors only 2x). With D = 400,000 the norms' relative std is about sqrt(2 / D) ≈ 0.2%,
-    # so 3% (5% after the amplification) is > 10 standard deviations, whatever the generator's stream.
+    # What η and B_simple estimate (gmts/METHOD.md): per-group gradients x_j = μ + noise, noise ~
+    # N(0, σ² I) in D dimensions. Then E‖g_a − g_b‖² = B tr Σ and E‖g_a + g_b‖² = B² |μ|² + B tr Σ
+    # (equal halves), so η ≈ tr Σ / (B |μ|² + tr Σ) and B_simple ≈ tr Σ / |μ|². σ is chosen so that
+    # tr Σ = B |μ|² (η ≈ 1/2, where 1/(1 − η) amplifies errors only 2x). With D = 400,000 the norms'
+    # relative std is about sqrt(2 / D) ≈ 0.2%, so 3% (5% after the amplification) is > 10 standard
+    # deviations, whatever the generator's stream.
     D, B = 400_000, 8
     sigma = math.sqrt(B / D)
     gen = torch.Generator().manual_seed(0)
     mu = torch.randn(D, generator=gen, dtype=torch.float64) / math.sqrt(D)              # |μ|² ≈ 1
     x = mu + sigma * torch.randn(B, D, generator=gen, dtype=torch.float64)
-    out = probe_on_vectors(x[:B // 2].sum(0).tolist(), x[B // 2:].sum(0).tolist(), groups=(B // 2, B // 2))
+    out = probe_on_vectors(x[:B // 2].sum(0).tolist(), x[B // 2:].sum(0).tolist(),
+                           groups=(B // 2, B // 2))
     trace, signal = D * sigma ** 2, float(mu @ mu)
     assert out["grad_noise_ratio"] == pytest.approx(trace / (B * signal + trace), rel=0.03)
-    assert out["grad_noise_scale"] == pytest.approx(trace / signal, rel=0.05)   # 1/(1 − η) amplifies: 5%
+    # 1/(1 − η) amplifies: 5%
+    assert out["grad_noise_scale"] == pytest.approx(trace / signal, rel=0.05)
 
 
-# 3. On a real model, through the trainer's own gradient accumulation ---------------------------------------------
+# 3. On a real model, through the trainer's own gradient accumulation
+#    ---------------------------------------------
 
 G = 2
 
 
 def real_batch(mirror=None):
-    """4 groups x 2 answers of a tiny float64 model: prompts, completions, valid mask, advantages, loss weights.
-    mirror="same": groups 2-3 repeat groups 0-1 exactly; "opposite": the same with the advantages negated."""
+    """4 groups x 2 answers of a tiny float64 model: prompts, completions, valid mask, advantages,
+    loss weights. mirror="same": groups 2-3 repeat groups 0-1 exactly; "opposite": the same with the
+    advantages negated."""
     model, _ = tiny_model(hidden=16, layers=1, dtype=torch.float64, seed=3)
     gen = torch.Generator().manual_seed(1)
     prompts = [torch.randint(0, 200, (n,), generator=gen) for n in (3, 5, 4, 2)]
@@ -215,22 +242,26 @@ def real_batch(mirror=None):
 
 
 def trainer_pieces(prompts, completions, valid, adv, weights, micro_batch_size):
-    """The trainer's own objects for one on-policy optimizer batch of all 8 rows (gmts/trainer/step.py): the rollout
-    Batch, the LossInputs of its one mini-batch (r = 1: π_old := this forward's log π) and the flags the passes read."""
+    """The trainer's own objects for one on-policy optimizer batch of all 8 rows
+    (gmts/trainer/step.py): the rollout Batch, the LossInputs of its one mini-batch (r = 1: π_old :=
+    this forward's log π) and the flags the passes read."""
     zeros = torch.zeros(completions.shape, dtype=torch.float64)
-    batch = Batch(problems=[None] * len(prompts), prompt_ids=prompts, completion_ids=completions, valid=valid,
-                  logp=zeros, entropy=zeros, texts=[""] * len(adv), rewards=torch.zeros(len(adv)), advantages=adv)
-    mb = MiniBatch(torch.arange(len(adv)), valid=valid, advantages=adv, old_logp=zeros, entropy=zeros, ref_logp=None,
-                   exclude=None, group_size=G)
-    inputs = LossInputs(mb, weights, None, mb.rows, on_policy=True, eps_low=0.2, eps_high=0.28, beta=0.0)
-    cfg = types.SimpleNamespace(group_size=G, micro_batch_size=micro_batch_size, micro_batch_tokens=0, temperature=1.0,
-                                chunk_size=64)
+    batch = Batch(problems=[None] * len(prompts), prompt_ids=prompts, completion_ids=completions,
+                  valid=valid, logp=zeros, entropy=zeros, texts=[""] * len(adv),
+                  rewards=torch.zeros(len(adv)), advantages=adv)
+    mb = MiniBatch(torch.arange(len(adv)), valid=valid, advantages=adv, old_logp=zeros,
+                   entropy=zeros, ref_logp=None, exclude=None, group_size=G)
+    inputs = LossInputs(mb, weights, None, mb.rows, on_policy=True, eps_low=0.2, eps_high=0.28,
+                        beta=0.0)
+    cfg = types.SimpleNamespace(group_size=G, micro_batch_size=micro_batch_size,
+                                micro_batch_tokens=0, temperature=1.0, chunk_size=64)
     return batch, inputs, cfg
 
 
 def probe_step(model, prompts, completions, valid, adv, weights, micro_batch_size):
-    """The trainer's accumulation with --log-grad-noise (accumulate_gradients with the probe: half a, snapshot,
-    half b, finish), as train.py runs it; returns the probe's figures without and with the caller's norm."""
+    """The trainer's accumulation with --log-grad-noise (accumulate_gradients with the probe: half
+    a, snapshot, half b, finish), as train.py runs it; returns the probe's figures without and with
+    the caller's norm."""
     params = [p for p in model.parameters() if p.requires_grad]
     model.zero_grad(set_to_none=True)
     probe = GradNoiseProbe(params)
@@ -241,9 +272,11 @@ def probe_step(model, prompts, completions, valid, adv, weights, micro_batch_siz
 
 
 def separate_halves(model, prompts, completions, valid, adv, weights):
-    """g_a and g_b from two independent backward passes (no probe, no accumulation across halves)."""
+    """g_a and g_b from two independent backward passes (no probe, no accumulation across
+    halves)."""
     params = [p for p in model.parameters() if p.requires_grad]
-    batch, inputs, cfg = trainer_pieces(prompts, completions, valid, adv, weights, micro_batch_size=4)
+    batch, inputs, cfg = trainer_pieces(prompts, completions, valid, adv, weights,
+                                        micro_batch_size=4)
     out = []
     for rows in (torch.arange(4), torch.arange(4, 8)):
         model.zero_grad(set_to_none=True)
@@ -253,11 +286,13 @@ def separate_halves(model, prompts, completions, valid, adv, weights):
 
 
 def test_identical_halves_give_zero():
-    # One micro-batch per half: g = g_a + g_a exactly, g_b = g - g_a = g_a bit for bit, η = 0 exactly.
+    # One micro-batch per half: g = g_a + g_a exactly, g_b = g - g_a = g_a bit for bit, η = 0
+    # exactly.
     local, given = probe_step(*real_batch("same"), micro_batch_size=4)
     assert local == given == {"grad_noise_ratio": 0.0, "grad_noise_scale": 0.0}
-    # Several micro-batches per half: half b's are added one by one onto g_a in .grad, so g - g_a carries that
-    # accumulation's rounding, |error| <~ k · eps · |g| for k <= 4 additions (eps = 2.2e-16, float64): η <= 1e-28.
+    # Several micro-batches per half: half b's are added one by one onto g_a in .grad, so g - g_a
+    # carries that accumulation's rounding, |error| <~ k · eps · |g| for k <= 4 additions (eps =
+    # 2.2e-16, float64): η <= 1e-28.
     for micro in (1, 3):
         local, given = probe_step(*real_batch("same"), micro_batch_size=micro)
         assert 0.0 <= local["grad_noise_ratio"] < 1e-28 and 0.0 <= given["grad_noise_ratio"] < 1e-28
@@ -267,7 +302,8 @@ def test_opposite_halves_give_infinity():
     # g_b = -g_a: one micro-batch per half sums to exactly 0: η = inf, no noise scale (documented).
     local, given = probe_step(*real_batch("opposite"), micro_batch_size=4)
     assert local == given == {"grad_noise_ratio": math.inf, "grad_noise_scale": None}
-    # Several micro-batches: the sum is the accumulation's rounding only (|g| <~ k · eps · |g_a|): η > 1e28.
+    # Several micro-batches: the sum is the accumulation's rounding only (|g| <~ k · eps · |g_a|): η
+    # > 1e28.
     local, _ = probe_step(*real_batch("opposite"), micro_batch_size=1)
     assert local["grad_noise_ratio"] > 1e28 and local["grad_noise_scale"] is None
 
@@ -279,34 +315,43 @@ def test_ratio_matches_separate_autograd_halves_for_any_micro_batching():
     assert 0 < expect < math.inf
     for micro in (1, 2, 3, 8):
         local, given = probe_step(*batch, micro_batch_size=micro)
-        # float64 model: the halves' sums differ from the separate passes only in summation order (~1e-15 relative)
+        # float64 model: the halves' sums differ from the separate passes only in summation order
+        # (~1e-15 relative)
         assert local["grad_noise_ratio"] == pytest.approx(expect, rel=1e-9)
         assert given["grad_noise_ratio"] == pytest.approx(expect, rel=1e-9)
 
 
 def test_ratio_over_ranks_equals_one_process():
-    # Two ranks, each with two of the four groups (rank 0: groups 0, 2; rank 1: groups 1, 3), each its own copy of
-    # the model; the gradients summed over ranks as optimizer_step does before clipping.
+    # Two ranks, each with two of the four groups (rank 0: groups 0, 2; rank 1: groups 1, 3), each
+    # its own copy of the model; the gradients summed over ranks as optimizer_step does before
+    # clipping.
     batch = real_batch()
     whole, _ = probe_step(*batch, micro_batch_size=2)
     ranks = FakeRanks(2)
-    model0, prompts, completions, valid, adv, weights = batch
+    _model0, prompts, completions, valid, adv, weights = batch
     mine = {0: torch.tensor([0, 1, 4, 5]), 1: torch.tensor([2, 3, 6, 7])}
-    # Each rank's copy of the model is built here, not in its thread: tiny_model seeds torch's global generator,
-    # which two threads building at once would share (the copies would differ by the interleaving).
-    models = {rank: tiny_model(hidden=16, layers=1, dtype=torch.float64, seed=3)[0] for rank in mine}
+    # Each rank's copy of the model is built here, not in its thread: tiny_model seeds torch's
+    # global generator, which two threads building at once would share (the copies would differ by
+    # the interleaving).
+    models = {
+        rank: tiny_model(hidden=16, layers=1, dtype=torch.float64, seed=3)[0] for rank in mine}
 
     def rank_body(rank, reduce, _max):
         model = models[rank]
         params = [p for p in model.parameters() if p.requires_grad]
         rows = mine[rank]
         probe = GradNoiseProbe(params)
-        sub = ([prompts[int(r) // G] for r in rows[::G]], completions[rows], valid[rows], adv[rows], weights[rows])
-        batch, inputs, cfg = trainer_pieces(*sub, micro_batch_size=1)          # this rank's rows, renumbered
-        # the members of gmts/trainer/distributed.py's Torchrun that the passes use, over the simulated ranks
-        rank_ops = types.SimpleNamespace(world=2, rank=rank, sum=reduce, even_passes=lambda model, passes: passes)
+        sub = ([prompts[int(r) // G] for r in rows[::G]], completions[rows], valid[rows], adv[rows],
+               weights[rows])
+        # this rank's rows, renumbered
+        batch, inputs, cfg = trainer_pieces(*sub, micro_batch_size=1)
+        # the members of gmts/trainer/distributed.py's Torchrun that the passes use, over the
+        # simulated ranks
+        rank_ops = types.SimpleNamespace(world=2, rank=rank, sum=reduce, even_passes=lambda model,
+                                         passes: passes)
         accumulate_gradients(model, batch, inputs, cfg, rank_ops, noise=probe)
-        flat = reduce(torch.cat([p.grad.reshape(-1) for p in params]))          # all_reduce_gradients
+        # all_reduce_gradients
+        flat = reduce(torch.cat([p.grad.reshape(-1) for p in params]))
         return probe.groups_a, probe.groups_b, probe.metrics(grad_norm=float(flat.norm()))
 
     # one process splits groups {0, 1} | {2, 3}; the ranks {0} + {1} | {2} + {3}: the same halves
@@ -316,12 +361,14 @@ def test_ratio_over_ranks_equals_one_process():
 
 
 def test_split_keeps_halves_balanced_when_every_rank_has_an_odd_count():
-    out = FakeRanks(2).run(lambda r, s, m: GradNoiseProbe([torch.nn.Parameter(torch.zeros(1))]).split(
+    out = FakeRanks(2).run(lambda r, s,
+                           m: GradNoiseProbe([torch.nn.Parameter(torch.zeros(1))]).split(
         torch.arange(3 * G), G, reduce=s, rank=r))
     assert [len(a) // G for a, _ in out] == [2, 1] and [len(b) // G for _, b in out] == [1, 2]
 
 
-# 4. The flag ---------------------------------------------------------------------------------------------------------
+# 4. The flag
+#    -----------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("flags, message", [
     (["--prompts-per-step", "1"], "--log-grad-noise needs at least 2 prompts per optimizer step"),
@@ -329,12 +376,14 @@ def test_split_keeps_halves_balanced_when_every_rank_has_an_odd_count():
     (["--fsdp"], "--log-grad-noise does not support --fsdp")])
 def test_log_grad_noise_flag_refuses_what_it_cannot_measure(flags, message, capsys, monkeypatch):
     from gmts.run.config import parse_config
-    monkeypatch.setenv("WORLD_SIZE", "2")     # as under torchrun, so that --fsdp itself passes its own rule
+    # as under torchrun, so that --fsdp itself passes its own rule
+    monkeypatch.setenv("WORLD_SIZE", "2")
     with pytest.raises(SystemExit) as exit_:
         parse_config(["--log-grad-noise", *flags])
     assert exit_.value.code == 2 and message in capsys.readouterr().err
     assert parse_config(["--log-grad-noise", "--prompts-per-step", "4", "--mini-batch-size", "2"]).log_grad_noise
-    assert not parse_config([]).log_grad_noise                             # off by default: it costs a buffer
+    # off by default: it costs a buffer
+    assert not parse_config([]).log_grad_noise
 
 
 def test_combine_steps_of_one_rollout_batch():
@@ -342,16 +391,22 @@ def test_combine_steps_of_one_rollout_batch():
     omega, weights = weights_for([1, 1, 1, 1])
     a = update_answers_effective(omega, weights)                            # n_eff 4
     b = update_answers_effective(*weights_for([3, 1]))                      # n_eff 1.6
-    empty = update_answers_effective(torch.ones(2, 3), torch.zeros(2, 3, dtype=torch.float64))   # no update
+    # no update
+    empty = update_answers_effective(torch.ones(2, 3), torch.zeros(2, 3, dtype=torch.float64))
     out = combine_steps([a, empty, b])
-    assert out["update_answers_effective"] == pytest.approx((4 + 1.6) / 2)     # the undefined step is skipped
+    # the undefined step is skipped
+    assert out["update_answers_effective"] == pytest.approx((4 + 1.6) / 2)
     assert out["update_weight_top1_share"] == pytest.approx((0.25 + 0.75) / 2)
-    assert out["update_answers_with_weight"] == pytest.approx((4 + 2) / 2)      # over the same steps as n_eff
-    assert "grad_noise_ratio" not in out                                    # no step measured the noise
+    # over the same steps as n_eff
+    assert out["update_answers_with_weight"] == pytest.approx((4 + 2) / 2)
+    # no step measured the noise
+    assert "grad_noise_ratio" not in out
     assert combine_steps([empty])["update_answers_effective"] is None
     noisy = [dict(a, grad_noise_ratio=r, grad_noise_scale=s)
              for r, s in ((0.2, 0.5), (math.inf, None), (0.5, 2.0), (None, None))]
     out = combine_steps(noisy)
-    assert out["grad_noise_ratio"] == 0.5 and out["grad_noise_scale"] == 2.0     # medians of 3 measured steps
+    # medians of 3 measured steps
+    assert out["grad_noise_ratio"] == 0.5 and out["grad_noise_scale"] == 2.0
     out = combine_steps(noisy[:2])
-    assert out["grad_noise_ratio"] == math.inf and out["grad_noise_scale"] is None   # (0.2 + inf) / 2, unbounded
+    # (0.2 + inf) / 2, unbounded
+    assert out["grad_noise_ratio"] == math.inf and out["grad_noise_scale"] is None

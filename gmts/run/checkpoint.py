@@ -1,20 +1,24 @@
-"""Checkpoints that survive crashes: an ordinary transformers folder (safetensors + tokenizer + config) that
-transformers and vLLM load as is, plus trainer_state.pt (optimizer, RNG states, data position, step).
+"""Checkpoints that survive crashes: an ordinary transformers folder (safetensors + tokenizer +
+config) that transformers and vLLM load as is, plus trainer_state.pt (optimizer, RNG states, data
+position, step).
 
-Atomic: everything is written into a hidden temporary folder next to the target, flushed, then renamed into place
-(rename is atomic on POSIX), and only then does `latest` (a small text file, replaced atomically) point at it. A crash
-or Ctrl-C at any moment leaves the previous checkpoint and `latest` intact; a failed write (a full disk) is one line.
+Atomic: everything is written into a hidden temporary folder next to the target, flushed, then
+renamed into place (rename is atomic on POSIX), and only then does `latest` (a small text file,
+replaced atomically) point at it. A crash or Ctrl-C at any moment leaves the previous checkpoint and
+`latest` intact; a failed write (a full disk) is one line.
 
-Verified: the last file written into a checkpoint is manifest.json, every other file's size and SHA-256. A
-checkpoint is trusted only when every file it lists is there with that size and hash (checkpoint_problem), so a
-truncated config.json, generation_config.json, tokenizer file or a flipped byte in the weights is found before
-anything loads. Checkpoints written before manifests existed are checked by structure instead (every .safetensors
-ends where its header says, every .json parses, trainer_state.pt loads) and said so in one line: the text files of
-those (chat_template.jinja, ...) cannot be verified.
+Verified: the last file written into a checkpoint is manifest.json, every other file's size and
+SHA-256. A checkpoint is trusted only when every file it lists is there with that size and hash
+(checkpoint_problem), so a truncated config.json, generation_config.json, tokenizer file or a
+flipped byte in the weights is found before anything loads. Checkpoints written before manifests
+existed are checked by structure instead (every .safetensors ends where its header says, every .json
+parses, trainer_state.pt loads) and said so in one line: the text files of those
+(chat_template.jinja, ...) cannot be verified.
 
-Resume (find_resumable) takes the newest checkpoint that is whole: a damaged one is reported in one line and
-skipped, never deleted (gmts/run/folder.py moves it aside as damaged-step-N once it owns the folder).
-clean_leftovers removes what interrupted writes and prunes leave behind (.tmp-step-*, .old-step-*).
+Resume (find_resumable) takes the newest checkpoint that is whole: a damaged one is reported in one
+line and skipped, never deleted (gmts/run/folder.py moves it aside as damaged-step-N once it owns
+the folder). clean_leftovers removes what interrupted writes and prunes leave behind (.tmp-step-*,
+.old-step-*).
 """
 import contextlib
 import errno
@@ -31,16 +35,19 @@ import numpy as np
 import torch
 
 STATE_FILE = "trainer_state.pt"
-ABANDONED = "abandoned"         # RUN/abandoned/after-step-N: what a rewind to step N set aside (gmts/run/folder.py)
+# RUN/abandoned/after-step-N: what a rewind to step N set aside (gmts/run/folder.py)
+ABANDONED = "abandoned"
 MERGED = "final-merged"         # LoRA: the merged export at the end of a run (gmts/run/state.py)
-STEP_NAME = re.compile(r"step-(\d+)")   # a checkpoint folder's whole name; 'step-000001 copy' is not one
+# a checkpoint folder's whole name; 'step-000001 copy' is not one
+STEP_NAME = re.compile(r"step-(\d+)")
 
 
 def step_of(name):
     """The step of a checkpoint folder name (step-000012 -> 12), or None for any other name."""
     match = STEP_NAME.fullmatch(name)
     return int(match.group(1)) if match else None
-MANIFEST = "manifest.json"      # {"files": {relative path: {"bytes": n, "sha256": hex}}}, written last
+# {"files": {relative path: {"bytes": n, "sha256": hex}}}, written last
+MANIFEST = "manifest.json"
 
 
 def seed_everything(seed):
@@ -50,7 +57,8 @@ def seed_everything(seed):
 
 
 def rng_state(generator):
-    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
+    return {"python": random.getstate(), "numpy": np.random.get_state(),
+            "torch": torch.get_rng_state(),
             "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
             "sampler": generator.get_state()}
 
@@ -112,12 +120,13 @@ def save_checkpoint(run_dir, step, model, tokenizer, trainer_state, keep=2, stat
     """Write run_dir/checkpoints/step-XXXXXX atomically and point run_dir/checkpoints/latest at it.
     state_dict: the full weights when the model itself holds only shards (FSDP).
 
-    Order: weights, tokenizer, trainer_state.pt, fsync, then manifest.json (sizes and hashes of all of them, fsynced),
-    then one rename into place. A failed write (a full disk) removes its temporary folder and raises SystemExit with
-    one line naming the last intact checkpoint; the previous checkpoints and `latest` are untouched. A folder being
-    replaced or pruned is first renamed to .old-step-* (atomic), so a kill mid-delete leaves a leftover that
-    clean_leftovers removes, never a half checkpoint. A damaged checkpoint at the same step (one a resume skipped) is
-    renamed to a free damaged-step-* name and kept."""
+    Order: weights, tokenizer, trainer_state.pt, fsync, then manifest.json (sizes and hashes of all
+    of them, fsynced), then one rename into place. A failed write (a full disk) removes its
+    temporary folder and raises SystemExit with one line naming the last intact checkpoint; the
+    previous checkpoints and `latest` are untouched. A folder being replaced or pruned is first
+    renamed to .old-step-* (atomic), so a kill mid-delete leaves a leftover that clean_leftovers
+    removes, never a half checkpoint. A damaged checkpoint at the same step (one a resume skipped)
+    is renamed to a free damaged-step-* name and kept."""
     root = os.path.join(run_dir, "checkpoints")
     name = f"step-{step:06d}"
     final = os.path.join(root, name)
@@ -125,16 +134,19 @@ def save_checkpoint(run_dir, step, model, tokenizer, trainer_state, keep=2, stat
     try:
         os.makedirs(root, exist_ok=True)
         shutil.rmtree(tmp, ignore_errors=True)
-        # With LoRA (peft) this writes the adapter (adapter_config.json names the base model; transformers loads it
-        # with peft installed); train.py also exports merged weights at the end of a run.
+        # With LoRA (peft) this writes the adapter (adapter_config.json names the base model;
+        # transformers loads it with peft installed); train.py also exports merged weights at the
+        # end of a run.
         model.save_pretrained(tmp, safe_serialization=True, state_dict=state_dict)
         tokenizer.save_pretrained(tmp)
         write_state(trainer_state, os.path.join(tmp, STATE_FILE))
         _fsync_tree(tmp)
         write_manifest(tmp)
         trash = None
-        if os.path.exists(final):                    # re-saving the same step (e.g. after a resume): replace it
-            if checkpoint_problem(final, report=lambda _: None):   # ... but a damaged one is kept aside, never deleted
+        # re-saving the same step (e.g. after a resume): replace it
+        if os.path.exists(final):
+            # ... but a damaged one is kept aside, never deleted
+            if checkpoint_problem(final, report=lambda _: None):
                 os.rename(final, free_name(os.path.join(root, f"damaged-{name}")))
             else:
                 trash = os.path.join(root, f".old-{name}")
@@ -144,16 +156,19 @@ def save_checkpoint(run_dir, step, model, tokenizer, trainer_state, keep=2, stat
         write_text_atomic(os.path.join(root, "latest"), name + "\n")
         if trash:
             shutil.rmtree(trash, ignore_errors=True)
-    except Exception as err:     # OSError; safetensors' SafetensorError and torch.save's RuntimeError on a full disk
+    # OSError; safetensors' SafetensorError and torch.save's RuntimeError on a full disk
+    except Exception as err:  # noqa: BLE001
         shutil.rmtree(tmp, ignore_errors=True)
         kept = list_checkpoints(run_dir)
-        last = (f"{kept[-1]} is intact ({os.path.join(root, kept[-1])})" if kept else "no earlier checkpoint")
+        last = (f"{kept[-1]} is intact ({os.path.join(root, kept[-1])})" if kept
+                else "no earlier checkpoint")
         if disk_full(err):
-            raise SystemExit(f"error: No space left on device while writing checkpoint {final}; {last}; resume "
-                             f"with --resume {run_dir} once there is room") from None
-        raise SystemExit(f"error: writing checkpoint {final} failed ({type(err).__name__}: {_one_line(err)}); "
-                         f"{last}") from None
-    # Prune the oldest, never the one just written nor anything after it (a rewind has moved those aside).
+            raise SystemExit(f"error: No space left on device while writing checkpoint {final}; "
+                             f"{last}; resume with --resume {run_dir} once there is room") from None
+        raise SystemExit(f"error: writing checkpoint {final} failed ({type(err).__name__}: "
+                         f"{_one_line(err)}); {last}") from None
+    # Prune the oldest, never the one just written nor anything after it (a rewind has moved those
+    # aside).
     older = [d for d in list_checkpoints(run_dir) if step_of(d) < step]
     for old in older[:max(0, len(older) - (keep - 1))]:
         _discard(root, old)
@@ -161,8 +176,8 @@ def save_checkpoint(run_dir, step, model, tokenizer, trainer_state, keep=2, stat
 
 
 class _RecordingWriter:
-    """A file object for torch.save that remembers the OSError of a failed write: torch.save itself reports a full
-    disk as RuntimeError("unexpected pos ..."), which does not say why."""
+    """A file object for torch.save that remembers the OSError of a failed write: torch.save itself
+    reports a full disk as RuntimeError("unexpected pos ..."), which does not say why."""
 
     def __init__(self, fh):
         self.fh, self.error = fh, None
@@ -183,7 +198,8 @@ class _RecordingWriter:
 
 
 def write_state(trainer_state, path):
-    """torch.save(trainer_state, path), raising the OSError (e.g. ENOSPC) itself when the disk refused a write."""
+    """torch.save(trainer_state, path), raising the OSError (e.g. ENOSPC) itself when the disk
+    refused a write."""
     with open(path, "wb") as fh:
         writer = _RecordingWriter(fh)
         try:
@@ -198,12 +214,13 @@ FULL_DISK = (errno.ENOSPC, errno.EDQUOT)
 
 
 def disk_full(err):
-    """Whether `err` (or what caused it) is a full disk or quota: an OSError's errno, or the text safetensors'
-    Rust writer gives it ("No space left on device (os error 28)")."""
+    """Whether `err` (or what caused it) is a full disk or quota: an OSError's errno, or the text
+    safetensors' Rust writer gives it ("No space left on device (os error 28)")."""
     while err is not None:
         if isinstance(err, OSError) and err.errno in FULL_DISK:
             return True
-        if any(f"os error {n})" in str(err) for n in FULL_DISK) or os.strerror(errno.ENOSPC) in str(err):
+        if any(f"os error {n})" in str(err) for n in FULL_DISK) or os.strerror(errno.ENOSPC) in str(
+            err):
             return True
         err = err.__cause__ or err.__context__
     return False
@@ -228,15 +245,18 @@ def _files(folder):
 
 
 def write_manifest(folder):
-    """manifest.json: every file of `folder` with its size and SHA-256, written atomically and last."""
-    files = {rel: {"bytes": os.path.getsize(os.path.join(folder, rel)), "sha256": _sha256(os.path.join(folder, rel))}
+    """manifest.json: every file of `folder` with its size and SHA-256, written atomically and
+    last."""
+    files = {
+        rel: {"bytes": os.path.getsize(os.path.join(folder, rel)),
+              "sha256": _sha256(os.path.join(folder, rel))}
              for rel in _files(folder)}
     write_text_atomic(os.path.join(folder, MANIFEST), json.dumps({"files": files}, indent=1) + "\n")
 
 
 def manifest_problem(folder):
-    """Why `folder` does not match its manifest.json (a file missing, of another size or hash), or None. Sizes
-    first (cheap: a truncation is found without reading), then hashes."""
+    """Why `folder` does not match its manifest.json (a file missing, of another size or hash), or
+    None. Sizes first (cheap: a truncation is found without reading), then hashes."""
     try:
         with open(os.path.join(folder, MANIFEST)) as fh:
             files = json.load(fh)["files"]
@@ -252,7 +272,8 @@ def manifest_problem(folder):
         if os.path.getsize(path) == 0 and size:
             return f"{rel} is empty"
         if os.path.getsize(path) != size:
-            return f"{rel} is truncated or changed ({os.path.getsize(path)} bytes, the manifest says {size})"
+            return (f"{rel} is truncated or changed ({os.path.getsize(path)} bytes, the manifest "
+                    f"says {size})")
     for rel, (_, digest) in sorted(listed.items()):
         if _sha256(os.path.join(folder, rel)) != digest:
             return f"{rel} is damaged (its SHA-256 differs from the manifest's)"
@@ -265,7 +286,8 @@ def _one_line(err):
 
 
 def free_name(path):
-    """`path`, or path.1, path.2 ... : the first that does not exist (a damaged checkpoint never replaces another)."""
+    """`path`, or path.1, path.2 ... : the first that does not exist (a damaged checkpoint never
+    replaces another)."""
     candidate, n = path, 1
     while os.path.exists(candidate):
         candidate, n = f"{path}.{n}", n + 1
@@ -281,21 +303,26 @@ def _discard(root, name):
 
 
 def step_folders(run_dir):
-    """The names of run_dir/checkpoints' folders named step-N, by step (other names are not checkpoints)."""
+    """The names of run_dir/checkpoints' folders named step-N, by step (other names are not
+    checkpoints)."""
     root = os.path.join(run_dir, "checkpoints")
     if not os.path.isdir(root):
         return []
-    return sorted((d for d in os.listdir(root) if step_of(d) is not None and os.path.isdir(os.path.join(root, d))),
+    return sorted(
+        (d for d in os.listdir(root) if step_of(d) is not None
+         and os.path.isdir(os.path.join(root, d))),
                   key=step_of)
 
 
 def list_checkpoints(run_dir):
     """The checkpoints of run_dir (step-N folders with a trainer_state.pt), oldest first."""
-    return [d for d in step_folders(run_dir) if os.path.isfile(os.path.join(run_dir, "checkpoints", d, STATE_FILE))]
+    return [d for d in step_folders(run_dir)
+            if os.path.isfile(os.path.join(run_dir, "checkpoints", d, STATE_FILE))]
 
 
 def latest_name(run_dir):
-    """The checkpoint name run_dir/checkpoints/latest holds, or None (missing, unreadable, not a step-N name)."""
+    """The checkpoint name run_dir/checkpoints/latest holds, or None (missing, unreadable, not a
+    step-N name)."""
     try:
         with open(os.path.join(run_dir, "checkpoints", "latest"), encoding="utf-8") as fh:
             name = fh.read().strip()
@@ -305,7 +332,8 @@ def latest_name(run_dir):
 
 
 def find_checkpoint(path):
-    """A checkpoint folder, or a run directory (its `latest`). Raises SystemExit with a clear message otherwise."""
+    """A checkpoint folder, or a run directory (its `latest`). Raises SystemExit with a clear
+    message otherwise."""
     if os.path.isfile(os.path.join(path, STATE_FILE)):
         return path
     latest = latest_name(path)
@@ -314,24 +342,28 @@ def find_checkpoint(path):
     found = list_checkpoints(path)
     if found:
         return os.path.join(path, "checkpoints", found[-1])
-    raise SystemExit(f"error: --resume {path!r}: no checkpoint there (expected {STATE_FILE} in it or in "
-                     f"{os.path.join(path, 'checkpoints', 'step-*')})")
+    raise SystemExit(f"error: --resume {path!r}: no checkpoint there (expected {STATE_FILE} in it "
+                     f"or in {os.path.join(path, 'checkpoints', 'step-*')})")
 
 
 def load_trainer_state(checkpoint_dir):
-    return torch.load(os.path.join(checkpoint_dir, STATE_FILE), map_location="cpu", weights_only=False)
+    return torch.load(os.path.join(checkpoint_dir, STATE_FILE), map_location="cpu",
+                      weights_only=False)
 
 
 def safetensors_problem(path):
-    """Why the .safetensors file at `path` is not whole (empty, truncated, a bad header), or None. Reads the
-    header only: 8 bytes of length, the JSON header, then every tensor's bytes, which must end where the file does."""
+    """Why the .safetensors file at `path` is not whole (empty, truncated, a bad header), or None.
+    Reads the header only: 8 bytes of length, the JSON header, then every tensor's bytes, which must
+    end where the file does."""
     size = os.path.getsize(path)
     if size < 8:
-        return f"{os.path.basename(path)} is empty" if size == 0 else f"{os.path.basename(path)} is truncated"
+        return (f"{os.path.basename(path)} is empty" if size == 0
+                else f"{os.path.basename(path)} is truncated")
     with open(path, "rb") as fh:
         n = int.from_bytes(fh.read(8), "little")
         if n > size - 8:
-            return f"{os.path.basename(path)} is truncated ({size} bytes, header alone says {n + 8})"
+            return (f"{os.path.basename(path)} is truncated ({size} bytes, header alone says "
+                    f"{n + 8})")
         try:
             header = json.loads(fh.read(n))
         except ValueError:
@@ -343,22 +375,25 @@ def safetensors_problem(path):
 
 
 def checkpoint_problem(folder, report=print):
-    """Why `folder` cannot be trusted (missing or damaged files), or None. With a manifest.json: every file it lists,
-    by size and SHA-256. Without one (an older gmts): by structure, and `report` says so in one line."""
+    """Why `folder` cannot be trusted (missing or damaged files), or None. With a manifest.json:
+    every file it lists, by size and SHA-256. Without one (an older gmts): by structure, and
+    `report` says so in one line."""
     if not os.path.isfile(os.path.join(folder, STATE_FILE)):
         return f"no {STATE_FILE}"
     if os.path.isfile(os.path.join(folder, MANIFEST)):
         return manifest_problem(folder)
     problem = structure_problem(folder)
     if problem is None:
-        report(f"{folder} has no {MANIFEST} (written by an older gmts): checked by structure only (safetensors "
-               f"sizes, JSON files parse, {STATE_FILE} loads); its text files cannot be verified")
+        report(f"{folder} has no {MANIFEST} (written by an older gmts): checked by structure only "
+               f"(safetensors sizes, JSON files parse, {STATE_FILE} loads); its text files cannot "
+               "be verified")
     return problem
 
 
 def structure_problem(folder):
-    """The checks a checkpoint without a manifest allows, reading headers only: trainer_state.pt not empty, every
-    .json parses, every .safetensors ends where its header says, every shard the index names is there."""
+    """The checks a checkpoint without a manifest allows, reading headers only: trainer_state.pt not
+    empty, every .json parses, every .safetensors ends where its header says, every shard the index
+    names is there."""
     if os.path.getsize(os.path.join(folder, STATE_FILE)) == 0:
         return f"{STATE_FILE} is empty"
     for name in sorted(f for f in os.listdir(folder) if f.endswith(".json")):
@@ -388,11 +423,11 @@ def structure_problem(folder):
 
 
 def find_resumable(path, report=print):
-    """(checkpoint folder, trainer state) to resume from: `path` itself when it is a checkpoint folder, else the
-    run directory's head: the checkpoint `latest` names, or the newest one before it that loads (checkpoints after
-    `latest` are not the run's history: gmts/run/folder.py sets them aside). A damaged checkpoint of a run
-    directory is reported (one line through `report`) and skipped, never deleted. Raises CheckpointError when
-    there is nothing to load."""
+    """(checkpoint folder, trainer state) to resume from: `path` itself when it is a checkpoint
+    folder, else the run directory's head: the checkpoint `latest` names, or the newest one before
+    it that loads (checkpoints after `latest` are not the run's history: gmts/run/folder.py sets
+    them aside). A damaged checkpoint of a run directory is reported (one line through `report`) and
+    skipped, never deleted. Raises CheckpointError when there is nothing to load."""
     if os.path.isfile(os.path.join(path, STATE_FILE)):
         candidates, run = [path], False
     else:
@@ -411,8 +446,9 @@ def find_resumable(path, report=print):
         if problem is None:
             try:
                 return folder, load_trainer_state(folder)
-            except Exception as err:         # a damaged pickle/zip raises many kinds of errors
-                problem = f"{STATE_FILE} does not load ({type(err).__name__}: {' '.join(str(err).split())[:200]})"
+            except Exception as err:  # noqa: BLE001 - a damaged pickle/zip raises many kinds of errors
+                problem = (f"{STATE_FILE} does not load ({type(err).__name__}: "
+                           f"{' '.join(str(err).split())[:200]})")
         if not run:
             raise CheckpointError(f"the checkpoint is damaged: {problem}")
         report(f"skipping damaged checkpoint {folder}: {problem}")
@@ -421,12 +457,14 @@ def find_resumable(path, report=print):
 
 
 def newer_checkpoints(run_dir, step):
-    """The step-N folders of run_dir after `step` (those a resume from `step` does not continue), oldest first."""
+    """The step-N folders of run_dir after `step` (those a resume from `step` does not continue),
+    oldest first."""
     return [d for d in step_folders(run_dir) if step_of(d) > step]
 
 
 def move_aside(run_dir, name):
-    """checkpoints/step-N -> checkpoints/damaged-step-N (or .1, .2 ... when taken): kept, never resumed or pruned."""
+    """checkpoints/step-N -> checkpoints/damaged-step-N (or .1, .2 ... when taken): kept, never
+    resumed or pruned."""
     root = os.path.join(run_dir, "checkpoints")
     target = free_name(os.path.join(root, f"damaged-{name}"))
     os.rename(os.path.join(root, name), target)
@@ -434,11 +472,12 @@ def move_aside(run_dir, name):
 
 
 def clean_leftovers(run_dir):
-    """Remove what interrupted writes and prunes leave in run_dir/checkpoints (.tmp-step-*, .old-step-*,
-    latest.tmp); never a step-* folder. Returns the names removed."""
+    """Remove what interrupted writes and prunes leave in run_dir/checkpoints (.tmp-step-*,
+    .old-step-*, latest.tmp); never a step-* folder. Returns the names removed."""
     root = os.path.join(run_dir, "checkpoints")
     removed = []
-    if os.path.isdir(os.path.join(run_dir, f".tmp-{MERGED}")):          # an interrupted merged export
+    # an interrupted merged export
+    if os.path.isdir(os.path.join(run_dir, f".tmp-{MERGED}")):
         shutil.rmtree(os.path.join(run_dir, f".tmp-{MERGED}"), ignore_errors=True)
         removed.append(f".tmp-{MERGED}")
     if not os.path.isdir(root):
@@ -456,8 +495,8 @@ def clean_leftovers(run_dir):
 
 
 def remove_run(run_dir):
-    """--overwrite: delete the run files of run_dir (logs, config, checkpoints, and the --report-to folders, whose
-    event files would otherwise mix two runs in one plot), nothing else in it."""
+    """--overwrite: delete the run files of run_dir (logs, config, checkpoints, and the --report-to
+    folders, whose event files would otherwise mix two runs in one plot), nothing else in it."""
     for name in ("metrics.jsonl", "samples.jsonl", "config.json"):
         with contextlib.suppress(FileNotFoundError):
             os.remove(os.path.join(run_dir, name))
@@ -470,8 +509,8 @@ def _stderr(message):
 
 
 def _step_field(row):
-    """A log record's step: an int, None for a record without one (kept as it is), or False when it is not an
-    int (a hand-edited line: "3", 2.5, true)."""
+    """A log record's step: an int, None for a record without one (kept as it is), or False when it
+    is not an int (a hand-edited line: "3", 2.5, true)."""
     if not isinstance(row, dict) or "step" not in row:
         return None
     step = row["step"]
@@ -479,14 +518,14 @@ def _step_field(row):
 
 
 def truncate_jsonl(path, last_step, note=_stderr, dropped_to=None):
-    """Drop lines logged after `last_step` (a crash after logging but before checkpointing), so a resumed run's
-    metrics.jsonl reads exactly like an uninterrupted one. dropped_to: a file that receives those lines (a rewind
-    keeps them, gmts/run/folder.py) instead of dropping them.
+    """Drop lines logged after `last_step` (a crash after logging but before checkpointing), so a
+    resumed run's metrics.jsonl reads exactly like an uninterrupted one. dropped_to: a file that
+    receives those lines (a rewind keeps them, gmts/run/folder.py) instead of dropping them.
 
-    A torn LAST line (a write cut short by a crash or a full disk) is dropped and reported. A line that is not JSON,
-    or whose step is not an integer, anywhere else is not a torn write: the file as it was is first copied to
-    PATH.bad-<time> (kept), then that line is dropped from the log and reported by its number. Nothing is ever
-    deleted unseen."""
+    A torn LAST line (a write cut short by a crash or a full disk) is dropped and reported. A line
+    that is not JSON, or whose step is not an integer, anywhere else is not a torn write: the file
+    as it was is first copied to PATH.bad-<time> (kept), then that line is dropped from the log and
+    reported by its number. Nothing is ever deleted unseen."""
     if not os.path.exists(path):
         return
     with open(path, "rb") as fh:
@@ -514,12 +553,14 @@ def truncate_jsonl(path, last_step, note=_stderr, dropped_to=None):
                 fh.flush()
                 os.fsync(fh.fileno())
         except OSError as err:
-            raise SystemExit(f"error: {path}:{bad[0]} is not JSON, and keeping a copy as {copy} failed "
-                             f"({_one_line(err)}); {path} is unchanged") from None
-        note(f"gmts: {path}:{', '.join(map(str, bad))}: not JSON or no integer step (a damaged line, not a torn last "
-             f"write); the file as it was is kept in {copy}, and the line is left out of {os.path.basename(path)}")
+            raise SystemExit(f"error: {path}:{bad[0]} is not JSON, and keeping a copy as {copy} "
+                             f"failed ({_one_line(err)}); {path} is unchanged") from None
+        note(f"gmts: {path}:{', '.join(map(str, bad))}: not JSON or no integer step (a damaged "
+             f"line, not a torn last write); the file as it was is kept in {copy}, and the line is "
+             f"left out of {os.path.basename(path)}")
     if torn:
-        note(f"gmts: {path}:{torn[0]}: dropped a torn line (the last one, left by an interrupted write)")
+        note(f"gmts: {path}:{torn[0]}: dropped a torn line (the last one, left by an interrupted "
+             "write)")
     try:
         if dropped_to and later:
             write_text_atomic(dropped_to, "".join(later))

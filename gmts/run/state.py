@@ -1,8 +1,9 @@
-"""Setting up and keeping a training run: its state as one object, the model and optimizer, the output folder,
-checkpoints, stop signals and in-training evaluation. train.py calls these by name so that it can read as the story
-of one step; none of this is the method (gmts/METHOD.md).
+"""Setting up and keeping a training run: its state as one object, the model and optimizer, the
+output folder, checkpoints, stop signals and in-training evaluation. train.py calls these by name so
+that it can read as the story of one step; none of this is the method (gmts/METHOD.md).
 
-Nothing in gmts/ imports data/ or rewards/: train.py passes its data loader and reward functions to build_run.
+Nothing in gmts/ imports data/ or rewards/: train.py passes its data loader and reward functions to
+build_run.
 """
 import copy
 import json
@@ -21,31 +22,34 @@ from gmts.run.validate import UsageError
 from gmts.run.config import to_dict
 from gmts.trainer import distributed
 from gmts.trainer.optim import build_optimizer
-from gmts.trainer.policy import (add_lora, check_vocabulary, enable_gradient_checkpointing, end_of_sequence_ids,
-                                 load_model, load_tokenizer, peft_quiet, resolve_device,
-                                 resolve_dtype)
+from gmts.trainer.policy import (add_lora, check_vocabulary, enable_gradient_checkpointing,
+                                 end_of_sequence_ids, load_model, load_tokenizer, peft_quiet,
+                                 resolve_device, resolve_dtype)
 from gmts.trainer.step import Batch, PromptStream  # noqa: F401  (moved to gmts/trainer/step.py; the old names)
 
 
-# ----------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # The run's state, built once and passed around as one object.
 
 @dataclass
 class Run:
     cfg: object
     model: torch.nn.Module
-    ref_model: torch.nn.Module    # frozen π_ref for the KL term, or None (β = 0, or LoRA: adapters off)
+    # frozen π_ref for the KL term, or None (β = 0, or LoRA: adapters off)
+    ref_model: torch.nn.Module
     optimizer: torch.optim.Optimizer
     tokenizer: object
     eos_ids: list
     stream: PromptStream
     reward_fns: dict              # reward name -> fn(text, reference) -> R
     rollout_gen: torch.Generator  # sampling of this process's answers
-    select_gen: torch.Generator   # the random selector's draws (apart, so arms see the same rollouts)
+    # the random selector's draws (apart, so arms see the same rollouts)
+    select_gen: torch.Generator
     device: torch.device
     rank: int = 0
     world: int = 1
-    fingerprint: dict = None      # what the run is made of (gmts/run/fingerprint.py), saved with every checkpoint
+    # what the run is made of (gmts/run/fingerprint.py), saved with every checkpoint
+    fingerprint: dict = None
 
     @property
     def main_process(self):
@@ -56,10 +60,11 @@ def start_processes(cfg, state):
     """(rank, world size, device, dtype): one process, or this one of torchrun's."""
     rank, world, local_rank = distributed.init()          # (0, 1, 0) without torchrun
     if cfg.prompts_per_step % world:
-        raise SystemExit(f"error: --prompts-per-step {cfg.prompts_per_step} does not split over {world} processes")
+        raise SystemExit(f"error: --prompts-per-step {cfg.prompts_per_step} does not split over "
+                         f"{world} processes")
     if state is not None and len(state["rng"]) != world:
-        raise SystemExit(f"error: --resume: the checkpoint was written by {len(state['rng'])} processes; "
-                         f"resume with the same number (got {world})")
+        raise SystemExit(f"error: --resume: the checkpoint was written by {len(state['rng'])} "
+                         f"processes; resume with the same number (got {world})")
     device = resolve_device(cfg.device)
     if device.type == "cuda" and world > 1:
         device = torch.device("cuda", local_rank)
@@ -67,10 +72,12 @@ def start_processes(cfg, state):
 
 
 def load_data(cfg, resume_from, load_prompts, reward_functions):
-    """(tokenizer, problems, prompt ids, skipped count, reward functions). Runs before any model loads, so a bad
-    file or name fails in a second. load_prompts(cfg, tokenizer) -> (problems, prompt ids, skipped count) and
-    reward_functions(cfg, names) -> {name: fn(text, answer) -> R} come from the caller (train.py: data/, rewards/)."""
-    tokenizer = load_tokenizer(cfg.tokenizer or (cfg.model if os.path.isdir(cfg.model) or not resume_from
+    """(tokenizer, problems, prompt ids, skipped count, reward functions). Runs before any model
+    loads, so a bad file or name fails in a second. load_prompts(cfg, tokenizer) -> (problems,
+    prompt ids, skipped count) and reward_functions(cfg, names) -> {name: fn(text, answer) -> R}
+    come from the caller (train.py: data/, rewards/)."""
+    tokenizer = load_tokenizer(cfg.tokenizer
+                               or (cfg.model if os.path.isdir(cfg.model) or not resume_from
                                                  else resume_from))
     problems, prompt_ids, n_too_long = load_prompts(cfg, tokenizer)
     reward_fns = reward_functions(cfg, sorted({p.reward for p in problems}))
@@ -80,15 +87,17 @@ def load_data(cfg, resume_from, load_prompts, reward_functions):
 
 
 def build_policy(cfg, resume_from, device, dtype):
-    """(policy, frozen reference or None, optimizer). On resume, full fine-tuning reloads the checkpoint's weights
-    and LoRA the base + adapter. With FSDP the weights load in float32: the shards are the master weights."""
+    """(policy, frozen reference or None, optimizer). On resume, full fine-tuning reloads the
+    checkpoint's weights and LoRA the base + adapter. With FSDP the weights load in float32: the
+    shards are the master weights."""
     load_dtype = torch.float32 if cfg.fsdp else dtype
-    model = load_model(resume_from if resume_from and not cfg.lora_rank else cfg.model, dtype=load_dtype,
-                       device=device)
+    model = load_model(resume_from if resume_from and not cfg.lora_rank else cfg.model,
+                       dtype=load_dtype, device=device)
     ref_model = None
     if cfg.beta > 0 and not cfg.lora_rank:
         # frozen π_ref = the STARTING model (on resume: --model again, not the checkpoint's weights)
-        start = load_model(cfg.model, dtype=dtype, device=device) if resume_from else copy.deepcopy(model).to(dtype)
+        start = load_model(cfg.model, dtype=dtype, device=device) if resume_from else copy.deepcopy(
+            model).to(dtype)
         ref_model = start.eval().requires_grad_(False)
     if cfg.lora_rank:
         if resume_from:
@@ -105,42 +114,48 @@ def build_policy(cfg, resume_from, device, dtype):
 
 
 def build_run(cfg, resume_from, state, *, load_prompts, reward_functions):
-    """Everything a step needs, and the step to start after (0, or the checkpoint's). load_prompts and
-    reward_functions: see load_data (train.py passes its own, over data/ and rewards/)."""
+    """Everything a step needs, and the step to start after (0, or the checkpoint's). load_prompts
+    and reward_functions: see load_data (train.py passes its own, over data/ and rewards/)."""
     rank, world, device, dtype = start_processes(cfg, state)
     ckpt.seed_everything(cfg.seed)
-    tokenizer, problems, prompt_ids, n_too_long, reward_fns = load_data(cfg, resume_from, load_prompts,
+    tokenizer, problems, prompt_ids, n_too_long, reward_fns = load_data(
+        cfg, resume_from, load_prompts,
                                                                         reward_functions)
     made_of = fingerprint(cfg, problems, prompt_ids, tokenizer)
-    if state is not None:             # before the model loads or anything is written: refuse another run's parts
+    # before the model loads or anything is written: refuse another run's parts
+    if state is not None:
         saved = state.get("fingerprint")
         problem = differences(saved, made_of, cfg) if saved else None
         if problem:
             raise UsageError("train.py", f"--resume {cfg.resume}: {problem}")
         if saved is None and rank == 0:
-            folder._note(f"{resume_from} was written by an older gmts without a fingerprint: the data, tokenizer and "
-                         "base model cannot be compared with the run's")
+            folder._note(f"{resume_from} was written by an older gmts without a fingerprint: the "
+                         "data, tokenizer and base model cannot be compared with the run's")
     model, ref_model, optimizer = build_policy(cfg, resume_from, device, dtype)
-    check_vocabulary(model, tokenizer, flag="--tokenizer" if cfg.tokenizer else "--model")   # not an IndexError later
+    # not an IndexError later
+    check_vocabulary(model, tokenizer, flag="--tokenizer" if cfg.tokenizer else "--model")
     # Each process samples its own answers; the data order is shared.
     run = Run(cfg=cfg, model=model, ref_model=ref_model, optimizer=optimizer, tokenizer=tokenizer,
-              eos_ids=end_of_sequence_ids(model, tokenizer), stream=PromptStream(problems, prompt_ids, cfg.seed),
-              reward_fns=reward_fns, rollout_gen=torch.Generator(device=device).manual_seed(cfg.seed + 1_000_003 * rank),
-              select_gen=torch.Generator(device=device).manual_seed(cfg.seed + 1 + 1_000_003 * rank),
-              device=device, rank=rank, world=world, fingerprint=made_of)
+              eos_ids=end_of_sequence_ids(model, tokenizer),
+              stream=PromptStream(problems, prompt_ids, cfg.seed), reward_fns=reward_fns,
+              rollout_gen=torch.Generator(device=device).manual_seed(cfg.seed + 1_000_003 * rank),
+              select_gen=torch.Generator(device=device).manual_seed(cfg.seed + 1 + 1_000_003 * rank), device=device, rank=rank, world=world, fingerprint=made_of)
     start_step = restore(run, state) if state is not None else 0
     if run.main_process:
         open_output_dir(run, start_step)
         n_params = sum(p.numel() for p in model.parameters() if p.requires_grad)
-        print(f"gmts: {cfg.model} ({n_params / 1e6:.1f}M trainable) on {device} {str(dtype).replace('torch.', '')}"
-              + (f" x {world} processes" if world > 1 else "") + f"; {len(problems)} problems from {cfg.data}"
+        print(f"gmts: {cfg.model} ({n_params / 1e6:.1f}M trainable) on {device} "
+              f"{str(dtype).replace('torch.', '')}"
+              + (f" x {world} processes" if world > 1 else "")
+              + f"; {len(problems)} problems from {cfg.data}"
               + (f" ({n_too_long} skipped: prompt too long)" if n_too_long else "")
               + f"; selector {cfg.selector} ρ={cfg.ratio}; {cfg.algo}; output {cfg.output_dir}"
-              + (f"; resuming from {resume_from} at step {start_step}" if resume_from else ""), flush=True)
+              + (f"; resuming from {resume_from} at step {start_step}" if resume_from else ""),
+              flush=True)
     return run, start_step
 
 
-# ----------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Checkpoints and the output folder.
 
 def restore(run, state):
@@ -156,27 +171,32 @@ def restore(run, state):
 
 
 def log_paths(cfg):
-    return os.path.join(cfg.output_dir, "metrics.jsonl"), os.path.join(cfg.output_dir, "samples.jsonl")
+    return os.path.join(cfg.output_dir, "metrics.jsonl"), os.path.join(
+        cfg.output_dir, "samples.jsonl")
 
 
 def open_output_dir(run, start_step):
-    """The first write into --output-dir: claim it (its owner's lock, then under the lock: --overwrite's deletion,
-    leftovers removed, damaged checkpoints moved aside, the logs cut back to the checkpoint; gmts/run/folder.py),
-    then the resolved config. Main process only."""
+    """The first write into --output-dir: claim it (its owner's lock, then under the lock:
+    --overwrite's deletion, leftovers removed, damaged checkpoints moved aside, the logs cut back to
+    the checkpoint; gmts/run/folder.py), then the resolved config. Main process only."""
     folder.claim(run.cfg, start_step)
     try:
         ckpt.write_text_atomic(os.path.join(run.cfg.output_dir, "config.json"),
                                json.dumps(to_dict(run.cfg), indent=2) + "\n")
     except OSError as err:
-        raise SystemExit(f"error: could not write {run.cfg.output_dir}/config.json ({err.strerror or err})") from None
+        raise SystemExit(f"error: could not write {run.cfg.output_dir}/config.json "
+                         f"({err.strerror or err})") from None
 
 
 def save(run, step):
-    """A checkpoint of the whole run after `step`, written atomically. Every process's random state travels to the
-    one that writes, so a resume continues each stream exactly. Call on every process."""
+    """A checkpoint of the whole run after `step`, written atomically. Every process's random state
+    travels to the one that writes, so a resume continues each stream exactly. Call on every
+    process."""
     rngs = distributed.gather_objects((ckpt.rng_state(run.rollout_gen), run.select_gen.get_state()))
-    model_state, optim_state = (distributed.full_state_dicts(run.model, run.optimizer) if run.cfg.fsdp
-                                else (None, run.optimizer.state_dict()))          # FSDP: gathered on rank 0
+    model_state, optim_state = (distributed.full_state_dicts(run.model, run.optimizer)
+                                if run.cfg.fsdp
+                                # FSDP: gathered on rank 0
+                                else (None, run.optimizer.state_dict()))
     if run.main_process:
         trainer_state = {"step": step, "config": to_dict(run.cfg), "optimizer": optim_state,
                          "rng": [r for r, _ in rngs], "select_rng": [s for _, s in rngs],
@@ -188,33 +208,38 @@ def save(run, step):
 
 
 def save_merged_lora(run, step):
-    """LoRA: plain merged weights beside the checkpoints, for transformers / vLLM, written like a checkpoint:
-    into .tmp-final-merged, fsynced, then renamed into place, with gmts_export.json (the step) inside. A failed
-    write (a full disk) removes the temporary folder and is one line: no final-merged/ without its weights."""
+    """LoRA: plain merged weights beside the checkpoints, for transformers / vLLM, written like a
+    checkpoint: into .tmp-final-merged, fsynced, then renamed into place, with gmts_export.json (the
+    step) inside. A failed write (a full disk) removes the temporary folder and is one line: no
+    final-merged/ without its weights."""
     merged_dir = os.path.join(run.cfg.output_dir, ckpt.MERGED)
     tmp = os.path.join(run.cfg.output_dir, f".tmp-{ckpt.MERGED}")
     try:
         shutil.rmtree(tmp, ignore_errors=True)
         copy.deepcopy(run.model).merge_and_unload().save_pretrained(tmp, safe_serialization=True)
         run.tokenizer.save_pretrained(tmp)
-        ckpt.write_text_atomic(os.path.join(tmp, "gmts_export.json"), json.dumps({"step": step}) + "\n")
+        ckpt.write_text_atomic(os.path.join(tmp, "gmts_export.json"),
+                               json.dumps({"step": step}) + "\n")
         ckpt._fsync_tree(tmp)
         if os.path.exists(merged_dir):
             shutil.rmtree(merged_dir)
         os.rename(tmp, merged_dir)
-    except Exception as err:       # OSError; safetensors' error on a full disk
+    except Exception as err:  # noqa: BLE001 - OSError; safetensors' error on a full disk
         shutil.rmtree(tmp, ignore_errors=True)
-        why = "No space left on device" if ckpt.disk_full(err) else f"{type(err).__name__}: {ckpt._one_line(err)}"
-        raise SystemExit(f"error: writing the merged LoRA export {merged_dir} failed ({why}); nothing was left "
-                         f"there, and the adapter checkpoint {ckpt.find_checkpoint(run.cfg.output_dir)} is intact "
+        why = ("No space left on device" if ckpt.disk_full(err)
+               else f"{type(err).__name__}: {ckpt._one_line(err)}")
+        raise SystemExit(f"error: writing the merged LoRA export {merged_dir} failed ({why}); "
+                         "nothing was left there, and the adapter checkpoint "
+                         f"{ckpt.find_checkpoint(run.cfg.output_dir)} is intact "
                          "(PeftModel.from_pretrained + merge_and_unload exports it)") from None
 
 
 class StopRequest:
-    """Ctrl-C / SIGTERM: finish the current step, write a checkpoint, exit. train.py asks any_process() again after
-    each save, so a signal that arrives during a checkpoint write stops right after it. A second Ctrl-C stops at
-    once (the last checkpoint is still whole: checkpoints are written atomically). Replaces the start-up handlers of
-    gmts/run/folder.py's exit_on_interrupt."""
+    """Ctrl-C / SIGTERM: finish the current step, write a checkpoint, exit. train.py asks
+    any_process() again after each save, so a signal that arrives during a checkpoint write stops
+    right after it. A second Ctrl-C stops at once (the last checkpoint is still whole: checkpoints
+    are written atomically). Replaces the start-up handlers of gmts/run/folder.py's
+    exit_on_interrupt."""
 
     def __init__(self):
         self.signum = 0
@@ -224,20 +249,21 @@ class StopRequest:
     def _handle(self, signum, _frame):
         self.signum = signum
         signal.signal(signum, signal.SIG_DFL)
-        print(f"\ngmts: got signal {signum}; checkpointing after this step (again to stop now)", file=sys.stderr)
+        print(f"\ngmts: got signal {signum}; checkpointing after this step (again to stop now)",
+              file=sys.stderr)
 
     def any_process(self):
         """True on every process once any process was signalled."""
         return bool(int(distributed.all_reduce_sum(torch.tensor(self.signum))))
 
 
-# ----------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # In-training evaluation.
 
 def evaluate_during_training(run, label="eval"):
-    """run_eval where it must run: under FSDP every process (each holds a shard of every layer; all evaluate
-    identically), else rank 0 alone. Returns the eval_* metrics on rank 0, {} on the others. Rank 0 shows a
-    progress bar named `label`."""
+    """run_eval where it must run: under FSDP every process (each holds a shard of every layer; all
+    evaluate identically), else rank 0 alone. Returns the eval_* metrics on rank 0, {} on the
+    others. Rank 0 shows a progress bar named `label`."""
     out = {}
     if run.cfg.fsdp:
         with distributed.layers_gathered(run.model):
@@ -250,26 +276,31 @@ def evaluate_during_training(run, label="eval"):
 
 
 def run_eval(cfg, model, tokenizer, eos_ids, device, progress="eval"):
-    """In-training evaluation with eval.py's protocol (the same code as `python eval.py`); `progress` as in
-    evaluate_model (a name: a bar on stderr that goes when done)."""
+    """In-training evaluation with eval.py's protocol (the same code as `python eval.py`);
+    `progress` as in evaluate_model (a name: a bar on stderr that goes when done)."""
     from gmts.tools.evaluate import evaluate_model
     was_training = model.training
     model.eval()
-    # As many rows per generation batch as a training rollout has (each prompt brings --eval-samples rows).
+    # As many rows per generation batch as a training rollout has (each prompt brings --eval-samples
+    # rows).
     batch_size = max(1, cfg.prompts_per_step * cfg.group_size // max(cfg.eval_samples, 1))
-    result = evaluate_model(model, tokenizer, cfg.eval_data, limit=cfg.eval_limit, samples=cfg.eval_samples,
-                            temperature=cfg.eval_temperature, max_new_tokens=cfg.max_new_tokens, seed=cfg.seed,
-                            eos_ids=eos_ids, template=cfg.template or None, system_prompt=cfg.system_prompt,
-                            batch_size=batch_size, progress=progress, max_prompt_tokens=cfg.max_prompt_tokens,
+    result = evaluate_model(model, tokenizer, cfg.eval_data, limit=cfg.eval_limit,
+                            samples=cfg.eval_samples, temperature=cfg.eval_temperature,
+                            max_new_tokens=cfg.max_new_tokens, seed=cfg.seed, eos_ids=eos_ids,
+                            template=cfg.template or None, system_prompt=cfg.system_prompt,
+                            batch_size=batch_size, progress=progress,
+                            max_prompt_tokens=cfg.max_prompt_tokens,
                             task_options=json.loads(cfg.task_options) if cfg.task_options else None,
                             rewards=cfg.reward or None, reward_weights=cfg.reward_weights,
                             reward_workers=cfg.reward_workers)
     model.train(was_training)
-    return {"eval_accuracy": result["accuracy"], "eval_ci95": result["ci95"], "eval_data": cfg.eval_data}
+    return {"eval_accuracy": result["accuracy"], "eval_ci95": result["ci95"],
+            "eval_data": cfg.eval_data}
 
 
 def check_eval_data(cfg, tokenizer):
-    """Fail at start-up, not at the first evaluation, when --eval-data names something that cannot be loaded."""
+    """Fail at start-up, not at the first evaluation, when --eval-data names something that cannot
+    be loaded."""
     from gmts.tools.evaluate import load_benchmark, split_data_arg
     for spec in split_data_arg(cfg.eval_data):
         try:

@@ -1,20 +1,27 @@
 """Evaluation the way the paper measures (average@k at temperature 1.0, or greedy), with intervals.
 
-    evaluate_model(model, tokenizer, "math500", samples=16, temperature=1.0)   -> summary dict (+ "records")
-    compare_results("A.json", "B.json")                                        -> paired difference B - A
+    evaluate_model(model, tokenizer, "math500", samples=16, temperature=1.0)   -> summary dict (+
+                                                                               "records")
+    compare_results("A.json", "B.json")                                        -> paired difference
+                                                                               B - A
 
 Metrics, per benchmark (a data spec "name[:split]", split "test" unless given):
-- accuracy: average@k, the mean over problems of the share of a problem's k samples that are correct (the paper's
-  metric; with k = 1 at temperature 0 it is greedy accuracy). A sample is correct when its reward is >= 1.
-- pass_at_k: the unbiased estimator 1 - C(n-c, k)/C(n, k) (gmts/tools/stats.py), for k = 1, 2, 4, ... and k = samples.
+- accuracy: average@k, the mean over problems of the share of a problem's k samples that are correct
+  (the paper's metric; with k = 1 at temperature 0 it is greedy accuracy). A sample is correct when
+  its reward is >= 1.
+- pass_at_k: the unbiased estimator 1 - C(n-c, k)/C(n, k) (gmts/tools/stats.py), for k = 1, 2, 4,
+  ... and k = samples.
 - ci95 / pass_at_k_ci95: percentile bootstrap over problems (gmts/tools/stats.py says why problems).
-- With several benchmarks, the top-level figures are the average over benchmarks (each weighs the same, like the
-  paper's "Avg." column), and its interval comes from a bootstrap that resamples within each benchmark.
-- With repeats R > 1 the same problems are evaluated R times with different sampling seeds: the per-problem score
-  pools all R x k samples, and `repeat_spread` gives each run's accuracy, their std and the noise floor.
+- With several benchmarks, the top-level figures are the average over benchmarks (each weighs the
+  same, like the paper's "Avg." column), and its interval comes from a bootstrap that resamples
+  within each benchmark.
+- With repeats R > 1 the same problems are evaluated R times with different sampling seeds: the
+  per-problem score pools all R x k samples, and `repeat_spread` gives each run's accuracy, their
+  std and the noise floor.
 
-Generation is gmts.trainer.rollout.sample, the trainer's own batched, KV-cached sampler: what eval measures is what the
-trainer samples (plus top-k / top-p, which evaluation may use and training must not).
+Generation is gmts.trainer.rollout.sample, the trainer's own batched, KV-cached sampler: what eval
+measures is what the trainer samples (plus top-k / top-p, which evaluation may use and training must
+not).
 """
 import json
 import math
@@ -32,14 +39,14 @@ from gmts.trainer.rollout import sample
 DEFAULT_SPLIT = "test"
 
 
-# ----------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Data.
 
 def parse_data_spec(spec):
-    """"name[:split]" -> (source, split). A path to a local file keeps any ':' it has unless what follows the last ':'
-    looks like a split name (no '/', no '.'). A hub data set is hf:ORG/NAME[:CONFIG[:SPLIT]]
-    (hf:ORG/NAME::SPLIT for a split of the default config): the source keeps the config, as
-    train.py's --data takes it."""
+    """"name[:split]" -> (source, split). A path to a local file keeps any ':' it has unless what
+    follows the last ':' looks like a split name (no '/', no '.'). A hub data set is
+    hf:ORG/NAME[:CONFIG[:SPLIT]] (hf:ORG/NAME::SPLIT for a split of the default config): the source
+    keeps the config, as train.py's --data takes it."""
     spec = spec.strip()
     if not spec:
         raise ValueError("empty data spec; use name[:split], e.g. gsm8k:test or math500")
@@ -49,13 +56,15 @@ def parse_data_spec(spec):
             raise ValueError(f"{spec!r}: write a hub data set as hf:ORG/NAME[:CONFIG[:SPLIT]]")
         return "hf:" + name + (f":{config}" if config else ""), split or DEFAULT_SPLIT
     source, sep, split = spec.rpartition(":")
-    if sep and source and split and "/" not in split and "." not in split and not os.path.exists(spec):
+    if sep and source and split and "/" not in split and "." not in split and not os.path.exists(
+        spec):
         return source, split
     return spec, DEFAULT_SPLIT
 
 
 def split_data_arg(data):
-    """train.py passes one string ("gsm8k:test" or "gsm8k:test math500" or "gsm8k:test,math500"); eval.py a list."""
+    """train.py passes one string ("gsm8k:test" or "gsm8k:test math500" or "gsm8k:test,math500");
+    eval.py a list."""
     if isinstance(data, str):
         data = data.replace(",", " ").split()
     specs = [d for d in data if d.strip()]
@@ -67,15 +76,18 @@ def split_data_arg(data):
 
 
 def load_benchmark(spec, tokenizer, *, limit=None, data_seed=0, template=None, system_prompt=None,
-                   question_field=None, answer_field=None, task_options=None, max_prompt_tokens=None):
-    """(problems, prompt_ids, n_skipped) for one data spec. The problem set depends on (spec, limit, data_seed,
-    max_prompt_tokens) only, never on the sampling seed, so runs with different seeds and different models are paired
-    on the same problems. Problems whose prompt is longer than max_prompt_tokens are left out and counted."""
+                   question_field=None, answer_field=None, task_options=None,
+                   max_prompt_tokens=None):
+    """(problems, prompt_ids, n_skipped) for one data spec. The problem set depends on (spec, limit,
+    data_seed, max_prompt_tokens) only, never on the sampling seed, so runs with different seeds and
+    different models are paired on the same problems. Problems whose prompt is longer than
+    max_prompt_tokens are left out and counted."""
     import data as datasets
     source, split = parse_data_spec(spec)
     try:
         problems = datasets.load_problems(source, split, limit=limit or None, seed=data_seed,
-                                          question_field=question_field or None, answer_field=answer_field or None,
+                                          question_field=question_field or None,
+                                          answer_field=answer_field or None,
                                           template=template or None, system_prompt=system_prompt,
                                           **(task_options or {}))
     except datasets.OptionError as err:
@@ -86,11 +98,12 @@ def load_benchmark(spec, tokenizer, *, limit=None, data_seed=0, template=None, s
         raise ValueError(f"--data {spec!r}: no problems")
     ids = [p.id for p in problems]
     if len(set(ids)) != len(ids):
-        raise ValueError(f"--data {spec!r}: problem ids are not unique, so results could not be paired by id")
+        raise ValueError(f"--data {spec!r}: problem ids are not unique, so results could not be "
+                         "paired by id")
     kept, prompt_ids = datasets.prompt_token_ids(problems, tokenizer, max_prompt_tokens or None)
     if not kept:
-        raise ValueError(f"--data {spec!r}: no problem fits --max-prompt-tokens {max_prompt_tokens} "
-                         f"(all {len(problems)} prompts are longer)")
+        raise ValueError(f"--data {spec!r}: no problem fits --max-prompt-tokens "
+                         f"{max_prompt_tokens} (all {len(problems)} prompts are longer)")
     return kept, prompt_ids, len(problems) - len(kept)
 
 
@@ -99,18 +112,19 @@ def _one_line(err):
     return " ".join(text.split())
 
 
-# ----------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Generation and scoring.
 
 def sampling_seed(seed, repeat, spec):
-    """One 63-bit seed per (seed, repeat, benchmark): adding a benchmark to the command changes no other benchmark's
-    samples, and repeat r of seed s is the same run whatever else is asked for."""
+    """One 63-bit seed per (seed, repeat, benchmark): adding a benchmark to the command changes no
+    other benchmark's samples, and repeat r of seed s is the same run whatever else is asked for."""
     words = np.random.SeedSequence([int(seed), int(repeat), zlib.crc32(spec.encode())]).generate_state(2)
     return int((int(words[0]) << 31) ^ int(words[1])) & ((1 << 63) - 1)
 
 
-def generate_records(model, tokenizer, problems, prompt_ids, *, spec, repeat, samples, temperature, top_p, top_k,
-                     max_new_tokens, eos_ids, batch_size, generator, reward_fns, on_problem=None):
+def generate_records(model, tokenizer, problems, prompt_ids, *, spec, repeat, samples, temperature,
+                     top_p, top_k, max_new_tokens, eos_ids, batch_size, generator, reward_fns,
+                     on_problem=None):
     """Sample `samples` answers for every problem, `batch_size` prompts at a time, and score them
     (a batch's answers at once: rewards.Scorer). One record per problem: the question, the
     reference, every completion with its reward R and, with --reward, each reward's own value
@@ -120,9 +134,10 @@ def generate_records(model, tokenizer, problems, prompt_ids, *, spec, repeat, sa
     records = []
     for start in range(0, len(problems), batch_size):
         batch = problems[start:start + batch_size]
-        roll = sample(model, prompt_ids[start:start + batch_size], group_size=samples, max_new_tokens=max_new_tokens,
-                      eos_token_ids=eos_ids, pad_token_id=tokenizer.pad_token_id, temperature=temperature,
-                      top_k=top_k, top_p=top_p, generator=generator)
+        roll = sample(model, prompt_ids[start:start + batch_size], group_size=samples,
+                      max_new_tokens=max_new_tokens, eos_token_ids=eos_ids,
+                      pad_token_id=tokenizer.pad_token_id, temperature=temperature, top_k=top_k,
+                      top_p=top_p, generator=generator)
         tokens, valid, finished = roll.completion_ids.cpu(), roll.valid_mask.cpu(), roll.finished.cpu()
         texts = [tokenizer.decode(tokens[row][valid[row]], skip_special_tokens=True)
                  for row in range(len(tokens))]
@@ -136,9 +151,10 @@ def generate_records(model, tokenizer, problems, prompt_ids, *, spec, repeat, sa
                 if scores.values:
                     completions[-1]["rewards"] = {k: v[row] for k, v in scores.values.items()}
             n_correct = sum(c["reward"] >= 1.0 for c in completions)
-            record = {"benchmark": spec, "id": problem.id, "repeat": repeat, "question": problem.question,
-                      "reference": _jsonable(problem.answer), "n": samples, "correct": n_correct,
-                      "score": n_correct / samples, "completions": completions}
+            record = {"benchmark": spec, "id": problem.id, "repeat": repeat,
+                      "question": problem.question, "reference": _jsonable(problem.answer),
+                      "n": samples, "correct": n_correct, "score": n_correct / samples,
+                      "completions": completions}
             records.append(record)
             if on_problem is not None:
                 on_problem(record)
@@ -153,20 +169,25 @@ def _jsonable(value):
         return str(value)
 
 
-# ----------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Summaries.
 
 def summarize_benchmark(records, *, samples, seed, n_bootstrap=stats.N_BOOTSTRAP):
-    """Figures for one benchmark from its records (every repeat). Per problem, the samples of all repeats pool."""
+    """Figures for one benchmark from its records (every repeat). Per problem, the samples of all
+    repeats pool."""
     by_id = {}
     for r in records:
         by_id.setdefault(r["id"], []).append(r)
     ids = list(by_id)
-    n = np.array([sum(r["n"] for r in by_id[i]) for i in ids])                     # (P,) samples per problem
-    c = np.array([sum(r["correct"] for r in by_id[i]) for i in ids])               # (P,) correct samples
-    scores = c / n                                                                  # (P,) per-problem average@k
+    # (P,) samples per problem
+    n = np.array([sum(r["n"] for r in by_id[i]) for i in ids])
+    # (P,) correct samples
+    c = np.array([sum(r["correct"] for r in by_id[i]) for i in ids])
+    # (P,) per-problem average@k
+    scores = c / n
     repeats = sorted({r["repeat"] for r in records})
-    run_accuracy = [float(np.mean([r["score"] for r in records if r["repeat"] == k])) for k in repeats]
+    run_accuracy = [
+        float(np.mean([r["score"] for r in records if r["repeat"] == k])) for k in repeats]
     pass_k = {str(k): stats.pass_at_k_per_problem(n, c, k) for k in stats.pass_k_values(samples)}
     completions = [comp for r in records for comp in r["completions"]]
     out = {
@@ -174,7 +195,8 @@ def summarize_benchmark(records, *, samples, seed, n_bootstrap=stats.N_BOOTSTRAP
         "accuracy": float(scores.mean()),
         "ci95": stats.bootstrap_ci(scores, seed=seed, n_resamples=n_bootstrap),
         "pass_at_k": {k: float(v.mean()) for k, v in pass_k.items()},
-        "pass_at_k_ci95": {k: stats.bootstrap_ci(v, seed=seed, n_resamples=n_bootstrap) for k, v in pass_k.items()},
+        "pass_at_k_ci95": {k: stats.bootstrap_ci(v, seed=seed, n_resamples=n_bootstrap) for k,
+                           v in pass_k.items()},
         "mean_reward": float(np.mean([comp["reward"] for comp in completions])),
         "mean_completion_tokens": float(np.mean([comp["tokens"] for comp in completions])),
         "truncated_share": float(np.mean([not comp["finished"] for comp in completions])),
@@ -208,8 +230,8 @@ def summarize(per_benchmark, *, seed, n_bootstrap=stats.N_BOOTSTRAP):
 
 
 def degenerate(records):
-    """Why a finished evaluation is no result (every completion empty: the model ends every answer at once, or
-    sampling broke), or None. eval.py refuses to save such a run."""
+    """Why a finished evaluation is no result (every completion empty: the model ends every answer
+    at once, or sampling broke), or None. eval.py refuses to save such a run."""
     completions = [c for r in records for c in r["completions"]]
     if completions and not any(c["text"].strip() for c in completions):
         return f"every one of the {len(completions)} completions is empty"
@@ -220,39 +242,43 @@ def metric_name(samples, temperature):
     return "greedy accuracy" if temperature == 0 and samples == 1 else f"average@{samples}"
 
 
-# ----------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # The entry point train.py and eval.py share.
 
-def evaluate_model(model, tokenizer, data, *, limit=None, samples=1, temperature=0.0, max_new_tokens=512, seed=0,
-                   eos_ids=None, template=None, system_prompt=None, batch_size=8, progress=True, top_p=1.0, top_k=0,
-                   question_field=None, answer_field=None, repeats=1, data_seed=0, task_options=None,
+def evaluate_model(model, tokenizer, data, *, limit=None, samples=1, temperature=0.0,
+                   max_new_tokens=512, seed=0, eos_ids=None, template=None, system_prompt=None,
+                   batch_size=8, progress=True, top_p=1.0, top_k=0, question_field=None,
+                   answer_field=None, repeats=1, data_seed=0, task_options=None,
                    n_bootstrap=stats.N_BOOTSTRAP, max_prompt_tokens=None, rewards=None,
                    reward_weights=None, reward_workers=0):
-    """Evaluate `model` on one or more benchmarks. Returns the summary dict (accuracy, ci95, pass_at_k, benchmarks,
-    ...) with "records": one dict per (benchmark, problem, repeat) holding every completion and its reward.
+    """Evaluate `model` on one or more benchmarks. Returns the summary dict (accuracy, ci95,
+    pass_at_k, benchmarks, ...) with "records": one dict per (benchmark, problem, repeat) holding
+    every completion and its reward.
 
     data: "name[:split]", several separated by spaces or commas, or a list of them.
     batch_size: prompts per generation batch (each brings `samples` rows).
-    progress: a progress bar on stderr (True), none (False), or a bar named by the string, gone when done.
-    seed: sampling seed; repeat r of benchmark b uses torch.Generator seeded from (seed, r, b).
-    data_seed: which problems --limit picks (and the arithmetic source's problems); kept apart from the sampling
-    seed so that results under different seeds are paired on the same problems.
-    max_prompt_tokens: problems with longer prompts are skipped and counted (per benchmark, "skipped_too_long").
-    rewards, reward_weights: --reward SPECs and their weights (rewards.load_rewards) for every
-    problem; None: each problem's own reward. A sample is correct when its R >= 1.
-    reward_workers: scoring threads (0 = twice the CPUs).
+    progress: a progress bar on stderr (True), none (False), or a bar named by the string, gone when
+    done. seed: sampling seed; repeat r of benchmark b uses torch.Generator seeded from (seed, r,
+    b). data_seed: which problems --limit picks (and the arithmetic source's problems); kept apart
+    from the sampling seed so that results under different seeds are paired on the same problems.
+    max_prompt_tokens: problems with longer prompts are skipped and counted (per benchmark,
+    "skipped_too_long"). rewards, reward_weights: --reward SPECs and their weights
+    (rewards.load_rewards) for every problem; None: each problem's own reward. A sample is correct
+    when its R >= 1. reward_workers: scoring threads (0 = twice the CPUs).
     """
     import rewards as reward_lib
     specs_of_rewards = rewards
     from gmts.trainer.policy import end_of_sequence_ids
     specs = split_data_arg(data)
     if samples < 1 or repeats < 1 or batch_size < 1 or max_new_tokens < 1:
-        raise ValueError(f"samples, repeats, batch_size and max_new_tokens must be >= 1, got {samples}, {repeats}, "
-                         f"{batch_size}, {max_new_tokens}")
+        raise ValueError("samples, repeats, batch_size and max_new_tokens must be >= 1, got "
+                         f"{samples}, {repeats}, {batch_size}, {max_new_tokens}")
     if not math.isfinite(temperature) or temperature < 0 or not 0 < top_p <= 1 or top_k < 0:
-        raise ValueError(f"need temperature >= 0, 0 < top_p <= 1, top_k >= 0; got {temperature}, {top_p}, {top_k}")
+        raise ValueError(f"need temperature >= 0, 0 < top_p <= 1, top_k >= 0; got {temperature}, "
+                         f"{top_p}, {top_k}")
     eos_ids = eos_ids if eos_ids is not None else end_of_sequence_ids(model, tokenizer)
-    loaded = {spec: load_benchmark(spec, tokenizer, limit=limit, data_seed=data_seed, template=template,
+    loaded = {
+        spec: load_benchmark(spec, tokenizer, limit=limit, data_seed=data_seed, template=template,
                                    system_prompt=system_prompt, question_field=question_field,
                                    answer_field=answer_field, task_options=task_options,
                                    max_prompt_tokens=max_prompt_tokens) for spec in specs}
@@ -263,16 +289,19 @@ def evaluate_model(model, tokenizer, data, *, limit=None, samples=1, temperature
 
     device = next(model.parameters()).device
     total = repeats * sum(len(problems) for problems, _ in loaded.values())
-    # progress: True a bar, False none, a string a bar of that name that goes when done (the caller prints the result)
+    # progress: True a bar, False none, a string a bar of that name that goes when done (the caller
+    # prints the result)
     bar = tqdm(total=total, desc=progress if isinstance(progress, str) else "eval", unit="problem",
-               dynamic_ncols=True, mininterval=1.0, leave=not isinstance(progress, str), disable=not progress)
+               dynamic_ncols=True, mininterval=1.0, leave=not isinstance(progress, str),
+               disable=not progress)
     running = {"score": 0.0, "done": 0}
 
     def on_problem(record):
         running["score"] += record["score"]
         running["done"] += 1
         bar.update(1)
-        bar.set_postfix(acc=f"{running['score'] / running['done']:.3f}", bench=record["benchmark"], refresh=False)
+        bar.set_postfix(acc=f"{running['score'] / running['done']:.3f}", bench=record["benchmark"],
+                        refresh=False)
 
     was_training = model.training
     model.eval()
@@ -281,27 +310,30 @@ def evaluate_model(model, tokenizer, data, *, limit=None, samples=1, temperature
     try:
         for repeat in range(repeats):
             for spec, (problems, prompt_ids) in loaded.items():
-                generator = torch.Generator(device=device).manual_seed(sampling_seed(seed, repeat, spec))
+                generator = torch.Generator(device=device).manual_seed(
+                    sampling_seed(seed, repeat, spec))
                 records[spec] += generate_records(
-                    model, tokenizer, problems, prompt_ids, spec=spec, repeat=repeat, samples=samples,
-                    temperature=temperature, top_p=top_p, top_k=top_k, max_new_tokens=max_new_tokens,
-                    eos_ids=eos_ids, batch_size=batch_size, generator=generator, reward_fns=reward_fns,
-                    on_problem=on_problem)
+                    model, tokenizer, problems, prompt_ids, spec=spec, repeat=repeat,
+                    samples=samples, temperature=temperature, top_p=top_p, top_k=top_k,
+                    max_new_tokens=max_new_tokens, eos_ids=eos_ids, batch_size=batch_size,
+                    generator=generator, reward_fns=reward_fns, on_problem=on_problem)
     finally:
         bar.close()
         reward_fns.close()
         model.train(was_training)
     elapsed = time.time() - t0
 
-    per_benchmark = {spec: summarize_benchmark(records[spec], samples=samples, seed=seed, n_bootstrap=n_bootstrap)
+    per_benchmark = {
+        spec: summarize_benchmark(records[spec], samples=samples, seed=seed,
+                                  n_bootstrap=n_bootstrap)
                      for spec in specs}
     result = {
         "data": specs,
         "metric": metric_name(samples, temperature),
         "n_problems": sum(len(problems) for problems, _ in loaded.values()),
         "samples": samples, "temperature": temperature, "top_p": top_p, "top_k": top_k,
-        "max_new_tokens": max_new_tokens, "seed": seed, "data_seed": data_seed, "repeats": repeats, "limit": limit,
-        "batch_size": batch_size, "n_bootstrap": n_bootstrap, "time_s": elapsed,
+        "max_new_tokens": max_new_tokens, "seed": seed, "data_seed": data_seed, "repeats": repeats,
+        "limit": limit, "batch_size": batch_size, "n_bootstrap": n_bootstrap, "time_s": elapsed,
         "max_prompt_tokens": max_prompt_tokens, "skipped_too_long": sum(skipped.values()),
         "rewards": list(specs_of_rewards or []),
         "reward_weights": [w for _, w in chosen] if chosen else [],
@@ -310,26 +342,28 @@ def evaluate_model(model, tokenizer, data, *, limit=None, samples=1, temperature
     result["benchmarks"] = {}
     for spec in specs:
         source, split = parse_data_spec(spec)
-        result["benchmarks"][spec] = {"source": source, "split": split, "skipped_too_long": skipped[spec],
-                                      **per_benchmark[spec][0]}
+        result["benchmarks"][spec] = {"source": source, "split": split,
+                                      "skipped_too_long": skipped[spec], **per_benchmark[spec][0]}
     result["records"] = [r for spec in specs for r in records[spec]]
     return result
 
 
-# ----------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Comparing two result files.
 
 def load_scores(path):
-    """{benchmark: {problem id: score}} and the run's settings, from a summary .json written by eval.py or its
-    per-problem .jsonl (repeats of one problem pool their samples)."""
+    """{benchmark: {problem id: score}} and the run's settings, from a summary .json written by
+    eval.py or its per-problem .jsonl (repeats of one problem pool their samples)."""
     if not os.path.exists(path):
         raise ValueError(f"no such result file: {path}")
     if os.path.isdir(path):
-        raise ValueError(f"{path} is a folder; give a result file (eval.py's summary .json or its .problems.jsonl)")
+        raise ValueError(f"{path} is a folder; give a result file (eval.py's summary .json or its "
+                         ".problems.jsonl)")
     try:
         return _read_scores(path)
     except (OSError, UnicodeDecodeError) as err:     # unreadable, or not text at all
-        raise ValueError(f"{path}: cannot be read as an eval.py result ({type(err).__name__}: {_one_line(err)})") \
+        raise ValueError(f"{path}: cannot be read as an eval.py result ({type(err).__name__}: "
+                         f"{_one_line(err)})") \
             from None
 
 
@@ -359,28 +393,33 @@ def _read_scores(path):
             summary = json.load(fh)
         scores = {bench: dict(entry["scores"]) for bench, entry in summary["benchmarks"].items()}
     except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as err:
-        raise ValueError(f"{path}: not a summary written by eval.py ({type(err).__name__}: {_one_line(err)})") from None
-    meta = {k: summary.get(k) for k in ("model", "samples", "temperature", "top_p", "top_k", "max_new_tokens",
+        raise ValueError(f"{path}: not a summary written by eval.py ({type(err).__name__}: "
+                         f"{_one_line(err)})") from None
+    meta = {
+        k: summary.get(k) for k
+        in ("model", "samples", "temperature", "top_p", "top_k", "max_new_tokens",
                                         "repeats", "seed")}
     return scores, meta
 
 
 def compare_results(path_a, path_b, *, seed=0, n_bootstrap=stats.N_BOOTSTRAP):
-    """Paired difference B - A, per benchmark and on the average over benchmarks. Refuses (ValueError) unless both
-    files hold exactly the same benchmarks and, within each, the same problem ids."""
+    """Paired difference B - A, per benchmark and on the average over benchmarks. Refuses
+    (ValueError) unless both files hold exactly the same benchmarks and, within each, the same
+    problem ids."""
     scores_a, meta_a = load_scores(path_a)
     scores_b, meta_b = load_scores(path_b)
     if set(scores_a) != set(scores_b):
-        raise ValueError(f"{path_a} and {path_b} hold different benchmarks ({sorted(scores_a)} vs {sorted(scores_b)}); "
-                         "evaluate both with the same --data")
+        raise ValueError(f"{path_a} and {path_b} hold different benchmarks ({sorted(scores_a)} vs "
+                         f"{sorted(scores_b)}); evaluate both with the same --data")
     benches = list(scores_a)
     for bench in benches:
-        only_a, only_b = set(scores_a[bench]) - set(scores_b[bench]), set(scores_b[bench]) - set(scores_a[bench])
+        only_a, only_b = set(scores_a[bench]) - set(scores_b[bench]), set(scores_b[bench]) - set(
+            scores_a[bench])
         if only_a or only_b:
-            example = sorted(only_a or only_b)[0]
-            raise ValueError(f"{bench}: the files hold different problems ({len(only_a)} only in {path_a}, "
-                             f"{len(only_b)} only in {path_b}, e.g. {example!r}); evaluate both with the same --data "
-                             "and --limit")
+            example = min(only_a or only_b)
+            raise ValueError(f"{bench}: the files hold different problems ({len(only_a)} only in "
+                             f"{path_a}, {len(only_b)} only in {path_b}, e.g. {example!r}); "
+                             "evaluate both with the same --data and --limit")
     arrays_a, arrays_b = [], []
     out = {"a": path_a, "b": path_b, "a_settings": meta_a, "b_settings": meta_b, "benchmarks": {},
            "n_bootstrap": n_bootstrap, "seed": seed}
@@ -389,9 +428,11 @@ def compare_results(path_a, path_b, *, seed=0, n_bootstrap=stats.N_BOOTSTRAP):
         a = np.array([scores_a[bench][i] for i in ids])
         b = np.array([scores_b[bench][i] for i in ids])
         diff, ci = stats.paired_difference(a, b, seed=seed, n_resamples=n_bootstrap)
-        out["benchmarks"][bench] = {"n_problems": len(ids), "a": float(a.mean()), "b": float(b.mean()),
-                                    "difference": diff, "ci95": ci, "verdict": stats.verdict(ci),
-                                    "b_better_problems": int((b > a).sum()), "a_better_problems": int((a > b).sum())}
+        out["benchmarks"][bench] = {"n_problems": len(ids), "a": float(a.mean()),
+                                    "b": float(b.mean()), "difference": diff, "ci95": ci,
+                                    "verdict": stats.verdict(ci),
+                                    "b_better_problems": int((b > a).sum()),
+                                    "a_better_problems": int((a > b).sum())}
         arrays_a.append(a)
         arrays_b.append(b)
     diff, ci = stats.paired_difference(arrays_a, arrays_b, seed=seed, n_resamples=n_bootstrap)
@@ -399,6 +440,8 @@ def compare_results(path_a, path_b, *, seed=0, n_bootstrap=stats.N_BOOTSTRAP):
                b_accuracy=float(np.mean([b.mean() for b in arrays_b])),
                difference=diff, ci95=ci, verdict=stats.verdict(ci),
                n_problems=sum(len(a) for a in arrays_a))
-    differing = sorted(k for k in meta_a if meta_a.get(k) != meta_b.get(k) and k not in ("model", "seed"))
-    out["settings_differ"] = [k for k in differing if meta_a.get(k) is not None and meta_b.get(k) is not None]
+    differing = sorted(k for k in meta_a if meta_a.get(k) != meta_b.get(k) and k
+                       not in ("model", "seed"))
+    out["settings_differ"] = [k for k in differing if meta_a.get(k) is not None and meta_b.get(k) is
+                              not None]
     return out

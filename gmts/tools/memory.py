@@ -1,45 +1,50 @@
-"""Will it fit? Peak memory of a train.py run, per component, from the model's config alone (no weights).
+"""Will it fit? Peak memory of a train.py run, per component, from the model's config alone (no
+weights).
 
     python -m gmts.tools.memory --model Qwen/Qwen2.5-1.5B-Instruct --gpu-memory 24 80 [any train.py flags]
     python -m gmts.tools.memory --preset paper-math --gpu-memory 80 --json
 
-Reads config.json (a folder, or a hub id: the config file only), builds the model on PyTorch's meta device to count
-its parameters exactly, and adds up what train.py holds at each phase of a step, for the settings the train.py flags
-give (--preset, --micro-batch-size, --rollout-batch-size, --lora-rank, --optimizer-offload, --no-gradient-
-checkpointing, --beta, --chunk-size, --dtype, --device ...). Sizes in GiB (2^30 bytes). b = bytes per element of the
-compute dtype (bf16 on GPU: 2; float32 on CPU: 4); P = parameters; T = trainable parameters; n = tokens of one
-micro-batch = micro-batch-size x (prompt tokens + max-new-tokens) (every answer assumed to run to the limit).
+Reads config.json (a folder, or a hub id: the config file only), builds the model on PyTorch's meta
+device to count its parameters exactly, and adds up what train.py holds at each phase of a step, for
+the settings the train.py flags give (--preset, --micro-batch-size, --rollout-batch-size,
+--lora-rank, --optimizer-offload, --no-gradient- checkpointing, --beta, --chunk-size, --dtype,
+--device ...). Sizes in GiB (2^30 bytes). b = bytes per element of the compute dtype (bf16 on GPU:
+2; float32 on CPU: 4); P = parameters; T = trainable parameters; n = tokens of one micro-batch =
+micro-batch-size x (prompt tokens + max-new-tokens) (every answer assumed to run to the limit).
 
   weights        P x b (LoRA: + the adapters in float32)
   gradients      T x b (LoRA: float32 adapters)
-  optimizer      AdamW m and v (8 T); with bf16 weights or --optimizer-offload, float32 master weights + m + v
-                 (12 T) and, during the step, float32 gradient copies (4 T): on the GPU, or in CPU memory with
-                 --optimizer-offload (gmts/trainer/optim.py)
+  optimizer      AdamW m and v (8 T); with bf16 weights or --optimizer-offload, float32 master
+                 weights + m + v (12 T) and, during the step, float32 gradient copies (4 T): on the
+                 GPU, or in CPU memory with --optimizer-offload (gmts/trainer/optim.py)
   reference      a frozen copy of the weights (P x b) when --beta > 0 without LoRA
-  activations    saved for backward per layer and token: 7H + 4A + 4I elements, A = heads x head_dim (two norms'
-                 inputs and outputs, q, the attention output and o_proj's input; SDPA's scaled q, k and v after the
-                 GQA repeat; gate, up, SiLU and product), + heads x L on CPU (its math path keeps the attention
-                 matrix), x layers x n x b x ACTIVATION_FACTOR (measured); with gradient checkpointing only each
-                 layer's input (H) plus one layer recomputed in the backward
-  output head    the chunked head (gmts/method/head.py): min(chunk, n) x V logits buffers in the matmul dtype (+ float32)
-                 and the float32 head-weight gradient (V x H), plus the final hidden states (n x H)
-  KV cache       layers x 2 x rows x (prompt + max-new-tokens) x kv_heads x head_dim x b, rows = --rollout-batch-size
-                 (prompts per generation call; 0 = all of --prompts-per-step) x --group-size: the sampler's preallocated
-                 cache, allocated once (gmts.trainer.rollout.kv_cache_bytes)
+  activations    saved for backward per layer and token: 7H + 4A + 4I elements, A = heads x head_dim
+                 (two norms' inputs and outputs, q, the attention output and o_proj's input; SDPA's
+                 scaled q, k and v after the GQA repeat; gate, up, SiLU and product), + heads x L on
+                 CPU (its math path keeps the attention matrix), x layers x n x b x
+                 ACTIVATION_FACTOR (measured); with gradient checkpointing only each layer's input
+                 (H) plus one layer recomputed in the backward
+  output head    the chunked head (gmts/method/head.py): min(chunk, n) x V logits buffers in the
+                 matmul dtype (+ float32) and the float32 head-weight gradient (V x H), plus the
+                 final hidden states (n x H)
+  KV cache       layers x 2 x rows x (prompt + max-new-tokens) x kv_heads x head_dim x b, rows =
+                 --rollout-batch-size (prompts per generation call; 0 = all of --prompts-per-step) x
+                 --group-size: the sampler's preallocated cache, allocated once
+                 (gmts.trainer.rollout.kv_cache_bytes)
 Under torchrun the gradient all-reduce adds one float32 bucket of 64 MiB at most (gmts/trainer/
 distributed.py, all_reduce_gradients), not a copy of the gradients: not counted.
-The peak is the largest of three phases: rollout (weights, optimizer state, KV cache and the sampler's per-row
-vocabulary buffers), training (weights, optimizer state, activations + head, and the gradients: backward frees
-activations as it makes gradients, but neither glibc on CPU nor a caching allocator hands the freed blocks back at
-once, and measured peaks on CPU hold both),
-and the optimizer step (weights, gradients, optimizer state and its step-time copies). On CPU (--device cpu) every
-phase also counts the process itself (Python, torch, transformers, tokenizer: CPU_RUNTIME_GIB, measured) and the
-optimizer state in the same memory. On a GPU the figures are what torch's allocator holds (max_memory_allocated);
-the CUDA context (~0.5 GiB) and allocator fragmentation come on top: the fit check keeps GPU_RESERVE of the card free.
+The peak is the largest of three phases: rollout (weights, optimizer state, KV cache and the
+sampler's per-row vocabulary buffers), training (weights, optimizer state, activations + head, and
+the gradients: backward frees activations as it makes gradients, but neither glibc on CPU nor a
+caching allocator hands the freed blocks back at once, and measured peaks on CPU hold both),
+and the optimizer step (weights, gradients, optimizer state and its step-time copies). On CPU
+(--device cpu) every phase also counts the process itself (Python, torch, transformers, tokenizer:
+CPU_RUNTIME_GIB, measured) and the optimizer state in the same memory. On a GPU the figures are what
+torch's allocator holds (max_memory_allocated); the CUDA context (~0.5 GiB) and allocator
+fragmentation come on top: the fit check keeps GPU_RESERVE of the card free.
 
 Validated on CPU against the VmHWM of real train.py runs: bench/README.md, "Memory planner".
 """
-import argparse
 import json
 import math
 import os
@@ -48,14 +53,18 @@ import sys
 from dataclasses import dataclass
 
 GIB = 2 ** 30
-CPU_RUNTIME_GIB = 0.45     # the process before its weights: VmHWM after `import train` + tokenizer + data 0.37 GiB
-                           # (SmolLM2), + 0.08 GiB of model code and structures at load (RSS before the mmap'd weights)
-# Measured / counted activation bytes of one forward pass with grad (SmolLM2-135M, 8 x 70 tokens, float32, CPU: RSS
-# grew 1.22 GiB beyond the logits where the count below gives 0.82 GiB): what autograd keeps beyond the tensors named
-# (views made contiguous, masks, the allocator's rounding). Applied to every model; the train.py runs of
-# bench/memory_check.py (another model too) are the check that it transfers.
+# the process before its weights: VmHWM after `import train` + tokenizer + data 0.37 GiB
+CPU_RUNTIME_GIB = 0.45
+                           # (SmolLM2), + 0.08 GiB of model code and structures at load (RSS before
+                           # the mmap'd weights)
+# Measured / counted activation bytes of one forward pass with grad (SmolLM2-135M, 8 x 70 tokens,
+# float32, CPU: RSS grew 1.22 GiB beyond the logits where the count below gives 0.82 GiB): what
+# autograd keeps beyond the tensors named (views made contiguous, masks, the allocator's rounding).
+# Applied to every model; the train.py runs of bench/memory_check.py (another model too) are the
+# check that it transfers.
 ACTIVATION_FACTOR = 1.5
-GPU_RESERVE = 0.10         # share of the card left for the CUDA context, cuBLAS workspaces and fragmentation
+# share of the card left for the CUDA context, cuBLAS workspaces and fragmentation
+GPU_RESERVE = 0.10
 BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 
@@ -72,24 +81,26 @@ class Shape:
     head_dim: int
     intermediate: int
     tied: bool
-    lora_per_rank: int     # LoRA parameters per unit of rank: sum over the decoder's linear layers of (in + out)
+    # LoRA parameters per unit of rank: sum over the decoder's linear layers of (in + out)
+    lora_per_rank: int
 
 
 def load_config(model):
-    """The model's config (no weights): a folder's config.json or a hub id's; SmolLM2's offline copy when the hub
-    cannot be reached (gmts/trainer/smollm2.py)."""
+    """The model's config (no weights): a folder's config.json or a hub id's; SmolLM2's offline copy
+    when the hub cannot be reached (gmts/trainer/smollm2.py)."""
     from transformers import AutoConfig
 
     from gmts.trainer.policy import hub_source
-    source = hub_source(model, needs="config.json")          # the hub unreachable: a cached copy or one line
+    # the hub unreachable: a cached copy or one line
+    source = hub_source(model, needs="config.json")
     try:
         return AutoConfig.from_pretrained(source)
     except (OSError, ValueError) as err:
         from gmts.trainer import smollm2
         if model == smollm2.HUB_ID and smollm2.is_model_folder(smollm2.DEFAULT_OUT):
             return AutoConfig.from_pretrained(smollm2.DEFAULT_OUT)
-        raise SystemExit(f"error: --model {model!r}: cannot read its config ({' '.join(str(err).split())}); pass a "
-                         "folder holding config.json") from None
+        raise SystemExit(f"error: --model {model!r}: cannot read its config "
+                         f"({' '.join(str(err).split())}); pass a folder holding config.json") from None
 
 
 def model_shape(config, name=""):
@@ -99,44 +110,53 @@ def model_shape(config, name=""):
     try:
         with torch.device("meta"):
             model = AutoModelForCausalLM.from_config(config)
-    except ValueError:               # transformers: "Unrecognized configuration class ... for AutoModelForCausalLM"
-        raise SystemExit(f"error: --model {name or getattr(config, '_name_or_path', '')!r}: its config "
-                         f"({type(config).__name__}, model_type {getattr(config, 'model_type', '?')!r}) is not a "
-                         "causal language model's; train.py trains causal LMs (AutoModelForCausalLM)") from None
-    params = sum(p.numel() for p in model.parameters())          # parameters() yields a tied weight once
+    # transformers: "Unrecognized configuration class ... for AutoModelForCausalLM"
+    except ValueError:
+        raise SystemExit(f"error: --model {name or getattr(config, '_name_or_path', '')!r}: its "
+                         f"config ({type(config).__name__}, model_type "
+                         f"{getattr(config, 'model_type', '?')!r}) is not a causal language "
+                         "model's; train.py trains causal LMs (AutoModelForCausalLM)") from None
+    # parameters() yields a tied weight once
+    params = sum(p.numel() for p in model.parameters())
     head = model.get_output_embeddings()
     lora = sum(m.in_features + m.out_features for n, m in model.named_modules()
                if isinstance(m, torch.nn.Linear) and m is not head)
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
     heads = text.num_attention_heads
     head_dim = getattr(text, "head_dim", None) or text.hidden_size // heads
-    return Shape(name=name or getattr(config, "_name_or_path", ""), params=params, vocab=text.vocab_size,
-                 hidden=text.hidden_size, layers=text.num_hidden_layers, heads=heads,
-                 kv_heads=getattr(text, "num_key_value_heads", None) or heads, head_dim=head_dim,
-                 intermediate=text.intermediate_size, tied=bool(getattr(config, "tie_word_embeddings", False)),
-                 lora_per_rank=lora)
+    return Shape(name=name or getattr(config, "_name_or_path", ""), params=params,
+                 vocab=text.vocab_size, hidden=text.hidden_size, layers=text.num_hidden_layers,
+                 heads=heads, kv_heads=getattr(text, "num_key_value_heads", None) or heads,
+                 head_dim=head_dim, intermediate=text.intermediate_size,
+                 tied=bool(getattr(config, "tie_word_embeddings", False)), lora_per_rank=lora)
 
 
 def plan(cfg, shape, *, prompt_tokens=256, device="gpu"):
-    """({component: bytes}, {phase: bytes}, (peak bytes, its phase), optimizer bytes in host memory) for train.py
-    with Config `cfg` on a model of `shape`, run on `device` ("gpu" or "cpu"; cfg.device is not read, so a GPU run
-    can be planned on a machine without one)."""
+    """({component: bytes}, {phase: bytes}, (peak bytes, its phase), optimizer bytes in host memory)
+    for train.py with Config `cfg` on a model of `shape`, run on `device` ("gpu" or "cpu";
+    cfg.device is not read, so a GPU run can be planned on a machine without one)."""
     if device not in ("gpu", "cpu"):
         raise ValueError(f"device must be gpu or cpu, got {device!r}")
     on_cpu = device == "cpu"
     dtype = ("float32" if on_cpu else "bfloat16") if cfg.dtype == "auto" else cfg.dtype
     b = BYTES[dtype]
     P, H, V, I, Lyr = shape.params, shape.hidden, shape.vocab, shape.intermediate, shape.layers
-    A = shape.heads * shape.head_dim                        # attention width (q, and k / v after the GQA repeat)
+    # attention width (q, and k / v after the GQA repeat)
+    A = shape.heads * shape.head_dim
     lora = cfg.lora_rank > 0
     T = cfg.lora_rank * shape.lora_per_rank if lora else P
-    bt = 4 if lora else b                                  # trainable parameters' bytes (peft keeps adapters float32)
-    master = cfg.optimizer_offload or bt != 4              # gmts/trainer/optim.py: MasterWeightAdamW
+    # trainable parameters' bytes (peft keeps adapters float32)
+    bt = 4 if lora else b
+    # gmts/trainer/optim.py: MasterWeightAdamW
+    master = cfg.optimizer_offload or bt != 4
     L = prompt_tokens + cfg.max_new_tokens
-    n = cfg.micro_batch_size * L                           # tokens in one training micro-batch (padded to the longest)
+    # tokens in one training micro-batch (padded to the longest)
+    n = cfg.micro_batch_size * L
     n_valid = cfg.micro_batch_size * cfg.max_new_tokens
-    if cfg.micro_batch_tokens:                             # a token budget: at most that many padded tokens, all
-        n = n_valid = max(cfg.micro_batch_tokens, L)       # answer tokens at worst; one row alone may exceed it
+    # a token budget: at most that many padded tokens, all
+    if cfg.micro_batch_tokens:
+        # answer tokens at worst; one row alone may exceed it
+        n = n_valid = max(cfg.micro_batch_tokens, L)
     rows = (cfg.rollout_batch_size or cfg.prompts_per_step) * cfg.group_size
 
     c = {}
@@ -146,28 +166,40 @@ def plan(cfg, shape, *, prompt_tokens=256, device="gpu"):
     c["optimizer_step_copies"] = 4 * T if master else 0
     c["optimizer_location"] = "cpu" if cfg.optimizer_offload else ("cpu" if on_cpu else "gpu")
     c["reference_model"] = P * b if cfg.beta > 0 and not lora else 0
-    per_token_layer = (7 * H + 4 * A + 4 * I + (shape.heads * L if on_cpu else 0)) * ACTIVATION_FACTOR
+    per_token_layer = (
+        (7 * H + 4 * A + 4 * I + (shape.heads * L if on_cpu else 0)) * ACTIVATION_FACTOR)
     c["activations_no_checkpointing"] = int(Lyr * n * per_token_layer * b)
     c["activations_checkpointing"] = int(Lyr * n * H * b + n * per_token_layer * b)
-    c["activations"] = c["activations_checkpointing" if cfg.gradient_checkpointing else "activations_no_checkpointing"]
+    c["activations"] = c["activations_checkpointing" if cfg.gradient_checkpointing
+                         else "activations_no_checkpointing"]
     chunk = min(cfg.chunk_size, n_valid)
-    c["head_chunks"] = chunk * V * (b + (4 if b != 4 else 0))      # z in the matmul dtype (+ its float32 copy)
-    c["head_states"] = n * H * b + n_valid * H * b                 # final hidden states, and the valid rows' copy
-    c["head_weight_grad"] = V * H * 4 if not lora else 0           # float32 accumulator in the head's backward
+    # z in the matmul dtype (+ its float32 copy)
+    c["head_chunks"] = chunk * V * (b + (4 if b != 4 else 0))
+    # final hidden states, and the valid rows' copy
+    c["head_states"] = n * H * b + n_valid * H * b
+    # float32 accumulator in the head's backward
+    c["head_weight_grad"] = V * H * 4 if not lora else 0
     from types import SimpleNamespace
-    from gmts.trainer.rollout import kv_cache_bytes        # the sampler's own count of its preallocated KVCache
-    c["kv_cache"] = kv_cache_bytes(rows, L, SimpleNamespace(num_hidden_layers=Lyr, num_attention_heads=shape.heads,
-                                   num_key_value_heads=shape.kv_heads, head_dim=shape.head_dim), dtype)
-    c["sampler_buffers"] = rows * V * (b + 4 + 8)                  # logits, z / tau in float32, float64 probabilities
+    # the sampler's own count of its preallocated KVCache
+    from gmts.trainer.rollout import kv_cache_bytes
+    c["kv_cache"] = kv_cache_bytes(rows, L,
+                                   SimpleNamespace(num_hidden_layers=Lyr,
+                                                   num_attention_heads=shape.heads,
+                                   num_key_value_heads=shape.kv_heads, head_dim=shape.head_dim),
+                                   dtype)
+    # logits, z / tau in float32, float64 probabilities
+    c["sampler_buffers"] = rows * V * (b + 4 + 8)
     c["runtime"] = int(CPU_RUNTIME_GIB * GIB) if on_cpu else 0
     c["lora_parameters"] = T if lora else 0
 
-    offloaded = c["optimizer_state"] if cfg.optimizer_offload and not on_cpu else 0   # lives in host memory
+    # lives in host memory
+    offloaded = c["optimizer_state"] if cfg.optimizer_offload and not on_cpu else 0
     state_here = c["optimizer_state"] - offloaded
     base = c["runtime"] + c["weights"] + c["reference_model"] + state_here
     phases = {
         "rollout": base + c["kv_cache"] + c["sampler_buffers"],
-        "training": base + c["activations"] + c["head_chunks"] + c["head_states"] + c["head_weight_grad"]
+        "training": base
+        + c["activations"] + c["head_chunks"] + c["head_states"] + c["head_weight_grad"]
                     + c["gradients"],
         "optimizer_step": base + c["gradients"] + (0 if offloaded else c["optimizer_step_copies"]),
     }
@@ -179,12 +211,16 @@ def divisors(n):
 
 
 def largest_fitting(cfg, shape, budget, prompt_tokens, device="gpu"):
-    """The largest --micro-batch-size and --rollout-batch-size that fit `budget` bytes, trying the memory savers in
-    order (checkpointing, --optimizer-offload, LoRA r=32) until something fits; None if nothing does."""
+    """The largest --micro-batch-size and --rollout-batch-size that fit `budget` bytes, trying the
+    memory savers in order (checkpointing, --optimizer-offload, LoRA r=32) until something fits;
+    None if nothing does."""
     import dataclasses
-    ladder = [{}, {"gradient_checkpointing": True}, {"gradient_checkpointing": True, "optimizer_offload": True},
-              {"gradient_checkpointing": True, "lora_rank": cfg.lora_rank or 32, "optimizer_offload": False}]
-    batch = cfg.mini_batch_size * cfg.group_size if cfg.mini_batch_size else cfg.prompts_per_step * cfg.group_size
+    ladder = [{}, {"gradient_checkpointing": True},
+              {"gradient_checkpointing": True, "optimizer_offload": True},
+              {"gradient_checkpointing": True, "lora_rank": cfg.lora_rank or 32,
+               "optimizer_offload": False}]
+    batch = (cfg.mini_batch_size * cfg.group_size if cfg.mini_batch_size else cfg.prompts_per_step
+             * cfg.group_size)
     for change in ladder:
         trial = dataclasses.replace(cfg, **change)
         fit_mb = [m for m in divisors(batch) if m <= batch and
@@ -194,15 +230,16 @@ def largest_fitting(cfg, shape, budget, prompt_tokens, device="gpu"):
             continue
         mb = max(fit_mb)
         fit_rb = [r for r in range(1, cfg.prompts_per_step + 1)
-                  if plan(dataclasses.replace(trial, micro_batch_size=mb, rollout_batch_size=r), shape,
-                          prompt_tokens=prompt_tokens, device=device)[2][0] <= budget]
+                  if plan(dataclasses.replace(trial, micro_batch_size=mb, rollout_batch_size=r),
+                          shape, prompt_tokens=prompt_tokens, device=device)[2][0] <= budget]
         if fit_rb:
             return {"changes": change, "micro_batch_size": mb, "rollout_batch_size": max(fit_rb)}
     return None
 
 
 def report(cfg, shape, gpu_gib, prompt_tokens, device="gpu"):
-    components, phases, (peak, phase), offloaded = plan(cfg, shape, prompt_tokens=prompt_tokens, device=device)
+    components, phases, (peak, phase), offloaded = plan(cfg, shape, prompt_tokens=prompt_tokens,
+                                                        device=device)
     fits = {}
     for gib in gpu_gib:
         budget = gib * GIB * (1 - GPU_RESERVE)
@@ -210,54 +247,61 @@ def report(cfg, shape, gpu_gib, prompt_tokens, device="gpu"):
                           "largest": largest_fitting(cfg, shape, budget, prompt_tokens, device)}
     return {"model": shape.name, "params": shape.params, "device": device,
             "prompt_tokens": prompt_tokens, "components_bytes": components, "phases_bytes": phases,
-            "peak_bytes": peak, "peak_phase": phase, "host_optimizer_bytes": offloaded, "gpus": fits}
+            "peak_bytes": peak, "peak_phase": phase, "host_optimizer_bytes": offloaded,
+            "gpus": fits}
 
 
 def format_report(r, cfg):
-    g = lambda x: f"{x / GIB:8.2f}"  # noqa: E731
+    g = lambda x: f"{x / GIB:8.2f}"
     c = r["components_bytes"]
-    lines = [f"{r['model']}: {r['params'] / 1e6:.1f}M parameters; {r['device']}; micro-batch {cfg.micro_batch_size} x "
-             f"({r['prompt_tokens']} prompt + {cfg.max_new_tokens} new tokens); rollout {cfg.rollout_batch_size or cfg.prompts_per_step}"
-             f" prompts x {cfg.group_size} answers per call; checkpointing {'on' if cfg.gradient_checkpointing else 'off'}"
-             f"; {'LoRA r=' + str(cfg.lora_rank) if cfg.lora_rank else 'full fine-tuning'}"
-             f"{'; optimizer offload' if cfg.optimizer_offload else ''}", "",
+    lines = [(f"{r['model']}: {r['params'] / 1e6:.1f}M parameters; {r['device']}; micro-batch "
+              f"{cfg.micro_batch_size} x ({r['prompt_tokens']} prompt + {cfg.max_new_tokens} new "
+              f"tokens); rollout {cfg.rollout_batch_size or cfg.prompts_per_step} prompts x "
+              f"{cfg.group_size} answers per call; checkpointing "
+              f"{'on' if cfg.gradient_checkpointing else 'off'}; "
+              f"{'LoRA r=' + str(cfg.lora_rank) if cfg.lora_rank else 'full fine-tuning'}{'; optimizer offload' if cfg.optimizer_offload else ''}"), "",
              "component                              GiB"]
     rows = [("weights", "weights"), ("gradients", "gradients"),
             (f"optimizer state (in {c['optimizer_location']} memory)", "optimizer_state"),
-            ("optimizer step copies", "optimizer_step_copies"), ("reference model", "reference_model"),
+            ("optimizer step copies", "optimizer_step_copies"),
+            ("reference model", "reference_model"),
             ("activations, no checkpointing", "activations_no_checkpointing"),
             ("activations, checkpointing", "activations_checkpointing"),
             ("output head chunks", "head_chunks"), ("output head states", "head_states"),
             ("output head weight gradient", "head_weight_grad"),
-            (f"KV cache ({cfg.rollout_batch_size or cfg.prompts_per_step} prompts per call)", "kv_cache"),
-            ("sampler buffers", "sampler_buffers"), ("process (CPU only)", "runtime")]
-    lines += [f"  {label:<36}{g(c[key])}" for label, key in rows if c[key] or key.startswith("activations")]
+            (f"KV cache ({cfg.rollout_batch_size or cfg.prompts_per_step} prompts per call)",
+             "kv_cache"), ("sampler buffers", "sampler_buffers"), ("process (CPU only)", "runtime")]
+    lines += [f"  {label:<36}{g(c[key])}" for label,
+              key in rows if c[key] or key.startswith("activations")]
     if cfg.lora_rank:
         lines.append(f"  LoRA: {c['lora_parameters'] / 1e6:.2f}M trainable parameters")
     lines.append("")
     lines += [f"  peak in {name:<28}{g(v)}" + ("  <- peak" if name == r["peak_phase"] else "")
               for name, v in r["phases_bytes"].items()]
     if r["host_optimizer_bytes"]:
-        lines.append(f"  + {r['host_optimizer_bytes'] / GIB:.2f} GiB of optimizer state in CPU memory")
+        lines.append(f"  + {r['host_optimizer_bytes'] / GIB:.2f} GiB of optimizer state in CPU "
+                     "memory")
     for gib, f in r["gpus"].items():
         verdict = "fits" if f["fits_as_given"] else "does NOT fit"
         lines.append(f"\n{gib} GiB GPU ({f['budget_gib']:.1f} GiB usable): {verdict} as given")
         best = f["largest"]
         if best is None:
-            lines.append("  nothing fits, even with checkpointing, --optimizer-offload and LoRA at micro-batch 1: "
-                         "use --fsdp over several GPUs or a larger card")
+            lines.append("  nothing fits, even with checkpointing, --optimizer-offload and LoRA at "
+                         "micro-batch 1: use --fsdp over several GPUs or a larger card")
         else:
             flags = " ".join(("--lora-rank " + str(v) if k == "lora_rank" else
                               ("--" + k.replace("_", "-") if v else "--no-" + k.replace("_", "-")))
                              for k, v in best["changes"].items() if getattr(cfg, k) != v)
             lines.append(f"  largest that fits: {flags + ' ' if flags else ''}--micro-batch-size "
-                         f"{best['micro_batch_size']} --rollout-batch-size {best['rollout_batch_size']}")
+                         f"{best['micro_batch_size']} --rollout-batch-size "
+                         f"{best['rollout_batch_size']}")
     return "\n".join(lines)
 
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
-    from gmts.run.config import _Parser                     # a bad flag is one line, not a usage block
+    # a bad flag is one line, not a usage block
+    from gmts.run.config import _Parser
     ap = _Parser(prog="python -m gmts.tools.memory", description=__doc__.split("\n\n")[0],
                  epilog="Every other flag is a train.py flag (python train.py --help).")
     ap.add_argument("--gpu-memory", type=float, nargs="+", default=[24.0, 40.0, 80.0],
@@ -265,25 +309,30 @@ def main(argv=None):
     ap.add_argument("--prompt-tokens", type=int, default=0,
                     help="prompt length to plan for (default: --max-prompt-tokens, at most 256)")
     ap.add_argument("--json", action="store_true", help="print the estimate as JSON")
-    ap.add_argument("--device", default="auto", help="plan for a GPU (auto, cuda, cuda:N) or for --device cpu")
+    ap.add_argument("--device", default="auto", help="plan for a GPU (auto, cuda, cuda:N) or for "
+                                                     "--device cpu")
     own, rest = ap.parse_known_args(argv)
-    # The planner's own flags: a size that is not a positive number, a negative length or an unknown device would
-    # give a report that looks like an answer.
+    # The planner's own flags: a size that is not a positive number, a negative length or an unknown
+    # device would give a report that looks like an answer.
     bad_sizes = [g for g in own.gpu_memory if not (math.isfinite(g) and g > 0)]
     if bad_sizes:
         ap.error(f"--gpu-memory must be GPU sizes in GiB, finite and > 0, got {bad_sizes[0]:g}")
     if own.prompt_tokens < 0:
-        ap.error(f"--prompt-tokens must be >= 0 (0 = --max-prompt-tokens, at most 256), got {own.prompt_tokens}")
+        ap.error("--prompt-tokens must be >= 0 (0 = --max-prompt-tokens, at most 256), got "
+                 f"{own.prompt_tokens}")
     if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", own.device):
         ap.error(f"--device must be auto, cuda, cuda:N (plan for a GPU) or cpu, got {own.device!r}")
     if any(a == "--fsdp" or a.startswith("--fsdp=") for a in rest):
-        ap.error("--fsdp: the planner models one process holding the whole model; under FSDP each GPU holds about "
-                 "1/N of the weights, gradients and optimizer state (leave --fsdp out and divide those rows)")
+        ap.error("--fsdp: the planner models one process holding the whole model; under FSDP each "
+                 "GPU holds about 1/N of the weights, gradients and optimizer state (leave --fsdp "
+                 "out and divide those rows)")
     from gmts.run.config import parse_config
-    cfg = parse_config(rest)                # train.py's flags, presets and checks (--device is the planner's own)
+    # train.py's flags, presets and checks (--device is the planner's own)
+    cfg = parse_config(rest)
     device = "cpu" if own.device == "cpu" else "gpu"
     prompt_tokens = own.prompt_tokens or min(cfg.max_prompt_tokens, 256)
-    model = cfg.model if not os.path.isdir(os.path.expanduser(cfg.model)) else os.path.expanduser(cfg.model)
+    model = cfg.model if not os.path.isdir(os.path.expanduser(cfg.model)) else os.path.expanduser(
+        cfg.model)
     shape = model_shape(load_config(model), name=cfg.model)
     r = report(cfg, shape, own.gpu_memory, prompt_tokens, device)
     print(json.dumps(r, indent=2) if own.json else format_report(r, cfg))
@@ -292,5 +341,6 @@ def main(argv=None):
 if __name__ == "__main__":
     import signal
     # Ctrl-C while torch and transformers load: one line, not a traceback of the import machinery.
-    signal.signal(signal.SIGINT, lambda signum, frame: sys.exit("\ngmts.tools.memory: interrupted (Ctrl-C)"))
+    signal.signal(signal.SIGINT, lambda signum, frame: sys.exit("\ngmts.tools.memory: interrupted "
+                                                                "(Ctrl-C)"))
     main()

