@@ -255,7 +255,7 @@ def mixed_prompts(lengths, vocab, seed=0):
 
 def check_rollout(s, model, eos, pad):
     import torch
-    from gmts.trainer.policy import completion_logprobs
+    from gmts.trainer.step import completion_logprobs
     from gmts.trainer.rollout import sample
 
     prompts = mixed_prompts(
@@ -276,7 +276,7 @@ def check_rollout(s, model, eos, pad):
             model, prompts, roll.completion_ids, roll.valid_mask, group_size=4, with_entropy=True
         )
     v = roll.valid_mask
-    d_logp = (roll.logp[v].double() - logp[v].double()).abs()
+    d_logp = (roll.old_logp[v].double() - logp[v].double()).abs()
     d_ent = (roll.entropy[v].double() - ent[v].double()).abs()
     ended = float(roll.finished.float().mean())
     return {
@@ -324,7 +324,7 @@ def check_compiled(s, model, eos, pad, dry):
         same = torch.equal(compiled.completion_ids, eager.completion_ids) and torch.equal(
             compiled.valid_mask, eager.valid_mask
         )
-        d_logp = float((compiled.logp - eager.logp).abs().max())
+        d_logp = float((compiled.old_logp - eager.old_logp).abs().max())
         ended = float(eager.finished.float().mean())
         ok &= same and d_logp <= 1e-3 and ended >= 0.5
         out.append(

@@ -1,4 +1,4 @@
-"""`sample(..., compile=True)`: the decode step torch.compile'd over the static KV cache (gmts/trainer/rollout.py,
+"""`sample(decode=CompiledDecode)`: the decode step torch.compile'd over the static KV cache (gmts/trainer/rollout.py,
 _compiled_decode), against the eager sampler.
 
 Two layers of checking, because inductor's C++ code generation costs ~20 s of CPU per graph even for a 2-layer model
@@ -21,6 +21,7 @@ import shutil
 import pytest
 import torch
 
+from gmts.trainer.compiled_decode import CompiledDecode
 from gmts.trainer.rollout import sample
 from conftest import tiny_qwen2
 
@@ -67,7 +68,7 @@ def recording_compile(monkeypatch):
 def assert_same(a, b):
     assert torch.equal(a.completion_ids, b.completion_ids)
     assert torch.equal(a.valid_mask, b.valid_mask) and torch.equal(a.finished, b.finished)
-    torch.testing.assert_close(a.logp, b.logp, **TOL)
+    torch.testing.assert_close(a.old_logp, b.old_logp, **TOL)
     torch.testing.assert_close(a.entropy, b.entropy, **TOL)
 
 
@@ -77,7 +78,7 @@ def test_static_decode_step_gives_the_eager_samples_and_compiles_once_per_bucket
     counters.clear()
     for seed in range(3):
         eager = sample(model, prompts(), **kwargs(seed, max_new_tokens=48))   # rows drop every 8
-        compiled = sample(model, prompts(), **kwargs(seed, max_new_tokens=48, compile=True))
+        compiled = sample(model, prompts(), **kwargs(seed, max_new_tokens=48, decode=CompiledDecode))
         assert_same(compiled, eager)
     assert not counters["graph_break"], dict(counters["graph_break"])      # the whole step is one graph
     batch_sizes = [n for n, _ in recording_compile]
@@ -94,7 +95,7 @@ def test_static_decode_step_through_lora(recording_compile):
         for name, p in model.named_parameters():
             if "lora_B" in name:
                 p.normal_(generator=torch.Generator().manual_seed(len(name)))
-    assert_same(sample(model, prompts(), **kwargs(1, compile=True)), sample(model, prompts(), **kwargs(1)))
+    assert_same(sample(model, prompts(), **kwargs(1, decode=CompiledDecode)), sample(model, prompts(), **kwargs(1)))
     assert recording_compile
 
 
@@ -108,9 +109,9 @@ def test_inductor_decode_step_gives_the_eager_samples():
     model = tiny_qwen2(seed=4)
     kw = dict(group_size=2, max_new_tokens=6, eos_token_ids=[-1], pad_token_id=PAD)
     eager = sample(model, prompts()[:1], generator=torch.Generator().manual_seed(0), **kw)
-    compiled = sample(model, prompts()[:1], generator=torch.Generator().manual_seed(0), compile=True, **kw)
+    compiled = sample(model, prompts()[:1], generator=torch.Generator().manual_seed(0), decode=CompiledDecode, **kw)
     assert torch.equal(compiled.completion_ids, eager.completion_ids)
-    torch.testing.assert_close(compiled.logp, eager.logp, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(compiled.old_logp, eager.old_logp, rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(compiled.entropy, eager.entropy, rtol=1e-4, atol=1e-4)
 
 
@@ -124,7 +125,7 @@ def test_a_run_of_mixed_prompt_lengths_compiles_a_bounded_set_of_graphs(recordin
     rollouts = [[[3] * n, [12, 13]] for n in (4, 6, 5, 4, 9, 13, 17, 30)]
     for seed, batch in enumerate(rollouts):
         eager = sample(model, batch, **kwargs(seed))
-        assert_same(sample(model, batch, **kwargs(seed, compile=True)), eager)
+        assert_same(sample(model, batch, **kwargs(seed, decode=CompiledDecode)), eager)
     widths = {w for _, w in recording_compile}
     assert widths == {16 + 16, 32 + 16}, widths            # prompt columns + max_new_tokens
     assert len(recording_compile) == len(set(recording_compile))       # each shape compiled once

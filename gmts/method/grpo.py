@@ -13,7 +13,7 @@ Names, each with one meaning: R a reward; A an advantage; r = π_θ / π_old the
 share of valid tokens selected; E an entropy. Three kinds of weight, whose keyword names are the public interface:
 `weight=` (token_scores) is w_it, the token's LENGTH weight in the aggregated loss (relative_token_weight);
 `weights` / `kl_weights` (policy_loss) are the per-token LOSS weights w·m of the policy and KL terms (loss_weights);
-`kl_weight=` (token_omega) is one scalar, the KL part's share in ω relative to the policy part (kl_relative_weight).
+`kl_share=` (token_omega) is one scalar, the KL part's share in ω relative to the policy part (kl_share).
 """
 
 import math
@@ -99,7 +99,7 @@ def overlong_penalty(lengths, max_new_tokens, buffer, factor=1.0):
 # Entropy itself is computed in gmts/method/head.py (chunked over the vocabulary, so no float32 (tokens, V) copy is made).
 
 @torch.no_grad()
-def token_omega(logp, old_logp, advantages, *, eps_low=0.2, eps_high=0.28, beta=0.0, ref_logp=None, kl_weight=1.0):
+def token_omega(logp, old_logp, advantages, *, eps_low=0.2, eps_high=0.28, beta=0.0, ref_logp=None, kl_share=1.0):
     """The scalar in front of each token's policy gradient (paper section 3, the gradient of eq. 2):
 
         ∇θ ℓ_it = ω_it · ∇θ log π_θ(o_it)
@@ -108,9 +108,9 @@ def token_omega(logp, old_logp, advantages, *, eps_low=0.2, eps_high=0.28, beta=
 
     logp, old_logp, ref_logp: (N, T) log-probabilities of the sampled tokens under π_θ, π_old, π_ref.
     advantages: (N,) per answer or (N, T) per token. Returns ω (N, T) in logp's dtype (float32 at least).
-    kl_weight: the KL part's weight relative to the policy part in the aggregated loss (gmts/METHOD.md, "Length weight
+    kl_share: the KL part's weight relative to the policy part in the aggregated loss (gmts/METHOD.md, "Length weight
     in ω"): 1 when both share a normaliser; S / N_valid when the policy term is divided by the selected count S and
-    the KL term covers all N_valid tokens (loss_norm "selected" with kl_coverage "all", see kl_relative_weight).
+    the KL term covers all N_valid tokens (loss_norm "selected" with kl_coverage "all", see kl_share).
     """
     logp, old_logp = _as_float(logp), _as_float(old_logp)
     _check_same_shape(logp=logp, old_logp=old_logp)
@@ -118,7 +118,7 @@ def token_omega(logp, old_logp, advantages, *, eps_low=0.2, eps_high=0.28, beta=
     r = torch.exp(logp - old_logp)                       # the importance ratio π_θ / π_old
     omega = r * adv * (~clip_active(r, adv, eps_low, eps_high))
     if beta != 0.0:
-        omega = omega + kl_weight * (beta * torch.exp(_reference(ref_logp, logp, beta) - logp) - beta)
+        omega = omega + kl_share * (beta * torch.exp(_reference(ref_logp, logp, beta) - logp) - beta)
     return omega
 
 
@@ -330,8 +330,8 @@ def relative_token_weight(valid_mask, loss_norm):
     return None
 
 
-def kl_relative_weight(loss_norm, kl_coverage, n_selected, n_valid):
-    """The KL term's weight over the policy term's for a SELECTED token, w_kl / w_pol (for token_omega's kl_weight).
+def kl_share(loss_norm, kl_coverage, n_selected, n_valid):
+    """The KL term's weight over the policy term's for a SELECTED token, w_kl / w_pol (for token_omega's kl_share).
 
     Only loss_norm "selected" with kl_coverage "all" separates them: the policy part is divided by the selected
     count S, the KL part by every valid token N_valid, so a token's true gradient coefficient is

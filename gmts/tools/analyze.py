@@ -328,7 +328,7 @@ def off_policy_steps(model, rollout, advantages, mini_batches, optimizer, *, eps
     mini_batches: lists of group (prompt) indices of `rollout`; advantages: (N,) per answer. Returns one dict per
     step: the loss, the gradient norm before clipping, and the mini-batch's clip-active share and mean |r - 1| at
     the moment it was scored."""
-    from gmts.trainer.policy import completion_logprobs
+    from gmts.trainer.step import completion_logprobs
     device = next(model.parameters()).device
     G = rollout.group_size
     adv_all = torch.as_tensor(advantages, dtype=torch.float32)
@@ -341,7 +341,7 @@ def off_policy_steps(model, rollout, advantages, mini_batches, optimizer, *, eps
             rows = torch.tensor([q * G + j for q in groups for j in range(G)], dtype=torch.long)
             prompts = [rollout.prompt_ids[q] for q in groups]
             ids, valid = rollout.completion_ids[rows].to(device), rollout.valid_mask[rows].to(device)
-            old, adv = rollout.logp[rows].to(device), adv_all[rows].to(device)
+            old, adv = rollout.old_logp[rows].to(device), adv_all[rows].to(device)
             passes = dict(group_size=G, temperature=temperature, chunk_size=chunk_size)
             with torch.no_grad():
                 logp_now, entropy = completion_logprobs(model, prompts, ids, valid, with_entropy=True, **passes)
@@ -526,7 +526,7 @@ def run(args):
                                      ratio=args.ratio, loss_norm=args.loss_norm, temperature=args.temperature,
                                      chunk_size=args.chunk_size, max_grad_norm=args.max_grad_norm,
                                      generator=select_gen)
-        old_logp = rollout.logp                          # π_old: the policy that sampled, before the steps
+        old_logp = rollout.old_logp                          # π_old: the policy that sampled, before the steps
     t_steps = time.time() - t0 - t_sample
 
     params, _ = analysis_parameters(model, args.params)

@@ -1,7 +1,7 @@
-"""Several processes (torchrun), one batch: the method's batch-wide quantities made global. A single process's step
-never enters this file: the step gets its collectives from gmts/trainer/step.py's processes(), ONE_PROCESS there, and
-TORCHRUN (at the bottom of this file) only under torchrun. (Setting up and checkpoints call init, barrier and
-gather_objects here, which return at once for one process.)
+"""Several processes (torchrun), one batch: the method's batch-wide quantities made global. These are
+module-level collectives, each the identity on one process; the step reaches them through
+gmts/trainer/step.py's batch_sum, batch_share, batch_select, layers_gathered and sum_and_clip_gradients,
+which on one process return the values themselves without entering this file.
 
 `torchrun --nproc-per-node N train.py ...` starts N copies of train.py. Each generates and trains on its own share of
 the step's prompts (whole groups, so advantages stay exact). What must be GLOBAL for the method to be the one in
@@ -238,31 +238,32 @@ def select_tokens_global(scores, valid_mask, ratio, *, bottom=False, exclude=Non
     return chosen.view_as(valid_mask)
 
 
-class Torchrun:
-    """The collectives over torchrun's processes: the members of gmts/trainer/step.py's OneProcess, done over every
-    rank. gmts/trainer/step.py's processes() hands this object to the step when a process group of several runs."""
-    select_tokens = staticmethod(select_tokens_global)
-    sum = staticmethod(all_reduce_sum)
-    gather = staticmethod(gather_objects)
-    sum_gradients = staticmethod(all_reduce_gradients)
-    clip_grad_norm = staticmethod(clip_grad_norm)
-    layers_gathered = staticmethod(layers_gathered)
-
-    @property
-    def rank(self):
-        return rank()
-
-    @property
-    def world(self):
-        return world_size()
-
-    def even_passes(self, model, passes):
-        """FSDP: every forward/backward gathers the layers from all ranks, so every rank runs as many passes as the
-        busiest one; the extra ones are (row 0, False): a throw-away pass whose loss the caller multiplies by 0."""
-        if not sharded_layers(model):
-            return passes
-        busiest = max(gather_objects(len(passes)))
-        return passes + [(torch.zeros(1, dtype=torch.long), False)] * (busiest - len(passes))
+def my_share(items):
+    """This process's share of the step's prompts: every process takes the same ones from the stream
+    (the data position stays the same everywhere) and keeps its slice of whole groups."""
+    share = len(items) // world_size()
+    return items[rank() * share:(rank() + 1) * share]
 
 
-TORCHRUN = Torchrun()
+def throw_away_passes(model, n_passes, backward=True):
+    """FSDP: every forward (and backward) gathers the layers from every process, so each runs as many
+    passes as the busiest one; the extra ones are one-token passes of the decoder, with a zero loss."""
+    if not sharded_layers(model):
+        return
+    busiest = max(gather_objects(n_passes))
+    ids = torch.zeros((1, 1), dtype=torch.long, device=model.get_input_embeddings().weight.device)
+    for _ in range(busiest - n_passes):
+        hidden = model.get_decoder()(input_ids=ids, use_cache=False).last_hidden_state
+        if backward:
+            (hidden.sum() * 0.0).backward()
+
+
+def sum_and_clip_gradients(model, params, n_passes, max_norm):
+    """(the passes of every process, the global gradient norm before clipping): FSDP's throw-away
+    passes first (the first collective after the passes), then the gradients summed and clipped."""
+    throw_away_passes(model, n_passes)
+    passes = int(all_reduce_sum(torch.tensor(n_passes)))
+    if passes == 0:
+        return 0, 0.0
+    all_reduce_gradients(params)
+    return passes, clip_grad_norm(params, max_norm)

@@ -1,43 +1,33 @@
 """Stage 1 of the loop: sample G answers per prompt, recording what the loss and the scores need.
 
-Why not `model.generate`: we need, for every sampled token, its log-probability and the entropy of the distribution
-it was drawn from (gmts/METHOD.md, "Where E and ω come from": on-policy with β = 0 the scores are then known without
-another forward pass), and we want the group's G answers to share one prefill of their prompt.
+Not `model.generate`: we need, for every sampled token, its log-probability and the entropy of the
+distribution it was drawn from (gmts/METHOD.md, "Where E and ω come from": on-policy with β = 0 the
+scores are then known without another forward pass), and the G answers to share one prefill.
 
-What makes it fast (and why it is still exact):
-- shared prefix: each prompt is prefilled once and its KV cache rows copied G times (`share_prefix=True`);
-- a preallocated KV cache (KVCache: per layer (rows, kv_heads, max_len, head_dim), written in place), instead of
-  transformers' DynamicCache, which copies itself at every step (concatenation) and whenever rows finish;
-- finished rows leave the batch: once the live rows are at most half of the batch they move to the front of the
-  cache and later steps compute only them;
-- optionally (`compile=True`, train.py --compile) a torch.compile'd decode step over the static cache, batch sizes
-  bucketed to powers of two (CUDA graphs on a GPU);
-- one uniform number per row per step, drawn for EVERY row whether or not it is still live, and turned into a token by
-  inverse-CDF sampling. The random stream is therefore independent of the batch layout: for a fixed seed the shared
-  prefix path and the plain path (prompt repeated G times, no rows dropped) draw the same samples, up to float
-  rounding in the logits (tested in tests/test_rollout.py; against the previous DynamicCache sampler in
-  tests/test_static_cache.py, compiled against eager in tests/test_compile.py).
+Fast and still exact: each prompt is prefilled once and its KV cache rows copied G times; the KV cache
+is preallocated and written in place (KVCache); finished rows leave the batch at halvings; one uniform
+number per row per step, drawn for every row whether or not it is still live, turned into a token by
+inverse-CDF sampling, so the samples do not depend on the batch layout (tests/test_rollout.py).
+train.py --compile decodes with gmts/trainer/compiled_decode.py's CompiledDecode instead of EagerDecode.
 """
+import dataclasses
 import inspect
-from dataclasses import dataclass
 
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
 
-from gmts.trainer import compiled_decode      # (only sample(compile=True) calls it)
-
 CHECK_EVERY = 8       # decode steps between the host's looks at the rows (each one is a sync)
 
 
-@dataclass
+@dataclasses.dataclass
 class Rollout:
-    prompt_ids: list            # Q lists of prompt token ids (unpadded)
-    completion_ids: torch.Tensor  # (N, T) long, N = Q * G, answers to one prompt contiguous, padded with pad_id
-    valid_mask: torch.Tensor    # (N, T) bool: real completion tokens, up to and including the first end-of-sequence
-    logp: torch.Tensor          # (N, T) float32: log π(o_t) under softmax(z / τ) at sampling time (0 at padding)
-    entropy: torch.Tensor       # (N, T) float32: entropy of softmax(z / τ) at that position (0 at padding)
-    finished: torch.Tensor      # (N,) bool: the answer ended with an end-of-sequence token (not cut at the limit)
-    group_size: int
+    prompt_ids: list              # Q lists of prompt token ids (unpadded)
+    completion_ids: torch.Tensor  # (N, T) long, N = Q * G, a prompt's answers contiguous, padded with pad_id
+    valid_mask: torch.Tensor      # (N, T) bool: completion tokens up to and including the first end-of-sequence
+    old_logp: torch.Tensor        # (N, T) float32: log π_old(o_t), softmax(z / τ) at sampling time (0 at padding)
+    entropy: torch.Tensor         # (N, T) float32: entropy of softmax(z / τ) at that position (0 at padding)
+    finished: torch.Tensor = None  # (N,) bool: the answer ended with an end-of-sequence token
+    group_size: int = None
 
     @property
     def lengths(self):          # (N,) completion lengths (valid tokens)
@@ -158,56 +148,56 @@ def filter_logits(logits, top_k=0, top_p=1.0):
     return logits
 
 
+class EagerDecode:
+    """`sample`'s decode step: the model's forward of one token per row over the filled part of the
+    cache. compiled_decode.CompiledDecode has the same members, with static shapes."""
+
+    def __init__(self, model, cache, cache_kw):
+        self.model, self.cache, self.cache_kw = model, cache, cache_kw
+
+    @staticmethod
+    def prompt_width(longest):    # the prompts' columns (left-padded): the longest prompt's
+        return longest
+
+    @staticmethod
+    def keep_rows(keep):          # the batch rows to keep when finished ones leave: the live ones
+        return keep.nonzero().squeeze(1)
+
+    def __call__(self, ids, position_ids, mask):    # -> logits (n, V) of the next token
+        return self.model(input_ids=ids, attention_mask=mask[:, :self.cache.length + 1],
+                          position_ids=position_ids, use_cache=True, **self.cache_kw).logits[:, -1]
+
+
 @torch.no_grad()
 def sample(model, prompts, *, group_size, max_new_tokens, eos_token_ids, pad_token_id, temperature=1.0, top_k=0,
-           top_p=1.0, generator=None, seeds=None, share_prefix=True, drop_finished=True, compile=False):
-    """Sample `group_size` completions for each prompt. temperature 0 = greedy.
-
-    prompts: Q lists of token ids. Returns a Rollout with N = Q * group_size rows in prompt order.
-
-    Prefill: shared prefix, Q rows (one per prompt), then each prompt's cache rows are copied G times; plain: N rows
-    from the start. The KV cache is a KVCache of N rows x (P + max_new_tokens) columns, P = the longest prompt,
-    allocated once (its bytes: kv_cache_bytes). `mask` covers every column the cache will hold: 0 at a prompt's left
-    padding, 1 everywhere after it (causality masks the columns not written yet); `start` is each row's number of
-    real prompt tokens, so the token fed at step t sits at position start + t (the row's own, padding skipped) and
-    at column cache.length.
-
-    Randomness: answer row i draws uniform[i, t] at step t, from its prompt's seed (`seeds`, one per
-    prompt; drawn from `generator` when not given): answers_uniforms.
-
-    Dropping finished rows: a row that finishes keeps its place until the live rows are at most half of the batch;
-    then the live rows move to the front of the cache in place and later steps compute only them. Each compaction
-    copies the live rows' cache, so compacting at halvings costs about one cache copy over the whole rollout instead
-    of one per finishing row.
-    The host looks at the rows (a device sync) only every CHECK_EVERY tokens: whether all have
-    finished, how many still answer; in between, the loop only queues work on the device.
-
-    compile=True: the decode step runs torch.compile'd over the whole cache width, with bucketed
-    shapes (gmts/trainer/compiled_decode.py); the prefill stays eager. Same samples as eager, up to
-    float rounding in the logits (tests/test_compile.py).
-    """
+           top_p=1.0, generator=None, seeds=None, share_prefix=True, drop_finished=True, decode=EagerDecode):
+    """Sample `group_size` completions for each of the Q prompts (lists of token ids); temperature 0 =
+    greedy. Returns a Rollout of N = Q * group_size rows in prompt order. seeds: one per prompt (drawn
+    from `generator` when not given). share_prefix=False prefills N rows; drop_finished=False keeps
+    finished rows in the batch (both: the same samples, tests/test_rollout.py)."""
     if group_size < 1 or max_new_tokens < 1 or min(map(len, prompts), default=0) < 1:
         raise ValueError(f"every prompt needs at least one token, group_size and max_new_tokens "
                          f">= 1 (got {len(prompts)} prompts, {group_size}, {max_new_tokens})")
     device = next(model.parameters()).device
     eos = torch.tensor(sorted(set(eos_token_ids)), device=device)
     n_rows = len(prompts) * group_size
-    seeds = seeds or prompt_seeds(len(prompts), generator)
-    uniform = answers_uniforms(seeds, group_size, max_new_tokens).to(device)     # (N, T) float64
-    width = compile and compiled_decode.prompt_width(max(map(len, prompts)))      # (0: the longest)
+    # answer row i draws uniform[i, t] at step t, from its prompt's seed alone
+    uniform = answers_uniforms(seeds or prompt_seeds(len(prompts), generator), group_size, max_new_tokens)
+    uniform = uniform.to(device)                                              # (N, T) float64
     ids, mask = left_pad(prompts if share_prefix else [p for p in prompts for _ in range(group_size)],
-                         pad_token_id, device, width)
-    cache = KVCache(_transformers_model(model).config, n_rows, ids.shape[1] + max_new_tokens)
-    cache_kw = {_cache_keyword(model): cache}
+                         pad_token_id, device, decode.prompt_width(max(map(len, prompts))))
+    # Prefill: Q rows (one per prompt), then each prompt's cache rows copied G times
+    cache, cache_kw = new_cache(model, n_rows, ids.shape[1] + max_new_tokens)
     logits = model(input_ids=ids, attention_mask=mask, position_ids=positions(mask), use_cache=True,
                    logits_to_keep=1, **cache_kw).logits[:, -1]
     cache.length = ids.shape[1]
     rows = torch.arange(len(ids), device=device).repeat_interleave(group_size if share_prefix else 1)
-    cache.select_rows(rows)                          # shared prefix: each prompt's cache rows copied G times
+    cache.select_rows(rows)
     logits, mask = logits[rows], mask[rows]
     start = mask.sum(dim=1)                          # each row's real prompt tokens = its first answer's position
+    # mask: 0 at a prompt's left padding, 1 on every later column (causality hides the unwritten ones)
     mask = torch.cat([mask, mask.new_ones((n_rows, max_new_tokens))], dim=1)
-    step = compiled_decode.decode_step(model, cache, cache_kw) if compile else None
+    step = decode(model, cache, cache_kw)
     tokens = torch.full((n_rows, max_new_tokens), pad_token_id, dtype=torch.long, device=device)
     logp, entropy = torch.zeros((2, n_rows, max_new_tokens), dtype=torch.float32, device=device)
     finished = torch.zeros(n_rows, dtype=torch.bool, device=device)
@@ -217,7 +207,7 @@ def sample(model, prompts, *, group_size, max_new_tokens, eos_token_ids, pad_tok
         log_probs = torch.log_softmax(scaled, dim=-1)                          # (n_batch, V)
         if temperature == 0:                                                   # greedy
             next_tok = log_probs.argmax(dim=-1)
-        else:
+        else:                                                                  # inverse CDF of uniform[row, t]
             probs = torch.softmax(filter_logits(scaled, top_k, top_p) if top_k or top_p < 1 else scaled, dim=-1)
             cdf = probs.double().cumsum(dim=-1)
             u = (uniform[live, t] * cdf[:, -1]).unsqueeze(1)
@@ -227,21 +217,20 @@ def sample(model, prompts, *, group_size, max_new_tokens, eos_token_ids, pad_tok
         logp[live, t] = answering * log_probs.gather(1, next_tok[:, None]).squeeze(1)
         entropy[live, t] = answering * -(log_probs.exp() * log_probs).sum(dim=-1)
         finished[live] |= torch.isin(next_tok, eos) & answering
+        # the host looks at the rows (a device sync) only every CHECK_EVERY tokens
         n_keep = int((keep := ~finished[live]).sum()) if (t + 1) % CHECK_EVERY == 0 else len(live)
-        if n_keep == 0 or t == max_new_tokens - 1:          # (n_keep read: the host's sync)
+        if n_keep == 0 or t == max_new_tokens - 1:
             break
-        if drop_finished and n_keep <= len(live) // 2:
-            idx = compiled_decode.bucket_rows(keep) if step else keep.nonzero().squeeze(1)
+        if drop_finished and n_keep <= len(live) // 2:      # at halvings: about one cache copy in all
+            idx = step.keep_rows(keep)
             cache.select_rows(idx)
             live, next_tok, mask, start = live[idx], next_tok[idx], mask[idx], start[idx]
-        logits = (step(next_tok[:, None], (start + t)[:, None], mask) if step else      # column cache.length
-                  model(input_ids=next_tok[:, None], attention_mask=mask[:, :cache.length + 1],
-                        position_ids=(start + t)[:, None], use_cache=True, **cache_kw).logits[:, -1])
+        logits = step(next_tok[:, None], (start + t)[:, None], mask)          # writes column cache.length
         cache.length += 1
-    valid = completion_mask(tokens, eos, max_new_tokens)
-    tokens = tokens.masked_fill(~valid, pad_token_id)
-    return Rollout(prompt_ids=list(map(list, prompts)), completion_ids=tokens, valid_mask=valid,
-                   logp=logp * valid, entropy=entropy * valid, finished=finished, group_size=group_size)
+    valid_mask = completion_mask(tokens, eos, max_new_tokens)
+    return Rollout(prompt_ids=list(map(list, prompts)), completion_ids=tokens.masked_fill(~valid_mask, pad_token_id),
+                   valid_mask=valid_mask, old_logp=logp * valid_mask, entropy=entropy * valid_mask,
+                   finished=finished, group_size=group_size)
 
 
 def prompt_seeds(n, gen):
@@ -276,15 +265,24 @@ def pad_cat(tensors, value):
 
 
 def concat_rollouts(parts, pad_id):
-    """One Rollout from several (e.g. one per generation call), rows in order; completions right-padded with pad_id
-    (masks with False, log-probs and entropies with 0) to the longest."""
+    """One Rollout (or Batch, its subclass) from several, rows in order: the (N, T) tensors right-padded
+    to the longest (ids with pad_id, the rest with 0 / False), the (N,) ones and the lists joined."""
     if not parts or len({p.group_size for p in parts}) != 1:
         raise ValueError(f"need at least one rollout, all with the same group_size, got {[p.group_size for p in parts]}")
-    return Rollout(prompt_ids=sum((p.prompt_ids for p in parts), []),
-                   completion_ids=pad_cat([p.completion_ids for p in parts], pad_id),
-                   valid_mask=pad_cat([p.valid_mask for p in parts], False),
-                   logp=pad_cat([p.logp for p in parts], 0.0), entropy=pad_cat([p.entropy for p in parts], 0.0),
-                   finished=torch.cat([p.finished for p in parts]), group_size=parts[0].group_size)
+
+    def joined(name, values):
+        if not torch.is_tensor(values[0]):
+            return sum(values, []) if isinstance(values[0], list) else values[0]
+        if values[0].dim() == 1:
+            return torch.cat(values)
+        return pad_cat(values, pad_id if name == "completion_ids" else 0)
+    return dataclasses.replace(parts[0], **{f.name: joined(f.name, [getattr(p, f.name) for p in parts])
+                                            for f in dataclasses.fields(parts[0])})
+
+
+def new_cache(model, rows, max_len):
+    """(a KVCache for `model`, the forward's keyword arguments that hand it over)."""
+    return (cache := KVCache(_transformers_model(model).config, rows, max_len)), {_cache_keyword(model): cache}
 
 
 def _transformers_model(model):
