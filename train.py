@@ -194,14 +194,13 @@ def update_policy(cfg, model, ref_model, optimizer, batch, select_gen, device, s
             loss_inputs = masked_loss_inputs(cfg, mb, selected, on_policy=on_policy)
             model.train()
             optimizer.zero_grad(set_to_none=True)
+            loss, grad_norm, outcome = math.nan, math.nan, NON_FINITE
             if finite:
                 accumulate = probe.accumulate if probe else accumulate_gradients   # (--log-grad-noise)
                 loss, n_passes = accumulate(model, batch, loss_inputs, cfg)
                 # 7. Optimizer step, unless the loss or the gradient is not finite.
                 loss, grad_norm, outcome = optimizer_step(model, optimizer, params, loss, n_passes,
                                                           cfg.max_grad_norm)
-            else:
-                loss, grad_norm, outcome = math.nan, math.nan, NON_FINITE
             on_policy &= outcome != STEPPED
             records.append(dict(mb=mb, logp=logp, entropy=entropy, omega=omega, length_weight=length_weight,
                                 selected=selected, loss_weights=loss_inputs.weights, loss=loss,
@@ -238,19 +237,18 @@ class StepDone:
 
 def train_step(run, step):
     """Stages 1-7 on one rollout batch: a StepDone."""
-    cfg, t_start = run.cfg, time.time()
-    if not weights_finite(run.model.parameters()):   # NaN/inf weights: no rollout to trust, no step
+    cfg, model, t_start = run.cfg, run.model, time.time()
+    if not weights_finite(model.parameters()):   # NaN/inf weights: no rollout to trust, no step
         return StepDone(BAD_WEIGHTS)
-    run.model.eval()
-    with layers_gathered(run.model):
-        batch, sampled_rewards, tries = collect_batch(cfg, run.model, run.tokenizer, run.stream, run.eos_ids,
-                                                      run.rollout_gen, run.reward_fns)
-    done = StepDone(NO_SIGNAL, batch, sampled_rewards, tries, time_rollout_s=time.time() - t_start)
-    if int(batch_sum(int(batch is None))):           # no group anywhere (no process may step alone)
+    with layers_gathered(model.eval()):
+        done = StepDone(NO_SIGNAL, *collect_batch(cfg, model, run.tokenizer, run.stream, run.eos_ids,
+                                                  run.rollout_gen, run.reward_fns))
+    done.time_rollout_s = time.time() - t_start
+    if int(batch_sum(int(done.batch is None))):           # no group anywhere (no process may step alone)
         return done
-    probe = GradNoise(run.model) if cfg.log_grad_noise else None
-    done.records = update_policy(cfg, run.model, run.ref_model, run.optimizer, batch, run.select_gen,
-                                 run.device, step, probe)
+    probe = GradNoise(model) if cfg.log_grad_noise else None
+    done.records = update_policy(cfg, model, run.ref_model, run.optimizer, done.batch, run.select_gen, run.device,
+                                 step, probe)
     done.outcome, done.time_train_s = TRAINED, time.time() - t_start - done.time_rollout_s
     return done
 

@@ -24,7 +24,7 @@ from gmts.trainer.optim import build_optimizer
 from gmts.trainer.policy import (add_lora, check_vocabulary, enable_gradient_checkpointing, end_of_sequence_ids,
                                  load_model, load_tokenizer, peft_quiet, resolve_device,
                                  resolve_dtype)
-from gmts.trainer.step import Batch, PromptStream  # noqa: F401  (moved to gmts/trainer/step.py; the old names)
+from gmts.trainer.step import PromptStream
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -124,7 +124,8 @@ def build_run(cfg, resume_from, state, *, load_prompts, reward_functions):
     check_vocabulary(model, tokenizer, flag="--tokenizer" if cfg.tokenizer else "--model")   # not an IndexError later
     # Each process samples its own answers; the data order is shared.
     run = Run(cfg=cfg, model=model, ref_model=ref_model, optimizer=optimizer, tokenizer=tokenizer,
-              eos_ids=end_of_sequence_ids(model, tokenizer), stream=PromptStream(problems, prompt_ids, cfg.seed),
+              eos_ids=end_of_sequence_ids(model, tokenizer), stream=PromptStream(problems, prompt_ids, cfg.seed,
+                                                                 shard=distributed.my_share(cfg.prompts_per_step)),
               reward_fns=reward_fns, rollout_gen=torch.Generator(device=device).manual_seed(cfg.seed + 1_000_003 * rank),
               select_gen=torch.Generator(device=device).manual_seed(cfg.seed + 1 + 1_000_003 * rank),
               device=device, rank=rank, world=world, fingerprint=made_of)

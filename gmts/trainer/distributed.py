@@ -1,6 +1,6 @@
 """Several processes (torchrun), one batch: the method's batch-wide quantities made global. These are
 module-level collectives, each the identity on one process; the step reaches them through
-gmts/trainer/step.py's batch_sum, batch_share, batch_select, layers_gathered and sum_and_clip_gradients,
+gmts/trainer/step.py's batch_sum, batch_select, layers_gathered and sum_and_clip_gradients,
 which on one process return the values themselves without entering this file.
 
 `torchrun --nproc-per-node N train.py ...` starts N copies of train.py. Each generates and trains on its own share of
@@ -238,11 +238,11 @@ def select_tokens_global(scores, valid_mask, ratio, *, bottom=False, exclude=Non
     return chosen.view_as(valid_mask)
 
 
-def my_share(items):
-    """This process's share of the step's prompts: every process takes the same ones from the stream
-    (the data position stays the same everywhere) and keeps its slice of whole groups."""
-    share = len(items) // world_size()
-    return items[rank() * share:(rank() + 1) * share]
+def my_share(n):
+    """This process's slice of the step's n prompts (whole groups): every process takes the same ones
+    from the stream (the data position stays the same everywhere) and keeps its slice."""
+    share = n // world_size()
+    return slice(rank() * share, (rank() + 1) * share)
 
 
 def throw_away_passes(model, n_passes, backward=True):

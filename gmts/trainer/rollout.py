@@ -178,15 +178,13 @@ def sample(model, prompts, *, group_size, max_new_tokens, eos_token_ids, pad_tok
     if group_size < 1 or max_new_tokens < 1 or min(map(len, prompts), default=0) < 1:
         raise ValueError(f"every prompt needs at least one token, group_size and max_new_tokens "
                          f">= 1 (got {len(prompts)} prompts, {group_size}, {max_new_tokens})")
-    device = next(model.parameters()).device
+    device, n_rows = next(model.parameters()).device, len(prompts) * group_size
     eos = torch.tensor(sorted(set(eos_token_ids)), device=device)
-    n_rows = len(prompts) * group_size
-    # answer row i draws uniform[i, t] at step t, from its prompt's seed alone
-    uniform = answers_uniforms(seeds or prompt_seeds(len(prompts), generator), group_size, max_new_tokens)
-    uniform = uniform.to(device)                                              # (N, T) float64
+    # (N, T) float64: answer row i draws uniform[i, t] at step t, from its prompt's seed alone
+    uniform = answers_uniforms(seeds or prompt_seeds(len(prompts), generator), group_size, max_new_tokens).to(device)
     ids, mask = left_pad(prompts if share_prefix else [p for p in prompts for _ in range(group_size)],
                          pad_token_id, device, decode.prompt_width(max(map(len, prompts))))
-    # Prefill: Q rows (one per prompt), then each prompt's cache rows copied G times
+    # Prefill: one row per prompt, then each prompt's cache rows copied G times
     cache, cache_kw = new_cache(model, n_rows, ids.shape[1] + max_new_tokens)
     logits = model(input_ids=ids, attention_mask=mask, position_ids=positions(mask), use_cache=True,
                    logits_to_keep=1, **cache_kw).logits[:, -1]
@@ -196,8 +194,7 @@ def sample(model, prompts, *, group_size, max_new_tokens, eos_token_ids, pad_tok
     logits, mask = logits[rows], mask[rows]
     start = mask.sum(dim=1)                          # each row's real prompt tokens = its first answer's position
     # mask: 0 at a prompt's left padding, 1 on every later column (causality hides the unwritten ones)
-    mask = torch.cat([mask, mask.new_ones((n_rows, max_new_tokens))], dim=1)
-    step = decode(model, cache, cache_kw)
+    mask, step = torch.cat([mask, mask.new_ones((n_rows, max_new_tokens))], dim=1), decode(model, cache, cache_kw)
     tokens = torch.full((n_rows, max_new_tokens), pad_token_id, dtype=torch.long, device=device)
     logp, entropy = torch.zeros((2, n_rows, max_new_tokens), dtype=torch.float32, device=device)
     finished = torch.zeros(n_rows, dtype=torch.bool, device=device)

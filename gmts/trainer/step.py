@@ -31,17 +31,10 @@ def batch_sum(x):
     return distributed.all_reduce_sum(x) if several_processes() else torch.as_tensor(x)
 
 
-def batch_share(items):
-    """This process's share of `items` (all of them on one process)."""
-    return distributed.my_share(items) if several_processes() else items
-
-
 def batch_select(scores, valid_mask, ratio, *, bottom=False, exclude=None):
     """grpo.select_tokens with scope "batch" over the whole batch (every process's rows)."""
-    args = scores, valid_mask, ratio
-    if several_processes():
-        return distributed.select_tokens_global(*args, bottom=bottom, exclude=exclude)
-    return select_tokens(*args, bottom=bottom, exclude=exclude)
+    select = distributed.select_tokens_global if several_processes() else select_tokens
+    return select(scores, valid_mask, ratio, bottom=bottom, exclude=exclude)
 
 
 def layers_gathered(model):
@@ -72,8 +65,9 @@ def clip_grad_norm(params, max_norm):
 class PromptStream:
     """The run's data order: a seeded permutation per epoch (a run resumes from one integer)."""
 
-    def __init__(self, problems, prompt_ids, seed, position=0):
+    def __init__(self, problems, prompt_ids, seed, position=0, shard=slice(None)):
         self.problems, self.prompt_ids, self.seed, self.position = problems, prompt_ids, seed, position
+        self.shard = shard            # this process's slice of each step's prompts (torchrun)
         self._epoch, self._order = None, None
 
     def take(self, n):
@@ -118,7 +112,7 @@ class Batch(Rollout):
 def my_prompts(cfg, stream):
     """The next --prompts-per-step prompts (indices), this process's share of them (every process
     takes them all from the stream, so the data position stays the same everywhere)."""
-    return batch_share(stream.take(cfg.prompts_per_step))
+    return stream.take(cfg.prompts_per_step)[stream.shard]
 
 
 def use_dynamic_sampling(cfg):
@@ -143,6 +137,11 @@ def minibatch_rows(n_local_groups, group_size, groups_per_step, *, seed, step, e
     order (the on-policy step)."""
     if groups_per_step >= int(batch_sum(n_local_groups)):
         return [torch.arange(n_local_groups * group_size, device=device)]
+    return shuffled_minibatches(n_local_groups, group_size, groups_per_step, seed, step, epoch, device)
+
+
+def shuffled_minibatches(n_local_groups, group_size, groups_per_step, seed, step, epoch, device):
+    """minibatch_rows with several mini-batches: the groups shuffled with (seed, step, epoch), cut in order."""
     counts = distributed.gather_objects(int(n_local_groups))
     offset, total = sum(counts[:distributed.rank()]), sum(counts)
     gen = torch.Generator().manual_seed((seed * 1_000_003 + step * 7919 + epoch) % 2**63 ^ _SHUFFLE_SALT)
@@ -211,9 +210,13 @@ def micro_batches(batch, rows, cfg):
     tokens (rows x (widest prompt + widest answer)), a row alone if it is longer."""
     widths, order = torch.sort(answer_widths(batch.valid_mask[rows]).cpu(), descending=True, stable=True)
     rows = rows[order.to(rows.device)]                       # ties in rollout order
-    if not cfg.micro_batch_tokens:
-        return [chunk for chunk in torch.split(rows, cfg.micro_batch_size) if chunk.numel()]
-    widths = widths.tolist()
+    if cfg.micro_batch_tokens:
+        return token_budget_chunks(batch, rows, widths.tolist(), cfg)
+    return [chunk for chunk in torch.split(rows, cfg.micro_batch_size) if chunk.numel()]
+
+
+def token_budget_chunks(batch, rows, widths, cfg):
+    """micro_batches with --micro-batch-tokens: `rows` (longest answers first) cut in order."""
     chunks, start, prompt_width = [], 0, 0
     for j, row in enumerate(rows.tolist()):
         prompt = len(batch.prompt_ids[row // cfg.group_size])
