@@ -67,7 +67,7 @@ def reference_update(model, ref_model, batch, o, minibatches, lr):
         with torch.no_grad():
             now, ent = per_token(model, batch, rows, o["T"])
             ref = per_token(ref_model, batch, rows, o["T"])[0] if o["beta"] else None
-        old = [batch.logp[i, :len(now[j])].double() for j, i in enumerate(rows)]
+        old = [batch.old_logp[i, :len(now[j])].double() for j, i in enumerate(rows)]
         if not moved:
             # θ = θ_old: the trainer reuses the rollout's values (here: the same full forward at θ_0) and r = 1.
             now = [o_.clone() for o_ in old]
@@ -161,7 +161,7 @@ def make_batch(model, seed=0):
     with torch.no_grad():
         lp, ent = per_token(model, batch, range(n), 1.0)
     for i in range(n):
-        batch.logp[i, :len(lp[i])], batch.entropy[i, :len(lp[i])] = lp[i], ent[i]
+        batch.old_logp[i, :len(lp[i])], batch.entropy[i, :len(lp[i])] = lp[i], ent[i]
     return batch
 
 

@@ -1,10 +1,11 @@
-"""The machinery of one training step, kept out of train.py's story: the rollout batch and the data stream,
-mini-batches and micro-batches, the forward passes, the run's selection, the loss's inputs, the backward
-passes and the optimizer step (gmts/METHOD.md, "One RLVR step", "Several optimizer steps per rollout batch").
+"""The machinery of one training step, kept out of train.py's story: the rollout batch and the data
+stream, mini-batches and micro-batches, the forward passes, the run's selection, the loss's inputs,
+the backward passes and the optimizer step (gmts/METHOD.md, "One RLVR step", "Several optimizer
+steps per rollout batch").
 
-Batch-wide quantities (k, the loss's normaliser, the gradient) are sums over the whole batch. Under torchrun
-each process holds a share of it, and the first section's functions take them over every process
-(gmts/trainer/distributed.py); on one process they are the values themselves.
+Batch-wide quantities (k, the loss's normaliser, the gradient) are sums over the whole batch. Under
+torchrun each process holds a share of it, and the first section's functions take them over every
+process (gmts/trainer/distributed.py); on one process they are the values themselves.
 """
 import contextlib
 import dataclasses
@@ -27,7 +28,8 @@ def several_processes():
 
 
 def batch_sum(x):
-    """Σ of x (a number, or a tensor of counts or sums) over the whole batch: x itself on one process."""
+    """Σ of x (a number, or a tensor of counts or sums) over the whole batch: x itself on one
+    process."""
     return distributed.all_reduce_sum(x) if several_processes() else torch.as_tensor(x)
 
 
@@ -51,7 +53,8 @@ def sum_and_clip_gradients(model, params, n_passes, max_norm):
 
 
 def clip_grad_norm(params, max_norm):
-    """clip_grad_norm_ of torch.nn.utils, the norm summed in float32 at least (bf16 keeps 3 digits)."""
+    """clip_grad_norm_ of torch.nn.utils, the norm summed in float32 at least (bf16 keeps 3
+    digits)."""
     norms = [torch.linalg.vector_norm(p.grad, dtype=torch.promote_types(p.grad.dtype, torch.float))
              for p in params if p.grad is not None]
     total = torch.linalg.vector_norm(torch.stack(norms))
@@ -66,7 +69,8 @@ class PromptStream:
     """The run's data order: a seeded permutation per epoch (a run resumes from one integer)."""
 
     def __init__(self, problems, prompt_ids, seed, position=0, shard=slice(None)):
-        self.problems, self.prompt_ids, self.seed, self.position = problems, prompt_ids, seed, position
+        self.problems, self.prompt_ids, self.seed = problems, prompt_ids, seed
+        self.position = position      # prompts taken so far
         self.shard = shard            # this process's slice of each step's prompts (torchrun)
         self._epoch, self._order = None, None
 
@@ -77,7 +81,8 @@ class PromptStream:
             epoch, index = divmod(self.position, len(self.problems))
             if epoch != self._epoch:
                 gen = torch.Generator().manual_seed(self.seed * 7919 + epoch)
-                self._epoch, self._order = epoch, torch.randperm(len(self.problems), generator=gen).tolist()
+                self._epoch, self._order = epoch, torch.randperm(len(self.problems),
+                                                                 generator=gen).tolist()
             out.append(self._order[index])
             self.position += 1
         return out
@@ -85,7 +90,8 @@ class PromptStream:
 
 @dataclasses.dataclass(kw_only=True)
 class Batch(Rollout):
-    """A Rollout (gmts/trainer/rollout.py) with its problems, texts, rewards R (N,) and advantages A (N,)."""
+    """A Rollout (gmts/trainer/rollout.py) with its problems, texts, rewards R (N,) and
+    advantages A (N,)."""
     problems: list            # Q problems
     texts: list               # N decoded completions
     rewards: torch.Tensor     # (N,) R, the checker's rewards
@@ -123,8 +129,9 @@ def use_dynamic_sampling(cfg):
 # --------------------------------------------------------------------------------------------------
 # Mini-batches.
 
-# Mini-batch order: a permutation of the rollout's groups seeded by (run seed, step, epoch), so a resumed
-# run draws the same mini-batches without any saved state, and arms with the same seed see the same ones.
+# Mini-batch order: a permutation of the rollout's groups seeded by (run seed, step, epoch), so a
+# resumed run draws the same mini-batches without any saved state, and arms with the same seed see
+# the same ones.
 _SHUFFLE_SALT = 0x6D696E69
 
 
@@ -137,14 +144,17 @@ def minibatch_rows(n_local_groups, group_size, groups_per_step, *, seed, step, e
     order (the on-policy step)."""
     if groups_per_step >= int(batch_sum(n_local_groups)):
         return [torch.arange(n_local_groups * group_size, device=device)]
-    return shuffled_minibatches(n_local_groups, group_size, groups_per_step, seed, step, epoch, device)
+    return shuffled_minibatches(n_local_groups, group_size, groups_per_step, seed, step, epoch,
+                                device)
 
 
 def shuffled_minibatches(n_local_groups, group_size, groups_per_step, seed, step, epoch, device):
-    """minibatch_rows with several mini-batches: the groups shuffled with (seed, step, epoch), cut in order."""
+    """minibatch_rows with several mini-batches: the groups shuffled with (seed, step, epoch),
+    cut in order."""
     counts = distributed.gather_objects(int(n_local_groups))
     offset, total = sum(counts[:distributed.rank()]), sum(counts)
-    gen = torch.Generator().manual_seed((seed * 1_000_003 + step * 7919 + epoch) % 2**63 ^ _SHUFFLE_SALT)
+    gen = torch.Generator().manual_seed((seed * 1_000_003 + step * 7919
+                                         + epoch) % 2**63 ^ _SHUFFLE_SALT)
     order = torch.randperm(total, generator=gen)
     out = []
     for start in range(0, total, groups_per_step):
@@ -158,7 +168,8 @@ def shuffled_minibatches(n_local_groups, group_size, groups_per_step, seed, step
 class MiniBatch:
     """One optimizer batch: `rows` of the rollout batch, the per-row tensors sliced to them."""
 
-    def __init__(self, rows, *, valid_mask, advantages, old_logp, entropy, ref_logp, exclude, group_size):
+    def __init__(self, rows, *, valid_mask, advantages, old_logp, entropy, ref_logp, exclude,
+                 group_size):
         self.rows, self.group_size = rows, group_size
         self.valid_mask, self.advantages = valid_mask[rows], advantages[rows]
         self.old_logp, self.entropy = old_logp[rows], entropy[rows]       # the sampler's: at θ_old
@@ -173,24 +184,31 @@ class MiniBatch:
 # --------------------------------------------------------------------------------------------------
 # Forward passes: log π (and E) of the sampled tokens.
 
-def completion_logprobs(model, prompt_ids, completion_ids, valid_mask, *, group_size=1, temperature=1.0,
+def completion_logprobs(model, prompt_ids, completion_ids, valid_mask, *, group_size=1,
+                        temperature=1.0,
                         chunk_size=1024, with_entropy=False):
     """log π_θ(o_it | q, o_i,<t) (N, T) float32 (float64 for a float64 model), differentiable, 0 at
-    padding; and the entropies (N, T) (no grad), or None. prompt_ids: N / group_size lists of ids."""
+    padding; and the entropies (N, T) (no grad), or None. prompt_ids: N / group_size lists of
+    ids."""
     prompts = [p for p in prompt_ids for _ in range(group_size)]
     if len(prompts) != completion_ids.shape[0]:
-        raise ValueError(f"{len(prompt_ids)} prompts x {group_size} != {completion_ids.shape[0]} rows")
+        raise ValueError(f"{len(prompt_ids)} prompts x {group_size} != {len(completion_ids)} rows")
     ids, prompt_mask = left_pad(prompts, pad_id=0, device=completion_ids.device)
     attention = torch.cat([prompt_mask, valid_mask.long()], dim=1)
-    hidden = model.get_decoder()(input_ids=torch.cat([ids, completion_ids], dim=1), attention_mask=attention,
-                                 position_ids=positions(attention), use_cache=False).last_hidden_state
+    hidden = model.get_decoder()(input_ids=torch.cat([ids, completion_ids], dim=1),
+                                 attention_mask=attention,
+                                 position_ids=positions(attention),
+                                 use_cache=False).last_hidden_state
     # Position P-1+t predicts completion token t; only the valid ones go through the chunked head.
     P, T = ids.shape[1], completion_ids.shape[1]
     h = hidden[:, P - 1:P - 1 + T][valid_mask]                                 # (n_valid, H)
     head = model.get_output_embeddings()
-    logp, entropy = head_logprobs(h, head.weight, completion_ids[valid_mask], head_bias=getattr(head, "bias", None),
-                                  temperature=temperature, chunk_size=chunk_size, with_entropy=with_entropy)
-    logp = torch.zeros(completion_ids.shape, dtype=logp.dtype, device=h.device).masked_scatter(valid_mask, logp)
+    logp, entropy = head_logprobs(h, head.weight, completion_ids[valid_mask],
+                                  head_bias=getattr(head, "bias", None),
+                                  temperature=temperature, chunk_size=chunk_size,
+                                  with_entropy=with_entropy)
+    logp = torch.zeros(completion_ids.shape, dtype=logp.dtype,
+                       device=h.device).masked_scatter(valid_mask, logp)
     if entropy is not None:
         entropy = torch.zeros_like(logp, dtype=entropy.dtype).masked_scatter(valid_mask, entropy)
     return logp, entropy
@@ -208,7 +226,8 @@ def micro_batches(batch, rows, cfg):
     Any split gives the same gradient (the loss weights carry the mini-batch's normaliser).
     --micro-batch-size rows each; with --micro-batch-tokens, as many rows as fit that many padded
     tokens (rows x (widest prompt + widest answer)), a row alone if it is longer."""
-    widths, order = torch.sort(answer_widths(batch.valid_mask[rows]).cpu(), descending=True, stable=True)
+    widths, order = torch.sort(answer_widths(batch.valid_mask[rows]).cpu(), descending=True,
+                               stable=True)
     rows = rows[order.to(rows.device)]                       # ties in rollout order
     if cfg.micro_batch_tokens:
         return token_budget_chunks(batch, rows, widths.tolist(), cfg)
@@ -220,7 +239,8 @@ def token_budget_chunks(batch, rows, widths, cfg):
     chunks, start, prompt_width = [], 0, 0
     for j, row in enumerate(rows.tolist()):
         prompt = len(batch.prompt_ids[row // cfg.group_size])
-        if j > start and (j + 1 - start) * (max(prompt_width, prompt) + widths[start]) > cfg.micro_batch_tokens:
+        if j > start and (j + 1 - start) * (max(prompt_width, prompt)
+                                            + widths[start]) > cfg.micro_batch_tokens:
             chunks.append(rows[start:j])
             start, prompt_width = j, 0
         prompt_width = max(prompt_width, prompt)
@@ -238,8 +258,8 @@ def micro_batch_logprobs(model, batch, rows, cfg, with_entropy=False):
 
 @torch.no_grad()
 def scoring_pass(model, batch, rows, cfg, with_entropy=True):
-    """log π and E of `rows` at the model's CURRENT weights, no grad, per micro-batch: ((n, T), (n, T)
-    or None) in the order of `rows`, 0 at padding, float32 (float64 for a float64 model)."""
+    """log π and E of `rows` at the model's CURRENT weights, no grad, per micro-batch: ((n, T), (n,
+    T) or None) in the order of `rows`, 0 at padding, float32 (float64 for a float64 model)."""
     T = batch.valid_mask.shape[1]
     logp = torch.zeros((0, T), device=batch.completion_ids.device)
     entropy = logp.clone() if with_entropy else None
@@ -265,33 +285,40 @@ def scoring_pass(model, batch, rows, cfg, with_entropy=True):
 # Step 5 with the run's settings, and what step 6 needs before any score is known.
 
 def run_selection(cfg, scores, valid_mask, group_ids, exclude, ratio=None):
-    """Step 5 with the run's flags (selector, ratio, select_scope, bottom): exactly k = ceil(ρ · N_valid)
-    tokens of the whole optimizer batch, or of each group; (N, T) bool. ratio: the run's unless given."""
+    """Step 5 with the run's flags (selector, ratio, select_scope, bottom): exactly k = ceil(ρ ·
+    N_valid) tokens of the whole optimizer batch, or of each group; (N, T) bool. ratio: the run's
+    unless given."""
     if ratio is None:
         ratio = cfg.ratio if cfg.selector != "none" else 1.0
     if cfg.select_scope == "group":       # whole groups live on one process: a local ranking
-        return select_tokens(scores, valid_mask, ratio, scope="group", group_ids=group_ids, bottom=cfg.bottom,
+        return select_tokens(scores, valid_mask, ratio, scope="group", group_ids=group_ids,
+                             bottom=cfg.bottom,
                              exclude=exclude)
     return batch_select(scores, valid_mask, ratio, bottom=cfg.bottom, exclude=exclude)
 
 
 def selected_count(cfg, valid_mask, group_ids, exclude):
-    """S: how many tokens run_selection will keep in this optimizer batch, known before any score is."""
+    """S: how many tokens run_selection will keep in this optimizer batch, known before any score
+    is."""
     eligible = valid_mask if exclude is None else valid_mask & ~exclude[:, None]
     if cfg.selector == "none":
         return int(batch_sum(int(eligible.sum())))
     if cfg.select_scope == "batch":
-        n_valid, n_eligible = batch_sum(torch.tensor([int(valid_mask.sum()), int(eligible.sum())])).tolist()
+        n_valid, n_eligible = batch_sum(torch.tensor([int(valid_mask.sum()),
+                                                      int(eligible.sum())])).tolist()
         return budget(cfg.ratio, int(n_valid), int(n_eligible))
-    local = sum(budget(cfg.ratio, int(valid_mask[group_ids == g].sum()), int(eligible[group_ids == g].sum()))
+    local = sum(budget(cfg.ratio, int(valid_mask[group_ids == g].sum()),
+                       int(eligible[group_ids == g].sum()))
                 for g in torch.unique(group_ids))
     return int(batch_sum(int(local)))
 
 
 def minibatch_kl_share(cfg, mb):
-    """ω's KL part relative to its policy part in this mini-batch's loss, for β > 0 (grpo.kl_share)."""
+    """ω's KL part relative to its policy part in this mini-batch's loss, for β > 0
+    (grpo.kl_share)."""
     n_valid = int(batch_sum(int(mb.valid_mask.sum())))
-    return kl_share(cfg.loss_norm, cfg.kl_coverage, selected_count(cfg, mb.valid_mask, mb.group_ids, mb.exclude),
+    return kl_share(cfg.loss_norm, cfg.kl_coverage,
+                    selected_count(cfg, mb.valid_mask, mb.group_ids, mb.exclude),
                     n_valid)
 
 
@@ -302,43 +329,50 @@ def minibatch_kl_share(cfg, mb):
 class LossInputs:
     """What step 6's loss needs for one mini-batch besides log π_θ (masked_loss_inputs)."""
     mb: MiniBatch
-    weights: torch.Tensor             # (n, T) w·m of the policy term, the whole mini-batch's normaliser
-    kl_weights: torch.Tensor | None   # (n, T) of the KL term when it covers every valid token, else None
-    rows: torch.Tensor                # the rollout rows with a non-zero gradient: the only ones with a pass
-    on_policy: bool                   # θ = θ_old still: r = 1 exactly (π_old := this forward's log π)
+    weights: torch.Tensor         # (n, T) w·m of the policy term, the whole mini-batch's normaliser
+    # (n, T) of the KL term when it covers every valid token, else None
+    kl_weights: torch.Tensor | None
+    rows: torch.Tensor        # the rollout rows with a non-zero gradient: the only ones with a pass
+    on_policy: bool                 # θ = θ_old still: r = 1 exactly (π_old := this forward's log π)
     eps_low: float
     eps_high: float
     beta: float
 
 
 def masked_loss_inputs(cfg, mb, selected, on_policy):
-    """Step 6's weights for the mini-batch (grpo.loss_weights, normalised over the whole batch). Rows
-    with nothing selected, or with A = 0 and no KL term, have exactly zero gradient: no pass."""
+    """Step 6's weights for the mini-batch (grpo.loss_weights, normalised over the whole batch).
+    Rows with nothing selected, or with A = 0 and no KL term, have exactly zero gradient: no
+    pass."""
     weights = loss_weights(mb.valid_mask, selected, cfg.loss_norm, reduce=batch_sum)
     kl_all = cfg.beta > 0 and cfg.kl_coverage == "all"      # the KL term on every valid token
-    kl_weights = loss_weights(mb.valid_mask, mb.valid_mask, cfg.loss_norm, reduce=batch_sum) if kl_all else None
+    kl_weights = loss_weights(mb.valid_mask, mb.valid_mask, cfg.loss_norm,
+                              reduce=batch_sum) if kl_all else None
     has_gradient = weights.sum(1) > 0
     if cfg.beta == 0:
         has_gradient &= mb.advantages != 0
     if kl_weights is not None:
         has_gradient |= kl_weights.sum(1) > 0
-    return LossInputs(mb, weights, kl_weights, mb.rows[has_gradient], on_policy, cfg.eps_low, cfg.eps_high,
+    return LossInputs(mb, weights, kl_weights, mb.rows[has_gradient], on_policy, cfg.eps_low,
+                      cfg.eps_high,
                       cfg.beta)
 
 
 def micro_batch_loss(inputs, rows, logp):
-    """-J of the rollout `rows` (one micro-batch) with their log π_θ (n, w), w <= T: grpo.policy_loss on
-    the mini-batch's slices; the micro-batches' losses sum to the mini-batch's."""
+    """-J of the rollout `rows` (one micro-batch) with their log π_θ (n, w), w <= T:
+    grpo.policy_loss on the mini-batch's slices; the micro-batches' losses sum to the
+    mini-batch's."""
     mb, i, w = inputs.mb, inputs.mb.position[rows], logp.shape[1]
-    return policy_loss(logp, logp.detach() if inputs.on_policy else mb.old_logp[i, :w], mb.advantages[i],
-                       inputs.weights[i, :w], eps_low=inputs.eps_low, eps_high=inputs.eps_high, beta=inputs.beta,
+    return policy_loss(logp, logp.detach() if inputs.on_policy else mb.old_logp[i, :w],
+                       mb.advantages[i],
+                       inputs.weights[i, :w], eps_low=inputs.eps_low, eps_high=inputs.eps_high,
+                       beta=inputs.beta,
                        ref_logp=None if mb.ref_logp is None else mb.ref_logp[i, :w],
                        kl_weights=None if inputs.kl_weights is None else inputs.kl_weights[i, :w])
 
 
 def accumulate_gradients(model, batch, inputs, cfg):
-    """Step 6's backward passes over the rows worth one, per micro-batch. Returns (the summed loss, a
-    float64 tensor; the number of passes)."""
+    """Step 6's backward passes over the rows worth one, per micro-batch. Returns (the summed loss,
+    a float64 tensor; the number of passes)."""
     chunks = micro_batches(batch, inputs.rows, cfg)
     total = torch.zeros((), dtype=torch.float64)
     for chunk in chunks:
@@ -354,7 +388,8 @@ STEPPED, NOTHING, NON_FINITE = "stepped", "nothing", "non-finite"     # what an 
 
 def optimizer_step(model, optimizer, params, loss, n_passes, max_grad_norm):
     """Step 7: sum the gradients over the batch, clip, step. Returns (loss, grad norm, STEPPED, or
-    NOTHING when no row had a gradient, or NON_FINITE when the loss or gradient is NaN/inf: no step)."""
+    NOTHING when no row had a gradient, or NON_FINITE when the loss or gradient is NaN/inf: no
+    step)."""
     passes, grad_norm = sum_and_clip_gradients(model, params, n_passes, max_grad_norm)
     if passes == 0:                       # no step: AdamW's momentum must not move the weights
         optimizer.zero_grad(set_to_none=True)
@@ -375,5 +410,6 @@ def finite_on(valid_mask, tensors):
 
 def weights_finite(params):
     """Whether every parameter (or this process's shard of it) holds finite values, everywhere."""
-    bad = sum(int((~torch.isfinite(p.to_local() if hasattr(p, "to_local") else p.detach())).sum()) for p in params)
+    bad = sum(int((~torch.isfinite(p.to_local() if hasattr(p, "to_local")
+                                   else p.detach())).sum()) for p in params)
     return int(batch_sum(bad)) == 0
