@@ -3,12 +3,12 @@ is imported.
 
 One RLVR step reads this file top to bottom:
 
-    3. advantage   group_advantages     A_i = (R_i - mean(R_group)) / (std(R_group) + eps)
-    4. score       token_omega          ω_it, the scalar in front of each token's policy gradient
-                   token_scores         what the selector ranks (ETS: E, GMTS: |E·ω·w|, random, none)
-    5. select      select_tokens        the exact batch-wide top-ρ mask
-    6. loss        loss_weights         w_it, the normaliser computed once on the whole optimizer batch
-                   policy_loss          the masked, clipped surrogate (+ k3 KL)
+    3. advantage  group_advantages  A_i = (R_i - mean(R_group)) / (std(R_group) + eps)
+    4. score      token_omega       ω_it, the scalar in front of each token's policy gradient
+                  token_scores      what the selector ranks (ETS: E, GMTS: |E·ω·w|, random, none)
+    5. select     select_tokens     the exact batch-wide top-ρ mask
+    6. loss       loss_weights      w_it, the normaliser computed once on the whole optimizer batch
+                  policy_loss       the masked, clipped surrogate (+ k3 KL)
 
 Names, each with one meaning: R a reward; A an advantage; r = π_θ / π_old the importance ratio; ρ
 (`ratio`) the share of valid tokens selected; E an entropy. Three kinds of weight, whose keyword
@@ -54,7 +54,8 @@ def group_advantages(rewards, group_size, *, std="unbiased", eps=1e-6):
     _check(rewards.dim() == 1, f"rewards must be 1-D (N,), got shape {tuple(rewards.shape)}")
     _check(std in STD_MODES, f"std must be one of {STD_MODES}, got {std!r}")
     _check(isinstance(group_size, int) and group_size >= 2,
-           f"group_size must be an int >= 2 (a group of one answer has no baseline), got {group_size!r}")
+           f"group_size must be an int >= 2 (a group of one answer has no baseline), got "
+           f"{group_size!r}")
     _check(rewards.numel() % group_size == 0,
            f"{rewards.numel()} rewards do not split into groups of {group_size}")
     _check(torch.isfinite(rewards).all(), lambda: f"rewards contain NaN/inf: {rewards.tolist()}")
@@ -154,8 +155,9 @@ def token_scores(selector, entropy, omega=None, *, weight=None, generator=None):
 
     none   -> None (select_tokens then keeps every valid token)
     ets    -> E_it                       (Wang et al. 2025: entropy alone)
-    gmts   -> |E_it · ω_it · w_it|        (paper §3, δ_it; w_it = the token's weight in the aggregated loss,
-                                           gmts/METHOD.md, "Length weight in ω"; 1 under a token-level mean)
+    gmts   -> |E_it · ω_it · w_it|        (paper §3, δ_it; w_it = the token's weight in the
+                                          aggregated loss, gmts/METHOD.md, "Length weight in ω";
+                                          1 under a token-level mean)
     random -> Uniform(0, 1)              (the control: does ranking matter at all?)
     """
     _check(selector in SELECTORS, f"unknown selector {selector!r}; choose one of {SELECTORS}")
@@ -228,16 +230,19 @@ def select_tokens(scores, valid_mask, ratio, *, scope="batch", group_ids=None, b
 
     scores     (N, T) float, or None (selector "none": every valid token is selected, ratio ignored)
     valid_mask (N, T) bool: real completion tokens (never prompt or padding)
-    ratio      ρ in (0, 1]; k = ceil(ρ · n) with n the VALID tokens of the scope (capped at the eligible count)
-    scope      "batch": one ranking over all tokens; "group": one ranking per group of answers (group_ids (N,)),
-               as in the authors' GRPO-Zero fork (gmts/METHOD.md, "Scope of the ranking")
+    ratio      ρ in (0, 1]; k = ceil(ρ · n) with n the VALID tokens of the scope (capped at the
+               eligible count)
+    scope      "batch": one ranking over all tokens; "group": one ranking per group of answers
+               (group_ids (N,)), as in the authors' GRPO-Zero fork (gmts/METHOD.md, "Scope of the
+               ranking")
     bottom     keep the smallest scores instead (the paper's "Bottom" ablation)
-    exclude    (N,) bool: answers left out of the ranking entirely (e.g. zero-advantage groups): never selected, but
-               still counted in n, so the budget is the same as every other arm's
+    exclude    (N,) bool: answers left out of the ranking entirely (e.g. zero-advantage groups):
+               never selected, but still counted in n, so the budget is every other arm's
     """
     valid_mask = torch.as_tensor(valid_mask)
     _check(valid_mask.dtype == torch.bool and valid_mask.dim() == 2,
-           f"valid_mask must be a 2-D bool tensor (N, T), got {valid_mask.dtype} {tuple(valid_mask.shape)}")
+           f"valid_mask must be a 2-D bool tensor (N, T), got {valid_mask.dtype} "
+           f"{tuple(valid_mask.shape)}")
     _check(scope in SCOPES, f"scope must be one of {SCOPES}, got {scope!r}")
     check_ratio(ratio)
     eligible = valid_mask if exclude is None else valid_mask & ~_checked_exclude(exclude,
@@ -256,7 +261,8 @@ def select_tokens(scores, valid_mask, ratio, *, scope="batch", group_ids=None, b
 def _checked_exclude(exclude, valid_mask):
     exclude = torch.as_tensor(exclude, device=valid_mask.device)
     _check(exclude.dtype == torch.bool and tuple(exclude.shape) == (valid_mask.shape[0],),
-           f"exclude must be bool of shape ({valid_mask.shape[0]},), got {exclude.dtype} {tuple(exclude.shape)}")
+           f"exclude must be bool of shape ({valid_mask.shape[0]},), got {exclude.dtype} "
+           f"{tuple(exclude.shape)}")
     return exclude
 
 
@@ -281,8 +287,8 @@ def check_scores(scores, eligible):
 
 def _non_finite_message(scores, bad):
     where = bad.nonzero()[0].tolist()
-    return (f"scores contain NaN/inf at {bad.sum().item()} valid positions, first at (row, col) = {where}: "
-            f"value {scores[where[0], where[1]].item()}")
+    return (f"scores contain NaN/inf at {bad.sum().item()} valid positions, first at (row, col) = "
+            f"{where}: value {scores[where[0], where[1]].item()}")
 
 
 def budget(ratio, n_valid, n_eligible):
@@ -325,17 +331,21 @@ def loss_weights(valid_mask, selected_mask, loss_norm="selected", *, reduce=None
     reduce: sums a count over data-parallel ranks (gmts.trainer.distributed.all_reduce_sum) so the
     normaliser is global.
 
-    selected           1/S on selected tokens, S = selected tokens in the batch (the paper's equation; DAPO's token mean)
-    all                1/N_valid on selected tokens: the authors' code, verl, and TRL's top_entropy_quantile with
-                       loss_type bnpo / dapo (non-selected tokens stay in the denominator)
-    sequence           1/(N_answers · |o_i|) on selected tokens, |o_i| = the answer's full length (TRL's grpo with
-                       top_entropy_quantile)
-    sequence-selected  1/(N_answers · S_i), S_i = the answer's selected count (TRL's grpo with the selection folded
-                       into its completion mask; only meaningful without selection: see check_loss_config)
+    selected           1/S on selected tokens, S = selected tokens in the batch (the paper's
+                       equation; DAPO's token mean)
+    all                1/N_valid on selected tokens: the authors' code, verl, and TRL's
+                       top_entropy_quantile with loss_type bnpo / dapo (non-selected tokens stay in
+                       the denominator)
+    sequence           1/(N_answers · |o_i|) on selected tokens, |o_i| = the answer's full length
+                       (TRL's grpo with top_entropy_quantile)
+    sequence-selected  1/(N_answers · S_i), S_i = the answer's selected count (TRL's grpo with the
+                       selection folded into its completion mask; only meaningful without
+                       selection: see check_loss_config)
     """
     _check(loss_norm in LOSS_NORMS, f"loss_norm must be one of {LOSS_NORMS}, got {loss_norm!r}")
     _check(valid_mask.shape == selected_mask.shape,
-           f"valid_mask {tuple(valid_mask.shape)} and selected_mask {tuple(selected_mask.shape)} differ")
+           f"valid_mask {tuple(valid_mask.shape)} and selected_mask {tuple(selected_mask.shape)} "
+           "differ")
     _check(not (selected_mask & ~valid_mask).any(),
            "selected_mask selects padding/prompt positions (not in valid_mask)")
     total = reduce or (lambda count: count)
@@ -345,8 +355,8 @@ def loss_weights(valid_mask, selected_mask, loss_norm="selected", *, reduce=None
     if loss_norm == "all":
         return m / total(valid_mask.sum()).clamp(min=1).double()
     n_answers = total(torch.tensor(valid_mask.shape[0], device=valid_mask.device)).double()
-    per_answer = (valid_mask if loss_norm == "sequence" else selected_mask).sum(dim=1,
-                                                                                keepdim=True).clamp(min=1)
+    counted = valid_mask if loss_norm == "sequence" else selected_mask
+    per_answer = counted.sum(dim=1, keepdim=True).clamp(min=1)
     return m / (per_answer.double() * n_answers)
 
 

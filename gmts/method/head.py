@@ -5,9 +5,11 @@ Why: the full (tokens x vocab) logits are the memory bill of an RLVR step. For Q
 more copies of that size (gmts/METHOD.md, "Where E and ω come from"). Here the head matmul, softmax
 and its backward run over chunks of tokens:
 
-  forward : per chunk z = h W^T (+ b), z /= tau; keep only per-token logsumexp and log p[target]  (and entropy, a score)
-  backward: per chunk recompute z, p = exp(z/tau - lse);  d logp_t / d z = (onehot(target) - p) / tau   (gmts/METHOD.md,
-            Proposition 3.1: grad_z log p_i = e_i - p), then grad_h = G W and grad_W += G^T h, grad_b += sum G.
+  forward : per chunk z = h W^T (+ b), z /= tau; keep only per-token logsumexp and log p[target]
+            (and entropy, a score)
+  backward: per chunk recompute z, p = exp(z/tau - lse); d logp_t / d z = (onehot(target) - p) / tau
+            (gmts/METHOD.md, Proposition 3.1: grad_z log p_i = e_i - p), then grad_h = G W and
+            grad_W += G^T h, grad_b += sum G.
 
 Nothing of size (tokens, V) is ever stored; peak extra memory is a few (chunk_size, V) float32
 buffers, reused across chunks (reuse matters on CPU: each fresh multi-hundred-MB allocation
@@ -184,7 +186,8 @@ def token_logprobs_and_entropy(hidden: Tensor, head_weight: Tensor, targets: Ten
     _check(hidden.shape[-1] == width,
            f"hidden size {hidden.shape[-1]} does not match head_weight {tuple(head_weight.shape)}")
     _check(targets.shape == hidden.shape[:-1],
-           f"targets shape {tuple(targets.shape)} must equal hidden's leading shape {tuple(hidden.shape[:-1])}")
+           f"targets shape {tuple(targets.shape)} must equal hidden's leading shape "
+           f"{tuple(hidden.shape[:-1])}")
     _check(targets.dtype == torch.long, f"targets must be torch.long, got {targets.dtype}")
     _check(hidden.is_floating_point() and head_weight.is_floating_point(),
            f"hidden and head_weight must be floating "
@@ -218,7 +221,8 @@ def head_logprobs(hidden: Tensor, head_weight: Tensor, targets: Tensor, *,
         logp = (hidden.sum(-1) * 0).to(torch.promote_types(head_weight.dtype, torch.float32))
         return logp, (logp.detach().clone() if with_entropy else None)
     device_type = hidden.device.type     # the matmuls run in the autocast dtype when autocast is on
-    compute_dtype = torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else head_weight.dtype
+    autocast = torch.is_autocast_enabled(device_type)
+    compute_dtype = torch.get_autocast_dtype(device_type) if autocast else head_weight.dtype
     logp, entropy = _ChunkedHeadLogProb.apply(hidden, head_weight, head_bias, targets,
                                               float(temperature), chunk_size,
                                              with_entropy, compute_dtype)
@@ -235,7 +239,8 @@ def token_entropy(logits: Tensor, chunk_size: int = 1024, *, temperature: float 
     (gmts/METHOD.md, "Temperature": the policy trained at sampling temperature tau is softmax(z /
     tau)). float64 logits give a float64 result."""
     if logits.dim() < 1 or logits.shape[-1] == 0:
-        raise ValueError(f"logits must have a non-empty last (vocab) dim, got shape {tuple(logits.shape)}")
+        raise ValueError(f"logits must have a non-empty last (vocab) dim, got shape "
+                         f"{tuple(logits.shape)}")
     if not logits.is_floating_point():
         raise ValueError(f"logits must be floating point, got {logits.dtype}")
     _check_temperature(temperature)
@@ -286,7 +291,8 @@ def causal_lm_hidden_and_head(model) -> tuple:
     if decoder is None:
         decoder = getattr(model, "model", None)
     if decoder is None:
-        raise ValueError(f"cannot find the decoder of {type(model).__name__} (no get_decoder() and no .model)")
+        raise ValueError(f"cannot find the decoder of {type(model).__name__} (no get_decoder() and "
+                         "no .model)")
 
     def backbone(*args, **kwargs) -> Tensor:
         return decoder(*args, **kwargs).last_hidden_state
