@@ -15,8 +15,8 @@ valid tokens per second of step) is the fair rate; s/step is reported beside it.
 
 Where our gain comes from: train.py skips the forward/backward of answers whose advantage is exactly 0 (all-equal
 groups; with beta = 0 their gradient is exactly 0). The side `ours-noskip` is the same run with that skip off
-(bench/train_timed.py --no-skip: gmts/trainer/step.py's SKIP_ZERO_ADVANTAGE_ROWS set to False; masked_loss_inputs
-there drops the rows with A = 0); the share of the time saved that the skip explains is (noskip - ours) / (trl - ours) on
+(bench/train_timed.py --no-skip: the rows with A = 0, which gmts/trainer/step.py's masked_loss_inputs
+drops, get their passes back); the share of the time saved that the skip explains is (noskip - ours) / (trl - ours) on
 s/step.
 
 Ours runs as a user would, train.py's main() in a subprocess (through bench/train_timed.py, which adds
@@ -182,7 +182,7 @@ def main():
     ap.add_argument("--lr", type=float, default=1e-5)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--sides", nargs="+", default=["ours", "trl"], choices=SIDES,
-                    help="ours-noskip: train.py with the zero-advantage skip off (step.SKIP_ZERO_ADVANTAGE_ROWS = False)")
+                    help="ours-noskip: train.py with the zero-advantage skip off (bench/train_timed.py --no-skip)")
     ap.add_argument("--smoke", action="store_true", help="2 steps, 2 prompts x G=4, 4 tokens, 1 run each: a rot check")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "step.json"))
     args = ap.parse_args()

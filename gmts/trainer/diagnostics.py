@@ -162,10 +162,10 @@ class UpdateLog:
     def __init__(self, cfg, batch, records):
         self.cfg, self.records = cfg, records
         self.batch = batch.to(records[0]["mb"].rows.device)
-        self.valid, self.advantages = self.batch.valid_mask, self.batch.advantages
-        self.selected = torch.zeros_like(self.valid)             # the first pass's selection (N, T)
-        self.first_pass_rows = torch.zeros(self.valid.shape[0], dtype=torch.bool,
-                                           device=self.valid.device)
+        self.valid_mask, self.advantages = self.batch.valid_mask, self.batch.advantages
+        self.selected = torch.zeros_like(self.valid_mask)             # the first pass's selection (N, T)
+        self.first_pass_rows = torch.zeros(self.valid_mask.shape[0], dtype=torch.bool,
+                                           device=self.valid_mask.device)
         for record in records:
             mb, selected = record["mb"], record["selected"]
             new = ~self.first_pass_rows[mb.rows]                     # rows met for the first time
@@ -178,8 +178,8 @@ class UpdateLog:
         (whatever --selector); n_eff of W_i = Σ_t |ω_it| w_it over the selection (gmts/METHOD.md,
         "How concentrated an update is")."""
         cfg = self.cfg
-        entropy = torch.zeros(self.valid.shape, dtype=torch.float64, device=self.valid.device)
-        ets, gms = torch.zeros_like(self.valid), torch.zeros_like(self.valid)
+        entropy = torch.zeros(self.valid_mask.shape, dtype=torch.float64, device=self.valid_mask.device)
+        ets, gms = torch.zeros_like(self.valid_mask), torch.zeros_like(self.valid_mask)
         seen = torch.zeros_like(self.first_pass_rows)
         off_policy, steps, concentration = torch.zeros(3, dtype=torch.float64), [], []
         for step in self.records:
@@ -204,7 +204,7 @@ class UpdateLog:
                     step["omega"], step["loss_weights"], reduce=batch_sum,
                     reduce_max=lambda top: torch.tensor(
                         batch_max(float(top)), dtype=torch.float64)), **noise))
-        m = selection_diagnostics(self.valid, self.advantages, entropy, None, self.selected,
+        m = selection_diagnostics(self.valid_mask, self.advantages, entropy, None, self.selected,
                                   cfg.ratio,
                                   ets=ets, gms=gms)
         overlaps, losses, grad_norms, outcomes = zip(*steps)
