@@ -172,54 +172,46 @@ def update_policy(cfg, model, ref_model, optimizer, batch, select_gen, device, s
     """Score -> select -> masked loss -> optimizer step, once per mini-batch of --mini-batch-size
     whole groups (one by default: the on-policy step), --ppo-epochs passes over the batch
     (gmts/METHOD.md, "Several optimizer steps per rollout batch"). Returns one record (a dict) per
-    optimizer step, for gmts/trainer/diagnostics.py's UpdateLog. probe: --log-grad-noise's
-    GradNoiseProbe."""
+    optimizer step, for gmts/trainer/diagnostics.py's UpdateLog. probe: --log-grad-noise's."""
     batch = batch.to(device)
-    # log π_ref
-    ref_logp = reference_logprobs(cfg, model, ref_model, batch) if cfg.beta > 0 else None
-    # exact: all-equal groups get A = 0
-    exclude = (batch.advantages == 0) if cfg.exclude_zero_adv else None
+    ref_logp = reference_logprobs(cfg, model, ref_model, batch) if cfg.beta > 0 else None  # π_ref
+    exclude = (batch.advantages == 0) if cfg.exclude_zero_adv else None   # all-equal groups: A = 0
     params = [p for p in model.parameters() if p.requires_grad]
     records, on_policy = [], True
     for epoch in range(cfg.ppo_epochs):
         for rows in minibatch_rows(len(batch.prompt_ids), cfg.group_size, cfg.mini_batch_size,
-                                   seed=cfg.seed,
-                                   step=step, epoch=epoch, device=device):
+                                   seed=cfg.seed, step=step, epoch=epoch, device=device):
             mb = MiniBatch(rows, valid_mask=batch.valid_mask, advantages=batch.advantages,
                            old_logp=batch.old_logp, entropy=batch.entropy, ref_logp=ref_logp,
-                           exclude=exclude,
-                           group_size=cfg.group_size)
+                           exclude=exclude, group_size=cfg.group_size)
             # 4. Score at the current θ: log π_θ and E of every sampled token, ω, the score.
-            #    On-policy (θ = θ_old: before the first optimizer step) the rollout's values are
-            #    exact, r = 1, no forward pass (gmts/METHOD.md, "Where E and ω come from"); after
-            #    it, a no-grad pass.
-            logp, entropy = (mb.old_logp, mb.entropy) if on_policy else scoring_pass(model, batch,
-                                                                                     rows, cfg)
+            #    On-policy (θ = θ_old, before the first optimizer step) the rollout's values are
+            #    exact and r = 1 (gmts/METHOD.md, "Where E and ω come from"); later, a no-grad pass.
+            if on_policy:
+                logp, entropy = mb.old_logp, mb.entropy
+            else:
+                logp, entropy = scoring_pass(model, batch, rows, cfg)
+            kl_share = minibatch_kl_share(cfg, mb) if cfg.beta else 1.0
             omega = token_omega(logp, mb.old_logp, mb.advantages, eps_low=cfg.eps_low,
-                                eps_high=cfg.eps_high,
-                                beta=cfg.beta, ref_logp=mb.ref_logp,
-                                kl_share=minibatch_kl_share(cfg, mb) if cfg.beta else 1.0)
-            # w_it: 1/|o_i| per answer
-            length_weight = relative_token_weight(mb.valid_mask, cfg.loss_norm)
-            # NaN/inf in log π, E or ω: nothing to rank and no step; a non-finite step, not a
-            # traceback.
+                                eps_high=cfg.eps_high, beta=cfg.beta, ref_logp=mb.ref_logp,
+                                kl_share=kl_share)
+            length_weight = relative_token_weight(mb.valid_mask, cfg.loss_norm)  # 1/|o_i| or None
+            # NaN/inf in log π, E or ω: nothing to rank and no step (a non-finite step).
             finite = finite_on(mb.valid_mask, (logp, entropy, omega))
             if not finite:
                 logp, entropy, omega = (torch.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0)
                                         for x in (logp, entropy, omega))
             scores = token_scores(cfg.selector, entropy, omega, weight=length_weight,
                                   generator=select_gen)
-            # 5. Select: exactly k = ceil(ρ · N_valid) tokens of THIS mini-batch (all
-            # micro-batches).
+            # 5. Select: exactly k = ceil(ρ · N_valid) tokens of THIS mini-batch.
             selected = run_selection(cfg, scores, mb.valid_mask, mb.group_ids, mb.exclude)
-            # 6. Masked loss, normalised over the mini-batch: its micro-batches' gradients sum to
-            # its gradient.
+            # 6. Masked loss, normalised over the mini-batch: its micro-batches' gradients sum
+            #    to its gradient.
             loss_inputs = masked_loss_inputs(cfg, mb, selected, on_policy=on_policy)
             model.train()
             optimizer.zero_grad(set_to_none=True)
             loss, grad_norm, outcome = math.nan, math.nan, NON_FINITE
             if finite:
-                # (--log-grad-noise)
                 accumulate = probe.accumulate if probe else accumulate_gradients
                 loss, n_passes = accumulate(model, batch, loss_inputs, cfg)
                 # 7. Optimizer step, unless the loss or the gradient is not finite.
@@ -227,9 +219,9 @@ def update_policy(cfg, model, ref_model, optimizer, batch, select_gen, device, s
                                                           cfg.max_grad_norm)
             on_policy &= outcome != STEPPED
             records.append(dict(mb=mb, logp=logp, entropy=entropy, omega=omega,
-                                length_weight=length_weight,
-                                selected=selected, loss_weights=loss_inputs.weights, loss=loss,
-                                grad_norm=grad_norm, outcome=outcome,
+                                length_weight=length_weight, selected=selected,
+                                loss_weights=loss_inputs.weights, loss=loss, grad_norm=grad_norm,
+                                outcome=outcome,
                                 noise=probe.figures(grad_norm, outcome) if probe else {}))
     return records
 

@@ -191,9 +191,8 @@ class EagerDecode:
 
 @torch.no_grad()
 def sample(model, prompts, *, group_size, max_new_tokens, eos_token_ids, pad_token_id,
-           temperature=1.0, top_k=0,
-           top_p=1.0, generator=None, seeds=None, share_prefix=True, drop_finished=True,
-           decode=EagerDecode):
+           temperature=1.0, top_k=0, top_p=1.0, generator=None, seeds=None, share_prefix=True,
+           drop_finished=True, decode=EagerDecode):
     """Sample `group_size` completions for each of the Q prompts (lists of token ids); temperature 0
     = greedy. Returns a Rollout of N = Q * group_size rows in prompt order. seeds: one per prompt
     (drawn from `generator` when not given). share_prefix=False prefills N rows; drop_finished=False
@@ -206,24 +205,21 @@ def sample(model, prompts, *, group_size, max_new_tokens, eos_token_ids, pad_tok
     # (N, T) float64: answer row i draws uniform[i, t] at step t, from its prompt's seed alone
     uniform = answers_uniforms(seeds or prompt_seeds(len(prompts), generator), group_size,
                                max_new_tokens).to(device)
-    ids, mask = left_pad(prompts if share_prefix
-                         else [p for p in prompts for _ in range(group_size)],
-                         pad_token_id, device, decode.prompt_width(max(map(len, prompts))))
+    prefill = prompts if share_prefix else [p for p in prompts for _ in range(group_size)]
+    ids, mask = left_pad(prefill, pad_token_id, device, decode.prompt_width(max(map(len, prompts))))
     # Prefill: one row per prompt, then each prompt's cache rows copied G times
     cache, cache_kw = new_cache(model, n_rows, ids.shape[1] + max_new_tokens)
     logits = model(input_ids=ids, attention_mask=mask, position_ids=positions(mask), use_cache=True,
                    logits_to_keep=1, **cache_kw).logits[:, -1]
     cache.length = ids.shape[1]
-    rows = torch.arange(len(ids),
-                        device=device).repeat_interleave(group_size if share_prefix else 1)
+    copies = group_size if share_prefix else 1
+    rows = torch.arange(len(ids), device=device).repeat_interleave(copies)
     cache.select_rows(rows)
     logits, mask = logits[rows], mask[rows]
     start = mask.sum(dim=1)            # each row's real prompt tokens = its first answer's position
-    # mask: 0 at a prompt's left padding, 1 on every later column (causality hides the unwritten
-    # ones)
-    mask, step = torch.cat([mask, mask.new_ones((n_rows, max_new_tokens))], dim=1), decode(model,
-                                                                                           cache,
-                                                                                           cache_kw)
+    # mask: 0 at a prompt's left padding, 1 on every later column (causality hides unwritten ones)
+    mask = torch.cat([mask, mask.new_ones((n_rows, max_new_tokens))], dim=1)
+    step = decode(model, cache, cache_kw)
     tokens = torch.full((n_rows, max_new_tokens), pad_token_id, dtype=torch.long, device=device)
     logp, entropy = torch.zeros((2, n_rows, max_new_tokens), dtype=torch.float32, device=device)
     finished = torch.zeros(n_rows, dtype=torch.bool, device=device)
@@ -234,12 +230,12 @@ def sample(model, prompts, *, group_size, max_new_tokens, eos_token_ids, pad_tok
         if temperature == 0:                                                   # greedy
             next_tok = log_probs.argmax(dim=-1)
         else:                                                       # inverse CDF of uniform[row, t]
-            probs = torch.softmax(filter_logits(scaled, top_k, top_p) if top_k or top_p < 1
-                                  else scaled, dim=-1)
+            filtered = filter_logits(scaled, top_k, top_p) if top_k or top_p < 1 else scaled
+            probs = torch.softmax(filtered, dim=-1)
             cdf = probs.double().cumsum(dim=-1)
             u = (uniform[live, t] * cdf[:, -1]).unsqueeze(1)
-            next_tok = torch.searchsorted(cdf, u,
-                                          right=True).squeeze(1).clamp(max=probs.shape[-1] - 1)
+            next_tok = torch.searchsorted(cdf, u, right=True).squeeze(1)
+            next_tok = next_tok.clamp(max=probs.shape[-1] - 1)
         answering = ~finished[live]          # rows still answering (finished ones wait to leave)
         tokens[live, t] = torch.where(answering, next_tok, pad_token_id)  # (index writes: no sync)
         logp[live, t] = answering * log_probs.gather(1, next_tok[:, None]).squeeze(1)
