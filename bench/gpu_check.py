@@ -17,7 +17,7 @@ Checks, in order:
                          full forward over the same tokens (mean |Δ log p| < 0.05), on prompts of
                          mixed lengths, with end-of-sequence reached: at least half the answers end
                          before max_new_tokens, so rows are dropped and compacted.
-  compiled_equals_eager  sample(compile=True) (CUDA graphs) against eager, float32, same seeds, on
+  compiled_equals_eager  sample(decode=CompiledDecode) (CUDA graphs) against eager, float32, same seeds, on
                          rollouts whose longest prompts differ (two width buckets) and whose rows
                          end: identical tokens, |Δ log p| <= 1e-3, and no more graphs than
                          gmts.trainer.compiled_decode.graph_bound.
@@ -292,7 +292,7 @@ def check_rollout(s, model, eos, pad):
 
 
 # --------------------------------------------------------------------------------------------------
-# compiled_equals_eager: sample(compile=True) against eager, float32, two width buckets, rows
+# compiled_equals_eager: sample(decode=CompiledDecode) against eager, float32, two width buckets, rows
 # that end.
 
 
@@ -316,7 +316,7 @@ def check_compiled(s, model, eos, pad, dry):
         kw = dict(group_size=2, max_new_tokens=s["new_tokens"], eos_token_ids=eos, pad_token_id=pad)
         t0 = time.perf_counter()
         compiled = sample(
-            model, prompts, generator=torch.Generator().manual_seed(i), compile=True, **kw
+            model, prompts, generator=torch.Generator().manual_seed(i), decode=compiled_decode.CompiledDecode, **kw
         )
         sync(s["device"])
         compile_s = time.perf_counter() - t0
