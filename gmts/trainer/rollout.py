@@ -61,11 +61,8 @@ def cache_shape(config):
 
 
 def kv_cache_bytes(rows, max_len, config, dtype):
-    """Bytes of the sampler's KVCache: per layer keys and values of (rows, kv_heads, max_len,
-    head_dim) elements of `dtype` (the model's compute dtype, a torch.dtype or its name). The
-    sampler allocates max_len = longest prompt + max_new_tokens columns for rows = prompts per call
-    x G, once; compaction moves rows inside it and allocates nothing that lasts.
-    gmts/tools/memory.py counts the rollout's KV cache with this function."""
+    """Bytes of the sampler's KVCache (allocated once): keys and values of (rows, kv_heads, max_len,
+    head_dim) per layer; dtype: the compute dtype (or its name). Used by gmts/tools/memory.py."""
     layers, kv_heads, head_dim = cache_shape(config)
     dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
     return layers * 2 * rows * kv_heads * max_len * head_dim * torch.empty((),
@@ -264,19 +261,15 @@ def prompt_seeds(n, gen):
 
 
 def answers_uniforms(seeds, group_size, max_new_tokens):
-    """(len(seeds) x G, max_new_tokens) float64 uniforms on the CPU: a prompt's G answers from its
-    own seed, so an answer's draws depend on its prompt's seed alone, not on which generation call
-    or batch row it was sampled in."""
+    """(len(seeds) x G, max_new_tokens) float64 uniforms on the CPU, each prompt's from its seed."""
     kw, gen = dict(size=(group_size, max_new_tokens), dtype=torch.float64), torch.Generator()
     return torch.cat([torch.rand(**kw, generator=gen.manual_seed(s)) for s in seeds])
 
 
 def sample_batched(model, prompts, *, prompts_per_call=0, generator=None, **kwargs):
-    """`sample` over chunks of `prompts_per_call` prompts (0 = all at once), concatenated into one
-    Rollout. The KV cache of one call holds prompts_per_call x group_size rows: chunking bounds that
-    memory (e.g. the paper's 64 x 16 answers of 2k tokens would need ~90 GB of cache on Qwen2.5-1.5B
-    in one call). The prompts' seeds are drawn once for all of them: the answers do not depend on
-    prompts_per_call."""
+    """`sample` over chunks of `prompts_per_call` prompts (0 = all at once), as one Rollout."""
+    # Chunks bound the KV cache (the paper's 64 x 16 answers of 2k tokens: ~90 GB on Qwen2.5-1.5B
+    # in one call); the seeds are drawn once for all, so the answers do not depend on the chunks.
     k = prompts_per_call or len(prompts)
     seeds, starts = prompt_seeds(len(prompts), generator), range(0, len(prompts), k)
     parts = [sample(model, prompts[i:i + k], seeds=seeds[i:i + k], **kwargs) for i in starts]
@@ -324,12 +317,8 @@ def _transformers_model(model):
 
 
 def _cache_keyword(model):
-    """The KV cache's forward keyword: `cache` in transformers 5.x (where `past_key_values` is a
-    deprecated alias, removed in 5.40), `past_key_values` in 4.x.
-
-    Asked of the transformers model itself, not of a wrapper around it: a LoRA model (peft) or a
-    DDP/FSDP wrapper has a forward(*args, **kwargs) that names neither, and would otherwise get the
-    deprecated alias."""
+    """The KV cache's forward keyword: `cache` in transformers 5.x, `past_key_values` in 4.x."""
+    # Asked of the transformers model, not of a LoRA / DDP / FSDP wrapper (forward(**kwargs)).
     params = inspect.signature(_transformers_model(model).forward).parameters
     return "cache" if "cache" in params else "past_key_values"
 

@@ -28,8 +28,7 @@ def several_processes():
 
 
 def batch_sum(x):
-    """Σ of x (a number, or a tensor of counts or sums) over the whole batch: x itself on one
-    process."""
+    """Σ of x (a number, or counts / sums) over the whole batch: x itself on one process."""
     return distributed.all_reduce_sum(x) if several_processes() else torch.as_tensor(x)
 
 
@@ -116,8 +115,7 @@ class Batch(Rollout):
 
 
 def my_prompts(cfg, stream):
-    """The next --prompts-per-step prompts (indices), this process's share of them (every process
-    takes them all from the stream, so the data position stays the same everywhere)."""
+    """The next --prompts-per-step prompts (indices), this process's share of them."""
     return stream.take(cfg.prompts_per_step)[stream.shard]
 
 
@@ -136,12 +134,8 @@ _SHUFFLE_SALT = 0x6D696E69
 
 
 def minibatch_rows(n_local_groups, group_size, groups_per_step, *, seed, step, epoch, device=None):
-    """The rollout batch's rows for each optimizer step: one (rows,) long tensor per mini-batch.
-
-    The groups (numbered over the processes in order) are shuffled with (seed, step, epoch) and cut
-    into mini-batches of `groups_per_step` whole groups, each listing its groups in ascending order
-    (its rows over the processes are the rows one process would hold). One mini-batch: every row, in
-    order (the on-policy step)."""
+    """The rollout batch's rows for each optimizer step: one (rows,) long tensor per mini-batch of
+    `groups_per_step` whole groups. One mini-batch: every row, in order (the on-policy step)."""
     if groups_per_step >= int(batch_sum(n_local_groups)):
         return [torch.arange(n_local_groups * group_size, device=device)]
     return shuffled_minibatches(n_local_groups, group_size, groups_per_step, seed, step, epoch,
