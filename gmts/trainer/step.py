@@ -143,8 +143,9 @@ def minibatch_rows(n_local_groups, group_size, groups_per_step, *, seed, step, e
 
 
 def shuffled_minibatches(n_local_groups, group_size, groups_per_step, seed, step, epoch, device):
-    """minibatch_rows with several mini-batches: the groups shuffled with (seed, step, epoch),
-    cut in order."""
+    """minibatch_rows with several mini-batches: the groups (numbered over the processes in order)
+    shuffled with (seed, step, epoch) and cut in order, each mini-batch listing its groups in
+    ascending order (its rows over the processes are the rows one process would hold)."""
     counts = distributed.gather_objects(int(n_local_groups))
     offset, total = sum(counts[:distributed.rank()]), sum(counts)
     gen = torch.Generator().manual_seed((seed * 1_000_003 + step * 7919
