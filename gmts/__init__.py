@@ -22,9 +22,10 @@ import importlib
 # Where each public name lives. Imported on first use, so that `import gmts.run.config` / `gmts.run.validate` do not
 # load torch: the command line checks its flags before torch loads (~3 s) and a bad one fails at once.
 _EXPORTS = {
-    "method.grpo": ("group_advantages", "mixed_groups", "overlong_penalty", "check_loss_config", "kl_share",
-                    "loss_weights", "policy_loss", "relative_token_weight", "token_objective", "SELECTORS",
+    "method.grpo": ("group_advantages", "mixed_groups", "overlong_penalty", "kl_share",
+                    "loss_weights", "policy_loss", "relative_token_weight", "token_objective",
                     "clip_active", "token_omega", "token_scores", "num_to_select", "select_tokens"),
+    "method.options": ("check_loss_config", "SELECTORS"),
     "method.head": ("token_entropy", "token_logprobs_and_entropy"),
 }
 _WHERE = {name: module for module, names in _EXPORTS.items() for name in names}

@@ -23,8 +23,7 @@ from fractions import Fraction
 
 import torch
 
-from gmts.method.options import (KL_COVERAGE, LOSS_NORMS, SCOPES, SELECTORS, STD_MODES,  # noqa: F401 (re-exported)
-                                 check_loss_config)
+from gmts.method.options import LOSS_NORMS, SCOPES, SELECTORS, STD_MODES
 
 
 def _check(ok, message):
