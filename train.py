@@ -50,7 +50,6 @@ from gmts.run.state import (  # noqa: E402
     StopRequest, build_run, evaluate_during_training, log_paths, save, save_merged_lora)
 from gmts.run.folder import check_start  # noqa: E402
 from gmts.trainer import distributed  # noqa: E402
-from gmts.trainer.compiled_decode import CompiledDecode  # noqa: E402
 from gmts.trainer.diagnostics import GradNoise, UpdateLog, rollout_figures  # noqa: E402
 from gmts.trainer.policy import peak_memory_mb  # noqa: E402
 from gmts.trainer.rollout import EagerDecode, concat_rollouts, sample_batched  # noqa: E402
@@ -99,18 +98,19 @@ def reward_functions(cfg, names):
 # --------------------------------------------------------------------------------------------------
 # Stages 1-3: rollout, reward, advantage.
 
-def collect_batch(cfg, model, tokenizer, stream, eos_ids, generator, reward_fns):
+def collect_batch(cfg, model, tokenizer, stream, eos_ids, generator, reward_fns,
+                  decode=EagerDecode):
     """Rollout + reward + advantage for the step's prompts (this process's share under torchrun).
     Returns (the Batch, or None when no group has mixed rewards; every sampled answer's R (n,);
     rollouts)."""
-    args = cfg, model, tokenizer, eos_ids, generator, reward_fns
+    args = cfg, model, tokenizer, eos_ids, generator, reward_fns, decode
     if use_dynamic_sampling(cfg):
         return dynamic_sampling(stream, *args)
     batch = answer_prompts(stream, my_prompts(cfg, stream), *args)
     return batch, batch.rewards, 1
 
 
-def answer_prompts(stream, idx, cfg, model, tokenizer, eos_ids, generator, reward_fns):
+def answer_prompts(stream, idx, cfg, model, tokenizer, eos_ids, generator, reward_fns, decode):
     """Stages 1-3 for the stream's prompts `idx`: G answers each, their rewards R and advantages
     A."""
     G = cfg.group_size
@@ -121,7 +121,7 @@ def answer_prompts(stream, idx, cfg, model, tokenizer, eos_ids, generator, rewar
                           max_new_tokens=cfg.max_new_tokens, eos_token_ids=eos_ids,
                           pad_token_id=tokenizer.pad_token_id, temperature=cfg.temperature,
                           generator=generator,
-                          decode=CompiledDecode if cfg.compile else EagerDecode)
+                          decode=decode)
     texts = [tokenizer.decode(row[mask], skip_special_tokens=True)
              for row, mask in zip(roll.completion_ids.cpu(), roll.valid_mask.cpu())]
     # 2. Reward: programs check each answer (rewards/), all at once on a thread pool: R_i, the
@@ -142,7 +142,7 @@ def answer_prompts(stream, idx, cfg, model, tokenizer, eos_ids, generator, rewar
                  advantages=group_advantages(shaped, G, std=cfg.adv_std))
 
 
-def dynamic_sampling(stream, cfg, model, tokenizer, eos_ids, generator, reward_fns):
+def dynamic_sampling(stream, cfg, model, tokenizer, eos_ids, generator, reward_fns, decode):
     """DAPO's dynamic sampling: groups whose answers all got the same reward carry no signal (A =
     0); keep the mixed ones and sample more prompts, at most --max-sampling-tries rollouts, until
     this process has its share. A process that has it still takes every further try's prompts (the
@@ -154,7 +154,8 @@ def dynamic_sampling(stream, cfg, model, tokenizer, eos_ids, generator, reward_f
         idx = my_prompts(cfg, stream)
         if kept >= share:                                 # done here; another process still samples
             continue
-        batch = answer_prompts(stream, idx, cfg, model, tokenizer, eos_ids, generator, reward_fns)
+        batch = answer_prompts(stream, idx, cfg, model, tokenizer, eos_ids, generator, reward_fns,
+                               decode)
         sampled_rewards.append(batch.rewards)
         keep = mixed_groups(batch.rewards, cfg.group_size)   # the mixed groups, no more than needed
         part = batch.groups(keep & (torch.cumsum(keep.long(), 0) + kept <= share), cfg.group_size)
@@ -258,9 +259,9 @@ def train_step(run, step):
     if not weights_finite(model.parameters()):   # NaN/inf weights: no rollout to trust, no step
         return StepDone(BAD_WEIGHTS)
     with layers_gathered(model.eval()):
-        done = StepDone(NO_SIGNAL,
-                        *collect_batch(cfg, model, run.tokenizer, run.stream, run.eos_ids,
-                                                  run.rollout_gen, run.reward_fns))
+        batch = collect_batch(cfg, model, run.tokenizer, run.stream, run.eos_ids, run.rollout_gen,
+                              run.reward_fns, run.decode)
+    done = StepDone(NO_SIGNAL, *batch)
     done.time_rollout_s = time.time() - t_start
     if int(batch_sum(int(done.batch is None))):      # no group anywhere (no process may step alone)
         return done

@@ -24,6 +24,8 @@ from gmts.trainer.optim import build_optimizer
 from gmts.trainer.policy import (add_lora, check_vocabulary, enable_gradient_checkpointing, end_of_sequence_ids,
                                  load_model, load_tokenizer, peft_quiet, resolve_device,
                                  resolve_dtype)
+from gmts.trainer.compiled_decode import CompiledDecode
+from gmts.trainer.rollout import EagerDecode
 from gmts.trainer.step import PromptStream
 
 
@@ -46,6 +48,7 @@ class Run:
     rank: int = 0
     world: int = 1
     fingerprint: dict = None      # what the run is made of (gmts/run/fingerprint.py), saved with every checkpoint
+    decode: type = EagerDecode    # the sampler's decode step: CompiledDecode with --compile
 
     @property
     def main_process(self):
@@ -128,7 +131,8 @@ def build_run(cfg, resume_from, state, *, load_prompts, reward_functions):
                                                                  shard=distributed.my_share(cfg.prompts_per_step)),
               reward_fns=reward_fns, rollout_gen=torch.Generator(device=device).manual_seed(cfg.seed + 1_000_003 * rank),
               select_gen=torch.Generator(device=device).manual_seed(cfg.seed + 1 + 1_000_003 * rank),
-              device=device, rank=rank, world=world, fingerprint=made_of)
+              device=device, rank=rank, world=world, fingerprint=made_of,
+              decode=CompiledDecode if cfg.compile else EagerDecode)
     start_step = restore(run, state) if state is not None else 0
     if run.main_process:
         open_output_dir(run, start_step)

@@ -261,13 +261,16 @@ def my_share(n):
     return slice(rank() * share, (rank() + 1) * share)
 
 
-def throw_away_passes(model, n_passes, backward=True):
+@contextlib.contextmanager
+def even_passes(model, n_passes, backward=True):
     """FSDP: every forward (and backward) gathers the layers from every process, so each runs as
-    many passes as the busiest one; the extra ones are one-token passes of the decoder, with a zero
-    loss."""
+    many passes as the busiest one. The counts are compared before this process's n_passes passes
+    (the with-block); the extra ones, after it, are one-token passes of the decoder, loss 0."""
     if not sharded_layers(model):
+        yield
         return
     busiest = max(gather_objects(n_passes))
+    yield
     ids = torch.zeros((1, 1), dtype=torch.long, device=model.get_input_embeddings().weight.device)
     for _ in range(busiest - n_passes):
         hidden = model.get_decoder()(input_ids=ids, use_cache=False).last_hidden_state
@@ -276,9 +279,8 @@ def throw_away_passes(model, n_passes, backward=True):
 
 
 def sum_and_clip_gradients(model, params, n_passes, max_norm):
-    """(the passes of every process, the global gradient norm before clipping): FSDP's throw-away
-    passes first (the first collective after the passes), then the gradients summed and clipped."""
-    throw_away_passes(model, n_passes)
+    """(the passes of every process, the global gradient norm before clipping): the gradients
+    summed over the processes, then clipped."""
     passes = int(all_reduce_sum(torch.tensor(n_passes)))
     if passes == 0:
         return 0, 0.0

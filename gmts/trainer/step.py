@@ -43,6 +43,13 @@ def layers_gathered(model):
     return distributed.layers_gathered(model) if several_processes() else contextlib.nullcontext()
 
 
+def even_passes(model, n_passes, backward=True):
+    """FSDP: a with-block of n_passes passes, padded so that every process runs as many."""
+    if not several_processes():
+        return contextlib.nullcontext()
+    return distributed.even_passes(model, n_passes, backward)
+
+
 def sum_and_clip_gradients(model, params, n_passes, max_norm):
     """(how many passes ran on every process, the gradient norm before clipping to max_norm): the
     gradients summed over the processes first. No pass anywhere: (0, 0.0), nothing clipped."""
@@ -261,7 +268,7 @@ def scoring_pass(model, batch, rows, cfg, with_entropy=True):
     where = torch.full((batch.valid_mask.shape[0],), -1, dtype=torch.long, device=rows.device)
     where[rows] = torch.arange(len(rows), device=rows.device)          # each row's place in `rows`
     chunks = micro_batches(batch, rows, cfg)
-    with layers_gathered(model):
+    with layers_gathered(model), even_passes(model, len(chunks), backward=False):
         for k, chunk in enumerate(chunks):
             lp, ent = micro_batch_logprobs(model, batch, chunk, cfg, with_entropy)
             if k == 0:
@@ -271,8 +278,6 @@ def scoring_pass(model, batch, rows, cfg, with_entropy=True):
             logp[where[chunk], :lp.shape[1]] = lp.to(logp.dtype)
             if with_entropy:
                 entropy[where[chunk], :ent.shape[1]] = ent.to(entropy.dtype)
-        if several_processes():
-            distributed.throw_away_passes(model, len(chunks), backward=False)
     return logp, entropy
 
 
@@ -370,11 +375,12 @@ def accumulate_gradients(model, batch, inputs, cfg):
     a float64 tensor; the number of passes)."""
     chunks = micro_batches(batch, inputs.rows, cfg)
     total = torch.zeros((), dtype=torch.float64)
-    for chunk in chunks:
-        logp, _ = micro_batch_logprobs(model, batch, chunk, cfg)
-        loss = micro_batch_loss(inputs, chunk, logp)
-        loss.backward()
-        total += loss.detach().double().cpu()
+    with even_passes(model, len(chunks)):
+        for chunk in chunks:
+            logp, _ = micro_batch_logprobs(model, batch, chunk, cfg)
+            loss = micro_batch_loss(inputs, chunk, logp)
+            loss.backward()
+            total += loss.detach().double().cpu()
     return total, len(chunks)
 
 
