@@ -13,7 +13,7 @@ top-p):
   old      : the previous sampler, `sample` of gmts/trainer/rollout.py at git revision --old-rev (default 8528b56): the
              same algorithm over transformers' DynamicCache (grown by concatenation, copied whenever a row finishes).
              Extracted with `git show REV:gmts/trainer/rollout.py` into a temporary file.
-  compiled : ours with compile=True (torch.compile'd decode step over the static cache). Its compile time is the
+  compiled : ours with decode=CompiledDecode (torch.compile'd decode step over the static cache). Its compile time is the
              warm-up run (same G and lengths, so the measured run finds every shape compiled), reported as
              compile_s; tokens/s is the second run's.
 Both of ours also return per-token log-probs and entropies (the trainer's scores); generate returns
@@ -123,6 +123,7 @@ def old_sampler(rev):
 def run_once(method, model, prompt, G, new_tokens, eos, pad, seed, no_eos=False, old_rev="8528b56"):
     """One rollout; returns the number of valid generated tokens."""
     import torch
+    from gmts.trainer import compiled_decode
     from gmts.trainer.rollout import completion_mask, sample
     gen = torch.Generator().manual_seed(seed)
     if method == "generate":
@@ -142,11 +143,10 @@ def run_once(method, model, prompt, G, new_tokens, eos, pad, seed, no_eos=False,
             completion_mask(completions, torch.tensor([-1] if no_eos else eos),
                             completions.shape[1]).sum())
     fn = old_sampler(old_rev) if method == "old" else sample
-    kw = {"compile": True} if method == "compiled" else {}
-    roll = fn(model, [prompt], group_size=G, max_new_tokens=new_tokens,
-              eos_token_ids=[-1] if no_eos else eos, pad_token_id=pad, temperature=1.0,
-              generator=gen, share_prefix=(method != "plain"), drop_finished=(method != "plain"),
-              **kw)
+    kw = {"decode": compiled_decode.CompiledDecode} if method == "compiled" else {}
+    roll = fn(model, [prompt], group_size=G, max_new_tokens=new_tokens, eos_token_ids=[-1] if no_eos else eos,
+              pad_token_id=pad, temperature=1.0, generator=gen, share_prefix=(method != "plain"),
+              drop_finished=(method != "plain"), **kw)
     return int(roll.valid_mask.sum())
 
 

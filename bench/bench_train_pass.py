@@ -61,12 +61,11 @@ def old_accumulate(model, batch, inputs, cfg):
     """Step 6 before the length grouping (gmts/trainer/step.py at 080566f, one process):
     micro-batches in rollout order, every one at the batch's full completion width."""
     import torch
-    from gmts.trainer.step import micro_batch_loss, rows_logprobs
+    from gmts.trainer.step import completion_logprobs, micro_batch_loss
     for chunk in torch.split(inputs.rows, cfg.micro_batch_size):
         prompts = [batch.prompt_ids[int(i) // cfg.group_size] for i in chunk]
-        logp, _ = rows_logprobs(model, prompts, batch.completion_ids[chunk], batch.valid[chunk],
-                                temperature=cfg.temperature, chunk_size=cfg.chunk_size,
-                                with_entropy=False)
+        logp, _ = completion_logprobs(model, prompts, batch.completion_ids[chunk], batch.valid_mask[chunk],
+                                temperature=cfg.temperature, chunk_size=cfg.chunk_size, with_entropy=False)
         micro_batch_loss(inputs, chunk, logp).backward()
 
 
@@ -96,7 +95,7 @@ def main():
     import torch
     from bench.common import environment, write_results
     from gmts.method.grpo import loss_weights
-    from gmts.trainer.step import ONE_PROCESS, Batch, LossInputs, MiniBatch, accumulate_gradients
+    from gmts.trainer.step import Batch, LossInputs, MiniBatch, accumulate_gradients
     torch.set_num_threads(args.threads)
     model = build(args.model).train()
     prompts, completion, valid = batch(args.rows, args.min_len, args.max_len,
@@ -104,13 +103,12 @@ def main():
     n = args.rows
     zeros = torch.zeros(completion.shape)
     advantages = torch.linspace(-1, 1, n)
-    rollout = Batch(problems=[None] * n, prompt_ids=prompts, completion_ids=completion, valid=valid,
-                    logp=zeros, entropy=zeros, texts=[""] * n, rewards=torch.zeros(n),
-                    advantages=advantages)
-    mb = MiniBatch(torch.arange(n), valid=valid, advantages=advantages, old_logp=zeros,
-                   entropy=zeros, ref_logp=None, exclude=None, group_size=1)
-    inputs = LossInputs(mb, loss_weights(valid, valid, "selected"), None, mb.rows, on_policy=True,
-                        eps_low=0.2, eps_high=0.28, beta=0.0)
+    rollout = Batch(problems=[None] * n, prompt_ids=prompts, completion_ids=completion, valid_mask=valid, old_logp=zeros,
+                    entropy=zeros, texts=[""] * n, rewards=torch.zeros(n), advantages=advantages)
+    mb = MiniBatch(torch.arange(n), valid_mask=valid, advantages=advantages, old_logp=zeros, entropy=zeros, ref_logp=None,
+                   exclude=None, group_size=1)
+    inputs = LossInputs(mb, loss_weights(valid, valid, "selected"), None, mb.rows, on_policy=True, eps_low=0.2,
+                        eps_high=0.28, beta=0.0)
     real = int(valid.sum()) + sum(len(p) for p in prompts)
     mean_row = sum(len(p) for p in prompts) / n + int(valid.sum()) / n
     tokens = args.micro_batch_tokens or int(args.micro_batch_size * mean_row)
@@ -127,9 +125,8 @@ def main():
         with_kwargs=True)
     times, norms, passes_tokens = {s: [] for s in cfgs}, {s: [] for s in cfgs}, {}
     warm = dataclasses.replace(inputs, rows=inputs.rows[:2])
-    # warm-up: two rows through each side's code, not timed
-    for cfg in cfgs.values():
-        accumulate_gradients(model, rollout, warm, cfg, ONE_PROCESS)
+    for cfg in cfgs.values():                            # warm-up: two rows through each side's code, not timed
+        accumulate_gradients(model, rollout, warm, cfg)
     for rep in range(1, args.reps + 1):
         for side, cfg in cfgs.items():
             model.zero_grad(set_to_none=True)
@@ -138,7 +135,7 @@ def main():
             if side == "old":
                 old_accumulate(model, rollout, inputs, cfg)
             else:
-                accumulate_gradients(model, rollout, inputs, cfg, ONE_PROCESS)
+                accumulate_gradients(model, rollout, inputs, cfg)
             seconds = time.perf_counter() - t0
             passes_tokens[side] = computed["n"]
             print(f"round {rep} {side}: {seconds:.2f} s", flush=True)

@@ -17,7 +17,7 @@ Checks, in order:
                          full forward over the same tokens (mean |Δ log p| < 0.05), on prompts of
                          mixed lengths, with end-of-sequence reached: at least half the answers end
                          before max_new_tokens, so rows are dropped and compacted.
-  compiled_equals_eager  sample(compile=True) (CUDA graphs) against eager, float32, same seeds, on
+  compiled_equals_eager  sample(decode=CompiledDecode) (CUDA graphs) against eager, float32, same seeds, on
                          rollouts whose longest prompts differ (two width buckets) and whose rows
                          end: identical tokens, |Δ log p| <= 1e-3, and no more graphs than
                          gmts.trainer.compiled_decode.graph_bound.
@@ -235,7 +235,7 @@ def mixed_prompts(lengths, vocab, seed=0):
 
 def check_rollout(s, model, eos, pad):
     import torch
-    from gmts.trainer.policy import completion_logprobs
+    from gmts.trainer.step import completion_logprobs
     from gmts.trainer.rollout import sample
 
     prompts = mixed_prompts(
@@ -256,7 +256,7 @@ def check_rollout(s, model, eos, pad):
             model, prompts, roll.completion_ids, roll.valid_mask, group_size=4, with_entropy=True
         )
     v = roll.valid_mask
-    d_logp = (roll.logp[v].double() - logp[v].double()).abs()
+    d_logp = (roll.old_logp[v].double() - logp[v].double()).abs()
     d_ent = (roll.entropy[v].double() - ent[v].double()).abs()
     ended = float(roll.finished.float().mean())
     return {
@@ -272,7 +272,7 @@ def check_rollout(s, model, eos, pad):
 
 
 # --------------------------------------------------------------------------------------------------
-# compiled_equals_eager: sample(compile=True) against eager, float32, two width buckets, rows
+# compiled_equals_eager: sample(decode=CompiledDecode) against eager, float32, two width buckets, rows
 # that end.
 
 
@@ -297,7 +297,7 @@ def check_compiled(s, model, eos, pad, dry):
               "pad_token_id": pad}
         t0 = time.perf_counter()
         compiled = sample(
-            model, prompts, generator=torch.Generator().manual_seed(i), compile=True, **kw
+            model, prompts, generator=torch.Generator().manual_seed(i), decode=compiled_decode.CompiledDecode, **kw
         )
         sync(s["device"])
         compile_s = time.perf_counter() - t0
@@ -305,7 +305,7 @@ def check_compiled(s, model, eos, pad, dry):
         same = torch.equal(compiled.completion_ids, eager.completion_ids) and torch.equal(
             compiled.valid_mask, eager.valid_mask
         )
-        d_logp = float((compiled.logp - eager.logp).abs().max())
+        d_logp = float((compiled.old_logp - eager.old_logp).abs().max())
         ended = float(eager.finished.float().mean())
         ok &= same and d_logp <= 1e-3 and ended >= 0.5
         out.append(

@@ -1,19 +1,19 @@
-"""train.py as bench/bench_step.py runs it: the same main(), with the time spent scoring and
-selecting (stages 4-5: token_omega, token_scores, select) added to each metrics line as
-`time_score_select_s`, and with `--no-skip` the zero-advantage skip switched off
-(gmts/trainer/step.py, SKIP_ZERO_ADVANTAGE_ROWS). The trainer has no timing lines inside its stages;
-these wrappers add them from outside, for the benchmark only.
+"""train.py as bench/bench_step.py runs it: the same main(), with the time spent scoring and selecting
+(stages 4-5: token_omega, token_scores, run_selection) added to each metrics line as
+`time_score_select_s`, and with `--no-skip` the zero-advantage skip switched off (gmts/trainer/step.py's
+masked_loss_inputs drops the rows with A = 0 when β = 0; here they get their passes back). The trainer
+has no timing lines inside its stages; these wrappers add them from outside, for the benchmark only.
 
     python bench/train_timed.py [--no-skip] TRAIN_FLAGS...
 """
+import dataclasses
 import os
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import train
-from gmts.trainer import step
+import train  # noqa: E402
 
 spent = [0.0]          # seconds in the timed functions since the current update began
 
@@ -28,25 +28,36 @@ def timed(fn):
     return wrapper
 
 
-for name in ("token_omega", "token_scores", "select"):      # the names train.policy_steps calls
+for name in ("token_omega", "token_scores", "run_selection"):      # the names train.update_policy calls
     setattr(train, name, timed(getattr(train, name)))
-train_step = train.train_step
+train_step, step_figures, masked_loss_inputs = train.train_step, train.step_figures, train.masked_loss_inputs
 
 
 def train_step_timed(run, step_number):
     spent[0] = 0.0
-    metrics, log = train_step(run, step_number)
+    return train_step(run, step_number)
+
+
+def step_figures_timed(run, step_number, done):
     # ω, the scores and the top-k (not the diagnostics)
-    metrics["time_score_select_s"] = spent[0]
-    return metrics, log
+    return dict(step_figures(run, step_number, done), time_score_select_s=spent[0])
 
 
-# main() looks train_step up at each call
-train.train_step = train_step_timed
+def masked_loss_inputs_no_skip(cfg, mb, selected, on_policy):
+    """masked_loss_inputs with the rows of A = 0 kept: every row with a selected token gets its pass."""
+    inputs = masked_loss_inputs(cfg, mb, selected, on_policy)
+    has_weight = inputs.weights.sum(1) > 0
+    if inputs.kl_weights is not None:
+        has_weight |= inputs.kl_weights.sum(1) > 0
+    return dataclasses.replace(inputs, rows=mb.rows[has_weight])
+
+
+# main() and train_step look these names up in train at each call
+train.train_step, train.step_figures = train_step_timed, step_figures_timed
 
 if __name__ == "__main__":
     argv = sys.argv[1:]
     if "--no-skip" in argv:
         argv.remove("--no-skip")
-        step.SKIP_ZERO_ADVANTAGE_ROWS = False
+        train.masked_loss_inputs = masked_loss_inputs_no_skip
     train.main(argv)

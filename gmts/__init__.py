@@ -29,10 +29,10 @@ import importlib
 # `gmts.run.validate` do not load torch: the command line checks its flags before torch loads (~3 s)
 # and a bad one fails at once.
 _EXPORTS = {
-    "method.grpo": ("group_advantages", "mixed_groups", "overlong_penalty", "check_loss_config",
-                    "kl_relative_weight", "loss_weights", "policy_loss", "relative_token_weight",
-                    "token_objective", "SELECTORS", "clip_active", "token_omega", "token_scores",
-                    "num_to_select", "select_tokens"),
+    "method.grpo": ("group_advantages", "mixed_groups", "overlong_penalty", "kl_share",
+                    "loss_weights", "policy_loss", "relative_token_weight", "token_objective",
+                    "clip_active", "token_omega", "token_scores", "num_to_select", "select_tokens"),
+    "method.options": ("check_loss_config", "SELECTORS"),
     "method.head": ("token_entropy", "token_logprobs_and_entropy"),
 }
 _WHERE = {name: module for module, names in _EXPORTS.items() for name in names}

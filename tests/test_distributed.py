@@ -36,9 +36,8 @@ def make_batch(seed=0):
     entropy[3, 0] = entropy[9, 1] = entropy[12, 0] = 2.5
     logp = -torch.rand(n, T, generator=gen).masked_fill(~valid, 0)
     prompts = [[int(x) for x in torch.randint(3, VOCAB, (3 + q,), generator=gen)] for q in range(Q)]
-    return train.Batch(problems=list(range(Q)), prompt_ids=prompts, completion_ids=completion,
-                       valid=valid, logp=logp, entropy=entropy, texts=[""] * n, rewards=rewards,
-                       advantages=adv)
+    return train.Batch(problems=list(range(Q)), prompt_ids=prompts, completion_ids=completion, valid_mask=valid,
+                       old_logp=logp, entropy=entropy, texts=[""] * n, rewards=rewards, advantages=adv)
 
 
 def shard(batch, rank, world):
@@ -47,9 +46,10 @@ def shard(batch, rank, world):
     rows = slice(rank * q * G, (rank + 1) * q * G)
     return train.Batch(problems=batch.problems[rank * q:(rank + 1) * q],
                        prompt_ids=batch.prompt_ids[rank * q:(rank + 1) * q],
-                       completion_ids=batch.completion_ids[rows], valid=batch.valid[rows],
-                       logp=batch.logp[rows], entropy=batch.entropy[rows], texts=batch.texts[rows],
-                       rewards=batch.rewards[rows], advantages=batch.advantages[rows])
+                       completion_ids=batch.completion_ids[rows], valid_mask=batch.valid_mask[rows],
+                       old_logp=batch.old_logp[rows],
+                       entropy=batch.entropy[rows], texts=batch.texts[rows], rewards=batch.rewards[rows],
+                       advantages=batch.advantages[rows])
 
 
 def record_gradients(model, optimizer):
@@ -121,6 +121,7 @@ def one_update(selector, batch, loss_norm, fsdp=False, extra=()):
     import train
     from conftest import tiny_qwen2
     from gmts.trainer import distributed
+    from gmts.trainer.diagnostics import update_figures
     from gmts.run.config import parse_config
     from gmts.trainer.optim import build_optimizer
     torch.set_num_threads(1)
@@ -134,8 +135,8 @@ def one_update(selector, batch, loss_norm, fsdp=False, extra=()):
         distributed.shard_layers(model, torch.float32)
     optimizer = build_optimizer(model, cfg)
     grads = record_gradients(model, optimizer)
-    metrics, selected = train.update_policy(cfg, model, None, optimizer, batch, torch.Generator(),
-                                            torch.device("cpu"))
+    metrics, selected = update_figures(cfg, batch, train.update_policy(cfg, model, None, optimizer, batch,
+                                                                      torch.Generator(), torch.device("cpu")))
     if fsdp:
         params, _ = distributed.full_state_dicts(model, optimizer)
     else:
@@ -189,21 +190,14 @@ def test_two_processes_equal_one_process(tmp_path, selector, loss_norm, fsdp, ex
     parts = [torch.load(tmp_path / f"{r}.pt", weights_only=False) for r in range(2)]
     both = torch.cat([p["selected"] for p in parts])
     assert torch.equal(both, single_sel)
-    # ceil(0.2 n), global
-    assert int(single_sel.sum()) == -(-int(make_batch().valid.sum()) * 2 // 10)
-    # FSDP gathers the full weights on rank 0 only
-    for p in (parts[:1] if fsdp else parts):
-        # n: Q·G·T tokens at most, plus the micro-batches and the two ranks (assert_same_update
-        # derives it)
-        assert_same_update(p["grads"], single_grads, p["params"], single_params, lr=1e-2,
-                           n_terms=Q * G * T + 16)
-    for key in ("selected_tokens", "valid_tokens", "answers_with_selected",
-                "selection_overlap_ets_gmts"):
-        # counts: exact in any order
-        assert parts[0]["metrics"][key] == pytest.approx(single_metrics[key])
-    # the norm of the first (and only) step's gradient, at θ_0: a float32 sum of squares regrouped,
-    # so its relative error is of order n · u = 128 · 6e-8 ≈ 8e-6 at most (the coordinates' own
-    # errors are relative to max|g|)
+    assert int(single_sel.sum()) == -(-int(make_batch().valid_mask.sum()) * 2 // 10)      # ceil(0.2 n), global
+    for p in (parts[:1] if fsdp else parts):             # FSDP gathers the full weights on rank 0 only
+        # n: Q·G·T tokens at most, plus the micro-batches and the two ranks (assert_same_update derives it)
+        assert_same_update(p["grads"], single_grads, p["params"], single_params, lr=1e-2, n_terms=Q * G * T + 16)
+    for key in ("selected_tokens", "valid_tokens", "answers_with_selected", "selection_overlap_ets_gmts"):
+        assert parts[0]["metrics"][key] == pytest.approx(single_metrics[key])     # counts: exact in any order
+    # the norm of the first (and only) step's gradient, at θ_0: a float32 sum of squares regrouped, so its relative
+    # error is of order n · u = 128 · 6e-8 ≈ 8e-6 at most (the coordinates' own errors are relative to max|g|)
     assert parts[0]["metrics"]["grad_norm"] == pytest.approx(single_metrics["grad_norm"], rel=1e-5)
 
 
@@ -213,9 +207,8 @@ def test_per_rank_top_k_would_differ():
     import gmts
     batch = make_batch()
     halves = [shard(batch, r, 2) for r in range(2)]
-    per_rank = torch.cat(
-        [gmts.select_tokens(gmts.token_scores("ets", h.entropy), h.valid, 0.2) for h in halves])
-    global_sel = gmts.select_tokens(gmts.token_scores("ets", batch.entropy), batch.valid, 0.2)
+    per_rank = torch.cat([gmts.select_tokens(gmts.token_scores("ets", h.entropy), h.valid_mask, 0.2) for h in halves])
+    global_sel = gmts.select_tokens(gmts.token_scores("ets", batch.entropy), batch.valid_mask, 0.2)
     assert not torch.equal(per_rank, global_sel)
 
 
@@ -328,10 +321,10 @@ def test_gradient_norm_of_bf16_gradients_is_summed_in_float32():
     3 digits. Reference: float64 over the same bf16 values. Float32 sums of n = 4096 squares:
     relative error <= n u = 2.4e-4 at worst (u = 2^-24), and the square root halves it; bf16 itself
     rounds the result by up to 2^-9 = 2e-3."""
-    from gmts.trainer.step import ONE_PROCESS
-    from gmts.trainer.distributed import TORCHRUN
+    from gmts.trainer import distributed
+    from gmts.trainer.step import clip_grad_norm
     gen = torch.Generator().manual_seed(0)
-    for clip in (ONE_PROCESS.clip_grad_norm, TORCHRUN.clip_grad_norm):
+    for clip in (clip_grad_norm, distributed.clip_grad_norm):
         params = [torch.nn.Parameter(torch.zeros(64, 32, dtype=torch.bfloat16)) for _ in range(2)]
         for p in params:
             p.grad = torch.randn(p.shape, generator=gen).to(torch.bfloat16)

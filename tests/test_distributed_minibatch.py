@@ -35,6 +35,7 @@ def updates(flags, batches, fsdp=False):
     import train
     from conftest import tiny_qwen2
     from gmts.trainer import distributed
+    from gmts.trainer.diagnostics import update_figures
     from gmts.run.config import parse_config
     from gmts.trainer.optim import build_optimizer
     torch.set_num_threads(1)
@@ -50,8 +51,8 @@ def updates(flags, batches, fsdp=False):
     grads = record_gradients(model, optimizer)
     out = []
     for step, batch in enumerate(batches, start=1):
-        metrics, selected = train.update_policy(cfg, model, None, optimizer, batch,
-                                                torch.Generator(), torch.device("cpu"), step)
+        metrics, selected = update_figures(cfg, batch, train.update_policy(
+            cfg, model, None, optimizer, batch, torch.Generator(), torch.device("cpu"), step))
         if fsdp:
             params, _ = distributed.full_state_dicts(model, optimizer)
         else:

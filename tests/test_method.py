@@ -440,7 +440,7 @@ def test_overlap_diagnostic_uses_the_runs_scope_bottom_and_exclude():
     lowest scores."""
     from types import SimpleNamespace
     from gmts.trainer.diagnostics import counterfactual_selections, overlap
-    from gmts.trainer.step import select
+    from gmts.trainer.step import run_selection as select
     valid = torch.ones(4, 5, dtype=torch.bool)
     adv = torch.tensor([0.0, 0.0, 1.0, -1.0])
     entropy = torch.tensor([[9.0, 8.0, 0.1, 0.1, 0.1], [7.0, 6.0, 0.1, 0.1, 0.1],
@@ -474,9 +474,8 @@ def test_overlap_diagnostic_uses_the_runs_scope_bottom_and_exclude():
 
 
 def test_kl_relative_weight_is_the_true_gradient_coefficient():
-    """With --loss-norm selected and --kl-coverage all, the loss is Σ_sel ℓ^pol / S - β Σ_valid D /
-    N: a selected token's gradient coefficient is (r A I)/S + β(π_ref/π - 1)/N = (1/S)·ω(kl_weight =
-    S/N). Autograd agrees."""
+    """With --loss-norm selected and --kl-coverage all, the loss is Σ_sel ℓ^pol / S - β Σ_valid D / N: a selected
+    token's gradient coefficient is (r A I)/S + β(π_ref/π - 1)/N = (1/S)·ω(kl_share = S/N). Autograd agrees."""
     torch.manual_seed(0)
     n, t = 3, 4
     logp = (-torch.rand(n, t, dtype=torch.float64)).requires_grad_()
@@ -494,7 +493,6 @@ def test_kl_relative_weight_is_the_true_gradient_coefficient():
     (grad,) = torch.autograd.grad(-loss, logp)
     S, N = int(selected.sum()), n * t
     omega = gmts.token_omega(logp.detach(), old, adv, beta=beta, ref_logp=ref,
-                             kl_weight=gmts.kl_relative_weight("selected", "all", S, N))
+                             kl_share=gmts.kl_share("selected", "all", S, N))
     torch.testing.assert_close(grad[selected], omega[selected] / S, rtol=1e-12, atol=1e-14)
-    assert gmts.kl_relative_weight("all", "all", S, N) == gmts.kl_relative_weight(
-        "selected", "selected", S, N) == 1.0
+    assert gmts.kl_share("all", "all", S, N) == gmts.kl_share("selected", "selected", S, N) == 1.0

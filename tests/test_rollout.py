@@ -3,7 +3,7 @@ random Qwen2."""
 import pytest
 import torch
 
-from gmts.trainer.policy import completion_logprobs
+from gmts.trainer.step import completion_logprobs
 from gmts.trainer.rollout import Rollout, _cache_keyword, completion_mask, concat_rollouts, sample, sample_batched
 from conftest import tiny_qwen2
 
@@ -28,10 +28,10 @@ def test_shared_prefix_and_dropped_rows_draw_the_same_samples_as_the_plain_path(
     assert fast.completion_ids.shape == (12, 12)
     assert torch.equal(fast.completion_ids, plain.completion_ids)
     assert torch.equal(fast.valid_mask, plain.valid_mask)
-    # float64 (u ≈ 1.1e-16): the two paths group the same attention sums differently (a shared
-    # prefix, fewer rows), ~n u |z| ≈ 1e-14 apart; Qwen2's RMSNorm rounds through float32 on both
-    # sides alike (the same rows, the same values), so 1e-9 leaves five orders of magnitude.
-    torch.testing.assert_close(fast.logp, plain.logp, rtol=1e-9, atol=1e-9)
+    # float64 (u ≈ 1.1e-16): the two paths group the same attention sums differently (a shared prefix, fewer rows),
+    # ~n u |z| ≈ 1e-14 apart; Qwen2's RMSNorm rounds through float32 on both sides alike (the same rows, the same
+    # values), so 1e-9 leaves five orders of magnitude.
+    torch.testing.assert_close(fast.old_logp, plain.old_logp, rtol=1e-9, atol=1e-9)
     torch.testing.assert_close(fast.entropy, plain.entropy, rtol=1e-9, atol=1e-9)
     # some rows stopped early: the drop path was exercised
     assert fast.finished.any() and not fast.finished.all()
@@ -56,13 +56,12 @@ def test_rollout_logprobs_and_entropies_match_a_full_forward():
     "Temperature": test how close they are)."""
     model = tiny_qwen2(seed=6)
     roll = run(model)
-    logp, ent = completion_logprobs(model, roll.prompt_ids, roll.completion_ids, roll.valid_mask,
-                                    group_size=4, with_entropy=True, chunk_size=7)
-    # float32, KV-cached one-token steps against one padded forward: other GEMM shapes and attention
-    # groupings. Per layer the hidden states carry ~d u (d = 16 terms per dot product) relative
-    # error, ~1e-6 after 2 layers, and log-softmax adds ~u |z|: under 1e-5
-    # (tests/test_rollout_precision.py measures bigger models).
-    torch.testing.assert_close(logp, roll.logp, rtol=1e-5, atol=1e-5)
+    logp, ent = completion_logprobs(model, roll.prompt_ids, roll.completion_ids, roll.valid_mask, group_size=4,
+                                    with_entropy=True, chunk_size=7)
+    # float32, KV-cached one-token steps against one padded forward: other GEMM shapes and attention groupings.
+    # Per layer the hidden states carry ~d u (d = 16 terms per dot product) relative error, ~1e-6 after 2 layers,
+    # and log-softmax adds ~u |z|: under 1e-5 (tests/test_rollout_precision.py measures bigger models).
+    torch.testing.assert_close(logp, roll.old_logp, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(ent, roll.entropy, rtol=1e-5, atol=1e-5)
     assert (logp[~roll.valid_mask] == 0).all()
 
@@ -70,9 +69,9 @@ def test_rollout_logprobs_and_entropies_match_a_full_forward():
 def test_temperature_defines_the_policy():
     model = tiny_qwen2(seed=7)
     roll = run(model, temperature=0.7)
-    logp, ent = completion_logprobs(model, roll.prompt_ids, roll.completion_ids, roll.valid_mask,
-                                    group_size=4, temperature=0.7, with_entropy=True)
-    torch.testing.assert_close(logp, roll.logp, rtol=1e-5, atol=1e-5)
+    logp, ent = completion_logprobs(model, roll.prompt_ids, roll.completion_ids, roll.valid_mask, group_size=4,
+                                    temperature=0.7, with_entropy=True)
+    torch.testing.assert_close(logp, roll.old_logp, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(ent, roll.entropy, rtol=1e-5, atol=1e-5)
 
 
@@ -129,7 +128,7 @@ def test_chunked_rollout_equals_one_call_when_greedy():
     assert torch.equal(chunked.completion_ids[:, :width], whole.completion_ids)
     assert torch.equal(chunked.valid_mask[:, :width], whole.valid_mask)
     # float64, other batch shapes: ~1e-14 apart, as in the shared-prefix test above
-    torch.testing.assert_close(chunked.logp[:, :width], whole.logp, rtol=1e-9, atol=1e-9)
+    torch.testing.assert_close(chunked.old_logp[:, :width], whole.old_logp, rtol=1e-9, atol=1e-9)
 
 
 def test_concat_rollouts_pads_each_part_to_the_longest():
@@ -142,7 +141,7 @@ def test_concat_rollouts_pads_each_part_to_the_longest():
     assert torch.equal(both.completion_ids[12:], long.completion_ids)
     assert torch.equal(both.completion_ids[:12, :3], short.completion_ids)
     assert (both.completion_ids[:12, 3:] == PAD).all() and not both.valid_mask[:12, 3:].any()
-    assert (both.logp[:12, 3:] == 0).all() and (both.entropy[:12, 3:] == 0).all()
+    assert (both.old_logp[:12, 3:] == 0).all() and (both.entropy[:12, 3:] == 0).all()
     assert torch.equal(both.lengths, torch.cat([short.lengths, long.lengths]))
     with pytest.raises(ValueError, match="group_size"):
         concat_rollouts([short, Rollout(**{**vars(long), "group_size": 2})], PAD)
@@ -206,7 +205,7 @@ def test_answers_do_not_depend_on_how_the_prompts_split_into_generation_calls():
         assert torch.equal(roll.valid_mask[:, :width], whole.valid_mask)
         assert not roll.valid_mask[:, width:].any()
         # float64, other batch shapes and paddings: ~1e-14 apart (as in the shared-prefix test)
-        torch.testing.assert_close(roll.logp[:, :width], whole.logp, rtol=1e-9, atol=1e-9)
+        torch.testing.assert_close(roll.old_logp[:, :width], whole.old_logp, rtol=1e-9, atol=1e-9)
     other = sample_batched(model, many, generator=torch.Generator().manual_seed(4), **kw)
     assert not torch.equal(other.completion_ids, whole.completion_ids)
 

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from conftest import tiny_qwen2
-from gmts.trainer.policy import completion_logprobs
+from gmts.trainer.step import completion_logprobs
 from gmts.trainer.rollout import sample
 
 BF16_EPS = 2.0 ** -8
@@ -34,7 +34,7 @@ def gaps(dtype, head_scale):
         ids = torch.cat([torch.tensor(prompts[0])[None], roll.completion_ids[:1]], dim=1)
         max_logit = model(input_ids=ids).logits.float().abs().max().item()
     v = roll.valid_mask
-    return (logp - roll.logp)[v].abs(), (ent - roll.entropy)[v].abs(), max_logit
+    return (logp - roll.old_logp)[v].abs(), (ent - roll.entropy)[v].abs(), max_logit
 
 
 @pytest.mark.parametrize("head_scale", [1.0, 8.0, 30.0])

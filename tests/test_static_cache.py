@@ -132,7 +132,7 @@ def assert_same(new, ref):
     assert torch.equal(new.completion_ids, tokens)
     assert torch.equal(new.valid_mask, valid)
     assert torch.equal(new.finished, finished)
-    torch.testing.assert_close(new.logp, logp, **TOL)
+    torch.testing.assert_close(new.old_logp, logp, **TOL)
     torch.testing.assert_close(new.entropy, entropy, **TOL)
 
 

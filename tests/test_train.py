@@ -141,15 +141,14 @@ def test_collect_batch_keeps_only_mixed_groups(digit_model_dir):
     import train
     from gmts.run.config import parse_config
     from gmts.trainer.policy import end_of_sequence_ids, load_model, load_tokenizer
-    cfg = parse_config(
-        ["--model", digit_model_dir, "--data", "arithmetic", "--algo", "dapo", "--group-size", "4",
-                        "--prompts-per-step", "3", "--max-new-tokens", "5", "--max-sampling-tries",
-         "5",
+    from gmts.trainer.step import PromptStream
+    cfg = parse_config(["--model", digit_model_dir, "--data", "arithmetic", "--algo", "dapo", "--group-size", "4",
+                        "--prompts-per-step", "3", "--max-new-tokens", "5", "--max-sampling-tries", "5",
                         "--micro-batch-size", "4"])
     tok = load_tokenizer(digit_model_dir)
     model = load_model(digit_model_dir, dtype=torch.float32, device=torch.device("cpu"))
     problems, ids, _ = train.load_prompts(cfg, tok)
-    stream = train.PromptStream(problems, ids, seed=0)
+    stream = PromptStream(problems, ids, seed=0)
     # A reward that depends on the text's length parity: some groups mixed, some all-equal.
     fns = {name: (lambda text, ref: float(len(text) % 2)) for name in {p.reward for p in problems}}
     batch, sampled, tries = train.collect_batch(cfg, model, tok, stream,
@@ -167,21 +166,18 @@ def test_overlong_shaping_moves_the_advantage_not_the_reward(digit_model_dir):
     import train
     from gmts.run.config import parse_config
     from gmts.trainer.policy import end_of_sequence_ids, load_model, load_tokenizer
-    cfg = parse_config(
-        ["--model", digit_model_dir, "--data", "arithmetic", "--group-size", "4",
-         "--prompts-per-step",
-                        "3", "--max-new-tokens", "6", "--micro-batch-size", "4",
-         "--overlong-buffer", "4",
+    from gmts.trainer.step import PromptStream
+    cfg = parse_config(["--model", digit_model_dir, "--data", "arithmetic", "--group-size", "4", "--prompts-per-step",
+                        "3", "--max-new-tokens", "6", "--micro-batch-size", "4", "--overlong-buffer", "4",
                         "--overlong-penalty", "0.5"])
     tok = load_tokenizer(digit_model_dir)
     model = load_model(digit_model_dir, dtype=torch.float32, device=torch.device("cpu"))
     problems, ids, _ = train.load_prompts(cfg, tok)
-    stream = train.PromptStream(problems, ids, seed=0)
-    # every answer "right"
-    fns = {name: (lambda text, ref: 1.0) for name in {p.reward for p in problems}}
+    stream = PromptStream(problems, ids, seed=0)
+    fns = {name: (lambda text, ref: 1.0) for name in {p.reward for p in problems}}    # every answer "right"
     batch, _, _ = train.collect_batch(cfg, model, tok, stream, end_of_sequence_ids(model, tok),
                                       torch.Generator().manual_seed(0), fns)
-    lengths = batch.valid.sum(dim=1).float()
+    lengths = batch.valid_mask.sum(dim=1).float()
     assert len(set(lengths.tolist())) > 1, "the tiny model should give answers of several lengths"
     # the checker's reward is kept as it was
     assert (batch.rewards == 1.0).all()

@@ -49,9 +49,7 @@ def full_forward(model, prompt, completion, length, temperature):
 
 def per_token(model, batch, rows, temperature):
     """(list of log π rows, list of entropy rows) for `rows`, each of the answer's own length."""
-    out = [
-        full_forward(model, batch.prompt_ids[int(i) // G], batch.completion_ids[i],
-                     int(batch.valid[i].sum()),
+    out = [full_forward(model, batch.prompt_ids[int(i) // G], batch.completion_ids[i], int(batch.valid_mask[i].sum()),
                         temperature) for i in rows]
     return [lp for lp, _ in out], [e for _, e in out]
 
@@ -75,7 +73,7 @@ def reference_update(model, ref_model, batch, o, minibatches, lr):
         with torch.no_grad():
             now, ent = per_token(model, batch, rows, o["T"])
             ref = per_token(ref_model, batch, rows, o["T"])[0] if o["beta"] else None
-        old = [batch.logp[i, :len(now[j])].double() for j, i in enumerate(rows)]
+        old = [batch.old_logp[i, :len(now[j])].double() for j, i in enumerate(rows)]
         if not moved:
             # θ = θ_old: the trainer reuses the rollout's values (here: the same full forward at
             # θ_0) and r = 1.
@@ -172,14 +170,13 @@ def make_batch(model, seed=0):
     # group 2: all equal
     rewards = torch.tensor([1., 0, 0, 0, 1, 1, 0, 0, 0.3, 0.3, 0.3, 0.3, 0, 1, 1, 1])
     prompts = [[int(x) for x in torch.randint(3, VOCAB, (2 + q,), generator=gen)] for q in range(Q)]
-    batch = train.Batch(problems=list(range(Q)), prompt_ids=prompts, completion_ids=completion,
-                        valid=valid, logp=torch.zeros(n, T, dtype=torch.float64),
-                        entropy=torch.zeros(n, T, dtype=torch.float64), texts=[""] * n,
-                        rewards=rewards, advantages=gmts.group_advantages(rewards, G))
+    batch = train.Batch(problems=list(range(Q)), prompt_ids=prompts, completion_ids=completion, valid_mask=valid,
+                        old_logp=torch.zeros(n, T, dtype=torch.float64), entropy=torch.zeros(n, T, dtype=torch.float64),
+                        texts=[""] * n, rewards=rewards, advantages=gmts.group_advantages(rewards, G))
     with torch.no_grad():
         lp, ent = per_token(model, batch, range(n), 1.0)
     for i in range(n):
-        batch.logp[i, :len(lp[i])], batch.entropy[i, :len(lp[i])] = lp[i], ent[i]
+        batch.old_logp[i, :len(lp[i])], batch.entropy[i, :len(lp[i])] = lp[i], ent[i]
     return batch
 
 
@@ -218,6 +215,7 @@ CASES = {
 def trainer_update(flags, tied=False, step=5):
     import train
     from gmts.run.config import parse_config
+    from gmts.trainer.diagnostics import update_figures
     from gmts.trainer.step import minibatch_rows
     cfg = parse_config(
         ["--group-size", str(G), "--prompts-per-step", str(Q), "--micro-batch-size", "4",
@@ -229,8 +227,8 @@ def trainer_update(flags, tied=False, step=5):
     # grows fast).
     lr = 1.0 if cfg.beta > 0 else 3.0
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
-    metrics, _ = train.update_policy(cfg, model, ref_model, optimizer, batch, torch.Generator(),
-                                     torch.device("cpu"), step)
+    metrics, _ = update_figures(cfg, batch, train.update_policy(cfg, model, ref_model, optimizer, batch,
+                                                                torch.Generator(), torch.device("cpu"), step))
     minibatches = [rows for epoch in range(cfg.ppo_epochs)
                    for rows
                    in minibatch_rows(Q, G, cfg.mini_batch_size, seed=cfg.seed, step=step,

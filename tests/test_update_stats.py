@@ -13,7 +13,8 @@ import gmts
 from gmts.tools.toy import tiny_model
 import types
 
-from gmts.trainer.step import ONE_PROCESS, Batch, LossInputs, MiniBatch, accumulate_gradients
+from gmts.trainer.diagnostics import GradNoise
+from gmts.trainer.step import Batch, LossInputs, MiniBatch, accumulate_gradients
 from gmts.trainer.update_stats import GradNoiseProbe, noise_from_halves, update_answers_effective
 
 
@@ -246,15 +247,13 @@ def trainer_pieces(prompts, completions, valid, adv, weights, micro_batch_size):
     (gmts/trainer/step.py): the rollout Batch, the LossInputs of its one mini-batch (r = 1: π_old :=
     this forward's log π) and the flags the passes read."""
     zeros = torch.zeros(completions.shape, dtype=torch.float64)
-    batch = Batch(problems=[None] * len(prompts), prompt_ids=prompts, completion_ids=completions,
-                  valid=valid, logp=zeros, entropy=zeros, texts=[""] * len(adv),
-                  rewards=torch.zeros(len(adv)), advantages=adv)
-    mb = MiniBatch(torch.arange(len(adv)), valid=valid, advantages=adv, old_logp=zeros,
-                   entropy=zeros, ref_logp=None, exclude=None, group_size=G)
-    inputs = LossInputs(mb, weights, None, mb.rows, on_policy=True, eps_low=0.2, eps_high=0.28,
-                        beta=0.0)
-    cfg = types.SimpleNamespace(group_size=G, micro_batch_size=micro_batch_size,
-                                micro_batch_tokens=0, temperature=1.0, chunk_size=64)
+    batch = Batch(problems=[None] * len(prompts), prompt_ids=prompts, completion_ids=completions, valid_mask=valid,
+                  old_logp=zeros, entropy=zeros, texts=[""] * len(adv), rewards=torch.zeros(len(adv)), advantages=adv)
+    mb = MiniBatch(torch.arange(len(adv)), valid_mask=valid, advantages=adv, old_logp=zeros, entropy=zeros, ref_logp=None,
+                   exclude=None, group_size=G)
+    inputs = LossInputs(mb, weights, None, mb.rows, on_policy=True, eps_low=0.2, eps_high=0.28, beta=0.0)
+    cfg = types.SimpleNamespace(group_size=G, micro_batch_size=micro_batch_size, micro_batch_tokens=0, temperature=1.0,
+                                chunk_size=64)
     return batch, inputs, cfg
 
 
@@ -264,9 +263,10 @@ def probe_step(model, prompts, completions, valid, adv, weights, micro_batch_siz
     the caller's norm."""
     params = [p for p in model.parameters() if p.requires_grad]
     model.zero_grad(set_to_none=True)
-    probe = GradNoiseProbe(params)
+    noise = GradNoise(model)
+    probe = noise.probe
     batch, inputs, cfg = trainer_pieces(prompts, completions, valid, adv, weights, micro_batch_size)
-    accumulate_gradients(model, batch, inputs, cfg, ONE_PROCESS, noise=probe)
+    noise.accumulate(model, batch, inputs, cfg)
     norm = math.sqrt(sum(float(p.grad.pow(2).sum()) for p in params if p.grad is not None))
     return probe.metrics(), probe.metrics(grad_norm=norm)
 
@@ -280,7 +280,7 @@ def separate_halves(model, prompts, completions, valid, adv, weights):
     out = []
     for rows in (torch.arange(4), torch.arange(4, 8)):
         model.zero_grad(set_to_none=True)
-        accumulate_gradients(model, batch, dataclasses.replace(inputs, rows=rows), cfg, ONE_PROCESS)
+        accumulate_gradients(model, batch, dataclasses.replace(inputs, rows=rows), cfg)
         out.append(torch.cat([p.grad.reshape(-1) for p in params]))
     return out
 
@@ -340,18 +340,12 @@ def test_ratio_over_ranks_equals_one_process():
         model = models[rank]
         params = [p for p in model.parameters() if p.requires_grad]
         rows = mine[rank]
-        probe = GradNoiseProbe(params)
-        sub = ([prompts[int(r) // G] for r in rows[::G]], completions[rows], valid[rows], adv[rows],
-               weights[rows])
-        # this rank's rows, renumbered
-        batch, inputs, cfg = trainer_pieces(*sub, micro_batch_size=1)
-        # the members of gmts/trainer/distributed.py's Torchrun that the passes use, over the
-        # simulated ranks
-        rank_ops = types.SimpleNamespace(world=2, rank=rank, sum=reduce, even_passes=lambda model,
-                                         passes: passes)
-        accumulate_gradients(model, batch, inputs, cfg, rank_ops, noise=probe)
-        # all_reduce_gradients
-        flat = reduce(torch.cat([p.grad.reshape(-1) for p in params]))
+        noise = GradNoise(model)
+        probe = noise.probe
+        sub = ([prompts[int(r) // G] for r in rows[::G]], completions[rows], valid[rows], adv[rows], weights[rows])
+        batch, inputs, cfg = trainer_pieces(*sub, micro_batch_size=1)          # this rank's rows, renumbered
+        noise.accumulate(model, batch, inputs, cfg, reduce=reduce, rank=rank)        # over the simulated ranks
+        flat = reduce(torch.cat([p.grad.reshape(-1) for p in params]))          # all_reduce_gradients
         return probe.groups_a, probe.groups_b, probe.metrics(grad_norm=float(flat.norm()))
 
     # one process splits groups {0, 1} | {2, 3}; the ranks {0} + {1} | {2} + {3}: the same halves

@@ -1,20 +1,25 @@
 """Token log-probs and entropies from final hidden states and the output head, chunk by chunk.
 
-Why: the full (tokens x vocab) logits are the memory bill of an RLVR step. For Qwen2.5 (vocab 151,936) 8k tokens of
-float32 logits are 5 GB, and log_softmax + entropy + backward make several more copies of that size (gmts/METHOD.md,
-"Where E and ω come from"). Here the head matmul, softmax and its backward run over chunks of tokens:
+Why: the full (tokens x vocab) logits are the memory bill of an RLVR step. For Qwen2.5 (vocab
+151,936) 8k tokens of float32 logits are 5 GB, and log_softmax + entropy + backward make several
+more copies of that size (gmts/METHOD.md, "Where E and ω come from"). Here the head matmul, softmax
+and its backward run over chunks of tokens:
 
-  forward : per chunk z = h W^T (+ b), z /= tau; keep only per-token logsumexp and log p[target]  (and entropy, a score)
-  backward: per chunk recompute z, p = exp(z/tau - lse);  d logp_t / d z = (onehot(target) - p) / tau   (gmts/METHOD.md,
-            Proposition 3.1: grad_z log p_i = e_i - p), then grad_h = G W and grad_W += G^T h, grad_b += sum G.
+  forward : per chunk z = h W^T (+ b), z /= tau; keep only per-token logsumexp and log p[target]
+            (and entropy, a score)
+  backward: per chunk recompute z, p = exp(z/tau - lse); d logp_t / d z = (onehot(target) - p) / tau
+            (gmts/METHOD.md, Proposition 3.1: grad_z log p_i = e_i - p), then grad_h = G W and
+            grad_W += G^T h, grad_b += sum G.
 
-Nothing of size (tokens, V) is ever stored; peak extra memory is a few (chunk_size, V) float32 buffers, reused across
-chunks (reuse matters on CPU: each fresh multi-hundred-MB allocation page-faults through glibc's mmap).
-The price is one extra head matmul (the recompute) in the backward pass.
+Nothing of size (tokens, V) is ever stored; peak extra memory is a few (chunk_size, V) float32
+buffers, reused across chunks (reuse matters on CPU: each fresh multi-hundred-MB allocation
+page-faults through glibc's mmap). The price is one extra head matmul (the recompute) in the
+backward pass.
 
-Matmuls run in the inputs' dtype (bf16 on GPU; the autocast dtype when autocast is on); softmax / logsumexp math runs
-in float32 (float64 when the inputs are float64: the softmax dtype is promote_types(dtype, float32)) one chunk at a
-time: a bf16 logsumexp over 151,936 entries would lose ~3 significant digits.
+Matmuls run in the inputs' dtype (bf16 on GPU; the autocast dtype when autocast is on); softmax /
+logsumexp math runs in float32 (float64 when the inputs are float64: the softmax dtype is
+promote_types(dtype, float32)) one chunk at a time: a bf16 logsumexp over 151,936 entries would lose
+~3 significant digits.
 """
 
 from __future__ import annotations
@@ -38,18 +43,22 @@ def _check_temperature(temperature) -> None:
 
 
 def _chunks(hidden, weight, bias, compute_dtype, sm_dtype, chunk_size, temperature):
-    """Yield (start, end, h, z, zf) for each chunk of tokens: its hidden states h in the matmul dtype, its logits
-    z = h W^T (+ b) in the reused buffer z (matmul dtype), and z / tau in zf (the softmax dtype; the same memory as z
-    when the dtypes match). Forward and backward both loop over this: the backward recomputes exactly the forward's
-    values. The two (chunk_size, V) buffers are allocated once and reused for every chunk."""
+    """Yield (start, end, h, z, zf) for each chunk of tokens: its hidden states h in the matmul
+    dtype, its logits z = h W^T (+ b) in the reused buffer z (matmul dtype), and z / tau in zf (the
+    softmax dtype; the same memory as z when the dtypes match). Forward and backward both loop over
+    this: the backward recomputes exactly the forward's values. The two (chunk_size, V) buffers are
+    allocated once and reused for every chunk."""
     n_tokens, vocab = hidden.shape[0], weight.shape[0]
-    w, b = weight.to(compute_dtype), None if bias is None else bias.to(compute_dtype)  # no copy when dtypes match
+    # no copy when dtypes match
+    w, b = weight.to(compute_dtype), None if bias is None else bias.to(compute_dtype)
     z_buf = torch.empty(min(chunk_size, n_tokens), vocab, dtype=compute_dtype, device=hidden.device)
-    zf_buf = z_buf if compute_dtype == sm_dtype else torch.empty(z_buf.shape, dtype=sm_dtype, device=hidden.device)
+    zf_buf = z_buf if compute_dtype == sm_dtype else torch.empty(z_buf.shape, dtype=sm_dtype,
+                                                                 device=hidden.device)
     for start in range(0, n_tokens, chunk_size):
         end = min(start + chunk_size, n_tokens)
         h, z, zf = hidden[start:end].to(compute_dtype), z_buf[:end - start], zf_buf[:end - start]
-        torch.matmul(h, w.t(), out=z) if b is None else torch.addmm(b, h, w.t(), out=z)  # z (n, V) = h W^T (+ b)
+        # z (n, V) = h W^T (+ b)
+        torch.matmul(h, w.t(), out=z) if b is None else torch.addmm(b, h, w.t(), out=z)
         if zf is not z:
             zf.copy_(z)  # upcast once per chunk
         if temperature != 1.0:
@@ -58,34 +67,43 @@ def _chunks(hidden, weight, bias, compute_dtype, sm_dtype, chunk_size, temperatu
 
 
 def _entropy_into(out, shifted, p_buf):
-    """H = -Σ p log p = log S - Σ(e · s) / S of each row, written into out (n,), from the shifted logits s (n, V), with
-    e = exp(s) in the reused buffer p_buf and S = Σ e (returned: the forward's logsumexp needs it too). The per-row
-    dot product is a bmm, without a (n, V) temporary."""
+    """H = -Σ p log p = log S - Σ(e · s) / S of each row, written into out (n,), from the shifted
+    logits s (n, V), with e = exp(s) in the reused buffer p_buf and S = Σ e (returned: the forward's
+    logsumexp needs it too). The per-row dot product is a bmm, without a (n, V) temporary."""
     p = torch.exp(shifted, out=p_buf)  # unnormalised probabilities
     sum_exp = p.sum(-1)
-    out.copy_(torch.log(sum_exp) - torch.bmm(p.unsqueeze(1), shifted.unsqueeze(2)).view(-1) / sum_exp)
+    out.copy_(torch.log(sum_exp) - torch.bmm(p.unsqueeze(1),
+                                             shifted.unsqueeze(2)).view(-1) / sum_exp)
     return sum_exp
 
 
 class _ChunkedHeadLogProb(torch.autograd.Function):
-    """logp[t] = log softmax(h_t W^T / tau + b / tau)[target_t] over flattened tokens, chunked (see module doc).
+    """logp[t] = log softmax(h_t W^T / tau + b / tau)[target_t] over flattened tokens, chunked (see
+    module doc).
 
-    Inputs are 2D: hidden (N, H), weight (V, H), bias (V,) or None, targets (N,). Returns (logp (N,), entropy (N,)
-    or an empty tensor). Entropy is marked non-differentiable: it is a score, not part of the graph (gmts/METHOD.md, "The loss")."""
+    Inputs are 2D: hidden (N, H), weight (V, H), bias (V,) or None, targets (N,). Returns (logp
+    (N,), entropy (N,) or an empty tensor). Entropy is marked non-differentiable: it is a score, not
+    part of the graph (gmts/METHOD.md, "The loss")."""
 
     @staticmethod
-    def forward(ctx, hidden, weight, bias, targets, temperature, chunk_size, with_entropy, compute_dtype):
-        """Per chunk: the shifted logits s = z/tau - max, log p[target] = s[target] - log Σ exp(s), and the logsumexp
-        saved for the backward. With entropy (a score, _entropy_into), a third reused (chunk, V) buffer holds exp(s);
-        without it, exp runs in place (the shifted logits are not needed any more)."""
+    def forward(ctx, hidden, weight, bias, targets, temperature, chunk_size, with_entropy,
+                compute_dtype):
+        """Per chunk: the shifted logits s = z/tau - max, log p[target] = s[target] - log Σ exp(s),
+        and the logsumexp saved for the backward. With entropy (a score, _entropy_into), a third
+        reused (chunk, V) buffer holds exp(s); without it, exp runs in place (the shifted logits are
+        not needed any more)."""
         n_tokens, vocab, device = hidden.shape[0], weight.shape[0], hidden.device
-        sm_dtype = torch.promote_types(compute_dtype, torch.float32)  # float32 at least (module docstring)
+        # float32 at least (module docstring)
+        sm_dtype = torch.promote_types(compute_dtype, torch.float32)
         with torch.autocast(device.type, enabled=False):
             logp = torch.empty(n_tokens, dtype=sm_dtype, device=device)
-            lse = torch.empty(n_tokens, dtype=sm_dtype, device=device)  # logsumexp of z / tau, saved for backward
+            # logsumexp of z / tau, saved for backward
+            lse = torch.empty(n_tokens, dtype=sm_dtype, device=device)
             entropy = torch.empty(n_tokens if with_entropy else 0, dtype=sm_dtype, device=device)
-            p_buf = torch.empty(min(chunk_size, n_tokens), vocab, dtype=sm_dtype, device=device) if with_entropy else None
-            for start, end, _, _, zf in _chunks(hidden, weight, bias, compute_dtype, sm_dtype, chunk_size, temperature):
+            p_buf = torch.empty(min(chunk_size, n_tokens), vocab, dtype=sm_dtype,
+                                device=device) if with_entropy else None
+            for start, end, _, _, zf in _chunks(hidden, weight, bias, compute_dtype, sm_dtype,
+                                                chunk_size, temperature):
                 row_max = zf.amax(dim=-1, keepdim=True)  # (n, 1)
                 zf.sub_(row_max)  # shifted logits, <= 0
                 target_shifted = zf.gather(-1, targets[start:end, None]).squeeze(-1)  # (n,)
@@ -104,21 +122,26 @@ class _ChunkedHeadLogProb(torch.autograd.Function):
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_logp, _grad_entropy):
-        """Per chunk: recompute z, p = exp(z/tau - lse), and G = d loss / d z = g · (onehot(target) - p) / tau, built
-        in place in the softmax buffer (and copied back to the matmul dtype for the two gradient matmuls); then
-        grad_h = G W, grad_W += G^T h, grad_b += Σ G. grad_W and grad_b accumulate in float32 even for bf16 weights:
-        summing the chunks' contributions in bf16 would round away small updates."""
+        """Per chunk: recompute z, p = exp(z/tau - lse), and G = d loss / d z = g · (onehot(target)
+        - p) / tau, built in place in the softmax buffer (and copied back to the matmul dtype for
+        the two gradient matmuls); then grad_h = G W, grad_W += G^T h, grad_b += Σ G. grad_W and
+        grad_b accumulate in float32 even for bf16 weights: summing the chunks' contributions in
+        bf16 would round away small updates."""
         hidden, weight, bias, targets, lse = ctx.saved_tensors
-        need_h, need_w, need_b = ctx.needs_input_grad[:3]      # (autograd calls this only when one is True)
+        # (autograd calls this only when one is True)
+        need_h, need_w, need_b = ctx.needs_input_grad[:3]
         compute_dtype, inv_tau, device = ctx.compute_dtype, 1.0 / ctx.temperature, hidden.device
         acc_dtype = torch.promote_types(compute_dtype, torch.float32)
         with torch.autocast(device.type, enabled=False):
             w = weight.to(compute_dtype)
             grad_logp = grad_logp.to(lse.dtype)
-            grad_h = torch.empty(hidden.shape, dtype=compute_dtype, device=device) if need_h else None
+            grad_h = torch.empty(hidden.shape, dtype=compute_dtype,
+                                 device=device) if need_h else None
             grad_w = torch.zeros(weight.shape, dtype=acc_dtype, device=device) if need_w else None
-            grad_b = torch.zeros(weight.shape[0], dtype=acc_dtype, device=device) if need_b else None
-            for start, end, h, z, zf in _chunks(hidden, weight, bias, compute_dtype, lse.dtype, ctx.chunk_size,
+            grad_b = torch.zeros(weight.shape[0], dtype=acc_dtype,
+                                 device=device) if need_b else None
+            for start, end, h, z, zf in _chunks(hidden, weight, bias, compute_dtype, lse.dtype,
+                                                ctx.chunk_size,
                                                 ctx.temperature):
                 p = zf.sub_(lse[start:end, None]).exp_()  # softmax(z / tau), in place
                 g = grad_logp[start:end]  # (n,)
@@ -134,85 +157,109 @@ class _ChunkedHeadLogProb(torch.autograd.Function):
                     grad_w.add_(z.t() @ h)
                 if need_b:
                     grad_b.add_(z.sum(0, dtype=acc_dtype))
-        return (grad_h.to(hidden.dtype) if need_h else None, grad_w.to(weight.dtype) if need_w else None,
+        return (grad_h.to(hidden.dtype) if need_h else None,
+                grad_w.to(weight.dtype) if need_w else None,
                 grad_b.to(bias.dtype) if need_b else None, None, None, None, None, None)
 
 
-def token_logprobs_and_entropy(hidden: Tensor, head_weight: Tensor, targets: Tensor, *, head_bias: Tensor | None = None,
-                               temperature: float = 1.0, chunk_size: int = 1024, with_entropy: bool = True
+def token_logprobs_and_entropy(hidden: Tensor, head_weight: Tensor, targets: Tensor, *,
+                               head_bias: Tensor | None = None,
+                               temperature: float = 1.0, chunk_size: int = 1024,
+                               with_entropy: bool = True
                                ) -> tuple[Tensor, Tensor | None]:
-    """hidden (..., H) any float dtype, head_weight (V, H), targets (...) long.
-    Returns logp (...) float32 = log softmax(hidden @ W.T / temperature)[target], differentiable w.r.t. hidden and
-    head_weight (and bias) through a custom autograd Function that never stores (tokens, V) logits: forward keeps only
-    per-token logsumexp (and target logits); backward recomputes each chunk's logits: d logp/d z = onehot - softmax.
-    entropy (...) float32 of softmax(z / temperature) computed WITHOUT gradient (it's a score: gmts/METHOD.md, "The loss"), or None.
+    """hidden (..., H) any float dtype, head_weight (V, H), targets (...) long. Returns logp (...)
+    float32 = log softmax(hidden @ W.T / temperature)[target], differentiable w.r.t. hidden and
+    head_weight (and bias) through a custom autograd Function that never stores (tokens, V) logits:
+    forward keeps only per-token logsumexp (and target logits); backward recomputes each chunk's
+    logits: d logp/d z = onehot - softmax. entropy (...) float32 of softmax(z / temperature)
+    computed WITHOUT gradient (it's a score: gmts/METHOD.md, "The loss"), or None.
 
-    The bias, when given, is part of z (z = h W^T + b) and is divided by the temperature too. float64 inputs give
-    float64 outputs (for gradcheck). Padding positions: any valid id works as their target; callers mask the result.
-    Under autocast the matmuls run in the autocast dtype; otherwise in head_weight's dtype (hidden is cast to it).
+    The bias, when given, is part of z (z = h W^T + b) and is divided by the temperature too.
+    float64 inputs give float64 outputs (for gradcheck). Padding positions: any valid id works as
+    their target; callers mask the result. Under autocast the matmuls run in the autocast dtype;
+    otherwise in head_weight's dtype (hidden is cast to it).
     """
-    _check(hidden.dim() >= 1 and head_weight.dim() == 2, f"expected hidden (..., H) and head_weight (V, H), got "
+    _check(hidden.dim() >= 1 and head_weight.dim() == 2,
+           f"expected hidden (..., H) and head_weight (V, H), got "
            f"shapes {tuple(hidden.shape)} and {tuple(head_weight.shape)}")
     vocab, width = head_weight.shape
     _check(hidden.shape[-1] == width,
            f"hidden size {hidden.shape[-1]} does not match head_weight {tuple(head_weight.shape)}")
     _check(targets.shape == hidden.shape[:-1],
-           f"targets shape {tuple(targets.shape)} must equal hidden's leading shape {tuple(hidden.shape[:-1])}")
+           f"targets shape {tuple(targets.shape)} must equal hidden's leading shape "
+           f"{tuple(hidden.shape[:-1])}")
     _check(targets.dtype == torch.long, f"targets must be torch.long, got {targets.dtype}")
-    _check(hidden.is_floating_point() and head_weight.is_floating_point(), f"hidden and head_weight must be floating "
+    _check(hidden.is_floating_point() and head_weight.is_floating_point(),
+           f"hidden and head_weight must be floating "
            f"point, got {hidden.dtype} and {head_weight.dtype}")
-    _check(head_bias is None or head_bias.shape == (vocab,), lambda: f"head_bias must have shape ({vocab},), got "
+    _check(head_bias is None or head_bias.shape == (vocab,),
+           lambda: f"head_bias must have shape ({vocab},), got "
            f"{tuple(head_bias.shape)}")
     if targets.numel():
-        lo, hi = int(targets.min()), int(targets.max())  # one sync; a bad id would be a device assert on GPU
+        # one sync; a bad id would be a device assert on GPU
+        lo, hi = int(targets.min()), int(targets.max())
         _check(lo >= 0 and hi < vocab, f"targets must lie in [0, {vocab}), got min {lo} max {hi}")
-    logp, entropy = head_logprobs(hidden.reshape(-1, width), head_weight, targets.reshape(-1), head_bias=head_bias,
-                                  temperature=temperature, chunk_size=chunk_size, with_entropy=with_entropy)
+    logp, entropy = head_logprobs(hidden.reshape(-1, width), head_weight, targets.reshape(-1),
+                                  head_bias=head_bias,
+                                  temperature=temperature, chunk_size=chunk_size,
+                                  with_entropy=with_entropy)
     return logp.view(targets.shape), (entropy.view(targets.shape) if with_entropy else None)
 
 
-def head_logprobs(hidden: Tensor, head_weight: Tensor, targets: Tensor, *, head_bias: Tensor | None = None,
+def head_logprobs(hidden: Tensor, head_weight: Tensor, targets: Tensor, *,
+                  head_bias: Tensor | None = None,
                   temperature: float = 1.0, chunk_size: int = 1024, with_entropy: bool = True
                   ) -> tuple[Tensor, Tensor | None]:
-    """token_logprobs_and_entropy on flat inputs the caller built itself: hidden (n, H), targets (n,) long ids in
-    [0, V), head_bias (V,) or None. gmts/trainer/step.py's completion_logprobs calls this with the model's own hidden
-    states and the sampled ids, so the public function's shape, dtype and range checks cannot fail there and are not
-    repeated. Returns (logp (n,), entropy (n,) or None)."""
+    """token_logprobs_and_entropy on flat inputs the caller built itself: hidden (n, H), targets
+    (n,) long ids in [0, V), head_bias (V,) or None. gmts/trainer/step.py's completion_logprobs
+    calls this with the model's own hidden states and the sampled ids, so the public function's
+    shape, dtype and range checks cannot fail there and are not repeated. Returns (logp (n,),
+    entropy (n,) or None)."""
     _check_temperature(temperature)
     _check_chunk_size(chunk_size)
     if targets.numel() == 0:  # nothing to score; keep the result attached to the graph all the same
         logp = (hidden.sum(-1) * 0).to(torch.promote_types(head_weight.dtype, torch.float32))
         return logp, (logp.detach().clone() if with_entropy else None)
-    device_type = hidden.device.type       # the matmuls run in the autocast dtype when autocast is on
-    compute_dtype = torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else head_weight.dtype
-    logp, entropy = _ChunkedHeadLogProb.apply(hidden, head_weight, head_bias, targets, float(temperature), chunk_size,
+    device_type = hidden.device.type     # the matmuls run in the autocast dtype when autocast is on
+    autocast = torch.is_autocast_enabled(device_type)
+    compute_dtype = torch.get_autocast_dtype(device_type) if autocast else head_weight.dtype
+    logp, entropy = _ChunkedHeadLogProb.apply(hidden, head_weight, head_bias, targets,
+                                              float(temperature), chunk_size,
                                              with_entropy, compute_dtype)
     return logp, (entropy if with_entropy else None)
 
 
 @torch.no_grad()
 def token_entropy(logits: Tensor, chunk_size: int = 1024, *, temperature: float = 1.0) -> Tensor:
-    """float32 entropy of softmax(logits) over the last dim, computed chunk by chunk over the leading (flattened) dims
-    so that no float32 copy of the whole (..., V) tensor is made (upcast one chunk at a time). No gradient.
+    """float32 entropy of softmax(logits) over the last dim, computed chunk by chunk over the
+    leading (flattened) dims so that no float32 copy of the whole (..., V) tensor is made (upcast
+    one chunk at a time). No gradient.
 
-    temperature: entropy of softmax(logits / temperature), without a scaled copy of the logits (gmts/METHOD.md, "Temperature": the
-    policy trained at sampling temperature tau is softmax(z / tau)). float64 logits give a float64 result."""
+    temperature: entropy of softmax(logits / temperature), without a scaled copy of the logits
+    (gmts/METHOD.md, "Temperature": the policy trained at sampling temperature tau is softmax(z /
+    tau)). float64 logits give a float64 result."""
     if logits.dim() < 1 or logits.shape[-1] == 0:
-        raise ValueError(f"logits must have a non-empty last (vocab) dim, got shape {tuple(logits.shape)}")
+        raise ValueError(f"logits must have a non-empty last (vocab) dim, got shape "
+                         f"{tuple(logits.shape)}")
     if not logits.is_floating_point():
         raise ValueError(f"logits must be floating point, got {logits.dtype}")
     _check_temperature(temperature)
     _check_chunk_size(chunk_size)
     vocab = logits.shape[-1]
     try:
-        rows = logits.view(-1, vocab)  # (N, V) view; fails for e.g. logits[:, :-1] of a (B, T, V) tensor
+        # (N, V) view; fails for e.g. logits[:, :-1] of a (B, T, V) tensor
+        rows = logits.view(-1, vocab)
     except RuntimeError:
-        # Not viewable as 2D: go one leading index at a time rather than let reshape copy the whole tensor.
-        return torch.stack([token_entropy(x, chunk_size, temperature=temperature) for x in logits.unbind(0)])
-    sm_dtype = torch.promote_types(logits.dtype, torch.float32)  # float32 at least (module docstring)
+        # Not viewable as 2D: go one leading index at a time rather than let reshape copy the whole
+        # tensor.
+        return torch.stack([token_entropy(x, chunk_size,
+                                          temperature=temperature) for x in logits.unbind(0)])
+    # float32 at least (module docstring)
+    sm_dtype = torch.promote_types(logits.dtype, torch.float32)
     out = torch.empty(rows.shape[0], dtype=sm_dtype, device=logits.device)
     for start in range(0, rows.shape[0], chunk_size):
-        shifted = rows[start:start + chunk_size].to(sm_dtype, copy=True)  # one fresh (upcast) chunk, ours to modify
+        # one fresh (upcast) chunk, ours to modify
+        shifted = rows[start:start + chunk_size].to(sm_dtype, copy=True)
         if temperature != 1.0:
             shifted.div_(temperature)
         shifted.sub_(shifted.amax(dim=-1, keepdim=True))
@@ -227,9 +274,10 @@ def causal_lm_hidden_and_head(model) -> tuple:
     """(backbone, head_weight, head_bias) of a transformers causal LM, so that
     model(input_ids, ...).logits == backbone(input_ids, ...) @ head_weight.T (+ head_bias).
 
-    backbone(**kwargs) calls the decoder (model.get_decoder(), i.e. model.model for Qwen2/Llama) and returns its
-    last_hidden_state (..., H), which already has the final norm applied. Refuses models whose logits are not a plain
-    linear map of that state (final logit soft-capping, logit scaling)."""
+    backbone(**kwargs) calls the decoder (model.get_decoder(), i.e. model.model for Qwen2/Llama) and
+    returns its last_hidden_state (..., H), which already has the final norm applied. Refuses models
+    whose logits are not a plain linear map of that state (final logit soft-capping, logit
+    scaling)."""
     config = getattr(model, "config", None)
     for attr in ("final_logit_softcapping", "logit_scale"):
         value = getattr(config, attr, None)
@@ -243,7 +291,8 @@ def causal_lm_hidden_and_head(model) -> tuple:
     if decoder is None:
         decoder = getattr(model, "model", None)
     if decoder is None:
-        raise ValueError(f"cannot find the decoder of {type(model).__name__} (no get_decoder() and no .model)")
+        raise ValueError(f"cannot find the decoder of {type(model).__name__} (no get_decoder() and "
+                         "no .model)")
 
     def backbone(*args, **kwargs) -> Tensor:
         return decoder(*args, **kwargs).last_hidden_state

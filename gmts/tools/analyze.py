@@ -360,20 +360,19 @@ def analyze_groups(model, prompt_ids, rollout, rewards, *, params="all", adv_std
 # --------------------------------------------------------------------------------------------------
 # Off-policy: move θ away from the policy that sampled, as the trainer's later mini-batches find it.
 
-def off_policy_steps(model, rollout, advantages, mini_batches, optimizer, *, eps_low=0.2,
-                     eps_high=0.2, selector="none", ratio=1.0, loss_norm="selected",
-                     temperature=1.0, chunk_size=1024, max_grad_norm=1.0, generator=None):
-    """One optimizer step per mini-batch of whole groups (gmts/METHOD.md, "Several optimizer steps
-    per rollout batch"): each is scored at the CURRENT θ (log π_θ, E, r = π_θ/π_old against the
-    rollout's log-probs, ω), selected (`selector`, exact top-ρ of that mini-batch) and normalised on
-    its own, and trained on the clipped policy loss (gmts.policy_loss, β = 0). After the steps the
-    analysis measures other groups of the same rollout at the moved θ: there r ≠ 1 and some clips
-    are active, the regime where ω carries r and I.
+def off_policy_steps(model, rollout, advantages, mini_batches, optimizer, *, eps_low=0.2, eps_high=0.2,
+                     selector="none", ratio=1.0, loss_norm="selected", temperature=1.0, chunk_size=1024,
+                     max_grad_norm=1.0, generator=None):
+    """One optimizer step per mini-batch of whole groups (gmts/METHOD.md, "Several optimizer steps per rollout batch"):
+    each is scored at the CURRENT θ (log π_θ, E, r = π_θ/π_old against the rollout's log-probs, ω), selected
+    (`selector`, exact top-ρ of that mini-batch) and normalised on its own, and trained on the clipped policy loss
+    (gmts.policy_loss, β = 0). After the steps the analysis measures other groups of the same rollout at the moved θ:
+    there r ≠ 1 and some clips are active, the regime where ω carries r and I.
 
-    mini_batches: lists of group (prompt) indices of `rollout`; advantages: (N,) per answer. Returns
-    one dict per step: the loss, the gradient norm before clipping, and the mini-batch's clip-active
-    share and mean |r - 1| at the moment it was scored."""
-    from gmts.trainer.policy import completion_logprobs
+    mini_batches: lists of group (prompt) indices of `rollout`; advantages: (N,) per answer. Returns one dict per
+    step: the loss, the gradient norm before clipping, and the mini-batch's clip-active share and mean |r - 1| at
+    the moment it was scored."""
+    from gmts.trainer.step import completion_logprobs
     device = next(model.parameters()).device
     G = rollout.group_size
     adv_all = torch.as_tensor(advantages, dtype=torch.float32)
@@ -386,10 +385,9 @@ def off_policy_steps(model, rollout, advantages, mini_batches, optimizer, *, eps
         for groups in mini_batches:
             rows = torch.tensor([q * G + j for q in groups for j in range(G)], dtype=torch.long)
             prompts = [rollout.prompt_ids[q] for q in groups]
-            ids, valid = rollout.completion_ids[rows].to(device), rollout.valid_mask[rows].to(
-                device)
-            old, adv = rollout.logp[rows].to(device), adv_all[rows].to(device)
-            passes = {"group_size": G, "temperature": temperature, "chunk_size": chunk_size}
+            ids, valid = rollout.completion_ids[rows].to(device), rollout.valid_mask[rows].to(device)
+            old, adv = rollout.old_logp[rows].to(device), adv_all[rows].to(device)
+            passes = dict(group_size=G, temperature=temperature, chunk_size=chunk_size)
             with torch.no_grad():
                 logp_now, entropy = completion_logprobs(model, prompts, ids, valid,
                                                         with_entropy=True, **passes)
@@ -599,14 +597,12 @@ def run(args):
         advantages = group_advantages(torch.tensor(all_rewards, dtype=torch.float32), G,
                                       std=args.adv_std)
         select_gen = torch.Generator(device=device).manual_seed(args.seed)     # (--selector random)
-        steps_log = off_policy_steps(model, rollout, advantages, trained,
-                                     build_optimizer(model, cfg), eps_low=args.eps_low,
-                                     eps_high=args.eps_high, selector=args.selector,
-                                     ratio=args.ratio, loss_norm=args.loss_norm,
-                                     temperature=args.temperature, chunk_size=args.chunk_size,
-                                     max_grad_norm=args.max_grad_norm, generator=select_gen)
-        # π_old: the policy that sampled, before the steps
-        old_logp = rollout.logp
+        steps_log = off_policy_steps(model, rollout, advantages, trained, build_optimizer(model, cfg),
+                                     eps_low=args.eps_low, eps_high=args.eps_high, selector=args.selector,
+                                     ratio=args.ratio, loss_norm=args.loss_norm, temperature=args.temperature,
+                                     chunk_size=args.chunk_size, max_grad_norm=args.max_grad_norm,
+                                     generator=select_gen)
+        old_logp = rollout.old_logp                          # π_old: the policy that sampled, before the steps
     t_steps = time.time() - t0 - t_sample
 
     params, _ = analysis_parameters(model, args.params)

@@ -1,4 +1,4 @@
-"""The compiled decode step of gmts/trainer/rollout.py's `sample(compile=True)` (train.py
+"""The compiled decode step of gmts/trainer/rollout.py's `sample(decode=CompiledDecode)` (train.py
 --compile): the one-token forward torch.compile'd over the sampler's static KV cache (CUDA graphs on
 a GPU). The default, eager sampler never enters this file.
 
@@ -70,3 +70,16 @@ def decode_step(model, cache, cache_kw):
         torch.compiler.cudagraph_mark_step_begin()   # the previous step's outputs are consumed
         return forward(ids, position_ids, mask).clone()
     return step
+
+
+class CompiledDecode:
+    """rollout.EagerDecode's members for the compiled step: bucketed prompt widths and rows, and the
+    decode step over the static cache (decode_step)."""
+    prompt_width = staticmethod(prompt_width)
+    keep_rows = staticmethod(bucket_rows)
+
+    def __init__(self, model, cache, cache_kw):
+        self.step = decode_step(model, cache, cache_kw)
+
+    def __call__(self, ids, position_ids, mask):
+        return self.step(ids, position_ids, mask)

@@ -1,22 +1,24 @@
-"""Several processes (torchrun), one batch: the method's batch-wide quantities made global. A single process's step
-never enters this file: the step gets its collectives from gmts/trainer/step.py's processes(), ONE_PROCESS there, and
-TORCHRUN (at the bottom of this file) only under torchrun. (Setting up and checkpoints call init, barrier and
-gather_objects here, which return at once for one process.)
+"""Several processes (torchrun), one batch: the method's batch-wide quantities made global. These
+are module-level collectives, each the identity on one process; the step reaches them through
+gmts/trainer/step.py's batch_sum, batch_select, layers_gathered and sum_and_clip_gradients, which on
+one process return the values themselves without entering this file.
 
-`torchrun --nproc-per-node N train.py ...` starts N copies of train.py. Each generates and trains on its own share of
-the step's prompts (whole groups, so advantages stay exact). What must be GLOBAL for the method to be the one in
-gmts/METHOD.md, "Token scores and selection" (and identical to a single process on the same batch):
-- the selection: the exact top-k over every rank's valid tokens, k = ceil(ρ · total), not a per-rank top-k;
-- the loss normaliser: the global selected / valid / answer count;
-- the gradient: the SUM over ranks of each rank's share of the global loss (the weights already carry 1/S).
-Only each rank's k best candidates travel for the selection (the global top-k is among their union), not all scores.
-Gradients are summed with one all-reduce per step, as DDP does, after all micro-batches; no wrapper, so uneven
-micro-batch counts across ranks (rows with nothing selected are skipped) cannot deadlock.
+`torchrun --nproc-per-node N train.py ...` starts N copies of train.py. Each generates and trains on
+its own share of the step's prompts (whole groups, so advantages stay exact). What must be GLOBAL
+for the method to be the one in gmts/METHOD.md, "Token scores and selection" (and identical to a
+single process on the same batch): - the selection: the exact top-k over every rank's valid tokens,
+k = ceil(ρ · total), not a per-rank top-k; - the loss normaliser: the global selected / valid /
+answer count; - the gradient: the SUM over ranks of each rank's share of the global loss (the
+weights already carry 1/S). Only each rank's k best candidates travel for the selection (the global
+top-k is among their union), not all scores. Gradients are summed with one all-reduce per step, as
+DDP does, after all micro-batches; no wrapper, so uneven micro-batch counts across ranks (rows with
+nothing selected are skipped) cannot deadlock.
 
-With --fsdp the decoder layers are sharded with PyTorch's FSDP (`fully_shard`): each layer's float32 weights,
-gradients and AdamW states live split over the ranks, gathered only while the layer runs, and its gradients are
-reduce-scattered (summed) by FSDP itself. The embeddings, final norm and output head stay replicated (the chunked
-head reads the head weight directly) and take the all-reduce above.
+With --fsdp the decoder layers are sharded with PyTorch's FSDP (`fully_shard`): each layer's float32
+weights, gradients and AdamW states live split over the ranks, gathered only while the layer runs,
+and its gradients are reduce-scattered (summed) by FSDP itself. The embeddings, final norm and
+output head stay replicated (the chunked head reads the head weight directly) and take the
+all-reduce above.
 """
 import contextlib
 import datetime
@@ -32,13 +34,15 @@ from gmts.method.grpo import budget, check_ratio, check_scores, select_tokens, t
 
 
 def init():
-    """(rank, world_size, local_rank); initialises the process group under torchrun, else (0, 1, 0)."""
+    """(rank, world_size, local_rank); initialises the process group under torchrun, else (0, 1,
+    0)."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world == 1:
         return 0, 1, 0
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if not dist.is_initialized():
-        backend = "nccl" if torch.cuda.is_available() and os.environ.get("GMTS_DIST_BACKEND") != "gloo" else "gloo"
+        gloo = not torch.cuda.is_available() or os.environ.get("GMTS_DIST_BACKEND") == "gloo"
+        backend = "gloo" if gloo else "nccl"
         if backend == "nccl":
             torch.cuda.set_device(local_rank)
         # Long timeout: rank 0 evaluates and writes checkpoints while the others wait at a barrier.
@@ -112,7 +116,8 @@ def all_reduce_gradients(params):
 
 
 def _sum_pieces(pieces, size, dtype):
-    """All-reduce these gradient views (`size` elements in all) as one buffer of `dtype`, in place."""
+    """All-reduce these gradient views (`size` elements in all) as one buffer of `dtype`, in
+    place."""
     buf, offset = torch.empty(size, dtype=dtype, device=backend_device()), 0
     for piece in pieces:
         buf[offset:offset + piece.numel()].copy_(piece)
@@ -136,13 +141,16 @@ def barrier():
 
 def clip_grad_norm(params, max_norm):
     """The global gradient norm before clipping, and clipping to max_norm (0 or inf = off), like
-    torch.nn.utils.clip_grad_norm_, also when some gradients are FSDP shards (their squares are summed over ranks)."""
+    torch.nn.utils.clip_grad_norm_, also when some gradients are FSDP shards (their squares are
+    summed over ranks)."""
     params = [p for p in params if p.grad is not None]
     if not any(isinstance(p.grad, DTensor) for p in params):      # every rank holds the sum
         from gmts.trainer.step import clip_grad_norm as clip_replicated
         return clip_replicated(params, max_norm if max_norm > 0 else float("inf"))
-    sharded = sum(p.grad.to_local().double().pow(2).sum() for p in params if isinstance(p.grad, DTensor))
-    replicated = sum((p.grad.double().pow(2).sum() for p in params if not isinstance(p.grad, DTensor)),
+    sharded = sum(p.grad.to_local().double().pow(2).sum() for p in params
+                  if isinstance(p.grad, DTensor))
+    replicated = sum((p.grad.double().pow(2).sum() for p in params
+                      if not isinstance(p.grad, DTensor)),
                      torch.zeros((), dtype=torch.float64))
     sharded = all_reduce_sum(torch.as_tensor(sharded, dtype=torch.float64))
     total = math.sqrt(float(sharded) + float(replicated))
@@ -154,14 +162,17 @@ def clip_grad_norm(params, max_norm):
 
 
 def shard_layers(model, compute_dtype):
-    """FSDP: shard every decoder layer over the ranks (float32 shards; computation in compute_dtype)."""
+    """FSDP: shard every decoder layer over the ranks (float32 shards; computation in
+    compute_dtype)."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
     policy = MixedPrecisionPolicy(param_dtype=compute_dtype,
                                   reduce_dtype=torch.promote_types(compute_dtype, torch.float32))
     for layer in model.get_decoder().layers:
         fully_shard(layer, mp_policy=policy)
-        layer.set_gradient_divide_factor(1.0)           # SUM over ranks: each rank's loss is its share of the total
-        layer.set_force_sum_reduction_for_comms(True)   # plain sums on the wire (gloo has no pre-multiplied sum)
+        # SUM over ranks: each rank's loss is its share of the total
+        layer.set_gradient_divide_factor(1.0)
+        # plain sums on the wire (gloo has no pre-multiplied sum)
+        layer.set_force_sum_reduction_for_comms(True)
     return model
 
 
@@ -172,8 +183,8 @@ def sharded_layers(model):
 
 @contextlib.contextmanager
 def layers_gathered(model):
-    """Keep FSDP layers gathered across the many one-token forwards of a rollout (one all-gather per layer instead
-    of one per layer per token); shard them again afterwards. A no-op without FSDP."""
+    """Keep FSDP layers gathered across the many one-token forwards of a rollout (one all-gather per
+    layer instead of one per layer per token); shard them again afterwards. A no-op without FSDP."""
     layers = sharded_layers(model)
     for layer in layers:
         layer.set_reshard_after_forward(False)
@@ -186,7 +197,8 @@ def layers_gathered(model):
 
 
 def full_state_dicts(model, optimizer):
-    """(model state dict, optimizer state dict) gathered in full on rank 0 (None elsewhere); call on every rank."""
+    """(model state dict, optimizer state dict) gathered in full on rank 0 (None elsewhere); call
+    on every rank."""
     from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
                                                          get_optimizer_state_dict)
     options = StateDictOptions(full_state_dict=True, cpu_offload=True)
@@ -198,7 +210,8 @@ def full_state_dicts(model, optimizer):
 def load_full_optimizer_state(model, optimizer, state):
     """Each rank loads the full optimizer state written by full_state_dicts and keeps its shards."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
-    set_optimizer_state_dict(model, optimizer, optim_state_dict=state, options=StateDictOptions(full_state_dict=True))
+    set_optimizer_state_dict(model, optimizer, optim_state_dict=state,
+                             options=StateDictOptions(full_state_dict=True))
 
 
 def gather_objects(obj):
@@ -211,8 +224,9 @@ def gather_objects(obj):
 
 @torch.no_grad()
 def select_tokens_global(scores, valid_mask, ratio, *, bottom=False, exclude=None):
-    """select_tokens with scope="batch" over the union of every rank's batch. Equal to select_tokens on the
-    concatenation of the ranks' rows in rank order (ties: rank, then row, then column, as the single process would)."""
+    """select_tokens with scope="batch" over the union of every rank's batch. Equal to select_tokens
+    on the concatenation of the ranks' rows in rank order (ties: rank, then row, then column, as the
+    single process would)."""
     if not active() or scores is None:
         return select_tokens(scores, valid_mask, ratio, bottom=bottom, exclude=exclude)
     check_ratio(ratio)
@@ -221,14 +235,16 @@ def select_tokens_global(scores, valid_mask, ratio, *, bottom=False, exclude=Non
     n_local = int(eligible.sum())
     n_valid, n_eligible = all_reduce_sum(torch.tensor([int(valid_mask.sum()), n_local])).tolist()
     k = budget(ratio, int(n_valid), int(n_eligible))
-    # Local candidates: this rank's best min(k, n_local) tokens. The global top-k lies in the union of these.
+    # Local candidates: this rank's best min(k, n_local) tokens. The global top-k lies in the union
+    # of these.
     pos = top_k_mask(scores, eligible, min(k, n_local), bottom).reshape(-1).nonzero().squeeze(1)
     gathered = gather_objects((scores.reshape(-1)[pos].double().cpu(), pos.cpu()))
     values = torch.cat([v for v, _ in gathered])
     ranks = torch.cat([torch.full_like(p, r) for r, (_, p) in enumerate(gathered)])
     positions = torch.cat([p for _, p in gathered])
-    # Order: best score first; ties by rank, then position: the row-major order of the ranks' rows concatenated in
-    # rank order, i.e. exactly the single process's tie order. (Stable sorts, least significant key first.)
+    # Order: best score first; ties by rank, then position: the row-major order of the ranks' rows
+    # concatenated in rank order, i.e. exactly the single process's tie order. (Stable sorts, least
+    # significant key first.)
     order = torch.argsort(positions, stable=True)
     order = order[torch.argsort(ranks[order], stable=True)]
     order = order[torch.sort(values[order], descending=not bottom, stable=True).indices][:k]
@@ -238,31 +254,35 @@ def select_tokens_global(scores, valid_mask, ratio, *, bottom=False, exclude=Non
     return chosen.view_as(valid_mask)
 
 
-class Torchrun:
-    """The collectives over torchrun's processes: the members of gmts/trainer/step.py's OneProcess, done over every
-    rank. gmts/trainer/step.py's processes() hands this object to the step when a process group of several runs."""
-    select_tokens = staticmethod(select_tokens_global)
-    sum = staticmethod(all_reduce_sum)
-    gather = staticmethod(gather_objects)
-    sum_gradients = staticmethod(all_reduce_gradients)
-    clip_grad_norm = staticmethod(clip_grad_norm)
-    layers_gathered = staticmethod(layers_gathered)
-
-    @property
-    def rank(self):
-        return rank()
-
-    @property
-    def world(self):
-        return world_size()
-
-    def even_passes(self, model, passes):
-        """FSDP: every forward/backward gathers the layers from all ranks, so every rank runs as many passes as the
-        busiest one; the extra ones are (row 0, False): a throw-away pass whose loss the caller multiplies by 0."""
-        if not sharded_layers(model):
-            return passes
-        busiest = max(gather_objects(len(passes)))
-        return passes + [(torch.zeros(1, dtype=torch.long), False)] * (busiest - len(passes))
+def my_share(n):
+    """This process's slice of the step's n prompts (whole groups): every process takes the same
+    ones from the stream (the data position stays the same everywhere) and keeps its slice."""
+    share = n // world_size()
+    return slice(rank() * share, (rank() + 1) * share)
 
 
-TORCHRUN = Torchrun()
+@contextlib.contextmanager
+def even_passes(model, n_passes, backward=True):
+    """FSDP: every forward (and backward) gathers the layers from every process, so each runs as
+    many passes as the busiest one. The counts are compared before this process's n_passes passes
+    (the with-block); the extra ones, after it, are one-token passes of the decoder, loss 0."""
+    if not sharded_layers(model):
+        yield
+        return
+    busiest = max(gather_objects(n_passes))
+    yield
+    ids = torch.zeros((1, 1), dtype=torch.long, device=model.get_input_embeddings().weight.device)
+    for _ in range(busiest - n_passes):
+        hidden = model.get_decoder()(input_ids=ids, use_cache=False).last_hidden_state
+        if backward:
+            (hidden.sum() * 0.0).backward()
+
+
+def sum_and_clip_gradients(model, params, n_passes, max_norm):
+    """(the passes of every process, the global gradient norm before clipping): the gradients
+    summed over the processes, then clipped."""
+    passes = int(all_reduce_sum(torch.tensor(n_passes)))
+    if passes == 0:
+        return 0, 0.0
+    all_reduce_gradients(params)
+    return passes, clip_grad_norm(params, max_norm)

@@ -1,6 +1,5 @@
-"""The policy model: loading it, LoRA, gradient checkpointing. Its log-probs / entropies of
-completions (completion_logprobs) live in gmts/trainer/step.py with the step's other forward passes;
-the name stays here too.
+"""The policy model: loading it, LoRA, gradient checkpointing. Its log-probs / entropies of completions
+(completion_logprobs) live in gmts/trainer/step.py with the step's other forward passes.
 
 Models load through transformers from a hub id or a local folder, so checkpoints this project writes
 (ordinary transformers folders, safetensors) load anywhere transformers and vLLM do.
@@ -13,7 +12,6 @@ import warnings
 import torch
 
 from gmts.trainer import smollm2
-from gmts.trainer.step import completion_logprobs  # noqa: F401  (it lives beside the other forward passes)
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 

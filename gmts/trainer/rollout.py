@@ -1,43 +1,38 @@
 """Stage 1 of the loop: sample G answers per prompt, recording what the loss and the scores need.
 
-Why not `model.generate`: we need, for every sampled token, its log-probability and the entropy of the distribution
-it was drawn from (gmts/METHOD.md, "Where E and ω come from": on-policy with β = 0 the scores are then known without
-another forward pass), and we want the group's G answers to share one prefill of their prompt.
+Not `model.generate`: we need, for every sampled token, its log-probability and the entropy of the
+distribution it was drawn from (gmts/METHOD.md, "Where E and ω come from": on-policy with β = 0 the
+scores are then known without another forward pass), and the G answers to share one prefill.
 
-What makes it fast (and why it is still exact):
-- shared prefix: each prompt is prefilled once and its KV cache rows copied G times (`share_prefix=True`);
-- a preallocated KV cache (KVCache: per layer (rows, kv_heads, max_len, head_dim), written in place), instead of
-  transformers' DynamicCache, which copies itself at every step (concatenation) and whenever rows finish;
-- finished rows leave the batch: once the live rows are at most half of the batch they move to the front of the
-  cache and later steps compute only them;
-- optionally (`compile=True`, train.py --compile) a torch.compile'd decode step over the static cache, batch sizes
-  bucketed to powers of two (CUDA graphs on a GPU);
-- one uniform number per row per step, drawn for EVERY row whether or not it is still live, and turned into a token by
-  inverse-CDF sampling. The random stream is therefore independent of the batch layout: for a fixed seed the shared
-  prefix path and the plain path (prompt repeated G times, no rows dropped) draw the same samples, up to float
-  rounding in the logits (tested in tests/test_rollout.py; against the previous DynamicCache sampler in
-  tests/test_static_cache.py, compiled against eager in tests/test_compile.py).
+Fast and still exact: each prompt is prefilled once and its KV cache rows copied G times; the KV
+cache is preallocated and written in place (KVCache); finished rows leave the batch at halvings; one
+uniform number per row per step, drawn for every row whether or not it is still live, turned into a
+token by inverse-CDF sampling, so the samples do not depend on the batch layout
+(tests/test_rollout.py). train.py --compile decodes with gmts/trainer/compiled_decode.py's
+CompiledDecode instead of EagerDecode.
 """
+import dataclasses
 import inspect
-from dataclasses import dataclass
 
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
 
-from gmts.trainer import compiled_decode      # (only sample(compile=True) calls it)
-
 CHECK_EVERY = 8       # decode steps between the host's looks at the rows (each one is a sync)
 
 
-@dataclass
+@dataclasses.dataclass
 class Rollout:
-    prompt_ids: list            # Q lists of prompt token ids (unpadded)
-    completion_ids: torch.Tensor  # (N, T) long, N = Q * G, answers to one prompt contiguous, padded with pad_id
-    valid_mask: torch.Tensor    # (N, T) bool: real completion tokens, up to and including the first end-of-sequence
-    logp: torch.Tensor          # (N, T) float32: log π(o_t) under softmax(z / τ) at sampling time (0 at padding)
-    entropy: torch.Tensor       # (N, T) float32: entropy of softmax(z / τ) at that position (0 at padding)
-    finished: torch.Tensor      # (N,) bool: the answer ended with an end-of-sequence token (not cut at the limit)
-    group_size: int
+    prompt_ids: list              # Q lists of prompt token ids (unpadded)
+    # (N, T) long, N = Q * G, a prompt's answers contiguous, padded with pad_id
+    completion_ids: torch.Tensor
+    # (N, T) bool: completion tokens up to and including the first end-of-sequence
+    valid_mask: torch.Tensor
+    # (N, T) float32: log π_old(o_t), softmax(z / τ) at sampling time (0 at padding)
+    old_logp: torch.Tensor
+    # (N, T) float32: entropy of softmax(z / τ) at that position (0 at padding)
+    entropy: torch.Tensor
+    finished: torch.Tensor = None  # (N,) bool: the answer ended with an end-of-sequence token
+    group_size: int = None
 
     @property
     def lengths(self):          # (N,) completion lengths (valid tokens)
@@ -50,14 +45,15 @@ def left_pad(sequences, pad_id, device, width=0):
     width = width or max(map(len, sequences))
     ids = torch.full((len(sequences), width), pad_id, dtype=torch.long, device=device)
     mask = torch.zeros((len(sequences), width), dtype=torch.long, device=device)
-    for row, seq in enumerate(sequences):                 # (an empty one: the slice [width:] is empty)
+    for row, seq in enumerate(sequences):              # (an empty one: the slice [width:] is empty)
         ids[row, width - len(seq):] = torch.as_tensor(seq, dtype=torch.long, device=device)
         mask[row, width - len(seq):] = 1
     return ids, mask
 
 
 def cache_shape(config):
-    """(layers, kv_heads, head_dim) of a transformers model config (its text config for multimodal ones)."""
+    """(layers, kv_heads, head_dim) of a transformers model config (its text config for
+    multimodal ones)."""
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
     heads = text.num_attention_heads
     return (text.num_hidden_layers, getattr(text, "num_key_value_heads", None) or heads,
@@ -65,74 +61,85 @@ def cache_shape(config):
 
 
 def kv_cache_bytes(rows, max_len, config, dtype):
-    """Bytes of the sampler's KVCache: per layer keys and values of (rows, kv_heads, max_len, head_dim) elements of
-    `dtype` (the model's compute dtype, a torch.dtype or its name). The sampler allocates max_len = longest prompt +
-    max_new_tokens columns for rows = prompts per call x G, once; compaction moves rows inside it and allocates
-    nothing that lasts. gmts/tools/memory.py counts the rollout's KV cache with this function."""
+    """Bytes of the sampler's KVCache (allocated once): keys and values of (rows, kv_heads, max_len,
+    head_dim) per layer; dtype: the compute dtype (or its name). Used by gmts/tools/memory.py."""
     layers, kv_heads, head_dim = cache_shape(config)
     dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
-    return layers * 2 * rows * kv_heads * max_len * head_dim * torch.empty((), dtype=dtype).element_size()
+    return layers * 2 * rows * kv_heads * max_len * head_dim * torch.empty((),
+                                                                           dtype=dtype).element_size()
 
 
 class KVCache(Cache):
-    """A preallocated KV cache for `sample`: per layer keys and values of shape (rows, kv_heads, max_len, head_dim),
-    allocated at the first write (dtype and device from the model's own keys) and written in place.
+    """A preallocated KV cache for `sample`: per layer keys and values of shape (rows, kv_heads,
+    max_len, head_dim), allocated at the first write (dtype and device from the model's own keys)
+    and written in place.
 
-    transformers' DynamicCache grows by concatenation (every decode step copies the whole cache: O(L^2) traffic over
-    an answer of L tokens) and its batch_select_indices copies it again whenever rows finish. Here a step writes one
-    column, and the batch is the first `n` rows of the buffers (n = the keys' batch size at that step): `select_rows`
-    moves the rows to keep to the front, in place.
+    transformers' DynamicCache grows by concatenation (every decode step copies the whole cache:
+    O(L^2) traffic over an answer of L tokens) and its batch_select_indices copies it again whenever
+    rows finish. Here a step writes one column, and the batch is the first `n` rows of the buffers
+    (n = the keys' batch size at that step): `select_rows` moves the rows to keep to the front, in
+    place.
 
-    Eager (position None): `length` (a Python int) is the number of filled columns; attention reads the filled part
-    only, keys[:n, :, :length + q]. Static (position a 0-d long tensor, set by _compiled_decode): the step writes at
-    column `position` with index_copy_ and attention reads all max_len columns; the unwritten ones are zeros and
-    masked by causality (query position = `position`), so every step has the same shapes and a compiled graph (CUDA
-    graphs on a GPU) replays it.
+    Eager (position None): `length` (a Python int) is the number of filled columns; attention reads
+    the filled part only, keys[:n, :, :length + q]. Static (position a 0-d long tensor, set by
+    _compiled_decode): the step writes at column `position` with index_copy_ and attention reads all
+    max_len columns; the unwritten ones are zeros and masked by causality (query position =
+    `position`), so every step has the same shapes and a compiled graph (CUDA graphs on a GPU)
+    replays it.
 
-    Duck-types what transformers 5.x asks of a Cache (update, get_seq_length, get_mask_sizes, the layer flags): it
-    subclasses transformers' own Cache / CacheLayerMixin, so Qwen2, Llama and any model that calls cache.update work.
+    Duck-types what transformers 5.x asks of a Cache (update, get_seq_length, get_mask_sizes, the
+    layer flags): it subclasses transformers' own Cache / CacheLayerMixin, so Qwen2, Llama and any
+    model that calls cache.update work.
     """
 
     def __init__(self, config, rows, max_len):
-        super().__init__(layers=[_KVLayer() for _ in range(config.get_text_config().num_hidden_layers)])
+        n_layers = config.get_text_config().num_hidden_layers
+        super().__init__(layers=[_KVLayer() for _ in range(n_layers)])
         for layer in self.layers:
             layer.cache = self
         self.rows, self.max_len, self.length, self.position = rows, max_len, 0, None
 
     def select_rows(self, idx):
-        """Keep rows `idx` (in that order) as the batch's first len(idx) rows; copies only the filled columns."""
+        """Keep rows `idx` (in that order) as the batch's first len(idx) rows; copies only the
+        filled columns."""
         for layer in self.layers:
             for buf in (layer.keys, layer.values):
-                buf[:len(idx), :, :self.length] = buf[idx, :, :self.length]   # gathered first, then written
+                # gathered first, then written
+                buf[:len(idx), :, :self.length] = buf[idx, :, :self.length]
 
 
 class _KVLayer(CacheLayerMixin):
-    """One layer of a KVCache (`cache`, set by it: the shapes and modes are the cache's). Zeros, not empty: the static
-    mode reads unwritten columns (masked: a weight of exactly 0, which would still turn a NaN in memory into NaN)."""
+    """One layer of a KVCache (`cache`, set by it: the shapes and modes are the cache's). Zeros, not
+    empty: the static mode reads unwritten columns (masked: a weight of exactly 0, which would still
+    turn a NaN in memory into NaN)."""
     is_compileable, is_sliding = True, False
 
     def lazy_initialization(self, key_states, value_states):
         c = self.cache
-        self.keys = key_states.new_zeros((c.rows, key_states.shape[1], c.max_len, key_states.shape[3]))
-        self.values = value_states.new_zeros((c.rows, value_states.shape[1], c.max_len, value_states.shape[3]))
+        self.keys = key_states.new_zeros((c.rows, key_states.shape[1], c.max_len,
+                                          key_states.shape[3]))
+        self.values = value_states.new_zeros((c.rows, value_states.shape[1], c.max_len,
+                                              value_states.shape[3]))
         self.is_initialized = True
 
     def update(self, key_states, value_states, *args, **kwargs):
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
         c, n, q = self.cache, key_states.shape[0], key_states.shape[2]
-        if c.position is None:                       # eager: write columns [length, length + q), read the filled part
+        if c.position is None:     # eager: write columns [length, length + q), read the filled part
             cols = slice(c.length, c.length + q)
             self.keys[:n, :, cols], self.values[:n, :, cols] = key_states, value_states
             return self.keys[:n, :, :c.length + q], self.values[:n, :, :c.length + q]
-        self.keys[:n].index_copy_(2, c.position.view(1), key_states)           # static: one column, whole width
+        # static: one column, whole width
+        self.keys[:n].index_copy_(2, c.position.view(1), key_states)
         self.values[:n].index_copy_(2, c.position.view(1), value_states)
         return self.keys[:n], self.values[:n]
 
-    def get_mask_sizes(self, query_length):          # (kv_length, kv_offset) of the keys `update` returns
-        return (self.cache.length + query_length if self.cache.position is None else self.cache.max_len), 0
+    def get_mask_sizes(self, query_length):    # (kv_length, kv_offset) of the keys `update` returns
+        return (self.cache.length + query_length if self.cache.position is None
+                else self.cache.max_len), 0
 
-    def get_seq_length(self):                        # = the query's first position (the mask's causal offset)
+    def get_seq_length(self):              # = the query's first position (the mask's causal offset)
         return self.cache.length if self.cache.position is None else self.cache.position
 
     def get_max_length(self):
@@ -145,103 +152,107 @@ def positions(attention_mask):
 
 
 def filter_logits(logits, top_k=0, top_p=1.0):
-    """Top-k / nucleus filtering, for evaluation only: training rollouts keep both off, or the behaviour policy would
-    not be π_θ (gmts/METHOD.md, "Temperature")."""
+    """Top-k / nucleus filtering, for evaluation only: training rollouts keep both off, or the
+    behaviour policy would not be π_θ (gmts/METHOD.md, "Temperature")."""
     if top_k and top_k < logits.shape[-1]:
         kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
     if top_p < 1.0:
         sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
         cumulative = torch.softmax(sorted_logits, dim=-1).cumsum(-1)
-        drop = cumulative - torch.softmax(sorted_logits, dim=-1) >= top_p   # keep the smallest set reaching top_p
+        # keep the smallest set reaching top_p
+        drop = cumulative - torch.softmax(sorted_logits, dim=-1) >= top_p
         logits = logits.masked_fill(drop.scatter(-1, order, drop), float("-inf"))
     return logits
 
 
+class EagerDecode:
+    """`sample`'s decode step: the model's forward of one token per row over the filled part of the
+    cache. compiled_decode.CompiledDecode has the same members, with static shapes."""
+
+    def __init__(self, model, cache, cache_kw):
+        self.model, self.cache, self.cache_kw = model, cache, cache_kw
+
+    @staticmethod
+    def prompt_width(longest):    # the prompts' columns (left-padded): the longest prompt's
+        return longest
+
+    @staticmethod
+    def keep_rows(keep):          # the batch rows to keep when finished ones leave: the live ones
+        return keep.nonzero().squeeze(1)
+
+    def __call__(self, ids, position_ids, mask):    # -> logits (n, V) of the next token
+        return self.model(input_ids=ids, attention_mask=mask[:, :self.cache.length + 1],
+                          position_ids=position_ids, use_cache=True, **self.cache_kw).logits[:, -1]
+
+
 @torch.no_grad()
-def sample(model, prompts, *, group_size, max_new_tokens, eos_token_ids, pad_token_id, temperature=1.0, top_k=0,
-           top_p=1.0, generator=None, seeds=None, share_prefix=True, drop_finished=True, compile=False):
-    """Sample `group_size` completions for each prompt. temperature 0 = greedy.
-
-    prompts: Q lists of token ids. Returns a Rollout with N = Q * group_size rows in prompt order.
-
-    Prefill: shared prefix, Q rows (one per prompt), then each prompt's cache rows are copied G times; plain: N rows
-    from the start. The KV cache is a KVCache of N rows x (P + max_new_tokens) columns, P = the longest prompt,
-    allocated once (its bytes: kv_cache_bytes). `mask` covers every column the cache will hold: 0 at a prompt's left
-    padding, 1 everywhere after it (causality masks the columns not written yet); `start` is each row's number of
-    real prompt tokens, so the token fed at step t sits at position start + t (the row's own, padding skipped) and
-    at column cache.length.
-
-    Randomness: answer row i draws uniform[i, t] at step t, from its prompt's seed (`seeds`, one per
-    prompt; drawn from `generator` when not given): answers_uniforms.
-
-    Dropping finished rows: a row that finishes keeps its place until the live rows are at most half of the batch;
-    then the live rows move to the front of the cache in place and later steps compute only them. Each compaction
-    copies the live rows' cache, so compacting at halvings costs about one cache copy over the whole rollout instead
-    of one per finishing row.
-    The host looks at the rows (a device sync) only every CHECK_EVERY tokens: whether all have
-    finished, how many still answer; in between, the loop only queues work on the device.
-
-    compile=True: the decode step runs torch.compile'd over the whole cache width, with bucketed
-    shapes (gmts/trainer/compiled_decode.py); the prefill stays eager. Same samples as eager, up to
-    float rounding in the logits (tests/test_compile.py).
-    """
+def sample(model, prompts, *, group_size, max_new_tokens, eos_token_ids, pad_token_id,
+           temperature=1.0, top_k=0, top_p=1.0, generator=None, seeds=None, share_prefix=True,
+           drop_finished=True, decode=EagerDecode):
+    """Sample `group_size` completions for each of the Q prompts (lists of token ids); temperature 0
+    = greedy. Returns a Rollout of N = Q * group_size rows in prompt order. seeds: one per prompt
+    (drawn from `generator` when not given). share_prefix=False prefills N rows; drop_finished=False
+    keeps finished rows in the batch (both: the same samples, tests/test_rollout.py)."""
     if group_size < 1 or max_new_tokens < 1 or min(map(len, prompts), default=0) < 1:
         raise ValueError(f"every prompt needs at least one token, group_size and max_new_tokens "
                          f">= 1 (got {len(prompts)} prompts, {group_size}, {max_new_tokens})")
-    device = next(model.parameters()).device
+    device, n_rows = next(model.parameters()).device, len(prompts) * group_size
     eos = torch.tensor(sorted(set(eos_token_ids)), device=device)
-    n_rows = len(prompts) * group_size
-    seeds = seeds or prompt_seeds(len(prompts), generator)
-    uniform = answers_uniforms(seeds, group_size, max_new_tokens).to(device)     # (N, T) float64
-    width = compile and compiled_decode.prompt_width(max(map(len, prompts)))      # (0: the longest)
-    ids, mask = left_pad(prompts if share_prefix else [p for p in prompts for _ in range(group_size)],
-                         pad_token_id, device, width)
-    cache = KVCache(_transformers_model(model).config, n_rows, ids.shape[1] + max_new_tokens)
-    cache_kw = {_cache_keyword(model): cache}
+    # (N, T) float64: answer row i draws uniform[i, t] at step t, from its prompt's seed alone
+    uniform = answers_uniforms(seeds or prompt_seeds(len(prompts), generator), group_size,
+                               max_new_tokens).to(device)
+    prefill = prompts if share_prefix else [p for p in prompts for _ in range(group_size)]
+    ids, mask = left_pad(prefill, pad_token_id, device, decode.prompt_width(max(map(len, prompts))))
+    # Prefill: one row per prompt, then each prompt's cache rows copied G times
+    cache, cache_kw = new_cache(model, n_rows, ids.shape[1] + max_new_tokens)
     logits = model(input_ids=ids, attention_mask=mask, position_ids=positions(mask), use_cache=True,
                    logits_to_keep=1, **cache_kw).logits[:, -1]
     cache.length = ids.shape[1]
-    rows = torch.arange(len(ids), device=device).repeat_interleave(group_size if share_prefix else 1)
-    cache.select_rows(rows)                          # shared prefix: each prompt's cache rows copied G times
+    copies = group_size if share_prefix else 1
+    rows = torch.arange(len(ids), device=device).repeat_interleave(copies)
+    cache.select_rows(rows)
     logits, mask = logits[rows], mask[rows]
-    start = mask.sum(dim=1)                          # each row's real prompt tokens = its first answer's position
+    start = mask.sum(dim=1)            # each row's real prompt tokens = its first answer's position
+    # mask: 0 at a prompt's left padding, 1 on every later column (causality hides unwritten ones)
     mask = torch.cat([mask, mask.new_ones((n_rows, max_new_tokens))], dim=1)
-    step = compiled_decode.decode_step(model, cache, cache_kw) if compile else None
+    step = decode(model, cache, cache_kw)
     tokens = torch.full((n_rows, max_new_tokens), pad_token_id, dtype=torch.long, device=device)
     logp, entropy = torch.zeros((2, n_rows, max_new_tokens), dtype=torch.float32, device=device)
     finished = torch.zeros(n_rows, dtype=torch.bool, device=device)
-    live = torch.arange(n_rows, device=device)       # which original rows the current batch rows are
+    live = torch.arange(n_rows, device=device)      # which original rows the current batch rows are
     for t in range(max_new_tokens):
-        scaled = logits.float() / (temperature or 1.0)                         # the policy is softmax(z / τ)
+        scaled = logits.float() / (temperature or 1.0)                # the policy is softmax(z / τ)
         log_probs = torch.log_softmax(scaled, dim=-1)                          # (n_batch, V)
         if temperature == 0:                                                   # greedy
             next_tok = log_probs.argmax(dim=-1)
-        else:
-            probs = torch.softmax(filter_logits(scaled, top_k, top_p) if top_k or top_p < 1 else scaled, dim=-1)
+        else:                                                       # inverse CDF of uniform[row, t]
+            filtered = filter_logits(scaled, top_k, top_p) if top_k or top_p < 1 else scaled
+            probs = torch.softmax(filtered, dim=-1)
             cdf = probs.double().cumsum(dim=-1)
             u = (uniform[live, t] * cdf[:, -1]).unsqueeze(1)
-            next_tok = torch.searchsorted(cdf, u, right=True).squeeze(1).clamp(max=probs.shape[-1] - 1)
+            next_tok = torch.searchsorted(cdf, u, right=True).squeeze(1)
+            next_tok = next_tok.clamp(max=probs.shape[-1] - 1)
         answering = ~finished[live]          # rows still answering (finished ones wait to leave)
         tokens[live, t] = torch.where(answering, next_tok, pad_token_id)  # (index writes: no sync)
         logp[live, t] = answering * log_probs.gather(1, next_tok[:, None]).squeeze(1)
         entropy[live, t] = answering * -(log_probs.exp() * log_probs).sum(dim=-1)
         finished[live] |= torch.isin(next_tok, eos) & answering
+        # the host looks at the rows (a device sync) only every CHECK_EVERY tokens
         n_keep = int((keep := ~finished[live]).sum()) if (t + 1) % CHECK_EVERY == 0 else len(live)
-        if n_keep == 0 or t == max_new_tokens - 1:          # (n_keep read: the host's sync)
+        if n_keep == 0 or t == max_new_tokens - 1:
             break
-        if drop_finished and n_keep <= len(live) // 2:
-            idx = compiled_decode.bucket_rows(keep) if step else keep.nonzero().squeeze(1)
+        if drop_finished and n_keep <= len(live) // 2:    # at halvings: about one cache copy in all
+            idx = step.keep_rows(keep)
             cache.select_rows(idx)
             live, next_tok, mask, start = live[idx], next_tok[idx], mask[idx], start[idx]
-        logits = (step(next_tok[:, None], (start + t)[:, None], mask) if step else      # column cache.length
-                  model(input_ids=next_tok[:, None], attention_mask=mask[:, :cache.length + 1],
-                        position_ids=(start + t)[:, None], use_cache=True, **cache_kw).logits[:, -1])
+        logits = step(next_tok[:, None], (start + t)[:, None], mask)    # writes column cache.length
         cache.length += 1
-    valid = completion_mask(tokens, eos, max_new_tokens)
-    tokens = tokens.masked_fill(~valid, pad_token_id)
-    return Rollout(prompt_ids=list(map(list, prompts)), completion_ids=tokens, valid_mask=valid,
-                   logp=logp * valid, entropy=entropy * valid, finished=finished, group_size=group_size)
+    valid_mask = completion_mask(tokens, eos, max_new_tokens)
+    return Rollout(prompt_ids=list(map(list, prompts)),
+                   completion_ids=tokens.masked_fill(~valid_mask, pad_token_id),
+                   valid_mask=valid_mask, old_logp=logp * valid_mask, entropy=entropy * valid_mask,
+                   finished=finished, group_size=group_size)
 
 
 def prompt_seeds(n, gen):
@@ -250,19 +261,15 @@ def prompt_seeds(n, gen):
 
 
 def answers_uniforms(seeds, group_size, max_new_tokens):
-    """(len(seeds) x G, max_new_tokens) float64 uniforms on the CPU: a prompt's G answers from its
-    own seed, so an answer's draws depend on its prompt's seed alone, not on which generation call
-    or batch row it was sampled in."""
+    """(len(seeds) x G, max_new_tokens) float64 uniforms on the CPU, each prompt's from its seed."""
     kw, gen = dict(size=(group_size, max_new_tokens), dtype=torch.float64), torch.Generator()
     return torch.cat([torch.rand(**kw, generator=gen.manual_seed(s)) for s in seeds])
 
 
 def sample_batched(model, prompts, *, prompts_per_call=0, generator=None, **kwargs):
-    """`sample` over chunks of `prompts_per_call` prompts (0 = all at once), concatenated into one Rollout. The KV
-    cache of one call holds prompts_per_call x group_size rows: chunking bounds that memory (e.g. the paper's 64 x 16
-    answers of 2k tokens would need ~90 GB of cache on Qwen2.5-1.5B in one call).
-    The prompts' seeds are drawn once for all of them: the answers do not depend on
-    prompts_per_call."""
+    """`sample` over chunks of `prompts_per_call` prompts (0 = all at once), as one Rollout."""
+    # Chunks bound the KV cache (the paper's 64 x 16 answers of 2k tokens: ~90 GB on Qwen2.5-1.5B
+    # in one call); the seeds are drawn once for all, so the answers do not depend on the chunks.
     k = prompts_per_call or len(prompts)
     seeds, starts = prompt_seeds(len(prompts), generator), range(0, len(prompts), k)
     parts = [sample(model, prompts[i:i + k], seeds=seeds[i:i + k], **kwargs) for i in starts]
@@ -270,42 +277,55 @@ def sample_batched(model, prompts, *, prompts_per_call=0, generator=None, **kwar
 
 
 def pad_cat(tensors, value):
-    """Concatenate (n_i, T_i) tensors along rows into (Σ n_i, max T_i), right-padding each with `value`."""
+    """Concatenate (n_i, T_i) tensors along rows into (Σ n_i, max T_i), right-padding each with
+    `value`."""
     width = max(t.shape[1] for t in tensors)
-    return torch.cat([torch.nn.functional.pad(t, (0, width - t.shape[1]), value=value) for t in tensors])
+    return torch.cat([torch.nn.functional.pad(t, (0, width - t.shape[1]),
+                                              value=value) for t in tensors])
 
 
 def concat_rollouts(parts, pad_id):
-    """One Rollout from several (e.g. one per generation call), rows in order; completions right-padded with pad_id
-    (masks with False, log-probs and entropies with 0) to the longest."""
+    """One Rollout (or Batch, its subclass) from several, rows in order: the (N, T) tensors
+    right-padded to the longest (ids with pad_id, the rest with 0 / False), the (N,) ones and the
+    lists joined."""
     if not parts or len({p.group_size for p in parts}) != 1:
-        raise ValueError(f"need at least one rollout, all with the same group_size, got {[p.group_size for p in parts]}")
-    return Rollout(prompt_ids=sum((p.prompt_ids for p in parts), []),
-                   completion_ids=pad_cat([p.completion_ids for p in parts], pad_id),
-                   valid_mask=pad_cat([p.valid_mask for p in parts], False),
-                   logp=pad_cat([p.logp for p in parts], 0.0), entropy=pad_cat([p.entropy for p in parts], 0.0),
-                   finished=torch.cat([p.finished for p in parts]), group_size=parts[0].group_size)
+        raise ValueError(f"need at least one rollout, all with the same group_size, got "
+                         f"{[p.group_size for p in parts]}")
+
+    def joined(name, values):
+        if not torch.is_tensor(values[0]):
+            return sum(values, []) if isinstance(values[0], list) else values[0]
+        if values[0].dim() == 1:
+            return torch.cat(values)
+        return pad_cat(values, pad_id if name == "completion_ids" else 0)
+    return dataclasses.replace(parts[0],
+                               **{f.name: joined(f.name, [getattr(p, f.name) for p in parts])
+                                            for f in dataclasses.fields(parts[0])})
+
+
+def new_cache(model, rows, max_len):
+    """(a KVCache for `model`, the forward's keyword arguments that hand it over)."""
+    return (cache := KVCache(_transformers_model(model).config, rows,
+                             max_len)), {_cache_keyword(model): cache}
 
 
 def _transformers_model(model):
-    """The transformers model inside `model` (itself, or the one a LoRA (peft) or DDP/FSDP wrapper holds)."""
+    """The transformers model inside `model` (itself, or the one a LoRA (peft) or DDP/FSDP
+    wrapper holds)."""
     from transformers import PreTrainedModel
     return next((m for m in model.modules() if isinstance(m, PreTrainedModel)), model)
 
 
 def _cache_keyword(model):
-    """The KV cache's forward keyword: `cache` in transformers 5.x (where `past_key_values` is a deprecated alias,
-    removed in 5.40), `past_key_values` in 4.x.
-
-    Asked of the transformers model itself, not of a wrapper around it: a LoRA model (peft) or a DDP/FSDP wrapper has a
-    forward(*args, **kwargs) that names neither, and would otherwise get the deprecated alias."""
+    """The KV cache's forward keyword: `cache` in transformers 5.x, `past_key_values` in 4.x."""
+    # Asked of the transformers model, not of a LoRA / DDP / FSDP wrapper (forward(**kwargs)).
     params = inspect.signature(_transformers_model(model).forward).parameters
     return "cache" if "cache" in params else "past_key_values"
 
 
 def completion_mask(tokens, eos, max_len):
-    """Valid = every token up to and including the FIRST end-of-sequence token (pad may equal eos: never use
-    `tokens != pad`)."""
+    """Valid = every token up to and including the FIRST end-of-sequence token (pad may equal eos:
+    never use `tokens != pad`)."""
     is_eos = torch.isin(tokens, eos)
     first_eos = torch.where(is_eos.any(dim=1), is_eos.float().argmax(dim=1), max_len)
     return torch.arange(tokens.shape[1], device=tokens.device)[None, :] <= first_eos[:, None]

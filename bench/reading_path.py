@@ -1,0 +1,136 @@
+"""The reading path: how much of the project's code a reader must read to follow ONE default step.
+
+Runs train.py's main() for one step (--selector gmts, one process, on-policy: 2 prompts x 4 answers,
+8 new tokens) on a tiny model, with a profiler switched on only inside train.train_step, and counts
+the project's files and the lines of the distinct functions the step called: each function once, by
+its source span, its docstring not counted (comments are). rewards/ and data/ are left out (a reader
+takes `reward(text, answer)` on trust); torch and transformers are not the project's. A "plumbing"
+line is a code line of those functions (not a docstring or comment) that names several processes,
+FSDP or compilation (PLUMBING). The same counts as the shared reading-path tool.
+
+    python bench/reading_path.py            # builds the tiny model and data in a temp folder
+    python bench/reading_path.py MODEL DATA [TRAIN_FLAGS...] [--json]
+
+The issue's goal (issue 33): at most 5 files, 480 lines, 5 plumbing lines (GOAL).
+"""
+import ast
+import contextlib
+import io
+import json
+import os
+import re
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+GOAL = {"files": 5, "lines": 480, "plumbing": 5}
+PLUMBING = re.compile(r"\b(ranks?|world_size|torchrun|distributed|fsdp|FSDP|all_reduce|compiled?"
+                      r"|torch\.compile)\b")
+
+
+def trace_step(model, data_path, extra=()):
+    """{(file, first line, name): lines in its span} of every project function train_step calls."""
+    sys.path.insert(0, ROOT)
+    import train
+    seen = {}
+
+    def profile(frame, event, _arg):
+        code = frame.f_code
+        if event != "call" or code.co_filename.startswith("<"):
+            return
+        path = os.path.abspath(code.co_filename)
+        if not path.startswith(ROOT
+                               + os.sep) or any(p in path for p in ("/tests/", "/.venv",
+                                                                    "site-packages")):
+            return
+        rel = os.path.relpath(path, ROOT)
+        key = (rel, code.co_firstlineno, code.co_name)
+        if not rel.startswith(("rewards/", "data/")) and key not in seen:
+            last = max((line for _, _, line in code.co_lines() if line is not None),
+                       default=code.co_firstlineno)
+            seen[key] = last - code.co_firstlineno + 1
+
+    step = train.train_step
+
+    def traced(*args, **kwargs):
+        sys.setprofile(profile)
+        try:
+            return step(*args, **kwargs)
+        finally:
+            sys.setprofile(None)
+
+    train.train_step = traced
+    out = tempfile.mkdtemp()
+    argv = ["--model", model, "--data", data_path, "--group-size", "4", "--prompts-per-step", "2",
+            "--max-new-tokens", "8", "--device", "cpu", "--steps", "1", "--selector", "gmts",
+            "--output-dir", os.path.join(out, "run"), *extra]
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            train.main(argv)
+    finally:
+        train.train_step = step
+    return seen
+
+
+def docstrings(rel):
+    """{a function's first line (its def and its first decorator): its docstring's line range}."""
+    spans = {}
+    for node in ast.walk(ast.parse(open(os.path.join(ROOT, rel)).read())):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            first = node.body[0] if node.body else None
+            doc = range(0)
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and \
+                    isinstance(first.value.value, str):
+                doc = range(first.lineno, first.end_lineno + 1)
+            spans[node.lineno] = doc
+            spans[node.decorator_list[0].lineno if node.decorator_list else node.lineno] = doc
+    return spans
+
+
+def measure(model, data_path, extra=()):
+    """{"files": {file: lines}, "functions", "lines", "plumbing"} of one default step."""
+    files, plumbing, docs = {}, 0, {}
+    seen = trace_step(model, data_path, extra)
+    for (rel, first, _name), n in seen.items():
+        doc = docs.setdefault(rel, docstrings(rel)).get(first, range(0))
+        files[rel] = files.get(rel, 0) + n - len(doc)
+        lines = open(os.path.join(ROOT, rel)).read().splitlines()
+        plumbing += sum(1 for i in range(first, min(first + n, len(lines) + 1))
+                        if i not in doc and PLUMBING.search(lines[i - 1].split("#")[0]))
+    return {"files": dict(sorted(files.items(), key=lambda kv: -kv[1])), "functions": len(seen),
+            "lines": sum(files.values()), "plumbing": plumbing}
+
+
+def tiny_model_and_data(folder):
+    """The tiny model (its groups mixed at --lr 1e-3) and 16 digit problems, written to `folder`."""
+    sys.path.insert(0, ROOT)
+    from gmts.tools.toy import save_tiny_model, write_digit_data
+    save_tiny_model(os.path.join(folder, "m"), favour="12 ")
+    write_digit_data(os.path.join(folder, "d.jsonl"), 16)
+    return os.path.join(folder, "m"), os.path.join(folder, "d.jsonl")
+
+
+def main(argv):
+    as_json = "--json" in argv
+    argv = [a for a in argv if a != "--json"]
+    if len(argv) < 2 or argv[0].startswith("-"):
+        model, data_path = tiny_model_and_data(tempfile.mkdtemp())
+        extra = ["--lr", "1e-3", *argv]
+    else:
+        model, data_path, extra = argv[0], argv[1], argv[2:]
+    with contextlib.redirect_stderr(io.StringIO()):
+        result = measure(model, data_path, extra)
+    if as_json:
+        print(json.dumps(result))
+        return
+    for rel, n in result["files"].items():
+        print(f"{n:5d}  {rel}")
+    print(f"reading path of one default step: {len(result['files'])} files, {result['functions']} "
+          f"functions, {result['lines']} lines (docstrings not counted); {result['plumbing']} "
+          f"lines "
+          f"name several processes, FSDP or compilation (goal: {GOAL['files']} files, "
+          f"{GOAL['lines']} lines, {GOAL['plumbing']} plumbing lines)")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
