@@ -128,6 +128,21 @@ def _code_names(source):
     return names
 
 
+def _reexports(source):
+    """The functions and classes a cell imports from a project module that only re-exports them
+    (`module.name (defined in other)`): a notebook imports each name from where it is defined."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.module and \
+                node.module.split(".")[0] in PROJECT:
+            for alias in node.names:
+                obj = getattr(importlib.import_module(node.module), alias.name, None)
+                home = getattr(obj, "__module__", None) if callable(obj) else None
+                if home is not None and home != node.module:
+                    found.append(f"{node.module}.{alias.name} (defined in {home})")
+    return found
+
+
 def _setup_names():
     """What notebooks/_setup.py defines at its top level (read, not imported: importing it sets
     torch's thread count for the whole test process)."""
@@ -282,6 +297,8 @@ def test_notebook_names_exist(name):
     missing = [n for c in nb.cells if c.cell_type == "code" for n in _code_names(c.source)
                if not (n.split(".")[-1] in setup if n.startswith("_setup.") else _resolves(n))]
     assert not missing, f"{name}: its code names what the project does not have: {missing}"
+    moved = [r for c in nb.cells if c.cell_type == "code" for r in _reexports(c.source)]
+    assert not moved, f"{name}: imports through a re-export: {moved}"
     text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
     stale = _stale_in_text(text, _source_words(), _flags())
     assert not stale, f"{name}: its text names what the project does not have: {stale}"
@@ -300,6 +317,8 @@ def test_the_names_check_finds_stale_names():
     assert _code_names(source) == ["gmts.trainer.step.completion_logprobs", "train", "train.x"]
     assert not _resolves("train.prepare_training") and _resolves("train.collect_batch")
     assert not _resolves("gmts.trainer.step.no_such_name") and _resolves("gmts.select_tokens")
+    assert _reexports("from gmts.run.state import build_run, dataclass") == \
+        ["gmts.run.state.dataclass (defined in dataclasses)"]
     text = ("`prepare_training`, `build_run`, `--no-such-flag`, `--selector gmts`, `train.py`, "
             "`train.nope()`, `gmts/METHOD.md`")
     assert _stale_in_text(text, _source_words(), _flags()) == \
