@@ -76,7 +76,7 @@ def draw_tokens(rows, width=110, fontsize=9, dpi=100):
 
     rows: (label, pieces, colors) per row: label in bold on the left, pieces from token_pieces,
     colors one matplotlib colour per piece (None: no box); a row with no pieces is a heading.
-    width: characters per line (a longer answer wraps under itself). Returns the figure."""
+    width: characters per line at most (a longer answer wraps under itself). Returns the figure."""
     label_width = max((len(label) for label, pieces, _ in rows if pieces), default=0) + 1
     cells = []                                   # (x, y, text, colour, bold), in character cells
     for label, pieces, colors in rows:
@@ -89,16 +89,19 @@ def draw_tokens(rows, width=110, fontsize=9, dpi=100):
             cells.append((x, y, piece, color, False))
             x += len(piece)
     n_lines = cells[-1][1] + 1 if cells else 1
+    width = max((x + len(text) for x, _, text, _, _ in cells), default=1)     # no empty margin
     char_w, line_h = 0.602 * fontsize / 72, 1.5 * fontsize / 72   # DejaVu Sans Mono, in inches
     fig = plt.figure(figsize=(width * char_w, n_lines * line_h), dpi=dpi)
     ax = fig.add_axes((0, 0, 1, 1))
     ax.set_xlim(0, width)
     ax.set_ylim(n_lines, 0)
     ax.axis("off")
+    # Drawn without antialiasing: a handful of flat colours, so the PNG is small (a sixth of the
+    # antialiased one's size) and a box's inside is exactly its colour.
     for x, y, text, color, bold in cells:
         if color is not None:                   # a small gap on each side: where one token ends
             ax.add_patch(Rectangle((x + 0.06, y + 0.1), len(text) - 0.12, 0.8, facecolor=color,
-                                   edgecolor="none"))
+                                   edgecolor="none", antialiased=False))
         ax.text(x, y + 0.5, text, family="DejaVu Sans Mono", fontsize=fontsize, va="center",
-                fontweight="bold" if bold else "normal", parse_math=False)
+                fontweight="bold" if bold else "normal", parse_math=False, antialiased=False)
     return fig
