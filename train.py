@@ -28,32 +28,32 @@ if __name__ == "__main__":
     # a failed write to stdout (a full disk): one line, at the end
     sys.stdout = WatchedStdout(sys.stdout)
     # Every flag against gmts/run/validate.py's table before torch loads (~3 s): a bad one is one
-    # line, exit 2, at once (hence the noqa: E402 below).
+    # line, exit 2, at once; the imports below come after it on purpose.
     from gmts.run.config import parse_config
     parse_config(sys.argv[1:])
 
-import contextlib  # noqa: E402
-import dataclasses  # noqa: E402
-import math  # noqa: E402
-import time  # noqa: E402
+import contextlib
+import dataclasses
+import math
+import time
 
-import torch  # noqa: E402
-from tqdm import tqdm  # noqa: E402
+import torch
+from tqdm import tqdm
 
-import data  # noqa: E402
-import rewards  # noqa: E402
-from gmts.method.grpo import (  # noqa: E402
+import data
+import rewards
+from gmts.method.grpo import (
     group_advantages, mixed_groups, overlong_penalty, relative_token_weight, token_omega,
     token_scores)
-from gmts.run import checkpoint as ckpt, report, runlog  # noqa: E402
-from gmts.run.state import (  # noqa: E402
+from gmts.run import checkpoint as ckpt, report, runlog
+from gmts.run.state import (
     StopRequest, build_run, evaluate_during_training, log_paths, save, save_merged_lora)
-from gmts.run.folder import check_start  # noqa: E402
-from gmts.trainer import distributed  # noqa: E402
-from gmts.trainer.diagnostics import GradNoise, UpdateLog, rollout_figures  # noqa: E402
-from gmts.trainer.policy import peak_memory_mb  # noqa: E402
-from gmts.trainer.rollout import EagerDecode, concat_rollouts, sample_batched  # noqa: E402
-from gmts.trainer.step import (  # noqa: E402
+from gmts.run.folder import check_start
+from gmts.trainer import distributed
+from gmts.trainer.diagnostics import GradNoise, UpdateLog, rollout_figures
+from gmts.trainer.policy import peak_memory_mb
+from gmts.trainer.rollout import EagerDecode, concat_rollouts, sample_batched
+from gmts.trainer.step import (
     NON_FINITE, STEPPED, Batch, MiniBatch, accumulate_gradients, batch_sum, finite_on,
     layers_gathered, masked_loss_inputs, minibatch_kl_share, minibatch_rows, my_prompts,
     optimizer_step, run_selection, scoring_pass, use_dynamic_sampling, weights_finite)
@@ -219,11 +219,11 @@ def update_policy(cfg, model, ref_model, optimizer, batch, select_gen, device, s
                 loss, grad_norm, outcome = optimizer_step(model, optimizer, params, loss, n_passes,
                                                           cfg.max_grad_norm)
             on_policy &= outcome != STEPPED
-            records.append(dict(mb=mb, logp=logp, entropy=entropy, omega=omega,
-                                length_weight=length_weight, selected=selected,
-                                loss_weights=loss_inputs.weights, loss=loss, grad_norm=grad_norm,
-                                outcome=outcome,
-                                noise=probe.figures(grad_norm, outcome) if probe else {}))
+            records.append({"mb": mb, "logp": logp, "entropy": entropy, "omega": omega,
+                            "length_weight": length_weight, "selected": selected,
+                            "loss_weights": loss_inputs.weights, "loss": loss,
+                            "grad_norm": grad_norm, "outcome": outcome,
+                            "noise": probe.figures(grad_norm, outcome) if probe else {}})
     return records
 
 
@@ -277,8 +277,8 @@ def step_figures(run, step, done):
     """The step's metrics line, before the update's figures: the rollout's, each reward's, the
     times."""
     if done.outcome == BAD_WEIGHTS:
-        return dict(step=step, reward_mean=math.nan, accuracy=math.nan, skipped=BAD_WEIGHTS,
-                    time_rollout_s=0.0, time_train_s=0.0)
+        return {"step": step, "reward_mean": math.nan, "accuracy": math.nan,
+                "skipped": BAD_WEIGHTS, "time_rollout_s": 0.0, "time_train_s": 0.0}
     return dict(step=step, **rollout_figures(run.cfg, done.batch, done.sampled_rewards),
                 sampling_tries=done.tries, **each_reward(run.reward_fns),
                 time_rollout_s=done.time_rollout_s,

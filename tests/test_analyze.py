@@ -194,8 +194,8 @@ def test_off_policy_steps_move_theta_and_the_measured_tokens_have_r_not_one():
     # tests/test_rollout.py), so mean |r - 1| < 1e-5
     assert log[0]["ratio_abs_dev_mean"] < 1e-5
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
-    records = analyze.analyze_groups(model, prompts, roll, rewards, params="all", old_logp=roll.old_logp,
-                                     groups=measured, progress=False)
+    records = analyze.analyze_groups(model, prompts, roll, rewards, params="all",
+                                     old_logp=roll.old_logp, groups=measured, progress=False)
     assert [r["answer"] for r in records] == [4, 5, 6, 7] and {r["group"] for r in records} == {1}
     ratios = torch.tensor([v for r in records for v in r["ratio"]])
     assert (ratios - 1).abs().max() > 0.05

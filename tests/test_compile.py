@@ -1,20 +1,22 @@
-"""`sample(decode=CompiledDecode)`: the decode step torch.compile'd over the static KV cache (gmts/trainer/rollout.py,
-_compiled_decode), against the eager sampler.
+"""`sample(decode=CompiledDecode)`: the decode step torch.compile'd over the static KV cache
+(gmts/trainer/rollout.py, _compiled_decode), against the eager sampler.
 
-Two layers of checking, because inductor's C++ code generation costs ~20 s of CPU per graph even for a 2-layer model
-(measured: the inductor test below, 20.9 s user CPU, 2 min 7 s wall on the shared 2-core machine), so the bucket
-logic is tested without it:
-- torch.compile with a recording backend that runs the captured graph as it is (no code generation). This checks
-  what is ours: dynamo captures the whole decode step over the static cache (one graph, no graph breaks), the static
-  mode (writes at cache.position, attention over every column, masked by causality) gives the eager samples, and the
-  batch shapes are bucketed (N, then powers of two), so the step compiles once per bucket and never again.
-- the real thing (inductor), one shape, the same comparison (skipped only without a C++ compiler, which inductor
-  needs on a CPU).
+Two layers of checking, because inductor's C++ code generation costs ~20 s of CPU per graph even for
+a 2-layer model (measured: the inductor test below, 20.9 s user CPU, 2 min 7 s wall on the shared
+2-core machine), so the bucket logic is tested without it:
+- torch.compile with a recording backend that runs the captured graph as it is (no code generation).
+  This checks what is ours: dynamo captures the whole decode step over the static cache (one graph,
+  no graph breaks), the static mode (writes at cache.position, attention over every column, masked
+  by causality) gives the eager samples, and the batch shapes are bucketed (N, then powers of two),
+  so the step compiles once per bucket and never again.
+- the real thing (inductor), one shape, the same comparison (skipped only without a C++ compiler,
+  which inductor needs on a CPU).
 
-Tolerances: float64 models. Eager attends over the filled columns, static over all max_len columns with the rest
-masked (exp(-inf) = 0 exactly, but the reductions run over more terms in another order): float64 rounding, ~1e-15
-relative, in logits that then pick the same tokens. log-probs and entropies are STORED in float32 (Rollout), so
-the stored values may differ by one float32 rounding step: |x| x 2^-24 ~ 3e-7 at |x| ~ 5; atol 1e-6 covers it.
+Tolerances: float64 models. Eager attends over the filled columns, static over all max_len columns
+with the rest masked (exp(-inf) = 0 exactly, but the reductions run over more terms in another
+order): float64 rounding, ~1e-15 relative, in logits that then pick the same tokens. log-probs and
+entropies are STORED in float32 (Rollout), so the stored values may differ by one float32 rounding
+step: |x| x 2^-24 ~ 3e-7 at |x| ~ 5; atol 1e-6 covers it.
 """
 import shutil
 
@@ -78,7 +80,8 @@ def test_static_decode_step_gives_the_eager_samples_and_compiles_once_per_bucket
     counters.clear()
     for seed in range(3):
         eager = sample(model, prompts(), **kwargs(seed, max_new_tokens=48))   # rows drop every 8
-        compiled = sample(model, prompts(), **kwargs(seed, max_new_tokens=48, decode=CompiledDecode))
+        compiled = sample(model, prompts(),
+                          **kwargs(seed, max_new_tokens=48, decode=CompiledDecode))
         assert_same(compiled, eager)
     # the whole step is one graph
     assert not counters["graph_break"], dict(counters["graph_break"])
@@ -99,7 +102,8 @@ def test_static_decode_step_through_lora(recording_compile):
         for name, p in model.named_parameters():
             if "lora_B" in name:
                 p.normal_(generator=torch.Generator().manual_seed(len(name)))
-    assert_same(sample(model, prompts(), **kwargs(1, decode=CompiledDecode)), sample(model, prompts(), **kwargs(1)))
+    assert_same(sample(model, prompts(), **kwargs(1, decode=CompiledDecode)),
+                sample(model, prompts(), **kwargs(1)))
     assert recording_compile
 
 
@@ -114,7 +118,8 @@ def test_inductor_decode_step_gives_the_eager_samples():
     model = tiny_qwen2(seed=4)
     kw = {"group_size": 2, "max_new_tokens": 6, "eos_token_ids": [-1], "pad_token_id": PAD}
     eager = sample(model, prompts()[:1], generator=torch.Generator().manual_seed(0), **kw)
-    compiled = sample(model, prompts()[:1], generator=torch.Generator().manual_seed(0), decode=CompiledDecode, **kw)
+    compiled = sample(model, prompts()[:1], generator=torch.Generator().manual_seed(0),
+                      decode=CompiledDecode, **kw)
     assert torch.equal(compiled.completion_ids, eager.completion_ids)
     torch.testing.assert_close(compiled.old_logp, eager.old_logp, rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(compiled.entropy, eager.entropy, rtol=1e-4, atol=1e-4)

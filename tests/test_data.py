@@ -103,7 +103,8 @@ def test_download_records_and_checks_checksums(tmp_path, monkeypatch):
         files.fetch(files.RemoteFile("demo/b.jsonl", "file://" + source, "0" * 64))
     unpinned = files.RemoteFile("demo/c.jsonl", "file://" + source, None)
     path = files.fetch(unpinned)
-    assert pathlib.Path(path + ".sha256").read_text().strip() == digest  # recorded at first download
+    # recorded at first download
+    assert pathlib.Path(path + ".sha256").read_text().strip() == digest
     with open(path, "a") as f:
         f.write("\n")
     with pytest.raises(ValueError, match="sha256"):  # and checked on later loads
@@ -191,7 +192,8 @@ def test_question_field_formats_several_fields(tmp_path):
             == "How many now?")
     gap = write_jsonl(tmp_path / "gap.jsonl", [rows[0], {"Body": "x", "Answer": "1"}])
     with pytest.raises(ValueError, match=r"gap\.jsonl:2: no field 'Question' for question_field "
-                                         r"'\{Body\} \{Question\}' \(fields: \['Answer', 'Body'\]\)"):
+                                         r"'\{Body\} \{Question\}' "
+                                         r"\(fields: \['Answer', 'Body'\]\)"):
         data.load_problems(gap, question_field="{Body} {Question}", answer_field="Answer")
     with pytest.raises(ValueError, match="not a valid format"):
         data.load_problems(path, question_field="{Body", answer_field="Answer")
@@ -307,10 +309,9 @@ def test_arithmetic_max_operand():
                + train)
     assert not {p.question for p in test} & {p.question for p in train}
     # the existing digit streams are untouched by the new knob
-    assert [p.question for p in data.load_problems("arithmetic", "test", n=5, digits=2, terms=2)] == \
-        [
-            p.question for p
-            in data.load_problems("arithmetic", "test", n=5, digits=2, terms=2, max_operand=None)]
+    assert ([p.question for p in data.load_problems("arithmetic", "test", n=5, digits=2, terms=2)]
+            == [p.question for p in data.load_problems("arithmetic", "test", n=5, digits=2,
+                                                       terms=2, max_operand=None)])
     # all there are
     every_test_sum = arithmetic.generate("test", n=102, max_operand=30, terms=2, ops="+")
     assert len({r["question"] for r in every_test_sum}) == 102

@@ -36,8 +36,9 @@ def make_batch(seed=0):
     entropy[3, 0] = entropy[9, 1] = entropy[12, 0] = 2.5
     logp = -torch.rand(n, T, generator=gen).masked_fill(~valid, 0)
     prompts = [[int(x) for x in torch.randint(3, VOCAB, (3 + q,), generator=gen)] for q in range(Q)]
-    return train.Batch(problems=list(range(Q)), prompt_ids=prompts, completion_ids=completion, valid_mask=valid,
-                       old_logp=logp, entropy=entropy, texts=[""] * n, rewards=rewards, advantages=adv)
+    return train.Batch(problems=list(range(Q)), prompt_ids=prompts, completion_ids=completion,
+                       valid_mask=valid, old_logp=logp, entropy=entropy, texts=[""] * n,
+                       rewards=rewards, advantages=adv)
 
 
 def shard(batch, rank, world):
@@ -47,8 +48,8 @@ def shard(batch, rank, world):
     return train.Batch(problems=batch.problems[rank * q:(rank + 1) * q],
                        prompt_ids=batch.prompt_ids[rank * q:(rank + 1) * q],
                        completion_ids=batch.completion_ids[rows], valid_mask=batch.valid_mask[rows],
-                       old_logp=batch.old_logp[rows],
-                       entropy=batch.entropy[rows], texts=batch.texts[rows], rewards=batch.rewards[rows],
+                       old_logp=batch.old_logp[rows], entropy=batch.entropy[rows],
+                       texts=batch.texts[rows], rewards=batch.rewards[rows],
                        advantages=batch.advantages[rows])
 
 
@@ -60,10 +61,10 @@ def record_gradients(model, optimizer):
     steps, step = [], optimizer.step
 
     def recording_step(*args, **kwargs):
-        steps.append(
-            {
-                name: (p.grad.full_tensor() if isinstance(p.grad, DTensor) else p.grad).detach().double()
-                      for name, p in model.named_parameters() if p.grad is not None})
+        steps.append({
+            name: (p.grad.full_tensor() if isinstance(p.grad, DTensor)
+                   else p.grad).detach().double()
+            for name, p in model.named_parameters() if p.grad is not None})
         return step(*args, **kwargs)
     optimizer.step = recording_step
     return steps
@@ -135,8 +136,9 @@ def one_update(selector, batch, loss_norm, fsdp=False, extra=()):
         distributed.shard_layers(model, torch.float32)
     optimizer = build_optimizer(model, cfg)
     grads = record_gradients(model, optimizer)
-    metrics, selected = update_figures(cfg, batch, train.update_policy(cfg, model, None, optimizer, batch,
-                                                                      torch.Generator(), torch.device("cpu")))
+    metrics, selected = update_figures(
+        cfg, batch, train.update_policy(cfg, model, None, optimizer, batch, torch.Generator(),
+                                        torch.device("cpu")))
     if fsdp:
         params, _ = distributed.full_state_dicts(model, optimizer)
     else:
@@ -185,19 +187,24 @@ def test_two_processes_equal_one_process(tmp_path, selector, loss_norm, fsdp, ex
              args=(2, str(tmp_path / "init"), selector, loss_norm, str(tmp_path), fsdp, extra),
              nprocs=2, join=True)
     single_sel, single_params, single_metrics, single_grads = one_update(
-        selector, make_batch(), loss_norm,
-                                                                         extra=extra)
+        selector, make_batch(), loss_norm, extra=extra)
     parts = [torch.load(tmp_path / f"{r}.pt", weights_only=False) for r in range(2)]
     both = torch.cat([p["selected"] for p in parts])
     assert torch.equal(both, single_sel)
-    assert int(single_sel.sum()) == -(-int(make_batch().valid_mask.sum()) * 2 // 10)      # ceil(0.2 n), global
-    for p in (parts[:1] if fsdp else parts):             # FSDP gathers the full weights on rank 0 only
-        # n: Q·G·T tokens at most, plus the micro-batches and the two ranks (assert_same_update derives it)
-        assert_same_update(p["grads"], single_grads, p["params"], single_params, lr=1e-2, n_terms=Q * G * T + 16)
-    for key in ("selected_tokens", "valid_tokens", "answers_with_selected", "selection_overlap_ets_gmts"):
-        assert parts[0]["metrics"][key] == pytest.approx(single_metrics[key])     # counts: exact in any order
-    # the norm of the first (and only) step's gradient, at θ_0: a float32 sum of squares regrouped, so its relative
-    # error is of order n · u = 128 · 6e-8 ≈ 8e-6 at most (the coordinates' own errors are relative to max|g|)
+    # ceil(0.2 n), global
+    assert int(single_sel.sum()) == -(-int(make_batch().valid_mask.sum()) * 2 // 10)
+    for p in (parts[:1] if fsdp else parts):    # FSDP gathers the full weights on rank 0 only
+        # n: Q·G·T tokens at most, plus the micro-batches and the two ranks (assert_same_update
+        # derives it)
+        assert_same_update(p["grads"], single_grads, p["params"], single_params, lr=1e-2,
+                           n_terms=Q * G * T + 16)
+    for key in ("selected_tokens", "valid_tokens", "answers_with_selected",
+                "selection_overlap_ets_gmts"):
+        # counts: exact in any order
+        assert parts[0]["metrics"][key] == pytest.approx(single_metrics[key])
+    # the norm of the first (and only) step's gradient, at θ_0: a float32 sum of squares regrouped,
+    # so its relative error is of order n · u = 128 · 6e-8 ≈ 8e-6 at most (the coordinates' own
+    # errors are relative to max|g|)
     assert parts[0]["metrics"]["grad_norm"] == pytest.approx(single_metrics["grad_norm"], rel=1e-5)
 
 
@@ -207,7 +214,8 @@ def test_per_rank_top_k_would_differ():
     import gmts
     batch = make_batch()
     halves = [shard(batch, r, 2) for r in range(2)]
-    per_rank = torch.cat([gmts.select_tokens(gmts.token_scores("ets", h.entropy), h.valid_mask, 0.2) for h in halves])
+    per_rank = torch.cat([gmts.select_tokens(gmts.token_scores("ets", h.entropy), h.valid_mask, 0.2)
+                          for h in halves])
     global_sel = gmts.select_tokens(gmts.token_scores("ets", batch.entropy), batch.valid_mask, 0.2)
     assert not torch.equal(per_rank, global_sel)
 
@@ -237,7 +245,8 @@ def test_torchrun_two_processes_train_checkpoint_and_resume(digit_model_dir, dig
     from transformers import AutoModelForCausalLM
     saved = AutoModelForCausalLM.from_pretrained(out / "checkpoints" / "step-000002")
     start = AutoModelForCausalLM.from_pretrained(digit_model_dir)
-    assert sum((a - b).abs().sum().item() for a, b in zip(saved.parameters(), start.parameters())) > 0
+    assert sum((a - b).abs().sum().item()
+               for a, b in zip(saved.parameters(), start.parameters())) > 0
     if fsdp:
         assert "eval_accuracy" in metrics[1]
     proc = subprocess.run(base + ["--resume", str(out), "--steps", "3"], cwd=ROOT, env=env,

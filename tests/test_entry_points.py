@@ -66,7 +66,8 @@ def inputs(digit_model_dir, tmp_path_factory):
                              lambda f: (f / "model.safetensors").write_bytes(
                                  weights[:len(weights) // 2]))
     m["garbage"] = variant("garbage",
-                           lambda f: (f / "model.safetensors").write_bytes(b"not safetensors " * 20))
+                           lambda f: (f / "model.safetensors").write_bytes(
+                               b"not safetensors " * 20))
     m["no-weights"] = variant("no-weights", lambda f: (f / "model.safetensors").unlink())
     m["bad-config"] = variant("bad-config",
                               lambda f: (f / "config.json").write_text('{"model_type": "qw'))

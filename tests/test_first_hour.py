@@ -92,8 +92,10 @@ def test_a_hub_id_with_the_hub_unreachable_is_one_line_naming_the_folder_to_pass
     assert proc.returncode != 0 and len(lines) == 1, lines[:12]
     line = lines[0]
     assert line.startswith("error: --model: could not load 'Qwen/Qwen2.5-1.5B-Instruct'"), line
-    assert ("http://127.0.0.1:9 cannot be reached" in line and "--model /path/to/folder" in line), line
-    assert ("config.json" in line and "hf download Qwen/Qwen2.5-1.5B-Instruct --local-dir" in line), line
+    assert ("http://127.0.0.1:9 cannot be reached" in line
+            and "--model /path/to/folder" in line), line
+    assert ("config.json" in line
+            and "hf download Qwen/Qwen2.5-1.5B-Instruct --local-dir" in line), line
 
 
 def test_a_cached_hub_id_loads_from_the_cache_with_the_hub_unreachable(

@@ -129,7 +129,8 @@ def test_bf16_close_to_float32_reference():
     # And bf16 through our path is as close as the plain bf16 computation is (no extra error from
     # chunking).
     plain16_logp, _ = plain(h16.detach(), w16.detach(), targets)
-    assert (logp.detach() - ref_logp).abs().max() <= 1.5 * (plain16_logp - ref_logp).abs().max() + 1e-6
+    assert ((logp.detach() - ref_logp).abs().max()
+            <= 1.5 * (plain16_logp - ref_logp).abs().max() + 1e-6)
 
 
 def test_cpu_autocast_runs_matmuls_in_bf16_and_returns_grads_in_param_dtype():

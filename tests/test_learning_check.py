@@ -52,7 +52,8 @@ def test_smoke_writes_paired_table(tmp_path):
         assert config["max_bad_steps"] == 5 and config["log_grad_noise"] is True
         # the update diagnostics of the table are the means of what train.py logged (null where it
         # logged none)
-        rows = [json.loads(line) for line in pathlib.Path(run["run_dir"], "metrics.jsonl").read_text().splitlines()]
+        rows = [json.loads(line)
+                for line in pathlib.Path(run["run_dir"], "metrics.jsonl").read_text().splitlines()]
         logged = [r["update_answers_effective"] for r in rows
                   if r.get("update_answers_effective") is not None]
         assert run["update_answers_effective_mean"] == (pytest.approx(sum(logged) / len(logged))
@@ -62,7 +63,10 @@ def test_smoke_writes_paired_table(tmp_path):
         assert entry["stable"] == (entry["n_diverged"] == 0) and set(entry["diverged"]) <= {"0"}
         # the paired difference against the base is the mean of per-problem differences of the eval
         # files
-        per_problem = [json.loads(l) for l in pathlib.Path(run["eval"].replace(".json", ".problems.jsonl")).read_text().splitlines()]
+        per_problem = [
+            json.loads(l)
+            for l in pathlib.Path(run["eval"].replace(".json", ".problems.jsonl"))
+            .read_text().splitlines()]
         assert len(per_problem) == 6 and all(r["n"] == 2 for r in per_problem)
         acc = sum(r["correct"] / r["n"] for r in per_problem) / 6
         assert entry["accuracy"] == pytest.approx(acc)
@@ -608,6 +612,7 @@ def test_import_results_reproduces_the_table(tmp_path, monkeypatch):
                 assert mine.get(key) == e.get(key), (lr, arm, key)
             assert mine["intervals"]["bootstrap"] == "over seeds only (no per-problem scores)"
     rec = json.loads(
-        next((records / n) for n in os.listdir(records) if n.startswith("lr4e-05_gmts_s1.")).read_text())
+        next((records / n) for n in os.listdir(records)
+             if n.startswith("lr4e-05_gmts_s1.")).read_text())
     assert rec["scores"] is None and rec["cpu_name"] == lc.cpu_name() and rec["revision"] is None
     assert lc.import_results(lc.parse_args(again), again[-1]) == 0

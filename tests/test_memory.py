@@ -24,7 +24,8 @@ def test_shape_counts_parameters_exactly_and_lora_like_peft():
             64, 16, 2, 2, 1)
     lora = add_lora(tiny_qwen2(vocab_size=64, hidden=16, layers=2), rank=4)
     trainable = sum(p.numel() for p in lora.parameters() if p.requires_grad)
-    assert (4 * memory.model_shape(tiny_qwen2(vocab_size=64, hidden=16, layers=2).config).lora_per_rank == trainable)
+    assert (4 * memory.model_shape(tiny_qwen2(vocab_size=64, hidden=16, layers=2).config)
+            .lora_per_rank == trainable)
 
 
 def shape():

@@ -35,7 +35,8 @@ def test_omega_identity_matches_autograd_on_every_branch():
     logp = sampled_logp(model, ids)                                  # (3, 8)
     advantages = torch.tensor([1.3, -0.7, 0.0], dtype=torch.float64)
     # Target ratios r = π_θ/π_old per column: clipped high, clipped low, inside, exactly 1.
-    r_target = torch.tensor([1.6, 0.5, 1.1, 0.9, 1.0, 1.35, 0.75, 1.05], dtype=torch.float64).expand(3, 8)
+    r_target = torch.tensor([1.6, 0.5, 1.1, 0.9, 1.0, 1.35, 0.75, 1.05],
+                            dtype=torch.float64).expand(3, 8)
     old_logp = logp.detach() - torch.log(r_target)
     ref_logp = logp.detach() + 0.3 * torch.randn(logp.shape, generator=gen, dtype=torch.float64)
     omega = gmts.token_omega(logp.detach(), old_logp, advantages, eps_low=EPS_LOW,
@@ -64,7 +65,8 @@ def test_omega_identity_matches_autograd_on_every_branch():
                 assert omega[i, t].item() == pytest.approx(BETA * ref_over_pi - BETA, rel=1e-12)
             checked += 1
     assert checked == 24
-    assert {(1, "clipped"), (1, "active"), (-1, "clipped"), (-1, "active"), (0, "active")} <= branches
+    assert {(1, "clipped"), (1, "active"), (-1, "clipped"), (-1, "active"),
+            (0, "active")} <= branches
 
 
 def test_omega_on_policy_is_the_advantage():
@@ -350,8 +352,8 @@ def test_exclude_removes_zero_advantage_groups_from_the_ranking():
     # eligible ones.
     assert not ets_ex[:4].any() and int(ets_ex.sum()) == int(ets.sum()) == math.ceil(0.25 * 48)
     # ... capped at the eligible count when ρ asks for more than the eligible answers hold.
-    assert int(
-        gmts.select_tokens(gmts.token_scores("ets", entropy), valid, 0.75, exclude=exclude).sum()) == 24
+    assert int(gmts.select_tokens(gmts.token_scores("ets", entropy), valid, 0.75,
+                                  exclude=exclude).sum()) == 24
     omega = gmts.token_omega(torch.zeros(8, 6), torch.zeros(8, 6), adv)
     assert gmts.token_scores("gmts", entropy, omega)[:4].abs().max().item() == 0.0
 
@@ -474,8 +476,9 @@ def test_overlap_diagnostic_uses_the_runs_scope_bottom_and_exclude():
 
 
 def test_kl_relative_weight_is_the_true_gradient_coefficient():
-    """With --loss-norm selected and --kl-coverage all, the loss is Σ_sel ℓ^pol / S - β Σ_valid D / N: a selected
-    token's gradient coefficient is (r A I)/S + β(π_ref/π - 1)/N = (1/S)·ω(kl_share = S/N). Autograd agrees."""
+    """With --loss-norm selected and --kl-coverage all, the loss is
+    Σ_sel ℓ^pol / S - β Σ_valid D / N: a selected token's gradient coefficient is
+    (r A I)/S + β(π_ref/π - 1)/N = (1/S)·ω(kl_share = S/N). Autograd agrees."""
     torch.manual_seed(0)
     n, t = 3, 4
     logp = (-torch.rand(n, t, dtype=torch.float64)).requires_grad_()

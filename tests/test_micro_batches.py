@@ -18,8 +18,8 @@ import torch
 
 from conftest import tiny_qwen2
 from gmts.method.grpo import loss_weights
-from gmts.trainer.step import (Batch, LossInputs, MiniBatch, accumulate_gradients, completion_logprobs,
-                               micro_batches, scoring_pass)
+from gmts.trainer.step import (Batch, LossInputs, MiniBatch, accumulate_gradients,
+                               completion_logprobs, micro_batches, scoring_pass)
 
 G, T = 2, 12
 
@@ -36,8 +36,9 @@ def spread_batch(seed=0):
     adv = torch.tensor([1.0, -1.0, 0.5, -0.5, 0.9, -0.9, 0.3, -0.3, 1.1, -1.1, 0.2, -0.2],
                        dtype=torch.float64)
     zeros = torch.zeros(n, T, dtype=torch.float64)
-    return Batch(problems=[None] * 6, prompt_ids=prompts, completion_ids=completion, valid_mask=valid, old_logp=zeros,
-                 entropy=zeros, texts=[""] * n, rewards=torch.zeros(n), advantages=adv)
+    return Batch(problems=[None] * 6, prompt_ids=prompts, completion_ids=completion,
+                 valid_mask=valid, old_logp=zeros, entropy=zeros, texts=[""] * n,
+                 rewards=torch.zeros(n), advantages=adv)
 
 
 def cfg(micro_batch_size=4, micro_batch_tokens=0):
@@ -60,7 +61,7 @@ def test_every_row_once_longest_first_within_the_budget(size, tokens):
     chunks = micro_batches(batch, rows, cfg(size, tokens))
     assert sorted(torch.cat(chunks).tolist()) == sorted(rows.tolist())
     widths = [int(batch.valid_mask[i].sum()) for i in torch.cat(chunks)]
-    assert widths == sorted(widths, reverse=True)                    # grouped by length, longest first
+    assert widths == sorted(widths, reverse=True)    # grouped by length, longest first
     for chunk in chunks:
         if tokens:                     # the budget holds unless one row alone exceeds it
             assert len(chunk) == 1 or padded_tokens(batch, chunk) <= tokens
@@ -92,8 +93,9 @@ def test_scoring_pass_equals_one_untrimmed_pass_and_computes_only_real_width(siz
     rows = torch.tensor([7, 0, 3, 10, 1, 5, 11, 2, 8])
     prompts = [batch.prompt_ids[int(i) // G] for i in rows]
     with torch.no_grad():
-        want_lp, want_ent = completion_logprobs(model, prompts, batch.completion_ids[rows], batch.valid_mask[rows],
-                                                    temperature=0.7, chunk_size=5, with_entropy=True)
+        want_lp, want_ent = completion_logprobs(model, prompts, batch.completion_ids[rows],
+                                                batch.valid_mask[rows], temperature=0.7,
+                                                chunk_size=5, with_entropy=True)
     seen, hook = count_decoder_tokens(model)
     lp, ent = scoring_pass(model, batch, rows, cfg(size, tokens))
     hook.remove()
@@ -112,11 +114,14 @@ def test_scoring_pass_equals_one_untrimmed_pass_and_computes_only_real_width(siz
 
 
 def gradient(model, batch, rows, config):
-    """The trainer's step-6 gradient of the on-policy loss over `rows` (weights with the whole batch's normaliser)."""
-    mb = MiniBatch(rows, valid_mask=batch.valid_mask, advantages=batch.advantages, old_logp=batch.old_logp, entropy=batch.entropy,
-                   ref_logp=None, exclude=None, group_size=G)
+    """The trainer's step-6 gradient of the on-policy loss over `rows` (weights with the whole
+    batch's normaliser)."""
+    mb = MiniBatch(rows, valid_mask=batch.valid_mask, advantages=batch.advantages,
+                   old_logp=batch.old_logp, entropy=batch.entropy, ref_logp=None, exclude=None,
+                   group_size=G)
     weights = loss_weights(mb.valid_mask, mb.valid_mask, "selected")
-    inputs = LossInputs(mb, weights, None, mb.rows, on_policy=True, eps_low=0.2, eps_high=0.28, beta=0.0)
+    inputs = LossInputs(mb, weights, None, mb.rows, on_policy=True, eps_low=0.2, eps_high=0.28,
+                        beta=0.0)
     model.zero_grad(set_to_none=True)
     loss, passes = accumulate_gradients(model, batch, inputs, config)
     return float(loss), passes, [p.grad.clone() for p in model.parameters()]

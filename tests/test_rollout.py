@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from gmts.trainer.step import completion_logprobs
-from gmts.trainer.rollout import Rollout, _cache_keyword, completion_mask, concat_rollouts, sample, sample_batched
+from gmts.trainer.rollout import (Rollout, _cache_keyword, completion_mask, concat_rollouts, sample,
+                                  sample_batched)
 from conftest import tiny_qwen2
 
 EOS, PAD = [5, 7], 0
@@ -28,9 +29,9 @@ def test_shared_prefix_and_dropped_rows_draw_the_same_samples_as_the_plain_path(
     assert fast.completion_ids.shape == (12, 12)
     assert torch.equal(fast.completion_ids, plain.completion_ids)
     assert torch.equal(fast.valid_mask, plain.valid_mask)
-    # float64 (u ≈ 1.1e-16): the two paths group the same attention sums differently (a shared prefix, fewer rows),
-    # ~n u |z| ≈ 1e-14 apart; Qwen2's RMSNorm rounds through float32 on both sides alike (the same rows, the same
-    # values), so 1e-9 leaves five orders of magnitude.
+    # float64 (u ≈ 1.1e-16): the two paths group the same attention sums differently (a shared
+    # prefix, fewer rows), ~n u |z| ≈ 1e-14 apart; Qwen2's RMSNorm rounds through float32 on both
+    # sides alike (the same rows, the same values), so 1e-9 leaves five orders of magnitude.
     torch.testing.assert_close(fast.old_logp, plain.old_logp, rtol=1e-9, atol=1e-9)
     torch.testing.assert_close(fast.entropy, plain.entropy, rtol=1e-9, atol=1e-9)
     # some rows stopped early: the drop path was exercised
@@ -56,11 +57,12 @@ def test_rollout_logprobs_and_entropies_match_a_full_forward():
     "Temperature": test how close they are)."""
     model = tiny_qwen2(seed=6)
     roll = run(model)
-    logp, ent = completion_logprobs(model, roll.prompt_ids, roll.completion_ids, roll.valid_mask, group_size=4,
-                                    with_entropy=True, chunk_size=7)
-    # float32, KV-cached one-token steps against one padded forward: other GEMM shapes and attention groupings.
-    # Per layer the hidden states carry ~d u (d = 16 terms per dot product) relative error, ~1e-6 after 2 layers,
-    # and log-softmax adds ~u |z|: under 1e-5 (tests/test_rollout_precision.py measures bigger models).
+    logp, ent = completion_logprobs(model, roll.prompt_ids, roll.completion_ids, roll.valid_mask,
+                                    group_size=4, with_entropy=True, chunk_size=7)
+    # float32, KV-cached one-token steps against one padded forward: other GEMM shapes and attention
+    # groupings. Per layer the hidden states carry ~d u (d = 16 terms per dot product) relative
+    # error, ~1e-6 after 2 layers, and log-softmax adds ~u |z|: under 1e-5
+    # (tests/test_rollout_precision.py measures bigger models).
     torch.testing.assert_close(logp, roll.old_logp, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(ent, roll.entropy, rtol=1e-5, atol=1e-5)
     assert (logp[~roll.valid_mask] == 0).all()
@@ -69,8 +71,8 @@ def test_rollout_logprobs_and_entropies_match_a_full_forward():
 def test_temperature_defines_the_policy():
     model = tiny_qwen2(seed=7)
     roll = run(model, temperature=0.7)
-    logp, ent = completion_logprobs(model, roll.prompt_ids, roll.completion_ids, roll.valid_mask, group_size=4,
-                                    temperature=0.7, with_entropy=True)
+    logp, ent = completion_logprobs(model, roll.prompt_ids, roll.completion_ids, roll.valid_mask,
+                                    group_size=4, temperature=0.7, with_entropy=True)
     torch.testing.assert_close(logp, roll.old_logp, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(ent, roll.entropy, rtol=1e-5, atol=1e-5)
 

@@ -375,8 +375,8 @@ def test_a_full_disk_during_the_merged_export_leaves_no_final_merged(base, tmp_p
 
 def test_memory_refuses_a_config_that_is_not_a_causal_lm(tmp_path):
     from transformers import ViTConfig
-    ViTConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64).save_pretrained(
-        tmp_path / "vit")
+    ViTConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+              intermediate_size=64).save_pretrained(tmp_path / "vit")
     result = subprocess.run(
         [sys.executable, "-m", "gmts.tools.memory", "--model", str(tmp_path / "vit")], cwd=ROOT,
                             env=ENV, capture_output=True, text=True, check=False)

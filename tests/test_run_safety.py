@@ -21,7 +21,8 @@ import time
 import pytest
 import torch
 
-from test_bad_input import ENV, ROOT, check_one_line, read_jsonl, run_batch, snapshot, tmpfs, train_args
+from test_bad_input import (ENV, ROOT, check_one_line, read_jsonl, run_batch, snapshot, tmpfs,
+                            train_args)
 
 
 def is_timing(key):          # wall-clock and memory figures differ between any two runs
@@ -126,8 +127,8 @@ def test_resume_compares_resolved_paths(digit_model_dir, digit_data, runs, tmp_p
     (tmp_path / "copy.jsonl").write_text(pathlib.Path(digit_data).read_text())
     # another file, even with the same content
     with pytest.raises(SystemExit) as err:
-        check_start(
-            ["--resume", str(runs / "done"), "--steps", "3", "--data", str(tmp_path / "copy.jsonl")])
+        check_start(["--resume", str(runs / "done"), "--steps", "3",
+                     "--data", str(tmp_path / "copy.jsonl")])
     assert err.value.code == 2
 
 
@@ -485,7 +486,8 @@ def test_a_damaged_log_line_is_named_and_kept(runs, tmp_path):
     assert len(notes) == 2 and f"{run_dir / 'metrics.jsonl'}:1: not JSON" in notes[0], notes
     assert f"{run_dir / 'metrics.jsonl'}:3: dropped a torn line" in notes[1]
     copies = glob.glob(str(run_dir / "metrics.jsonl.bad-*"))
-    assert len(copies) == 1 and pathlib.Path(copies[0]).read_text() == original                # kept as it was
+    # kept as it was
+    assert len(copies) == 1 and pathlib.Path(copies[0]).read_text() == original
     assert [m["step"] for m in read_jsonl(run_dir / "metrics.jsonl")] == [2, 3]
 
 

@@ -142,9 +142,9 @@ def test_collect_batch_keeps_only_mixed_groups(digit_model_dir):
     from gmts.run.config import parse_config
     from gmts.trainer.policy import end_of_sequence_ids, load_model, load_tokenizer
     from gmts.trainer.step import PromptStream
-    cfg = parse_config(["--model", digit_model_dir, "--data", "arithmetic", "--algo", "dapo", "--group-size", "4",
-                        "--prompts-per-step", "3", "--max-new-tokens", "5", "--max-sampling-tries", "5",
-                        "--micro-batch-size", "4"])
+    cfg = parse_config(["--model", digit_model_dir, "--data", "arithmetic", "--algo", "dapo",
+                        "--group-size", "4", "--prompts-per-step", "3", "--max-new-tokens", "5",
+                        "--max-sampling-tries", "5", "--micro-batch-size", "4"])
     tok = load_tokenizer(digit_model_dir)
     model = load_model(digit_model_dir, dtype=torch.float32, device=torch.device("cpu"))
     problems, ids, _ = train.load_prompts(cfg, tok)
@@ -167,14 +167,16 @@ def test_overlong_shaping_moves_the_advantage_not_the_reward(digit_model_dir):
     from gmts.run.config import parse_config
     from gmts.trainer.policy import end_of_sequence_ids, load_model, load_tokenizer
     from gmts.trainer.step import PromptStream
-    cfg = parse_config(["--model", digit_model_dir, "--data", "arithmetic", "--group-size", "4", "--prompts-per-step",
-                        "3", "--max-new-tokens", "6", "--micro-batch-size", "4", "--overlong-buffer", "4",
+    cfg = parse_config(["--model", digit_model_dir, "--data", "arithmetic", "--group-size", "4",
+                        "--prompts-per-step", "3", "--max-new-tokens", "6",
+                        "--micro-batch-size", "4", "--overlong-buffer", "4",
                         "--overlong-penalty", "0.5"])
     tok = load_tokenizer(digit_model_dir)
     model = load_model(digit_model_dir, dtype=torch.float32, device=torch.device("cpu"))
     problems, ids, _ = train.load_prompts(cfg, tok)
     stream = PromptStream(problems, ids, seed=0)
-    fns = {name: (lambda text, ref: 1.0) for name in {p.reward for p in problems}}    # every answer "right"
+    # every answer "right"
+    fns = {name: (lambda text, ref: 1.0) for name in {p.reward for p in problems}}
     batch, _, _ = train.collect_batch(cfg, model, tok, stream, end_of_sequence_ids(model, tok),
                                       torch.Generator().manual_seed(0), fns)
     lengths = batch.valid_mask.sum(dim=1).float()

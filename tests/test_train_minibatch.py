@@ -82,7 +82,8 @@ def test_every_paper_preset_prints_its_resolved_config(preset):
     note, body = proc.stdout.split("\n", 1)
     assert note.startswith(f"# --preset {preset}: A.3")
     cfg = json.loads(body)
-    assert (cfg["prompts_per_step"], cfg["mini_batch_size"], cfg["max_new_tokens"], cfg["lr"]) == PAPER[preset]
+    assert (cfg["prompts_per_step"], cfg["mini_batch_size"], cfg["max_new_tokens"],
+            cfg["lr"]) == PAPER[preset]
     assert (cfg["group_size"], cfg["temperature"], cfg["eps_low"], cfg["eps_high"],
             cfg["warmup_steps"]) == \
         (16, 1.0, 0.2, 0.28, 0)

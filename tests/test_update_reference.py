@@ -49,8 +49,8 @@ def full_forward(model, prompt, completion, length, temperature):
 
 def per_token(model, batch, rows, temperature):
     """(list of log π rows, list of entropy rows) for `rows`, each of the answer's own length."""
-    out = [full_forward(model, batch.prompt_ids[int(i) // G], batch.completion_ids[i], int(batch.valid_mask[i].sum()),
-                        temperature) for i in rows]
+    out = [full_forward(model, batch.prompt_ids[int(i) // G], batch.completion_ids[i],
+                        int(batch.valid_mask[i].sum()), temperature) for i in rows]
     return [lp for lp, _ in out], [e for _, e in out]
 
 
@@ -170,9 +170,10 @@ def make_batch(model, seed=0):
     # group 2: all equal
     rewards = torch.tensor([1., 0, 0, 0, 1, 1, 0, 0, 0.3, 0.3, 0.3, 0.3, 0, 1, 1, 1])
     prompts = [[int(x) for x in torch.randint(3, VOCAB, (2 + q,), generator=gen)] for q in range(Q)]
-    batch = train.Batch(problems=list(range(Q)), prompt_ids=prompts, completion_ids=completion, valid_mask=valid,
-                        old_logp=torch.zeros(n, T, dtype=torch.float64), entropy=torch.zeros(n, T, dtype=torch.float64),
-                        texts=[""] * n, rewards=rewards, advantages=gmts.group_advantages(rewards, G))
+    batch = train.Batch(problems=list(range(Q)), prompt_ids=prompts, completion_ids=completion,
+                        valid_mask=valid, old_logp=torch.zeros(n, T, dtype=torch.float64),
+                        entropy=torch.zeros(n, T, dtype=torch.float64), texts=[""] * n,
+                        rewards=rewards, advantages=gmts.group_advantages(rewards, G))
     with torch.no_grad():
         lp, ent = per_token(model, batch, range(n), 1.0)
     for i in range(n):
@@ -206,7 +207,8 @@ CASES = {
     "gmts-4-minibatches": ["--mini-batch-size", "1"],
     "ets-4-minibatches-kl-all": ["--selector", "ets", "--mini-batch-size", "1", "--beta", "0.1",
                                  "--kl-coverage", "all"],
-    "gmts-2-minibatches-kl-all": ["--mini-batch-size", "2", "--beta", "0.1", "--kl-coverage", "all"],
+    "gmts-2-minibatches-kl-all": ["--mini-batch-size", "2", "--beta", "0.1",
+                                  "--kl-coverage", "all"],
     "gmts-2-minibatches-epochs2-sequence": ["--mini-batch-size", "2", "--ppo-epochs", "2",
                                             "--loss-norm", "sequence"],
 }
@@ -227,8 +229,9 @@ def trainer_update(flags, tied=False, step=5):
     # grows fast).
     lr = 1.0 if cfg.beta > 0 else 3.0
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
-    metrics, _ = update_figures(cfg, batch, train.update_policy(cfg, model, ref_model, optimizer, batch,
-                                                                torch.Generator(), torch.device("cpu"), step))
+    metrics, _ = update_figures(
+        cfg, batch, train.update_policy(cfg, model, ref_model, optimizer, batch, torch.Generator(),
+                                        torch.device("cpu"), step))
     minibatches = [rows for epoch in range(cfg.ppo_epochs)
                    for rows
                    in minibatch_rows(Q, G, cfg.mini_batch_size, seed=cfg.seed, step=step,
@@ -253,7 +256,8 @@ def test_update_policy_equals_the_reference(name):
     # float32 RMSNorm sees the same per-row values in both (rows are computed independently), so it
     # rounds alike. 1e-9 absolute is far above.
     for (key, a), b in zip(model.named_parameters(), expected.parameters()):
-        torch.testing.assert_close(a, b, rtol=1e-7, atol=1e-9, msg=lambda m, key=key: f"{name}: {key}: {m}")
+        torch.testing.assert_close(a, b, rtol=1e-7, atol=1e-9,
+                                   msg=lambda m, key=key: f"{name}: {key}: {m}")
     # one step per mini-batch, except where no token has a gradient (only the A = 0 group, β = 0):
     # no step at all
     dead = sum(1 for rows in minibatches if opts["beta"] == 0

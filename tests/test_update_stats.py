@@ -36,7 +36,8 @@ def weights_for(W, tokens=3):
 #    -----------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("W, n_eff, top1", [([1, 1, 1, 1], 4.0, 0.25), ([1, 0, 0, 0], 1.0, 1.0),
-                                            ([3, 1], 16 / 10, 0.75), ([2, 2, 0, 0, 0, 0], 2.0, 0.5)])
+                                            ([3, 1], 16 / 10, 0.75),
+                                            ([2, 2, 0, 0, 0, 0], 2.0, 0.5)])
 def test_n_eff_on_hand_made_weights(W, n_eff, top1):
     omega, weights = weights_for(W)
     out = update_answers_effective(omega, weights)
@@ -247,13 +248,15 @@ def trainer_pieces(prompts, completions, valid, adv, weights, micro_batch_size):
     (gmts/trainer/step.py): the rollout Batch, the LossInputs of its one mini-batch (r = 1: π_old :=
     this forward's log π) and the flags the passes read."""
     zeros = torch.zeros(completions.shape, dtype=torch.float64)
-    batch = Batch(problems=[None] * len(prompts), prompt_ids=prompts, completion_ids=completions, valid_mask=valid,
-                  old_logp=zeros, entropy=zeros, texts=[""] * len(adv), rewards=torch.zeros(len(adv)), advantages=adv)
-    mb = MiniBatch(torch.arange(len(adv)), valid_mask=valid, advantages=adv, old_logp=zeros, entropy=zeros, ref_logp=None,
-                   exclude=None, group_size=G)
-    inputs = LossInputs(mb, weights, None, mb.rows, on_policy=True, eps_low=0.2, eps_high=0.28, beta=0.0)
-    cfg = types.SimpleNamespace(group_size=G, micro_batch_size=micro_batch_size, micro_batch_tokens=0, temperature=1.0,
-                                chunk_size=64)
+    batch = Batch(problems=[None] * len(prompts), prompt_ids=prompts, completion_ids=completions,
+                  valid_mask=valid, old_logp=zeros, entropy=zeros, texts=[""] * len(adv),
+                  rewards=torch.zeros(len(adv)), advantages=adv)
+    mb = MiniBatch(torch.arange(len(adv)), valid_mask=valid, advantages=adv, old_logp=zeros,
+                   entropy=zeros, ref_logp=None, exclude=None, group_size=G)
+    inputs = LossInputs(mb, weights, None, mb.rows, on_policy=True, eps_low=0.2, eps_high=0.28,
+                        beta=0.0)
+    cfg = types.SimpleNamespace(group_size=G, micro_batch_size=micro_batch_size,
+                                micro_batch_tokens=0, temperature=1.0, chunk_size=64)
     return batch, inputs, cfg
 
 
@@ -342,10 +345,13 @@ def test_ratio_over_ranks_equals_one_process():
         rows = mine[rank]
         noise = GradNoise(model)
         probe = noise.probe
-        sub = ([prompts[int(r) // G] for r in rows[::G]], completions[rows], valid[rows], adv[rows], weights[rows])
-        batch, inputs, cfg = trainer_pieces(*sub, micro_batch_size=1)          # this rank's rows, renumbered
-        noise.accumulate(model, batch, inputs, cfg, reduce=reduce, rank=rank)        # over the simulated ranks
-        flat = reduce(torch.cat([p.grad.reshape(-1) for p in params]))          # all_reduce_gradients
+        sub = ([prompts[int(r) // G] for r in rows[::G]], completions[rows], valid[rows], adv[rows],
+               weights[rows])
+        # this rank's rows, renumbered
+        batch, inputs, cfg = trainer_pieces(*sub, micro_batch_size=1)
+        # over the simulated ranks
+        noise.accumulate(model, batch, inputs, cfg, reduce=reduce, rank=rank)
+        flat = reduce(torch.cat([p.grad.reshape(-1) for p in params]))  # all_reduce_gradients
         return probe.groups_a, probe.groups_b, probe.metrics(grad_norm=float(flat.norm()))
 
     # one process splits groups {0, 1} | {2, 3}; the ranks {0} + {1} | {2} + {3}: the same halves
@@ -375,7 +381,8 @@ def test_log_grad_noise_flag_refuses_what_it_cannot_measure(flags, message, caps
     with pytest.raises(SystemExit) as exit_:
         parse_config(["--log-grad-noise", *flags])
     assert exit_.value.code == 2 and message in capsys.readouterr().err
-    assert parse_config(["--log-grad-noise", "--prompts-per-step", "4", "--mini-batch-size", "2"]).log_grad_noise
+    assert parse_config(["--log-grad-noise", "--prompts-per-step", "4",
+                         "--mini-batch-size", "2"]).log_grad_noise
     # off by default: it costs a buffer
     assert not parse_config([]).log_grad_noise
 

@@ -125,7 +125,8 @@ def test_a_built_in_reward_mixed_with_a_custom_one_and_a_module_spec(task, tmp_p
 def test_without_reward_each_row_keeps_its_own_built_in_reward(tmp_path):
     """Per-row mode, scored concurrently, on real GSM8K golds (right, wrong, adversarial answers)
     and a choice row: the same values as each row's reward called one by one."""
-    gold = [json.loads(line) for line in pathlib.Path(SHARED, "gsm8k", "test.jsonl").read_text().splitlines()][:40]
+    gold = [json.loads(line) for line
+            in pathlib.Path(SHARED, "gsm8k", "test.jsonl").read_text().splitlines()][:40]
     rows = [
         {"question": g["question"], "answer": g["answer"].rsplit("####", 1)[1].strip()}
         for g in gold
@@ -527,7 +528,8 @@ def test_the_your_task_page_runs_end_to_end(tmp_path):
             timeout=600, check=False
         )
         assert proc.returncode == 0, f"{block}\n{proc.stdout}\n{proc.stderr}"
-    metrics = [json.loads(line) for line in (tmp_path / "runs" / "my-task" / "metrics.jsonl").read_text().splitlines()]
+    metrics = [json.loads(line) for line
+               in (tmp_path / "runs" / "my-task" / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics] == [1, 2, 3, 4]
     for m in metrics:
         assert {
@@ -556,6 +558,7 @@ def test_training_logs_each_reward_and_evaluates_with_the_runs_rewards(digit_mod
     proc = subprocess.run(argv, capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=600,
                           check=False)
     assert proc.returncode == 0, proc.stderr
-    (m,) = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    (m,) = [json.loads(line)
+            for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert m["reward_one_mean"] == 1.0 and m["reward_one_none"] == 0.0 and m["reward_mean"] == 1.0
     assert 0.0 <= m["reward_gsm8k_mean"] < 1.0 and m["eval_accuracy"] == 1.0
