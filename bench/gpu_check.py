@@ -17,10 +17,10 @@ Checks, in order:
                          full forward over the same tokens (mean |Δ log p| < 0.05), on prompts of
                          mixed lengths, with end-of-sequence reached: at least half the answers end
                          before max_new_tokens, so rows are dropped and compacted.
-  compiled_equals_eager  sample(decode=CompiledDecode) (CUDA graphs) against eager, float32, same seeds, on
-                         rollouts whose longest prompts differ (two width buckets) and whose rows
-                         end: identical tokens, |Δ log p| <= 1e-3, and no more graphs than
-                         gmts.trainer.compiled_decode.graph_bound.
+  compiled_equals_eager  sample(decode=CompiledDecode) (CUDA graphs) against eager, float32, same
+                         seeds, on rollouts whose longest prompts differ (two width buckets) and
+                         whose rows end: identical tokens, |Δ log p| <= 1e-3, and no more graphs
+                         than gmts.trainer.compiled_decode.graph_bound.
   train_resume           train.py: one run of 2 steps, and one of 1 step then --resume to 2, on a
                          random model of the 0.5B shape. Bit-exact (every figure of both steps and
                          every weight equal), or within the bound a GPU's reordered sums allow: the
@@ -272,8 +272,8 @@ def check_rollout(s, model, eos, pad):
 
 
 # --------------------------------------------------------------------------------------------------
-# compiled_equals_eager: sample(decode=CompiledDecode) against eager, float32, two width buckets, rows
-# that end.
+# compiled_equals_eager: sample(decode=CompiledDecode) against eager, float32, two width buckets,
+# rows that end.
 
 
 def check_compiled(s, model, eos, pad, dry):
@@ -297,7 +297,8 @@ def check_compiled(s, model, eos, pad, dry):
               "pad_token_id": pad}
         t0 = time.perf_counter()
         compiled = sample(
-            model, prompts, generator=torch.Generator().manual_seed(i), decode=compiled_decode.CompiledDecode, **kw
+            model, prompts, generator=torch.Generator().manual_seed(i),
+            decode=compiled_decode.CompiledDecode, **kw
         )
         sync(s["device"])
         compile_s = time.perf_counter() - t0

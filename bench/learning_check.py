@@ -3,11 +3,13 @@ by side.
 
     python bench/learning_check.py                        # the full protocol (hours on 2 CPU cores)
     python bench/learning_check.py --arms none,gmts --seeds 0 --steps 20
-    python bench/learning_check.py --lrs 1e-5,2e-5                   # a learning-rate sweep: every arm at every rate
-    python bench/learning_check.py --smoke --model <tiny folder>     # 2 steps, the test suite's version
-    python bench/learning_check.py --map                             # the stability map (issue #24, ~3-4 h)
-    python bench/learning_check.py --map-boundary                    # its boundary, 10 seeds (issue #34)
-    python bench/learning_check.py --map-boundary --plan             # what is left of it, and how long
+    python bench/learning_check.py --lrs 1e-5,2e-5
+        # a learning-rate sweep: every arm at every rate
+    python bench/learning_check.py --smoke --model <tiny folder>
+        # 2 steps, the test suite's version
+    python bench/learning_check.py --map               # the stability map (issue #24, ~3-4 h)
+    python bench/learning_check.py --map-boundary      # its boundary, 10 seeds (issue #34)
+    python bench/learning_check.py --map-boundary --plan   # what is left of it, and how long
 
 What it does, as a user would (every run is a subprocess of train.py or eval.py, never a private
 shortcut):
@@ -651,7 +653,8 @@ def analyse(args, base, records, repeats=None):
                                       "verdict": stats.verdict(ci_base)},
                              scores=avg)
             imported = [r.get("imported_cell") for r in runs]
-            if entry["ci95"] is None and imported[0] and all(c == imported[0] for c in imported) and \
+            if entry["ci95"] is None and imported[0] and \
+                    all(c == imported[0] for c in imported) and \
                     imported[0]["seeds"] == entry["seeds"]:
                 # every run of the cell imported from one results file: its intervals over problems,
                 # as it had them
@@ -920,11 +923,12 @@ def reading(analysis):
         for arm, ref in PAIRS:
             if arm in fb and ref in fb:
                 a, b = fb[arm]["ci95"], fb[ref]["ci95"]
+                longer = rate_value(a[0], False) > rate_value(b[1], True)
                 lines.append(f"- {arm} vs {ref}: " + ("intervals overlap: no difference can be "
                                                       "told apart"
                                                       if intervals_overlap(a, b) else
                                                       f"intervals apart: {arm} holds "
-                                                      f"{'longer' if rate_value(a[0], False) > rate_value(b[1], True) else 'less long'}")
+                                                      f"{'longer' if longer else 'less long'}")
                              + ".")
     few = sorted(
         {len(e["seeds"]) for arms in cells.values() for e in arms.values() if len(e["seeds"]) < 10})
@@ -1437,7 +1441,8 @@ def intervals_markdown(analysis):
     if len(analysis.get("base_records", [])) > 1:
         lines += ["", "Base evaluations (the first sets the divergence threshold): " + "; ".join(
             f"{short_cpu(b['cpu_name'] or '?')}, {(b['revision'] or 'not recorded')[:12]}, "
-            f"{b['date']}: {pct(b['accuracy'])}% {ci(b['ci95'])}" for b in analysis["base_records"])]
+            f"{b['date']}: {pct(b['accuracy'])}% {ci(b['ci95'])}"
+            for b in analysis["base_records"])]
     return lines
 
 
@@ -1478,9 +1483,9 @@ def main(argv=None):
     os.makedirs(os.path.join(args.work_dir, "eval"), exist_ok=True)
     check_work_dir(args, model)
     import torch
-    meta = {"command": "python bench/learning_check.py " + " ".join(json.dumps(a) if " " in a else a
-                                                                     for a
-                                                                     in (argv if argv is not None else sys.argv[1:])),
+    meta = {"command": "python bench/learning_check.py "
+                       + " ".join(json.dumps(a) if " " in a else a
+                                  for a in (argv if argv is not None else sys.argv[1:])),
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "machine": f"{cpu_name()}, {os.cpu_count()} CPU cores, {platform.system()} "
                        f"{platform.machine()}",
@@ -1488,19 +1493,21 @@ def main(argv=None):
             "model": model, "model_name": os.path.basename(os.path.normpath(model)),
             "task": f"{args.data} {args.task_options}", "temperature": args.temperature,
             "eval_samples": args.eval_samples,
-            "settings": (f"{args.steps} steps x {args.prompts_per_step} prompts x "
-                         f"{args.group_size} answers, {args.max_new_tokens} new tokens, T = "
-                         f"{args.temperature} (train and eval), GRPO (ε = 0.2, β = 0), full "
-                         f"fine-tuning, AdamW lr {'/'.join(f'{x:g}' for x in args.lrs)}"
-                         + (f" (then {'/'.join(f'{x:g}' for x in args.extend_lrs)} for the arms "
-                            "that survive)"
-                            if args.extend_lrs else "") + ", "
-                         f"{'train.py --log-grad-noise, ' if args.log_grad_noise else ''}"
-                         f"grad clip 1.0, ρ = {args.ratio}, loss-norm selected, "
-                         f"{('train.py flags ' + args.train_flags + ', ') if args.train_flags else ''}seeds "
-                         f"{','.join(map(str, args.seeds))}; eval {args.eval_limit} held-out "
-                         f"problems x {args.eval_samples} samples; system prompt "
-                         f"{args.system_prompt!r}"),
+            "settings": (
+                f"{args.steps} steps x {args.prompts_per_step} prompts x "
+                f"{args.group_size} answers, {args.max_new_tokens} new tokens, T = "
+                f"{args.temperature} (train and eval), GRPO (ε = 0.2, β = 0), full "
+                f"fine-tuning, AdamW lr {'/'.join(f'{x:g}' for x in args.lrs)}"
+                + (f" (then {'/'.join(f'{x:g}' for x in args.extend_lrs)} for the arms "
+                   "that survive)"
+                   if args.extend_lrs else "") + ", "
+                f"{'train.py --log-grad-noise, ' if args.log_grad_noise else ''}"
+                f"grad clip 1.0, ρ = {args.ratio}, loss-norm selected, "
+                f"{'train.py flags ' + args.train_flags + ', ' if args.train_flags else ''}"
+                "seeds "
+                f"{','.join(map(str, args.seeds))}; eval {args.eval_limit} held-out "
+                f"problems x {args.eval_samples} samples; system prompt "
+                f"{args.system_prompt!r}"),
             "args": {k: v for k, v in vars(args).items()}, "failed": {}}
 
     # 1. The base, on the held-out problems, with the evaluation settings every arm gets (in the

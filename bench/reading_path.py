@@ -21,6 +21,7 @@ import os
 import re
 import sys
 import tempfile
+from pathlib import Path
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GOAL = {"files": 5, "lines": 480, "plumbing": 5}
@@ -75,7 +76,7 @@ def trace_step(model, data_path, extra=()):
 def docstrings(rel):
     """{a function's first line (its def and its first decorator): its docstring's line range}."""
     spans = {}
-    for node in ast.walk(ast.parse(open(os.path.join(ROOT, rel)).read())):
+    for node in ast.walk(ast.parse(Path(ROOT, rel).read_text())):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             first = node.body[0] if node.body else None
             doc = range(0)
@@ -94,7 +95,7 @@ def measure(model, data_path, extra=()):
     for (rel, first, _name), n in seen.items():
         doc = docs.setdefault(rel, docstrings(rel)).get(first, range(0))
         files[rel] = files.get(rel, 0) + n - len(doc)
-        lines = open(os.path.join(ROOT, rel)).read().splitlines()
+        lines = Path(ROOT, rel).read_text().splitlines()
         plumbing += sum(1 for i in range(first, min(first + n, len(lines) + 1))
                         if i not in doc and PLUMBING.search(lines[i - 1].split("#")[0]))
     return {"files": dict(sorted(files.items(), key=lambda kv: -kv[1])), "functions": len(seen),

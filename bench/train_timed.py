@@ -1,8 +1,9 @@
-"""train.py as bench/bench_step.py runs it: the same main(), with the time spent scoring and selecting
-(stages 4-5: token_omega, token_scores, run_selection) added to each metrics line as
-`time_score_select_s`, and with `--no-skip` the zero-advantage skip switched off (gmts/trainer/step.py's
-masked_loss_inputs drops the rows with A = 0 when β = 0; here they get their passes back). The trainer
-has no timing lines inside its stages; these wrappers add them from outside, for the benchmark only.
+"""train.py as bench/bench_step.py runs it: the same main(), with the time spent scoring and
+selecting (stages 4-5: token_omega, token_scores, run_selection) added to each metrics line as
+`time_score_select_s`, and with `--no-skip` the zero-advantage skip switched off
+(gmts/trainer/step.py's masked_loss_inputs drops the rows with A = 0 when β = 0; here they get their
+passes back). The trainer has no timing lines inside its stages; these wrappers add them from
+outside, for the benchmark only.
 
     python bench/train_timed.py [--no-skip] TRAIN_FLAGS...
 """
@@ -13,7 +14,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import train  # noqa: E402
+import train
 
 spent = [0.0]          # seconds in the timed functions since the current update began
 
@@ -28,9 +29,10 @@ def timed(fn):
     return wrapper
 
 
-for name in ("token_omega", "token_scores", "run_selection"):      # the names train.update_policy calls
+for name in ("token_omega", "token_scores", "run_selection"):  # the names train.update_policy calls
     setattr(train, name, timed(getattr(train, name)))
-train_step, step_figures, masked_loss_inputs = train.train_step, train.step_figures, train.masked_loss_inputs
+train_step, step_figures, masked_loss_inputs = (train.train_step, train.step_figures,
+                                                train.masked_loss_inputs)
 
 
 def train_step_timed(run, step_number):
@@ -44,7 +46,8 @@ def step_figures_timed(run, step_number, done):
 
 
 def masked_loss_inputs_no_skip(cfg, mb, selected, on_policy):
-    """masked_loss_inputs with the rows of A = 0 kept: every row with a selected token gets its pass."""
+    """masked_loss_inputs with the rows of A = 0 kept: every row with a selected token gets its
+    pass."""
     inputs = masked_loss_inputs(cfg, mb, selected, on_policy)
     has_weight = inputs.weights.sum(1) > 0
     if inputs.kl_weights is not None:

@@ -205,9 +205,10 @@ def _local_row(row, where, question_field, answer_field, domain, reward):
                 and all(isinstance(t, str) for t in tests)):
             raise ValueError(f"{where}: the tests must be a string or a list of strings, got "
                              f"{_short(tests)}")
-        answer = {"cases": tests} if "cases" in row and "tests" not in row and "test" not in row else \
+        answer = (
+            {"cases": tests} if "cases" in row and "tests" not in row and "test" not in row else
             {"tests": tests if isinstance(tests, str) else "\n".join(tests),
-             "entry_point": row.get("entry_point"), "setup": row.get("setup") or ""}
+             "entry_point": row.get("entry_point"), "setup": row.get("setup") or ""})
     else:
         answer = _first(row, [answer_field] if answer_field else list(ANSWER_FIELDS),
                         where, "answer", "answer_field")
@@ -258,7 +259,8 @@ def _builtin_records(source: str, split: str):
         except FileNotFoundError as e:
             if not remote.name.endswith(".parquet"):
                 raise
-            raise FileNotFoundError(f"{e} Or place the same rows as JSON lines at {jsonl_copy}.") from None
+            raise FileNotFoundError(
+                f"{e} Or place the same rows as JSON lines at {jsonl_copy}.") from None
     records = read_records(path)
     if source == "mbpp":  # one file, split by task_id
         records = [(where, row) for where,
@@ -286,7 +288,8 @@ def _local_records(path: str, question_field, answer_field, domain=None, reward=
 
 def load_problems(source: str, split: str = "train", *, limit: int | None = None, seed: int = 0,
                   question_field: str | None = None, answer_field: str | None = None,
-                  template: str | None = None, system_prompt: str | None = None, **task_options) -> list[Problem]:
+                  template: str | None = None, system_prompt: str | None = None,
+                  **task_options) -> list[Problem]:
     """Problems of `source`/`split`, prompts built with `template` (data/templates.py; default per
     domain). task_options: arithmetic knobs (n, digits, min_digits, max_operand, terms, ops); for
     local files `reward=` / `domain=`."""

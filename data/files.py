@@ -60,7 +60,8 @@ def fetch(remote: RemoteFile) -> str:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         partial = path + ".partial"
         try:
-            with urllib.request.urlopen(remote.url, timeout=60) as response, open(partial, "wb") as out:
+            with (urllib.request.urlopen(remote.url, timeout=60) as response,
+                  open(partial, "wb") as out):
                 out.write(response.read())
         except OSError as e:  # URLError is an OSError
             raise FileNotFoundError(f"could not download {remote.url} ({e}). {where}.") from e
@@ -148,7 +149,8 @@ def read_records(path: str) -> list[tuple[str, dict]]:
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{lineno}: invalid JSON ({e.msg} at column {e.colno})") from None
+                raise ValueError(f"{path}:{lineno}: invalid JSON ({e.msg} at column "
+                                 f"{e.colno})") from None
             records.append((f"{path}:{lineno}", row))
     elif base.endswith(".json"):
         try:
@@ -164,7 +166,8 @@ def read_records(path: str) -> list[tuple[str, dict]]:
         try:
             data = json.loads(text)
         except json.JSONDecodeError as e:
-            raise ValueError(f"{path}:{e.lineno}: invalid JSON ({e.msg} at column {e.colno})") from None
+            raise ValueError(f"{path}:{e.lineno}: invalid JSON ({e.msg} at column "
+                             f"{e.colno})") from None
         if isinstance(data, dict):  # {"data": [...]} and the like: the one list inside
             lists = [v for v in data.values() if isinstance(v, list)]
             if len(lists) != 1:

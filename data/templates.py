@@ -32,8 +32,8 @@ def code_user_message(question: str, starter_code: str | None = None) -> str:
     text = ("Please provide a self-contained Python script that solves the following "
             f"problem:\n{question.strip()}\n")
     if starter_code:
-        text += f"\nYou will use the following starter code to write the solution to the problem:\n" \
-                f"```python\n{starter_code.rstrip()}\n```\n"
+        text += ("\nYou will use the following starter code to write the solution to the "
+                 f"problem:\n```python\n{starter_code.rstrip()}\n```\n")
     return text + "\nPlease reason step by step, and put your code answer in a markdown code block."
 
 

@@ -566,4 +566,5 @@ def truncate_jsonl(path, last_step, note=_stderr, dropped_to=None):
             write_text_atomic(dropped_to, "".join(later))
         write_text_atomic(path, "".join(kept))
     except OSError as err:
-        raise SystemExit(f"error: could not rewrite {path} ({_one_line(err)}); it is unchanged") from None
+        raise SystemExit(f"error: could not rewrite {path} ({_one_line(err)}); "
+                         "it is unchanged") from None

@@ -115,7 +115,8 @@ class Config:
                                                        "reference is the same model with its "
                                                        "adapters off)"})
     kl_coverage: str = field(default="selected",
-                             metadata={"help": "KL term on selected tokens only | all valid tokens"})
+                             metadata={"help": "KL term on selected tokens only | "
+                                               "all valid tokens"})
     adv_std: str = field(default="unbiased", metadata={"help": "advantage std: unbiased | biased | "
                                                                "none (Dr. GRPO)"})
     ppo_epochs: int = field(default=1, metadata={"help": "passes over each rollout batch (E); "
@@ -191,7 +192,8 @@ class Config:
                                                         "over the processes (FSDP)"})
     optimizer_offload: bool = field(default=False,
                                     metadata={"help": "keep AdamW's float32 master weights and "
-                                                      "moments in CPU memory (GPU memory for time)"})
+                                                      "moments in CPU memory (GPU memory for "
+                                                      "time)"})
     max_bad_steps: int = field(default=3, metadata={"help": "steps with a non-finite loss/gradient "
                                                             "are skipped and logged; stop after "
                                                             "this many in a row"})
@@ -381,18 +383,19 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
-DESCRIPTION = """GRPO/DAPO with token selection in the policy loss: ETS (the 20% highest-entropy tokens),
-GMTS (the top 20% by |entropy x omega|), random, or none (plain GRPO/DAPO). Each step samples G answers per
-prompt, scores them with a program, takes advantages per group and trains the clipped policy loss on the
-selected tokens.
+DESCRIPTION = """GRPO/DAPO with token selection in the policy loss: ETS (the 20% highest-entropy
+tokens), GMTS (the top 20% by |entropy x omega|), random, or none (plain GRPO/DAPO). Each step
+samples G answers per prompt, scores them with a program, takes advantages per group and trains the
+clipped policy loss on the selected tokens.
 
   python train.py --preset cpu-demo --selector gmts   # SmolLM2-135M learns 0..30 sums on a CPU
   python train.py --selector gmts                     # Qwen2.5-1.5B-Instruct on GSM8K: a GPU run
-  python train.py --preset paper-math --print-config  # what a preset sets (explicit flags override it)
+  python train.py --preset paper-math --print-config  # what a preset sets (explicit flags
+                                                      # override it)
   python train.py --resume runs/gmts                  # continue a run from its last checkpoint
 
-Defaults < --preset < explicit flags. Offline, --model and --data take local paths. What a run writes:
-docs/training.md; the method: gmts/METHOD.md."""
+Defaults < --preset < explicit flags. Offline, --model and --data take local paths. What a run
+writes: docs/training.md; the method: gmts/METHOD.md."""
 
 # The --help sections: the Config field that opens each (fields keep the dataclass's order).
 SECTIONS = {"model": "model", "data": "data", "prompts_per_step": "rollout", "algo": "algorithm",

@@ -406,7 +406,8 @@ def _lock(path, prog):
         os.makedirs(path, exist_ok=True)
         fd = os.open(os.path.join(path, LOCK), os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as err:
-        raise UsageError(prog, f"--output-dir {path}: cannot create it ({err.strerror or err})") from None
+        raise UsageError(prog, f"--output-dir {path}: cannot create it "
+                               f"({err.strerror or err})") from None
     # owner() holds a shared lock for an instant, an owner holds its exclusive one for good: retry
     # for ~1 s.
     for _ in range(20):
@@ -427,7 +428,8 @@ def _lock(path, prog):
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n{LOCK_NOTE}".encode(), 0)
     except OSError as err:
-        raise SystemExit(f"error: --output-dir {path}: cannot write {LOCK} ({err.strerror or err})") from None
+        raise SystemExit(f"error: --output-dir {path}: cannot write {LOCK} "
+                         f"({err.strerror or err})") from None
 
 
 # config.json records the run; the checkpoints hold what it runs. Flags that say nothing about the

@@ -22,9 +22,9 @@ from gmts.run.validate import UsageError
 from gmts.run.config import to_dict
 from gmts.trainer import distributed
 from gmts.trainer.optim import build_optimizer
-from gmts.trainer.policy import (add_lora, check_vocabulary, enable_gradient_checkpointing, end_of_sequence_ids,
-                                 load_model, load_tokenizer, peft_quiet, resolve_device,
-                                 resolve_dtype)
+from gmts.trainer.policy import (add_lora, check_vocabulary, enable_gradient_checkpointing,
+                                 end_of_sequence_ids, load_model, load_tokenizer, peft_quiet,
+                                 resolve_device, resolve_dtype)
 from gmts.trainer.compiled_decode import CompiledDecode
 from gmts.trainer.rollout import EagerDecode
 from gmts.trainer.step import PromptStream
@@ -50,7 +50,8 @@ class Run:
     device: torch.device
     rank: int = 0
     world: int = 1
-    fingerprint: dict = None      # what the run is made of (gmts/run/fingerprint.py), saved with every checkpoint
+    # what the run is made of (gmts/run/fingerprint.py), saved with every checkpoint
+    fingerprint: dict = None
     decode: type = EagerDecode    # the sampler's decode step: CompiledDecode with --compile
 
     @property
@@ -138,10 +139,13 @@ def build_run(cfg, resume_from, state, *, load_prompts, reward_functions):
     check_vocabulary(model, tokenizer, flag="--tokenizer" if cfg.tokenizer else "--model")
     # Each process samples its own answers; the data order is shared.
     run = Run(cfg=cfg, model=model, ref_model=ref_model, optimizer=optimizer, tokenizer=tokenizer,
-              eos_ids=end_of_sequence_ids(model, tokenizer), stream=PromptStream(problems, prompt_ids, cfg.seed,
-                                                                 shard=distributed.my_share(cfg.prompts_per_step)),
-              reward_fns=reward_fns, rollout_gen=torch.Generator(device=device).manual_seed(cfg.seed + 1_000_003 * rank),
-              select_gen=torch.Generator(device=device).manual_seed(cfg.seed + 1 + 1_000_003 * rank),
+              eos_ids=end_of_sequence_ids(model, tokenizer),
+              stream=PromptStream(problems, prompt_ids, cfg.seed,
+                                  shard=distributed.my_share(cfg.prompts_per_step)),
+              reward_fns=reward_fns,
+              rollout_gen=torch.Generator(device=device).manual_seed(cfg.seed + 1_000_003 * rank),
+              select_gen=torch.Generator(device=device).manual_seed(
+                  cfg.seed + 1 + 1_000_003 * rank),
               device=device, rank=rank, world=world, fingerprint=made_of,
               decode=CompiledDecode if cfg.compile else EagerDecode)
     start_step = restore(run, state) if state is not None else 0

@@ -27,7 +27,8 @@ import tempfile
 from typing import NamedTuple
 from collections.abc import Callable
 
-from gmts.method.options import KL_COVERAGE, LOSS_NORMS, SCOPES, SELECTORS, STD_MODES, check_loss_config
+from gmts.method.options import (KL_COVERAGE, LOSS_NORMS, SCOPES, SELECTORS, STD_MODES,
+                                 check_loss_config)
 
 REPORT_TO = ("none", "tensorboard", "wandb")
 # the optional install each backend needs

@@ -1,8 +1,9 @@
 """The paper's measurements (its Figures 2 and 3) as a tool: how large is each token's true
 gradient, and which score (entropy, or GMTS's |E·ω|) ranks tokens by it?
 
-    python -m gmts.tools.analyze --model Qwen/Qwen2.5-Math-1.5B --data math500 --split test --prompts 10 --group-size 16 \
-        --params last:2 --output analysis.json    # also writes analysis_fig2.png, analysis_fig3.png
+    python -m gmts.tools.analyze --model Qwen/Qwen2.5-Math-1.5B --data math500 --split test \
+        --prompts 10 --group-size 16 --params last:2 --output analysis.json
+        # also writes analysis_fig2.png, analysis_fig3.png
 
 For every prompt it samples a group of answers (gmts.trainer.rollout.sample), rewards them
 (rewards/), computes advantages (gmts.method.grpo), and then, for every completion token, the exact
@@ -360,18 +361,19 @@ def analyze_groups(model, prompt_ids, rollout, rewards, *, params="all", adv_std
 # --------------------------------------------------------------------------------------------------
 # Off-policy: move θ away from the policy that sampled, as the trainer's later mini-batches find it.
 
-def off_policy_steps(model, rollout, advantages, mini_batches, optimizer, *, eps_low=0.2, eps_high=0.2,
-                     selector="none", ratio=1.0, loss_norm="selected", temperature=1.0, chunk_size=1024,
-                     max_grad_norm=1.0, generator=None):
-    """One optimizer step per mini-batch of whole groups (gmts/METHOD.md, "Several optimizer steps per rollout batch"):
-    each is scored at the CURRENT θ (log π_θ, E, r = π_θ/π_old against the rollout's log-probs, ω), selected
-    (`selector`, exact top-ρ of that mini-batch) and normalised on its own, and trained on the clipped policy loss
-    (gmts.policy_loss, β = 0). After the steps the analysis measures other groups of the same rollout at the moved θ:
-    there r ≠ 1 and some clips are active, the regime where ω carries r and I.
+def off_policy_steps(model, rollout, advantages, mini_batches, optimizer, *, eps_low=0.2,
+                     eps_high=0.2, selector="none", ratio=1.0, loss_norm="selected",
+                     temperature=1.0, chunk_size=1024, max_grad_norm=1.0, generator=None):
+    """One optimizer step per mini-batch of whole groups (gmts/METHOD.md, "Several optimizer steps
+    per rollout batch"): each is scored at the CURRENT θ (log π_θ, E, r = π_θ/π_old against the
+    rollout's log-probs, ω), selected (`selector`, exact top-ρ of that mini-batch) and normalised on
+    its own, and trained on the clipped policy loss (gmts.policy_loss, β = 0). After the steps the
+    analysis measures other groups of the same rollout at the moved θ: there r ≠ 1 and some clips
+    are active, the regime where ω carries r and I.
 
-    mini_batches: lists of group (prompt) indices of `rollout`; advantages: (N,) per answer. Returns one dict per
-    step: the loss, the gradient norm before clipping, and the mini-batch's clip-active share and mean |r - 1| at
-    the moment it was scored."""
+    mini_batches: lists of group (prompt) indices of `rollout`; advantages: (N,) per answer. Returns
+    one dict per step: the loss, the gradient norm before clipping, and the mini-batch's clip-active
+    share and mean |r - 1| at the moment it was scored."""
     from gmts.trainer.step import completion_logprobs
     device = next(model.parameters()).device
     G = rollout.group_size
@@ -385,9 +387,10 @@ def off_policy_steps(model, rollout, advantages, mini_batches, optimizer, *, eps
         for groups in mini_batches:
             rows = torch.tensor([q * G + j for q in groups for j in range(G)], dtype=torch.long)
             prompts = [rollout.prompt_ids[q] for q in groups]
-            ids, valid = rollout.completion_ids[rows].to(device), rollout.valid_mask[rows].to(device)
+            ids, valid = (rollout.completion_ids[rows].to(device),
+                          rollout.valid_mask[rows].to(device))
             old, adv = rollout.old_logp[rows].to(device), adv_all[rows].to(device)
-            passes = dict(group_size=G, temperature=temperature, chunk_size=chunk_size)
+            passes = {"group_size": G, "temperature": temperature, "chunk_size": chunk_size}
             with torch.no_grad():
                 logp_now, entropy = completion_logprobs(model, prompts, ids, valid,
                                                         with_entropy=True, **passes)
@@ -472,7 +475,7 @@ def build_parser():
                                                    "models) (default: %(default)s)")
     p.add_argument("--max-tokens-per-answer", type=int, default=0,
                    help="analyse only each answer's first N tokens "
-                                                                        "(0 = all) (default: %(default)s)")
+                        "(0 = all) (default: %(default)s)")
     p.add_argument("--off-policy-steps", type=int, default=0,
                    help="before measuring, take this many AdamW steps (--lr) on the clipped loss "
                         "of the first --mini-batch-size x K groups, one mini-batch each, then "
@@ -597,12 +600,13 @@ def run(args):
         advantages = group_advantages(torch.tensor(all_rewards, dtype=torch.float32), G,
                                       std=args.adv_std)
         select_gen = torch.Generator(device=device).manual_seed(args.seed)     # (--selector random)
-        steps_log = off_policy_steps(model, rollout, advantages, trained, build_optimizer(model, cfg),
-                                     eps_low=args.eps_low, eps_high=args.eps_high, selector=args.selector,
-                                     ratio=args.ratio, loss_norm=args.loss_norm, temperature=args.temperature,
-                                     chunk_size=args.chunk_size, max_grad_norm=args.max_grad_norm,
-                                     generator=select_gen)
-        old_logp = rollout.old_logp                          # π_old: the policy that sampled, before the steps
+        steps_log = off_policy_steps(model, rollout, advantages, trained,
+                                     build_optimizer(model, cfg), eps_low=args.eps_low,
+                                     eps_high=args.eps_high, selector=args.selector,
+                                     ratio=args.ratio, loss_norm=args.loss_norm,
+                                     temperature=args.temperature, chunk_size=args.chunk_size,
+                                     max_grad_norm=args.max_grad_norm, generator=select_gen)
+        old_logp = rollout.old_logp          # π_old: the policy that sampled, before the steps
     t_steps = time.time() - t0 - t_sample
 
     params, _ = analysis_parameters(model, args.params)
@@ -666,7 +670,8 @@ def format_summary(summary):
     ]
     if rec["gmts"] is not None:
         lines.append(f"top-{summary['ratio']:.0%} by true gradient recovered: GMTS "
-                     f"{rec['gmts']:.3f}, ETS {rec['ets']:.3f}, random {rec['random_expected']:.3f}")
+                     f"{rec['gmts']:.3f}, ETS {rec['ets']:.3f}, "
+                     f"random {rec['random_expected']:.3f}")
     if summary.get("clip_active_share") is not None:
         lines.append(f"clip active on {summary['clip_active_share']:.3f} of the tokens, mean |r - "
                      f"1| {summary['ratio_abs_dev_mean']:.4f}")
@@ -688,7 +693,8 @@ def main(argv=None):
         text = json.dumps(result, allow_nan=False)     # NaN is not JSON, and not a measurement
     except ValueError:
         raise SystemExit("error: the analysis produced NaN/inf (non-finite gradients or scores: a "
-                         f"model with NaN/inf outputs?); nothing written to {args.output}") from None
+                         "model with NaN/inf outputs?); nothing written to "
+                         f"{args.output}") from None
     # whole or not at all: a full disk or a Ctrl-C leaves no half JSON
     try:
         write_text_atomic(args.output, text)

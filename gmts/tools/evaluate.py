@@ -118,7 +118,8 @@ def _one_line(err):
 def sampling_seed(seed, repeat, spec):
     """One 63-bit seed per (seed, repeat, benchmark): adding a benchmark to the command changes no
     other benchmark's samples, and repeat r of seed s is the same run whatever else is asked for."""
-    words = np.random.SeedSequence([int(seed), int(repeat), zlib.crc32(spec.encode())]).generate_state(2)
+    words = np.random.SeedSequence([int(seed), int(repeat),
+                                    zlib.crc32(spec.encode())]).generate_state(2)
     return int((int(words[0]) << 31) ^ int(words[1])) & ((1 << 63) - 1)
 
 
@@ -138,7 +139,8 @@ def generate_records(model, tokenizer, problems, prompt_ids, *, spec, repeat, sa
                       max_new_tokens=max_new_tokens, eos_token_ids=eos_ids,
                       pad_token_id=tokenizer.pad_token_id, temperature=temperature, top_k=top_k,
                       top_p=top_p, generator=generator)
-        tokens, valid, finished = roll.completion_ids.cpu(), roll.valid_mask.cpu(), roll.finished.cpu()
+        tokens, valid, finished = (roll.completion_ids.cpu(), roll.valid_mask.cpu(),
+                                   roll.finished.cpu())
         texts = [tokenizer.decode(tokens[row][valid[row]], skip_special_tokens=True)
                  for row in range(len(tokens))]
         scores = scorer.score(texts, [batch[row // samples] for row in range(len(texts))])
@@ -222,7 +224,8 @@ def summarize(per_benchmark, *, seed, n_bootstrap=stats.N_BOOTSTRAP):
     return {
         "accuracy": float(np.mean([a.mean() for a in score_arrays])),
         "ci95": stats.bootstrap_ci(score_arrays, seed=seed, n_resamples=n_bootstrap),
-        "pass_at_k": {k: float(np.mean([per_benchmark[b][2][k].mean() for b in names])) for k in ks},
+        "pass_at_k": {k: float(np.mean([per_benchmark[b][2][k].mean() for b in names]))
+                      for k in ks},
         "pass_at_k_ci95": {k: stats.bootstrap_ci([per_benchmark[b][2][k] for b in names], seed=seed,
                                                  n_resamples=n_bootstrap) for k in ks},
         "repeat_spread": stats.spread(run_accuracy),

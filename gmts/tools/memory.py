@@ -1,7 +1,8 @@
 """Will it fit? Peak memory of a train.py run, per component, from the model's config alone (no
 weights).
 
-    python -m gmts.tools.memory --model Qwen/Qwen2.5-1.5B-Instruct --gpu-memory 24 80 [any train.py flags]
+    python -m gmts.tools.memory --model Qwen/Qwen2.5-1.5B-Instruct --gpu-memory 24 80 \
+        [any train.py flags]
     python -m gmts.tools.memory --preset paper-math --gpu-memory 80 --json
 
 Reads config.json (a folder, or a hub id: the config file only), builds the model on PyTorch's meta
@@ -100,7 +101,8 @@ def load_config(model):
         if model == smollm2.HUB_ID and smollm2.is_model_folder(smollm2.DEFAULT_OUT):
             return AutoConfig.from_pretrained(smollm2.DEFAULT_OUT)
         raise SystemExit(f"error: --model {model!r}: cannot read its config "
-                         f"({' '.join(str(err).split())}); pass a folder holding config.json") from None
+                         f"({' '.join(str(err).split())}); pass a folder holding "
+                         "config.json") from None
 
 
 def model_shape(config, name=""):
@@ -259,7 +261,8 @@ def format_report(r, cfg):
               f"tokens); rollout {cfg.rollout_batch_size or cfg.prompts_per_step} prompts x "
               f"{cfg.group_size} answers per call; checkpointing "
               f"{'on' if cfg.gradient_checkpointing else 'off'}; "
-              f"{'LoRA r=' + str(cfg.lora_rank) if cfg.lora_rank else 'full fine-tuning'}{'; optimizer offload' if cfg.optimizer_offload else ''}"), "",
+              f"{'LoRA r=' + str(cfg.lora_rank) if cfg.lora_rank else 'full fine-tuning'}"
+              f"{'; optimizer offload' if cfg.optimizer_offload else ''}"), "",
              "component                              GiB"]
     rows = [("weights", "weights"), ("gradients", "gradients"),
             (f"optimizer state (in {c['optimizer_location']} memory)", "optimizer_state"),

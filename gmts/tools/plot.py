@@ -1,7 +1,8 @@
 """Figures. Compare training runs at a glance: one PNG, one panel per metric, one line per run.
 
     python -m gmts.tools.plot runs/ets runs/gmts runs/random --output runs.png
-    python -m gmts.tools.plot runs/* --smooth 5 --metrics reward_mean,grad_norm,selection_overlap_ets_gmts
+    python -m gmts.tools.plot runs/* --smooth 5 \
+        --metrics reward_mean,grad_norm,selection_overlap_ets_gmts
 
 Reads each RUN_DIR's metrics.jsonl (one JSON object per step, written by train.py) and config.json
 (the label: selector, ρ, seed, and the run directory's name when labels would collide). And the
@@ -61,7 +62,8 @@ def read_run(run_dir):
             with open(config_path, encoding="utf-8") as fh:
                 config = json.load(fh)
         except ValueError as err:
-            raise ValueError(f"{config_path}: damaged, not JSON ({getattr(err, 'msg', err)})") from None
+            raise ValueError(f"{config_path}: damaged, not JSON "
+                             f"({getattr(err, 'msg', err)})") from None
         if not isinstance(config, dict):
             raise ValueError(f"{config_path}: damaged, not a JSON object")
     return config, rows
@@ -239,7 +241,7 @@ def plot_figure3(result, path, dpi=110):
     width = 0.4
     for offset, key, color, label in (
         (-width / 2, "spearman_gmts_grad", "tab:orange", "GMTS |E·ω|"),
-                                      (width / 2, "spearman_entropy_grad", "tab:gray", "entropy E")):
+        (width / 2, "spearman_entropy_grad", "tab:gray", "entropy E")):
         vals = [g[key] for g in groups]
         axes[1].bar([x + offset for x, v in zip(xs, vals) if v is not None],
                     [v for v in vals if v is not None], width=width, color=color, label=label)
@@ -297,7 +299,8 @@ def main(argv=None):
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        raise SystemExit("error: gmts.tools.plot needs matplotlib: pip install matplotlib") from None
+        raise SystemExit("error: gmts.tools.plot needs matplotlib: "
+                         "pip install matplotlib") from None
     metrics = [m.strip() for m in args.metrics.split(",") if m.strip()] or None
     try:
         path = plot_runs(args.runs, args.output, metrics=metrics, smooth=args.smooth,

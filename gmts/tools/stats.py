@@ -226,9 +226,10 @@ def top_recall(records, ratio=0.2):
     target = select_tokens(true, valid, ratio)
     k = int(target.sum())
     return {
-        "ets": float((select_tokens(token_scores("ets", entropy), valid, ratio) & target).sum()) / k,
-            "gmts": float((select_tokens(gscore, valid, ratio) & target).sum()) / k,
-            "random_expected": ratio}
+        "ets": float((select_tokens(token_scores("ets", entropy), valid, ratio)
+                      & target).sum()) / k,
+        "gmts": float((select_tokens(gscore, valid, ratio) & target).sum()) / k,
+        "random_expected": ratio}
 
 
 def epsilon_distribution(records, bins=20):

@@ -38,7 +38,7 @@ def rollout_figures(cfg, batch, R):
     sums = [R.numel(), R.sum(), (R >= 1.0).sum(), batch is not None, 1, mixed, *kept]
     n, reward_sum, correct, have_batch, processes, mixed, groups, len_sum, answers = batch_sum(
         torch.tensor(sums, dtype=torch.float64)).tolist()
-    figures = dict(reward_mean=reward_sum / max(n, 1), accuracy=correct / max(n, 1))
+    figures = {"reward_mean": reward_sum / max(n, 1), "accuracy": correct / max(n, 1)}
     if have_batch < processes:
         return dict(figures, skipped="no group with mixed rewards")
     return dict(figures, groups=int(groups), response_len_mean=len_sum / answers,
@@ -87,15 +87,15 @@ def selection_diagnostics(valid, advantages, entropy, omega, selected, ratio, we
     ent_sum, ent_sel_sum, n_valid, n_sel, answers, positive, both, n_ets, zero, ets_zero = sums
     top = batch_max(int(per_answer.max()) if per_answer.numel() else 0)
     per_selected = (lambda x: x / n_sel) if n_sel else (lambda x: 0.0)
-    return dict(entropy_mean=ent_sum / n_valid if n_valid else 0.0,
-                entropy_selected_mean=per_selected(ent_sel_sum),
-                valid_tokens=int(n_valid), selected_tokens=int(n_sel),
-                answers_with_selected=int(answers),
-                top_answer_share=per_selected(top),
-                selected_share_positive_adv=per_selected(positive),
-                selected_share_zero_adv=per_selected(zero),
-                ets_share_zero_adv=ets_zero / max(n_ets, 1),
-                selection_overlap_ets_gmts=both / max(n_ets, 1))
+    return {"entropy_mean": ent_sum / n_valid if n_valid else 0.0,
+            "entropy_selected_mean": per_selected(ent_sel_sum),
+            "valid_tokens": int(n_valid), "selected_tokens": int(n_sel),
+            "answers_with_selected": int(answers),
+            "top_answer_share": per_selected(top),
+            "selected_share_positive_adv": per_selected(positive),
+            "selected_share_zero_adv": per_selected(zero),
+            "ets_share_zero_adv": ets_zero / max(n_ets, 1),
+            "selection_overlap_ets_gmts": both / max(n_ets, 1)}
 
 
 @torch.no_grad()
@@ -163,7 +163,7 @@ class UpdateLog:
         self.cfg, self.records = cfg, records
         self.batch = batch.to(records[0]["mb"].rows.device)
         self.valid_mask, self.advantages = self.batch.valid_mask, self.batch.advantages
-        self.selected = torch.zeros_like(self.valid_mask)             # the first pass's selection (N, T)
+        self.selected = torch.zeros_like(self.valid_mask)    # the first pass's selection (N, T)
         self.first_pass_rows = torch.zeros(self.valid_mask.shape[0], dtype=torch.bool,
                                            device=self.valid_mask.device)
         for record in records:
@@ -178,7 +178,8 @@ class UpdateLog:
         (whatever --selector); n_eff of W_i = Σ_t |ω_it| w_it over the selection (gmts/METHOD.md,
         "How concentrated an update is")."""
         cfg = self.cfg
-        entropy = torch.zeros(self.valid_mask.shape, dtype=torch.float64, device=self.valid_mask.device)
+        entropy = torch.zeros(self.valid_mask.shape, dtype=torch.float64,
+                              device=self.valid_mask.device)
         ets, gms = torch.zeros_like(self.valid_mask), torch.zeros_like(self.valid_mask)
         seen = torch.zeros_like(self.first_pass_rows)
         off_policy, steps, concentration = torch.zeros(3, dtype=torch.float64), [], []

