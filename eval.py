@@ -318,14 +318,9 @@ def check_rewards(args, problems):
         raise SystemExit(err.for_cli()) from None
 
 
-def stop_on_interrupt(signum, frame):
-    """Ctrl-C: one line, not a traceback from wherever the interpreter was (often deep in an
-    import). The summary is written last and atomically, so what is on disk is a complete earlier
-    result or nothing of this run."""
-    raise SystemExit("\neval.py: interrupted (Ctrl-C); no summary was written")
-
-
 if __name__ == "__main__":
-    import signal
-    signal.signal(signal.SIGINT, stop_on_interrupt)
+    from gmts.run.folder import exit_on_interrupt
+    # Ctrl-C: one line, not a traceback from deep in an import; the summary is written last and
+    # atomically, so what is on disk is a complete earlier result or nothing of this run
+    exit_on_interrupt("eval.py", "no summary was written")
     main()

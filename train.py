@@ -24,7 +24,8 @@ import sys
 if __name__ == "__main__":
     from gmts.run.folder import WatchedStdout, exit_on_interrupt
     # Ctrl-C during start-up: one line, not a traceback (gmts/run/folder.py)
-    exit_on_interrupt("train.py")
+    exit_on_interrupt("train.py", "during start-up, before training began: nothing was trained, "
+                                  "and the same command starts again")
     # a failed write to stdout (a full disk): one line, at the end
     sys.stdout = WatchedStdout(sys.stdout)
     # Every flag against gmts/run/validate.py's table before torch loads (~3 s): a bad one is one

@@ -439,13 +439,37 @@ def test_ctrl_c_during_start_up_is_one_line_and_blocks_nothing(digit_model_dir, 
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
     line = check_one_line({"rc": proc.returncode, "stderr": "\n".join(stderr_lines(err))},
-                          "interrupted (SIGINT)")
+                          "interrupted (Ctrl-C)")
     assert proc.returncode == 128 + signal.SIGINT and "start-up" in line
     again = subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), *args],
                            capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=600,
                            check=False)
     assert again.returncode == 0, again.stderr[-2000:]
     assert [m["step"] for m in read_jsonl(out / "metrics.jsonl")] == [1, 2]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupt_that_a_library_catches_is_still_one_line(sig):
+    """The start-up handler ends the process itself: code that catches everything (transformers'
+    lazy import turns a SystemExit into a ModuleNotFoundError) cannot add a second, false error or
+    carry on."""
+    child = f"""
+import os, sys, time
+from gmts.run.folder import exit_on_interrupt
+exit_on_interrupt("train.py", "during start-up")
+try:
+    os.kill(os.getpid(), {int(sig)})
+    time.sleep(5)
+except BaseException as err:
+    raise ModuleNotFoundError("Could not import module 'Qwen2ForCausalLM'") from err
+print("carried on")
+"""
+    proc = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, env=ENV,
+                          cwd=ROOT, timeout=60, check=False)
+    name = "Ctrl-C" if sig == signal.SIGINT else "SIGTERM"
+    assert proc.returncode == 128 + sig, proc.stderr
+    assert proc.stderr.strip() == f"train.py: interrupted ({name}); during start-up", proc.stderr
+    assert proc.stdout == ""
 
 
 def test_a_start_that_never_completed_a_step_does_not_block_the_next(

@@ -89,19 +89,25 @@ def _note(message):
         print(f"gmts: {message}", file=sys.stderr, flush=True)
 
 
-def exit_on_interrupt(prog):
-    """Until training starts (gmts/run/state.py's StopRequest takes the signals over), SIGINT or
-    SIGTERM ends the process with one line and status 128 + signal, instead of a KeyboardInterrupt
-    traceback through whatever was importing or loading. Nothing is lost: nothing was trained, and
-    what a start writes before step 1 (the lock, config.json) never blocks the same command run
-    again."""
+def exit_on_interrupt(prog, note=""):
+    """SIGINT (Ctrl-C) or SIGTERM ends the process with one line,
+    `prog: interrupted (Ctrl-C); note`, and status 128 + signal, instead of a traceback through
+    whatever was importing or loading.
+    train.py's note: nothing was trained, and what a start writes before step 1 (the lock,
+    config.json) never blocks the same command run again; gmts/run/state.py's StopRequest takes
+    the signals over when training starts. eval.py and gmts.tools write their results last and
+    atomically, so what is on disk is whole or absent."""
     def stop(signum, _frame):
         # a second signal: the default, at once
         signal.signal(signum, signal.SIG_DFL)
-        print(f"{prog}: interrupted ({signal.Signals(signum).name}) during start-up, before "
-              "training began; nothing was trained, and the same command starts again",
-              file=sys.stderr, flush=True)
-        raise SystemExit(128 + signum)
+        name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+        print(f"\n{prog}: interrupted ({name}){'; ' + note if note else ''}", file=sys.stderr,
+              flush=True)
+        with contextlib.suppress(OSError, ValueError):
+            sys.stdout.flush()
+        # os._exit, not SystemExit: code that catches everything (transformers' lazy import turns
+        # a SystemExit into a ModuleNotFoundError) would go on to print a second, false error
+        os._exit(128 + signum)
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, stop)
 

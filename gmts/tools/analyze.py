@@ -46,16 +46,14 @@ different advantages, and Figure 3's three panels over every group.
 import json
 import math
 import os
-import signal
 import sys
 import time
 
 if __name__ == "__main__":
     # Ctrl-C while torch loads (the next line, ~3 s) or later: one line, not a traceback. The JSON
     # is written at the end and atomically, so an interrupted analysis leaves nothing behind.
-    signal.signal(signal.SIGINT, lambda signum, frame: sys.exit("\ngmts.tools.analyze: interrupted "
-                                                                "(Ctrl-C); "
-                                                                 "nothing was written"))
+    from gmts.run.folder import exit_on_interrupt
+    exit_on_interrupt("gmts.tools.analyze", "nothing was written")
 
 import torch
 

@@ -342,8 +342,7 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    import signal
-    # Ctrl-C while torch and transformers load: one line, not a traceback of the import machinery.
-    signal.signal(signal.SIGINT, lambda signum, frame: sys.exit("\ngmts.tools.memory: interrupted "
-                                                                "(Ctrl-C)"))
+    from gmts.run.folder import exit_on_interrupt
+    # Ctrl-C while torch and transformers load: one line, not a traceback of the import machinery
+    exit_on_interrupt("gmts.tools.memory")
     main()

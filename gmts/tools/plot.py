@@ -13,13 +13,12 @@ import itertools
 import json
 import math
 import os
-import signal
 import sys
 
 # Ctrl-C while torch loads (the next line) or later: one line, not a traceback
 if __name__ == "__main__":
-    signal.signal(signal.SIGINT, lambda signum, frame: sys.exit("\ngmts.tools.plot: interrupted "
-                                                                "(Ctrl-C)"))
+    from gmts.run.folder import exit_on_interrupt
+    exit_on_interrupt("gmts.tools.plot")
 
 import torch
 
