@@ -16,233 +16,162 @@ from dataclasses import dataclass, field, fields
 from gmts.run.validate import REPORT_TO, TRAIN_RULES, check  # noqa: F401  (REPORT_TO: config.REPORT_TO for readers)
 
 
+def option(default, help_text):
+    """A Config field: its default (a list: a fresh one per Config) and its --help text."""
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata={"help": help_text})
+    return field(default=default, metadata={"help": help_text})
+
+
 @dataclass
 class Config:
     # --- model
     # ----------------------------------------------------------------------------------------------
-    model: str = field(default="Qwen/Qwen2.5-1.5B-Instruct",
-                       metadata={"help": "hub id or local folder"})
-    tokenizer: str = field(default="", metadata={"help": "tokenizer hub id or folder (default: the "
-                                                         "--model's)"})
-    dtype: str = field(default="auto", metadata={"help": "auto (bf16 on GPU, float32 on CPU) | "
-                                                         "float32 | bfloat16 | float16"})
-    device: str = field(default="auto", metadata={"help": "auto (cuda if available) | cpu | cuda | "
-                                                          "cuda:1 ..."})
-    gradient_checkpointing: bool = field(default=True,
-                                         metadata={"help": "recompute activations in backward"})
-    lora_rank: int = field(default=0, metadata={"help": "train LoRA adapters of this rank (needs "
-                                                        "peft); 0 = full fine-tuning"})
-    lora_alpha: float = field(default=0.0, metadata={"help": "LoRA alpha; 0 = 2 x rank (default: "
-                                                             "0, i.e. 2 x rank)"})
-    chunk_size: int = field(default=1024, metadata={"help": "tokens per chunk in the output head "
-                                                            "(memory vs speed)"})
+    model: str = option("Qwen/Qwen2.5-1.5B-Instruct", "hub id or local folder")
+    tokenizer: str = option("", "tokenizer hub id or folder (default: the --model's)")
+    dtype: str = option("auto", "auto (bf16 on GPU, float32 on CPU) | float32 | bfloat16 | float16")
+    device: str = option("auto", "auto (cuda if available) | cpu | cuda | cuda:1 ...")
+    gradient_checkpointing: bool = option(True, "recompute activations in backward")
+    lora_rank: int = option(0, "train LoRA adapters of this rank (needs peft); 0 = full "
+                               "fine-tuning")
+    lora_alpha: float = option(0.0, "LoRA alpha; 0 = 2 x rank (default: 0, i.e. 2 x rank)")
+    chunk_size: int = option(1024, "tokens per chunk in the output head (memory vs speed)")
     # --- data
     # ----------------------------------------------------------------------------------------------
-    data: str = field(default="gsm8k", metadata={"help": "built-in source (gsm8k, math, math500, "
-                                                         "csqa, csqa2, humaneval, mbpp, kodcode, "
-                                                         "arithmetic) or a local .jsonl/.json file "
-                                                         "(data/README.md)"})
-    split: str = field(default="train", metadata={"help": "split of --data to train on"})
-    limit: int = field(default=0, metadata={"help": "use only the first N training problems (0 = "
-                                                    "all)"})
-    question_field: str = field(default="", metadata={"help": "column holding the question in a "
-                                                              "local file, or a format over the "
-                                                              "row's columns, e.g. '{Body} "
-                                                              "{Question}' (default: the first of "
-                                                              "question, problem, prompt, input)"})
-    answer_field: str = field(default="", metadata={"help": "column holding the reference answer "
-                                                            "in a local file (default: the first "
-                                                            "of answer, final_answer, target, "
-                                                            "output; code: tests, test, cases)"})
-    template: str = field(default="", metadata={"help": "prompt template: math | code | "
-                                                        "plain-number | choice-letter | none "
-                                                        "(default: the source's own)"})
-    system_prompt: str = field(default=None, metadata={"help": "override the template's system "
-                                                               "prompt ('' = none; default: the "
-                                                               "template's own)"})
-    task_options: str = field(default="", metadata={"help": "JSON options for the task, e.g. "
-                                                            "'{\"digits\": 2}' for arithmetic "
-                                                            "(default: none)"})
-    max_prompt_tokens: int = field(default=1024,
-                                   metadata={"help": "problems with longer prompts are skipped "
-                                                     "(counted)"})
-    reward: list = field(default_factory=list,
-                         metadata={"help": "a reward for every answer, repeatable: gsm8k | math | "
-                                           "choice | code | path/file.py:function | "
-                                           "package.module:function; R = the weighted sum "
-                                           "(default: each row's own reward; docs/your_task.md)"})
-    reward_weights: str = field(default="", metadata={"help": "weights of the --reward functions "
-                                                              "in order, e.g. 1,0.1 (default: all "
-                                                              "1)"})
-    reward_workers: int = field(default=0, metadata={"help": "threads scoring a step's answers "
-                                                             "concurrently (0 = twice this "
-                                                             "process's CPUs; 1 = one after "
-                                                             "another)"})
-    code_trusted_only: bool = field(default=False,
-                                    metadata={"help": "code reward: score 0 (without running) any "
-                                                      "problem whose tests could only be judged "
-                                                      "inside the sandbox (rewards/README.md)"})
+    data: str = option("gsm8k", "built-in source (gsm8k, math, math500, csqa, csqa2, humaneval, "
+                                "mbpp, kodcode, arithmetic) or a local .jsonl/.json file "
+                                "(data/README.md)")
+    split: str = option("train", "split of --data to train on")
+    limit: int = option(0, "use only the first N training problems (0 = all)")
+    question_field: str = option("", "column holding the question in a local file, or a format "
+                                     "over the row's columns, e.g. '{Body} {Question}' (default: "
+                                     "the first of question, problem, prompt, input)")
+    answer_field: str = option("", "column holding the reference answer in a local file (default: "
+                                   "the first of answer, final_answer, target, output; code: "
+                                   "tests, test, cases)")
+    template: str = option("", "prompt template: math | code | plain-number | choice-letter | "
+                               "none (default: the source's own)")
+    system_prompt: str = option(None, "override the template's system prompt ('' = none; default: "
+                                      "the template's own)")
+    task_options: str = option("", "JSON options for the task, e.g. '{\"digits\": 2}' for "
+                                   "arithmetic (default: none)")
+    max_prompt_tokens: int = option(1024, "problems with longer prompts are skipped (counted)")
+    reward: list = option([], "a reward for every answer, repeatable: gsm8k | math | choice | "
+                              "code | path/file.py:function | package.module:function; R = the "
+                              "weighted sum (default: each row's own reward; docs/your_task.md)")
+    reward_weights: str = option("", "weights of the --reward functions in order, e.g. 1,0.1 "
+                                     "(default: all 1)")
+    reward_workers: int = option(0, "threads scoring a step's answers concurrently (0 = twice "
+                                    "this process's CPUs; 1 = one after another)")
+    code_trusted_only: bool = option(False, "code reward: score 0 (without running) any problem "
+                                            "whose tests could only be judged inside the sandbox "
+                                            "(rewards/README.md)")
     # --- rollout
     # ----------------------------------------------------------------------------------------------
-    prompts_per_step: int = field(default=8, metadata={"help": "prompts per rollout batch (Q); one "
-                                                               "optimizer step each unless "
-                                                               "--mini-batch-size is smaller"})
-    group_size: int = field(default=8, metadata={"help": "answers sampled per prompt (G)"})
-    max_new_tokens: int = field(default=256, metadata={"help": "completion length limit"})
-    temperature: float = field(default=1.0, metadata={"help": "sampling temperature τ; the trained "
-                                                              "policy is softmax(z/τ) (training "
-                                                              "rollouts never use top-k/top-p)"})
-    rollout_batch_size: int = field(default=0,
-                                    metadata={"help": "prompts per generation call (bounds "
-                                                      "KV-cache memory; 0 = all)"})
-    compile: bool = field(default=False, metadata={"help": "torch.compile the sampler's decode "
-                                                           "step over its static KV cache (CUDA "
-                                                           "graphs on a GPU): faster decoding "
-                                                           "after a compile of seconds to minutes "
-                                                           "per rollout shape (bench/README.md, "
-                                                           "\"Rollout\"); same samples up to float "
-                                                           "rounding"})
+    prompts_per_step: int = option(8, "prompts per rollout batch (Q); one optimizer step each "
+                                      "unless --mini-batch-size is smaller")
+    group_size: int = option(8, "answers sampled per prompt (G)")
+    max_new_tokens: int = option(256, "completion length limit")
+    temperature: float = option(1.0, "sampling temperature τ; the trained policy is softmax(z/τ) "
+                                     "(training rollouts never use top-k/top-p)")
+    rollout_batch_size: int = option(0, "prompts per generation call (bounds KV-cache memory; 0 = "
+                                        "all)")
+    compile: bool = option(False, "torch.compile the sampler's decode step over its static KV "
+                                  "cache (CUDA graphs on a GPU): faster decoding after a compile "
+                                  "of seconds to minutes per rollout shape (bench/README.md, "
+                                  '"Rollout"); same samples up to float rounding')
     # --- algorithm
     # ----------------------------------------------------------------------------------------------
-    algo: str = field(default="grpo", metadata={"help": "grpo (ε1=ε2=0.2, β allowed) | dapo (β=0, "
-                                                        "ε2=0.28, dynamic sampling)"})
-    eps_low: float = field(default=0.2, metadata={"help": "ε1: lower clip"})
-    eps_high: float = field(default=-1.0, metadata={"help": "ε2: upper clip; -1 = by --algo "
-                                                            "(default: -1, i.e. 0.2 for grpo, 0.28 "
-                                                            "for dapo)"})
-    beta: float = field(default=0.0, metadata={"help": "k3 KL weight (loads a frozen reference "
-                                                       "model only when > 0; with LoRA the "
-                                                       "reference is the same model with its "
-                                                       "adapters off)"})
-    kl_coverage: str = field(default="selected",
-                             metadata={"help": "KL term on selected tokens only | "
-                                               "all valid tokens"})
-    adv_std: str = field(default="unbiased", metadata={"help": "advantage std: unbiased | biased | "
-                                                               "none (Dr. GRPO)"})
-    ppo_epochs: int = field(default=1, metadata={"help": "passes over each rollout batch (E); "
-                                                         "every pass takes one optimizer step per "
-                                                         "mini-batch"})
-    mini_batch_size: int = field(default=0, metadata={"help": "prompts per optimizer step (b; "
-                                                              "whole groups, must divide "
-                                                              "--prompts-per-step): the rollout "
-                                                              "batch splits into Q/b shuffled "
-                                                              "mini-batches, each scored, selected "
-                                                              "and normalised on its own at the "
-                                                              "current θ (the paper's A.3 "
-                                                              "off-policy regime; 0 = "
-                                                              "--prompts-per-step, one on-policy "
-                                                              "step)"})
-    dynamic_sampling: str = field(default="auto",
-                                  metadata={"help": "drop all-equal groups and sample more: auto "
-                                                    "(on for dapo) | on | off"})
-    max_sampling_tries: int = field(default=4,
-                                    metadata={"help": "dynamic sampling: rollout batches tried per "
-                                                      "step"})
-    overlong_buffer: int = field(default=0, metadata={"help": "DAPO's soft overlong punishment: "
-                                                              "the reward loses up to "
-                                                              "--overlong-penalty over the last N "
-                                                              "tokens before --max-new-tokens, "
-                                                              "linearly (0 = off). It moves the "
-                                                              "advantage only: accuracy, "
-                                                              "reward_mean and dynamic sampling "
-                                                              "see the checker's reward. Use it "
-                                                              "when a run learns to pad to the "
-                                                              "limit"})
-    overlong_penalty: float = field(default=1.0,
-                                    metadata={"help": "the reward an answer cut at "
-                                                      "--max-new-tokens loses (with "
-                                                      "--overlong-buffer)"})
+    algo: str = option("grpo", "grpo (ε1=ε2=0.2, β allowed) | dapo (β=0, ε2=0.28, dynamic "
+                               "sampling)")
+    eps_low: float = option(0.2, "ε1: lower clip")
+    eps_high: float = option(-1.0, "ε2: upper clip; -1 = by --algo (default: -1, i.e. 0.2 for "
+                                   "grpo, 0.28 for dapo)")
+    beta: float = option(0.0, "k3 KL weight (loads a frozen reference model only when > 0; with "
+                              "LoRA the reference is the same model with its adapters off)")
+    kl_coverage: str = option("selected", "KL term on selected tokens only | all valid tokens")
+    adv_std: str = option("unbiased", "advantage std: unbiased | biased | none (Dr. GRPO)")
+    ppo_epochs: int = option(1, "passes over each rollout batch (E); every pass takes one "
+                                "optimizer step per mini-batch")
+    mini_batch_size: int = option(0, "prompts per optimizer step (b; whole groups, must divide "
+                                     "--prompts-per-step): the rollout batch splits into Q/b "
+                                     "shuffled mini-batches, each scored, selected and normalised "
+                                     "on its own at the current θ (the paper's A.3 off-policy "
+                                     "regime; 0 = --prompts-per-step, one on-policy step)")
+    dynamic_sampling: str = option("auto", "drop all-equal groups and sample more: auto (on for "
+                                           "dapo) | on | off")
+    max_sampling_tries: int = option(4, "dynamic sampling: rollout batches tried per step")
+    overlong_buffer: int = option(0, "DAPO's soft overlong punishment: the reward loses up to "
+                                     "--overlong-penalty over the last N tokens before "
+                                     "--max-new-tokens, linearly (0 = off). It moves the "
+                                     "advantage only: accuracy, reward_mean and dynamic sampling "
+                                     "see the checker's reward. Use it when a run learns to pad "
+                                     "to the limit")
+    overlong_penalty: float = option(1.0, "the reward an answer cut at --max-new-tokens loses "
+                                          "(with --overlong-buffer)")
     # --- selection
     # ----------------------------------------------------------------------------------------------
-    selector: str = field(default="none", metadata={"help": "none | ets | gmts | random"})
-    ratio: float = field(default=0.2, metadata={"help": "ρ: share of the batch's valid tokens "
-                                                        "trained on"})
-    select_scope: str = field(default="batch",
-                              metadata={"help": "batch (paper text) | group (authors' GRPO-Zero "
-                                                "fork)"})
-    bottom: bool = field(default=False, metadata={"help": "keep the LOWEST-scoring tokens (the "
-                                                          "paper's ablation)"})
-    exclude_zero_adv: bool = field(default=False,
-                                   metadata={"help": "leave all-equal-reward groups out of the "
-                                                     "ranking"})
-    loss_norm: str = field(default="selected",
-                           metadata={"help": "selected (the paper's 1/S, S = selected tokens) | "
-                                             "all (1/valid tokens: the authors' code, verl; TRL's "
-                                             "bnpo/dapo with top_entropy_quantile) | sequence "
-                                             "(each answer by its full length: TRL's grpo) | "
-                                             "sequence-selected (each answer by its selected "
-                                             "count; refused with a selector)"})
+    selector: str = option("none", "none | ets | gmts | random")
+    ratio: float = option(0.2, "ρ: share of the batch's valid tokens trained on")
+    select_scope: str = option("batch", "batch (paper text) | group (authors' GRPO-Zero fork)")
+    bottom: bool = option(False, "keep the LOWEST-scoring tokens (the paper's ablation)")
+    exclude_zero_adv: bool = option(False, "leave all-equal-reward groups out of the ranking")
+    loss_norm: str = option("selected", "selected (the paper's 1/S, S = selected tokens) | all "
+                                        "(1/valid tokens: the authors' code, verl; TRL's "
+                                        "bnpo/dapo with top_entropy_quantile) | sequence (each "
+                                        "answer by its full length: TRL's grpo) | "
+                                        "sequence-selected (each answer by its selected count; "
+                                        "refused with a selector)")
     # --- optimisation
     # -------------------------------------------------------------------------------------------
-    steps: int = field(default=100, metadata={"help": "optimizer steps"})
-    micro_batch_size: int = field(default=8, metadata={"help": "answers per forward/backward (must "
-                                                               "divide Q x G)"})
-    micro_batch_tokens: int = field(default=0, metadata={
-        "help": "if > 0: a token budget per forward/backward instead of --micro-batch-size rows "
-                "(rows x padded prompt + answer width; answers grouped by length; a longer answer "
-                "gets a pass alone)"})
-    lr: float = field(default=1e-6, metadata={"help": "AdamW learning rate"})
-    weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay"})
-    adam_beta1: float = field(default=0.9, metadata={"help": "AdamW β1"})
-    adam_beta2: float = field(default=0.999, metadata={"help": "AdamW β2"})
-    warmup_steps: int = field(default=0, metadata={"help": "linear warm-up steps, then constant"})
-    max_grad_norm: float = field(default=1.0, metadata={"help": "clip the gradient norm (0 = off)"})
-    fsdp: bool = field(default=False, metadata={"help": "under torchrun: shard each decoder "
-                                                        "layer's weights, grads and AdamW states "
-                                                        "over the processes (FSDP)"})
-    optimizer_offload: bool = field(default=False,
-                                    metadata={"help": "keep AdamW's float32 master weights and "
-                                                      "moments in CPU memory (GPU memory for "
-                                                      "time)"})
-    max_bad_steps: int = field(default=3, metadata={"help": "steps with a non-finite loss/gradient "
-                                                            "are skipped and logged; stop after "
-                                                            "this many in a row"})
+    steps: int = option(100, "optimizer steps")
+    micro_batch_size: int = option(8, "answers per forward/backward (must divide Q x G)")
+    micro_batch_tokens: int = option(0, "if > 0: a token budget per forward/backward instead of "
+                                        "--micro-batch-size rows (rows x padded prompt + answer "
+                                        "width; answers grouped by length; a longer answer gets a "
+                                        "pass alone)")
+    lr: float = option(1e-6, "AdamW learning rate")
+    weight_decay: float = option(0.0, "AdamW weight decay")
+    adam_beta1: float = option(0.9, "AdamW β1")
+    adam_beta2: float = option(0.999, "AdamW β2")
+    warmup_steps: int = option(0, "linear warm-up steps, then constant")
+    max_grad_norm: float = option(1.0, "clip the gradient norm (0 = off)")
+    fsdp: bool = option(False, "under torchrun: shard each decoder layer's weights, grads and "
+                               "AdamW states over the processes (FSDP)")
+    optimizer_offload: bool = option(False, "keep AdamW's float32 master weights and moments in "
+                                            "CPU memory (GPU memory for time)")
+    max_bad_steps: int = option(3, "steps with a non-finite loss/gradient are skipped and logged; "
+                                   "stop after this many in a row")
     # --- output
     # ----------------------------------------------------------------------------------------------
-    seed: int = field(default=0, metadata={"help": "seeds everything (sampling, data order, "
-                                                   "adapter init)"})
-    output_dir: str = field(default="runs/gmts",
-                            metadata={"help": "where config, metrics and checkpoints go"})
-    save_every: int = field(default=50, metadata={"help": "checkpoint every N steps (and at the "
-                                                          "end; 0 = end only)"})
-    keep_checkpoints: int = field(default=2,
-                                  metadata={"help": "how many recent checkpoints to keep"})
-    log_samples: int = field(default=2, metadata={"help": "sample completions written per step"})
-    log_grad_noise: bool = field(default=False,
-                                 metadata={"help": "log the gradient noise between two halves of "
-                                                   "each optimizer batch (grad_noise_ratio, "
-                                                   "grad_noise_scale: gmts/METHOD.md, \"How "
-                                                   "concentrated an update is\"); costs one "
-                                                   "float32 copy of the trainable parameters"})
-    resume: str = field(default="", metadata={"help": "run directory or checkpoint folder to "
-                                                      "continue from (default: none, a fresh run)"})
-    overwrite: bool = field(default=False, metadata={"help": "start a fresh run in an --output-dir "
-                                                             "that holds one (deletes its metrics, "
-                                                             "samples and checkpoints)"})
-    eval_every: int = field(default=0, metadata={"help": "evaluate every N steps and after the "
-                                                         "last (0 = never)"})
-    eval_data: str = field(default="", metadata={"help": "evaluation sources, space-separated "
-                                                         "name[:split] (e.g. 'gsm8k:test math500'; "
-                                                         "default: none)"})
-    eval_limit: int = field(default=100, metadata={"help": "evaluation problems"})
-    eval_samples: int = field(default=1, metadata={"help": "samples per evaluation problem"})
-    eval_temperature: float = field(default=0.0,
-                                    metadata={"help": "evaluation temperature (0 = greedy)"})
-    eval_before: bool = field(default=False, metadata={"help": "also evaluate before the first "
-                                                               "step (needs --eval-data; with "
-                                                               "--eval-every, the end prints "
-                                                               "before and after)"})
-    report_to: str = field(default="none", metadata={"help": "also log metrics, samples and config "
-                                                             "to: none | tensorboard | wandb "
-                                                             "(optional installs; wandb works "
-                                                             "offline with WANDB_MODE=offline)"})
-    preset: str = field(default="", metadata={"help": "named settings (explicit flags override): "
-                                                      "cpu-demo | recipe-gsm8k | paper-math | "
-                                                      "paper-math-7b | paper-base | paper-base-7b "
-                                                      "| paper-coder | paper-coder-7b | "
-                                                      "paper-qwen3-8b (README's presets table); "
-                                                      "--print-config shows the result (default: "
-                                                      "none)"})
+    seed: int = option(0, "seeds everything (sampling, data order, adapter init)")
+    output_dir: str = option("runs/gmts", "where config, metrics and checkpoints go")
+    save_every: int = option(50, "checkpoint every N steps (and at the end; 0 = end only)")
+    keep_checkpoints: int = option(2, "how many recent checkpoints to keep")
+    log_samples: int = option(2, "sample completions written per step")
+    log_grad_noise: bool = option(False, "log the gradient noise between two halves of each "
+                                         "optimizer batch (grad_noise_ratio, grad_noise_scale: "
+                                         'gmts/METHOD.md, "How concentrated an update is"); costs '
+                                         "one float32 copy of the trainable parameters")
+    resume: str = option("", "run directory or checkpoint folder to continue from (default: none, "
+                             "a fresh run)")
+    overwrite: bool = option(False, "start a fresh run in an --output-dir that holds one (deletes "
+                                    "its metrics, samples and checkpoints)")
+    eval_every: int = option(0, "evaluate every N steps and after the last (0 = never)")
+    eval_data: str = option("", "evaluation sources, space-separated name[:split] (e.g. "
+                                "'gsm8k:test math500'; default: none)")
+    eval_limit: int = option(100, "evaluation problems")
+    eval_samples: int = option(1, "samples per evaluation problem")
+    eval_temperature: float = option(0.0, "evaluation temperature (0 = greedy)")
+    eval_before: bool = option(False, "also evaluate before the first step (needs --eval-data; "
+                                      "with --eval-every, the end prints before and after)")
+    report_to: str = option("none", "also log metrics, samples and config to: none | tensorboard "
+                                    "| wandb (optional installs; wandb works offline with "
+                                    "WANDB_MODE=offline)")
+    preset: str = option("", "named settings (explicit flags override): cpu-demo | recipe-gsm8k | "
+                             "paper-math | paper-math-7b | paper-base | paper-base-7b | "
+                             "paper-coder | paper-coder-7b | paper-qwen3-8b (README's presets "
+                             "table); --print-config shows the result (default: none)")
 
 
 # Presets: named settings (dataclass defaults < --preset < explicit flags). Each paper preset is one
