@@ -15,6 +15,8 @@ Prompts of at most P tokens: at most (log2(P / MIN_PROMPT_WIDTH) + 1) x (log2(N)
 """
 import torch
 
+from gmts.trainer.rollout import KVLayer
+
 MIN_PROMPT_WIDTH = 16
 BACKEND = "inductor"      # torch.compile's backend (gpu_check.py --dry-run: "eager", no codegen)
 
@@ -72,11 +74,35 @@ def decode_step(model, cache, cache_kw):
     return step
 
 
+class StaticKVLayer(KVLayer):
+    """A KVLayer with a static mode, on once `cache.position` (a 0-d long tensor) is set by
+    decode_step after the prefill: a step writes its one column at `position` with index_copy_ and
+    attention reads all max_len columns; the unwritten ones are zeros and masked by causality (query
+    position = `position`), so every step has the same shapes and a compiled graph (CUDA graphs on
+    a GPU) replays it."""
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        c, n = self.cache, key_states.shape[0]
+        if c.position is None:                                     # the prefill: eager
+            return super().update(key_states, value_states)
+        self.keys[:n].index_copy_(2, c.position.view(1), key_states)
+        self.values[:n].index_copy_(2, c.position.view(1), value_states)
+        return self.keys[:n], self.values[:n]
+
+    def get_mask_sizes(self, query_length):
+        return (super().get_mask_sizes(query_length) if self.cache.position is None
+                else (self.cache.max_len, 0))
+
+    def get_seq_length(self):
+        return self.cache.length if self.cache.position is None else self.cache.position
+
+
 class CompiledDecode:
     """rollout.EagerDecode's members for the compiled step: bucketed prompt widths and rows, and the
     decode step over the static cache (decode_step)."""
     prompt_width = staticmethod(prompt_width)
     keep_rows = staticmethod(bucket_rows)
+    cache_layer = StaticKVLayer
 
     def __init__(self, model, cache, cache_kw):
         self.step = decode_step(model, cache, cache_kw)

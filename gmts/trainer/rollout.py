@@ -80,23 +80,20 @@ class KVCache(Cache):
     (n = the keys' batch size at that step): `select_rows` moves the rows to keep to the front, in
     place.
 
-    Eager (position None): `length` (a Python int) is the number of filled columns; attention reads
-    the filled part only, keys[:n, :, :length + q]. Static (position a 0-d long tensor, set by
-    _compiled_decode): the step writes at column `position` with index_copy_ and attention reads all
-    max_len columns; the unwritten ones are zeros and masked by causality (query position =
-    `position`), so every step has the same shapes and a compiled graph (CUDA graphs on a GPU)
-    replays it.
+    `length` (a Python int) is the number of filled columns; attention reads the filled part only,
+    keys[:n, :, :length + q]. `layer`: the class of its layers, the decode step's cache_layer
+    (gmts/trainer/compiled_decode.py's StaticKVLayer: a static mode with the same shapes at every
+    step, for compiled graphs).
 
     Duck-types what transformers 5.x asks of a Cache (update, get_seq_length, get_mask_sizes, the
     layer flags): it subclasses transformers' own Cache / CacheLayerMixin, so Qwen2, Llama and any
     model that calls cache.update work.
     """
 
-    def __init__(self, config, rows, max_len):
-        n_layers = config.get_text_config().num_hidden_layers
-        super().__init__(layers=[_KVLayer() for _ in range(n_layers)])
-        for layer in self.layers:
-            layer.cache = self
+    def __init__(self, config, rows, max_len, layer):
+        super().__init__(layers=[layer() for _ in range(cache_shape(config)[0])])
+        for each in self.layers:
+            each.cache = self
         self.rows, self.max_len, self.length, self.position = rows, max_len, 0, None
 
     def select_rows(self, idx):
@@ -108,10 +105,10 @@ class KVCache(Cache):
                 buf[:len(idx), :, :self.length] = buf[idx, :, :self.length]
 
 
-class _KVLayer(CacheLayerMixin):
-    """One layer of a KVCache (`cache`, set by it: the shapes and modes are the cache's). Zeros, not
-    empty: the static mode reads unwritten columns (masked: a weight of exactly 0, which would still
-    turn a NaN in memory into NaN)."""
+class KVLayer(CacheLayerMixin):
+    """One layer of a KVCache (`cache`, set by it: the shapes are the cache's). Zeros, not empty:
+    the static mode reads unwritten columns (masked: a weight of exactly 0, which would still turn a
+    NaN in memory into NaN)."""
     is_compileable, is_sliding = True, False
 
     def lazy_initialization(self, key_states, value_states):
@@ -126,21 +123,15 @@ class _KVLayer(CacheLayerMixin):
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
         c, n, q = self.cache, key_states.shape[0], key_states.shape[2]
-        if c.position is None:     # eager: write columns [length, length + q), read the filled part
-            cols = slice(c.length, c.length + q)
-            self.keys[:n, :, cols], self.values[:n, :, cols] = key_states, value_states
-            return self.keys[:n, :, :c.length + q], self.values[:n, :, :c.length + q]
-        # static: one column, whole width
-        self.keys[:n].index_copy_(2, c.position.view(1), key_states)
-        self.values[:n].index_copy_(2, c.position.view(1), value_states)
-        return self.keys[:n], self.values[:n]
+        cols = slice(c.length, c.length + q)      # write columns [length, length + q)
+        self.keys[:n, :, cols], self.values[:n, :, cols] = key_states, value_states
+        return self.keys[:n, :, :c.length + q], self.values[:n, :, :c.length + q]  # filled part
 
     def get_mask_sizes(self, query_length):    # (kv_length, kv_offset) of the keys `update` returns
-        return (self.cache.length + query_length if self.cache.position is None
-                else self.cache.max_len), 0
+        return self.cache.length + query_length, 0
 
     def get_seq_length(self):              # = the query's first position (the mask's causal offset)
-        return self.cache.length if self.cache.position is None else self.cache.position
+        return self.cache.length
 
     def get_max_length(self):
         return self.cache.max_len
@@ -169,6 +160,7 @@ def filter_logits(logits, top_k=0, top_p=1.0):
 class EagerDecode:
     """`sample`'s decode step: the model's forward of one token per row over the filled part of the
     cache. compiled_decode.CompiledDecode has the same members, with static shapes."""
+    cache_layer = KVLayer         # the KV cache's layers
 
     def __init__(self, model, cache, cache_kw):
         self.model, self.cache, self.cache_kw = model, cache, cache_kw
@@ -205,7 +197,7 @@ def sample(model, prompts, *, group_size, max_new_tokens, eos_token_ids, pad_tok
     prefill = prompts if share_prefix else [p for p in prompts for _ in range(group_size)]
     ids, mask = left_pad(prefill, pad_token_id, device, decode.prompt_width(max(map(len, prompts))))
     # Prefill: one row per prompt, then each prompt's cache rows copied G times
-    cache, cache_kw = new_cache(model, n_rows, ids.shape[1] + max_new_tokens)
+    cache, cache_kw = new_cache(model, n_rows, ids.shape[1] + max_new_tokens, decode.cache_layer)
     logits = model(input_ids=ids, attention_mask=mask, position_ids=positions(mask), use_cache=True,
                    logits_to_keep=1, **cache_kw).logits[:, -1]
     cache.length = ids.shape[1]
@@ -303,10 +295,10 @@ def concat_rollouts(parts, pad_id):
                                             for f in dataclasses.fields(parts[0])})
 
 
-def new_cache(model, rows, max_len):
+def new_cache(model, rows, max_len, layer=KVLayer):
     """(a KVCache for `model`, the forward's keyword arguments that hand it over)."""
-    return (cache := KVCache(_transformers_model(model).config, rows,
-                             max_len)), {_cache_keyword(model): cache}
+    cache = KVCache(_transformers_model(model).config, rows, max_len, layer)
+    return cache, {_cache_keyword(model): cache}
 
 
 def _transformers_model(model):
