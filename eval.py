@@ -25,8 +25,8 @@ import time
 
 def build_parser():
     # a bad flag is one line, like train.py's (not a usage block)
-    from gmts.run.config import _Parser
-    p = _Parser(prog="eval.py", description="\n\n".join(__doc__.split("\n\n")[:2]))
+    from gmts.run.config import Parser
+    p = Parser(prog="eval.py", description="\n\n".join(__doc__.split("\n\n")[:2]))
     p.add_argument("--model", help="hub id or local folder (config.json + *.safetensors + "
                                    "tokenizer); no default: required unless --compare")
     p.add_argument("--tokenizer", default="", help="tokenizer id or folder, if not the model's "

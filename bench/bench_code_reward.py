@@ -13,7 +13,6 @@ cost: one MBPP problem with three asserts (task 2), scored by this tree and by t
 ref exported to a temporary folder, in two long-lived worker processes called in turn (A, B, A,
 B...), so that both see the same load on a shared machine. Prints the median and quartiles of each.
 """
-import argparse
 import gzip
 import json
 import os
@@ -128,8 +127,9 @@ def cost(before: str, rounds: int):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sys.path.insert(0, ROOT)
+    from gmts.run.config import Parser      # one default per option, a bad flag in one line
+    parser = Parser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="what", required=True)
     sub.add_parser("corpus")
     c = sub.add_parser("cost")

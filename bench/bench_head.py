@@ -104,8 +104,8 @@ def naive_estimate_gb(tokens: int) -> float:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    from gmts.run.config import Parser      # one default per option, a bad flag in one line
+    ap = Parser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--worker", nargs=3, metavar=("METHOD", "TOKENS", "CHUNK"),
                     help=argparse.SUPPRESS)
     ap.add_argument("--mem-cap", type=int, default=0, help=argparse.SUPPRESS)

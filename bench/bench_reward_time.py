@@ -15,7 +15,6 @@ Each round scores the same answers sequentially (concurrent=False), then concurr
 must be equal.
 """
 
-import argparse
 import os
 import statistics
 import sys
@@ -78,7 +77,8 @@ def side_by_side(name, scorer, completions, rows, rounds):
 def main():
     import rewards
 
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    from gmts.run.config import Parser      # one default per option, a bad flag in one line
+    p = Parser(description=__doc__.split("\n\n")[0])
     p.add_argument("--code", type=int, default=96, help="code answers (0 = skip)")
     p.add_argument(
         "--workers", type=int, default=0, help="threads for the code case (0 = twice the CPUs)"

@@ -194,8 +194,8 @@ def load_average():
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    from gmts.run.config import Parser      # one default per option, a bad flag in one line
+    ap = Parser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--worker", nargs=4, metavar=("METHOD", "G", "SEED", "NEW_TOKENS"),
                     help=argparse.SUPPRESS)
     ap.add_argument("--model", default="qwen2-41m", help="qwen2-41m (random, Qwen2.5 vocab) or a "

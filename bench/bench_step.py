@@ -191,8 +191,8 @@ def trl_worker(args):
 # --------------------------------------------------------------------------------------------------
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    from gmts.run.config import Parser      # one default per option, a bad flag in one line
+    ap = Parser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--worker", choices=["trl"], help=argparse.SUPPRESS)
     ap.add_argument("--trl-out", default="", help=argparse.SUPPRESS)
     ap.add_argument("--model-dir", default="", help="model folder (default: SmolLM2-135M-Instruct, "

@@ -23,7 +23,6 @@ not depend on the values). Real tokens = prompt tokens + valid answer tokens; co
 decoder actually ran (rows x padded width, summed over micro-batches, counted by a forward hook).
 Each side is timed --reps times after a two-row warm-up pass through each; medians.
 """
-import argparse
 import os
 import statistics
 import sys
@@ -73,8 +72,8 @@ def old_accumulate(model, batch, inputs, cfg):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    from gmts.run.config import Parser      # one default per option, a bad flag in one line
+    ap = Parser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="~/.cache/gmts/SmolLM2-135M-Instruct",
                     help="a model folder, or tiny")
     ap.add_argument("--rows", type=int, default=32)

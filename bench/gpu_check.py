@@ -36,7 +36,6 @@ size. The models are random (nothing is downloaded); the Qwen2.5 tokenizer comes
 present, else a byte-level tokenizer stands in.
 """
 
-import argparse
 import datetime
 import json
 import math
@@ -606,7 +605,8 @@ def run_check(name, fn, results, path, deadline):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    from gmts.run.config import Parser      # one default per option, a bad flag in one line
+    ap = Parser(description=__doc__.split("\n\n")[0])
     ap.add_argument(
         "--dry-run", action="store_true", help="CPU, toy sizes: the same code path in seconds"
     )

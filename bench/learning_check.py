@@ -107,8 +107,8 @@ DEFAULT_TASK = '{"max_operand": 30, "terms": 2, "ops": "+"}'
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    from gmts.run.config import Parser      # one default per option, a bad flag in one line
+    p = Parser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="", help="model folder or hub id (default: "
                                                "SmolLM2-135M-Instruct, fetched)")
     p.add_argument("--arms", default="", help="arms to train, comma-separated, of "

@@ -111,6 +111,8 @@ def plot_map(analysis, path, title=""):
 
 
 if __name__ == "__main__":
+    if sys.argv[1:] in (["-h"], ["--help"]):
+        sys.exit(print(__doc__.strip()))
     if len(sys.argv) != 2 or not sys.argv[1].endswith(".json"):
         sys.exit("usage: python bench/lr_map_figure.py RESULTS.json   (bench/learning_check.py's "
                  "output)")

@@ -12,7 +12,6 @@ reward, every advantage is 0, and without a KL term train.py skips the backward 
 (so nothing would be measured); full fine-tuning then also holds the frozen reference copy, which
 the planner counts.
 """
-import argparse
 import json
 import os
 import subprocess
@@ -91,7 +90,8 @@ def planned(model_dir, flags, prompt_tokens):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    from gmts.run.config import Parser      # one default per option, a bad flag in one line
+    ap = Parser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--smollm2", default="", help="SmolLM2-135M-Instruct folder (default: "
                                                   "gmts/trainer/smollm2.py fetch)")
     ap.add_argument("--work-dir", default="/tmp/gmts_memory_check")

@@ -112,6 +112,9 @@ def tiny_model_and_data(folder):
 
 
 def main(argv):
+    if "-h" in argv or "--help" in argv:
+        print(__doc__.strip())
+        return
     as_json = "--json" in argv
     argv = [a for a in argv if a != "--json"]
     if len(argv) < 2 or argv[0].startswith("-"):

@@ -60,6 +60,8 @@ train.train_step, train.step_figures = train_step_timed, step_figures_timed
 
 if __name__ == "__main__":
     argv = sys.argv[1:]
+    if "-h" in argv or "--help" in argv:
+        print(__doc__.strip() + "\n")        # then train.py's own --help
     if "--no-skip" in argv:
         argv.remove("--no-skip")
         train.masked_loss_inputs = masked_loss_inputs_no_skip

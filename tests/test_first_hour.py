@@ -44,21 +44,59 @@ def test_the_in_training_evaluations_show_progress_and_print_once(
             and "means nothing" in lock[1])
 
 
+def entry_points():
+    """Every command a user runs: train.py, eval.py, and each file of bench/ and gmts/tools/ that
+    runs as a script."""
+    found = ["train.py", "eval.py"]
+    for folder, as_module in (("bench", False), (os.path.join("gmts", "tools"), True)):
+        for name in sorted(os.listdir(os.path.join(ROOT, folder))):
+            path = os.path.join(folder, name)
+            source = pathlib.Path(ROOT, path).read_text() if name.endswith(".py") else ""
+            if '__name__ == "__main__"' in source:
+                found.append(f"-m gmts.tools.{name[:-3]}" if as_module else path)
+    return found
+
+
+# Runs each entry point's --help in one interpreter (one torch import for all): {command: [exit
+# status, stdout]}.
+HELP_CHILD = """
+import contextlib, io, json, runpy, sys
+commands, out = sys.argv[1:], {}
+for command in commands:
+    sys.argv, text, code = [command.split()[-1], "--help"], io.StringIO(), 0
+    with contextlib.redirect_stdout(text):
+        try:
+            if command.startswith("-m "):
+                runpy.run_module(command[3:], run_name="__main__", alter_sys=True)
+            else:
+                runpy.run_path(command, run_name="__main__")
+        except SystemExit as err:
+            code = err.code
+    out[command] = [code, text.getvalue()]
+print(json.dumps(out))
+"""
+
+
 def test_every_option_of_every_entry_point_names_one_default():
-    helps = {}
-    for script in ("train.py", "eval.py", "-m gmts.tools.memory", "-m gmts.tools.analyze"):
-        proc = subprocess.run([sys.executable, *script.split(), "--help"], capture_output=True,
-                              text=True, env=ENV, cwd=ROOT, timeout=300, check=False)
-        assert proc.returncode == 0, proc.stderr
-        helps[script] = proc.stdout
-    for script, text in helps.items():
+    commands = entry_points()
+    assert {"train.py", "eval.py", "-m gmts.tools.memory", "bench/learning_check.py",
+            "bench/gpu_check.py"} <= set(commands)
+    proc = subprocess.run([sys.executable, "-c", HELP_CHILD, *commands], capture_output=True,
+                          text=True, env=ENV, cwd=ROOT, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    helps = json.loads(proc.stdout.splitlines()[-1])
+    for script, (code, text) in helps.items():
+        assert code in (0, None) and text.strip(), (script, code, text[-500:])
+        if "options:" not in text:         # a script of positional arguments: its docstring
+            assert len(text.strip().splitlines()) > 3, (script, text)
+            continue
         head = text.split("options:")[0]
         # the first screen explains: a description of more than a line, not only a synopsis of
         # bracketed flags
         assert len(head.splitlines()) <= 30 and len(re.findall(r"\[--", head)) <= 3, (script, head)
         assert "None" not in text, script
         options = [o for o in re.split(r"\n  (?=-)", text.split("options:", 1)[1]) if o.strip()]
-        assert len(options) > 3, script
+        assert options, script
         for option in options:
             name = option.split()[0].rstrip(",")
             if name in ("-h", "--print-config"):                 # commands, not settings

@@ -5,6 +5,7 @@ Precedence: dataclass defaults < --preset < explicit flags. The resolved config 
 run directory (config.json) and a resumed run reads it back.
 """
 import argparse
+import copy
 import dataclasses
 import json
 import os
@@ -296,10 +297,20 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
     def _get_help_string(self, action):
         # BooleanOptionalAction's own, 3.11
         text = (action.help or "").replace(" (default: %(default)s)", "")
-        return text if action.default is argparse.SUPPRESS else with_default(text, action.default)
+        return (text if action.default is argparse.SUPPRESS
+                else with_default(text, action.default).strip())
+
+    def _format_action(self, action):
+        # an option without a help text still names its default (argparse shows no help line)
+        if (action.help is None and action.option_strings
+                and action.default is not argparse.SUPPRESS):
+            action = copy.copy(action)
+            action.help = ""
+            action.help = self._get_help_string(action)
+        return super()._format_action(action)
 
 
-class _Parser(argparse.ArgumentParser):
+class Parser(argparse.ArgumentParser):
     """A bad flag is one line; --help opens with a short synopsis and the description, then the
     options."""
 
@@ -333,7 +344,7 @@ SECTIONS = {"model": "model", "data": "data", "prompts_per_step": "rollout", "al
 
 
 def build_parser():
-    parser = _Parser(prog="train.py", usage="%(prog)s [--preset NAME] [--selector "
+    parser = Parser(prog="train.py", usage="%(prog)s [--preset NAME] [--selector "
                                             "none|ets|gmts|random] [options]",
                      description=DESCRIPTION)
     add_config_flags(parser, sections=SECTIONS)

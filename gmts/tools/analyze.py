@@ -58,7 +58,7 @@ if __name__ == "__main__":
 import torch
 
 from gmts.method.grpo import group_advantages
-from gmts.run.config import Config, _Parser, add_config_flags, resolve
+from gmts.run.config import Config, Parser, add_config_flags, resolve
 from gmts.method.head import causal_lm_hidden_and_head, token_logprobs_and_entropy
 from gmts.method.grpo import loss_weights, policy_loss, relative_token_weight, token_objective
 from gmts.tools.plot import write_figures
@@ -462,7 +462,7 @@ HELPS = {
 
 
 def build_parser():
-    p = _Parser(prog="python -m gmts.tools.analyze", description=__doc__.split("\n\n")[0])
+    p = Parser(prog="python -m gmts.tools.analyze", description=__doc__.split("\n\n")[0])
     add_config_flags(p, SHARED_FLAGS, defaults=DEFAULTS, helps=HELPS)
     p.add_argument("--ref-model", default="", help="reference policy π_ref for --beta (default: "
                                                    "--model itself)")

@@ -304,8 +304,8 @@ def format_report(r, cfg):
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     # a bad flag is one line, not a usage block
-    from gmts.run.config import _Parser
-    ap = _Parser(prog="python -m gmts.tools.memory", description=__doc__.split("\n\n")[0],
+    from gmts.run.config import Parser
+    ap = Parser(prog="python -m gmts.tools.memory", description=__doc__.split("\n\n")[0],
                  epilog="Every other flag is a train.py flag (python train.py --help).")
     ap.add_argument("--gpu-memory", type=float, nargs="+", default=[24.0, 40.0, 80.0],
                     help="GPU sizes in GiB to check (default: 24 40 80)")

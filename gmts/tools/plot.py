@@ -277,8 +277,8 @@ def write_figures(result, output, dpi=110):
 
 
 def main(argv=None):
-    from gmts.run.config import _Parser                  # a bad flag is one line, not a usage block
-    parser = _Parser(prog="python -m gmts.tools.plot", description=__doc__.split("\n\n")[0])
+    from gmts.run.config import Parser                  # a bad flag is one line, not a usage block
+    parser = Parser(prog="python -m gmts.tools.plot", description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", metavar="RUN_DIR", help="train.py output directories")
     parser.add_argument("--output", default="runs.png", help="PNG to write")
     parser.add_argument("--metrics", default="", help="comma-separated metrics.jsonl keys "
