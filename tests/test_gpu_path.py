@@ -2,6 +2,7 @@
 anything loads."""
 
 import pytest
+import torch
 
 from gmts.run.config import parse_config
 
@@ -19,3 +20,19 @@ def test_float16_training_is_refused_in_one_line(capsys):
         and "\n" not in err
     )
     assert parse_config(["--dtype", "bfloat16"]).dtype == "bfloat16"
+
+
+def test_auto_dtype_is_bf16_only_where_the_gpu_computes_in_bf16(monkeypatch):
+    """--dtype auto: bf16 on a GPU with bf16 arithmetic, float32 on one without (V100, T4: bf16
+    would be emulated) and on the CPU."""
+    from gmts.trainer.policy import resolve_dtype
+    asked = []
+    for supported in (True, False):
+        monkeypatch.setattr(torch.cuda, "is_bf16_supported",
+                            lambda including_emulation=True, s=supported: asked.append(
+                                including_emulation) or s)
+        want = torch.bfloat16 if supported else torch.float32
+        assert resolve_dtype("auto", torch.device("cuda", 0)) == want
+    assert asked == [False, False]
+    assert resolve_dtype("auto", torch.device("cpu")) == torch.float32
+    assert resolve_dtype("bfloat16", torch.device("cpu")) == torch.bfloat16

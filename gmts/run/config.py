@@ -30,7 +30,8 @@ class Config:
     # ----------------------------------------------------------------------------------------------
     model: str = option("Qwen/Qwen2.5-1.5B-Instruct", "hub id or local folder")
     tokenizer: str = option("", "tokenizer hub id or folder (default: the --model's)")
-    dtype: str = option("auto", "auto (bf16 on GPU, float32 on CPU) | float32 | bfloat16 | float16")
+    dtype: str = option("auto", "auto (bf16 on a GPU with bf16, else float32) | float32 | bfloat16 "
+                                "| float16")
     device: str = option("auto", "auto (cuda if available) | cpu | cuda | cuda:1 ...")
     gradient_checkpointing: bool = option(True, "recompute activations in backward")
     lora_rank: int = option(0, "train LoRA adapters of this rank (needs peft); 0 = full "

@@ -23,10 +23,12 @@ def resolve_device(name="auto"):
 
 
 def resolve_dtype(name, device):
-    """bf16 on GPU, float32 on CPU (CPU bf16 matmuls are slow and sampling-sensitive), unless asked
+    """bf16 on a GPU that computes in bf16, float32 elsewhere (CPU bf16 matmuls are slow and
+    sampling-sensitive; a GPU without bf16, e.g. a V100 or T4, would emulate it), unless asked
     otherwise."""
     if name == "auto":
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
+        bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported(including_emulation=False)
+        return torch.bfloat16 if bf16 else torch.float32
     if name not in DTYPES:
         raise ValueError(f"--dtype must be auto or one of {sorted(DTYPES)}, got {name!r}")
     return DTYPES[name]
