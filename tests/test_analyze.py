@@ -339,6 +339,42 @@ def test_cli_off_policy_steps_then_measures_the_other_groups(digit_model_dir, di
             and result["summary"]["clip_active_share"] > 0)
 
 
+def test_cli_scores_with_the_users_own_reward(digit_model_dir, digit_data, tmp_path,
+                                              monkeypatch):
+    """--reward FILE.py:FUNCTION as in train.py: every answer gets the function's value (the
+    advantages follow from it), and a reward that fails on the first problems is one line naming
+    it, before the model loads."""
+    own = tmp_path / "own.py"
+    own.write_text("def length(completion, answer):\n    return len(completion) / 10\n"
+                   "def broken(completion, answer):\n    raise KeyError('score')\n")
+    base = ["--model", digit_model_dir, "--data", digit_data, "--prompts", "2", "--group-size",
+            "4", "--max-new-tokens", "4", "--device", "cpu", "--seed", "2", "--params", "head",
+            "--no-plots", "--no-progress"]
+    result = analyze.main([*base, "--reward", f"{own}:length", "--output",
+                           str(tmp_path / "a.json")])
+    answers = result["answers"]
+    assert len(answers) == 8
+    # R in float32, as the trainer holds it
+    assert [a["reward"] for a in answers] == [
+        float(torch.tensor(len(a["text"]) / 10, dtype=torch.float32)) for a in answers]
+    for g in result["summary"]["groups"]:
+        rewards = torch.tensor(g["rewards"])
+        assert g["rewards"] == [a["reward"] for a in answers if a["group"] == g["group"]]
+        want = (rewards - rewards.mean()) / (rewards.std() + 1e-6)
+        assert torch.allclose(torch.tensor(g["advantages"]), want.masked_fill(
+            rewards.max() == rewards.min(), 0.0), atol=1e-6)
+    from gmts.trainer import policy
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("the model loaded before the reward was tried")
+    monkeypatch.setattr(policy, "load_model", no_model)
+    with pytest.raises(SystemExit) as exc:
+        analyze.main([*base, "--reward", f"{own}:broken", "--output", str(tmp_path / "b.json")])
+    message = str(exc.value.code)
+    assert "broken" in message and "KeyError" in message, message
+    assert not (tmp_path / "b.json").exists()
+
+
 def test_cli_rejects_bad_flags_naming_them(capsys):
     for argv, flag in ((["--group-size", "1"], "--group-size"),
                        (["--params", "middle"], "--params"),

@@ -441,7 +441,8 @@ SHARED_FLAGS = ("model", "tokenizer", "dtype", "device", "chunk_size", "data", "
                 "question_field", "answer_field", "template", "system_prompt", "task_options",
                 "max_prompt_tokens", "group_size", "max_new_tokens", "temperature", "eps_low",
                 "eps_high", "beta", "adv_std", "selector", "ratio", "loss_norm", "mini_batch_size",
-                "lr", "weight_decay", "adam_beta1", "adam_beta2", "max_grad_norm", "seed")
+                "lr", "weight_decay", "adam_beta1", "adam_beta2", "max_grad_norm", "seed", "reward",
+                "reward_weights", "reward_workers", "code_trusted_only")
 # Where the analysis's defaults differ from the trainer's (eps_high: no --algo here, so GRPO's
 # symmetric 0.2).
 DEFAULTS = {"model": None, "group_size": 16, "eps_high": 0.2}
@@ -562,7 +563,17 @@ def run(args):
     tokenizer = load_tokenizer(args.tokenizer or args.model,
                                flag="--tokenizer" if args.tokenizer else "--model")
     problems, prompt_ids = load_prompt_ids(args, tokenizer)
-    reward_fns = {name: reward_lib.get_reward(name) for name in {p.reward for p in problems}}
+    # train.py's rewards: --reward's functions (tried on the problems before the model loads), else
+    # each problem's own; a whole batch scored at once
+    trusted = args.code_trusted_only
+    try:
+        scorer = reward_lib.Scorer(
+            reward_lib.load_rewards(args.reward, args.reward_weights, trusted_only=trusted) or None,
+            workers=args.reward_workers or None, trusted_only=trusted)
+        if args.reward:
+            scorer.check(problems, first=len(problems))
+    except reward_lib.RewardError as err:
+        raise SystemExit(err.for_cli()) from None
     model = load_model(args.model, dtype=dtype, device=device).eval()
     non_finite_weights(model, "--model", args.model)
     check_vocabulary(model, tokenizer, flag="--tokenizer" if args.tokenizer else "--model")
@@ -575,9 +586,9 @@ def run(args):
 
     t0 = time.time()
     G = args.group_size
-    roll_parts, texts, pieces, all_rewards = [], [], [], []
+    roll_parts, texts, pieces = [], [], []
     # one group at a time: memory stays one group's
-    for problem, ids in zip(problems, prompt_ids):
+    for ids in prompt_ids:
         roll = sample(model, [ids], group_size=G, max_new_tokens=args.max_new_tokens,
                       eos_token_ids=eos_ids, pad_token_id=tokenizer.pad_token_id,
                       temperature=args.temperature, generator=generator)
@@ -585,8 +596,12 @@ def run(args):
             toks = row[mask].tolist()
             texts.append(tokenizer.decode(toks, skip_special_tokens=True))
             pieces.append([tokenizer.decode([t]) for t in toks])
-            all_rewards.append(reward_fns[problem.reward](texts[-1], problem.answer))
         roll_parts.append(roll)
+    try:
+        all_rewards = scorer.score(texts, [p for p in problems for _ in range(G)]).total
+    except reward_lib.RewardError as err:
+        raise SystemExit(err.for_cli()) from None
+    scorer.close()
     t_sample = time.time() - t0
     rollout = concat_rollouts(roll_parts, tokenizer.pad_token_id)
 
