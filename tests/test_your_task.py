@@ -562,3 +562,6 @@ def test_training_logs_each_reward_and_evaluates_with_the_runs_rewards(digit_mod
             for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert m["reward_one_mean"] == 1.0 and m["reward_one_none"] == 0.0 and m["reward_mean"] == 1.0
     assert 0.0 <= m["reward_gsm8k_mean"] < 1.0 and m["eval_accuracy"] == 1.0
+    # the evaluation's own figures per reward
+    assert m["eval_reward_one_mean"] == 1.0 and m["eval_reward_one_none"] == 0.0
+    assert 0.0 <= m["eval_reward_gsm8k_mean"] < 1.0 and m["eval_reward_gsm8k_none"] == 0.0

@@ -286,7 +286,7 @@ def evaluate_during_training(run, label="eval"):
 def run_eval(cfg, model, tokenizer, eos_ids, device, progress="eval"):
     """In-training evaluation with eval.py's protocol (the same code as `python eval.py`);
     `progress` as in evaluate_model (a name: a bar on stderr that goes when done)."""
-    from gmts.tools.evaluate import evaluate_model
+    from gmts.tools.evaluate import each_reward, evaluate_model
     was_training = model.training
     model.eval()
     # As many rows per generation batch as a training rollout has (each prompt brings --eval-samples
@@ -302,8 +302,11 @@ def run_eval(cfg, model, tokenizer, eos_ids, device, progress="eval"):
                             rewards=cfg.reward or None, reward_weights=cfg.reward_weights,
                             reward_workers=cfg.reward_workers)
     model.train(was_training)
+    completions = [c for record in result["records"] for c in record["completions"]]
+    # with --reward: each one's figures too, eval_reward_<label>_mean / _none
+    per_reward = each_reward(completions) if completions and "rewards" in completions[0] else {}
     return {"eval_accuracy": result["accuracy"], "eval_ci95": result["ci95"],
-            "eval_data": cfg.eval_data}
+            "eval_data": cfg.eval_data, **{f"eval_{k}": v for k, v in per_reward.items()}}
 
 
 def check_eval_data(cfg, tokenizer):

@@ -205,14 +205,20 @@ def summarize_benchmark(records, *, samples, seed, n_bootstrap=stats.N_BOOTSTRAP
         "repeat_spread": stats.spread(run_accuracy),
         "scores": {i: float(s) for i, s in zip(ids, scores)},            # what --compare pairs on
     }
-    labels = list(completions[0].get("rewards", {})) if completions else []
-    if labels:  # with --reward: each reward's mean where it applied, and how often it was None
-        import rewards
-        out["rewards"] = rewards.reward_figures({label: (
-            sum(c["rewards"][label] is not None for c in completions),
-            sum(c["rewards"][label] for c in completions if c["rewards"][label] is not None),
-            sum(c["rewards"][label] is None for c in completions)) for label in labels})
+    if completions and "rewards" in completions[0]:
+        out["rewards"] = each_reward(completions)
     return out, scores, pass_k
+
+
+def each_reward(completions):
+    """With --reward: each reward's mean over the completions where it applied and its share of
+    None (rewards.reward_figures' reward_<label>_mean / _none)."""
+    import rewards
+    labels = list(completions[0]["rewards"])
+    return rewards.reward_figures({label: (
+        sum(c["rewards"][label] is not None for c in completions),
+        sum(c["rewards"][label] for c in completions if c["rewards"][label] is not None),
+        sum(c["rewards"][label] is None for c in completions)) for label in labels})
 
 
 def summarize(per_benchmark, *, seed, n_bootstrap=stats.N_BOOTSTRAP):
