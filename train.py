@@ -121,8 +121,7 @@ def answer_prompts(stream, idx, cfg, model, tokenizer, eos_ids, generator, rewar
     roll = sample_batched(model, prompt_ids, prompts_per_call=cfg.rollout_batch_size, group_size=G,
                           max_new_tokens=cfg.max_new_tokens, eos_token_ids=eos_ids,
                           pad_token_id=tokenizer.pad_token_id, temperature=cfg.temperature,
-                          generator=generator,
-                          decode=decode)
+                          generator=generator, decode=decode)
     texts = [tokenizer.decode(row[mask], skip_special_tokens=True)
              for row, mask in zip(roll.completion_ids.cpu(), roll.valid_mask.cpu())]
     # 2. Reward: programs check each answer (rewards/), all at once on a thread pool: R_i, the
@@ -268,8 +267,7 @@ def train_step(run, step):
         return done
     probe = GradNoise(model) if cfg.log_grad_noise else None
     done.records = update_policy(cfg, model, run.ref_model, run.optimizer, done.batch,
-                                 run.select_gen, run.device,
-                                 step, probe)
+                                 run.select_gen, run.device, step, probe)
     done.outcome, done.time_train_s = TRAINED, time.time() - t_start - done.time_rollout_s
     return done
 

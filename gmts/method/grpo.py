@@ -211,8 +211,7 @@ def _check_same_shape(**tensors):
 def check_ratio(ratio):
     """ρ must be a number in (0, 1] (a bool is not a number here)."""
     _check(isinstance(ratio, (int, float)) and not isinstance(ratio, bool)
-           and 0.0 < float(ratio) <= 1.0,
-           f"ratio must be in (0, 1], got {ratio!r}")
+           and 0.0 < float(ratio) <= 1.0, f"ratio must be in (0, 1], got {ratio!r}")
 
 
 def num_to_select(ratio, n):
@@ -401,8 +400,7 @@ def _k3(logp, ref_logp, beta):
 
 
 def policy_loss(logp, old_logp, advantages, weights, *, eps_low=0.2, eps_high=0.28, beta=0.0,
-                ref_logp=None,
-                kl_weights=None):
+                ref_logp=None, kl_weights=None):
     """Scalar loss to MINIMISE: -J = -Σ w·m·surrogate + β Σ w_kl·D.
 
     weights: (N, T) from loss_weights (rows of the full-batch tensor for a micro-batch). kl_weights:
@@ -411,8 +409,7 @@ def policy_loss(logp, old_logp, advantages, weights, *, eps_low=0.2, eps_high=0.
     term's coverage as a stated choice).
     """
     surrogate, kl = token_objective(logp, old_logp, advantages, eps_low=eps_low, eps_high=eps_high,
-                                    beta=beta,
-                                    ref_logp=ref_logp)
+                                    beta=beta, ref_logp=ref_logp)
     weights = weights.to(surrogate.dtype)
     # torch.where, not a bare product: a non-finite value at an unselected position must not leak in
     # as 0 * inf.

@@ -141,8 +141,7 @@ class _ChunkedHeadLogProb(torch.autograd.Function):
             grad_b = torch.zeros(weight.shape[0], dtype=acc_dtype,
                                  device=device) if need_b else None
             for start, end, h, z, zf in _chunks(hidden, weight, bias, compute_dtype, lse.dtype,
-                                                ctx.chunk_size,
-                                                ctx.temperature):
+                                                ctx.chunk_size, ctx.temperature):
                 p = zf.sub_(lse[start:end, None]).exp_()  # softmax(z / tau), in place
                 g = grad_logp[start:end]  # (n,)
                 p.mul_((-g * inv_tau)[:, None])
@@ -195,6 +194,8 @@ def token_logprobs_and_entropy(hidden: Tensor, head_weight: Tensor, targets: Ten
     _check(head_bias is None or head_bias.shape == (vocab,),
            lambda: f"head_bias must have shape ({vocab},), got "
            f"{tuple(head_bias.shape)}")
+    _check_temperature(temperature)
+    _check_chunk_size(chunk_size)
     if targets.numel():
         # one sync; a bad id would be a device assert on GPU
         lo, hi = int(targets.min()), int(targets.max())
@@ -213,10 +214,8 @@ def head_logprobs(hidden: Tensor, head_weight: Tensor, targets: Tensor, *,
     """token_logprobs_and_entropy on flat inputs the caller built itself: hidden (n, H), targets
     (n,) long ids in [0, V), head_bias (V,) or None. gmts/trainer/step.py's completion_logprobs
     calls this with the model's own hidden states and the sampled ids, so the public function's
-    shape, dtype and range checks cannot fail there and are not repeated. Returns (logp (n,),
-    entropy (n,) or None)."""
-    _check_temperature(temperature)
-    _check_chunk_size(chunk_size)
+    shape, dtype and range checks cannot fail there and are not repeated (nor those of temperature
+    and chunk_size, train.py's checked flags). Returns (logp (n,), entropy (n,) or None)."""
     if targets.numel() == 0:  # nothing to score; keep the result attached to the graph all the same
         logp = (hidden.sum(-1) * 0).to(torch.promote_types(head_weight.dtype, torch.float32))
         return logp, (logp.detach().clone() if with_entropy else None)

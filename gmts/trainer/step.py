@@ -187,8 +187,7 @@ class MiniBatch:
 # Forward passes: log π (and E) of the sampled tokens.
 
 def completion_logprobs(model, prompt_ids, completion_ids, valid_mask, *, group_size=1,
-                        temperature=1.0,
-                        chunk_size=1024, with_entropy=False):
+                        temperature=1.0, chunk_size=1024, with_entropy=False):
     """log π_θ(o_it | q, o_i,<t) (N, T) float32 (float64 for a float64 model), differentiable, 0 at
     padding; and the entropies (N, T) (no grad), or None. prompt_ids: N / group_size lists of
     ids."""
@@ -198,8 +197,7 @@ def completion_logprobs(model, prompt_ids, completion_ids, valid_mask, *, group_
     ids, prompt_mask = left_pad(prompts, pad_id=0, device=completion_ids.device)
     attention = torch.cat([prompt_mask, valid_mask.long()], dim=1)
     hidden = model.get_decoder()(input_ids=torch.cat([ids, completion_ids], dim=1),
-                                 attention_mask=attention,
-                                 position_ids=positions(attention),
+                                 attention_mask=attention, position_ids=positions(attention),
                                  use_cache=False).last_hidden_state
     # Position P-1+t predicts completion token t; only the valid ones go through the chunked head.
     P, T = ids.shape[1], completion_ids.shape[1]
@@ -292,8 +290,7 @@ def run_selection(cfg, scores, valid_mask, group_ids, exclude, ratio=None):
         ratio = cfg.ratio if cfg.selector != "none" else 1.0
     if cfg.select_scope == "group":       # whole groups live on one process: a local ranking
         return select_tokens(scores, valid_mask, ratio, scope="group", group_ids=group_ids,
-                             bottom=cfg.bottom,
-                             exclude=exclude)
+                             bottom=cfg.bottom, exclude=exclude)
     return batch_select(scores, valid_mask, ratio, bottom=cfg.bottom, exclude=exclude)
 
 
@@ -353,8 +350,7 @@ def masked_loss_inputs(cfg, mb, selected, on_policy):
     if kl_weights is not None:
         has_gradient |= kl_weights.sum(1) > 0
     return LossInputs(mb, weights, kl_weights, mb.rows[has_gradient], on_policy, cfg.eps_low,
-                      cfg.eps_high,
-                      cfg.beta)
+                      cfg.eps_high, cfg.beta)
 
 
 def micro_batch_loss(inputs, rows, logp):
