@@ -7,6 +7,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import json
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -63,6 +64,20 @@ def run_batch(cases, timeout=900):
                           cwd=ROOT, timeout=timeout, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout)
+
+
+def inside_start_up(proc, timeout=120):
+    """Waits until the process `proc` maps torch's library: every entry point sets its Ctrl-C
+    handler before it imports torch, and the import takes seconds, so a signal sent now arrives
+    during start-up and after the handler, however loaded the machine is."""
+    maps, deadline = f"/proc/{proc.pid}/maps", time.time() + timeout
+    while os.path.exists(maps) and time.time() < deadline and proc.poll() is None:
+        with open(maps) as fh:
+            if "libtorch" in fh.read():
+                return
+        time.sleep(0.01)
+    if not os.path.exists(maps):     # no /proc (not Linux): past interpreter start-up, one hopes
+        time.sleep(0.5)
 
 
 def tiny_qwen2(vocab_size=64, hidden=16, layers=2, dtype=torch.float32, seed=0):

@@ -13,10 +13,9 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
-from conftest import ENV, run_batch  # the command lines' environment, the batch runner
+from conftest import ENV, inside_start_up, run_batch  # environment, batch runner, signal timing
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -302,18 +301,7 @@ def test_ctrl_c_during_start_up_is_one_line(inputs, digit_data, tmp_path, comman
             else ["-m", "gmts.tools.analyze", *analyze(m["good"], digit_data, out)])
     proc = subprocess.Popen([sys.executable, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env=ENV, cwd=ROOT)
-    # Signal once torch's library is being mapped: both commands set their handler before they
-    # import torch, so this is inside start-up (the import takes seconds) and after the handler,
-    # however loaded the machine is.
-    maps, deadline = f"/proc/{proc.pid}/maps", time.time() + 120
-    while os.path.exists(maps) and time.time() < deadline and proc.poll() is None:
-        with open(maps) as fh:
-            if "libtorch" in fh.read():
-                break
-        time.sleep(0.01)
-    else:
-        # no /proc (not Linux): past interpreter start-up, inside `import torch`
-        time.sleep(0.5)
+    inside_start_up(proc)
     proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=300)
     one_line(proc.returncode, stderr, "interrupted (Ctrl-C)")

@@ -21,6 +21,7 @@ import time
 import pytest
 import torch
 
+from conftest import inside_start_up
 from test_bad_input import (ENV, ROOT, check_one_line, read_jsonl, run_batch, snapshot, tmpfs,
                             train_args)
 
@@ -434,8 +435,7 @@ def test_ctrl_c_during_start_up_is_one_line_and_blocks_nothing(digit_model_dir, 
     out = tmp_path / "run"
     args = train_args(digit_model_dir, digit_data, out)
     proc = popen(args)
-    # importing torch / transformers (the handler is in place after ~0.05 s)
-    time.sleep(0.5)
+    inside_start_up(proc)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
     line = check_one_line({"rc": proc.returncode, "stderr": "\n".join(stderr_lines(err))},
