@@ -312,7 +312,7 @@ def check_rewards(args, problems):
         return
     import rewards
     try:
-        scorer = rewards.Scorer(rewards.load_rewards(args.reward, args.reward_weights), workers=1)
+        scorer = rewards.scorer_for(args.reward, args.reward_weights, workers=1)
         scorer.check(problems, first=args.batch_size)
     except rewards.RewardError as err:
         raise SystemExit(err.for_cli()) from None

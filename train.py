@@ -88,12 +88,11 @@ def reward_functions(cfg, names):
     """The step's scorer (rewards.Scorer, scoring a batch concurrently): --reward's functions with
     --reward-weights for every problem, or without --reward each problem's own built-in reward
     (`names`: those the problems use)."""
-    trusted = cfg.code_trusted_only
     try:
-        chosen = rewards.load_rewards(cfg.reward, cfg.reward_weights, trusted_only=trusted) or None
+        return rewards.scorer_for(cfg.reward, cfg.reward_weights, workers=cfg.reward_workers,
+                                  trusted_only=cfg.code_trusted_only)
     except rewards.RewardError as err:
         raise SystemExit(err.for_cli()) from None
-    return rewards.Scorer(chosen, workers=cfg.reward_workers or None, trusted_only=trusted)
 
 
 # --------------------------------------------------------------------------------------------------

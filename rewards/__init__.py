@@ -500,6 +500,15 @@ def as_scorer(fns) -> Scorer:
 _DICT_SCORERS = {}
 
 
+def scorer_for(specs, weights=None, *, workers=None, trusted_only: bool = False) -> Scorer:
+    """The Scorer of the --reward SPECs with their --reward-weights (load_rewards), or without specs
+    each problem's own built-in reward: what train.py, eval.py and gmts.tools score with.
+    workers: threads (None or 0: twice the CPUs). Raises RewardError for a spec that does not
+    load."""
+    chosen = load_rewards(specs, weights, trusted_only=trusted_only) if specs else None
+    return Scorer(chosen or None, workers=workers or None, trusted_only=trusted_only)
+
+
 def _run_coroutine(coro):
     try:
         asyncio.get_running_loop()
@@ -625,4 +634,5 @@ __all__ = [
     "math_reward",
     "reward_figures",
     "score_batch",
+    "scorer_for",
 ]

@@ -302,9 +302,8 @@ def run_eval(cfg, model, tokenizer, eos_ids, device, progress="eval"):
                             rewards=cfg.reward or None, reward_weights=cfg.reward_weights,
                             reward_workers=cfg.reward_workers)
     model.train(was_training)
-    completions = [c for record in result["records"] for c in record["completions"]]
     # with --reward: each one's figures too, eval_reward_<label>_mean / _none
-    per_reward = each_reward(completions) if completions and "rewards" in completions[0] else {}
+    per_reward = each_reward([c for record in result["records"] for c in record["completions"]])
     return {"eval_accuracy": result["accuracy"], "eval_ci95": result["ci95"],
             "eval_data": cfg.eval_data, **{f"eval_{k}": v for k, v in per_reward.items()}}
 

@@ -565,11 +565,10 @@ def run(args):
     problems, prompt_ids = load_prompt_ids(args, tokenizer)
     # train.py's rewards: --reward's functions (tried on the problems before the model loads), else
     # each problem's own; a whole batch scored at once
-    trusted = args.code_trusted_only
     try:
-        scorer = reward_lib.Scorer(
-            reward_lib.load_rewards(args.reward, args.reward_weights, trusted_only=trusted) or None,
-            workers=args.reward_workers or None, trusted_only=trusted)
+        scorer = reward_lib.scorer_for(args.reward, args.reward_weights,
+                                       workers=args.reward_workers,
+                                       trusted_only=args.code_trusted_only)
         if args.reward:
             scorer.check(problems, first=len(problems))
     except reward_lib.RewardError as err:

@@ -205,16 +205,16 @@ def summarize_benchmark(records, *, samples, seed, n_bootstrap=stats.N_BOOTSTRAP
         "repeat_spread": stats.spread(run_accuracy),
         "scores": {i: float(s) for i, s in zip(ids, scores)},            # what --compare pairs on
     }
-    if completions and "rewards" in completions[0]:
-        out["rewards"] = each_reward(completions)
+    if figures := each_reward(completions):
+        out["rewards"] = figures
     return out, scores, pass_k
 
 
 def each_reward(completions):
     """With --reward: each reward's mean over the completions where it applied and its share of
-    None (rewards.reward_figures' reward_<label>_mean / _none)."""
+    None (rewards.reward_figures' reward_<label>_mean / _none); {} without --reward."""
     import rewards
-    labels = list(completions[0]["rewards"])
+    labels = list(completions[0].get("rewards", {})) if completions else []
     return rewards.reward_figures({label: (
         sum(c["rewards"][label] is not None for c in completions),
         sum(c["rewards"][label] for c in completions if c["rewards"][label] is not None),
@@ -293,8 +293,7 @@ def evaluate_model(model, tokenizer, data, *, limit=None, samples=1, temperature
                                    max_prompt_tokens=max_prompt_tokens) for spec in specs}
     skipped = {spec: n for spec, (_, _, n) in loaded.items()}
     loaded = {spec: (problems, ids) for spec, (problems, ids, _) in loaded.items()}
-    chosen = reward_lib.load_rewards(specs_of_rewards, reward_weights) if specs_of_rewards else None
-    reward_fns = reward_lib.Scorer(chosen, workers=reward_workers or None)
+    reward_fns = reward_lib.scorer_for(specs_of_rewards, reward_weights, workers=reward_workers)
 
     device = next(model.parameters()).device
     total = repeats * sum(len(problems) for problems, _ in loaded.values())
@@ -345,7 +344,7 @@ def evaluate_model(model, tokenizer, data, *, limit=None, samples=1, temperature
         "limit": limit, "batch_size": batch_size, "n_bootstrap": n_bootstrap, "time_s": elapsed,
         "max_prompt_tokens": max_prompt_tokens, "skipped_too_long": sum(skipped.values()),
         "rewards": list(specs_of_rewards or []),
-        "reward_weights": [w for _, w in chosen] if chosen else [],
+        "reward_weights": [w for _, w in reward_fns.rewards or ()],
     }
     result.update(summarize(per_benchmark, seed=seed, n_bootstrap=n_bootstrap))
     result["benchmarks"] = {}

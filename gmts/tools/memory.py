@@ -306,7 +306,7 @@ def main(argv=None):
     # a bad flag is one line, not a usage block
     from gmts.run.config import Parser
     ap = Parser(prog="python -m gmts.tools.memory", description=__doc__.split("\n\n")[0],
-                 epilog="Every other flag is a train.py flag (python train.py --help).")
+                epilog="Every other flag is a train.py flag (python train.py --help).")
     ap.add_argument("--gpu-memory", type=float, nargs="+", default=[24.0, 40.0, 80.0],
                     help="GPU sizes in GiB to check (default: 24 40 80)")
     ap.add_argument("--prompt-tokens", type=int, default=0,
