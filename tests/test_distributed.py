@@ -260,6 +260,45 @@ def test_torchrun_two_processes_train_checkpoint_and_resume(digit_model_dir, dig
     assert single.returncode != 0 and "same number" in single.stderr
 
 
+_SHUTDOWN_SCRIPT = """
+import gc, json, os, sys, weakref
+import torch
+sys.path.insert(0, {root!r})
+import train  # noqa: F401  (the trainer's imports, made before the group exists, as under torchrun)
+import torch.distributed as dist
+from gmts.trainer import distributed
+from gmts.trainer.policy import load_model
+rank = distributed.init()[0]
+group = weakref.ref(dist.group.WORLD)
+load_model({model!r}, dtype=torch.float32, device="cpu")
+distributed.all_reduce_sum(torch.ones(1))
+distributed.shutdown()
+gc.collect()
+tasks = os.listdir("/proc/self/task")
+threads = [open(f"/proc/self/task/{{t}}/comm").read().strip() for t in tasks]
+json.dump({{"freed": group() is None, "gloo_threads": [t for t in threads if "gloo" in t]}},
+          open(os.path.join({out!r}, f"{{rank}}.json"), "w"))
+"""
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="reads the threads from /proc")
+def test_shutdown_frees_the_process_group(digit_model_dir, tmp_path):
+    """distributed.shutdown() after loading a model really ends the group: no gloo thread is left
+    to the interpreter's teardown, where one aborted a finished run ("terminate called without an
+    active exception") when a module imported after init_process_group kept `group.WORLD` as a
+    default argument."""
+    script = tmp_path / "shutdown.py"
+    script.write_text(_SHUTDOWN_SCRIPT.format(root=ROOT, model=digit_model_dir, out=str(tmp_path)))
+    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", GMTS_DIST_BACKEND="gloo")
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                           "--nproc-per-node", "2", str(script)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for rank in range(2):
+        assert json.loads((tmp_path / f"{rank}.json").read_text()) == {"freed": True,
+                                                                       "gloo_threads": []}
+
+
 def _nccl_like_worker(rank, world, init_file, out_dir):
     """A group that, like NCCL, serves one device type and refuses a tensor on any other ("No
     backend type associated with device type cpu"). On a CPU the served type is `lazy` (torch's

@@ -45,6 +45,13 @@ def init():
         backend = "gloo" if gloo else "nccl"
         if backend == "nccl":
             torch.cuda.set_device(local_rank)
+        # These two bind `group.WORLD` as a default argument when first imported (transformers'
+        # from_pretrained imports them): imported after the group exists, they would keep it, and
+        # its gloo threads, alive past destroy_process_group into the interpreter's teardown,
+        # which aborts a finished run now and then ("terminate called without an active
+        # exception"). Imported now, their defaults are None.
+        import torch.distributed.nn as _nn  # noqa: F401
+        import torch.distributed.optim as _optim  # noqa: F401
         # Long timeout: rank 0 evaluates and writes checkpoints while the others wait at a barrier.
         dist.init_process_group(backend, timeout=datetime.timedelta(hours=2))
     return dist.get_rank(), dist.get_world_size(), local_rank
