@@ -6,7 +6,8 @@ the project's files and the lines of the distinct functions the step called: eac
 its source span, its docstring not counted (comments are). rewards/ and data/ are left out (a reader
 takes `reward(text, answer)` on trust); torch and transformers are not the project's. A "plumbing"
 line is a code line of those functions (not a docstring or comment) that names several processes,
-FSDP or compilation (PLUMBING). The same counts as the shared reading-path tool.
+FSDP or compilation (PLUMBING). The same counts as the shared reading-path tool, and one it lacks:
+the characters of those code lines (stripped), which wrapping to a narrower width does not change.
 
     python bench/reading_path.py            # builds the tiny model and data in a temp folder
     python bench/reading_path.py MODEL DATA [TRAIN_FLAGS...] [--json]
@@ -90,16 +91,17 @@ def docstrings(rel):
 
 def measure(model, data_path, extra=()):
     """{"files": {file: lines}, "functions", "lines", "plumbing"} of one default step."""
-    files, plumbing, docs = {}, 0, {}
+    files, plumbing, chars, docs = {}, 0, 0, {}
     seen = trace_step(model, data_path, extra)
     for (rel, first, _name), n in seen.items():
         doc = docs.setdefault(rel, docstrings(rel)).get(first, range(0))
         files[rel] = files.get(rel, 0) + n - len(doc)
         lines = Path(ROOT, rel).read_text().splitlines()
-        plumbing += sum(1 for i in range(first, min(first + n, len(lines) + 1))
-                        if i not in doc and PLUMBING.search(lines[i - 1].split("#")[0]))
+        code = [lines[i - 1] for i in range(first, min(first + n, len(lines) + 1)) if i not in doc]
+        plumbing += sum(1 for line in code if PLUMBING.search(line.split("#")[0]))
+        chars += sum(len(line.strip()) for line in code)    # the same text, whatever its wrapping
     return {"files": dict(sorted(files.items(), key=lambda kv: -kv[1])), "functions": len(seen),
-            "lines": sum(files.values()), "plumbing": plumbing}
+            "lines": sum(files.values()), "chars": chars, "plumbing": plumbing}
 
 
 def tiny_model_and_data(folder):
@@ -129,9 +131,10 @@ def main(argv):
         return
     for rel, n in result["files"].items():
         print(f"{n:5d}  {rel}")
+    lines, chars = result["lines"], result["chars"]
     print(f"reading path of one default step: {len(result['files'])} files, {result['functions']} "
-          f"functions, {result['lines']} lines (docstrings not counted); {result['plumbing']} "
-          f"lines "
+          f"functions, {lines} lines (docstrings not counted; {chars} characters of code, "
+          f"{chars / lines:.1f} per line); {result['plumbing']} lines "
           f"name several processes, FSDP or compilation (goal: {GOAL['files']} files, "
           f"{GOAL['lines']} lines, {GOAL['plumbing']} plumbing lines)")
 
