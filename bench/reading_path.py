@@ -90,7 +90,7 @@ def docstrings(rel):
 
 
 def measure(model, data_path, extra=()):
-    """{"files": {file: lines}, "functions", "lines", "plumbing"} of one default step."""
+    """{"files": {file: lines}, "functions", "lines", "chars", "plumbing"} of one default step."""
     files, plumbing, chars, docs = {}, 0, 0, {}
     seen = trace_step(model, data_path, extra)
     for (rel, first, _name), n in seen.items():

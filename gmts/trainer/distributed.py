@@ -46,10 +46,11 @@ def init():
         if backend == "nccl":
             torch.cuda.set_device(local_rank)
         # These two bind `group.WORLD` as a default argument when first imported (transformers'
-        # from_pretrained imports them): imported after the group exists, they would keep it, and
-        # its gloo threads, alive past destroy_process_group into the interpreter's teardown,
-        # which aborts a finished run now and then ("terminate called without an active
-        # exception"). Imported now, their defaults are None.
+        # from_pretrained imports torch.distributed.nn; ZeroRedundancyOptimizer in .optim does the
+        # same): imported after the group exists, they would keep it, and its gloo threads, alive
+        # past destroy_process_group into the interpreter's teardown, which aborts a finished run
+        # now and then ("terminate called without an active exception"). Imported now, their
+        # defaults are None.
         import torch.distributed.nn as _nn  # noqa: F401
         import torch.distributed.optim as _optim  # noqa: F401
         # Long timeout: rank 0 evaluates and writes checkpoints while the others wait at a barrier.
