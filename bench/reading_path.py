@@ -2,12 +2,13 @@
 
 Runs train.py's main() for one step (--selector gmts, one process, on-policy: 2 prompts x 4 answers,
 8 new tokens) on a tiny model, with a profiler switched on only inside train.train_step, and counts
-the project's files and the lines of the distinct functions the step called: each function once, by
-its source span, its docstring not counted (comments are). rewards/ and data/ are left out (a reader
-takes `reward(text, answer)` on trust); torch and transformers are not the project's. A "plumbing"
-line is a code line of those functions (not a docstring or comment) that names several processes,
-FSDP or compilation (PLUMBING). The same counts as the shared reading-path tool, and one it lacks:
-the characters of those code lines (stripped), which wrapping to a narrower width does not change.
+the project's files and the lines of the distinct functions the step called, by their source spans,
+docstrings not counted (comments are). rewards/ and data/ are left out (a reader takes
+`reward(text, answer)` on trust); torch and transformers are not the project's. A "plumbing" line is
+a code line of those functions (not a docstring or comment) that names several processes, FSDP or
+compilation (PLUMBING). Two differences from the shared reading-path tool: a line is counted once
+(the shared tool counts a comprehension's line again, as a function of its own on Python 3.11), and
+the characters of the code lines (stripped) are counted too, which wrapping does not change.
 
     python bench/reading_path.py            # builds the tiny model and data in a temp folder
     python bench/reading_path.py MODEL DATA [TRAIN_FLAGS...] [--json]
@@ -89,15 +90,25 @@ def docstrings(rel):
     return spans
 
 
-def measure(model, data_path, extra=()):
-    """{"files": {file: lines}, "functions", "lines", "chars", "plumbing"} of one default step."""
-    files, plumbing, chars, docs = {}, 0, 0, {}
-    seen = trace_step(model, data_path, extra)
+def lines_read(seen):
+    """{file: the set of its line numbers on the path}: each function's span less its docstring.
+    A set, so a line is counted once: a comprehension or a nested function is a code object of its
+    own inside its function's span (Python 3.11; 3.12 inlines comprehensions)."""
+    read, docs = {}, {}
     for (rel, first, _name), n in seen.items():
         doc = docs.setdefault(rel, docstrings(rel)).get(first, range(0))
-        files[rel] = files.get(rel, 0) + n - len(doc)
+        read.setdefault(rel, set()).update(i for i in range(first, first + n) if i not in doc)
+    return read
+
+
+def measure(model, data_path, extra=()):
+    """{"files": {file: lines}, "functions", "lines", "chars", "plumbing"} of one default step."""
+    seen = trace_step(model, data_path, extra)
+    files, plumbing, chars = {}, 0, 0
+    for rel, numbers in lines_read(seen).items():
         lines = Path(ROOT, rel).read_text().splitlines()
-        code = [lines[i - 1] for i in range(first, min(first + n, len(lines) + 1)) if i not in doc]
+        code = [lines[i - 1] for i in sorted(numbers) if i <= len(lines)]
+        files[rel] = len(code)
         plumbing += sum(1 for line in code if PLUMBING.search(line.split("#")[0]))
         chars += sum(len(line.strip()) for line in code)    # the same text, whatever its wrapping
     return {"files": dict(sorted(files.items(), key=lambda kv: -kv[1])), "functions": len(seen),
