@@ -92,6 +92,22 @@ def tiny_qwen2(vocab_size=64, hidden=16, layers=2, dtype=torch.float32, seed=0):
     return model
 
 
+SAMPLER_EOS, SAMPLER_PAD = [5, 7], 0     # the sampler tests' end-of-sequence ids and pad id
+
+
+def sampler_prompts():
+    """Three prompts of different lengths (token ids < 64, tiny_qwen2's vocabulary)."""
+    return [[3, 9, 11, 4], [12, 13], [20, 21, 22, 23, 24, 25]]
+
+
+def sampler_kwargs(seed, **kw):
+    """rollout.sample's keyword arguments for the sampler tests: G = 4, 16 new tokens, τ = 1, a
+    generator seeded with `seed`; `kw` overrides them."""
+    return {"group_size": 4, "max_new_tokens": 16, "eos_token_ids": SAMPLER_EOS,
+            "pad_token_id": SAMPLER_PAD, "temperature": 1.0,
+            "generator": torch.Generator().manual_seed(seed), **kw}
+
+
 def build_byte_tokenizer():
     """A byte-level tokenizer with Qwen's chat tokens, built in memory (gmts/tools/toy.py): no
     download."""

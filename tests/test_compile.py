@@ -25,21 +25,12 @@ import torch
 
 from gmts.trainer.compiled_decode import CompiledDecode
 from gmts.trainer.rollout import sample
+from conftest import SAMPLER_PAD as PAD
+from conftest import sampler_kwargs as kwargs
+from conftest import sampler_prompts as prompts
 from conftest import tiny_qwen2
 
-EOS, PAD = [5, 7], 0
 TOL = {"rtol": 1e-6, "atol": 1e-6}
-
-
-def prompts():
-    return [[3, 9, 11, 4], [12, 13], [20, 21, 22, 23, 24, 25]]
-
-
-def kwargs(seed, **kw):
-    args = {"group_size": 4, "max_new_tokens": 16, "eos_token_ids": EOS, "pad_token_id": PAD,
-                "temperature": 1.0, "generator": torch.Generator().manual_seed(seed)}
-    args.update(kw)
-    return args
 
 
 @pytest.fixture

@@ -19,9 +19,10 @@ import torch
 from gmts.trainer import rollout
 from gmts.trainer.rollout import (KVCache, _cache_keyword, completion_mask, filter_logits,
                                   kv_cache_bytes, left_pad, positions, sample)
+from conftest import sampler_kwargs as kwargs
+from conftest import sampler_prompts as prompts
 from conftest import tiny_qwen2
 
-EOS, PAD = [5, 7], 0
 TOL = {"rtol": 1e-9, "atol": 1e-9}
 
 
@@ -114,17 +115,6 @@ def lora_qwen2(seed=4):
                     torch.randn(p.shape, generator=torch.Generator().manual_seed(len(name)),
                                 dtype=p.dtype))
     return model.eval()
-
-
-def prompts():
-    return [[3, 9, 11, 4], [12, 13], [20, 21, 22, 23, 24, 25]]
-
-
-def kwargs(seed, **kw):
-    args = {"group_size": 4, "max_new_tokens": 16, "eos_token_ids": EOS, "pad_token_id": PAD,
-                "temperature": 1.0, "generator": torch.Generator().manual_seed(seed)}
-    args.update(kw)
-    return args
 
 
 def assert_same(new, ref):
