@@ -412,5 +412,6 @@ if __name__ == "__main__":
             raise
         sys.exit(1)
     finally:
-        # a clean exit for every process under torchrun (gloo aborts without it)
-        distributed.shutdown()
+        # a clean exit for every process under torchrun (gloo aborts without it), also when the
+        # run ends by an exception (its traceback holds the model)
+        distributed.shutdown(sys.exc_info()[1])

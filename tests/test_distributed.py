@@ -270,30 +270,48 @@ from gmts.trainer import distributed
 from gmts.trainer.policy import load_model
 rank = distributed.init()[0]
 group = weakref.ref(dist.group.WORLD)
-load_model({model!r}, dtype=torch.float32, device="cpu")
-distributed.all_reduce_sum(torch.ones(1))
-distributed.shutdown()
-gc.collect()
-tasks = os.listdir("/proc/self/task")
-threads = [open(f"/proc/self/task/{{t}}/comm").read().strip() for t in tasks]
-json.dump({{"freed": group() is None, "gloo_threads": [t for t in threads if "gloo" in t]}},
-          open(os.path.join({out!r}, f"{{rank}}.json"), "w"))
+
+
+def run():                     # like train.main: the model lives in this frame
+    model = load_model({model!r}, dtype=torch.float32, device="cpu")
+    if {fsdp!r}:               # DTensors, and DTensor's caches, keep the mesh and with it the group
+        distributed.shard_layers(model, torch.float32)
+        model(input_ids=torch.tensor([[1, 2, 3]])).logits.sum().backward()
+    distributed.all_reduce_sum(torch.ones(1))
+    if {exit_code!r}:          # ends by an exception: its traceback holds this frame
+        sys.exit({exit_code!r})
+
+
+try:
+    run()
+finally:
+    distributed.shutdown(sys.exc_info()[1])       # as train.py's last line
+    gc.collect()
+    tasks = os.listdir("/proc/self/task")
+    threads = [open(f"/proc/self/task/{{t}}/comm").read().strip() for t in tasks]
+    json.dump({{"freed": group() is None, "gloo_threads": [t for t in threads if "gloo" in t]}},
+              open(os.path.join({out!r}, f"{{rank}}.json"), "w"))
 """
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="reads the threads from /proc")
-def test_shutdown_frees_the_process_group(digit_model_dir, tmp_path):
-    """distributed.shutdown() after loading a model really ends the group: no gloo thread is left
-    to the interpreter's teardown, where one aborted a finished run ("terminate called without an
-    active exception") when a module imported after init_process_group kept `group.WORLD` as a
-    default argument."""
+@pytest.mark.parametrize("fsdp, exit_code", [(False, 0), (True, 0), (True, 3)])
+def test_shutdown_frees_the_process_group(digit_model_dir, tmp_path, fsdp, exit_code):
+    """distributed.shutdown() after loading a model (and with FSDP, a forward and backward of its
+    sharded layers) really ends the group: no gloo thread is left to the interpreter's teardown,
+    where one aborted a finished run ("terminate called without an active exception"), kept alive
+    by a module imported after init_process_group with `group.WORLD` as a default argument, or by
+    DTensor's caches, which hold FSDP's device mesh; also when the run ends by an exception (a
+    one-line error, a signal's stop: sys.exit), whose traceback holds the model."""
     script = tmp_path / "shutdown.py"
-    script.write_text(_SHUTDOWN_SCRIPT.format(root=ROOT, model=digit_model_dir, out=str(tmp_path)))
+    script.write_text(_SHUTDOWN_SCRIPT.format(root=ROOT, model=digit_model_dir, out=str(tmp_path),
+                                              fsdp=fsdp, exit_code=exit_code))
     env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", GMTS_DIST_BACKEND="gloo")
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
                            "--nproc-per-node", "2", str(script)], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=300, check=False)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (proc.returncode == 0) == (exit_code == 0), proc.stderr[-3000:]
+    assert "terminate called" not in proc.stderr and "SIGABRT" not in proc.stderr
     for rank in range(2):
         assert json.loads((tmp_path / f"{rank}.json").read_text()) == {"freed": True,
                                                                        "gloo_threads": []}

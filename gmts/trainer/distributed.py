@@ -23,8 +23,10 @@ all-reduce above.
 import contextlib
 import datetime
 import functools
+import gc
 import math
 import os
+import traceback
 
 import torch
 import torch.distributed as dist
@@ -137,9 +139,36 @@ def _sum_pieces(pieces, size, dtype):
         offset += piece.numel()
 
 
-def shutdown():
+def shutdown(error=None):
+    """End the process group, and free it now: with FSDP, the model's DTensors and DTensor's caches
+    hold the device mesh, which holds the group, so its gloo threads would live on into the
+    interpreter's teardown, which aborts a run now and then ("terminate called without an active
+    exception"). error: the exception the run is ending with, if any (a one-line error, a signal's
+    stop): its traceback's frames hold the model; their locals are cleared (the traceback still
+    prints)."""
     if dist.is_available() and dist.is_initialized():
+        seen = set()
+        while error is not None and id(error) not in seen:        # the error and what it chains
+            seen.add(id(error))
+            traceback.clear_frames(error.__traceback__)
+            error = error.__cause__ or error.__context__
         dist.destroy_process_group()
+        gc.collect()                                 # the run's model (its DTensors) is garbage now
+        _clear_dtensor_caches()
+        gc.collect()
+
+
+def _clear_dtensor_caches():
+    """Empty DTensor's caches of sharding rules, redistribution plans and mesh topologies (keyed
+    by specs that hold the mesh): the C++ fast path's and the Python one's through torch's own
+    clearing function, every functools cache of torch.distributed, the planners' dict."""
+    from torch.distributed.tensor import _redistribute, debug
+    getattr(debug, "_clear_sharding_prop_cache", lambda: None)()
+    for cache in gc.get_objects():
+        if isinstance(cache, functools._lru_cache_wrapper) and \
+                str(getattr(cache, "__module__", "")).startswith("torch.distributed"):
+            cache.cache_clear()
+    getattr(_redistribute, "_planner_cache", {}).clear()
 
 
 def barrier():
