@@ -261,7 +261,7 @@ def test_torchrun_two_processes_train_checkpoint_and_resume(digit_model_dir, dig
 
 
 _SHUTDOWN_SCRIPT = """
-import gc, json, os, sys, weakref
+import json, os, sys, weakref
 import torch
 sys.path.insert(0, {root!r})
 import train  # noqa: F401  (the trainer's imports, made before the group exists, as under torchrun)
@@ -285,8 +285,7 @@ def run():                     # like train.main: the model lives in this frame
 try:
     run()
 finally:
-    distributed.shutdown(sys.exc_info()[1])       # as train.py's last line
-    gc.collect()
+    distributed.shutdown(sys.exc_info()[1])       # as train.py's last line; no collect after it
     tasks = os.listdir("/proc/self/task")
     threads = [open(f"/proc/self/task/{{t}}/comm").read().strip() for t in tasks]
     json.dump({{"freed": group() is None, "gloo_threads": [t for t in threads if "gloo" in t]}},

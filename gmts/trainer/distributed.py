@@ -153,9 +153,8 @@ def shutdown(error=None):
             traceback.clear_frames(error.__traceback__)
             error = error.__cause__ or error.__context__
         dist.destroy_process_group()
-        gc.collect()                                 # the run's model (its DTensors) is garbage now
         _clear_dtensor_caches()
-        gc.collect()
+        gc.collect()                  # the run's model (its DTensors) and the emptied caches' specs
 
 
 def _clear_dtensor_caches():
