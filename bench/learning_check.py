@@ -1293,6 +1293,24 @@ def n_eff_cell(e):
     return "-" if n_eff is None else f"{n_eff:.1f} ({pct(share)}%)"
 
 
+def n_eff_diverged_vs_held(cells):
+    """Per cell with both: (lr, arm, mean n_eff of the diverged seeds, of those that held), and
+    the two-sided sign-test p of "diverged lower" over those cells (ties left out)."""
+    key, split = "update_answers_effective_mean", []
+    for lr, arms in cells.items():
+        for arm, e in arms.items():
+            by = {True: [], False: []}
+            for r in e["runs"]:
+                if r.get(key) is not None:
+                    by[str(r["seed"]) in e["diverged"]].append(r[key])
+            if by[True] and by[False]:
+                split.append((lr, arm, statistics.fmean(by[True]), statistics.fmean(by[False])))
+    lower = sum(d < h for *_, d, h in split)
+    n = sum(d != h for *_, d, h in split)
+    tail = sum(math.comb(n, k) for k in range(max(lower, n - lower), n + 1)) / 2 ** n
+    return split, lower, min(1.0, 2 * tail)
+
+
 def map_markdown(meta, analysis):
     """The stability map: per cell, divergence and the update diagnostics; per arm, its stable
     range."""
@@ -1338,6 +1356,14 @@ def map_markdown(meta, analysis):
     if ratios:
         lines += ["",
                   "n_eff of GMTS over ETS: " + ", ".join(f"{r:.2f} at {lr}" for lr, r in ratios)]
+    split, lower, p = n_eff_diverged_vs_held(cells)
+    if split:
+        # n_eff is a mean over every step, those after a collapse included: not a cause by itself
+        lines += ["", ("n_eff of the seeds that diverged against those that held, in the cells "
+                       "with both (mean over all steps, those after a collapse included): "
+                       + "; ".join(f"{lr} {arm} {d:.2f} vs {h:.2f}" for lr, arm, d, h in split)
+                       + f". Lower in {lower} of {len(split)} cells (sign test, ties out: "
+                       f"two-sided p = {p:.2f}).")]
     if meta.get("figure"):
         lines += ["", (f"Figure: `{os.path.relpath(meta['figure'], ROOT)}` (accuracy, divergence "
                        "rate, n_eff and η against the rate).")]

@@ -258,6 +258,10 @@ def test_map_machinery_divergence_extension_and_diagnostics(tmp_path, monkeypatc
     assert "- gmts: stable at 1e-05, 2e-05 of 1e-05, 2e-05, 4e-05" in md
     # (2+3+3)/3 over (8 + 8.5)/2
     assert f"n_eff of GMTS over ETS: {(8 / 3) / 8.25:.2f} at 1e-05" in md
+    # diverged against held seeds: ets 2e-5 and ets-exclude 4e-5 lost s1 (n_eff 8.5, s0 8.0);
+    # GMTS at 4e-5 lost s0, level with s1 (8/3 each), a tie the sign test leaves out
+    assert ("2e-05 ets 8.50 vs 8.00; 4e-05 gmts 2.67 vs 2.67; 4e-05 ets-exclude 8.50 vs 8.00. "
+            "Lower in 0 of 3 cells (sign test, ties out: two-sided p = 0.50).") in md
     png = tmp_path / "map_map.png"
     assert png.exists() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert report["meta"]["figure"] == str(png)
