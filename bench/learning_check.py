@@ -383,7 +383,9 @@ def train_and_eval(args, model, lr, arm, seed):
                   **training_summary(os.path.join(run_dir, "metrics.jsonl")),
                   "accuracy": None if stopped else statistics.fmean(scores.values()),
                   "eval_cut_share": None if stopped else eval_cut_share(eval_json),
-                  "scores": scores, **provenance(args, model, key)}
+                  "scores": scores, **provenance(args, model, key),
+                  # this checkout's train.py sums η's ‖·‖² in float64 (older records: float32)
+                  "grad_noise_float64": True}
         if not args.keep_checkpoints:
             shutil.rmtree(os.path.join(run_dir, "checkpoints"), ignore_errors=True)
         with open(record_path + ".tmp", "w") as fh:
@@ -636,6 +638,8 @@ def analyse(args, base, records, repeats=None):
                      # over the seeds: the median of each run's per-step median (inf-safe)
                      "grad_noise_ratio_median": median_of(runs, "grad_noise_ratio_median"),
                      "grad_noise_scale_median": median_of(runs, "grad_noise_scale_median"),
+                     "grad_noise_float32_runs": sum(1 for r in runs if r.get("grad_noise_steps")
+                                                    and not r.get("grad_noise_float64")),
                      "grad_norm_nonfinite": sum(r.get("grad_norm_nonfinite", 0) for r in runs),
                      "eval_cut_share": statistics.fmean(cut) if cut else None,
                      "cpus": tally(r.get("cpu_name") for r in runs),
@@ -1293,6 +1297,11 @@ def n_eff_cell(e):
     return "-" if n_eff is None else f"{n_eff:.1f} ({pct(share)}%)"
 
 
+def dagger(cell):
+    """'†' where some of the cell's η were summed in float32 (map_markdown's footnote)."""
+    return "†" if cell.get("grad_noise_float32_runs") else ""
+
+
 def n_eff_diverged_vs_held(cells):
     """Per cell with both: (lr, arm, mean n_eff of the diverged seeds, of those that held), and
     the two-sided sign-test p of "diverged lower" over those cells (ties left out)."""
@@ -1338,10 +1347,18 @@ def map_markdown(meta, analysis):
                 f"{e['n_diverged']}/{len(e['seeds_run'])}{(' (' + why + ')') if why else ''} | "
                 f"{num(e['grad_norm_mean'])} | {n_eff_cell(e)} | "
                 f"{num(e.get('update_weight_top1_share_mean'))} | "
-                f"{num(e.get('grad_noise_ratio_median'), '{:.3f}')} | "
-                f"{num(e.get('grad_noise_scale_median'), '{:.1f}')} | "
+                f"{num(e.get('grad_noise_ratio_median'), '{:.3f}')}{dagger(e)} | "
+                f"{num(e.get('grad_noise_scale_median'), '{:.1f}')}{dagger(e)} | "
                 f"{diff(e.get('vs_none'), n_seeds)} | {diff(e.get('vs_ets'), n_seeds)} | "
                 f"{diff(e.get('vs_ets-exclude'), n_seeds)} |")
+    old = sum(e.get("grad_noise_float32_runs", 0) for arms in cells.values()
+              for e in arms.values())
+    if old:
+        lines += ["", (f"†: {old} runs' η and B_simple were measured before the probe summed in "
+                       "float64: one float32 dot over all the parameters at once lost about 1% of "
+                       "‖g_a − g_b‖² on this 135M model (how much depends on the CPU), so their η "
+                       "sits about that much low and B_simple is finite where it may be unbounded "
+                       "(bench/README.md, the stability map, point 4).")]
     lines += ["", "Stable ranges (rates at which no seed diverged):", ""]
     for arm, st in analysis.get("stability", {}).items():
         lines.append(f"- {arm}: stable at "

@@ -255,6 +255,10 @@ def test_map_machinery_divergence_extension_and_diagnostics(tmp_path, monkeypatc
     # the table, the definition and the figure
     md = results.with_suffix(".md").read_text()
     assert lc.DIVERGENCE in md and "| 4e-05 | gmts | 60.0" in md and "1/2 (s0: non-finite)" in md
+    # records made by this checkout: η summed in float64, nothing flagged
+    assert all(r["grad_noise_float64"] for arms in cells.values() for e in arms.values()
+               for r in e["runs"])
+    assert "†" not in md
     assert "- gmts: stable at 1e-05, 2e-05 of 1e-05, 2e-05, 4e-05" in md
     # (2+3+3)/3 over (8 + 8.5)/2
     assert f"n_eff of GMTS over ETS: {(8 / 3) / 8.25:.2f} at 1e-05" in md
@@ -577,6 +581,10 @@ def test_existing_map_records_rebuilt(tmp_path):
     assert cell["intervals"]["exact95"] == pytest.approx([0.0084037587, 0.9057006759])
     assert cell["cpus"] == {"Intel(R) Xeon(R) Processor": 3} and cell["revisions"] == {
         "not recorded": 3}
+    # their η was summed in float32: flagged in the cell and the table
+    assert cell["grad_noise_float32_runs"] == 3
+    md = (tmp_path / "map.md").read_text()
+    assert "| 0.996† | 1002.5† |" in md and "†: 69 runs' η and B_simple were measured" in md
     pairs = {(p["arm"], p["ref"]): p for p in new["rate_pairs"]["4e-05"]}
     assert not pairs["gmts", "ets"]["rate_told_apart"]                     # 0/3 against 1/3
     assert any(line.startswith("- gmts vs ets: 0/3 against 1/3")

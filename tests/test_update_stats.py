@@ -14,7 +14,8 @@ from gmts.tools.toy import tiny_model
 import types
 
 from gmts.trainer.diagnostics import GradNoise
-from gmts.trainer.step import Batch, LossInputs, MiniBatch, accumulate_gradients
+from gmts.trainer.step import (NOTHING, STEPPED, Batch, LossInputs, MiniBatch,
+                               accumulate_gradients)
 from gmts.trainer.update_stats import GradNoiseProbe, noise_from_halves, update_answers_effective
 
 
@@ -197,6 +198,26 @@ def test_noise_edge_cases():
         probe.finish()                                                     # forgot the snapshot
     with pytest.raises(ValueError, match="trainable"):
         GradNoiseProbe([torch.nn.Parameter(torch.zeros(1), requires_grad=False)])
+
+
+def test_noise_ratio_of_a_large_float32_gradient_is_summed_exactly():
+    # 32 float32 parameters of 2^20 entries, the whole gradient in half a (as when half b's groups
+    # all have A = 0): g_b = 0, so η = n_a n_b ‖g_a/n_a‖² / ‖g_a‖² = 1. A float32 dot over the
+    # 2^25-entry buffer at once loses 1e-5 to 1e-3 of the sum on x86 CPUs, which the per-parameter
+    # ‖g‖² does not; in float64 both are sums of exact squares, off by at most n 2^-53 ≈ 4e-9 each.
+    params = [torch.nn.Parameter(torch.zeros(1 << 20)) for _ in range(32)]
+    gen = torch.Generator().manual_seed(0)
+    for p in params:
+        p.grad = torch.randn(p.shape, generator=gen) * 1e-3
+    probe = GradNoiseProbe(params)
+    probe.split(torch.arange(8), 2)
+    probe.snapshot()
+    assert probe.metrics()["grad_noise_ratio"] == pytest.approx(1.0, abs=1e-7)
+    # --log-grad-noise on one process takes that ‖g‖², not the clip's float32 norm
+    noise = GradNoise(torch.nn.Linear(2, 2))
+    noise.probe = probe
+    assert noise.figures(1.001 * probe.sum_sq ** 0.5, STEPPED) == probe.metrics()
+    assert noise.figures(1.0, NOTHING) == {}
 
 
 def test_noise_ratio_estimates_the_noise_share_of_iid_group_gradients():

@@ -146,7 +146,10 @@ class GradNoise:
     def figures(self, grad_norm, outcome):
         """This optimizer step's figures, taken now (the probe's buffer is reused by the next
         one)."""
-        return self.probe.metrics(grad_norm) if outcome != NOTHING else {}
+        if outcome == NOTHING:
+            return {}
+        # one process: the probe's own float64 ‖g‖²; several: the global norm of the summed gradient
+        return self.probe.metrics(grad_norm if several_processes() else None)
 
 
 class UpdateLog:
