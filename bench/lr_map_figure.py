@@ -90,7 +90,10 @@ def plot_map(analysis, path, title=""):
     labels = [("held-out accuracy (%)", "mean over seeds, 95% CI; open: a seed diverged")] + (
         [("runs diverged (%)", "divergence rate, Wilson 95% CI")] if rates else []) + [
         ("n_eff (answers per update)", "effective answers per update"),
-        ("η = ‖g_a − g_b‖² / ‖g_a + g_b‖²", "gradient noise between halves")]
+        ("η = ‖g_a − g_b‖² / ‖g_a + g_b‖²", "gradient noise between halves"
+         + ("\n(some runs summed in float32: about 1% low)" if any(
+             e.get("grad_noise_float32_runs") for arms in cells.values() for e in arms.values())
+            else ""))]
     for ax, (ylabel, heading) in zip(axes, labels):
         ax.set_xscale("log")
         ax.set_xticks([float(lr) for lr in lrs])
