@@ -170,8 +170,9 @@ def squared_norm(x, chunk=1 << 20):
     float32 dot over a model's 10^8 entries loses about 1% of it (the small terms are rounded away
     in its accumulators), which biased η low by as much; the square of a float32 is exact in
     float64, so this sum errs by at most about n · 2^-53 relatively."""
-    pieces = [torch.dot(c, c) for c in (c.double() for c in x.reshape(-1).split(chunk))]
-    return float(torch.stack(pieces).sum()) if pieces else 0.0
+    parts = (part.double() for part in x.reshape(-1).split(chunk))   # one float64 chunk at a time
+    squares = [torch.dot(part, part) for part in parts]
+    return float(torch.stack(squares).sum()) if squares else 0.0
 
 
 class GradNoiseProbe:
