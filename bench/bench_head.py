@@ -11,11 +11,16 @@ no-grad score):
           -(exp(lp) * lp).sum); reimplemented here so the bench does not depend on trl. It still
         needs the whole logits tensor.
   ours  : gmts.method.head.token_logprobs_and_entropy (never holds T x V).
+  torch : torch.nn.functional.linear_cross_entropy chunked over tokens (torch >= 2.13:
+        LinearCrossEntropyOptions, reduction "none", recompute in backward) for logp; it gives no
+        entropy, so the score takes one more no-grad head matmul per chunk (gmts.token_entropy).
 Shapes: Qwen2.5-0.5B head, hidden 896, vocab 151,936; T tokens. Peak = VmHWM - RSS after inputs were
 built (includes the 0.54 GB float32 grad of W, which every method allocates).
 
   python bench/bench_head.py                   # the README table (~15 min on 2 CPU cores, 1 thread)
   python bench/bench_head.py --tokens 256 --reps 1 --no-sweep --big-tokens 0   # smoke run, seconds
+  python bench/bench_head.py --methods ours torch --dtype bfloat16 --big-tokens 0 --no-sweep \
+      --out bench/results/head_torch_bf16.json        # ours against torch's own op, bf16
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from bench.common import (emit, environment, write_results, limit_address_space,
                           reset_peak, run_worker)
 
 HIDDEN, VOCAB = 896, 151_936
-METHODS = ("naive", "trl", "ours")
+METHODS = ("naive", "trl", "ours", "torch")
 
 
 def entropy_from_logits_rows(logits, chunk_rows: int = 128):
@@ -51,7 +56,7 @@ def entropy_from_logits_rows(logits, chunk_rows: int = 128):
 def step(method: str, hidden, weight, targets, chunk_size: int):
     """One forward + backward; returns (logp, entropy) detached."""
     import torch
-    from gmts.method.head import token_logprobs_and_entropy
+    from gmts.method.head import token_entropy, token_logprobs_and_entropy
     if method == "naive":
         logits = hidden @ weight.T  # (T, V) float32
         logp_all = torch.log_softmax(logits, dim=-1)
@@ -65,20 +70,29 @@ def step(method: str, hidden, weight, targets, chunk_size: int):
             entropy = entropy_from_logits_rows(logits)
     elif method == "ours":
         logp, entropy = token_logprobs_and_entropy(hidden, weight, targets, chunk_size=chunk_size)
+    elif method == "torch":
+        options = torch.nn.LinearCrossEntropyOptions(batch_chunk_size=chunk_size,
+                                                     chunking_method=None)
+        logp = -torch.nn.functional.linear_cross_entropy(hidden, weight, targets,
+                                                         reduction="none", options=options)
+        with torch.no_grad():           # the entropy it does not give: a second pass over chunks
+            entropy = torch.cat([token_entropy(h @ weight.T) for h in hidden.split(chunk_size)])
     else:
         raise ValueError(f"unknown method {method!r}")
     logp.sum().backward()
     return logp.detach(), entropy
 
 
-def worker(method: str, tokens: int, chunk_size: int, threads: int, mem_cap: int) -> None:
+def worker(method: str, tokens: int, chunk_size: int, threads: int, mem_cap: int,
+           dtype: str) -> None:
     import torch
     torch.set_num_threads(threads)
     if mem_cap > 0:
         limit_address_space(mem_cap)
     g = torch.Generator().manual_seed(0)
-    weight = (torch.randn(VOCAB, HIDDEN, generator=g) * 0.02).requires_grad_(True)
-    hidden = torch.randn(tokens, HIDDEN, generator=g).requires_grad_(True)
+    dtype = getattr(torch, dtype)
+    weight = (torch.randn(VOCAB, HIDDEN, generator=g) * 0.02).to(dtype).requires_grad_(True)
+    hidden = torch.randn(tokens, HIDDEN, generator=g).to(dtype).requires_grad_(True)
     targets = torch.randint(0, VOCAB, (tokens,), generator=g)
     # Warm up kernels on a few tokens (same code path), then drop those grads and start the peak
     # from here.
@@ -88,9 +102,17 @@ def worker(method: str, tokens: int, chunk_size: int, threads: int, mem_cap: int
     t0 = time.perf_counter()
     logp, entropy = step(method, hidden, weight, targets, chunk_size)
     seconds = time.perf_counter() - t0
+    extra_peak = peak_bytes() - baseline
+    with torch.no_grad():           # log p in float64 from the same (rounded) inputs, by chunks
+        ref = torch.cat([torch.log_softmax(h.double() @ weight.double().T, -1)
+                         .gather(1, t[:, None]).squeeze(1)
+                         for h, t in zip(hidden.split(256), targets.split(256))])
     emit(
-        {"method": method, "tokens": tokens, "chunk_size": chunk_size if method == "ours" else None,
-          "seconds": seconds, "extra_peak_gb": (peak_bytes() - baseline) / 1e9,
+        {"method": method, "tokens": tokens,
+         "chunk_size": chunk_size if method in ("ours", "torch") else None,
+         "dtype": str(dtype), "logp_dtype": str(logp.dtype),
+          "seconds": seconds, "extra_peak_gb": extra_peak / 1e9,
+          "logp_max_abs_error": float((logp.double() - ref).abs().max()),
           # checksums: every method must agree on these (same seed, same inputs)
           "logp_sum": float(logp.double().sum()), "entropy_sum": float(entropy.double().sum()),
           "grad_w_norm": float(weight.grad.double().norm()),
@@ -110,12 +132,16 @@ def main() -> None:
                     help=argparse.SUPPRESS)
     ap.add_argument("--mem-cap", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--methods", nargs="+", choices=METHODS, default=["naive", "trl", "ours"],
+                    help="the side-by-side methods (torch: torch >= 2.13)")
+    ap.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
+                    help="of hidden states and head weight")
     ap.add_argument("--tokens", type=int, nargs="+", default=[2048],
                     help="sizes run A,B,C x reps, alternating")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--big-tokens", type=int, default=8192,
                     help="size run once per method (0: skip)")
-    ap.add_argument("--chunk", type=int, default=1024, help="chunk_size for 'ours'")
+    ap.add_argument("--chunk", type=int, default=1024, help="chunk_size for 'ours', 'torch'")
     ap.add_argument("--sweep", type=int, nargs="*", default=[256, 512, 1024, 2048],
                     help="chunk sizes to try")
     ap.add_argument("--no-sweep", action="store_true")
@@ -125,7 +151,7 @@ def main() -> None:
 
     if args.worker:
         method, tokens, chunk = args.worker
-        worker(method, int(tokens), int(chunk), args.threads, args.mem_cap)
+        worker(method, int(tokens), int(chunk), args.threads, args.mem_cap, args.dtype)
         return
 
     script = os.path.abspath(__file__)
@@ -133,7 +159,7 @@ def main() -> None:
     def measure(method, tokens, chunk, mem_cap=0):
         r = run_worker(
             [script, "--worker", method, str(tokens), str(chunk), "--threads", str(args.threads),
-                        "--mem-cap", str(mem_cap)])
+             "--mem-cap", str(mem_cap), "--dtype", args.dtype])
         r.setdefault("method", method)
         r.setdefault("tokens", tokens)
         print(json.dumps(r), flush=True)
@@ -142,10 +168,10 @@ def main() -> None:
     runs = []
     for tokens in args.tokens:  # side by side: A, B, C, A, B, C, ...
         for _ in range(args.reps):
-            for method in METHODS:
+            for method in args.methods:
                 runs.append(measure(method, tokens, args.chunk))
     if args.big_tokens:
-        for method in ("ours", "trl", "naive"):
+        for method in sorted(args.methods, key=("ours", "torch", "trl", "naive").index):
             cap = 0
             if method == "naive":
                 # Do not risk the OOM killer on a shared machine: cap the address space at what is
@@ -169,27 +195,31 @@ def main() -> None:
         summary.setdefault(key, {"seconds": [], "extra_peak_gb": []})
         summary[key]["seconds"].append(r["seconds"])
         summary[key]["extra_peak_gb"].append(r["extra_peak_gb"])
+        summary[key]["logp_dtype"] = r["logp_dtype"].replace("torch.", "")
+        summary[key].setdefault("logp_max_abs_error", []).append(r["logp_max_abs_error"])
     for key, v in summary.items():
         v["median_seconds"] = median(v["seconds"])
         v["median_extra_peak_gb"] = median(v["extra_peak_gb"])
     result = {"environment": environment(args.threads), "hidden": HIDDEN, "vocab": VOCAB,
+              "dtype": args.dtype,
               "chunk_size": args.chunk, "summary": summary, "runs": runs, "chunk_sweep": sweep}
     write_results(args.out, result)
 
-    print("\n| tokens | method | fwd+bwd s (median) | extra peak GB | time vs naive | peak vs "
-          "naive |")
-    print("|---|---|---|---|---|---|")
+    print(f"\n{args.dtype} inputs\n\n| tokens | method | fwd+bwd s (median) | extra peak GB | "
+          "time vs naive | peak vs naive | log p: dtype, max abs error |")
+    print("|---|---|---|---|---|---|---|")
     for tokens in sorted({r["tokens"] for r in runs}):
         base = summary.get(f"naive@{tokens}")
-        for method in METHODS:
+        for method in args.methods:
             v = summary.get(f"{method}@{tokens}")
             if v is None:
-                print(f"| {tokens} | {method} | failed | | | |")
+                print(f"| {tokens} | {method} | failed | | | | |")
                 continue
             tr = f"{v['median_seconds'] / base['median_seconds']:.2f}x" if base else "-"
             pr = f"{v['median_extra_peak_gb'] / base['median_extra_peak_gb']:.3f}x" if base else "-"
             print(f"| {tokens} | {method} | {v['median_seconds']:.1f} (n={len(v['seconds'])}) | "
-                  f"{v['median_extra_peak_gb']:.2f} | {tr} | {pr} |")
+                  f"{v['median_extra_peak_gb']:.2f} | {tr} | {pr} | {v['logp_dtype']}, "
+                  f"{max(v['logp_max_abs_error']):.1e} |")
     if sweep:
         print(f"\nchunk sweep, ours at {args.sweep_tokens} tokens: " +
               ", ".join(f"{r.get('chunk_size')}: {r.get('seconds', float('nan')):.1f} s / "

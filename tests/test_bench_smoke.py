@@ -31,7 +31,8 @@ def test_bench_scripts_run_in_smoke_mode(digit_model_dir, digit_data, tmp_path):
                  digit_data, "--work-dir", str(tmp_path / "step"), "--out", str(outs["step"])]
                 + ([] if HAVE_TRL else ["--sides", "ours"]),
         "head": ["bench/bench_head.py", "--tokens", "64", "--reps", "1", "--no-sweep",
-                 "--big-tokens", "0", "--out", str(outs["head"])],
+                 "--big-tokens", "0", "--methods", "naive", "trl", "ours", "torch", "--out",
+                 str(outs["head"])],
         "train_pass": ["bench/bench_train_pass.py", "--smoke", "--out", str(outs["train_pass"])],
     }
     procs = {}
@@ -65,15 +66,25 @@ def test_bench_scripts_run_in_smoke_mode(digit_model_dir, digit_data, tmp_path):
 
     head = json.loads(outs["head"].read_text())
     runs = {r["method"]: r for r in head["runs"]}
-    assert set(runs) == {"naive", "trl", "ours"} and not any("error" in r for r in runs.values())
+    assert set(runs) == {"naive", "trl", "ours", "torch"}
+    assert not any("error" in r for r in runs.values()), runs
     # same inputs, same checksums up to float32 regrouping (u = 6e-8): each logit is an 896-term dot
     # product, whose rounding errors (random in sign) grow like √896 u ≈ 2e-6 relative, and the
     # log-softmax over 151,936 logits adds a few u log V; summed over the tokens the relative error
     # of logp_sum stays ~2e-6, under 1e-5. The head gradient's norm sums tokens x vocabulary
     # products that each method groups by its own chunks: ~1e-5, under 1e-4.
-    for method in ("trl", "ours"):
+    # Each token's log p against float64 on the same inputs: its logit, an 896-term dot product
+    # (|z| < 3 here), is off by ~1e-6 and the log-sum-exp over 151,936 terms (cascade sums:
+    # ~log2(V) u) by as much, a few 1e-6 in all; 1e-4 is far above that and far below the error
+    # of a wrong token or a missing temperature (order 1).
+    for method in ("trl", "ours", "torch"):
         assert math.isclose(runs[method]["logp_sum"], runs["naive"]["logp_sum"], rel_tol=1e-5)
         assert math.isclose(runs[method]["grad_w_norm"], runs["naive"]["grad_w_norm"], rel_tol=1e-4)
+        assert math.isclose(runs[method]["entropy_sum"], runs["naive"]["entropy_sum"],
+                            rel_tol=1e-5)
+    for method, run in runs.items():
+        assert run["logp_dtype"] == "torch.float32"
+        assert run["logp_max_abs_error"] < 1e-4, (method, run)
 
     # the training pass, old (rollout order, full width) vs new (grouped, trimmed; and by a token
     # budget): the same gradient in float32 up to regrouped sums (~1e-6 relative on a tiny model's
