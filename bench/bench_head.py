@@ -20,7 +20,7 @@ built (includes the 0.54 GB float32 grad of W, which every method allocates).
   python bench/bench_head.py                   # the README table (~15 min on 2 CPU cores, 1 thread)
   python bench/bench_head.py --tokens 256 --reps 1 --no-sweep --big-tokens 0   # smoke run, seconds
   python bench/bench_head.py --methods ours torch --dtype bfloat16 --big-tokens 0 --no-sweep \
-      --out bench/results/head_torch_bf16.json        # ours against torch's own op, bf16
+      --out bench/results/head_vs_torch_bfloat16.json   # ours against torch's own op, bf16
 """
 
 from __future__ import annotations
