@@ -1,7 +1,7 @@
 """The reading path: how much of the project's code a reader must read to follow ONE default step.
 
 Runs train.py's main() for one step (--selector gmts, one process, on-policy: 2 prompts x 4 answers,
-8 new tokens) on a tiny model, with a profiler switched on only inside train.train_step, and counts
+8 new tokens) on a tiny model, with a tracer switched on only inside train.train_step, and counts
 the project's files and the lines of the distinct functions the step called, by their source spans,
 docstrings not counted (comments are). rewards/ and data/ are left out (a reader takes
 `reward(text, answer)` on trust); torch and transformers are not the project's. A "plumbing" line is
@@ -9,6 +9,12 @@ a code line of those functions (not a docstring or comment) that names several p
 compilation (PLUMBING). Two differences from the shared reading-path tool: a line is counted once
 (the shared tool counts a comprehension's line again, as a function of its own on Python 3.11), and
 the characters of the code lines (stripped) are counted too, which wrapping does not change.
+
+The lines also split by what the step did with them (kinds): statements it ran (of those, the
+argument checks: calls of a `_check...` / `check_...` function, and such functions' own lines),
+comments, branches it did not run, blanks. Ran minus checks is what no regrouping of the same code
+can take off the path: moving every branch not taken out of the functions called and deleting every
+comment and check would leave that many.
 
     python bench/reading_path.py            # builds the tiny model and data in a temp folder
     python bench/reading_path.py MODEL DATA [TRAIN_FLAGS...] [--json]
@@ -32,35 +38,45 @@ PLUMBING = re.compile(r"\b(ranks?|world_size|torchrun|distributed|fsdp|FSDP|all_
 
 
 def trace_step(model, data_path, extra=()):
-    """{(file, first line, name): lines in its span} of every project function train_step calls."""
+    """({(file, first line, name): lines in its span} of every project function train_step calls,
+    {file: the line numbers that ran})."""
     sys.path.insert(0, ROOT)
     import train
-    seen = {}
+    seen, ran = {}, {}
 
-    def profile(frame, event, _arg):
+    def trace(frame, event, _arg):      # a function's first call: its span; then its lines run
         code = frame.f_code
         if event != "call" or code.co_filename.startswith("<"):
-            return
+            return None
         path = os.path.abspath(code.co_filename)
         if not path.startswith(ROOT
                                + os.sep) or any(p in path for p in ("/tests/", "/.venv",
                                                                     "site-packages")):
-            return
+            return None
         rel = os.path.relpath(path, ROOT)
+        if rel.startswith(("rewards/", "data/")):
+            return None
         key = (rel, code.co_firstlineno, code.co_name)
-        if not rel.startswith(("rewards/", "data/")) and key not in seen:
+        if key not in seen:
             last = max((line for _, _, line in code.co_lines() if line is not None),
                        default=code.co_firstlineno)
             seen[key] = last - code.co_firstlineno + 1
+        lines = ran.setdefault(rel, set())
+
+        def line(frame, event, _arg):
+            if event == "line":
+                lines.add(frame.f_lineno)
+            return line
+        return line
 
     step = train.train_step
 
     def traced(*args, **kwargs):
-        sys.setprofile(profile)
+        sys.settrace(trace)
         try:
             return step(*args, **kwargs)
         finally:
-            sys.setprofile(None)
+            sys.settrace(None)
 
     train.train_step = traced
     out = tempfile.mkdtemp()
@@ -72,7 +88,7 @@ def trace_step(model, data_path, extra=()):
             train.main(argv)
     finally:
         train.train_step = step
-    return seen
+    return seen, ran
 
 
 def docstrings(rel):
@@ -101,18 +117,68 @@ def lines_read(seen):
     return read
 
 
+CHECK = re.compile(r"_?check\w*$")      # an argument check: _check, check_ratio, ... (a call)
+
+
+def ran_statements(rel, ran):
+    """(the lines of the statements in `rel` that ran, those of them that check arguments): a
+    simple statement's whole span; a compound one's header (a function's: its decorators and def,
+    when its body ran); `else:` / `try:` / `finally:` when the line after them ran."""
+    lines = Path(ROOT, rel).read_text().splitlines()
+    run, checks = set(), set()
+    for node in ast.walk(ast.parse("\n".join(lines))):
+        if not isinstance(node, ast.stmt):
+            continue
+        body = getattr(node, "body", None)
+        first = node.decorator_list[0].lineno if getattr(node, "decorator_list", None) else \
+            node.lineno
+        last = body[0].lineno - 1 if isinstance(body, list) and body else node.end_lineno
+        is_def = isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        if is_def and ran & set(range(node.lineno, node.end_lineno + 1)):
+            run.update(range(first, last + 1))
+            if CHECK.match(node.name):
+                checks.update(range(first, node.end_lineno + 1))
+        elif not is_def and node.lineno in ran:
+            run.update(range(first, last + 1))
+            call = node.value if isinstance(node, ast.Expr) else None
+            if isinstance(call, ast.Call) and CHECK.match(getattr(call.func, "id", "")):
+                checks.update(range(first, last + 1))
+    run.update(i for i, text in enumerate(lines, 1)
+               if text.split("#")[0].strip() in ("else:", "try:", "finally:") and i + 1 in run)
+    return run, checks
+
+
+def kinds(rel, numbers, ran):
+    """How the path's lines `numbers` of `rel` split: {"ran": lines of statements the step ran,
+    "checks": those of them checking arguments, "comments", "not_run": branches it did not take,
+    "blank"}; ran + comments + not_run + blank = len(numbers)."""
+    lines = Path(ROOT, rel).read_text().splitlines()
+    run, checks = ran_statements(rel, ran)
+    out = dict.fromkeys(("ran", "checks", "comments", "not_run", "blank"), 0)
+    for i in numbers:
+        text = lines[i - 1].strip() if i <= len(lines) else ""
+        kind = "blank" if not text else "comments" if text.startswith("#") else \
+            "ran" if i in run else "not_run"
+        out[kind] += 1
+        out["checks"] += kind == "ran" and i in checks
+    return out
+
+
 def measure(model, data_path, extra=()):
-    """{"files": {file: lines}, "functions", "lines", "chars", "plumbing"} of one default step."""
-    seen = trace_step(model, data_path, extra)
-    files, plumbing, chars = {}, 0, 0
+    """{"files": {file: lines}, "functions", "lines", "chars", "plumbing", "kinds": how the lines
+    split (kinds)} of one default step."""
+    seen, ran = trace_step(model, data_path, extra)
+    files, plumbing, chars, split = {}, 0, 0, {}
     for rel, numbers in lines_read(seen).items():
+        for kind, n in kinds(rel, numbers, ran.get(rel, set())).items():
+            split[kind] = split.get(kind, 0) + n
         lines = Path(ROOT, rel).read_text().splitlines()
         code = [lines[i - 1] for i in sorted(numbers) if i <= len(lines)]
         files[rel] = len(code)
         plumbing += sum(1 for line in code if PLUMBING.search(line.split("#")[0]))
         chars += sum(len(line.strip()) for line in code)    # the same text, whatever its wrapping
     return {"files": dict(sorted(files.items(), key=lambda kv: -kv[1])), "functions": len(seen),
-            "lines": sum(files.values()), "chars": chars, "plumbing": plumbing}
+            "lines": sum(files.values()), "chars": chars, "plumbing": plumbing, "kinds": split}
 
 
 def tiny_model_and_data(folder):
@@ -148,6 +214,10 @@ def main(argv):
           f"{chars / lines:.1f} per line); {result['plumbing']} lines "
           f"name several processes, FSDP or compilation (goal: {GOAL['files']} files, "
           f"{GOAL['lines']} lines, {GOAL['plumbing']} plumbing lines)")
+    k = result["kinds"]
+    print(f"of those lines: {k['ran']} of statements the step ran ({k['checks']} of them argument "
+          f"checks), {k['comments']} comments, {k['not_run']} of branches it did not run, "
+          f"{k['blank']} blank")
 
 
 if __name__ == "__main__":

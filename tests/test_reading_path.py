@@ -1,5 +1,6 @@
 """bench/reading_path.py on the tiny model: one default step (--selector gmts, one process,
 on-policy) reads through at most GOAL's files and plumbing lines, and its lines do not grow."""
+import importlib.util
 import json
 import os
 import subprocess
@@ -28,6 +29,9 @@ def test_one_default_step_reads_through_few_files_and_no_plumbing():
     assert "gmts/trainer/distributed.py" not in files and "gmts/trainer/diagnostics.py" not in files
     assert result["plumbing"] <= GOAL["plumbing"], result
     assert result["lines"] <= LINES_NOW, result
+    kinds = result["kinds"]              # every line on the path is of exactly one kind
+    assert kinds["ran"] + kinds["comments"] + kinds["not_run"] + kinds["blank"] == result["lines"]
+    assert kinds["checks"] <= kinds["ran"], kinds
     # the characters fit the lines: at most ruff's 100 columns each (pyproject.toml), more than one
     # per line on average
     assert result["lines"] < result["chars"] <= 100 * result["lines"], result
@@ -50,3 +54,49 @@ def test_a_line_is_counted_once(tmp_path, monkeypatch):
     spans = {("mod.py", f.co_firstlineno, "f"): 5}
     spans.update({("mod.py", c.co_firstlineno, c.co_name): 1 for c in comprehensions})
     assert reading_path.lines_read(spans) == {"mod.py": {1, 4, 5}}
+
+
+def test_the_lines_split_into_what_ran_checks_comments_and_branches_not_taken(tmp_path,
+                                                                               monkeypatch):
+    """kinds() on a module run for real under a line tracer: a check function and its call are
+    checks, the branch not taken and the check's raise are not run, `else:` runs with its body."""
+    import reading_path
+    source = ('def _check(ok, message):\n'                 # 1  ran, a check
+              '    if not ok:\n'                           # 2  ran, a check
+              '        raise ValueError(message)\n'        # 3  not run
+              '\n'
+              '\n'
+              'def f(x):\n'                                # 6  ran
+              '    """Doc."""\n'                           # 7  docstring: not on the path
+              '    _check(x >= 0,\n'                       # 8  ran, a check
+              '           "x must be >= 0")\n'             # 9  ran, a check
+              '    # a comment\n'                          # 10 comment
+              '    if x > 10:\n'                           # 11 ran
+              '        return 1\n'                         # 12 not run
+              '    else:\n'                                # 13 ran
+              '        y = (x +\n'                         # 14 ran
+              '             1)\n'                          # 15 ran
+              '\n'                                         # 16 blank
+              '    return y\n')                            # 17 ran
+    path = tmp_path / "mod.py"
+    path.write_text(source)
+    monkeypatch.setattr(reading_path, "ROOT", str(tmp_path))
+    spec = importlib.util.spec_from_file_location("mod", path)
+    module, ran = importlib.util.module_from_spec(spec), set()
+    spec.loader.exec_module(module)
+
+    def trace(frame, event, _arg):
+        if frame.f_code.co_filename != str(path):
+            return None
+        if event == "line":
+            ran.add(frame.f_lineno)
+        return trace
+    sys.settrace(trace)
+    try:
+        assert module.f(3) == 4
+    finally:
+        sys.settrace(None)
+    numbers = reading_path.lines_read({("mod.py", 1, "_check"): 3, ("mod.py", 6, "f"): 12})
+    assert numbers == {"mod.py": {1, 2, 3, 6, *range(8, 18)}}
+    assert reading_path.kinds("mod.py", numbers["mod.py"], ran) == {
+        "ran": 10, "checks": 4, "comments": 1, "not_run": 2, "blank": 1}
