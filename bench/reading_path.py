@@ -117,7 +117,7 @@ def lines_read(seen):
     return read
 
 
-CHECK = re.compile(r"_?check\w*$")      # an argument check: _check, check_ratio, ... (a call)
+CHECK = re.compile(r"_?check(_\w+)?$")   # an argument check: _check, check_ratio (not checkpoint)
 
 
 def ran_statements(rel, ran):
