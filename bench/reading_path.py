@@ -11,10 +11,10 @@ compilation (PLUMBING). Two differences from the shared reading-path tool: a lin
 the characters of the code lines (stripped) are counted too, which wrapping does not change.
 
 The lines also split by what the step did with them (kinds): statements it ran (of those, the
-argument checks: calls of a `_check...` / `check_...` function, and such functions' own lines),
-comments, branches it did not run, blanks. Ran minus checks is what no regrouping of the same code
-can take off the path: moving every branch not taken out of the functions called and deleting every
-comment and check would leave that many.
+argument checks: calls of `_check` or a `check_<name>` / `_check_<name>` function, and such
+functions' own lines), comments, branches it did not run, blanks. Ran minus checks is what no
+regrouping of the same code can take off the path: moving every branch not taken out of the
+functions called and deleting every comment and check would leave that many.
 
     python bench/reading_path.py            # builds the tiny model and data in a temp folder
     python bench/reading_path.py MODEL DATA [TRAIN_FLAGS...] [--json]
@@ -120,11 +120,11 @@ def lines_read(seen):
 CHECK = re.compile(r"_?check(_\w+)?$")   # an argument check: _check, check_ratio (not checkpoint)
 
 
-def ran_statements(rel, ran):
-    """(the lines of the statements in `rel` that ran, those of them that check arguments): a
+def ran_statements(lines, ran):
+    """(the line numbers of the statements of a file (`lines`, its text) that ran, those of them
+    that check arguments): a
     simple statement's whole span; a compound one's header (a function's: its decorators and def,
     when its body ran); `else:` / `try:` / `finally:` when the line after them ran."""
-    lines = Path(ROOT, rel).read_text().splitlines()
     run, checks = set(), set()
     for node in ast.walk(ast.parse("\n".join(lines))):
         if not isinstance(node, ast.stmt):
@@ -148,12 +148,12 @@ def ran_statements(rel, ran):
     return run, checks
 
 
-def kinds(rel, numbers, ran):
-    """How the path's lines `numbers` of `rel` split: {"ran": lines of statements the step ran,
+def kinds(lines, numbers, ran):
+    """How the path's lines `numbers` of a file (`lines`, its text) split: {"ran": lines of
+    statements the step ran,
     "checks": those of them checking arguments, "comments", "not_run": branches it did not take,
     "blank"}; ran + comments + not_run + blank = len(numbers)."""
-    lines = Path(ROOT, rel).read_text().splitlines()
-    run, checks = ran_statements(rel, ran)
+    run, checks = ran_statements(lines, ran)
     out = dict.fromkeys(("ran", "checks", "comments", "not_run", "blank"), 0)
     for i in numbers:
         text = lines[i - 1].strip() if i <= len(lines) else ""
@@ -170,9 +170,9 @@ def measure(model, data_path, extra=()):
     seen, ran = trace_step(model, data_path, extra)
     files, plumbing, chars, split = {}, 0, 0, {}
     for rel, numbers in lines_read(seen).items():
-        for kind, n in kinds(rel, numbers, ran.get(rel, set())).items():
-            split[kind] = split.get(kind, 0) + n
         lines = Path(ROOT, rel).read_text().splitlines()
+        for kind, n in kinds(lines, numbers, ran.get(rel, set())).items():
+            split[kind] = split.get(kind, 0) + n
         code = [lines[i - 1] for i in sorted(numbers) if i <= len(lines)]
         files[rel] = len(code)
         plumbing += sum(1 for line in code if PLUMBING.search(line.split("#")[0]))

@@ -98,5 +98,5 @@ def test_the_lines_split_into_what_ran_checks_comments_and_branches_not_taken(tm
         sys.settrace(None)
     numbers = reading_path.lines_read({("mod.py", 1, "_check"): 3, ("mod.py", 6, "f"): 12})
     assert numbers == {"mod.py": {1, 2, 3, 6, *range(8, 18)}}
-    assert reading_path.kinds("mod.py", numbers["mod.py"], ran) == {
+    assert reading_path.kinds(source.splitlines(), numbers["mod.py"], ran) == {
         "ran": 10, "checks": 4, "comments": 1, "not_run": 2, "blank": 1}
