@@ -34,8 +34,8 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from bench.common import (emit, environment, write_results, limit_address_space, mem_available_bytes, median, peak_bytes,  # noqa
-                          reset_peak, run_worker)
+from bench.common import (emit, environment, limit_address_space, mem_available_bytes,
+                          median, peak_bytes, reset_peak, run_worker, write_results)
 
 HIDDEN, VOCAB = 896, 151_936
 METHODS = ("naive", "trl", "ours", "torch")
@@ -110,7 +110,8 @@ def worker(method: str, tokens: int, chunk_size: int, threads: int, mem_cap: int
     emit(
         {"method": method, "tokens": tokens,
          "chunk_size": chunk_size if method in ("ours", "torch") else None,
-         "dtype": str(dtype), "logp_dtype": str(logp.dtype),
+         "dtype": str(dtype).replace("torch.", ""),
+         "logp_dtype": str(logp.dtype).replace("torch.", ""),
           "seconds": seconds, "extra_peak_gb": extra_peak / 1e9,
           "logp_max_abs_error": float((logp.double() - ref).abs().max()),
           # checksums: every method must agree on these (same seed, same inputs)
@@ -195,7 +196,7 @@ def main() -> None:
         summary.setdefault(key, {"seconds": [], "extra_peak_gb": []})
         summary[key]["seconds"].append(r["seconds"])
         summary[key]["extra_peak_gb"].append(r["extra_peak_gb"])
-        summary[key]["logp_dtype"] = r["logp_dtype"].replace("torch.", "")
+        summary[key]["logp_dtype"] = r["logp_dtype"]
         summary[key].setdefault("logp_max_abs_error", []).append(r["logp_max_abs_error"])
     for key, v in summary.items():
         v["median_seconds"] = median(v["seconds"])

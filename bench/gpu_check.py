@@ -589,7 +589,8 @@ def run_check(name, fn, results, path, deadline):
     else:
         try:
             checks[name] = fn()
-        except Exception as err:  # noqa: BLE001 - one broken check must not hide the others' figures
+        # one broken check must not hide the others' figures
+        except Exception as err:  # noqa: BLE001
             checks[name] = {
                 "pass": False,
                 "error": f"{type(err).__name__}: {err}",

@@ -1654,7 +1654,8 @@ def main(argv=None):
                         print(f"learning_check: {key} done"
                               + (f" ({rec['wall_s']:.0f}s)" if key != "base" else ""),
                               flush=True)
-                    except Exception as err:  # noqa: BLE001 - one failed run must not lose the others' results
+                    # one failed run must not lose the others' results
+                    except Exception as err:  # noqa: BLE001
                         meta["failed"][key] = str(err)
                         print(f"learning_check: {key} FAILED: {err}", file=sys.stderr, flush=True)
                     refresh()

@@ -51,8 +51,8 @@ FILES = {
         "train": RemoteFile("csqa2/CSQA2_train.jsonl.gz", _CSQA2 + "CSQA2_train.json.gz", None),
               "test": RemoteFile("csqa2/CSQA2_dev.jsonl.gz", _CSQA2 + "CSQA2_dev.json.gz", None)},
     "humaneval": {"test": RemoteFile("humaneval/HumanEval.jsonl.gz",
-                                     "https://raw.githubusercontent.com/openai/human-eval/master/data/"
-                                     "HumanEval.jsonl.gz", None)},
+                                     "https://raw.githubusercontent.com/openai/human-eval/"
+                                     "master/data/HumanEval.jsonl.gz", None)},
     "mbpp": {
         split: RemoteFile("mbpp/mbpp.jsonl", "https://raw.githubusercontent.com/google-research/"
                                "google-research/master/mbpp/mbpp.jsonl", None)

@@ -127,7 +127,8 @@ def read_records(path: str) -> list[tuple[str, dict]]:
                               f"convert it to .jsonl") from e
         try:
             rows = pq.read_table(path).to_pylist()
-        except Exception as e:  # noqa: BLE001 - pyarrow's ArrowInvalid / OSError for a truncated or foreign file
+        # pyarrow's ArrowInvalid / OSError for a truncated or foreign file
+        except Exception as e:  # noqa: BLE001
             raise ValueError(f"{path}: not a readable parquet file ({type(e).__name__}: "
                              f"{' '.join(str(e).split())[:200]})") from None
         records = [(f"{path} row {i}", row) for i, row in enumerate(rows)]

@@ -40,7 +40,8 @@ def run_case(script, args, out_path, err_path):
             else:
                 print(exit_.code, file=sys.stderr)
                 code = 1
-        except BaseException:  # noqa: BLE001 - any failure ends this command only, as in its own process
+        # any failure ends this command only, as in its own process
+        except BaseException:  # noqa: BLE001
             traceback.print_exc()
             code = 1
         sys.stdout.flush()

@@ -83,7 +83,7 @@ def test_bench_scripts_run_in_smoke_mode(digit_model_dir, digit_data, tmp_path):
         assert math.isclose(runs[method]["entropy_sum"], runs["naive"]["entropy_sum"],
                             rel_tol=1e-5)
     for method, run in runs.items():
-        assert run["logp_dtype"] == "torch.float32"
+        assert run["logp_dtype"] == "float32"
         assert run["logp_max_abs_error"] < 1e-4, (method, run)
 
     # the training pass, old (rollout order, full width) vs new (grouped, trimmed; and by a token

@@ -357,8 +357,8 @@ def test_render_prompt_with_and_without_chat_template():
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     text = data.render_prompt(problem, tokenizer)
     assert text == (
-        f"<|im_start|>system\n{templates.MATH_SYSTEM}<|im_end|>\n<|im_start|>user\n{problem.question}"
-                    f"<|im_end|>\n<|im_start|>assistant\n")
+        f"<|im_start|>system\n{templates.MATH_SYSTEM}<|im_end|>\n"
+        f"<|im_start|>user\n{problem.question}<|im_end|>\n<|im_start|>assistant\n")
 
 
 # ------------------------------------------------------------------ decontamination

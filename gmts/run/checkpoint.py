@@ -446,7 +446,8 @@ def find_resumable(path, report=print):
         if problem is None:
             try:
                 return folder, load_trainer_state(folder)
-            except Exception as err:  # noqa: BLE001 - a damaged pickle/zip raises many kinds of errors
+            # a damaged pickle / zip raises many kinds of errors
+            except Exception as err:  # noqa: BLE001
                 problem = (f"{STATE_FILE} does not load ({type(err).__name__}: "
                            f"{' '.join(str(err).split())[:200]})")
         if not run:

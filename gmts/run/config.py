@@ -13,8 +13,8 @@ import re
 from dataclasses import dataclass, field, fields
 
 # One direction only: validate.py holds the rule table and imports nothing of gmts/run (no import
-# cycle).
-from gmts.run.validate import REPORT_TO, TRAIN_RULES, check  # noqa: F401  (REPORT_TO: config.REPORT_TO for readers)
+# cycle). REPORT_TO is here for readers of config.REPORT_TO.
+from gmts.run.validate import REPORT_TO, TRAIN_RULES, check  # noqa: F401
 
 
 def option(default, help_text):

@@ -65,8 +65,8 @@ def kv_cache_bytes(rows, max_len, config, dtype):
     head_dim) per layer; dtype: the compute dtype (or its name). Used by gmts/tools/memory.py."""
     layers, kv_heads, head_dim = cache_shape(config)
     dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
-    return layers * 2 * rows * kv_heads * max_len * head_dim * torch.empty((),
-                                                                           dtype=dtype).element_size()
+    element = torch.empty((), dtype=dtype).element_size()
+    return layers * 2 * rows * kv_heads * max_len * head_dim * element
 
 
 class KVCache(Cache):
