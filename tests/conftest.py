@@ -5,6 +5,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import json
+import pathlib
 import subprocess
 import sys
 import time
@@ -78,6 +79,36 @@ def inside_start_up(proc, timeout=120):
         time.sleep(0.01)
     if not os.path.exists(maps):     # no /proc (not Linux): past interpreter start-up, one hopes
         time.sleep(0.5)
+
+
+def _in_gloo_group(rank, world, worker, out_dir, args):
+    """One spawned process: worker(rank, world, *args) inside a gloo group begun and ended as
+    train.py does (distributed.init_group, a barrier, distributed.shutdown); then the names of the
+    gloo threads still alive go to out_dir/{rank}.threads.json."""
+    from gmts.trainer import distributed
+    distributed.init_group("gloo", init_method=f"file://{out_dir}/init", rank=rank,
+                           world_size=world)
+    try:
+        worker(rank, world, *args)
+        distributed.barrier()             # both processes leave together
+    finally:
+        distributed.shutdown()
+    tasks = os.listdir("/proc/self/task") if os.path.isdir("/proc/self/task") else []  # Linux
+    names = [pathlib.Path(f"/proc/self/task/{t}/comm").read_text().strip() for t in tasks]
+    with open(os.path.join(out_dir, f"{rank}.threads.json"), "w") as f:
+        json.dump([n for n in names if "gloo" in n], f)
+
+
+def spawn_gloo(worker, out_dir, *args, world=2):
+    """Run worker(rank, world, *args) in `world` spawned processes sharing one gloo group, and check
+    that each ended it for real: a gloo thread left alive into the interpreter's teardown aborts a
+    finished process now and then ("terminate called without an active exception", SIGABRT), so a
+    thread still alive after shutdown fails here every time rather than by chance."""
+    import torch.multiprocessing as mp
+    mp.spawn(_in_gloo_group, args=(world, worker, str(out_dir), args), nprocs=world, join=True)
+    for rank in range(world):
+        with open(os.path.join(str(out_dir), f"{rank}.threads.json")) as f:
+            assert json.load(f) == [], f"rank {rank}: gloo threads alive after shutdown"
 
 
 def tiny_qwen2(vocab_size=64, hidden=16, layers=2, dtype=torch.float32, seed=0):

@@ -18,12 +18,12 @@ import sys
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 
+from conftest import spawn_gloo  # a gloo group per spawned process
 from test_distributed import G, Q, T, adam_directions, make_batch, record_gradients, shard
 
 U64 = 2.0 ** -53      # float64's unit roundoff
@@ -103,24 +103,17 @@ def dead_batch():
     return batch
 
 
-def _worker(rank, world, init_file, flags, kind, out_dir, fsdp):
-    import torch.distributed as dist
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
-    try:
-        if kind == "ties":
-            result = tie_selection(rank, world)
-        else:
-            batches = [make_batch()] + ([dead_batch()] if kind == "dead" else [])
-            result = updates(flags, [shard(b, rank, world) for b in batches], fsdp)
-        torch.save(result, os.path.join(out_dir, f"{rank}.pt"))
-        dist.barrier()
-    finally:
-        dist.destroy_process_group()
+def _worker(rank, world, flags, kind, out_dir, fsdp):
+    if kind == "ties":
+        result = tie_selection(rank, world)
+    else:
+        batches = [make_batch()] + ([dead_batch()] if kind == "dead" else [])
+        result = updates(flags, [shard(b, rank, world) for b in batches], fsdp)
+    torch.save(result, os.path.join(out_dir, f"{rank}.pt"))
 
 
 def spawn(tmp_path, flags, kind, fsdp=False):
-    mp.spawn(_worker, args=(2, str(tmp_path / "init"), flags, kind, str(tmp_path), fsdp), nprocs=2,
-             join=True)
+    spawn_gloo(_worker, tmp_path, flags, kind, str(tmp_path), fsdp)
     return [torch.load(tmp_path / f"{r}.pt", weights_only=False) for r in range(2)]
 
 

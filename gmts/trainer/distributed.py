@@ -47,17 +47,21 @@ def init():
         backend = "gloo" if gloo else "nccl"
         if backend == "nccl":
             torch.cuda.set_device(local_rank)
-        # These two bind `group.WORLD` as a default argument when first imported (transformers'
-        # from_pretrained imports torch.distributed.nn; ZeroRedundancyOptimizer in .optim does the
-        # same): imported after the group exists, they would keep it, and its gloo threads, alive
-        # past destroy_process_group into the interpreter's teardown, which aborts a finished run
-        # now and then ("terminate called without an active exception"). Imported now, their
-        # defaults are None.
-        import torch.distributed.nn as _nn  # noqa: F401
-        import torch.distributed.optim as _optim  # noqa: F401
         # Long timeout: rank 0 evaluates and writes checkpoints while the others wait at a barrier.
-        dist.init_process_group(backend, timeout=datetime.timedelta(hours=2))
+        init_group(backend, timeout=datetime.timedelta(hours=2))
     return dist.get_rank(), dist.get_world_size(), local_rank
+
+
+def init_group(backend, **kwargs):
+    """dist.init_process_group(backend, **kwargs), after importing the two modules that bind
+    `group.WORLD` as a default argument when first imported (transformers' from_pretrained imports
+    torch.distributed.nn; ZeroRedundancyOptimizer in .optim does the same): imported after the group
+    exists, they would keep it, and its gloo threads, alive past destroy_process_group into the
+    interpreter's teardown, which aborts a finished run now and then ("terminate called without an
+    active exception"). Imported first, their defaults are None. End the group with shutdown()."""
+    import torch.distributed.nn as _nn  # noqa: F401
+    import torch.distributed.optim as _optim  # noqa: F401
+    dist.init_process_group(backend, **kwargs)
 
 
 def active():
@@ -164,7 +168,9 @@ def _clear_dtensor_caches():
     from torch.distributed.tensor import _redistribute, debug
     getattr(debug, "_clear_sharding_prop_cache", lambda: None)()
     for cache in gc.get_objects():
-        if isinstance(cache, functools._lru_cache_wrapper) and \
+        # type(), not isinstance(): isinstance reads __class__, and a deprecated object of
+        # torch.distributed (reduce_op) warns when its attributes are read
+        if type(cache) is functools._lru_cache_wrapper and \
                 str(getattr(cache, "__module__", "")).startswith("torch.distributed"):
             cache.cache_clear()
     getattr(_redistribute, "_planner_cache", {}).clear()
