@@ -93,10 +93,15 @@ def _in_gloo_group(rank, world, worker, out_dir, args):
         distributed.barrier()             # both processes leave together
     finally:
         distributed.shutdown()
+    with open(os.path.join(out_dir, f"{rank}.threads.json"), "w") as f:
+        json.dump(gloo_threads(), f)
+
+
+def gloo_threads():
+    """The names of this process's threads that gloo runs (none where there is no /proc)."""
     tasks = os.listdir("/proc/self/task") if os.path.isdir("/proc/self/task") else []  # Linux
     names = [pathlib.Path(f"/proc/self/task/{t}/comm").read_text().strip() for t in tasks]
-    with open(os.path.join(out_dir, f"{rank}.threads.json"), "w") as f:
-        json.dump([n for n in names if "gloo" in n], f)
+    return [n for n in names if "gloo" in n]
 
 
 def spawn_gloo(worker, out_dir, *args, world=2):
