@@ -122,9 +122,9 @@ CHECK = re.compile(r"_?check(_\w+)?$")   # an argument check: _check, check_rati
 
 def ran_statements(lines, ran):
     """(the line numbers of the statements of a file (`lines`, its text) that ran, those of them
-    that check arguments): a
-    simple statement's whole span; a compound one's header (a function's: its decorators and def,
-    when its body ran); `else:` / `try:` / `finally:` when the line after them ran."""
+    that check arguments): a simple statement's whole span; a compound one's header (a function's:
+    its decorators and def, when its body ran); `else:` / `try:` / `finally:` when the line after
+    them ran."""
     run, checks = set(), set()
     for node in ast.walk(ast.parse("\n".join(lines))):
         if not isinstance(node, ast.stmt):
@@ -150,9 +150,8 @@ def ran_statements(lines, ran):
 
 def kinds(lines, numbers, ran):
     """How the path's lines `numbers` of a file (`lines`, its text) split: {"ran": lines of
-    statements the step ran,
-    "checks": those of them checking arguments, "comments", "not_run": branches it did not take,
-    "blank"}; ran + comments + not_run + blank = len(numbers)."""
+    statements the step ran, "checks": those of them checking arguments, "comments", "not_run":
+    branches it did not take, "blank"}; ran + comments + not_run + blank = len(numbers)."""
     run, checks = ran_statements(lines, ran)
     out = dict.fromkeys(("ran", "checks", "comments", "not_run", "blank"), 0)
     for i in numbers:

@@ -83,13 +83,13 @@ def inside_start_up(proc, timeout=120):
 
 def _in_gloo_group(rank, world, worker, out_dir, args):
     """One spawned process: worker(rank, world, *args) inside a gloo group begun and ended as
-    train.py does (distributed.init_group, a barrier, distributed.shutdown); then the names of the
-    gloo threads still alive go to out_dir/{rank}.threads.json."""
+    train.py does (distributed.init_group, a barrier, distributed.shutdown); its result goes to
+    out_dir/{rank}.pt, then the names of the gloo threads still alive to {rank}.threads.json."""
     from gmts.trainer import distributed
     distributed.init_group("gloo", init_method=f"file://{out_dir}/init", rank=rank,
                            world_size=world)
     try:
-        worker(rank, world, *args)
+        torch.save(worker(rank, world, *args), os.path.join(out_dir, f"{rank}.pt"))
         distributed.barrier()             # both processes leave together
     finally:
         distributed.shutdown()
@@ -105,15 +105,18 @@ def gloo_threads():
 
 
 def spawn_gloo(worker, out_dir, *args, world=2):
-    """Run worker(rank, world, *args) in `world` spawned processes sharing one gloo group, and check
-    that each ended it for real: a gloo thread left alive into the interpreter's teardown aborts a
-    finished process now and then ("terminate called without an active exception", SIGABRT), so a
-    thread still alive after shutdown fails here every time rather than by chance."""
+    """[worker(rank, world, *args) for each rank], run in `world` spawned processes sharing one gloo
+    group (out_dir: where they meet and leave their results), checking that each ended it for real:
+    a gloo thread left alive into the interpreter's teardown aborts a finished process now and then
+    ("terminate called without an active exception", SIGABRT), so a thread still alive after
+    shutdown fails here every time rather than by chance."""
     import torch.multiprocessing as mp
     mp.spawn(_in_gloo_group, args=(world, worker, str(out_dir), args), nprocs=world, join=True)
     for rank in range(world):
         with open(os.path.join(str(out_dir), f"{rank}.threads.json")) as f:
             assert json.load(f) == [], f"rank {rank}: gloo threads alive after shutdown"
+    return [torch.load(os.path.join(str(out_dir), f"{rank}.pt"), weights_only=False)
+            for rank in range(world)]
 
 
 def tiny_qwen2(vocab_size=64, hidden=16, layers=2, dtype=torch.float32, seed=0):

@@ -146,11 +146,10 @@ def one_update(selector, batch, loss_norm, fsdp=False, extra=()):
     return selected, params, metrics, grads
 
 
-def _worker(rank, world, selector, loss_norm, out_dir, fsdp=False, extra=()):
+def _worker(rank, world, selector, loss_norm, fsdp=False, extra=()):
     selected, params, metrics, grads = one_update(selector, shard(make_batch(), rank, world),
                                                   loss_norm, fsdp, extra)
-    torch.save({"selected": selected, "params": params, "metrics": metrics, "grads": grads},
-               os.path.join(out_dir, f"{rank}.pt"))
+    return {"selected": selected, "params": params, "metrics": metrics, "grads": grads}
 
 
 # A token budget per micro-batch (--micro-batch-tokens): the ranks' rows split into different
@@ -174,10 +173,9 @@ def test_two_processes_equal_one_process(tmp_path, selector, loss_norm, fsdp, ex
         counts = [len(micro_batches(part, torch.arange(len(part.advantages)), cfg))
                   for part in (shard(make_batch(), r, 2) for r in range(2))]
         assert counts[0] != counts[1], counts
-    spawn_gloo(_worker, tmp_path, selector, loss_norm, str(tmp_path), fsdp, extra)
+    parts = spawn_gloo(_worker, tmp_path, selector, loss_norm, fsdp, extra)
     single_sel, single_params, single_metrics, single_grads = one_update(
         selector, make_batch(), loss_norm, extra=extra)
-    parts = [torch.load(tmp_path / f"{r}.pt", weights_only=False) for r in range(2)]
     both = torch.cat([p["selected"] for p in parts])
     assert torch.equal(both, single_sel)
     # ceil(0.2 n), global
@@ -308,7 +306,7 @@ def test_shutdown_frees_the_process_group(digit_model_dir, tmp_path, fsdp, exit_
                                                                        "gloo_threads": []}
 
 
-def _nccl_like_worker(rank, world, out_dir):
+def _nccl_like_worker(rank, world):
     """A group that, like NCCL, serves one device type and refuses a tensor on any other ("No
     backend type associated with device type cpu"). On a CPU the served type is `lazy` (torch's
     TorchScript lazy tensors: a second device that holds real data), the callers' tensors are on the
@@ -347,7 +345,7 @@ def _nccl_like_worker(rank, world, out_dir):
     selected, *_ = one_update("gmts", shard(make_batch(), rank, world), "selected")
     out["selected"] = selected
     out["handed"] = sorted(set(handed))
-    torch.save(out, os.path.join(out_dir, f"{rank}.pt"))
+    return out
 
 
 def test_every_collective_runs_on_the_backends_device(tmp_path):
@@ -355,8 +353,7 @@ def test_every_collective_runs_on_the_backends_device(tmp_path):
     request...) are handed tensors on the device the backend serves, whatever device the caller's
     tensors are on; and they sum."""
     pytest.importorskip("torch._lazy.ts_backend")
-    spawn_gloo(_nccl_like_worker, tmp_path, str(tmp_path))
-    parts = [torch.load(tmp_path / f"{r}.pt", weights_only=False) for r in range(2)]
+    parts = spawn_gloo(_nccl_like_worker, tmp_path)
     for part in parts:
         assert part["handed"] == ["lazy"]
         assert part["sum"] == [3.0, 4.0] and part["count"] == 3 and part["grads"] == [[3.0], [3.0]]
