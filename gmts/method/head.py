@@ -42,35 +42,33 @@ def _check_temperature(temperature) -> None:
            f"temperature must be a finite number > 0, got {temperature!r}")
 
 
-def _chunks(hidden, weight, bias, compute_dtype, sm_dtype, chunk_size, temperature):
-    """Yield (start, end, h, z, zf) for each chunk of tokens: its hidden states h in the matmul
-    dtype, its logits z = h W^T (+ b) in the reused buffer z (matmul dtype), and z / tau in zf (the
-    softmax dtype; the same memory as z when the dtypes match). Forward and backward both loop over
-    this: the backward recomputes exactly the forward's values. The two (chunk_size, V) buffers are
-    allocated once and reused for every chunk."""
-    n_tokens, vocab = hidden.shape[0], weight.shape[0]
-    # no copy when dtypes match
-    w, b = weight.to(compute_dtype), None if bias is None else bias.to(compute_dtype)
-    z_buf = torch.empty(min(chunk_size, n_tokens), vocab, dtype=compute_dtype, device=hidden.device)
-    zf_buf = z_buf if compute_dtype == sm_dtype else torch.empty(z_buf.shape, dtype=sm_dtype,
-                                                                 device=hidden.device)
-    for start in range(0, n_tokens, chunk_size):
-        end = min(start + chunk_size, n_tokens)
-        h, z, zf = hidden[start:end].to(compute_dtype), z_buf[:end - start], zf_buf[:end - start]
-        # z (n, V) = h W^T (+ b)
+def _chunks(ctx, hidden, weight, bias, sm_dtype):
+    """Yield (s, h, z, zf) for each chunk of at most ctx.chunk_size tokens: s the slice of its
+    tokens, h (n, H) their hidden states in the matmul dtype ctx.dtype, z = h W^T (+ b) (n, V) in
+    the matmul dtype and zf = z / tau (n, V) in the softmax dtype sm_dtype (the same memory as z
+    when the two dtypes match), tau = ctx.temperature. Forward and backward both loop over this,
+    so the backward recomputes exactly the forward's values. z and zf are views of two
+    (chunk_size, V) buffers allocated once and reused for every chunk. weight.to and bias.to make
+    no copy when the dtypes match."""
+    w, b = weight.to(ctx.dtype), None if bias is None else bias.to(ctx.dtype)
+    z_buf = hidden.new_empty(min(ctx.chunk_size, len(hidden)), len(weight), dtype=ctx.dtype)
+    zf_buf = z_buf if ctx.dtype == sm_dtype else torch.empty_like(z_buf, dtype=sm_dtype)
+    for start in range(0, len(hidden), ctx.chunk_size):
+        h = hidden[start:start + ctx.chunk_size].to(ctx.dtype)  # the last chunk may be shorter
+        z, zf = z_buf[:len(h)], zf_buf[:len(h)]
         torch.matmul(h, w.t(), out=z) if b is None else torch.addmm(b, h, w.t(), out=z)
-        if zf is not z:
-            zf.copy_(z)  # upcast once per chunk
-        if temperature != 1.0:
-            zf.div_(temperature)  # divide (not * 1/tau) to round exactly like the plain z / tau
-        yield start, end, h, z, zf
+        zf.copy_(z)  # upcast (copy_ does nothing when zf is z)
+        if ctx.temperature != 1.0:
+            zf.div_(ctx.temperature)  # divide (not * 1/tau) to round exactly like the plain z / tau
+        yield slice(start, start + len(h)), h, z, zf
 
 
-def _entropy_into(out, shifted, p_buf):
+def _entropy(out, shifted, p_buf):
     """H = -Σ p log p = log S - Σ(e · s) / S of each row, written into out (n,), from the shifted
-    logits s (n, V), with e = exp(s) in the reused buffer p_buf and S = Σ e (returned: the forward's
-    logsumexp needs it too). The per-row dot product is a bmm, without a (n, V) temporary."""
-    p = torch.exp(shifted, out=p_buf)  # unnormalised probabilities
+    logits s (n, V), with e = exp(s) in the reused buffer p_buf (at least n rows) and S = Σ e
+    (returned: the forward's logsumexp needs it too). The per-row dot product is a bmm, without a
+    (n, V) temporary."""
+    p = torch.exp(shifted, out=p_buf[:len(shifted)])  # unnormalised probabilities
     sum_exp = p.sum(-1)
     out.copy_(torch.log(sum_exp) - torch.bmm(p.unsqueeze(1),
                                              shifted.unsqueeze(2)).view(-1) / sum_exp)
@@ -81,41 +79,30 @@ class _ChunkedHeadLogProb(torch.autograd.Function):
     """logp[t] = log softmax(h_t W^T / tau + b / tau)[target_t] over flattened tokens, chunked (see
     module doc).
 
-    Inputs are 2D: hidden (N, H), weight (V, H), bias (V,) or None, targets (N,). Returns (logp
-    (N,), entropy (N,) or an empty tensor). Entropy is marked non-differentiable: it is a score, not
-    part of the graph (gmts/METHOD.md, "The loss")."""
+    Inputs are 2D: hidden (N, H), weight (V, H), bias (V,) or None, targets (N,); dtype is the
+    matmul dtype. Returns (logp (N,), entropy (N,) or an empty tensor). Entropy is marked
+    non-differentiable: it is a score, not part of the graph (gmts/METHOD.md, "The loss")."""
 
     @staticmethod
-    def forward(ctx, hidden, weight, bias, targets, temperature, chunk_size, with_entropy,
-                compute_dtype):
-        """Per chunk: the shifted logits s = z/tau - max, log p[target] = s[target] - log Σ exp(s),
-        and the logsumexp saved for the backward. With entropy (a score, _entropy_into), a third
-        reused (chunk, V) buffer holds exp(s); without it, exp runs in place (the shifted logits are
-        not needed any more)."""
-        n_tokens, vocab, device = hidden.shape[0], weight.shape[0], hidden.device
-        # float32 at least (module docstring)
-        sm_dtype = torch.promote_types(compute_dtype, torch.float32)
-        with torch.autocast(device.type, enabled=False):
-            logp = torch.empty(n_tokens, dtype=sm_dtype, device=device)
-            # logsumexp of z / tau, saved for backward
-            lse = torch.empty(n_tokens, dtype=sm_dtype, device=device)
-            entropy = torch.empty(n_tokens if with_entropy else 0, dtype=sm_dtype, device=device)
-            p_buf = torch.empty(min(chunk_size, n_tokens), vocab, dtype=sm_dtype,
-                                device=device) if with_entropy else None
-            for start, end, _, _, zf in _chunks(hidden, weight, bias, compute_dtype, sm_dtype,
-                                                chunk_size, temperature):
+    def forward(ctx, hidden, weight, bias, targets, temperature, chunk_size, with_entropy, dtype):
+        """Per chunk: the shifted logits s = z/tau - max (<= 0), in place in zf; log p[target] =
+        s[target] - log Σ exp(s); and lse = max + log Σ exp(s), the logsumexp of z / tau, saved
+        for the backward. logp, lse and entropy (N,) are in the softmax dtype, float32 at least
+        (module docstring). With entropy (a score, _entropy), a third reused (chunk, V) buffer
+        p_buf holds exp(s); without it (p_buf and entropy are empty), exp runs in place: the
+        shifted logits are not needed any more."""
+        n, sm_dtype = len(hidden), torch.promote_types(dtype, torch.float32)
+        logp, lse, entropy = (hidden.new_empty(k, dtype=sm_dtype) for k in (n, n, n * with_entropy))
+        p_buf = hidden.new_empty(min(chunk_size, n) * with_entropy, len(weight), dtype=sm_dtype)
+        ctx.temperature, ctx.chunk_size, ctx.dtype = temperature, chunk_size, dtype
+        with torch.autocast(hidden.device.type, enabled=False):
+            for s, _, _, zf in _chunks(ctx, hidden, weight, bias, sm_dtype):
                 row_max = zf.amax(dim=-1, keepdim=True)  # (n, 1)
-                zf.sub_(row_max)  # shifted logits, <= 0
-                target_shifted = zf.gather(-1, targets[start:end, None]).squeeze(-1)  # (n,)
-                if with_entropy:
-                    sum_exp = _entropy_into(entropy[start:end], zf, p_buf[:end - start])
-                else:
-                    sum_exp = zf.exp_().sum(-1)
+                target_shifted = zf.sub_(row_max).gather(-1, targets[s, None]).squeeze(-1)  # (n,)
+                sum_exp = _entropy(entropy[s], zf, p_buf) if with_entropy else zf.exp_().sum(-1)
                 log_sum_exp = torch.log(sum_exp)
-                logp[start:end] = target_shifted - log_sum_exp
-                lse[start:end] = row_max.squeeze(-1) + log_sum_exp
+                logp[s], lse[s] = target_shifted - log_sum_exp, row_max.squeeze(-1) + log_sum_exp
         ctx.save_for_backward(hidden, weight, bias, targets, lse)
-        ctx.temperature, ctx.chunk_size, ctx.compute_dtype = temperature, chunk_size, compute_dtype
         ctx.mark_non_differentiable(entropy)
         return logp, entropy
 
@@ -123,39 +110,27 @@ class _ChunkedHeadLogProb(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_logp, _grad_entropy):
         """Per chunk: recompute z, p = exp(z/tau - lse), and G = d loss / d z = g · (onehot(target)
-        - p) / tau, built in place in the softmax buffer (and copied back to the matmul dtype for
-        the two gradient matmuls); then grad_h = G W, grad_W += G^T h, grad_b += Σ G. grad_W and
-        grad_b accumulate in float32 even for bf16 weights: summing the chunks' contributions in
-        bf16 would round away small updates."""
+        - p) / tau, built in place in the softmax buffer (p is zf) and copied back to the matmul
+        dtype (into z, nothing to do when z is zf) for the gradient matmuls; then grad_h = G W,
+        grad_W += G^T h, grad_b += Σ G, each only when autograd asks for it (it calls this only
+        when one is asked for). grad_W and grad_b accumulate in the softmax dtype, float32 even for
+        bf16 weights: summing the chunks' contributions in bf16 would round away small updates."""
         hidden, weight, bias, targets, lse = ctx.saved_tensors
-        # (autograd calls this only when one is True)
         need_h, need_w, need_b = ctx.needs_input_grad[:3]
-        compute_dtype, inv_tau, device = ctx.compute_dtype, 1.0 / ctx.temperature, hidden.device
-        acc_dtype = torch.promote_types(compute_dtype, torch.float32)
-        with torch.autocast(device.type, enabled=False):
-            w = weight.to(compute_dtype)
-            grad_logp = grad_logp.to(lse.dtype)
-            grad_h = torch.empty(hidden.shape, dtype=compute_dtype,
-                                 device=device) if need_h else None
-            grad_w = torch.zeros(weight.shape, dtype=acc_dtype, device=device) if need_w else None
-            grad_b = torch.zeros(weight.shape[0], dtype=acc_dtype,
-                                 device=device) if need_b else None
-            for start, end, h, z, zf in _chunks(hidden, weight, bias, compute_dtype, lse.dtype,
-                                                ctx.chunk_size, ctx.temperature):
-                p = zf.sub_(lse[start:end, None]).exp_()  # softmax(z / tau), in place
-                g = grad_logp[start:end]  # (n,)
-                p.mul_((-g * inv_tau)[:, None])
-                p.scatter_add_(-1, targets[start:end, None], (g * inv_tau)[:, None])
-                if zf is not z:
-                    z.copy_(p)
+        w, g = weight.to(ctx.dtype), grad_logp.to(lse.dtype) * (1.0 / ctx.temperature)  # g / tau
+        grad_h = hidden.new_empty(hidden.shape, dtype=ctx.dtype) if need_h else None
+        grad_w = hidden.new_zeros(weight.shape, dtype=lse.dtype) if need_w else None
+        grad_b = hidden.new_zeros(len(weight), dtype=lse.dtype) if need_b else None
+        with torch.autocast(hidden.device.type, enabled=False):
+            for s, h, z, zf in _chunks(ctx, hidden, weight, bias, lse.dtype):
+                p = zf.sub_(lse[s, None]).exp_()  # softmax(z / tau), in place
+                z.copy_(p.mul_(-g[s, None]).scatter_add_(-1, targets[s, None], g[s, None]))  # G
                 if need_h:
-                    torch.matmul(z, w, out=grad_h[start:end])  # (n, H)
-                if need_w and acc_dtype == compute_dtype:
-                    grad_w.addmm_(z.t(), h)  # (V, H), no temporary
-                elif need_w:
-                    grad_w.add_(z.t() @ h)
+                    torch.matmul(z, w, out=grad_h[s])  # (n, H)
+                if need_w:  # (V, H); in place (addmm_) when the dtypes match
+                    grad_w.addmm_(z.t(), h) if z.dtype == grad_w.dtype else grad_w.add_(z.t() @ h)
                 if need_b:
-                    grad_b.add_(z.sum(0, dtype=acc_dtype))
+                    grad_b.add_(z.sum(0, dtype=lse.dtype))
         return (grad_h.to(hidden.dtype) if need_h else None,
                 grad_w.to(weight.dtype) if need_w else None,
                 grad_b.to(bias.dtype) if need_b else None, None, None, None, None, None)
@@ -208,24 +183,27 @@ def token_logprobs_and_entropy(hidden: Tensor, head_weight: Tensor, targets: Ten
 
 
 def head_logprobs(hidden: Tensor, head_weight: Tensor, targets: Tensor, *,
-                  head_bias: Tensor | None = None,
-                  temperature: float = 1.0, chunk_size: int = 1024, with_entropy: bool = True
-                  ) -> tuple[Tensor, Tensor | None]:
+                  head_bias: Tensor | None = None, temperature: float = 1.0, chunk_size: int = 1024,
+                  with_entropy: bool = True) -> tuple[Tensor, Tensor | None]:
     """token_logprobs_and_entropy on flat inputs the caller built itself: hidden (n, H), targets
     (n,) long ids in [0, V), head_bias (V,) or None. gmts/trainer/step.py's completion_logprobs
     calls this with the model's own hidden states and the sampled ids, so the public function's
     shape, dtype and range checks cannot fail there and are not repeated (nor those of temperature
     and chunk_size, train.py's checked flags). Returns (logp (n,), entropy (n,) or None)."""
-    if targets.numel() == 0:  # nothing to score; keep the result attached to the graph all the same
-        logp = (hidden.sum(-1) * 0).to(torch.promote_types(head_weight.dtype, torch.float32))
-        return logp, (logp.detach().clone() if with_entropy else None)
-    device_type = hidden.device.type     # the matmuls run in the autocast dtype when autocast is on
-    autocast = torch.is_autocast_enabled(device_type)
-    compute_dtype = torch.get_autocast_dtype(device_type) if autocast else head_weight.dtype
+    if targets.numel() == 0:
+        return _no_tokens(hidden, head_weight, with_entropy)
+    dev = hidden.device.type  # the matmuls run in the autocast dtype when autocast is on
+    dtype = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else head_weight.dtype
     logp, entropy = _ChunkedHeadLogProb.apply(hidden, head_weight, head_bias, targets,
-                                              float(temperature), chunk_size,
-                                             with_entropy, compute_dtype)
+                                              float(temperature), chunk_size, with_entropy, dtype)
     return logp, (entropy if with_entropy else None)
+
+
+def _no_tokens(hidden, head_weight, with_entropy):
+    """head_logprobs with no tokens: logp (0,) = hidden.sum(-1) * 0, kept attached to the graph
+    (a backward through it gives hidden a zero gradient), and entropy (0,) or None."""
+    logp = (hidden.sum(-1) * 0).to(torch.promote_types(head_weight.dtype, torch.float32))
+    return logp, (logp.detach().clone() if with_entropy else None)
 
 
 @torch.no_grad()
