@@ -1,14 +1,14 @@
 """`sample(decode=CompiledDecode)`: the decode step torch.compile'd over the static KV cache
-(gmts/trainer/rollout.py, _compiled_decode), against the eager sampler.
+(gmts/trainer/compiled_decode.py), against the eager sampler.
 
 Two layers of checking, because inductor's C++ code generation costs ~20 s of CPU per graph even for
 a 2-layer model (measured: the inductor test below, 20.9 s user CPU, 2 min 7 s wall on the shared
 2-core machine), so the bucket logic is tested without it:
 - torch.compile with a recording backend that runs the captured graph as it is (no code generation).
   This checks what is ours: dynamo captures the whole decode step over the static cache (one graph,
-  no graph breaks), the static mode (writes at cache.position, attention over every column, masked
-  by causality) gives the eager samples, and the batch shapes are bucketed (N, then powers of two),
-  so the step compiles once per bucket and never again.
+  no graph breaks), the static mode (writes at the layers' `position`, attention over every column,
+  masked by causality) gives the eager samples, and the batch shapes are bucketed (N, then powers
+  of two), so the step compiles once per bucket and never again.
 - the real thing (inductor), one shape, the same comparison (skipped only without a C++ compiler,
   which inductor needs on a CPU).
 

@@ -15,7 +15,7 @@ Prompts of at most P tokens: at most (log2(P / MIN_PROMPT_WIDTH) + 1) x (log2(N)
 """
 import torch
 
-from gmts.trainer.rollout import KVLayer
+from gmts.trainer.rollout import EagerDecode, KVLayer
 
 MIN_PROMPT_WIDTH = 16
 BACKEND = "inductor"      # torch.compile's backend (gpu_check.py --dry-run: "eager", no codegen)
@@ -41,11 +41,11 @@ def graph_bound(longest_prompt, rows):
 
 
 def decode_step(model, cache, cache_kw):
-    """The decode step over `cache` (gmts/trainer/rollout.py's KVCache): step(ids (n, 1),
-    position_ids (n, 1), mask (n, max_len)) -> logits (n, V) float32 (a copy: CUDA graph outputs
-    are overwritten by the next replay).
+    """The decode step over `cache` (gmts/trainer/rollout.py's KVCache of StaticKVLayers, after the
+    prefill): step(ids (n, 1), position_ids (n, 1), mask (n, max_len)) -> logits (n, V) float32 (a
+    copy: CUDA graph outputs are overwritten by the next replay).
 
-    Switches `cache` to static mode (writes at cache.position, attention over all max_len columns):
+    Switches the layers to static mode (writes at `position`, attention over all max_len columns):
     every step then has the same shapes for a given n. mode="reduce-overhead" captures CUDA graphs
     on a GPU (one launch per step instead of dozens of kernels per layer); on CPU it is the default
     mode. The cache's buffers are marked static, so CUDA graphs read them in place instead of
@@ -55,12 +55,13 @@ def decode_step(model, cache, cache_kw):
     import torch._dynamo
     dynamo = torch._dynamo.config
     dynamo.recompile_limit = max(dynamo.recompile_limit, 64)        # one graph per bucket
-    cache.position = torch.tensor(cache.length, device=cache.layers[0].keys.device)
+    position = torch.tensor(cache.get_seq_length(), device=cache.layers[0].keys.device)
+    torch._dynamo.mark_static_address(position)
     for layer in cache.layers:
+        layer.position = position                 # one 0-d tensor shared by every layer
         for buf in (layer.keys, layer.values):
             torch._dynamo.mark_static_address(buf)
-    torch._dynamo.mark_static_address(cache.position)
-    on_gpu = cache.position.device.type == "cuda"
+    on_gpu = position.device.type == "cuda"
 
     @torch.compile(mode="reduce-overhead" if on_gpu else None, dynamic=False, backend=BACKEND)
     def forward(ids, position_ids, mask):
@@ -68,44 +69,55 @@ def decode_step(model, cache, cache_kw):
                      **cache_kw).logits[:, -1].float()
 
     def step(ids, position_ids, mask):
-        cache.position.fill_(cache.length)       # the column this step writes (a static address)
+        position.fill_(cache.layers[0].length)   # the column this step writes (a static address)
         torch.compiler.cudagraph_mark_step_begin()   # the previous step's outputs are consumed
-        return forward(ids, position_ids, mask).clone()
+        logits = forward(ids, position_ids, mask).clone()
+        for layer in cache.layers:                # (outside the graph: a Python int)
+            layer.length += 1
+        return logits
     return step
 
 
 class StaticKVLayer(KVLayer):
-    """A KVLayer with a static mode, on once `cache.position` (a 0-d long tensor) is set by
-    decode_step after the prefill: a step writes its one column at `position` with index_copy_ and
-    attention reads all max_len columns; the unwritten ones are zeros and masked by causality (query
-    position = `position`), so every step has the same shapes and a compiled graph (CUDA graphs on
-    a GPU) replays it."""
+    """A KVLayer with a static mode, on once `position` (a 0-d long tensor) is set by decode_step
+    after the prefill: a step writes its one column at `position` with index_copy_ and attention
+    reads all max_len columns; the unwritten ones are zeros and masked by causality (query position
+    = `position`), so every step has the same shapes and a compiled graph (CUDA graphs on a GPU)
+    replays it. `length` is then advanced by decode_step, outside the graph."""
+    position = None
 
     def update(self, key_states, value_states, *args, **kwargs):
-        c, n = self.cache, key_states.shape[0]
-        if c.position is None:                                     # the prefill: eager
+        if self.position is None:                                  # the prefill: eager
             return super().update(key_states, value_states)
-        self.keys[:n].index_copy_(2, c.position.view(1), key_states)
-        self.values[:n].index_copy_(2, c.position.view(1), value_states)
+        n = key_states.shape[0]
+        self.keys[:n].index_copy_(2, self.position.view(1), key_states)
+        self.values[:n].index_copy_(2, self.position.view(1), value_states)
         return self.keys[:n], self.values[:n]
 
     def get_mask_sizes(self, query_length):
-        return (super().get_mask_sizes(query_length) if self.cache.position is None
-                else (self.cache.max_len, 0))
+        return super().get_mask_sizes(query_length) if self.position is None else (self.max_len, 0)
 
     def get_seq_length(self):
-        return self.cache.length if self.cache.position is None else self.cache.position
+        return self.length if self.position is None else self.position
 
 
-class CompiledDecode:
-    """rollout.EagerDecode's members for the compiled step: bucketed prompt widths and rows, and the
-    decode step over the static cache (decode_step)."""
-    prompt_width = staticmethod(prompt_width)
-    keep_rows = staticmethod(bucket_rows)
-    cache_layer = StaticKVLayer
+class CompiledDecode(EagerDecode):
+    """rollout.EagerDecode for the compiled step: bucketed prompt widths and rows, the prefill
+    eager, then the decode step over the static cache (decode_step)."""
+    layer = StaticKVLayer
 
-    def __init__(self, model, cache, cache_kw):
-        self.step = decode_step(model, cache, cache_kw)
+    def __init__(self, model, rows, width, max_new_tokens):
+        super().__init__(model, rows, prompt_width(width), max_new_tokens)
+        self.step = None
 
-    def __call__(self, ids, position_ids, mask):
-        return self.step(ids, position_ids, mask)
+    def keep_rows(self, keep):      # the live rows, then finished ones up to a power of two
+        idx = bucket_rows(keep)
+        self.cache.select_rows(idx)
+        return idx
+
+    def __call__(self, ids, position_ids, mask):     # the first call is the prefill
+        if self.step is not None:
+            return self.step(ids, position_ids, mask)
+        logits = super().__call__(ids, position_ids, mask)          # the prefill, eager
+        self.step = decode_step(self.model, self.cache, self.cache_kw)
+        return logits

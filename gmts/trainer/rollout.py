@@ -15,9 +15,10 @@ import dataclasses
 import inspect
 
 import torch
+import transformers
 from transformers.cache_utils import Cache, CacheLayerMixin
 
-CHECK_EVERY = 8       # decode steps between the host's looks at the rows (each one is a sync)
+CHECK_EVERY = 8       # decode steps between the host's looks at the rows (int(): a device sync)
 
 
 @dataclasses.dataclass
@@ -43,12 +44,11 @@ def left_pad(sequences, pad_id, device, width=0):
     """Q lists of ids -> (ids (Q, P), attention_mask (Q, P)), padded on the left so every prompt
     ends at column P-1; P = the longest sequence, or `width` when given."""
     width = width or max(map(len, sequences))
-    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long, device=device)
-    mask = torch.zeros((len(sequences), width), dtype=torch.long, device=device)
+    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)    # on the CPU, moved once
+    mask = torch.zeros_like(ids)
     for row, seq in enumerate(sequences):              # (an empty one: the slice [width:] is empty)
-        ids[row, width - len(seq):] = torch.as_tensor(seq, dtype=torch.long, device=device)
-        mask[row, width - len(seq):] = 1
-    return ids, mask
+        ids[row, width - len(seq):], mask[row, width - len(seq):] = torch.as_tensor(seq), 1
+    return ids.to(device), mask.to(device)
 
 
 def cache_shape(config):
@@ -69,72 +69,56 @@ def kv_cache_bytes(rows, max_len, config, dtype):
     return layers * 2 * rows * kv_heads * max_len * head_dim * element
 
 
+class KVLayer(CacheLayerMixin):
+    """One layer of `sample`'s KV cache: keys and values of shape (rows, kv_heads, max_len,
+    head_dim), allocated at the first write (dtype, device and heads from the model's own keys) and
+    written in place; `length`: the columns filled. The batch is the buffers' first n rows (n = the
+    keys' batch size at that write). Zeros, not empty: compiled_decode's static mode reads unwritten
+    columns (masked: a weight of exactly 0, which would still turn a NaN in memory into NaN)."""
+    is_compileable, is_sliding = True, False
+
+    def __init__(self, rows, max_len):
+        super().__init__()
+        self.rows, self.max_len, self.length = rows, max_len, 0
+
+    def update(self, k, v, *args, **kwargs):     # k, v (n, kv_heads, q, head_dim): q new columns
+        if not self.is_initialized:            # the first write (the prefill) allocates the buffers
+            self.keys, self.values = (x.new_zeros((self.rows, x.shape[1], self.max_len, x.shape[3]))
+                                      for x in (k, v))
+            self.is_initialized = True
+        n, cols = len(k), slice(self.length, self.length + k.shape[2])
+        self.keys[:n, :, cols], self.values[:n, :, cols], self.length = k, v, cols.stop
+        return self.keys[:n, :, :self.length], self.values[:n, :, :self.length]   # the filled part
+
+    def get_mask_sizes(self, query_length):    # (kv_length, kv_offset) of the keys `update` returns
+        return self.length + query_length, 0
+
+    def get_seq_length(self):              # = the query's first position (the mask's causal offset)
+        return self.length
+
+    def get_max_length(self):
+        return self.max_len
+
+    def lazy_initialization(self, k, v):    # (for transformers' early_initialization)
+        self.update(k[:, :, :0], v[:, :, :0])
+
+
 class KVCache(Cache):
-    """A preallocated KV cache for `sample`: per layer keys and values of shape (rows, kv_heads,
-    max_len, head_dim), allocated at the first write (dtype and device from the model's own keys)
-    and written in place.
+    """`sample`'s KV cache: KVCache(layers=[KVLayer(rows, max_len), ...]), one layer per decoder
+    layer, preallocated and written in place.
 
     transformers' DynamicCache grows by concatenation (every decode step copies the whole cache:
     O(L^2) traffic over an answer of L tokens) and its batch_select_indices copies it again whenever
-    rows finish. Here a step writes one column, and the batch is the first `n` rows of the buffers
-    (n = the keys' batch size at that step): `select_rows` moves the rows to keep to the front, in
-    place.
-
-    `length` (a Python int) is the number of filled columns; attention reads the filled part only,
-    keys[:n, :, :length + q]. `layer`: the class of its layers, the decode step's cache_layer
-    (gmts/trainer/compiled_decode.py's StaticKVLayer: a static mode with the same shapes at every
-    step, for compiled graphs).
-
-    Duck-types what transformers 5.x asks of a Cache (update, get_seq_length, get_mask_sizes, the
-    layer flags): it subclasses transformers' own Cache / CacheLayerMixin, so Qwen2, Llama and any
-    model that calls cache.update work.
-    """
-
-    def __init__(self, config, rows, max_len, layer):
-        super().__init__(layers=[layer() for _ in range(cache_shape(config)[0])])
-        for each in self.layers:
-            each.cache = self
-        self.rows, self.max_len, self.length, self.position = rows, max_len, 0, None
+    rows finish. Here a step writes one column, and `select_rows` moves the rows to keep to the
+    front, in place. A transformers Cache (update, get_seq_length, get_mask_sizes, the layer flags),
+    so Qwen2, Llama and any model that calls cache.update work."""
 
     def select_rows(self, idx):
         """Keep rows `idx` (in that order) as the batch's first len(idx) rows; copies only the
         filled columns."""
         for layer in self.layers:
-            for buf in (layer.keys, layer.values):
-                # gathered first, then written
-                buf[:len(idx), :, :self.length] = buf[idx, :, :self.length]
-
-
-class KVLayer(CacheLayerMixin):
-    """One layer of a KVCache (`cache`, set by it: the shapes are the cache's). Zeros, not empty:
-    the static mode reads unwritten columns (masked: a weight of exactly 0, which would still turn a
-    NaN in memory into NaN)."""
-    is_compileable, is_sliding = True, False
-
-    def lazy_initialization(self, key_states, value_states):
-        c = self.cache
-        self.keys = key_states.new_zeros((c.rows, key_states.shape[1], c.max_len,
-                                          key_states.shape[3]))
-        self.values = value_states.new_zeros((c.rows, value_states.shape[1], c.max_len,
-                                              value_states.shape[3]))
-        self.is_initialized = True
-
-    def update(self, key_states, value_states, *args, **kwargs):
-        if not self.is_initialized:
-            self.lazy_initialization(key_states, value_states)
-        c, n, q = self.cache, key_states.shape[0], key_states.shape[2]
-        cols = slice(c.length, c.length + q)      # write columns [length, length + q)
-        self.keys[:n, :, cols], self.values[:n, :, cols] = key_states, value_states
-        return self.keys[:n, :, :c.length + q], self.values[:n, :, :c.length + q]  # filled part
-
-    def get_mask_sizes(self, query_length):    # (kv_length, kv_offset) of the keys `update` returns
-        return self.cache.length + query_length, 0
-
-    def get_seq_length(self):              # = the query's first position (the mask's causal offset)
-        return self.cache.length
-
-    def get_max_length(self):
-        return self.cache.max_len
+            for buf in (layer.keys, layer.values):           # (the gather copies before the write)
+                buf[:len(idx), :, :layer.length] = buf[idx, :, :layer.length]
 
 
 def positions(attention_mask):
@@ -158,24 +142,27 @@ def filter_logits(logits, top_k=0, top_p=1.0):
 
 
 class EagerDecode:
-    """`sample`'s decode step: the model's forward of one token per row over the filled part of the
-    cache. compiled_decode.CompiledDecode has the same members, with static shapes."""
-    cache_layer = KVLayer         # the KV cache's layers
+    """`sample`'s model calls, the prefill then one token per row per step, over a KVCache of `rows`
+    rows and width + max_new_tokens columns (width: the prompts' columns, the longest prompt's).
+    step(ids (n, q), position_ids (n, q), mask (n, width + max_new_tokens)) -> logits (n, V) of
+    each row's next token; mask: 0 at a prompt's left padding, 1 on every later column (causality
+    hides the unwritten ones). compiled_decode.CompiledDecode: the same, with static shapes."""
+    layer = KVLayer                   # the class of the cache's layers
 
-    def __init__(self, model, cache, cache_kw):
-        self.model, self.cache, self.cache_kw = model, cache, cache_kw
+    def __init__(self, model, rows, width, max_new_tokens):
+        layers = range(_transformers_model(model).config.get_text_config().num_hidden_layers)
+        self.cache = KVCache(layers=[self.layer(rows, width + max_new_tokens) for _ in layers])
+        self.model, self.width, self.cache_kw = model, width, {_cache_keyword(model): self.cache}
 
-    @staticmethod
-    def prompt_width(longest):    # the prompts' columns (left-padded): the longest prompt's
-        return longest
+    def keep_rows(self, keep):     # finished rows leave: the live ones (keep: (n,) bool) move up
+        idx = keep.nonzero().squeeze(1)
+        self.cache.select_rows(idx)
+        return idx
 
-    @staticmethod
-    def keep_rows(keep):          # the batch rows to keep when finished ones leave: the live ones
-        return keep.nonzero().squeeze(1)
-
-    def __call__(self, ids, position_ids, mask):    # -> logits (n, V) of the next token
-        return self.model(input_ids=ids, attention_mask=mask[:, :self.cache.length + 1],
-                          position_ids=position_ids, use_cache=True, **self.cache_kw).logits[:, -1]
+    def __call__(self, ids, position_ids, mask):    # ids (n, q) -> logits (n, V) of the next token
+        end = self.cache.get_seq_length() + ids.shape[1]     # the cache's columns after this call
+        return self.model(input_ids=ids, attention_mask=mask[:, :end], position_ids=position_ids,
+                          use_cache=True, logits_to_keep=1, **self.cache_kw).logits[:, -1]
 
 
 @torch.no_grad()
@@ -191,24 +178,16 @@ def sample(model, prompts, *, group_size, max_new_tokens, eos_token_ids, pad_tok
                          f">= 1 (got {len(prompts)} prompts, {group_size}, {max_new_tokens})")
     device, n_rows = next(model.parameters()).device, len(prompts) * group_size
     eos = torch.tensor(sorted(set(eos_token_ids)), device=device)
-    # (N, T) float64: answer row i draws uniform[i, t] at step t, from its prompt's seed alone
     uniform = answers_uniforms(seeds or prompt_seeds(len(prompts), generator), group_size,
-                               max_new_tokens).to(device)
+                               max_new_tokens).to(device)    # (N, T): row i draws uniform[i, t]
+    step = decode(model, n_rows, max(map(len, prompts)), max_new_tokens)  # the forwards, KV cache
     prefill = prompts if share_prefix else [p for p in prompts for _ in range(group_size)]
-    ids, mask = left_pad(prefill, pad_token_id, device, decode.prompt_width(max(map(len, prompts))))
-    # Prefill: one row per prompt, then each prompt's cache rows copied G times
-    cache, cache_kw = new_cache(model, n_rows, ids.shape[1] + max_new_tokens, decode.cache_layer)
-    logits = model(input_ids=ids, attention_mask=mask, position_ids=positions(mask), use_cache=True,
-                   logits_to_keep=1, **cache_kw).logits[:, -1]
-    cache.length = ids.shape[1]
-    copies = group_size if share_prefix else 1
-    rows = torch.arange(len(ids), device=device).repeat_interleave(copies)
-    cache.select_rows(rows)
-    logits, mask = logits[rows], mask[rows]
-    start = mask.sum(dim=1)            # each row's real prompt tokens = its first answer's position
-    # mask: 0 at a prompt's left padding, 1 on every later column (causality hides unwritten ones)
-    mask = torch.cat([mask, mask.new_ones((n_rows, max_new_tokens))], dim=1)
-    step = decode(model, cache, cache_kw)
+    ids, mask = left_pad(prefill, pad_token_id, device, step.width)
+    logits = step(ids, positions(mask), mask)          # the prefill: one row per prompt, or N
+    rows = torch.arange(len(ids), device=device).repeat_interleave(n_rows // len(ids))
+    step.cache.select_rows(rows)                       # each prompt's cache rows copied G times
+    logits, start = logits[rows], mask[rows].sum(dim=1)     # start: each answer's first position
+    mask = torch.nn.functional.pad(mask, (0, max_new_tokens), value=1)[rows]   # 1 after the prompts
     tokens = torch.full((n_rows, max_new_tokens), pad_token_id, dtype=torch.long, device=device)
     logp, entropy = torch.zeros((2, n_rows, max_new_tokens), dtype=torch.float32, device=device)
     finished = torch.zeros(n_rows, dtype=torch.bool, device=device)
@@ -220,31 +199,24 @@ def sample(model, prompts, *, group_size, max_new_tokens, eos_token_ids, pad_tok
             next_tok = log_probs.argmax(dim=-1)
         else:                                                       # inverse CDF of uniform[row, t]
             filtered = filter_logits(scaled, top_k, top_p) if top_k or top_p < 1 else scaled
-            probs = torch.softmax(filtered, dim=-1)
-            cdf = probs.double().cumsum(dim=-1)
-            u = (uniform[live, t] * cdf[:, -1]).unsqueeze(1)
-            next_tok = torch.searchsorted(cdf, u, right=True).squeeze(1)
-            next_tok = next_tok.clamp(max=probs.shape[-1] - 1)
-        answering = ~finished[live]          # rows still answering (finished ones wait to leave)
-        tokens[live, t] = torch.where(answering, next_tok, pad_token_id)  # (index writes: no sync)
-        logp[live, t] = answering * log_probs.gather(1, next_tok[:, None]).squeeze(1)
-        entropy[live, t] = answering * -(log_probs.exp() * log_probs).sum(dim=-1)
-        finished[live] |= torch.isin(next_tok, eos) & answering
-        # the host looks at the rows (a device sync) only every CHECK_EVERY tokens
-        n_keep = int((keep := ~finished[live]).sum()) if (t + 1) % CHECK_EVERY == 0 else len(live)
+            cdf = torch.softmax(filtered, dim=-1).double().cumsum(dim=-1)
+            u = (uniform[live, t] * cdf[:, -1])[:, None]
+            next_tok = torch.searchsorted(cdf, u, right=True)[:, 0].clamp(max=cdf.shape[1] - 1)
+        tokens[live, t] = next_tok          # index writes: no sync (masked after a row's end below)
+        logp[live, t] = log_probs.gather(1, next_tok[:, None])[:, 0]
+        entropy[live, t] = -(log_probs.exp() * log_probs).sum(dim=-1)
+        finished[live] |= torch.isin(next_tok, eos)
+        n_keep = int((~finished[live]).sum()) if (t + 1) % CHECK_EVERY == 0 else len(live)
         if n_keep == 0 or t == max_new_tokens - 1:
             break
         if drop_finished and n_keep <= len(live) // 2:    # at halvings: about one cache copy in all
-            idx = step.keep_rows(keep)
-            cache.select_rows(idx)
+            idx = step.keep_rows(~finished[live])           # (their cache rows move up)
             live, next_tok, mask, start = live[idx], next_tok[idx], mask[idx], start[idx]
-        logits = step(next_tok[:, None], (start + t)[:, None], mask)    # writes column cache.length
-        cache.length += 1
-    valid_mask = completion_mask(tokens, eos, max_new_tokens)
-    return Rollout(prompt_ids=list(map(list, prompts)),
-                   completion_ids=tokens.masked_fill(~valid_mask, pad_token_id),
-                   valid_mask=valid_mask, old_logp=logp * valid_mask, entropy=entropy * valid_mask,
-                   finished=finished, group_size=group_size)
+        logits = step(next_tok[:, None], (start + t)[:, None], mask)
+    valid = completion_mask(tokens, eos, max_new_tokens)   # tokens after a row's end: padding
+    return Rollout(prompt_ids=list(map(list, prompts)), valid_mask=valid,
+                   completion_ids=tokens.masked_fill(~valid, pad_token_id), old_logp=logp * valid,
+                   entropy=entropy * valid, finished=finished, group_size=group_size)
 
 
 def prompt_seeds(n, gen):
@@ -259,9 +231,9 @@ def answers_uniforms(seeds, group_size, max_new_tokens):
 
 
 def sample_batched(model, prompts, *, prompts_per_call=0, generator=None, **kwargs):
-    """`sample` over chunks of `prompts_per_call` prompts (0 = all at once), as one Rollout."""
-    # Chunks bound the KV cache (the paper's 64 x 16 answers of 2k tokens: ~90 GB on Qwen2.5-1.5B
-    # in one call); the seeds are drawn once for all, so the answers do not depend on the chunks.
+    """`sample` over chunks of `prompts_per_call` prompts (0 = all at once), as one Rollout. Chunks
+    bound the KV cache (the paper's 64 x 16 answers of 2k tokens: ~90 GB on Qwen2.5-1.5B in one
+    call); the seeds are drawn once for all, so the answers do not depend on the chunks."""
     k = prompts_per_call or len(prompts)
     seeds, starts = prompt_seeds(len(prompts), generator), range(0, len(prompts), k)
     parts = [sample(model, prompts[i:i + k], seeds=seeds[i:i + k], **kwargs) for i in starts]
@@ -295,24 +267,17 @@ def concat_rollouts(parts, pad_id):
                                             for f in dataclasses.fields(parts[0])})
 
 
-def new_cache(model, rows, max_len, layer=KVLayer):
-    """(a KVCache for `model`, the forward's keyword arguments that hand it over)."""
-    cache = KVCache(_transformers_model(model).config, rows, max_len, layer)
-    return cache, {_cache_keyword(model): cache}
-
-
 def _transformers_model(model):
-    """The transformers model inside `model` (itself, or the one a LoRA (peft) or DDP/FSDP
-    wrapper holds)."""
-    from transformers import PreTrainedModel
-    return next((m for m in model.modules() if isinstance(m, PreTrainedModel)), model)
+    """The transformers model inside `model`: itself, or the one a LoRA (peft) or DDP/FSDP wrapper
+    holds."""
+    return next((m for m in model.modules() if isinstance(m, transformers.PreTrainedModel)), model)
 
 
 def _cache_keyword(model):
-    """The KV cache's forward keyword: `cache` in transformers 5.x, `past_key_values` in 4.x."""
-    # Asked of the transformers model, not of a LoRA / DDP / FSDP wrapper (forward(**kwargs)).
-    params = inspect.signature(_transformers_model(model).forward).parameters
-    return "cache" if "cache" in params else "past_key_values"
+    """The KV cache's forward keyword: `cache` in transformers 5.x, `past_key_values` in 4.x; asked
+    of the transformers model, not of a LoRA / DDP / FSDP wrapper (forward(**kwargs))."""
+    forward = _transformers_model(model).forward
+    return "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
 
 
 def completion_mask(tokens, eos, max_len):
