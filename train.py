@@ -115,8 +115,7 @@ def answer_prompts(stream, idx, cfg, model, tokenizer, eos_ids, generator, rewar
     A."""
     G = cfg.group_size
     problems, prompt_ids = [stream.problems[i] for i in idx], [stream.prompt_ids[i] for i in idx]
-    # 1. Rollout: G answers per prompt, with their log-probs and entropies
-    # (gmts/trainer/rollout.py).
+    # 1. Rollout: G answers per prompt, with their log-probs and entropies (gmts/trainer/rollout.py)
     roll = sample_batched(model, prompt_ids, prompts_per_call=cfg.rollout_batch_size, group_size=G,
                           max_new_tokens=cfg.max_new_tokens, eos_token_ids=eos_ids,
                           pad_token_id=tokenizer.pad_token_id, temperature=cfg.temperature,
@@ -126,17 +125,12 @@ def answer_prompts(stream, idx, cfg, model, tokenizer, eos_ids, generator, rewar
     # 2. Reward: programs check each answer (rewards/), all at once on a thread pool: R_i, the
     #    weighted sum of the --reward functions (or each row's own reward).
     answered = [problems[i // G] for i in range(len(texts))]
-    try:
-        R = torch.tensor(rewards.as_scorer(reward_fns).score(texts, answered, log=True).total,
-                         dtype=torch.float32)
-    except rewards.RewardError as err:
-        raise SystemExit(err.for_cli()) from None
+    R = torch.tensor(rewards.as_scorer(reward_fns).score(texts, answered, log=True).total,
+                     dtype=torch.float32)
     # 3. Advantage, per group: A_i = (R_i - mean) / (std + eps) (gmts/method/grpo.py). With
-    # --overlong-buffer, R first pays DAPO's length penalty; which groups count as mixed is still
-    # decided by the checker's R alone.
+    #    --overlong-buffer, R first pays DAPO's length penalty (mixed groups: by R alone).
     shaped = R if not cfg.overlong_buffer else R + overlong_penalty(
-        roll.valid_mask.sum(dim=1).cpu(), cfg.max_new_tokens, cfg.overlong_buffer,
-        cfg.overlong_penalty)
+        roll.lengths.cpu(), cfg.max_new_tokens, cfg.overlong_buffer, cfg.overlong_penalty)
     return Batch(**vars(roll), problems=problems, texts=texts, rewards=R,
                  advantages=group_advantages(shaped, G, std=cfg.adv_std))
 
@@ -181,32 +175,25 @@ def update_policy(cfg, model, ref_model, optimizer, batch, select_gen, device, s
     for epoch in range(cfg.ppo_epochs):
         for rows in minibatch_rows(len(batch.prompt_ids), cfg.group_size, cfg.mini_batch_size,
                                    seed=cfg.seed, step=step, epoch=epoch, device=device):
-            mb = MiniBatch(rows, valid_mask=batch.valid_mask, advantages=batch.advantages,
-                           old_logp=batch.old_logp, entropy=batch.entropy, ref_logp=ref_logp,
-                           exclude=exclude, group_size=cfg.group_size)
+            mb = MiniBatch(batch, rows, cfg.group_size, ref_logp=ref_logp, exclude=exclude)
             # 4. Score at the current θ: log π_θ and E of every sampled token, ω, the score.
             #    On-policy (θ = θ_old, before the first optimizer step) the rollout's values are
             #    exact and r = 1 (gmts/METHOD.md, "Where E and ω come from"); later, a no-grad pass.
-            if on_policy:
-                logp, entropy = mb.old_logp, mb.entropy
-            else:
-                logp, entropy = scoring_pass(model, batch, rows, cfg)
-            kl_share = minibatch_kl_share(cfg, mb) if cfg.beta else 1.0
+            logp, entropy = ((mb.old_logp, mb.entropy) if on_policy
+                             else scoring_pass(model, batch, rows, cfg))
             omega = token_omega(logp, mb.old_logp, mb.advantages, eps_low=cfg.eps_low,
                                 eps_high=cfg.eps_high, beta=cfg.beta, ref_logp=mb.ref_logp,
-                                kl_share=kl_share)
+                                kl_share=minibatch_kl_share(cfg, mb) if cfg.beta else 1.0)
             length_weight = relative_token_weight(mb.valid_mask, cfg.loss_norm)  # 1/|o_i| or None
-            # NaN/inf in log π, E or ω: nothing to rank and no step (a non-finite step).
+            # NaN/inf in log π, E or ω: nothing to rank (zeros) and no step (a non-finite step).
             finite = finite_on(mb.valid_mask, (logp, entropy, omega))
             if not finite:
-                logp, entropy, omega = (torch.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0)
-                                        for x in (logp, entropy, omega))
+                logp, entropy, omega = (x.nan_to_num(0.0, 0.0, 0.0) for x in (logp, entropy, omega))
             scores = token_scores(cfg.selector, entropy, omega, weight=length_weight,
                                   generator=select_gen)
             # 5. Select: exactly k = ceil(ρ · N_valid) tokens of THIS mini-batch.
             selected = run_selection(cfg, scores, mb.valid_mask, mb.group_ids, mb.exclude)
-            # 6. Masked loss, normalised over the mini-batch: its micro-batches' gradients sum
-            #    to its gradient.
+            # 6. Masked loss, normalised over the mini-batch (its micro-batches' gradients sum up)
             loss_inputs = masked_loss_inputs(cfg, mb, selected, on_policy=on_policy)
             model.train()
             optimizer.zero_grad(set_to_none=True)
@@ -264,9 +251,9 @@ def train_step(run, step):
     done.time_rollout_s = time.time() - t_start
     if int(batch_sum(int(done.batch is None))):      # no group anywhere (no process may step alone)
         return done
-    probe = GradNoise(model) if cfg.log_grad_noise else None
     done.records = update_policy(cfg, model, run.ref_model, run.optimizer, done.batch,
-                                 run.select_gen, run.device, step, probe)
+                                 run.select_gen, run.device, step,
+                                 probe=GradNoise(model) if cfg.log_grad_noise else None)
     done.outcome, done.time_train_s = TRAINED, time.time() - t_start - done.time_rollout_s
     return done
 
@@ -330,7 +317,10 @@ def main(argv=None):
         lr = cfg.lr * min(1.0, step / cfg.warmup_steps) if cfg.warmup_steps else cfg.lr
         for group in run.optimizer.param_groups:
             group["lr"] = lr
-        done = train_step(run, step)
+        try:
+            done = train_step(run, step)
+        except rewards.RewardError as err:      # a reward function failed: one line, its traceback
+            raise SystemExit(err.for_cli()) from None
         metrics, samples = step_figures(run, step, done), None
         if done.records:           # the update's figures (gmts/trainer/diagnostics.py), for the log
             log = UpdateLog(cfg, done.batch, done.records)

@@ -109,8 +109,7 @@ def main():
     rollout = Batch(problems=[None] * n, prompt_ids=prompts, completion_ids=completion,
                     valid_mask=valid, old_logp=zeros, entropy=zeros, texts=[""] * n,
                     rewards=torch.zeros(n), advantages=advantages)
-    mb = MiniBatch(torch.arange(n), valid_mask=valid, advantages=advantages, old_logp=zeros,
-                   entropy=zeros, ref_logp=None, exclude=None, group_size=1)
+    mb = MiniBatch(rollout, torch.arange(n), 1)
     inputs = LossInputs(mb, loss_weights(valid, valid, "selected"), None, mb.rows, on_policy=True,
                         eps_low=0.2, eps_high=0.28, beta=0.0)
     real = int(valid.sum()) + sum(len(p) for p in prompts)

@@ -116,9 +116,7 @@ def test_scoring_pass_equals_one_untrimmed_pass_and_computes_only_real_width(siz
 def gradient(model, batch, rows, config):
     """The trainer's step-6 gradient of the on-policy loss over `rows` (weights with the whole
     batch's normaliser)."""
-    mb = MiniBatch(rows, valid_mask=batch.valid_mask, advantages=batch.advantages,
-                   old_logp=batch.old_logp, entropy=batch.entropy, ref_logp=None, exclude=None,
-                   group_size=G)
+    mb = MiniBatch(batch, rows, G)
     weights = loss_weights(mb.valid_mask, mb.valid_mask, "selected")
     inputs = LossInputs(mb, weights, None, mb.rows, on_policy=True, eps_low=0.2, eps_high=0.28,
                         beta=0.0)

@@ -11,7 +11,7 @@ sys.path.insert(0, os.path.join(ROOT, "bench"))
 
 # Issue 33's goal is reading_path.GOAL["lines"] = 480; not reached yet. This bound (today's measure)
 # only stops the path from growing.
-LINES_NOW = 641
+LINES_NOW = 540
 
 
 def test_one_default_step_reads_through_few_files_and_no_plumbing():

@@ -272,8 +272,7 @@ def trainer_pieces(prompts, completions, valid, adv, weights, micro_batch_size):
     batch = Batch(problems=[None] * len(prompts), prompt_ids=prompts, completion_ids=completions,
                   valid_mask=valid, old_logp=zeros, entropy=zeros, texts=[""] * len(adv),
                   rewards=torch.zeros(len(adv)), advantages=adv)
-    mb = MiniBatch(torch.arange(len(adv)), valid_mask=valid, advantages=adv, old_logp=zeros,
-                   entropy=zeros, ref_logp=None, exclude=None, group_size=G)
+    mb = MiniBatch(batch, torch.arange(len(adv)), G)
     inputs = LossInputs(mb, weights, None, mb.rows, on_policy=True, eps_low=0.2, eps_high=0.28,
                         beta=0.0)
     cfg = types.SimpleNamespace(group_size=G, micro_batch_size=micro_batch_size,

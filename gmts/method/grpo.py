@@ -52,17 +52,15 @@ def group_advantages(rewards, group_size, *, std="unbiased", eps=1e-6):
     rewards = torch.as_tensor(rewards, dtype=torch.float32)
     _check(rewards.dim() == 1, f"rewards must be 1-D (N,), got shape {tuple(rewards.shape)}")
     _check(std in STD_MODES, f"std must be one of {STD_MODES}, got {std!r}")
-    _check(isinstance(group_size, int) and group_size >= 2,
-           f"group_size must be an int >= 2 (a group of one answer has no baseline), got "
-           f"{group_size!r}")
+    _check(isinstance(group_size, int) and group_size >= 2,     # one answer has no baseline
+           f"group_size must be an int >= 2, got {group_size!r}")
     _check(rewards.numel() % group_size == 0,
            f"{rewards.numel()} rewards do not split into groups of {group_size}")
     _check(torch.isfinite(rewards).all(), lambda: f"rewards contain NaN/inf: {rewards.tolist()}")
     grouped = rewards.view(-1, group_size)                     # (Q, G)
     centred = grouped - grouped.mean(dim=1, keepdim=True)
-    # All-equal groups get A = 0 EXACTLY, whatever the values (gmts/METHOD.md, "Exactness notes"): a
-    # float mean of eight 0.3's is not exactly 0.3, and (0.3 - mean) / (std + eps) would give every
-    # answer |A| ~ 0.06 of noise.
+    # All-equal groups get A = 0 EXACTLY: a float mean of eight 0.3's is not exactly 0.3
+    # (gmts/METHOD.md, "Exactness notes")
     all_equal = grouped.amax(dim=1, keepdim=True) == grouped.amin(dim=1, keepdim=True)
     centred = centred.masked_fill(all_equal, 0.0)
     if std == "none":
@@ -243,13 +241,12 @@ def select_tokens(scores, valid_mask, ratio, *, scope="batch", group_ids=None, b
            f"{tuple(valid_mask.shape)}")
     _check(scope in SCOPES, f"scope must be one of {SCOPES}, got {scope!r}")
     check_ratio(ratio)
-    eligible = valid_mask if exclude is None else valid_mask & ~_checked_exclude(exclude,
-                                                                                 valid_mask)[:,
-                                                                                             None]
+    if exclude is not None:
+        exclude = _checked_exclude(exclude, valid_mask)
+    eligible = valid_mask if exclude is None else valid_mask & ~exclude[:, None]
     if scores is None:
         return eligible.clone()
-    _check(scores.shape == valid_mask.shape,
-           f"scores shape {tuple(scores.shape)} != valid_mask's {tuple(valid_mask.shape)}")
+    _check_same_shape(scores=scores, valid_mask=valid_mask)
     check_scores(scores, eligible)
     if scope == "group":
         return _select_per_group(scores, valid_mask, eligible, ratio, group_ids, bottom)
@@ -341,9 +338,7 @@ def loss_weights(valid_mask, selected_mask, loss_norm="selected", *, reduce=None
                        selection: see check_loss_config)
     """
     _check(loss_norm in LOSS_NORMS, f"loss_norm must be one of {LOSS_NORMS}, got {loss_norm!r}")
-    _check(valid_mask.shape == selected_mask.shape,
-           f"valid_mask {tuple(valid_mask.shape)} and selected_mask {tuple(selected_mask.shape)} "
-           "differ")
+    _check_same_shape(valid_mask=valid_mask, selected_mask=selected_mask)
     _check(not (selected_mask & ~valid_mask).any(),
            "selected_mask selects padding/prompt positions (not in valid_mask)")
     total = reduce or (lambda count: count)

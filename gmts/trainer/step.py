@@ -45,9 +45,8 @@ def layers_gathered(model):
 
 def even_passes(model, n_passes, backward=True):
     """FSDP: a with-block of n_passes passes, padded so that every process runs as many."""
-    if not several_processes():
-        return contextlib.nullcontext()
-    return distributed.even_passes(model, n_passes, backward)
+    return (distributed.even_passes(model, n_passes, backward) if several_processes()
+            else contextlib.nullcontext())
 
 
 def sum_and_clip_gradients(model, params, n_passes, max_norm):
@@ -170,16 +169,14 @@ def shuffled_minibatches(n_local_groups, group_size, groups_per_step, seed, step
 class MiniBatch:
     """One optimizer batch: `rows` of the rollout batch, the per-row tensors sliced to them."""
 
-    def __init__(self, rows, *, valid_mask, advantages, old_logp, entropy, ref_logp, exclude,
-                 group_size):
-        self.rows, self.group_size = rows, group_size
-        self.valid_mask, self.advantages = valid_mask[rows], advantages[rows]
-        self.old_logp, self.entropy = old_logp[rows], entropy[rows]       # the sampler's: at θ_old
-        self.ref_logp = None if ref_logp is None else ref_logp[rows]
-        self.exclude = None if exclude is None else exclude[rows]
-        self.group_ids = rows // group_size
+    def __init__(self, batch, rows, group_size, *, ref_logp=None, exclude=None):
+        self.rows, self.group_ids = rows, rows // group_size
+        self.valid_mask, self.advantages = batch.valid_mask[rows], batch.advantages[rows]
+        self.old_logp, self.entropy = batch.old_logp[rows], batch.entropy[rows]   # at θ_old
+        self.ref_logp = None if ref_logp is None else ref_logp[rows]     # ref_logp: (N, T) π_ref
+        self.exclude = None if exclude is None else exclude[rows]        # exclude: (N,) left out
         # where each rollout row sits in this mini-batch (-1: not in it), to slice per micro-batch
-        self.position = torch.full((valid_mask.shape[0],), -1, dtype=torch.long, device=rows.device)
+        self.position = torch.full((len(batch.valid_mask),), -1, device=rows.device)
         self.position[rows] = torch.arange(len(rows), device=rows.device)
 
 
@@ -200,18 +197,14 @@ def completion_logprobs(model, prompt_ids, completion_ids, valid_mask, *, group_
                                  attention_mask=attention, position_ids=positions(attention),
                                  use_cache=False).last_hidden_state
     # Position P-1+t predicts completion token t; only the valid ones go through the chunked head.
-    P, T = ids.shape[1], completion_ids.shape[1]
-    h = hidden[:, P - 1:P - 1 + T][valid_mask]                                 # (n_valid, H)
+    h = hidden[:, ids.shape[1] - 1:-1][valid_mask]                             # (n_valid, H)
     head = model.get_output_embeddings()
     logp, entropy = head_logprobs(h, head.weight, completion_ids[valid_mask],
-                                  head_bias=getattr(head, "bias", None),
-                                  temperature=temperature, chunk_size=chunk_size,
-                                  with_entropy=with_entropy)
-    logp = torch.zeros(completion_ids.shape, dtype=logp.dtype,
-                       device=h.device).masked_scatter(valid_mask, logp)
-    if entropy is not None:
-        entropy = torch.zeros_like(logp, dtype=entropy.dtype).masked_scatter(valid_mask, entropy)
-    return logp, entropy
+                                  head_bias=getattr(head, "bias", None), temperature=temperature,
+                                  chunk_size=chunk_size, with_entropy=with_entropy)
+    # (n_valid,) -> (N, T), 0 at padding
+    return tuple(x if x is None else x.new_zeros(valid_mask.shape).masked_scatter(valid_mask, x)
+                 for x in (logp, entropy))
 
 
 def answer_widths(valid_mask):
@@ -344,10 +337,9 @@ def masked_loss_inputs(cfg, mb, selected, on_policy):
     kl_all = cfg.beta > 0 and cfg.kl_coverage == "all"      # the KL term on every valid token
     kl_weights = loss_weights(mb.valid_mask, mb.valid_mask, cfg.loss_norm,
                               reduce=batch_sum) if kl_all else None
-    has_gradient = weights.sum(1) > 0
-    if cfg.beta == 0:
-        has_gradient &= mb.advantages != 0
-    if kl_weights is not None:
+    # a gradient: some token weighted and A != 0 (or a KL term), or a valid token under kl_all
+    has_gradient = (weights.sum(1) > 0) & ((mb.advantages != 0) | (cfg.beta != 0))
+    if kl_all:
         has_gradient |= kl_weights.sum(1) > 0
     return LossInputs(mb, weights, kl_weights, mb.rows[has_gradient], on_policy, cfg.eps_low,
                       cfg.eps_high, cfg.beta)
@@ -358,12 +350,11 @@ def micro_batch_loss(inputs, rows, logp):
     grpo.policy_loss on the mini-batch's slices; the micro-batches' losses sum to the
     mini-batch's."""
     mb, i, w = inputs.mb, inputs.mb.position[rows], logp.shape[1]
+    ref_logp, kl_weights = (x if x is None else x[i, :w] for x in (mb.ref_logp, inputs.kl_weights))
     return policy_loss(logp, logp.detach() if inputs.on_policy else mb.old_logp[i, :w],
-                       mb.advantages[i],
-                       inputs.weights[i, :w], eps_low=inputs.eps_low, eps_high=inputs.eps_high,
-                       beta=inputs.beta,
-                       ref_logp=None if mb.ref_logp is None else mb.ref_logp[i, :w],
-                       kl_weights=None if inputs.kl_weights is None else inputs.kl_weights[i, :w])
+                       mb.advantages[i], inputs.weights[i, :w], eps_low=inputs.eps_low,
+                       eps_high=inputs.eps_high, beta=inputs.beta, ref_logp=ref_logp,
+                       kl_weights=kl_weights)
 
 
 def accumulate_gradients(model, batch, inputs, cfg):
@@ -388,15 +379,12 @@ def optimizer_step(model, optimizer, params, loss, n_passes, max_grad_norm):
     NOTHING when no row had a gradient, or NON_FINITE when the loss or gradient is NaN/inf: no
     step)."""
     passes, grad_norm = sum_and_clip_gradients(model, params, n_passes, max_grad_norm)
-    if passes == 0:                       # no step: AdamW's momentum must not move the weights
-        optimizer.zero_grad(set_to_none=True)
-        return 0.0, 0.0, NOTHING
     loss, grad_norm = float(batch_sum(loss)), float(grad_norm)
     finite = math.isfinite(loss) and math.isfinite(grad_norm)
-    if finite:
+    if passes and finite:     # no pass anywhere: no step (AdamW's momentum would move the weights)
         optimizer.step()
     optimizer.zero_grad(set_to_none=True)
-    return loss, grad_norm, STEPPED if finite else NON_FINITE
+    return loss, grad_norm, NOTHING if not passes else STEPPED if finite else NON_FINITE
 
 
 def finite_on(valid_mask, tensors):
