@@ -80,7 +80,10 @@ def test_gpu_check_dry_run(tmp_path, monkeypatch):
         train["steps"] == [[1, 2], [1, 2]] and train["bit_exact"]
     )  # CPU: the resumed run is exact
     assert train["peak_memory_planned_gib"] > 0 and train["peak_memory_measured_gib"] > 0
-    assert not os.path.exists(
-        tmp_path / "work" / "run-straight"
-    )  # the runs' checkpoints are removed
+    assert train["first_differences"] == [] and train["weights_differing_count"] == 0
+    assert len(train["seconds_per_step"]) == len(train["seconds_per_step_deterministic"]) == 2
+    import torch
+    assert not torch.are_deterministic_algorithms_enabled()   # --deterministic stayed in its run
+    for run in ("straight", "resumed", "default"):     # the runs' checkpoints are removed
+        assert not os.path.exists(tmp_path / "work" / f"run-{run}")
     assert result["disk_max_gb"] > 0

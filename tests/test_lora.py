@@ -168,3 +168,36 @@ def test_kl_reference_is_the_model_with_adapters_off(lora_run, digit_model_dir, 
     # Step 2: the policy has moved away from the reference, so the KL term now changes the loss.
     assert kl[1]["loss"] != pytest.approx(plain[1]["loss"], rel=1e-6, abs=1e-9)
     assert (out / "final-merged" / "model.safetensors").exists()
+
+
+@pytest.mark.parametrize("lora", [False, True])
+def test_gradient_checkpointing_gives_the_same_gradients(lora):
+    """gmts.trainer.policy.enable_gradient_checkpointing (non-reentrant, with no forward hook on
+    the embeddings): the trainable parameters' gradients equal those without checkpointing, also
+    when the embeddings are frozen (LoRA), and the embeddings carry no hook that a compiled decode
+    step would have to trace."""
+    from conftest import tiny_qwen2
+    from gmts.trainer.policy import add_lora, enable_gradient_checkpointing
+
+    grads = []
+    for checkpointing in (False, True):
+        model = tiny_qwen2(dtype=torch.float64)
+        if lora:
+            model = add_lora(model, rank=RANK, alpha=ALPHA)
+            for name, p in model.named_parameters():     # B = 0 at init: give it a gradient path
+                if "lora_B" in name:
+                    torch.nn.init.normal_(p, std=0.1, generator=torch.Generator().manual_seed(1))
+        if checkpointing:
+            enable_gradient_checkpointing(model)
+            embed = model.get_input_embeddings()
+            assert not embed._forward_hooks
+            assert any(getattr(m, "gradient_checkpointing", False) for m in model.modules())
+        model.train()
+        ids = torch.randint(0, 64, (3, 9), generator=torch.Generator().manual_seed(0))
+        model(input_ids=ids).logits.double().logsumexp(-1).sum().backward()
+        grads.append({n: p.grad for n, p in model.named_parameters() if p.requires_grad})
+    assert grads[0].keys() == grads[1].keys() and len(grads[0]) > 0
+    for name, g in grads[0].items():
+        assert g is not None and grads[1][name] is not None, name
+        assert g.abs().sum() > 0 or "lora_A" not in name, name
+        torch.testing.assert_close(grads[1][name], g, rtol=1e-12, atol=1e-14, msg=name)

@@ -71,6 +71,53 @@ def test_components_follow_the_settings():
     assert plan("--micro-batch-tokens", "80000")[0]["activations"] == 2 * budget
 
 
+def test_optimizer_step_counts_foreach_adamws_sqrt_of_v_on_a_gpu():
+    """The optimizer step's phase on a GPU: base + float32 gradient copies + sqrt(v) (torch's
+    foreach AdamW, its default there), the bf16 gradients freed before it (an H200 measured 11.13
+    GiB where the plan without it said 10.12: bench/README.md, "GPU"); none of it on a CPU (no
+    foreach there) or with the state in host memory."""
+    P = 1_000_000
+    c, phases, _, _ = plan("--beta", "0.01")
+    base = c["weights"] + c["reference_model"] + c["optimizer_state"]
+    assert c["optimizer_foreach_temp"] == 4 * P and c["optimizer_step_copies"] == 4 * P
+    assert phases["optimizer_step"] == base + 8 * P
+    offload = plan("--optimizer-offload")[0:2]
+    assert offload[0]["optimizer_foreach_temp"] == 0
+    assert offload[1]["optimizer_step"] == offload[0]["weights"] + offload[0]["gradients"]
+    cpu, cpu_phases, _, _ = memory.plan(parse_config([]), shape(), prompt_tokens=100, device="cpu")
+    assert cpu["optimizer_foreach_temp"] == 0 and cpu_phases["optimizer_step"] == (
+        cpu["runtime"] + cpu["weights"] + cpu["optimizer_state"] + cpu["gradients"])
+    fp32 = plan("--dtype", "float32")                       # plain AdamW: its gradients stay
+    assert fp32[0]["optimizer_foreach_temp"] == 4 * P and fp32[1]["optimizer_step"] == (
+        fp32[0]["weights"] + fp32[0]["optimizer_state"] + fp32[0]["gradients"] + 4 * P)
+
+
+def test_foreach_adamw_holds_sqrt_of_v_for_every_parameter_at_once():
+    """What the plan assumes of torch's foreach AdamW (the path it takes for CUDA tensors), seen on
+    this CPU by asking for it: one op returns sqrt(v) for all parameters together, 4 bytes each."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Largest(TorchDispatchMode):
+        biggest = (0, "")
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            flat = out if isinstance(out, (list, tuple)) else [out]
+            size = sum(t.numel() * t.element_size() for t in flat if isinstance(t, torch.Tensor))
+            self.biggest = max(self.biggest, (size, str(func)))
+            return out
+
+    params = [torch.nn.Parameter(torch.randn(n)) for n in (1000, 300, 50)]
+    opt = torch.optim.AdamW(params, lr=1e-3, foreach=True)
+    for p in params:
+        p.grad = torch.randn_like(p)
+    opt.step()                                                        # the state exists
+    with Largest() as seen:
+        opt.step()
+    assert seen.biggest[0] == 4 * 1350 and "sqrt" in seen.biggest[1], seen.biggest
+
+
 def test_largest_fitting_settings():
     cfg = parse_config(["--prompts-per-step", "4", "--group-size", "4", "--micro-batch-size", "1"])
     huge = memory.largest_fitting(cfg, shape(), 10 ** 12, 100)

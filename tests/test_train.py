@@ -98,6 +98,39 @@ def test_resume_continues_exactly(digit_model_dir, tmp_path):
         assert torch.equal(wa[k], wb[k]), k
 
 
+def test_deterministic_run_is_the_default_run_on_cpu_and_resumes_exactly(digit_model_dir, tmp_path):
+    """--deterministic switches PyTorch's deterministic algorithms on in train.py's process (what
+    makes a GPU run repeat: bench/gpu_check.py) and changes no number where the kernels already
+    are deterministic (this CPU): its uninitialised memory is NaN-filled, so a read of an unwritten
+    buffer would show here. With the frozen reference (--beta) and a resume."""
+    runs = {name: tmp_path / name for name in ("default", "deterministic", "split")}
+    args = ["--selector", "gmts", "--beta", "0.05"]
+    run_train(train_args(digit_model_dir, runs["default"], *args))
+    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    code = ("import sys, torch, train; train.main(sys.argv[1:]); "
+            "print('deterministic algorithms:', torch.are_deterministic_algorithms_enabled())")
+    proc = subprocess.run([sys.executable, "-c", code, *train_args(
+        digit_model_dir, runs["deterministic"], *args, "--deterministic")], capture_output=True,
+        text=True, env=env, cwd=ROOT, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert "deterministic algorithms: True" in proc.stdout
+    run_train(train_args(digit_model_dir, runs["split"], *args, "--deterministic", "--steps", "1"))
+    run_train(["--resume", str(runs["split"]), "--steps", "2"])
+    assert json.loads((runs["split"] / "config.json").read_text())["deterministic"] is True
+    from safetensors.torch import load_file
+    figures, weights = {}, {}
+    for name, out in runs.items():
+        figures[name] = [{k: v for k, v in m.items() if not is_timing(k)}
+                         for m in read_jsonl(out / "metrics.jsonl")]
+        weights[name] = load_file(out / "checkpoints" / "step-000002" / "model.safetensors")
+    assert len(figures["default"]) == 2 and figures["default"][1]["grad_norm"] > 0
+    for name in ("deterministic", "split"):
+        assert figures[name] == figures["default"], name
+        assert weights[name].keys() == weights["default"].keys()
+        for k, w in weights["default"].items():
+            assert torch.equal(weights[name][k], w), (name, k)
+
+
 def test_sigterm_writes_a_checkpoint_and_resume_finishes(digit_model_dir, tmp_path):
     out = tmp_path / "interrupted"
     env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")

@@ -56,6 +56,15 @@ def seed_everything(seed):
     torch.manual_seed(seed)
 
 
+def deterministic_kernels():
+    """PyTorch's deterministic algorithms for this process (train.py --deterministic), before its
+    first CUDA matrix product: cuBLAS with a fixed workspace, no atomic-add reductions (embedding
+    and index backward), cuDNN without autotuning. Uninitialised memory is then filled with NaN."""
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True)
+    torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic = False, True
+
+
 def rng_state(generator):
     return {"python": random.getstate(), "numpy": np.random.get_state(),
             "torch": torch.get_rng_state(),

@@ -147,6 +147,10 @@ class Config:
     # --- output
     # ----------------------------------------------------------------------------------------------
     seed: int = option(0, "seeds everything (sampling, data order, adapter init)")
+    deterministic: bool = option(False, "PyTorch's deterministic algorithms: a GPU run repeats "
+                                        "bit for bit and --resume continues it exactly (slower "
+                                        "backward; without it a GPU's atomic additions reorder "
+                                        "sums from run to run)")
     output_dir: str = option("runs/gmts", "where config, metrics and checkpoints go")
     save_every: int = option(50, "checkpoint every N steps (and at the end; 0 = end only)")
     keep_checkpoints: int = option(2, "how many recent checkpoints to keep")

@@ -121,6 +121,8 @@ def build_run(cfg, resume_from, state, *, load_prompts, reward_functions):
     and reward_functions: see load_data (train.py passes its own, over data/ and rewards/)."""
     rank, world, device, dtype = start_processes(cfg, state)
     ckpt.seed_everything(cfg.seed)
+    if cfg.deterministic:
+        ckpt.deterministic_kernels()
     tokenizer, problems, prompt_ids, n_too_long, reward_fns = load_data(
         cfg, resume_from, load_prompts,
                                                                         reward_functions)

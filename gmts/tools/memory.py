@@ -17,7 +17,8 @@ micro-batch-size x (prompt tokens + max-new-tokens) (every answer assumed to run
   gradients      T x b (LoRA: float32 adapters)
   optimizer      AdamW m and v (8 T); with bf16 weights or --optimizer-offload, float32 master
                  weights + m + v (12 T) and, during the step, float32 gradient copies (4 T): on the
-                 GPU, or in CPU memory with --optimizer-offload (gmts/trainer/optim.py)
+                 GPU, or in CPU memory with --optimizer-offload (gmts/trainer/optim.py); on a GPU
+                 torch's foreach AdamW also holds sqrt(v) for all parameters at once (4 T)
   reference      a frozen copy of the weights (P x b) when --beta > 0 without LoRA
   activations    saved for backward per layer and token: 7H + 4A + 4I elements, A = heads x head_dim
                  (two norms' inputs and outputs, q, the attention output and o_proj's input; SDPA's
@@ -167,6 +168,10 @@ def plan(cfg, shape, *, prompt_tokens=256, device="gpu"):
     c["optimizer_state"] = (12 if master else 8) * T
     c["optimizer_step_copies"] = 4 * T if master else 0
     c["optimizer_location"] = "cpu" if cfg.optimizer_offload else ("cpu" if on_cpu else "gpu")
+    # torch's AdamW on a GPU takes its foreach path: sqrt(v) for every parameter at once, beside
+    # the float32 gradient copies (MasterWeightAdamW has freed the low-precision gradients by then)
+    c["optimizer_foreach_temp"] = 0 if on_cpu or cfg.optimizer_offload else T * (4 if master
+                                                                                    else bt)
     c["reference_model"] = P * b if cfg.beta > 0 and not lora else 0
     per_token_layer = (
         (7 * H + 4 * A + 4 * I + (shape.heads * L if on_cpu else 0)) * ACTIVATION_FACTOR)
@@ -203,7 +208,8 @@ def plan(cfg, shape, *, prompt_tokens=256, device="gpu"):
         "training": base
         + c["activations"] + c["head_chunks"] + c["head_states"] + c["head_weight_grad"]
                     + c["gradients"],
-        "optimizer_step": base + c["gradients"] + (0 if offloaded else c["optimizer_step_copies"]),
+        "optimizer_step": base + (0 if offloaded else c["optimizer_step_copies"]) + max(
+            c["gradients"], c["optimizer_foreach_temp"] + (0 if master else c["gradients"])),
     }
     return c, phases, (max(phases.values()), max(phases, key=phases.get)), offloaded
 
@@ -267,6 +273,7 @@ def format_report(r, cfg):
     rows = [("weights", "weights"), ("gradients", "gradients"),
             (f"optimizer state (in {c['optimizer_location']} memory)", "optimizer_state"),
             ("optimizer step copies", "optimizer_step_copies"),
+            ("optimizer step sqrt(v) (GPU, foreach)", "optimizer_foreach_temp"),
             ("reference model", "reference_model"),
             ("activations, no checkpointing", "activations_no_checkpointing"),
             ("activations, checkpointing", "activations_checkpointing"),

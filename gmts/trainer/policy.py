@@ -236,9 +236,10 @@ def enable_gradient_checkpointing(model):
         model.activation_checkpointing_enable(kwargs)
     else:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
-    # needed when the embeddings are frozen (LoRA)
-    if hasattr(model, "enable_input_require_grads"):
-        model.enable_input_require_grads()
+    # transformers hooks the embeddings to make their output require grad (reentrant checkpointing
+    # needs that); non-reentrant does not, and the hook breaks the compiled decode step's graph.
+    if getattr(model, "_require_grads_hooks", None) or getattr(model, "_require_grads_hook", None):
+        model.disable_input_require_grads()
     model.config.use_cache = False
 
 
