@@ -428,6 +428,8 @@ def check_train_resume(s, tok, work, dry, timeout, disk):
         "0",
         "--device",
         s["device"],
+        "--dtype",
+        "bfloat16",                  # a GPU's default, also in --dry-run (float32 hid a bf16 fault)
         "--keep-checkpoints",
         "1",
     ]

@@ -102,9 +102,10 @@ def test_deterministic_run_is_the_default_run_on_cpu_and_resumes_exactly(digit_m
     """--deterministic switches PyTorch's deterministic algorithms on in train.py's process (what
     makes a GPU run repeat: bench/gpu_check.py) and changes no number where the kernels already
     are deterministic (this CPU): its uninitialised memory is NaN-filled, so a read of an unwritten
-    buffer would show here. With the frozen reference (--beta) and a resume."""
+    buffer would show here. In bf16, with the frozen reference (--beta) and a resume (which once
+    rebuilt π_ref another way than a fresh start did, a step-2 difference: bench/gpu_check.py)."""
     runs = {name: tmp_path / name for name in ("default", "deterministic", "split")}
-    args = ["--selector", "gmts", "--beta", "0.05"]
+    args = ["--selector", "gmts", "--beta", "0.05", "--dtype", "bfloat16"]     # a GPU's default
     run_train(train_args(digit_model_dir, runs["default"], *args))
     env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
     code = ("import sys, torch, train; train.main(sys.argv[1:]); "
@@ -129,6 +130,26 @@ def test_deterministic_run_is_the_default_run_on_cpu_and_resumes_exactly(digit_m
         assert weights[name].keys() == weights["default"].keys()
         for k, w in weights["default"].items():
             assert torch.equal(weights[name][k], w), (name, k)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_the_reference_model_is_the_starting_policy_bit_for_bit(digit_model_dir, dtype):
+    """β > 0: π_ref is the policy before its first step, in every number the forward uses (RoPE's
+    float32 inv_freq too, which a cast copy of the model rounds to bf16), so the first step's KL
+    is exactly 0."""
+    from gmts.run.config import parse_config
+    from gmts.run.state import build_policy
+    cfg = parse_config(["--model", digit_model_dir, "--data", DATA["digits"], "--beta", "0.05",
+                        "--device", "cpu", "--no-gradient-checkpointing"])
+    model, ref, _ = build_policy(cfg, None, torch.device("cpu"), dtype)
+    assert ref is not None and ref is not model
+    assert {n: b.dtype for n, b in ref.named_buffers()} == {
+        n: b.dtype for n, b in model.named_buffers()}
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, model.config.vocab_size, (2, 12), generator=gen)
+    model.eval()
+    with torch.no_grad():
+        assert torch.equal(ref(input_ids=ids).logits, model(input_ids=ids).logits)
 
 
 def test_sigterm_writes_a_checkpoint_and_resume_finishes(digit_model_dir, tmp_path):

@@ -98,10 +98,9 @@ def build_policy(cfg, resume_from, device, dtype):
                        dtype=load_dtype, device=device)
     ref_model = None
     if cfg.beta > 0 and not cfg.lora_rank:
-        # frozen π_ref = the STARTING model (on resume: --model again, not the checkpoint's weights)
-        start = load_model(cfg.model, dtype=dtype, device=device) if resume_from else copy.deepcopy(
-            model).to(dtype)
-        ref_model = start.eval().requires_grad_(False)
+        # frozen π_ref = the STARTING model, loaded as a fresh policy is (--model, also on resume):
+        # a cast copy would round RoPE's float32 inv_freq to bf16, a different π
+        ref_model = load_model(cfg.model, dtype=dtype, device=device).eval().requires_grad_(False)
     if cfg.lora_rank:
         if resume_from:
             from peft import PeftModel
