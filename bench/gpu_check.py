@@ -22,10 +22,12 @@ Checks, in order:
                          whose rows end: identical tokens, |Δ log p| <= 1e-3, and no more graphs
                          than gmts.trainer.compiled_decode.graph_bound.
   train_resume           train.py --deterministic: one run of 2 steps, and one of 1 step then
-                         --resume to 2, on a random model of the 0.5B shape: bit-exact (every figure
-                         of both steps and every weight equal; else the first differences). Also
-                         the same 2 steps without --deterministic (seconds per step with and
-                         without), and the peak memory against gmts/tools/memory.py's plan.
+                         --resume to 2, on a random model of the 0.5B shape rewarded for its
+                         answers' length parity (mixed groups: both steps update): bit-exact
+                         (every figure of both steps and every weight equal; else the first
+                         differences). Also the same 2 steps without --deterministic (seconds
+                         per step with and without), and the peak memory against
+                         gmts/tools/memory.py's plan.
   torchrun               `torchrun --nproc-per-node 2 train.py` (NCCL): a step, a checkpoint and a
                          resumed step, when two GPUs exist; else not run.
 Time: a check starts only while the run is under --budget-s (default 400 s); train.py and torchrun
@@ -407,11 +409,19 @@ def check_train_resume(s, tok, work, dry, timeout, disk):
 
     folder = save_model(s["shape"], s, tok, os.path.join(work, s["shape"]), dry)
     lr = 1e-4
+    # A random model never solves a sum: a reward it earns half the time (the answer's length
+    # parity) gives mixed groups, so both steps update through the policy gradient, not β alone.
+    reward_file = os.path.join(work, "parity_reward.py")
+    with open(reward_file, "w") as fh:
+        fh.write("def parity(completion, answer, **fields):\n"
+                 "    return float(len(completion) % 2)\n")
     flags = [
         "--model",
         folder,
         "--data",
         "arithmetic",
+        "--reward",
+        reward_file + ":parity",
         "--prompts-per-step",
         str(s["train_prompts"]),
         "--group-size",
@@ -483,11 +493,13 @@ def check_train_resume(s, tok, work, dry, timeout, disk):
         "seconds_per_step_deterministic": [m["time_rollout_s"] + m["time_train_s"] for m in b],
         "seconds_per_step": [m["time_rollout_s"] + m["time_train_s"] for m in c],
         "loss": [m.get("loss") for m in b],
+        "grad_norm": [m.get("grad_norm") for m in a],
         "peak_memory_measured_gib": measured / 2**30,
         "peak_memory_planned_gib": planned / 2**30,
         "planned_phases_gib": {k: v / 2**30 for k, v in phases.items()},
         "runs": runs,
-        "pass": finite and [m["step"] for m in b] == [1, 2] and bit_exact,
+        "pass": finite and [m["step"] for m in b] == [1, 2] and bit_exact
+        and all(m.get("grad_norm", 0) > 0 for m in a),      # both steps moved the weights
     }
 
 

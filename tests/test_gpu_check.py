@@ -81,6 +81,7 @@ def test_gpu_check_dry_run(tmp_path, monkeypatch):
     )  # CPU: the resumed run is exact
     assert train["peak_memory_planned_gib"] > 0 and train["peak_memory_measured_gib"] > 0
     assert train["first_differences"] == [] and train["weights_differing_count"] == 0
+    assert all(g > 0 for g in train["grad_norm"])      # both steps updated: exactness is not void
     assert len(train["seconds_per_step"]) == len(train["seconds_per_step_deterministic"]) == 2
     import torch
     assert not torch.are_deterministic_algorithms_enabled()   # --deterministic stayed in its run
