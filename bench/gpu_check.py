@@ -28,13 +28,17 @@ Checks, in order:
                          differences). Also the same 2 steps without --deterministic (seconds
                          per step with and without), and the peak memory against
                          gmts/tools/memory.py's plan.
+  train_compile          train.py --compile against eager, 4 steps on the 2-layer model of the 0.5B
+                         width: at most graph_bound graphs and no graph break (dynamo's counters);
+                         seconds per step of both.
   torchrun               `torchrun --nproc-per-node 2 train.py` (NCCL): a step, a checkpoint and a
                          resumed step, when two GPUs exist; else not run.
 Time: a check starts only while the run is under --budget-s (default 400 s); train.py and torchrun
-are stopped at --hard-limit-s (470 s). Disk: the train runs keep at most 3 checkpoints of the 0.5B
-shape (~11 GB) and are deleted when their check ends; the JSON records the work folder's largest
-size. The models are random (nothing is downloaded); the Qwen2.5 tokenizer comes from --shared when
-present, else a byte-level tokenizer stands in.
+are stopped at --hard-limit-s (470 s). On an H200 (2026-12-04) the first four checks took 250 s.
+Disk: a checkpoint of the 0.5B shape with its AdamW state is ~7 GB; train_resume holds at most two
+between its runs (three while one rotates) and deletes them, and the JSON records the work folder's
+largest size between runs. The models are random (nothing is downloaded); the Qwen2.5 tokenizer
+comes from --shared when present, else a byte-level tokenizer stands in.
 """
 
 import datetime
@@ -62,7 +66,7 @@ SHAPES = {
     "toy": {"vocab_size": 512, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
             "num_attention_heads": 2, "num_key_value_heads": 1, "tie_word_embeddings": True},
 }
-CHECKS = ("head", "rollout", "compiled_equals_eager", "train_resume", "torchrun")
+CHECKS = ("head", "rollout", "compiled_equals_eager", "train_resume", "train_compile", "torchrun")
 EOS_EVERY = 16  # every 16th token id ends an answer: a random model's answers end after ~16 tokens
 
 
@@ -402,6 +406,72 @@ def figures(m):
     }
 
 
+def parity_reward(work):
+    """--reward for a random model, which never solves a sum: the answer's length parity, earned
+    half the time, so groups are mixed and every step updates through the policy gradient."""
+    path = os.path.join(work, "parity_reward.py")
+    with open(path, "w") as fh:
+        fh.write("def parity(completion, answer, **fields):\n"
+                 "    return float(len(completion) % 2)\n")
+    return path + ":parity"
+
+
+# train.py in a process that reports what dynamo compiled (graphs, graph breaks) when it ends.
+COUNTING_TRAIN = """import json, sys
+from torch._dynamo.utils import counters
+import train
+from gmts.trainer import compiled_decode
+if sys.argv[1] == "eager":     # --dry-run: dynamo's capture without code generation
+    compiled_decode.BACKEND = "eager"
+train.main(sys.argv[2:])
+print("gpu_check:", json.dumps({"graphs": counters["stats"]["unique_graphs"],
+                                "graph_breaks": sum(counters["graph_break"].values())}))
+"""
+
+
+def check_train_compile(s, tok, work, dry, timeout, disk):
+    """train.py --compile against eager, 4 steps on the 2-layer model of the 0.5B width: the graphs
+    it compiles (at most graph_bound, no graph break) and the seconds per step."""
+    from gmts.trainer import compiled_decode
+
+    folder = save_model(s["small"], s, tok, os.path.join(work, s["small"]), dry)
+    flags = ["--model", folder, "--data", "arithmetic", "--reward", parity_reward(work),
+             "--prompts-per-step", str(s["train_prompts"]), "--group-size", str(s["train_group"]),
+             "--max-new-tokens", str(s["train_new_tokens"]), "--micro-batch-size",
+             str(s["train_micro"]), "--selector", "gmts", "--log-samples", "0", "--device",
+             s["device"], "--steps", "4", "--save-every", "0", "--keep-checkpoints", "1"]
+    result, runs = {}, []
+    for mode in ("eager", "compiled"):
+        out_dir = os.path.join(work, f"run-{mode}")
+        shutil.rmtree(out_dir, ignore_errors=True)
+        args = flags + ["--output-dir", out_dir] + (["--compile"] if mode == "compiled" else [])
+        t0 = time.perf_counter()
+        try:
+            done = subprocess.run(
+                [sys.executable, "-c", COUNTING_TRAIN, "eager" if dry else "inductor", *args],
+                cwd=ROOT, env=dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=ROOT),
+                capture_output=True, text=True, timeout=timeout(), check=False)
+            runs.append({"rc": done.returncode, "wall_s": time.perf_counter() - t0,
+                         "stderr_tail": done.stderr[-1500:]})
+        except subprocess.TimeoutExpired:
+            runs.append({"rc": "timeout", "wall_s": time.perf_counter() - t0})
+        disk(work)
+        if runs[-1]["rc"] != 0:
+            return {"pass": False, "runs": runs}
+        counted = [line for line in done.stdout.splitlines() if line.startswith("gpu_check:")]
+        result[mode] = json.loads(counted[-1].split(":", 1)[1])
+        result[mode]["seconds_per_step"] = [m["time_rollout_s"] + m["time_train_s"]
+                                            for m in read_metrics(out_dir)]
+        result[mode]["rollout_s"] = [m["time_rollout_s"] for m in read_metrics(out_dir)]
+        shutil.rmtree(out_dir, ignore_errors=True)
+    longest = max(len(p) for p in __import__("data").prompt_token_ids(
+        __import__("data").load_problems("arithmetic", "train", limit=64), tok)[1])
+    bound = compiled_decode.graph_bound(longest, s["train_prompts"] * s["train_group"])
+    graphs = result["compiled"]["graphs"]
+    return {**result, "graph_bound": bound, "runs": runs,
+            "pass": 0 < graphs <= bound and result["compiled"]["graph_breaks"] == 0}
+
+
 def check_train_resume(s, tok, work, dry, timeout, disk):
     import torch
     from gmts.tools import memory
@@ -409,19 +479,13 @@ def check_train_resume(s, tok, work, dry, timeout, disk):
 
     folder = save_model(s["shape"], s, tok, os.path.join(work, s["shape"]), dry)
     lr = 1e-4
-    # A random model never solves a sum: a reward it earns half the time (the answer's length
-    # parity) gives mixed groups, so both steps update through the policy gradient, not β alone.
-    reward_file = os.path.join(work, "parity_reward.py")
-    with open(reward_file, "w") as fh:
-        fh.write("def parity(completion, answer, **fields):\n"
-                 "    return float(len(completion) % 2)\n")
     flags = [
         "--model",
         folder,
         "--data",
         "arithmetic",
         "--reward",
-        reward_file + ":parity",
+        parity_reward(work),
         "--prompts-per-step",
         str(s["train_prompts"]),
         "--group-size",
@@ -453,15 +517,20 @@ def check_train_resume(s, tok, work, dry, timeout, disk):
         (resumed, det + ["--steps", "2", "--save-every", "1", "--resume", resumed]),
         (default, ["--steps", "2", "--save-every", "2"]),
     ):
+        if out_dir == default:      # the two compared runs' checkpoints go first (disk: <= 3)
+            a, b = read_metrics(straight), read_metrics(resumed)
+            wa, wb = (weights(os.path.join(d, "checkpoints", "step-000002"))
+                      for d in (straight, resumed))
+            shutil.rmtree(straight, ignore_errors=True)
+            shutil.rmtree(resumed, ignore_errors=True)
         if extra[-1] != resumed:
             shutil.rmtree(out_dir, ignore_errors=True)
         runs.append(run_train(flags + ["--output-dir", out_dir] + extra, dry, timeout()))
         disk(work)
         if runs[-1]["rc"] != 0:
             return {"pass": False, "runs": runs}
-    a, b, c = read_metrics(straight), read_metrics(resumed), read_metrics(default)
+    c = read_metrics(default)
     fa, fb = [figures(m) for m in a], [figures(m) for m in b]
-    wa, wb = (weights(os.path.join(d, "checkpoints", "step-000002")) for d in (straight, resumed))
     differing = [[i + 1, k, x[k], y.get(k)] for i, (x, y) in enumerate(zip(fa, fb)) for k in x
                  if x[k] != y.get(k)]
     weights_differing = sorted(k for k in wa if k not in wb or not torch.equal(wa[k], wb[k]))
@@ -723,6 +792,14 @@ def main(argv=None):
         run_check(
             "train_resume",
             lambda: check_train_resume(s, tok, args.work_dir, args.dry_run, timeout, disk),
+            results,
+            out,
+            deadline,
+        )
+    if wanted("train_compile"):
+        run_check(
+            "train_compile",
+            lambda: check_train_compile(s, tok, args.work_dir, args.dry_run, timeout, disk),
             results,
             out,
             deadline,

@@ -1,6 +1,6 @@
 """bench/gpu_check.py: its verdict (a check not run is not a pass), and --dry-run: the GPU check's
-whole path (head, rollout, compiled = eager, train + resume, the planner) on CPU at toy sizes, so
-the prepared GPU command cannot rot before a GPU is available."""
+whole path (head, rollout, compiled = eager, train + resume, the planner, train.py --compile) on
+CPU at toy sizes, so the prepared GPU command cannot rot before a GPU is available."""
 
 import json
 import os
@@ -75,6 +75,10 @@ def test_gpu_check_dry_run(tmp_path, monkeypatch):
         all(r["same_tokens"] for r in compiled["rollouts"])
         and 0 < compiled["graphs"] <= compiled["graph_bound"]
     )
+    tc = checks["train_compile"]            # dynamo's own counts, from train.py's processes
+    assert tc["eager"]["graphs"] == 0 and 0 < tc["compiled"]["graphs"] <= tc["graph_bound"]
+    assert tc["compiled"]["graph_breaks"] == 0
+    assert len(tc["eager"]["seconds_per_step"]) == len(tc["compiled"]["seconds_per_step"]) == 4
     train = checks["train_resume"]
     assert (
         train["steps"] == [[1, 2], [1, 2]] and train["bit_exact"]
