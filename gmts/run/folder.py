@@ -61,7 +61,7 @@ RESUMABLE = {"steps", "micro_batch_size", "micro_batch_tokens", "rollout_batch_s
              "gradient_checkpointing", "device",
              "dtype", "save_every", "keep_checkpoints", "log_samples", "eval_every", "eval_data",
              "eval_limit", "eval_samples", "eval_temperature", "max_bad_steps", "output_dir",
-             "resume", "overwrite", "report_to", "compile", "log_grad_noise"}
+             "resume", "overwrite", "report_to", "compile", "deterministic", "log_grad_noise"}
 
 # The files of a run in its folder; a fresh run must not mix its files with these.
 RUN_FILES = ("metrics.jsonl", "samples.jsonl", "config.json", "checkpoints", "final-merged")
