@@ -18,9 +18,9 @@ Checks, in order:
                          mixed lengths, with end-of-sequence reached: at least half the answers end
                          before max_new_tokens, so rows are dropped and compacted.
   compiled_equals_eager  sample(decode=CompiledDecode) (CUDA graphs) against eager, float32, same
-                         seeds, on rollouts whose longest prompts differ (two width buckets) and
-                         whose rows end: identical tokens, |Δ log p| <= 1e-3, and no more graphs
-                         than gmts.trainer.compiled_decode.graph_bound.
+                         seeds, on rollouts of 2 x MIN_ROWS rows whose longest prompts differ (two
+                         width buckets) and whose rows end (bucketed down to MIN_ROWS): identical
+                         tokens, |Δ log p| <= 1e-3, no more graphs than compiled_decode.graph_bound.
   train_resume           train.py --deterministic: one run of 2 steps, and one of 1 step then
                          --resume to 2, on a random model of the 0.5B shape rewarded for its
                          answers' length parity (mixed groups: both steps update): bit-exact
@@ -297,8 +297,9 @@ def check_compiled(s, model, eos, pad, dry):
     for i, lengths in enumerate(s["prompt_lengths"]):
         prompts = mixed_prompts(lengths, model.config.vocab_size, seed=i)
         longest = max(longest, *lengths)
-        kw = {"group_size": 2, "max_new_tokens": s["new_tokens"], "eos_token_ids": eos,
-              "pad_token_id": pad}
+        # 2 prompts x MIN_ROWS answers: rows are bucketed (2 MIN_ROWS, then MIN_ROWS) as they end
+        kw = {"group_size": compiled_decode.MIN_ROWS, "max_new_tokens": s["new_tokens"],
+              "eos_token_ids": eos, "pad_token_id": pad}
         t0 = time.perf_counter()
         compiled = sample(
             model, prompts, generator=torch.Generator().manual_seed(i),
@@ -322,7 +323,8 @@ def check_compiled(s, model, eos, pad, dry):
                 "first_call_s": compile_s,
             }
         )
-    graphs, bound = counters["stats"]["unique_graphs"], compiled_decode.graph_bound(longest, 2 * 2)
+    graphs = counters["stats"]["unique_graphs"]
+    bound = compiled_decode.graph_bound(longest, 2 * compiled_decode.MIN_ROWS)
     return {
         "rollouts": out,
         "graphs": graphs,

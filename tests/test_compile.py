@@ -65,8 +65,11 @@ def assert_same(a, b):
     torch.testing.assert_close(a.entropy, b.entropy, **TOL)
 
 
-def test_static_decode_step_gives_the_eager_samples_and_compiles_once_per_bucket(recording_compile):
+def test_static_decode_step_gives_the_eager_samples_and_compiles_once_per_bucket(recording_compile,
+                                                                                monkeypatch):
     from torch._dynamo.utils import counters
+    from gmts.trainer import compiled_decode
+    monkeypatch.setattr(compiled_decode, "MIN_ROWS", 1)     # every bucket, at 12 rows
     model = tiny_qwen2(dtype=torch.float64, seed=4)
     counters.clear()
     for seed in range(3):
@@ -116,12 +119,14 @@ def test_inductor_decode_step_gives_the_eager_samples():
     torch.testing.assert_close(compiled.entropy, eager.entropy, rtol=1e-4, atol=1e-4)
 
 
-def test_a_run_of_mixed_prompt_lengths_compiles_a_bounded_set_of_graphs(recording_compile):
+def test_a_run_of_mixed_prompt_lengths_compiles_a_bounded_set_of_graphs(recording_compile,
+                                                                       monkeypatch):
     """The cache width is a static shape of the compiled step: with it bucketed
     (compiled_decode.prompt_width), rollouts whose longest prompts vary compile one graph per (width
     bucket, batch bucket), not one per new length. Longest prompts of 4, 6, 5, 4, 9, 13, 17 and 30
     tokens: two width buckets (16 and 32 prompt columns)."""
     from gmts.trainer import compiled_decode
+    monkeypatch.setattr(compiled_decode, "MIN_ROWS", 1)
     model = tiny_qwen2(dtype=torch.float64, seed=4)
     rollouts = [[[3] * n, [12, 13]] for n in (4, 6, 5, 4, 9, 13, 17, 30)]
     for seed, batch in enumerate(rollouts):
@@ -132,3 +137,35 @@ def test_a_run_of_mixed_prompt_lengths_compiles_a_bounded_set_of_graphs(recordin
     assert len(recording_compile) == len(set(recording_compile))       # each shape compiled once
     assert len(recording_compile) <= compiled_decode.graph_bound(30, 2 * 4)
     assert compiled_decode.graph_bound(30, 8) == 2 * 4     # widths 16, 32 x batch sizes 8, 4, 2, 1
+
+
+def test_rows_are_never_bucketed_below_min_rows(recording_compile, monkeypatch):
+    """compiled_decode.MIN_ROWS: a call of N <= MIN_ROWS rows keeps all of them (one graph per
+    width, the cache never copied after the prefill's), one of more rows stops at MIN_ROWS; the
+    samples are the eager ones either way. Bound: rows, then powers of two down to MIN_ROWS."""
+    from gmts.trainer import compiled_decode
+    from gmts.trainer.rollout import KVCache
+    assert compiled_decode.MIN_ROWS == 64
+    assert compiled_decode.graph_bound(30, 8) == 2 and compiled_decode.graph_bound(30, 256) == 2 * 3
+    copies = []
+    real = KVCache.select_rows
+    monkeypatch.setattr(KVCache, "select_rows", lambda self, idx: (copies.append(len(idx)),
+                                                                   real(self, idx))[1])
+    model = tiny_qwen2(dtype=torch.float64, seed=4)
+    for seed in range(2):
+        eager = sample(model, prompts(), **kwargs(seed, max_new_tokens=48))   # 12 rows, ending
+        assert eager.finished.any()
+        copies.clear()
+        assert_same(sample(model, prompts(), **kwargs(seed, max_new_tokens=48,
+                                                      decode=CompiledDecode)), eager)
+        assert copies == [12]                   # the prefill's G copies only: no row bucket
+    assert {n for n, _ in recording_compile} == {12}
+    monkeypatch.setattr(compiled_decode, "MIN_ROWS", 4)          # N = 12 > MIN_ROWS: 12, 8, 4
+    recording_compile.clear()
+    torch._dynamo.reset()
+    eager = sample(model, prompts(), **kwargs(0, max_new_tokens=48))
+    assert_same(sample(model, prompts(), **kwargs(0, max_new_tokens=48, decode=CompiledDecode)),
+                eager)
+    sizes = [n for n, _ in recording_compile]
+    assert sizes[0] == 12 and set(sizes) <= {12, 8, 4} and min(sizes) == 4, sizes
+    assert len(sizes) <= compiled_decode.graph_bound(6, 12) == 3

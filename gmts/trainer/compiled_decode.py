@@ -9,15 +9,19 @@ steps of 8 prompts):
 - prompt columns: the longest prompt rounded up to a power of two, at least MIN_PROMPT_WIDTH
   (prompts are left-padded to it; padding is masked, so the samples are the same);
 - rows: the call's N = prompts x G, then, as finished rows leave, powers of two (the live rows
-  padded with finished ones).
-Prompts of at most P tokens: at most (log2(P / MIN_PROMPT_WIDTH) + 1) x (log2(N) + 2) graphs
-(graph_bound; tests/test_compile.py counts them over rollouts of mixed prompt lengths).
+  padded with finished ones), never fewer than MIN_ROWS: each row bucket is a compile (25-30 s at
+  the 0.5B shape on an H200, docs/training.md, "On a GPU"), while a GPU's decode step reads every
+  weight once whatever its rows, so below ~64 rows fewer rows save little (arithmetic, not yet
+  measured). N <= MIN_ROWS: one graph per prompt width.
+Prompts of at most P tokens: at most (log2(P / MIN_PROMPT_WIDTH) + 1) x (log2(N / MIN_ROWS) + 2)
+graphs (graph_bound; tests/test_compile.py counts them over rollouts of mixed prompt lengths).
 """
 import torch
 
 from gmts.trainer.rollout import EagerDecode, KVLayer
 
 MIN_PROMPT_WIDTH = 16
+MIN_ROWS = 64             # a power of two
 BACKEND = "inductor"      # torch.compile's backend (gpu_check.py --dry-run: "eager", no codegen)
 
 
@@ -28,16 +32,19 @@ def prompt_width(longest):
 
 def bucket_rows(keep):
     """Batch rows to keep after finished rows leave: the live ones (keep (n,) bool), then finished
-    ones up to a power of two, so the compiled step sees few distinct batch sizes."""
+    ones up to a power of two, at least MIN_ROWS, so the compiled step sees few distinct batch
+    sizes."""
     live, done = keep.nonzero().squeeze(1), (~keep).nonzero().squeeze(1)
-    return torch.cat([live, done[:(1 << (len(live) - 1).bit_length()) - len(live)]])
+    size = max(1 << (len(live) - 1).bit_length(), MIN_ROWS)
+    return torch.cat([live, done[:size - len(live)]])
 
 
 def graph_bound(longest_prompt, rows):
     """The most graphs a run compiles: prompt widths up to `longest_prompt` x the batch sizes of a
-    call of `rows` rows."""
+    call of `rows` rows (rows, then powers of two down to MIN_ROWS)."""
     widths = prompt_width(longest_prompt).bit_length() - MIN_PROMPT_WIDTH.bit_length() + 1
-    return widths * (len({rows} | {1 << i for i in range(rows.bit_length())}))
+    return widths * len({rows} | {1 << i for i in range(rows.bit_length())
+                                  if MIN_ROWS <= 1 << i < rows})
 
 
 def decode_step(model, cache, cache_kw):
@@ -112,6 +119,8 @@ class CompiledDecode(EagerDecode):
 
     def keep_rows(self, keep):      # the live rows, then finished ones up to a power of two
         idx = bucket_rows(keep)
+        if len(idx) == len(keep):   # no smaller bucket (MIN_ROWS): every row stays where it is
+            return torch.arange(len(keep), device=keep.device)
         self.cache.select_rows(idx)
         return idx
 
