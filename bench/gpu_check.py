@@ -408,6 +408,13 @@ def figures(m):
     }
 
 
+def longest_prompt(tok):
+    """Tokens of the longest of the first 64 arithmetic prompts (the train runs' data)."""
+    import data
+    return max(map(len, data.prompt_token_ids(data.load_problems("arithmetic", "train", limit=64),
+                                              tok)[1]))
+
+
 def parity_reward(work):
     """--reward for a random model, which never solves a sum: the answer's length parity, earned
     half the time, so groups are mixed and every step updates through the policy gradient."""
@@ -462,13 +469,12 @@ def check_train_compile(s, tok, work, dry, timeout, disk):
             return {"pass": False, "runs": runs}
         counted = [line for line in done.stdout.splitlines() if line.startswith("gpu_check:")]
         result[mode] = json.loads(counted[-1].split(":", 1)[1])
+        metrics = read_metrics(out_dir)
         result[mode]["seconds_per_step"] = [m["time_rollout_s"] + m["time_train_s"]
-                                            for m in read_metrics(out_dir)]
-        result[mode]["rollout_s"] = [m["time_rollout_s"] for m in read_metrics(out_dir)]
+                                            for m in metrics]
+        result[mode]["rollout_s"] = [m["time_rollout_s"] for m in metrics]
         shutil.rmtree(out_dir, ignore_errors=True)
-    longest = max(len(p) for p in __import__("data").prompt_token_ids(
-        __import__("data").load_problems("arithmetic", "train", limit=64), tok)[1])
-    bound = compiled_decode.graph_bound(longest, s["train_prompts"] * s["train_group"])
+    bound = compiled_decode.graph_bound(longest_prompt(tok), s["train_prompts"] * s["train_group"])
     graphs = result["compiled"]["graphs"]
     return {**result, "graph_bound": bound, "runs": runs,
             "pass": 0 < graphs <= bound and result["compiled"]["graph_breaks"] == 0}
@@ -539,12 +545,7 @@ def check_train_resume(s, tok, work, dry, timeout, disk):
     bit_exact = len(fa) == len(fb) and not differing and wa.keys() == wb.keys() and not (
         weights_differing)
     cfg = parse_config(flags)
-    prompt_tokens = max(
-        len(p)
-        for p in __import__("data").prompt_token_ids(
-            __import__("data").load_problems("arithmetic", "train", limit=64), tok
-        )[1]
-    )
+    prompt_tokens = longest_prompt(tok)
     _, phases, (planned, _), _ = memory.plan(
         cfg,
         memory.model_shape(memory.load_config(folder)),
