@@ -53,11 +53,11 @@ from gmts.run.folder import check_start
 from gmts.trainer import distributed
 from gmts.trainer.diagnostics import GradNoise, UpdateLog, rollout_figures
 from gmts.trainer.policy import peak_memory_mb
-from gmts.trainer.rollout import EagerDecode, concat_rollouts, sample_batched
+from gmts.trainer.rollout import concat_rollouts, sample_batched
 from gmts.trainer.step import (
-    NON_FINITE, STEPPED, Batch, MiniBatch, accumulate_gradients, batch_sum, finite_on,
-    layers_gathered, masked_loss_inputs, minibatch_kl_share, minibatch_rows, my_prompts,
-    optimizer_step, run_selection, scoring_pass, use_dynamic_sampling, weights_finite)
+    NON_FINITE, STEPPED, Batch, MiniBatch, accumulate_gradients, all_finite, batch_sum,
+    layers_gathered, masked_loss_inputs, minibatch_kl_share, minibatch_rows,
+    optimizer_step, run_selection, scoring_pass, use_dynamic_sampling)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -98,64 +98,60 @@ def reward_functions(cfg, names):
 # --------------------------------------------------------------------------------------------------
 # Stages 1-3: rollout, reward, advantage.
 
-def collect_batch(cfg, model, tokenizer, stream, eos_ids, generator, reward_fns,
-                  decode=EagerDecode):
-    """Rollout + reward + advantage for the step's prompts (this process's share under torchrun).
-    Returns (the Batch, or None when no group has mixed rewards; every sampled answer's R (n,);
-    rollouts)."""
-    args = cfg, model, tokenizer, eos_ids, generator, reward_fns, decode
-    if use_dynamic_sampling(cfg):
-        return dynamic_sampling(stream, *args)
-    batch = answer_prompts(stream, my_prompts(cfg, stream), *args)
+def collect_batch(run):
+    """Rollout + reward + advantage for the step's prompts (this process's share under torchrun),
+    with the run's model, tokenizer, generator and rewards (gmts/run/state.py's Run). Returns (the
+    Batch, or None when no group has mixed rewards; every sampled answer's R (n,); rollouts)."""
+    if use_dynamic_sampling(run.cfg):
+        return dynamic_sampling(run)
+    batch = answer_prompts(run, run.stream.take(run.cfg.prompts_per_step))
     return batch, batch.rewards, 1
 
 
-def answer_prompts(stream, idx, cfg, model, tokenizer, eos_ids, generator, reward_fns, decode):
+def answer_prompts(run, idx):
     """Stages 1-3 for the stream's prompts `idx`: G answers each, their rewards R and advantages
     A."""
-    G = cfg.group_size
+    cfg, G, stream, tokenizer = run.cfg, run.cfg.group_size, run.stream, run.tokenizer
     problems, prompt_ids = [stream.problems[i] for i in idx], [stream.prompt_ids[i] for i in idx]
     # 1. Rollout: G answers per prompt, with their log-probs and entropies (gmts/trainer/rollout.py)
-    roll = sample_batched(model, prompt_ids, prompts_per_call=cfg.rollout_batch_size, group_size=G,
-                          max_new_tokens=cfg.max_new_tokens, eos_token_ids=eos_ids,
-                          pad_token_id=tokenizer.pad_token_id, temperature=cfg.temperature,
-                          generator=generator, decode=decode)
+    roll = sample_batched(run.model, prompt_ids, group_size=G, max_new_tokens=cfg.max_new_tokens,
+                          eos_token_ids=run.eos_ids, pad_token_id=tokenizer.pad_token_id,
+                          temperature=cfg.temperature, generator=run.rollout_gen,
+                          prompts_per_call=cfg.rollout_batch_size, decode=run.decode)
     texts = [tokenizer.decode(row[mask], skip_special_tokens=True)
              for row, mask in zip(roll.completion_ids.cpu(), roll.valid_mask.cpu())]
-    # 2. Reward: programs check each answer (rewards/), all at once on a thread pool: R_i, the
-    #    weighted sum of the --reward functions (or each row's own reward).
+    # 2. Reward R_i: programs check each answer (rewards/), on a thread pool
     answered = [problems[i // G] for i in range(len(texts))]
-    R = torch.tensor(rewards.as_scorer(reward_fns).score(texts, answered, log=True).total,
+    R = torch.tensor(rewards.as_scorer(run.reward_fns).score(texts, answered, log=True).total,
                      dtype=torch.float32)
-    # 3. Advantage, per group: A_i = (R_i - mean) / (std + eps) (gmts/method/grpo.py). With
-    #    --overlong-buffer, R first pays DAPO's length penalty (mixed groups: by R alone).
+    # 3. Advantage per group: A_i = (R_i - mean) / (std + eps), R after --overlong-buffer's cost
     shaped = R if not cfg.overlong_buffer else R + overlong_penalty(
         roll.lengths.cpu(), cfg.max_new_tokens, cfg.overlong_buffer, cfg.overlong_penalty)
     return Batch(**vars(roll), problems=problems, texts=texts, rewards=R,
                  advantages=group_advantages(shaped, G, std=cfg.adv_std))
 
 
-def dynamic_sampling(stream, cfg, model, tokenizer, eos_ids, generator, reward_fns, decode):
+def dynamic_sampling(run):
     """DAPO's dynamic sampling: groups whose answers all got the same reward carry no signal (A =
     0); keep the mixed ones and sample more prompts, at most --max-sampling-tries rollouts, until
     this process has its share. A process that has it still takes every further try's prompts (the
     data position stays the same everywhere). Returns what collect_batch does."""
+    cfg = run.cfg
     share = cfg.prompts_per_step // distributed.world_size()          # whole groups per process
     parts, sampled_rewards, tries, kept = [], [], 0, 0
     while tries < cfg.max_sampling_tries and int(batch_sum(int(kept < share))):
         tries += 1
-        idx = my_prompts(cfg, stream)
+        idx = run.stream.take(cfg.prompts_per_step)
         if kept >= share:                                 # done here; another process still samples
             continue
-        batch = answer_prompts(stream, idx, cfg, model, tokenizer, eos_ids, generator, reward_fns,
-                               decode)
+        batch = answer_prompts(run, idx)
         sampled_rewards.append(batch.rewards)
         keep = mixed_groups(batch.rewards, cfg.group_size)   # the mixed groups, no more than needed
         part = batch.groups(keep & (torch.cumsum(keep.long(), 0) + kept <= share), cfg.group_size)
         if part.problems:
             parts.append(part)
         kept += len(part.problems)
-    batch = concat_rollouts(parts, tokenizer.pad_token_id) if parts else None
+    batch = concat_rollouts(parts, run.tokenizer.pad_token_id) if parts else None
     return batch, torch.cat(sampled_rewards) if sampled_rewards else torch.zeros(0), tries
 
 
@@ -176,18 +172,15 @@ def update_policy(cfg, model, ref_model, optimizer, batch, select_gen, device, s
         for rows in minibatch_rows(len(batch.prompt_ids), cfg.group_size, cfg.mini_batch_size,
                                    seed=cfg.seed, step=step, epoch=epoch, device=device):
             mb = MiniBatch(batch, rows, cfg.group_size, ref_logp=ref_logp, exclude=exclude)
-            # 4. Score at the current θ: log π_θ and E of every sampled token, ω, the score.
-            #    On-policy (θ = θ_old, before the first optimizer step) the rollout's values are
-            #    exact and r = 1 (gmts/METHOD.md, "Where E and ω come from"); later, a no-grad pass.
+            # 4. Score at θ: log π_θ, E, ω (on-policy, θ = θ_old: the rollout's own log π, E)
             logp, entropy = ((mb.old_logp, mb.entropy) if on_policy
                              else scoring_pass(model, batch, rows, cfg))
             omega = token_omega(logp, mb.old_logp, mb.advantages, eps_low=cfg.eps_low,
                                 eps_high=cfg.eps_high, beta=cfg.beta, ref_logp=mb.ref_logp,
                                 kl_share=minibatch_kl_share(cfg, mb) if cfg.beta else 1.0)
             length_weight = relative_token_weight(mb.valid_mask, cfg.loss_norm)  # 1/|o_i| or None
-            # NaN/inf in log π, E or ω: nothing to rank (zeros) and no step (a non-finite step).
-            finite = finite_on(mb.valid_mask, (logp, entropy, omega))
-            if not finite:
+            finite = all_finite((logp, entropy, omega), mb.valid_mask)   # NaN/inf: no step,
+            if not finite:                                               # and zeros to rank
                 logp, entropy, omega = (x.nan_to_num(0.0, 0.0, 0.0) for x in (logp, entropy, omega))
             scores = token_scores(cfg.selector, entropy, omega, weight=length_weight,
                                   generator=select_gen)
@@ -242,13 +235,11 @@ class StepDone:
 def train_step(run, step):
     """Stages 1-7 on one rollout batch: a StepDone."""
     cfg, model, t_start = run.cfg, run.model, time.time()
-    if not weights_finite(model.parameters()):   # NaN/inf weights: no rollout to trust, no step
+    if not all_finite(model.parameters()):   # NaN/inf weights: no rollout to trust, no step
         return StepDone(BAD_WEIGHTS)
     with layers_gathered(model.eval()):
-        batch = collect_batch(cfg, model, run.tokenizer, run.stream, run.eos_ids, run.rollout_gen,
-                              run.reward_fns, run.decode)
-    done = StepDone(NO_SIGNAL, *batch)
-    done.time_rollout_s = time.time() - t_start
+        batch = collect_batch(run)
+    done = StepDone(NO_SIGNAL, *batch, time_rollout_s=time.time() - t_start)
     if int(batch_sum(int(done.batch is None))):      # no group anywhere (no process may step alone)
         return done
     done.records = update_policy(cfg, model, run.ref_model, run.optimizer, done.batch,
@@ -356,7 +347,7 @@ def main(argv=None):
                              f"checkpoint is {last_good}. Lower --lr or check the data.")
         stopping = stop.any_process()
         if ((cfg.save_every and step % cfg.save_every == 0) or step == cfg.steps or stopping) and \
-                not weights_finite(run.model.parameters()):
+                not all_finite(run.model.parameters()):
             if run.main_process and bad_in_a_row <= 1:            # said once per run of bad steps
                 last_good = ckpt.find_checkpoint(cfg.output_dir) if last_saved else "none"
                 print(f"gmts: no checkpoint after step {step}: the weights hold NaN/inf (the last "

@@ -7,8 +7,9 @@ docstrings not counted (comments are). rewards/ and data/ are left out (a reader
 `reward(text, answer)` on trust); torch and transformers are not the project's. A "plumbing" line is
 a code line of those functions (not a docstring or comment) that names several processes, FSDP or
 compilation (PLUMBING). Two differences from the shared reading-path tool: a line is counted once
-(the shared tool counts a comprehension's line again, as a function of its own on Python 3.11), and
-the characters of the code lines (stripped) are counted too, which wrapping does not change.
+(the shared tool counts a comprehension's line again, as a function of its own on Python 3.11; its
+count is printed too, "per code object"), and the characters of the code lines (stripped) are
+counted too, which wrapping does not change.
 
 The lines also split by what the step did with them (kinds): statements it ran (of those, the
 argument checks: calls of `_check` or a `check_<name>` / `_check_<name>` function, and such
@@ -164,10 +165,13 @@ def kinds(lines, numbers, ran):
 
 
 def measure(model, data_path, extra=()):
-    """{"files": {file: lines}, "functions", "lines", "chars", "plumbing", "kinds": how the lines
-    split (kinds)} of one default step."""
+    """{"files": {file: lines}, "functions", "lines", "lines_per_code_object": the lines as the
+    shared tool counts them (each code object's span, a comprehension's line again), "chars",
+    "plumbing", "kinds": how the lines split (kinds)} of one default step."""
     seen, ran = trace_step(model, data_path, extra)
     files, plumbing, chars, split = {}, 0, 0, {}
+    per_code_object = sum(n - len(docstrings(rel).get(first, range(0)))
+                          for (rel, first, _name), n in seen.items())
     for rel, numbers in lines_read(seen).items():
         lines = Path(ROOT, rel).read_text().splitlines()
         for kind, n in kinds(lines, numbers, ran.get(rel, set())).items():
@@ -177,7 +181,8 @@ def measure(model, data_path, extra=()):
         plumbing += sum(1 for line in code if PLUMBING.search(line.split("#")[0]))
         chars += sum(len(line.strip()) for line in code)    # the same text, whatever its wrapping
     return {"files": dict(sorted(files.items(), key=lambda kv: -kv[1])), "functions": len(seen),
-            "lines": sum(files.values()), "chars": chars, "plumbing": plumbing, "kinds": split}
+            "lines": sum(files.values()), "lines_per_code_object": per_code_object, "chars": chars,
+            "plumbing": plumbing, "kinds": split}
 
 
 def tiny_model_and_data(folder):
@@ -217,6 +222,8 @@ def main(argv):
     print(f"of those lines: {k['ran']} of statements the step ran ({k['checks']} of them argument "
           f"checks), {k['comments']} comments, {k['not_run']} of branches it did not run, "
           f"{k['blank']} blank")
+    print(f"counted per code object, as the shared tool counts (a comprehension's line again): "
+          f"{result['lines_per_code_object']} lines")
 
 
 if __name__ == "__main__":

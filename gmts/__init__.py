@@ -5,6 +5,7 @@ The package is laid out by role (README.md, "Layout"):
     gmts/method/    the method: pure functions on tensors, importable on their own (torch only)
         grpo.py         advantage, ω, the selectors' scores, the exact top-ρ selection, the masked
                         loss
+        checked.py      grpo.py's functions with their arguments checked (what `gmts.<name>` is)
         head.py         log π(o_it) and entropy E_it through the output head, chunked over the
                         vocabulary
         options.py      the method's option names and their checks (no torch: the command line
@@ -29,9 +30,10 @@ import importlib
 # `gmts.run.validate` do not load torch: the command line checks its flags before torch loads (~3 s)
 # and a bad one fails at once.
 _EXPORTS = {
-    "method.grpo": ("group_advantages", "mixed_groups", "overlong_penalty", "kl_share",
-                    "loss_weights", "policy_loss", "relative_token_weight", "token_objective",
-                    "clip_active", "token_omega", "token_scores", "num_to_select", "select_tokens"),
+    "method.checked": ("group_advantages", "overlong_penalty", "loss_weights", "policy_loss",
+                       "token_objective", "clip_active", "token_omega", "token_scores",
+                       "num_to_select", "select_tokens"),
+    "method.grpo": ("mixed_groups", "kl_share", "relative_token_weight"),
     "method.options": ("check_loss_config", "SELECTORS"),
     "method.head": ("token_entropy", "token_logprobs_and_entropy"),
 }

@@ -163,6 +163,19 @@ def test_entropy_has_no_grad_and_with_entropy_false():
     torch.testing.assert_close(logp2, logp, rtol=0, atol=1e-5)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("bias", [False, True])
+def test_no_tokens_give_empty_outputs_and_zero_gradients(dtype, bias):
+    """A pass with no valid token (every answer empty) goes through the same Function: logp and
+    entropy (0,), float32, and a backward that gives every input a zero gradient."""
+    hidden, weight, b, targets = make_inputs(lead=(0,), dtype=dtype, bias=bias)
+    logp, entropy = token_logprobs_and_entropy(hidden, weight, targets, head_bias=b, chunk_size=4)
+    assert logp.shape == entropy.shape == (0,) and logp.dtype == entropy.dtype == torch.float32
+    logp.sum().backward()
+    assert hidden.grad.shape == (0, 16) and not weight.grad.any()
+    assert b is None or not b.grad.any()
+
+
 def test_only_needed_gradients_are_computed():
     hidden, weight, _, targets = make_inputs()
     frozen_w = weight.detach()  # frozen head (e.g. LoRA): only grad wrt hidden

@@ -396,6 +396,19 @@ def test_bad_input_raises_clear_errors():
         gmts.group_advantages(torch.tensor([1.0, 0.0]), 2, std="sample")
 
 
+def test_each_option_table_holds_exactly_the_options_the_command_line_accepts():
+    """grpo's tables (selector, scope, loss_norm) name the same choices, in the same order, as
+    gmts/method/options.py, which the command line checks every flag against before torch loads;
+    an unknown name is one ValueError naming the option and its choices."""
+    from gmts.method.grpo import NORMALISERS, RANKINGS, SCORES
+    from gmts.method.options import LOSS_NORMS, SCOPES, SELECTORS
+    assert tuple(SCORES) == SELECTORS and tuple(RANKINGS) == SCOPES
+    assert tuple(NORMALISERS) == LOSS_NORMS
+    valid = torch.ones(2, 3, dtype=torch.bool)
+    with pytest.raises(ValueError, match=r"unknown loss_norm 'token'; choose one of \('selected'"):
+        gmts.loss_weights(valid, valid, "token")
+
+
 def test_selection_diagnostics_count_what_each_selection_spends():
     from gmts.trainer.diagnostics import selection_diagnostics
     # 4 answers x 5 tokens, all valid. Answers 0-1: an all-equal group (A = 0) with the HIGHEST

@@ -150,8 +150,9 @@ def test_concat_rollouts_pads_each_part_to_the_longest():
 
 
 class _KwargsOnlyWrapper(torch.nn.Module):
-    """What a LoRA (peft) or DDP/FSDP wrapper looks like to inspect: forward(**kwargs), naming no
-    cache keyword. Records the keywords it was called with."""
+    """What a LoRA (peft) wrapper looks like to inspect: forward(**kwargs), naming no cache
+    keyword, and the wrapped model's get_decoder handed on. Records the keywords it was called
+    with."""
 
     def __init__(self, model):
         super().__init__()
@@ -161,6 +162,9 @@ class _KwargsOnlyWrapper(torch.nn.Module):
     def forward(self, **kwargs):
         self.seen |= set(kwargs)
         return self.module(**kwargs)
+
+    def get_decoder(self):
+        return self.module.get_decoder()
 
 
 def test_kv_cache_keyword_is_the_models_own_name_even_through_a_wrapper():

@@ -191,11 +191,21 @@ def test_dynamic_sampling_drops_all_equal_groups(digit_model_dir, tmp_path):
     assert json.loads((out / "config.json").read_text())["eps_high"] == 0.28
 
 
+def step_parts(cfg, model, tok, stream, reward_fns):
+    """What collect_batch reads of a Run (gmts/run/state.py), without building one."""
+    from types import SimpleNamespace
+    from gmts.trainer.policy import end_of_sequence_ids
+    from gmts.trainer.rollout import EagerDecode
+    return SimpleNamespace(cfg=cfg, model=model, tokenizer=tok, stream=stream,
+                           eos_ids=end_of_sequence_ids(model, tok), reward_fns=reward_fns,
+                           rollout_gen=torch.Generator().manual_seed(0), decode=EagerDecode)
+
+
 def test_collect_batch_keeps_only_mixed_groups(digit_model_dir):
     sys.path.insert(0, ROOT)
     import train
     from gmts.run.config import parse_config
-    from gmts.trainer.policy import end_of_sequence_ids, load_model, load_tokenizer
+    from gmts.trainer.policy import load_model, load_tokenizer
     from gmts.trainer.step import PromptStream
     cfg = parse_config(["--model", digit_model_dir, "--data", "arithmetic", "--algo", "dapo",
                         "--group-size", "4", "--prompts-per-step", "3", "--max-new-tokens", "5",
@@ -206,9 +216,7 @@ def test_collect_batch_keeps_only_mixed_groups(digit_model_dir):
     stream = PromptStream(problems, ids, seed=0)
     # A reward that depends on the text's length parity: some groups mixed, some all-equal.
     fns = {name: (lambda text, ref: float(len(text) % 2)) for name in {p.reward for p in problems}}
-    batch, sampled, tries = train.collect_batch(cfg, model, tok, stream,
-                                                end_of_sequence_ids(model, tok),
-                                                torch.Generator().manual_seed(0), fns)
+    batch, sampled, tries = train.collect_batch(step_parts(cfg, model, tok, stream, fns))
     assert 1 <= tries <= 5 and sampled.numel() == tries * 12
     assert batch is not None and len(batch.problems) <= 3
     assert batch.completion_ids.shape[0] == 4 * len(batch.problems)
@@ -220,7 +228,7 @@ def test_overlong_shaping_moves_the_advantage_not_the_reward(digit_model_dir):
     sys.path.insert(0, ROOT)
     import train
     from gmts.run.config import parse_config
-    from gmts.trainer.policy import end_of_sequence_ids, load_model, load_tokenizer
+    from gmts.trainer.policy import load_model, load_tokenizer
     from gmts.trainer.step import PromptStream
     cfg = parse_config(["--model", digit_model_dir, "--data", "arithmetic", "--group-size", "4",
                         "--prompts-per-step", "3", "--max-new-tokens", "6",
@@ -232,8 +240,7 @@ def test_overlong_shaping_moves_the_advantage_not_the_reward(digit_model_dir):
     stream = PromptStream(problems, ids, seed=0)
     # every answer "right"
     fns = {name: (lambda text, ref: 1.0) for name in {p.reward for p in problems}}
-    batch, _, _ = train.collect_batch(cfg, model, tok, stream, end_of_sequence_ids(model, tok),
-                                      torch.Generator().manual_seed(0), fns)
+    batch, _, _ = train.collect_batch(step_parts(cfg, model, tok, stream, fns))
     lengths = batch.valid_mask.sum(dim=1).float()
     assert len(set(lengths.tolist())) > 1, "the tiny model should give answers of several lengths"
     # the checker's reward is kept as it was

@@ -10,6 +10,12 @@ One RLVR step reads this file top to bottom:
     6. loss       loss_weights      w_it, the normaliser computed once on the whole optimizer batch
                   policy_loss       the masked, clipped surrogate (+ k3 KL)
 
+Nothing here checks its arguments: train.py calls these functions with tensors it built (shapes,
+dtypes and masks hold by construction), options the command line checked once
+(gmts/run/validate.py) and rewards the scorer checked (rewards/). gmts/method/checked.py is the
+same functions with every argument checked, one ValueError naming the bad one: what `import gmts`
+exports (gmts.select_tokens, ...), for a caller building its own tensors.
+
 Names, each with one meaning: R a reward; A an advantage; r = π_θ / π_old the importance ratio; ρ
 (`ratio`) the share of valid tokens selected; E an entropy. Three kinds of weight, whose keyword
 names are the public interface: `weight=` (token_scores) is w_it, the token's LENGTH weight in the
@@ -23,14 +29,18 @@ from fractions import Fraction
 
 import torch
 
-from gmts.method.options import LOSS_NORMS, SCOPES, SELECTORS, STD_MODES
 
+class Choices(dict):
+    """An option's table {name: function}, in the order of its names in gmts/method/options.py;
+    an unknown name is one ValueError naming the option and its choices."""
 
-def _check(ok, message):
-    """Bad input is one ValueError naming the bad value. message: the text, or a function making it
-    when that costs (it is then made only on failure)."""
-    if not ok:
-        raise ValueError(message() if callable(message) else message)
+    def __init__(self, option, **choices):
+        super().__init__(choices)
+        self.option = option
+
+    def __missing__(self, name):
+        raise ValueError(f"unknown {self.option} {name!r}; choose one of {tuple(self)}")
+
 
 # --------------------------------------------------------------------------------------------------
 # 3. Advantage
@@ -50,19 +60,10 @@ def group_advantages(rewards, group_size, *, std="unbiased", eps=1e-6):
     not divide (Dr. GRPO).
     """
     rewards = torch.as_tensor(rewards, dtype=torch.float32)
-    _check(rewards.dim() == 1, f"rewards must be 1-D (N,), got shape {tuple(rewards.shape)}")
-    _check(std in STD_MODES, f"std must be one of {STD_MODES}, got {std!r}")
-    _check(isinstance(group_size, int) and group_size >= 2,     # one answer has no baseline
-           f"group_size must be an int >= 2, got {group_size!r}")
-    _check(rewards.numel() % group_size == 0,
-           f"{rewards.numel()} rewards do not split into groups of {group_size}")
-    _check(torch.isfinite(rewards).all(), lambda: f"rewards contain NaN/inf: {rewards.tolist()}")
     grouped = rewards.view(-1, group_size)                     # (Q, G)
     centred = grouped - grouped.mean(dim=1, keepdim=True)
-    # All-equal groups get A = 0 EXACTLY: a float mean of eight 0.3's is not exactly 0.3
-    # (gmts/METHOD.md, "Exactness notes")
     all_equal = grouped.amax(dim=1, keepdim=True) == grouped.amin(dim=1, keepdim=True)
-    centred = centred.masked_fill(all_equal, 0.0)
+    centred = centred.masked_fill(all_equal, 0.0)     # exactly 0 (METHOD.md, "Exactness notes")
     if std == "none":
         return centred.reshape(-1)
     spread = grouped.std(dim=1, keepdim=True, unbiased=(std == "unbiased"))
@@ -86,9 +87,6 @@ def overlong_penalty(lengths, max_new_tokens, buffer, factor=1.0):
     (max_new_tokens - buffer)) / buffer. Returns (N,) <= 0. buffer = 0 turns it off (all zeros).
     """
     lengths = torch.as_tensor(lengths, dtype=torch.float32)
-    _check(0 <= buffer <= max_new_tokens,
-           f"overlong buffer must be in [0, max_new_tokens={max_new_tokens}], got {buffer}")
-    _check(factor >= 0, f"overlong penalty factor must be >= 0, got {factor}")
     if buffer == 0:
         return torch.zeros_like(lengths)
     excess = (lengths - (max_new_tokens - buffer)).clamp(min=0)
@@ -120,23 +118,12 @@ def token_omega(logp, old_logp, advantages, *, eps_low=0.2, eps_high=0.28, beta=
     (loss_norm "selected" with kl_coverage "all", see kl_share).
     """
     logp, old_logp = _as_float(logp), _as_float(old_logp)
-    _check_same_shape(logp=logp, old_logp=old_logp)
     adv = broadcast_advantages(advantages, logp)
     r = torch.exp(logp - old_logp)                       # the importance ratio π_θ / π_old
     omega = r * adv * (~clip_active(r, adv, eps_low, eps_high))
     if beta != 0.0:
-        omega = omega + kl_share * (beta * torch.exp(_reference(ref_logp, logp,
-                                                                beta) - logp) - beta)
+        omega = omega + kl_share * (beta * torch.exp(_as_float(ref_logp) - logp) - beta)
     return omega
-
-
-def _reference(ref_logp, logp, beta):
-    """ref_logp checked for the KL term: given, and shaped like logp."""
-    _check(ref_logp is not None,
-           f"beta={beta} needs ref_logp (log-probs under the reference model)")
-    ref_logp = _as_float(ref_logp)
-    _check_same_shape(logp=logp, ref_logp=ref_logp)
-    return ref_logp
 
 
 def clip_active(r, advantages, eps_low, eps_high):
@@ -157,43 +144,40 @@ def token_scores(selector, entropy, omega=None, *, weight=None, generator=None):
                                           1 under a token-level mean)
     random -> Uniform(0, 1)              (the control: does ranking matter at all?)
     """
-    _check(selector in SELECTORS, f"unknown selector {selector!r}; choose one of {SELECTORS}")
-    if selector == "none":
-        return None
-    entropy = _as_float(entropy)
-    if selector == "ets":
-        return entropy.clone()
-    if selector == "random":
-        return torch.rand(entropy.shape, generator=generator, dtype=entropy.dtype,
-                          device=entropy.device)
-    _check(omega is not None, "selector 'gmts' needs omega (see token_omega)")
-    omega = _as_float(omega)
-    _check_same_shape(entropy=entropy, omega=omega)
-    score = entropy * omega
+    return SCORES[selector](_as_float(entropy), omega, weight, generator)
+
+
+def _gmts_scores(entropy, omega, weight, generator):
+    """|E_it · ω_it · w_it|, w_it the token's length weight (None: 1)."""
+    score = entropy * _as_float(omega)
     if weight is not None:
-        score = score * torch.as_tensor(weight, dtype=score.dtype,
-                                        device=score.device).expand_as(score)
+        score = score * torch.as_tensor(weight, dtype=score.dtype, device=score.device)
     return score.abs()
+
+
+def _ets_scores(entropy, omega, weight, generator):
+    """E_it."""
+    return entropy.clone()
+
+
+def _random_scores(entropy, omega, weight, generator):
+    """Uniform(0, 1) per token."""
+    return torch.rand(entropy.shape, generator=generator, dtype=entropy.dtype,
+                      device=entropy.device)
+
+
+SCORES = Choices("selector", none=lambda *_: None, ets=_ets_scores, gmts=_gmts_scores,
+                 random=_random_scores)
 
 
 def broadcast_advantages(advantages, like):
     """(N,) or (N, T) advantages -> (N, T) like `like`."""
     adv = _as_float(torch.as_tensor(advantages, device=like.device))
-    if adv.dim() == 1:
-        _check(adv.shape[0] == like.shape[0],
-               f"advantages has {adv.shape[0]} rows but the tokens have {like.shape[0]}")
-        return adv[:, None].expand_as(like)
-    _check_same_shape(advantages=adv, tokens=like)
-    return adv
+    return adv[:, None].expand_as(like) if adv.dim() == 1 else adv
 
 
 def _as_float(x):
     return x if x.dtype in (torch.float32, torch.float64) else x.float()
-
-
-def _check_same_shape(**tensors):
-    shapes = {name: tuple(t.shape) for name, t in tensors.items()}
-    _check(len(set(shapes.values())) == 1, f"shape mismatch: {shapes}")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -206,16 +190,9 @@ def _check_same_shape(**tensors):
 # stable sort (ties -> lower flat index first), not torch.quantile (interpolated threshold, more
 # than k on ties, a 2^24-element limit).
 
-def check_ratio(ratio):
-    """ρ must be a number in (0, 1] (a bool is not a number here)."""
-    _check(isinstance(ratio, (int, float)) and not isinstance(ratio, bool)
-           and 0.0 < float(ratio) <= 1.0, f"ratio must be in (0, 1], got {ratio!r}")
-
-
 def num_to_select(ratio, n):
     """k = ceil(ρ · n), computed exactly on the decimal ρ the user wrote (0.3 · 10 = 3, not
     ceil(3.0000000000000004))."""
-    check_ratio(ratio)
     return math.ceil(Fraction(repr(float(ratio))) * n)
 
 
@@ -235,55 +212,21 @@ def select_tokens(scores, valid_mask, ratio, *, scope="batch", group_ids=None, b
     exclude    (N,) bool: answers left out of the ranking entirely (e.g. zero-advantage groups):
                never selected, but still counted in n, so the budget is every other arm's
     """
-    valid_mask = torch.as_tensor(valid_mask)
-    _check(valid_mask.dtype == torch.bool and valid_mask.dim() == 2,
-           f"valid_mask must be a 2-D bool tensor (N, T), got {valid_mask.dtype} "
-           f"{tuple(valid_mask.shape)}")
-    _check(scope in SCOPES, f"scope must be one of {SCOPES}, got {scope!r}")
-    check_ratio(ratio)
-    if exclude is not None:
-        exclude = _checked_exclude(exclude, valid_mask)
     eligible = valid_mask if exclude is None else valid_mask & ~exclude[:, None]
     if scores is None:
         return eligible.clone()
-    _check_same_shape(scores=scores, valid_mask=valid_mask)
-    check_scores(scores, eligible)
-    if scope == "group":
-        return _select_per_group(scores, valid_mask, eligible, ratio, group_ids, bottom)
-    return _top_k_in(scores, valid_mask, eligible, ratio, bottom)
+    return RANKINGS[scope](scores, valid_mask, eligible, ratio, bottom, group_ids)
 
 
-def _checked_exclude(exclude, valid_mask):
-    exclude = torch.as_tensor(exclude, device=valid_mask.device)
-    _check(exclude.dtype == torch.bool and tuple(exclude.shape) == (valid_mask.shape[0],),
-           f"exclude must be bool of shape ({valid_mask.shape[0]},), got {exclude.dtype} "
-           f"{tuple(exclude.shape)}")
-    return exclude
-
-
-def _select_per_group(scores, valid_mask, eligible, ratio, group_ids, bottom):
-    """scope="group": one top-k per group of answers, k = ceil(ρ · the group's valid tokens)."""
-    _check(group_ids is not None, "scope='group' needs group_ids (N,)")
-    group_ids = torch.as_tensor(group_ids, device=valid_mask.device)
-    _check(tuple(group_ids.shape) == (valid_mask.shape[0],),
-           f"group_ids must have shape ({valid_mask.shape[0]},), got {tuple(group_ids.shape)}")
+def _select_per_group(scores, valid_mask, eligible, ratio, bottom, group_ids):
+    """scope="group": one top-k per group of answers (group_ids (N,)), k = ceil(ρ · the group's
+    valid tokens)."""
     selected = torch.zeros_like(valid_mask)
     for g in torch.unique(group_ids):
         rows = group_ids == g
         selected |= _top_k_in(scores, valid_mask & rows[:, None], eligible & rows[:, None], ratio,
                               bottom)
     return selected
-
-
-def check_scores(scores, eligible):
-    bad = eligible & ~torch.isfinite(scores)
-    _check(not bad.any(), lambda: _non_finite_message(scores, bad))
-
-
-def _non_finite_message(scores, bad):
-    where = bad.nonzero()[0].tolist()
-    return (f"scores contain NaN/inf at {bad.sum().item()} valid positions, first at (row, col) = "
-            f"{where}: value {scores[where[0], where[1]].item()}")
 
 
 def budget(ratio, n_valid, n_eligible):
@@ -293,9 +236,13 @@ def budget(ratio, n_valid, n_eligible):
     return min(num_to_select(ratio, n_valid), n_eligible)
 
 
-def _top_k_in(scores, valid, eligible, ratio, bottom):
+def _top_k_in(scores, valid, eligible, ratio, bottom, group_ids=None):
+    """scope="batch": one top-k over every eligible token."""
     return top_k_mask(scores, eligible, budget(ratio, int(valid.sum()), int(eligible.sum())),
                       bottom)
+
+
+RANKINGS = Choices("scope", batch=_top_k_in, group=_select_per_group)
 
 
 def top_k_mask(scores, eligible, k, bottom=False):
@@ -337,20 +284,33 @@ def loss_weights(valid_mask, selected_mask, loss_norm="selected", *, reduce=None
                        selection folded into its completion mask; only meaningful without
                        selection: see check_loss_config)
     """
-    _check(loss_norm in LOSS_NORMS, f"loss_norm must be one of {LOSS_NORMS}, got {loss_norm!r}")
-    _check_same_shape(valid_mask=valid_mask, selected_mask=selected_mask)
-    _check(not (selected_mask & ~valid_mask).any(),
-           "selected_mask selects padding/prompt positions (not in valid_mask)")
-    total = reduce or (lambda count: count)
     m = selected_mask.double()              # float64: 1/S exact to 1e-16 whatever the model's dtype
-    if loss_norm == "selected":
-        return m / total(m.sum()).clamp(min=1)
-    if loss_norm == "all":
-        return m / total(valid_mask.sum()).clamp(min=1).double()
-    n_answers = total(torch.tensor(valid_mask.shape[0], device=valid_mask.device)).double()
-    counted = valid_mask if loss_norm == "sequence" else selected_mask
-    per_answer = counted.sum(dim=1, keepdim=True).clamp(min=1)
-    return m / (per_answer.double() * n_answers)
+    return NORMALISERS[loss_norm](valid_mask, m, reduce or (lambda count: count))
+
+
+def _per_selected(valid_mask, m, total):
+    """m / S, S the selected tokens of the batch (m: the selection, float64)."""
+    return m / total(m.sum()).clamp(min=1)
+
+
+def _per_valid(valid_mask, m, total):
+    """m / N_valid."""
+    return m / total(valid_mask.sum()).clamp(min=1).double()
+
+
+def _per_answer(counted):
+    """m / (N_answers · |o_i|), |o_i| counting an answer's `counted` tokens ("valid" or
+    "selected")."""
+    def weights(valid_mask, m, total):
+        n_answers = total(torch.tensor(valid_mask.shape[0], device=valid_mask.device)).double()
+        per_answer = (valid_mask if counted == "valid" else m).sum(dim=1, keepdim=True)
+        return m / (per_answer.clamp(min=1).double() * n_answers)
+    return weights
+
+
+NORMALISERS = Choices("loss_norm", selected=_per_selected, all=_per_valid,
+                      sequence=_per_answer("valid"),
+                      **{"sequence-selected": _per_answer("selected")})
 
 
 def relative_token_weight(valid_mask, loss_norm):
@@ -383,13 +343,12 @@ def token_objective(logp, old_logp, advantages, *, eps_low=0.2, eps_high=0.28, b
     surrogate = torch.minimum(r * adv, torch.clamp(r, 1 - eps_low, 1 + eps_high) * adv)
     if beta == 0.0:
         return surrogate, torch.zeros_like(surrogate)
-    return surrogate, _k3(logp, ref_logp, beta)
+    return surrogate, _k3(logp, ref_logp)
 
 
-def _k3(logp, ref_logp, beta):
+def _k3(logp, ref_logp):
     """D_it = π_ref/π_θ - log(π_ref/π_θ) - 1, the k3 estimate of KL(π_θ ‖ π_ref) at each sampled
     token (>= 0)."""
-    _check(ref_logp is not None, f"beta={beta} needs ref_logp")
     log_ref_over_pi = ref_logp.detach() - logp
     return torch.exp(log_ref_over_pi) - log_ref_over_pi - 1
 
@@ -406,9 +365,7 @@ def policy_loss(logp, old_logp, advantages, weights, *, eps_low=0.2, eps_high=0.
     surrogate, kl = token_objective(logp, old_logp, advantages, eps_low=eps_low, eps_high=eps_high,
                                     beta=beta, ref_logp=ref_logp)
     weights = weights.to(surrogate.dtype)
-    # torch.where, not a bare product: a non-finite value at an unselected position must not leak in
-    # as 0 * inf.
-    loss = -torch.where(weights != 0, weights * surrogate, 0.0).sum()
+    loss = -torch.where(weights != 0, weights * surrogate, 0.0).sum()    # not 0 * inf = NaN
     if beta != 0.0:
         kl_w = weights if kl_weights is None else kl_weights.to(kl.dtype)
         loss = loss + beta * torch.where(kl_w != 0, kl_w * kl, 0.0).sum()

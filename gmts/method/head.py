@@ -29,7 +29,7 @@ import math
 import torch
 from torch import Tensor
 
-from gmts.method.grpo import _check  # one ValueError naming the bad value
+from gmts.method.options import check as _check  # one ValueError naming the bad value
 
 
 def _check_chunk_size(chunk_size: int) -> None:
@@ -190,20 +190,11 @@ def head_logprobs(hidden: Tensor, head_weight: Tensor, targets: Tensor, *,
     calls this with the model's own hidden states and the sampled ids, so the public function's
     shape, dtype and range checks cannot fail there and are not repeated (nor those of temperature
     and chunk_size, train.py's checked flags). Returns (logp (n,), entropy (n,) or None)."""
-    if targets.numel() == 0:
-        return _no_tokens(hidden, head_weight, with_entropy)
     dev = hidden.device.type  # the matmuls run in the autocast dtype when autocast is on
     dtype = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else head_weight.dtype
     logp, entropy = _ChunkedHeadLogProb.apply(hidden, head_weight, head_bias, targets,
                                               float(temperature), chunk_size, with_entropy, dtype)
     return logp, (entropy if with_entropy else None)
-
-
-def _no_tokens(hidden, head_weight, with_entropy):
-    """head_logprobs with no tokens: logp (0,) = hidden.sum(-1) * 0, kept attached to the graph
-    (a backward through it gives hidden a zero gradient), and entropy (0,) or None."""
-    logp = (hidden.sum(-1) * 0).to(torch.promote_types(head_weight.dtype, torch.float32))
-    return logp, (logp.detach().clone() if with_entropy else None)
 
 
 @torch.no_grad()

@@ -2,6 +2,13 @@
 every flag with these before torch loads, so a bad flag fails in a fraction of a second
 (gmts/run/validate.py)."""
 
+def check(ok, message):
+    """Bad input is one ValueError naming the bad value. message: the text, or a function making it
+    when that costs (it is then made only on failure)."""
+    if not ok:
+        raise ValueError(message() if callable(message) else message)
+
+
 SELECTORS = ("none", "ets", "gmts", "random")                  # gmts/method/grpo.py
 SCOPES = ("batch", "group")                                     # gmts/method/grpo.py
 LOSS_NORMS = ("selected", "all", "sequence", "sequence-selected")   # gmts/method/grpo.py

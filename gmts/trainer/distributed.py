@@ -32,7 +32,8 @@ import torch
 import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
-from gmts.method.grpo import budget, check_ratio, check_scores, select_tokens, top_k_mask
+from gmts.method.checked import check_ratio, check_scores
+from gmts.method.grpo import budget, select_tokens, top_k_mask
 
 
 def init():

@@ -15,7 +15,6 @@ import dataclasses
 import inspect
 
 import torch
-import transformers
 from transformers.cache_utils import Cache, CacheLayerMixin
 
 CHECK_EVERY = 8       # decode steps between the host's looks at the rows (int(): a device sync)
@@ -83,8 +82,8 @@ class KVLayer(CacheLayerMixin):
 
     def update(self, k, v, *args, **kwargs):     # k, v (n, kv_heads, q, head_dim): q new columns
         if not self.is_initialized:            # the first write (the prefill) allocates the buffers
-            self.keys, self.values = (x.new_zeros((self.rows, x.shape[1], self.max_len, x.shape[3]))
-                                      for x in (k, v))
+            self.keys = k.new_zeros((self.rows, k.shape[1], self.max_len, k.shape[3]))
+            self.values = v.new_zeros((self.rows, v.shape[1], self.max_len, v.shape[3]))
             self.is_initialized = True
         n, cols = len(k), slice(self.length, self.length + k.shape[2])
         self.keys[:n, :, cols], self.values[:n, :, cols], self.length = k, v, cols.stop
@@ -150,7 +149,7 @@ class EagerDecode:
     layer = KVLayer                   # the class of the cache's layers
 
     def __init__(self, model, rows, width, max_new_tokens):
-        layers = range(_transformers_model(model).config.get_text_config().num_hidden_layers)
+        layers = model.get_decoder().layers       # the transformers model's, under LoRA or FSDP
         self.cache = KVCache(layers=[self.layer(rows, width + max_new_tokens) for _ in layers])
         self.model, self.width, self.cache_kw = model, width, {_cache_keyword(model): self.cache}
 
@@ -267,17 +266,11 @@ def concat_rollouts(parts, pad_id):
                                             for f in dataclasses.fields(parts[0])})
 
 
-def _transformers_model(model):
-    """The transformers model inside `model`: itself, or the one a LoRA (peft) or DDP/FSDP wrapper
-    holds."""
-    return next((m for m in model.modules() if isinstance(m, transformers.PreTrainedModel)), model)
-
-
 def _cache_keyword(model):
     """The KV cache's forward keyword: `cache` in transformers 5.x, `past_key_values` in 4.x; asked
-    of the transformers model, not of a LoRA / DDP / FSDP wrapper (forward(**kwargs))."""
-    forward = _transformers_model(model).forward
-    return "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
+    of the decoder (a LoRA / FSDP wrapper's forward takes **kwargs)."""
+    params = inspect.signature(model.get_decoder().forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
 
 
 def completion_mask(tokens, eos, max_len):

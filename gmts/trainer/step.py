@@ -77,20 +77,16 @@ class PromptStream:
         self.problems, self.prompt_ids, self.seed = problems, prompt_ids, seed
         self.position = position      # prompts taken so far
         self.shard = shard            # this process's slice of each step's prompts (torchrun)
-        self._epoch, self._order = None, None
 
     def take(self, n):
-        """The next n problem indices; each epoch is a fresh permutation seeded by (seed, epoch)."""
-        out = []
-        for _ in range(n):
-            epoch, index = divmod(self.position, len(self.problems))
-            if epoch != self._epoch:
-                gen = torch.Generator().manual_seed(self.seed * 7919 + epoch)
-                self._epoch, self._order = epoch, torch.randperm(len(self.problems),
-                                                                 generator=gen).tolist()
-            out.append(self._order[index])
-            self.position += 1
-        return out
+        """This process's share (`shard`) of the next n problem indices; each epoch is a fresh
+        permutation seeded by (seed, epoch)."""
+        size, start = len(self.problems), self.position
+        epochs = range(start // size, (start + n) // size + 1)      # the epochs they fall in
+        order = torch.cat([torch.randperm(size, generator=torch.Generator().manual_seed(
+            self.seed * 7919 + epoch)) for epoch in epochs])
+        self.position += n
+        return order[start % size:start % size + n].tolist()[self.shard]
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -118,11 +114,6 @@ class Batch(Rollout):
                      finished=None if self.finished is None else self.finished[on],
                      group_size=self.group_size, texts=[t for t, k in zip(self.texts, rows) if k],
                      rewards=self.rewards[rows], advantages=self.advantages[rows])
-
-
-def my_prompts(cfg, stream):
-    """The next --prompts-per-step prompts (indices), this process's share of them."""
-    return stream.take(cfg.prompts_per_step)[stream.shard]
 
 
 def use_dynamic_sampling(cfg):
@@ -175,9 +166,8 @@ class MiniBatch:
         self.old_logp, self.entropy = batch.old_logp[rows], batch.entropy[rows]   # at θ_old
         self.ref_logp = None if ref_logp is None else ref_logp[rows]     # ref_logp: (N, T) π_ref
         self.exclude = None if exclude is None else exclude[rows]        # exclude: (N,) left out
-        # where each rollout row sits in this mini-batch (-1: not in it), to slice per micro-batch
         self.position = torch.full((len(batch.valid_mask),), -1, device=rows.device)
-        self.position[rows] = torch.arange(len(rows), device=rows.device)
+        self.position[rows] = torch.arange(len(rows), device=rows.device)   # rollout row -> its row
 
 
 # --------------------------------------------------------------------------------------------------
@@ -196,15 +186,13 @@ def completion_logprobs(model, prompt_ids, completion_ids, valid_mask, *, group_
     hidden = model.get_decoder()(input_ids=torch.cat([ids, completion_ids], dim=1),
                                  attention_mask=attention, position_ids=positions(attention),
                                  use_cache=False).last_hidden_state
-    # Position P-1+t predicts completion token t; only the valid ones go through the chunked head.
-    h = hidden[:, ids.shape[1] - 1:-1][valid_mask]                             # (n_valid, H)
+    h = hidden[:, ids.shape[1] - 1:-1][valid_mask]     # (n_valid, H): P-1+t predicts token t
     head = model.get_output_embeddings()
     logp, entropy = head_logprobs(h, head.weight, completion_ids[valid_mask],
                                   head_bias=getattr(head, "bias", None), temperature=temperature,
                                   chunk_size=chunk_size, with_entropy=with_entropy)
-    # (n_valid,) -> (N, T), 0 at padding
     return tuple(x if x is None else x.new_zeros(valid_mask.shape).masked_scatter(valid_mask, x)
-                 for x in (logp, entropy))
+                 for x in (logp, entropy))                  # (n_valid,) -> (N, T), 0 at padding
 
 
 def answer_widths(valid_mask):
@@ -224,7 +212,7 @@ def micro_batches(batch, rows, cfg):
     rows = rows[order.to(rows.device)]                       # ties in rollout order
     if cfg.micro_batch_tokens:
         return token_budget_chunks(batch, rows, widths.tolist(), cfg)
-    return [chunk for chunk in torch.split(rows, cfg.micro_batch_size) if chunk.numel()]
+    return list(torch.split(rows, cfg.micro_batch_size)) if len(rows) else []
 
 
 def token_budget_chunks(batch, rows, widths, cfg):
@@ -337,10 +325,8 @@ def masked_loss_inputs(cfg, mb, selected, on_policy):
     kl_all = cfg.beta > 0 and cfg.kl_coverage == "all"      # the KL term on every valid token
     kl_weights = loss_weights(mb.valid_mask, mb.valid_mask, cfg.loss_norm,
                               reduce=batch_sum) if kl_all else None
-    # a gradient: some token weighted and A != 0 (or a KL term), or a valid token under kl_all
-    has_gradient = (weights.sum(1) > 0) & ((mb.advantages != 0) | (cfg.beta != 0))
-    if kl_all:
-        has_gradient |= kl_weights.sum(1) > 0
+    has_gradient = (weights.sum(1) > 0) & ((mb.advantages != 0) | (cfg.beta != 0))  # w > 0, A or β
+    has_gradient |= kl_all & mb.valid_mask.any(1)             # or the KL term on any valid token
     return LossInputs(mb, weights, kl_weights, mb.rows[has_gradient], on_policy, cfg.eps_low,
                       cfg.eps_high, cfg.beta)
 
@@ -387,14 +373,9 @@ def optimizer_step(model, optimizer, params, loss, n_passes, max_grad_norm):
     return loss, grad_norm, NOTHING if not passes else STEPPED if finite else NON_FINITE
 
 
-def finite_on(valid_mask, tensors):
-    """Whether every tensor (n, T) is finite at every valid position, in the whole batch."""
-    bad = sum(int((~torch.isfinite(t) & valid_mask).sum()) for t in tensors)
-    return int(batch_sum(bad)) == 0
-
-
-def weights_finite(params):
-    """Whether every parameter (or this process's shard of it) holds finite values, everywhere."""
-    bad = sum(int((~torch.isfinite(p.to_local() if hasattr(p, "to_local")
-                                   else p.detach())).sum()) for p in params)
+def all_finite(tensors, where=True):
+    """Whether every tensor (a parameter: this process's shard of it) is finite where `where` (a
+    mask broadcasting to it), on every process."""
+    bad = sum(int((~torch.isfinite(t.to_local() if hasattr(t, "to_local") else t.detach())
+                   & where).sum()) for t in tensors)
     return int(batch_sum(bad)) == 0

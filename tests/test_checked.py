@@ -1,0 +1,80 @@
+"""gmts/method/checked.py: what `import gmts` exports is grpo.py's functions with every argument
+checked. Each has grpo's signature and returns grpo's result unchanged on good input; each bad
+argument is one ValueError naming it (more cases in tests/test_method.py, "Bad input")."""
+import inspect
+
+import pytest
+import torch
+
+import gmts
+from gmts.method import checked, grpo
+
+CHECKED = ("group_advantages", "overlong_penalty", "token_omega", "clip_active", "token_scores",
+           "num_to_select", "select_tokens", "loss_weights", "token_objective", "policy_loss")
+
+
+@pytest.mark.parametrize("name", CHECKED)
+def test_the_package_exports_the_checked_function_with_grpos_signature(name):
+    assert getattr(gmts, name) is getattr(checked, name)
+    assert inspect.signature(getattr(checked, name)) == inspect.signature(getattr(grpo, name))
+
+
+def test_on_good_input_each_checked_function_returns_grpos_result():
+    g = torch.Generator().manual_seed(0)
+    valid = torch.rand(6, 5, generator=g) > 0.3
+    logp, old = -torch.rand(6, 5, generator=g), -torch.rand(6, 5, generator=g)
+    ref, entropy = -torch.rand(6, 5, generator=g), torch.rand(6, 5, generator=g)
+    adv = torch.randn(6, generator=g)
+    rewards = torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0, 1.0])
+    exclude, group_ids = adv > 1.0, torch.arange(6) // 3
+    scores = torch.rand(6, 5, generator=g)
+    selected = grpo.select_tokens(scores, valid, 0.4)
+    weights, kl_weights = grpo.loss_weights(valid, selected), grpo.loss_weights(valid, valid)
+    calls = [
+        ("group_advantages", (rewards, 3), {"std": "biased"}),
+        ("overlong_penalty", (torch.tensor([1, 5, 8]), 8, 4), {"factor": 0.5}),
+        ("token_omega", (logp, old, adv), {"beta": 0.1, "ref_logp": ref, "kl_share": 0.5}),
+        ("clip_active", (torch.exp(logp - old), adv, 0.2, 0.28), {}),
+        ("token_scores", ("gmts", entropy, logp), {"weight": 0.5}),
+        ("num_to_select", (0.3, 10), {}),
+        ("select_tokens", (scores, valid, 0.4), {"scope": "group", "group_ids": group_ids,
+                                                 "exclude": exclude, "bottom": True}),
+        ("loss_weights", (valid, selected, "sequence"), {}),
+        ("token_objective", (logp, old, adv), {"beta": 0.1, "ref_logp": ref}),
+        ("policy_loss", (logp, old, adv, weights), {"beta": 0.1, "ref_logp": ref,
+                                                     "kl_weights": kl_weights}),
+    ]
+    assert {name for name, _, _ in calls} == set(CHECKED)
+    for name, args, kwargs in calls:
+        want, got = getattr(grpo, name)(*args, **kwargs), getattr(checked, name)(*args, **kwargs)
+        for w, o in zip(want if isinstance(want, tuple) else (want,),
+                        got if isinstance(got, tuple) else (got,)):
+            assert torch.equal(torch.as_tensor(w), torch.as_tensor(o)), name
+
+
+def test_each_bad_argument_is_one_value_error_naming_it():
+    valid = torch.ones(2, 3, dtype=torch.bool)
+    scores, z = torch.rand(2, 3), torch.zeros(2, 3)
+    cases = [
+        (lambda: checked.group_advantages(torch.zeros(2, 2), 2), "1-D"),
+        (lambda: checked.group_advantages([0.0, float("nan")], 2), "NaN"),
+        (lambda: checked.overlong_penalty([3], 8, 9), "overlong buffer"),
+        (lambda: checked.overlong_penalty([3], 8, 4, factor=-1), "factor"),
+        (lambda: checked.clip_active(z, torch.zeros(3), 0.2, 0.28), "rows"),
+        (lambda: checked.token_omega(z, z, torch.zeros(2, 4)), "shape mismatch"),
+        (lambda: checked.token_scores("gmts", z), "needs omega"),
+        (lambda: checked.token_scores("gmts", z, torch.zeros(2, 4)), "shape mismatch"),
+        (lambda: checked.num_to_select(True, 10), "ratio"),
+        (lambda: checked.select_tokens(scores, valid.long(), 0.2), "bool"),
+        (lambda: checked.select_tokens(scores, valid, 0.2, exclude=[True]), "exclude"),
+        (lambda: checked.select_tokens(scores, valid, 0.2, scope="group", group_ids=[0]),
+         "group_ids"),
+        (lambda: checked.loss_weights(valid, valid[:, :2]), "shape mismatch"),
+        (lambda: checked.loss_weights(~valid, valid), "padding"),
+        (lambda: checked.token_objective(z, z, torch.zeros(2), beta=0.1), "ref_logp"),
+        (lambda: checked.policy_loss(z, z, torch.zeros(3), z), "rows"),
+        (lambda: checked.policy_loss(z, z, torch.zeros(2), z, beta=0.1), "ref_logp"),
+    ]
+    for call, match in cases:
+        with pytest.raises(ValueError, match=match):
+            call()
