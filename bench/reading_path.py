@@ -12,7 +12,7 @@ count is printed too, "per code object"), and the characters of the code lines (
 counted too, which wrapping does not change.
 
 The lines also split by what the step did with them (kinds): statements it ran (of those, the
-argument checks: calls of `_check` or a `check_<name>` / `_check_<name>` function, and such
+argument checks: calls of `check`, `_check` or a `check_<name>` / `_check_<name>` function, and such
 functions' own lines), comments, branches it did not run, blanks. Ran minus checks is what no
 regrouping of the same code can take off the path: moving every branch not taken out of the
 functions called and deleting every comment and check would leave that many.

@@ -69,6 +69,8 @@ def test_each_bad_argument_is_one_value_error_naming_it():
         (lambda: checked.select_tokens(scores, valid, 0.2, exclude=[True]), "exclude"),
         (lambda: checked.select_tokens(scores, valid, 0.2, scope="group", group_ids=[0]),
          "group_ids"),
+        (lambda: checked.select_tokens(None, valid, 0.0), "ratio"),       # also without scores
+        (lambda: checked.select_tokens(None, valid, 0.2, scope="row"), "scope"),
         (lambda: checked.loss_weights(valid, valid[:, :2]), "shape mismatch"),
         (lambda: checked.loss_weights(~valid, valid), "padding"),
         (lambda: checked.token_objective(z, z, torch.zeros(2), beta=0.1), "ref_logp"),

@@ -7,7 +7,7 @@ function here checks, then returns grpo's result unchanged."""
 import torch
 
 from gmts.method import grpo
-from gmts.method.options import STD_MODES, check
+from gmts.method.options import SCOPES, STD_MODES, check
 
 
 def group_advantages(rewards, group_size, *, std="unbiased", eps=1e-6):
@@ -71,27 +71,28 @@ def num_to_select(ratio, n):
 
 def select_tokens(scores, valid_mask, ratio, *, scope="batch", group_ids=None, bottom=False,
                   exclude=None):
-    """grpo.select_tokens, checked: valid_mask (N, T) bool; exclude (N,) bool; with scores: ρ in
-    (0, 1], scores (N, T) finite wherever they compete, group_ids (N,) for scope "group" (an
-    unknown scope is grpo's own ValueError)."""
+    """grpo.select_tokens, checked: valid_mask (N, T) bool, a known scope, ρ in (0, 1], exclude
+    (N,) bool; with scores: scores (N, T) finite wherever they compete, group_ids (N,) for scope
+    "group"."""
     valid_mask = torch.as_tensor(valid_mask)
     check(valid_mask.dtype == torch.bool and valid_mask.dim() == 2,
           f"valid_mask must be a 2-D bool tensor (N, T), got {valid_mask.dtype} "
           f"{tuple(valid_mask.shape)}")
+    check(scope in SCOPES, f"scope must be one of {SCOPES}, got {scope!r}")
+    check_ratio(ratio)
     n = valid_mask.shape[0]
     if exclude is not None:
         exclude = torch.as_tensor(exclude, device=valid_mask.device)
         check(exclude.dtype == torch.bool and tuple(exclude.shape) == (n,),
               f"exclude must be bool of shape ({n},), got {exclude.dtype} {tuple(exclude.shape)}")
     if scores is not None:
-        check_ratio(ratio)
         _same_shape(scores=scores, valid_mask=valid_mask)
         check_scores(scores, valid_mask if exclude is None else valid_mask & ~exclude[:, None])
-    if scores is not None and scope == "group":
-        check(group_ids is not None, "scope='group' needs group_ids (N,)")
-        group_ids = torch.as_tensor(group_ids, device=valid_mask.device)
-        check(tuple(group_ids.shape) == (n,),
-              f"group_ids must have shape ({n},), got {tuple(group_ids.shape)}")
+        if scope == "group":
+            check(group_ids is not None, "scope='group' needs group_ids (N,)")
+            group_ids = torch.as_tensor(group_ids, device=valid_mask.device)
+            check(tuple(group_ids.shape) == (n,),
+                  f"group_ids must have shape ({n},), got {tuple(group_ids.shape)}")
     return grpo.select_tokens(scores, valid_mask, ratio, scope=scope, group_ids=group_ids,
                               bottom=bottom, exclude=exclude)
 
