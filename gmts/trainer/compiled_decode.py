@@ -18,7 +18,7 @@ graphs (graph_bound; tests/test_compile.py counts them over rollouts of mixed pr
 """
 import torch
 
-from gmts.trainer.rollout import EagerDecode, KVLayer
+from gmts.trainer.rollout import EagerDecode, KVLayer, draw
 
 MIN_PROMPT_WIDTH = 16
 MIN_ROWS = 64             # a power of two
@@ -47,62 +47,47 @@ def graph_bound(longest_prompt, rows):
                                   if MIN_ROWS <= 1 << i < rows})
 
 
-def decode_step(model, cache, cache_kw):
-    """The decode step over `cache` (gmts/trainer/rollout.py's KVCache of StaticKVLayers, after the
-    prefill): step(ids (n, 1), position_ids (n, 1), mask (n, max_len)) -> logits (n, V) float32 (a
-    copy: CUDA graph outputs are overwritten by the next replay).
+def decode_step(model, cache, cache_kw, sampler):
+    """The compiled decode step over `cache` (a KVCache of StaticKVLayers in decoding mode):
+    step(ids (n, 1), position_ids (n, 1), mask (n, max_len), u (n,)) -> rollout.draw's (token, log
+    π, entropy), each (n,) and a copy (CUDA graph outputs are overwritten by the next replay). The
+    forward and the sampler (temperature, top-k / top-p, the CDF and its draw) are one graph.
 
-    Switches the layers to static mode (writes at `position`, attention over all max_len columns):
-    every step then has the same shapes for a given n. mode="reduce-overhead" captures CUDA graphs
-    on a GPU (one launch per step instead of dozens of kernels per layer); on CPU it is the default
-    mode. The cache's buffers are marked static, so CUDA graphs read them in place instead of
-    copying them in at every replay.
+    mode="reduce-overhead" captures CUDA graphs on a GPU (one launch per step instead of dozens of
+    kernels per layer); on CPU it is the default mode. The cache's buffers and its position are
+    marked static, so CUDA graphs read them in place instead of copying them in at every replay;
+    they are allocated once per bucket for the model's life (CompiledDecode), so the graphs
+    recorded for them are replayed by every later rollout.
     What it costs: the first call for each shape compiles (seconds to a minute, bench/README.md,
     "Rollout"); torch's compile cache makes a later process faster, not free."""
     import torch._dynamo
     dynamo = torch._dynamo.config
     dynamo.recompile_limit = max(dynamo.recompile_limit, 64)        # one graph per bucket
-    position = torch.tensor(cache.get_seq_length(), device=cache.layers[0].keys.device)
-    torch._dynamo.mark_static_address(position)
+    torch._dynamo.mark_static_address(cache.position)
     for layer in cache.layers:
-        layer.position = position                 # one 0-d tensor shared by every layer
         for buf in (layer.keys, layer.values):
             torch._dynamo.mark_static_address(buf)
-    on_gpu = position.device.type == "cuda"
+    on_gpu = cache.layers[0].keys.device.type == "cuda"
+    sampler = dict(zip(("temperature", "top_k", "top_p"), sampler))
 
     @torch.compile(mode="reduce-overhead" if on_gpu else None, dynamic=False, backend=BACKEND)
-    def forward(ids, position_ids, mask):
-        return model(input_ids=ids, attention_mask=mask, position_ids=position_ids, use_cache=True,
-                     **cache_kw).logits[:, -1].float()
+    def forward(ids, position_ids, mask, u):
+        logits = model(input_ids=ids, attention_mask=mask, position_ids=position_ids,
+                       use_cache=True, **cache_kw).logits[:, -1]
+        return draw(logits, u, **sampler)
 
-    def step(ids, position_ids, mask):
-        position.fill_(cache.layers[0].length)   # the column this step writes (a static address)
+    def step(ids, position_ids, mask, u):
         torch.compiler.cudagraph_mark_step_begin()   # the previous step's outputs are consumed
-        logits = forward(ids, position_ids, mask).clone()
-        for layer in cache.layers:                # (outside the graph: a Python int)
-            layer.length += 1
-        return logits
+        out = tuple(x.clone() for x in forward(ids, position_ids, mask, u))
+        cache.advance()                           # (outside the graph: Python ints, the position)
+        return out
     return step
 
 
 class StaticKVLayer(KVLayer):
-    """A KVLayer with a static mode, on once `position` (a 0-d long tensor) is set by decode_step
-    after the prefill: a step writes its one column at `position` with index_copy_ and attention
-    reads all max_len columns; the unwritten ones are zeros and masked by causality (query position
-    = `position`), so every step has the same shapes and a compiled graph (CUDA graphs on a GPU)
-    replays it. `length` is then advanced by decode_step, outside the graph."""
-    position = None
-
-    def update(self, key_states, value_states, *args, **kwargs):
-        if self.position is None:                                  # the prefill: eager
-            return super().update(key_states, value_states)
-        n = key_states.shape[0]
-        self.keys[:n].index_copy_(2, self.position.view(1), key_states)
-        self.values[:n].index_copy_(2, self.position.view(1), value_states)
-        return self.keys[:n], self.values[:n]
-
-    def get_mask_sizes(self, query_length):
-        return super().get_mask_sizes(query_length) if self.position is None else (self.max_len, 0)
+    """A KVLayer whose query position is its `position` tensor while decoding, not the Python int
+    `length`: a compiled graph reads it in place at every replay instead of being specialised to
+    (and recompiled for) each step's int."""
 
     def get_seq_length(self):
         return self.length if self.position is None else self.position
@@ -110,12 +95,22 @@ class StaticKVLayer(KVLayer):
 
 class CompiledDecode(EagerDecode):
     """rollout.EagerDecode for the compiled step: bucketed prompt widths and rows, the prefill
-    eager, then the decode step over the static cache (decode_step)."""
+    eager, then the decode step over the static cache (decode_step). The cache, its position and
+    the compiled step are kept per bucket (rows, columns, sampler settings) on the model, for the
+    run: a later rollout of the same bucket reuses the same buffers (the same addresses: CUDA graphs
+    are replayed, not recorded again) and the same graphs."""
     layer = StaticKVLayer
 
-    def __init__(self, model, rows, width, max_new_tokens):
-        super().__init__(model, rows, prompt_width(width), max_new_tokens)
-        self.step = None
+    def __init__(self, model, rows, width, max_new_tokens, sampler=(1.0, 0, 1.0)):
+        width = prompt_width(width)
+        buckets = model.__dict__.setdefault("_gmts_decode_buckets", {})  # (not a parameter)
+        key = (rows, width + max_new_tokens, tuple(sampler))
+        if key not in buckets:
+            super().__init__(model, rows, width, max_new_tokens, sampler)
+            buckets[key] = (self.cache, self.cache_kw, [None])
+        self.cache, self.cache_kw, self.compiled = buckets[key]
+        self.model, self.width, self.sampler = model, width, sampler
+        self.cache.restart()
 
     def keep_rows(self, keep):      # the live rows, then finished ones up to a power of two
         idx = bucket_rows(keep)
@@ -124,9 +119,7 @@ class CompiledDecode(EagerDecode):
         self.cache.select_rows(idx)
         return idx
 
-    def __call__(self, ids, position_ids, mask):     # the first call is the prefill
-        if self.step is not None:
-            return self.step(ids, position_ids, mask)
-        logits = super().__call__(ids, position_ids, mask)          # the prefill, eager
-        self.step = decode_step(self.model, self.cache, self.cache_kw)
-        return logits
+    def step(self, ids, position_ids, mask, u):
+        if self.compiled[0] is None:
+            self.compiled[0] = decode_step(self.model, self.cache, self.cache_kw, self.sampler)
+        return self.compiled[0](ids, position_ids, mask, u)

@@ -8,14 +8,19 @@ Fast and still exact: each prompt is prefilled once and its KV cache rows copied
 cache is preallocated and written in place (KVCache); finished rows leave the batch at halvings; one
 uniform number per row per step, drawn for every row whether or not it is still live, turned into a
 token by inverse-CDF sampling, so the samples do not depend on the batch layout
-(tests/test_rollout.py). train.py --compile decodes with gmts/trainer/compiled_decode.py's
-CompiledDecode instead of EagerDecode.
+(tests/test_rollout.py). A decode step attends over the cache's KV heads as they are (grouped-query
+attention without copying K and V to every query head: gqa_attention). train.py --compile decodes
+with gmts/trainer/compiled_decode.py's CompiledDecode instead of EagerDecode.
 """
+import contextlib
 import dataclasses
 import inspect
 
 import torch
+from transformers import AttentionInterface
 from transformers.cache_utils import Cache, CacheLayerMixin
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 CHECK_EVERY = 8       # decode steps between the host's looks at the rows (int(): a device sync)
 
@@ -72,9 +77,16 @@ class KVLayer(CacheLayerMixin):
     """One layer of `sample`'s KV cache: keys and values of shape (rows, kv_heads, max_len,
     head_dim), allocated at the first write (dtype, device and heads from the model's own keys) and
     written in place; `length`: the columns filled. The batch is the buffers' first n rows (n = the
-    keys' batch size at that write). Zeros, not empty: compiled_decode's static mode reads unwritten
-    columns (masked: a weight of exactly 0, which would still turn a NaN in memory into NaN)."""
+    keys' batch size at that write).
+
+    The prefill (`position` None) writes columns [0, q) and returns them. A decode step (`position`:
+    a (1,) long tensor, set by the decode after the prefill) writes its one column at `position`
+    with index_copy_ and returns all max_len columns, the unwritten ones masked by causality (query
+    position = `length`, advanced by the decode): one write per buffer and no slicing per step, the
+    same shapes at every step (a compiled graph replays it). Zeros, not empty: the unwritten
+    columns are read (masked: a weight of exactly 0, which would still turn a NaN into NaN)."""
     is_compileable, is_sliding = True, False
+    position = None
 
     def __init__(self, rows, max_len):
         super().__init__()
@@ -85,12 +97,17 @@ class KVLayer(CacheLayerMixin):
             self.keys = k.new_zeros((self.rows, k.shape[1], self.max_len, k.shape[3]))
             self.values = v.new_zeros((self.rows, v.shape[1], self.max_len, v.shape[3]))
             self.is_initialized = True
-        n, cols = len(k), slice(self.length, self.length + k.shape[2])
+        n = len(k)
+        if self.position is not None:                        # a decode step: one column
+            self.keys[:n].index_copy_(2, self.position, k)
+            self.values[:n].index_copy_(2, self.position, v)
+            return self.keys[:n], self.values[:n]
+        cols = slice(self.length, self.length + k.shape[2])
         self.keys[:n, :, cols], self.values[:n, :, cols], self.length = k, v, cols.stop
         return self.keys[:n, :, :self.length], self.values[:n, :, :self.length]   # the filled part
 
     def get_mask_sizes(self, query_length):    # (kv_length, kv_offset) of the keys `update` returns
-        return self.length + query_length, 0
+        return (self.length + query_length, 0) if self.position is None else (self.max_len, 0)
 
     def get_seq_length(self):              # = the query's first position (the mask's causal offset)
         return self.length
@@ -119,6 +136,31 @@ class KVCache(Cache):
             for buf in (layer.keys, layer.values):           # (the gather copies before the write)
                 buf[:len(idx), :, :layer.length] = buf[idx, :, :layer.length]
 
+    position = None          # the decode steps' column, (1,) long, shared by the layers
+
+    def start_decoding(self):
+        """After the prefill: every layer writes its next column at `position`."""
+        first = self.layers[0]
+        if self.position is None:
+            self.position = torch.zeros(1, dtype=torch.long, device=first.keys.device)
+        self.position.fill_(first.length)
+        for layer in self.layers:
+            layer.position = self.position
+
+    def advance(self):
+        """A decode step was written: the next one writes the next column."""
+        for layer in self.layers:
+            layer.length += 1
+        self.position.add_(1)
+
+    def restart(self):
+        """Empty again for another rollout, in the same buffers (zeroed: no column of the last
+        rollout is read, even masked)."""
+        for layer in self.layers:
+            layer.length, layer.position = 0, None
+            if layer.is_initialized:
+                layer.keys.zero_(), layer.values.zero_()
+
 
 def positions(attention_mask):
     """Position ids that skip left padding: 0 at each row's first real token."""
@@ -140,28 +182,100 @@ def filter_logits(logits, top_k=0, top_p=1.0):
     return logits
 
 
+def draw(logits, u, temperature=1.0, top_k=0, top_p=1.0):
+    """One token per row from logits (n, V) and its uniform u (n,) float64, by inverse CDF: returns
+    (token (n,) long, its log π (n,) float32, the entropy of softmax(z / τ) (n,) float32);
+    temperature 0 = greedy. The sampler's one implementation: the eager decode calls it after the
+    forward, the compiled one inside its graph."""
+    scaled = logits.float() / (temperature or 1.0)                    # the policy is softmax(z / τ)
+    log_probs = torch.log_softmax(scaled, dim=-1)                              # (n, V)
+    if temperature == 0:                                                       # greedy
+        token = log_probs.argmax(dim=-1)
+    else:                                                               # inverse CDF of u
+        filtered = filter_logits(scaled, top_k, top_p) if top_k or top_p < 1 else scaled
+        cdf = torch.softmax(filtered, dim=-1).double().cumsum(dim=-1)              # (n, V)
+        token = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True)[:, 0]
+        token = token.clamp(max=cdf.shape[1] - 1)
+    return (token, log_probs.gather(1, token[:, None])[:, 0],
+            -(log_probs.exp() * log_probs).sum(dim=-1))
+
+
+def gqa_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None,
+                  **kwargs):
+    """transformers' SDPA attention, except for one query token per row under grouped-query
+    attention: query (n, heads, 1, d) is viewed as (n, kv_heads, heads / kv_heads, d), the query
+    heads of each KV head as that head's query rows, so SDPA reads K and V (n, kv_heads, L, d) as
+    they are. transformers itself expands K and V to every query head (repeat_kv: heads / kv_heads
+    copies of the cache per layer and step) whenever a mask is passed (5.17; 5.25 under
+    torch.compile). Returns (n, 1, heads, d), None, as transformers' attention functions do."""
+    n, heads, q, _ = query.shape
+    kv_heads = key.shape[1]
+    if q != 1 or heads == kv_heads or dropout or kwargs.get("softcap") is not None:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
+                                      scaling=scaling, **kwargs)
+    if attention_mask is not None and attention_mask.shape[1] > 1:      # a mask per query head
+        attention_mask = attention_mask.view(n, kv_heads, heads // kv_heads, -1)
+    out = torch.nn.functional.scaled_dot_product_attention(
+        query.view(n, kv_heads, heads // kv_heads, -1), key, value, attn_mask=attention_mask,
+        scale=scaling)                                          # (n, kv_heads, heads / kv_heads, d)
+    return out.view(n, 1, heads, value.shape[-1]), None
+
+
+GQA = "gmts_gqa"          # gqa_attention's name among transformers' attention functions
+AttentionInterface.register(GQA, gqa_attention)
+AttentionMaskInterface.register(GQA, sdpa_mask)                        # its masks: SDPA's
+
+
+@contextlib.contextmanager
+def gqa_decoding(model):
+    """While sampling, a model on transformers' SDPA attention attends through gqa_attention (the
+    same results; the prefill and every call of more than one token go to SDPA as before)."""
+    config = model.get_decoder().config                  # the one the attention layers read
+    own = getattr(config, "_attn_implementation", None)
+    if own != "sdpa":                                    # eager, flash, flex: left as they are
+        yield
+        return
+    config._attn_implementation = GQA
+    try:
+        yield
+    finally:
+        config._attn_implementation = own
+
+
 class EagerDecode:
-    """`sample`'s model calls, the prefill then one token per row per step, over a KVCache of `rows`
-    rows and width + max_new_tokens columns (width: the prompts' columns, the longest prompt's).
-    step(ids (n, q), position_ids (n, q), mask (n, width + max_new_tokens)) -> logits (n, V) of
-    each row's next token; mask: 0 at a prompt's left padding, 1 on every later column (causality
-    hides the unwritten ones). compiled_decode.CompiledDecode: the same, with static shapes."""
+    """`sample`'s model calls over a KVCache of `rows` rows and width + max_new_tokens columns
+    (width: the prompts' columns, the longest prompt's): prefill(ids (n, q), position_ids (n, q),
+    mask (n, width + max_new_tokens)) -> logits (n, V) of each row's next token, then one token per
+    row per step: step(ids (n, 1), position_ids (n, 1), mask, u (n,)) -> draw's (token, log π,
+    entropy). mask: 0 at a prompt's left padding, 1 on every later column (causality hides the
+    unwritten ones); the prefill's: its (n, width) prompt columns. sampler: draw's (temperature,
+    top_k, top_p). compiled_decode.CompiledDecode: the same step compiled, the sampler included."""
     layer = KVLayer                   # the class of the cache's layers
 
-    def __init__(self, model, rows, width, max_new_tokens):
+    def __init__(self, model, rows, width, max_new_tokens, sampler=(1.0, 0, 1.0)):
         layers = model.get_decoder().layers       # the transformers model's, under LoRA or FSDP
         self.cache = KVCache(layers=[self.layer(rows, width + max_new_tokens) for _ in layers])
         self.model, self.width, self.cache_kw = model, width, {_cache_keyword(model): self.cache}
+        self.sampler = dict(zip(("temperature", "top_k", "top_p"), sampler))
 
     def keep_rows(self, keep):     # finished rows leave: the live ones (keep: (n,) bool) move up
         idx = keep.nonzero().squeeze(1)
         self.cache.select_rows(idx)
         return idx
 
-    def __call__(self, ids, position_ids, mask):    # ids (n, q) -> logits (n, V) of the next token
-        end = self.cache.get_seq_length() + ids.shape[1]     # the cache's columns after this call
-        return self.model(input_ids=ids, attention_mask=mask[:, :end], position_ids=position_ids,
+    def forward(self, ids, position_ids, mask):        # -> logits (n, V) of each row's next token
+        return self.model(input_ids=ids, attention_mask=mask, position_ids=position_ids,
                           use_cache=True, logits_to_keep=1, **self.cache_kw).logits[:, -1]
+
+    def prefill(self, ids, position_ids, mask):
+        logits = self.forward(ids, position_ids, mask)
+        self.cache.start_decoding()
+        return logits
+
+    def step(self, ids, position_ids, mask, u):
+        out = draw(self.forward(ids, position_ids, mask), u, **self.sampler)
+        self.cache.advance()
+        return out
 
 
 @torch.no_grad()
@@ -175,35 +289,34 @@ def sample(model, prompts, *, group_size, max_new_tokens, eos_token_ids, pad_tok
     if group_size < 1 or max_new_tokens < 1 or min(map(len, prompts), default=0) < 1:
         raise ValueError(f"every prompt needs at least one token, group_size and max_new_tokens "
                          f">= 1 (got {len(prompts)} prompts, {group_size}, {max_new_tokens})")
+    with gqa_decoding(model):
+        return _sample(model, prompts, group_size, max_new_tokens, eos_token_ids, pad_token_id,
+                       (temperature, top_k, top_p), generator, seeds, share_prefix,
+                       drop_finished, decode)
+
+
+def _sample(model, prompts, group_size, max_new_tokens, eos_token_ids, pad_token_id, sampler,
+            generator, seeds, share_prefix, drop_finished, decode):
     device, n_rows = next(model.parameters()).device, len(prompts) * group_size
     eos = torch.tensor(sorted(set(eos_token_ids)), device=device)
     uniform = answers_uniforms(seeds or prompt_seeds(len(prompts), generator), group_size,
                                max_new_tokens).to(device)    # (N, T): row i draws uniform[i, t]
-    step = decode(model, n_rows, max(map(len, prompts)), max_new_tokens)  # the forwards, KV cache
+    step = decode(model, n_rows, max(map(len, prompts)), max_new_tokens, sampler)  # the KV cache
     prefill = prompts if share_prefix else [p for p in prompts for _ in range(group_size)]
     ids, mask = left_pad(prefill, pad_token_id, device, step.width)
-    logits = step(ids, positions(mask), mask)          # the prefill: one row per prompt, or N
+    logits = step.prefill(ids, positions(mask), mask)  # one row per prompt, or N
     rows = torch.arange(len(ids), device=device).repeat_interleave(n_rows // len(ids))
     step.cache.select_rows(rows)                       # each prompt's cache rows copied G times
-    logits, start = logits[rows], mask[rows].sum(dim=1)     # start: each answer's first position
-    mask = torch.nn.functional.pad(mask, (0, max_new_tokens), value=1)[rows]   # 1 after the prompts
+    start = mask[rows].sum(dim=1)                      # each answer's first position
+    mask = torch.nn.functional.pad(mask, (0, max_new_tokens), value=1)[rows]   # 1 after prompts
+    next_tok, next_logp, next_entropy = draw(logits[rows], uniform[:, 0], *sampler)
     tokens = torch.full((n_rows, max_new_tokens), pad_token_id, dtype=torch.long, device=device)
     logp, entropy = torch.zeros((2, n_rows, max_new_tokens), dtype=torch.float32, device=device)
     finished = torch.zeros(n_rows, dtype=torch.bool, device=device)
     live = torch.arange(n_rows, device=device)      # which original rows the current batch rows are
     for t in range(max_new_tokens):
-        scaled = logits.float() / (temperature or 1.0)                # the policy is softmax(z / τ)
-        log_probs = torch.log_softmax(scaled, dim=-1)                          # (n_batch, V)
-        if temperature == 0:                                                   # greedy
-            next_tok = log_probs.argmax(dim=-1)
-        else:                                                       # inverse CDF of uniform[row, t]
-            filtered = filter_logits(scaled, top_k, top_p) if top_k or top_p < 1 else scaled
-            cdf = torch.softmax(filtered, dim=-1).double().cumsum(dim=-1)
-            u = (uniform[live, t] * cdf[:, -1])[:, None]
-            next_tok = torch.searchsorted(cdf, u, right=True)[:, 0].clamp(max=cdf.shape[1] - 1)
         tokens[live, t] = next_tok          # index writes: no sync (masked after a row's end below)
-        logp[live, t] = log_probs.gather(1, next_tok[:, None])[:, 0]
-        entropy[live, t] = -(log_probs.exp() * log_probs).sum(dim=-1)
+        logp[live, t], entropy[live, t] = next_logp, next_entropy
         finished[live] |= torch.isin(next_tok, eos)
         n_keep = int((~finished[live]).sum()) if (t + 1) % CHECK_EVERY == 0 else len(live)
         if n_keep == 0 or t == max_new_tokens - 1:
@@ -211,7 +324,8 @@ def sample(model, prompts, *, group_size, max_new_tokens, eos_token_ids, pad_tok
         if drop_finished and n_keep <= len(live) // 2:    # at halvings: about one cache copy in all
             idx = step.keep_rows(~finished[live])           # (their cache rows move up)
             live, next_tok, mask, start = live[idx], next_tok[idx], mask[idx], start[idx]
-        logits = step(next_tok[:, None], (start + t)[:, None], mask)
+        next_tok, next_logp, next_entropy = step.step(next_tok[:, None], (start + t)[:, None],
+                                                      mask, uniform[live, t + 1])
     valid = completion_mask(tokens, eos, max_new_tokens)   # tokens after a row's end: padding
     return Rollout(prompt_ids=list(map(list, prompts)), valid_mask=valid,
                    completion_ids=tokens.masked_fill(~valid, pad_token_id), old_logp=logp * valid,
