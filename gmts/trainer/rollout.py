@@ -99,9 +99,11 @@ class KVLayer(CacheLayerMixin):
             self.is_initialized = True
         n = len(k)
         if self.position is not None:                        # a decode step: one column
-            self.keys[:n].index_copy_(2, self.position, k)
-            self.values[:n].index_copy_(2, self.position, v)
-            return self.keys[:n], self.values[:n]
+            keys, values = ((self.keys, self.values) if n == self.rows else   # (no slicing op)
+                            (self.keys[:n], self.values[:n]))
+            keys.index_copy_(2, self.position, k)
+            values.index_copy_(2, self.position, v)
+            return keys, values
         cols = slice(self.length, self.length + k.shape[2])
         self.keys[:n, :, cols], self.values[:n, :, cols], self.length = k, v, cols.stop
         return self.keys[:n, :, :self.length], self.values[:n, :, :self.length]   # the filled part
@@ -187,7 +189,9 @@ def draw(logits, u, temperature=1.0, top_k=0, top_p=1.0):
     (token (n,) long, its log π (n,) float32, the entropy of softmax(z / τ) (n,) float32);
     temperature 0 = greedy. The sampler's one implementation: the eager decode calls it after the
     forward, the compiled one inside its graph."""
-    scaled = logits.float() / (temperature or 1.0)                    # the policy is softmax(z / τ)
+    scaled = logits.float()                                           # the policy is softmax(z / τ)
+    if temperature not in (0, 1):                               # (z / 1 = z exactly: no pass)
+        scaled = scaled / temperature
     log_probs = torch.log_softmax(scaled, dim=-1)                              # (n, V)
     if temperature == 0:                                                       # greedy
         token = log_probs.argmax(dim=-1)
@@ -314,18 +318,23 @@ def _sample(model, prompts, group_size, max_new_tokens, eos_token_ids, pad_token
     logp, entropy = torch.zeros((2, n_rows, max_new_tokens), dtype=torch.float32, device=device)
     finished = torch.zeros(n_rows, dtype=torch.bool, device=device)
     live = torch.arange(n_rows, device=device)      # which original rows the current batch rows are
+    # the batch rows' end flags, first positions and uniforms, in batch order (no gather per step)
+    done, first, u_rows = finished.clone(), start[:, None], uniform
     for t in range(max_new_tokens):
         tokens[live, t] = next_tok          # index writes: no sync (masked after a row's end below)
         logp[live, t], entropy[live, t] = next_logp, next_entropy
-        finished[live] |= torch.isin(next_tok, eos)
-        n_keep = int((~finished[live]).sum()) if (t + 1) % CHECK_EVERY == 0 else len(live)
+        done |= torch.isin(next_tok, eos)
+        n_keep = int((~done).sum()) if (t + 1) % CHECK_EVERY == 0 else len(live)
         if n_keep == 0 or t == max_new_tokens - 1:
             break
         if drop_finished and n_keep <= len(live) // 2:    # at halvings: about one cache copy in all
-            idx = step.keep_rows(~finished[live])           # (their cache rows move up)
-            live, next_tok, mask, start = live[idx], next_tok[idx], mask[idx], start[idx]
-        next_tok, next_logp, next_entropy = step.step(next_tok[:, None], (start + t)[:, None],
-                                                      mask, uniform[live, t + 1])
+            finished[live] = done
+            idx = step.keep_rows(~done)                     # (their cache rows move up)
+            live, next_tok, mask, first, u_rows, done = (
+                x[idx] for x in (live, next_tok, mask, first, u_rows, done))
+        next_tok, next_logp, next_entropy = step.step(next_tok[:, None], first + t, mask,
+                                                      u_rows[:, t + 1])
+    finished[live] = done
     valid = completion_mask(tokens, eos, max_new_tokens)   # tokens after a row's end: padding
     return Rollout(prompt_ids=list(map(list, prompts)), valid_mask=valid,
                    completion_ids=tokens.masked_fill(~valid, pad_token_id), old_logp=logp * valid,
