@@ -21,6 +21,10 @@ Checks, in order:
                          seeds, on rollouts of 2 x MIN_ROWS rows whose longest prompts differ (two
                          width buckets) and whose rows end (bucketed down to MIN_ROWS): identical
                          tokens, |Δ log p| <= 1e-3, no more graphs than compiled_decode.graph_bound.
+  train_pass             the training pass's MFU on the 0.5B shape in bf16, with and without
+                         gradient checkpointing, against the measured bf16 matmul peak
+                         (bench/gpu_bench.py's train_pass: 16 arithmetic prompts + 512-token
+                         answers); passes when finite and at most 1.
   train_resume           train.py --deterministic: one run of 2 steps, and one of 1 step then
                          --resume to 2, on a random model of the 0.5B shape rewarded for its
                          answers' length parity (mixed groups: both steps update): bit-exact
@@ -66,7 +70,8 @@ SHAPES = {
     "toy": {"vocab_size": 512, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
             "num_attention_heads": 2, "num_key_value_heads": 1, "tie_word_embeddings": True},
 }
-CHECKS = ("head", "rollout", "compiled_equals_eager", "train_resume", "train_compile", "torchrun")
+CHECKS = ("head", "rollout", "compiled_equals_eager", "train_pass", "train_resume", "train_compile",
+          "torchrun")
 EOS_EVERY = 16  # every 16th token id ends an answer: a random model's answers end after ~16 tokens
 
 
@@ -111,9 +116,9 @@ def sync(device):
         torch.cuda.synchronize()
 
 
-def verdict(checks):
-    """'pass' when every check in CHECKS passed, 'fail' when one failed, else 'incomplete'."""
-    states = [checks.get(name, {}).get("status", "not run") for name in CHECKS]
+def verdict(checks, names=CHECKS):
+    """'pass' when every check in `names` passed, 'fail' when one failed, else 'incomplete'."""
+    states = [checks.get(name, {}).get("status", "not run") for name in names]
     return (
         "fail" if "fail" in states else "pass" if all(s == "pass" for s in states) else "incomplete"
     )
@@ -331,6 +336,20 @@ def check_compiled(s, model, eos, pad, dry):
         "graph_bound": bound,
         "pass": bool(ok) and 0 < graphs <= bound,
     }
+
+
+# --------------------------------------------------------------------------------------------------
+# train_pass: the training pass's MFU (bench/gpu_bench.py's, on this check's shape).
+
+
+def check_train_pass(s, tok, dry):
+    import gpu_bench
+    bench = gpu_bench.sizes(dry)
+    peak = gpu_bench.measure_device(bench)["matmul_flops_per_s"]
+    out = gpu_bench.train_pass(bench, s["shape"], tok, "arithmetic", peak, bench["pass_rows"],
+                               bench["pass_answer"], bench["reps"])
+    gpu_bench.free(bench)
+    return {**out, "matmul_flops_per_s": peak}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -655,9 +674,9 @@ def folder_bytes(path):
     )
 
 
-def write(results, path):
+def write(results, path, names=CHECKS):
     """The JSON, replaced atomically (a reader never sees half of it)."""
-    results["verdict"] = verdict(results["checks"])
+    results["verdict"] = verdict(results["checks"], names)
     results["pass"] = results["verdict"] == "pass"
     tmp = path + ".tmp"
     with open(tmp, "w") as fh:
@@ -665,7 +684,7 @@ def write(results, path):
     os.replace(tmp, path)
 
 
-def run_check(name, fn, results, path, deadline):
+def run_check(name, fn, results, path, deadline, names=CHECKS, tag="gpu_check"):
     """Run one check, record "pass" / "fail" / "not run" and its figures, rewrite the JSON."""
     checks, t0 = results["checks"], time.perf_counter()
     if t0 > deadline:
@@ -685,11 +704,9 @@ def run_check(name, fn, results, path, deadline):
             }
         checks[name].setdefault("status", "pass" if checks[name].get("pass") is True else "fail")
         checks[name]["check_s"] = time.perf_counter() - t0
-    write(results, path)
-    print(
-        f"gpu_check: {name}: {checks[name]['status']} ({checks[name].get('check_s', 0):.1f}s)",
-        flush=True,
-    )
+    write(results, path, names)
+    print(f"{tag}: {name}: {checks[name]['status']} ({checks[name].get('check_s', 0):.1f}s)",
+          flush=True)
 
 
 def main(argv=None):
@@ -791,6 +808,9 @@ def main(argv=None):
             del model
         if not args.dry_run:
             torch.cuda.empty_cache()
+    if wanted("train_pass"):
+        run_check("train_pass", lambda: check_train_pass(s, tok, args.dry_run), results, out,
+                  deadline)
     if wanted("train_resume"):
         run_check(
             "train_resume",
