@@ -66,7 +66,8 @@ def test_a_part_not_run_or_over_its_limit_is_not_passed(tmp_path):
     results = {"checks": {}}
     gpu_check.run_check("rollout", lambda: {"bandwidth_fraction": 1.3, "pass": False}, results,
                         out, float("inf"), gpu_bench.PARTS, gpu_bench.TAG)
-    assert json.loads(open(out).read())["checks"]["rollout"]["status"] == "fail"
+    with open(out) as fh:
+        assert json.load(fh)["checks"]["rollout"]["status"] == "fail"
 
 
 def test_the_shapes_are_qwen25s_configurations():
