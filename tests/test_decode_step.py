@@ -25,12 +25,12 @@ from conftest import tiny_qwen2
 HEADS, KV_HEADS = 4, 1          # 4 query heads share each KV head: an expansion would be 4x
 
 
-def gqa_model(layers=2, dtype=torch.float64, seed=4):
-    """A tiny Qwen2 with grouped-query attention: 4 query heads, 1 KV head of 8."""
+def gqa_model(layers=2, dtype=torch.float64, seed=4, kv_heads=KV_HEADS):
+    """A tiny Qwen2 with grouped-query attention: 4 query heads, `kv_heads` KV heads of 8."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
     config = Qwen2Config(vocab_size=64, hidden_size=32, intermediate_size=64,
                          num_hidden_layers=layers, num_attention_heads=HEADS,
-                         num_key_value_heads=KV_HEADS, max_position_embeddings=256,
+                         num_key_value_heads=kv_heads, max_position_embeddings=256,
                          tie_word_embeddings=False)
     torch.manual_seed(seed)
     return Qwen2ForCausalLM(config).to(dtype).eval()
@@ -97,6 +97,23 @@ def test_an_eager_decode_step_reads_the_kv_heads_as_they_are():
         attention = [shapes for op, shapes in ops if "scaled_dot_product" in op]
         assert len(attention) == 2                               # one per layer
     assert model.config._attn_implementation == "sdpa"          # put back after sampling
+
+
+def test_each_query_head_attends_to_its_own_kv_head():
+    """4 query heads over 2 KV heads: heads 0-1 read KV head 0 and heads 2-3 KV head 1 (transformers'
+    repeat_kv order). The sampled tokens' log-probs and entropies against one full forward over the
+    same tokens (SDPA with K and V expanded, no cache): float64 models, the same sums in another
+    grouping (~1e-15 relative), but the rollout STORES float32: one rounding, |x| 2^-24 ~ 3e-7 at
+    |x| ~ 5, under 1e-6; query heads paired with the other KV head moved them by 2e-3 here."""
+    from gmts.trainer.step import completion_logprobs
+    model = gqa_model(kv_heads=2)
+    for decode in (EagerDecode, CompiledDecode):
+        roll = sample(model, prompts(), **kwargs(0, decode=decode))
+        assert roll.finished.any()
+        logp, entropy = completion_logprobs(model, roll.prompt_ids, roll.completion_ids,
+                                            roll.valid_mask, group_size=4, with_entropy=True)
+        torch.testing.assert_close(roll.old_logp, logp.float(), rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(roll.entropy, entropy.float(), rtol=1e-6, atol=1e-6)
 
 
 def test_the_compiled_decode_step_reads_the_kv_heads_as_they_are(recording_graphs):
