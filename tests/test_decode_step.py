@@ -100,11 +100,12 @@ def test_an_eager_decode_step_reads_the_kv_heads_as_they_are():
 
 
 def test_each_query_head_attends_to_its_own_kv_head():
-    """4 query heads over 2 KV heads: heads 0-1 read KV head 0 and heads 2-3 KV head 1 (transformers'
-    repeat_kv order). The sampled tokens' log-probs and entropies against one full forward over the
-    same tokens (SDPA with K and V expanded, no cache): float64 models, the same sums in another
-    grouping (~1e-15 relative), but the rollout STORES float32: one rounding, |x| 2^-24 ~ 3e-7 at
-    |x| ~ 5, under 1e-6; query heads paired with the other KV head moved them by 2e-3 here."""
+    """4 query heads over 2 KV heads: heads 0-1 read KV head 0 and heads 2-3 KV head 1
+    (transformers' repeat_kv order). The sampled tokens' log-probs and entropies against one full
+    forward over the same tokens (SDPA with K and V expanded, no cache): float64 models, the same
+    sums in another grouping (~1e-15 relative), but the rollout STORES float32: one rounding,
+    |x| 2^-24 ~ 3e-7 at |x| ~ 5, under 1e-6; query heads paired with the other KV head moved them
+    by 2e-3 here."""
     from gmts.trainer.step import completion_logprobs
     model = gqa_model(kv_heads=2)
     for decode in (EagerDecode, CompiledDecode):
