@@ -290,14 +290,12 @@ def run_eval(cfg, model, tokenizer, eos_ids, device, progress="eval"):
     from gmts.tools.evaluate import each_reward, evaluate_model
     was_training = model.training
     model.eval()
-    # As many rows per generation batch as a training rollout has (each prompt brings --eval-samples
-    # rows).
-    batch_size = max(1, cfg.prompts_per_step * cfg.group_size // max(cfg.eval_samples, 1))
+    rows = rollout_rows(cfg)
     result = evaluate_model(model, tokenizer, cfg.eval_data, limit=cfg.eval_limit,
                             samples=cfg.eval_samples, temperature=cfg.eval_temperature,
                             max_new_tokens=cfg.max_new_tokens, seed=cfg.seed, eos_ids=eos_ids,
                             template=cfg.template or None, system_prompt=cfg.system_prompt,
-                            batch_size=batch_size, progress=progress,
+                            batch_size=rows, max_rows=rows, progress=progress,
                             max_prompt_tokens=cfg.max_prompt_tokens,
                             task_options=json.loads(cfg.task_options) if cfg.task_options else None,
                             rewards=cfg.reward or None, reward_weights=cfg.reward_weights,
@@ -307,6 +305,15 @@ def run_eval(cfg, model, tokenizer, eos_ids, device, progress="eval"):
     per_reward = each_reward([c for record in result["records"] for c in record["completions"]])
     return {"eval_accuracy": result["accuracy"], "eval_ci95": result["ci95"],
             "eval_data": cfg.eval_data, **{f"eval_{k}": v for k, v in per_reward.items()}}
+
+
+def rollout_rows(cfg):
+    """The most rows (answers) one sampling call of this process's rollout holds:
+    --rollout-batch-size prompts (0: the process's share of --prompts-per-step) x --group-size.
+    Evaluation samples in calls of at most as many rows, so it never needs more KV cache than a step
+    does."""
+    share = cfg.prompts_per_step // distributed.world_size()
+    return min(cfg.rollout_batch_size or share, share) * cfg.group_size
 
 
 def check_eval_data(cfg, tokenizer):
