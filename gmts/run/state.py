@@ -168,11 +168,16 @@ def build_run(cfg, resume_from, state, *, load_prompts, reward_functions):
 # Checkpoints and the output folder.
 
 def restore(run, state):
-    """Optimizer, every random stream and the data position from a checkpoint; returns its step."""
+    """Optimizer, every random stream and the data position from a checkpoint (state: its
+    trainer_state.pt, memory-mapped: checkpoint.load_trainer_state); returns its step. The optimizer
+    entry is taken out of `state`, so the caller's dict does not keep the loaded copy alive."""
+    optimizer_state = state.pop("optimizer")
     if run.cfg.fsdp:
-        distributed.load_full_optimizer_state(run.model, run.optimizer, state["optimizer"])
+        # each process keeps its shards of the mapped full tensors (rank 0's are scattered)
+        distributed.load_full_optimizer_state(run.model, run.optimizer, optimizer_state)
     else:
-        run.optimizer.load_state_dict(state["optimizer"])
+        run.optimizer.load_state_dict(optimizer_state)
+    del optimizer_state
     ckpt.set_rng_state(state["rng"][run.rank], run.rollout_gen)
     ckpt.restore_generator(run.select_gen, state["select_rng"][run.rank])
     run.stream.position = state["data_position"]
