@@ -357,7 +357,7 @@ def test_answers_do_not_depend_on_how_the_calls_split_the_problems(tiny, tmp_pat
     """One seed per problem, drawn up front: any --batch-size and any --max-rows of at least
     --samples give the same answers; --max-rows below --samples draws each problem's answers over
     several calls of at most that many rows (reproducibly)."""
-    import gmts.tools.evaluate as evaluate
+    from gmts.tools import evaluate
     counter = RowCounter(evaluate.sample)
     monkeypatch.setattr(evaluate, "sample", counter)
     model, tok = tiny
@@ -385,8 +385,8 @@ def test_train_evaluates_in_calls_no_larger_than_its_rollout(tiny_model_dir, tmp
                                                               monkeypatch):
     """--eval-every with --rollout-batch-size 1 x --group-size 2: every evaluation call holds at
     most the rollout's 2 rows, also with --eval-samples 3 (each problem over two calls)."""
-    import gmts.tools.evaluate as evaluate
-    import gmts.trainer.rollout as rollout
+    from gmts.tools import evaluate
+    from gmts.trainer import rollout
     import train
     evaluating, rolling = RowCounter(evaluate.sample), RowCounter(rollout.sample)
     monkeypatch.setattr(evaluate, "sample", evaluating)
@@ -403,7 +403,7 @@ def test_train_evaluates_in_calls_no_larger_than_its_rollout(tiny_model_dir, tmp
 
 def test_eval_cli_max_rows_bounds_every_sampling_call(tiny_model_dir, tmp_path, monkeypatch):
     import eval as eval_cli
-    import gmts.tools.evaluate as evaluate
+    from gmts.tools import evaluate
     counter = RowCounter(evaluate.sample)
     monkeypatch.setattr(evaluate, "sample", counter)
     common = ["--model", tiny_model_dir, "--data", "arithmetic:test", "--limit", "3", "--samples",
