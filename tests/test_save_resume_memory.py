@@ -116,7 +116,8 @@ def test_trainer_state_loads_memory_mapped_and_restore_lets_it_go(tmp_path):
     loaded = ckpt.load_trainer_state(str(folder))
     grew = rss_anon() - before
     assert grew < 8 * 2 ** 20, grew
-    assert str(folder / ckpt.STATE_FILE) in open("/proc/self/maps").read()
+    with open("/proc/self/maps") as fh:
+        assert str(folder / ckpt.STATE_FILE) in fh.read()
     assert torch.equal(loaded["optimizer"]["state"][0]["exp_avg"], big)
     run = SimpleNamespace(cfg=SimpleNamespace(fsdp=False), optimizer=opt, rank=0,
                           rollout_gen=torch.Generator(), select_gen=torch.Generator(),
