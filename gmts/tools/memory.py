@@ -35,17 +35,22 @@ micro-batch-size x (prompt tokens + max-new-tokens) (every answer assumed to run
                  (gmts.trainer.rollout.kv_cache_bytes)
 Under torchrun the gradient all-reduce adds one float32 bucket of 64 MiB at most (gmts/trainer/
 distributed.py, all_reduce_gradients), not a copy of the gradients: not counted.
-The peak is the largest of three phases: rollout (weights, optimizer state, KV cache and the
-sampler's per-row vocabulary buffers), training (weights, optimizer state, activations + head, and
-the gradients: backward frees activations as it makes gradients, but neither glibc on CPU nor a
-caching allocator hands the freed blocks back at once, and measured peaks on CPU hold both),
-and the optimizer step (weights, gradients, optimizer state and its step-time copies). On CPU
+The peak is the largest of the phases a step goes through: rollout (weights, optimizer state, KV
+cache, the sampler's per-row vocabulary buffers, one layer's K/V expanded for attention), evaluation
+(the same, for calls of at most the rollout's rows: gmts/run/state.py, rollout_rows), training
+(weights, optimizer state, activations + head, the gradients and, with bf16 weights, their float32
+sums: backward frees activations as it makes gradients, but neither glibc on CPU nor a caching
+allocator hands the freed blocks back at once, and measured peaks on CPU hold both), and the
+optimizer step (weights, gradients, optimizer state and its step-time copies). Host memory of one
+process at a save and at a resume: host_phases (on CPU they are phases of the process too). On CPU
 (--device cpu) every phase also counts the process itself (Python, torch, transformers, tokenizer:
 CPU_RUNTIME_GIB, measured) and the optimizer state in the same memory. On a GPU the figures are what
 torch's allocator holds (max_memory_allocated); the CUDA context (~0.5 GiB) and allocator
-fragmentation come on top: the fit check keeps GPU_RESERVE of the card free.
+fragmentation come on top: the fit check keeps GPU_RESERVE of the card free. For each GPU size the
+report says whether gradient checkpointing is needed (the settings fit only with it).
 
-Validated on CPU against the VmHWM of real train.py runs: bench/README.md, "Memory planner".
+Validated on CPU against the VmHWM of real train.py runs and of a save and a resume
+(bench/save_resume_memory.py): bench/README.md, "Memory planner".
 """
 import json
 import math
