@@ -80,7 +80,13 @@ class AnonPeak:
         return max(self.peak, status("RssAnon"))
 
 
-def child(mode, model_dir, out_dir, result):
+def flags(fsdp):
+    """train.py's flags of the measured runs: --optimizer-offload, or --fsdp (plain AdamW over
+    float32 shards; FSDP does not take --optimizer-offload)."""
+    return [("--fsdp" if fsdp and f == "--optimizer-offload" else f) for f in FLAGS]
+
+
+def child(mode, model_dir, out_dir, result, fsdp="0"):
     """One process of the gloo group: the save or the resume, its figures into `result`."""
     import gc
     import torch
@@ -88,7 +94,7 @@ def child(mode, model_dir, out_dir, result):
     from gmts.run import state
     from gmts.run.folder import check_start
     from gmts.trainer import distributed
-    argv = ["--model", model_dir, *FLAGS, "--output-dir", out_dir]
+    argv = ["--model", model_dir, *flags(fsdp == "1"), "--output-dir", out_dir]
     watch = AnonPeak()
     if mode == "save":
         cfg, resume_from, saved = check_start(argv)
@@ -118,7 +124,7 @@ def child(mode, model_dir, out_dir, result):
     distributed.shutdown()
 
 
-def launch(mode, world, model_dir, out_dir, work):
+def launch(mode, world, model_dir, out_dir, work, fsdp):
     """`world` processes of child(mode) in a gloo group, as torchrun would start them."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -129,7 +135,8 @@ def launch(mode, world, model_dir, out_dir, work):
                    MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1",
                    HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", GMTS_DIST_BACKEND="gloo")
         procs.append(subprocess.Popen(
-            [sys.executable, __file__, "--child", mode, model_dir, out_dir, results[rank]],
+            [sys.executable, __file__, "--child", mode, model_dir, out_dir, results[rank],
+             str(int(fsdp))],
             cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
     for p in procs:
         _, err = p.communicate()
@@ -154,31 +161,36 @@ def planned(model_dir):
 
 def main():
     if sys.argv[1:2] == ["--child"]:
-        return child(*sys.argv[2:6])
+        return child(*sys.argv[2:7])
     from gmts.run.config import Parser
     ap = Parser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--world", type=int, default=2, help="processes (gloo)")
+    ap.add_argument("--fsdp", action="store_true",
+                    help="--fsdp instead of --optimizer-offload (measured only: the planner models "
+                         "one process holding the whole model)")
     ap.add_argument("--work-dir", default="/tmp/gmts_save_resume_memory")
-    ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results",
-                                                  "save_resume_memory.json"))
+    ap.add_argument("--out", default="")
     args = ap.parse_args()
+    args.out = args.out or os.path.join(ROOT, "bench", "results", "save_resume_memory"
+                                        + ("_fsdp" if args.fsdp else "") + ".json")
     import shutil
     model_dir = random_model(os.path.join(args.work_dir, "model"))
-    out_dir = os.path.join(args.work_dir, "run")
+    out_dir = os.path.join(args.work_dir, "run-fsdp" if args.fsdp else "run")
     shutil.rmtree(out_dir, ignore_errors=True)
     phases, params = planned(model_dir)
     gib = 2 ** 30
     rows = []
     for mode in ("save", "resume"):
-        measured = launch(mode, args.world, model_dir, out_dir, args.work_dir)
+        measured = launch(mode, args.world, model_dir, out_dir, args.work_dir, args.fsdp)
         for m in measured:
             if mode == "save" and m["rank"] != 0:
                 continue                                    # rank 0 writes; the others wait
             row = {"phase": mode, "rank": m["rank"], "processes": args.world,
                    "measured_peak_rss_gib": m["peak_rss"] / gib,
-                   "measured_peak_anon_gib": m["peak_anon"] / gib,
-                   "planned_gib": phases[mode] / gib,
-                   "error": (phases[mode] - m["peak_rss"]) / m["peak_rss"]}
+                   "measured_peak_anon_gib": m["peak_anon"] / gib}
+            if not args.fsdp:
+                row.update(planned_gib=phases[mode] / gib,
+                           error=(phases[mode] - m["peak_rss"]) / m["peak_rss"])
             if "rss_before" in m:
                 row["rss_before_gib"] = m["rss_before"] / gib
             print(json.dumps(row), flush=True)
@@ -187,8 +199,9 @@ def main():
     import torch
     with open(args.out, "w") as fh:
         json.dump({"command": "python bench/save_resume_memory.py" + (
-            f" --world {args.world}" if args.world != 2 else ""), "params": params,
-                   "shape": SHAPE, "flags": FLAGS,
+            f" --world {args.world}" if args.world != 2 else "") + (
+            " --fsdp" if args.fsdp else ""), "params": params,
+                   "shape": SHAPE, "flags": flags(args.fsdp),
                    "torch": torch.__version__, "rows": rows}, fh, indent=1)
         fh.write("\n")
 
