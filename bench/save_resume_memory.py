@@ -12,10 +12,11 @@ group of --world processes:
   peak resident set (VmHWM, reset with /proc/self/clear_refs just before the save) of rank 0, the
   process that writes;
 - resume: --resume from that checkpoint, up to the first step (build_run: trainer_state.pt loaded,
-  the model, the optimizer state restored): each process's VmHWM since it started, and its peak
-  private memory (RssAnon, sampled every 2 ms; what the mapped checkpoint file adds is page cache,
-  shared by the processes and counted once).
-Planned: memory.plan's "save" and "resume" phases for the same flags on --device cpu.
+  the model, the optimizer state restored): each process's VmHWM since it started.
+Both also report the peak private memory (RssAnon, sampled every 2 ms), which is what the planner
+plans: the resident set also holds the mapped checkpoint's pages, page cache that the processes
+share and the kernel frees under pressure. Planned: memory.plan's "save" and "resume" phases for
+the same flags on --device cpu; error = (planned - peak private) / peak private.
 """
 import json
 import os
@@ -190,7 +191,7 @@ def main():
                    "measured_peak_anon_gib": m["peak_anon"] / gib}
             if not args.fsdp:
                 row.update(planned_gib=phases[mode] / gib,
-                           error=(phases[mode] - m["peak_rss"]) / m["peak_rss"])
+                           error=(phases[mode] - m["peak_anon"]) / m["peak_anon"])
             if "rss_before" in m:
                 row["rss_before_gib"] = m["rss_before"] / gib
             print(json.dumps(row), flush=True)

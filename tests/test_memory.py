@@ -180,20 +180,22 @@ def test_every_phase_of_a_step_is_planned():
     host = plan("--optimizer-offload")[0]["host_phases"]
     # a GPU's save: the offloaded state, a host copy of every bf16 weight, one V x H float32 tensor
     assert host["save"] == 12 * P + 2 * P + V * H * 4
-    # its resume: the model on the host and its mapped file, the masters allocated and read
-    assert host["resume"] == 2 * 2 * P + 8 * P
+    # its resume: the model on the host before it moves, the offloaded state built from the file
+    assert host["resume"] == 2 * P + 12 * P
     cpu_c, cpu, _, _ = memory.plan(parse_config(["--optimizer-offload"]), shape(),
                                    prompt_tokens=100, device="cpu")
     runtime = cpu_c["runtime"]
     assert cpu["save"] == runtime + 4 * P + 12 * P                     # no copy of anything
-    assert cpu["resume"] == runtime + 4 * P + 8 * P                    # m and v stay mapped
+    # the state copied out of the mapped file (its pages are page cache, not counted)
+    assert cpu["resume"] == runtime + 4 * P + 12 * P
     plain = memory.plan(parse_config([]), shape(), prompt_tokens=100, device="cpu")[1]
-    assert plain["resume"] == runtime + 4 * P and plain["save"] == runtime + 4 * P + 8 * P
+    assert plain["resume"] == plain["save"] == runtime + 4 * P + 8 * P
 
 
 def test_measured_save_and_resume_peaks_are_within_ten_percent_of_the_plan():
-    """bench/save_resume_memory.py's committed measurement (peak resident set of a save and of a
-    resume under 2 gloo processes, ~93M parameters, CPU) against the planner's figure now."""
+    """bench/save_resume_memory.py's committed measurement (peak private memory, RssAnon, of a save
+    and of a resume under 2 gloo processes, ~93M parameters, CPU) against the planner's figure now.
+    (The mapped checkpoint's pages are page cache: in the resident set, not in the plan.)"""
     import os
     from transformers import Qwen2Config
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -205,7 +207,7 @@ def test_measured_save_and_resume_peaks_are_within_ten_percent_of_the_plan():
     assert {r["phase"] for r in bench["rows"]} == {"save", "resume"}
     assert {r["rank"] for r in bench["rows"] if r["phase"] == "resume"} == {0, 1}
     for row in bench["rows"]:
-        measured = row["measured_peak_rss_gib"] * memory.GIB
+        measured = row["measured_peak_anon_gib"] * memory.GIB
         assert abs(phases[row["phase"]] - measured) <= 0.10 * measured, row
 
 

@@ -4,7 +4,6 @@ memory-mapped (a process reads only the tensors it touches) and the resumed run 
 loaded optimizer state alive. Peaks measured at ~93M parameters, against the planner:
 bench/save_resume_memory.py (bench/results/save_resume_memory.json)."""
 import io
-import os
 from types import SimpleNamespace
 
 import torch
@@ -96,32 +95,39 @@ def rss_anon():
 def test_trainer_state_loads_memory_mapped_and_restore_lets_it_go(tmp_path):
     """load_trainer_state maps the file: loading 64 MiB of optimizer state adds next to nothing to
     the process's private memory (torch.load without mmap adds all 64 MiB), and its values are the
-    saved ones. restore takes the optimizer state out of the caller's dict."""
+    saved ones. restore copies what the optimizer keeps out of the mapping and empties the dict, so
+    the file is no longer mapped afterwards (a prune deleting it frees its disk space)."""
+    import gc
     from gmts.run import state as run_state
     big = torch.arange(16 * 2 ** 20, dtype=torch.float32)            # 64 MiB
     folder = tmp_path / "step-000001"
     folder.mkdir()
     param = torch.nn.Parameter(torch.zeros(big.numel()))
     opt = torch.optim.AdamW([param], lr=0.1)
-    opt.state_dict()                                   # the layout a loaded state must have
     saved = {"optimizer": {"state": {0: {"step": torch.tensor(1.0), "exp_avg": big,
                                          "exp_avg_sq": big.clone()}},
                            "param_groups": opt.state_dict()["param_groups"]},
-             "rng": [ckpt.rng_state(torch.Generator())], "select_rng": [torch.Generator()
-                                                                        .get_state()],
-             "data_position": 7, "step": 1}
-    torch.save(saved, folder / ckpt.STATE_FILE)
+             "rng": [ckpt.rng_state(torch.Generator())],
+             "select_rng": [torch.Generator().get_state()], "data_position": 7, "step": 1}
+    path = str(folder / ckpt.STATE_FILE)
+    torch.save(saved, path)
     del saved
     before = rss_anon()
     loaded = ckpt.load_trainer_state(str(folder))
     grew = rss_anon() - before
     assert grew < 8 * 2 ** 20, grew
     with open("/proc/self/maps") as fh:
-        assert str(folder / ckpt.STATE_FILE) in fh.read()
-    assert torch.equal(loaded["optimizer"]["state"][0]["exp_avg"], big)
+        assert path in fh.read()
+    mapped = loaded["optimizer"]["state"][0]["exp_avg"]
+    assert torch.equal(mapped, big)
     run = SimpleNamespace(cfg=SimpleNamespace(fsdp=False), optimizer=opt, rank=0,
                           rollout_gen=torch.Generator(), select_gen=torch.Generator(),
                           stream=SimpleNamespace(position=0))
-    assert run_state.restore(run, loaded) == 1 and "optimizer" not in loaded
-    assert run.stream.position == 7 and torch.equal(opt.state[param]["exp_avg_sq"], big)
-    assert os.path.getsize(folder / ckpt.STATE_FILE) > 2 * big.numel() * 4
+    assert run_state.restore(run, loaded) == 1 and loaded == {} and run.stream.position == 7
+    kept = opt.state[param]
+    assert torch.equal(kept["exp_avg"], big) and torch.equal(kept["exp_avg_sq"], big)
+    assert kept["exp_avg"].untyped_storage().data_ptr() != mapped.untyped_storage().data_ptr()
+    del mapped
+    gc.collect()
+    with open("/proc/self/maps") as fh:
+        assert path not in fh.read()

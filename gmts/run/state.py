@@ -169,19 +169,31 @@ def build_run(cfg, resume_from, state, *, load_prompts, reward_functions):
 
 def restore(run, state):
     """Optimizer, every random stream and the data position from a checkpoint (state: its
-    trainer_state.pt, memory-mapped: checkpoint.load_trainer_state); returns its step. The optimizer
-    entry is taken out of `state`, so the caller's dict does not keep the loaded copy alive."""
-    optimizer_state = state.pop("optimizer")
+    trainer_state.pt, memory-mapped: checkpoint.load_trainer_state); returns its step. Consumes
+    `state`: the optimizer's CPU tensors are copied out of the mapping and the dict is emptied, so
+    nothing keeps the file mapped (a prune that deletes that checkpoint frees its disk space)."""
     if run.cfg.fsdp:
         # each process keeps its shards of the mapped full tensors (rank 0's are scattered)
-        distributed.load_full_optimizer_state(run.model, run.optimizer, optimizer_state)
+        distributed.load_full_optimizer_state(run.model, run.optimizer, state["optimizer"])
     else:
-        run.optimizer.load_state_dict(optimizer_state)
-    del optimizer_state
+        run.optimizer.load_state_dict(state["optimizer"])
+    own_copies(run.optimizer)
     ckpt.set_rng_state(state["rng"][run.rank], run.rollout_gen)
     ckpt.restore_generator(run.select_gen, state["select_rng"][run.rank])
-    run.stream.position = state["data_position"]
-    return state["step"]
+    run.stream.position, step = state["data_position"], state["step"]
+    state.clear()
+    return step
+
+
+def own_copies(optimizer):
+    """Replace the optimizer state's CPU tensors by copies of their own: loaded ones may be views
+    of the mapped trainer_state.pt (torch's load_state_dict keeps a tensor of the right dtype and
+    device as it is). The copies are the private memory the first step would make anyway."""
+    inner = getattr(optimizer, "inner", optimizer)      # MasterWeightAdamW's AdamW
+    for per_param in inner.state.values():
+        for key, value in per_param.items():
+            if torch.is_tensor(value) and value.device.type == "cpu":
+                per_param[key] = value.clone()
 
 
 def log_paths(cfg):

@@ -233,7 +233,7 @@ def plan(cfg, shape, *, prompt_tokens=256, device="gpu"):
         + (0 if offloaded else c["optimizer_step_copies"]) + max(
             c["gradients"], c["optimizer_foreach_temp"] + (0 if master else c["gradients"])),
     }
-    host = host_phases(c, master, on_cpu)
+    host = host_phases(c, on_cpu)
     if on_cpu:                              # the device's memory is the host's: one process
         phases.update(host)
     c["host_phases"] = host
@@ -254,25 +254,18 @@ def kv_expansion_bytes(cfg, shape, rows, prompt_tokens, b):
     return decode if cfg.compile else prefill
 
 
-def host_phases(c, master, on_cpu):
-    """Host memory (bytes) of one process while it saves a checkpoint and while it resumes, for
-    components `c` (plan's). Save: what the process holds (on a GPU: the offloaded optimizer state)
-    + save_copies. Resume: train.py's build_run with trainer_state.pt memory-mapped
-    (gmts/run/checkpoint.py): AdamW's m and v are not read until the first step, MasterWeightAdamW's
-    float32 masters are allocated and read (4 + 4 bytes per trainable parameter); on a GPU the model
-    is loaded on the host first (its weights and the mapped file: 2 x P x b, before it moves) and
-    every state tensor read on its way to the GPU (mapped pages). Under torchrun every process
-    holds this; the mapped file's pages are shared (page cache), the rest is each process's own.
-    The CUDA runtime's own host memory is not counted (not measured)."""
-    held = c["runtime"] + (c["weights"] + c["reference_model"] + c["optimizer_state"] if on_cpu
-                           else (c["optimizer_state"] if c["optimizer_location"] == "cpu" else 0))
-    # MasterWeightAdamW's masters: allocated, and the saved ones read into them
-    masters = 2 * c["optimizer_step_copies"] if master else 0
-    if on_cpu:
-        resume = c["runtime"] + c["weights"] + c["reference_model"] + masters
-    else:
-        state_read = masters if c["optimizer_location"] == "cpu" else c["optimizer_state"]
-        resume = c["runtime"] + 2 * (c["weights"] + c["reference_model"]) + state_read
+def host_phases(c, on_cpu):
+    """Private host memory (bytes) of one process while it saves a checkpoint and while it resumes,
+    for components `c` (plan's). Save: what the process holds (on a GPU: the offloaded optimizer
+    state) + save_copies. Resume (train.py's build_run; trainer_state.pt memory-mapped,
+    gmts/run/checkpoint.py): the optimizer state is built from the mapped file (on a GPU it moves
+    there), and on a GPU the model is loaded on the host first (its weights, before they move: P x
+    b). The mapped files' pages are page cache, shared by the processes of a torchrun run and freed
+    under pressure: not counted. Under torchrun every process holds this. The CUDA runtime's own
+    host memory is not counted (not measured)."""
+    host_state = c["optimizer_state"] if on_cpu or c["optimizer_location"] == "cpu" else 0
+    held = c["runtime"] + host_state + (c["weights"] + c["reference_model"] if on_cpu else 0)
+    resume = c["runtime"] + c["weights"] + c["reference_model"] + host_state
     return {"save": held + c["save_copies"], "resume": resume}
 
 
