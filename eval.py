@@ -46,6 +46,9 @@ def build_parser():
                         "context minus --max-new-tokens, from its config.json)")
     p.add_argument("--batch-size", type=int, default=16, help="prompts per generation batch (x "
                                                               "samples rows)")
+    p.add_argument("--max-rows", type=int, default=0,
+                   help="at most N answers per sampling call (0 = --batch-size x --samples); a "
+                        "problem's samples beyond it are drawn over several calls")
     p.add_argument("--repeat", type=int, default=1, help="evaluate R times with different seeds; "
                                                          "report the spread")
     p.add_argument("--seed", type=int, default=0, help="sampling seed (also seeds the bootstrap)")
@@ -273,7 +276,8 @@ def main(argv=None):
         result = evaluate_model(model, tokenizer, specs, samples=args.samples,
                                 temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
                                 max_new_tokens=args.max_new_tokens, seed=args.seed, eos_ids=eos_ids,
-                                batch_size=args.batch_size, progress=not args.quiet,
+                                batch_size=args.batch_size, max_rows=args.max_rows,
+                                progress=not args.quiet,
                                 repeats=args.repeat, n_bootstrap=args.bootstrap,
                                 max_prompt_tokens=max_prompt_tokens, rewards=args.reward or None,
                                 reward_weights=args.reward_weights,

@@ -322,3 +322,97 @@ def test_train_eval_every_logs_the_same_evaluation(tiny_model_dir, tmp_path):
     logged = metrics[1]
     assert logged["eval_data"] == "arithmetic:test"
     assert logged["eval_ci95"][0] <= logged["eval_accuracy"] <= logged["eval_ci95"][1]
+
+
+# --------------------------------------------------------------------------------------------------
+# Rows per sampling call: evaluation never holds more answers at once than the rollout does
+
+def test_sampling_calls_cover_every_answer_once_within_the_bounds():
+    from gmts.tools.evaluate import sampling_calls
+    for n, samples, batch, rows in [(7, 3, 4, 0), (7, 3, 4, 6), (7, 3, 4, 2), (5, 16, 8, 128),
+                                    (5, 16, 8, 5), (1, 1, 1, 1), (9, 4, 100, 8)]:
+        calls = sampling_calls(n, samples, batch, rows)
+        answers = sorted((q, first + i) for call in calls for q, first, k in call for i in range(k))
+        assert answers == [(q, s) for q in range(n) for s in range(samples)]
+        bound = rows or batch * samples
+        for call in calls:
+            assert sum(k for _, _, k in call) <= bound and len(call) <= batch
+            assert len({k for _, _, k in call}) == 1          # one group size per sample() call
+        if samples <= bound:      # as few calls as the bounds allow
+            assert len(calls) == math.ceil(n / max(1, min(batch, bound // samples)))
+
+
+class RowCounter:
+    """Wraps a sampler function and records the rows (prompts x group size) of every call."""
+
+    def __init__(self, fn):
+        self.fn, self.rows = fn, []
+
+    def __call__(self, model, prompts, **kw):
+        self.rows.append(len(prompts) * kw["group_size"])
+        return self.fn(model, prompts, **kw)
+
+
+def test_answers_do_not_depend_on_how_the_calls_split_the_problems(tiny, tmp_path, monkeypatch):
+    """One seed per problem, drawn up front: any --batch-size and any --max-rows of at least
+    --samples give the same answers; --max-rows below --samples draws each problem's answers over
+    several calls of at most that many rows (reproducibly)."""
+    from gmts.tools import evaluate
+    counter = RowCounter(evaluate.sample)
+    monkeypatch.setattr(evaluate, "sample", counter)
+    model, tok = tiny
+    data = write_problems(tmp_path / "p.jsonl", ["0"] * 5)
+    kw = {"samples": 3, "temperature": 1.0, "max_new_tokens": 6, "progress": False,
+          "n_bootstrap": 200, "seed": 3}
+    whole = evaluate_model(model, tok, data, batch_size=5, **kw)
+    assert counter.rows == [15]
+    counter.rows.clear()
+    assert texts(evaluate_model(model, tok, data, batch_size=2, **kw)) == texts(whole)
+    assert counter.rows == [6, 6, 3]
+    counter.rows.clear()
+    assert texts(evaluate_model(model, tok, data, batch_size=5, max_rows=7, **kw)) == texts(whole)
+    assert counter.rows == [6, 6, 3]
+    counter.rows.clear()
+    split = evaluate_model(model, tok, data, batch_size=5, max_rows=2, **kw)
+    assert counter.rows == [2, 1] * 5 and [len(t) for t in texts(split)] == [3] * 5
+    assert texts(evaluate_model(model, tok, data, batch_size=5, max_rows=2, **kw)) == texts(split)
+    # the first part of each problem keeps the problem's seed: its first 2 answers are the same
+    assert [t[:2] for t in texts(split)] == [t[:2] for t in texts(whole)]
+    assert split["records"][0]["n"] == 3 and split["max_rows"] == 2
+
+
+def test_train_evaluates_in_calls_no_larger_than_its_rollout(tiny_model_dir, tmp_path,
+                                                              monkeypatch):
+    """--eval-every with --rollout-batch-size 1 x --group-size 2: every evaluation call holds at
+    most the rollout's 2 rows, also with --eval-samples 3 (each problem over two calls)."""
+    from gmts.tools import evaluate
+    from gmts.trainer import rollout
+    import train
+    evaluating, rolling = RowCounter(evaluate.sample), RowCounter(rollout.sample)
+    monkeypatch.setattr(evaluate, "sample", evaluating)
+    monkeypatch.setattr(rollout, "sample", rolling)
+    train.main(["--model", tiny_model_dir, "--data", "arithmetic", "--steps", "1",
+                "--prompts-per-step", "4", "--group-size", "2", "--rollout-batch-size", "1",
+                "--max-new-tokens", "3", "--micro-batch-size", "2", "--device", "cpu",
+                "--output-dir", str(tmp_path / "run"), "--eval-every", "1",
+                "--eval-data", "arithmetic:test", "--eval-limit", "3", "--eval-samples", "3",
+                "--eval-temperature", "1.0"])
+    assert rolling.rows == [2, 2, 2, 2]
+    assert evaluating.rows == [2, 1] * 3
+
+
+def test_eval_cli_max_rows_bounds_every_sampling_call(tiny_model_dir, tmp_path, monkeypatch):
+    import eval as eval_cli
+    from gmts.tools import evaluate
+    counter = RowCounter(evaluate.sample)
+    monkeypatch.setattr(evaluate, "sample", counter)
+    common = ["--model", tiny_model_dir, "--data", "arithmetic:test", "--limit", "3", "--samples",
+              "2", "--max-new-tokens", "3", "--bootstrap", "200", "--quiet"]
+    eval_cli.main(common + ["--batch-size", "2", "--output", str(tmp_path / "a.json")])
+    assert counter.rows == [4, 2]                      # --batch-size 2 x --samples 2
+    counter.rows.clear()
+    summary = eval_cli.main(common + ["--max-rows", "3", "--output", str(tmp_path / "b.json")])
+    assert counter.rows == [2, 2, 2] and summary["max_rows"] == 3
+    with pytest.raises(SystemExit) as err:
+        eval_cli.main(common + ["--max-rows", "-1"])
+    assert err.value.code == 2 and "--max-rows must be >= 0" in str(err.value)

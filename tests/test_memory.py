@@ -80,10 +80,13 @@ def test_optimizer_step_counts_foreach_adamws_sqrt_of_v_on_a_gpu():
     c, phases, _, _ = plan("--beta", "0.01")
     base = c["weights"] + c["reference_model"] + c["optimizer_state"]
     assert c["optimizer_foreach_temp"] == 4 * P and c["optimizer_step_copies"] == 4 * P
-    assert phases["optimizer_step"] == base + 8 * P
+    # + the float32 sums of the bf16 micro-batches' gradients, held until the step
+    assert c["gradient_sums"] == 4 * P
+    assert phases["optimizer_step"] == base + 8 * P + c["gradient_sums"]
     offload = plan("--optimizer-offload")[0:2]
     assert offload[0]["optimizer_foreach_temp"] == 0
-    assert offload[1]["optimizer_step"] == offload[0]["weights"] + offload[0]["gradients"]
+    assert offload[1]["optimizer_step"] == (offload[0]["weights"] + offload[0]["gradients"]
+                                            + offload[0]["gradient_sums"])
     cpu, cpu_phases, _, _ = memory.plan(parse_config([]), shape(), prompt_tokens=100, device="cpu")
     assert cpu["optimizer_foreach_temp"] == 0 and cpu_phases["optimizer_step"] == (
         cpu["runtime"] + cpu["weights"] + cpu["optimizer_state"] + cpu["gradients"])
@@ -151,3 +154,69 @@ def test_cli_reads_only_the_config(tiny_model_dir, tmp_path, capsys):
         "fits_as_given"]
     with pytest.raises(SystemExit):
         memory.main(["--model", str(tmp_path / "nowhere"), "--gpu-memory", "24"])
+
+
+def test_every_phase_of_a_step_is_planned():
+    """Rollout (KV cache, sampler buffers, the K/V expanded for one layer), evaluation (calls of at
+    most the rollout's rows), training (+ float32 gradient sums in bf16), the optimizer step; the
+    host memory of a save and of a resume; on CPU the last two are phases of the process."""
+    P, H, V, heads, hd = 1_000_000, 64, 1000, 4, 16
+    c, phases, _, _ = plan("--rollout-batch-size", "2", "--group-size", "4")
+    assert set(phases) == {"rollout", "evaluation", "training", "optimizer_step"}
+    assert set(c["host_phases"]) == {"save", "resume"}
+    rows, width = 2 * 4, 100 + 256                         # prompt_tokens 100, --max-new-tokens 256
+    assert c["kv_cache"] == 4 * 2 * rows * 2 * width * hd * 2
+    # eager decoding: the prefill's expansion (2 prompts x 100 columns), bf16 keys and values
+    assert c["kv_expansion"] == 2 * 100 * 2 * heads * hd * 2
+    compiled = plan("--rollout-batch-size", "2", "--group-size", "4", "--compile")[0]
+    assert compiled["kv_expansion"] == rows * width * 2 * heads * hd * 2
+    for samples, eval_rows in (("1", 8), ("3", 6), ("8", 8), ("16", 8)):
+        e, ph, _, _ = plan("--rollout-batch-size", "2", "--group-size", "4", "--eval-samples",
+                           samples)
+        assert e["eval_kv_cache"] * rows == e["kv_cache"] * eval_rows
+        assert ph["evaluation"] <= ph["rollout"]
+    assert plan("--dtype", "float32")[0]["gradient_sums"] == 0
+    assert plan("--lora-rank", "8")[0]["gradient_sums"] == 0        # adapters are float32
+    host = plan("--optimizer-offload")[0]["host_phases"]
+    # a GPU's save: the offloaded state, a host copy of every bf16 weight, one V x H float32 tensor
+    assert host["save"] == 12 * P + 2 * P + V * H * 4
+    # its resume: the model on the host before it moves, the offloaded state built from the file
+    assert host["resume"] == 2 * P + 12 * P
+    cpu_c, cpu, _, _ = memory.plan(parse_config(["--optimizer-offload"]), shape(),
+                                   prompt_tokens=100, device="cpu")
+    runtime = cpu_c["runtime"]
+    assert cpu["save"] == runtime + 4 * P + 12 * P                     # no copy of anything
+    # the state copied out of the mapped file (its pages are page cache, not counted)
+    assert cpu["resume"] == runtime + 4 * P + 12 * P
+    plain = memory.plan(parse_config([]), shape(), prompt_tokens=100, device="cpu")[1]
+    assert plain["resume"] == plain["save"] == runtime + 4 * P + 8 * P
+
+
+def test_measured_save_and_resume_peaks_are_within_ten_percent_of_the_plan():
+    """bench/save_resume_memory.py's committed measurement (peak private memory, RssAnon, of a save
+    and of a resume under 2 gloo processes, ~93M parameters, CPU) against the planner's figure now.
+    (The mapped checkpoint's pages are page cache: in the resident set, not in the plan.)"""
+    import os
+    from transformers import Qwen2Config
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "bench", "results", "save_resume_memory.json")) as fh:
+        bench = json.load(fh)
+    measured_shape = memory.model_shape(Qwen2Config(**bench["shape"]))
+    assert measured_shape.params == bench["params"]
+    _, phases, _, _ = memory.plan(parse_config(bench["flags"]), measured_shape, device="cpu")
+    assert {r["phase"] for r in bench["rows"]} == {"save", "resume"}
+    assert {r["rank"] for r in bench["rows"] if r["phase"] == "resume"} == {0, 1}
+    for row in bench["rows"]:
+        measured = row["measured_peak_anon_gib"] * memory.GIB
+        assert abs(phases[row["phase"]] - measured) <= 0.10 * measured, row
+
+
+def test_the_report_says_whether_checkpointing_is_needed():
+    cfg = parse_config(["--micro-batch-size", "8"])
+    with_ckpt, without = (memory.plan(dataclasses.replace(cfg, gradient_checkpointing=on),
+                                      shape(), prompt_tokens=100)[2][0] for on in (True, False))
+    assert with_ckpt < without
+    between = (with_ckpt + without) / 2 / memory.GIB / (1 - memory.GPU_RESERVE)
+    r = memory.report(cfg, shape(), [1000, between, with_ckpt / memory.GIB / 2], 100)
+    assert [f["checkpointing"] for f in r["gpus"].values()] == ["not needed", "needed",
+                                                                 "not enough"]

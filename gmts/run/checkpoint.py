@@ -356,8 +356,12 @@ def find_checkpoint(path):
 
 
 def load_trainer_state(checkpoint_dir):
+    """trainer_state.pt, memory-mapped: a tensor's bytes are read from the file (MAP_PRIVATE: a
+    write changes this process's copy, never the file) only when touched, so each process of a
+    torchrun resume reads just its own part of the optimizer state, and the page cache holds the
+    file once for all of them."""
     return torch.load(os.path.join(checkpoint_dir, STATE_FILE), map_location="cpu",
-                      weights_only=False)
+                      weights_only=False, mmap=True)
 
 
 def safetensors_problem(path):

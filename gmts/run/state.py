@@ -168,15 +168,32 @@ def build_run(cfg, resume_from, state, *, load_prompts, reward_functions):
 # Checkpoints and the output folder.
 
 def restore(run, state):
-    """Optimizer, every random stream and the data position from a checkpoint; returns its step."""
+    """Optimizer, every random stream and the data position from a checkpoint (state: its
+    trainer_state.pt, memory-mapped: checkpoint.load_trainer_state); returns its step. Consumes
+    `state`: the optimizer's CPU tensors are copied out of the mapping and the dict is emptied, so
+    nothing keeps the file mapped (a prune that deletes that checkpoint frees its disk space)."""
     if run.cfg.fsdp:
+        # each process keeps its shards of the mapped full tensors (rank 0's are scattered)
         distributed.load_full_optimizer_state(run.model, run.optimizer, state["optimizer"])
     else:
         run.optimizer.load_state_dict(state["optimizer"])
+    own_copies(run.optimizer)
     ckpt.set_rng_state(state["rng"][run.rank], run.rollout_gen)
     ckpt.restore_generator(run.select_gen, state["select_rng"][run.rank])
-    run.stream.position = state["data_position"]
-    return state["step"]
+    run.stream.position, step = state["data_position"], state["step"]
+    state.clear()
+    return step
+
+
+def own_copies(optimizer):
+    """Replace the optimizer state's CPU tensors by copies of their own: loaded ones may be views
+    of the mapped trainer_state.pt (torch's load_state_dict keeps a tensor of the right dtype and
+    device as it is). The copies are the private memory the first step would make anyway."""
+    inner = getattr(optimizer, "inner", optimizer)      # MasterWeightAdamW's AdamW
+    for per_param in inner.state.values():
+        for key, value in per_param.items():
+            if torch.is_tensor(value) and value.device.type == "cpu":
+                per_param[key] = value.clone()
 
 
 def log_paths(cfg):
@@ -290,14 +307,12 @@ def run_eval(cfg, model, tokenizer, eos_ids, device, progress="eval"):
     from gmts.tools.evaluate import each_reward, evaluate_model
     was_training = model.training
     model.eval()
-    # As many rows per generation batch as a training rollout has (each prompt brings --eval-samples
-    # rows).
-    batch_size = max(1, cfg.prompts_per_step * cfg.group_size // max(cfg.eval_samples, 1))
+    rows = rollout_rows(cfg)
     result = evaluate_model(model, tokenizer, cfg.eval_data, limit=cfg.eval_limit,
                             samples=cfg.eval_samples, temperature=cfg.eval_temperature,
                             max_new_tokens=cfg.max_new_tokens, seed=cfg.seed, eos_ids=eos_ids,
                             template=cfg.template or None, system_prompt=cfg.system_prompt,
-                            batch_size=batch_size, progress=progress,
+                            batch_size=rows, max_rows=rows, progress=progress,
                             max_prompt_tokens=cfg.max_prompt_tokens,
                             task_options=json.loads(cfg.task_options) if cfg.task_options else None,
                             rewards=cfg.reward or None, reward_weights=cfg.reward_weights,
@@ -307,6 +322,15 @@ def run_eval(cfg, model, tokenizer, eos_ids, device, progress="eval"):
     per_reward = each_reward([c for record in result["records"] for c in record["completions"]])
     return {"eval_accuracy": result["accuracy"], "eval_ci95": result["ci95"],
             "eval_data": cfg.eval_data, **{f"eval_{k}": v for k, v in per_reward.items()}}
+
+
+def rollout_rows(cfg):
+    """The most rows (answers) one sampling call of this process's rollout holds:
+    --rollout-batch-size prompts (0: the process's share of --prompts-per-step) x --group-size.
+    Evaluation samples in calls of at most as many rows, so it never needs more KV cache than a step
+    does."""
+    share = cfg.prompts_per_step // distributed.world_size()
+    return min(cfg.rollout_batch_size or share, share) * cfg.group_size
 
 
 def check_eval_data(cfg, tokenizer):

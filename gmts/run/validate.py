@@ -493,6 +493,8 @@ EVAL_RULES = [
     Rule("max_prompt_tokens", at_least(0), "--max-prompt-tokens must be >= 0 (0 = the model's "
                                            "context minus --max-new-tokens), got {v}"),
     _need("batch_size", 1),
+    Rule("max_rows", at_least(0),
+         "--max-rows must be >= 0 (0 = --batch-size x --samples), got {v}"),
     _need("repeat", 1),
     Rule("seed", lambda v, c: isinstance(v, int) and 0 <= v <= SEED_MAX,
          f"--seed must be in [0, {SEED_MAX}], got {{v}}"),

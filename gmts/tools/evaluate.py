@@ -123,40 +123,69 @@ def sampling_seed(seed, repeat, spec):
     return int((int(words[0]) << 31) ^ int(words[1])) & ((1 << 63) - 1)
 
 
+def sampling_calls(n_prompts, samples, batch_size, max_rows=0):
+    """The sampling calls that answer n_prompts prompts `samples` times each, as lists of (prompt,
+    first answer, answers): at most `batch_size` prompts and `max_rows` answers (rows, 0: no bound)
+    per call. A prompt whose samples exceed max_rows is answered over several calls."""
+    rows = max_rows or batch_size * samples
+    if samples <= rows:
+        per_call = max(1, min(batch_size, rows // samples))
+        return [[(q, 0, samples) for q in range(start, min(start + per_call, n_prompts))]
+                for start in range(0, n_prompts, per_call)]
+    return [[(q, first, min(rows, samples - first))] for q in range(n_prompts)
+            for first in range(0, samples, rows)]
+
+
+def part_seed(seed, first):
+    """The seed of a prompt's answers from `first` on, when they are sampled apart from its first
+    ones (sampling_calls); answers 0.. keep the prompt's own seed."""
+    if first == 0:
+        return seed
+    return int(np.random.SeedSequence([seed, first]).generate_state(2, np.uint64)[0] >> 2)
+
+
 def generate_records(model, tokenizer, problems, prompt_ids, *, spec, repeat, samples, temperature,
                      top_p, top_k, max_new_tokens, eos_ids, batch_size, generator, reward_fns,
-                     on_problem=None):
-    """Sample `samples` answers for every problem, `batch_size` prompts at a time, and score them
-    (a batch's answers at once: rewards.Scorer). One record per problem: the question, the
-    reference, every completion with its reward R and, with --reward, each reward's own value
-    ("rewards": {name: value or None})."""
+                     on_problem=None, max_rows=0):
+    """Sample `samples` answers for every problem, at most `batch_size` prompts and `max_rows`
+    answers (0: batch_size x samples) per sampling call (sampling_calls), and score each call's
+    answers at once (rewards.Scorer). One seed per problem, drawn from `generator` up front, so the
+    answers do not depend on how the calls split the problems. One record per problem: the
+    question, the reference, every completion with its reward R and, with --reward, each reward's
+    own value ("rewards": {name: value or None})."""
     import rewards
+    from gmts.trainer.rollout import prompt_seeds
     scorer = rewards.as_scorer(reward_fns)
+    seeds = prompt_seeds(len(problems), generator)
+    completions = [[] for _ in problems]
     records = []
-    for start in range(0, len(problems), batch_size):
-        batch = problems[start:start + batch_size]
-        roll = sample(model, prompt_ids[start:start + batch_size], group_size=samples,
+    for call in sampling_calls(len(problems), samples, batch_size, max_rows):
+        group = call[0][2]              # answers per prompt in this call (one part of one prompt)
+        roll = sample(model, [prompt_ids[q] for q, _, _ in call], group_size=group,
                       max_new_tokens=max_new_tokens, eos_token_ids=eos_ids,
                       pad_token_id=tokenizer.pad_token_id, temperature=temperature, top_k=top_k,
-                      top_p=top_p, generator=generator)
+                      top_p=top_p, seeds=[part_seed(seeds[q], first) for q, first, _ in call])
         tokens, valid, finished = (roll.completion_ids.cpu(), roll.valid_mask.cpu(),
                                    roll.finished.cpu())
         texts = [tokenizer.decode(tokens[row][valid[row]], skip_special_tokens=True)
                  for row in range(len(tokens))]
-        scores = scorer.score(texts, [batch[row // samples] for row in range(len(texts))])
-        for q, problem in enumerate(batch):
-            completions = []
-            for row in range(q * samples, (q + 1) * samples):
-                completions.append({"text": texts[row], "reward": scores.total[row],
-                                    "tokens": int(valid[row].sum()),
-                                    "finished": bool(finished[row])})
-                if scores.values:
-                    completions[-1]["rewards"] = {k: v[row] for k, v in scores.values.items()}
-            n_correct = sum(c["reward"] >= 1.0 for c in completions)
+        scores = scorer.score(texts, [problems[call[row // group][0]] for row in range(len(texts))])
+        for row, text in enumerate(texts):
+            q = call[row // group][0]
+            completions[q].append({"text": text, "reward": scores.total[row],
+                                   "tokens": int(valid[row].sum()),
+                                   "finished": bool(finished[row])})
+            if scores.values:
+                completions[q][-1]["rewards"] = {k: v[row] for k, v in scores.values.items()}
+        for q, first, n in call:
+            if first + n < samples:
+                continue
+            problem, done = problems[q], completions[q]
+            n_correct = sum(c["reward"] >= 1.0 for c in done)
             record = {"benchmark": spec, "id": problem.id, "repeat": repeat,
                       "question": problem.question, "reference": _jsonable(problem.answer),
                       "n": samples, "correct": n_correct, "score": n_correct / samples,
-                      "completions": completions}
+                      "completions": done}
             records.append(record)
             if on_problem is not None:
                 on_problem(record)
@@ -259,13 +288,15 @@ def evaluate_model(model, tokenizer, data, *, limit=None, samples=1, temperature
                    batch_size=8, progress=True, top_p=1.0, top_k=0, question_field=None,
                    answer_field=None, repeats=1, data_seed=0, task_options=None,
                    n_bootstrap=stats.N_BOOTSTRAP, max_prompt_tokens=None, rewards=None,
-                   reward_weights=None, reward_workers=0):
+                   reward_weights=None, reward_workers=0, max_rows=0):
     """Evaluate `model` on one or more benchmarks. Returns the summary dict (accuracy, ci95,
     pass_at_k, benchmarks, ...) with "records": one dict per (benchmark, problem, repeat) holding
     every completion and its reward.
 
     data: "name[:split]", several separated by spaces or commas, or a list of them.
-    batch_size: prompts per generation batch (each brings `samples` rows).
+    batch_size: prompts per generation batch (each brings `samples` rows). max_rows: at most this
+    many rows (answers) per sampling call, 0 = batch_size x samples (train.py passes its rollout's
+    rows per call); a problem's samples beyond it are drawn over several calls.
     progress: a progress bar on stderr (True), none (False), or a bar named by the string, gone when
     done. seed: sampling seed; repeat r of benchmark b uses torch.Generator seeded from (seed, r,
     b). data_seed: which problems --limit picks (and the arithmetic source's problems); kept apart
@@ -279,9 +310,10 @@ def evaluate_model(model, tokenizer, data, *, limit=None, samples=1, temperature
     specs_of_rewards = rewards
     from gmts.trainer.policy import end_of_sequence_ids
     specs = split_data_arg(data)
-    if samples < 1 or repeats < 1 or batch_size < 1 or max_new_tokens < 1:
-        raise ValueError("samples, repeats, batch_size and max_new_tokens must be >= 1, got "
-                         f"{samples}, {repeats}, {batch_size}, {max_new_tokens}")
+    if samples < 1 or repeats < 1 or batch_size < 1 or max_new_tokens < 1 or max_rows < 0:
+        raise ValueError("samples, repeats, batch_size and max_new_tokens must be >= 1 and "
+                         f"max_rows >= 0, got {samples}, {repeats}, {batch_size}, "
+                         f"{max_new_tokens}, {max_rows}")
     if not math.isfinite(temperature) or temperature < 0 or not 0 < top_p <= 1 or top_k < 0:
         raise ValueError(f"need temperature >= 0, 0 < top_p <= 1, top_k >= 0; got {temperature}, "
                          f"{top_p}, {top_k}")
@@ -324,7 +356,8 @@ def evaluate_model(model, tokenizer, data, *, limit=None, samples=1, temperature
                     model, tokenizer, problems, prompt_ids, spec=spec, repeat=repeat,
                     samples=samples, temperature=temperature, top_p=top_p, top_k=top_k,
                     max_new_tokens=max_new_tokens, eos_ids=eos_ids, batch_size=batch_size,
-                    generator=generator, reward_fns=reward_fns, on_problem=on_problem)
+                    generator=generator, reward_fns=reward_fns, on_problem=on_problem,
+                    max_rows=max_rows)
     finally:
         bar.close()
         reward_fns.close()
@@ -341,7 +374,8 @@ def evaluate_model(model, tokenizer, data, *, limit=None, samples=1, temperature
         "n_problems": sum(len(problems) for problems, _ in loaded.values()),
         "samples": samples, "temperature": temperature, "top_p": top_p, "top_k": top_k,
         "max_new_tokens": max_new_tokens, "seed": seed, "data_seed": data_seed, "repeats": repeats,
-        "limit": limit, "batch_size": batch_size, "n_bootstrap": n_bootstrap, "time_s": elapsed,
+        "limit": limit, "batch_size": batch_size, "max_rows": max_rows, "n_bootstrap": n_bootstrap,
+        "time_s": elapsed,
         "max_prompt_tokens": max_prompt_tokens, "skipped_too_long": sum(skipped.values()),
         "rewards": list(specs_of_rewards or []),
         "reward_weights": [w for _, w in reward_fns.rewards or ()],

@@ -35,17 +35,22 @@ micro-batch-size x (prompt tokens + max-new-tokens) (every answer assumed to run
                  (gmts.trainer.rollout.kv_cache_bytes)
 Under torchrun the gradient all-reduce adds one float32 bucket of 64 MiB at most (gmts/trainer/
 distributed.py, all_reduce_gradients), not a copy of the gradients: not counted.
-The peak is the largest of three phases: rollout (weights, optimizer state, KV cache and the
-sampler's per-row vocabulary buffers), training (weights, optimizer state, activations + head, and
-the gradients: backward frees activations as it makes gradients, but neither glibc on CPU nor a
-caching allocator hands the freed blocks back at once, and measured peaks on CPU hold both),
-and the optimizer step (weights, gradients, optimizer state and its step-time copies). On CPU
+The peak is the largest of the phases a step goes through: rollout (weights, optimizer state, KV
+cache, the sampler's per-row vocabulary buffers, one layer's K/V expanded for attention), evaluation
+(the same, for calls of at most the rollout's rows: gmts/run/state.py, rollout_rows), training
+(weights, optimizer state, activations + head, the gradients and, with bf16 weights, their float32
+sums: backward frees activations as it makes gradients, but neither glibc on CPU nor a caching
+allocator hands the freed blocks back at once, and measured peaks on CPU hold both), and the
+optimizer step (weights, gradients, optimizer state and its step-time copies). Host memory of one
+process at a save and at a resume: host_phases (on CPU they are phases of the process too). On CPU
 (--device cpu) every phase also counts the process itself (Python, torch, transformers, tokenizer:
 CPU_RUNTIME_GIB, measured) and the optimizer state in the same memory. On a GPU the figures are what
 torch's allocator holds (max_memory_allocated); the CUDA context (~0.5 GiB) and allocator
-fragmentation come on top: the fit check keeps GPU_RESERVE of the card free.
+fragmentation come on top: the fit check keeps GPU_RESERVE of the card free. For each GPU size the
+report says whether gradient checkpointing is needed (the settings fit only with it).
 
-Validated on CPU against the VmHWM of real train.py runs: bench/README.md, "Memory planner".
+Validated on CPU against the VmHWM of real train.py runs and of a save and a resume
+(bench/save_resume_memory.py): bench/README.md, "Memory planner".
 """
 import json
 import math
@@ -172,6 +177,9 @@ def plan(cfg, shape, *, prompt_tokens=256, device="gpu"):
     # the float32 gradient copies (MasterWeightAdamW has freed the low-precision gradients by then)
     c["optimizer_foreach_temp"] = 0 if on_cpu or cfg.optimizer_offload else T * (4 if master
                                                                                     else bt)
+    # float32 sums of the micro-batches' gradients when the trainable weights are narrower
+    # (gmts/trainer/step.py), held from the first backward to the optimizer step
+    c["gradient_sums"] = 4 * T if bt < 4 else 0
     c["reference_model"] = P * b if cfg.beta > 0 and not lora else 0
     per_token_layer = (
         (7 * H + 4 * A + 4 * I + (shape.heads * L if on_cpu else 0)) * ACTIVATION_FACTOR)
@@ -196,6 +204,17 @@ def plan(cfg, shape, *, prompt_tokens=256, device="gpu"):
                                    dtype)
     # logits, z / tau in float32, float64 probabilities
     c["sampler_buffers"] = rows * V * (b + 4 + 8)
+    c["kv_expansion"] = kv_expansion_bytes(cfg, shape, rows, prompt_tokens, b)
+    # evaluation (--eval-every / --eval-before): calls of at most the rollout's rows
+    # (gmts/run/state.py, rollout_rows; gmts/tools/evaluate.py, sampling_calls)
+    s = max(cfg.eval_samples, 1)
+    eval_rows = s * max(1, rows // s) if s <= rows else rows
+    c["eval_kv_cache"] = c["kv_cache"] * eval_rows // rows
+    c["eval_sampler_buffers"] = eval_rows * V * (b + 4 + 8)
+    # save (host memory): on a GPU, safetensors holds a host copy of every weight until the file
+    # is written, and torch.save copies one optimizer tensor at a time (the largest: V x H float32);
+    # on CPU both write from the tensors' own memory. MasterWeightAdamW.state_dict copies nothing.
+    c["save_copies"] = 0 if on_cpu else P * b + (V * H * 4 if not lora else 0)
     c["runtime"] = int(CPU_RUNTIME_GIB * GIB) if on_cpu else 0
     c["lora_parameters"] = T if lora else 0
 
@@ -204,14 +223,50 @@ def plan(cfg, shape, *, prompt_tokens=256, device="gpu"):
     state_here = c["optimizer_state"] - offloaded
     base = c["runtime"] + c["weights"] + c["reference_model"] + state_here
     phases = {
-        "rollout": base + c["kv_cache"] + c["sampler_buffers"],
+        "rollout": base + c["kv_cache"] + c["sampler_buffers"] + c["kv_expansion"],
+        "evaluation": base + c["eval_kv_cache"] + c["eval_sampler_buffers"] + c["kv_expansion"]
+        * c["eval_kv_cache"] // max(c["kv_cache"], 1),
         "training": base
         + c["activations"] + c["head_chunks"] + c["head_states"] + c["head_weight_grad"]
-                    + c["gradients"],
-        "optimizer_step": base + (0 if offloaded else c["optimizer_step_copies"]) + max(
+                    + c["gradients"] + c["gradient_sums"],
+        "optimizer_step": base + c["gradient_sums"]
+        + (0 if offloaded else c["optimizer_step_copies"]) + max(
             c["gradients"], c["optimizer_foreach_temp"] + (0 if master else c["gradients"])),
     }
+    host = host_phases(c, on_cpu)
+    if on_cpu:                              # the device's memory is the host's: one process
+        phases.update(host)
+    c["host_phases"] = host
     return c, phases, (max(phases.values()), max(phases, key=phases.get)), offloaded
+
+
+def kv_expansion_bytes(cfg, shape, rows, prompt_tokens, b):
+    """The sampler's K/V expanded from kv_heads to heads for one layer's attention while it runs
+    (transformers' repeat_kv; none without grouped-query attention): the prefill's (its prompts x
+    the prompt) always, every decode step's (all rows x the whole cache) under --compile (the
+    traced attention takes the repeat_kv path; eager decoding packs the query instead)."""
+    if shape.kv_heads >= shape.heads:
+        return 0
+    prompts = rows // cfg.group_size
+    per_column = 2 * shape.heads * shape.head_dim * b                     # keys and values
+    prefill = prompts * prompt_tokens * per_column
+    decode = rows * (prompt_tokens + cfg.max_new_tokens) * per_column
+    return decode if cfg.compile else prefill
+
+
+def host_phases(c, on_cpu):
+    """Private host memory (bytes) of one process while it saves a checkpoint and while it resumes,
+    for components `c` (plan's). Save: what the process holds (on a GPU: the offloaded optimizer
+    state) + save_copies. Resume (train.py's build_run; trainer_state.pt memory-mapped,
+    gmts/run/checkpoint.py): the optimizer state is built from the mapped file (on a GPU it moves
+    there), and on a GPU the model is loaded on the host first (its weights, before they move: P x
+    b). The mapped files' pages are page cache, shared by the processes of a torchrun run and freed
+    under pressure: not counted. Under torchrun every process holds this. The CUDA runtime's own
+    host memory is not counted (not measured)."""
+    host_state = c["optimizer_state"] if on_cpu or c["optimizer_location"] == "cpu" else 0
+    held = c["runtime"] + host_state + (c["weights"] + c["reference_model"] if on_cpu else 0)
+    resume = c["runtime"] + c["weights"] + c["reference_model"] + host_state
+    return {"save": held + c["save_copies"], "resume": resume}
 
 
 def divisors(n):
@@ -248,15 +303,22 @@ def largest_fitting(cfg, shape, budget, prompt_tokens, device="gpu"):
 def report(cfg, shape, gpu_gib, prompt_tokens, device="gpu"):
     components, phases, (peak, phase), offloaded = plan(cfg, shape, prompt_tokens=prompt_tokens,
                                                         device=device)
+    import dataclasses
+    with_ckpt, without = (plan(dataclasses.replace(cfg, gradient_checkpointing=on), shape,
+                               prompt_tokens=prompt_tokens, device=device)[2][0]
+                          for on in (True, False))
     fits = {}
     for gib in gpu_gib:
         budget = gib * GIB * (1 - GPU_RESERVE)
         fits[str(gib)] = {"budget_gib": budget / GIB, "fits_as_given": peak <= budget,
+                          # whether these settings fit only with gradient checkpointing on
+                          "checkpointing": ("not needed" if without <= budget else "needed"
+                                            if with_ckpt <= budget else "not enough"),
                           "largest": largest_fitting(cfg, shape, budget, prompt_tokens, device)}
     return {"model": shape.name, "params": shape.params, "device": device,
             "prompt_tokens": prompt_tokens, "components_bytes": components, "phases_bytes": phases,
             "peak_bytes": peak, "peak_phase": phase, "host_optimizer_bytes": offloaded,
-            "gpus": fits}
+            "host_phases_bytes": components["host_phases"], "gpus": fits}
 
 
 def format_report(r, cfg):
@@ -280,7 +342,12 @@ def format_report(r, cfg):
             ("output head chunks", "head_chunks"), ("output head states", "head_states"),
             ("output head weight gradient", "head_weight_grad"),
             (f"KV cache ({cfg.rollout_batch_size or cfg.prompts_per_step} prompts per call)",
-             "kv_cache"), ("sampler buffers", "sampler_buffers"), ("process (CPU only)", "runtime")]
+             "kv_cache"), ("sampler buffers", "sampler_buffers"),
+            ("K/V expanded for one layer", "kv_expansion"),
+            ("float32 gradient sums", "gradient_sums"),
+            ("evaluation KV cache", "eval_kv_cache"),
+            ("evaluation sampler buffers", "eval_sampler_buffers"),
+            ("save: host copies", "save_copies"), ("process (CPU only)", "runtime")]
     lines += [f"  {label:<36}{g(c[key])}" for label,
               key in rows if c[key] or key.startswith("activations")]
     if cfg.lora_rank:
@@ -291,9 +358,14 @@ def format_report(r, cfg):
     if r["host_optimizer_bytes"]:
         lines.append(f"  + {r['host_optimizer_bytes'] / GIB:.2f} GiB of optimizer state in CPU "
                      "memory")
+    if r["device"] != "cpu":
+        lines.append("  host memory of one process (CUDA's own not counted): "
+                     + ", ".join(f"{name} {v / GIB:.2f} GiB"
+                                 for name, v in r["host_phases_bytes"].items()))
     for gib, f in r["gpus"].items():
         verdict = "fits" if f["fits_as_given"] else "does NOT fit"
-        lines.append(f"\n{gib} GiB GPU ({f['budget_gib']:.1f} GiB usable): {verdict} as given")
+        lines.append(f"\n{gib} GiB GPU ({f['budget_gib']:.1f} GiB usable): {verdict} as given; "
+                     f"gradient checkpointing {f['checkpointing']}")
         best = f["largest"]
         if best is None:
             lines.append("  nothing fits, even with checkpointing, --optimizer-offload and LoRA at "

@@ -1,0 +1,211 @@
+"""Peak host memory of a checkpoint save and of a resume under torchrun, measured on CPU, against
+the memory planner's save and resume phases (gmts/tools/memory.py).
+
+    python bench/save_resume_memory.py                # writes bench/results/save_resume_memory.json
+    python bench/save_resume_memory.py --world 1 --out /tmp/m.json
+
+A random model of ~93M parameters (Qwen2.5's tokenizer and vocabulary, hidden 512, 4 layers; 373 MB
+in float32) trained with --optimizer-offload (MasterWeightAdamW: float32 masters + AdamW's m and v,
+12 bytes per parameter). Each process is train.py's own start-up (check_start, build_run) in a gloo
+group of --world processes:
+- save: one optimizer step on zero gradients (so m and v exist), then gmts.run.state.save: the
+  peak resident set (VmHWM, reset with /proc/self/clear_refs just before the save) of rank 0, the
+  process that writes;
+- resume: --resume from that checkpoint, up to the first step (build_run: trainer_state.pt loaded,
+  the model, the optimizer state restored): each process's VmHWM since it started.
+Both also report the peak private memory (RssAnon, sampled every 2 ms), which is what the planner
+plans: the resident set also holds the mapped checkpoint's pages, page cache that the processes
+share and the kernel frees under pressure. Planned: memory.plan's "save" and "resume" phases for
+the same flags on --device cpu; error = (planned - peak private) / peak private.
+"""
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+QWEN_TOKENIZER = os.environ.get("GMTS_QWEN_TOKENIZER", os.path.join(
+    os.path.dirname(ROOT), "shared", "data", "qwen2.5-tokenizer"))
+SHAPE = {"vocab_size": 151936, "max_position_embeddings": 4096, "hidden_size": 512,
+         "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 2,
+         "intermediate_size": 2048, "tie_word_embeddings": True}
+FLAGS = ["--data", "arithmetic", "--device", "cpu", "--dtype", "float32", "--optimizer-offload",
+         "--prompts-per-step", "2", "--group-size", "2", "--micro-batch-size", "2",
+         "--max-new-tokens", "8", "--steps", "2", "--save-every", "0", "--log-samples", "0"]
+
+
+def random_model(folder):
+    """The random model (float32) with the Qwen2.5 tokenizer, made once."""
+    if os.path.isfile(os.path.join(folder, "model.safetensors")):
+        return folder
+    import torch
+    from transformers import AutoTokenizer, GenerationConfig, Qwen2Config, Qwen2ForCausalLM
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(Qwen2Config(**SHAPE)).float()
+    model.generation_config = GenerationConfig(eos_token_id=[151645, 151643], pad_token_id=151643)
+    model.save_pretrained(folder)
+    AutoTokenizer.from_pretrained(QWEN_TOKENIZER).save_pretrained(folder)
+    return folder
+
+
+def status(field):
+    """A /proc/self/status field in bytes (VmHWM, VmRSS, RssAnon)."""
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    raise KeyError(field)
+
+
+class AnonPeak:
+    """The largest RssAnon seen by a thread that samples it every 2 ms."""
+
+    def __init__(self):
+        self.peak, self.running = status("RssAnon"), True
+        self.thread = threading.Thread(target=self._watch, daemon=True)
+        self.thread.start()
+
+    def _watch(self):
+        while self.running:
+            self.peak = max(self.peak, status("RssAnon"))
+            time.sleep(0.002)
+
+    def stop(self):
+        self.running = False
+        self.thread.join()
+        return max(self.peak, status("RssAnon"))
+
+
+def flags(fsdp):
+    """train.py's flags of the measured runs: --optimizer-offload, or --fsdp (plain AdamW over
+    float32 shards; FSDP does not take --optimizer-offload)."""
+    return [("--fsdp" if fsdp and f == "--optimizer-offload" else f) for f in FLAGS]
+
+
+def child(mode, model_dir, out_dir, result, fsdp="0"):
+    """One process of the gloo group: the save or the resume, its figures into `result`."""
+    import gc
+    import torch
+    import train
+    from gmts.run import state
+    from gmts.run.folder import check_start
+    from gmts.trainer import distributed
+    argv = ["--model", model_dir, *flags(fsdp == "1"), "--output-dir", out_dir]
+    watch = AnonPeak()
+    if mode == "save":
+        cfg, resume_from, saved = check_start(argv)
+        run, _ = state.build_run(cfg, resume_from, saved, load_prompts=train.load_prompts,
+                                 reward_functions=train.reward_functions)
+        for p in run.model.parameters():
+            p.grad = torch.zeros_like(p)
+        run.optimizer.step()
+        run.optimizer.zero_grad()
+        gc.collect()
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")                                   # VmHWM := VmRSS
+        watch.stop()
+        before, watch = status("VmRSS"), AnonPeak()
+        state.save(run, 1)
+        figures = {"rss_before": before}
+    else:
+        cfg, resume_from, saved = check_start(argv + ["--resume", out_dir])
+        run, _ = state.build_run(cfg, resume_from, saved, load_prompts=train.load_prompts,
+                                 reward_functions=train.reward_functions)
+        del saved
+        gc.collect()
+        figures = {}
+    figures.update(peak_rss=status("VmHWM"), peak_anon=watch.stop(), rank=run.rank)
+    with open(result, "w") as fh:
+        json.dump(figures, fh)
+    distributed.shutdown()
+
+
+def launch(mode, world, model_dir, out_dir, work, fsdp):
+    """`world` processes of child(mode) in a gloo group, as torchrun would start them."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs, results = [], [os.path.join(work, f"{mode}-{r}.json") for r in range(world)]
+    for rank in range(world):
+        env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world),
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1",
+                   HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", GMTS_DIST_BACKEND="gloo")
+        procs.append(subprocess.Popen(
+            [sys.executable, __file__, "--child", mode, model_dir, out_dir, results[rank],
+             str(int(fsdp))],
+            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
+    for p in procs:
+        _, err = p.communicate()
+        if p.returncode:
+            raise SystemExit(f"{mode} failed:\n{err[-3000:]}")
+    out = []
+    for path in results:
+        with open(path) as fh:
+            out.append(json.load(fh))
+    return out
+
+
+def planned(model_dir):
+    """The planner's phases (bytes) for the same flags on --device cpu."""
+    from gmts.run.config import parse_config
+    from gmts.tools import memory
+    cfg = parse_config(["--model", model_dir, *FLAGS])
+    shape = memory.model_shape(memory.load_config(model_dir))
+    _, phases, _, _ = memory.plan(cfg, shape, device="cpu")
+    return phases, shape.params
+
+
+def main():
+    if sys.argv[1:2] == ["--child"]:
+        return child(*sys.argv[2:7])
+    from gmts.run.config import Parser
+    ap = Parser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--world", type=int, default=2, help="processes (gloo)")
+    ap.add_argument("--fsdp", action="store_true",
+                    help="--fsdp instead of --optimizer-offload (measured only: the planner models "
+                         "one process holding the whole model)")
+    ap.add_argument("--work-dir", default="/tmp/gmts_save_resume_memory")
+    ap.add_argument("--out", default="")
+    args = ap.parse_args()
+    args.out = args.out or os.path.join(ROOT, "bench", "results", "save_resume_memory"
+                                        + ("_fsdp" if args.fsdp else "") + ".json")
+    import shutil
+    model_dir = random_model(os.path.join(args.work_dir, "model"))
+    out_dir = os.path.join(args.work_dir, "run-fsdp" if args.fsdp else "run")
+    shutil.rmtree(out_dir, ignore_errors=True)
+    phases, params = planned(model_dir)
+    gib = 2 ** 30
+    rows = []
+    for mode in ("save", "resume"):
+        measured = launch(mode, args.world, model_dir, out_dir, args.work_dir, args.fsdp)
+        for m in measured:
+            if mode == "save" and m["rank"] != 0:
+                continue                                    # rank 0 writes; the others wait
+            row = {"phase": mode, "rank": m["rank"], "processes": args.world,
+                   "measured_peak_rss_gib": m["peak_rss"] / gib,
+                   "measured_peak_anon_gib": m["peak_anon"] / gib}
+            if not args.fsdp:
+                row.update(planned_gib=phases[mode] / gib,
+                           error=(phases[mode] - m["peak_anon"]) / m["peak_anon"])
+            if "rss_before" in m:
+                row["rss_before_gib"] = m["rss_before"] / gib
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    import torch
+    with open(args.out, "w") as fh:
+        json.dump({"command": "python bench/save_resume_memory.py" + (
+            f" --world {args.world}" if args.world != 2 else "") + (
+            " --fsdp" if args.fsdp else ""), "params": params,
+                   "shape": SHAPE, "flags": flags(args.fsdp),
+                   "torch": torch.__version__, "rows": rows}, fh, indent=1)
+        fh.write("\n")
+
+
+if __name__ == "__main__":
+    main()
