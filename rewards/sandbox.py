@@ -23,6 +23,7 @@ alike) and reserved host-wide for the run's lifetime by an abstract unix socket 
 two runs at once, in one process or in two, cannot share a uid, and so cannot signal, trace or
 starve (NPROC) each other, nor kill each other's processes when cleaning up.
 """
+import ast
 import contextlib
 import errno
 import json
@@ -691,16 +692,59 @@ class SandboxResult:
     unjudged: bool = False
 
 
+# names pytest reads from a test module by themselves: never taken from the solution
+_PYTEST_MODULE_NAMES = frozenset(("pytestmark", "setup_module", "teardown_module", "setup_function",
+                                  "teardown_function", "setUpModule", "tearDownModule"))
+
+
+def _free_names(tree: ast.AST) -> set:
+    """Names the tests read but never bind (anywhere in the file): what their runner gives them
+    from the solution (MBPP and HumanEval run the solution and the tests as one program)."""
+    bound, used = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            (used if isinstance(node.ctx, ast.Load) else bound).add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
+        elif isinstance(node, ast.alias) and node.name != "*":
+            bound.add((node.asname or node.name).split(".")[0])
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            bound.add(node.name)
+    return {n for n in used - bound
+            if n not in _PYTEST_MODULE_NAMES and not n.startswith(("pytest_", "@"))}
+
+
+def _star_import(node) -> bool:
+    return (isinstance(node, ast.ImportFrom) and node.module == "solution"
+            and any(a.name == "*" for a in node.names))
+
+
 def pytest_source(plan, setup: str) -> str:
-    """The test file pytest runs: the solution's names (with the problem's setup run in its module,
-    as for the units) bound in the tests' namespace, then the tests the trainer could not judge; a
-    HumanEval `check` the trainer could not judge becomes a test function calling it on its
-    candidate."""
-    lines = ["import solution as __gmts_solution"]
+    """The test file pytest runs: the solution is a module of its own (`solution`), and the test
+    module holds only the names of it that the tests (and the problem's setup) read without binding
+    them, as `from solution import f` gives them: never its `pytestmark`, a fixture of its own
+    (`capsys`), `setup_module` or any other name pytest reads from a test module. Then the setup
+    (MBPP's test_setup_code, run where the tests' names live), then the tests the trainer could not
+    judge; a HumanEval `check` the trainer could not judge becomes a test function calling it on
+    its candidate. `from solution import *` imports those names only."""
+    tree = ast.parse(plan.harness)
+    tree.body = [s for s in tree.body if not _star_import(s)]
+    names = _free_names(ast.Module(body=tree.body + ast.parse(setup).body, type_ignores=[]))
+    if "check" in plan.harness_tests and plan.check_candidate:
+        names.add(plan.check_candidate)
+    lines = ["import solution as __gmts_solution", "__gmts_name = __gmts_value = None",
+             f"for __gmts_name in {sorted(names)!r}:",
+             "    __gmts_value = vars(__gmts_solution).get(__gmts_name, __gmts_solution)",
+             "    if __gmts_value is not __gmts_solution and not hasattr(",
+             "            type(__gmts_value), '_get_wrapped_function') and not hasattr(",
+             "            __gmts_value, '_pytestfixturefunction'):  # not a fixture",
+             "        globals()[__gmts_name] = __gmts_value",
+             "del __gmts_solution, __gmts_name, __gmts_value"]
     if setup.strip():
-        lines.append(f"exec(compile({setup!r}, 'setup.py', 'exec'), vars(__gmts_solution))")
-    lines += [("globals().update({k: v for k, v in vars(__gmts_solution).items()"
-               " if not k.startswith('__')})"), "del __gmts_solution", plan.harness]
+        lines.append(setup)
+    lines.append(ast.unparse(tree))
     if "check" in plan.harness_tests:
         lines.append(f"\n\ndef {CHECK_TEST}():\n    check({plan.check_candidate})")
     return "\n".join(lines) + "\n"
