@@ -41,7 +41,10 @@ PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT = 38, 47
 CAP_DAC_READ_SEARCH, CAP_LAST = 2, 63
 MAX_DEPTH, MAX_ITEMS, MAX_MESSAGE = 64, 1_000_000, 4096
 _libc = ctypes.CDLL(None, use_errno=True)
-_BUILTINS = dict(vars(builtins))  # as they are before the solution runs (it may replace them)
+# the builtins as they are before the solution runs (it may replace them): pairs in a tuple, which
+# nothing in Python can change; work() takes them into a local before the solution is imported and
+# hands them down, so rebinding this name changes nothing either
+_BUILTIN_ITEMS = tuple(vars(builtins).items())
 
 
 class _CapHeader(ctypes.Structure):
@@ -280,15 +283,16 @@ def read_attrs(value, attrs):
     return value, applied
 
 
-def raised(e, namespace):
+def raised(e, namespace, frozen=_BUILTIN_ITEMS):
     """The raised exception as data: its class's name, message, and each class of its MRO with its
     origin, decided against the builtins as they were before the solution ran: "builtins" (that very
     builtin class), "solution" (the class the solution's module binds to that name) or "other"."""
+    builtin = dict(frozen)
     mro = []
     for cls in type(e).__mro__[:32]:
         name = getattr(cls, "__name__", "?")
         name = name if type(name) is str else "?"
-        origin = ("builtins" if _BUILTINS.get(name) is cls else "solution"
+        origin = ("builtins" if builtin.get(name) is cls else "solution"
                   if namespace.get(name) is cls
                   else "other")
         mro.append([name, origin])
@@ -300,37 +304,44 @@ def raised(e, namespace):
     return {"exc": mro[0][0] if mro else "?", "msg": message, "mro": mro}
 
 
-def run_units(units, namespace):
+def run_units(units, namespace, frozen=_BUILTIN_ITEMS) -> str:
     """Each unit in a fresh copy of the solution's namespace. Every step runs, whatever an earlier
     one raised (the child is not told which steps the tests expect to raise). Results: {"ok":
     value[, "applied": n]} | {"ok": null} for run steps | {"exc": name, "msg": str, "mro": [[name,
-    origin], ...]}."""
+    origin], ...]}, each serialised to JSON the moment its step returns (a list the solution
+    returned and changes later is reported as it was returned). Returns the JSON of the list of
+    units. `frozen`: the builtins' (name, object) pairs from before the solution ran, bound afresh
+    (`__gmts_builtins`) before every step."""
     out = []
     for steps in units:
-        ns, results = dict(namespace, __gmts_builtins=dict(_BUILTINS)), []
+        ns, results = dict(namespace), []
         held = {}  # what the test bound, by name: the same objects before every step (mutations
         # stay; a rebinding by the solution, `f_globals["data"] = ...`, does not)
         for step in steps:
             ns.update(held)
+            ns["__gmts_builtins"] = dict(frozen)
             try:
                 # a big input the trainer computed, sent as data rather than as source
                 if "bind" in step:
                     ns[step["bind"]] = held[step["bind"]] = decode_input(step["data"])
-                    results.append({"ok": None})
+                    results.append('{"ok": null}')
                 elif "eval" in step:
                     value = eval(step["eval"], ns)
                     if step.get("iter"):
                         value = materialise(value)
                     value, applied = read_attrs(value, step.get("attrs", ()))
-                    results.append({"ok": encode(value), "applied": applied})
+                    results.append(json.dumps({"ok": encode(value), "applied": applied}))
                 else:
                     exec(step["run"], ns)  # noqa: S102 - the solution's step, in the sandbox
                     held.update((n, ns[n]) for n in step.get("binds", ()))
-                    results.append({"ok": None})
+                    results.append('{"ok": null}')
             except BaseException as e:  # noqa: BLE001 - SystemExit in a call is a failure too
-                results.append(raised(e, namespace))
-        out.append(results)
-    return out
+                try:
+                    results.append(json.dumps(raised(e, namespace, frozen)))
+                except BaseException:  # noqa: BLE001 - e.g. a message that cannot be encoded
+                    results.append('{"exc": "?", "msg": null, "mro": []}')
+        out.append("[" + ", ".join(results) + "]")
+    return "[" + ", ".join(out) + "]"
 
 
 
@@ -472,7 +483,11 @@ _report_fd = None  # the parent's anonymous report file, passed as spec["report_
 
 
 def report(obj):
-    os.write(_report_fd, (json.dumps(obj) + "\n").encode())
+    _write_report(json.dumps(obj))
+
+
+def _write_report(text: str):
+    os.write(_report_fd, (text + "\n").encode())
 
 
 def work(spec):
@@ -499,13 +514,14 @@ def work(spec):
         if not spec["units"]:  # the solution ran under pytest; running it again here judges nothing
             report({"units": []})
             return
+    frozen = _BUILTIN_ITEMS  # a local from here on: what the solution rebinds later is not read
     sys.path.insert(0, spec["workdir"])
     import importlib
     solution = importlib.import_module("solution")  # `from solution import f` works too
     if spec.get("setup"):
         exec(compile(spec["setup"], "setup.py", "exec"), vars(solution))  # noqa: S102
     namespace = {k: v for k, v in vars(solution).items() if not k.startswith("__")}
-    report({"units": run_units(spec["units"], namespace)})
+    _write_report('{"units": ' + run_units(spec["units"], namespace, frozen) + "}")
 
 
 def child(spec):

@@ -25,39 +25,51 @@ MAX_EXTENSIONS = 8  # later closing fences tried when a block, cut at its first 
 
 
 def _fence(line: str):
-    """(indent, fence length, info) if `line` opens or closes a backtick fence (CommonMark: at least
-    three backticks, no backtick in the info string), else None. Linear in the line."""
+    """(indent, fence length, info, fence char) if `line` opens or closes a fence (CommonMark: at
+    least three backticks, with no backtick in the info string, or three tildes), else None. Linear
+    in the line."""
     stripped = line.lstrip(" ")
-    ticks = len(stripped) - len(stripped.lstrip("`"))
+    char = stripped[:1]
+    if char not in ("`", "~"):
+        return None
+    ticks = len(stripped) - len(stripped.lstrip(char))
     if ticks < 3:
         return None
     info = stripped[ticks:].strip()
-    if "`" in info:
+    if char == "`" and "`" in info:
         return None
-    return len(line) - len(stripped), ticks, info
+    return len(line) - len(stripped), ticks, info, char
+
+
+def _language(info: str) -> str:
+    """The info string's language: `python`, `python:solution.py`, `python title="a.py"`,
+    `{.python}` are all python."""
+    word = info.split()[0].lower() if info else ""
+    return word.strip("{}.").split(":")[0]
 
 
 def _blocks(lines: list[str]):
-    """Fenced code blocks as (language, first line, end line, indent, fence length); an unclosed one
-    is left out. One pass over the lines. A closing fence is at least as long as the opening one,
-    has nothing after it and is indented at most 3 columns more (a docstring's indented fence does
-    not close the block)."""
+    """Fenced code blocks as (language, first line, end line, indent, fence length, fence char); an
+    unclosed one is left out. One pass over the lines. A closing fence is of the opening's char, at
+    least as long, has nothing after it and is indented at most 3 columns more (a docstring's
+    indented fence does not close the block)."""
     i, n = 0, len(lines)
     while i < n:
         opening = _fence(lines[i])
         if opening is None:
             i += 1
             continue
-        indent, ticks, info = opening
+        indent, ticks, info, char = opening
         end = i + 1
         while end < n:
             closing = _fence(lines[end])
-            if closing and closing[1] >= ticks and not closing[2] and closing[0] <= indent + 3:
+            if (closing and closing[3] == char and closing[1] >= ticks and not closing[2]
+                    and closing[0] <= indent + 3):
                 break
             end += 1
         if end == n:
             return  # unclosed: cut off by the length limit
-        yield (info.split()[0].lower() if info else ""), i + 1, end, indent, ticks
+        yield _language(info), i + 1, end, indent, ticks, char
         i = end + 1
 
 
@@ -76,36 +88,86 @@ def _parses(source: str) -> bool:
         return False
 
 
-def extract_code(completion: str) -> str | None:
-    """The last ```python (or ```py / ```python3) block; if the answer has no labelled block, the
-    last unlabelled one. An unclosed block (cut off by the length limit) does not count; an indented
-    block (inside a list item) is dedented. A block that is not Python when cut at its first closing
-    fence (a fence line inside a string literal) is extended to the first later fence line (up to
-    MAX_EXTENSIONS) that makes it Python."""
-    lines = completion.split("\n")
-    labelled = unlabelled = None
-    for block in _blocks(lines):
-        if block[0] in _LANGUAGES:
-            labelled = block
-        elif block[0] == "":
-            unlabelled = block
-    chosen = labelled or unlabelled
-    if chosen is None:
-        return None
-    _, first, end, indent, ticks = chosen
+def _defines(code: str) -> bool:
+    """The block defines a function or class at its top level (a solution, not a usage example)."""
+    try:
+        body = ast.parse(code).body
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return False
+    return any(isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) for s in body)
+
+
+def _code_of(lines: list[str], block) -> str:
+    """A block's code; one that is not Python when cut at its first closing fence (a fence line
+    inside a string literal) is extended to the first later fence line (up to MAX_EXTENSIONS) that
+    makes it Python."""
+    _, first, end, indent, ticks, char = block
     code = _dedent(lines[first:end], indent)
     if not _parses(code):
         tried, later = 0, end + 1
         while later < len(lines) and tried < MAX_EXTENSIONS:
             fence = _fence(lines[later])
-            if fence and fence[1] >= ticks and not fence[2]:
+            if fence and fence[3] == char and fence[1] >= ticks and not fence[2]:
                 tried += 1
                 longer = _dedent(lines[first:later], indent)
                 if _parses(longer):
-                    code = longer
-                    break
+                    return longer
             later += 1
+    return code
+
+
+def extract_code(completion: str) -> str | None:
+    """The solution's block: the last ```python (or ```py / ```python3, ```python:solution.py,
+    ~~~python) block that defines a function or class, else the last such block; if the answer has
+    no labelled block, the same among the unlabelled ones. So a usage example or a REPL session
+    after the solution is not what is judged. An unclosed block (cut off by the length limit) does
+    not count; an indented block (inside a list item) is dedented."""
+    lines = completion.split("\n")
+    labelled, unlabelled = [], []
+    for block in _blocks(lines):
+        if block[0] in _LANGUAGES:
+            labelled.append(block)
+        elif block[0] == "":
+            unlabelled.append(block)
+    chosen = labelled or unlabelled
+    if not chosen:
+        return None
+    codes = [_code_of(lines, block) for block in chosen]
+    code = next((c for c in reversed(codes) if _defines(c)), codes[-1])
     return code if code.strip() else None
+
+
+def _without_usage(code: str) -> str:
+    """The solution without the usage example after its last definition: trailing top-level
+    `print(...)` calls, asserts and an `if __name__ == "__main__":` block
+    (what a plain `import solution` would run but the tests do not ask for: it may read stdin or
+    fail on its own example)."""
+    try:
+        body = ast.parse(code).body
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return code
+    defined = {s.name for s in body
+               if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    cut = len(body)
+    while cut and _usage(body[cut - 1], defined):
+        cut -= 1
+    if cut == len(body) or not any(s.name in defined for s in body[:cut] if hasattr(s, "name")):
+        return code
+    return "\n".join(code.split("\n")[:body[cut].lineno - 1]) + "\n"
+
+
+def _usage(stmt, defined: set) -> bool:
+    """A statement of a usage example (`defined`: the solution's own names)."""
+    if isinstance(stmt, ast.If):  # if __name__ == "__main__":
+        test = stmt.test
+        return (isinstance(test, ast.Compare) and isinstance(test.left, ast.Name)
+                and test.left.id == "__name__")
+    if isinstance(stmt, ast.Assert):
+        return True
+    if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
+        func = stmt.value.func
+        return isinstance(func, ast.Name) and func.id == "print"
+    return False
 
 
 def _as_spec(reference) -> dict:
@@ -185,6 +247,8 @@ def code_reward(completion: str, reference, *, timeout: float = 10.0, memory_mb:
     tests = spec.get("tests") or ""
     if isinstance(tests, (list, tuple)):
         tests = "\n".join(tests)
+    if spec.get("cases") is None:
+        code = _program(spec.get("prompt"), _without_usage(code))
     try:
         result = run_python(code, tests=tests, entry_point=spec.get("entry_point"),
                             setup=spec.get("setup") or "",
@@ -197,6 +261,20 @@ def code_reward(completion: str, reference, *, timeout: float = 10.0, memory_mb:
         return 0.0
     _count(result)
     return 1.0 if result.passed else 0.0
+
+
+def _program(prompt, code: str) -> str:
+    """HumanEval's program: the prompt, then the completion (its helpers, `poly`, `encode_cyclic`,
+    and imports are there); an answer that restates the function replaces the prompt's, one that
+    is only the body continues it. Without a prompt, the code alone."""
+    if not isinstance(prompt, str) or not prompt.strip():
+        return code
+    first = next((line for line in code.split("\n") if line.strip()), "")
+    if first[:1] in (" ", "\t"):  # the body only
+        joined = prompt + code
+    else:
+        joined = prompt.rstrip("\n") + "\n    pass\n\n\n" + code
+    return joined if _parses(joined) else code
 
 
 def has_code_block(completion: str) -> bool:
