@@ -26,6 +26,8 @@ Work, in order:
 import builtins
 import collections
 import ctypes
+import enum
+import fractions
 import json
 import math
 import os
@@ -41,6 +43,8 @@ PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT = 38, 47
 CAP_DAC_READ_SEARCH, CAP_LAST = 2, 63
 MAX_DEPTH, MAX_ITEMS, MAX_MESSAGE = 64, 1_000_000, 4096
 _libc = ctypes.CDLL(None, use_errno=True)
+_Fraction, _Enum = fractions.Fraction, enum.Enum
+_Decimal = fractions.Decimal
 # the builtins as they are before the solution runs (it may replace them): pairs in a tuple, which
 # nothing in Python can change; work() takes them into a local before the solution is imported and
 # hands them down, so rebinding this name changes nothing either
@@ -180,11 +184,37 @@ def encode(value, depth=0, budget=None):
     stdlib = _stdlib_value(value, kind, depth, budget)
     if stdlib is not None:
         return stdlib
+    numbers = _number_value(value, kind)
+    if numbers is not None:
+        return numbers
+    if kind in _VIEWS:  # d.keys(), d.values(), d.items(): their items, and which view
+        return {_VIEWS[kind]: [encode(v, depth + 1, budget) for v in value]}
+    if isinstance(value, _Enum):  # a member: its class's name, its name and its value
+        name, cls = value.__dict__.get("_name_"), type(value).__dict__.get("__qualname__")
+        return {"enum": [cls if type(cls) is str else "?", name if type(name) is str else "?",
+                         encode(value.__dict__.get("_value_"), depth + 1, budget),
+                         isinstance(value, (int, str))]}  # IntEnum, StrEnum: equal to the value
     item = getattr(value, "item", None)  # numpy scalars: an honest solution's np.int64(5) means 5
     if (type(value).__module__ == "numpy" and callable(item)
             and type(item()) in (bool, int, float, complex)):
         return encode(item(), depth, budget)
     raise TypeError(f"result of type {kind.__name__} is not plain data")
+
+
+_VIEWS = {type({}.keys()): "dict_keys", type({}.values()): "dict_values",
+          type({}.items()): "dict_items"}
+
+
+def _number_value(value, kind):
+    """fractions.Fraction, decimal.Decimal and bytearray, exactly (the classes as imported before
+    the solution ran)."""
+    if kind is bytearray:
+        return {"bytearray": value.hex()}
+    if kind is _Fraction:
+        return {"Fraction": [hex(value.numerator), hex(value.denominator)]}
+    if kind is _Decimal:
+        return {"Decimal": str(value)}
+    return None
 
 
 def decode_input(value):

@@ -23,6 +23,8 @@ import ast
 import builtins
 import collections
 import copy
+import decimal
+import fractions
 import itertools
 import math
 import re
@@ -34,7 +36,7 @@ from functools import lru_cache
 # inside the sandbox.
 SAFE_NAMES = frozenset("""abs all any ascii bin bool bytes chr complex dict divmod enumerate filter
 float format frozenset hex int isinstance len list map max min oct ord pow range repr reversed round
-set slice sorted str sum tuple type zip""".split())  # noqa: SIM905
+set slice sorted str sum tuple type zip bytearray""".split())  # noqa: SIM905
 BUILTIN_NAMES = frozenset(dir(builtins))
 MODULES = {"math": math, "collections": collections}
 # Modules the tests may import (`import random` inside a HumanEval check): the trainer evaluates
@@ -42,7 +44,7 @@ MODULES = {"math": math, "collections": collections}
 # here)
 IMPORTABLE = ("math", "cmath", "collections", "copy", "string", "itertools", "functools",
               "operator",
-              "fractions", "statistics", "heapq", "bisect", "re", "random")
+              "fractions", "decimal", "statistics", "heapq", "bisect", "re", "random")
 _SAFE_BUILTINS = {name: getattr(builtins, name) for name in SAFE_NAMES}
 # Calls that iterate over their argument: a generator (or any iterator) the solution returns there
 # is materialised into a list in the sandbox, and the call itself runs here on that list (list(gen)
@@ -179,6 +181,8 @@ class _Decoder:
                 return float(inner)
             if tag == "bytes":
                 return bytes.fromhex(inner)
+            if tag in _EXACT:
+                return self.exact(tag, inner, depth)
             if tag == "complex":
                 return self.steerable(complex(self.decode(inner[0], depth + 1),
                                               self.decode(inner[1], depth + 1)))
@@ -216,6 +220,36 @@ class _Decoder:
         name, fields, items = inner
         return self.steerable(_namedtuple(name, tuple(fields))(*self.items(items, depth)))
 
+    def exact(self, tag, inner, depth):
+        """bytearray, Fraction, Decimal, dict views and enum members, rebuilt as what they are (an
+        enum member as an _EnumMember: equal to a member of the same class and name, and, where the
+        member was an int or str (IntEnum, StrEnum), to its value, as Python compares them)."""
+        if tag == "bytearray":
+            return bytearray.fromhex(inner)
+        if tag == "Fraction":
+            num, den = (int(x, 16) for x in inner)
+            return self.steerable(fractions.Fraction(num, den))
+        if tag == "Decimal":
+            if type(inner) is not str or len(inner) > 10_000:
+                raise ValueError("malformed Decimal")
+            return self.steerable(decimal.Decimal(inner))
+        if tag == "enum":
+            cls, name, value, like_value = inner
+            if type(cls) is not str or type(name) is not str or type(like_value) is not bool:
+                raise ValueError("malformed enum member")
+            return self.steerable(_EnumMember(cls, name, self.decode(value, depth + 1),
+                                              like_value))
+        items = self.items(inner, depth)
+        if tag == "dict_items":
+            if not all(type(p) is tuple and len(p) == 2 for p in items):
+                raise ValueError("malformed dict items")
+            _check_collisions([k for k, _ in items])
+            return dict(items).items()
+        if tag == "dict_keys":
+            _check_collisions(items)
+            return dict.fromkeys(items).keys()
+        return dict(enumerate(items)).values()
+
     def items(self, values, depth) -> list:
         """A list's items. Fast path, at C speed, for the common flat list of one scalar type
         (json.loads made it already): small ints, strs, floats (their hashes recorded)."""
@@ -240,6 +274,28 @@ class _Decoder:
             raise ValueError("result too costly to hash (deeply nested tuples)")
         self.hashable.append(value)
         return value
+
+
+_EXACT = ("bytearray", "Fraction", "Decimal", "enum", "dict_keys", "dict_values", "dict_items")
+
+
+class _EnumMember:
+    """An enum member a solution returned, here: its class's name, its name, its value."""
+    __slots__ = ("cls", "like_value", "name", "value")
+
+    def __init__(self, cls, name, value, like_value):
+        self.cls, self.name, self.value, self.like_value = cls, name, value, like_value
+
+    def __eq__(self, other):
+        if type(other) is _EnumMember:
+            return (self.cls, self.name) == (other.cls, other.name)
+        return self.like_value and self.value == other
+
+    def __hash__(self):
+        return hash(self.value) if self.like_value else hash((self.cls, self.name))
+
+    def __repr__(self):
+        return f"<{self.cls}.{self.name}: {self.value!r}>"
 
 
 _FACTORIES = {None: None,
@@ -336,6 +392,11 @@ def render(value) -> str:
         return "{" + ", ".join(f"{render(k)}: {render(v)}" for k, v in value.items()) + "}"
     if kind in (set, frozenset):
         return f"{kind.__name__}([" + ", ".join(map(render, value)) + "])"
+    if kind in (fractions.Fraction, decimal.Decimal):  # exact, from the child's own module
+        module = kind.__module__
+        args = (f"{render(value.numerator)}, {render(value.denominator)}"
+                if kind is fractions.Fraction else repr(str(value)))
+        return f"__gmts_builtins['__import__']({module!r}).{kind.__name__}({args})"
     raise Unconvertible(f"input of type {kind.__name__} cannot be sent as a literal")
 
 
