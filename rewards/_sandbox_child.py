@@ -551,7 +551,14 @@ def work(spec):
     if spec.get("setup"):
         exec(compile(spec["setup"], "setup.py", "exec"), vars(solution))  # noqa: S102
     namespace = {k: v for k, v in vars(solution).items() if not k.startswith("__")}
-    _write_report('{"units": ' + run_units(spec["units"], namespace, frozen) + "}")
+    units, functions = spec["units"], ""
+    alt = spec.get("alt")
+    names = [n for n in (alt or {}).get("names", ()) if n in namespace]
+    # the tests' capitalised names are the solution's functions, not classes: the plan that sends
+    # their results back as data
+    if names and not any(isinstance(namespace[n], type) for n in names):
+        units, functions = alt["units"], ', "functions": true'
+    _write_report('{"units": ' + run_units(units, namespace, frozen) + functions + "}")
 
 
 def child(spec):

@@ -42,7 +42,7 @@ import warnings
 from dataclasses import dataclass
 
 from . import _judge
-from .testplan import CHECK_TEST, build_plan, decode
+from .testplan import CHECK_TEST, build_plan, capitalised_calls, decode
 
 _CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_sandbox_child.py")
 _RUNNER = os.path.join(os.path.dirname(_CHILD), "_pytest_runner.py")
@@ -788,13 +788,21 @@ def run_python(solution: str, *, tests: str = "", entry_point: str | None = None
     if trusted_only and plan.harness is not None:
         return SandboxResult(False, False, False, None, 0.0, "", "", refused=True, **counts)
     spec = {"solution": solution, "setup": setup or "", "units": [u.steps for u in plan.units]}
+    # `Split(...)`: a class (its objects' methods and operators run in the child) or a function
+    # (its result judged here)? The run decides by what the names are once the solution ran.
+    functions = capitalised_calls(tests)
+    if functions:
+        as_functions = build_plan(tests, entry_point, setup or "", functions)
+        steps = [u.steps for u in as_functions.units]
+        if as_functions.harness == plan.harness and steps != spec["units"]:
+            spec["alt"] = {"names": sorted(functions), "units": steps}
     token = os.urandom(16).hex()
     if plan.harness is not None:
         spec["harness"] = {"source": pytest_source(plan, setup or ""), "token": token}
     run = run_child(spec, **limits, parse=False)
     passed = not run.timed_out and bool(run.raw) and _judge.verdict(
         {"tests": tests, "entry_point": entry_point, "setup": setup or "", "token": token,
-         "report": run.raw, "pytest": run.pytest})
+         "report": run.raw, "pytest": run.pytest, "functions": sorted(functions)})
     return SandboxResult(passed, plan.harness is None, run.timed_out, run.returncode, run.seconds,
                          run.stdout,
                          run.stderr, **counts)

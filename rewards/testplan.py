@@ -58,6 +58,8 @@ CHILD_BUILTINS = frozenset("len str repr bool isinstance abs".split())  # noqa: 
 _KEEPS = frozenset("sorted list tuple set frozenset reversed min max".split())  # noqa: SIM905
 # `x is None`: exact on rebuilt values (decode returns these objects)
 SINGLETONS = (None, True, False, Ellipsis)
+TO_DATA = frozenset(("tolist", "item"))  # numpy's conversions of a returned array to plain data
+_IN = (ast.In, ast.NotIn)
 # characters of an exception message matched against pytest.raises(match=...); longer: fail
 MAX_MESSAGE = 4096
 MAX_DEPTH = 100  # nesting of a returned value (the child sends at most 64 levels)
@@ -516,8 +518,11 @@ class _Unit:
     `objects` are the child names holding instances of the solution's classes (`s = Stack()`): their
     methods and attributes are the solution's code and run there."""
 
-    def __init__(self, env: dict, child: set, prelude: list, modules=frozenset(), imports=None):
+    def __init__(self, env: dict, child: set, prelude: list, modules=frozenset(), imports=None,
+                 functions=frozenset()):
         self.env, self.child = dict(env), set(child)
+        self.functions = functions  # capitalised names that are functions at run time
+        self.solution_names = set(child)  # the solution's own names (and check's candidate)
         self.imports = imports if imports is not None else _importable()
         # `import solution`: its attributes are the solution's
         self.objects, self.deferred = set(modules), set()
@@ -538,16 +543,25 @@ class _Unit:
         if isinstance(node, ast.Name):
             return node.id in self.objects
         if isinstance(node, ast.Call):
-            return self.is_callee(node.func) and _last_name(node.func)[:1].isupper()
+            name = _last_name(node.func)
+            return (self.is_callee(node.func) and name[:1].isupper()
+                    and name not in self.functions)
         return False
 
     def is_callee(self, node) -> bool:
-        """A callable of the solution's: one of its names, or a method or attribute of one of its
-        objects."""
+        """A callable of the solution's: one of its names, a method or attribute of one of its
+        objects or of a name of its own (`Cls.static(x)`), what a call of the solution's returned
+        (`make_adder(2)(3)`), or a numpy conversion to plain data of a value the solution returned
+        (`f(3).tolist()`, `.item()`: it runs in the child, and its result crosses as data)."""
         if isinstance(node, ast.Name):
             return node.id in self.child
+        if isinstance(node, ast.Call):
+            return self.is_callee(node.func)
         if isinstance(node, ast.Attribute):
-            return self.is_object(node.value)
+            if node.attr in TO_DATA and self.is_child_value(node.value):
+                return True
+            return self.is_object(node.value) or (isinstance(node.value, ast.Name)
+                                                  and node.value.id in self.solution_names)
         return False
 
     def is_child_value(self, node) -> bool:
@@ -787,6 +801,13 @@ class _Unit:
                          for a in node.args]
             node.keywords = [ast.keyword(arg=k.arg, value=self.split(k.value, bound=bound))
                              for k in node.keywords]
+            return node
+        if isinstance(node, ast.Compare) and any(isinstance(op, _IN) for op in node.ops):
+            # `3 in gen(5)`: what `in` searches is materialised in the child, as list(...) is
+            node.left = self.split(node.left, bound=bound)
+            node.comparators = [self.split(c, iterate=isinstance(op, _IN) and not bound,
+                                           bound=bound)
+                                for op, c in zip(node.ops, node.comparators)]
             return node
         if isinstance(node, (ast.NamedExpr, ast.Starred)):
             raise Unconvertible(f"child value inside {type(node).__name__}")
@@ -1200,10 +1221,26 @@ def _setup_values(setup: str) -> dict:
     return values
 
 
+def capitalised_calls(tests: str) -> frozenset:
+    """Capitalised names the tests call but do not define (`Stack()`, MBPP's `Split(...)`): the
+    solution's classes or functions; which one, the run decides (build_plan's `functions`)."""
+    try:
+        module = ast.parse(tests)
+    except SyntaxError:
+        return frozenset()
+    defined = _defined_names(module.body)
+    return frozenset(n.func.id for n in ast.walk(module)
+                     if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+                     and n.func.id[:1].isupper() and n.func.id not in defined
+                     and n.func.id not in BUILTIN_NAMES)
+
+
 @lru_cache(maxsize=4096)
-def build_plan(tests: str, entry_point: str | None = None, setup: str = "") -> Plan:
+def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
+               functions: frozenset = frozenset()) -> Plan:
     """The plan for one problem's tests (cached: the same reference comes back every epoch). A tests
-    string that is not Python raises ValueError (a data bug)."""
+    string that is not Python raises ValueError (a data bug). `functions`: capitalised names that
+    are functions of the solution's, not classes (their calls' results are judged here)."""
     try:
         module = ast.parse(tests)
         setup_names = _defined_names(ast.parse(setup).body) if setup else set()
@@ -1297,8 +1334,7 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "") -> P
     # cannot convert, the script breaks: that statement and every later one run in the harness (they
     # may depend on it).
     script = _Unit(env, child_names(ast.Module(body=script_stmts, type_ignores=[])), prelude,
-                   modules,
-                   imports)
+                   modules, imports, functions)
     script_broken = False
     # kept: (statement, whether it tests anything in the harness)
     units, kept, harness_tests = [], [], []
@@ -1355,7 +1391,7 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "") -> P
                 # usually one: the entry point, or what the tests pass to check
                 for candidate in candidates:
                     u = _Unit(env, child_names(stmt) | {arg}, prelude + [f"{arg} = {candidate}"],
-                              modules, imports)
+                              modules, imports, functions)
                     for s in stmt.body:
                         u.statement(s)
                     converted.append(Unit(u.steps, u.checks, "check"))
@@ -1367,7 +1403,7 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "") -> P
                 converted = []
                 for row in rows:
                     u = _Unit({**env, **row}, child_names(stmt) - set(row), prelude, modules,
-                              imports)
+                              imports, functions)
                     for s in stmt.body:
                         u.statement(s)
                     converted.append(Unit(u.steps, u.checks, stmt.name))
@@ -1596,14 +1632,20 @@ def verdict(message: dict) -> bool:
     this, in a helper process under a deadline and a memory limit): every unit passed, and where the
     plan has a harness, pytest's result passes (pytest_verdict)."""
     import json
-    plan = build_plan(message["tests"], message.get("entry_point"), message.get("setup") or "")
     try:
         report = [json.loads(line) for line in message["report"].split("\n") if line]
     except (ValueError, RecursionError):
         return False
-    units = next((r["units"] for r in reversed(report) if isinstance(r, dict) and "units" in r),
-                 None)
-    if units is None or not judge(plan, units):
+    line = next((r for r in reversed(report) if isinstance(r, dict) and "units" in r), None)
+    if line is None:
+        return False
+    # the child ran the plan where the tests' capitalised names are the solution's functions
+    functions = frozenset(message.get("functions") or ()) if line.get("functions") is True else (
+        frozenset())
+    plan = build_plan(message["tests"], message.get("entry_point"), message.get("setup") or "",
+                      functions)
+    units = line["units"]
+    if not judge(plan, units):
         return False
     if plan.harness is None:
         return True
