@@ -21,6 +21,7 @@ seed). seed: only the arithmetic task uses it.
 """
 import math
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -206,7 +207,7 @@ def _local_row(row, where, question_field, answer_field, domain, reward):
                 and all(isinstance(t, str) for t in tests)):
             raise ValueError(f"{where}: the tests must be a string or a list of strings, got "
                              f"{_short(tests)}")
-        answer = _code_reference(row, tests, where)
+        answer = _code_reference(row, tests, where, str(question))
     else:
         answer = _first(row, [answer_field] if answer_field else list(ANSWER_FIELDS),
                         where, "answer", "answer_field")
@@ -237,11 +238,18 @@ def _local_row(row, where, question_field, answer_field, domain, reward):
 CODE_LIMITS = {"float_tolerance": float, "timeout": float, "memory_mb": int}  # a row's own
 
 
-def _code_reference(row: dict, tests, where: str) -> dict:
+# a statement that accepts "Yes"/"YES"/"yes" alike (Codeforces: "You can output the answer in any
+# case")
+ANY_CASE = re.compile(r"\bin any (?:letter )?case\b|\bcase[- ]insensitive|\bany register\b",
+                      re.IGNORECASE)
+
+
+def _code_reference(row: dict, tests, where: str, question: str = "") -> dict:
     """A code row's reference for rewards.code, checked whole here (a bad row fails at loading with
     one line, never at scoring): tests (+ entry_point, setup, HumanEval's prompt) or stdin/stdout
-    cases (a list of {"input", "output"}, or that list as a JSON string: LiveCodeBench's export),
-    and the row's own float_tolerance, timeout (seconds) and memory_mb."""
+    cases (a list of {"input", "output"}, or that list as a JSON string: LiveCodeBench's export;
+    case_insensitive where the row or its statement says so), and the row's own float_tolerance,
+    timeout (seconds) and memory_mb."""
     import json
     if "cases" in row and "tests" not in row and "test" not in row:
         cases = tests
@@ -256,6 +264,12 @@ def _code_reference(row: dict, tests, where: str) -> dict:
             raise ValueError(f"{where}: cases must be a list of {{\"input\": str, \"output\": "
                              f"str}}, got {_short(cases)}")
         out = {"cases": cases}
+        fold = row.get("case_insensitive")
+        if fold is not None and not isinstance(fold, bool):
+            raise ValueError(f"{where}: case_insensitive must be true or false, got "
+                             f"{_short(fold)}")
+        if fold or (fold is None and ANY_CASE.search(question)):
+            out["case_insensitive"] = True
     else:
         out = {"tests": tests if isinstance(tests, str) else "\n".join(tests),
                "entry_point": row.get("entry_point"), "setup": row.get("setup") or ""}

@@ -175,8 +175,21 @@ def _as_spec(reference) -> dict:
         return {"tests": reference}
     if isinstance(reference, (list, tuple)) and all(isinstance(t, str) for t in reference):
         return {"tests": "\n".join(reference)}
-    if isinstance(reference, dict) and (reference.get("tests")
-                                        or reference.get("cases") is not None):
+    if isinstance(reference, dict) and isinstance(reference.get("cases"), str):
+        import json  # LiveCodeBench's export: the cases as a JSON string
+        try:
+            reference = dict(reference, cases=json.loads(reference["cases"]))
+        except ValueError as e:
+            raise ValueError(f"code reference: cases is a string that is not JSON ({e})") from None
+    if isinstance(reference, dict) and reference.get("cases") is not None:
+        cases = reference["cases"]
+        if not isinstance(cases, list) or not all(
+                isinstance(c, dict) and isinstance(c.get("input"), str)
+                and isinstance(c.get("output"), str) for c in cases):
+            raise ValueError(f"code reference: cases must be a list of {{'input': str, "
+                             f"'output': str}}, got {str(cases)[:200]!r}")
+        return reference
+    if isinstance(reference, dict) and reference.get("tests"):
         return reference
     raise ValueError(f"code reference must be a tests string, a list of asserts, or a dict with "
                      f"'tests' or 'cases'; got {type(reference).__name__}: "
@@ -255,7 +268,8 @@ def code_reward(completion: str, reference, *, timeout: float = 10.0, memory_mb:
                             cases=spec.get("cases"), timeout=float(spec.get("timeout", timeout)),
                             memory_mb=int(spec.get("memory_mb", memory_mb)),
                             trusted_only=trusted_only,
-                            float_tolerance=spec.get("float_tolerance"))
+                            float_tolerance=spec.get("float_tolerance"),
+                            case_insensitive=bool(spec.get("case_insensitive")))
     # e.g. lone surrogates in the completion cannot be written out
     except (OSError, UnicodeEncodeError):
         return 0.0

@@ -25,6 +25,7 @@ starve (NPROC) each other, nor kill each other's processes when cleaning up.
 """
 import ast
 import contextlib
+import decimal
 import errno
 import json
 import math
@@ -648,11 +649,22 @@ def sandbox_info(isolate: bool = True) -> dict:
 
 
 
-def _tokens_equal(got: bytes, want: bytes, tolerance: float | None) -> bool:
-    if got == want:
+def _tokens_equal(got: bytes, want: bytes, tolerance: float | None, fold: bool = False) -> bool:
+    """One output token against the expected one: equal bytes; with `fold`, equal ignoring case
+    ("Yes" for "YES" where the statement accepts any case); two decimals written differently
+    ("0.50" for "0.5") are equal when their values are exactly equal; with a tolerance, numbers
+    may differ by it (absolute, or relative to the expected value)."""
+    if got == want or (fold and got.lower() == want.lower()):
         return True
-    if tolerance is None:
+    if len(got) > 400 or len(want) > 400:  # no number is that long; Decimal would be slow
         return False
+    if tolerance is None:
+        if b"." not in got or b"." not in want:
+            return False
+        try:
+            return decimal.Decimal(got.decode()) == decimal.Decimal(want.decode())
+        except (decimal.InvalidOperation, UnicodeDecodeError):
+            return False
     try:
         a, b = float(got), float(want)
     except ValueError:
@@ -664,7 +676,7 @@ def _output_cap(expected: str) -> int:
     return max(OUTPUT_BYTES, 2 * len(expected.encode("utf-8", errors="replace")) + 4096)
 
 
-def _same_output(f, expected: str, cap: int, tolerance: float | None) -> bool:
+def _same_output(f, expected: str, cap: int, tolerance: float | None, fold: bool = False) -> bool:
     """A case's stdout (the file the child wrote, at most `cap` bytes) against the expected output,
     token by token; with a tolerance, numbers may differ by it (absolute, or relative to the
     expected value)."""
@@ -672,7 +684,8 @@ def _same_output(f, expected: str, cap: int, tolerance: float | None) -> bool:
         return False
     f.seek(0)
     got, want = f.read(cap + 1).split(), expected.encode("utf-8", errors="replace").split()
-    return len(got) == len(want) and all(_tokens_equal(g, w, tolerance) for g, w in zip(got, want))
+    return len(got) == len(want) and all(_tokens_equal(g, w, tolerance, fold)
+                                         for g, w in zip(got, want))
 
 
 @dataclass
@@ -754,12 +767,14 @@ def run_python(solution: str, *, tests: str = "", entry_point: str | None = None
                cases: list[dict] | None = None, timeout: float = 10.0, memory_mb: int = 2048,
                cpu_s: int | None = None, max_procs: int = 64, file_mb: int = 16,
                isolate: bool = True,
-               trusted_only: bool = False, float_tolerance: float | None = None) -> SandboxResult:
+               trusted_only: bool = False, float_tolerance: float | None = None,
+               case_insensitive: bool = False) -> SandboxResult:
     """Run `solution` (Python source) against `tests` (see rewards/testplan.py for the formats) or
     stdin/stdout `cases` ([{"input": str, "output": str}], compared token by token here, each case
     with `timeout` of its own; float_tolerance: tokens that are both numbers may differ by that
-    much, absolute or relative). passed=True only if every test case passed. trusted_only=True
-    refuses tests that would have to be judged inside the sandbox."""
+    much, absolute or relative; case_insensitive: tokens may differ in case). passed=True only if
+    every test case passed. trusted_only=True refuses tests that would have to be judged inside the
+    sandbox."""
     if cases is None and not tests.strip():
         raise ValueError("run_python needs `tests` or `cases`; got neither")
     limits = {"timeout": timeout, "memory_mb": memory_mb, "cpu_s": cpu_s, "max_procs": max_procs,
@@ -771,7 +786,8 @@ def run_python(solution: str, *, tests: str = "", entry_point: str | None = None
         verdicts = run_child({"solution": solution, "cases": [str(c["input"]) for c in cases],
                               "out_caps": caps},
                              **limits, read_outputs=lambda files: [
-                                 _same_output(f, str(c["output"]), cap, float_tolerance)
+                                 _same_output(f, str(c["output"]), cap, float_tolerance,
+                                              case_insensitive)
                                  for f, c, cap in zip(files, cases, caps)])
         report = next((r["cases"] for r in reversed(verdicts.report) if isinstance(r, dict)
                        and "cases" in r), None)

@@ -1056,6 +1056,22 @@ def _count_cases(node) -> int:
     return max(1, sum(isinstance(n, ast.Assert) or _is_raises(n) for n in ast.walk(node)))
 
 
+_SKIPS = ("pytest.mark.skip", "mark.skip", "unittest.skip", "skip")
+
+
+def _skipped(stmt) -> bool:
+    """A test function or class with an unconditional skip mark of the tests' (`@pytest.mark.skip`,
+    `@pytest.mark.skip(reason=...)`, `@unittest.skip("...")`): its runner never runs it. A
+    `skipif` is left to pytest, which evaluates its condition."""
+    if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return False
+    if not stmt.name.startswith("test") and not (isinstance(stmt, ast.ClassDef)
+                                                 and _is_test_class(stmt)):
+        return False
+    return any(ast.unparse(d.func if isinstance(d, ast.Call) else d) in _SKIPS
+               for d in stmt.decorator_list)
+
+
 def _param_rows(fn: ast.FunctionDef, env: dict) -> list[dict]:
     """The parametrize tables of a test function as keyword dicts (cartesian product over
     decorators)."""
@@ -1340,6 +1356,8 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
     units, kept, harness_tests = [], [], []
     trusted = untrusted = unjudged = 0
     for stmt in module.body:
+        if _skipped(stmt):  # as pytest: not run, counted neither way
+            continue
         if _is_main_guard(stmt) or (check_def is not None
                                     and _check_call(stmt)) or _runs_tests(stmt, test_functions):
             # `if __name__ == ...`, `unittest.main()`, `check(add)`, `test_add()`: judged where
