@@ -343,11 +343,12 @@ def run_units(units, namespace, frozen=_BUILTIN_ITEMS) -> str:
     returned and changes later is reported as it was returned). Returns the JSON of the list of
     units. `frozen`: the builtins' (name, object) pairs from before the solution ran, bound afresh
     (`__gmts_builtins`) before every step."""
-    out = []
+    out, shared = [], {}  # shared: the test module's own mutable names, one object for all tests
     for steps in units:
         ns, results = dict(namespace), []
-        held = {}  # what the test bound, by name: the same objects before every step (mutations
-        # stay; a rebinding by the solution, `f_globals["data"] = ...`, does not)
+        # what the test bound, by name: the same objects before every step (mutations stay; a
+        # rebinding by the solution, `f_globals["data"] = ...`, does not)
+        held = dict(shared)
         for step in steps:
             ns.update(held)
             ns["__gmts_builtins"] = dict(frozen)
@@ -365,6 +366,8 @@ def run_units(units, namespace, frozen=_BUILTIN_ITEMS) -> str:
                 else:
                     exec(step["run"], ns)  # noqa: S102 - the solution's step, in the sandbox
                     held.update((n, ns[n]) for n in step.get("binds", ()))
+                    if step.get("share"):
+                        shared.update((n, ns[n]) for n in step["binds"])
                     results.append('{"ok": null}')
             except BaseException as e:  # noqa: BLE001 - SystemExit in a call is a failure too
                 try:

@@ -502,6 +502,12 @@ def _bound_inside(node) -> set:
     return bound
 
 
+def _stored(node) -> set:
+    """Names a statement assigns (a test's locals)."""
+    return {n.id for n in ast.walk(node)
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+
+
 def _last_name(node) -> str:
     return node.id if isinstance(node, ast.Name) else node.attr if isinstance(node,
                                                                               ast.Attribute) else ""
@@ -519,8 +525,11 @@ class _Unit:
     methods and attributes are the solution's code and run there."""
 
     def __init__(self, env: dict, child: set, prelude: list, modules=frozenset(), imports=None,
-                 functions=frozenset()):
+                 functions=frozenset(), module_level=frozenset()):
         self.env, self.child = dict(env), set(child)
+        # the test module's own names (not the test's locals): a mutable one, once the solution
+        # gets it, is one object for every later test too, as in pytest
+        self.module_level = module_level
         self.functions = functions  # capitalised names that are functions at run time
         self.solution_names = set(child)  # the solution's own names (and check's candidate)
         self.imports = imports if imports is not None else _importable()
@@ -657,12 +666,14 @@ class _Unit:
             return node
         if isinstance(node, ast.Name) and node.id in self.env and _is_mutable(self.env[node.id]):
             value = self.env.pop(node.id)
-            self.steps.append({"run": f"{node.id} = {self.source(value)}", "binds": [node.id]})
+            self.steps.append({"run": f"{node.id} = {self.source(value)}", "binds": [node.id],
+                               "share": node.id in self.module_level})
             self.child.add(node.id)
             # `arr = original`: one list, two
             for other in [n for n, v in self.env.items() if v is value]:
                 self.env.pop(other)  # names; both are the child's from now on, as in pytest
-                self.steps.append({"run": f"{other} = {node.id}", "binds": [other]})
+                self.steps.append({"run": f"{other} = {node.id}", "binds": [other],
+                                   "share": other in self.module_level})
                 self.child.add(other)
             if any(_contains(v, {id(value)}) for v in self.env.values()):
                 raise Unconvertible("a mutable input is also held inside another value of the "
@@ -1355,6 +1366,7 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
     # kept: (statement, whether it tests anything in the harness)
     units, kept, harness_tests = [], [], []
     trusted = untrusted = unjudged = 0
+    shared = set()  # module-level mutable names the child holds, one object for every later test
     for stmt in module.body:
         if _skipped(stmt):  # as pytest: not run, counted neither way
             continue
@@ -1418,14 +1430,20 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
                 continue
             if isinstance(stmt, ast.FunctionDef) and stmt.name.startswith("test"):
                 rows = _param_rows(stmt, env)
-                converted = []
+                converted, now_shared = [], set()
+                local = _stored(stmt) | _bound_inside(stmt)
                 for row in rows:
-                    u = _Unit({**env, **row}, child_names(stmt) - set(row), prelude, modules,
-                              imports, functions)
+                    unshared = {k: v for k, v in env.items() if k not in shared}
+                    level = set(unshared) - set(row) - local
+                    u = _Unit({**unshared, **row}, child_names(stmt) - set(row)
+                              | (shared & _names(stmt)) - set(row) - local, prelude, modules,
+                              imports, functions, level)
                     for s in stmt.body:
                         u.statement(s)
                     converted.append(Unit(u.steps, u.checks, stmt.name))
+                    now_shared |= {n for n in level if n not in u.env and n in u.child}
                 units += converted
+                shared |= now_shared
                 trusted += len(rows) * _count_cases(stmt)
                 continue
         except (Unconvertible, ValueError, TypeError, SyntaxError, ArithmeticError, LookupError,
