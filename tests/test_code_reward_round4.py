@@ -375,7 +375,7 @@ class TestRoundThreeLeftovers:
                  "    assert add(1, 1) == 3\n\ndef test_now():\n    assert add(1, 2) == 3\n")
         assert testplan.build_plan(tests).harness is None
         assert scores(block(GOOD_ADD), tests) == (1.0, 1.0)
-        assert scores(block("def add(a, b):\n    return 3\n"), tests) == (0.0, 0.0)
+        assert scores(block("def add(a, b):\n    return a * b\n"), tests) == (0.0, 0.0)
 
     def test_printing_megabytes_while_computing(self):
         loud = "def add(a, b):\n    for _ in range(250_000):\n        print('x' * 99)\n"
