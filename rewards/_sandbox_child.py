@@ -27,7 +27,6 @@ import builtins
 import collections
 import ctypes
 import enum
-import fractions
 import io
 import json
 import math
@@ -44,8 +43,7 @@ PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT = 38, 47
 CAP_DAC_READ_SEARCH, CAP_LAST = 2, 63
 MAX_DEPTH, MAX_ITEMS, MAX_MESSAGE = 64, 1_000_000, 4096
 _libc = ctypes.CDLL(None, use_errno=True)
-_Fraction, _Enum = fractions.Fraction, enum.Enum
-_Decimal = fractions.Decimal
+_Enum = enum.Enum
 # the builtins as they are before the solution runs (it may replace them): pairs in a tuple, which
 # nothing in Python can change; work() takes them into a local before the solution is imported and
 # hands them down, so rebinding this name changes nothing either
@@ -207,14 +205,21 @@ _VIEWS = {type({}.keys()): "dict_keys", type({}.values()): "dict_values",
 
 
 def _number_value(value, kind):
-    """fractions.Fraction, decimal.Decimal and bytearray, exactly (the classes as imported before
-    the solution ran)."""
+    """fractions.Fraction, decimal.Decimal and bytearray, exactly. The modules are not imported here
+    (their import would cost every run): a value of theirs exists only where the solution imported
+    them. Whatever the class's parts say, they cross as plain ints and a str, and the trainer
+    builds its own Fraction or Decimal from them."""
     if kind is bytearray:
         return {"bytearray": value.hex()}
-    if kind is _Fraction:
-        return {"Fraction": [hex(value.numerator), hex(value.denominator)]}
-    if kind is _Decimal:
-        return {"Decimal": str(value)}
+    name = kind.__dict__.get("__module__"), kind.__dict__.get("__qualname__")
+    if name == ("fractions", "Fraction"):
+        num, den = value.numerator, value.denominator
+        if type(num) is int and type(den) is int:
+            return {"Fraction": [hex(num), hex(den)]}
+    if name in (("decimal", "Decimal"), ("_decimal", "Decimal"), ("_pydecimal", "Decimal")):
+        text = str(value)
+        if type(text) is str:
+            return {"Decimal": text}
     return None
 
 

@@ -1248,6 +1248,7 @@ def _setup_values(setup: str) -> dict:
     return values
 
 
+@lru_cache(maxsize=4096)
 def capitalised_calls(tests: str) -> frozenset:
     """Capitalised names the tests call but do not define (`Stack()`, MBPP's `Split(...)`): the
     solution's classes or functions; which one, the run decides (build_plan's `functions`)."""
