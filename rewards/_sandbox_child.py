@@ -211,7 +211,7 @@ def _number_value(value, kind):
     builds its own Fraction or Decimal from them."""
     if kind is bytearray:
         return {"bytearray": value.hex()}
-    name = kind.__dict__.get("__module__"), kind.__dict__.get("__qualname__")
+    name = kind.__dict__.get("__module__"), getattr(kind, "__qualname__", None)
     if name == ("fractions", "Fraction"):
         num, den = value.numerator, value.denominator
         if type(num) is int and type(den) is int:
