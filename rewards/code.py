@@ -9,7 +9,9 @@ The reference (Problem.answer for code problems) is one of:
   Codeforces).
 - a str (= {"tests": str}) or a list of assert strings (joined with newlines).
 Optional keys "timeout" (per stdin/stdout case) and "memory_mb" override the defaults per problem;
-"float_tolerance" (stdin/stdout) lets numeric tokens differ by that much, absolute or relative.
+"float_tolerance" (stdin/stdout) lets numeric tokens differ by that much, absolute or relative, and
+"case_insensitive" lets them differ in case; "cases" may be a JSON string. "prompt" (HumanEval):
+the judged program is the prompt followed by the answer, as HumanEval's harness runs it.
 
 The sandbox only computes; this process judges (rewards/testplan.py). Test cases that cannot be
 judged here run inside the sandbox as before: such a verdict is untrusted, counted in code_stats(),
