@@ -349,12 +349,16 @@ def run_units(units, namespace, frozen=_BUILTIN_ITEMS) -> str:
     units. `frozen`: the builtins' (name, object) pairs from before the solution ran, bound afresh
     (`__gmts_builtins`) before every step."""
     out, shared = [], {}  # shared: the test module's own mutable names, one object for all tests
+    # the solution's names and the setup's (a helper the tests call on the expected side), bound
+    # again before every step: rebinding one through a caller's frame changes no later step
+    base = tuple(namespace.items())
     for steps in units:
         ns, results = dict(namespace), []
         # what the test bound, by name: the same objects before every step (mutations stay; a
         # rebinding by the solution, `f_globals["data"] = ...`, does not)
         held = dict(shared)
         for step in steps:
+            ns.update(base)
             ns.update(held)
             ns["__gmts_builtins"] = dict(frozen)
             try:

@@ -377,6 +377,14 @@ class TestRoundThreeLeftovers:
         assert scores(block(GOOD_ADD), tests) == (1.0, 1.0)
         assert scores(block("def add(a, b):\n    return a * b\n"), tests) == (0.0, 0.0)
 
+    def test_setup_names_on_the_expected_side_cannot_be_rebound(self):
+        reference = {"tests": "assert twice(3) == expected(3)\nassert twice(4) == expected(4)\n",
+                     "setup": "def expected(x):\n    return x * 2\n"}
+        rebinds = ("import sys\ndef twice(x):\n"
+                   "    sys._getframe(1).f_globals['expected'] = lambda x: -1\n    return -1\n")
+        assert scores(block(rebinds), reference) == (0.0, 0.0)
+        assert scores(block("def twice(x):\n    return 2 * x\n"), reference) == (1.0, 1.0)
+
     def test_printing_megabytes_while_computing(self):
         loud = "def add(a, b):\n    for _ in range(250_000):\n        print('x' * 99)\n"
         assert scores(block(loud + "    return a + b\n"), ADD) == (1.0, 1.0)
