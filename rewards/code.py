@@ -262,11 +262,13 @@ def code_reward(completion: str, reference, *, timeout: float = 10.0, memory_mb:
     tests = spec.get("tests") or ""
     if isinstance(tests, (list, tuple)):
         tests = "\n".join(tests)
+    setup = spec.get("setup") or ""
     if spec.get("cases") is None:
         code = _program(spec.get("prompt"), _without_usage(code))
+        setup = _prompt_helpers(spec.get("prompt"), spec.get("entry_point"), setup)
     try:
         result = run_python(code, tests=tests, entry_point=spec.get("entry_point"),
-                            setup=spec.get("setup") or "",
+                            setup=setup,
                             cases=spec.get("cases"), timeout=float(spec.get("timeout", timeout)),
                             memory_mb=int(spec.get("memory_mb", memory_mb)),
                             trusted_only=trusted_only,
@@ -291,6 +293,24 @@ def _program(prompt, code: str) -> str:
     else:
         joined = prompt.rstrip("\n") + "\n    pass\n\n\n" + code
     return joined if _parses(joined) else code
+
+
+def _prompt_helpers(prompt, entry_point, setup: str) -> str:
+    """The setup, then the prompt's own definitions but the entry point (HumanEval/32's `poly`,
+    /38's `encode_cyclic`) and its imports, run again after the answer: the tests call them on the
+    expected side, and an answer that redefines them (`def poly(*a): return 0`) changes nothing
+    there. The answer's own calls of them meet the prompt's too."""
+    if not isinstance(prompt, str) or not prompt.strip():
+        return setup
+    try:
+        body = ast.parse(prompt).body
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return setup
+    kinds = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Import, ast.ImportFrom)
+    helpers = [ast.get_source_segment(prompt, s) for s in body
+               if isinstance(s, kinds) and getattr(s, "name", None) != entry_point]
+    helpers = [h for h in helpers if h]
+    return "\n\n".join([setup] + helpers if setup.strip() else helpers)
 
 
 def has_code_block(completion: str) -> bool:

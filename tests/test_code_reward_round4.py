@@ -190,6 +190,17 @@ class TestEachFormatsWholeProgram:
         assert scores(block(answer.replace("return lo", "return lo + 1")),
                       reference) == (0.0, 0.0)
 
+    @pytest.mark.parametrize("task,cheat", [
+        ("HumanEval/38", ("def encode_cyclic(s):\n    return s\n\ndef decode_cyclic(s):\n"
+                         "    return s\n")),
+        ("HumanEval/32", ("def poly(xs, x):\n    return 0\n\ndef find_zero(xs):\n"
+                         "    return 0.0\n"))])
+    def test_the_prompts_helpers_cannot_be_redefined_by_the_answer(self, task, cheat):
+        # the tests call them on the expected side; under the bare harness these cheats pass
+        row = next(r for r in rows("humaneval.jsonl") if r["task_id"] == task)
+        reference = builtin.humaneval(row, "humaneval.jsonl")["answer"]
+        assert scores(block(cheat), reference) == (0.0, 0.0)
+
     def test_mbpp_judges_the_challenge_tests_and_shows_one(self):
         row = next(r for r in rows("mbpp.jsonl") if r["task_id"] == 11)
         problem = builtin.mbpp(row, "mbpp.jsonl:3")
