@@ -18,9 +18,10 @@ judged here run inside the sandbox as before: such a verdict is untrusted, count
 and refused (0.0, not run) with trusted_only=True.
 """
 import ast
+import functools
 import threading
 
-from .sandbox import run_python
+from .sandbox import free_names, run_python
 
 _LANGUAGES = ("python", "py", "python3")
 MAX_EXTENSIONS = 8  # later closing fences tried when a block, cut at its first one, is not Python
@@ -90,13 +91,14 @@ def _parses(source: str) -> bool:
         return False
 
 
-def _defines(code: str) -> bool:
-    """The block defines a function or class at its top level (a solution, not a usage example)."""
+def _defined(code: str) -> set:
+    """The functions and classes the block defines at its top level."""
     try:
         body = ast.parse(code).body
     except (SyntaxError, ValueError, MemoryError, RecursionError):
-        return False
-    return any(isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) for s in body)
+        return set()
+    return {s.name for s in body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef,
+                                                   ast.ClassDef))}
 
 
 def _code_of(lines: list[str], block) -> str:
@@ -118,12 +120,13 @@ def _code_of(lines: list[str], block) -> str:
     return code
 
 
-def extract_code(completion: str) -> str | None:
+def extract_code(completion: str, names=frozenset()) -> str | None:
     """The solution's block: the last ```python (or ```py / ```python3, ```python:solution.py,
-    ~~~python) block that defines a function or class, else the last such block; if the answer has
-    no labelled block, the same among the unlabelled ones. So a usage example or a REPL session
-    after the solution is not what is judged. An unclosed block (cut off by the length limit) does
-    not count; an indented block (inside a list item) is dedented."""
+    ~~~python) block that defines one of `names` (what the tests call), else the last that defines
+    a function or class other than a test, else the last such block; if the answer has no labelled
+    block, the same among the unlabelled ones. So a usage example, a REPL session or the answer's
+    own tests after the solution are not what is judged. An unclosed block (cut off by the length
+    limit) does not count; an indented block (inside a list item) is dedented."""
     lines = completion.split("\n")
     labelled, unlabelled = [], []
     for block in _blocks(lines):
@@ -135,7 +138,12 @@ def extract_code(completion: str) -> str | None:
     if not chosen:
         return None
     codes = [_code_of(lines, block) for block in chosen]
-    code = next((c for c in reversed(codes) if _defines(c)), codes[-1])
+    defined = [_defined(c) for c in codes]
+    best = next((i for i in reversed(range(len(codes))) if defined[i] & names), None)
+    if best is None:
+        best = next((i for i in reversed(range(len(codes)))
+                     if any(not n.startswith(("test", "Test")) for n in defined[i])), -1)
+    code = codes[best]
     return code if code.strip() else None
 
 
@@ -256,12 +264,12 @@ def code_reward(completion: str, reference, *, timeout: float = 10.0, memory_mb:
     check_sandbox()
     if not isinstance(completion, str):
         return 0.0
-    code = extract_code(completion)
-    if code is None:
-        return 0.0
     tests = spec.get("tests") or ""
     if isinstance(tests, (list, tuple)):
         tests = "\n".join(tests)
+    code = extract_code(completion, _called(tests, spec.get("entry_point")))
+    if code is None:
+        return 0.0
     setup = spec.get("setup") or ""
     if spec.get("cases") is None:
         code = _program(spec.get("prompt"), _without_usage(code))
@@ -279,6 +287,16 @@ def code_reward(completion: str, reference, *, timeout: float = 10.0, memory_mb:
         return 0.0
     _count(result)
     return 1.0 if result.passed else 0.0
+
+
+@functools.lru_cache(maxsize=4096)
+def _called(tests: str, entry_point) -> frozenset:
+    """The names the tests read from the solution (and the entry point)."""
+    try:
+        names = free_names(ast.parse(tests)) if tests else set()
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        names = set()
+    return frozenset(names | ({entry_point} if isinstance(entry_point, str) else set()))
 
 
 def _program(prompt, code: str) -> str:

@@ -710,7 +710,7 @@ _PYTEST_MODULE_NAMES = frozenset(("pytestmark", "setup_module", "teardown_module
                                   "teardown_function", "setUpModule", "tearDownModule"))
 
 
-def _free_names(tree: ast.AST) -> set:
+def free_names(tree: ast.AST) -> set:
     """Names the tests read but never bind (anywhere in the file): what their runner gives them
     from the solution (MBPP and HumanEval run the solution and the tests as one program)."""
     bound, used = set(), set()
@@ -744,7 +744,7 @@ def pytest_source(plan, setup: str) -> str:
     its candidate. `from solution import *` imports those names only."""
     tree = ast.parse(plan.harness)
     tree.body = [s for s in tree.body if not _star_import(s)]
-    names = _free_names(ast.Module(body=tree.body + ast.parse(setup).body, type_ignores=[]))
+    names = free_names(ast.Module(body=tree.body + ast.parse(setup).body, type_ignores=[]))
     if "check" in plan.harness_tests and plan.check_candidate:
         names.add(plan.check_candidate)
     lines = ["import solution as __gmts_solution", "__gmts_name = __gmts_value = None",

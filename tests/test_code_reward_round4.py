@@ -252,6 +252,8 @@ class TestOrdinaryAnswers:
         "failing_usage_in_the_block": block(GOOD_ADD + "\nprint(add('a'))\n"),
         "main_guard_reading_stdin": block(GOOD_ADD + "\nif __name__ == '__main__':\n"
                                           "    print(add(*map(int, input().split())))\n"),
+        "own_tests_after": block(GOOD_ADD) + "Tests:\n" + block(
+            "def test_add():\n    assert add(1, 2) == 3\n"),
         "python_colon_file": block(GOOD_ADD, fence="```python:solution.py"),
         "tilde_fence": block(GOOD_ADD, fence="~~~python", close="~~~"),
         "tilde_fence_holding_backticks": block(GOOD_ADD + "DOC = '''\n```\n'''\n",
