@@ -126,7 +126,8 @@ def extract_code(completion: str, names=frozenset()) -> str | None:
     a function or class other than a test, else the last such block; if the answer has no labelled
     block, the same among the unlabelled ones. So a usage example, a REPL session or the answer's
     own tests after the solution are not what is judged. An unclosed block (cut off by the length
-    limit) does not count; an indented block (inside a list item) is dedented."""
+    limit) does not count; an indented block (inside a list item) is dedented. names=None: the
+    answer is a program (stdin/stdout), the last block."""
     lines = completion.split("\n")
     labelled, unlabelled = [], []
     for block in _blocks(lines):
@@ -137,6 +138,9 @@ def extract_code(completion: str, names=frozenset()) -> str | None:
     chosen = labelled or unlabelled
     if not chosen:
         return None
+    if names is None:  # a stdin/stdout program: a script, the last block
+        code = _code_of(lines, chosen[-1])
+        return code if code.strip() else None
     codes = [_code_of(lines, block) for block in chosen]
     defined = [_defined(c) for c in codes]
     best = next((i for i in reversed(range(len(codes))) if defined[i] & names), None)
@@ -267,7 +271,8 @@ def code_reward(completion: str, reference, *, timeout: float = 10.0, memory_mb:
     tests = spec.get("tests") or ""
     if isinstance(tests, (list, tuple)):
         tests = "\n".join(tests)
-    code = extract_code(completion, _called(tests, spec.get("entry_point")))
+    code = extract_code(completion, None if spec.get("cases") is not None
+                        else _called(tests, spec.get("entry_point")))
     if code is None:
         return 0.0
     setup = spec.get("setup") or ""
