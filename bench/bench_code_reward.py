@@ -50,7 +50,8 @@ def corpus():
     failures = []
     start = time.monotonic()
     for p in problems:
-        reference = {"tests": p["test"], "entry_point": p["entry_point"]}
+        # as data.load_problems("humaneval") gives it: the program is prompt + answer
+        reference = {"tests": p["test"], "entry_point": p["entry_point"], "prompt": p["prompt"]}
         plan = testplan.build_plan(p["test"], p["entry_point"])
         totals["cases_trusted"] += plan.trusted
         totals["cases_untrusted"] += plan.untrusted

@@ -19,7 +19,9 @@ rewards/) is called with.
 limit: the first `limit` problems in file order (no shuffling here: shuffle in the trainer, with its
 seed). seed: only the arithmetic task uses it.
 """
+import math
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -205,10 +207,7 @@ def _local_row(row, where, question_field, answer_field, domain, reward):
                 and all(isinstance(t, str) for t in tests)):
             raise ValueError(f"{where}: the tests must be a string or a list of strings, got "
                              f"{_short(tests)}")
-        answer = (
-            {"cases": tests} if "cases" in row and "tests" not in row and "test" not in row else
-            {"tests": tests if isinstance(tests, str) else "\n".join(tests),
-             "entry_point": row.get("entry_point"), "setup": row.get("setup") or ""})
+        answer = _code_reference(row, tests, where, str(question))
     else:
         answer = _first(row, [answer_field] if answer_field else list(ANSWER_FIELDS),
                         where, "answer", "answer_field")
@@ -233,6 +232,63 @@ def _local_row(row, where, question_field, answer_field, domain, reward):
             out["answer"] = _choice_letter(answer, list(LETTERS), where)
     elif domain == "math":
         out["answer"] = _text(answer, where, "answer", numbers=True).strip()
+    return out
+
+
+CODE_LIMITS = {"float_tolerance": float, "timeout": float, "memory_mb": int}  # a row's own
+
+
+# a statement that accepts "Yes"/"YES"/"yes" alike (Codeforces: "You can output the answer in any
+# case")
+ANY_CASE = re.compile(r"\bin any (?:letter )?case\b|\bcase[- ]insensitive|\bany register\b",
+                      re.IGNORECASE)
+
+
+def _code_reference(row: dict, tests, where: str, question: str = "") -> dict:
+    """A code row's reference for rewards.code, checked whole here (a bad row fails at loading with
+    one line, never at scoring): tests (+ entry_point, setup, HumanEval's prompt) or stdin/stdout
+    cases (a list of {"input", "output"}, or that list as a JSON string: LiveCodeBench's export;
+    case_insensitive where the row or its statement says so), and the row's own float_tolerance,
+    timeout (seconds) and memory_mb."""
+    import json
+    if "cases" in row and "tests" not in row and "test" not in row:
+        cases = tests
+        if isinstance(cases, str):
+            try:
+                cases = json.loads(cases)
+            except ValueError as e:
+                raise ValueError(f"{where}: cases is a string that is not JSON ({e})") from None
+        if not isinstance(cases, list) or not all(
+                isinstance(c, dict) and isinstance(c.get("input"), str)
+                and isinstance(c.get("output"), str) for c in cases):
+            raise ValueError(f"{where}: cases must be a list of {{\"input\": str, \"output\": "
+                             f"str}}, got {_short(cases)}")
+        out = {"cases": cases}
+        fold = row.get("case_insensitive")
+        if fold is not None and not isinstance(fold, bool):
+            raise ValueError(f"{where}: case_insensitive must be true or false, got "
+                             f"{_short(fold)}")
+        if fold or (fold is None and ANY_CASE.search(question)):
+            out["case_insensitive"] = True
+    else:
+        out = {"tests": tests if isinstance(tests, str) else "\n".join(tests),
+               "entry_point": row.get("entry_point"), "setup": row.get("setup") or ""}
+        for key in ("entry_point", "setup", "prompt"):
+            if row.get(key) is not None and not isinstance(row[key], str):
+                raise ValueError(f"{where}: {key} must be a string, got {_short(row[key])}")
+        if row.get("prompt") is not None and row.get("entry_point"):
+            out["prompt"] = row["prompt"]  # HumanEval: the program is prompt + completion
+    for key, kind in CODE_LIMITS.items():
+        value = row.get(key)
+        if value is None:
+            continue
+        number = not isinstance(value, bool) and isinstance(value, (int, float))
+        if not (number and math.isfinite(value) and (kind is float or float(value).is_integer())
+                and (value >= 0 if key == "float_tolerance" else value > 0)):
+            sign = "non-negative" if key == "float_tolerance" else "positive"
+            raise ValueError(f"{where}: {key} must be a {sign} {kind.__name__}, got "
+                             f"{_short(value)}")
+        out[key] = kind(value)
     return out
 
 

@@ -106,15 +106,20 @@ def humaneval(row, where):
     prompt = _field(row, "prompt", where)
     return {"question": f"Complete this Python function:\n```python\n{prompt.rstrip()}\n```",
                 "answer": {"tests": _field(row, "test", where),
-                        "entry_point": _field(row, "entry_point", where)},
+                        "entry_point": _field(row, "entry_point", where),
+                        # the harness runs prompt + completion: the prompt's helpers are there
+                        "prompt": prompt},
                 "domain": "code", "reward": "code"}
 
 
 def mbpp(row, where):
     tests = _field(row, "test_list", where)
-    return {"question": f"{_field(row, 'text', where)}\nYour code should pass these tests:\n"
-                + "\n".join(tests),
-                "answer": {"tests": "\n".join(tests), "setup": row.get("test_setup_code") or ""},
+    # judged: every test and the challenge tests; shown: the first test only (the name, the
+    # signature and the return format), so a table of the shown examples does not pass
+    judged = tests + list(row.get("challenge_test_list") or [])
+    return {"question": f"{_field(row, 'text', where)}\nYour code should pass this test:\n"
+                + (tests[0] if tests else ""),
+                "answer": {"tests": "\n".join(judged), "setup": row.get("test_setup_code") or ""},
                 "domain": "code", "reward": "code"}
 
 

@@ -11,8 +11,10 @@ closures. The result is one line on RESULT_FD, once pytest has finished: `TOKEN 
 pytest counts it), "xfailed" (only by an xfail mark of the tests'), "skipped" (only by a skip/skipif
 mark), "failed" (anything else: a failure, an error, a skip or xfail called at run time, by the
 tests or by the solution). "tampered": a function or class of pytest, pluggy, unittest or builtins,
-or the set of registered plugins, changed while the tests ran. Items whose function is not the test
-module's own (a `test_x` the solution defines and the tests import) are deselected.
+the set of registered plugins, or the test module's own functions, classes and their code (a test
+swapped between collection and call) changed while the tests ran, or a tracer is installed (an
+audit hook refuses every one: sys.settrace, setprofile, sys.monitoring). Items whose function is
+not the test module's own (a `test_x` the solution defines and the tests import) are deselected.
 """
 import os
 import sys
@@ -33,6 +35,57 @@ def _callables(modules):
     return out
 
 
+def _code(fn):
+    """What a call of `fn` runs: its code, defaults and closure cells (by identity)."""
+    cells = getattr(fn, "__closure__", None) or ()
+    return (getattr(fn, "__code__", None), getattr(fn, "__defaults__", None),
+            getattr(fn, "__kwdefaults__", None), tuple(map(id, cells)))
+
+
+def _item_code(item):
+    fn = getattr(item, "obj", None)
+    return _code(getattr(fn, "__func__", fn))
+
+
+def _tests_code(module) -> dict:
+    """The test module's own functions and classes (by name and identity) and the code of each
+    function and method of theirs: a solution that swaps a test's code, or rebinds a test or helper
+    of the tests' between collection and call, changes it."""
+    out = {}
+    if module is None:
+        return out
+    for name, value in list(vars(module).items()):
+        if getattr(value, "__module__", None) != module.__name__:
+            continue
+        if isinstance(value, type):
+            out[name] = id(value)
+            for attr, item in list(vars(value).items()):
+                item = getattr(item, "__func__", item)  # staticmethod, classmethod
+                if hasattr(item, "__code__"):
+                    out[(name, attr)] = _code(item)
+        elif hasattr(value, "__code__"):
+            out[name] = _code(value)
+    return out
+
+
+def _tracing() -> bool:
+    """A tracer or profiler is installed (sys.settrace/setprofile, threading's, sys.monitoring), or
+    a thread still runs beside the tests: the runner has neither, and one of the solution's can
+    rewrite a test's frame or code between two checks."""
+    import threading
+    if sys.gettrace() is not None or sys.getprofile() is not None:
+        return True
+    try:  # a thread of the solution's can swap a test's code back and forth between checks
+        if len(os.listdir("/proc/self/task")) > 1:
+            return True
+    except OSError:
+        pass
+    if getattr(threading, "_trace_hook", None) or getattr(threading, "_profile_hook", None):
+        return True
+    monitoring = getattr(sys, "monitoring", None)
+    return monitoring is not None and any(monitoring.get_tool(i) is not None for i in range(6))
+
+
 def make_plugin(token: bytes, fd: int, test_module: str):
     import json
 
@@ -49,11 +102,20 @@ def make_plugin(token: bytes, fd: int, test_module: str):
             n in ("pytest", "builtins", "unittest")
             or n.startswith(("_pytest.", "pluggy", "unittest.")))]
 
+    tests = {}  # the test module's functions and classes, and their code, as collected
+    items_code = {}  # each collected test item -> the code its call runs
+
     def tampered(config) -> bool:
+        if _tracing():
+            return True
         now = _callables([m for m in modules() if (id(m), None) in watched])
         for key, value in watched.items():
             if key[1] is not None and now.get(key, key) is not value:
                 return True
+        if tests and _tests_code(sys.modules.get(test_module)) != tests:
+            return True
+        if any(_item_code(item) != code for item, code in items_code.items()):
+            return True
         return set(map(id, config.pluginmanager.get_plugins())) != watched[("plugins", None)]
 
     phases = {}  # nodeid -> {when: outcome}
@@ -84,6 +146,8 @@ def make_plugin(token: bytes, fd: int, test_module: str):
                     if getattr(getattr(i, "obj", None), "__module__", None) == test_module]
             dropped = [i for i in items if i not in keep]
             items[:] = keep
+            tests.update(_tests_code(sys.modules.get(test_module)))
+            items_code.update({i: _item_code(i) for i in keep})
             if dropped:
                 config.hook.pytest_deselected(items=dropped)
             state["collected"] = len(keep)
@@ -127,7 +191,17 @@ def make_plugin(token: bytes, fd: int, test_module: str):
     return Plugin()
 
 
+def _no_tracers(event, args):
+    """An audit hook (it cannot be removed): no tracer, profiler or monitoring callback can be
+    installed in this process (sys.settrace, threading.settrace in a new thread, PyEval_SetTrace
+    through ctypes), so nothing of the solution's runs between a test's lines to rewrite its frame
+    or swap its code."""
+    if event in ("sys.settrace", "sys.setprofile") or event.startswith("sys.monitoring"):
+        raise RuntimeError(f"{event} is not allowed in the tests' process")
+
+
 def main():
+    sys.addaudithook(_no_tracers)
     token_fd, fd, test_file = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
     token = os.read(token_fd, 256).strip()
     os.close(token_fd)

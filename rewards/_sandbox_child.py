@@ -26,6 +26,8 @@ Work, in order:
 import builtins
 import collections
 import ctypes
+import enum
+import io
 import json
 import math
 import os
@@ -41,7 +43,11 @@ PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT = 38, 47
 CAP_DAC_READ_SEARCH, CAP_LAST = 2, 63
 MAX_DEPTH, MAX_ITEMS, MAX_MESSAGE = 64, 1_000_000, 4096
 _libc = ctypes.CDLL(None, use_errno=True)
-_BUILTINS = dict(vars(builtins))  # as they are before the solution runs (it may replace them)
+_Enum = enum.Enum
+# the builtins as they are before the solution runs (it may replace them): pairs in a tuple, which
+# nothing in Python can change; work() takes them into a local before the solution is imported and
+# hands them down, so rebinding this name changes nothing either
+_BUILTIN_ITEMS = tuple(vars(builtins).items())
 
 
 class _CapHeader(ctypes.Structure):
@@ -177,11 +183,44 @@ def encode(value, depth=0, budget=None):
     stdlib = _stdlib_value(value, kind, depth, budget)
     if stdlib is not None:
         return stdlib
+    numbers = _number_value(value, kind)
+    if numbers is not None:
+        return numbers
+    if kind in _VIEWS:  # d.keys(), d.values(), d.items(): their items, and which view
+        return {_VIEWS[kind]: [encode(v, depth + 1, budget) for v in value]}
+    if isinstance(value, _Enum):  # a member: its class's name, its name and its value
+        name, cls = value.__dict__.get("_name_"), type(value).__dict__.get("__qualname__")
+        return {"enum": [cls if type(cls) is str else "?", name if type(name) is str else "?",
+                         encode(value.__dict__.get("_value_"), depth + 1, budget),
+                         isinstance(value, (int, str))]}  # IntEnum, StrEnum: equal to the value
     item = getattr(value, "item", None)  # numpy scalars: an honest solution's np.int64(5) means 5
     if (type(value).__module__ == "numpy" and callable(item)
             and type(item()) in (bool, int, float, complex)):
         return encode(item(), depth, budget)
     raise TypeError(f"result of type {kind.__name__} is not plain data")
+
+
+_VIEWS = {type({}.keys()): "dict_keys", type({}.values()): "dict_values",
+          type({}.items()): "dict_items"}
+
+
+def _number_value(value, kind):
+    """fractions.Fraction, decimal.Decimal and bytearray, exactly. The modules are not imported here
+    (their import would cost every run): a value of theirs exists only where the solution imported
+    them. Whatever the class's parts say, they cross as plain ints and a str, and the trainer
+    builds its own Fraction or Decimal from them."""
+    if kind is bytearray:
+        return {"bytearray": value.hex()}
+    name = kind.__dict__.get("__module__"), getattr(kind, "__qualname__", None)
+    if name == ("fractions", "Fraction"):
+        num, den = value.numerator, value.denominator
+        if type(num) is int and type(den) is int:
+            return {"Fraction": [hex(num), hex(den)]}
+    if name in (("decimal", "Decimal"), ("_decimal", "Decimal"), ("_pydecimal", "Decimal")):
+        text = str(value)
+        if type(text) is str:
+            return {"Decimal": text}
+    return None
 
 
 def decode_input(value):
@@ -280,15 +319,16 @@ def read_attrs(value, attrs):
     return value, applied
 
 
-def raised(e, namespace):
+def raised(e, namespace, frozen=_BUILTIN_ITEMS):
     """The raised exception as data: its class's name, message, and each class of its MRO with its
     origin, decided against the builtins as they were before the solution ran: "builtins" (that very
     builtin class), "solution" (the class the solution's module binds to that name) or "other"."""
+    builtin = dict(frozen)
     mro = []
     for cls in type(e).__mro__[:32]:
         name = getattr(cls, "__name__", "?")
         name = name if type(name) is str else "?"
-        origin = ("builtins" if _BUILTINS.get(name) is cls else "solution"
+        origin = ("builtins" if builtin.get(name) is cls else "solution"
                   if namespace.get(name) is cls
                   else "other")
         mro.append([name, origin])
@@ -300,37 +340,51 @@ def raised(e, namespace):
     return {"exc": mro[0][0] if mro else "?", "msg": message, "mro": mro}
 
 
-def run_units(units, namespace):
+def run_units(units, namespace, frozen=_BUILTIN_ITEMS) -> str:
     """Each unit in a fresh copy of the solution's namespace. Every step runs, whatever an earlier
     one raised (the child is not told which steps the tests expect to raise). Results: {"ok":
     value[, "applied": n]} | {"ok": null} for run steps | {"exc": name, "msg": str, "mro": [[name,
-    origin], ...]}."""
-    out = []
+    origin], ...]}, each serialised to JSON the moment its step returns (a list the solution
+    returned and changes later is reported as it was returned). Returns the JSON of the list of
+    units. `frozen`: the builtins' (name, object) pairs from before the solution ran, bound afresh
+    (`__gmts_builtins`) before every step."""
+    out, shared = [], {}  # shared: the test module's own mutable names, one object for all tests
+    # the solution's names and the setup's (a helper the tests call on the expected side), bound
+    # again before every step: rebinding one through a caller's frame changes no later step
+    base = tuple(namespace.items())
     for steps in units:
-        ns, results = dict(namespace, __gmts_builtins=dict(_BUILTINS)), []
-        held = {}  # what the test bound, by name: the same objects before every step (mutations
-        # stay; a rebinding by the solution, `f_globals["data"] = ...`, does not)
+        ns, results = dict(namespace), []
+        # what the test bound, by name: the same objects before every step (mutations stay; a
+        # rebinding by the solution, `f_globals["data"] = ...`, does not)
+        held = dict(shared)
         for step in steps:
+            ns.update(base)
             ns.update(held)
+            ns["__gmts_builtins"] = dict(frozen)
             try:
                 # a big input the trainer computed, sent as data rather than as source
                 if "bind" in step:
                     ns[step["bind"]] = held[step["bind"]] = decode_input(step["data"])
-                    results.append({"ok": None})
+                    results.append('{"ok": null}')
                 elif "eval" in step:
                     value = eval(step["eval"], ns)
                     if step.get("iter"):
                         value = materialise(value)
                     value, applied = read_attrs(value, step.get("attrs", ()))
-                    results.append({"ok": encode(value), "applied": applied})
+                    results.append(json.dumps({"ok": encode(value), "applied": applied}))
                 else:
                     exec(step["run"], ns)  # noqa: S102 - the solution's step, in the sandbox
                     held.update((n, ns[n]) for n in step.get("binds", ()))
-                    results.append({"ok": None})
+                    if step.get("share"):
+                        shared.update((n, ns[n]) for n in step["binds"])
+                    results.append('{"ok": null}')
             except BaseException as e:  # noqa: BLE001 - SystemExit in a call is a failure too
-                results.append(raised(e, namespace))
-        out.append(results)
-    return out
+                try:
+                    results.append(json.dumps(raised(e, namespace, frozen)))
+                except BaseException:  # noqa: BLE001 - e.g. a message that cannot be encoded
+                    results.append('{"exc": "?", "msg": null, "mro": []}')
+        out.append("[" + ", ".join(results) + "]")
+    return "[" + ", ".join(out) + "]"
 
 
 
@@ -468,11 +522,38 @@ def run_pytest(harness, workdir):
         os.close(harness["fd"])  # the solution, imported below, cannot add to the result
 
 
+PRINT_KEPT = 1 << 20
+
+
+class _Capped(io.RawIOBase):
+    """A file descriptor that takes everything and writes only its first `cap` bytes."""
+
+    def __init__(self, fd: int, cap: int):
+        super().__init__()
+        self.fd, self.left = fd, cap
+
+    def writable(self):
+        return True
+
+    def write(self, data):
+        n = len(data)
+        if self.left > 0:
+            try:
+                self.left -= os.write(self.fd, bytes(data[:self.left]))
+            except OSError:
+                self.left = 0
+        return n
+
+
 _report_fd = None  # the parent's anonymous report file, passed as spec["report_fd"]
 
 
 def report(obj):
-    os.write(_report_fd, (json.dumps(obj) + "\n").encode())
+    _write_report(json.dumps(obj))
+
+
+def _write_report(text: str):
+    os.write(_report_fd, (text + "\n").encode())
 
 
 def work(spec):
@@ -499,13 +580,27 @@ def work(spec):
         if not spec["units"]:  # the solution ran under pytest; running it again here judges nothing
             report({"units": []})
             return
+    frozen = _BUILTIN_ITEMS  # a local from here on: what the solution rebinds later is not read
+    sys.stdout.flush()
+    # what the solution prints while the tests call it is not judged (pytest captures it): the
+    # first PRINT_KEPT bytes reach the run's stdout, the rest is dropped, so a solution that prints
+    # megabytes while computing is not failed by the file-size limit
+    sys.stdout = io.TextIOWrapper(io.BufferedWriter(_Capped(1, PRINT_KEPT)), encoding="utf-8",
+                                  errors="replace", write_through=False)
     sys.path.insert(0, spec["workdir"])
     import importlib
     solution = importlib.import_module("solution")  # `from solution import f` works too
     if spec.get("setup"):
         exec(compile(spec["setup"], "setup.py", "exec"), vars(solution))  # noqa: S102
     namespace = {k: v for k, v in vars(solution).items() if not k.startswith("__")}
-    report({"units": run_units(spec["units"], namespace)})
+    units, functions = spec["units"], ""
+    alt = spec.get("alt")
+    names = [n for n in (alt or {}).get("names", ()) if n in namespace]
+    # the tests' capitalised names are the solution's functions, not classes: the plan that sends
+    # their results back as data
+    if names and not any(isinstance(namespace[n], type) for n in names):
+        units, functions = alt["units"], ', "functions": true'
+    _write_report('{"units": ' + run_units(units, namespace, frozen) + functions + "}")
 
 
 def child(spec):

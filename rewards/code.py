@@ -9,55 +9,70 @@ The reference (Problem.answer for code problems) is one of:
   Codeforces).
 - a str (= {"tests": str}) or a list of assert strings (joined with newlines).
 Optional keys "timeout" (per stdin/stdout case) and "memory_mb" override the defaults per problem;
-"float_tolerance" (stdin/stdout) lets numeric tokens differ by that much, absolute or relative.
+"float_tolerance" (stdin/stdout) lets numeric tokens differ by that much, absolute or relative, and
+"case_insensitive" lets them differ in case; "cases" may be a JSON string. "prompt" (HumanEval):
+the judged program is the prompt followed by the answer, as HumanEval's harness runs it.
 
 The sandbox only computes; this process judges (rewards/testplan.py). Test cases that cannot be
 judged here run inside the sandbox as before: such a verdict is untrusted, counted in code_stats(),
 and refused (0.0, not run) with trusted_only=True.
 """
 import ast
+import functools
 import threading
 
-from .sandbox import run_python
+from .sandbox import free_names, run_python
 
 _LANGUAGES = ("python", "py", "python3")
 MAX_EXTENSIONS = 8  # later closing fences tried when a block, cut at its first one, is not Python
 
 
 def _fence(line: str):
-    """(indent, fence length, info) if `line` opens or closes a backtick fence (CommonMark: at least
-    three backticks, no backtick in the info string), else None. Linear in the line."""
+    """(indent, fence length, info, fence char) if `line` opens or closes a fence (CommonMark: at
+    least three backticks, with no backtick in the info string, or three tildes), else None. Linear
+    in the line."""
     stripped = line.lstrip(" ")
-    ticks = len(stripped) - len(stripped.lstrip("`"))
+    char = stripped[:1]
+    if char not in ("`", "~"):
+        return None
+    ticks = len(stripped) - len(stripped.lstrip(char))
     if ticks < 3:
         return None
     info = stripped[ticks:].strip()
-    if "`" in info:
+    if char == "`" and "`" in info:
         return None
-    return len(line) - len(stripped), ticks, info
+    return len(line) - len(stripped), ticks, info, char
+
+
+def _language(info: str) -> str:
+    """The info string's language: `python`, `python:solution.py`, `python title="a.py"`,
+    `{.python}` are all python."""
+    word = info.split()[0].lower() if info else ""
+    return word.strip("{}.").split(":")[0]
 
 
 def _blocks(lines: list[str]):
-    """Fenced code blocks as (language, first line, end line, indent, fence length); an unclosed one
-    is left out. One pass over the lines. A closing fence is at least as long as the opening one,
-    has nothing after it and is indented at most 3 columns more (a docstring's indented fence does
-    not close the block)."""
+    """Fenced code blocks as (language, first line, end line, indent, fence length, fence char); an
+    unclosed one is left out. One pass over the lines. A closing fence is of the opening's char, at
+    least as long, has nothing after it and is indented at most 3 columns more (a docstring's
+    indented fence does not close the block)."""
     i, n = 0, len(lines)
     while i < n:
         opening = _fence(lines[i])
         if opening is None:
             i += 1
             continue
-        indent, ticks, info = opening
+        indent, ticks, info, char = opening
         end = i + 1
         while end < n:
             closing = _fence(lines[end])
-            if closing and closing[1] >= ticks and not closing[2] and closing[0] <= indent + 3:
+            if (closing and closing[3] == char and closing[1] >= ticks and not closing[2]
+                    and closing[0] <= indent + 3):
                 break
             end += 1
         if end == n:
             return  # unclosed: cut off by the length limit
-        yield (info.split()[0].lower() if info else ""), i + 1, end, indent, ticks
+        yield _language(info), i + 1, end, indent, ticks, char
         i = end + 1
 
 
@@ -76,36 +91,97 @@ def _parses(source: str) -> bool:
         return False
 
 
-def extract_code(completion: str) -> str | None:
-    """The last ```python (or ```py / ```python3) block; if the answer has no labelled block, the
-    last unlabelled one. An unclosed block (cut off by the length limit) does not count; an indented
-    block (inside a list item) is dedented. A block that is not Python when cut at its first closing
-    fence (a fence line inside a string literal) is extended to the first later fence line (up to
-    MAX_EXTENSIONS) that makes it Python."""
-    lines = completion.split("\n")
-    labelled = unlabelled = None
-    for block in _blocks(lines):
-        if block[0] in _LANGUAGES:
-            labelled = block
-        elif block[0] == "":
-            unlabelled = block
-    chosen = labelled or unlabelled
-    if chosen is None:
-        return None
-    _, first, end, indent, ticks = chosen
+def _defined(code: str) -> set:
+    """The functions and classes the block defines at its top level."""
+    try:
+        body = ast.parse(code).body
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return set()
+    return {s.name for s in body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef,
+                                                   ast.ClassDef))}
+
+
+def _code_of(lines: list[str], block) -> str:
+    """A block's code; one that is not Python when cut at its first closing fence (a fence line
+    inside a string literal) is extended to the first later fence line (up to MAX_EXTENSIONS) that
+    makes it Python."""
+    _, first, end, indent, ticks, char = block
     code = _dedent(lines[first:end], indent)
     if not _parses(code):
         tried, later = 0, end + 1
         while later < len(lines) and tried < MAX_EXTENSIONS:
             fence = _fence(lines[later])
-            if fence and fence[1] >= ticks and not fence[2]:
+            if fence and fence[3] == char and fence[1] >= ticks and not fence[2]:
                 tried += 1
                 longer = _dedent(lines[first:later], indent)
                 if _parses(longer):
-                    code = longer
-                    break
+                    return longer
             later += 1
+    return code
+
+
+def extract_code(completion: str, names=frozenset()) -> str | None:
+    """The solution's block: the last ```python (or ```py / ```python3, ```python:solution.py,
+    ~~~python) block that defines one of `names` (what the tests call), else the last that defines
+    a function or class other than a test, else the last such block; if the answer has no labelled
+    block, the same among the unlabelled ones. So a usage example, a REPL session or the answer's
+    own tests after the solution are not what is judged. An unclosed block (cut off by the length
+    limit) does not count; an indented block (inside a list item) is dedented. names=None: the
+    answer is a program (stdin/stdout), the last block."""
+    lines = completion.split("\n")
+    labelled, unlabelled = [], []
+    for block in _blocks(lines):
+        if block[0] in _LANGUAGES:
+            labelled.append(block)
+        elif block[0] == "":
+            unlabelled.append(block)
+    chosen = labelled or unlabelled
+    if not chosen:
+        return None
+    if names is None:  # a stdin/stdout program: a script, the last block
+        code = _code_of(lines, chosen[-1])
+        return code if code.strip() else None
+    codes = [_code_of(lines, block) for block in chosen]
+    defined = [_defined(c) for c in codes]
+    best = next((i for i in reversed(range(len(codes))) if defined[i] & names), None)
+    if best is None:
+        best = next((i for i in reversed(range(len(codes)))
+                     if any(not n.startswith(("test", "Test")) for n in defined[i])), -1)
+    code = codes[best]
     return code if code.strip() else None
+
+
+def _without_usage(code: str) -> str:
+    """The solution without the usage example after its last definition: trailing top-level
+    `print(...)` calls, asserts and an `if __name__ == "__main__":` block
+    (what a plain `import solution` would run but the tests do not ask for: it may read stdin or
+    fail on its own example)."""
+    try:
+        body = ast.parse(code).body
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return code
+    defined = {s.name for s in body
+               if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    cut = len(body)
+    while cut and _usage(body[cut - 1], defined):
+        cut -= 1
+    if cut == len(body) or not any(s.name in defined for s in body[:cut] if hasattr(s, "name")):
+        return code
+    return "\n".join(code.split("\n")[:body[cut].lineno - 1]) + "\n"
+
+
+def _usage(stmt, defined: set) -> bool:
+    """A statement of a usage example (`defined`: the solution's own names)."""
+    if isinstance(stmt, ast.If):  # if __name__ == "__main__":
+        test = stmt.test
+        return (isinstance(test, ast.Compare) and isinstance(test.left, ast.Name)
+                and test.left.id == "__name__")
+    if isinstance(stmt, ast.Assert):
+        return True
+    if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
+        func = stmt.value.func
+        return isinstance(func, ast.Name) and func.id == "print"
+    return False
 
 
 def _as_spec(reference) -> dict:
@@ -113,8 +189,21 @@ def _as_spec(reference) -> dict:
         return {"tests": reference}
     if isinstance(reference, (list, tuple)) and all(isinstance(t, str) for t in reference):
         return {"tests": "\n".join(reference)}
-    if isinstance(reference, dict) and (reference.get("tests")
-                                        or reference.get("cases") is not None):
+    if isinstance(reference, dict) and isinstance(reference.get("cases"), str):
+        import json  # LiveCodeBench's export: the cases as a JSON string
+        try:
+            reference = dict(reference, cases=json.loads(reference["cases"]))
+        except ValueError as e:
+            raise ValueError(f"code reference: cases is a string that is not JSON ({e})") from None
+    if isinstance(reference, dict) and reference.get("cases") is not None:
+        cases = reference["cases"]
+        if not isinstance(cases, list) or not all(
+                isinstance(c, dict) and isinstance(c.get("input"), str)
+                and isinstance(c.get("output"), str) for c in cases):
+            raise ValueError(f"code reference: cases must be a list of {{'input': str, "
+                             f"'output': str}}, got {str(cases)[:200]!r}")
+        return reference
+    if isinstance(reference, dict) and reference.get("tests"):
         return reference
     raise ValueError(f"code reference must be a tests string, a list of asserts, or a dict with "
                      f"'tests' or 'cases'; got {type(reference).__name__}: "
@@ -179,24 +268,72 @@ def code_reward(completion: str, reference, *, timeout: float = 10.0, memory_mb:
     check_sandbox()
     if not isinstance(completion, str):
         return 0.0
-    code = extract_code(completion)
-    if code is None:
-        return 0.0
     tests = spec.get("tests") or ""
     if isinstance(tests, (list, tuple)):
         tests = "\n".join(tests)
+    code = extract_code(completion, None if spec.get("cases") is not None
+                        else _called(tests, spec.get("entry_point")))
+    if code is None:
+        return 0.0
+    setup = spec.get("setup") or ""
+    if spec.get("cases") is None:
+        code = _program(spec.get("prompt"), _without_usage(code))
+        setup = _prompt_helpers(spec.get("prompt"), spec.get("entry_point"), setup)
     try:
         result = run_python(code, tests=tests, entry_point=spec.get("entry_point"),
-                            setup=spec.get("setup") or "",
+                            setup=setup,
                             cases=spec.get("cases"), timeout=float(spec.get("timeout", timeout)),
                             memory_mb=int(spec.get("memory_mb", memory_mb)),
                             trusted_only=trusted_only,
-                            float_tolerance=spec.get("float_tolerance"))
+                            float_tolerance=spec.get("float_tolerance"),
+                            case_insensitive=bool(spec.get("case_insensitive")))
     # e.g. lone surrogates in the completion cannot be written out
     except (OSError, UnicodeEncodeError):
         return 0.0
     _count(result)
     return 1.0 if result.passed else 0.0
+
+
+@functools.lru_cache(maxsize=4096)
+def _called(tests: str, entry_point) -> frozenset:
+    """The names the tests read from the solution (and the entry point)."""
+    try:
+        names = free_names(ast.parse(tests)) if tests else set()
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        names = set()
+    return frozenset(names | ({entry_point} if isinstance(entry_point, str) else set()))
+
+
+def _program(prompt, code: str) -> str:
+    """HumanEval's program: the prompt, then the completion (its helpers, `poly`, `encode_cyclic`,
+    and imports are there); an answer that restates the function replaces the prompt's, one that
+    is only the body continues it. Without a prompt, the code alone."""
+    if not isinstance(prompt, str) or not prompt.strip():
+        return code
+    first = next((line for line in code.split("\n") if line.strip()), "")
+    if first[:1] in (" ", "\t"):  # the body only
+        joined = prompt + code
+    else:
+        joined = prompt.rstrip("\n") + "\n    pass\n\n\n" + code
+    return joined if _parses(joined) else code
+
+
+def _prompt_helpers(prompt, entry_point, setup: str) -> str:
+    """The setup, then the prompt's own definitions but the entry point (HumanEval/32's `poly`,
+    /38's `encode_cyclic`) and its imports, run again after the answer: the tests call them on the
+    expected side, and an answer that redefines them (`def poly(*a): return 0`) changes nothing
+    there. The answer's own calls of them meet the prompt's too."""
+    if not isinstance(prompt, str) or not prompt.strip():
+        return setup
+    try:
+        body = ast.parse(prompt).body
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return setup
+    kinds = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Import, ast.ImportFrom)
+    helpers = [ast.get_source_segment(prompt, s) for s in body
+               if isinstance(s, kinds) and getattr(s, "name", None) != entry_point]
+    helpers = [h for h in helpers if h]
+    return "\n\n".join([setup] + helpers if setup.strip() else helpers)
 
 
 def has_code_block(completion: str) -> bool:

@@ -23,7 +23,9 @@ alike) and reserved host-wide for the run's lifetime by an abstract unix socket 
 two runs at once, in one process or in two, cannot share a uid, and so cannot signal, trace or
 starve (NPROC) each other, nor kill each other's processes when cleaning up.
 """
+import ast
 import contextlib
+import decimal
 import errno
 import json
 import math
@@ -41,7 +43,7 @@ import warnings
 from dataclasses import dataclass
 
 from . import _judge
-from .testplan import CHECK_TEST, build_plan, decode
+from .testplan import CHECK_TEST, build_plan, capitalised_calls, decode
 
 _CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_sandbox_child.py")
 _RUNNER = os.path.join(os.path.dirname(_CHILD), "_pytest_runner.py")
@@ -647,11 +649,22 @@ def sandbox_info(isolate: bool = True) -> dict:
 
 
 
-def _tokens_equal(got: bytes, want: bytes, tolerance: float | None) -> bool:
-    if got == want:
+def _tokens_equal(got: bytes, want: bytes, tolerance: float | None, fold: bool = False) -> bool:
+    """One output token against the expected one: equal bytes; with `fold`, equal ignoring case
+    ("Yes" for "YES" where the statement accepts any case); two decimals written differently
+    ("0.50" for "0.5") are equal when their values are exactly equal; with a tolerance, numbers
+    may differ by it (absolute, or relative to the expected value)."""
+    if got == want or (fold and got.lower() == want.lower()):
         return True
-    if tolerance is None:
+    if len(got) > 400 or len(want) > 400:  # no number is that long; Decimal would be slow
         return False
+    if tolerance is None:
+        if b"." not in got or b"." not in want:
+            return False
+        try:
+            return decimal.Decimal(got.decode()) == decimal.Decimal(want.decode())
+        except (decimal.InvalidOperation, UnicodeDecodeError):
+            return False
     try:
         a, b = float(got), float(want)
     except ValueError:
@@ -663,7 +676,7 @@ def _output_cap(expected: str) -> int:
     return max(OUTPUT_BYTES, 2 * len(expected.encode("utf-8", errors="replace")) + 4096)
 
 
-def _same_output(f, expected: str, cap: int, tolerance: float | None) -> bool:
+def _same_output(f, expected: str, cap: int, tolerance: float | None, fold: bool = False) -> bool:
     """A case's stdout (the file the child wrote, at most `cap` bytes) against the expected output,
     token by token; with a tolerance, numbers may differ by it (absolute, or relative to the
     expected value)."""
@@ -671,7 +684,8 @@ def _same_output(f, expected: str, cap: int, tolerance: float | None) -> bool:
         return False
     f.seek(0)
     got, want = f.read(cap + 1).split(), expected.encode("utf-8", errors="replace").split()
-    return len(got) == len(want) and all(_tokens_equal(g, w, tolerance) for g, w in zip(got, want))
+    return len(got) == len(want) and all(_tokens_equal(g, w, tolerance, fold)
+                                         for g, w in zip(got, want))
 
 
 @dataclass
@@ -691,16 +705,59 @@ class SandboxResult:
     unjudged: bool = False
 
 
+# names pytest reads from a test module by themselves: never taken from the solution
+_PYTEST_MODULE_NAMES = frozenset(("pytestmark", "setup_module", "teardown_module", "setup_function",
+                                  "teardown_function", "setUpModule", "tearDownModule"))
+
+
+def free_names(tree: ast.AST) -> set:
+    """Names the tests read but never bind (anywhere in the file): what their runner gives them
+    from the solution (MBPP and HumanEval run the solution and the tests as one program)."""
+    bound, used = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            (used if isinstance(node.ctx, ast.Load) else bound).add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
+        elif isinstance(node, ast.alias) and node.name != "*":
+            bound.add((node.asname or node.name).split(".")[0])
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            bound.add(node.name)
+    return {n for n in used - bound
+            if n not in _PYTEST_MODULE_NAMES and not n.startswith(("pytest_", "@"))}
+
+
+def _star_import(node) -> bool:
+    return (isinstance(node, ast.ImportFrom) and node.module == "solution"
+            and any(a.name == "*" for a in node.names))
+
+
 def pytest_source(plan, setup: str) -> str:
-    """The test file pytest runs: the solution's names (with the problem's setup run in its module,
-    as for the units) bound in the tests' namespace, then the tests the trainer could not judge; a
-    HumanEval `check` the trainer could not judge becomes a test function calling it on its
-    candidate."""
-    lines = ["import solution as __gmts_solution"]
+    """The test file pytest runs: the solution is a module of its own (`solution`), and the test
+    module holds only the names of it that the tests (and the problem's setup) read without binding
+    them, as `from solution import f` gives them: never its `pytestmark`, a fixture of its own
+    (`capsys`), `setup_module` or any other name pytest reads from a test module. Then the setup
+    (MBPP's test_setup_code, run where the tests' names live), then the tests the trainer could not
+    judge; a HumanEval `check` the trainer could not judge becomes a test function calling it on
+    its candidate. `from solution import *` imports those names only."""
+    tree = ast.parse(plan.harness)
+    tree.body = [s for s in tree.body if not _star_import(s)]
+    names = free_names(ast.Module(body=tree.body + ast.parse(setup).body, type_ignores=[]))
+    if "check" in plan.harness_tests and plan.check_candidate:
+        names.add(plan.check_candidate)
+    lines = ["import solution as __gmts_solution", "__gmts_name = __gmts_value = None",
+             f"for __gmts_name in {sorted(names)!r}:",
+             "    __gmts_value = vars(__gmts_solution).get(__gmts_name, __gmts_solution)",
+             "    if __gmts_value is not __gmts_solution and not hasattr(",
+             "            type(__gmts_value), '_get_wrapped_function') and not hasattr(",
+             "            __gmts_value, '_pytestfixturefunction'):  # not a fixture",
+             "        globals()[__gmts_name] = __gmts_value",
+             "del __gmts_solution, __gmts_name, __gmts_value"]
     if setup.strip():
-        lines.append(f"exec(compile({setup!r}, 'setup.py', 'exec'), vars(__gmts_solution))")
-    lines += [("globals().update({k: v for k, v in vars(__gmts_solution).items()"
-               " if not k.startswith('__')})"), "del __gmts_solution", plan.harness]
+        lines.append(setup)
+    lines.append(ast.unparse(tree))
     if "check" in plan.harness_tests:
         lines.append(f"\n\ndef {CHECK_TEST}():\n    check({plan.check_candidate})")
     return "\n".join(lines) + "\n"
@@ -710,12 +767,14 @@ def run_python(solution: str, *, tests: str = "", entry_point: str | None = None
                cases: list[dict] | None = None, timeout: float = 10.0, memory_mb: int = 2048,
                cpu_s: int | None = None, max_procs: int = 64, file_mb: int = 16,
                isolate: bool = True,
-               trusted_only: bool = False, float_tolerance: float | None = None) -> SandboxResult:
+               trusted_only: bool = False, float_tolerance: float | None = None,
+               case_insensitive: bool = False) -> SandboxResult:
     """Run `solution` (Python source) against `tests` (see rewards/testplan.py for the formats) or
     stdin/stdout `cases` ([{"input": str, "output": str}], compared token by token here, each case
     with `timeout` of its own; float_tolerance: tokens that are both numbers may differ by that
-    much, absolute or relative). passed=True only if every test case passed. trusted_only=True
-    refuses tests that would have to be judged inside the sandbox."""
+    much, absolute or relative; case_insensitive: tokens may differ in case). passed=True only if
+    every test case passed. trusted_only=True refuses tests that would have to be judged inside the
+    sandbox."""
     if cases is None and not tests.strip():
         raise ValueError("run_python needs `tests` or `cases`; got neither")
     limits = {"timeout": timeout, "memory_mb": memory_mb, "cpu_s": cpu_s, "max_procs": max_procs,
@@ -727,7 +786,8 @@ def run_python(solution: str, *, tests: str = "", entry_point: str | None = None
         verdicts = run_child({"solution": solution, "cases": [str(c["input"]) for c in cases],
                               "out_caps": caps},
                              **limits, read_outputs=lambda files: [
-                                 _same_output(f, str(c["output"]), cap, float_tolerance)
+                                 _same_output(f, str(c["output"]), cap, float_tolerance,
+                                              case_insensitive)
                                  for f, c, cap in zip(files, cases, caps)])
         report = next((r["cases"] for r in reversed(verdicts.report) if isinstance(r, dict)
                        and "cases" in r), None)
@@ -744,13 +804,21 @@ def run_python(solution: str, *, tests: str = "", entry_point: str | None = None
     if trusted_only and plan.harness is not None:
         return SandboxResult(False, False, False, None, 0.0, "", "", refused=True, **counts)
     spec = {"solution": solution, "setup": setup or "", "units": [u.steps for u in plan.units]}
+    # `Split(...)`: a class (its objects' methods and operators run in the child) or a function
+    # (its result judged here)? The run decides by what the names are once the solution ran.
+    functions = capitalised_calls(tests)
+    if functions:
+        as_functions = build_plan(tests, entry_point, setup or "", functions)
+        steps = [u.steps for u in as_functions.units]
+        if as_functions.harness == plan.harness and steps != spec["units"]:
+            spec["alt"] = {"names": sorted(functions), "units": steps}
     token = os.urandom(16).hex()
     if plan.harness is not None:
         spec["harness"] = {"source": pytest_source(plan, setup or ""), "token": token}
     run = run_child(spec, **limits, parse=False)
     passed = not run.timed_out and bool(run.raw) and _judge.verdict(
         {"tests": tests, "entry_point": entry_point, "setup": setup or "", "token": token,
-         "report": run.raw, "pytest": run.pytest})
+         "report": run.raw, "pytest": run.pytest, "functions": sorted(functions)})
     return SandboxResult(passed, plan.harness is None, run.timed_out, run.returncode, run.seconds,
                          run.stdout,
                          run.stderr, **counts)

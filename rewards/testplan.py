@@ -23,6 +23,8 @@ import ast
 import builtins
 import collections
 import copy
+import decimal
+import fractions
 import itertools
 import math
 import re
@@ -34,7 +36,7 @@ from functools import lru_cache
 # inside the sandbox.
 SAFE_NAMES = frozenset("""abs all any ascii bin bool bytes chr complex dict divmod enumerate filter
 float format frozenset hex int isinstance len list map max min oct ord pow range repr reversed round
-set slice sorted str sum tuple type zip""".split())  # noqa: SIM905
+set slice sorted str sum tuple type zip bytearray""".split())  # noqa: SIM905
 BUILTIN_NAMES = frozenset(dir(builtins))
 MODULES = {"math": math, "collections": collections}
 # Modules the tests may import (`import random` inside a HumanEval check): the trainer evaluates
@@ -42,7 +44,7 @@ MODULES = {"math": math, "collections": collections}
 # here)
 IMPORTABLE = ("math", "cmath", "collections", "copy", "string", "itertools", "functools",
               "operator",
-              "fractions", "statistics", "heapq", "bisect", "re", "random")
+              "fractions", "decimal", "statistics", "heapq", "bisect", "re", "random")
 _SAFE_BUILTINS = {name: getattr(builtins, name) for name in SAFE_NAMES}
 # Calls that iterate over their argument: a generator (or any iterator) the solution returns there
 # is materialised into a list in the sandbox, and the call itself runs here on that list (list(gen)
@@ -56,6 +58,8 @@ CHILD_BUILTINS = frozenset("len str repr bool isinstance abs".split())  # noqa: 
 _KEEPS = frozenset("sorted list tuple set frozenset reversed min max".split())  # noqa: SIM905
 # `x is None`: exact on rebuilt values (decode returns these objects)
 SINGLETONS = (None, True, False, Ellipsis)
+TO_DATA = frozenset(("tolist", "item"))  # numpy's conversions of a returned array to plain data
+_IN = (ast.In, ast.NotIn)
 # characters of an exception message matched against pytest.raises(match=...); longer: fail
 MAX_MESSAGE = 4096
 MAX_DEPTH = 100  # nesting of a returned value (the child sends at most 64 levels)
@@ -179,6 +183,8 @@ class _Decoder:
                 return float(inner)
             if tag == "bytes":
                 return bytes.fromhex(inner)
+            if tag in _EXACT:
+                return self.exact(tag, inner, depth)
             if tag == "complex":
                 return self.steerable(complex(self.decode(inner[0], depth + 1),
                                               self.decode(inner[1], depth + 1)))
@@ -216,6 +222,36 @@ class _Decoder:
         name, fields, items = inner
         return self.steerable(_namedtuple(name, tuple(fields))(*self.items(items, depth)))
 
+    def exact(self, tag, inner, depth):
+        """bytearray, Fraction, Decimal, dict views and enum members, rebuilt as what they are (an
+        enum member as an _EnumMember: equal to a member of the same class and name, and, where the
+        member was an int or str (IntEnum, StrEnum), to its value, as Python compares them)."""
+        if tag == "bytearray":
+            return bytearray.fromhex(inner)
+        if tag == "Fraction":
+            num, den = (int(x, 16) for x in inner)
+            return self.steerable(fractions.Fraction(num, den))
+        if tag == "Decimal":
+            if type(inner) is not str or len(inner) > 10_000:
+                raise ValueError("malformed Decimal")
+            return self.steerable(decimal.Decimal(inner))
+        if tag == "enum":
+            cls, name, value, like_value = inner
+            if type(cls) is not str or type(name) is not str or type(like_value) is not bool:
+                raise ValueError("malformed enum member")
+            return self.steerable(_EnumMember(cls, name, self.decode(value, depth + 1),
+                                              like_value))
+        items = self.items(inner, depth)
+        if tag == "dict_items":
+            if not all(type(p) is tuple and len(p) == 2 for p in items):
+                raise ValueError("malformed dict items")
+            _check_collisions([k for k, _ in items])
+            return dict(items).items()
+        if tag == "dict_keys":
+            _check_collisions(items)
+            return dict.fromkeys(items).keys()
+        return dict(enumerate(items)).values()
+
     def items(self, values, depth) -> list:
         """A list's items. Fast path, at C speed, for the common flat list of one scalar type
         (json.loads made it already): small ints, strs, floats (their hashes recorded)."""
@@ -240,6 +276,28 @@ class _Decoder:
             raise ValueError("result too costly to hash (deeply nested tuples)")
         self.hashable.append(value)
         return value
+
+
+_EXACT = ("bytearray", "Fraction", "Decimal", "enum", "dict_keys", "dict_values", "dict_items")
+
+
+class _EnumMember:
+    """An enum member a solution returned, here: its class's name, its name, its value."""
+    __slots__ = ("cls", "like_value", "name", "value")
+
+    def __init__(self, cls, name, value, like_value):
+        self.cls, self.name, self.value, self.like_value = cls, name, value, like_value
+
+    def __eq__(self, other):
+        if type(other) is _EnumMember:
+            return (self.cls, self.name) == (other.cls, other.name)
+        return self.like_value and self.value == other
+
+    def __hash__(self):
+        return hash(self.value) if self.like_value else hash((self.cls, self.name))
+
+    def __repr__(self):
+        return f"<{self.cls}.{self.name}: {self.value!r}>"
 
 
 _FACTORIES = {None: None,
@@ -336,6 +394,11 @@ def render(value) -> str:
         return "{" + ", ".join(f"{render(k)}: {render(v)}" for k, v in value.items()) + "}"
     if kind in (set, frozenset):
         return f"{kind.__name__}([" + ", ".join(map(render, value)) + "])"
+    if kind in (fractions.Fraction, decimal.Decimal):  # exact, from the child's own module
+        module = kind.__module__
+        args = (f"{render(value.numerator)}, {render(value.denominator)}"
+                if kind is fractions.Fraction else repr(str(value)))
+        return f"__gmts_builtins['__import__']({module!r}).{kind.__name__}({args})"
     raise Unconvertible(f"input of type {kind.__name__} cannot be sent as a literal")
 
 
@@ -439,6 +502,12 @@ def _bound_inside(node) -> set:
     return bound
 
 
+def _stored(node) -> set:
+    """Names a statement assigns (a test's locals)."""
+    return {n.id for n in ast.walk(node)
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+
+
 def _last_name(node) -> str:
     return node.id if isinstance(node, ast.Name) else node.attr if isinstance(node,
                                                                               ast.Attribute) else ""
@@ -455,8 +524,14 @@ class _Unit:
     `objects` are the child names holding instances of the solution's classes (`s = Stack()`): their
     methods and attributes are the solution's code and run there."""
 
-    def __init__(self, env: dict, child: set, prelude: list, modules=frozenset(), imports=None):
+    def __init__(self, env: dict, child: set, prelude: list, modules=frozenset(), imports=None,
+                 functions=frozenset(), module_level=frozenset()):
         self.env, self.child = dict(env), set(child)
+        # the test module's own names (not the test's locals): a mutable one, once the solution
+        # gets it, is one object for every later test too, as in pytest
+        self.module_level = module_level
+        self.functions = functions  # capitalised names that are functions at run time
+        self.solution_names = set(child)  # the solution's own names (and check's candidate)
         self.imports = imports if imports is not None else _importable()
         # `import solution`: its attributes are the solution's
         self.objects, self.deferred = set(modules), set()
@@ -477,16 +552,25 @@ class _Unit:
         if isinstance(node, ast.Name):
             return node.id in self.objects
         if isinstance(node, ast.Call):
-            return self.is_callee(node.func) and _last_name(node.func)[:1].isupper()
+            name = _last_name(node.func)
+            return (self.is_callee(node.func) and name[:1].isupper()
+                    and name not in self.functions)
         return False
 
     def is_callee(self, node) -> bool:
-        """A callable of the solution's: one of its names, or a method or attribute of one of its
-        objects."""
+        """A callable of the solution's: one of its names, a method or attribute of one of its
+        objects or of a name of its own (`Cls.static(x)`), what a call of the solution's returned
+        (`make_adder(2)(3)`), or a numpy conversion to plain data of a value the solution returned
+        (`f(3).tolist()`, `.item()`: it runs in the child, and its result crosses as data)."""
         if isinstance(node, ast.Name):
             return node.id in self.child
+        if isinstance(node, ast.Call):
+            return self.is_callee(node.func)
         if isinstance(node, ast.Attribute):
-            return self.is_object(node.value)
+            if node.attr in TO_DATA and self.is_child_value(node.value):
+                return True
+            return self.is_object(node.value) or (isinstance(node.value, ast.Name)
+                                                  and node.value.id in self.solution_names)
         return False
 
     def is_child_value(self, node) -> bool:
@@ -582,12 +666,14 @@ class _Unit:
             return node
         if isinstance(node, ast.Name) and node.id in self.env and _is_mutable(self.env[node.id]):
             value = self.env.pop(node.id)
-            self.steps.append({"run": f"{node.id} = {self.source(value)}", "binds": [node.id]})
+            self.steps.append({"run": f"{node.id} = {self.source(value)}", "binds": [node.id],
+                               "share": node.id in self.module_level})
             self.child.add(node.id)
             # `arr = original`: one list, two
             for other in [n for n, v in self.env.items() if v is value]:
                 self.env.pop(other)  # names; both are the child's from now on, as in pytest
-                self.steps.append({"run": f"{other} = {node.id}", "binds": [other]})
+                self.steps.append({"run": f"{other} = {node.id}", "binds": [other],
+                                   "share": other in self.module_level})
                 self.child.add(other)
             if any(_contains(v, {id(value)}) for v in self.env.values()):
                 raise Unconvertible("a mutable input is also held inside another value of the "
@@ -726,6 +812,13 @@ class _Unit:
                          for a in node.args]
             node.keywords = [ast.keyword(arg=k.arg, value=self.split(k.value, bound=bound))
                              for k in node.keywords]
+            return node
+        if isinstance(node, ast.Compare) and any(isinstance(op, _IN) for op in node.ops):
+            # `3 in gen(5)`: what `in` searches is materialised in the child, as list(...) is
+            node.left = self.split(node.left, bound=bound)
+            node.comparators = [self.split(c, iterate=isinstance(op, _IN) and not bound,
+                                           bound=bound)
+                                for op, c in zip(node.ops, node.comparators)]
             return node
         if isinstance(node, (ast.NamedExpr, ast.Starred)):
             raise Unconvertible(f"child value inside {type(node).__name__}")
@@ -974,6 +1067,22 @@ def _count_cases(node) -> int:
     return max(1, sum(isinstance(n, ast.Assert) or _is_raises(n) for n in ast.walk(node)))
 
 
+_SKIPS = ("pytest.mark.skip", "mark.skip", "unittest.skip", "skip")
+
+
+def _skipped(stmt) -> bool:
+    """A test function or class with an unconditional skip mark of the tests' (`@pytest.mark.skip`,
+    `@pytest.mark.skip(reason=...)`, `@unittest.skip("...")`): its runner never runs it. A
+    `skipif` is left to pytest, which evaluates its condition."""
+    if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return False
+    if not stmt.name.startswith("test") and not (isinstance(stmt, ast.ClassDef)
+                                                 and _is_test_class(stmt)):
+        return False
+    return any(ast.unparse(d.func if isinstance(d, ast.Call) else d) in _SKIPS
+               for d in stmt.decorator_list)
+
+
 def _param_rows(fn: ast.FunctionDef, env: dict) -> list[dict]:
     """The parametrize tables of a test function as keyword dicts (cartesian product over
     decorators)."""
@@ -1140,9 +1249,26 @@ def _setup_values(setup: str) -> dict:
 
 
 @lru_cache(maxsize=4096)
-def build_plan(tests: str, entry_point: str | None = None, setup: str = "") -> Plan:
+def capitalised_calls(tests: str) -> frozenset:
+    """Capitalised names the tests call but do not define (`Stack()`, MBPP's `Split(...)`): the
+    solution's classes or functions; which one, the run decides (build_plan's `functions`)."""
+    try:
+        module = ast.parse(tests)
+    except SyntaxError:
+        return frozenset()
+    defined = _defined_names(module.body)
+    return frozenset(n.func.id for n in ast.walk(module)
+                     if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+                     and n.func.id[:1].isupper() and n.func.id not in defined
+                     and n.func.id not in BUILTIN_NAMES)
+
+
+@lru_cache(maxsize=4096)
+def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
+               functions: frozenset = frozenset()) -> Plan:
     """The plan for one problem's tests (cached: the same reference comes back every epoch). A tests
-    string that is not Python raises ValueError (a data bug)."""
+    string that is not Python raises ValueError (a data bug). `functions`: capitalised names that
+    are functions of the solution's, not classes (their calls' results are judged here)."""
     try:
         module = ast.parse(tests)
         setup_names = _defined_names(ast.parse(setup).body) if setup else set()
@@ -1236,13 +1362,15 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "") -> P
     # cannot convert, the script breaks: that statement and every later one run in the harness (they
     # may depend on it).
     script = _Unit(env, child_names(ast.Module(body=script_stmts, type_ignores=[])), prelude,
-                   modules,
-                   imports)
+                   modules, imports, functions)
     script_broken = False
     # kept: (statement, whether it tests anything in the harness)
     units, kept, harness_tests = [], [], []
     trusted = untrusted = unjudged = 0
+    shared = set()  # module-level mutable names the child holds, one object for every later test
     for stmt in module.body:
+        if _skipped(stmt):  # as pytest: not run, counted neither way
+            continue
         if _is_main_guard(stmt) or (check_def is not None
                                     and _check_call(stmt)) or _runs_tests(stmt, test_functions):
             # `if __name__ == ...`, `unittest.main()`, `check(add)`, `test_add()`: judged where
@@ -1294,7 +1422,7 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "") -> P
                 # usually one: the entry point, or what the tests pass to check
                 for candidate in candidates:
                     u = _Unit(env, child_names(stmt) | {arg}, prelude + [f"{arg} = {candidate}"],
-                              modules, imports)
+                              modules, imports, functions)
                     for s in stmt.body:
                         u.statement(s)
                     converted.append(Unit(u.steps, u.checks, "check"))
@@ -1303,14 +1431,20 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "") -> P
                 continue
             if isinstance(stmt, ast.FunctionDef) and stmt.name.startswith("test"):
                 rows = _param_rows(stmt, env)
-                converted = []
+                converted, now_shared = [], set()
+                local = _stored(stmt) | _bound_inside(stmt)
                 for row in rows:
-                    u = _Unit({**env, **row}, child_names(stmt) - set(row), prelude, modules,
-                              imports)
+                    unshared = {k: v for k, v in env.items() if k not in shared}
+                    level = set(unshared) - set(row) - local
+                    u = _Unit({**unshared, **row}, child_names(stmt) - set(row)
+                              | (shared & _names(stmt)) - set(row) - local, prelude, modules,
+                              imports, functions, level)
                     for s in stmt.body:
                         u.statement(s)
                     converted.append(Unit(u.steps, u.checks, stmt.name))
+                    now_shared |= {n for n in level if n not in u.env and n in u.child}
                 units += converted
+                shared |= now_shared
                 trusted += len(rows) * _count_cases(stmt)
                 continue
         except (Unconvertible, ValueError, TypeError, SyntaxError, ArithmeticError, LookupError,
@@ -1535,14 +1669,20 @@ def verdict(message: dict) -> bool:
     this, in a helper process under a deadline and a memory limit): every unit passed, and where the
     plan has a harness, pytest's result passes (pytest_verdict)."""
     import json
-    plan = build_plan(message["tests"], message.get("entry_point"), message.get("setup") or "")
     try:
         report = [json.loads(line) for line in message["report"].split("\n") if line]
     except (ValueError, RecursionError):
         return False
-    units = next((r["units"] for r in reversed(report) if isinstance(r, dict) and "units" in r),
-                 None)
-    if units is None or not judge(plan, units):
+    line = next((r for r in reversed(report) if isinstance(r, dict) and "units" in r), None)
+    if line is None:
+        return False
+    # the child ran the plan where the tests' capitalised names are the solution's functions
+    functions = frozenset(message.get("functions") or ()) if line.get("functions") is True else (
+        frozenset())
+    plan = build_plan(message["tests"], message.get("entry_point"), message.get("setup") or "",
+                      functions)
+    units = line["units"]
+    if not judge(plan, units):
         return False
     if plan.harness is None:
         return True

@@ -1,0 +1,410 @@
+"""The code reward, fourth round (issue 53): each kind as a class of cases. A wrong solution scores
+0.0 under get_reward("code") and trusted_only=True, an honest one 1.0 (under trusted_only, where
+the tests can only run under pytest in the sandbox, 0.0 refused, as rewards/README.md says), in
+each format, with real rows of the public suites in tests/code_rows/ (their sources: its README).
+"""
+import json
+import textwrap
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+
+import data
+from data import builtin
+from rewards import get_reward, sandbox, testplan
+from rewards.code import extract_code
+
+code = get_reward("code")
+trusted = get_reward("code", trusted_only=True)
+ROWS = Path(__file__).with_name("code_rows")
+
+
+def block(src: str, fence: str = "```python", close: str = "```") -> str:
+    return f"Here it is:\n{fence}\n{src.strip(chr(10))}\n{close}\n"
+
+
+def rows(name: str) -> list[dict]:
+    return [json.loads(line) for line in (ROWS / name).read_text().splitlines() if line]
+
+
+def scores(answer: str, reference) -> tuple[float, float]:
+    return code(answer, reference), trusted(answer, reference)
+
+
+# ------------------------------------------------ 1. the solution stays out of the test module
+
+HARNESS = textwrap.dedent("""
+    import pytest
+    @pytest.fixture
+    def pair():
+        return (2, 3)
+    def test_pair(pair):
+        assert add(*pair) == 5
+    def test_printed(capsys):
+        print(add(1, 1))
+        assert capsys.readouterr().out == "2\\n"
+    def test_more():
+        assert add(10, 5) == 15
+    """)
+RIGHT_ONLY_FOR_2_3 = "    return a + b if (a, b) == (2, 3) else 0\n"
+
+
+GOOD = "def add(a, b):\n    return a + b\n"
+
+
+class TestTheSolutionStaysOutOfTheTestModule:
+    HONEST = GOOD
+    WRONG: ClassVar[dict] = {
+        "pytestmark_xfail": "import pytest\npytestmark = pytest.mark.xfail\n"
+                            "def add(a, b):\n    return 0\n",
+        "own_capsys_fixture": (
+            "import pytest\nclass Out:\n    out = '2\\n'\nclass Cap:\n    def readouterr(self):\n"
+            "        return Out\n@pytest.fixture\ndef capsys():\n    return Cap()\n"
+            "def add(a, b):\n" + RIGHT_ONLY_FOR_2_3),
+        "swap_a_test_code": (
+            "import sys\ndef add(a, b):\n    g = sys._getframe(1).f_globals\n"
+            "    for n in ('test_printed', 'test_more'):\n"
+            "        g[n].__code__ = (lambda *a: None).__code__\n" + RIGHT_ONLY_FOR_2_3),
+        "rebind_a_test": (
+            "import sys\ndef add(a, b):\n    g = sys._getframe(1).f_globals\n"
+            "    g['test_more'] = lambda: None\n" + RIGHT_ONLY_FOR_2_3),
+        # an otherwise right solution that installs a tracer, or leaves a thread running beside
+        # the tests (either could rewrite a test's frame or code between two checks), scores 0
+        "installs_a_tracer": ("import sys\ndef tracer(frame, event, arg):\n    return tracer\n"
+                              "sys.settrace(tracer)\n" + GOOD),
+        "installs_a_profiler": "import sys\nsys.setprofile(lambda *a: None)\n" + GOOD,
+        "thread_beside_the_tests": (
+            "import threading, time\nthreading.Thread(target=time.sleep, args=(30,), "
+            "daemon=True).start()\n" + GOOD),
+    }
+
+    def test_honest(self):
+        assert scores(block(self.HONEST), HARNESS) == (1.0, 0.0)  # pytest path: refused
+
+    @pytest.mark.parametrize("name", sorted(WRONG))
+    def test_wrong(self, name):
+        assert scores(block(self.WRONG[name]), HARNESS) == (0.0, 0.0)
+
+    def test_star_import_takes_only_the_names_the_tests_read(self):
+        tests = "from solution import *\n" + HARNESS
+        assert code(block(self.HONEST), tests) == 1.0
+        assert code(block(self.WRONG["pytestmark_xfail"]), tests) == 0.0
+        source = sandbox.pytest_source(testplan.build_plan(tests), "")
+        assert "import *" not in source and "globals().update" not in source
+        assert "['add', 'print']" in source  # the names the tests read and do not bind
+
+    def test_the_tests_code_is_in_the_tamper_check(self):
+        # the swap works under pytest (the test would pass) and the runner reports it
+        plan = testplan.build_plan(HARNESS)
+        spec = {"solution": self.WRONG["swap_a_test_code"], "setup": "", "units": [],
+                "harness": {"source": sandbox.pytest_source(plan, ""), "token": "t" * 32}}
+        run = sandbox.run_child(spec, parse=False)
+        assert '"tampered": true' in run.pytest
+
+
+# ------------------------------------------------ 2. what the child keeps is frozen when returned
+
+class TestValuesAreFrozenWhenReturned:
+    TESTS = "assert f(3) == [3, 3, 3]\nassert f(1) == [1]\n"
+
+    def test_a_list_changed_after_it_was_returned(self):
+        # the first call returns a wrong list and the second call rewrites it
+        wrong = ("_kept = []\ndef f(n):\n    if n == 3:\n        return _kept\n"
+                 "    _kept[:] = [3, 3, 3]\n    return [1]\n")
+        assert scores(block(wrong), self.TESTS) == (0.0, 0.0)
+
+    def test_an_honest_solution_returning_its_own_state(self):
+        # one list object returned twice, changed in between: each is judged as it was returned
+        honest = "_buf = []\ndef f(n):\n    _buf[:] = [n] * n\n    return _buf\n"
+        assert scores(block(honest), self.TESTS) == (1.0, 1.0)
+
+    @pytest.mark.parametrize("where", ["gc", "module"])
+    def test_the_builtins_snapshot_cannot_be_patched(self, where):
+        patch = {"gc": ("import gc\nfor o in gc.get_objects():\n"
+                        "    if isinstance(o, dict) and o.get('len') is len and 'abs' in o:\n"
+                        "        o['len'] = lambda x: 3\n"),
+                 "module": ("import sys\nm = sys.modules['__main__']\n"
+                            "m._BUILTIN_ITEMS = (('len', lambda x: 3),)\n")}[where]
+        wrong = patch + ("class Box:\n    def __len__(self):\n        return 0\n"
+                         "def make(n):\n    return Box()\n")
+        assert scores(block(wrong), "assert len(make(3)) == 3\n") == (0.0, 0.0)
+
+
+# ------------------------------------------------ 3. test semantics as the runner's
+
+class TestTheRunnersSemantics:
+    SHARED = ("from solution import pop_first\nITEMS = [1, 2, 3]\n\n"
+              "def test_a():\n    assert pop_first(ITEMS) == 1\n\n"
+              "def test_b():\n    assert pop_first([5, 6]) == 5\n    assert len(ITEMS) == 3\n")
+
+    def test_module_constants_are_shared_across_tests(self):
+        assert scores(block("def pop_first(xs):\n    return xs[0]\n"), self.SHARED) == (1.0, 1.0)
+        # mutating the module's list fails the later test, as under pytest
+        assert scores(block("def pop_first(xs):\n    return xs.pop(0)\n"),
+                      self.SHARED) == (0.0, 0.0)
+
+    def test_a_capitalised_function_is_judged_by_its_result(self):
+        row = next(r for r in rows("mbpp.jsonl") if r["task_id"] == 629)
+        reference = builtin.mbpp(row, "mbpp.jsonl:1")["answer"]
+        assert scores(block(row["code"]), reference) == (1.0, 1.0)
+        always_equal = ("class Any:\n    def __eq__(self, other):\n        return True\n"
+                        "def Split(xs):\n    return Any()\n")
+        assert scores(block(always_equal), reference) == (0.0, 0.0)
+        assert scores(block("def Split(xs):\n    return xs\n"), reference) == (0.0, 0.0)
+
+    def test_a_capitalised_class_still_meets_its_methods_in_the_child(self):
+        tests = ("def test_stack():\n    s = Stack()\n    s.push(1)\n    assert s.pop() == 1\n"
+                 "    assert len(s) == 0\n")
+        good = ("class Stack:\n    def __init__(self):\n        self.items = []\n"
+                "    def push(self, x):\n        self.items.append(x)\n"
+                "    def pop(self):\n        return self.items.pop()\n"
+                "    def __len__(self):\n        return len(self.items)\n")
+        assert scores(block(good), tests) == (1.0, 1.0)
+        assert scores(block(good.replace("return len(self.items)", "return 1")),
+                      tests) == (0.0, 0.0)
+
+
+# ------------------------------------------------ 4. each format's whole program
+
+class TestEachFormatsWholeProgram:
+    @pytest.mark.parametrize("row", rows("humaneval.jsonl"), ids=lambda r: r["task_id"])
+    def test_humaneval_rows(self, row):
+        reference = builtin.humaneval(row, "humaneval.jsonl")["answer"]
+        # the chat answer restating the function, and the completion (the body) alone
+        whole = row["prompt"] + row["canonical_solution"]
+        assert scores(block(whole), reference) == (1.0, 1.0)
+        assert scores(block("    " + row["canonical_solution"].lstrip()), reference) == (1.0, 1.0)
+        assert scores(block("    return None"), reference) == (0.0, 0.0)
+
+    def test_a_helper_the_prompt_defines(self):
+        # HumanEval/32: find_zero calls poly, which only the prompt defines
+        row = next(r for r in rows("humaneval.jsonl") if r["task_id"] == "HumanEval/32")
+        reference = builtin.humaneval(row, "humaneval.jsonl")["answer"]
+        answer = ("def find_zero(xs):\n    lo, hi = -1.0, 1.0\n"
+                  "    while poly(xs, lo) * poly(xs, hi) > 0:\n        lo, hi = 2 * lo, 2 * hi\n"
+                  "    for _ in range(200):\n        mid = (lo + hi) / 2\n"
+                  "        if poly(xs, lo) * poly(xs, mid) <= 0:\n            hi = mid\n"
+                  "        else:\n            lo = mid\n    return lo\n")
+        assert scores(block(answer), reference) == (1.0, 1.0)
+        assert scores(block(answer.replace("return lo", "return lo + 1")),
+                      reference) == (0.0, 0.0)
+
+    @pytest.mark.parametrize("task,cheat", [
+        ("HumanEval/38", ("def encode_cyclic(s):\n    return s\n\ndef decode_cyclic(s):\n"
+                         "    return s\n")),
+        ("HumanEval/32", ("def poly(xs, x):\n    return 0\n\ndef find_zero(xs):\n"
+                         "    return 0.0\n"))])
+    def test_the_prompts_helpers_cannot_be_redefined_by_the_answer(self, task, cheat):
+        # the tests call them on the expected side; under the bare harness these cheats pass
+        row = next(r for r in rows("humaneval.jsonl") if r["task_id"] == task)
+        reference = builtin.humaneval(row, "humaneval.jsonl")["answer"]
+        assert scores(block(cheat), reference) == (0.0, 0.0)
+
+    def test_mbpp_judges_the_challenge_tests_and_shows_one(self):
+        row = next(r for r in rows("mbpp.jsonl") if r["task_id"] == 11)
+        problem = builtin.mbpp(row, "mbpp.jsonl:3")
+        assert problem["question"].count("assert") == 1
+        reference = problem["answer"]
+        assert scores(block(row["code"]), reference) == (1.0, 1.0)
+        # a table of every visible example (the three test_list asserts) is not enough
+        table = ("def remove_Occ(s, ch):\n    return {('hello', 'l'): 'heo', ('abcda', 'a'): 'bcd',"
+                 " ('PHP', 'P'): 'H'}.get((s, ch), s)\n")
+        assert scores(block(table), reference) == (0.0, 0.0)
+
+    def test_humaneval_plus_row(self):
+        row = rows("humaneval_plus.jsonl")[0]
+        path = ROWS / "humaneval_plus.jsonl"
+        (problem,) = data.load_problems(str(path))
+        assert problem.answer["prompt"] == row["prompt"]
+        honest = block(row["prompt"] + row["canonical_solution"])
+        # `assertion` and numpy are the tests' own helpers: pytest judges (refused when trusted)
+        assert scores(honest, problem.answer) == (1.0, 0.0)
+        assert scores(block("    return True"), problem.answer) == (0.0, 0.0)
+
+    def test_kodcode_row(self):
+        row = rows("kodcode.jsonl")[0]
+        reference = builtin.kodcode(row, "kodcode.jsonl")["answer"]
+        assert scores(block(row["solution"]), reference) == (1.0, 1.0)
+        wrong = row["solution"].replace("total += n", "total = n")
+        assert scores(block(wrong), reference) == (0.0, 0.0)
+
+    def test_bigcodebench_row(self):
+        path = ROWS / "bigcodebench.jsonl"
+        (problem,) = data.load_problems(str(path), question_field="complete_prompt")
+        row = rows("bigcodebench.jsonl")[0]
+        honest = block(row["code_prompt"] + row["canonical_solution"])
+        assert scores(honest, problem.answer) == (1.0, 0.0)  # a TestCase: pytest, refused
+        assert scores(block("import itertools\ndef task_func(numbers=[1, 2, 3]):\n"
+                            "    return 8 / 3\n"), problem.answer) == (0.0, 0.0)
+
+
+# ------------------------------------------------ 5. answers written the ordinary way
+
+ADD = "assert add(2, 3) == 5\nassert add(-1, 1) == 0\n"
+GOOD_ADD = "def add(a, b):\n    return a + b\n"
+
+
+class TestOrdinaryAnswers:
+    ANSWERS: ClassVar[dict] = {
+        "usage_block_after": block(GOOD_ADD) + "Usage:\n" + block("print(add(2, 3))  # 5"),
+        "repl_block_after": block(GOOD_ADD) + block(">>> add(2, 3)\n5"),
+        "failing_usage_in_the_block": block(GOOD_ADD + "\nprint(add('a'))\n"),
+        "main_guard_reading_stdin": block(GOOD_ADD + "\nif __name__ == '__main__':\n"
+                                          "    print(add(*map(int, input().split())))\n"),
+        "own_tests_after": block(GOOD_ADD) + "Tests:\n" + block(
+            "def test_add():\n    assert add(1, 2) == 3\n"),
+        "python_colon_file": block(GOOD_ADD, fence="```python:solution.py"),
+        "tilde_fence": block(GOOD_ADD, fence="~~~python", close="~~~"),
+        "tilde_fence_holding_backticks": block(GOOD_ADD + "DOC = '''\n```\n'''\n",
+                                               fence="~~~python", close="~~~"),
+    }
+
+    @pytest.mark.parametrize("name", sorted(ANSWERS))
+    def test_honest_answers(self, name):
+        assert scores(self.ANSWERS[name], ADD) == (1.0, 1.0)
+
+    @pytest.mark.parametrize("name", sorted(ANSWERS))
+    def test_the_same_answers_wrong(self, name):
+        wrong = self.ANSWERS[name].replace("return a + b", "return a - b")
+        assert scores(wrong, ADD) == (0.0, 0.0)
+
+    def test_a_usage_block_is_not_the_solution(self):
+        answer = self.ANSWERS["usage_block_after"]
+        assert extract_code(answer) == GOOD_ADD
+
+    VALUES: ClassVar[list] = [  # (honest, wrong, tests)
+        ("from fractions import Fraction\ndef f(a, b):\n    return Fraction(a, b)\n",
+         "from fractions import Fraction\ndef f(a, b):\n    return Fraction(a + 1, b)\n",
+         ("from fractions import Fraction\nassert f(1, 2) == Fraction(1, 2)\n"
+          "assert f(2, 4) == 0.5\n")),
+        ("from decimal import Decimal\ndef f(s):\n    return Decimal(s) * 2\n",
+         "from decimal import Decimal\ndef f(s):\n    return Decimal(s) * 3\n",
+         "from decimal import Decimal\nassert f('1.1') == Decimal('2.2')\n"),
+        ("def f(s):\n    return bytearray(s, 'ascii')\n",
+         "def f(s):\n    return bytearray(s[::-1], 'ascii')\n",
+         "assert f('ab') == bytearray(b'ab')\n"),
+        ("def f(d):\n    return d.keys()\n", "def f(d):\n    return d.values()\n",
+         "assert f({'a': 1, 'b': 2}) == {'a', 'b'}\n"),
+        ("def f(d):\n    return d.items()\n", "def f(d):\n    return d.keys()\n",
+         "assert sorted(f({'a': 1, 'b': 2})) == [('a', 1), ('b', 2)]\n"),
+        ("import enum\nclass C(enum.IntEnum):\n    A = 1\ndef f():\n    return C.A\n",
+         "import enum\nclass C(enum.Enum):\n    A = 1\ndef f():\n    return C.A\n",
+         "assert f() == 1\n"),
+        ("def make_adder(n):\n    return lambda x: x + n\n",
+         "def make_adder(n):\n    return lambda x: x + n + 1\n", "assert make_adder(2)(3) == 5\n"),
+        ("class M:\n    @staticmethod\n    def sq(x):\n        return x * x\n",
+         "class M:\n    @staticmethod\n    def sq(x):\n        return x + x\n",
+         "assert M.sq(3) == 9\n"),
+        ("def gen(n):\n    yield from range(n)\n", "def gen(n):\n    yield from range(100)\n",
+         "assert 3 in gen(5)\nassert 7 not in gen(5)\n"),
+        ("import numpy as np\ndef f(n):\n    return np.arange(n)\n",
+         "import numpy as np\ndef f(n):\n    return np.arange(n + 1)\n",
+         "assert f(3).tolist() == [0, 1, 2]\n"),
+    ]
+
+    @pytest.mark.parametrize("honest,wrong,tests", VALUES, ids=lambda x: str(x)[:24])
+    def test_values_and_calls(self, honest, wrong, tests):
+        assert scores(block(honest), tests) == (1.0, 1.0)
+        assert scores(block(wrong), tests) == (0.0, 0.0)
+
+    def test_any_case_where_the_statement_says_so(self, tmp_path):
+        path = tmp_path / "yes.jsonl"
+        cases = [{"input": "4\n", "output": "YES\n"}, {"input": "3\n", "output": "NO\n"}]
+        path.write_text(json.dumps({"question": "Is n even? You can print the answer in any "
+                                                "case.", "cases": cases}) + "\n")
+        (problem,) = data.load_problems(str(path))
+        honest = block("print('Yes' if int(input()) % 2 == 0 else 'no')")
+        assert scores(honest, problem.answer) == (1.0, 1.0)
+        assert scores(block("print('Yes')"), problem.answer) == (0.0, 0.0)
+        # a statement that does not say so: exact
+        assert code(honest, {"cases": cases}) == 0.0
+
+
+# ------------------------------------------------ 6. rows checked completely when loaded
+
+class TestRowsCheckedWhenLoaded:
+    CASES: ClassVar[list] = [{"input": "2 3\n", "output": "5\n"},
+                             {"input": "1 1\n", "output": "2\n"}]
+
+    def load(self, tmp_path, row):
+        path = tmp_path / "rows.jsonl"
+        path.write_text(json.dumps({"question": "Add two numbers.", "id": "r1", **row}) + "\n")
+        return data.load_problems(str(path))[0]
+
+    def test_the_rows_limits_are_kept_and_used(self, tmp_path):
+        problem = self.load(tmp_path, {"cases": self.CASES, "float_tolerance": 0.01,
+                                       "timeout": 1.5, "memory_mb": 512})
+        assert problem.answer["float_tolerance"] == 0.01
+        assert problem.answer["timeout"] == 1.5 and problem.answer["memory_mb"] == 512
+        near = block("a, b = map(int, input().split())\nprint(a + b + 0.001)")
+        assert scores(near, problem.answer) == (1.0, 1.0)
+
+    def test_cases_as_a_json_string(self, tmp_path):
+        problem = self.load(tmp_path, {"cases": json.dumps(self.CASES)})
+        assert problem.answer["cases"] == self.CASES
+        honest = block("a, b = map(int, input().split())\nprint(a + b)")
+        assert scores(honest, problem.answer) == (1.0, 1.0)
+        assert scores(block("print(5)"), problem.answer) == (0.0, 0.0)
+        # handed to the reward directly, unparsed: parsed there too
+        assert code(honest, {"cases": json.dumps(self.CASES)}) == 1.0
+
+    @pytest.mark.parametrize("row,said", [
+        ({"cases": "[{\"input\": 1"}, "not JSON"),
+        ({"cases": json.dumps([{"input": 1, "output": "2"}])}, "cases must be a list"),
+        ({"cases": [{"input": "1"}]}, "cases must be a list"),
+        ({"cases": [], "timeout": "10"}, "timeout must be a positive float"),
+        ({"cases": [], "timeout": 0}, "timeout must be a positive float"),
+        ({"cases": [], "memory_mb": 1.5}, "memory_mb must be a positive int"),
+        ({"cases": [], "float_tolerance": -1}, "float_tolerance must be a non-negative"),
+        ({"cases": [], "case_insensitive": "yes"}, "case_insensitive must be true or false"),
+        ({"tests": "assert f() == 1", "entry_point": 3}, "entry_point must be a string"),
+    ])
+    def test_a_bad_row_fails_at_loading_with_one_line(self, tmp_path, row, said):
+        with pytest.raises(ValueError, match=said) as info:
+            self.load(tmp_path, row)
+        assert "rows.jsonl" in str(info.value) and "\n" not in str(info.value)
+
+
+# ------------------------------------------------ 7. the time limit
+
+class TestTheTimeLimit:
+    SLOW = "import time\ndef add(a, b):\n    time.sleep(2)\n    return a + b\n"
+
+    def test_a_row_sets_its_own(self, tmp_path):
+        path = tmp_path / "rows.jsonl"
+        lines = [{"question": "q", "tests": "assert add(1, 2) == 3", "timeout": t} for t in (1, 6)]
+        path.write_text("".join(json.dumps(r) + "\n" for r in lines))
+        short, long = data.load_problems(str(path))
+        assert code(block(self.SLOW), short.answer) == 0.0
+        assert code(block(self.SLOW), long.answer) == 1.0
+
+
+# ------------------------------------------------ 8. round 3's leftovers
+
+class TestRoundThreeLeftovers:
+    def test_a_skip_mark_is_honoured_by_the_trainer(self):
+        tests = ("import pytest\n\n@pytest.mark.skip(reason='not yet')\ndef test_later():\n"
+                 "    assert add(1, 1) == 3\n\ndef test_now():\n    assert add(1, 2) == 3\n")
+        assert testplan.build_plan(tests).harness is None
+        assert scores(block(GOOD_ADD), tests) == (1.0, 1.0)
+        assert scores(block("def add(a, b):\n    return a * b\n"), tests) == (0.0, 0.0)
+
+    def test_setup_names_on_the_expected_side_cannot_be_rebound(self):
+        reference = {"tests": "assert twice(3) == expected(3)\nassert twice(4) == expected(4)\n",
+                     "setup": "def expected(x):\n    return x * 2\n"}
+        rebinds = ("import sys\ndef twice(x):\n"
+                   "    sys._getframe(1).f_globals['expected'] = lambda x: -1\n    return -1\n")
+        assert scores(block(rebinds), reference) == (0.0, 0.0)
+        assert scores(block("def twice(x):\n    return 2 * x\n"), reference) == (1.0, 1.0)
+
+    def test_printing_megabytes_while_computing(self):
+        loud = "def add(a, b):\n    for _ in range(250_000):\n        print('x' * 99)\n"
+        assert scores(block(loud + "    return a + b\n"), ADD) == (1.0, 1.0)
+        assert scores(block(loud + "    return 0\n"), ADD) == (0.0, 0.0)
+
+    def test_decimals_written_differently(self):
+        cases = {"cases": [{"input": "1\n", "output": "0.5\n"}]}
+        assert scores(block("print('0.50')"), cases) == (1.0, 1.0)
+        assert scores(block("print('0.51')"), cases) == (0.0, 0.0)
+        assert scores(block("print('1/2')"), cases) == (0.0, 0.0)
