@@ -133,7 +133,7 @@ def one_update(selector, batch, loss_norm, fsdp=False, extra=()):
                         *extra])
     model = tiny_qwen2(vocab_size=VOCAB, seed=11)
     if fsdp:
-        distributed.shard_layers(model, torch.float32)
+        distributed.shard_model(model, torch.float32)
     optimizer = build_optimizer(model, cfg)
     grads = record_gradients(model, optimizer)
     metrics, selected = update_figures(
@@ -265,7 +265,7 @@ group = weakref.ref(dist.group.WORLD)
 def run():                     # like train.main: the model lives in this frame
     model = load_model({model!r}, dtype=torch.float32, device="cpu")
     if {fsdp!r}:               # DTensors, and DTensor's caches, keep the mesh and with it the group
-        distributed.shard_layers(model, torch.float32)
+        distributed.shard_model(model, torch.float32)
         model(input_ids=torch.tensor([[1, 2, 3]])).logits.sum().backward()
     distributed.all_reduce_sum(torch.ones(1))
     if {exit_code!r}:          # ends by an exception: its traceback holds this frame

@@ -44,9 +44,10 @@ def layers_gathered(model):
 
 
 def even_passes(model, n_passes, backward=True):
-    """FSDP: a with-block of n_passes passes, padded so that every process runs as many."""
+    """A with-block of n_passes passes that gets a distributed.Passes, whose backward(loss) each
+    pass calls. FSDP: padded so that every process runs as many, gradients synced on the last."""
     return (distributed.even_passes(model, n_passes, backward) if several_processes()
-            else contextlib.nullcontext())
+            else contextlib.nullcontext(distributed.Passes()))
 
 
 def sum_and_clip_gradients(model, params, n_passes, max_norm):
@@ -183,14 +184,17 @@ def completion_logprobs(model, prompt_ids, completion_ids, valid_mask, *, group_
         raise ValueError(f"{len(prompt_ids)} prompts x {group_size} != {len(completion_ids)} rows")
     ids, prompt_mask = left_pad(prompts, pad_id=0, device=completion_ids.device)
     attention = torch.cat([prompt_mask, valid_mask.long()], dim=1)
-    hidden = model.get_decoder()(input_ids=torch.cat([ids, completion_ids], dim=1),
-                                 attention_mask=attention, position_ids=positions(attention),
-                                 use_cache=False).last_hidden_state
-    h = hidden[:, ids.shape[1] - 1:-1][valid_mask]     # (n_valid, H): P-1+t predicts token t
-    head = model.get_output_embeddings()
-    logp, entropy = head_logprobs(h, head.weight, completion_ids[valid_mask],
-                                  head_bias=getattr(head, "bias", None), temperature=temperature,
-                                  chunk_size=chunk_size, with_entropy=with_entropy)
+
+    def decoder_and_head():           # the model's pass (under FSDP, its parameters gathered)
+        hidden = model.get_decoder()(input_ids=torch.cat([ids, completion_ids], dim=1),
+                                     attention_mask=attention, position_ids=positions(attention),
+                                     use_cache=False).last_hidden_state
+        h = hidden[:, ids.shape[1] - 1:-1][valid_mask]     # (n_valid, H): P-1+t predicts token t
+        head = model.get_output_embeddings()
+        return head_logprobs(h, head.weight, completion_ids[valid_mask],
+                             head_bias=getattr(head, "bias", None), temperature=temperature,
+                             chunk_size=chunk_size, with_entropy=with_entropy)
+    logp, entropy = distributed.whole_model(model, decoder_and_head)
     return tuple(x if x is None else x.new_zeros(valid_mask.shape).masked_scatter(valid_mask, x)
                  for x in (logp, entropy))                  # (n_valid,) -> (N, T), 0 at padding
 
@@ -348,11 +352,11 @@ def accumulate_gradients(model, batch, inputs, cfg):
     a float64 tensor; the number of passes)."""
     chunks = micro_batches(batch, inputs.rows, cfg)
     total = torch.zeros((), dtype=torch.float64)
-    with even_passes(model, len(chunks)):
+    with even_passes(model, len(chunks)) as passes:
         for chunk in chunks:
             logp, _ = micro_batch_logprobs(model, batch, chunk, cfg)
             loss = micro_batch_loss(inputs, chunk, logp)
-            loss.backward()
+            passes.backward(loss)
             total += loss.detach().double().cpu()
     return total, len(chunks)
 
