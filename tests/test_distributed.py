@@ -431,7 +431,17 @@ def _fsdp_worker(rank, world, dtype, extra):
     own = {n for n, p in model.named_parameters() if not any(
         p is q for m in fsdp if m is not model for q in m.parameters())}
     model_state, optim_state = distributed.full_state_dicts(model, optimizer)
-    return {"per_step": per_step, "passes": passes, "steps": len(records),
+    # a resume: every rank loads the saved optimizer state; its float32 masters (if any) come back
+    # exactly, whatever the weights were
+    before = {k: v.full_tensor() for k, v in model.state_dict().items()}
+    with torch.no_grad():
+        for p in model.parameters():
+            p.to_local().mul_(0.5)
+    distributed.load_full_optimizer_state(model, optimizer, distributed.gather_objects(
+        optim_state)[0])
+    after = {k: v.full_tensor() for k, v in model.state_dict().items()}
+    return {"resumed_exactly": all(torch.equal(before[k], after[k]) for k in before),
+            "per_step": per_step, "passes": passes, "steps": len(records),
             "head_dtypes": sorted(set(head_dtypes), key=str), "grads": grads,
             "roots": [r is model for r in roots],
             "layers": all(isinstance(layer, FSDPModule) for layer in model.get_decoder().layers),
@@ -446,7 +456,8 @@ def test_fsdp_one_root_one_reduce_scatter_per_optimizer_step(tmp_path, dtype):
     """FSDP: one root (the model: embeddings, final norm, head), each decoder layer its own FSDP
     module; the gradients reduce-scattered once per FSDP module per optimizer step, on its last
     pass (no sync on the others: 3 modules, not 3 x passes); the head's matmuls in the run's
-    dtype; checkpoints in the run's dtype with float32 masters beside them where it is narrower.
+    dtype; checkpoints in the run's dtype with float32 masters beside them where it is narrower,
+    which a resume loads.
     Two optimizer steps (--mini-batch-size 2 groups of Q). The gradients equal those of syncing
     every pass: test_two_processes_equal_one_process's FSDP cases (sync on the last pass, the
     default) against one process."""
@@ -460,6 +471,7 @@ def test_fsdp_one_root_one_reduce_scatter_per_optimizer_step(tmp_path, dtype):
         assert part["per_step"] == [layers + 1] * 2, part["per_step"]
         assert part["head_dtypes"] == [(dtype, dtype)]
         assert all(g.dtype == torch.float64 for step in part["grads"] for g in step.values())
+        assert part["resumed_exactly"] == (dtype != torch.float32)   # no masters: halved
     saved, master = parts[0]["saved"], parts[0]["master"]
     assert set(saved.values()) == {dtype}
     assert master == ({} if dtype == torch.float32 else {k: torch.float32 for k in saved})

@@ -270,6 +270,7 @@ def full_state_dicts(model, optimizer):
     if rank() != 0:
         return None, None
     dtype = getattr(model.config, "dtype", None) or torch.float32
+    dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype      # config.json's spelling
     narrower = {k: v for k, v in model_state.items()
                 if v.is_floating_point() and v.dtype.itemsize > dtype.itemsize}
     if narrower:

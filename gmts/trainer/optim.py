@@ -4,8 +4,8 @@ Why the second one: with bf16 weights (the default on GPU) an update smaller tha
 (~0.4% of the weight) is rounded away, and at RL learning rates (1e-6 .. 1e-5) most updates are that
 small. Keeping a float32 master copy (and Adam's two float32 moments) fixes that; putting those 12
 bytes/parameter in CPU memory (`--optimizer-offload`) leaves the GPU holding only the bf16 weights
-and gradients (4 bytes/parameter): the ZeRO-offload idea in a few lines, at the price of a host
-round trip per step.
+and their float32 gradient sums (6 bytes/parameter): the ZeRO-offload idea in a few lines, at the
+price of a host round trip per step.
 """
 import warnings
 
