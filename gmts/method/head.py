@@ -134,8 +134,7 @@ class _ChunkedHeadLogProb(torch.autograd.Function):
                     grad_w.addmm_(z.t(), h) if z.dtype == grad_w.dtype else grad_w.add_(z.t() @ h)
                 if need_b:
                     grad_b.add_(z.sum(0, dtype=lse.dtype))
-        return (grad_h.to(hidden.dtype) if need_h else None, grad_w, grad_b, None, None, None, None,
-                None)
+        return grad_h.to(hidden.dtype) if need_h else None, grad_w, grad_b, *[None] * 5
 
 
 def token_logprobs_and_entropy(hidden: Tensor, head_weight: Tensor, targets: Tensor, *,

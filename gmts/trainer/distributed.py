@@ -211,8 +211,9 @@ def clip_grad_norm(params, max_norm):
 def shard_model(model, compute_dtype):
     """FSDP: shard every decoder layer over the ranks, then the model (the root: embeddings, final
     norm, head). float32 shards; gathered and computed in compute_dtype, gradients summed in
-    float32, checkpoints written in compute_dtype (full_state_dicts). model.run_forward(fn, *args)
-    runs fn(*args) as a pass of the whole model: its parameters gathered, its backward hooked."""
+    float32, checkpoints written in compute_dtype (full_state_dicts). model.run_forward(fn, *args,
+    **kwargs) runs fn(*args, **kwargs) as a pass of the whole model (step.whole_model): its
+    parameters gathered, its backward hooked."""
     from torch.distributed.fsdp import (MixedPrecisionPolicy, fully_shard,
                                         register_fsdp_forward_method)
     policy = MixedPrecisionPolicy(param_dtype=compute_dtype,
@@ -224,16 +225,10 @@ def shard_model(model, compute_dtype):
         # plain sums on the wire (gloo has no pre-multiplied sum)
         module.set_force_sum_reduction_for_comms(True)
     model.config.dtype = compute_dtype          # what a checkpoint's config.json says it holds
-    model.run_forward = types.MethodType(lambda _model, fn, *args: fn(*args), model)
+    model.run_forward = types.MethodType(lambda _model, fn, *args, **kwargs: fn(*args, **kwargs),
+                                         model)
     register_fsdp_forward_method(model, "run_forward")
     return model
-
-
-def whole_model(model, fn, *args):
-    """fn(*args), a pass through the model that is not its forward (the decoder, then the chunked
-    head): under FSDP inside the root's gathering and backward hooks (shard_model)."""
-    run = getattr(model, "run_forward", None)
-    return fn(*args) if run is None else run(fn, *args)
 
 
 def sharded_layers(model):
@@ -341,18 +336,17 @@ def my_share(n):
 
 
 class Passes:
-    """The backward passes of one optimizer step on this process: passes.backward(loss) for each.
-    Under FSDP (model given) the gradients are reduce-scattered on the step's last pass only
-    (`total`: the busiest process's count, which every process runs, even_passes), the others
-    accumulating unsharded in float32 (FSDP's reduce dtype)."""
+    """The backward passes of one optimizer step under FSDP: passes.backward(loss) for each. The
+    gradients are reduce-scattered on the step's last pass only (`total`: the busiest process's
+    count, which every process runs, even_passes), the others accumulating unsharded in float32
+    (FSDP's reduce dtype)."""
 
-    def __init__(self, model=None, total=0):
+    def __init__(self, model, total):
         self.model, self.total, self.done = model, total, 0
 
     def backward(self, loss):
         self.done += 1
-        if self.model is not None:
-            self.model.set_requires_gradient_sync(self.done == self.total)
+        self.model.set_requires_gradient_sync(self.done == self.total)
         loss.backward()
 
 
@@ -360,14 +354,15 @@ class Passes:
 def even_passes(model, n_passes, backward=True):
     """FSDP: every forward (and backward) gathers the layers from every process, so each runs as
     many passes as the busiest one. The counts are compared before this process's n_passes passes
-    (the with-block, which gets the step's Passes); the extra ones, after it, are one-token passes
-    of the whole model, loss 0."""
+    (the with-block, which gets the function that runs each backward: Passes.backward, the
+    gradients synced on the last); the extra ones, after it, are one-token passes of the whole
+    model, loss 0."""
     if not sharded_layers(model):
-        yield Passes()
+        yield torch.Tensor.backward
         return
     busiest = max(gather_objects(n_passes))
     passes = Passes(model, busiest)
-    yield passes
+    yield passes.backward
     ids = torch.zeros((1, 1), dtype=torch.long, device=model.get_input_embeddings().weight.device)
     for _ in range(busiest - n_passes):
         logits = model(input_ids=ids, use_cache=False, logits_to_keep=1).logits     # (1, 1, V)

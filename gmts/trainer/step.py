@@ -44,10 +44,18 @@ def layers_gathered(model):
 
 
 def even_passes(model, n_passes, backward=True):
-    """A with-block of n_passes passes that gets a distributed.Passes, whose backward(loss) each
-    pass calls. FSDP: padded so that every process runs as many, gradients synced on the last."""
+    """A with-block of n_passes passes that gets the function each pass's backward runs through.
+    FSDP: padded so that every process runs as many, the gradients synced on the last."""
     return (distributed.even_passes(model, n_passes, backward) if several_processes()
-            else contextlib.nullcontext(distributed.Passes()))
+            else contextlib.nullcontext(torch.Tensor.backward))
+
+
+def whole_model(fn, model, *args, **kwargs):
+    """fn(model, *args, **kwargs), a pass through the model other than its forward (the decoder,
+    then the chunked head): under FSDP, with the root's parameters gathered and its backward
+    hooked (run_forward: distributed.shard_model's); else a plain call."""
+    run = getattr(model, "run_forward", None)
+    return run(fn, model, *args, **kwargs) if run else fn(model, *args, **kwargs)
 
 
 def sum_and_clip_gradients(model, params, n_passes, max_norm):
@@ -184,17 +192,14 @@ def completion_logprobs(model, prompt_ids, completion_ids, valid_mask, *, group_
         raise ValueError(f"{len(prompt_ids)} prompts x {group_size} != {len(completion_ids)} rows")
     ids, prompt_mask = left_pad(prompts, pad_id=0, device=completion_ids.device)
     attention = torch.cat([prompt_mask, valid_mask.long()], dim=1)
-
-    def decoder_and_head():           # the model's pass (under FSDP, its parameters gathered)
-        hidden = model.get_decoder()(input_ids=torch.cat([ids, completion_ids], dim=1),
-                                     attention_mask=attention, position_ids=positions(attention),
-                                     use_cache=False).last_hidden_state
-        h = hidden[:, ids.shape[1] - 1:-1][valid_mask]     # (n_valid, H): P-1+t predicts token t
-        head = model.get_output_embeddings()
-        return head_logprobs(h, head.weight, completion_ids[valid_mask],
-                             head_bias=getattr(head, "bias", None), temperature=temperature,
-                             chunk_size=chunk_size, with_entropy=with_entropy)
-    logp, entropy = distributed.whole_model(model, decoder_and_head)
+    hidden = model.get_decoder()(input_ids=torch.cat([ids, completion_ids], dim=1),
+                                 attention_mask=attention, position_ids=positions(attention),
+                                 use_cache=False).last_hidden_state
+    h = hidden[:, ids.shape[1] - 1:-1][valid_mask]     # (n_valid, H): P-1+t predicts token t
+    head = model.get_output_embeddings()
+    logp, entropy = head_logprobs(h, head.weight, completion_ids[valid_mask],
+                                  head_bias=getattr(head, "bias", None), temperature=temperature,
+                                  chunk_size=chunk_size, with_entropy=with_entropy)
     return tuple(x if x is None else x.new_zeros(valid_mask.shape).masked_scatter(valid_mask, x)
                  for x in (logp, entropy))                  # (n_valid,) -> (N, T), 0 at padding
 
@@ -236,9 +241,9 @@ def micro_batch_logprobs(model, batch, rows, cfg, with_entropy=False):
     """completion_logprobs of the batch's `rows`, trimmed to their widest answer: (n, w), w <= T."""
     prompts = [batch.prompt_ids[int(i) // cfg.group_size] for i in rows]      # G answers per prompt
     width = max(1, int(answer_widths(batch.valid_mask[rows]).max()))
-    return completion_logprobs(model, prompts, batch.completion_ids[rows, :width],
-                               batch.valid_mask[rows, :width], temperature=cfg.temperature,
-                               chunk_size=cfg.chunk_size, with_entropy=with_entropy)
+    return whole_model(completion_logprobs, model, prompts, batch.completion_ids[rows, :width],
+                       batch.valid_mask[rows, :width], temperature=cfg.temperature,
+                       chunk_size=cfg.chunk_size, with_entropy=with_entropy)
 
 
 @torch.no_grad()
@@ -352,11 +357,10 @@ def accumulate_gradients(model, batch, inputs, cfg):
     a float64 tensor; the number of passes)."""
     chunks = micro_batches(batch, inputs.rows, cfg)
     total = torch.zeros((), dtype=torch.float64)
-    with even_passes(model, len(chunks)) as passes:
-        for chunk in chunks:
-            logp, _ = micro_batch_logprobs(model, batch, chunk, cfg)
-            loss = micro_batch_loss(inputs, chunk, logp)
-            passes.backward(loss)
+    with even_passes(model, len(chunks)) as backward:
+        for rows in chunks:
+            loss = micro_batch_loss(inputs, rows, micro_batch_logprobs(model, batch, rows, cfg)[0])
+            backward(loss)
             total += loss.detach().double().cpu()
     return total, len(chunks)
 
