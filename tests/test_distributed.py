@@ -133,7 +133,7 @@ def one_update(selector, batch, loss_norm, fsdp=False, extra=()):
                         *extra])
     model = tiny_qwen2(vocab_size=VOCAB, seed=11)
     if fsdp:
-        distributed.shard_layers(model, torch.float32)
+        distributed.shard_model(model, torch.float32)
     optimizer = build_optimizer(model, cfg)
     grads = record_gradients(model, optimizer)
     metrics, selected = update_figures(
@@ -265,7 +265,7 @@ group = weakref.ref(dist.group.WORLD)
 def run():                     # like train.main: the model lives in this frame
     model = load_model({model!r}, dtype=torch.float32, device="cpu")
     if {fsdp!r}:               # DTensors, and DTensor's caches, keep the mesh and with it the group
-        distributed.shard_layers(model, torch.float32)
+        distributed.shard_model(model, torch.float32)
         model(input_ids=torch.tensor([[1, 2, 3]])).logits.sum().backward()
     distributed.all_reduce_sum(torch.ones(1))
     if {exit_code!r}:          # ends by an exception: its traceback holds this frame
@@ -381,3 +381,98 @@ def test_gradient_norm_of_bf16_gradients_is_summed_in_float32():
         assert abs(float(norm) - exact) <= 4096 * 2.0 ** -24 * exact
         clipped = float(torch.cat([p.grad.double().reshape(-1) for p in params]).norm())
         assert abs(clipped - exact / 2) <= 2.0 ** -8 * exact / 2     # one bf16 rounding each
+
+
+def count_reduce_scatters():
+    """Wrap torch.distributed's reduce-scatter (FSDP's gradient sum; reduce_scatter_single in
+    newer torch, reduce_scatter_tensor before) to count its calls: returns the list it appends
+    to."""
+    import torch.distributed as dist
+    calls = []
+    for name in ("reduce_scatter_single", "reduce_scatter_tensor"):
+        real = getattr(dist, name, None)
+        if real is not None:
+            setattr(dist, name, lambda *a, real=real, **k: (calls.append(1), real(*a, **k))[1])
+    return calls
+
+
+def _fsdp_worker(rank, world, dtype, extra):
+    """One update of a tiny model under FSDP (shard_model in `dtype`) on this rank's share, with
+    the reduce-scatters counted per optimizer step and the head's matmul dtypes recorded."""
+    import train
+    from conftest import tiny_qwen2
+    from gmts.run.config import parse_config
+    from gmts.trainer import distributed, step
+    from gmts.trainer.optim import build_optimizer
+    torch.set_num_threads(1)
+    cfg = parse_config(["--selector", "gmts", "--group-size", str(G), "--prompts-per-step",
+                        str(Q), "--micro-batch-size", "1", "--lr", "1e-2", *extra])
+    model = distributed.shard_model(tiny_qwen2(vocab_size=VOCAB, seed=11), dtype)
+    optimizer = build_optimizer(model, cfg)
+    calls, per_step, head_dtypes = count_reduce_scatters(), [], []
+    real_step, real_head = optimizer.step, step.head_logprobs
+
+    def counting_step(*args, **kwargs):
+        per_step.append(len(calls) - sum(per_step))
+        return real_step(*args, **kwargs)
+
+    def recording_head(hidden, weight, *args, **kwargs):
+        head_dtypes.append((hidden.dtype, weight.dtype))
+        return real_head(hidden, weight, *args, **kwargs)
+    optimizer.step, step.head_logprobs = counting_step, recording_head
+    batch = shard(make_batch(), rank, world)
+    passes = len(step.micro_batches(batch, torch.arange(len(batch.advantages)), cfg))
+    grads = record_gradients(model, optimizer)
+    records = train.update_policy(cfg, model, None, optimizer, batch, torch.Generator(),
+                                  torch.device("cpu"))
+    from torch.distributed.fsdp import FSDPModule
+    fsdp = [m for m in model.modules() if isinstance(m, FSDPModule)]
+    roots = [m for m in fsdp if m._get_fsdp_state()._is_root]
+    own = {n for n, p in model.named_parameters() if not any(
+        p is q for m in fsdp if m is not model for q in m.parameters())}
+    model_state, optim_state = distributed.full_state_dicts(model, optimizer)
+    # a resume: every rank loads the saved optimizer state; its float32 masters (if any) come back
+    # exactly, whatever the weights were
+    before = {k: v.full_tensor() for k, v in model.state_dict().items()}
+    with torch.no_grad():
+        for p in model.parameters():
+            p.to_local().mul_(0.5)
+    distributed.load_full_optimizer_state(model, optimizer, distributed.gather_objects(
+        optim_state)[0])
+    after = {k: v.full_tensor() for k, v in model.state_dict().items()}
+    return {"resumed_exactly": all(torch.equal(before[k], after[k]) for k in before),
+            "per_step": per_step, "passes": passes, "steps": len(records),
+            "head_dtypes": sorted(set(head_dtypes), key=str), "grads": grads,
+            "roots": [r is model for r in roots],
+            "layers": all(isinstance(layer, FSDPModule) for layer in model.get_decoder().layers),
+            "fsdp_modules": len(fsdp), "root_params": sorted(own),
+            "saved": None if model_state is None else {k: v.dtype for k, v in model_state.items()},
+            "master": None if optim_state is None else {
+                k: v.dtype for k, v in optim_state.get("master", {}).items()}}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_fsdp_one_root_one_reduce_scatter_per_optimizer_step(tmp_path, dtype):
+    """FSDP: one root (the model: embeddings, final norm, head), each decoder layer its own FSDP
+    module; the gradients reduce-scattered once per FSDP module per optimizer step, on its last
+    pass (no sync on the others: 3 modules, not 3 x passes); the head's matmuls in the run's
+    dtype; checkpoints in the run's dtype with float32 masters beside them where it is narrower,
+    which a resume loads.
+    Two optimizer steps (--mini-batch-size 2 groups of Q). The gradients equal those of syncing
+    every pass: test_two_processes_equal_one_process's FSDP cases (sync on the last pass, the
+    default) against one process."""
+    parts = spawn_gloo(_fsdp_worker, tmp_path, dtype, ("--mini-batch-size", "2"))
+    layers = 2                                    # tiny_qwen2's
+    for part in parts:
+        assert part["roots"] == [True] and part["layers"] and part["fsdp_modules"] == layers + 1
+        assert part["root_params"] == ["lm_head.weight", "model.embed_tokens.weight",
+                                       "model.norm.weight"]
+        assert part["steps"] == 2 and part["passes"] > 1
+        assert part["per_step"] == [layers + 1] * 2, part["per_step"]
+        assert part["head_dtypes"] == [(dtype, dtype)]
+        assert all(g.dtype == torch.float64 for step in part["grads"] for g in step.values())
+        assert part["resumed_exactly"] == (dtype != torch.float32)   # no masters: halved
+    saved, master = parts[0]["saved"], parts[0]["master"]
+    assert set(saved.values()) == {dtype}
+    assert master == ({} if dtype == torch.float32 else {k: torch.float32 for k in saved})
+    assert parts[1]["saved"] is None

@@ -45,7 +45,7 @@ def updates(flags, batches, fsdp=False):
     # float64 model and AdamW (module doc)
     model = tiny_qwen2(vocab_size=64, seed=11, dtype=torch.float64)
     if fsdp:
-        distributed.shard_layers(model, torch.float64)
+        distributed.shard_model(model, torch.float64)
     optimizer = build_optimizer(model, cfg)
     # every optimizer step's gradient, over all the batches
     grads = record_gradients(model, optimizer)

@@ -140,3 +140,70 @@ def test_gradient_is_the_same_for_every_grouping():
         assert loss == pytest.approx(loss0, rel=1e-12)
         for a, b in zip(grad, grad0):
             torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-13)
+
+
+def long_batch(rows, seed):
+    """rows / G groups of G answers of 1..T tokens (random), prompts of 2-7 tokens, advantages of
+    both signs."""
+    gen = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(1, T + 1, (rows,), generator=gen)
+    valid = torch.arange(T)[None, :] < lengths[:, None]
+    completion = torch.randint(3, 64, (rows, T), generator=gen).masked_fill(~valid, 0)
+    prompts = [torch.randint(3, 64, (int(k),), generator=gen).tolist()
+               for k in torch.randint(2, 8, (rows // G,), generator=gen)]
+    adv = torch.randn(rows, generator=gen, dtype=torch.float64)
+    zeros = torch.zeros(rows, T, dtype=torch.float64)
+    return Batch(problems=[None] * (rows // G), prompt_ids=prompts, completion_ids=completion,
+                 valid_mask=valid, old_logp=zeros, entropy=zeros, texts=[""] * rows,
+                 rewards=torch.zeros(rows), advantages=adv)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_bf16_gradients_reach_the_optimizer_summed_in_float32(seed):
+    """A bf16 model, 64 micro-batches of one row: the gradient AdamW steps with (the float32
+    masters' .grad) is the float32 sum of what each micro-batch's backward delivered.
+
+    The arithmetic. Micro-batch i's backward delivers b_i (recorded here by a hook on each
+    parameter, before it is summed): the exact gradient g_i of that micro-batch rounded once,
+    b_i = g_i (1 + δ_i), |δ_i| <= 2^-8 (bf16 for the layers, whose matmuls round their output once;
+    float32 for the chunked head, which returns its float32 sum unrounded). Summed in float32
+    (recursive summation of n terms, u = 2^-24) the optimizer's gradient A satisfies
+    |A - Σ b_i| <= γ_{n-1} Σ |b_i|, γ_k = k u / (1 - k u) (Higham, Accuracy and Stability, 4.2); so
+    against the one-pass gradient Σ g_i, A is off by at most 2^-8 Σ|g_i| + γ_{n-1} Σ|b_i|: one bf16
+    rounding of each micro-batch's gradient, nothing more. Σ b_i is taken in float64 (exact here:
+    64 terms of 8 or 24 bits within float64's 53). Summed in bf16 instead, each partial sum S_k is
+    rounded (2^-9 |S_k| each), thousands of times this bound: the check fails."""
+    from gmts.trainer.optim import MasterWeightAdamW, build_optimizer
+    from gmts.trainer.step import optimizer_step
+    model = tiny_qwen2(hidden=16, layers=2, dtype=torch.bfloat16, seed=seed)
+    batch = long_batch(64, seed)
+    rows = torch.arange(64)
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = build_optimizer(model, types.SimpleNamespace(
+        lr=1e-3, adam_beta1=0.9, adam_beta2=0.999, weight_decay=0.0, optimizer_offload=False))
+    assert isinstance(optimizer, MasterWeightAdamW)
+    delivered = [[] for _ in params]          # b_i of each parameter, one per backward
+    for p, seen in zip(params, delivered):
+        p.register_hook(lambda g, seen=seen: seen.append(g.detach().double()))
+    stepped = []
+    inner_step = optimizer.inner.step
+    optimizer.inner.step = lambda: (stepped.append([m.grad.double() for m in optimizer.master]),
+                                    inner_step())
+    mb = MiniBatch(batch, rows, G)
+    weights = loss_weights(mb.valid_mask, mb.valid_mask, "selected")
+    inputs = LossInputs(mb, weights, None, mb.rows, on_policy=True, eps_low=0.2, eps_high=0.28,
+                        beta=0.0)
+    optimizer.zero_grad(set_to_none=True)
+    loss, passes = accumulate_gradients(model, batch, inputs, cfg(micro_batch_size=1))
+    assert passes == 64
+    optimizer_step(model, optimizer, params, loss, passes, max_grad_norm=0.0)   # no clipping
+    assert len(stepped) == 1
+    n, u = 64, 2.0 ** -24
+    gamma = (n - 1) * u / (1 - (n - 1) * u)
+    for p, seen, got in zip(params, delivered, stepped[0]):
+        assert len(seen) == n
+        exact = torch.stack(seen).sum(0)
+        bound = gamma * torch.stack(seen).abs().sum(0)
+        assert float(exact.abs().max()) > 0
+        excess = (got - exact).abs() - bound
+        assert float(excess.max()) <= 0, (tuple(p.shape), float(excess.max()))

@@ -386,8 +386,9 @@ def test_master_weight_adamw_matches_adamw_and_keeps_small_updates():
     # accumulates.
     w = torch.nn.Parameter(torch.ones(4, dtype=torch.bfloat16))
     opt = MasterWeightAdamW([w], state_device="cpu", lr=1e-4)
+    assert w.grad_dtype == torch.float32      # its gradients are summed in float32
     for _ in range(100):
-        w.grad = torch.ones(4, dtype=torch.bfloat16)
+        w.grad = torch.ones(4)
         opt.step()
     # a constant gradient: each AdamW step is lr · m̂/(√v̂ + ε) = lr (1 - ~1e-8), so 100 steps of
     # 1e-4 in float32 masters (u = 6e-8 per update of a value near 1): 1 - 0.01 to ~1e-5 relative,

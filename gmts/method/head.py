@@ -114,7 +114,10 @@ class _ChunkedHeadLogProb(torch.autograd.Function):
         dtype (into z, nothing to do when z is zf) for the gradient matmuls; then grad_h = G W,
         grad_W += G^T h, grad_b += Σ G, each only when autograd asks for it (it calls this only
         when one is asked for). grad_W and grad_b accumulate in the softmax dtype, float32 even for
-        bf16 weights: summing the chunks' contributions in bf16 would round away small updates."""
+        bf16 weights: summing the chunks' contributions in bf16 would round away small updates. They
+        are returned in that dtype: autograd casts them to the weight's grad_dtype, which is float32
+        where the optimizer sums micro-batches in float32 (gmts/trainer/optim.py), so no bf16
+        rounding comes before that sum; else the weight's own dtype, as the cast here would."""
         hidden, weight, bias, targets, lse = ctx.saved_tensors
         need_h, need_w, need_b = ctx.needs_input_grad[:3]
         w, g = weight.to(ctx.dtype), grad_logp.to(lse.dtype) * (1.0 / ctx.temperature)  # g / tau
@@ -131,9 +134,7 @@ class _ChunkedHeadLogProb(torch.autograd.Function):
                     grad_w.addmm_(z.t(), h) if z.dtype == grad_w.dtype else grad_w.add_(z.t() @ h)
                 if need_b:
                     grad_b.add_(z.sum(0, dtype=lse.dtype))
-        return (grad_h.to(hidden.dtype) if need_h else None,
-                grad_w.to(weight.dtype) if need_w else None,
-                grad_b.to(bias.dtype) if need_b else None, None, None, None, None, None)
+        return grad_h.to(hidden.dtype) if need_h else None, grad_w, grad_b, *[None] * 5
 
 
 def token_logprobs_and_entropy(hidden: Tensor, head_weight: Tensor, targets: Tensor, *,

@@ -111,7 +111,7 @@ def build_policy(cfg, resume_from, device, dtype):
     if cfg.gradient_checkpointing:
         enable_gradient_checkpointing(model)
     if cfg.fsdp:
-        distributed.shard_layers(model, dtype)
+        distributed.shard_model(model, dtype)
     return model, ref_model, build_optimizer(model, cfg)
 
 

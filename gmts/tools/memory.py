@@ -169,7 +169,8 @@ def plan(cfg, shape, *, prompt_tokens=256, device="gpu"):
 
     c = {}
     c["weights"] = P * b + (T * 4 if lora else 0)
-    c["gradients"] = T * bt
+    # summed in float32 at least (optim.float32_gradients): the .grad AdamW reads beside the masters
+    c["gradients"] = T * max(bt, 4)
     c["optimizer_state"] = (12 if master else 8) * T
     c["optimizer_step_copies"] = 4 * T if master else 0
     c["optimizer_location"] = "cpu" if cfg.optimizer_offload else ("cpu" if on_cpu else "gpu")

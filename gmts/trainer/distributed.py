@@ -14,11 +14,14 @@ top-k is among their union), not all scores. Gradients are summed with one all-r
 DDP does, after all micro-batches; no wrapper, so uneven micro-batch counts across ranks (rows with
 nothing selected are skipped) cannot deadlock.
 
-With --fsdp the decoder layers are sharded with PyTorch's FSDP (`fully_shard`): each layer's float32
-weights, gradients and AdamW states live split over the ranks, gathered only while the layer runs,
-and its gradients are reduce-scattered (summed) by FSDP itself. The embeddings, final norm and
-output head stay replicated (the chunked head reads the head weight directly) and take the
-all-reduce above.
+With --fsdp the model is sharded with PyTorch's FSDP (`fully_shard`): each decoder layer, then the
+whole model once, the one root, whose own parameters are the embeddings, final norm and output
+head. Every weight, gradient and AdamW state lives split over the ranks in float32 (the master
+weights), gathered in the run's dtype only while its module runs (the root's around a whole pass,
+shard_model's run_forward), so FSDP prefetches the next layer while one computes. Gradients are
+summed over the ranks in float32 by FSDP's reduce-scatter once per optimizer step, on its last
+backward pass (Passes); the passes before it add into float32 unsharded gradients (4 bytes per
+parameter of the whole model on every rank while a step accumulates).
 """
 import contextlib
 import datetime
@@ -27,6 +30,7 @@ import gc
 import math
 import os
 import traceback
+import types
 
 import torch
 import torch.distributed as dist
@@ -204,22 +208,31 @@ def clip_grad_norm(params, max_norm):
     return torch.tensor(total)
 
 
-def shard_layers(model, compute_dtype):
-    """FSDP: shard every decoder layer over the ranks (float32 shards; computation in
-    compute_dtype)."""
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+def shard_model(model, compute_dtype):
+    """FSDP: shard every decoder layer over the ranks, then the model (the root: embeddings, final
+    norm, head). float32 shards; gathered and computed in compute_dtype, gradients summed in
+    float32, checkpoints written in compute_dtype (full_state_dicts). model.run_forward(fn, *args,
+    **kwargs) runs fn(*args, **kwargs) as a pass of the whole model (step.whole_model): its
+    parameters gathered, its backward hooked."""
+    from torch.distributed.fsdp import (MixedPrecisionPolicy, fully_shard,
+                                        register_fsdp_forward_method)
     policy = MixedPrecisionPolicy(param_dtype=compute_dtype,
                                   reduce_dtype=torch.promote_types(compute_dtype, torch.float32))
-    for layer in model.get_decoder().layers:
-        fully_shard(layer, mp_policy=policy)
+    for module in [*model.get_decoder().layers, model]:       # the layers first, the root last
+        fully_shard(module, mp_policy=policy)
         # SUM over ranks: each rank's loss is its share of the total
-        layer.set_gradient_divide_factor(1.0)
+        module.set_gradient_divide_factor(1.0)
         # plain sums on the wire (gloo has no pre-multiplied sum)
-        layer.set_force_sum_reduction_for_comms(True)
+        module.set_force_sum_reduction_for_comms(True)
+    model.config.dtype = compute_dtype          # what a checkpoint's config.json says it holds
+    model.run_forward = types.MethodType(lambda _model, fn, *args, **kwargs: fn(*args, **kwargs),
+                                         model)
+    register_fsdp_forward_method(model, "run_forward")
     return model
 
 
 def sharded_layers(model):
+    """The model's FSDP modules: every decoder layer, and the model itself (the root)."""
     from torch.distributed.fsdp import FSDPModule
     return [m for m in model.modules() if isinstance(m, FSDPModule)]
 
@@ -230,29 +243,47 @@ def layers_gathered(model):
     layer instead of one per layer per token); shard them again afterwards. A no-op without FSDP."""
     layers = sharded_layers(model)
     for layer in layers:
-        layer.set_reshard_after_forward(False)
+        layer.set_reshard_after_forward(False, recurse=False)
     try:
         yield
     finally:
-        for layer in layers:
-            layer.set_reshard_after_forward(True)
+        for layer in layers:      # the root keeps its parameters between forward and backward
+            layer.set_reshard_after_forward(layer is not model, recurse=False)
             layer.reshard()
 
 
 def full_state_dicts(model, optimizer):
     """(model state dict, optimizer state dict) gathered in full on rank 0 (None elsewhere); call
-    on every rank."""
+    on every rank. The weights in the run's dtype (model.config.dtype, shard_model's); where that is
+    narrower than the float32 shards, the optimizer state carries those as "master", as
+    MasterWeightAdamW's does, so that a resume continues from them exactly."""
     from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
                                                          get_optimizer_state_dict)
     options = StateDictOptions(full_state_dict=True, cpu_offload=True)
     model_state = get_model_state_dict(model, options=options)
     optim_state = get_optimizer_state_dict(model, optimizer, options=options)
-    return (model_state, optim_state) if rank() == 0 else (None, None)
+    if rank() != 0:
+        return None, None
+    dtype = getattr(model.config, "dtype", None) or torch.float32
+    dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype      # config.json's spelling
+    narrower = {k: v for k, v in model_state.items()
+                if v.is_floating_point() and v.dtype.itemsize > dtype.itemsize}
+    if narrower:
+        optim_state = {**optim_state, "master": narrower}
+        model_state = {k: v.to(dtype) if k in narrower else v for k, v in model_state.items()}
+    return model_state, optim_state
 
 
 def load_full_optimizer_state(model, optimizer, state):
-    """Each rank loads the full optimizer state written by full_state_dicts and keeps its shards."""
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+    """Each rank loads the full optimizer state written by full_state_dicts and keeps its shards;
+    and the float32 weights from it where the checkpoint's own are in a narrower dtype."""
+    from torch.distributed.checkpoint.state_dict import (StateDictOptions, set_model_state_dict,
+                                                         set_optimizer_state_dict)
+    options = StateDictOptions(full_state_dict=True, strict=False)
+    state = dict(state)
+    master = state.pop("master", None)
+    if master is not None:
+        set_model_state_dict(model, master, options=options)
     set_optimizer_state_dict(model, optimizer, optim_state_dict=state,
                              options=StateDictOptions(full_state_dict=True))
 
@@ -304,21 +335,39 @@ def my_share(n):
     return slice(rank() * share, (rank() + 1) * share)
 
 
+class Passes:
+    """The backward passes of one optimizer step under FSDP: passes.backward(loss) for each. The
+    gradients are reduce-scattered on the step's last pass only (`total`: the busiest process's
+    count, which every process runs, even_passes), the others accumulating unsharded in float32
+    (FSDP's reduce dtype)."""
+
+    def __init__(self, model, total):
+        self.model, self.total, self.done = model, total, 0
+
+    def backward(self, loss):
+        self.done += 1
+        self.model.set_requires_gradient_sync(self.done == self.total)
+        loss.backward()
+
+
 @contextlib.contextmanager
 def even_passes(model, n_passes, backward=True):
     """FSDP: every forward (and backward) gathers the layers from every process, so each runs as
     many passes as the busiest one. The counts are compared before this process's n_passes passes
-    (the with-block); the extra ones, after it, are one-token passes of the decoder, loss 0."""
+    (the with-block, which gets the function that runs each backward: Passes.backward, the
+    gradients synced on the last); the extra ones, after it, are one-token passes of the whole
+    model, loss 0."""
     if not sharded_layers(model):
-        yield
+        yield torch.Tensor.backward
         return
     busiest = max(gather_objects(n_passes))
-    yield
+    passes = Passes(model, busiest)
+    yield passes.backward
     ids = torch.zeros((1, 1), dtype=torch.long, device=model.get_input_embeddings().weight.device)
     for _ in range(busiest - n_passes):
-        hidden = model.get_decoder()(input_ids=ids, use_cache=False).last_hidden_state
+        logits = model(input_ids=ids, use_cache=False, logits_to_keep=1).logits     # (1, 1, V)
         if backward:
-            (hidden.sum() * 0.0).backward()
+            passes.backward(logits.sum() * 0.0)
 
 
 def sum_and_clip_gradients(model, params, n_passes, max_norm):

@@ -4,18 +4,26 @@ Why the second one: with bf16 weights (the default on GPU) an update smaller tha
 (~0.4% of the weight) is rounded away, and at RL learning rates (1e-6 .. 1e-5) most updates are that
 small. Keeping a float32 master copy (and Adam's two float32 moments) fixes that; putting those 12
 bytes/parameter in CPU memory (`--optimizer-offload`) leaves the GPU holding only the bf16 weights
-and gradients (4 bytes/parameter): the ZeRO-offload idea in a few lines, at the price of a host
-round trip per step.
+and their float32 gradient sums (6 bytes/parameter): the ZeRO-offload idea in a few lines, at the
+price of a host round trip per step.
 """
+import warnings
+
 import torch
 
 
 class MasterWeightAdamW:
     """AdamW over float32 master copies of `params` kept on `state_device`; after each step the
-    (possibly lower precision) model parameters are overwritten with the rounded master values."""
+    (possibly lower precision) model parameters are overwritten with the rounded master values.
+
+    The gradients of low-precision parameters are float32 (`grad_dtype`, torch >= 2.10): autograd
+    adds each backward's gradient into a float32 .grad, so the micro-batches of a step are summed in
+    float32, not rounded to bf16 at every addition (8 bits of mantissa: the sum of 256 micro-batches
+    would be off by 1-2%). On the masters' device that .grad is the one AdamW reads (no copy)."""
 
     def __init__(self, params, *, state_device="cpu", **adamw_kwargs):
         self.params = [p for p in params if p.requires_grad]
+        float32_gradients(self.params)
         self.state_device = torch.device(state_device)
         self.master = [
             p.detach().to(self.state_device, torch.float32, copy=True) for p in self.params]
@@ -31,9 +39,9 @@ class MasterWeightAdamW:
     @torch.no_grad()
     def step(self):
         for p, m in zip(self.params, self.master):
+            # the float32 sum itself on the masters' device; else copied there and freed at once
             m.grad = None if p.grad is None else p.grad.detach().to(
                 self.state_device, torch.float32)
-            # free the low-precision gradient as soon as it is copied
             p.grad = None
         self.inner.step()
         for p, m in zip(self.params, self.master):
@@ -51,6 +59,21 @@ class MasterWeightAdamW:
             for p, m, saved in zip(self.params, self.master, state["master"]):
                 m.copy_(saved)
                 p.copy_(saved.to(p.device))
+
+
+def float32_gradients(params):
+    """Make each low-precision parameter's .grad float32 (Tensor.grad_dtype): each gradient that
+    autograd delivers is then added in float32 (a bf16 one exactly, as its value; the chunked
+    head's float32 one unrounded). float32 and float64 parameters keep their own dtype. torch < 2.10
+    has no grad_dtype: there the sum stays in the parameters' dtype, and a warning says so."""
+    low = [p for p in params if p.dtype.itemsize < 4]
+    if low and not hasattr(torch.Tensor, "grad_dtype"):
+        warnings.warn(f"torch {torch.__version__} has no Tensor.grad_dtype: the micro-batches' "
+                      f"{low[0].dtype} gradients are summed in {low[0].dtype} (torch >= 2.10 sums "
+                      "them in float32)", stacklevel=3)
+        return
+    for p in low:
+        p.grad_dtype = torch.float32
 
 
 def build_optimizer(model, cfg):

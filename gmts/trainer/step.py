@@ -44,9 +44,18 @@ def layers_gathered(model):
 
 
 def even_passes(model, n_passes, backward=True):
-    """FSDP: a with-block of n_passes passes, padded so that every process runs as many."""
+    """A with-block of n_passes passes that gets the function each pass's backward runs through.
+    FSDP: padded so that every process runs as many, the gradients synced on the last."""
     return (distributed.even_passes(model, n_passes, backward) if several_processes()
-            else contextlib.nullcontext())
+            else contextlib.nullcontext(torch.Tensor.backward))
+
+
+def whole_model(fn, model, *args, **kwargs):
+    """fn(model, *args, **kwargs), a pass through the model other than its forward (the decoder,
+    then the chunked head): under FSDP, with the root's parameters gathered and its backward
+    hooked (run_forward: distributed.shard_model's); else a plain call."""
+    run = getattr(model, "run_forward", None)
+    return run(fn, model, *args, **kwargs) if run else fn(model, *args, **kwargs)
 
 
 def sum_and_clip_gradients(model, params, n_passes, max_norm):
@@ -232,9 +241,9 @@ def micro_batch_logprobs(model, batch, rows, cfg, with_entropy=False):
     """completion_logprobs of the batch's `rows`, trimmed to their widest answer: (n, w), w <= T."""
     prompts = [batch.prompt_ids[int(i) // cfg.group_size] for i in rows]      # G answers per prompt
     width = max(1, int(answer_widths(batch.valid_mask[rows]).max()))
-    return completion_logprobs(model, prompts, batch.completion_ids[rows, :width],
-                               batch.valid_mask[rows, :width], temperature=cfg.temperature,
-                               chunk_size=cfg.chunk_size, with_entropy=with_entropy)
+    return whole_model(completion_logprobs, model, prompts, batch.completion_ids[rows, :width],
+                       batch.valid_mask[rows, :width], temperature=cfg.temperature,
+                       chunk_size=cfg.chunk_size, with_entropy=with_entropy)
 
 
 @torch.no_grad()
@@ -348,11 +357,10 @@ def accumulate_gradients(model, batch, inputs, cfg):
     a float64 tensor; the number of passes)."""
     chunks = micro_batches(batch, inputs.rows, cfg)
     total = torch.zeros((), dtype=torch.float64)
-    with even_passes(model, len(chunks)):
-        for chunk in chunks:
-            logp, _ = micro_batch_logprobs(model, batch, chunk, cfg)
-            loss = micro_batch_loss(inputs, chunk, logp)
-            loss.backward()
+    with even_passes(model, len(chunks)) as backward:
+        for rows in chunks:
+            loss = micro_batch_loss(inputs, rows, micro_batch_logprobs(model, batch, rows, cfg)[0])
+            backward(loss)
             total += loss.detach().double().cpu()
     return total, len(chunks)
 
