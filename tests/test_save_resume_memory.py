@@ -19,7 +19,8 @@ from conftest import tiny_qwen2
 def stepped(optimizer, params, seed):
     gen = torch.Generator().manual_seed(seed)
     for p in params:
-        p.grad = torch.randn(p.shape, generator=gen).to(p.dtype)
+        # the dtype MasterWeightAdamW gives the gradient (float32 sums for bf16 weights)
+        p.grad = torch.randn(p.shape, generator=gen).to(getattr(p, "grad_dtype", None) or p.dtype)
     optimizer.step()
 
 
