@@ -25,6 +25,7 @@ import json
 import os
 import re
 import sys
+import tempfile
 import time
 
 
@@ -234,23 +235,48 @@ def write_result(path, text):
 
 def write_results(output, summary, records):
     """The per-problem file and the summary as one result: the summary names the per-problem file
-    and its SHA-256; the old summary goes first, then the rows and the new summary are renamed in
-    (each written whole under a name of its own). A kill at any point leaves the old pair, rows
-    without a summary (no result), or the new pair; never one evaluation's summary beside
-    another's rows."""
+    and its SHA-256. Both are written whole under names of their own first (a full disk fails here,
+    in one line, and leaves the earlier result as it was), then the old summary is removed and the
+    rows and the new summary are renamed in. A kill at any point leaves the old pair, rows without a
+    summary (no result), or the new pair; never one evaluation's summary beside another's rows."""
     from gmts.run.validate import problems_path
     per_problem = problems_path(output)
     rows = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
     summary["problems_file"] = per_problem
     summary["problems_sha256"] = hashlib.sha256(rows.encode("utf-8")).hexdigest()
+    written = []
     try:
+        for path, text in ((per_problem, rows),
+                           (output, json.dumps(summary, indent=2, ensure_ascii=False))):
+            written.append((_written_aside(path, text), path))
         if os.path.exists(output):
             os.remove(output)
+        for tmp, path in written:
+            os.replace(tmp, path)
     except OSError as err:
-        raise SystemExit(f"error: could not replace {output} ({err.strerror or err})") from None
-    write_result(per_problem, rows)
-    write_result(output, json.dumps(summary, indent=2, ensure_ascii=False))
+        for tmp, _ in written:
+            with contextlib.suppress(OSError):
+                os.remove(tmp)
+        raise SystemExit(f"error: could not write {output} and {per_problem} "
+                         f"({err.strerror or err}); nothing of this evaluation was kept") from None
     return per_problem
+
+
+def _written_aside(path, text):
+    """`text` in a new file .NAME.<random>.tmp beside `path`, fsynced; returns its path."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)),
+                               prefix=f".{os.path.basename(path)}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        raise
+    return tmp
 
 
 def clean_partial_writes(output):

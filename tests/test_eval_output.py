@@ -68,23 +68,21 @@ def test_a_kill_between_the_two_files_never_leaves_a_mixed_pair(tiny_model_dir, 
     first = eval_cli.main(eval_args(tiny_model_dir, out, "--seed", 1))
     assert first["problems_sha256"] == sha256(rows)
 
-    real, calls = eval_cli.write_result, []
+    real, renamed = os.replace, []
 
-    def dies_before_the_summary(path, text):
-        calls.append(path)
-        if path == str(out):
-            # a kill: the summary's temporary file exists, nothing renamed
-            with open(os.path.join(tmp_path, ".r.json.abcd1234.tmp"), "w") as fh:
-                fh.write(text[:10])
-            raise KeyboardInterrupt
-        return real(path, text)
-    monkeypatch.setattr(eval_cli, "write_result", dies_before_the_summary)
+    def dies_before_the_summary(src, dst):
+        renamed.append(os.fspath(dst))
+        if os.fspath(dst) == str(out):
+            raise KeyboardInterrupt                  # a kill: the summary's temporary file stays
+        return real(src, dst)
+    monkeypatch.setattr(os, "replace", dies_before_the_summary)
     with pytest.raises(KeyboardInterrupt):
         eval_cli.main(eval_args(tiny_model_dir, out, "--seed", 2))
-    assert calls == [str(rows), str(out)]
+    monkeypatch.setattr(os, "replace", real)
+    assert renamed == [str(rows), str(out)]
     assert not out.exists(), "evaluation A's summary beside evaluation B's rows"
     assert sha256(rows) != first["problems_sha256"]
-    monkeypatch.setattr(eval_cli, "write_result", real)
+    assert [n for n in os.listdir(tmp_path) if n.startswith(".r.json.")]
     second = eval_cli.main(eval_args(tiny_model_dir, out, "--seed", 2))
     assert json.loads(out.read_text())["problems_sha256"] == second["problems_sha256"] == sha256(
         rows)
