@@ -50,7 +50,7 @@ from gmts.method.grpo import (
 from gmts.run import checkpoint as ckpt, report, runlog
 from gmts.run.state import (
     StopRequest, build_run, evaluate_during_training, log_paths, save, save_merged_lora)
-from gmts.run.folder import check_start
+from gmts.run.folder import check_start, export_step
 from gmts.trainer import distributed
 from gmts.trainer.diagnostics import GradNoise, UpdateLog, rollout_figures
 from gmts.trainer.policy import peak_memory_mb
@@ -382,8 +382,9 @@ def main(argv=None):
     bar.close()
     reporter.close()
     exported = False
-    if cfg.lora_rank and last_saved == cfg.steps and run.main_process and not os.path.isdir(
-            os.path.join(cfg.output_dir, ckpt.MERGED)):
+    # LoRA: the merged export of the last step, unless a resume at the end finds it written
+    if cfg.lora_rank and last_saved == cfg.steps and run.main_process and export_step(
+            os.path.join(cfg.output_dir, ckpt.MERGED)) != cfg.steps:
         save_merged_lora(run, cfg.steps)
         exported = True
     if last is None and run.main_process:          # --resume at the last step: the run's end only

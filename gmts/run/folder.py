@@ -655,7 +655,7 @@ def _cut_history(cfg, start_step, path, prog, ckpt):
         else:
             later.append(name)
     merged = os.path.join(path, ckpt.MERGED)
-    export_later = os.path.isdir(merged) and _export_step(merged) != start_step
+    export_later = os.path.isdir(merged) and export_step(merged) != start_step
     name = f"step-{start_step:06d}"
     if later or export_later:
         target = ckpt.free_name(os.path.join(path, ckpt.ABANDONED, f"after-{name}"))
@@ -693,7 +693,7 @@ def _kept_in_abandoned(path, name, ckpt):
         weights(os.path.join(root, d, "checkpoints", name)) == ours for d in os.listdir(root))
 
 
-def _export_step(merged):
+def export_step(merged):
     """The step a final-merged/ export was made at (its gmts_export.json), or None (unknown: an
     older gmts)."""
     try:
