@@ -10,16 +10,22 @@
 
 Every figure comes with a 95% percentile-bootstrap interval over problems (gmts/tools/stats.py).
 Outputs: a summary JSON (--output) and, beside it, a per-problem .jsonl holding every sampled
-completion and its reward; the summary is written last and atomically, so one on disk is a complete
-result (a run whose every completion is empty is refused). The logic lives in gmts/tools/evaluate.py
-(train.py's --eval-every calls the same evaluate_model); this file only reads flags, loads the
-model, prints and writes.
+completion and its reward. One evaluation owns its --output while it runs (an flock on
+OUTPUT.lock, gmts/run/folder.py): a second one into the same file is refused in one line. Both
+files are written under names of their own, then renamed into place, the summary last and naming
+its per-problem file's SHA-256: a summary on disk is a complete result and the rows beside it are
+its own (a run whose every completion is empty is refused). A checkpoint gmts wrote is checked
+against its manifest before it loads. The logic lives in gmts/tools/evaluate.py (train.py's
+--eval-every calls the same evaluate_model); this file only reads flags, loads the model, prints
+and writes.
 """
+import contextlib
 import hashlib
 import json
 import os
 import re
 import sys
+import tempfile
 import time
 
 
@@ -80,8 +86,10 @@ def build_parser():
                                                    "bfloat16, float16")
     p.add_argument("--bootstrap", type=int, default=10_000, help="bootstrap resamples")
     p.add_argument("--output", default="", help="summary JSON path (default: "
-                                                "out/eval/<model>_<data>_s<seed>.json); the "
-                                                "per-problem file is <output stem>.problems.jsonl")
+                                                "out/eval/<model>_<data>_s<seed>[_<settings>].json"
+                                                ", <settings> naming any setting that changes "
+                                                "results, e.g. _k4-T1-<8 hex>); the per-problem "
+                                                "file is <output stem>.problems.jsonl")
     p.add_argument("--compare", nargs=2, metavar=("A", "B"),
                    help="two result files (.json or .problems.jsonl): "
                         "paired difference B - A with a 95%% interval")
@@ -143,10 +151,36 @@ def _name_tag(name):
                                                        if ":" in name else "")
 
 
-def default_output(model, specs, seed):
-    """out/eval/<model>_<data>_s<seed>.json, unique per model folder and data file (_name_tag)."""
+# the flags that change what an evaluation measures or how it reports it (besides --model, --data
+# and --seed, which the name spells out); --reward-workers, --quiet and --output do not
+RESULT_FLAGS = ("tokenizer", "limit", "samples", "temperature", "top_p", "top_k", "max_new_tokens",
+                "max_prompt_tokens", "batch_size", "repeat", "data_seed", "template",
+                "system_prompt", "question_field", "answer_field", "task_options", "reward",
+                "reward_weights", "device", "dtype", "bootstrap")
+
+
+def result_settings(args):
+    """{flag: value} of RESULT_FLAGS that differ from their defaults (--samples as used: 1 when
+    --temperature is 0)."""
+    defaults = vars(build_parser().parse_args([]))
+    values = {k: getattr(args, k) for k in RESULT_FLAGS}
+    if values["temperature"] == 0:
+        values["samples"] = 1
+    return {k: v for k, v in values.items() if v != defaults[k]}
+
+
+def default_output(model, specs, seed, settings=None):
+    """out/eval/<model>_<data>_s<seed>.json, unique per model folder and data file (_name_tag);
+    settings (result_settings: those that differ from the defaults) add _<sampling>-<8 hex of all
+    of them>, so results under different settings never share a file."""
     data = "+".join(_name_tag(s) for s in specs)
-    return os.path.join("out", "eval", f"{_name_tag(model)}_{data}_s{seed}.json")
+    tag = ""
+    if settings:
+        samples, temperature = settings.get("samples", 1), settings.get("temperature", 1.0)
+        sampling = "greedy" if temperature == 0 else f"k{samples}-T{temperature:g}"
+        digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:8]
+        tag = f"_{sampling}-{digest}"
+    return os.path.join("out", "eval", f"{_name_tag(model)}_{data}_s{seed}{tag}.json")
 
 
 def one_line_errors(fn, *args, **kwargs):
@@ -192,14 +226,87 @@ def run_compare(args):
 
 
 def write_result(path, text):
-    """Write `path` whole (a temporary file renamed into place) or fail with one line, leaving no
-    partial file."""
+    """Write `path` whole (a temporary file of its own, renamed into place) or fail with one line,
+    leaving no partial file."""
     from gmts.run.checkpoint import write_text_atomic
     try:
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        write_text_atomic(path, text)
+        write_text_atomic(path, text, unique=True)
     except OSError as err:
         raise SystemExit(f"error: could not write {path} ({err.strerror or err})") from None
+
+
+def write_results(output, summary, records):
+    """The per-problem file and the summary as one result: the summary names the per-problem file
+    and its SHA-256. Both are written whole under names of their own first (a full disk fails here,
+    in one line, and leaves the earlier result as it was), then the old summary is removed and the
+    rows and the new summary are renamed in. A kill at any point leaves the old pair, rows without a
+    summary (no result), or the new pair; never one evaluation's summary beside another's rows."""
+    from gmts.run.validate import problems_path
+    per_problem = problems_path(output)
+    rows = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
+    summary["problems_file"] = per_problem
+    summary["problems_sha256"] = hashlib.sha256(rows.encode("utf-8")).hexdigest()
+    written = []
+    try:
+        for path, text in ((per_problem, rows),
+                           (output, json.dumps(summary, indent=2, ensure_ascii=False))):
+            written.append((_written_aside(path, text), path))
+        if os.path.exists(output):
+            os.remove(output)
+        for tmp, path in written:
+            os.replace(tmp, path)
+    except OSError as err:
+        for tmp, _ in written:
+            with contextlib.suppress(OSError):
+                os.remove(tmp)
+        raise SystemExit(f"error: could not write {output} and {per_problem} "
+                         f"({err.strerror or err}); nothing of this evaluation was kept") from None
+    return per_problem
+
+
+def _written_aside(path, text):
+    """`text` in a new file .NAME.<random>.tmp beside `path`, fsynced; returns its path."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)),
+                               prefix=f".{os.path.basename(path)}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        raise
+    return tmp
+
+
+def clean_partial_writes(output):
+    """Remove the temporary files a killed evaluation left beside `output` (.NAME.<random>.tmp of
+    the summary and the per-problem file); call while owning `output` (lock_output)."""
+    from gmts.run.validate import problems_path
+    folder = os.path.dirname(os.path.abspath(output))
+    prefixes = tuple(f".{os.path.basename(p)}." for p in (output, problems_path(output)))
+    for name in os.listdir(folder) if os.path.isdir(folder) else []:
+        if name.startswith(prefixes) and name.endswith(".tmp"):
+            with contextlib.suppress(OSError):
+                os.remove(os.path.join(folder, name))
+
+
+def model_problem(model):
+    """Why the local folder `model` is a damaged checkpoint or export of gmts (its manifest.json, or
+    an older checkpoint's structure: gmts/run/checkpoint.py), or None; a folder gmts did not write
+    is not checked here (transformers loads it)."""
+    from gmts.run import checkpoint as ckpt
+    folder = os.path.expanduser(model)
+    if not os.path.isdir(folder):
+        return None
+    if os.path.isfile(os.path.join(folder, ckpt.STATE_FILE)):
+        return ckpt.checkpoint_problem(folder, report=lambda _: None)
+    if os.path.isfile(os.path.join(folder, ckpt.MANIFEST)):
+        return ckpt.manifest_problem(folder, required=None)
+    return None
 
 
 def main(argv=None):
@@ -207,10 +314,12 @@ def main(argv=None):
     # Cheap checks first: every flag, the output path and the model's context
     # (gmts/run/validate.py), before any data or model loads; a bad one is one line and exit status
     # 2.
-    from gmts.run.validate import check_eval_args, model_context, problems_path
+    from gmts.run.folder import lock_output
+    from gmts.run.validate import UsageError, check_eval_args
     output = args.output if args.compare else (args.output
                                                or default_output(
-                                                   args.model or "", args.data, args.seed))
+                                                   args.model or "", args.data, args.seed,
+                                                   result_settings(args)))
     check_eval_args(args, output)
     if args.compare:
         return run_compare(args)
@@ -221,6 +330,22 @@ def main(argv=None):
                        and os.path.sep in args.model)
     if looks_like_path and not os.path.isdir(os.path.expanduser(args.model)):
         raise SystemExit(f"error: --model {args.model!r}: no such folder")
+    problem = model_problem(args.model)
+    if problem:
+        raise UsageError("eval.py", f"--model {args.model}: the checkpoint is damaged ({problem}); "
+                                    "nothing was evaluated: evaluate an intact checkpoint of the "
+                                    "run")
+    release = lock_output(output)
+    try:
+        clean_partial_writes(output)
+        return evaluate(args, output)
+    finally:
+        release()
+
+
+def evaluate(args, output):
+    """eval.py's evaluation into `output`, which this process owns (lock_output)."""
+    from gmts.run.validate import model_context
     task_options = json.loads(args.task_options) if args.task_options else {}
     context = model_context(args.model)
     max_prompt_tokens = args.max_prompt_tokens or (context[0] - args.max_new_tokens if context
@@ -297,12 +422,7 @@ def main(argv=None):
                "system_prompt": args.system_prompt, "wall_s": time.time() - t0,
                "torch": torch.__version__}
 
-    per_problem = problems_path(output)
-    summary["problems_file"] = per_problem
-    # The per-problem file first, the summary last and atomically: a summary on disk means a
-    # complete result.
-    write_result(per_problem, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
-    write_result(output, json.dumps(summary, indent=2, ensure_ascii=False))
+    per_problem = write_results(output, summary, records)
 
     print_table(summary)
     print(f"wrote {output} and {per_problem} ({summary['wall_s']:.1f}s)")

@@ -36,6 +36,7 @@ if __name__ == "__main__":
 import contextlib
 import dataclasses
 import math
+import os
 import time
 
 import torch
@@ -49,7 +50,7 @@ from gmts.method.grpo import (
 from gmts.run import checkpoint as ckpt, report, runlog
 from gmts.run.state import (
     StopRequest, build_run, evaluate_during_training, log_paths, save, save_merged_lora)
-from gmts.run.folder import check_start
+from gmts.run.folder import check_start, export_step
 from gmts.trainer import distributed
 from gmts.trainer.diagnostics import GradNoise, UpdateLog, rollout_figures
 from gmts.trainer.policy import peak_memory_mb
@@ -274,6 +275,16 @@ def each_reward(scorer):
         label: summed[3 * k:3 * k + 3] for k, label in enumerate(counts)})
 
 
+def stopped_note(cfg, step, last_saved):
+    """What a run stopped by a signal after `step` leaves to do, and the command that does it."""
+    if step < cfg.steps or last_saved != cfg.steps:
+        return f"resume with --resume {cfg.output_dir}"
+    if cfg.lora_rank:                     # the last checkpoint is written, the merged export not
+        return (f"training is complete, but {ckpt.MERGED}/ was not written: --resume "
+                f"{cfg.output_dir} writes it")
+    return f"that was the last step: the run is complete ({ckpt.find_checkpoint(cfg.output_dir)})"
+
+
 def main(argv=None):
     # every check: one line
     cfg, resume_from, state = check_start(sys.argv[1:] if argv is None else argv)
@@ -365,13 +376,22 @@ def main(argv=None):
             bar.close()
             signum = stop.signum or 15               # another process was signalled: SIGTERM's code
             if run.main_process:
-                print(f"gmts: stopped by signal {signum} after step {step}; resume with --resume "
-                      f"{cfg.output_dir}")
+                print(f"gmts: stopped by signal {signum} after step {step}; "
+                      + stopped_note(cfg, step, last_saved))
             sys.exit(128 + signum)
     bar.close()
     reporter.close()
-    if cfg.lora_rank and last_saved == cfg.steps and run.main_process:
+    exported = False
+    # LoRA: the merged export of the last step, unless a resume at the end finds it written
+    if cfg.lora_rank and last_saved == cfg.steps and run.main_process and export_step(
+            os.path.join(cfg.output_dir, ckpt.MERGED)) != cfg.steps:
         save_merged_lora(run, cfg.steps)
+        exported = True
+    if last is None and run.main_process:          # --resume at the last step: the run's end only
+        print(f"gmts: the run in {cfg.output_dir} is complete at step {cfg.steps} (checkpoint "
+              f"{ckpt.find_checkpoint(cfg.output_dir)}"
+              + (f"; wrote {os.path.join(cfg.output_dir, ckpt.MERGED)}" if exported else "")
+              + f"); pass --steps > {cfg.steps} to train further")
     if last is not None and run.main_process:
         held_out = [f"{100 * r['eval_accuracy']:.1f}%" for r in (eval_before, last)
                     if "eval_accuracy" in r]

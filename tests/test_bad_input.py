@@ -184,8 +184,11 @@ def test_every_bad_flag_is_one_line_before_anything_loads(digit_model_dir, digit
     # The finished run: a fresh run into it, and resumes that cannot go on.
     run_cases = [
         (train_args(digit_model_dir, digit_data, finished_run), f"--resume {finished_run}"),
-        (["--resume", str(finished_run)], "--steps"),                       # already at --steps 2
-        (["--resume", str(finished_run), "--steps", "2"], "--steps"),
+        # before its last step; at it into another folder (in place, a resume at the last step
+        # finishes the run: tests/test_run_end.py)
+        (["--resume", str(finished_run), "--steps", "1"], "--steps"),
+        (["--resume", str(finished_run / "checkpoints" / "step-000002"), "--steps", "2",
+          "--output-dir", str(tmp_path / "branch")], "--steps"),
         (["--resume", str(finished_run), "--steps", "3", "--lr", "0.5"], "--lr"),
         (["--resume", str(finished_run), "--steps", "3", "--selector", "gmts"], "--selector"),
         (["--resume", str(finished_run), "--steps", "3", "--micro-batch-size", "3"],

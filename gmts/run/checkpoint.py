@@ -18,7 +18,11 @@ parses, trainer_state.pt loads) and said so in one line: the text files of those
 Resume (find_resumable) takes the newest checkpoint that is whole: a damaged one is reported in one
 line and skipped, never deleted (gmts/run/folder.py moves it aside as damaged-step-N once it owns
 the folder). clean_leftovers removes what interrupted writes and prunes leave behind (.tmp-step-*,
-.old-step-*).
+.old-step-*, .tmp-final-merged, .old-final-merged, *.tmp files).
+
+`latest` names a new checkpoint before its folder is renamed into place: a kill between the two
+leaves `latest` naming no folder (a resume takes the newest intact one before it, and the step is
+done again), never an intact checkpoint that is not in the run's history.
 """
 import contextlib
 import errno
@@ -29,6 +33,7 @@ import random
 import re
 import shutil
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -107,8 +112,15 @@ def _fsync_tree(path):
                 os.fsync(fh.fileno())
 
 
-def write_text_atomic(path, text):
-    tmp = f"{path}.tmp"
+def write_text_atomic(path, text, unique=False):
+    """Write `path` whole or not at all: a temporary file beside it (PATH.tmp, or with unique=True
+    a name no other process uses: .NAME.<random>.tmp), fsynced, then renamed into place."""
+    if unique:
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)),
+                                   prefix=f".{os.path.basename(path)}.", suffix=".tmp")
+        os.close(fd)
+    else:
+        tmp = f"{path}.tmp"
     try:
         with open(tmp, "w") as fh:
             fh.write(text)
@@ -161,8 +173,10 @@ def save_checkpoint(run_dir, step, model, tokenizer, trainer_state, keep=2, stat
                 trash = os.path.join(root, f".old-{name}")
                 shutil.rmtree(trash, ignore_errors=True)
                 os.rename(final, trash)
-        os.rename(tmp, final)
+        # `latest` first: a kill before the rename leaves it naming no folder (the step is done
+        # again), never an intact step-N outside the run's history
         write_text_atomic(os.path.join(root, "latest"), name + "\n")
+        os.rename(tmp, final)
         if trash:
             shutil.rmtree(trash, ignore_errors=True)
     # OSError; safetensors' SafetensorError and torch.save's RuntimeError on a full disk
@@ -176,12 +190,18 @@ def save_checkpoint(run_dir, step, model, tokenizer, trainer_state, keep=2, stat
                              f"{last}; resume with --resume {run_dir} once there is room") from None
         raise SystemExit(f"error: writing checkpoint {final} failed ({type(err).__name__}: "
                          f"{_one_line(err)}); {last}") from None
-    # Prune the oldest, never the one just written nor anything after it (a rewind has moved those
-    # aside).
-    older = [d for d in list_checkpoints(run_dir) if step_of(d) < step]
-    for old in older[:max(0, len(older) - (keep - 1))]:
-        _discard(root, old)
+    prune(run_dir, step, keep)
     return final
+
+
+def prune(run_dir, step, keep):
+    """Delete the oldest checkpoints before `step` so that `keep` remain with step-N itself; never
+    step-N nor anything after it (a rewind has moved those aside). Returns the names deleted."""
+    older = [d for d in list_checkpoints(run_dir) if step_of(d) < step]
+    doomed = older[:max(0, len(older) - (keep - 1))]
+    for old in doomed:
+        _discard(os.path.join(run_dir, "checkpoints"), old)
+    return doomed
 
 
 class _RecordingWriter:
@@ -255,7 +275,7 @@ def _files(folder):
 
 def write_manifest(folder):
     """manifest.json: every file of `folder` with its size and SHA-256, written atomically and
-    last."""
+    last (a checkpoint's, a final-merged/ export's)."""
     files = {
         rel: {"bytes": os.path.getsize(os.path.join(folder, rel)),
               "sha256": _sha256(os.path.join(folder, rel))}
@@ -263,17 +283,27 @@ def write_manifest(folder):
     write_text_atomic(os.path.join(folder, MANIFEST), json.dumps({"files": files}, indent=1) + "\n")
 
 
-def manifest_problem(folder):
-    """Why `folder` does not match its manifest.json (a file missing, of another size or hash), or
-    None. Sizes first (cheap: a truncation is found without reading), then hashes."""
+def read_manifest(folder):
+    """{relative path: (bytes, sha256)} of `folder`'s manifest.json; ValueError when it is
+    damaged."""
     try:
         with open(os.path.join(folder, MANIFEST)) as fh:
             files = json.load(fh)["files"]
-        listed = {rel: (int(v["bytes"]), str(v["sha256"])) for rel, v in files.items()}
+        return {rel: (int(v["bytes"]), str(v["sha256"])) for rel, v in files.items()}
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return f"{MANIFEST} is damaged"
-    if STATE_FILE not in listed:
-        return f"{MANIFEST} does not list {STATE_FILE}"
+        raise ValueError(f"{MANIFEST} is damaged") from None
+
+
+def manifest_problem(folder, required=STATE_FILE):
+    """Why `folder` does not match its manifest.json (a file missing, of another size or hash), or
+    None. required: a file the manifest must list (a checkpoint's trainer_state.pt; None: any).
+    Sizes first (cheap: a truncation is found without reading), then hashes."""
+    try:
+        listed = read_manifest(folder)
+    except ValueError as err:
+        return str(err)
+    if required and required not in listed:
+        return f"{MANIFEST} does not list {required}"
     for rel, (size, _) in sorted(listed.items()):
         path = os.path.join(folder, rel)
         if not os.path.isfile(path):
@@ -485,27 +515,36 @@ def move_aside(run_dir, name):
     return target
 
 
+# what interrupted writes leave at the top of a run folder: an export's temporary or replaced
+# folder, config.json's temporary file, a start-up write test (gmts/run/validate.py)
+TOP_LEFTOVERS = (f".tmp-{MERGED}", f".old-{MERGED}", "config.json.tmp", ".gmts-write-test-")
+
+
 def clean_leftovers(run_dir):
-    """Remove what interrupted writes and prunes leave in run_dir/checkpoints (.tmp-step-*,
-    .old-step-*, latest.tmp); never a step-* folder. Returns the names removed."""
+    """Remove what interrupted writes and prunes leave in run_dir and run_dir/checkpoints
+    (.tmp-step-*, .old-step-*, latest.tmp, TOP_LEFTOVERS); never a step-* folder. Call only while
+    owning the folder (gmts/run/folder.py's lock). Returns the names removed."""
     root = os.path.join(run_dir, "checkpoints")
     removed = []
-    # an interrupted merged export
-    if os.path.isdir(os.path.join(run_dir, f".tmp-{MERGED}")):
-        shutil.rmtree(os.path.join(run_dir, f".tmp-{MERGED}"), ignore_errors=True)
-        removed.append(f".tmp-{MERGED}")
+    for name in sorted(os.listdir(run_dir)) if os.path.isdir(run_dir) else []:
+        if name.startswith(TOP_LEFTOVERS):
+            _remove(os.path.join(run_dir, name))
+            removed.append(name)
     if not os.path.isdir(root):
         return removed
     for name in sorted(os.listdir(root)):
         if name.startswith((".tmp-step-", ".old-step-")) or name == "latest.tmp":
-            target = os.path.join(root, name)
-            if os.path.isdir(target):
-                shutil.rmtree(target, ignore_errors=True)
-            else:
-                with contextlib.suppress(OSError):
-                    os.remove(target)
+            _remove(os.path.join(root, name))
             removed.append(name)
     return removed
+
+
+def _remove(target):
+    if os.path.isdir(target):
+        shutil.rmtree(target, ignore_errors=True)
+    else:
+        with contextlib.suppress(OSError):
+            os.remove(target)
 
 
 def remove_run(run_dir):
@@ -514,7 +553,8 @@ def remove_run(run_dir):
     for name in ("metrics.jsonl", "samples.jsonl", "config.json"):
         with contextlib.suppress(FileNotFoundError):
             os.remove(os.path.join(run_dir, name))
-    for name in ("checkpoints", "tensorboard", "wandb", MERGED, ABANDONED, f".tmp-{MERGED}"):
+    for name in ("checkpoints", "tensorboard", "wandb", MERGED, ABANDONED, f".tmp-{MERGED}",
+                 f".old-{MERGED}"):
         shutil.rmtree(os.path.join(run_dir, name), ignore_errors=True)
 
 

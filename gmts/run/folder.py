@@ -160,6 +160,32 @@ def run_files(path):
     return [f for f in RUN_FILES if os.path.exists(os.path.join(path, f))]
 
 
+# what checkpoints/ may hold in a run that never completed a checkpoint: an interrupted first
+# write (gmts/run/checkpoint.py's order: `latest` is written before the folder's rename)
+NO_CHECKPOINT_YET = ("latest", "latest.tmp", ".tmp-step-", ".old-step-")
+
+
+def restartable(path, cfg):
+    """Whether the run in `path` stopped before its first checkpoint (logs, config.json and at most
+    an interrupted first checkpoint write; no export, nothing set aside) and config.json records
+    this very command's configuration: the same command starts it over, dropping the log lines of
+    the steps it does again. A folder without config.json, or recording another run, is not."""
+    from gmts.run.config import to_dict
+    root = os.path.join(path, "checkpoints")
+    if os.path.isdir(root) and any(not n.startswith(NO_CHECKPOINT_YET) for n in os.listdir(root)):
+        return False
+    if any(os.path.exists(os.path.join(path, n)) for n in ("final-merged", "abandoned")):
+        return False
+    try:
+        with open(os.path.join(path, "config.json"), encoding="utf-8") as fh:
+            written = json.load(fh)
+    except (OSError, ValueError):
+        return False
+    ours = json.loads(json.dumps(to_dict(cfg)))
+    return isinstance(written, dict) and all(
+        written.get(k) == ours.get(k) for k in set(written) | set(ours) if k not in NOT_RECORDED)
+
+
 def holds_run(files):
     """Whether these RUN_FILES make a run (a lone config.json is a start that never completed a
     step)."""
@@ -306,7 +332,10 @@ def check_start(argv, prog="train.py"):
         try:
             resume_from, state = ckpt.find_resumable(cfg.resume, report=_note)
         except ckpt.CheckpointError as err:
-            raise UsageError(prog, f"--resume {cfg.resume}: {err}") from None
+            hint = ("; the run stopped before its first checkpoint: run its first command again "
+                    "(it starts the run over in this folder)"
+                    if os.path.isfile(os.path.join(cfg.resume, "config.json")) else "")
+            raise UsageError(prog, f"--resume {cfg.resume}: {err}{hint}") from None
         saved = dict(state["config"])
         # a checkpoint outside a run folder has no run record beside it
         if run_of(resume_from):
@@ -339,7 +368,10 @@ def check_start(argv, prog="train.py"):
             cfg = resolve(Config(**{k: v for k, v in saved.items() if k in known}))
         except ValueError as err:
             raise UsageError(prog, err) from None
-        if cfg.steps <= state["step"]:
+        # at the run's last step in place: the resume finishes the run (leftovers, the LoRA
+        # export: train.py), and trains nothing
+        at_end = cfg.steps == state["step"] and same_folder(cfg.output_dir, run_of(resume_from))
+        if cfg.steps < state["step"] or (cfg.steps == state["step"] and not at_end):
             raise UsageError(prog, f"--steps {cfg.steps}: {resume_from} is already at step "
                                    f"{state['step']}; pass --steps > {state['step']} to train "
                                    "further")
@@ -362,7 +394,8 @@ def check_start(argv, prog="train.py"):
     if who:
         raise _in_use(prog, cfg.output_dir, who)
     existing = run_files(cfg.output_dir)
-    if holds_run(existing) and not cfg.resume and not cfg.overwrite:
+    if holds_run(existing) and not cfg.resume and not cfg.overwrite and not restartable(
+            cfg.output_dir, cfg):
         raise UsageError(prog, f"--output-dir {cfg.output_dir} already holds a run "
                                f"({', '.join(existing)}); continue it with --resume "
                                f"{cfg.output_dir}, choose a new folder, or pass --overwrite to "
@@ -405,37 +438,100 @@ def claim(cfg, start_step, prog="train.py"):
                          "folder") from None
 
 
+class Busy(Exception):
+    """The lock is held by a live process; its text: 'pid N on HOST'."""
+
+
+def take_lock(lock_path):
+    """An exclusive flock on the file `lock_path` (created if missing) for as long as the returned
+    file descriptor stays open, with 'pid N on HOST' written inside. Raises Busy naming the holder,
+    or the OSError of a file system without locks. A lock file deleted by its owner while this
+    process waited is not a lock: it is opened again (take_lock then holds the file that is
+    there)."""
+    while True:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        # owner() holds a shared lock for an instant, an owner holds its exclusive one for good:
+        # retry for ~1 s.
+        for _ in range(20):
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                time.sleep(0.05)
+            except OSError:
+                os.close(fd)
+                raise
+        else:
+            who = _holder(fd)
+            os.close(fd)
+            raise Busy(who)
+        try:
+            same = os.fstat(fd).st_ino == os.stat(lock_path).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)                                 # its owner removed it: take the new one
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n{LOCK_NOTE}".encode(), 0)
+    return fd
+
+
 def _lock(path, prog):
     """Take DIR/.lock's exclusive flock for the rest of this process's life and write the owner
     inside."""
     try:
         os.makedirs(path, exist_ok=True)
-        fd = os.open(os.path.join(path, LOCK), os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as err:
         raise UsageError(prog, f"--output-dir {path}: cannot create it "
                                f"({err.strerror or err})") from None
-    # owner() holds a shared lock for an instant, an owner holds its exclusive one for good: retry
-    # for ~1 s.
-    for _ in range(20):
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            break
-        except BlockingIOError:
-            time.sleep(0.05)
-        except OSError as err:
-            os.close(fd)
-            raise _no_locks(path, err, prog) from None
-    else:
-        who = _holder(fd)
-        os.close(fd)
-        raise _in_use(prog, path, who)
-    _HELD[os.path.realpath(path)] = fd
     try:
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n{LOCK_NOTE}".encode(), 0)
+        fd = take_lock(os.path.join(path, LOCK))
+    except Busy as busy:
+        raise _in_use(prog, path, str(busy)) from None
     except OSError as err:
-        raise SystemExit(f"error: --output-dir {path}: cannot write {LOCK} "
+        if err.errno in NO_LOCKS:
+            raise _no_locks(path, err, prog) from None
+        raise SystemExit(f"error: --output-dir {path}: cannot create or write {LOCK} "
                          f"({err.strerror or err})") from None
+    _HELD[os.path.realpath(path)] = fd
+
+
+def lock_output(output, prog="eval.py"):
+    """eval.py: own the result `output` (its summary and per-problem file) through an flock on
+    OUTPUT.lock (take_lock) until the returned release() (which removes the file) or the end of the
+    process, however it ends. A second evaluation into the same --output is refused in one line
+    naming the first's pid."""
+    lock_path = output + ".lock"
+    # the folders this creates, innermost first: removed again if nothing was written into them
+    created, parent = [], os.path.dirname(os.path.abspath(output))
+    while parent and not os.path.exists(parent):
+        created.append(parent)
+        parent = os.path.dirname(parent)
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
+        fd = take_lock(lock_path)
+    except Busy as busy:
+        raise UsageError(prog, f"--output {output} is being written by another eval.py ({busy}); "
+                               "one evaluation per result file: wait for it to finish, or choose "
+                               "another --output") from None
+    except OSError as err:
+        if err.errno in NO_LOCKS:
+            raise UsageError(prog, f"--output {output}: its file system does not support file "
+                                   f"locks (flock: {err.strerror or err}); choose a folder on a "
+                                   "local disk") from None
+        raise UsageError(prog, f"--output {output}: cannot create {lock_path} "
+                               f"({err.strerror or err})") from None
+
+    def release():
+        # removed while held: a process waiting on this file takes the new one (take_lock)
+        with contextlib.suppress(OSError):
+            os.remove(lock_path)
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            for folder in created:
+                os.rmdir(folder)                     # only while empty
+    return release
 
 
 # config.json records the run; the checkpoints hold what it runs. Flags that say nothing about the
@@ -489,12 +585,21 @@ def _prepare(cfg, start_step, path, prog, ckpt):
         raise UsageError(prog, f"--output-dir {path}: {problem}")
     existing = run_files(path)
     if not cfg.resume:
+        if holds_run(existing) and not cfg.overwrite and restartable(path, cfg):
+            # this command's own run, stopped before its first checkpoint: start it over
+            for name in ("metrics.jsonl", "samples.jsonl"):
+                ckpt.truncate_jsonl(os.path.join(path, name), 0)
+            latest = os.path.join(path, "checkpoints", "latest")
+            if os.path.exists(latest):
+                os.remove(latest)
+            _note(f"{path} holds this command's run, stopped before its first checkpoint: it "
+                  "starts over (its log lines are written again)")
         # another start got here first and has finished
-        if holds_run(existing) and not cfg.overwrite:
+        elif holds_run(existing) and not cfg.overwrite:
             raise UsageError(prog, f"--output-dir {path} already holds a run "
                                    f"({', '.join(existing)}), written while this start was "
                                    "loading; continue it with --resume, or choose a new folder")
-        if holds_run(existing):
+        elif holds_run(existing):
             ckpt.remove_run(path)
             _note(f"--overwrite: removed the previous run's {', '.join(existing)} from {path}")
         elif existing:
@@ -508,12 +613,14 @@ def _prepare(cfg, start_step, path, prog, ckpt):
                                        f"loading; --resume {cfg.resume} would mix the two")
         else:
             _cut_history(cfg, start_step, path, prog, ckpt)
-    removed = ckpt.clean_leftovers(path)
+            # checkpoints beyond --keep-checkpoints (a kill before a save's prune)
+            removed = ckpt.prune(path, start_step, cfg.keep_checkpoints)
+            if removed:
+                _note(f"removed {', '.join(removed)}: older than the {cfg.keep_checkpoints} "
+                      "checkpoint(s) --keep-checkpoints keeps")
+    removed = [n for n in ckpt.clean_leftovers(path) if n != "config.json.tmp"]
     if removed:
-        _note(
-            f"removed leftovers of an interrupted checkpoint write or prune: {', '.join(removed)}")
-    if os.path.exists(os.path.join(path, "config.json.tmp")):
-        os.remove(os.path.join(path, "config.json.tmp"))
+        _note(f"removed leftovers of an interrupted write or prune: {', '.join(removed)}")
     if start_step and not (cfg.resume and same_folder(path, resumed_run(cfg.resume))):
         # a branch into an empty folder: nothing to cut
         for name in ("metrics.jsonl", "samples.jsonl"):
@@ -541,10 +648,14 @@ def _cut_history(cfg, start_step, path, prog, ckpt):
             # latest moved past the checkpoint check_start chose: another start ran meanwhile
             raise UsageError(prog, f"--resume {cfg.resume}: {name} was written while this start "
                                    "was loading; run the command again to continue from it")
+        elif _kept_in_abandoned(path, name, ckpt):
+            # the same weights are set aside already: one copy of a step, not one per rewind
+            ckpt._discard(os.path.join(path, "checkpoints"), name)
+            _note(f"removed {name}: abandoned/ keeps a copy with the same weights")
         else:
             later.append(name)
     merged = os.path.join(path, ckpt.MERGED)
-    export_later = os.path.isdir(merged) and _export_step(merged) != start_step
+    export_later = os.path.isdir(merged) and export_step(merged) != start_step
     name = f"step-{start_step:06d}"
     if later or export_later:
         target = ckpt.free_name(os.path.join(path, ckpt.ABANDONED, f"after-{name}"))
@@ -567,7 +678,22 @@ def _cut_history(cfg, start_step, path, prog, ckpt):
         ckpt.write_text_atomic(os.path.join(path, "checkpoints", "latest"), name + "\n")
 
 
-def _export_step(merged):
+def _kept_in_abandoned(path, name, ckpt):
+    """Whether RUN/abandoned/*/checkpoints/ holds checkpoint `name` with the same weight files
+    (their sizes and SHA-256 in both manifests)."""
+    def weights(folder):
+        try:
+            listed = ckpt.read_manifest(folder)
+        except ValueError:
+            return None
+        return {rel: v for rel, v in listed.items() if rel.endswith(".safetensors")} or None
+    ours = weights(os.path.join(path, "checkpoints", name))
+    root = os.path.join(path, ckpt.ABANDONED)
+    return ours is not None and os.path.isdir(root) and any(
+        weights(os.path.join(root, d, "checkpoints", name)) == ours for d in os.listdir(root))
+
+
+def export_step(merged):
     """The step a final-merged/ export was made at (its gmts_export.json), or None (unknown: an
     older gmts)."""
     try:

@@ -235,11 +235,15 @@ def save(run, step):
 
 def save_merged_lora(run, step):
     """LoRA: plain merged weights beside the checkpoints, for transformers / vLLM, written like a
-    checkpoint: into .tmp-final-merged, fsynced, then renamed into place, with gmts_export.json (the
-    step) inside. A failed write (a full disk) removes the temporary folder and is one line: no
-    final-merged/ without its weights."""
+    checkpoint: into .tmp-final-merged, fsynced, listed in a manifest.json (sizes and SHA-256),
+    then renamed into place, with gmts_export.json (the step) inside. An earlier export is renamed
+    to .old-final-merged first and removed after (a kill leaves a leftover the next start removes,
+    never a half folder). A failed write (a full disk) removes the temporary folder and is one
+    line: no final-merged/ without its weights. A kill leaves the run resumable: --resume at the
+    last step writes the export (train.py)."""
     merged_dir = os.path.join(run.cfg.output_dir, ckpt.MERGED)
     tmp = os.path.join(run.cfg.output_dir, f".tmp-{ckpt.MERGED}")
+    trash = os.path.join(run.cfg.output_dir, f".old-{ckpt.MERGED}")
     try:
         shutil.rmtree(tmp, ignore_errors=True)
         copy.deepcopy(run.model).merge_and_unload().save_pretrained(tmp, safe_serialization=True)
@@ -247,9 +251,12 @@ def save_merged_lora(run, step):
         ckpt.write_text_atomic(os.path.join(tmp, "gmts_export.json"),
                                json.dumps({"step": step}) + "\n")
         ckpt._fsync_tree(tmp)
+        ckpt.write_manifest(tmp)
         if os.path.exists(merged_dir):
-            shutil.rmtree(merged_dir)
+            shutil.rmtree(trash, ignore_errors=True)
+            os.rename(merged_dir, trash)
         os.rename(tmp, merged_dir)
+        shutil.rmtree(trash, ignore_errors=True)
     except Exception as err:  # noqa: BLE001 - OSError; safetensors' error on a full disk
         shutil.rmtree(tmp, ignore_errors=True)
         why = ("No space left on device" if ckpt.disk_full(err)

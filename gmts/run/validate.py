@@ -18,6 +18,7 @@ come after the table and are just as cheap: nothing here loads a model.
 
 A usage error is `UsageError`: its one line goes to stderr and the process exits with status 2.
 """
+import errno
 import importlib.util
 import json
 import math
@@ -355,14 +356,29 @@ def output_path_problem(path, kind):
     if not os.path.isdir(probe):
         return f"{probe} is a file, so nothing can be created under it"
     try:
-        fd, name = tempfile.mkstemp(dir=probe, prefix=".gmts-write-test-")
-        os.close(fd)
-        os.unlink(name)
+        _write_test(probe)
     except OSError as err:
         return f"{probe} is not writable ({err.strerror or err})"
     if kind == "file" and os.path.exists(full) and not os.access(full, os.W_OK):
         return "is not writable"
     return None
+
+
+def _write_test(folder):
+    """Create a file in `folder` and remove it (OSError when that fails): an unnamed one
+    (O_TMPFILE) where the file system has them, so that a kill leaves nothing behind; else a
+    .gmts-write-test-* file, which gmts/run/checkpoint.py's clean_leftovers removes from a run
+    folder."""
+    try:
+        os.close(os.open(folder, getattr(os, "O_TMPFILE", 0) | os.O_WRONLY, 0o600))
+        return
+    except OSError as err:
+        if not hasattr(os, "O_TMPFILE") or err.errno not in (errno.EOPNOTSUPP, errno.EISDIR,
+                                                             errno.EINVAL):
+            raise
+    fd, name = tempfile.mkstemp(dir=folder, prefix=".gmts-write-test-")
+    os.close(fd)
+    os.unlink(name)
 
 
 def _name_problem(full):

@@ -23,6 +23,7 @@ Generation is gmts.trainer.rollout.sample, the trainer's own batched, KV-cached 
 measures is what the trainer samples (plus top-k / top-p, which evaluation may use and training must
 not).
 """
+import hashlib
 import json
 import math
 import os
@@ -402,11 +403,31 @@ def load_scores(path):
         raise ValueError(f"{path} is a folder; give a result file (eval.py's summary .json or its "
                          ".problems.jsonl)")
     try:
+        _check_pair(path)
         return _read_scores(path)
     except (OSError, UnicodeDecodeError) as err:     # unreadable, or not text at all
         raise ValueError(f"{path}: cannot be read as an eval.py result ({type(err).__name__}: "
                          f"{_one_line(err)})") \
             from None
+
+
+def _check_pair(path):
+    """A per-problem file beside a summary that records another file's SHA-256 (eval.py writes the
+    hash of its own rows into its summary) belongs to another evaluation: ValueError."""
+    summary = path.removesuffix(".problems.jsonl") + ".json"
+    if not path.endswith(".problems.jsonl") or not os.path.isfile(summary):
+        return
+    try:
+        with open(summary) as fh:
+            recorded = json.load(fh).get("problems_sha256")
+    except (ValueError, AttributeError):
+        return
+    with open(path, "rb") as fh:
+        digest = hashlib.sha256(fh.read()).hexdigest()
+    if recorded and recorded != digest:
+        raise ValueError(f"{path} is not the per-problem file of {summary} (its SHA-256 differs "
+                         "from the one the summary records): the two come from different "
+                         "evaluations; evaluate again")
 
 
 def _read_scores(path):
