@@ -71,6 +71,9 @@ def build_parser():
                    help="weights of the --reward functions, e.g. 1,0.1 (default: all 1)")
     p.add_argument("--reward-workers", type=int, default=0,
                    help="threads scoring answers (0 = twice the CPUs)")
+    p.add_argument("--reward-timeout", type=float, default=60.0,
+                   help="seconds one call of a --reward function of your own may take "
+                        "(docs/your_task.md)")
     p.add_argument("--device", default="auto", help="auto (cuda if available) | cpu | cuda | "
                                                     "cuda:1 ...")
     p.add_argument("--dtype", default="auto", help="auto (bf16 on GPU, float32 on CPU), float32, "
@@ -277,7 +280,8 @@ def main(argv=None):
                                 repeats=args.repeat, n_bootstrap=args.bootstrap,
                                 max_prompt_tokens=max_prompt_tokens, rewards=args.reward or None,
                                 reward_weights=args.reward_weights,
-                                reward_workers=args.reward_workers, **data_kw)
+                                reward_workers=args.reward_workers,
+                                reward_timeout=args.reward_timeout, **data_kw)
     except ValueError as err:
         raise SystemExit(f"error: {err}") from None
     except RewardError as err:
@@ -312,8 +316,12 @@ def check_rewards(args, problems):
         return
     import rewards
     try:
-        scorer = rewards.scorer_for(args.reward, args.reward_weights, workers=1)
-        scorer.check(problems, first=args.batch_size)
+        scorer = rewards.scorer_for(args.reward, args.reward_weights, workers=1,
+                                    timeout=args.reward_timeout)
+        try:
+            scorer.check(problems, first=args.batch_size)
+        finally:
+            scorer.close()
     except rewards.RewardError as err:
         raise SystemExit(err.for_cli()) from None
 

@@ -87,10 +87,11 @@ def load_prompts(cfg, tokenizer):
 def reward_functions(cfg, names):
     """The step's scorer (rewards.Scorer, scoring a batch concurrently): --reward's functions with
     --reward-weights for every problem, or without --reward each problem's own built-in reward
-    (`names`: those the problems use)."""
+    (`names`: those the problems use). Functions of one's own run in a process of their own, each
+    call within --reward-timeout (rewards/isolated.py)."""
     try:
         return rewards.scorer_for(cfg.reward, cfg.reward_weights, workers=cfg.reward_workers,
-                                  trusted_only=cfg.code_trusted_only)
+                                  trusted_only=cfg.code_trusted_only, timeout=cfg.reward_timeout)
     except rewards.RewardError as err:
         raise SystemExit(err.for_cli()) from None
 
@@ -274,6 +275,29 @@ def each_reward(scorer):
         label: summed[3 * k:3 * k + 3] for k, label in enumerate(counts)})
 
 
+@contextlib.contextmanager
+def reward_failures(cfg, step):
+    """A reward that failed during step `step` (or its evaluation): one line naming it, the user's
+    traceback, and where the run stands; a signal that came while rewards were scoring: the run
+    stops at once. Nothing of the step is kept, so --resume continues as if it had not begun."""
+    try:
+        yield
+    except rewards.RewardError as err:
+        raise SystemExit(err.for_cli(f"; the run stopped in step {step}, which is not kept: "
+                                     f"{resume_hint(cfg)}")) from None
+    except rewards.ScoringStopped as err:
+        print(f"gmts: stopped by signal {err.signum} in step {step}, while rewards were scoring "
+              f"(the step is not kept); {resume_hint(cfg)}", file=sys.stderr, flush=True)
+        sys.exit(128 + err.signum)
+
+
+def resume_hint(cfg):
+    """How to go on from what the run folder holds."""
+    if ckpt.list_checkpoints(cfg.output_dir):
+        return f"resume with --resume {cfg.output_dir}"
+    return "no checkpoint was written yet: the same command starts again"
+
+
 def main(argv=None):
     # every check: one line
     cfg, resume_from, state = check_start(sys.argv[1:] if argv is None else argv)
@@ -281,19 +305,21 @@ def main(argv=None):
                                 reward_functions=reward_functions)
     # --report-to (gmts/run/report.py)
     stop, reporter = StopRequest(), report.open(cfg if run.main_process else None)
+    rewards.set_interrupt_check(lambda: stop.signum)   # a signal ends a reward's wait at once
     metrics_path, samples_path = log_paths(cfg)
     # the wall time the final line reports, and its parts
     t_run, spent = time.time(), {"eval": 0.0, "save": 0.0}
 
-    def evaluate(label):           # an in-training evaluation: a progress bar, then its line, timed
+    def evaluate(label, step):     # an in-training evaluation: a progress bar, then its line, timed
         t = time.time()
-        out = evaluate_during_training(run, "eval " + label)
+        with reward_failures(cfg, step):
+            out = evaluate_during_training(run, "eval " + label)
         spent["eval"] += time.time() - t
         if out:
             tqdm.write(report.eval_line(label, out))
         return out
 
-    eval_before = evaluate("before training") if cfg.eval_before and start_step == 0 else {}
+    eval_before = evaluate("before training", 0) if cfg.eval_before and start_step == 0 else {}
     if eval_before:
         reporter.log(0, eval_before)
 
@@ -308,10 +334,8 @@ def main(argv=None):
         lr = cfg.lr * min(1.0, step / cfg.warmup_steps) if cfg.warmup_steps else cfg.lr
         for group in run.optimizer.param_groups:
             group["lr"] = lr
-        try:
+        with reward_failures(cfg, step):
             done = train_step(run, step)
-        except rewards.RewardError as err:      # a reward function failed: one line, its traceback
-            raise SystemExit(err.for_cli()) from None
         metrics, samples = step_figures(run, step, done), None
         if done.records:           # the update's figures (gmts/trainer/diagnostics.py), for the log
             log = UpdateLog(cfg, done.batch, done.records)
@@ -322,7 +346,7 @@ def main(argv=None):
         # the peak so far, this step included
         metrics.update(lr=lr, peak_memory_mb=peak_memory_mb(run.device))
         if cfg.eval_every and (step % cfg.eval_every == 0 or step == cfg.steps):
-            metrics.update(evaluate(f"after step {step}"))
+            metrics.update(evaluate(f"after step {step}", step))
         if step == start_step + 1 and eval_before:
             metrics.update({"eval_before_" + k[len("eval_"):]: v for k, v in eval_before.items()})
         if run.main_process:

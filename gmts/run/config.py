@@ -65,6 +65,9 @@ class Config:
                                      "(default: all 1)")
     reward_workers: int = option(0, "threads scoring a step's answers concurrently (0 = twice "
                                     "this process's CPUs; 1 = one after another)")
+    reward_timeout: float = option(60.0, "seconds one call of a --reward function of your own may "
+                                         "take; a longer one stops the run, named (they run in a "
+                                         "process of their own: docs/your_task.md)")
     code_trusted_only: bool = option(False, "code reward: score 0 (without running) any problem "
                                             "whose tests could only be judged inside the sandbox "
                                             "(rewards/README.md)")

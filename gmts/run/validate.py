@@ -164,6 +164,24 @@ def _need(name, n):
                                    "{v}")
 
 
+# The smallest normal float32: logits are divided by the temperature in float32 (or bfloat16, the
+# same exponent range), so a smaller one is 0 or subnormal there and the division overflows.
+FLOAT32_TINY = 1.1754943508222875e-38
+
+
+def temperature_rule(name, greedy):
+    """The one rule for a sampling temperature (train.py's --temperature and --eval-temperature,
+    eval.py's --temperature): finite, and either 0 (greedy, where `greedy` allows it) or at least
+    FLOAT32_TINY."""
+    flag = "--" + name.replace("_", "-")
+    want = ("0 (greedy) or a finite number >= 1.2e-38 (a smaller one is 0 or subnormal in "
+            "float32, where logits are divided by it)" if greedy else
+            "a finite number >= 1.2e-38 for training rollouts (a smaller one is 0 or subnormal in "
+            "float32, where logits are divided by it)")
+    return Rule(name, lambda v, c: finite(v) and ((greedy and v == 0) or v >= FLOAT32_TINY),
+                f"{flag} must be {want}, got {{v}}")
+
+
 def _finite_at_least(name, n, why=""):
     return Rule(name, lambda v, c: finite(v) and v >= n,
                 f"--{name.replace('_', '-')} must be a finite number >= {n}{why}, got {{v}}")
@@ -197,13 +215,14 @@ TRAIN_RULES = [
     Rule("reward_weights", lambda v, c: reward_weights_problem(v, c.reward) is None,
          "{err}"),
     _need("reward_workers", 0),
+    Rule("reward_timeout", lambda v, c: finite(v) and v > 0,
+         "--reward-timeout must be a finite number of seconds > 0, got {v}"),
     # rollout
     _need("prompts_per_step", 1),
     Rule("group_size", at_least(2), "--group-size must be >= 2 (a group of one answer has no "
                                     "baseline), got {v}"),
     _need("max_new_tokens", 1),
-    Rule("temperature", lambda v, c: finite(v) and v > 0,
-         "--temperature must be a finite number > 0 for training rollouts, got {v}"),
+    temperature_rule("temperature", greedy=False),
     Rule("rollout_batch_size", at_least(0), "--rollout-batch-size must be >= 0 (0 = all prompts at "
                                             "once), got {v}"),
     Rule("compile", lambda v, c: not (v and c.fsdp), "--compile cannot be combined with --fsdp "
@@ -282,7 +301,7 @@ TRAIN_RULES = [
     Rule("eval_before", lambda v, c: not v or bool(c.eval_data), "--eval-before needs --eval-data"),
     _need("eval_limit", 0),
     _need("eval_samples", 1),
-    _finite_at_least("eval_temperature", 0, " (0 = greedy)"),
+    temperature_rule("eval_temperature", greedy=True),
     Rule("report_to", lambda v, c: v in REPORT_TO, "--report-to must be one of "
                                                    f"{', '.join(REPORT_TO)}, got {{v!r}}"),
     # Looked up, not imported (no cost): a missing backend fails here, before anything is written.
@@ -485,8 +504,7 @@ EVAL_RULES = [
          "--tokenizer {v}: {err}"),
     Rule("limit", at_least(0), "--limit must be >= 0 (0 = all), got {v}"),
     _need("samples", 1),
-    Rule("temperature", lambda v, c: finite(v) and v >= 0, "--temperature must be a finite number "
-                                                           ">= 0 (0 = greedy), got {v}"),
+    temperature_rule("temperature", greedy=True),
     Rule("top_p", _between(0, 1, lo_open=True), "--top-p must be in (0, 1], got {v}"),
     Rule("top_k", at_least(0), "--top-k must be >= 0 (0 = off), got {v}"),
     _need("max_new_tokens", 1),
@@ -506,6 +524,8 @@ EVAL_RULES = [
                                      "interval), got {v}"),
     Rule("reward_weights", lambda v, c: reward_weights_problem(v, c.reward) is None, "{err}"),
     _need("reward_workers", 0),
+    Rule("reward_timeout", lambda v, c: finite(v) and v > 0,
+         "--reward-timeout must be a finite number of seconds > 0, got {v}"),
 ]
 
 
