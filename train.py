@@ -36,6 +36,7 @@ if __name__ == "__main__":
 import contextlib
 import dataclasses
 import math
+import os
 import time
 
 import torch
@@ -295,6 +296,8 @@ def resume_hint(cfg):
     """How to go on from what the run folder holds."""
     if ckpt.list_checkpoints(cfg.output_dir):
         return f"resume with --resume {cfg.output_dir}"
+    if os.path.exists(log_paths(cfg)[0]):        # steps logged, none saved (--save-every)
+        return "no checkpoint was written yet: run the same command with --overwrite"
     return "no checkpoint was written yet: the same command starts again"
 
 
