@@ -35,6 +35,7 @@ if __name__ == "__main__":
 
 import contextlib
 import dataclasses
+import json
 import math
 import os
 import time
@@ -83,6 +84,36 @@ def load_prompts(cfg, tokenizer):
         finally:
             scorer.close()
     return problems, prompt_ids, skipped
+
+
+def eval_overlap(cfg, problems):
+    """The --eval-data problems that share a 13-word run (or the whole of a shorter question) with a
+    training problem (data/decontam.py): said once at the start, and the final line then does not
+    call their accuracy held-out. A warning, not a refusal: evaluating on the training problems is a
+    fair measurement (does the policy fit them?) once it is named as such. Returns '' or the
+    label."""
+    if not cfg.eval_data or not (cfg.eval_every or cfg.eval_before):
+        return ""
+    from gmts.tools.evaluate import parse_data_spec, split_data_arg
+    evaluation = []
+    for spec in split_data_arg(cfg.eval_data):
+        try:                           # the problem set the evaluation reads (its limit, seed 0)
+            evaluation += data.load_problems(
+                *parse_data_spec(spec), limit=cfg.eval_limit or None, seed=0,
+                **(json.loads(cfg.task_options) if cfg.task_options else {}))
+        except (FileNotFoundError, KeyError, ValueError, ImportError, data.OptionError):
+            return ""                  # the evaluation names what is wrong with it
+    found = data.decontamination_report(problems, evaluation, max_examples=1)
+    if not found["overlapping_eval"]:
+        return ""
+    first = found["examples"][0]
+    label = (f"not held-out: {found['overlapping_eval']} of {found['eval']} eval problems overlap "
+             "the training data")
+    print(f"gmts: --eval-data {cfg.eval_data}: {found['overlapping_eval']} of {found['eval']} "
+          f"problems share a {found['n']}-word run with training problems (e.g. "
+          f"{first['eval_id']} ~ {first['train_id']}), so its accuracy is {label.split(':')[0]}",
+          file=sys.stderr, flush=True)
+    return label
 
 
 def reward_functions(cfg, names):
@@ -310,6 +341,7 @@ def main(argv=None):
     stop, reporter = StopRequest(), report.open(cfg if run.main_process else None)
     rewards.set_interrupt_check(lambda: stop.signum)   # a signal ends a reward's wait at once
     metrics_path, samples_path = log_paths(cfg)
+    overlap = eval_overlap(cfg, run.stream.problems) if run.main_process else ""
     # the wall time the final line reports, and its parts
     t_run, spent = time.time(), {"eval": 0.0, "save": 0.0}
 
@@ -407,7 +439,8 @@ def main(argv=None):
               f"writing checkpoints); reward {first['reward_mean']:.3f} -> "
               f"{last['reward_mean']:.3f}, accuracy {first['accuracy']:.3f} -> "
               f"{last['accuracy']:.3f}"
-              + (f", held-out accuracy {' -> '.join(held_out)}" if held_out else "")
+              + (f", {'eval' if overlap else 'held-out'} accuracy {' -> '.join(held_out)}"
+                 + (f" ({overlap})" if overlap else "") if held_out else "")
               + f"; checkpoint {ckpt.find_checkpoint(cfg.output_dir)}")
 
 

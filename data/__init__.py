@@ -19,6 +19,7 @@ rewards/) is called with.
 limit: the first `limit` problems in file order (no shuffling here: shuffle in the trainer, with its
 seed). seed: only the arithmetic task uses it.
 """
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -150,6 +151,9 @@ def _text(value, where: str, what: str, numbers: bool = False):
     "answer": 42)."""
     if isinstance(value, str):
         return value
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{where}: the {what} is {value} (JSON's NaN or Infinity, what json.dumps "
+                         "writes for a missing pandas value); give it a value or leave the row out")
     if numbers and isinstance(value, (int, float)) and not isinstance(value, bool):
         return str(value)
     raise ValueError(f"{where}: the {what} must be a string{' or a number' if numbers else ''}, "

@@ -321,11 +321,22 @@ def world_size():
 TORCHRUN_VARS = ("RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 
 
+def main_process():
+    """Whether this process speaks for the run (its notes, its download bars): the only process
+    (WORLD_SIZE absent or 1: a RANK beside it means nothing, as gmts/trainer/distributed.py's init
+    reads it), or torchrun's rank 0."""
+    return world_size() == 1 or os.environ.get("RANK", "0").strip() == "0"
+
+
 def launcher_problem():
     """Why the environment is neither one process nor torchrun's (WORLD_SIZE set by hand, not a
     number, or without the variables torchrun sets beside it), or None."""
-    value = os.environ.get("WORLD_SIZE")
+    value, rank = os.environ.get("WORLD_SIZE"), os.environ.get("RANK")
     if value is None:
+        if rank is not None and rank.strip() not in ("", "0"):
+            return (f"the environment variable RANK={rank!r} is set but WORLD_SIZE is not (a "
+                    "leftover of another launch?): unset RANK for one process, or start with "
+                    "torchrun")
         return None
     if not value.strip().isdigit() or int(value) < 1:
         return (f"the environment variable WORLD_SIZE={value!r} is not a number of processes: "
@@ -336,6 +347,9 @@ def launcher_problem():
                 f"{'is' if len(missing) == 1 else 'are'} not, so this is not a torchrun process: "
                 f"start with torchrun --nproc-per-node {value} train.py ..., or unset WORLD_SIZE "
                 "for one process")
+    if int(value) > 1 and not (rank.strip().isdigit() and int(rank) < int(value)):
+        return (f"the environment variable RANK={rank!r} is not a rank of WORLD_SIZE={value} "
+                "processes: start with torchrun, which sets both")
     return None
 
 
