@@ -207,7 +207,10 @@ def main(argv=None):
     # Cheap checks first: every flag, the output path and the model's context
     # (gmts/run/validate.py), before any data or model loads; a bad one is one line and exit status
     # 2.
-    from gmts.run.validate import check_eval_args, model_context, problems_path
+    from gmts.run.validate import (UsageError, address_space_problem, check_eval_args,
+                                   memory_line, model_context, problems_path)
+    if address_space_problem("eval.py"):
+        raise UsageError("eval.py", address_space_problem("eval.py"))
     output = args.output if args.compare else (args.output
                                                or default_output(
                                                    args.model or "", args.data, args.seed))
@@ -255,7 +258,9 @@ def main(argv=None):
     except ValueError as err:
         raise SystemExit(f"error: {err}") from None
     check_rewards(args, [p for problems, _, _ in sizes.values() for p in problems])
-    model = one_line_errors(load_model, args.model, dtype=dtype, device=device).eval()
+    with memory_line("eval.py", "loading the model", "use --dtype bfloat16, a smaller --model or "
+                     "a larger machine"):
+        model = one_line_errors(load_model, args.model, dtype=dtype, device=device).eval()
     check_vocabulary(model, tokenizer, flag="--tokenizer" if args.tokenizer else "--model")
     # the context was not readable before loading: the loaded config has it
     if max_prompt_tokens is None:
@@ -272,16 +277,20 @@ def main(argv=None):
           + (f", {args.repeat} repeats" if args.repeat > 1 else ""), file=sys.stderr, flush=True)
 
     t0 = time.time()
+    sampling = memory_line("eval.py", "sampling",
+                           f"lower --samples ({args.samples}) or --batch-size ({args.batch_size} "
+                           f"prompts x {args.samples} samples = rows sampled at once) or "
+                           "--max-new-tokens")
     try:
-        result = evaluate_model(model, tokenizer, specs, samples=args.samples,
-                                temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
-                                max_new_tokens=args.max_new_tokens, seed=args.seed, eos_ids=eos_ids,
-                                batch_size=args.batch_size, progress=not args.quiet,
-                                repeats=args.repeat, n_bootstrap=args.bootstrap,
-                                max_prompt_tokens=max_prompt_tokens, rewards=args.reward or None,
-                                reward_weights=args.reward_weights,
-                                reward_workers=args.reward_workers,
-                                reward_timeout=args.reward_timeout, **data_kw)
+        with sampling:
+            result = evaluate_model(
+                model, tokenizer, specs, samples=args.samples, temperature=args.temperature,
+                top_p=args.top_p, top_k=args.top_k, max_new_tokens=args.max_new_tokens,
+                seed=args.seed, eos_ids=eos_ids, batch_size=args.batch_size,
+                progress=not args.quiet, repeats=args.repeat, n_bootstrap=args.bootstrap,
+                max_prompt_tokens=max_prompt_tokens, rewards=args.reward or None,
+                reward_weights=args.reward_weights, reward_workers=args.reward_workers,
+                reward_timeout=args.reward_timeout, **data_kw)
     except ValueError as err:
         raise SystemExit(f"error: {err}") from None
     except RewardError as err:

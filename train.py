@@ -29,8 +29,12 @@ if __name__ == "__main__":
     # a failed write to stdout (a full disk): one line, at the end
     sys.stdout = WatchedStdout(sys.stdout)
     # Every flag against gmts/run/validate.py's table before torch loads (~3 s): a bad one is one
-    # line, exit 2, at once; the imports below come after it on purpose.
+    # line, exit 2, at once; the imports below come after it on purpose. So is a `ulimit -v` too
+    # small to import torch.
     from gmts.run.config import parse_config
+    from gmts.run.validate import UsageError, address_space_problem
+    if address_space_problem("train.py"):
+        raise UsageError("train.py", address_space_problem("train.py"))
     parse_config(sys.argv[1:])
 
 import contextlib
@@ -52,6 +56,7 @@ from gmts.run import checkpoint as ckpt, report, runlog
 from gmts.run.state import (
     StopRequest, build_run, evaluate_during_training, log_paths, save, save_merged_lora)
 from gmts.run.folder import check_start
+from gmts.run.validate import memory_line
 from gmts.trainer import distributed
 from gmts.trainer.diagnostics import GradNoise, UpdateLog, rollout_figures
 from gmts.trainer.policy import peak_memory_mb
@@ -270,14 +275,21 @@ def train_step(run, step):
     cfg, model, t_start = run.cfg, run.model, time.time()
     if not all_finite(model.parameters()):   # NaN/inf weights: no rollout to trust, no step
         return StepDone(BAD_WEIGHTS)
-    with layers_gathered(model.eval()):
+    with layers_gathered(model.eval()), memory_line(
+            "train.py", f"sampling step {step}'s answers",
+            f"lower --group-size ({cfg.group_size}) or --max-new-tokens ({cfg.max_new_tokens}), or "
+            f"sample fewer prompts at once with --rollout-batch-size "
+            f"({cfg.rollout_batch_size or cfg.prompts_per_step})"):
         batch = collect_batch(run)
     done = StepDone(NO_SIGNAL, *batch, time_rollout_s=time.time() - t_start)
     if int(batch_sum(int(done.batch is None))):      # no group anywhere (no process may step alone)
         return done
-    done.records = update_policy(cfg, model, run.ref_model, run.optimizer, done.batch,
-                                 run.select_gen, run.device, step,
-                                 probe=GradNoise(model) if cfg.log_grad_noise else None)
+    with memory_line("train.py", f"in step {step}'s update",
+                     f"lower --micro-batch-size ({cfg.micro_batch_size}) or set "
+                     "--micro-batch-tokens, or pass --gradient-checkpointing"):
+        done.records = update_policy(cfg, model, run.ref_model, run.optimizer, done.batch,
+                                     run.select_gen, run.device, step,
+                                     probe=GradNoise(model) if cfg.log_grad_noise else None)
     done.outcome, done.time_train_s = TRAINED, time.time() - t_start - done.time_rollout_s
     return done
 
@@ -335,8 +347,10 @@ def resume_hint(cfg):
 def main(argv=None):
     # every check: one line
     cfg, resume_from, state = check_start(sys.argv[1:] if argv is None else argv)
-    run, start_step = build_run(cfg, resume_from, state, load_prompts=load_prompts,
-                                reward_functions=reward_functions)
+    with memory_line("train.py", "loading the model",
+                     "use --dtype bfloat16, --lora-rank, a smaller --model or a larger machine"):
+        run, start_step = build_run(cfg, resume_from, state, load_prompts=load_prompts,
+                                    reward_functions=reward_functions)
     # --report-to (gmts/run/report.py)
     stop, reporter = StopRequest(), report.open(cfg if run.main_process else None)
     rewards.set_interrupt_check(lambda: stop.signum)   # a signal ends a reward's wait at once
@@ -347,7 +361,10 @@ def main(argv=None):
 
     def evaluate(label, step):     # an in-training evaluation: a progress bar, then its line, timed
         t = time.time()
-        with reward_failures(cfg, step):
+        with reward_failures(cfg, step), memory_line(
+                "train.py", f"evaluating {label}",
+                "lower --prompts-per-step x --group-size (the evaluation samples as many rows "
+                "at once) or --eval-samples"):
             out = evaluate_during_training(run, "eval " + label)
         spent["eval"] += time.time() - t
         if out:
@@ -447,6 +464,12 @@ def main(argv=None):
 if __name__ == "__main__":
     try:
         main()
+    except (MemoryError, RuntimeError, ImportError) as err:    # out of memory anywhere else
+        from gmts.run.validate import out_of_memory
+        if out_of_memory(err) is None:
+            raise
+        sys.exit(f"error: out of memory ({out_of_memory(err)}); lower the batch's flags "
+                 "(--group-size, --rollout-batch-size, --micro-batch-size) or the model's size")
     except OSError as err:          # stdout on a full disk (`> log`): one line (gmts/run/folder.py)
         from gmts.run.folder import stdout_failed
         if not stdout_failed(err):

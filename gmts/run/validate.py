@@ -18,10 +18,12 @@ come after the table and are just as cheap: nothing here loads a model.
 
 A usage error is `UsageError`: its one line goes to stderr and the process exits with status 2.
 """
+import contextlib
 import importlib.util
 import json
 import math
 import os
+import re
 import sys
 import tempfile
 from typing import NamedTuple
@@ -351,6 +353,61 @@ def launcher_problem():
         return (f"the environment variable RANK={rank!r} is not a rank of WORLD_SIZE={value} "
                 "processes: start with torchrun, which sets both")
     return None
+
+
+# --------------------------------------------------------------------------------------------------
+# The machine's limits as one line.
+
+# The address space importing torch, transformers and their libraries takes on a CPU: a tiny run
+# passed at `ulimit -v 1700000` (kB) and failed at 1400000 (an allocation), and at 1000000 a library
+# (OpenBLAS, in an import) retries its allocation forever at 100% CPU, so a smaller limit is refused
+# before any import.
+MIN_ADDRESS_SPACE = 3 << 29                     # 1.5 GiB
+
+
+def address_space_problem(prog):
+    """Why the address-space limit (ulimit -v) is too small to start, or None."""
+    try:
+        import resource
+        soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    except (ImportError, OSError, ValueError):
+        return None
+    if soft == resource.RLIM_INFINITY or soft >= MIN_ADDRESS_SPACE:
+        return None
+    return (f"the address-space limit (ulimit -v {soft >> 10}) is {soft / 2 ** 30:.2f} GiB, below "
+            f"the {MIN_ADDRESS_SPACE / 2 ** 30:.1f} GiB {prog} needs to load torch; raise it "
+            "(ulimit -v unlimited, or a limit for the model on top of that)")
+
+
+def out_of_memory(err):
+    """A one-line description when `err` is an allocation that failed (a GPU's OutOfMemoryError,
+    MemoryError, CPU torch's "can't allocate memory" RuntimeError, a library that could not be
+    mapped), else None."""
+    text = " ".join(str(err).split())
+    if isinstance(err, MemoryError):
+        return f"MemoryError{': ' + text if text else ''}"
+    name = type(err).__name__
+    if name == "OutOfMemoryError" or (isinstance(err, RuntimeError) and (
+            "can't allocate memory" in text or "out of memory" in text.lower())) or (
+            isinstance(err, (ImportError, OSError)) and "failed to map segment" in text):
+        tried = re.search(r"[Tt]ried to allocate ([0-9.]+ ?[KMGT]?i?B|(\d+) bytes)", text)
+        size = tried and (f"{int(tried.group(2)) / 2 ** 30:.2f} GiB" if tried.group(2)
+                          else tried.group(1))
+        return f"{name}" + (f" allocating {size}" if size else "")
+    return None
+
+
+@contextlib.contextmanager
+def memory_line(prog, what, advice):
+    """Out of memory inside the block: one line, `prog: error: out of memory <what> (<the error>);
+    <advice>` (the flags to lower), exit 1."""
+    try:
+        yield
+    except BaseException as err:         # one kind is caught, the rest raised again
+        said = out_of_memory(err)
+        if said is None:
+            raise
+        raise SystemExit(f"error: out of memory {what} ({said}); {advice}") from None
 
 
 def check(cfg, rules, prefix=""):
