@@ -368,7 +368,7 @@ def main(argv=None):
             out = evaluate_during_training(run, "eval " + label)
         spent["eval"] += time.time() - t
         if out:
-            tqdm.write(report.eval_line(label, out))
+            tqdm.write(report.eval_line(label, out, overlap))
         return out
 
     eval_before = evaluate("before training", 0) if cfg.eval_before and start_step == 0 else {}

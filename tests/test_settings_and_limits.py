@@ -162,7 +162,7 @@ def test_out_of_memory_names_the_flag_to_lower(digit_model_dir, digit_data, tmp_
         ["train.py", *train_args(digit_model_dir, digit_data, tmp_path / "run", "--steps", "1",
                                  "--group-size", "100000")],
         ["eval.py", "--model", digit_model_dir, "--data", digit_data, "--samples", "200000",
-         "--temperature", "1", "--device", "cpu", "--quiet", "--output",
+         "--temperature", "1", "--max-new-tokens", "3", "--device", "cpu", "--quiet", "--output",
          str(tmp_path / "e.json")],
     ]
     for (script, *args), flag in zip(cases, ("--group-size (100000)", "--samples (200000)")):
