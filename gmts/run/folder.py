@@ -288,11 +288,6 @@ def check_start(argv, prog="train.py"):
         raise UsageError(prog, problem)
     cfg = parse_config(argv)
     explicit = set(vars(build_parser().parse_args(argv)))
-    dropped = [] if cfg.resume else preset_data_settings(cfg.preset, explicit, cfg.data)
-    if dropped:
-        _note(f"--data {cfg.data}: --preset {cfg.preset}'s settings for its own data set ("
-              + ", ".join("--" + n.replace("_", "-") for n in dropped) + ") are left out; pass "
-              "them to use them with it")
     # (parse_config printed it already, unless --resume)
     show = "print_config" in explicit
     explicit.discard("print_config")
@@ -383,6 +378,11 @@ def check_start(argv, prog="train.py"):
     problem = context_problem(cfg.max_new_tokens, model_source)
     if problem:                          # a flag the preset set, not the user, is named as such
         raise UsageError(prog, problem + preset_note(problem, cfg.preset, explicit))
+    dropped = [] if cfg.resume else preset_data_settings(cfg.preset, explicit, cfg.data)
+    if dropped:                          # said once every check has passed
+        _note(f"--data {cfg.data}: --preset {cfg.preset}'s settings for its own data set ("
+              + ", ".join("--" + n.replace("_", "-") for n in dropped) + ") are left out; pass "
+              "them to use them with it")
     return cfg, resume_from, state
 
 
