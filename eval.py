@@ -80,6 +80,9 @@ def build_parser():
                    help="weights of the --reward functions, e.g. 1,0.1 (default: all 1)")
     p.add_argument("--reward-workers", type=int, default=0,
                    help="threads scoring answers (0 = twice the CPUs)")
+    p.add_argument("--reward-timeout", type=float, default=60.0,
+                   help="seconds one call of a --reward function of your own may take "
+                        "(docs/your_task.md)")
     p.add_argument("--device", default="auto", help="auto (cuda if available) | cpu | cuda | "
                                                     "cuda:1 ...")
     p.add_argument("--dtype", default="auto", help="auto (bf16 on GPU, float32 on CPU), float32, "
@@ -315,7 +318,9 @@ def main(argv=None):
     # (gmts/run/validate.py), before any data or model loads; a bad one is one line and exit status
     # 2.
     from gmts.run.folder import lock_output
-    from gmts.run.validate import UsageError, check_eval_args
+    from gmts.run.validate import UsageError, address_space_problem, check_eval_args
+    if address_space_problem("eval.py"):
+        raise UsageError("eval.py", address_space_problem("eval.py"))
     output = args.output if args.compare else (args.output
                                                or default_output(
                                                    args.model or "", args.data, args.seed,
@@ -345,7 +350,7 @@ def main(argv=None):
 
 def evaluate(args, output):
     """eval.py's evaluation into `output`, which this process owns (lock_output)."""
-    from gmts.run.validate import model_context
+    from gmts.run.validate import memory_line, model_context
     task_options = json.loads(args.task_options) if args.task_options else {}
     context = model_context(args.model)
     max_prompt_tokens = args.max_prompt_tokens or (context[0] - args.max_new_tokens if context
@@ -380,7 +385,9 @@ def evaluate(args, output):
     except ValueError as err:
         raise SystemExit(f"error: {err}") from None
     check_rewards(args, [p for problems, _, _ in sizes.values() for p in problems])
-    model = one_line_errors(load_model, args.model, dtype=dtype, device=device).eval()
+    with memory_line("eval.py", "loading the model", "use --dtype bfloat16, a smaller --model or "
+                     "a larger machine"):
+        model = one_line_errors(load_model, args.model, dtype=dtype, device=device).eval()
     check_vocabulary(model, tokenizer, flag="--tokenizer" if args.tokenizer else "--model")
     # the context was not readable before loading: the loaded config has it
     if max_prompt_tokens is None:
@@ -397,16 +404,21 @@ def evaluate(args, output):
           + (f", {args.repeat} repeats" if args.repeat > 1 else ""), file=sys.stderr, flush=True)
 
     t0 = time.time()
+    sampling = memory_line("eval.py", "sampling",
+                           f"lower --samples ({args.samples}) or --batch-size ({args.batch_size} "
+                           f"prompts x {args.samples} samples = rows sampled at once) or "
+                           "--max-new-tokens")
     try:
-        result = evaluate_model(model, tokenizer, specs, samples=args.samples,
-                                temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
-                                max_new_tokens=args.max_new_tokens, seed=args.seed, eos_ids=eos_ids,
-                                batch_size=args.batch_size, max_rows=args.max_rows,
-                                progress=not args.quiet,
-                                repeats=args.repeat, n_bootstrap=args.bootstrap,
-                                max_prompt_tokens=max_prompt_tokens, rewards=args.reward or None,
-                                reward_weights=args.reward_weights,
-                                reward_workers=args.reward_workers, **data_kw)
+        with sampling:
+            result = evaluate_model(
+                model, tokenizer, specs, samples=args.samples, temperature=args.temperature,
+                top_p=args.top_p, top_k=args.top_k, max_new_tokens=args.max_new_tokens,
+                seed=args.seed, eos_ids=eos_ids, batch_size=args.batch_size,
+                max_rows=args.max_rows,
+                progress=not args.quiet, repeats=args.repeat, n_bootstrap=args.bootstrap,
+                max_prompt_tokens=max_prompt_tokens, rewards=args.reward or None,
+                reward_weights=args.reward_weights, reward_workers=args.reward_workers,
+                reward_timeout=args.reward_timeout, **data_kw)
     except ValueError as err:
         raise SystemExit(f"error: {err}") from None
     except RewardError as err:
@@ -436,8 +448,12 @@ def check_rewards(args, problems):
         return
     import rewards
     try:
-        scorer = rewards.scorer_for(args.reward, args.reward_weights, workers=1)
-        scorer.check(problems, first=args.batch_size)
+        scorer = rewards.scorer_for(args.reward, args.reward_weights, workers=1,
+                                    timeout=args.reward_timeout)
+        try:
+            scorer.check(problems, first=args.batch_size)
+        finally:
+            scorer.close()
     except rewards.RewardError as err:
         raise SystemExit(err.for_cli()) from None
 

@@ -29,12 +29,17 @@ if __name__ == "__main__":
     # a failed write to stdout (a full disk): one line, at the end
     sys.stdout = WatchedStdout(sys.stdout)
     # Every flag against gmts/run/validate.py's table before torch loads (~3 s): a bad one is one
-    # line, exit 2, at once; the imports below come after it on purpose.
+    # line, exit 2, at once; the imports below come after it on purpose. So is a `ulimit -v` too
+    # small to import torch.
     from gmts.run.config import parse_config
+    from gmts.run.validate import UsageError, address_space_problem
+    if address_space_problem("train.py"):
+        raise UsageError("train.py", address_space_problem("train.py"))
     parse_config(sys.argv[1:])
 
 import contextlib
 import dataclasses
+import json
 import math
 import os
 import time
@@ -51,6 +56,7 @@ from gmts.run import checkpoint as ckpt, report, runlog
 from gmts.run.state import (
     StopRequest, build_run, evaluate_during_training, log_paths, save, save_merged_lora)
 from gmts.run.folder import check_start, export_step
+from gmts.run.validate import memory_line
 from gmts.trainer import distributed
 from gmts.trainer.diagnostics import GradNoise, UpdateLog, rollout_figures
 from gmts.trainer.policy import peak_memory_mb
@@ -85,13 +91,44 @@ def load_prompts(cfg, tokenizer):
     return problems, prompt_ids, skipped
 
 
+def eval_overlap(cfg, problems):
+    """The --eval-data problems that share a 13-word run (or the whole of a shorter question) with a
+    training problem (data/decontam.py): said once at the start, and the final line then does not
+    call their accuracy held-out. A warning, not a refusal: evaluating on the training problems is a
+    fair measurement (does the policy fit them?) once it is named as such. Returns '' or the
+    label."""
+    if not cfg.eval_data or not (cfg.eval_every or cfg.eval_before):
+        return ""
+    from gmts.tools.evaluate import parse_data_spec, split_data_arg
+    evaluation = []
+    for spec in split_data_arg(cfg.eval_data):
+        try:                           # the problem set the evaluation reads (its limit, seed 0)
+            evaluation += data.load_problems(
+                *parse_data_spec(spec), limit=cfg.eval_limit or None, seed=0,
+                **(json.loads(cfg.task_options) if cfg.task_options else {}))
+        except (FileNotFoundError, KeyError, ValueError, ImportError, data.OptionError):
+            return ""                  # the evaluation names what is wrong with it
+    found = data.decontamination_report(problems, evaluation, max_examples=1)
+    if not found["overlapping_eval"]:
+        return ""
+    first = found["examples"][0]
+    label = (f"not held-out: {found['overlapping_eval']} of {found['eval']} eval problems overlap "
+             "the training data")
+    print(f"gmts: --eval-data {cfg.eval_data}: {found['overlapping_eval']} of {found['eval']} "
+          f"problems share a {found['n']}-word run with training problems (e.g. "
+          f"{first['eval_id']} ~ {first['train_id']}), so its accuracy is {label.split(':')[0]}",
+          file=sys.stderr, flush=True)
+    return label
+
+
 def reward_functions(cfg, names):
     """The step's scorer (rewards.Scorer, scoring a batch concurrently): --reward's functions with
     --reward-weights for every problem, or without --reward each problem's own built-in reward
-    (`names`: those the problems use)."""
+    (`names`: those the problems use). Functions of one's own run in a process of their own, each
+    call within --reward-timeout (rewards/isolated.py)."""
     try:
         return rewards.scorer_for(cfg.reward, cfg.reward_weights, workers=cfg.reward_workers,
-                                  trusted_only=cfg.code_trusted_only)
+                                  trusted_only=cfg.code_trusted_only, timeout=cfg.reward_timeout)
     except rewards.RewardError as err:
         raise SystemExit(err.for_cli()) from None
 
@@ -238,14 +275,21 @@ def train_step(run, step):
     cfg, model, t_start = run.cfg, run.model, time.time()
     if not all_finite(model.parameters()):   # NaN/inf weights: no rollout to trust, no step
         return StepDone(BAD_WEIGHTS)
-    with layers_gathered(model.eval()):
+    with layers_gathered(model.eval()), memory_line(
+            "train.py", f"sampling step {step}'s answers",
+            f"lower --group-size ({cfg.group_size}) or --max-new-tokens ({cfg.max_new_tokens}), or "
+            f"sample fewer prompts at once with --rollout-batch-size "
+            f"({cfg.rollout_batch_size or cfg.prompts_per_step})"):
         batch = collect_batch(run)
     done = StepDone(NO_SIGNAL, *batch, time_rollout_s=time.time() - t_start)
     if int(batch_sum(int(done.batch is None))):      # no group anywhere (no process may step alone)
         return done
-    done.records = update_policy(cfg, model, run.ref_model, run.optimizer, done.batch,
-                                 run.select_gen, run.device, step,
-                                 probe=GradNoise(model) if cfg.log_grad_noise else None)
+    with memory_line("train.py", f"in step {step}'s update",
+                     f"lower --micro-batch-size ({cfg.micro_batch_size}) or set "
+                     "--micro-batch-tokens, or pass --gradient-checkpointing"):
+        done.records = update_policy(cfg, model, run.ref_model, run.optimizer, done.batch,
+                                     run.select_gen, run.device, step,
+                                     probe=GradNoise(model) if cfg.log_grad_noise else None)
     done.outcome, done.time_train_s = TRAINED, time.time() - t_start - done.time_rollout_s
     return done
 
@@ -285,26 +329,57 @@ def stopped_note(cfg, step, last_saved):
     return f"that was the last step: the run is complete ({ckpt.find_checkpoint(cfg.output_dir)})"
 
 
+@contextlib.contextmanager
+def reward_failures(cfg, step):
+    """A reward that failed during step `step` (or its evaluation): one line naming it, the user's
+    traceback, and where the run stands; a signal that came while rewards were scoring: the run
+    stops at once. Nothing of the step is kept, so --resume continues as if it had not begun."""
+    try:
+        yield
+    except rewards.RewardError as err:
+        raise SystemExit(err.for_cli(f"; the run stopped in step {step}, which is not kept: "
+                                     f"{resume_hint(cfg)}")) from None
+    except rewards.ScoringStopped as err:
+        print(f"gmts: stopped by signal {err.signum} in step {step}, while rewards were scoring "
+              f"(the step is not kept); {resume_hint(cfg)}", file=sys.stderr, flush=True)
+        sys.exit(128 + err.signum)
+
+
+def resume_hint(cfg):
+    """How to go on from what the run folder holds."""
+    if ckpt.list_checkpoints(cfg.output_dir):
+        return f"resume with --resume {cfg.output_dir}"
+    return "no checkpoint was written yet: the same command starts again"
+
+
 def main(argv=None):
     # every check: one line
     cfg, resume_from, state = check_start(sys.argv[1:] if argv is None else argv)
-    run, start_step = build_run(cfg, resume_from, state, load_prompts=load_prompts,
-                                reward_functions=reward_functions)
+    with memory_line("train.py", "loading the model",
+                     "use --dtype bfloat16, --lora-rank, a smaller --model or a larger machine"):
+        run, start_step = build_run(cfg, resume_from, state, load_prompts=load_prompts,
+                                    reward_functions=reward_functions)
     # --report-to (gmts/run/report.py)
     stop, reporter = StopRequest(), report.open(cfg if run.main_process else None)
+    rewards.set_interrupt_check(lambda: stop.signum)   # a signal ends a reward's wait at once
     metrics_path, samples_path = log_paths(cfg)
+    overlap = eval_overlap(cfg, run.stream.problems) if run.main_process else ""
     # the wall time the final line reports, and its parts
     t_run, spent = time.time(), {"eval": 0.0, "save": 0.0}
 
-    def evaluate(label):           # an in-training evaluation: a progress bar, then its line, timed
+    def evaluate(label, step):     # an in-training evaluation: a progress bar, then its line, timed
         t = time.time()
-        out = evaluate_during_training(run, "eval " + label)
+        with reward_failures(cfg, step), memory_line(
+                "train.py", f"evaluating {label}",
+                "lower --prompts-per-step x --group-size (the evaluation samples as many rows "
+                "at once) or --eval-samples"):
+            out = evaluate_during_training(run, "eval " + label)
         spent["eval"] += time.time() - t
         if out:
-            tqdm.write(report.eval_line(label, out))
+            tqdm.write(report.eval_line(label, out, overlap))
         return out
 
-    eval_before = evaluate("before training") if cfg.eval_before and start_step == 0 else {}
+    eval_before = evaluate("before training", 0) if cfg.eval_before and start_step == 0 else {}
     if eval_before:
         reporter.log(0, eval_before)
 
@@ -319,10 +394,8 @@ def main(argv=None):
         lr = cfg.lr * min(1.0, step / cfg.warmup_steps) if cfg.warmup_steps else cfg.lr
         for group in run.optimizer.param_groups:
             group["lr"] = lr
-        try:
+        with reward_failures(cfg, step):
             done = train_step(run, step)
-        except rewards.RewardError as err:      # a reward function failed: one line, its traceback
-            raise SystemExit(err.for_cli()) from None
         metrics, samples = step_figures(run, step, done), None
         if done.records:           # the update's figures (gmts/trainer/diagnostics.py), for the log
             log = UpdateLog(cfg, done.batch, done.records)
@@ -333,7 +406,7 @@ def main(argv=None):
         # the peak so far, this step included
         metrics.update(lr=lr, peak_memory_mb=peak_memory_mb(run.device))
         if cfg.eval_every and (step % cfg.eval_every == 0 or step == cfg.steps):
-            metrics.update(evaluate(f"after step {step}"))
+            metrics.update(evaluate(f"after step {step}", step))
         if step == start_step + 1 and eval_before:
             metrics.update({"eval_before_" + k[len("eval_"):]: v for k, v in eval_before.items()})
         if run.main_process:
@@ -400,13 +473,20 @@ def main(argv=None):
               f"writing checkpoints); reward {first['reward_mean']:.3f} -> "
               f"{last['reward_mean']:.3f}, accuracy {first['accuracy']:.3f} -> "
               f"{last['accuracy']:.3f}"
-              + (f", held-out accuracy {' -> '.join(held_out)}" if held_out else "")
+              + (f", {'eval' if overlap else 'held-out'} accuracy {' -> '.join(held_out)}"
+                 + (f" ({overlap})" if overlap else "") if held_out else "")
               + f"; checkpoint {ckpt.find_checkpoint(cfg.output_dir)}")
 
 
 if __name__ == "__main__":
     try:
         main()
+    except (MemoryError, RuntimeError, ImportError) as err:    # out of memory anywhere else
+        from gmts.run.validate import out_of_memory
+        if out_of_memory(err) is None:
+            raise
+        sys.exit(f"error: out of memory ({out_of_memory(err)}); lower the batch's flags "
+                 "(--group-size, --rollout-batch-size, --micro-batch-size) or the model's size")
     except OSError as err:          # stdout on a full disk (`> log`): one line (gmts/run/folder.py)
         from gmts.run.folder import stdout_failed
         if not stdout_failed(err):

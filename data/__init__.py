@@ -61,12 +61,20 @@ def render_prompt(problem: Problem, tokenizer) -> str:
 def prompt_token_ids(problems, tokenizer, max_tokens=None):
     """(kept problems, their prompt ids): each problem rendered with render_prompt and tokenized;
     problems whose prompt is longer than `max_tokens` are left out (the caller reports how many)."""
-    kept, ids = [], []
-    for problem in problems:
-        tokens = tokenizer(render_prompt(problem, tokenizer), add_special_tokens=False)["input_ids"]
-        if max_tokens is None or len(tokens) <= max_tokens:
-            kept.append(problem)
-            ids.append(tokens)
+    from tqdm import tqdm
+    kept, ids, chunk = [], [], 1024      # one tokenizer call per chunk: its batch runs in parallel
+    # a bar on stderr for a large set (200k rows take minutes on 2 cores), gone when done
+    bar = tqdm(total=len(problems), desc="tokenizing prompts", unit="prompt", leave=False,
+               mininterval=1.0, disable=len(problems) < 20 * chunk)
+    for start in range(0, len(problems), chunk):
+        part = problems[start:start + chunk]
+        texts = [render_prompt(problem, tokenizer) for problem in part]
+        for problem, tokens in zip(part, tokenizer(texts, add_special_tokens=False)["input_ids"]):
+            if max_tokens is None or len(tokens) <= max_tokens:
+                kept.append(problem)
+                ids.append(tokens)
+        bar.update(len(part))
+    bar.close()
     return kept, ids
 
 
@@ -152,6 +160,9 @@ def _text(value, where: str, what: str, numbers: bool = False):
     "answer": 42)."""
     if isinstance(value, str):
         return value
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{where}: the {what} is {value} (JSON's NaN or Infinity, what json.dumps "
+                         "writes for a missing pandas value); give it a value or leave the row out")
     if numbers and isinstance(value, (int, float)) and not isinstance(value, bool):
         return str(value)
     raise ValueError(f"{where}: the {what} must be a string{' or a number' if numbers else ''}, "

@@ -24,20 +24,20 @@ def decontamination_report(train, evaluation, n: int = 13, max_examples: int = 1
     .question)."""
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
-    owner: dict[tuple, str] = {}
+    owners: dict[tuple, list] = {}          # n-gram -> every eval question holding it
     for problem in evaluation:
         for gram in _ngrams(problem.question, n):
-            owner.setdefault(gram, problem.id)
+            owners.setdefault(gram, []).append(problem.id)
     train_hits, eval_hits, examples = set(), set(), []
     for problem in train:
         for gram in _ngrams(problem.question, n):
-            if gram in owner:
+            if gram in owners:
                 train_hits.add(problem.id)
-                eval_hits.add(owner[gram])
+                eval_hits.update(owners[gram])
                 if len(examples) < max_examples and (not examples
                                                      or examples[-1]["train_id"] != problem.id):
-                    examples.append(
-                        {"train_id": problem.id, "eval_id": owner[gram], "ngram": " ".join(gram)})
+                    examples.append({"train_id": problem.id, "eval_id": owners[gram][0],
+                                     "ngram": " ".join(gram)})
     return {"n": n, "train": len(train), "eval": len(evaluation),
             "overlapping_train": len(train_hits), "overlapping_eval": len(eval_hits),
             "examples": examples}

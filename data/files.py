@@ -257,6 +257,20 @@ def _rows(table, source: str, split: str):
     return [(f"{where} row {i}", row) for i, row in enumerate(rows)]
 
 
+def _empty_saved(folder: str, split: str) -> str | None:
+    """The save_to_disk folder (`folder`, or its `split` in a DatasetDict) that holds no data file
+    (an empty Dataset: `datasets` cannot load it back), or None."""
+    for where in (folder, os.path.join(folder, split)):
+        try:
+            with open(os.path.join(where, "state.json"), encoding="utf-8") as fh:
+                state = json.load(fh)
+        except (OSError, ValueError):
+            continue
+        if isinstance(state, dict) and state.get("_data_files") == []:
+            return f"{folder}" + (f" split {split}" if where != folder else "")
+    return None
+
+
 def read_dataset(source: str, split: str) -> list[tuple[str, dict]]:
     """[(where, row)] of `split` of a data set read with `datasets`: hf:ORG/NAME[:CONFIG]
     (datasets.load_dataset; offline or with the hub unreachable, the local cache only), a folder
@@ -267,11 +281,15 @@ def read_dataset(source: str, split: str) -> list[tuple[str, dict]]:
     if not source.startswith("hf:"):
         saved = ("state.json", "dataset_dict.json")            # what save_to_disk writes
         if any(os.path.exists(os.path.join(source, f)) for f in saved):
+            empty = _empty_saved(source, split)
+            if empty:
+                raise ValueError(f"{empty}: empty data set (save_to_disk wrote no rows), no "
+                                 "problems")
             try:
                 loaded = datasets.load_from_disk(source)
-            except (OSError, ValueError) as e:
+            except (OSError, ValueError, IndexError) as e:
                 raise ValueError(f"{source}: not a readable save_to_disk folder "
-                                 f"({' '.join(str(e).split())})") from None
+                                 f"({' '.join(str(e).split()) or type(e).__name__})") from None
             if isinstance(loaded, datasets.DatasetDict):
                 if split not in loaded:
                     raise ValueError(f"{source} has splits {sorted(loaded)}, got split={split!r}")

@@ -27,6 +27,7 @@ import importlib.util
 import inspect
 import numbers
 import os
+import pickle
 import sys
 import threading
 import traceback
@@ -37,6 +38,7 @@ from math import isfinite
 
 from .choice import choice_reward, extract_choice, has_choice
 from .code import code_reward, code_stats, extract_code, has_code_block
+from .isolated import DEFAULT_TIMEOUT, ScoringStopped, WorkerProcess, set_interrupt_check
 from .math import (
     answers_equal,
     gsm8k_reward,
@@ -53,6 +55,7 @@ _REWARDS = {
     "code": (code_reward, has_code_block),
 }
 REWARD_NAMES = tuple(_REWARDS)
+FLOAT32_MAX = 3.4028234663852886e38  # the largest finite float32: R is a float32 tensor
 
 
 def get_reward(name: str, *, format_bonus: float = 0.0, trusted_only: bool = False, **options):
@@ -87,8 +90,9 @@ class RewardError(Exception):
         super().__init__(message)
         self.details = details
 
-    def for_cli(self) -> str:
-        return f"error: {self}" + (f"\n{self.details.rstrip()}" if self.details else "")
+    def for_cli(self, note: str = "") -> str:
+        """`error: <the line><note>`, then the user's traceback."""
+        return f"error: {self}{note}" + (f"\n{self.details.rstrip()}" if self.details else "")
 
 
 @dataclass
@@ -104,6 +108,25 @@ class Reward:
     is_async: bool = False  # an `async def` reward: awaited, all of a batch's calls at once
     takes_fields: object = True  # True: **fields; else the tuple of field names it takes
     reserved: tuple = ()  # the names of its (completion, answer) parameters: no field fills them
+    required: tuple = ()  # the fields it names without a default: every row must have them
+    worker: object = None  # its isolated.WorkerProcess (scorer_for), None: called in this process
+    index: int = 0  # its place among the worker's rewards
+
+    def metadata(self) -> dict:
+        """What a worker process tells the trainer about a reward it loaded (picklable)."""
+        return {
+            k: getattr(self, k)
+            for k in (
+                "spec",
+                "label",
+                "builtin",
+                "concurrent",
+                "is_async",
+                "takes_fields",
+                "reserved",
+                "required",
+            )
+        }
 
 
 _MODULES = {}  # absolute path of a reward file -> its module: each file runs once per process
@@ -249,6 +272,12 @@ def load_reward(spec: str, *, trusted_only: bool = False) -> Reward:
         not inspect.isroutine(fn) and inspect.iscoroutinefunction(type(fn).__call__)
     )
     takes_fields, reserved = _signature(fn, spec)
+    required = ()
+    if takes_fields is not True:
+        params = inspect.signature(fn).parameters
+        required = tuple(
+            n for n in takes_fields if params[n].default is params[n].empty and n not in reserved
+        )
     return Reward(
         spec,
         name,
@@ -258,6 +287,7 @@ def load_reward(spec: str, *, trusted_only: bool = False) -> Reward:
         is_async=is_async,
         takes_fields=takes_fields,
         reserved=reserved,
+        required=required,
     )
 
 
@@ -282,7 +312,11 @@ def load_rewards(specs, weights=None, *, trusted_only: bool = False) -> list[tup
     Labels are made unique: a second `correct` from another file becomes `<file stem>_correct`, then
     `correct_2`, ..."""
     loaded = [load_reward(s, trusted_only=trusted_only) for s in specs]
-    weights = parse_weights(weights, len(loaded))
+    return list(zip(_unique_labels(loaded), parse_weights(weights, len(loaded))))
+
+
+def _unique_labels(loaded):
+    """The Rewards with unique labels (load_rewards' rule), in place."""
     seen = set()
     for r in loaded:
         if r.label in seen and not r.builtin:
@@ -294,7 +328,7 @@ def load_rewards(specs, weights=None, *, trusted_only: bool = False) -> list[tup
         while r.label in seen:
             r.label, k = f"{base}_{k}", k + 1
         seen.add(r.label)
-    return list(zip(loaded, weights))
+    return loaded
 
 
 def default_workers() -> int:
@@ -382,9 +416,13 @@ class Scorer:
         return self._pool
 
     def close(self):
+        """Ends the thread pool and the rewards' worker process (a later score starts them
+        again)."""
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
+        for worker in {id(r.worker): r.worker for r, _ in self.rewards or () if r.worker}.values():
+            worker.stop()
 
     def take_counts(self) -> dict:
         """The per-reward sums (Scores.figures) of every score(log=True) since the last call; resets
@@ -425,17 +463,32 @@ class Scorer:
         for i in range(n):  # R: the weighted sum over the rewards that applied (None adds nothing)
             applied = [(w, values[r.label][i]) for r, w in self.rewards]
             total.append(float(sum(w * v for w, v in applied if v is not None)))
+            if not abs(total[-1]) <= FLOAT32_MAX:  # each value fits, the weighted sum may not
+                terms = ", ".join(f"{r.label}={values[r.label][i]}" for r, _ in self.rewards)
+                raise RewardError(
+                    f"--reward-weights: R = {total[-1]:g} for problem {problems[i].id} (the "
+                    f"weighted sum of {terms}) is not finite in float32; lower the weights or the "
+                    "values"
+                )
         return Scores(total, values)
 
     def _run(self, jobs, concurrent):
         out = [None] * len(jobs)
+        remote = [k for k, job in enumerate(jobs) if job[1] is not None and job[1].worker]
         threaded = [
             k
             for k, job in enumerate(jobs)
-            if concurrent and job[4] and not (job[1] and job[1].is_async)
+            if concurrent and job[4] and not (job[1] and (job[1].is_async or job[1].worker))
         ]
         futures = {k: self.pool().submit(_call, *jobs[k][:4]) for k in threaded} if threaded else {}
-        waiting = [k for k, job in enumerate(jobs) if job[1] is not None and job[1].is_async]
+        if remote:  # custom rewards, in their worker process (rewards/isolated.py)
+            for k, v in zip(remote, self._run_remote([jobs[k] for k in remote], concurrent)):
+                out[k] = v
+        waiting = [
+            k
+            for k, job in enumerate(jobs)
+            if job[1] is not None and job[1].is_async and not job[1].worker
+        ]
         if waiting:
 
             async def gather():
@@ -448,11 +501,32 @@ class Scorer:
             for k, v in zip(waiting, _run_coroutine(gather())):
                 out[k] = v
         for k, job in enumerate(jobs):
-            if k not in futures and not (job[1] is not None and job[1].is_async):
+            if k not in futures and not (job[1] is not None and (job[1].is_async or job[1].worker)):
                 out[k] = _call(*job[:4])
         for k, fut in futures.items():
             out[k] = fut.result()
         return out
+
+    @staticmethod
+    def _run_remote(jobs, concurrent):
+        """The values of jobs whose rewards live in a worker process (one worker per Scorer):
+        each call's arguments pickled on their own, so that each call gets its own copy."""
+        blobs = []
+        for _, reward, completion, problem, _ in jobs:
+            args, kwargs = _arguments(reward, completion, problem)
+            blobs.append(pickle.dumps((reward.index, problem.id, completion, args[1], kwargs)))
+
+        def describe(k):
+            if k is None:
+                names = sorted({job[1].spec for job in jobs})
+                return f"--reward {', '.join(names)}: a reward", " while scoring"
+            _, reward, completion, problem, _ = jobs[k]
+            return (
+                f"--reward {reward.spec}: {reward.label}",
+                f" on problem {problem.id} (completion {completion[:40]!r})",
+            )
+
+        return jobs[0][1].worker.score(blobs, concurrent, describe)
 
     def check(self, problems, first: int = 8, completions=("", " ")):
         """Start-up check of custom rewards: every field a reward names exists in every row, and
@@ -464,14 +538,8 @@ class Scorer:
         for reward, _ in self.rewards:
             if reward.builtin or reward.takes_fields is True:
                 continue
-            params = inspect.signature(reward.fn).parameters
-            required = [
-                n
-                for n in reward.takes_fields
-                if params[n].default is params[n].empty and n not in reward.reserved
-            ]
             for p in problems:
-                missing = [n for n in required if n not in p.fields]
+                missing = [n for n in reward.required if n not in p.fields]
                 if missing:
                     raise RewardError(
                         f"--reward {reward.spec}: {reward.label} takes the field "
@@ -500,13 +568,41 @@ def as_scorer(fns) -> Scorer:
 _DICT_SCORERS = {}
 
 
-def scorer_for(specs, weights=None, *, workers=None, trusted_only: bool = False) -> Scorer:
+def scorer_for(
+    specs,
+    weights=None,
+    *,
+    workers=None,
+    trusted_only: bool = False,
+    timeout: float = DEFAULT_TIMEOUT,
+    isolated: bool = True,
+) -> Scorer:
     """The Scorer of the --reward SPECs with their --reward-weights (load_rewards), or without specs
     each problem's own built-in reward: what train.py, eval.py and gmts.tools score with.
-    workers: threads (None or 0: twice the CPUs). Raises RewardError for a spec that does not
-    load."""
-    chosen = load_rewards(specs, weights, trusted_only=trusted_only) if specs else None
-    return Scorer(chosen or None, workers=workers or None, trusted_only=trusted_only)
+    workers: threads (None or 0: twice the CPUs). isolated: the custom rewards are imported and
+    called in a worker process, each call within `timeout` seconds (rewards/isolated.py); the
+    built-in ones run here. Raises RewardError for a spec that does not load."""
+    if not specs:
+        return Scorer(None, workers=workers or None, trusted_only=trusted_only)
+    if not isolated:
+        chosen = load_rewards(specs, weights, trusted_only=trusted_only)
+        return Scorer(chosen, workers=workers or None, trusted_only=trusted_only)
+    specs = [s.strip() for s in specs]
+    weights = parse_weights(weights, len(specs))
+    custom = [s for s in specs if s not in _REWARDS]
+    meta = {}
+    if custom:
+        worker = WorkerProcess(
+            custom, trusted_only=trusted_only, workers=workers or default_workers(), timeout=timeout
+        )
+        for index, m in enumerate(worker.start()):
+            meta[custom[index]] = Reward(fn=None, worker=worker, index=index, **m)
+    loaded = [meta[s] if s in meta else load_reward(s, trusted_only=trusted_only) for s in specs]
+    return Scorer(
+        list(zip(_unique_labels(loaded), weights)),
+        workers=workers or None,
+        trusted_only=trusted_only,
+    )
 
 
 def _run_coroutine(coro):
@@ -539,10 +635,11 @@ def _checked(reward, value, completion, problem):
             f"--reward {reward.spec}: {reward.label} returned {type(value).__name__} "
             f"{repr(value)[:60]} for problem {problem.id}; return a number or None"
         )
-    if not isfinite(value):
+    if not isfinite(value) or abs(value) > FLOAT32_MAX:  # R is a float32 tensor
         raise RewardError(
             f"--reward {reward.spec}: {reward.label} returned {value} for problem {problem.id} "
-            f"(completion {completion[:40]!r}); return a finite number or None"
+            f"(completion {completion[:40]!r}); return a number finite in float32 "
+            f"(|value| <= {FLOAT32_MAX:.4g}) or None"
         )
     return value
 
@@ -557,6 +654,12 @@ def _raised(reward, err, completion, problem) -> RewardError:
     )
 
 
+# What a custom reward's call may raise and be named for: in a worker process every exception
+# (SystemExit, KeyboardInterrupt: nothing outside the reward's own code could raise them there);
+# in this process, Exception (a Ctrl-C in the trainer is the trainer's).
+_CATCH = Exception
+
+
 def _call(fn, reward, completion, problem):
     """One reward call: a built-in in per-row mode (reward None), or a custom reward with its
     fields."""
@@ -565,7 +668,7 @@ def _call(fn, reward, completion, problem):
     args, kwargs = _arguments(reward, completion, problem)
     try:
         value = fn(*args, **kwargs)
-    except Exception as err:  # noqa: BLE001
+    except _CATCH as err:
         raise _raised(reward, err, completion, problem) from None
     return _checked(reward, value, completion, problem)
 
@@ -574,7 +677,7 @@ async def _call_async(fn, reward, completion, problem):
     args, kwargs = _arguments(reward, completion, problem)
     try:
         value = await fn(*args, **kwargs)
-    except Exception as err:  # noqa: BLE001
+    except _CATCH as err:
         raise _raised(reward, err, completion, problem) from None
     return _checked(reward, value, completion, problem)
 
@@ -618,6 +721,7 @@ __all__ = [
     "RewardError",
     "Scorer",
     "Scores",
+    "ScoringStopped",
     "answers_equal",
     "as_scorer",
     "choice_reward",
@@ -635,4 +739,5 @@ __all__ = [
     "reward_figures",
     "score_batch",
     "scorer_for",
+    "set_interrupt_check",
 ]

@@ -65,6 +65,9 @@ class Config:
                                      "(default: all 1)")
     reward_workers: int = option(0, "threads scoring a step's answers concurrently (0 = twice "
                                     "this process's CPUs; 1 = one after another)")
+    reward_timeout: float = option(60.0, "seconds one call of a --reward function of your own may "
+                                         "take; a longer one stops the run, named (they run in a "
+                                         "process of their own: docs/your_task.md)")
     code_trusted_only: bool = option(False, "code reward: score 0 (without running) any problem "
                                             "whose tests could only be judged inside the sandbox "
                                             "(rewards/README.md)")
@@ -406,6 +409,8 @@ def parse_config(argv=None):
         if preset not in PRESETS:
             parser.error(f"--preset must be one of {sorted(PRESETS)}, got {preset!r}")
         values.update(PRESETS[preset])
+        for name in preset_data_settings(preset, explicit, explicit.get("data")):
+            del values[name]             # its own data's settings (gmts/run/folder.py says so)
     values.update(explicit)
     cfg = Config(**values)
     try:
@@ -447,6 +452,25 @@ def resolve(cfg):
 
 def to_dict(cfg):
     return dataclasses.asdict(cfg)
+
+
+# What a preset sets for its own data set: they do not carry over to a --data of one's own (the
+# arithmetic task's options on a JSONL file are an error; its held-out set says nothing about it).
+DATA_BOUND = ("task_options", "system_prompt", "template", "limit", "eval_data")
+EVAL_BOUND = ("eval_every", "eval_before")      # left out with eval_data
+
+
+def preset_data_settings(preset, explicit, data):
+    """The preset's settings to leave out because the command line names another --data (`data`;
+    `explicit`: the flags it gives) and not these flags itself: DATA_BOUND, and EVAL_BOUND when
+    eval_data goes."""
+    given = PRESETS.get(preset, {})
+    if "data" not in explicit or data == given.get("data"):
+        return []
+    out = [n for n in DATA_BOUND if n in given and n not in explicit]
+    if "eval_data" in out:
+        out += [n for n in EVAL_BOUND if n in given and n not in explicit]
+    return out
 
 
 def preset_note(message, preset, explicit):

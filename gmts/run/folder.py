@@ -46,7 +46,8 @@ import socket
 import sys
 import time
 
-from gmts.run.validate import UsageError, context_problem, launcher_problem, output_path_problem
+from gmts.run.validate import (UsageError, context_problem, launcher_problem, main_process,
+                               output_path_problem)
 
 LOCK = ".lock"
 LOCK_NOTE = ("That process owns this run folder while it runs: it holds an flock on this file, "
@@ -80,12 +81,8 @@ NO_LOCKS = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL)
 PATH_FLAGS = ("model", "tokenizer", "data")
 
 
-def _main_process():
-    return os.environ.get("RANK", "0") == "0"
-
-
 def _note(message):
-    if _main_process():
+    if main_process():
         print(f"gmts: {message}", file=sys.stderr, flush=True)
 
 
@@ -309,7 +306,8 @@ def check_start(argv, prog="train.py"):
     (cfg, checkpoint folder or None, trainer state or None); any problem is a UsageError (one line,
     exit 2)."""
     from gmts.run import checkpoint as ckpt
-    from gmts.run.config import Config, build_parser, parse_config, preset_note, resolve, to_dict
+    from gmts.run.config import (Config, build_parser, parse_config, preset_data_settings,
+                                  preset_note, resolve, to_dict)
     # WORLD_SIZE without torchrun: one line, not a rendezvous traceback
     problem = launcher_problem()
     if problem:
@@ -337,6 +335,9 @@ def check_start(argv, prog="train.py"):
                     if os.path.isfile(os.path.join(cfg.resume, "config.json")) else "")
             raise UsageError(prog, f"--resume {cfg.resume}: {err}{hint}") from None
         saved = dict(state["config"])
+        problem = unknown_settings(saved, f"{resume_from}'s configuration")
+        if problem:
+            raise UsageError(prog, f"--resume {cfg.resume}: {problem}")
         # a checkpoint outside a run folder has no run record beside it
         if run_of(resume_from):
             record_problem(run_of(resume_from), saved, explicit, prog)
@@ -410,6 +411,11 @@ def check_start(argv, prog="train.py"):
     problem = context_problem(cfg.max_new_tokens, model_source)
     if problem:                          # a flag the preset set, not the user, is named as such
         raise UsageError(prog, problem + preset_note(problem, cfg.preset, explicit))
+    dropped = [] if cfg.resume else preset_data_settings(cfg.preset, explicit, cfg.data)
+    if dropped:                          # said once every check has passed
+        _note(f"--data {cfg.data}: --preset {cfg.preset}'s settings for its own data set ("
+              + ", ".join("--" + n.replace("_", "-") for n in dropped) + ") are left out; pass "
+              "them to use them with it")
     return cfg, resume_from, state
 
 
@@ -539,6 +545,21 @@ def lock_output(output, prog="eval.py"):
 NOT_RECORDED = {"resume", "overwrite", "output_dir"}
 
 
+def unknown_settings(settings, where):
+    """None, or why a saved configuration cannot be resumed here: it holds a setting this gmts's
+    Config does not have (a newer version's), which a resume would silently drop and config.json
+    would be rewritten without."""
+    from gmts.run.config import Config
+    unknown = sorted(set(settings) - set(Config.__dataclass_fields__))
+    if not unknown:
+        return None
+    name = unknown[0]
+    return (f"{where} sets {name} = {settings[name]!r}"
+            + (f" (and {len(unknown) - 1} more unknown setting(s))" if len(unknown) > 1 else "")
+            + ", a setting this gmts does not know (written by a newer version?); resume it with "
+              "the gmts that wrote it, whose run would change without it")
+
+
 def record_problem(run_dir, saved, explicit, prog="train.py"):
     """config.json against the checkpoint's config (`saved`) before a resume: config.json is what
     gmts wrote, never an input, so a hand edit is not silently dropped. An edit to a flag that
@@ -558,6 +579,9 @@ def record_problem(run_dir, saved, explicit, prog="train.py"):
         raise UsageError(prog, f"--resume: {path} does not read as the run's configuration "
                                f"({' '.join(str(err).split())}); a resume takes the configuration "
                                "from the checkpoint: restore the file or remove it") from None
+    problem = unknown_settings(written, path)
+    if problem:
+        raise UsageError(prog, f"--resume: {problem}")
     differ = sorted(k for k in written if k in saved and k not in NOT_RECORDED and k not in explicit
                     and written[k] != saved[k]
                     and not (k in PATH_FLAGS and _resolved(written[k]) == _resolved(saved[k])))

@@ -66,12 +66,14 @@ def samples_markdown(samples):
     return "\n".join(rows)
 
 
-def eval_line(label, metrics):
+def eval_line(label, metrics, overlap=""):
     """One printed line for an in-training evaluation: 'held-out accuracy before training: 21.2%
-    [15.5, 27.3] ...'."""
+    [15.5, 27.3] ...'; with `overlap` (eval problems that are training problems too) 'eval
+    accuracy' and the overlap instead."""
     low, high = metrics["eval_ci95"]
-    return (f"gmts: held-out accuracy {label}: {100 * metrics['eval_accuracy']:.1f}% [95% CI "
-            f"{100 * low:.1f}, {100 * high:.1f}] on {metrics['eval_data']}")
+    return (f"gmts: {'eval' if overlap else 'held-out'} accuracy {label}: "
+            f"{100 * metrics['eval_accuracy']:.1f}% [95% CI {100 * low:.1f}, {100 * high:.1f}] on "
+            f"{metrics['eval_data']}" + (f" ({overlap})" if overlap else ""))
 
 
 class Reporter:

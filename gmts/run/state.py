@@ -323,7 +323,8 @@ def run_eval(cfg, model, tokenizer, eos_ids, device, progress="eval"):
                             max_prompt_tokens=cfg.max_prompt_tokens,
                             task_options=json.loads(cfg.task_options) if cfg.task_options else None,
                             rewards=cfg.reward or None, reward_weights=cfg.reward_weights,
-                            reward_workers=cfg.reward_workers)
+                            reward_workers=cfg.reward_workers,
+                            reward_timeout=cfg.reward_timeout)
     model.train(was_training)
     # with --reward: each one's figures too, eval_reward_<label>_mean / _none
     per_reward = each_reward([c for record in result["records"] for c in record["completions"]])

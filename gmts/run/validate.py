@@ -18,11 +18,13 @@ come after the table and are just as cheap: nothing here loads a model.
 
 A usage error is `UsageError`: its one line goes to stderr and the process exits with status 2.
 """
+import contextlib
 import errno
 import importlib.util
 import json
 import math
 import os
+import re
 import sys
 import tempfile
 from typing import NamedTuple
@@ -165,6 +167,24 @@ def _need(name, n):
                                    "{v}")
 
 
+# The smallest normal float32: logits are divided by the temperature in float32 (or bfloat16, the
+# same exponent range), so a smaller one is 0 or subnormal there and the division overflows.
+FLOAT32_TINY = 1.1754943508222875e-38
+
+
+def temperature_rule(name, greedy):
+    """The one rule for a sampling temperature (train.py's --temperature and --eval-temperature,
+    eval.py's --temperature): finite, and either 0 (greedy, where `greedy` allows it) or at least
+    FLOAT32_TINY."""
+    flag = "--" + name.replace("_", "-")
+    want = ("0 (greedy) or a finite number >= 1.2e-38 (a smaller one is 0 or subnormal in "
+            "float32, where logits are divided by it)" if greedy else
+            "a finite number >= 1.2e-38 for training rollouts (a smaller one is 0 or subnormal in "
+            "float32, where logits are divided by it)")
+    return Rule(name, lambda v, c: finite(v) and ((greedy and v == 0) or v >= FLOAT32_TINY),
+                f"{flag} must be {want}, got {{v}}")
+
+
 def _finite_at_least(name, n, why=""):
     return Rule(name, lambda v, c: finite(v) and v >= n,
                 f"--{name.replace('_', '-')} must be a finite number >= {n}{why}, got {{v}}")
@@ -198,13 +218,14 @@ TRAIN_RULES = [
     Rule("reward_weights", lambda v, c: reward_weights_problem(v, c.reward) is None,
          "{err}"),
     _need("reward_workers", 0),
+    Rule("reward_timeout", lambda v, c: finite(v) and v > 0,
+         "--reward-timeout must be a finite number of seconds > 0, got {v}"),
     # rollout
     _need("prompts_per_step", 1),
     Rule("group_size", at_least(2), "--group-size must be >= 2 (a group of one answer has no "
                                     "baseline), got {v}"),
     _need("max_new_tokens", 1),
-    Rule("temperature", lambda v, c: finite(v) and v > 0,
-         "--temperature must be a finite number > 0 for training rollouts, got {v}"),
+    temperature_rule("temperature", greedy=False),
     Rule("rollout_batch_size", at_least(0), "--rollout-batch-size must be >= 0 (0 = all prompts at "
                                             "once), got {v}"),
     Rule("compile", lambda v, c: not (v and c.fsdp), "--compile cannot be combined with --fsdp "
@@ -283,7 +304,7 @@ TRAIN_RULES = [
     Rule("eval_before", lambda v, c: not v or bool(c.eval_data), "--eval-before needs --eval-data"),
     _need("eval_limit", 0),
     _need("eval_samples", 1),
-    _finite_at_least("eval_temperature", 0, " (0 = greedy)"),
+    temperature_rule("eval_temperature", greedy=True),
     Rule("report_to", lambda v, c: v in REPORT_TO, "--report-to must be one of "
                                                    f"{', '.join(REPORT_TO)}, got {{v!r}}"),
     # Looked up, not imported (no cost): a missing backend fails here, before anything is written.
@@ -303,11 +324,22 @@ def world_size():
 TORCHRUN_VARS = ("RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 
 
+def main_process():
+    """Whether this process speaks for the run (its notes, its download bars): the only process
+    (WORLD_SIZE absent or 1: a RANK beside it means nothing, as gmts/trainer/distributed.py's init
+    reads it), or torchrun's rank 0."""
+    return world_size() == 1 or os.environ.get("RANK", "0").strip() == "0"
+
+
 def launcher_problem():
     """Why the environment is neither one process nor torchrun's (WORLD_SIZE set by hand, not a
     number, or without the variables torchrun sets beside it), or None."""
-    value = os.environ.get("WORLD_SIZE")
+    value, rank = os.environ.get("WORLD_SIZE"), os.environ.get("RANK")
     if value is None:
+        if rank is not None and rank.strip() not in ("", "0"):
+            return (f"the environment variable RANK={rank!r} is set but WORLD_SIZE is not (a "
+                    "leftover of another launch?): unset RANK for one process, or start with "
+                    "torchrun")
         return None
     if not value.strip().isdigit() or int(value) < 1:
         return (f"the environment variable WORLD_SIZE={value!r} is not a number of processes: "
@@ -318,7 +350,65 @@ def launcher_problem():
                 f"{'is' if len(missing) == 1 else 'are'} not, so this is not a torchrun process: "
                 f"start with torchrun --nproc-per-node {value} train.py ..., or unset WORLD_SIZE "
                 "for one process")
+    if int(value) > 1 and not (rank.strip().isdigit() and int(rank) < int(value)):
+        return (f"the environment variable RANK={rank!r} is not a rank of WORLD_SIZE={value} "
+                "processes: start with torchrun, which sets both")
     return None
+
+
+# --------------------------------------------------------------------------------------------------
+# The machine's limits as one line.
+
+# The address space importing torch, transformers and their libraries takes on a CPU: a tiny run
+# passed at `ulimit -v 1700000` (kB) and failed at 1400000 (an allocation), and at 1000000 a library
+# (OpenBLAS, in an import) retries its allocation forever at 100% CPU, so a smaller limit is refused
+# before any import.
+MIN_ADDRESS_SPACE = 3 << 29                     # 1.5 GiB
+
+
+def address_space_problem(prog):
+    """Why the address-space limit (ulimit -v) is too small to start, or None."""
+    try:
+        import resource
+        soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    except (ImportError, OSError, ValueError):
+        return None
+    if soft == resource.RLIM_INFINITY or soft >= MIN_ADDRESS_SPACE:
+        return None
+    return (f"the address-space limit (ulimit -v {soft >> 10}) is {soft / 2 ** 30:.2f} GiB, below "
+            f"the {MIN_ADDRESS_SPACE / 2 ** 30:.1f} GiB {prog} needs to load torch; raise it "
+            "(ulimit -v unlimited, or a limit for the model on top of that)")
+
+
+def out_of_memory(err):
+    """A one-line description when `err` is an allocation that failed (a GPU's OutOfMemoryError,
+    MemoryError, CPU torch's "can't allocate memory" RuntimeError, a library that could not be
+    mapped), else None."""
+    text = " ".join(str(err).split())
+    if isinstance(err, MemoryError):
+        return f"MemoryError{': ' + text if text else ''}"
+    name = type(err).__name__
+    if name == "OutOfMemoryError" or (isinstance(err, RuntimeError) and (
+            "can't allocate memory" in text or "out of memory" in text.lower())) or (
+            isinstance(err, (ImportError, OSError)) and "failed to map segment" in text):
+        tried = re.search(r"[Tt]ried to allocate ([0-9.]+ ?[KMGT]?i?B|(\d+) bytes)", text)
+        size = tried and (f"{int(tried.group(2)) / 2 ** 30:.2f} GiB" if tried.group(2)
+                          else tried.group(1))
+        return f"{name}" + (f" allocating {size}" if size else "")
+    return None
+
+
+@contextlib.contextmanager
+def memory_line(prog, what, advice):
+    """Out of memory inside the block: one line, `prog: error: out of memory <what> (<the error>);
+    <advice>` (the flags to lower), exit 1."""
+    try:
+        yield
+    except BaseException as err:         # one kind is caught, the rest raised again
+        said = out_of_memory(err)
+        if said is None:
+            raise
+        raise SystemExit(f"error: out of memory {what} ({said}); {advice}") from None
 
 
 def check(cfg, rules, prefix=""):
@@ -501,8 +591,7 @@ EVAL_RULES = [
          "--tokenizer {v}: {err}"),
     Rule("limit", at_least(0), "--limit must be >= 0 (0 = all), got {v}"),
     _need("samples", 1),
-    Rule("temperature", lambda v, c: finite(v) and v >= 0, "--temperature must be a finite number "
-                                                           ">= 0 (0 = greedy), got {v}"),
+    temperature_rule("temperature", greedy=True),
     Rule("top_p", _between(0, 1, lo_open=True), "--top-p must be in (0, 1], got {v}"),
     Rule("top_k", at_least(0), "--top-k must be >= 0 (0 = off), got {v}"),
     _need("max_new_tokens", 1),
@@ -524,6 +613,8 @@ EVAL_RULES = [
                                      "interval), got {v}"),
     Rule("reward_weights", lambda v, c: reward_weights_problem(v, c.reward) is None, "{err}"),
     _need("reward_workers", 0),
+    Rule("reward_timeout", lambda v, c: finite(v) and v > 0,
+         "--reward-timeout must be a finite number of seconds > 0, got {v}"),
 ]
 
 

@@ -289,7 +289,7 @@ def evaluate_model(model, tokenizer, data, *, limit=None, samples=1, temperature
                    batch_size=8, progress=True, top_p=1.0, top_k=0, question_field=None,
                    answer_field=None, repeats=1, data_seed=0, task_options=None,
                    n_bootstrap=stats.N_BOOTSTRAP, max_prompt_tokens=None, rewards=None,
-                   reward_weights=None, reward_workers=0, max_rows=0):
+                   reward_weights=None, reward_workers=0, max_rows=0, reward_timeout=60.0):
     """Evaluate `model` on one or more benchmarks. Returns the summary dict (accuracy, ci95,
     pass_at_k, benchmarks, ...) with "records": one dict per (benchmark, problem, repeat) holding
     every completion and its reward.
@@ -326,7 +326,8 @@ def evaluate_model(model, tokenizer, data, *, limit=None, samples=1, temperature
                                    max_prompt_tokens=max_prompt_tokens) for spec in specs}
     skipped = {spec: n for spec, (_, _, n) in loaded.items()}
     loaded = {spec: (problems, ids) for spec, (problems, ids, _) in loaded.items()}
-    reward_fns = reward_lib.scorer_for(specs_of_rewards, reward_weights, workers=reward_workers)
+    reward_fns = reward_lib.scorer_for(specs_of_rewards, reward_weights, workers=reward_workers,
+                                       timeout=reward_timeout)
 
     device = next(model.parameters()).device
     total = repeats * sum(len(problems) for problems, _ in loaded.values())

@@ -87,7 +87,8 @@ def quiet_transformers():
     import huggingface_hub.utils as hub_utils
     from transformers.utils import logging as hf_logging
     hf_logging.disable_progress_bar()                  # transformers' bars and the hub's ...
-    if int(os.environ.get("RANK") or 0) == 0:
+    from gmts.run.validate import main_process
+    if main_process():
         hub_utils.enable_progress_bars()               # ... the downloads again, on one process
 
 
