@@ -41,8 +41,8 @@ import time
 import torch
 from tqdm import tqdm
 
-import data
-import rewards
+from gmts import data
+from gmts import rewards
 from gmts.method.grpo import (
     group_advantages, mixed_groups, overlong_penalty, relative_token_weight, token_omega,
     token_scores)

@@ -338,7 +338,7 @@ def test_data_fields_keep_numbers_and_refuse_the_rest(tmp_path):
     """A number is a natural math answer ("answer": 42 -> "42") and a valid option passes; a list,
     an object, a bool or null is refused with file:line rather than trained on as its Python
     repr."""
-    import data
+    from gmts import data
     path = tmp_path / "d.jsonl"
     path.write_text('{"question": "Say 42", "answer": 42}\n{"question": "Half", "answer": 0.5}\n')
     problems = data.load_problems(str(path))

@@ -205,8 +205,8 @@ def test_sampling_is_reproducible_and_rewards_are_wired(tiny, tmp_path):
     """Same seed, same samples; another seed, other samples. Then make references out of what the
     model wrote, so the rerun (same seed) must score exactly those samples as correct: accuracy and
     pass@k from real rewards."""
-    from rewards import get_reward
-    from rewards.math import last_number
+    from gmts.rewards import get_reward
+    from gmts.rewards.math import last_number
     model, tok = tiny
     data = write_problems(tmp_path / "p.jsonl", ["0"] * 6)
     kw = {"samples": 4, "temperature": 1.0, "max_new_tokens": 8, "batch_size": 4, "progress": False,

@@ -539,7 +539,7 @@ def _check_args(p, args):
 def load_prompt_ids(args, tokenizer):
     """The first --prompts problems of --data whose prompt fits --max-prompt-tokens, with their
     prompt ids."""
-    import data as datasets
+    from gmts import data as datasets
     kept, ids, _ = datasets.load_prompts_for_cli(args.data, args.split, tokenizer,
                                                  max_prompt_tokens=args.max_prompt_tokens,
                                                  question_field=args.question_field,
@@ -553,7 +553,7 @@ def load_prompt_ids(args, tokenizer):
 def run(args):
     """Sample, reward, (optionally step off-policy), analyse, summarise: the result dict that main()
     writes as JSON."""
-    import rewards as reward_lib
+    from gmts import rewards as reward_lib
     from gmts.trainer.optim import build_optimizer
     from gmts.trainer.policy import (check_vocabulary, end_of_sequence_ids, load_model,
                                      load_tokenizer, resolve_device, resolve_dtype)

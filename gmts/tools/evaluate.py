@@ -82,7 +82,7 @@ def load_benchmark(spec, tokenizer, *, limit=None, data_seed=0, template=None, s
     data_seed, max_prompt_tokens) only, never on the sampling seed, so runs with different seeds and
     different models are paired on the same problems. Problems whose prompt is longer than
     max_prompt_tokens are left out and counted."""
-    import data as datasets
+    from gmts import data as datasets
     source, split = parse_data_spec(spec)
     try:
         problems = datasets.load_problems(source, split, limit=limit or None, seed=data_seed,
@@ -130,7 +130,7 @@ def generate_records(model, tokenizer, problems, prompt_ids, *, spec, repeat, sa
     (a batch's answers at once: rewards.Scorer). One record per problem: the question, the
     reference, every completion with its reward R and, with --reward, each reward's own value
     ("rewards": {name: value or None})."""
-    import rewards
+    from gmts import rewards
     scorer = rewards.as_scorer(reward_fns)
     records = []
     for start in range(0, len(problems), batch_size):
@@ -213,7 +213,7 @@ def summarize_benchmark(records, *, samples, seed, n_bootstrap=stats.N_BOOTSTRAP
 def each_reward(completions):
     """With --reward: each reward's mean over the completions where it applied and its share of
     None (rewards.reward_figures' reward_<label>_mean / _none); {} without --reward."""
-    import rewards
+    from gmts import rewards
     labels = list(completions[0].get("rewards", {})) if completions else []
     return rewards.reward_figures({label: (
         sum(c["rewards"][label] is not None for c in completions),
@@ -275,7 +275,7 @@ def evaluate_model(model, tokenizer, data, *, limit=None, samples=1, temperature
     (rewards.load_rewards) for every problem; None: each problem's own reward. A sample is correct
     when its R >= 1. reward_workers: scoring threads (0 = twice the CPUs).
     """
-    import rewards as reward_lib
+    from gmts import rewards as reward_lib
     specs_of_rewards = rewards
     from gmts.trainer.policy import end_of_sequence_ids
     specs = split_data_arg(data)
