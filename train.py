@@ -48,7 +48,8 @@ from gmts.method.grpo import (
     token_scores)
 from gmts.run import checkpoint as ckpt, report, runlog
 from gmts.run.state import (
-    StopRequest, build_run, evaluate_during_training, log_paths, save, save_merged_lora)
+    Interrupted, StopRequest, build_run, evaluate_during_training, log_paths, save,
+    save_merged_lora)
 from gmts.run.folder import check_start
 from gmts.trainer import distributed
 from gmts.trainer.diagnostics import GradNoise, UpdateLog, rollout_figures
@@ -280,22 +281,30 @@ def main(argv=None):
     run, start_step = build_run(cfg, resume_from, state, load_prompts=load_prompts,
                                 reward_functions=reward_functions)
     # --report-to (gmts/run/report.py)
-    stop, reporter = StopRequest(), report.open(cfg if run.main_process else None)
+    stop, reporter = None, report.open(cfg if run.main_process else None)
     metrics_path, samples_path = log_paths(cfg)
     # the wall time the final line reports, and its parts
     t_run, spent = time.time(), {"eval": 0.0, "save": 0.0}
 
     def evaluate(label):           # an in-training evaluation: a progress bar, then its line, timed
         t = time.time()
-        out = evaluate_during_training(run, "eval " + label)
+        # a signal abandons it (not under FSDP, where every process evaluates in step)
+        with stop.interruptible() if stop and not cfg.fsdp else contextlib.nullcontext():
+            try:
+                out = evaluate_during_training(run, "eval " + label)
+            except Interrupted:
+                out = {}
         spent["eval"] += time.time() - t
         if out:
             tqdm.write(report.eval_line(label, out))
         return out
 
+    # Before the first step nothing is trained: a signal still ends the process at once, and the
+    # folder holds nothing that keeps the same command from starting (gmts/run/folder.py).
     eval_before = evaluate("before training") if cfg.eval_before and start_step == 0 else {}
     if eval_before:
         reporter.log(0, eval_before)
+    stop = StopRequest()          # from the first step: finish the step, save, exit
 
     bad_in_a_row, last_saved, first, last = 0, start_step, None, None
     # No tqdm rate: it would average evaluations and checkpoints into s/step; s_per_step is the
@@ -321,7 +330,8 @@ def main(argv=None):
             samples = log.samples(step)
         # the peak so far, this step included
         metrics.update(lr=lr, peak_memory_mb=peak_memory_mb(run.device))
-        if cfg.eval_every and (step % cfg.eval_every == 0 or step == cfg.steps):
+        stopping = stop.any_process()     # a signal during the step: no evaluation after it
+        if cfg.eval_every and (step % cfg.eval_every == 0 or step == cfg.steps) and not stopping:
             metrics.update(evaluate(f"after step {step}"))
         if step == start_step + 1 and eval_before:
             metrics.update({"eval_before_" + k[len("eval_"):]: v for k, v in eval_before.items()})

@@ -5,6 +5,7 @@ that it can read as the story of one step; none of this is the method (gmts/METH
 Nothing in gmts/ imports data/ or rewards/: train.py passes its data loader and reward functions to
 build_run.
 """
+import contextlib
 import copy
 import json
 import os
@@ -243,15 +244,20 @@ def save_merged_lora(run, step):
                          "(PeftModel.from_pretrained + merge_and_unload exports it)") from None
 
 
+class Interrupted(Exception):
+    """A signal during StopRequest.interruptible(): what ran there is abandoned."""
+
+
 class StopRequest:
-    """Ctrl-C / SIGTERM: finish the current step, write a checkpoint, exit. train.py asks
-    any_process() again after each save, so a signal that arrives during a checkpoint write stops
-    right after it. A second Ctrl-C stops at once (the last checkpoint is still whole: checkpoints
-    are written atomically). Replaces the start-up handlers of gmts/run/folder.py's
-    exit_on_interrupt."""
+    """Ctrl-C / SIGTERM during training: finish the current step, write a checkpoint, exit, without
+    starting the next evaluation. train.py asks any_process() again after each save, so a signal
+    that arrives during a checkpoint write stops right after it; one during an in-training
+    evaluation abandons it (interruptible). A second Ctrl-C stops at once (the last checkpoint is
+    still whole: checkpoints are written atomically). Made when the first step starts: before it
+    nothing is trained and gmts/run/folder.py's exit_on_interrupt ends the process at once."""
 
     def __init__(self):
-        self.signum = 0
+        self.signum, self._interruptible = 0, False
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, self._handle)
 
@@ -259,7 +265,20 @@ class StopRequest:
         self.signum = signum
         signal.signal(signum, signal.SIG_DFL)
         print(f"\ngmts: got signal {signum}; checkpointing after this step (again to stop now)",
-              file=sys.stderr)
+              file=sys.stderr, flush=True)
+        if self._interruptible:
+            self._interruptible = False
+            raise Interrupted
+
+    @contextlib.contextmanager
+    def interruptible(self):
+        """Inside, a signal raises Interrupted (one process's own work only: no collective may run
+        there)."""
+        self._interruptible = not self.signum
+        try:
+            yield
+        finally:
+            self._interruptible = False
 
     def any_process(self):
         """True on every process once any process was signalled."""
