@@ -476,6 +476,19 @@ evaluate.evaluate_model = slow
     assert again.returncode == 0, again.stderr[-2000:]
     metrics = read_jsonl(out / "metrics.jsonl")
     assert [m["step"] for m in metrics] == [1, 2] and "eval_before_accuracy" in metrics[0]
+    # the banner counts the tiny model's parameters as they are (it said "0.0M trainable")
+    from gmts.run.state import count_text
+    from gmts.trainer.policy import load_model
+    n = sum(p.numel() for p in load_model(digit_model_dir, dtype=torch.float32,
+                                          device=torch.device("cpu")).parameters())
+    assert f"({count_text(n)} of {count_text(n)} parameters trainable)" in again.stdout
+    assert n < 1e6 and count_text(n) != "0" and count_text(n).endswith("k")
+
+
+def test_parameter_counts_read_with_four_significant_digits():
+    from gmts.run.state import count_text
+    assert [count_text(n) for n in (0, 812, 1000, 30214, 134515008, 1543714304)] == [
+        "0", "812", "1k", "30.21k", "134.5M", "1.544B"]
 
 
 def test_a_signal_during_a_step_saves_after_it_without_starting_the_next_evaluation(

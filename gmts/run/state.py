@@ -153,8 +153,10 @@ def build_run(cfg, resume_from, state, *, load_prompts, reward_functions):
     start_step = restore(run, state) if state is not None else 0
     if run.main_process:
         open_output_dir(run, start_step)
-        n_params = sum(p.numel() for p in model.parameters() if p.requires_grad)
-        print(f"gmts: {cfg.model} ({n_params / 1e6:.1f}M trainable) on {device} "
+        trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        total = sum(p.numel() for p in model.parameters())
+        print(f"gmts: {cfg.model} ({count_text(trainable)} of {count_text(total)} parameters "
+              f"trainable) on {device} "
               f"{str(dtype).replace('torch.', '')}"
               + (f" x {world} processes" if world > 1 else "")
               + f"; {len(problems)} problems from {cfg.data}"
@@ -163,6 +165,14 @@ def build_run(cfg, resume_from, state, *, load_prompts, reward_functions):
               + (f"; resuming from {resume_from} at step {start_step}" if resume_from else ""),
               flush=True)
     return run, start_step
+
+
+def count_text(n):
+    """A parameter count with 3-4 significant digits: 812, 30.21k, 134.5M, 1.544B."""
+    for scale, unit in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if n >= scale:
+            return f"{n / scale:.4g}{unit}"
+    return str(n)
 
 
 # --------------------------------------------------------------------------------------------------
