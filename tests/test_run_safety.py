@@ -634,3 +634,20 @@ def test_gmts_run_has_no_import_cycle():
             visit(dep, path + [node])
     for name in names:
         visit(name, [])
+
+
+@pytest.mark.parametrize("mask", [0o022, 0o027])
+def test_every_checkpoint_file_gets_the_mode_the_umask_gives(tmp_path, mask):
+    """save_pretrained writes model.safetensors 0600 and the rest 0644: a checkpoint's files all
+    get 0o666 less the umask, as a plain open() would give them."""
+    from gmts.run import checkpoint as ckpt
+    from gmts.tools.toy import tiny_model
+    model, tok = tiny_model()
+    old = os.umask(mask)
+    try:
+        final = ckpt.save_checkpoint(str(tmp_path), 1, model, tok, {"step": 1, "config": {}})
+    finally:
+        os.umask(old)
+    modes = {name: os.stat(os.path.join(final, name)).st_mode & 0o777
+             for name in os.listdir(final)}
+    assert "model.safetensors" in modes and set(modes.values()) == {0o666 & ~mask}, modes

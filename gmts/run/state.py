@@ -238,6 +238,7 @@ def save_merged_lora(run, step):
         shutil.rmtree(tmp, ignore_errors=True)
         copy.deepcopy(run.model).merge_and_unload().save_pretrained(tmp, safe_serialization=True)
         run.tokenizer.save_pretrained(tmp)
+        ckpt.umask_modes(tmp)
         ckpt.write_text_atomic(os.path.join(tmp, "gmts_export.json"),
                                json.dumps({"step": step}) + "\n")
         ckpt._fsync_tree(tmp)
