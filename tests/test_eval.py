@@ -322,3 +322,31 @@ def test_train_eval_every_logs_the_same_evaluation(tiny_model_dir, tmp_path):
     logged = metrics[1]
     assert logged["eval_data"] == "arithmetic:test"
     assert logged["eval_ci95"][0] <= logged["eval_accuracy"] <= logged["eval_ci95"][1]
+
+
+def test_the_evaluation_bar_moves_once_per_sampling_call(digit_model_dir, digit_data, monkeypatch):
+    """The bar counts problems, but a call's problems end together: one update per call (5
+    problems, 2 per call: 2, 2, 1), so the first reading's rate is the call's, not one problem in
+    the call's whole time."""
+    from gmts.tools import evaluate
+    from gmts.trainer.policy import load_model, load_tokenizer
+    import torch
+    updates = []
+
+    class Bar:
+        def __init__(self, *args, **kwargs):
+            self.total = kwargs.get("total")
+
+        def update(self, n):
+            updates.append(n)
+
+        def set_postfix(self, *args, **kwargs):
+            pass
+
+        def close(self):
+            pass
+    monkeypatch.setattr(evaluate, "tqdm", Bar)
+    model = load_model(digit_model_dir, dtype=torch.float32, device=torch.device("cpu"))
+    result = evaluate.evaluate_model(model, load_tokenizer(digit_model_dir), digit_data, limit=5,
+                                     samples=2, max_new_tokens=2, batch_size=2, progress=True)
+    assert updates == [2, 2, 1] and len(result["records"]) == 5
