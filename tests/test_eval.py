@@ -350,3 +350,22 @@ def test_the_evaluation_bar_moves_once_per_sampling_call(digit_model_dir, digit_
     result = evaluate.evaluate_model(model, load_tokenizer(digit_model_dir), digit_data, limit=5,
                                      samples=2, max_new_tokens=2, batch_size=2, progress=True)
     assert updates == [2, 2, 1] and len(result["records"]) == 5
+
+
+def test_an_evaluation_inside_the_training_bar_writes_no_escape_sequence_to_a_log(
+        digit_model_dir, digit_data, capsys):
+    """stderr not a terminal (a log file): the in-training evaluation's bar, nested in train.py's,
+    moves no cursor (tqdm's nested bars write ESC [A), so the log holds plain lines."""
+    from tqdm import tqdm
+    from gmts.tools import evaluate
+    from gmts.trainer.policy import load_model, load_tokenizer
+    import torch
+    model = load_model(digit_model_dir, dtype=torch.float32, device=torch.device("cpu"))
+    outer = tqdm(total=2, desc="train", file=sys.stderr)
+    for _ in range(2):
+        evaluate.evaluate_model(model, load_tokenizer(digit_model_dir), digit_data, limit=3,
+                                samples=2, max_new_tokens=2, batch_size=2, progress="eval")
+        outer.update(1)
+    outer.close()
+    err = capsys.readouterr().err
+    assert "eval" in err and "train" in err and "\x1b" not in err, repr(err[-300:])

@@ -26,6 +26,7 @@ not).
 import json
 import math
 import os
+import sys
 import time
 import zlib
 
@@ -299,9 +300,12 @@ def evaluate_model(model, tokenizer, data, *, limit=None, samples=1, temperature
     total = repeats * sum(len(problems) for problems, _ in loaded.values())
     # progress: True a bar, False none, a string a bar of that name that goes when done (the caller
     # prints the result)
+    # Nested in train.py's bar, tqdm moves the cursor with escape sequences; a log file (not a
+    # terminal) gets plain lines: the bar takes the first line.
+    tty = getattr(sys.stderr, "isatty", lambda: False)()
     bar = tqdm(total=total, desc=progress if isinstance(progress, str) else "eval", unit="problem",
                dynamic_ncols=True, mininterval=1.0, leave=not isinstance(progress, str),
-               disable=not progress)
+               disable=not progress, position=None if tty else 0, file=sys.stderr)
     running = {"score": 0.0, "done": 0}
 
     def on_batch(done):
