@@ -362,7 +362,7 @@ def evaluate(args, output):
         args.samples = 1
 
     import torch
-    from rewards import RewardError
+    from gmts.rewards import RewardError
     from gmts.tools.evaluate import degenerate, evaluate_model, load_benchmark, split_data_arg
     from gmts.trainer.policy import (check_vocabulary, end_of_sequence_ids, load_model,
                                      load_tokenizer, resolve_device, resolve_dtype)
@@ -446,7 +446,7 @@ def check_rewards(args, problems):
     problem is one line naming the reward, with the user's own traceback below it."""
     if not args.reward:
         return
-    import rewards
+    from gmts import rewards
     try:
         scorer = rewards.scorer_for(args.reward, args.reward_weights, workers=1,
                                     timeout=args.reward_timeout)

@@ -47,14 +47,15 @@ import time
 import torch
 from tqdm import tqdm
 
-import data
-import rewards
+from gmts import data
+from gmts import rewards
 from gmts.method.grpo import (
     group_advantages, mixed_groups, overlong_penalty, relative_token_weight, token_omega,
     token_scores)
 from gmts.run import checkpoint as ckpt, report, runlog
 from gmts.run.state import (
-    StopRequest, build_run, evaluate_during_training, log_paths, save, save_merged_lora)
+    Interrupted, StopRequest, build_run, evaluate_during_training, log_paths, save,
+    save_merged_lora)
 from gmts.run.folder import check_start, export_step
 from gmts.run.validate import memory_line
 from gmts.trainer import distributed
@@ -360,8 +361,7 @@ def main(argv=None):
         run, start_step = build_run(cfg, resume_from, state, load_prompts=load_prompts,
                                     reward_functions=reward_functions)
     # --report-to (gmts/run/report.py)
-    stop, reporter = StopRequest(), report.open(cfg if run.main_process else None)
-    rewards.set_interrupt_check(lambda: stop.signum)   # a signal ends a reward's wait at once
+    stop, reporter = None, report.open(cfg if run.main_process else None)
     metrics_path, samples_path = log_paths(cfg)
     overlap = eval_overlap(cfg, run.stream.problems) if run.main_process else ""
     # the wall time the final line reports, and its parts
@@ -369,19 +369,29 @@ def main(argv=None):
 
     def evaluate(label, step):     # an in-training evaluation: a progress bar, then its line, timed
         t = time.time()
-        with reward_failures(cfg, step), memory_line(
+        # a signal abandons it (not under FSDP, where every process evaluates in step)
+        abandon = stop.interruptible() if stop and not cfg.fsdp else contextlib.nullcontext()
+        with reward_failures(cfg, step), abandon, memory_line(
                 "train.py", f"evaluating {label}",
                 "lower --prompts-per-step x --group-size (the evaluation samples as many rows "
                 "at once) or --eval-samples"):
-            out = evaluate_during_training(run, "eval " + label)
+            try:
+                out = evaluate_during_training(run, "eval " + label)
+            except (Interrupted, rewards.ScoringStopped):
+                out = {}
         spent["eval"] += time.time() - t
         if out:
             tqdm.write(report.eval_line(label, out, overlap))
         return out
 
+    # Before the first step nothing is trained: a signal still ends the process at once, and the
+    # folder holds nothing that keeps the same command from starting (gmts/run/folder.py).
     eval_before = evaluate("before training", 0) if cfg.eval_before and start_step == 0 else {}
     if eval_before:
         reporter.log(0, eval_before)
+    stop = StopRequest()          # from the first step: finish the step, save, exit
+    # a user's reward still scoring a few seconds after a signal is abandoned, with its step
+    rewards.set_interrupt_check(stop.overdue)
 
     bad_in_a_row, last_saved, first, last = 0, start_step, None, None
     # No tqdm rate: it would average evaluations and checkpoints into s/step; s_per_step is the
@@ -405,7 +415,8 @@ def main(argv=None):
             samples = log.samples(step)
         # the peak so far, this step included
         metrics.update(lr=lr, peak_memory_mb=peak_memory_mb(run.device))
-        if cfg.eval_every and (step % cfg.eval_every == 0 or step == cfg.steps):
+        stopping = stop.any_process()     # a signal during the step: no evaluation after it
+        if cfg.eval_every and (step % cfg.eval_every == 0 or step == cfg.steps) and not stopping:
             metrics.update(evaluate(f"after step {step}", step))
         if step == start_step + 1 and eval_before:
             metrics.update({"eval_before_" + k[len("eval_"):]: v for k, v in eval_before.items()})

@@ -41,7 +41,7 @@ def humaneval_problems() -> list[dict]:
 
 def corpus():
     sys.path.insert(0, ROOT)
-    from rewards import get_reward, testplan
+    from gmts.rewards import get_reward, testplan
     code, trusted_code = get_reward("code"), get_reward("code", trusted_only=True)
     problems = humaneval_problems()
     totals = {"cases_trusted": 0, "cases_untrusted": 0, "unjudged": 0, "problems_trusted": 0,
@@ -83,7 +83,7 @@ _WORKER = r"""
 import sys, time, json, warnings
 warnings.simplefilter("ignore")
 sys.path.insert(0, sys.argv[1])
-import rewards
+from gmts import rewards
 fn = rewards.get_reward("code")
 reference, completion = json.loads(sys.argv[2]), json.loads(sys.argv[3])
 assert fn(completion, reference) == 1.0  # warm: the sandbox probe, imports

@@ -75,7 +75,7 @@ def side_by_side(name, scorer, completions, rows, rounds):
 
 
 def main():
-    import rewards
+    from gmts import rewards
 
     from gmts.run.config import Parser      # one default per option, a bad flag in one line
     p = Parser(description=__doc__.split("\n\n")[0])

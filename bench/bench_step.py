@@ -129,8 +129,8 @@ def trl_worker(args):
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
-    import data as datasets_module
-    import rewards
+    from gmts import data as datasets_module
+    from gmts import rewards
     from bench.common import peak_bytes
 
     tok = AutoTokenizer.from_pretrained(args.model_dir)

@@ -429,7 +429,7 @@ def figures(m):
 
 def longest_prompt(tok):
     """Tokens of the longest of the first 64 arithmetic prompts (the train runs' data)."""
-    import data
+    from gmts import data
     return max(map(len, data.prompt_token_ids(data.load_problems("arithmetic", "train", limit=64),
                                               tok)[1]))
 

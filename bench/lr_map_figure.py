@@ -12,6 +12,9 @@ import json
 import os
 import sys
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
 # One colour per arm, the same in every panel (ETS and its exclude variant share a hue, the variant
 # dashed).
 COLOURS = {"none": "#4c4c4c", "ets": "#1f77b4", "ets-exclude": "#1f77b4", "gmts": "#d62728",
@@ -31,6 +34,7 @@ def plot_map(analysis, path, title=""):
         import matplotlib.pyplot as plt
     except ImportError:
         return None
+    from gmts.tools.plot import nothing_to_draw
     cells = analysis.get("arms", {})
     lrs = sorted(cells, key=float)
     arms = []
@@ -103,7 +107,10 @@ def plot_map(analysis, path, title=""):
         ax.set_ylabel(ylabel)
         ax.set_title(heading, fontsize=10)
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=8, loc="best")
+        if not ax.has_data():
+            nothing_to_draw(ax, path, f"panel {ylabel!r}", "no arm has a value at any rate")
+    if axes[0].get_legend_handles_labels()[0]:
+        axes[0].legend(fontsize=8, loc="best")
     if title:
         fig.suptitle(title, fontsize=11)
     fig.tight_layout()

@@ -55,7 +55,7 @@ def random_qwen05(folder):
 
 
 def longest_prompt(model_dir):
-    import data
+    from gmts import data
     from transformers import AutoTokenizer
     tok = AutoTokenizer.from_pretrained(model_dir)
     _, ids, _ = data.load_prompts_for_cli("arithmetic", "train", tok, task_options=COMMON[3])

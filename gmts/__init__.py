@@ -18,13 +18,45 @@ The package is laid out by role (README.md, "Layout"):
                     reporters
     gmts/tools/     the tools: evaluate, analyze, plot, memory planner, statistics, toy models
 
-Nothing in gmts/ imports data/ or rewards/ (train.py and eval.py pass the data loader and the reward
-functions in; the tools that read data sets, gmts/tools/evaluate.py and analyze.py, import them
-inside the functions that do). `import gmts` loads no torch until a name below is used: the method's
-public names are loaded on first use (PEP 562), and `pip install -e .` makes it importable from any
-folder.
+The data sets' loaders and the answer checkers are `gmts.data` and `gmts.rewards`: the repository
+keeps them in data/ and rewards/ beside gmts/, pip installs them under gmts/ (pyproject.toml's
+package-dir), and from a clone the finder below maps the two names to those folders. So a user's
+own `data/` folder or `rewards.py` never shadows them, and the package claims no top-level name but
+`gmts`. Nothing in the method, trainer or run code imports them (train.py and eval.py pass the data
+loader and the reward functions in; gmts/tools/evaluate.py and analyze.py import them inside the
+functions that read data sets). `import gmts` loads no torch until a name below is used: the
+method's public names are loaded on first use (PEP 562), and `pip install -e .` makes it importable
+from any folder.
 """
 import importlib
+import importlib.util
+import os
+import sys
+
+
+# gmts.data and gmts.rewards from a clone: the repository's folders beside gmts/
+_BESIDE = {"gmts.data": "data", "gmts.rewards": "rewards"}
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class _BesideFinder:
+    """From a clone: gmts.data and gmts.rewards are the repository's data/ and rewards/ folders.
+    Asked only after the ordinary finders (an installed gmts has them under gmts/)."""
+
+    @staticmethod
+    def find_spec(fullname, path=None, target=None):
+        if fullname not in _BESIDE:
+            return None
+        folder = os.path.join(_ROOT, _BESIDE[fullname])
+        init = os.path.join(folder, "__init__.py")
+        if not os.path.isfile(init):
+            return None
+        return importlib.util.spec_from_file_location(fullname, init,
+                                                      submodule_search_locations=[folder])
+
+
+if not any(getattr(f, "__name__", "") == "_BesideFinder" for f in sys.meta_path):
+    sys.meta_path.append(_BesideFinder)
 
 # Where each public name lives. Imported on first use, so that `import gmts.run.config` /
 # `gmts.run.validate` do not load torch: the command line checks its flags before torch loads (~3 s)

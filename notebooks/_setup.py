@@ -71,12 +71,18 @@ def token_pieces(tokenizer, token_ids):
     return [p.replace(" ", "·").replace("\n", "⏎").replace("\t", "⇥") or "∅" for p in pieces]
 
 
-def draw_tokens(rows, width=110, fontsize=9, dpi=100):
+def draw_tokens(rows, width=110, fontsize=9, dpi=100, key=None):
     """Answers as rows of tokens, each token on a box of its colour: the selections as one figure.
 
     rows: (label, pieces, colors) per row: label in bold on the left, pieces from token_pieces,
     colors one matplotlib colour per piece (None: no box); a row with no pieces is a heading.
-    width: characters per line at most (a longer answer wraps under itself). Returns the figure."""
+    width: characters per line at most (a longer answer wraps under itself). key: (text, colour)
+    pairs, drawn as the figure's first line (its colour key: each text on a box of its colour).
+    Returns the figure."""
+    if key:
+        pieces = [piece for text, _ in key for piece in (f" {text} ", " ")]
+        colors = [c for _, colour in key for c in (colour, None)]
+        rows = [("key:", pieces, colors)] + list(rows)
     label_width = max((len(label) for label, pieces, _ in rows if pieces), default=0) + 1
     cells = []                                   # (x, y, text, colour, bold), in character cells
     for label, pieces, colors in rows:

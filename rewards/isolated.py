@@ -75,9 +75,10 @@ class WorkerProcess:
         """Starts the worker and imports the rewards there: their metadata (dicts, in SPEC order).
         A reward that does not load is a RewardError (the user's traceback in its details)."""
         from . import RewardError
-        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        import gmts
+        root = os.path.dirname(os.path.dirname(os.path.abspath(gmts.__file__)))   # gmts's parent
         boot = (f"import sys; sys.path.insert(0, {root!r}); "
-                "from rewards.isolated import serve; serve()")
+                "from gmts.rewards.isolated import serve; serve()")
         self.proc = subprocess.Popen([sys.executable, "-c", boot], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, start_new_session=True)
         _LIVE.add(self)
@@ -213,7 +214,7 @@ def serve():
     threading.Thread(target=watch_parent, daemon=True).start()
     path, specs, trusted_only, workers = _read(inp)
     sys.path[:] = path
-    import rewards
+    from gmts import rewards
     rewards._CATCH = BaseException                   # SystemExit, KeyboardInterrupt: the user's
     try:
         loaded = [rewards.load_reward(s, trusted_only=trusted_only) for s in specs]
@@ -256,7 +257,7 @@ def _read(inp):
 def _job(loaded, k, blob, send):
     """Scorer._run's job for job k: its own unpickled copy of the arguments, the user's function
     wrapped to announce the call's start and end."""
-    import rewards
+    from gmts import rewards
     index, problem_id, completion, answer, fields = pickle.loads(blob)
     reward = loaded[index]
     fn = reward.fn

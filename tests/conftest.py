@@ -28,10 +28,11 @@ SHARED_DATA = os.path.abspath(os.environ.get("GMTS_TEST_DATA")
                               or os.path.join(ROOT, "..", "shared", "data"))
 _FETCH = {
     "gsm8k": "GSM8K's train.jsonl and test.jsonl (openai/grade-school-math); data/ downloads them, "
-             "sha256 pinned: GMTS_DATA_DIR=DIR python -c \"import data; "
+             "sha256 pinned: GMTS_DATA_DIR=DIR python -c \"from gmts import data; "
              "data.load_problems('gsm8k', 'train'); data.load_problems('gsm8k', 'test')\"",
     "math500": "MATH-500's test.jsonl; data/ downloads it, sha256 pinned: "
-               "GMTS_DATA_DIR=DIR python -c \"import data; data.load_problems('math500', 'test')\"",
+               "GMTS_DATA_DIR=DIR python -c \"from gmts import data; "
+               "data.load_problems('math500', 'test')\"",
     "qwen2.5-tokenizer": "the Qwen2.5 tokenizer: hf download Qwen/Qwen2.5-0.5B-Instruct vocab.json "
                          "merges.txt tokenizer_config.json --local-dir DIR/qwen2.5-tokenizer",
     "qwen2.5-configs": "Qwen2.5-{0.5B,1.5B}-Instruct's config.json: hf download "

@@ -7,6 +7,7 @@ token."""
 import json
 import math
 import os
+import pathlib
 import subprocess
 import sys
 
@@ -425,3 +426,105 @@ def test_plot_writes_a_png_comparing_runs(tmp_path):
     (bad / "metrics.jsonl").write_text('{"step": 1}\n{oops\n')
     with pytest.raises(SystemExit, match=r"metrics.jsonl:2"):
         plot.main([str(bad), "--output", str(tmp_path / "y.png")])
+
+
+def test_cli_all_wrong_batch_writes_json_and_says_what_it_could_not_draw(digit_model_dir,
+                                                                         tmp_path):
+    """No group with mixed rewards (every answer wrong): the JSON, the summary and the figures are
+    written, and each statistic or panel with nothing to show says so in one line, no traceback."""
+    wrong = tmp_path / "wrong.jsonl"
+    wrong.write_text("".join(json.dumps({"question": f"Say {i}", "answer": "987"}) + "\n"
+                             for i in range(3)))
+    out = tmp_path / "out" / "analysis.json"
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", OMP_NUM_THREADS="1")
+    proc = subprocess.run(
+        [sys.executable, "-m", "gmts.tools.analyze", "--model", digit_model_dir, "--data",
+         str(wrong), "--prompts", "2", "--group-size", "4", "--max-new-tokens", "4", "--device",
+         "cpu", "--params", "last:1", "--output", str(out), "--no-progress"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    result = json.loads(out.read_text())
+    summary = result["summary"]
+    assert [a["reward"] for a in result["answers"]] == [0.0] * 8
+    assert summary["groups_without_gradient"] == 2 and summary["top_recall"]["gmts"] is None
+    lines = proc.stdout.splitlines()
+    for head in ("Spearman(|E·ω|, ||∇ℓ||)", "Spearman(E, ||∇ℓ||)", "top-20% by true gradient"):
+        (line,) = [x for x in lines if x.startswith(head)]
+        assert "n/a, no group with mixed rewards" in line, line
+    assert f"wrote {out}" in proc.stdout
+    pytest.importorskip("matplotlib")
+    notes = [x for x in proc.stderr.splitlines() if "nothing to draw" in x]
+    stem = str(out)[:-len(".json")]
+    assert sorted(x.split(":")[0] for x in notes) == [
+        f"{stem}_fig2.png, middle panel (E vs ||∇θ ℓ_t||)",
+        f"{stem}_fig2.png, right panel (||∇θ ℓ_t|| histogram)",
+        f"{stem}_fig3.png, middle panel (Spearman per group)"], proc.stderr
+    for fig in ("_fig2.png", "_fig3.png"):
+        assert pathlib.Path(stem + fig).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _saved_figures(monkeypatch):
+    """Every matplotlib Figure saved from now on, in order (to read its axes back)."""
+    from matplotlib.figure import Figure
+    saved, save = [], Figure.savefig
+
+    def keep(fig, *args, **kwargs):
+        saved.append(fig)
+        return save(fig, *args, **kwargs)
+    monkeypatch.setattr(Figure, "savefig", keep)
+    return saved
+
+
+def test_every_figure_tool_draws_degenerate_data_and_names_each_empty_panel(tmp_path, capsys,
+                                                                            monkeypatch):
+    """analyze's figures with no gradient anywhere or no answer at all, plot with a run that logged
+    no step, the learning check's map with no value: each writes its PNG, and each empty panel is
+    one stderr line naming the file and the panel."""
+    pytest.importorskip("matplotlib")
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    from lr_map_figure import plot_map
+    saved = _saved_figures(monkeypatch)
+    flat = {"group": 0, "answer": 0, "reward": 0.0, "advantage": 0.0, "n_tokens": 3,
+            "entropy": [0.0, 0.5, 1.0],
+            "grad_logp_norm": [0.0, 1.0, 2.0], "grad_objective_norm": [0.0] * 3,
+            "gmts_score": [0.0] * 3, "epsilon": [0.5] * 3}
+    records = [dict(flat, answer=i) for i in range(2)]
+    zero = {"answers": records, "summary": stats.summarize(records)}
+    empty = {"answers": [], "summary": stats.summarize([])}
+    for name, result, empty_panels in (("zero", zero, 3), ("empty", empty, 6)):
+        paths = [plot.plot_figure2(result, str(tmp_path / f"{name}2.png")),
+                 plot.plot_figure3(result, str(tmp_path / f"{name}3.png"))]
+        notes = capsys.readouterr().err.splitlines()
+        assert len(notes) == empty_panels and all("nothing to draw" in n for n in notes), notes
+        assert all(pathlib.Path(p).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in paths)
+    assert "nothing to draw, no answer analysed" in notes[0]
+    stopped = tmp_path / "stopped"
+    stopped.mkdir()
+    (stopped / "metrics.jsonl").write_text("")
+    plot.main([str(stopped), "--output", str(tmp_path / "runs.png")])
+    notes = [n for n in capsys.readouterr().err.splitlines() if "nothing to draw" in n]
+    assert len(notes) == len(plot.DEFAULT_METRICS)
+    assert plot_map({"arms": {}}, str(tmp_path / "map.png")) == str(tmp_path / "map.png")
+    assert capsys.readouterr().err.count("nothing to draw") == 2
+    assert len(saved) == 6
+
+
+def test_step_and_group_axes_have_whole_number_ticks(tmp_path, monkeypatch):
+    """A 3-step run and 2 groups: matplotlib's default locator would tick 1.25, 1.5, ...; steps and
+    groups are counted, so every tick is an integer."""
+    pytest.importorskip("matplotlib")
+    saved = _saved_figures(monkeypatch)
+    run = _synthetic_run(tmp_path / "a", "gmts", 0, steps=3)
+    plot.plot_runs([run], str(tmp_path / "runs.png"))
+    records = [{"group": g, "answer": g * 2 + j, "reward": float(j), "advantage": (-1.0) ** j,
+                "n_tokens": 3,
+                "entropy": [0.2, 0.5, 1.0], "grad_logp_norm": [0.5, 1.0, 2.0],
+                "grad_objective_norm": [0.5, 1.0, 2.0 + j], "gmts_score": [0.2, 0.5, 1.0 + j],
+                "epsilon": [0.5] * 3} for g in range(2) for j in range(2)]
+    plot.plot_figure3({"answers": records, "summary": stats.summarize(records)},
+                      str(tmp_path / "f3.png"))
+    axes = [ax for ax in saved[0].axes if ax.get_visible()] + saved[1].axes[:2]
+    assert len(axes) == len(plot.DEFAULT_METRICS) + 2
+    for ax in axes:
+        ticks = ax.get_xticks()
+        assert len(ticks) >= 2 and all(float(t).is_integer() for t in ticks), ticks

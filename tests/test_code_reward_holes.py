@@ -23,8 +23,8 @@ import time
 
 import pytest
 
-from rewards import code_stats, get_reward, sandbox, testplan
-from rewards.sandbox import RUN_UIDS, memory_limit, run_child, run_python
+from gmts.rewards import code_stats, get_reward, sandbox, testplan
+from gmts.rewards.sandbox import RUN_UIDS, memory_limit, run_child, run_python
 
 code = get_reward("code")
 trusted_code = get_reward("code", trusted_only=True)
@@ -646,7 +646,7 @@ SEEDED = """
 import random, sys, warnings
 warnings.simplefilter("ignore")
 random.seed(0)  # every data-parallel rank does this
-import rewards
+from gmts import rewards
 slow = "```python\\nimport time\\ntime.sleep(1.5)\\ndef add(a, b):\\n    return a + b\\n```"
 print(rewards.score_batch(["code"] * 4, [slow] * 4, [["assert add(1, 2) == 3"]] * 4, workers=4))
 """

@@ -11,8 +11,8 @@ import textwrap
 
 import pytest
 
-from rewards import code_stats, get_reward, sandbox, testplan
-from rewards.sandbox import run_python
+from gmts.rewards import code_stats, get_reward, sandbox, testplan
+from gmts.rewards.sandbox import run_python
 
 code = get_reward("code")
 trusted_code = get_reward("code", trusted_only=True)

@@ -16,8 +16,8 @@ import time
 
 import pytest
 
-from rewards import get_reward, sandbox
-from rewards.sandbox import run_python
+from gmts.rewards import get_reward, sandbox
+from gmts.rewards.sandbox import run_python
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 code = get_reward("code")
@@ -39,7 +39,7 @@ def both(solution, reference, expected):
 _LAUNCH = """
 import json, sys
 sys.path.insert(0, {root!r})
-from rewards import get_reward
+from gmts.rewards import get_reward
 fn = get_reward("code", trusted_only=True)
 print(json.dumps([fn(c, {{"tests": "assert answer() == 4242"}}) for c in json.loads(sys.argv[1])]))
 """
@@ -155,7 +155,7 @@ def test_the_judge_is_bounded_whatever_the_values(case):
 
 
 def test_code_block_extraction_is_linear():
-    from rewards.code import extract_code
+    from gmts.rewards.code import extract_code
     start = time.monotonic()
     for text in ("`" * 200_000, "```\n`" * 100_000, "```python\n" + "`" * 200_000 + "\n",
                  "x```" * 100_000):
@@ -185,7 +185,7 @@ FENCES = {  # (completion, the code a reader of the markdown sees)
 
 @pytest.mark.parametrize("case", sorted(FENCES))
 def test_fences_as_markdown_reads_them(case):
-    from rewards.code import extract_code
+    from gmts.rewards.code import extract_code
     completion, expected = FENCES[case]
     assert extract_code(completion) == expected
 
@@ -566,7 +566,7 @@ def test_the_tests_random_draws_are_the_plans_own():
     # caller's global random is neither read nor advanced
     import random
 
-    from rewards import testplan
+    from gmts.rewards import testplan
     tests = RANDOM_CHECKS[0][0]
     random.seed(1)
     expected = random.random()

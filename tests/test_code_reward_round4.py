@@ -10,9 +10,9 @@ from typing import ClassVar
 
 import pytest
 
-import data
-from data import builtin
-from rewards import get_reward, sandbox, testplan
+from gmts import data
+from gmts.data import builtin
+from gmts.rewards import get_reward, sandbox, testplan
 from rewards.code import extract_code
 
 code = get_reward("code")

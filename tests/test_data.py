@@ -8,10 +8,10 @@ import pathlib
 
 import pytest
 
-import data
+from gmts import data
 from conftest import SHARED_DATA, needs_shared_data, shared_data_missing
-from data import arithmetic, files, templates
-from rewards import get_reward
+from gmts.data import arithmetic, files, templates
+from gmts.rewards import get_reward
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED = SHARED_DATA                       # ../shared/data (tests/conftest.py says what it holds)

@@ -308,6 +308,39 @@ def test_ctrl_c_during_start_up_is_one_line(inputs, digit_data, tmp_path, comman
     assert not out.parent.exists()
 
 
+@pytest.mark.parametrize("command", ["eval", "analyze"])
+def test_a_signal_while_sampling_ends_the_command_within_seconds(inputs, digit_data, tmp_path,
+                                                                 command):
+    """SIGINT in the middle of the work (the sampler, after loading): the command ends at once, not
+    when the sampling would have finished, with one line, and writes nothing."""
+    import time
+    _d, m = inputs
+    out = tmp_path / "out" / "r.json"
+    argv = (evaluate(m["good"], digit_data, out) if command == "eval"
+            else analyze(m["good"], digit_data, out))
+    run = (f"runpy.run_path({os.path.join(ROOT, 'eval.py')!r}, run_name='__main__')"
+           if command == "eval" else "runpy.run_module('gmts.tools.analyze', run_name='__main__')")
+    child = f"""
+import os, runpy, signal, sys, time
+sys.path.insert(0, {ROOT!r})
+sys.argv = ["{command}", *{argv!r}]
+from gmts.trainer import rollout
+def slow(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(120)                     # sampling for minutes
+rollout.sample = slow
+{run}
+"""
+    t0 = time.time()
+    proc = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, env=ENV,
+                          cwd=ROOT, timeout=300, check=False)
+    assert time.time() - t0 < 60, "waited for the sampling"
+    assert proc.returncode == 128 + signal.SIGINT and "Traceback" not in proc.stderr, proc.stderr
+    # after the banner (the loading's report), the one line
+    assert "interrupted (Ctrl-C)" in proc.stderr.strip().splitlines()[-1], proc.stderr
+    assert not out.exists()
+
+
 def test_model_folder_problem_accepts_what_loads(inputs, tmp_path):
     """The checks refuse what cannot load and nothing else: a model folder, a LoRA adapter folder
     (no config.json; peft loads it) and a hub id pass; a vocabulary smaller than the embedding
@@ -338,7 +371,7 @@ def test_data_fields_keep_numbers_and_refuse_the_rest(tmp_path):
     """A number is a natural math answer ("answer": 42 -> "42") and a valid option passes; a list,
     an object, a bool or null is refused with file:line rather than trained on as its Python
     repr."""
-    import data
+    from gmts import data
     path = tmp_path / "d.jsonl"
     path.write_text('{"question": "Say 42", "answer": 42}\n{"question": "Half", "answer": 0.5}\n')
     problems = data.load_problems(str(path))

@@ -205,8 +205,8 @@ def test_sampling_is_reproducible_and_rewards_are_wired(tiny, tmp_path):
     """Same seed, same samples; another seed, other samples. Then make references out of what the
     model wrote, so the rerun (same seed) must score exactly those samples as correct: accuracy and
     pass@k from real rewards."""
-    from rewards import get_reward
-    from rewards.math import last_number
+    from gmts.rewards import get_reward
+    from gmts.rewards.math import last_number
     model, tok = tiny
     data = write_problems(tmp_path / "p.jsonl", ["0"] * 6)
     kw = {"samples": 4, "temperature": 1.0, "max_new_tokens": 8, "batch_size": 4, "progress": False,
@@ -416,3 +416,50 @@ def test_eval_cli_max_rows_bounds_every_sampling_call(tiny_model_dir, tmp_path, 
     with pytest.raises(SystemExit) as err:
         eval_cli.main(common + ["--max-rows", "-1"])
     assert err.value.code == 2 and "--max-rows must be >= 0" in str(err.value)
+
+
+def test_the_evaluation_bar_moves_once_per_sampling_call(digit_model_dir, digit_data, monkeypatch):
+    """The bar counts problems, but a call's problems end together: one update per call (5
+    problems, 2 per call: 2, 2, 1), so the first reading's rate is the call's, not one problem in
+    the call's whole time."""
+    from gmts.tools import evaluate
+    from gmts.trainer.policy import load_model, load_tokenizer
+    import torch
+    updates = []
+
+    class Bar:
+        def __init__(self, *args, **kwargs):
+            self.total = kwargs.get("total")
+
+        def update(self, n):
+            updates.append(n)
+
+        def set_postfix(self, *args, **kwargs):
+            pass
+
+        def close(self):
+            pass
+    monkeypatch.setattr(evaluate, "tqdm", Bar)
+    model = load_model(digit_model_dir, dtype=torch.float32, device=torch.device("cpu"))
+    result = evaluate.evaluate_model(model, load_tokenizer(digit_model_dir), digit_data, limit=5,
+                                     samples=2, max_new_tokens=2, batch_size=2, progress=True)
+    assert updates == [2, 2, 1] and len(result["records"]) == 5
+
+
+def test_an_evaluation_inside_the_training_bar_writes_no_escape_sequence_to_a_log(
+        digit_model_dir, digit_data, capsys):
+    """stderr not a terminal (a log file): the in-training evaluation's bar, nested in train.py's,
+    moves no cursor (tqdm's nested bars write ESC [A), so the log holds plain lines."""
+    from tqdm import tqdm
+    from gmts.tools import evaluate
+    from gmts.trainer.policy import load_model, load_tokenizer
+    import torch
+    model = load_model(digit_model_dir, dtype=torch.float32, device=torch.device("cpu"))
+    outer = tqdm(total=2, desc="train", file=sys.stderr)
+    for _ in range(2):
+        evaluate.evaluate_model(model, load_tokenizer(digit_model_dir), digit_data, limit=3,
+                                samples=2, max_new_tokens=2, batch_size=2, progress="eval")
+        outer.update(1)
+    outer.close()
+    err = capsys.readouterr().err
+    assert "eval" in err and "train" in err and "\x1b" not in err, repr(err[-300:])

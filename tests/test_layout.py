@@ -54,3 +54,10 @@ def test_the_width_is_ruffs_and_the_readme_fits_its_length():
     with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
         n = len(f.read().splitlines())
     assert n <= README_LINES, f"README.md has {n} lines, more than {README_LINES}"
+
+
+def test_the_readme_names_no_developers_folder():
+    """A newcomer's clone has no ../shared: the README points at GMTS_TEST_DATA, not at it."""
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+        text = f.read()
+    assert "../shared" not in text and "shared/data" not in text

@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-import rewards
-from rewards import _Row
+from gmts import rewards
+from gmts.rewards import _Row
 from test_bad_input import ENV, ROOT, read_jsonl, run_batch, train_args
 from test_run_safety import same_metrics
 

@@ -16,12 +16,12 @@ import pytest
 # ../shared/data, and the skip that says how to get it
 from conftest import SHARED_DATA, needs_shared_data
 
-import rewards
-from rewards import code as code_mod
-from rewards import get_reward
-from rewards import math as math_mod
-from rewards.choice import extract_choice
-from rewards.sandbox import RUN_UIDS, belongs_to_us, run_python, sandbox_info
+from gmts import rewards
+from gmts.rewards import code as code_mod
+from gmts.rewards import get_reward
+from gmts.rewards import math as math_mod
+from gmts.rewards.choice import extract_choice
+from gmts.rewards.sandbox import RUN_UIDS, belongs_to_us, run_python, sandbox_info
 
 SHARED = SHARED_DATA                       # ../shared/data (tests/conftest.py says what it holds)
 GSM8K = [os.path.join(SHARED, "gsm8k", f"{s}.jsonl") for s in ("train", "test")]

@@ -430,6 +430,97 @@ train.main({train_args(digit_model_dir, digit_data, out, "--steps", "5")!r})
     assert "stopped by signal" in proc.stdout and "Traceback" not in proc.stderr
 
 
+def _train_as_main(args, patch):
+    """train.py run as the command (its __main__ block: the start-up signal handlers), after
+    `patch` (Python source) has replaced a function with one that signals the process."""
+    return f"""
+import os, runpy, signal, sys, time
+sys.path.insert(0, {ROOT!r})
+sys.argv = ["train.py", *{args!r}]
+{patch}
+runpy.run_path(os.path.join({ROOT!r}, "train.py"), run_name="__main__")
+"""
+
+
+def test_a_signal_in_the_evaluation_before_training_ends_it_at_once_and_blocks_nothing(
+        digit_model_dir, digit_data, tmp_path, sig=signal.SIGINT):
+    """Before the first step nothing is trained: a signal during --eval-before ends the process
+    within seconds (not after the evaluation, a step and a checkpoint), with one line, and the same
+    command then starts and finishes."""
+    out = tmp_path / "run"
+    args = train_args(digit_model_dir, digit_data, out, "--eval-data", digit_data,
+                      "--eval-before", "--eval-limit", "4", "--eval-samples", "2")
+    slow_eval = f"""
+from gmts.tools import evaluate
+real = evaluate.evaluate_model
+def slow(*args, **kwargs):
+    os.kill(os.getpid(), {int(sig)})
+    time.sleep(120)                     # an evaluation of minutes
+    return real(*args, **kwargs)
+evaluate.evaluate_model = slow
+"""
+    t0 = time.time()
+    proc = subprocess.run([sys.executable, "-c", _train_as_main(args, slow_eval)],
+                          capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=600,
+                          check=False)
+    assert time.time() - t0 < 60, "waited for the evaluation"
+    assert proc.returncode == 128 + sig, proc.stderr[-2000:]
+    name = "Ctrl-C" if sig == signal.SIGINT else "SIGTERM"
+    line = check_one_line({"rc": proc.returncode, "stderr": "\n".join(stderr_lines(proc.stderr))},
+                          f"interrupted ({name})")
+    assert "nothing was trained" in line and "Traceback" not in proc.stderr
+    assert not (out / "checkpoints").exists() and not (out / "metrics.jsonl").exists()
+    again = subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), *args],
+                           capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=600,
+                           check=False)
+    assert again.returncode == 0, again.stderr[-2000:]
+    metrics = read_jsonl(out / "metrics.jsonl")
+    assert [m["step"] for m in metrics] == [1, 2] and "eval_before_accuracy" in metrics[0]
+    # the banner counts the tiny model's parameters as they are (it said "0.0M trainable")
+    from gmts.run.state import count_text
+    from gmts.trainer.policy import load_model
+    n = sum(p.numel() for p in load_model(digit_model_dir, dtype=torch.float32,
+                                          device=torch.device("cpu")).parameters())
+    assert f"({count_text(n)} of {count_text(n)} parameters trainable)" in again.stdout
+    assert n < 1e6 and count_text(n) != "0" and count_text(n).endswith("k")
+
+
+def test_parameter_counts_read_with_four_significant_digits():
+    from gmts.run.state import count_text
+    assert [count_text(n) for n in (0, 812, 1000, 30214, 134515008, 1543714304)] == [
+        "0", "812", "1k", "30.21k", "134.5M", "1.544B"]
+
+
+def test_a_signal_during_a_step_saves_after_it_without_starting_the_next_evaluation(
+        digit_model_dir, digit_data, tmp_path):
+    """During training: the step finishes, its checkpoint is written, and the evaluation due after
+    it (--eval-every 1) is not started."""
+    out = tmp_path / "run"
+    args = train_args(digit_model_dir, digit_data, out, "--steps", "3", "--eval-data",
+                      digit_data, "--eval-every", "1", "--eval-limit", "4", "--eval-samples", "2")
+    child = f"""
+import os, signal, sys
+sys.path.insert(0, {ROOT!r})
+import train
+from gmts.tools import evaluate
+real = train.train_step
+def step_with_a_signal(run, step):
+    os.kill(os.getpid(), signal.SIGINT)          # arrives during step 1
+    return real(run, step)
+def no_eval(*args, **kwargs):
+    raise AssertionError("an evaluation started after the signal")
+train.train_step, evaluate.evaluate_model = step_with_a_signal, no_eval
+train.main({args!r})
+"""
+    proc = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, env=ENV,
+                          cwd=ROOT, timeout=600, check=False)
+    assert proc.returncode == 128 + signal.SIGINT, proc.stderr[-2000:]
+    metrics = read_jsonl(out / "metrics.jsonl")
+    assert [m["step"] for m in metrics] == [1] and "eval_accuracy" not in metrics[0]
+    assert (out / "checkpoints" / "latest").read_text().strip() == "step-000001"
+    assert "stopped by signal 2 after step 1" in proc.stdout
+
+
 def test_ctrl_c_during_start_up_is_one_line_and_blocks_nothing(digit_model_dir, digit_data,
                                                                tmp_path):
     out = tmp_path / "run"
@@ -543,3 +634,20 @@ def test_gmts_run_has_no_import_cycle():
             visit(dep, path + [node])
     for name in names:
         visit(name, [])
+
+
+@pytest.mark.parametrize("mask", [0o022, 0o027])
+def test_every_checkpoint_file_gets_the_mode_the_umask_gives(tmp_path, mask):
+    """save_pretrained writes model.safetensors 0600 and the rest 0644: a checkpoint's files all
+    get 0o666 less the umask, as a plain open() would give them."""
+    from gmts.run import checkpoint as ckpt
+    from gmts.tools.toy import tiny_model
+    model, tok = tiny_model()
+    old = os.umask(mask)
+    try:
+        final = ckpt.save_checkpoint(str(tmp_path), 1, model, tok, {"step": 1, "config": {}})
+    finally:
+        os.umask(old)
+    modes = {name: os.stat(os.path.join(final, name)).st_mode & 0o777
+             for name in os.listdir(final)}
+    assert "model.safetensors" in modes and set(modes.values()) == {0o666 & ~mask}, modes

@@ -12,9 +12,9 @@ import time
 
 import pytest
 
-import rewards
-from rewards import code_stats, get_reward, testplan
-from rewards.sandbox import (
+from gmts import rewards
+from gmts.rewards import code_stats, get_reward, testplan
+from gmts.rewards.sandbox import (
     RUN_UIDS,
     belongs_to_us,
     run_python,
@@ -206,7 +206,7 @@ def test_root_only_file_cannot_be_read(clean):
     os.chmod(secret, 0o600)
     try:
         thief = f"def add(a, b):\n    return open({secret!r}).read()\n"
-        from rewards.sandbox import _world_traversable
+        from gmts.rewards.sandbox import _world_traversable
         if sandbox_mode() == "fallback" and not _world_traversable(sys.executable):
             # rewards/README.md's defence table: without bwrap, as root, with the interpreter
             # unreadable to others (pyenv under /root), the child keeps CAP_DAC_READ_SEARCH and CAN
@@ -228,7 +228,7 @@ def test_project_folders_are_not_bound_wherever_the_project_lives():
     # The sandbox's own workdir is /work, a tmpfs: a checkout under /work (or /tmp) is hidden by it
     # anyway, so the test above passes there whatever is bound. This one checks the binds
     # themselves, for any checkout path.
-    from rewards.sandbox import _interpreter_paths
+    from gmts.rewards.sandbox import _interpreter_paths
     project = os.path.dirname(os.path.dirname(os.path.abspath(rewards.__file__)))
     project = os.path.realpath(project)
     assert project in map(os.path.realpath, sys.path)  # pytest.ini's pythonpath = . put it there
@@ -254,7 +254,7 @@ def test_bubblewrap_runs_from_a_venv_under_tmp():
         subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages",
                         venv], check=True)
         project = os.path.dirname(os.path.dirname(os.path.abspath(rewards.__file__)))
-        probe = "from rewards.sandbox import sandbox_mode; print(sandbox_mode())"
+        probe = "from gmts.rewards.sandbox import sandbox_mode; print(sandbox_mode())"
         out = subprocess.run([os.path.join(venv, "bin", "python"), "-W", "ignore", "-c", probe],
                              cwd=project, capture_output=True, text=True, timeout=120,
                              check=False)

@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-import data
+from gmts import data
 from gmts.run import validate
 from gmts.run.validate import Rule, check, temperature_rule
 from test_bad_input import (ENV, ROOT, check_one_line, finished_run, read_jsonl,  # noqa: F401

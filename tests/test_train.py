@@ -309,8 +309,8 @@ QWEN_CONFIG = os.path.join(SHARED_DATA, "qwen2.5-configs", "Qwen2.5-0.5B-Instruc
 @needs_shared_data("qwen2.5-configs", "Qwen2.5-0.5B-Instruct")
 def test_real_qwen_tokenizer_chat_template_eos_and_reward():
     sys.path.insert(0, ROOT)
-    import data as datasets
-    import rewards
+    from gmts import data as datasets
+    from gmts import rewards
     from transformers import GenerationConfig
     from gmts.trainer.policy import end_of_sequence_ids, load_tokenizer
     tok = load_tokenizer(QWEN_TOKENIZER)

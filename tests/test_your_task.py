@@ -14,8 +14,8 @@ import threading
 import pytest
 from conftest import run_batch
 
-import data
-import rewards
+from gmts import data
+from gmts import rewards
 from gmts.tools.evaluate import parse_data_spec
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

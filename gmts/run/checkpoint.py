@@ -133,6 +133,17 @@ def write_text_atomic(path, text, unique=False):
         raise
 
 
+def umask_modes(folder):
+    """Give every file under `folder` the mode a plain open() would (0o666 less the umask):
+    save_pretrained writes model.safetensors 0600 through a private temporary file, the other
+    files 0644, and a checkpoint or export others may read should not differ by file."""
+    mask = os.umask(0)
+    os.umask(mask)
+    for root, _, files in os.walk(folder):
+        for name in files:
+            os.chmod(os.path.join(root, name), 0o666 & ~mask)
+
+
 class CheckpointError(Exception):
     """A checkpoint that cannot be written or resumed from; its text is one line."""
 
@@ -161,6 +172,7 @@ def save_checkpoint(run_dir, step, model, tokenizer, trainer_state, keep=2, stat
         model.save_pretrained(tmp, safe_serialization=True, state_dict=state_dict)
         tokenizer.save_pretrained(tmp)
         write_state(trainer_state, os.path.join(tmp, STATE_FILE))
+        umask_modes(tmp)
         _fsync_tree(tmp)
         write_manifest(tmp)
         trash = None

@@ -5,12 +5,14 @@ that it can read as the story of one step; none of this is the method (gmts/METH
 Nothing in gmts/ imports data/ or rewards/: train.py passes its data loader and reward functions to
 build_run.
 """
+import contextlib
 import copy
 import json
 import os
 import shutil
 import signal
 import sys
+import time
 from dataclasses import dataclass
 
 import torch
@@ -152,8 +154,10 @@ def build_run(cfg, resume_from, state, *, load_prompts, reward_functions):
     start_step = restore(run, state) if state is not None else 0
     if run.main_process:
         open_output_dir(run, start_step)
-        n_params = sum(p.numel() for p in model.parameters() if p.requires_grad)
-        print(f"gmts: {cfg.model} ({n_params / 1e6:.1f}M trainable) on {device} "
+        trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        total = sum(p.numel() for p in model.parameters())
+        print(f"gmts: {cfg.model} ({count_text(trainable)} of {count_text(total)} parameters "
+              f"trainable) on {device} "
               f"{str(dtype).replace('torch.', '')}"
               + (f" x {world} processes" if world > 1 else "")
               + f"; {len(problems)} problems from {cfg.data}"
@@ -162,6 +166,14 @@ def build_run(cfg, resume_from, state, *, load_prompts, reward_functions):
               + (f"; resuming from {resume_from} at step {start_step}" if resume_from else ""),
               flush=True)
     return run, start_step
+
+
+def count_text(n):
+    """A parameter count with 3-4 significant digits: 812, 30.21k, 134.5M, 1.544B."""
+    for scale, unit in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if n >= scale:
+            return f"{n / scale:.4g}{unit}"
+    return str(n)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -248,6 +260,7 @@ def save_merged_lora(run, step):
         shutil.rmtree(tmp, ignore_errors=True)
         copy.deepcopy(run.model).merge_and_unload().save_pretrained(tmp, safe_serialization=True)
         run.tokenizer.save_pretrained(tmp)
+        ckpt.umask_modes(tmp)
         ckpt.write_text_atomic(os.path.join(tmp, "gmts_export.json"),
                                json.dumps({"step": step}) + "\n")
         ckpt._fsync_tree(tmp)
@@ -267,23 +280,49 @@ def save_merged_lora(run, step):
                          "(PeftModel.from_pretrained + merge_and_unload exports it)") from None
 
 
+class Interrupted(Exception):
+    """A signal during StopRequest.interruptible(): what ran there is abandoned."""
+
+
 class StopRequest:
-    """Ctrl-C / SIGTERM: finish the current step, write a checkpoint, exit. train.py asks
-    any_process() again after each save, so a signal that arrives during a checkpoint write stops
-    right after it. A second Ctrl-C stops at once (the last checkpoint is still whole: checkpoints
-    are written atomically). Replaces the start-up handlers of gmts/run/folder.py's
-    exit_on_interrupt."""
+    """Ctrl-C / SIGTERM during training: finish the current step, write a checkpoint, exit, without
+    starting the next evaluation. train.py asks any_process() again after each save, so a signal
+    that arrives during a checkpoint write stops right after it; one during an in-training
+    evaluation abandons it (interruptible). A second Ctrl-C stops at once (the last checkpoint is
+    still whole: checkpoints are written atomically). Made when the first step starts: before it
+    nothing is trained and gmts/run/folder.py's exit_on_interrupt ends the process at once."""
+
+    GRACE_S = 5.0          # how long a user's reward may go on scoring after a signal (overdue)
 
     def __init__(self):
-        self.signum = 0
+        self.signum, self._interruptible, self._since = 0, False, 0.0
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, self._handle)
 
     def _handle(self, signum, _frame):
-        self.signum = signum
+        self.signum, self._since = signum, time.monotonic()
         signal.signal(signum, signal.SIG_DFL)
         print(f"\ngmts: got signal {signum}; checkpointing after this step (again to stop now)",
-              file=sys.stderr)
+              file=sys.stderr, flush=True)
+        if self._interruptible:
+            self._interruptible = False
+            raise Interrupted
+
+    @contextlib.contextmanager
+    def interruptible(self):
+        """Inside, a signal raises Interrupted (one process's own work only: no collective may run
+        there)."""
+        self._interruptible = not self.signum
+        try:
+            yield
+        finally:
+            self._interruptible = False
+
+    def overdue(self):
+        """The signal's number once GRACE_S have passed since it came, else 0: a user's reward
+        still running then is abandoned (rewards.set_interrupt_check), so a signal stops the run
+        within seconds even while a reward hangs."""
+        return self.signum if self.signum and time.monotonic() - self._since > self.GRACE_S else 0
 
     def any_process(self):
         """True on every process once any process was signalled."""

@@ -539,7 +539,7 @@ def _check_args(p, args):
 def load_prompt_ids(args, tokenizer):
     """The first --prompts problems of --data whose prompt fits --max-prompt-tokens, with their
     prompt ids."""
-    import data as datasets
+    from gmts import data as datasets
     kept, ids, _ = datasets.load_prompts_for_cli(args.data, args.split, tokenizer,
                                                  max_prompt_tokens=args.max_prompt_tokens,
                                                  question_field=args.question_field,
@@ -553,7 +553,7 @@ def load_prompt_ids(args, tokenizer):
 def run(args):
     """Sample, reward, (optionally step off-policy), analyse, summarise: the result dict that main()
     writes as JSON."""
-    import rewards as reward_lib
+    from gmts import rewards as reward_lib
     from gmts.trainer.optim import build_optimizer
     from gmts.trainer.policy import (check_vocabulary, end_of_sequence_ids, load_model,
                                      load_tokenizer, resolve_device, resolve_dtype)
@@ -669,27 +669,38 @@ def _objective_text(args):
 
 
 def format_summary(summary):
-    def fmt(d):
-        return ("n/a" if d["mean"] is None
+    """The summary as lines of text; a statistic with no data says why in its line."""
+    groups = summary["groups"]
+    no_mixed = not groups or summary["groups_without_gradient"] == len(groups)
+    no_gradient = ("no group with mixed rewards: every advantage is 0, no token has a gradient"
+                   if no_mixed else "no group with 3 tokens with a gradient")
+
+    def fmt(d, why):
+        return (f"n/a, {why}" if d["mean"] is None
                 else f"mean {d['mean']:+.3f} (min {d['min']:+.3f}, max {d['max']:+.3f})")
     rec = summary["top_recall"]
     eps = summary["epsilon"]
-    lines = [
-        f"Pearson(log E, log ||∇ log π||) per group : {fmt(summary['pearson_logE_loggrad'])}",
-        f"Spearman(|E·ω|, ||∇ℓ||) per group         : {fmt(summary['spearman_gmts_grad'])}",
-        f"Spearman(E, ||∇ℓ||) per group             : {fmt(summary['spearman_entropy_grad'])}",
-        f"groups with no gradient (all rewards equal): {summary['groups_without_gradient']}",
-    ]
+    no_pearson = "no group with 3 tokens with E > 0 and ||∇ log π|| > 0"
+    rows = (("Pearson(log E, log ||∇ log π||) per group : ", "pearson_logE_loggrad", no_pearson),
+            ("Spearman(|E·ω|, ||∇ℓ||) per group         : ", "spearman_gmts_grad", no_gradient),
+            ("Spearman(E, ||∇ℓ||) per group             : ", "spearman_entropy_grad", no_gradient))
+    lines = [head + fmt(summary[key], why) for head, key, why in rows]
+    lines.append("groups with no gradient (all rewards equal): "
+                 f"{summary['groups_without_gradient']}")
+    head = f"top-{summary['ratio']:.0%} by true gradient recovered"
     if rec["gmts"] is not None:
-        lines.append(f"top-{summary['ratio']:.0%} by true gradient recovered: GMTS "
-                     f"{rec['gmts']:.3f}, ETS {rec['ets']:.3f}, "
+        lines.append(f"{head}: GMTS {rec['gmts']:.3f}, ETS {rec['ets']:.3f}, "
                      f"random {rec['random_expected']:.3f}")
+    else:
+        lines.append(f"{head}: n/a, " + (no_gradient if no_mixed else "no token has a gradient"))
     if summary.get("clip_active_share") is not None:
         lines.append(f"clip active on {summary['clip_active_share']:.3f} of the tokens, mean |r - "
                      f"1| {summary['ratio_abs_dev_mean']:.4f}")
     if eps.get("n"):
         lines.append(f"ε = 1 - p: median {eps['quantiles']['0.5']:.3f}, share < 0.1: "
                      f"{eps['share_below_0.1']:.3f} ({eps['n']} tokens)")
+    else:
+        lines.append("ε = 1 - p: n/a, no token analysed (every answer empty)")
     return "\n".join(lines)
 
 

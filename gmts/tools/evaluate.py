@@ -27,6 +27,7 @@ import hashlib
 import json
 import math
 import os
+import sys
 import time
 import zlib
 
@@ -83,7 +84,7 @@ def load_benchmark(spec, tokenizer, *, limit=None, data_seed=0, template=None, s
     data_seed, max_prompt_tokens) only, never on the sampling seed, so runs with different seeds and
     different models are paired on the same problems. Problems whose prompt is longer than
     max_prompt_tokens are left out and counted."""
-    import data as datasets
+    from gmts import data as datasets
     source, split = parse_data_spec(spec)
     try:
         problems = datasets.load_problems(source, split, limit=limit or None, seed=data_seed,
@@ -147,20 +148,21 @@ def part_seed(seed, first):
 
 def generate_records(model, tokenizer, problems, prompt_ids, *, spec, repeat, samples, temperature,
                      top_p, top_k, max_new_tokens, eos_ids, batch_size, generator, reward_fns,
-                     on_problem=None, max_rows=0):
+                     on_batch=None, max_rows=0):
     """Sample `samples` answers for every problem, at most `batch_size` prompts and `max_rows`
     answers (0: batch_size x samples) per sampling call (sampling_calls), and score each call's
     answers at once (rewards.Scorer). One seed per problem, drawn from `generator` up front, so the
     answers do not depend on how the calls split the problems. One record per problem: the
     question, the reference, every completion with its reward R and, with --reward, each reward's
     own value ("rewards": {name: value or None})."""
-    import rewards
+    from gmts import rewards
     from gmts.trainer.rollout import prompt_seeds
     scorer = rewards.as_scorer(reward_fns)
     seeds = prompt_seeds(len(problems), generator)
     completions = [[] for _ in problems]
     records = []
     for call in sampling_calls(len(problems), samples, batch_size, max_rows):
+        ended = len(records)            # the records of the problems this call completes follow
         group = call[0][2]              # answers per prompt in this call (one part of one prompt)
         roll = sample(model, [prompt_ids[q] for q, _, _ in call], group_size=group,
                       max_new_tokens=max_new_tokens, eos_token_ids=eos_ids,
@@ -188,8 +190,8 @@ def generate_records(model, tokenizer, problems, prompt_ids, *, spec, repeat, sa
                       "n": samples, "correct": n_correct, "score": n_correct / samples,
                       "completions": done}
             records.append(record)
-            if on_problem is not None:
-                on_problem(record)
+        if on_batch is not None and records[ended:]:     # once per call that completes problems
+            on_batch(records[ended:])
     return records
 
 
@@ -243,7 +245,7 @@ def summarize_benchmark(records, *, samples, seed, n_bootstrap=stats.N_BOOTSTRAP
 def each_reward(completions):
     """With --reward: each reward's mean over the completions where it applied and its share of
     None (rewards.reward_figures' reward_<label>_mean / _none); {} without --reward."""
-    import rewards
+    from gmts import rewards
     labels = list(completions[0].get("rewards", {})) if completions else []
     return rewards.reward_figures({label: (
         sum(c["rewards"][label] is not None for c in completions),
@@ -307,7 +309,7 @@ def evaluate_model(model, tokenizer, data, *, limit=None, samples=1, temperature
     (rewards.load_rewards) for every problem; None: each problem's own reward. A sample is correct
     when its R >= 1. reward_workers: scoring threads (0 = twice the CPUs).
     """
-    import rewards as reward_lib
+    from gmts import rewards as reward_lib
     specs_of_rewards = rewards
     from gmts.trainer.policy import end_of_sequence_ids
     specs = split_data_arg(data)
@@ -333,17 +335,22 @@ def evaluate_model(model, tokenizer, data, *, limit=None, samples=1, temperature
     total = repeats * sum(len(problems) for problems, _ in loaded.values())
     # progress: True a bar, False none, a string a bar of that name that goes when done (the caller
     # prints the result)
+    # Nested in train.py's bar, tqdm moves the cursor with escape sequences; a log file (not a
+    # terminal) gets plain lines: the bar takes the first line.
+    tty = getattr(sys.stderr, "isatty", lambda: False)()
     bar = tqdm(total=total, desc=progress if isinstance(progress, str) else "eval", unit="problem",
                dynamic_ncols=True, mininterval=1.0, leave=not isinstance(progress, str),
-               disable=not progress)
+               disable=not progress, position=None if tty else 0, file=sys.stderr)
     running = {"score": 0.0, "done": 0}
 
-    def on_problem(record):
-        running["score"] += record["score"]
-        running["done"] += 1
-        bar.update(1)
-        bar.set_postfix(acc=f"{running['score'] / running['done']:.3f}", bench=record["benchmark"],
-                        refresh=False)
+    def on_batch(done):
+        # one update per call: per problem, the first call's problems would read as one problem in
+        # the whole call's time and the rest at once (a rate 16x too slow, then too fast)
+        running["score"] += sum(record["score"] for record in done)
+        running["done"] += len(done)
+        bar.set_postfix(acc=f"{running['score'] / running['done']:.3f}",
+                        bench=done[-1]["benchmark"], refresh=False)
+        bar.update(len(done))
 
     was_training = model.training
     model.eval()
@@ -358,7 +365,7 @@ def evaluate_model(model, tokenizer, data, *, limit=None, samples=1, temperature
                     model, tokenizer, problems, prompt_ids, spec=spec, repeat=repeat,
                     samples=samples, temperature=temperature, top_p=top_p, top_k=top_k,
                     max_new_tokens=max_new_tokens, eos_ids=eos_ids, batch_size=batch_size,
-                    generator=generator, reward_fns=reward_fns, on_problem=on_problem,
+                    generator=generator, reward_fns=reward_fns, on_batch=on_batch,
                     max_rows=max_rows)
     finally:
         bar.close()

@@ -14,6 +14,7 @@ import json
 import math
 import os
 import sys
+import textwrap
 
 # Ctrl-C while torch loads (the next line) or later: one line, not a traceback
 if __name__ == "__main__":
@@ -108,6 +109,7 @@ def plot_runs(run_dirs, output, *, metrics=None, smooth=1, title=None):
     """Write the comparison figure to `output` (PNG); returns the path."""
     # no pyplot: works without a display and leaves notebooks alone
     from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
     if not run_dirs:
         raise ValueError("give at least one run directory")
     panels = list(DEFAULT_METRICS) if metrics is None else [(m, m) for m in metrics]
@@ -138,10 +140,10 @@ def plot_runs(run_dirs, output, *, metrics=None, smooth=1, title=None):
                 drawn = True
         ax.set_title(label + (f" (moving avg {smooth})" if smooth > 1 else ""), fontsize=10)
         ax.set_xlabel("step")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))     # steps are whole numbers
         ax.grid(alpha=0.3)
         if not drawn:
-            ax.text(0.5, 0.5, f"no run logged {key}", ha="center", va="center",
-                    transform=ax.transAxes, color="gray")
+            nothing_to_draw(ax, output, f"panel {key}", f"no run logged {key} (as a number)")
     for ax in axes[len(panels):]:
         ax.set_visible(False)
     handles, names = [], []
@@ -179,36 +181,45 @@ def _pick_pair(records):
 def plot_figure2(result, path, ratio=None, dpi=110):
     """Figure 2: two answers with different advantages. Left: E vs ||∇ log π|| (log-log). Middle: E
     vs the true ||∇ℓ||. Right: the distributions of ||∇ℓ|| with each answer's top-ρ boundary (its
-    (1-ρ) quantile)."""
+    (1-ρ) quantile). A panel with nothing to draw says so in the panel and in one line on stderr."""
     from matplotlib.ticker import NullFormatter
     # no pyplot: no GUI backend needed, and a notebook's backend is untouched
     from matplotlib.figure import Figure
     ratio = ratio if ratio is not None else result.get("summary", {}).get("ratio", 0.2)
-    pair = _pick_pair(result["answers"])
+    pair = _pick_pair(result["answers"]) if result["answers"] else ()
+    mixed = len(pair) == 2 and pair[0]["advantage"] != pair[1]["advantage"]
     fig = Figure(figsize=(15, 4.2))
     axes = fig.subplots(1, 3)
     colors = ["tab:green", "tab:red"]
     for rec, color in zip(pair, colors):
         label = f"answer {rec['answer']} (A = {rec['advantage']:+.2f})"
-        e = torch.tensor(rec["entropy"])
+        e = torch.tensor(rec["entropy"], dtype=torch.float64)
         for ax, key in ((axes[0], "grad_logp_norm"), (axes[1], "grad_objective_norm")):
-            y = torch.tensor(rec[key])
-            keep = (e > 0) & (y > 0)
-            ax.scatter(e[keep], y[keep], s=12, alpha=0.7, color=color, label=label)
-        g = torch.tensor(rec["grad_objective_norm"])
+            y = torch.tensor(rec[key], dtype=torch.float64)
+            keep = (e > 0) & (y > 0)                    # a log-log panel: positive values only
+            if keep.any():
+                ax.scatter(e[keep], y[keep], s=12, alpha=0.7, color=color, label=label)
+        g = torch.tensor(rec["grad_objective_norm"], dtype=torch.float64)
         g = g[g > 0]
         if g.numel():
             axes[2].hist(g.log10(), bins=20, alpha=0.5, color=color, label=label)
             axes[2].axvline(float(torch.quantile(g, 1 - ratio).log10()), color=color,
                             linestyle="--")
+    why_empty = ("no answer analysed" if not pair else
+                 "no token has a gradient: every answer's advantage is 0 (no group with mixed "
+                 "rewards)" if not mixed else "no token with E > 0 and a gradient > 0")
+    panels = (("left", "E vs ||∇θ log π||", "no token with E > 0 and ||∇θ log π|| > 0"),
+              ("middle", "E vs ||∇θ ℓ_t||", why_empty), ("right", "||∇θ ℓ_t|| histogram",
+                                                         why_empty))
     for ax, ylabel in ((axes[0], "||∇θ log π(o_t)||"), (axes[1], "||∇θ ℓ_t|| (true gradient)")):
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.xaxis.set_minor_formatter(NullFormatter())   # narrow ranges: no clutter of labels
-        ax.yaxis.set_minor_formatter(NullFormatter())
+        if ax.has_data():                               # log axes need a positive value
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+            ax.xaxis.set_minor_formatter(NullFormatter())   # narrow ranges: no clutter of labels
+            ax.yaxis.set_minor_formatter(NullFormatter())
+            ax.legend(fontsize=8)
         ax.set_xlabel("entropy E_t")
         ax.set_ylabel(ylabel)
-        ax.legend(fontsize=8)
     axes[0].set_title("within an answer, entropy tracks the gradient")
     axes[1].set_title("across answers, the advantage scales it")
     axes[2].set_xlabel("log10 ||∇θ ℓ_t||")
@@ -216,23 +227,43 @@ def plot_figure2(result, path, ratio=None, dpi=110):
     axes[2].set_title(f"true gradient norms, dashed: top-{ratio:.0%} boundary")
     if axes[2].has_data():
         axes[2].legend(fontsize=8)
+    for ax, (where, what, why) in zip(axes, panels):
+        if not ax.has_data():
+            nothing_to_draw(ax, path, f"{where} panel ({what})",
+                             "no answer analysed" if not pair else why)
     fig.tight_layout()
     fig.savefig(path, dpi=dpi)
     return path
 
 
+def nothing_to_draw(ax, path, panel, why):
+    """An empty panel: the reason written in it, and one line on stderr naming the file and the
+    panel."""
+    ax.text(0.5, 0.5, "nothing to draw:\n" + textwrap.fill(why, 40), ha="center", va="center",
+            transform=ax.transAxes, color="gray", fontsize=9)
+    print(f"{path}, {panel}: nothing to draw, {why}", file=sys.stderr)
+
+
 def plot_figure3(result, path, dpi=110):
     """Figure 3: per group, Pearson(log E, log ||∇ log π||) (left) and Spearman of |E·ω| and of E
-    with ||∇ℓ|| (middle); the distribution of ε = 1 - p(sampled token) (right)."""
+    with ||∇ℓ|| (middle); the distribution of ε = 1 - p(sampled token) (right). A panel with nothing
+    to draw says so in the panel and in one line on stderr."""
     from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
     summary = result["summary"]
     groups = summary["groups"]
     fig = Figure(figsize=(15, 4.2))
     axes = fig.subplots(1, 3)
     xs = list(range(len(groups)))
     pear = [g["pearson_logE_loggrad"] for g in groups]
-    axes[0].bar([x for x, v in zip(xs, pear) if v is not None], [v for v in pear if v is not None],
-                color="tab:blue")
+    if any(v is not None for v in pear):
+        axes[0].bar([x for x, v in zip(xs, pear) if v is not None],
+                    [v for v in pear if v is not None], color="tab:blue")
+    else:
+        nothing_to_draw(axes[0], path, "left panel (Pearson per group)",
+                         "no group has 3 tokens with E > 0 and ||∇θ log π|| > 0")
+    for ax in axes[:2]:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))     # groups are whole numbers
     axes[0].set_ylim(-1, 1)
     axes[0].set_xlabel("question (group)")
     axes[0].set_ylabel("Pearson r")
@@ -242,18 +273,27 @@ def plot_figure3(result, path, dpi=110):
         (-width / 2, "spearman_gmts_grad", "tab:orange", "GMTS |E·ω|"),
         (width / 2, "spearman_entropy_grad", "tab:gray", "entropy E")):
         vals = [g[key] for g in groups]
-        axes[1].bar([x + offset for x, v in zip(xs, vals) if v is not None],
-                    [v for v in vals if v is not None], width=width, color=color, label=label)
+        if any(v is not None for v in vals):
+            axes[1].bar([x + offset for x, v in zip(xs, vals) if v is not None],
+                        [v for v in vals if v is not None], width=width, color=color, label=label)
+    if axes[1].has_data():
+        axes[1].legend(fontsize=8)
+    else:
+        nothing_to_draw(axes[1], path, "middle panel (Spearman per group)",
+                         "no group with mixed rewards: no token has a gradient"
+                         if groups and summary.get("groups_without_gradient") == len(groups)
+                         else "no group has 3 tokens with a gradient")
     axes[1].set_ylim(-1, 1)
     axes[1].set_xlabel("question (group)")
     axes[1].set_ylabel("Spearman ρ with ||∇θ ℓ||")
     axes[1].set_title("which score ranks tokens by their true gradient")
-    axes[1].legend(fontsize=8)
     hist = summary["epsilon"].get("histogram")
     if hist:
         edges, counts = hist["edges"], hist["counts"]
         axes[2].bar(edges[:-1], counts, width=[b - a for a, b in itertools.pairwise(edges)],
                     align="edge", color="tab:purple")
+    else:
+        nothing_to_draw(axes[2], path, "right panel (ε distribution)", "no token analysed")
     axes[2].set_xlabel("ε = 1 - p(sampled token)")
     axes[2].set_ylabel("tokens")
     axes[2].set_title("ε distribution (Prop. 3.1: log G / log E -> 1 as ε -> 0)")

@@ -205,7 +205,7 @@ def describe(values):
 def _padded(records, key):
     """(N, T_max) float64 of a per-token list in each record, and the (N, T_max) mask of real
     tokens."""
-    width = max(r["n_tokens"] for r in records)
+    width = max((r["n_tokens"] for r in records), default=0)
     out = torch.zeros(len(records), width, dtype=torch.float64)
     valid = torch.zeros(len(records), width, dtype=torch.bool)
     for i, r in enumerate(records):

@@ -106,6 +106,8 @@ def save_plain(model, tokenizer, out):
     os.makedirs(partial)
     model.save_pretrained(partial, safe_serialization=True)
     tokenizer.save_pretrained(partial)
+    from gmts.run.checkpoint import umask_modes
+    umask_modes(partial)
     if os.path.isdir(out):
         shutil.rmtree(out)
     os.replace(partial, out)
