@@ -142,10 +142,9 @@ class KVCache(Cache):
 
     def start_decoding(self):
         """After the prefill: every layer writes its next column at `position`."""
-        first = self.layers[0]
         if self.position is None:
-            self.position = torch.zeros(1, dtype=torch.long, device=first.keys.device)
-        self.position.fill_(first.length)
+            self.position = torch.zeros(1, dtype=torch.long, device=self.layers[0].keys.device)
+        self.position.fill_(self.layers[0].length)
         for layer in self.layers:
             layer.position = self.position
 
@@ -189,9 +188,7 @@ def draw(logits, u, temperature=1.0, top_k=0, top_p=1.0):
     (token (n,) long, its log π (n,) float32, the entropy of softmax(z / τ) (n,) float32);
     temperature 0 = greedy. The sampler's one implementation: the eager decode calls it after the
     forward, the compiled one inside its graph."""
-    scaled = logits.float()                                           # the policy is softmax(z / τ)
-    if temperature not in (0, 1):                               # (z / 1 = z exactly: no pass)
-        scaled = scaled / temperature
+    scaled = logits.float() if temperature in (0, 1) else logits.float() / temperature  # z / 1 = z
     log_probs = torch.log_softmax(scaled, dim=-1)                              # (n, V)
     if temperature == 0:                                                       # greedy
         token = log_probs.argmax(dim=-1)
@@ -204,8 +201,7 @@ def draw(logits, u, temperature=1.0, top_k=0, top_p=1.0):
             -(log_probs.exp() * log_probs).sum(dim=-1))
 
 
-def gqa_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None,
-                  **kwargs):
+def gqa_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
     """transformers' SDPA attention, except for one query token per row under grouped-query
     attention: query (n, heads, 1, d) is viewed as (n, kv_heads, heads / kv_heads, d), the query
     heads of each KV head as that head's query rows, so SDPA reads K and V (n, kv_heads, L, d) as
@@ -235,11 +231,8 @@ def gqa_decoding(model):
     """While sampling, a model on transformers' SDPA attention attends through gqa_attention (the
     same results; the prefill and every call of more than one token go to SDPA as before)."""
     config = model.get_decoder().config                  # the one the attention layers read
-    own = getattr(config, "_attn_implementation", None)
-    if own != "sdpa":                                    # eager, flash, flex: left as they are
-        yield
-        return
-    config._attn_implementation = GQA
+    own = config._attn_implementation
+    config._attn_implementation = GQA if own == "sdpa" else own    # eager, flash, flex: as they are
     try:
         yield
     finally:
@@ -294,47 +287,40 @@ def sample(model, prompts, *, group_size, max_new_tokens, eos_token_ids, pad_tok
         raise ValueError(f"every prompt needs at least one token, group_size and max_new_tokens "
                          f">= 1 (got {len(prompts)} prompts, {group_size}, {max_new_tokens})")
     with gqa_decoding(model):
-        return _sample(model, prompts, group_size, max_new_tokens, eos_token_ids, pad_token_id,
-                       (temperature, top_k, top_p), generator, seeds, share_prefix,
-                       drop_finished, decode)
-
-
-def _sample(model, prompts, group_size, max_new_tokens, eos_token_ids, pad_token_id, sampler,
-            generator, seeds, share_prefix, drop_finished, decode):
-    device, n_rows = next(model.parameters()).device, len(prompts) * group_size
-    eos = torch.tensor(sorted(set(eos_token_ids)), device=device)
-    uniform = answers_uniforms(seeds or prompt_seeds(len(prompts), generator), group_size,
-                               max_new_tokens).to(device)    # (N, T): row i draws uniform[i, t]
-    step = decode(model, n_rows, max(map(len, prompts)), max_new_tokens, sampler)  # the KV cache
-    prefill = prompts if share_prefix else [p for p in prompts for _ in range(group_size)]
-    ids, mask = left_pad(prefill, pad_token_id, device, step.width)
-    logits = step.prefill(ids, positions(mask), mask)  # one row per prompt, or N
-    rows = torch.arange(len(ids), device=device).repeat_interleave(n_rows // len(ids))
-    step.cache.select_rows(rows)                       # each prompt's cache rows copied G times
-    start = mask[rows].sum(dim=1)                      # each answer's first position
-    mask = torch.nn.functional.pad(mask, (0, max_new_tokens), value=1)[rows]   # 1 after prompts
-    next_tok, next_logp, next_entropy = draw(logits[rows], uniform[:, 0], *sampler)
-    tokens = torch.full((n_rows, max_new_tokens), pad_token_id, dtype=torch.long, device=device)
-    logp, entropy = torch.zeros((2, n_rows, max_new_tokens), dtype=torch.float32, device=device)
-    finished = torch.zeros(n_rows, dtype=torch.bool, device=device)
-    live = torch.arange(n_rows, device=device)      # which original rows the current batch rows are
-    # the batch rows' end flags, first positions and uniforms, in batch order (no gather per step)
-    done, first, u_rows = finished.clone(), start[:, None], uniform
-    for t in range(max_new_tokens):
-        tokens[live, t] = next_tok          # index writes: no sync (masked after a row's end below)
-        logp[live, t], entropy[live, t] = next_logp, next_entropy
-        done |= torch.isin(next_tok, eos)
-        n_keep = int((~done).sum()) if (t + 1) % CHECK_EVERY == 0 else len(live)
-        if n_keep == 0 or t == max_new_tokens - 1:
-            break
-        if drop_finished and n_keep <= len(live) // 2:    # at halvings: about one cache copy in all
-            finished[live] = done
-            idx = step.keep_rows(~done)                     # (their cache rows move up)
-            live, next_tok, mask, first, u_rows, done = (
-                x[idx] for x in (live, next_tok, mask, first, u_rows, done))
-        next_tok, next_logp, next_entropy = step.step(next_tok[:, None], first + t, mask,
-                                                      u_rows[:, t + 1])
-    finished[live] = done
+        device, n_rows = next(model.parameters()).device, len(prompts) * group_size
+        eos = torch.tensor(sorted(set(eos_token_ids)), device=device)
+        uniform = answers_uniforms(seeds or prompt_seeds(len(prompts), generator), group_size,
+                                   max_new_tokens).to(device)    # (N, T): row i draws uniform[i, t]
+        sampler = temperature, top_k, top_p
+        step = decode(model, n_rows, max(map(len, prompts)), max_new_tokens, sampler)  # KV cache
+        prefill = prompts if share_prefix else [p for p in prompts for _ in range(group_size)]
+        ids, mask = left_pad(prefill, pad_token_id, device, step.width)
+        logits = step.prefill(ids, positions(mask), mask)  # one row per prompt, or N
+        rows = torch.arange(len(ids), device=device).repeat_interleave(n_rows // len(ids))
+        step.cache.select_rows(rows)                       # each prompt's cache rows copied G times
+        first = mask[rows].sum(dim=1, keepdim=True)        # (N, 1): each answer's first position
+        mask = torch.nn.functional.pad(mask, (0, max_new_tokens), value=1)[rows]   # 1 after prompts
+        next_tok, next_logp, next_entropy = draw(logits[rows], uniform[:, 0], *sampler)
+        tokens = torch.full((n_rows, max_new_tokens), pad_token_id, dtype=torch.long, device=device)
+        logp, entropy = torch.zeros((2, n_rows, max_new_tokens), dtype=torch.float32, device=device)
+        finished = torch.zeros(n_rows, dtype=torch.bool, device=device)
+        live = torch.arange(n_rows, device=device)    # the original rows of the batch's rows
+        done, u_rows = finished.clone(), uniform      # in batch order, as `first`: no gather
+        for t in range(max_new_tokens):
+            tokens[live, t] = next_tok      # index writes: no sync (masked after a row's end below)
+            logp[live, t], entropy[live, t] = next_logp, next_entropy
+            done |= torch.isin(next_tok, eos)
+            n_keep = int((~done).sum()) if (t + 1) % CHECK_EVERY == 0 else len(live)
+            if n_keep == 0 or t == max_new_tokens - 1:
+                break
+            if drop_finished and n_keep <= len(live) // 2:    # at halvings: ~one cache copy in all
+                finished[live] = done
+                idx = step.keep_rows(~done)                     # (their cache rows move up)
+                live, next_tok, mask, first, u_rows, done = (
+                    x[idx] for x in (live, next_tok, mask, first, u_rows, done))
+            next_tok, next_logp, next_entropy = step.step(next_tok[:, None], first + t, mask,
+                                                          u_rows[:, t + 1])
+        finished[live] = done
     valid = completion_mask(tokens, eos, max_new_tokens)   # tokens after a row's end: padding
     return Rollout(prompt_ids=list(map(list, prompts)), valid_mask=valid,
                    completion_ids=tokens.masked_fill(~valid, pad_token_id), old_logp=logp * valid,
