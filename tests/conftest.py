@@ -21,6 +21,74 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", OMP_NUM_THREADS="1",
            PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
 
+# ------------------------------------------------------------------ one worker per CPU (pytest.ini)
+# pytest-xdist runs the suite on `-n auto` workers, handing out one test at a time in the order
+# below. Two rules keep that safe and short:
+# - The sandbox tests (SANDBOX_TESTS: node id prefixes) run on one worker, one after another: their
+#   leak checks count every process and file of any run uid (rewards.sandbox.RUN_UIDS) on the
+#   machine, and their limits time a run, so another worker's sandbox run would count as theirs.
+#   Under xdist, any other test that takes a run uid fails, naming SANDBOX_TESTS.
+# - The longest tests start first (LONG_FIRST, from --durations on 2 cores): one started last would
+#   run alone while the other workers wait.
+SANDBOX_GROUP = "sandbox"
+SANDBOX_TESTS = (
+    "tests/test_sandbox.py",
+    "tests/test_code_reward",                                   # every test_code_reward*.py
+    "tests/test_rewards.py",
+    "tests/test_data.py::test_local_rows_choose_their_domain",  # scores a code row
+)
+LONG_FIRST = (      # node id prefixes, longest first
+    "tests/test_notebooks.py::test_notebook_runs_top_to_bottom[03",
+    "tests/test_notebooks.py::test_notebook_runs_top_to_bottom[02",
+    "tests/test_notebooks.py::test_notebook_runs_top_to_bottom",
+)
+
+
+def in_sandbox_group(nodeid):
+    return nodeid.startswith(SANDBOX_TESTS)
+
+
+def _long_rank(item):
+    """Where `item` starts: its place in LONG_FIRST, after them everything else in file order."""
+    return next((i for i, prefix in enumerate(LONG_FIRST) if item.nodeid.startswith(prefix)),
+                len(LONG_FIRST))
+
+
+def pytest_collection_modifyitems(items):
+    items.sort(key=_long_rank)         # stable: the rest keep their order
+
+
+@pytest.hookimpl(optionalhook=True)    # an xdist hook: absent under -p no:xdist
+def pytest_xdist_make_scheduler(config, log):
+    """For --dist load (what -n gives): xdist's scheduler that hands out units of work in turn, the
+    sandbox group one unit, the largest, so first. (xdist's --dist loadgroup puts its groups in the
+    node ids, which pytest 9.2 no longer lets it change: pytest-xdist issue 1386.)"""
+    if config.getvalue("dist") != "load":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SandboxOnOneWorker(LoadScopeScheduling):
+        def _split_scope(self, nodeid):
+            return SANDBOX_GROUP if in_sandbox_group(nodeid) else nodeid
+    return SandboxOnOneWorker(config, log)
+
+
+@pytest.fixture(autouse=True)
+def sandbox_outside_its_worker(request, monkeypatch):
+    """Under xdist, a test outside SANDBOX_TESTS may not take a run uid: it would run beside the
+    sandbox tests, on another worker."""
+    from rewards import sandbox
+    # a worker's config has workerinput; test_workers.py checks that _reserve_uid still exists
+    if (hasattr(request.config, "workerinput") and hasattr(sandbox, "_reserve_uid")
+            and not in_sandbox_group(request.node.nodeid)):
+        def refuse(*args, **kwargs):
+            pytest.fail(f"{request.node.nodeid} runs code in the code reward's sandbox: add it to "
+                        "SANDBOX_TESTS in tests/conftest.py, so that it runs on the sandbox tests' "
+                        "worker", pytrace=False)
+        monkeypatch.setattr(sandbox, "_reserve_uid", refuse)
+    yield
+
+
 # shared/data: public files some tests read, kept beside the clone (../shared/data), never
 # committed; another folder with GMTS_TEST_DATA=DIR. Without them those tests skip and say what is
 # missing and how to get it.
