@@ -3,6 +3,9 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# one thread per process, children included (mp.spawn's gloo ranks, kernels): each of -n auto's
+# workers has a core
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import json
 import pathlib
@@ -73,19 +76,30 @@ def pytest_xdist_make_scheduler(config, log):
     return SandboxOnOneWorker(config, log)
 
 
+OTHERS_NICE = 5     # what a worker adds to its niceness when it first runs a test outside the group
+_niced = []         # [True] once this worker has
+
+
 @pytest.fixture(autouse=True)
 def sandbox_outside_its_worker(request, monkeypatch):
     """Under xdist, a test outside SANDBOX_TESTS may not take a run uid: it would run beside the
-    sandbox tests, on another worker."""
+    sandbox tests, on another worker. Its worker (and what it starts) yields the CPU to the sandbox
+    tests' worker: the group is the longest unit of work and its tests time their runs. A worker
+    runs the group before anything else, so the niceness, which only root can take back, never
+    reaches a sandbox test."""
     from rewards import sandbox
     # a worker's config has workerinput; test_workers.py checks that _reserve_uid still exists
-    if (hasattr(request.config, "workerinput") and hasattr(sandbox, "_reserve_uid")
-            and not in_sandbox_group(request.node.nodeid)):
+    if hasattr(request.config, "workerinput") and not in_sandbox_group(request.node.nodeid):
+        if not _niced:
+            os.nice(OTHERS_NICE)
+            _niced.append(True)
+
         def refuse(*args, **kwargs):
             pytest.fail(f"{request.node.nodeid} runs code in the code reward's sandbox: add it to "
                         "SANDBOX_TESTS in tests/conftest.py, so that it runs on the sandbox tests' "
                         "worker", pytrace=False)
-        monkeypatch.setattr(sandbox, "_reserve_uid", refuse)
+        if hasattr(sandbox, "_reserve_uid"):
+            monkeypatch.setattr(sandbox, "_reserve_uid", refuse)
     yield
 
 

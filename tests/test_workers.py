@@ -1,6 +1,7 @@
 """The suite on several pytest-xdist workers (pytest.ini, tests/conftest.py): the sandbox tests
-(conftest.SANDBOX_TESTS) all run on one worker, in turn, the others beside them, the longest
-first; a test outside SANDBOX_TESTS that runs code in the sandbox fails there, saying what to do.
+(conftest.SANDBOX_TESTS) all run on one worker, in turn, the others beside them at a lower priority,
+the longest first; a test outside SANDBOX_TESTS that runs code in the sandbox fails there, saying
+what to do.
 Checked on a small suite that reuses this repository's pytest.ini and conftest.py, run with the
 README's command plus `-n 2`."""
 import glob
@@ -11,7 +12,7 @@ import shutil
 import subprocess
 import sys
 
-from conftest import LONG_FIRST, ROOT, SANDBOX_TESTS
+from conftest import LONG_FIRST, OTHERS_NICE, ROOT, SANDBOX_TESTS
 
 RECORD = """
 import json, os, time
@@ -20,7 +21,8 @@ def record(name):
     start = time.time()
     time.sleep(0.3)                 # long enough that two workers would overlap
     with open({log!r}, "a") as fh:
-        fh.write(json.dumps([name, os.environ["PYTEST_XDIST_WORKER"], start, time.time()]) + "\\n")
+        fh.write(json.dumps([name, os.environ["PYTEST_XDIST_WORKER"], start, time.time(),
+                             os.nice(0)]) + "\\n")
 """
 # file -> source: two files of the group (test_code_reward_new.py stands for any future one), a
 # group member in a file of plain tests, a long test that must start first, a sandbox run outside
@@ -54,14 +56,18 @@ def test_sandbox_tests_share_one_worker_and_other_runs_fail(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "pytest", "-n", "2", "-p", "no:cacheprovider"],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
                           check=False)
-    ran = [json.loads(line) for line in log.read_text().splitlines()]
-    group = [r for r in ran if r[0].startswith("group")]
+    ran = [dict(zip(("name", "worker", "start", "end", "nice"), json.loads(line)))
+           for line in log.read_text().splitlines()]
+    group = [r for r in ran if r["name"].startswith("group")]
+    others = [r for r in ran if not r["name"].startswith("group")]
     assert len(group) == 9 and len(ran) == 16, proc.stdout[-3000:]
-    assert len({worker for _, worker, _, _ in group}) == 1, group
-    others = {worker for name, worker, _, _ in ran if not name.startswith("group")}
-    assert others - {group[0][1]}, ran                  # the other worker ran beside the group
-    long_start = next(start for name, _, start, _ in ran if name == "long")
-    assert long_start <= min(start for name, _, start, _ in ran if name.startswith("plain")), ran
+    assert len({r["worker"] for r in group}) == 1, group
+    assert {r["worker"] for r in others} - {group[0]["worker"]}, ran   # the other worker, beside
+    base = os.nice(0)             # the group's worker keeps it; the others yield the CPU to it
+    assert {r["nice"] for r in group} == {base}, group
+    assert {r["nice"] for r in others} == {min(base + OTHERS_NICE, 19)}, others
+    long = next(r for r in ran if r["name"] == "long")
+    assert long["start"] <= min(r["start"] for r in others if r["name"].startswith("plain")), ran
     # the one failure: the sandbox run outside the group, told what to do
     assert proc.returncode == 1 and "1 failed, 16 passed" in proc.stdout, proc.stdout[-3000:]
     assert ("test_outside.py::test_unlisted_sandbox_run runs code in the code reward's sandbox: "
