@@ -25,14 +25,18 @@ ENV = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", OMP_NUM_THR
            PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
 
 # ------------------------------------------------------------------ one worker per CPU (pytest.ini)
-# pytest-xdist runs the suite on `-n auto` workers, handing out one test at a time in the order
-# below. Two rules keep that safe and short:
-# - The sandbox tests (SANDBOX_TESTS: node id prefixes) run on one worker, one after another: their
-#   leak checks count every process and file of any run uid (rewards.sandbox.RUN_UIDS) on the
-#   machine, and their limits time a run, so another worker's sandbox run would count as theirs.
-#   Under xdist, any other test that takes a run uid fails, naming SANDBOX_TESTS.
-# - The longest tests start first (LONG_FIRST, from --durations on 2 cores): one started last would
-#   run alone while the other workers wait.
+# pytest-xdist runs the suite on `-n auto` workers; each takes the next unit of work of the queue
+# when it is almost done with its own. A unit is one test, except:
+# - The sandbox tests (SANDBOX_TESTS: node id prefixes) are one unit, the first, so they run on one
+#   worker, one after another: their leak checks count every process and file of any run uid
+#   (rewards.sandbox.RUN_UIDS) on the machine, and their limits time a run, so another worker's
+#   sandbox run would count as theirs. Under xdist, any other test that takes a run uid fails,
+#   naming SANDBOX_TESTS.
+# - The tests of a module in RUN_MODULES are one unit: they share a module fixture that trains a
+#   run, which each worker would train again.
+# The queue's order is the collection's: the sandbox group, then LONG_FIRST (node id prefixes, from
+# --durations on 2 cores), the longest first, then the rest in file order. A long unit started last
+# would run alone while the other workers wait.
 SANDBOX_GROUP = "sandbox"
 SANDBOX_TESTS = (
     "tests/test_sandbox.py",
@@ -40,10 +44,18 @@ SANDBOX_TESTS = (
     "tests/test_rewards.py",
     "tests/test_data.py::test_local_rows_choose_their_domain",  # scores a code row
 )
-LONG_FIRST = (      # node id prefixes, longest first
+RUN_MODULES = ("tests/test_bad_input.py", "tests/test_lora.py", "tests/test_run_history.py",
+               "tests/test_run_safety.py")
+LONG_FIRST = (
     "tests/test_notebooks.py::test_notebook_runs_top_to_bottom[03",
     "tests/test_notebooks.py::test_notebook_runs_top_to_bottom[02",
+    "tests/test_run_history.py",
+    "tests/test_run_safety.py",
+    "tests/test_distributed.py::test_torchrun",
     "tests/test_notebooks.py::test_notebook_runs_top_to_bottom",
+    "tests/test_bad_input.py",
+    "tests/test_lora.py",
+    "tests/test_learning_check.py",
 )
 
 
@@ -51,56 +63,72 @@ def in_sandbox_group(nodeid):
     return nodeid.startswith(SANDBOX_TESTS)
 
 
-def _long_rank(item):
-    """Where `item` starts: its place in LONG_FIRST, after them everything else in file order."""
+def _unit(nodeid):
+    """The unit of work a test belongs to (see above)."""
+    if in_sandbox_group(nodeid):
+        return SANDBOX_GROUP
+    return nodeid.split("::")[0] if nodeid.startswith(RUN_MODULES) else nodeid
+
+
+def _queue_rank(item):
+    """Where `item` is in the queue: the sandbox group, LONG_FIRST in order, then the rest."""
+    if in_sandbox_group(item.nodeid):
+        return -1
     return next((i for i, prefix in enumerate(LONG_FIRST) if item.nodeid.startswith(prefix)),
                 len(LONG_FIRST))
 
 
 def pytest_collection_modifyitems(items):
-    items.sort(key=_long_rank)         # stable: the rest keep their order
+    items.sort(key=_queue_rank)        # stable: each rank keeps its file order
 
 
 @pytest.hookimpl(optionalhook=True)    # an xdist hook: absent under -p no:xdist
 def pytest_xdist_make_scheduler(config, log):
-    """For --dist load (what -n gives): xdist's scheduler that hands out units of work in turn, the
-    sandbox group one unit, the largest, so first. (xdist's --dist loadgroup puts its groups in the
-    node ids, which pytest 9.2 no longer lets it change: pytest-xdist issue 1386.)"""
+    """For --dist load (what -n gives): xdist's scheduler of units of work (--dist loadscope's) with
+    the units above, queued in the collection's order. (xdist's --dist loadgroup puts its groups in
+    the node ids, which pytest 9.2 no longer lets it change: pytest-xdist issue 1386.)"""
     if config.getvalue("dist") != "load":
         return None
     from xdist.scheduler import LoadScopeScheduling
 
-    class SandboxOnOneWorker(LoadScopeScheduling):
+    class Units(LoadScopeScheduling):
         def _split_scope(self, nodeid):
-            return SANDBOX_GROUP if in_sandbox_group(nodeid) else nodeid
-    return SandboxOnOneWorker(config, log)
+            return _unit(nodeid)
+    config.option.loadscopereorder = False     # not by size: the order above
+    return Units(config, log)
 
 
 OTHERS_NICE = 5     # what a worker adds to its niceness when it first runs a test outside the group
 _niced = []         # [True] once this worker has
 
 
-@pytest.fixture(autouse=True)
-def sandbox_outside_its_worker(request, monkeypatch):
-    """Under xdist, a test outside SANDBOX_TESTS may not take a run uid: it would run beside the
-    sandbox tests, on another worker. Its worker (and what it starts) yields the CPU to the sandbox
-    tests' worker: the group is the longest unit of work and its tests time their runs. A worker
-    runs the group before anything else, so the niceness, which only root can take back, never
-    reaches a sandbox test."""
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Under xdist, a test outside SANDBOX_TESTS may not take a run uid, in its fixtures neither: it
+    would run beside the sandbox tests, on another worker. Its worker (and what it starts) yields
+    the CPU to the sandbox tests' worker: the group is the longest unit of work and its tests time
+    their runs. A worker runs the group before anything else, so the niceness, which only root can
+    take back, never reaches a sandbox test."""
+    if not hasattr(item.config, "workerinput") or in_sandbox_group(item.nodeid):  # not a worker's
+        return (yield)
+    if not _niced:
+        os.nice(OTHERS_NICE)
+        _niced.append(True)
     from rewards import sandbox
-    # a worker's config has workerinput; test_workers.py checks that _reserve_uid still exists
-    if hasattr(request.config, "workerinput") and not in_sandbox_group(request.node.nodeid):
-        if not _niced:
-            os.nice(OTHERS_NICE)
-            _niced.append(True)
+    # where a run takes its uid (test_workers.py checks that it still exists)
+    reserve = getattr(sandbox, "_reserve_uid", None)
+    if reserve is None:
+        return (yield)
 
-        def refuse(*args, **kwargs):
-            pytest.fail(f"{request.node.nodeid} runs code in the code reward's sandbox: add it to "
-                        "SANDBOX_TESTS in tests/conftest.py, so that it runs on the sandbox tests' "
-                        "worker", pytrace=False)
-        if hasattr(sandbox, "_reserve_uid"):
-            monkeypatch.setattr(sandbox, "_reserve_uid", refuse)
-    yield
+    def refuse(*args, **kwargs):
+        pytest.fail(f"{item.nodeid} runs code in the code reward's sandbox: add it to "
+                    "SANDBOX_TESTS in tests/conftest.py, so that it runs on the sandbox tests' "
+                    "worker", pytrace=False)
+    sandbox._reserve_uid = refuse
+    try:
+        return (yield)
+    finally:
+        sandbox._reserve_uid = reserve
 
 
 # shared/data: public files some tests read, kept beside the clone (../shared/data), never
