@@ -3,6 +3,9 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# one thread per process, children included (mp.spawn's gloo ranks, kernels): each of -n auto's
+# workers has a core
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import json
 import pathlib
@@ -20,6 +23,113 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # importable.
 ENV = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", OMP_NUM_THREADS="1",
            PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+
+# ------------------------------------------------------------------ one worker per CPU (pytest.ini)
+# pytest-xdist runs the suite on `-n auto` workers; each takes the next unit of work of the queue
+# when it is almost done with its own. A unit is one test, except:
+# - The sandbox tests (SANDBOX_TESTS: node id prefixes) are one unit, the first, so they run on one
+#   worker, one after another: their leak checks count every process and file of any run uid
+#   (rewards.sandbox.RUN_UIDS) on the machine, and their limits time a run, so another worker's
+#   sandbox run would count as theirs. Under xdist, any other test that takes a run uid fails,
+#   naming SANDBOX_TESTS.
+# - The tests of a module in RUN_MODULES are one unit: they share a module fixture that trains a
+#   run, which each worker would train again.
+# The queue's order is the collection's: the sandbox group, then LONG_FIRST (node id prefixes, from
+# --durations on 2 cores), the longest first, then the rest in file order. A long unit started last
+# would run alone while the other workers wait.
+SANDBOX_GROUP = "sandbox"
+SANDBOX_TESTS = (
+    "tests/test_sandbox.py",
+    "tests/test_code_reward",                                   # every test_code_reward*.py
+    "tests/test_rewards.py",
+    "tests/test_data.py::test_local_rows_choose_their_domain",  # scores a code row
+)
+RUN_MODULES = ("tests/test_bad_input.py", "tests/test_lora.py", "tests/test_run_history.py",
+               "tests/test_run_safety.py")
+LONG_FIRST = (
+    "tests/test_notebooks.py::test_notebook_runs_top_to_bottom[03",
+    "tests/test_notebooks.py::test_notebook_runs_top_to_bottom[02",
+    "tests/test_run_history.py",
+    "tests/test_run_safety.py",
+    "tests/test_distributed.py::test_torchrun",
+    "tests/test_notebooks.py::test_notebook_runs_top_to_bottom",
+    "tests/test_bad_input.py",
+    "tests/test_lora.py",
+    "tests/test_learning_check.py",
+)
+
+
+def in_sandbox_group(nodeid):
+    return nodeid.startswith(SANDBOX_TESTS)
+
+
+def _unit(nodeid):
+    """The unit of work a test belongs to (see above)."""
+    if in_sandbox_group(nodeid):
+        return SANDBOX_GROUP
+    return nodeid.split("::")[0] if nodeid.startswith(RUN_MODULES) else nodeid
+
+
+def _queue_rank(item):
+    """Where `item` is in the queue: the sandbox group, LONG_FIRST in order, then the rest."""
+    if in_sandbox_group(item.nodeid):
+        return -1
+    return next((i for i, prefix in enumerate(LONG_FIRST) if item.nodeid.startswith(prefix)),
+                len(LONG_FIRST))
+
+
+def pytest_collection_modifyitems(items):
+    items.sort(key=_queue_rank)        # stable: each rank keeps its file order
+
+
+@pytest.hookimpl(optionalhook=True)    # an xdist hook: absent under -p no:xdist
+def pytest_xdist_make_scheduler(config, log):
+    """For --dist load (what -n gives): xdist's scheduler of units of work (--dist loadscope's) with
+    the units above, queued in the collection's order. (xdist's --dist loadgroup puts its groups in
+    the node ids, which pytest 9.2 no longer lets it change: pytest-xdist issue 1386.)"""
+    if config.getvalue("dist") != "load":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Units(LoadScopeScheduling):
+        def _split_scope(self, nodeid):
+            return _unit(nodeid)
+    config.option.loadscopereorder = False     # not by size: the order above
+    return Units(config, log)
+
+
+OTHERS_NICE = 5     # what a worker adds to its niceness when it first runs a test outside the group
+_niced = []         # [True] once this worker has
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Under xdist, a test outside SANDBOX_TESTS may not take a run uid, in its fixtures neither: it
+    would run beside the sandbox tests, on another worker. Its worker (and what it starts) yields
+    the CPU to the sandbox tests' worker: the group is the longest unit of work and its tests time
+    their runs. A worker runs the group before anything else, so the niceness, which only root can
+    take back, never reaches a sandbox test."""
+    if not hasattr(item.config, "workerinput") or in_sandbox_group(item.nodeid):  # not a worker's
+        return (yield)
+    if not _niced:
+        os.nice(OTHERS_NICE)
+        _niced.append(True)
+    from rewards import sandbox
+    # where a run takes its uid (test_workers.py checks that it still exists)
+    reserve = getattr(sandbox, "_reserve_uid", None)
+    if reserve is None:
+        return (yield)
+
+    def refuse(*args, **kwargs):
+        pytest.fail(f"{item.nodeid} runs code in the code reward's sandbox: add it to "
+                    "SANDBOX_TESTS in tests/conftest.py, so that it runs on the sandbox tests' "
+                    "worker", pytrace=False)
+    sandbox._reserve_uid = refuse
+    try:
+        return (yield)
+    finally:
+        sandbox._reserve_uid = reserve
+
 
 # shared/data: public files some tests read, kept beside the clone (../shared/data), never
 # committed; another folder with GMTS_TEST_DATA=DIR. Without them those tests skip and say what is

@@ -3,6 +3,7 @@ hub cannot be reached, and the preset carries the learning check's settings with
 before and after."""
 import os
 import subprocess
+import sys
 from importlib import metadata
 
 import pytest
@@ -124,3 +125,42 @@ def test_cpu_demo_preset():
     assert cfg.eval_temperature == cfg.temperature and cfg.selector == "gmts"
     # flags override
     assert parse_config(["--preset", "cpu-demo", "--steps", "3"]).steps == 3
+
+
+_CONCURRENT_FETCH = """
+import os, sys, time
+sys.path.insert(0, {root!r})
+import transformers  # noqa: F401  (imported before the barrier: both reach fetch() together)
+from gmts.trainer import smollm2
+real = smollm2.save_plain
+
+def slow_save(model, tokenizer, out):
+    with open({log!r}, "a") as fh:
+        fh.write(f"{{os.getpid()}}\\n")
+    time.sleep(3)    # meanwhile the other process looks for the folder: without a lock, it converts
+    real(model, tokenizer, out)
+
+smollm2.save_plain = slow_save
+open(os.path.join({meet!r}, str(os.getpid())), "w").close()
+while len(os.listdir({meet!r})) < 2:   # a barrier: both processes call fetch() at the same time
+    time.sleep(0.01)
+print(smollm2.fetch({out!r}, hub_id={model!r}))
+"""
+
+
+def test_processes_fetching_at_once_convert_once(tiny_model_dir, tmp_path):
+    """torchrun's ranks (or test workers) that fetch the model at the same moment: one converts, the
+    others wait for its folder; none writes over another's half-written one."""
+    out, log, meet = tmp_path / "cache" / "model", tmp_path / "saves.log", tmp_path / "meet"
+    meet.mkdir()
+    script = _CONCURRENT_FETCH.format(root=os.path.dirname(os.path.dirname(__file__)),
+                                      log=str(log), meet=str(meet), out=str(out),
+                                      model=tiny_model_dir)
+    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    procs = [subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    results = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in results]
+    assert [o.strip() for o, _ in results] == [str(out)] * 2
+    assert len(log.read_text().split()) == 1, "both processes converted the model"
+    assert smollm2.is_model_folder(str(out)) and not os.path.exists(str(out) + ".partial")

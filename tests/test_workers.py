@@ -1,0 +1,94 @@
+"""The suite on several pytest-xdist workers (pytest.ini, tests/conftest.py): the sandbox tests
+(conftest.SANDBOX_TESTS) all run on one worker, in turn, the others beside them at a lower priority,
+the longest first, the tests of a module in RUN_MODULES on one worker; a test outside SANDBOX_TESTS
+that runs code in the sandbox fails there, saying what to do. Checked on a small suite that reuses
+this repository's pytest.ini and conftest.py, run with the README's command plus `-n 2`."""
+import glob
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+
+from conftest import LONG_FIRST, OTHERS_NICE, ROOT, RUN_MODULES, SANDBOX_TESTS
+
+RECORD = """
+import json, os, time
+
+def record(name):
+    start = time.time()
+    time.sleep(0.3)                 # long enough that two workers would overlap
+    with open({log!r}, "a") as fh:
+        fh.write(json.dumps([name, os.environ["PYTEST_XDIST_WORKER"], start, time.time(),
+                             os.nice(0)]) + "\\n")
+"""
+# file -> source: two files of the group (test_code_reward_new.py stands for any future one), a
+# group member in a file of plain tests, a long test that must start first, a module of RUN_MODULES
+# whose tests share a module fixture, a sandbox run outside the group
+SUITE = {
+    "test_sandbox.py": "".join(f"def test_{i}():\n    record('group sandbox {i}')\n"
+                               for i in range(4)),
+    "test_code_reward_new.py": "".join(f"def test_{i}():\n    record('group new {i}')\n"
+                                       for i in range(4)),
+    "test_data.py": ("def test_local_rows_choose_their_domain():\n    record('group data')\n"
+                     + "".join(f"def test_plain_{i}():\n    record('plain {i}')\n"
+                               for i in range(6))),
+    "test_notebooks.py": ("def test_notebook_runs_top_to_bottom():\n"
+                          "    record('long')\n"),
+    "test_run_safety.py": ("import pytest\n\n@pytest.fixture(scope='module')\ndef run():\n"
+                           "    record('fixture')\n\n"
+                           + "".join(f"def test_{i}(run):\n    record('module {i}')\n"
+                                     for i in range(4))),
+    "test_outside.py": ("def test_unlisted_sandbox_run():\n"        # as test_data.py's code row
+                        "    from rewards import get_reward\n"
+                        "    get_reward('code')('```python\\nprint(input())\\n```',\n"
+                        "                       {'cases': [{'input': '5', 'output': '5'}]})\n"),
+}
+
+
+def test_sandbox_tests_share_one_worker_and_other_runs_fail(tmp_path):
+    suite, log = tmp_path / "tests", tmp_path / "ran.jsonl"
+    suite.mkdir()
+    shutil.copy(os.path.join(ROOT, "pytest.ini"), tmp_path)
+    shutil.copy(os.path.join(ROOT, "tests", "conftest.py"), suite)
+    for name, source in SUITE.items():
+        (suite / name).write_text(RECORD.format(log=str(log)) + source)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    env.update(PYTHONPATH=ROOT, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-n", "2", "-p", "no:cacheprovider"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+                          check=False)
+    ran = [dict(zip(("name", "worker", "start", "end", "nice"), json.loads(line)))
+           for line in log.read_text().splitlines()]
+    group = [r for r in ran if r["name"].startswith("group")]
+    others = [r for r in ran if not r["name"].startswith("group")]
+    assert len(group) == 9 and len(ran) == 21, proc.stdout[-3000:]
+    assert len({r["worker"] for r in group}) == 1, group
+    assert {r["worker"] for r in others} - {group[0]["worker"]}, ran   # the other worker, beside
+    base = os.nice(0)             # the group's worker keeps it; the others yield the CPU to it
+    assert {r["nice"] for r in group} == {base}, group
+    assert {r["nice"] for r in others} == {min(base + OTHERS_NICE, 19)}, others
+    module = [r for r in ran if r["name"] == "fixture" or r["name"].startswith("module")]
+    assert len(module) == 5 and len({r["worker"] for r in module}) == 1, module   # trained once
+    long = next(r for r in ran if r["name"] == "long")
+    assert long["start"] <= min(r["start"] for r in others if r["name"].startswith("plain")), ran
+    # the one failure: the sandbox run outside the group, told what to do
+    assert proc.returncode == 1 and "1 failed, 20 passed" in proc.stdout, proc.stdout[-3000:]
+    assert ("test_outside.py::test_unlisted_sandbox_run runs code in the code reward's sandbox: "
+            "add it to SANDBOX_TESTS in tests/conftest.py") in proc.stdout, proc.stdout[-3000:]
+
+
+def test_the_lists_name_tests_that_exist_and_the_guard_has_its_hook():
+    """Each prefix of SANDBOX_TESTS, RUN_MODULES and LONG_FIRST names an existing file (and test),
+    and the function conftest's guard replaces (where a run's uid is taken) exists: if it is renamed
+    the guard stops failing, and this says why."""
+    from rewards import sandbox
+    for prefix in SANDBOX_TESTS + RUN_MODULES + LONG_FIRST:
+        path, _, test = prefix.partition("::")
+        files = glob.glob(os.path.join(ROOT, path + "*"))
+        assert files, f"{prefix}: no such test file"
+        name = test.split("[")[0]
+        assert not name or any(f"def {name}" in pathlib.Path(f).read_text() for f in files), \
+            prefix
+    assert callable(getattr(sandbox, "_reserve_uid", None))
