@@ -51,11 +51,14 @@ LONG_FIRST = (
     "tests/test_notebooks.py::test_notebook_runs_top_to_bottom[02",
     "tests/test_run_history.py",
     "tests/test_run_safety.py",
+    "tests/test_crash_series.py",
     "tests/test_distributed.py::test_torchrun",
     "tests/test_notebooks.py::test_notebook_runs_top_to_bottom",
     "tests/test_bad_input.py",
     "tests/test_lora.py",
     "tests/test_learning_check.py",
+    "tests/test_run_end.py",
+    "tests/test_reward_isolation.py",
 )
 
 
