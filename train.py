@@ -276,23 +276,24 @@ def train_step(run, step):
     cfg, model, t_start = run.cfg, run.model, time.time()
     if not all_finite(model.parameters()):   # NaN/inf weights: no rollout to trust, no step
         return StepDone(BAD_WEIGHTS)
-    with layers_gathered(model.eval()), memory_line(
-            "train.py", f"sampling step {step}'s answers",
-            f"lower --group-size ({cfg.group_size}) or --max-new-tokens ({cfg.max_new_tokens}), or "
-            f"sample fewer prompts at once with --rollout-batch-size "
-            f"({cfg.rollout_batch_size or cfg.prompts_per_step})"):
+    with layers_gathered(model.eval()):
         batch = collect_batch(run)
     done = StepDone(NO_SIGNAL, *batch, time_rollout_s=time.time() - t_start)
     if int(batch_sum(int(done.batch is None))):      # no group anywhere (no process may step alone)
         return done
-    with memory_line("train.py", f"in step {step}'s update",
-                     f"lower --micro-batch-size ({cfg.micro_batch_size}) or set "
-                     "--micro-batch-tokens, or pass --gradient-checkpointing"):
-        done.records = update_policy(cfg, model, run.ref_model, run.optimizer, done.batch,
-                                     run.select_gen, run.device, step,
-                                     probe=GradNoise(model) if cfg.log_grad_noise else None)
+    done.records = update_policy(cfg, model, run.ref_model, run.optimizer, done.batch,
+                                 run.select_gen, run.device, step,
+                                 probe=GradNoise(model) if cfg.log_grad_noise else None)
     done.outcome, done.time_train_s = TRAINED, time.time() - t_start - done.time_rollout_s
     return done
+
+
+def step_memory_advice(cfg):
+    """The flags that lower a step's memory: the rollout's, then the update's."""
+    return (f"lower --group-size ({cfg.group_size}) or --max-new-tokens ({cfg.max_new_tokens}) or "
+            f"--rollout-batch-size ({cfg.rollout_batch_size or cfg.prompts_per_step}) for the "
+            f"rollout; --micro-batch-size ({cfg.micro_batch_size}), --micro-batch-tokens or "
+            "--gradient-checkpointing for the update")
 
 
 def step_figures(run, step, done):
@@ -404,7 +405,8 @@ def main(argv=None):
         lr = cfg.lr * min(1.0, step / cfg.warmup_steps) if cfg.warmup_steps else cfg.lr
         for group in run.optimizer.param_groups:
             group["lr"] = lr
-        with reward_failures(cfg, step):
+        with reward_failures(cfg, step), memory_line("train.py", f"in step {step}",
+                                                      step_memory_advice(cfg)):
             done = train_step(run, step)
         metrics, samples = step_figures(run, step, done), None
         if done.records:           # the update's figures (gmts/trainer/diagnostics.py), for the log

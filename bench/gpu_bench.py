@@ -167,7 +167,7 @@ def tokenizer_and_task(shared, dry):
 
 def prompt_ids(tok, source, n):
     """n prompts of `source` through the chat template (data.render_prompt), as token ids."""
-    import data
+    from gmts import data
     split = "test" if source == "gsm8k" else "train"
     return data.prompt_token_ids(data.load_problems(source, split, limit=n), tok)[1]
 
@@ -306,7 +306,7 @@ def trl_worker(args):
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
-    import data
+    from gmts import data
     from bench.common import emit, peak_bytes
     s = sizes(args.dry_run)
     cuda = s["device"] == "cuda"

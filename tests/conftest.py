@@ -117,7 +117,7 @@ def pytest_runtest_protocol(item, nextitem):
     if not _niced:
         os.nice(OTHERS_NICE)
         _niced.append(True)
-    from rewards import sandbox
+    from gmts.rewards import sandbox
     # where a run takes its uid (test_workers.py checks that it still exists)
     reserve = getattr(sandbox, "_reserve_uid", None)
     if reserve is None:

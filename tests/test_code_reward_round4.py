@@ -13,7 +13,7 @@ import pytest
 from gmts import data
 from gmts.data import builtin
 from gmts.rewards import get_reward, sandbox, testplan
-from rewards.code import extract_code
+from gmts.rewards.code import extract_code
 
 code = get_reward("code")
 trusted = get_reward("code", trusted_only=True)

@@ -41,7 +41,7 @@ SUITE = {
                            + "".join(f"def test_{i}(run):\n    record('module {i}')\n"
                                      for i in range(4))),
     "test_outside.py": ("def test_unlisted_sandbox_run():\n"        # as test_data.py's code row
-                        "    from rewards import get_reward\n"
+                        "    from gmts.rewards import get_reward\n"
                         "    get_reward('code')('```python\\nprint(input())\\n```',\n"
                         "                       {'cases': [{'input': '5', 'output': '5'}]})\n"),
 }
@@ -83,7 +83,7 @@ def test_the_lists_name_tests_that_exist_and_the_guard_has_its_hook():
     """Each prefix of SANDBOX_TESTS, RUN_MODULES and LONG_FIRST names an existing file (and test),
     and the function conftest's guard replaces (where a run's uid is taken) exists: if it is renamed
     the guard stops failing, and this says why."""
-    from rewards import sandbox
+    from gmts.rewards import sandbox
     for prefix in SANDBOX_TESTS + RUN_MODULES + LONG_FIRST:
         path, _, test = prefix.partition("::")
         files = glob.glob(os.path.join(ROOT, path + "*"))
