@@ -43,6 +43,7 @@ SANDBOX_TESTS = (
     "tests/test_code_reward",                                   # every test_code_reward*.py
     "tests/test_rewards.py",
     "tests/test_data.py::test_local_rows_choose_their_domain",  # scores a code row
+    "tests/test_data.py::test_other_builtin_formats_from_a_data_folder",   # scores code rows
 )
 RUN_MODULES = ("tests/test_bad_input.py", "tests/test_lora.py", "tests/test_run_history.py",
                "tests/test_run_safety.py")
