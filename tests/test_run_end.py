@@ -15,23 +15,11 @@ import sys
 import pytest
 
 from gmts.run import checkpoint as ckpt
-from test_bad_input import ENV, ROOT, read_jsonl, run_batch, train_args
+from test_bad_input import ENV, ROOT, read_jsonl, train_args
+from test_run_history import ok, steps_of, train
 from test_run_safety import same_metrics
 
 LORA = ["--lora-rank", 4, "--lora-alpha", 8, "--no-gradient-checkpointing"]
-
-
-def train(*cases):
-    return run_batch([("train.py", list(map(str, args))) for args in cases])
-
-
-def ok(result):
-    assert result["rc"] == 0, result["stderr"][-3000:]
-    return result
-
-
-def steps_of(run):
-    return [m["step"] for m in read_jsonl(os.path.join(run, "metrics.jsonl"))]
 
 
 def run_with(code_before, args):
