@@ -364,7 +364,7 @@ def evaluate(args, output):
     import torch
     from gmts.rewards import RewardError
     from gmts.tools.evaluate import degenerate, evaluate_model, load_benchmark, split_data_arg
-    from gmts.trainer.policy import (check_vocabulary, end_of_sequence_ids, load_model,
+    from gmts.trainer.models import (check_vocabulary, end_of_sequence_ids, load_model,
                                      load_tokenizer, resolve_device, resolve_dtype)
     try:
         specs = split_data_arg(args.data)

@@ -60,7 +60,7 @@ from gmts.run.folder import check_start, export_step
 from gmts.run.validate import memory_line
 from gmts.trainer import distributed
 from gmts.trainer.diagnostics import GradNoise, UpdateLog, rollout_figures
-from gmts.trainer.policy import peak_memory_mb
+from gmts.trainer.models import peak_memory_mb
 from gmts.trainer.rollout import concat_rollouts, sample_batched
 from gmts.trainer.step import (
     NON_FINITE, STEPPED, Batch, MiniBatch, accumulate_gradients, all_finite, batch_sum,

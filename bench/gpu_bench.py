@@ -398,7 +398,7 @@ def train_pass(s, shape, tok, source, peak_flops, rows, answer, reps):
     6 x the head's parameters per answer token (the chunked head runs at answer positions only;
     its recomputation in the backward is not counted)."""
     import torch
-    from gmts.trainer.policy import enable_gradient_checkpointing
+    from gmts.trainer.models import enable_gradient_checkpointing
     from gmts.trainer.step import completion_logprobs
     from bench.common import median
     model = random_model(shape, tok, s)

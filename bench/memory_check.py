@@ -5,7 +5,7 @@ runs on CPU.
     python bench/memory_check.py --only smollm2 --out /tmp/m.json
 
 Each run is `python train.py ... --device cpu --steps 2` in a fresh process; its metrics.jsonl's
-peak_memory_mb is the process's VmHWM after the last step (gmts/trainer/policy.py). The planner gets
+peak_memory_mb is the process's VmHWM after the last step (gmts/trainer/models.py). The planner gets
 the same flags plus the data's longest prompt (--prompt-tokens) and --device cpu. Error = (planned -
 measured) / measured. Runs go one at a time. --beta 0.001 on every run: a random model earns no
 reward, every advantage is 0, and without a KL term train.py skips the backward pass of such rows

@@ -11,7 +11,7 @@ The package is laid out by role (README.md, "Layout"):
         options.py      the method's option names and their checks (no torch: the command line
                         checks flags first)
     gmts/trainer/   the trainer's parts: the sampler (rollout.py), one step's machinery (step.py),
-                    the per-step diagnostics, model loading and LoRA (policy.py), the optimizer,
+                    the per-step diagnostics, model loading and LoRA (models.py), the optimizer,
                     several processes and FSDP (distributed.py, which a single process's step never
                     enters)
     gmts/run/       the run infrastructure: config, validation, run state, checkpoints, logs,

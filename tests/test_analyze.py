@@ -364,11 +364,11 @@ def test_cli_scores_with_the_users_own_reward(digit_model_dir, digit_data, tmp_p
         want = (rewards - rewards.mean()) / (rewards.std() + 1e-6)
         assert torch.allclose(torch.tensor(g["advantages"]), want.masked_fill(
             rewards.max() == rewards.min(), 0.0), atol=1e-6)
-    from gmts.trainer import policy
+    from gmts.trainer import models
 
     def no_model(*args, **kwargs):
         raise AssertionError("the model loaded before the reward was tried")
-    monkeypatch.setattr(policy, "load_model", no_model)
+    monkeypatch.setattr(models, "load_model", no_model)
     with pytest.raises(SystemExit) as exc:
         analyze.main([*base, "--reward", f"{own}:broken", "--output", str(tmp_path / "b.json")])
     message = str(exc.value.code)

@@ -89,7 +89,7 @@ def test_static_decode_step_gives_the_eager_samples_and_compiles_once_per_bucket
 
 def test_static_decode_step_through_lora(recording_compile):
     pytest.importorskip("peft")
-    from gmts.trainer.policy import add_lora
+    from gmts.trainer.models import add_lora
     model = add_lora(tiny_qwen2(dtype=torch.float64, seed=4), rank=2, seed=0)
     # peft starts B at 0; non-zero adapters must be applied too
     with torch.no_grad():

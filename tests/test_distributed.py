@@ -257,7 +257,7 @@ sys.path.insert(0, {root!r})
 import train  # noqa: F401  (the trainer's imports, made before the group exists, as under torchrun)
 import torch.distributed as dist
 from gmts.trainer import distributed
-from gmts.trainer.policy import load_model
+from gmts.trainer.models import load_model
 rank = distributed.init()[0]
 group = weakref.ref(dist.group.WORLD)
 

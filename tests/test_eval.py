@@ -168,7 +168,7 @@ def test_data_spec_parsing(tmp_path):
 
 @pytest.fixture(scope="module")
 def tiny(tiny_model_dir):
-    from gmts.trainer.policy import load_model, load_tokenizer
+    from gmts.trainer.models import load_model, load_tokenizer
     return load_model(tiny_model_dir, dtype=__import__("torch").float32, device="cpu").eval(), \
         load_tokenizer(tiny_model_dir)
 
@@ -186,7 +186,7 @@ def texts(result):
 
 def test_greedy_evaluation_is_deterministic_and_keeps_train_py_signature(tiny, tmp_path):
     model, tok = tiny
-    from gmts.trainer.policy import end_of_sequence_ids
+    from gmts.trainer.models import end_of_sequence_ids
     data = write_problems(tmp_path / "p.jsonl", ["1", "2", "3"])
     kwargs = {"limit": 3, "samples": 1, "temperature": 0.0, "max_new_tokens": 6,
                   "eos_ids": end_of_sequence_ids(model, tok), "template": None,
@@ -423,7 +423,7 @@ def test_the_evaluation_bar_moves_once_per_sampling_call(digit_model_dir, digit_
     problems, 2 per call: 2, 2, 1), so the first reading's rate is the call's, not one problem in
     the call's whole time."""
     from gmts.tools import evaluate
-    from gmts.trainer.policy import load_model, load_tokenizer
+    from gmts.trainer.models import load_model, load_tokenizer
     import torch
     updates = []
 
@@ -452,7 +452,7 @@ def test_an_evaluation_inside_the_training_bar_writes_no_escape_sequence_to_a_lo
     moves no cursor (tqdm's nested bars write ESC [A), so the log holds plain lines."""
     from tqdm import tqdm
     from gmts.tools import evaluate
-    from gmts.trainer.policy import load_model, load_tokenizer
+    from gmts.trainer.models import load_model, load_tokenizer
     import torch
     model = load_model(digit_model_dir, dtype=torch.float32, device=torch.device("cpu"))
     outer = tqdm(total=2, desc="train", file=sys.stderr)

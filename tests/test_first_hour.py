@@ -140,7 +140,7 @@ def test_a_cached_hub_id_loads_from_the_cache_with_the_hub_unreachable(
     tiny_model_dir, tmp_path, monkeypatch):
     """Unreachable hub, but the id is in the local hub cache: the cached folder, without a download
     attempt."""
-    from gmts.trainer import policy, smollm2
+    from gmts.trainer import models, smollm2
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
     monkeypatch.setattr(smollm2, "_hub_reachable", None)
@@ -149,8 +149,8 @@ def test_a_cached_hub_id_loads_from_the_cache_with_the_hub_unreachable(
     monkeypatch.setattr(huggingface_hub, "snapshot_download",
                         lambda repo,
                         **kw: seen.append((repo, kw.get("local_files_only"))) or tiny_model_dir)
-    assert policy.hub_source("org/cached-model") == tiny_model_dir
+    assert models.hub_source("org/cached-model") == tiny_model_dir
     assert seen == [("org/cached-model", True)]
     # a folder is left alone
-    assert policy.hub_source(tiny_model_dir) == tiny_model_dir
+    assert models.hub_source(tiny_model_dir) == tiny_model_dir
     assert json.loads(pathlib.Path(tiny_model_dir, "config.json").read_text())["hidden_size"] == 32

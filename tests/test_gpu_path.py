@@ -25,7 +25,7 @@ def test_float16_training_is_refused_in_one_line(capsys):
 def test_auto_dtype_is_bf16_only_where_the_gpu_computes_in_bf16(monkeypatch):
     """--dtype auto: bf16 on a GPU with bf16 arithmetic, float32 on one without (V100, T4: bf16
     would be emulated) and on the CPU."""
-    from gmts.trainer.policy import resolve_dtype
+    from gmts.trainer.models import resolve_dtype
     asked = []
     for supported in (True, False):
         monkeypatch.setattr(torch.cuda, "is_bf16_supported",

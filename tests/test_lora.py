@@ -64,7 +64,7 @@ def lora_run(digit_model_dir, digit_data, tmp_path_factory):
 def test_only_adapters_train_and_both_exports_load(lora_run, digit_model_dir):
     from peft import PeftModel
 
-    from gmts.trainer.policy import peft_quiet
+    from gmts.trainer.models import peft_quiet
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
     ckpt = lora_run / "checkpoints" / "step-000002"
@@ -100,7 +100,7 @@ def test_only_adapters_train_and_both_exports_load(lora_run, digit_model_dir):
     # Both folders load with transformers and are the same function.
     ids = torch.tensor([[3, 9, 11, 4, 40, 41]])
     plain = AutoModelForCausalLM.from_pretrained(lora_run / "final-merged").eval()
-    # peft's own deprecation warning (gmts/trainer/policy.py, peft_quiet)
+    # peft's own deprecation warning (gmts/trainer/models.py, peft_quiet)
     with peft_quiet():
         with_adapter = PeftModel.from_pretrained(
             AutoModelForCausalLM.from_pretrained(digit_model_dir), ckpt).eval()
@@ -172,12 +172,12 @@ def test_kl_reference_is_the_model_with_adapters_off(lora_run, digit_model_dir, 
 
 @pytest.mark.parametrize("lora", [False, True])
 def test_gradient_checkpointing_gives_the_same_gradients(lora):
-    """gmts.trainer.policy.enable_gradient_checkpointing (non-reentrant, with no forward hook on
+    """gmts.trainer.models.enable_gradient_checkpointing (non-reentrant, with no forward hook on
     the embeddings): the trainable parameters' gradients equal those without checkpointing, also
     when the embeddings are frozen (LoRA), and the embeddings carry no hook that a compiled decode
     step would have to trace."""
     from conftest import tiny_qwen2
-    from gmts.trainer.policy import add_lora, enable_gradient_checkpointing
+    from gmts.trainer.models import add_lora, enable_gradient_checkpointing
 
     grads = []
     for checkpointing in (False, True):

@@ -13,7 +13,7 @@ from conftest import tiny_qwen2
 
 
 def test_shape_counts_parameters_exactly_and_lora_like_peft():
-    from gmts.trainer.policy import add_lora
+    from gmts.trainer.models import add_lora
     for tied in (False, True):
         model = tiny_qwen2(vocab_size=64, hidden=16, layers=2)
         model.config.tie_word_embeddings = tied

@@ -1,4 +1,4 @@
-"""Rollout (gmts/trainer/rollout.py) and the training forward (gmts/trainer/policy.py) on a tiny
+"""Rollout (gmts/trainer/rollout.py) and the training forward (gmts/trainer/models.py) on a tiny
 random Qwen2."""
 import pytest
 import torch
@@ -187,7 +187,7 @@ def test_kv_cache_keyword_is_the_models_own_name_even_through_a_wrapper():
 
 def test_kv_cache_keyword_through_a_lora_model():
     pytest.importorskip("peft")
-    from gmts.trainer.policy import add_lora
+    from gmts.trainer.models import add_lora
     model = tiny_qwen2(seed=4)
     lora = add_lora(model, rank=2, seed=0)
     assert _cache_keyword(lora) == _cache_keyword(model)

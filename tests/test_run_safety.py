@@ -480,7 +480,7 @@ evaluate.evaluate_model = slow
     assert [m["step"] for m in metrics] == [1, 2] and "eval_before_accuracy" in metrics[0]
     # the banner counts the tiny model's parameters as they are (it said "0.0M trainable")
     from gmts.run.state import count_text
-    from gmts.trainer.policy import load_model
+    from gmts.trainer.models import load_model
     n = sum(p.numel() for p in load_model(digit_model_dir, dtype=torch.float32,
                                           device=torch.device("cpu")).parameters())
     assert f"({count_text(n)} of {count_text(n)} parameters trainable)" in again.stdout

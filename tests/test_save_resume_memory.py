@@ -68,7 +68,7 @@ def test_a_save_makes_no_copy_of_the_optimizer_state(tiny_model_dir, tmp_path):
     saving add up to less than one float32 copy of the parameters (the masters' clone was that)."""
     from gmts.run import state
     from gmts.trainer.optim import build_optimizer
-    from gmts.trainer.policy import load_model, load_tokenizer
+    from gmts.trainer.models import load_model, load_tokenizer
     cfg = parse_config(["--model", tiny_model_dir, "--device", "cpu", "--optimizer-offload",
                         "--output-dir", str(tmp_path / "run")])
     model = load_model(tiny_model_dir, dtype=torch.float32, device="cpu")

@@ -9,7 +9,7 @@ from importlib import metadata
 import pytest
 import torch
 
-from gmts.trainer import policy, smollm2
+from gmts.trainer import models, smollm2
 from gmts.run.config import parse_config
 
 
@@ -18,12 +18,12 @@ def test_hub_id_falls_back_to_the_offline_copy(tiny_model_dir, monkeypatch):
     monkeypatch.setattr(smollm2, "_hub_reachable", None)
     calls = []
     monkeypatch.setattr(smollm2, "fetch", lambda: calls.append(1) or tiny_model_dir)
-    model = policy.load_model(smollm2.HUB_ID, dtype=torch.float32, device=torch.device("cpu"))
-    tok = policy.load_tokenizer(smollm2.HUB_ID)
+    model = models.load_model(smollm2.HUB_ID, dtype=torch.float32, device=torch.device("cpu"))
+    tok = models.load_tokenizer(smollm2.HUB_ID)
     assert len(calls) == 2 and model.config.hidden_size == 32 and tok.eos_token == "<|im_end|>"
     # any other unreachable id is still the one-line error
     try:
-        policy.load_model("HuggingFaceTB/not-a-model", dtype=torch.float32,
+        models.load_model("HuggingFaceTB/not-a-model", dtype=torch.float32,
                           device=torch.device("cpu"))
     except SystemExit as err:
         assert "could not load 'HuggingFaceTB/not-a-model'" in str(err)

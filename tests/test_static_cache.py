@@ -106,7 +106,7 @@ def lora_qwen2(seed=4):
     """A tiny Qwen2 with LoRA adapters whose B is non-zero (peft starts B at 0: the adapters would
     change nothing)."""
     pytest.importorskip("peft")
-    from gmts.trainer.policy import add_lora
+    from gmts.trainer.models import add_lora
     model = add_lora(tiny_qwen2(dtype=torch.float64, seed=seed), rank=2, seed=0)
     with torch.no_grad():
         for name, p in model.named_parameters():

@@ -194,7 +194,7 @@ def test_dynamic_sampling_drops_all_equal_groups(digit_model_dir, tmp_path):
 def step_parts(cfg, model, tok, stream, reward_fns):
     """What collect_batch reads of a Run (gmts/run/state.py), without building one."""
     from types import SimpleNamespace
-    from gmts.trainer.policy import end_of_sequence_ids
+    from gmts.trainer.models import end_of_sequence_ids
     from gmts.trainer.rollout import EagerDecode
     return SimpleNamespace(cfg=cfg, model=model, tokenizer=tok, stream=stream,
                            eos_ids=end_of_sequence_ids(model, tok), reward_fns=reward_fns,
@@ -205,7 +205,7 @@ def test_collect_batch_keeps_only_mixed_groups(digit_model_dir):
     sys.path.insert(0, ROOT)
     import train
     from gmts.run.config import parse_config
-    from gmts.trainer.policy import load_model, load_tokenizer
+    from gmts.trainer.models import load_model, load_tokenizer
     from gmts.trainer.step import PromptStream
     cfg = parse_config(["--model", digit_model_dir, "--data", "arithmetic", "--algo", "dapo",
                         "--group-size", "4", "--prompts-per-step", "3", "--max-new-tokens", "5",
@@ -228,7 +228,7 @@ def test_overlong_shaping_moves_the_advantage_not_the_reward(digit_model_dir):
     sys.path.insert(0, ROOT)
     import train
     from gmts.run.config import parse_config
-    from gmts.trainer.policy import load_model, load_tokenizer
+    from gmts.trainer.models import load_model, load_tokenizer
     from gmts.trainer.step import PromptStream
     cfg = parse_config(["--model", digit_model_dir, "--data", "arithmetic", "--group-size", "4",
                         "--prompts-per-step", "3", "--max-new-tokens", "6",
@@ -312,7 +312,7 @@ def test_real_qwen_tokenizer_chat_template_eos_and_reward():
     from gmts import data as datasets
     from gmts import rewards
     from transformers import GenerationConfig
-    from gmts.trainer.policy import end_of_sequence_ids, load_tokenizer
+    from gmts.trainer.models import end_of_sequence_ids, load_tokenizer
     tok = load_tokenizer(QWEN_TOKENIZER)
     ids = tok.apply_chat_template([{"role": "user", "content": "What is 2+3?"}],
                                   add_generation_prompt=True, tokenize=False)

@@ -24,7 +24,7 @@ from gmts.run.validate import UsageError
 from gmts.run.config import to_dict
 from gmts.trainer import distributed
 from gmts.trainer.optim import build_optimizer
-from gmts.trainer.policy import (add_lora, check_vocabulary, enable_gradient_checkpointing,
+from gmts.trainer.models import (add_lora, check_vocabulary, enable_gradient_checkpointing,
                                  end_of_sequence_ids, load_model, load_tokenizer, peft_quiet,
                                  resolve_device, resolve_dtype)
 from gmts.trainer.compiled_decode import CompiledDecode

@@ -513,7 +513,7 @@ def model_folder_problem(name_or_path):
     """Why the local folder `name_or_path` cannot be a model (a train.py run folder, no config.json,
     a damaged config.json), or None; None too for a hub id or a path that does not exist (load_model
     names those). Reads file names and config.json only: no torch, so the command line says it
-    before anything loads. The weights themselves are checked by gmts.trainer.policy.load_model (a
+    before anything loads. The weights themselves are checked by gmts.trainer.models.load_model (a
     tool such as gmts.tools.memory needs config.json alone)."""
     path = os.path.expanduser(str(name_or_path))
     if os.path.isfile(path):

@@ -555,7 +555,7 @@ def run(args):
     writes as JSON."""
     from gmts import rewards as reward_lib
     from gmts.trainer.optim import build_optimizer
-    from gmts.trainer.policy import (check_vocabulary, end_of_sequence_ids, load_model,
+    from gmts.trainer.models import (check_vocabulary, end_of_sequence_ids, load_model,
                                      load_tokenizer, resolve_device, resolve_dtype)
 
     device = resolve_device(args.device)

@@ -311,7 +311,7 @@ def evaluate_model(model, tokenizer, data, *, limit=None, samples=1, temperature
     """
     from gmts import rewards as reward_lib
     specs_of_rewards = rewards
-    from gmts.trainer.policy import end_of_sequence_ids
+    from gmts.trainer.models import end_of_sequence_ids
     specs = split_data_arg(data)
     if samples < 1 or repeats < 1 or batch_size < 1 or max_new_tokens < 1 or max_rows < 0:
         raise ValueError("samples, repeats, batch_size and max_new_tokens must be >= 1 and "

