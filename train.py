@@ -15,7 +15,7 @@ against an independent reference, tests/test_update_reference.py); this file wir
 The machinery that makes the batch-wide quantities right when the batch is computed in pieces
 (mini-batches, micro-batches, several processes, FSDP) lives in gmts/trainer/step.py; its batch_sum
 and the like are the values themselves on one process. What a step logs comes from
-gmts/trainer/diagnostics.py, from update_policy's records, after the step. Setting up, checkpoints
+gmts/trainer/metrics.py, from update_policy's records, after the step. Setting up, checkpoints
 and signals: gmts/run/state.py, which gets the data loader and the reward functions from here
 (gmts/ never imports data/ or rewards/).
 """
@@ -59,7 +59,7 @@ from gmts.run.state import (
 from gmts.run.folder import check_start, export_step
 from gmts.run.validate import memory_line
 from gmts.trainer import distributed
-from gmts.trainer.diagnostics import GradNoise, UpdateLog, rollout_figures
+from gmts.trainer.metrics import GradNoise, UpdateLog, rollout_figures
 from gmts.trainer.models import peak_memory_mb
 from gmts.trainer.rollout import concat_rollouts, sample_batched
 from gmts.trainer.step import (
@@ -201,7 +201,7 @@ def update_policy(cfg, model, ref_model, optimizer, batch, select_gen, device, s
     """Score -> select -> masked loss -> optimizer step, once per mini-batch of --mini-batch-size
     whole groups (one by default: the on-policy step), --ppo-epochs passes over the batch
     (gmts/METHOD.md, "Several optimizer steps per rollout batch"). Returns one record (a dict) per
-    optimizer step, for gmts/trainer/diagnostics.py's UpdateLog. probe: --log-grad-noise's."""
+    optimizer step, for gmts/trainer/metrics.py's UpdateLog. probe: --log-grad-noise's."""
     batch = batch.to(device)
     ref_logp = reference_logprobs(cfg, model, ref_model, batch) if cfg.beta > 0 else None  # π_ref
     exclude = (batch.advantages == 0) if cfg.exclude_zero_adv else None   # all-equal groups: A = 0
@@ -409,7 +409,7 @@ def main(argv=None):
                                                       step_memory_advice(cfg)):
             done = train_step(run, step)
         metrics, samples = step_figures(run, step, done), None
-        if done.records:           # the update's figures (gmts/trainer/diagnostics.py), for the log
+        if done.records:           # the update's figures (gmts/trainer/metrics.py), for the log
             log = UpdateLog(cfg, done.batch, done.records)
             metrics.update(log.metrics())
             metrics["tokens_per_s"] = metrics["valid_tokens"] / (metrics["time_rollout_s"]

@@ -35,7 +35,7 @@ def updates(flags, batches, fsdp=False):
     import train
     from conftest import tiny_qwen2
     from gmts.trainer import distributed
-    from gmts.trainer.diagnostics import update_figures
+    from gmts.trainer.metrics import update_figures
     from gmts.run.config import parse_config
     from gmts.trainer.optim import build_optimizer
     torch.set_num_threads(1)

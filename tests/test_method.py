@@ -410,7 +410,7 @@ def test_each_option_table_holds_exactly_the_options_the_command_line_accepts():
 
 
 def test_selection_diagnostics_count_what_each_selection_spends():
-    from gmts.trainer.diagnostics import selection_diagnostics
+    from gmts.trainer.metrics import selection_diagnostics
     # 4 answers x 5 tokens, all valid. Answers 0-1: an all-equal group (A = 0) with the HIGHEST
     # entropies, so ETS's top-20% (4 tokens) all sit there; answers 2-3 have A = +1 / -1, so GMTS
     # (|H * ω|, ω = A on-policy) picks there.
@@ -454,7 +454,7 @@ def test_overlap_diagnostic_uses_the_runs_scope_bottom_and_exclude():
     with exclude, neither counterfactual may pick the excluded group; with bottom, both pick their
     lowest scores."""
     from types import SimpleNamespace
-    from gmts.trainer.diagnostics import counterfactual_selections, overlap
+    from gmts.trainer.metrics import counterfactual_selections, overlap
     from gmts.trainer.step import run_selection as select
     valid = torch.ones(4, 5, dtype=torch.bool)
     adv = torch.tensor([0.0, 0.0, 1.0, -1.0])

@@ -27,7 +27,7 @@ def test_one_default_step_reads_through_few_files_and_no_plumbing():
     assert "train.py" in files and "gmts/method/grpo.py" in files, files     # the step was measured
     assert len(files) <= GOAL["files"], files
     # a single process's step never enters the collectives' or the diagnostics' file
-    assert "gmts/trainer/distributed.py" not in files and "gmts/trainer/diagnostics.py" not in files
+    assert "gmts/trainer/distributed.py" not in files and "gmts/trainer/metrics.py" not in files
     assert result["plumbing"] <= GOAL["plumbing"], result
     assert result["lines"] <= LINES_NOW, result
     # a comprehension's lines counted again, never fewer

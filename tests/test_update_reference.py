@@ -217,7 +217,7 @@ CASES = {
 def trainer_update(flags, tied=False, step=5):
     import train
     from gmts.run.config import parse_config
-    from gmts.trainer.diagnostics import update_figures
+    from gmts.trainer.metrics import update_figures
     from gmts.trainer.step import minibatch_rows
     cfg = parse_config(
         ["--group-size", str(G), "--prompts-per-step", str(Q), "--micro-batch-size", "4",

@@ -1,4 +1,4 @@
-"""Per-update diagnostics (gmts/trainer/update_stats.py; gmts/METHOD.md, "How concentrated an update
+"""Per-update diagnostics (gmts/trainer/metrics.py; gmts/METHOD.md, "How concentrated an update
 is"): n_eff on hand-made weights and its edge cases, the gradient-noise ratio on hand-made vectors,
 on identical and on opposite halves of a real batch, against separate autograd passes, and over
 simulated data-parallel ranks."""
@@ -13,10 +13,10 @@ import gmts
 from gmts.tools.toy import tiny_model
 import types
 
-from gmts.trainer.diagnostics import GradNoise
+from gmts.trainer.metrics import (GradNoise, GradNoiseProbe, noise_from_halves,
+                                  update_answers_effective)
 from gmts.trainer.step import (NOTHING, STEPPED, Batch, LossInputs, MiniBatch,
                                accumulate_gradients)
-from gmts.trainer.update_stats import GradNoiseProbe, noise_from_halves, update_answers_effective
 
 
 def weights_for(W, tokens=3):
@@ -408,7 +408,7 @@ def test_log_grad_noise_flag_refuses_what_it_cannot_measure(flags, message, caps
 
 
 def test_combine_steps_of_one_rollout_batch():
-    from gmts.trainer.update_stats import combine_steps
+    from gmts.trainer.metrics import combine_steps
     omega, weights = weights_for([1, 1, 1, 1])
     a = update_answers_effective(omega, weights)                            # n_eff 4
     b = update_answers_effective(*weights_for([3, 1]))                      # n_eff 1.6
