@@ -15,9 +15,10 @@ against an independent reference, tests/test_update_reference.py); this file wir
 The machinery that makes the batch-wide quantities right when the batch is computed in pieces
 (mini-batches, micro-batches, several processes, FSDP) lives in gmts/trainer/step.py; its batch_sum
 and the like are the values themselves on one process. What a step logs comes from
-gmts/trainer/metrics.py, from update_policy's records, after the step. Setting up, checkpoints
-and signals: gmts/run/state.py, which gets the data loader and the reward functions from here
-(gmts/ never imports data/ or rewards/).
+gmts/trainer/metrics.py, from update_policy's records, after the step. Setting up a run:
+gmts/run/build.py, which gets the data loader and the reward functions from here (gmts/ never
+imports data/ or rewards/); saving it: gmts/run/checkpoint.py; signals: gmts/run/signals.py;
+in-training evaluation: gmts/tools/evaluate.py.
 """
 import sys
 
@@ -53,15 +54,17 @@ from gmts.method.grpo import (
     group_advantages, mixed_groups, overlong_penalty, relative_token_weight, token_omega,
     token_scores)
 from gmts.run import checkpoint as ckpt, report, runlog
-from gmts.run.state import (
-    Interrupted, StopRequest, build_run, evaluate_during_training, log_paths, save,
-    save_merged_lora)
+from gmts.run.build import build_run
+from gmts.run.checkpoint import save, save_merged_lora
 from gmts.run.folder import check_start, export_step
+from gmts.run.runlog import log_paths
+from gmts.run.signals import Interrupted, StopRequest
 from gmts.run.validate import memory_line
 from gmts.trainer import distributed
 from gmts.trainer.metrics import GradNoise, UpdateLog, rollout_figures
 from gmts.trainer.models import peak_memory_mb
 from gmts.trainer.rollout import concat_rollouts, sample_batched
+from gmts.tools.evaluate import evaluate_during_training
 from gmts.trainer.step import (
     NON_FINITE, STEPPED, Batch, MiniBatch, accumulate_gradients, all_finite, batch_sum,
     layers_gathered, masked_loss_inputs, minibatch_kl_share, minibatch_rows,
@@ -69,7 +72,7 @@ from gmts.trainer.step import (
 
 
 # --------------------------------------------------------------------------------------------------
-# The data and the rewards (data/, rewards/), handed to gmts/run/state.py's build_run.
+# The data and the rewards (data/, rewards/), handed to gmts/run/build.py's build_run.
 
 def load_prompts(cfg, tokenizer):
     """Problems -> chat-templated prompt ids (data/); prompts longer than --max-prompt-tokens are
@@ -139,7 +142,7 @@ def reward_functions(cfg, names):
 
 def collect_batch(run):
     """Rollout + reward + advantage for the step's prompts (this process's share under torchrun),
-    with the run's model, tokenizer, generator and rewards (gmts/run/state.py's Run). Returns (the
+    with the run's model, tokenizer, generator and rewards (gmts/run/build.py's Run). Returns (the
     Batch, or None when no group has mixed rewards; every sampled answer's R (n,); rollouts)."""
     if use_dynamic_sampling(run.cfg):
         return dynamic_sampling(run)

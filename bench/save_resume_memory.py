@@ -8,7 +8,7 @@ A random model of ~93M parameters (Qwen2.5's tokenizer and vocabulary, hidden 51
 in float32) trained with --optimizer-offload (MasterWeightAdamW: float32 masters + AdamW's m and v,
 12 bytes per parameter). Each process is train.py's own start-up (check_start, build_run) in a gloo
 group of --world processes:
-- save: one optimizer step on zero gradients (so m and v exist), then gmts.run.state.save: the
+- save: one optimizer step on zero gradients (so m and v exist), then gmts.run.checkpoint.save: the
   peak resident set (VmHWM, reset with /proc/self/clear_refs just before the save) of rank 0, the
   process that writes;
 - resume: --resume from that checkpoint, up to the first step (build_run: trainer_state.pt loaded,
@@ -92,15 +92,16 @@ def child(mode, model_dir, out_dir, result, fsdp="0"):
     import gc
     import torch
     import train
-    from gmts.run import state
+    from gmts.run import checkpoint
+    from gmts.run.build import build_run
     from gmts.run.folder import check_start
     from gmts.trainer import distributed
     argv = ["--model", model_dir, *flags(fsdp == "1"), "--output-dir", out_dir]
     watch = AnonPeak()
     if mode == "save":
         cfg, resume_from, saved = check_start(argv)
-        run, _ = state.build_run(cfg, resume_from, saved, load_prompts=train.load_prompts,
-                                 reward_functions=train.reward_functions)
+        run, _ = build_run(cfg, resume_from, saved, load_prompts=train.load_prompts,
+                           reward_functions=train.reward_functions)
         for p in run.model.parameters():
             p.grad = torch.zeros_like(p)
         run.optimizer.step()
@@ -110,12 +111,12 @@ def child(mode, model_dir, out_dir, result, fsdp="0"):
             fh.write("5")                                   # VmHWM := VmRSS
         watch.stop()
         before, watch = status("VmRSS"), AnonPeak()
-        state.save(run, 1)
+        checkpoint.save(run, 1)
         figures = {"rss_before": before}
     else:
         cfg, resume_from, saved = check_start(argv + ["--resume", out_dir])
-        run, _ = state.build_run(cfg, resume_from, saved, load_prompts=train.load_prompts,
-                                 reward_functions=train.reward_functions)
+        run, _ = build_run(cfg, resume_from, saved, load_prompts=train.load_prompts,
+                           reward_functions=train.reward_functions)
         del saved
         gc.collect()
         figures = {}

@@ -11,11 +11,11 @@ The package is laid out by role (README.md, "Layout"):
         options.py      the method's option names and their checks (no torch: the command line
                         checks flags first)
     gmts/trainer/   the trainer's parts: the sampler (rollout.py), one step's machinery (step.py),
-                    the per-step diagnostics, model loading and LoRA (models.py), the optimizer,
-                    several processes and FSDP (distributed.py, which a single process's step never
-                    enters)
-    gmts/run/       the run infrastructure: config, validation, run state, checkpoints, logs,
-                    reporters
+                    what a step logs (metrics.py), model loading and LoRA (models.py), the
+                    optimizer, several processes and FSDP (distributed.py, which a single process's
+                    step never enters)
+    gmts/run/       the run infrastructure: config, validation, building a run (build.py), saving it
+                    (checkpoint.py), signals, the run folder, logs, reporters
     gmts/tools/     the tools: evaluate, analyze, plot, memory planner, statistics, toy models
 
 The data sets' loaders and the answer checkers are `gmts.data` and `gmts.rewards`: the repository

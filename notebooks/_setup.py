@@ -50,7 +50,7 @@ def cpu_demo_run(*flags):
 
     import train
     from gmts.run.folder import check_start
-    from gmts.run.state import build_run
+    from gmts.run.build import build_run
     from gmts.trainer.smollm2 import source
     logging.disable_progress_bar()          # no "Writing model shards" bars in the outputs
     argv = ["--preset", "cpu-demo", "--device", "cpu", *flags,

@@ -328,7 +328,7 @@ def _nccl_like_worker(rank, world):
     dist.distributed_c10d._device_capability = lambda group=None: ["lazy"]
     dist.get_backend = lambda group=None: "nccl"
     from gmts.trainer import distributed
-    from gmts.run.state import StopRequest
+    from gmts.run.signals import StopRequest
     out = {"sum": distributed.all_reduce_sum(torch.tensor([rank + 1.0, 2.0])).tolist(),
            "count": int(distributed.all_reduce_sum(torch.tensor(rank + 1))),
            "stop": StopRequest().any_process()}

@@ -182,7 +182,7 @@ def test_a_damaged_checkpoint_is_refused_in_one_line(checkpoint, tmp_path, capsy
 
 
 def test_an_export_with_a_manifest_is_checked_and_an_intact_one_evaluated(checkpoint, tmp_path):
-    # final-merged/ carries a manifest without a trainer_state.pt (gmts/run/state.py)
+    # final-merged/ carries a manifest without a trainer_state.pt (checkpoint.save_merged_lora)
     export = tmp_path / "final-merged"
     shutil.copytree(checkpoint, export)
     os.remove(export / ckpt.STATE_FILE)

@@ -317,8 +317,8 @@ def test_the_names_check_finds_stale_names():
     assert _code_names(source) == ["gmts.trainer.step.completion_logprobs", "train", "train.x"]
     assert not _resolves("train.prepare_training") and _resolves("train.collect_batch")
     assert not _resolves("gmts.trainer.step.no_such_name") and _resolves("gmts.select_tokens")
-    assert _reexports("from gmts.run.state import build_run, dataclass") == \
-        ["gmts.run.state.dataclass (defined in dataclasses)"]
+    assert _reexports("from gmts.run.build import build_run, dataclass") == \
+        ["gmts.run.build.dataclass (defined in dataclasses)"]
     text = ("`prepare_training`, `build_run`, `--no-such-flag`, `--selector gmts`, `train.py`, "
             "`train.nope()`, `gmts/METHOD.md`")
     assert _stale_in_text(text, _source_words(), _flags()) == \

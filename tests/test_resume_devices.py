@@ -70,7 +70,7 @@ def test_cuda_states_of_more_gpus_than_there_are_now(monkeypatch):
 
 
 def test_a_cuda_runs_sampler_state_resumed_on_the_cpu():
-    """set_rng_state itself, as gmts/run/state.py's restore calls it: the raw set_state raised here.
+    """set_rng_state itself, as gmts/run/build.py's restore calls it: the raw set_state raised here.
     """
     import random
     import numpy as np

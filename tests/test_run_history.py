@@ -352,7 +352,7 @@ def test_a_copied_checkpoint_folder_is_not_a_checkpoint(base, tmp_path):
 
 
 def test_a_full_disk_during_the_merged_export_leaves_no_final_merged(base, tmp_path):
-    from gmts.run.state import save_merged_lora
+    from gmts.run.checkpoint import save_merged_lora
     run = copy_run(base, "merged", tmp_path)
 
     class Full:

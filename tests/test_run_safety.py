@@ -479,7 +479,7 @@ evaluate.evaluate_model = slow
     metrics = read_jsonl(out / "metrics.jsonl")
     assert [m["step"] for m in metrics] == [1, 2] and "eval_before_accuracy" in metrics[0]
     # the banner counts the tiny model's parameters as they are (it said "0.0M trainable")
-    from gmts.run.state import count_text
+    from gmts.run.build import count_text
     from gmts.trainer.models import load_model
     n = sum(p.numel() for p in load_model(digit_model_dir, dtype=torch.float32,
                                           device=torch.device("cpu")).parameters())
@@ -488,7 +488,7 @@ evaluate.evaluate_model = slow
 
 
 def test_parameter_counts_read_with_four_significant_digits():
-    from gmts.run.state import count_text
+    from gmts.run.build import count_text
     assert [count_text(n) for n in (0, 812, 1000, 30214, 134515008, 1543714304)] == [
         "0", "812", "1k", "30.21k", "134.5M", "1.544B"]
 

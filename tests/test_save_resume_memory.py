@@ -64,9 +64,9 @@ class Allocations(TorchDispatchMode):
 
 
 def test_a_save_makes_no_copy_of_the_optimizer_state(tiny_model_dir, tmp_path):
-    """gmts.run.state.save (what train.py calls) with --optimizer-offload: the tensors made while
-    saving add up to less than one float32 copy of the parameters (the masters' clone was that)."""
-    from gmts.run import state
+    """gmts.run.checkpoint.save (what train.py calls) with --optimizer-offload: the tensors made
+    while saving add up to less than one float32 copy of the parameters (the masters' clone was
+    that)."""
     from gmts.trainer.optim import build_optimizer
     from gmts.trainer.models import load_model, load_tokenizer
     cfg = parse_config(["--model", tiny_model_dir, "--device", "cpu", "--optimizer-offload",
@@ -81,7 +81,7 @@ def test_a_save_makes_no_copy_of_the_optimizer_state(tiny_model_dir, tmp_path):
                           select_gen=torch.Generator(), stream=SimpleNamespace(position=3),
                           fingerprint={}, main_process=True, world=1)
     with Allocations() as seen:
-        state.save(run, 1)
+        ckpt.save(run, 1)
     masters = sum(4 * p.numel() for p in params)
     assert seen.bytes < masters / 4, (seen.bytes, masters)
     saved = ckpt.load_trainer_state(ckpt.find_checkpoint(str(tmp_path / "run")))
@@ -99,7 +99,7 @@ def test_trainer_state_loads_memory_mapped_and_restore_lets_it_go(tmp_path):
     saved ones. restore copies what the optimizer keeps out of the mapping and empties the dict, so
     the file is no longer mapped afterwards (a prune deleting it frees its disk space)."""
     import gc
-    from gmts.run import state as run_state
+    from gmts.run.build import restore
     big = torch.arange(16 * 2 ** 20, dtype=torch.float32)            # 64 MiB
     folder = tmp_path / "step-000001"
     folder.mkdir()
@@ -124,7 +124,7 @@ def test_trainer_state_loads_memory_mapped_and_restore_lets_it_go(tmp_path):
     run = SimpleNamespace(cfg=SimpleNamespace(fsdp=False), optimizer=opt, rank=0,
                           rollout_gen=torch.Generator(), select_gen=torch.Generator(),
                           stream=SimpleNamespace(position=0))
-    assert run_state.restore(run, loaded) == 1 and loaded == {} and run.stream.position == 7
+    assert restore(run, loaded) == 1 and loaded == {} and run.stream.position == 7
     kept = opt.state[param]
     assert torch.equal(kept["exp_avg"], big) and torch.equal(kept["exp_avg_sq"], big)
     assert kept["exp_avg"].untyped_storage().data_ptr() != mapped.untyped_storage().data_ptr()

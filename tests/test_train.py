@@ -139,7 +139,7 @@ def test_the_reference_model_is_the_starting_policy_bit_for_bit(digit_model_dir,
     float32 inv_freq too, which a cast copy of the model rounds to bf16), so the first step's KL
     is exactly 0."""
     from gmts.run.config import parse_config
-    from gmts.run.state import build_policy
+    from gmts.run.build import build_policy
     cfg = parse_config(["--model", digit_model_dir, "--data", DATA["digits"], "--beta", "0.05",
                         "--device", "cpu", "--no-gradient-checkpointing"])
     model, ref, _ = build_policy(cfg, None, torch.device("cpu"), dtype)
@@ -192,7 +192,7 @@ def test_dynamic_sampling_drops_all_equal_groups(digit_model_dir, tmp_path):
 
 
 def step_parts(cfg, model, tok, stream, reward_fns):
-    """What collect_batch reads of a Run (gmts/run/state.py), without building one."""
+    """What collect_batch reads of a Run (gmts/run/build.py), without building one."""
     from types import SimpleNamespace
     from gmts.trainer.models import end_of_sequence_ids
     from gmts.trainer.rollout import EagerDecode

@@ -25,6 +25,7 @@ leaves `latest` naming no folder (a resume takes the newest intact one before it
 done again), never an intact checkpoint that is not in the run's history.
 """
 import contextlib
+import copy
 import errno
 import hashlib
 import json
@@ -39,10 +40,13 @@ import time
 import numpy as np
 import torch
 
+from gmts.run.config import to_dict
+from gmts.trainer import distributed
+
 STATE_FILE = "trainer_state.pt"
 # RUN/abandoned/after-step-N: what a rewind to step N set aside (gmts/run/folder.py)
 ABANDONED = "abandoned"
-MERGED = "final-merged"         # LoRA: the merged export at the end of a run (gmts/run/state.py)
+MERGED = "final-merged"         # LoRA: the merged export at the end of a run (save_merged_lora)
 # a checkpoint folder's whole name; 'step-000001 copy' is not one
 STEP_NAME = re.compile(r"step-(\d+)")
 
@@ -634,3 +638,60 @@ def truncate_jsonl(path, last_step, note=_stderr, dropped_to=None):
     except OSError as err:
         raise SystemExit(f"error: could not rewrite {path} ({_one_line(err)}); "
                          "it is unchanged") from None
+
+
+# --------------------------------------------------------------------------------------------------
+# Saving a run: train.py's checkpoint after a step, and LoRA's merged export at the end.
+
+def save(run, step):
+    """A checkpoint of the whole run after `step`, written atomically. Every process's random state
+    travels to the one that writes, so a resume continues each stream exactly. Call on every
+    process."""
+    rngs = distributed.gather_objects((rng_state(run.rollout_gen), run.select_gen.get_state()))
+    model_state, optim_state = (distributed.full_state_dicts(run.model, run.optimizer)
+                                if run.cfg.fsdp
+                                # FSDP: gathered on rank 0
+                                else (None, run.optimizer.state_dict()))
+    if run.main_process:
+        trainer_state = {"step": step, "config": to_dict(run.cfg), "optimizer": optim_state,
+                         "rng": [r for r, _ in rngs], "select_rng": [s for _, s in rngs],
+                         "data_position": run.stream.position, "world_size": run.world,
+                         "fingerprint": run.fingerprint}
+        save_checkpoint(run.cfg.output_dir, step, run.model, run.tokenizer, trainer_state,
+                             keep=run.cfg.keep_checkpoints, state_dict=model_state)
+    distributed.barrier()
+
+
+def save_merged_lora(run, step):
+    """LoRA: plain merged weights beside the checkpoints, for transformers / vLLM, written like a
+    checkpoint: into .tmp-final-merged, fsynced, listed in a manifest.json (sizes and SHA-256),
+    then renamed into place, with gmts_export.json (the step) inside. An earlier export is renamed
+    to .old-final-merged first and removed after (a kill leaves a leftover the next start removes,
+    never a half folder). A failed write (a full disk) removes the temporary folder and is one
+    line: no final-merged/ without its weights. A kill leaves the run resumable: --resume at the
+    last step writes the export (train.py)."""
+    merged_dir = os.path.join(run.cfg.output_dir, MERGED)
+    tmp = os.path.join(run.cfg.output_dir, f".tmp-{MERGED}")
+    trash = os.path.join(run.cfg.output_dir, f".old-{MERGED}")
+    try:
+        shutil.rmtree(tmp, ignore_errors=True)
+        copy.deepcopy(run.model).merge_and_unload().save_pretrained(tmp, safe_serialization=True)
+        run.tokenizer.save_pretrained(tmp)
+        umask_modes(tmp)
+        write_text_atomic(os.path.join(tmp, "gmts_export.json"),
+                               json.dumps({"step": step}) + "\n")
+        _fsync_tree(tmp)
+        write_manifest(tmp)
+        if os.path.exists(merged_dir):
+            shutil.rmtree(trash, ignore_errors=True)
+            os.rename(merged_dir, trash)
+        os.rename(tmp, merged_dir)
+        shutil.rmtree(trash, ignore_errors=True)
+    except Exception as err:  # noqa: BLE001 - OSError; safetensors' error on a full disk
+        shutil.rmtree(tmp, ignore_errors=True)
+        why = ("No space left on device" if disk_full(err)
+               else f"{type(err).__name__}: {_one_line(err)}")
+        raise SystemExit(f"error: writing the merged LoRA export {merged_dir} failed ({why}); "
+                         "nothing was left there, and the adapter checkpoint "
+                         f"{find_checkpoint(run.cfg.output_dir)} is intact "
+                         "(PeftModel.from_pretrained + merge_and_unload exports it)") from None

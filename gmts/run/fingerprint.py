@@ -4,7 +4,7 @@
     problem = differences(saved_fp, fp, cfg)    # one line naming what differs, or None
 
 Every checkpoint's trainer_state.pt holds the fingerprint of the run that wrote it
-(gmts/run/state.py). A resume computes it again from what it loaded, before anything is written, and
+(gmts/run/build.py). A resume computes it again from what it loaded, before anything is written, and
 refuses a run whose data, tokenizer or base model is not the one the checkpoint was trained on (a
 data file that grew, a base model folder replaced): the run would otherwise continue on another data
 order or another model without a word.

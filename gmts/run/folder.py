@@ -5,7 +5,7 @@
     cfg, resume_from, state = check_start(argv)    # every check, before anything loads or is
                                                    # written
     claim(cfg, start_step)                         # the first write into --output-dir
-                                                   # (gmts/run/state.py)
+                                                   # (gmts/run/build.py)
 
 check_start reads and never writes: the flag table (gmts/run/validate.py, via parse_config), the
 checkpoint to resume (the newest intact one: gmts/run/checkpoint.py), the flags a resume may not
@@ -91,7 +91,7 @@ def exit_on_interrupt(prog, note=""):
     `prog: interrupted (Ctrl-C); note`, and status 128 + signal, instead of a traceback through
     whatever was importing or loading.
     train.py's note: nothing was trained, and what a start writes before step 1 (the lock,
-    config.json) never blocks the same command run again; gmts/run/state.py's StopRequest takes
+    config.json) never blocks the same command run again; gmts/run/signals.py's StopRequest takes
     the signals over when training starts. eval.py and gmts.tools write their results last and
     atomically, so what is on disk is whole or absent."""
     def stop(signum, _frame):

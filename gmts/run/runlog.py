@@ -47,3 +47,8 @@ def append_jsonl(path, rows):
     finally:
         if fd is not None:
             os.close(fd)
+
+
+def log_paths(cfg):
+    return os.path.join(cfg.output_dir, "metrics.jsonl"), os.path.join(
+        cfg.output_dir, "samples.jsonl")

@@ -36,6 +36,7 @@ import torch
 from tqdm import tqdm
 
 from gmts.tools import stats
+from gmts.trainer import distributed
 from gmts.trainer.rollout import sample
 
 DEFAULT_SPLIT = "test"
@@ -516,3 +517,65 @@ def compare_results(path_a, path_b, *, seed=0, n_bootstrap=stats.N_BOOTSTRAP):
     out["settings_differ"] = [k for k in differing if meta_a.get(k) is not None and meta_b.get(k) is
                               not None]
     return out
+
+
+# --------------------------------------------------------------------------------------------------
+# In-training evaluation (train.py's --eval-every, --eval-before): this protocol on the run's model.
+
+def evaluate_during_training(run, label="eval"):
+    """run_eval where it must run: under FSDP every process (each holds a shard of every layer; all
+    evaluate identically), else rank 0 alone. Returns the eval_* metrics on rank 0, {} on the
+    others. Rank 0 shows a progress bar named `label`."""
+    out = {}
+    if run.cfg.fsdp:
+        with distributed.layers_gathered(run.model):
+            out = run_eval(run.cfg, run.model, run.tokenizer, run.eos_ids, run.device,
+                           progress=run.main_process and label)
+    elif run.main_process:
+        out = run_eval(run.cfg, run.model, run.tokenizer, run.eos_ids, run.device, progress=label)
+    distributed.barrier()
+    return out if run.main_process else {}
+
+
+def run_eval(cfg, model, tokenizer, eos_ids, device, progress="eval"):
+    """In-training evaluation with eval.py's protocol (the same code as `python eval.py`);
+    `progress` as in evaluate_model (a name: a bar on stderr that goes when done)."""
+    was_training = model.training
+    model.eval()
+    rows = rollout_rows(cfg)
+    result = evaluate_model(model, tokenizer, cfg.eval_data, limit=cfg.eval_limit,
+                            samples=cfg.eval_samples, temperature=cfg.eval_temperature,
+                            max_new_tokens=cfg.max_new_tokens, seed=cfg.seed, eos_ids=eos_ids,
+                            template=cfg.template or None, system_prompt=cfg.system_prompt,
+                            batch_size=rows, max_rows=rows, progress=progress,
+                            max_prompt_tokens=cfg.max_prompt_tokens,
+                            task_options=json.loads(cfg.task_options) if cfg.task_options else None,
+                            rewards=cfg.reward or None, reward_weights=cfg.reward_weights,
+                            reward_workers=cfg.reward_workers,
+                            reward_timeout=cfg.reward_timeout)
+    model.train(was_training)
+    # with --reward: each one's figures too, eval_reward_<label>_mean / _none
+    per_reward = each_reward([c for record in result["records"] for c in record["completions"]])
+    return {"eval_accuracy": result["accuracy"], "eval_ci95": result["ci95"],
+            "eval_data": cfg.eval_data, **{f"eval_{k}": v for k, v in per_reward.items()}}
+
+
+def rollout_rows(cfg):
+    """The most rows (answers) one sampling call of this process's rollout holds:
+    --rollout-batch-size prompts (0: the process's share of --prompts-per-step) x --group-size.
+    Evaluation samples in calls of at most as many rows, so it never needs more KV cache than a step
+    does."""
+    share = cfg.prompts_per_step // distributed.world_size()
+    return min(cfg.rollout_batch_size or share, share) * cfg.group_size
+
+
+def check_eval_data(cfg, tokenizer):
+    """Fail at start-up, not at the first evaluation, when --eval-data names something that cannot
+    be loaded."""
+    for spec in split_data_arg(cfg.eval_data):
+        try:
+            load_benchmark(spec, tokenizer, limit=cfg.eval_limit, template=cfg.template or None,
+                           system_prompt=cfg.system_prompt, max_prompt_tokens=cfg.max_prompt_tokens,
+                           task_options=json.loads(cfg.task_options) if cfg.task_options else None)
+        except (FileNotFoundError, ValueError, KeyError, SystemExit) as err:
+            raise SystemExit(f"error: --eval-data {spec!r}: {' '.join(str(err).split())}") from None

@@ -37,7 +37,7 @@ Under torchrun the gradient all-reduce adds one float32 bucket of 64 MiB at most
 distributed.py, all_reduce_gradients), not a copy of the gradients: not counted.
 The peak is the largest of the phases a step goes through: rollout (weights, optimizer state, KV
 cache, the sampler's per-row vocabulary buffers, one layer's K/V expanded for attention), evaluation
-(the same, for calls of at most the rollout's rows: gmts/run/state.py, rollout_rows), training
+(the same, for calls of at most the rollout's rows: gmts/tools/evaluate.py, rollout_rows), training
 (weights, optimizer state, activations + head, the gradients and, with bf16 weights, their float32
 sums: backward frees activations as it makes gradients, but neither glibc on CPU nor a caching
 allocator hands the freed blocks back at once, and measured peaks on CPU hold both), and the
@@ -207,7 +207,7 @@ def plan(cfg, shape, *, prompt_tokens=256, device="gpu"):
     c["sampler_buffers"] = rows * V * (b + 4 + 8)
     c["kv_expansion"] = kv_expansion_bytes(cfg, shape, rows, prompt_tokens, b)
     # evaluation (--eval-every / --eval-before): calls of at most the rollout's rows
-    # (gmts/run/state.py, rollout_rows; gmts/tools/evaluate.py, sampling_calls)
+    # (gmts/tools/evaluate.py, rollout_rows; gmts/tools/evaluate.py, sampling_calls)
     s = max(cfg.eval_samples, 1)
     eval_rows = s * max(1, rows // s) if s <= rows else rows
     c["eval_kv_cache"] = c["kv_cache"] * eval_rows // rows

@@ -1,18 +1,13 @@
-"""Setting up and keeping a training run: its state as one object, the model and optimizer, the
-output folder, checkpoints, stop signals and in-training evaluation. train.py calls these by name so
-that it can read as the story of one step; none of this is the method (gmts/METHOD.md).
+"""Building a training run, or restoring one from a checkpoint: its state as one object (Run), the
+processes, data, rewards, model and optimizer, and the output folder's first write. Saving a run is
+gmts/run/checkpoint.py's, its stop signals gmts/run/signals.py's, its in-training evaluation
+gmts/tools/evaluate.py's. None of this is the method (gmts/METHOD.md).
 
 Nothing in gmts/ imports data/ or rewards/: train.py passes its data loader and reward functions to
 build_run.
 """
-import contextlib
-import copy
 import json
 import os
-import shutil
-import signal
-import sys
-import time
 from dataclasses import dataclass
 
 import torch
@@ -29,6 +24,7 @@ from gmts.trainer.models import (add_lora, check_vocabulary, enable_gradient_che
                                  resolve_device, resolve_dtype)
 from gmts.trainer.compiled_decode import CompiledDecode
 from gmts.trainer.rollout import EagerDecode
+from gmts.tools.evaluate import check_eval_data
 from gmts.trainer.step import PromptStream
 
 
@@ -177,7 +173,7 @@ def count_text(n):
 
 
 # --------------------------------------------------------------------------------------------------
-# Checkpoints and the output folder.
+# Restoring a run from its checkpoint, and the output folder.
 
 def restore(run, state):
     """Optimizer, every random stream and the data position from a checkpoint (state: its
@@ -208,11 +204,6 @@ def own_copies(optimizer):
                 per_param[key] = value.clone()
 
 
-def log_paths(cfg):
-    return os.path.join(cfg.output_dir, "metrics.jsonl"), os.path.join(
-        cfg.output_dir, "samples.jsonl")
-
-
 def open_output_dir(run, start_step):
     """The first write into --output-dir: claim it (its owner's lock, then under the lock:
     --overwrite's deletion, leftovers removed, damaged checkpoints moved aside, the logs cut back to
@@ -224,170 +215,3 @@ def open_output_dir(run, start_step):
     except OSError as err:
         raise SystemExit(f"error: could not write {run.cfg.output_dir}/config.json "
                          f"({err.strerror or err})") from None
-
-
-def save(run, step):
-    """A checkpoint of the whole run after `step`, written atomically. Every process's random state
-    travels to the one that writes, so a resume continues each stream exactly. Call on every
-    process."""
-    rngs = distributed.gather_objects((ckpt.rng_state(run.rollout_gen), run.select_gen.get_state()))
-    model_state, optim_state = (distributed.full_state_dicts(run.model, run.optimizer)
-                                if run.cfg.fsdp
-                                # FSDP: gathered on rank 0
-                                else (None, run.optimizer.state_dict()))
-    if run.main_process:
-        trainer_state = {"step": step, "config": to_dict(run.cfg), "optimizer": optim_state,
-                         "rng": [r for r, _ in rngs], "select_rng": [s for _, s in rngs],
-                         "data_position": run.stream.position, "world_size": run.world,
-                         "fingerprint": run.fingerprint}
-        ckpt.save_checkpoint(run.cfg.output_dir, step, run.model, run.tokenizer, trainer_state,
-                             keep=run.cfg.keep_checkpoints, state_dict=model_state)
-    distributed.barrier()
-
-
-def save_merged_lora(run, step):
-    """LoRA: plain merged weights beside the checkpoints, for transformers / vLLM, written like a
-    checkpoint: into .tmp-final-merged, fsynced, listed in a manifest.json (sizes and SHA-256),
-    then renamed into place, with gmts_export.json (the step) inside. An earlier export is renamed
-    to .old-final-merged first and removed after (a kill leaves a leftover the next start removes,
-    never a half folder). A failed write (a full disk) removes the temporary folder and is one
-    line: no final-merged/ without its weights. A kill leaves the run resumable: --resume at the
-    last step writes the export (train.py)."""
-    merged_dir = os.path.join(run.cfg.output_dir, ckpt.MERGED)
-    tmp = os.path.join(run.cfg.output_dir, f".tmp-{ckpt.MERGED}")
-    trash = os.path.join(run.cfg.output_dir, f".old-{ckpt.MERGED}")
-    try:
-        shutil.rmtree(tmp, ignore_errors=True)
-        copy.deepcopy(run.model).merge_and_unload().save_pretrained(tmp, safe_serialization=True)
-        run.tokenizer.save_pretrained(tmp)
-        ckpt.umask_modes(tmp)
-        ckpt.write_text_atomic(os.path.join(tmp, "gmts_export.json"),
-                               json.dumps({"step": step}) + "\n")
-        ckpt._fsync_tree(tmp)
-        ckpt.write_manifest(tmp)
-        if os.path.exists(merged_dir):
-            shutil.rmtree(trash, ignore_errors=True)
-            os.rename(merged_dir, trash)
-        os.rename(tmp, merged_dir)
-        shutil.rmtree(trash, ignore_errors=True)
-    except Exception as err:  # noqa: BLE001 - OSError; safetensors' error on a full disk
-        shutil.rmtree(tmp, ignore_errors=True)
-        why = ("No space left on device" if ckpt.disk_full(err)
-               else f"{type(err).__name__}: {ckpt._one_line(err)}")
-        raise SystemExit(f"error: writing the merged LoRA export {merged_dir} failed ({why}); "
-                         "nothing was left there, and the adapter checkpoint "
-                         f"{ckpt.find_checkpoint(run.cfg.output_dir)} is intact "
-                         "(PeftModel.from_pretrained + merge_and_unload exports it)") from None
-
-
-class Interrupted(Exception):
-    """A signal during StopRequest.interruptible(): what ran there is abandoned."""
-
-
-class StopRequest:
-    """Ctrl-C / SIGTERM during training: finish the current step, write a checkpoint, exit, without
-    starting the next evaluation. train.py asks any_process() again after each save, so a signal
-    that arrives during a checkpoint write stops right after it; one during an in-training
-    evaluation abandons it (interruptible). A second Ctrl-C stops at once (the last checkpoint is
-    still whole: checkpoints are written atomically). Made when the first step starts: before it
-    nothing is trained and gmts/run/folder.py's exit_on_interrupt ends the process at once."""
-
-    GRACE_S = 5.0          # how long a user's reward may go on scoring after a signal (overdue)
-
-    def __init__(self):
-        self.signum, self._interruptible, self._since = 0, False, 0.0
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, self._handle)
-
-    def _handle(self, signum, _frame):
-        self.signum, self._since = signum, time.monotonic()
-        signal.signal(signum, signal.SIG_DFL)
-        print(f"\ngmts: got signal {signum}; checkpointing after this step (again to stop now)",
-              file=sys.stderr, flush=True)
-        if self._interruptible:
-            self._interruptible = False
-            raise Interrupted
-
-    @contextlib.contextmanager
-    def interruptible(self):
-        """Inside, a signal raises Interrupted (one process's own work only: no collective may run
-        there)."""
-        self._interruptible = not self.signum
-        try:
-            yield
-        finally:
-            self._interruptible = False
-
-    def overdue(self):
-        """The signal's number once GRACE_S have passed since it came, else 0: a user's reward
-        still running then is abandoned (rewards.set_interrupt_check), so a signal stops the run
-        within seconds even while a reward hangs."""
-        return self.signum if self.signum and time.monotonic() - self._since > self.GRACE_S else 0
-
-    def any_process(self):
-        """True on every process once any process was signalled."""
-        return bool(int(distributed.all_reduce_sum(torch.tensor(self.signum))))
-
-
-# --------------------------------------------------------------------------------------------------
-# In-training evaluation.
-
-def evaluate_during_training(run, label="eval"):
-    """run_eval where it must run: under FSDP every process (each holds a shard of every layer; all
-    evaluate identically), else rank 0 alone. Returns the eval_* metrics on rank 0, {} on the
-    others. Rank 0 shows a progress bar named `label`."""
-    out = {}
-    if run.cfg.fsdp:
-        with distributed.layers_gathered(run.model):
-            out = run_eval(run.cfg, run.model, run.tokenizer, run.eos_ids, run.device,
-                           progress=run.main_process and label)
-    elif run.main_process:
-        out = run_eval(run.cfg, run.model, run.tokenizer, run.eos_ids, run.device, progress=label)
-    distributed.barrier()
-    return out if run.main_process else {}
-
-
-def run_eval(cfg, model, tokenizer, eos_ids, device, progress="eval"):
-    """In-training evaluation with eval.py's protocol (the same code as `python eval.py`);
-    `progress` as in evaluate_model (a name: a bar on stderr that goes when done)."""
-    from gmts.tools.evaluate import each_reward, evaluate_model
-    was_training = model.training
-    model.eval()
-    rows = rollout_rows(cfg)
-    result = evaluate_model(model, tokenizer, cfg.eval_data, limit=cfg.eval_limit,
-                            samples=cfg.eval_samples, temperature=cfg.eval_temperature,
-                            max_new_tokens=cfg.max_new_tokens, seed=cfg.seed, eos_ids=eos_ids,
-                            template=cfg.template or None, system_prompt=cfg.system_prompt,
-                            batch_size=rows, max_rows=rows, progress=progress,
-                            max_prompt_tokens=cfg.max_prompt_tokens,
-                            task_options=json.loads(cfg.task_options) if cfg.task_options else None,
-                            rewards=cfg.reward or None, reward_weights=cfg.reward_weights,
-                            reward_workers=cfg.reward_workers,
-                            reward_timeout=cfg.reward_timeout)
-    model.train(was_training)
-    # with --reward: each one's figures too, eval_reward_<label>_mean / _none
-    per_reward = each_reward([c for record in result["records"] for c in record["completions"]])
-    return {"eval_accuracy": result["accuracy"], "eval_ci95": result["ci95"],
-            "eval_data": cfg.eval_data, **{f"eval_{k}": v for k, v in per_reward.items()}}
-
-
-def rollout_rows(cfg):
-    """The most rows (answers) one sampling call of this process's rollout holds:
-    --rollout-batch-size prompts (0: the process's share of --prompts-per-step) x --group-size.
-    Evaluation samples in calls of at most as many rows, so it never needs more KV cache than a step
-    does."""
-    share = cfg.prompts_per_step // distributed.world_size()
-    return min(cfg.rollout_batch_size or share, share) * cfg.group_size
-
-
-def check_eval_data(cfg, tokenizer):
-    """Fail at start-up, not at the first evaluation, when --eval-data names something that cannot
-    be loaded."""
-    from gmts.tools.evaluate import load_benchmark, split_data_arg
-    for spec in split_data_arg(cfg.eval_data):
-        try:
-            load_benchmark(spec, tokenizer, limit=cfg.eval_limit, template=cfg.template or None,
-                           system_prompt=cfg.system_prompt, max_prompt_tokens=cfg.max_prompt_tokens,
-                           task_options=json.loads(cfg.task_options) if cfg.task_options else None)
-        except (FileNotFoundError, ValueError, KeyError, SystemExit) as err:
-            raise SystemExit(f"error: --eval-data {spec!r}: {' '.join(str(err).split())}") from None
