@@ -53,11 +53,12 @@ from gmts import rewards
 from gmts.method.grpo import (
     group_advantages, mixed_groups, overlong_penalty, relative_token_weight, token_omega,
     token_scores)
-from gmts.run import checkpoint as ckpt, report, runlog
+from gmts.run import checkpoint as ckpt, report
 from gmts.run.build import build_run
 from gmts.run.checkpoint import save, save_merged_lora
 from gmts.run.folder import check_start, export_step
-from gmts.run.runlog import log_paths
+from gmts.run.progress import Progress
+from gmts.run.runlog import RunLog
 from gmts.run.signals import Interrupted, StopRequest
 from gmts.run.validate import memory_line
 from gmts.trainer import distributed
@@ -299,6 +300,29 @@ def step_memory_advice(cfg):
             "--gradient-checkpointing for the update")
 
 
+def train_bar(run, start_step):
+    """The run's progress bar, on the main process. No tqdm rate: it would average evaluations and
+    checkpoints into s/step; s_per_step (its postfix) is the step's own time."""
+    return Progress(total=run.cfg.steps, initial=start_step, desc="train", unit="step",
+                    dynamic_ncols=True, mininterval=1.0, disable=not run.main_process,
+                    bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}{postfix}]")
+
+
+def step_metrics(run, step, done, lr):
+    """The step's metrics line and its samples.jsonl lines (None: none): step_figures, then the
+    update's figures (gmts/trainer/metrics.py), the learning rate and the peak memory so far."""
+    metrics, samples = step_figures(run, step, done), None
+    if done.records:
+        log = UpdateLog(run.cfg, done.batch, done.records)
+        metrics.update(log.metrics())
+        metrics["tokens_per_s"] = metrics["valid_tokens"] / (metrics["time_rollout_s"]
+                                                             + metrics["time_train_s"])
+        samples = log.samples(step)
+    # the peak so far, this step included
+    metrics.update(lr=lr, peak_memory_mb=peak_memory_mb(run.device))
+    return metrics, samples
+
+
 def step_figures(run, step, done):
     """The step's metrics line, before the update's figures: the rollout's, each reward's, the
     times."""
@@ -357,141 +381,126 @@ def resume_hint(cfg):
     return "no checkpoint was written yet: the same command starts again"
 
 
+def evaluate(run, log, label, step, stop=None):
+    """An in-training evaluation (gmts/tools/evaluate.py): a progress bar, then its line, timed.
+    With `stop` (from the first step on) a signal abandons it, except under FSDP, where every
+    process evaluates in step; before, a signal ends the process. Returns its eval_* metrics."""
+    t = time.time()
+    abandon = stop.interruptible() if stop and not run.cfg.fsdp else contextlib.nullcontext()
+    with reward_failures(run.cfg, step), abandon, memory_line(
+            "train.py", f"evaluating {label}",
+            "lower --prompts-per-step x --group-size (the evaluation samples as many rows "
+            "at once) or --eval-samples"):
+        try:
+            out = evaluate_during_training(run, "eval " + label)
+        except (Interrupted, rewards.ScoringStopped):
+            out = {}
+    log.spent["eval"] += time.time() - t
+    if out:
+        tqdm.write(report.eval_line(label, out, log.overlap))
+    return out
+
+
+def non_finite(done):
+    """Whether the step met NaN/inf: in the weights, or in a loss, gradient or model output."""
+    return done.outcome == BAD_WEIGHTS or any(r["outcome"] == NON_FINITE for r in done.records)
+
+
+def diverged(cfg, step, bad_in_a_row, last_saved):
+    """The line that ends a run after --max-bad-steps non-finite steps in a row."""
+    last_good = ckpt.find_checkpoint(cfg.output_dir) if last_saved else "none"
+    return (f"error: {bad_in_a_row} steps in a row with a non-finite loss, gradient or model "
+            f"output (NaN/inf; last at step {step}); the last checkpoint is {last_good}. Lower "
+            "--lr or check the data.")
+
+
+def save_if_finite(run, step, bar, log, say):
+    """A checkpoint after `step` (gmts/run/checkpoint.py), unless the weights hold NaN/inf: never
+    saved, so the last checkpoint stays the last good one (said once per run of bad steps: `say`).
+    Returns whether it saved."""
+    if not all_finite(run.model.parameters()):
+        if run.main_process and say:
+            last_good = ckpt.find_checkpoint(run.cfg.output_dir) if log.last_saved else "none"
+            print(f"gmts: no checkpoint after step {step}: the weights hold NaN/inf (the last "
+                  f"checkpoint, {last_good}, is the last good one)", file=sys.stderr, flush=True)
+        return False
+    t = time.time()
+    with bar.doing(f"writing checkpoint step-{step}"):
+        save(run, step)
+    log.spent["save"] += time.time() - t
+    log.last_saved = step
+    return True
+
+
+def exit_stopped(run, stop, step, last_saved):
+    """A signal came: the step is done (and saved); one line on what is left to do, then exit."""
+    signum = stop.signum or 15               # another process was signalled: SIGTERM's code
+    if run.main_process:
+        print(f"gmts: stopped by signal {signum} after step {step}; "
+              + stopped_note(run.cfg, step, last_saved))
+    sys.exit(128 + signum)
+
+
+def finish(run, log):
+    """The end of a run that reached --steps: LoRA's merged export of the last step, unless a
+    resume at the end finds it written, then the run's final line."""
+    cfg, exported = run.cfg, False
+    if cfg.lora_rank and log.last_saved == cfg.steps and run.main_process and export_step(
+            os.path.join(cfg.output_dir, ckpt.MERGED)) != cfg.steps:
+        save_merged_lora(run, cfg.steps)
+        exported = True
+    if run.main_process:
+        print(log.final_line(exported))
+
+
 def main(argv=None):
-    # every check: one line
-    cfg, resume_from, state = check_start(sys.argv[1:] if argv is None else argv)
+    """The run: every check, then the model and data, then --steps steps, each trained, logged,
+    evaluated and saved as the flags say; a signal ends the run after the current step's save."""
+    cfg, resume_from, state = check_start(sys.argv[1:] if argv is None else argv)  # one line each
     with memory_line("train.py", "loading the model",
                      "use --dtype bfloat16, --lora-rank, a smaller --model or a larger machine"):
         run, start_step = build_run(cfg, resume_from, state, load_prompts=load_prompts,
                                     reward_functions=reward_functions)
-    # --report-to (gmts/run/report.py)
-    stop, reporter = None, report.open(cfg if run.main_process else None)
-    metrics_path, samples_path = log_paths(cfg)
     overlap = eval_overlap(cfg, run.stream.problems) if run.main_process else ""
-    # the wall time the final line reports, and its parts
-    t_run, spent = time.time(), {"eval": 0.0, "save": 0.0}
-
-    def evaluate(label, step):     # an in-training evaluation: a progress bar, then its line, timed
-        t = time.time()
-        # a signal abandons it (not under FSDP, where every process evaluates in step)
-        abandon = stop.interruptible() if stop and not cfg.fsdp else contextlib.nullcontext()
-        with reward_failures(cfg, step), abandon, memory_line(
-                "train.py", f"evaluating {label}",
-                "lower --prompts-per-step x --group-size (the evaluation samples as many rows "
-                "at once) or --eval-samples"):
-            try:
-                out = evaluate_during_training(run, "eval " + label)
-            except (Interrupted, rewards.ScoringStopped):
-                out = {}
-        spent["eval"] += time.time() - t
-        if out:
-            tqdm.write(report.eval_line(label, out, overlap))
-        return out
-
+    log = RunLog(cfg, run.main_process, start_step, overlap)   # metrics.jsonl, --report-to, times
     # Before the first step nothing is trained: a signal still ends the process at once, and the
     # folder holds nothing that keeps the same command from starting (gmts/run/folder.py).
-    eval_before = evaluate("before training", 0) if cfg.eval_before and start_step == 0 else {}
-    if eval_before:
-        reporter.log(0, eval_before)
+    if cfg.eval_before and start_step == 0:
+        log.evaluated_before(evaluate(run, log, "before training", 0))
     stop = StopRequest()          # from the first step: finish the step, save, exit
     # a user's reward still scoring a few seconds after a signal is abandoned, with its step
     rewards.set_interrupt_check(stop.overdue)
-
-    bad_in_a_row, last_saved, first, last = 0, start_step, None, None
-    # No tqdm rate: it would average evaluations and checkpoints into s/step; s_per_step is the
-    # step's own time.
-    bar = tqdm(range(start_step + 1, cfg.steps + 1), initial=start_step, total=cfg.steps,
-               desc="train", unit="step",
-               dynamic_ncols=True, mininterval=1.0, disable=not run.main_process,
-               bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}{postfix}]")
-    for step in bar:
+    bar, bad_in_a_row = train_bar(run, start_step), 0
+    for step in range(start_step + 1, cfg.steps + 1):
         lr = cfg.lr * min(1.0, step / cfg.warmup_steps) if cfg.warmup_steps else cfg.lr
         for group in run.optimizer.param_groups:
             group["lr"] = lr
         with reward_failures(cfg, step), memory_line("train.py", f"in step {step}",
                                                       step_memory_advice(cfg)):
             done = train_step(run, step)
-        metrics, samples = step_figures(run, step, done), None
-        if done.records:           # the update's figures (gmts/trainer/metrics.py), for the log
-            log = UpdateLog(cfg, done.batch, done.records)
-            metrics.update(log.metrics())
-            metrics["tokens_per_s"] = metrics["valid_tokens"] / (metrics["time_rollout_s"]
-                                                                 + metrics["time_train_s"])
-            samples = log.samples(step)
-        # the peak so far, this step included
-        metrics.update(lr=lr, peak_memory_mb=peak_memory_mb(run.device))
-        stopping = stop.any_process()     # a signal during the step: no evaluation after it
-        if cfg.eval_every and (step % cfg.eval_every == 0 or step == cfg.steps) and not stopping:
-            metrics.update(evaluate(f"after step {step}", step))
-        if step == start_step + 1 and eval_before:
-            metrics.update({"eval_before_" + k[len("eval_"):]: v for k, v in eval_before.items()})
-        if run.main_process:
-            # whole lines or none; a full disk is one line
-            runlog.append_jsonl(metrics_path, [metrics])
-            if samples:
-                runlog.append_jsonl(samples_path, samples)
-            reporter.log(step, metrics, samples)
-        first, last = first or metrics, metrics
+        metrics, samples = step_metrics(run, step, done, lr)
         bar.set_postfix(reward=f"{metrics['reward_mean']:.3f}", acc=f"{metrics['accuracy']:.3f}",
                         s_per_step=f"{metrics['time_rollout_s'] + metrics['time_train_s']:.1f}",
-                        # shown with the step count it belongs to (the bar's next update)
                         refresh=False)
-        non_finite = done.outcome == BAD_WEIGHTS or any(r["outcome"] == NON_FINITE
-                                                        for r in done.records)
-        bad_in_a_row = bad_in_a_row + 1 if non_finite else 0
+        bar.update()                      # the step done, before its evaluation and save
+        stopping = stop.any_process()     # a signal during the step: no evaluation after it
+        if cfg.eval_every and (step % cfg.eval_every == 0 or step == cfg.steps) and not stopping:
+            metrics.update(evaluate(run, log, f"after step {step}", step, stop))
+        log.write(step, metrics, samples)
+        bad_in_a_row = bad_in_a_row + 1 if non_finite(done) else 0
         if bad_in_a_row >= cfg.max_bad_steps:
             bar.close()
-            last_good = ckpt.find_checkpoint(cfg.output_dir) if last_saved else "none"
-            raise SystemExit(f"error: {bad_in_a_row} steps in a row with a non-finite loss, "
-                             f"gradient or model output (NaN/inf; last at step {step}); the last "
-                             f"checkpoint is {last_good}. Lower --lr or check the data.")
+            raise SystemExit(diverged(cfg, step, bad_in_a_row, log.last_saved))
         stopping = stop.any_process()
-        if ((cfg.save_every and step % cfg.save_every == 0) or step == cfg.steps or stopping) and \
-                not all_finite(run.model.parameters()):
-            if run.main_process and bad_in_a_row <= 1:            # said once per run of bad steps
-                last_good = ckpt.find_checkpoint(cfg.output_dir) if last_saved else "none"
-                print(f"gmts: no checkpoint after step {step}: the weights hold NaN/inf (the last "
-                      f"checkpoint, {last_good}, is the last good one)", file=sys.stderr,
-                      flush=True)
-        elif (cfg.save_every and step % cfg.save_every == 0) or step == cfg.steps or stopping:
-            t = time.time()
-            bar.set_description_str(f"train: writing checkpoint step-{step}")
-            save(run, step)
-            bar.set_description_str("train")
-            spent["save"] += time.time() - t
-            last_saved = step
+        if ((cfg.save_every and step % cfg.save_every == 0) or step == cfg.steps or stopping) \
+                and save_if_finite(run, step, bar, log, say=bad_in_a_row <= 1):
             stopping = stop.any_process()       # also a signal during the save: stop right after it
         if stopping:
             bar.close()
-            signum = stop.signum or 15               # another process was signalled: SIGTERM's code
-            if run.main_process:
-                print(f"gmts: stopped by signal {signum} after step {step}; "
-                      + stopped_note(cfg, step, last_saved))
-            sys.exit(128 + signum)
+            exit_stopped(run, stop, step, log.last_saved)
     bar.close()
-    reporter.close()
-    exported = False
-    # LoRA: the merged export of the last step, unless a resume at the end finds it written
-    if cfg.lora_rank and last_saved == cfg.steps and run.main_process and export_step(
-            os.path.join(cfg.output_dir, ckpt.MERGED)) != cfg.steps:
-        save_merged_lora(run, cfg.steps)
-        exported = True
-    if last is None and run.main_process:          # --resume at the last step: the run's end only
-        print(f"gmts: the run in {cfg.output_dir} is complete at step {cfg.steps} (checkpoint "
-              f"{ckpt.find_checkpoint(cfg.output_dir)}"
-              + (f"; wrote {os.path.join(cfg.output_dir, ckpt.MERGED)}" if exported else "")
-              + f"); pass --steps > {cfg.steps} to train further")
-    if last is not None and run.main_process:
-        held_out = [f"{100 * r['eval_accuracy']:.1f}%" for r in (eval_before, last)
-                    if "eval_accuracy" in r]
-        print(f"gmts: {cfg.steps - start_step} steps in {time.time() - t_run:.1f}s wall time (from "
-              f"the end of loading: {spent['eval']:.1f}s of it evaluating, {spent['save']:.1f}s "
-              f"writing checkpoints); reward {first['reward_mean']:.3f} -> "
-              f"{last['reward_mean']:.3f}, accuracy {first['accuracy']:.3f} -> "
-              f"{last['accuracy']:.3f}"
-              + (f", {'eval' if overlap else 'held-out'} accuracy {' -> '.join(held_out)}"
-                 + (f" ({overlap})" if overlap else "") if held_out else "")
-              + f"; checkpoint {ckpt.find_checkpoint(cfg.output_dir)}")
+    log.close()
+    finish(run, log)
 
 
 if __name__ == "__main__":

@@ -61,11 +61,11 @@ def render_prompt(problem: Problem, tokenizer) -> str:
 def prompt_token_ids(problems, tokenizer, max_tokens=None):
     """(kept problems, their prompt ids): each problem rendered with render_prompt and tokenized;
     problems whose prompt is longer than `max_tokens` are left out (the caller reports how many)."""
-    from tqdm import tqdm
+    from gmts.run.progress import Progress
     kept, ids, chunk = [], [], 1024      # one tokenizer call per chunk: its batch runs in parallel
     # a bar on stderr for a large set (200k rows take minutes on 2 cores), gone when done
-    bar = tqdm(total=len(problems), desc="tokenizing prompts", unit="prompt", leave=False,
-               mininterval=1.0, disable=len(problems) < 20 * chunk)
+    bar = Progress(total=len(problems), desc="tokenizing prompts", unit="prompt", leave=False,
+                   mininterval=1.0, disable=len(problems) < 20 * chunk)
     for start in range(0, len(problems), chunk):
         part = problems[start:start + chunk]
         texts = [render_prompt(problem, tokenizer) for problem in part]

@@ -44,6 +44,67 @@ def test_the_in_training_evaluations_show_progress_and_print_once(
             and "means nothing" in lock[1])
 
 
+def bar_lines(stream):
+    """What a log shows of the bars written to `stream`: every redraw as a line of its own."""
+    return [line for line in re.split(r"[\r\n]", stream) if line]
+
+
+def bar_state(line):
+    """A bar's line without its times and rate: its name, count and figures."""
+    return re.sub(r"\[[^,\]]*(, [\d.?]+\w+/s)?", "[", line)
+
+
+def repeated_states(lines):
+    """Lines that write a bar's state (name, count, figures) again with nothing changed since that
+    bar's previous line."""
+    last, repeats = {}, []
+    for line in filter(re.compile(r"(train|eval)\b[^:]*: ").match, lines):
+        bar = line.split(":")[0]
+        if last.get(bar) == bar_state(line):
+            repeats.append(line)
+        last[bar] = bar_state(line)
+    return repeats
+
+
+def test_in_a_log_every_bar_writes_each_state_once(digit_model_dir, digit_data, tmp_path, capsys,
+                                                  monkeypatch):
+    """In a log file every redraw of a bar stays as a line: the training bar is not written again
+    after the last evaluation, no bar's last line twice, no line of spaces where a terminal would
+    clear a bar, for every long phase's bar (train.py's, each evaluation's, eval.py's). A clock
+    that moves 2 s per reading makes every update draw, as the steps of a long run do."""
+    import itertools
+    import torch
+    import tqdm.std
+    import train
+    from gmts.tools.evaluate import evaluate_model
+    from gmts.trainer.models import load_model, load_tokenizer
+    clock = itertools.count(0.0, 2.0)
+    monkeypatch.setattr(tqdm.std, "time", lambda: next(clock))
+    train.main(["--model", digit_model_dir, "--data", str(digit_data), "--steps", "2",
+                "--prompts-per-step", "2", "--group-size", "4", "--max-new-tokens", "3",
+                "--micro-batch-size", "4", "--device", "cpu", "--output-dir", str(tmp_path / "run"),
+                "--eval-before", "--eval-every", "1", "--eval-data", "arithmetic:test",
+                "--eval-limit", "3"])
+    lines = bar_lines(capsys.readouterr().err)
+    assert not [line for line in lines if not line.strip()], lines
+    assert not repeated_states(lines), (repeated_states(lines), lines)
+    # each bar's last line once: training at 2/2, each evaluation at 3/3
+    assert sum(bool(re.match(r"train:\s+100%.*\| 2/2 ", line)) for line in lines) == 1, lines
+    for label in ("eval before training", "eval after step 1", "eval after step 2"):
+        assert sum(line.startswith(f"{label}: 100%") for line in lines) == 1, (label, lines)
+    # after the last evaluation the training bar says only that step 2 is done and saved
+    last_eval = max(i for i, line in enumerate(lines) if line.startswith("eval after step 2"))
+    after = [line for line in lines[last_eval + 1:] if line.startswith("train")]
+    assert after and all("| 2/2 " in line for line in after), lines[last_eval:]
+    # eval.py's bar (leave=True): its last line once
+    model = load_model(digit_model_dir, dtype=torch.float32, device="cpu")
+    evaluate_model(model, load_tokenizer(digit_model_dir), "arithmetic:test", limit=3,
+                   max_new_tokens=3, batch_size=1, progress=True)
+    lines = bar_lines(capsys.readouterr().err)
+    assert not [line for line in lines if not line.strip()] and not repeated_states(lines), lines
+    assert sum(line.startswith("eval: 100%") for line in lines) == 1, lines
+
+
 def entry_points():
     """Every command a user runs: train.py, eval.py, and each file of bench/ and gmts/tools/ that
     runs as a script."""

@@ -301,9 +301,9 @@ def analyze_groups(model, prompt_ids, rollout, rewards, *, params="all", adv_std
     n_total = sum(min(lengths[i], max_tokens_per_answer or lengths[i]) for i in answers)
     bar = None
     if progress:
-        from tqdm import tqdm
-        bar = tqdm(total=n_total, desc="per-token backward", unit="tok", dynamic_ncols=True,
-                   mininterval=1.0, file=sys.stderr)
+        from gmts.run.progress import Progress
+        bar = Progress(total=n_total, desc="per-token backward", unit="tok", dynamic_ncols=True,
+                       mininterval=1.0, file=sys.stderr)
     was_training = model.training
     # no dropout: the gradient of one token must be deterministic
     model.eval()

@@ -33,8 +33,7 @@ import zlib
 
 import numpy as np
 import torch
-from tqdm import tqdm
-
+from gmts.run.progress import Progress
 from gmts.tools import stats
 from gmts.trainer import distributed
 from gmts.trainer.rollout import sample
@@ -339,9 +338,10 @@ def evaluate_model(model, tokenizer, data, *, limit=None, samples=1, temperature
     # Nested in train.py's bar, tqdm moves the cursor with escape sequences; a log file (not a
     # terminal) gets plain lines: the bar takes the first line.
     tty = getattr(sys.stderr, "isatty", lambda: False)()
-    bar = tqdm(total=total, desc=progress if isinstance(progress, str) else "eval", unit="problem",
-               dynamic_ncols=True, mininterval=1.0, leave=not isinstance(progress, str),
-               disable=not progress, position=None if tty else 0, file=sys.stderr)
+    bar = Progress(total=total, desc=progress if isinstance(progress, str) else "eval",
+                   unit="problem", dynamic_ncols=True, mininterval=1.0,
+                   leave=not isinstance(progress, str), disable=not progress,
+                   position=None if tty else 0, file=sys.stderr)
     running = {"score": 0.0, "done": 0}
 
     def on_batch(done):
