@@ -318,7 +318,8 @@ def main(argv=None):
     # (gmts/run/validate.py), before any data or model loads; a bad one is one line and exit status
     # 2.
     from gmts.run.folder import lock_output
-    from gmts.run.validate import UsageError, address_space_problem, check_eval_args
+    from gmts.run.machine import address_space_problem
+    from gmts.run.validate import UsageError, check_eval_args
     if address_space_problem("eval.py"):
         raise UsageError("eval.py", address_space_problem("eval.py"))
     output = args.output if args.compare else (args.output
@@ -350,7 +351,8 @@ def main(argv=None):
 
 def evaluate(args, output):
     """eval.py's evaluation into `output`, which this process owns (lock_output)."""
-    from gmts.run.validate import memory_line, model_context
+    from gmts.run.machine import memory_line
+    from gmts.run.paths import model_context
     task_options = json.loads(args.task_options) if args.task_options else {}
     context = model_context(args.model)
     max_prompt_tokens = args.max_prompt_tokens or (context[0] - args.max_new_tokens if context

@@ -46,8 +46,9 @@ import socket
 import sys
 import time
 
-from gmts.run.validate import (UsageError, context_problem, launcher_problem, main_process,
-                               output_path_problem)
+from gmts.run.machine import launcher_problem, main_process
+from gmts.run.paths import context_problem, output_path_problem
+from gmts.run.validate import UsageError
 
 LOCK = ".lock"
 LOCK_NOTE = ("That process owns this run folder while it runs: it holds an flock on this file, "
