@@ -366,15 +366,12 @@ def build_parser():
 
 
 def add_config_flags(parser, names=None, *, defaults=None, helps=None, sections=None):
-    """One --flag per Config field (every field, or those in `names`), typed and documented from the
-    dataclass.
-
-    defaults=None: every flag defaults to argparse.SUPPRESS, so parse_config can tell an explicit
-    flag from a default (presets sit in between). A dict instead: the flags default to the
-    dataclass's values, overridden by the dict's, and the namespace holds a value for each (for
-    tools that use some of the fields, e.g. gmts.tools.analyze). helps: {name: text} replaces a
-    field's help where the tool gives the field another role. sections: {name: title}: the field
-    `name` and those after it go under `title` in --help."""
+    """One --flag per Config field (every field, or those in `names`), typed, documented and given
+    its choices from the dataclass. defaults=None: every flag defaults to argparse.SUPPRESS, so
+    parse_config tells an explicit flag from a default (presets sit in between); a dict: the
+    dataclass's defaults overridden by the dict's (for tools that use some fields, e.g.
+    gmts.tools.analyze). helps: {name: text} replaces a field's help where a tool gives the field
+    another role. sections: {name: title}: `name` and the fields after it go under `title`."""
     chosen = [f for f in fields(Config) if names is None or f.name in names]
     unknown = set(names or ()) - {f.name for f in chosen}
     if unknown:
@@ -409,17 +406,11 @@ def parse_config(argv=None):
         values.update(PRESETS[preset])
         for name in preset_data_settings(preset, explicit, explicit.get("data")):
             del values[name]             # its own data's settings (gmts/run/folder.py says so)
-    values.update(explicit)
-    cfg = Config(**values)
     try:
-        resolve(cfg)
-    except ValueError as err:
-        # a flag the user never typed
+        cfg = resolve(Config(**{**values, **explicit}))
+    except ValueError as err:                  # naming a flag the preset set, not the user
         parser.error(str(err) + preset_note(str(err), preset, explicit))
-    # what the resume will run: printed by gmts/run/folder.py's check_start
-    if show and cfg.resume:
-        return cfg
-    if show:
+    if show and not cfg.resume:                # a resume's: printed by folder.py's check_start
         if preset:
             print(f"# --preset {preset}: {PRESET_NOTES.get(preset, '')}")
         print(json.dumps(to_dict(cfg), indent=2))
@@ -427,8 +418,7 @@ def parse_config(argv=None):
     return cfg
 
 
-# The flags whose value may be a path (or else a hub id or a built-in name); `~` in them is the home
-# folder.
+# The flags whose value may be a path (or else a hub id or a built-in name): `~` is the home folder.
 PATH_VALUED_FLAGS = ("model", "tokenizer", "data", "output_dir", "resume")
 
 
@@ -442,8 +432,7 @@ def resolve(cfg):
             setattr(cfg, name, os.path.expanduser(value))
     if isinstance(cfg.eps_high, (int, float)) and cfg.eps_high < 0:
         cfg.eps_high = 0.28 if cfg.algo == "dapo" else 0.2
-    if cfg.mini_batch_size == 0:
-        # one optimizer step per rollout batch
+    if cfg.mini_batch_size == 0:                       # one optimizer step per rollout batch
         cfg.mini_batch_size = cfg.prompts_per_step
     return check(cfg, FIELD_RULES + TRAIN_RULES)
 
@@ -475,11 +464,8 @@ def preset_note(message, preset, explicit):
     """' (--x 5 set by --preset P)' for each flag that `message` names whose value came from the
     preset, not from the command line (`explicit`: the flags given), so a user is never told about a
     flag they did not pass."""
-    from_preset = [name for name, value in PRESETS.get(preset, {}).items() if name not in explicit
-                   and re.search(rf"--{name.replace('_', '-')}(?![\w-])", message)]
-    if not from_preset:
-        return ""
-    given = ", ".join(f"--{n.replace('_', '-')} {PRESETS[preset][n]!r}"
-                      if isinstance(PRESETS[preset][n], str)
-                      else f"--{n.replace('_', '-')} {PRESETS[preset][n]}" for n in from_preset)
-    return f" ({given} set by --preset {preset})"
+    flags = {f"--{name.replace('_', '-')}": value for name, value in PRESETS.get(preset, {}).items()
+             if name not in explicit}
+    given = [f"{flag} {value!r}" for flag, value in flags.items()
+             if re.search(rf"{flag}(?![\w-])", message)]
+    return f" ({', '.join(given)} set by --preset {preset})" if given else ""

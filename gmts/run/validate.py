@@ -1,13 +1,9 @@
-"""Every flag checked before anything loads (no torch): one line naming the first bad flag.
-
-    check(cfg, rules)                 -> cfg, or ValueError naming the flag and its value
-    check_eval_args(args, output)     -> eval.py's flags, its output paths and the model's context
+"""Every flag checked before anything loads (no torch), one line naming the first bad one.
 
 A flag's own range or choices is a spec (range_problem): train.py's stand beside each Config field
-(gmts/run/config.py), eval.py's in EVAL_SPECS. A Rule says what a spec cannot: (flag, ok(value,
-config), message with {v} the value, {c} the config, {err} the text of a ValueError ok raised), for
-flags read together, the disk or the machine. Specs run first, so a flag is checked on its own
-before a rule combines it with another. A usage error is UsageError: one line on stderr, status 2.
+(gmts/run/config.py), eval.py's in EVAL_SPECS. A Rule says what a spec cannot (flags read together,
+the disk, the machine). Specs run first, so a flag is checked alone before a rule combines it with
+another. check(cfg, rules) raises ValueError with the message; UsageError is the one line, status 2.
 """
 import importlib.util
 import json
