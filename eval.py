@@ -245,7 +245,6 @@ def write_results(output, summary, records):
     in one line, and leaves the earlier result as it was), then the old summary is removed and the
     rows and the new summary are renamed in. A kill at any point leaves the old pair, rows without a
     summary (no result), or the new pair; never one evaluation's summary beside another's rows."""
-    from gmts.run.validate import problems_path
     per_problem = problems_path(output)
     rows = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
     summary["problems_file"] = per_problem
@@ -297,6 +296,11 @@ def clean_partial_writes(output):
                 os.remove(os.path.join(folder, name))
 
 
+def problems_path(output):
+    """Where eval.py writes the per-problem records of the summary `output`."""
+    return output.removesuffix(".json") + ".problems.jsonl"
+
+
 def model_problem(model):
     """Why the local folder `model` is a damaged checkpoint or export of gmts (its manifest.json, or
     an older checkpoint's structure: gmts/run/checkpoint.py), or None; a folder gmts did not write
@@ -326,7 +330,7 @@ def main(argv=None):
                                                or default_output(
                                                    args.model or "", args.data, args.seed,
                                                    result_settings(args)))
-    check_eval_args(args, output)
+    check_eval_args(args, [output, None if args.compare else output and problems_path(output)])
     if args.compare:
         return run_compare(args)
     # (a hub id is "owner/name": one slash, no leading "/", ".", "~"; anything else naming no folder

@@ -231,25 +231,17 @@ EVAL_RULES = [
 ]
 
 
-def check_eval_args(args, output, prog="eval.py"):
-    """eval.py's flags, the paths it will write (the summary `output` and its .problems.jsonl beside
-    it) and --max-new-tokens against the model's context; a UsageError (one line, exit 2) on the
-    first problem."""
+def check_eval_args(args, outputs, prog="eval.py"):
+    """eval.py's flags, the files it will write (`outputs`) and --max-new-tokens against the model's
+    context; a UsageError (one line, exit 2) on the first problem."""
     try:
         check(args, EVAL_RULES)
     except ValueError as err:
         raise UsageError(prog, err) from None
-    for path in filter(None,
-                       [output, problems_path(output) if output and not args.compare else None]):
+    for path in filter(None, outputs):
         problem = output_path_problem(path, "file")
         if problem:
             raise UsageError(prog, f"--output {path}: {problem}")
-    if not args.compare:
-        problem = context_problem(args.max_new_tokens, args.model)
-        if problem:
-            raise UsageError(prog, problem)
-
-
-def problems_path(output):
-    """Where eval.py writes the per-problem records of the summary `output`."""
-    return output.removesuffix(".json") + ".problems.jsonl"
+    problem = not args.compare and context_problem(args.max_new_tokens, args.model)
+    if problem:
+        raise UsageError(prog, problem)
