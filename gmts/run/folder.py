@@ -7,7 +7,7 @@
     claim(cfg, start_step)                         # the first write into --output-dir
                                                    # (gmts/run/state.py)
 
-check_start reads and never writes: the flag table (gmts/run/validate.py, via parse_config), the
+check_start reads and never writes: every flag (gmts/run/validate.py, via parse_config), the
 checkpoint to resume (the newest intact one: gmts/run/checkpoint.py), the flags a resume may not
 change, and the output folder: creatable and writable, not owned by a live process, holding no run
 unless the command continues that very run or passes --overwrite. Then train.py loads data and
