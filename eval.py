@@ -287,7 +287,6 @@ def _written_aside(path, text):
 def clean_partial_writes(output):
     """Remove the temporary files a killed evaluation left beside `output` (.NAME.<random>.tmp of
     the summary and the per-problem file); call while owning `output` (lock_output)."""
-    from gmts.run.validate import problems_path
     folder = os.path.dirname(os.path.abspath(output))
     prefixes = tuple(f".{os.path.basename(p)}." for p in (output, problems_path(output)))
     for name in os.listdir(folder) if os.path.isdir(folder) else []:
