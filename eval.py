@@ -245,7 +245,6 @@ def write_results(output, summary, records):
     in one line, and leaves the earlier result as it was), then the old summary is removed and the
     rows and the new summary are renamed in. A kill at any point leaves the old pair, rows without a
     summary (no result), or the new pair; never one evaluation's summary beside another's rows."""
-    from gmts.run.validate import problems_path
     per_problem = problems_path(output)
     rows = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
     summary["problems_file"] = per_problem
@@ -288,13 +287,17 @@ def _written_aside(path, text):
 def clean_partial_writes(output):
     """Remove the temporary files a killed evaluation left beside `output` (.NAME.<random>.tmp of
     the summary and the per-problem file); call while owning `output` (lock_output)."""
-    from gmts.run.validate import problems_path
     folder = os.path.dirname(os.path.abspath(output))
     prefixes = tuple(f".{os.path.basename(p)}." for p in (output, problems_path(output)))
     for name in os.listdir(folder) if os.path.isdir(folder) else []:
         if name.startswith(prefixes) and name.endswith(".tmp"):
             with contextlib.suppress(OSError):
                 os.remove(os.path.join(folder, name))
+
+
+def problems_path(output):
+    """Where eval.py writes the per-problem records of the summary `output`."""
+    return output.removesuffix(".json") + ".problems.jsonl"
 
 
 def model_problem(model):
@@ -318,14 +321,15 @@ def main(argv=None):
     # (gmts/run/validate.py), before any data or model loads; a bad one is one line and exit status
     # 2.
     from gmts.run.folder import lock_output
-    from gmts.run.validate import UsageError, address_space_problem, check_eval_args
+    from gmts.run.machine import address_space_problem
+    from gmts.run.validate import UsageError, check_eval_args
     if address_space_problem("eval.py"):
         raise UsageError("eval.py", address_space_problem("eval.py"))
     output = args.output if args.compare else (args.output
                                                or default_output(
                                                    args.model or "", args.data, args.seed,
                                                    result_settings(args)))
-    check_eval_args(args, output)
+    check_eval_args(args, [output, None if args.compare else output and problems_path(output)])
     if args.compare:
         return run_compare(args)
     # (a hub id is "owner/name": one slash, no leading "/", ".", "~"; anything else naming no folder
@@ -350,7 +354,8 @@ def main(argv=None):
 
 def evaluate(args, output):
     """eval.py's evaluation into `output`, which this process owns (lock_output)."""
-    from gmts.run.validate import memory_line, model_context
+    from gmts.run.machine import memory_line
+    from gmts.run.paths import model_context
     task_options = json.loads(args.task_options) if args.task_options else {}
     context = model_context(args.model)
     max_prompt_tokens = args.max_prompt_tokens or (context[0] - args.max_new_tokens if context

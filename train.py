@@ -33,7 +33,8 @@ if __name__ == "__main__":
     # line, exit 2, at once; the imports below come after it on purpose. So is a `ulimit -v` too
     # small to import torch.
     from gmts.run.config import parse_config
-    from gmts.run.validate import UsageError, address_space_problem
+    from gmts.run.machine import address_space_problem
+    from gmts.run.validate import UsageError
     if address_space_problem("train.py"):
         raise UsageError("train.py", address_space_problem("train.py"))
     parse_config(sys.argv[1:])
@@ -60,7 +61,7 @@ from gmts.run.folder import check_start, export_step
 from gmts.run.progress import Progress
 from gmts.run.runlog import RunLog
 from gmts.run.signals import Interrupted, StopRequest
-from gmts.run.validate import memory_line
+from gmts.run.machine import memory_line
 from gmts.trainer import distributed
 from gmts.trainer.metrics import GradNoise, UpdateLog, rollout_figures
 from gmts.trainer.models import peak_memory_mb
@@ -507,7 +508,7 @@ if __name__ == "__main__":
     try:
         main()
     except (MemoryError, RuntimeError, ImportError) as err:    # out of memory anywhere else
-        from gmts.run.validate import out_of_memory
+        from gmts.run.machine import out_of_memory
         if out_of_memory(err) is None:
             raise
         sys.exit(f"error: out of memory ({out_of_memory(err)}); lower the batch's flags "

@@ -345,7 +345,7 @@ def test_model_folder_problem_accepts_what_loads(inputs, tmp_path):
     """The checks refuse what cannot load and nothing else: a model folder, a LoRA adapter folder
     (no config.json; peft loads it) and a hub id pass; a vocabulary smaller than the embedding
     (Qwen2.5 pads its embedding) passes."""
-    from gmts.run.validate import model_folder_problem
+    from gmts.run.paths import model_folder_problem
     from gmts.trainer.models import check_vocabulary, load_model, load_tokenizer, weights_problem
     _d, m = inputs
     adapter = tmp_path / "adapter"

@@ -415,7 +415,7 @@ def test_eval_cli_max_rows_bounds_every_sampling_call(tiny_model_dir, tmp_path, 
     assert counter.rows == [2, 2, 2] and summary["max_rows"] == 3
     with pytest.raises(SystemExit) as err:
         eval_cli.main(common + ["--max-rows", "-1"])
-    assert err.value.code == 2 and "--max-rows must be >= 0" in str(err.value)
+    assert err.value.code == 2 and "--max-rows must be an integer >= 0" in str(err.value)
 
 
 def test_the_evaluation_bar_moves_once_per_sampling_call(digit_model_dir, digit_data, monkeypatch):

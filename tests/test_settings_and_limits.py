@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from gmts import data
-from gmts.run import validate
+from gmts.run import machine
 from gmts.run.validate import Rule, check, temperature_rule
 from test_bad_input import (ENV, ROOT, check_one_line, finished_run, read_jsonl,  # noqa: F401
                             run_batch, snapshot, train_args)
@@ -63,12 +63,12 @@ def test_rank_without_world_size_is_one_line_and_notes_follow_the_trainers_rule(
                 monkeypatch.delenv(name, raising=False)
             else:
                 monkeypatch.setenv(name, value)
-        assert validate.main_process() is main, (world, rank)
+        assert machine.main_process() is main, (world, rank)
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("RANK", "5")
-    for v in validate.TORCHRUN_VARS[1:]:
+    for v in machine.TORCHRUN_VARS[1:]:
         monkeypatch.setenv(v, "x")
-    assert "not a rank of WORLD_SIZE=2" in validate.launcher_problem()
+    assert "not a rank of WORLD_SIZE=2" in machine.launcher_problem()
 
 
 def test_a_setting_this_version_does_not_know_is_refused_on_resume(
@@ -185,7 +185,7 @@ def test_a_small_address_space_limit_is_one_line_before_torch_loads(monkeypatch)
                               capture_output=True, text=True, timeout=120, check=False)
         check_one_line(proc, f"{script}: error: the address-space limit (ulimit -v 1048576) is "
                              "1.00 GiB, below the 1.5 GiB")
-    assert validate.out_of_memory(torch.OutOfMemoryError("CUDA out of memory. Tried to allocate "
+    assert machine.out_of_memory(torch.OutOfMemoryError("CUDA out of memory. Tried to allocate "
                                                          "2.00 GiB")) == \
         "OutOfMemoryError allocating 2.00 GiB"
-    assert validate.out_of_memory(ValueError("out of memory")) is None
+    assert machine.out_of_memory(ValueError("out of memory")) is None

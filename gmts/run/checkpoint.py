@@ -532,7 +532,7 @@ def move_aside(run_dir, name):
 
 
 # what interrupted writes leave at the top of a run folder: an export's temporary or replaced
-# folder, config.json's temporary file, a start-up write test (gmts/run/validate.py)
+# folder, config.json's temporary file, a start-up write test (gmts/run/paths.py)
 TOP_LEFTOVERS = (f".tmp-{MERGED}", f".old-{MERGED}", "config.json.tmp", ".gmts-write-test-")
 
 

@@ -7,7 +7,7 @@
     claim(cfg, start_step)                         # the first write into --output-dir
                                                    # (gmts/run/build.py)
 
-check_start reads and never writes: the flag table (gmts/run/validate.py, via parse_config), the
+check_start reads and never writes: every flag (gmts/run/validate.py, via parse_config), the
 checkpoint to resume (the newest intact one: gmts/run/checkpoint.py), the flags a resume may not
 change, and the output folder: creatable and writable, not owned by a live process, holding no run
 unless the command continues that very run or passes --overwrite. Then train.py loads data and
@@ -46,8 +46,9 @@ import socket
 import sys
 import time
 
-from gmts.run.validate import (UsageError, context_problem, launcher_problem, main_process,
-                               output_path_problem)
+from gmts.run.machine import launcher_problem, main_process
+from gmts.run.paths import context_problem, output_path_problem
+from gmts.run.validate import UsageError
 
 LOCK = ".lock"
 LOCK_NOTE = ("That process owns this run folder while it runs: it holds an flock on this file, "

@@ -527,7 +527,7 @@ def _check_args(p, args):
         p.error(str(err))
     # Every path this run will write, before the minutes of sampling and gradients: a folder or an
     # unwritable place given as --output is refused now, not after the analysis has run.
-    from gmts.run.validate import output_path_problem
+    from gmts.run.paths import output_path_problem
     stem = os.path.splitext(args.output)[0]
     for path in [args.output] + ([] if args.no_plots else [stem + "_fig2.png", stem + "_fig3.png"]):
         problem = output_path_problem(path, "file")

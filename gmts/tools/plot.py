@@ -331,7 +331,7 @@ def main(argv=None):
     if args.smooth < 1:
         parser.error(f"--smooth must be >= 1, got {args.smooth}")
     # before reading every run, not at savefig
-    from gmts.run.validate import output_path_problem
+    from gmts.run.paths import output_path_problem
     problem = output_path_problem(args.output, "file")
     if problem:
         parser.error(f"--output {args.output}: {problem}")

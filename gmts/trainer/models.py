@@ -87,7 +87,7 @@ def quiet_transformers():
     import huggingface_hub.utils as hub_utils
     from transformers.utils import logging as hf_logging
     hf_logging.disable_progress_bar()                  # transformers' bars and the hub's ...
-    from gmts.run.validate import main_process
+    from gmts.run.machine import main_process
     if main_process():
         hub_utils.enable_progress_bars()               # ... the downloads again, on one process
 
@@ -97,9 +97,9 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "voc
 
 
 def _local_problem(path, flag):
-    """One line for a local folder that cannot be loaded as asked (see gmts/run/validate.py,
+    """One line for a local folder that cannot be loaded as asked (see gmts/run/paths.py,
     model_folder_problem), or None for a hub id."""
-    from gmts.run.validate import model_folder_problem
+    from gmts.run.paths import model_folder_problem
     if not looks_like_path(path):
         return None
     if not os.path.exists(os.path.expanduser(path)):
@@ -117,7 +117,7 @@ def load_tokenizer(name_or_path, *, flag="--model"):
         os.path.isfile(os.path.join(path, f)) for f in TOKENIZER_FILES):
         # no such folder, a run folder, or a folder without a tokenizer (one with a tokenizer needs
         # no config.json)
-        from gmts.run.validate import run_folder_problem
+        from gmts.run.paths import run_folder_problem
         if not os.path.exists(path):
             raise SystemExit(f"error: {flag} {name_or_path!r}: no such local folder (a hub id "
                              "looks like 'org/name')")
