@@ -821,7 +821,8 @@ def run_python(solution: str, *, tests: str = "", entry_point: str | None = None
     run = run_child(spec, **limits, parse=False)
     passed = not run.timed_out and bool(run.raw) and _judge.verdict(
         {"tests": tests, "entry_point": entry_point, "setup": setup or "", "token": token,
-         "report": run.raw, "pytest": run.pytest, "functions": sorted(functions)})
+         "report": run.raw, "pytest": run.pytest, "functions": sorted(functions)},
+        _judge.JUDGE_TIMEOUT_S + 2 * plan.build_seconds)
     return SandboxResult(passed, plan.harness is None, run.timed_out, run.returncode, run.seconds,
                          run.stdout,
                          run.stderr, **counts)

@@ -28,6 +28,7 @@ import fractions
 import itertools
 import math
 import re
+import time
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -501,6 +502,9 @@ class Plan:
     harness_tests: tuple = ()
     # what the harness passes to check(): the entry point, or check(add)'s
     check_candidate: str | None = None
+    # seconds the plan took to build here: the judge builds it again (the tests' cost, not the
+    # solution's: HumanEval+'s hundreds of inputs), so its deadline grows by that
+    build_seconds: float = 0.0
 
 
 def _names(node) -> set:
@@ -924,6 +928,11 @@ class _Unit:
         return compile(ast.fix_missing_locations(ast.Expression(node)), "<check>", "eval")
 
     def parent_eval(self, node):
+        if isinstance(node, (ast.List, ast.Tuple, ast.Dict, ast.Set, ast.Constant)):
+            try:  # a literal (HumanEval+'s inputs and results): no copy, no compile
+                return ast.literal_eval(node)
+            except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+                pass
         if self.deferred & _names(node):
             raise Unconvertible("an input computed from the solution's results")
         try:
@@ -999,8 +1008,11 @@ class _Unit:
             stack.extend(ast.iter_child_nodes(node))
 
     def statement(self, stmt):
-        # split() rewrites it; the same test body serves every parametrize row
-        stmt = copy.deepcopy(stmt)
+        # split() rewrites it; the same test body serves every parametrize row (an assignment of
+        # inputs computed here is not rewritten: HumanEval+'s lists of inputs are not copied)
+        if not (isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None
+                and not self.uses_child(stmt.value) and not self.deferred & _names(stmt.value)):
+            stmt = copy.deepcopy(stmt)
         if isinstance(stmt, ast.Assert):
             self.check_identity(stmt.test)
             expr = self.split(self.before_the_call(stmt.test))
@@ -1643,6 +1655,7 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
     """The plan for one problem's tests (cached: the same reference comes back every epoch). A tests
     string that is not Python raises ValueError (a data bug). `functions`: capitalised names that
     are functions of the solution's, not classes (their calls' results are judged here)."""
+    started = time.monotonic()
     try:
         module = ast.parse(tests)
         setup_names = _defined_names(ast.parse(setup).body) if setup else set()
@@ -1882,7 +1895,8 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
     return Plan(units=units, harness=harness, trusted=trusted, untrusted=untrusted,
                 unjudged=unjudged,
                 harness_tests=tuple(dict.fromkeys(harness_tests)),
-                check_candidate=candidates[0] if candidates else None)
+                check_candidate=candidates[0] if candidates else None,
+                build_seconds=time.monotonic() - started)
 
 
 def _last_definitions(body: list) -> list:

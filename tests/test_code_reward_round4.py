@@ -240,8 +240,14 @@ class TestEachFormatsWholeProgram:
     def test_mbpp_judges_the_challenge_tests_and_shows_one(self):
         row = next(r for r in rows("mbpp.jsonl") if r["task_id"] == 11)
         problem = builtin.mbpp(row, "mbpp.jsonl:3")
+        # shown: the task text and the first test (InCoder / bigcode-evaluation-harness / MBPP+)
+        assert problem["question"].startswith(row["text"])
         assert problem["question"].count("assert") == 1
+        assert row["test_list"][0] in problem["question"]
         reference = problem["answer"]
+        # judged: test_list and challenge_test_list, all five by the trainer
+        plan = testplan.build_plan(reference["tests"], None, reference["setup"])
+        assert (plan.trusted, plan.untrusted) == (5, 0)
         assert scores(block(row["code"]), reference) == (1.0, 1.0)
         # a table of every visible example (the three test_list asserts) is not enough
         table = ("def remove_Occ(s, ch):\n    return {('hello', 'l'): 'heo', ('abcda', 'a'): 'bcd',"
