@@ -1771,9 +1771,12 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
             continue
         if isinstance(stmt, ast.FunctionDef) and stmt.name in wrappers:
             continue  # `def test_check(): check(add)`: check's unit with that candidate
-        if isinstance(stmt, ast.ClassDef) and _is_test_case(stmt, classes, set()):
-            try:  # a plain unittest.TestCase: each test method a unit, judged here
+        if isinstance(stmt, ast.ClassDef) and _is_test_case(stmt, classes, set()) and not any(
+                stmt.name in map(_last_name, c.bases) for c in classes.values()):
+            try:  # a plain unittest.TestCase (no other class's base): each test method a unit
                 cases = _unittest_cases(stmt, env)
+                if not cases:
+                    raise Unconvertible("a TestCase without a test method")
                 tc = _testcase()
                 env.update({f"__unittest_{n}": getattr(tc, n) for n in UNITTEST_ASSERTS})
                 converted, now_shared = [], set()
