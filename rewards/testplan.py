@@ -1361,12 +1361,12 @@ assertMultiLineEqual assertRegex assertNotRegex""".split())  # noqa: SIM905
 def _unittest_cases(stmt: ast.ClassDef, env: dict) -> list:
     """A `unittest.TestCase` class (BigCodeBench's `TestCases`) as its runner runs it: for each test
     method (in unittest's order: by name), a fresh instance's setUp, then the method. Returned as
-    (method name, statements, test cases) with `self.x` the name `__self_x`,
-    `self.assertEqual(a, b)` a call of
-    a TestCase's own assertEqual that the trainer makes on plain data, `with self.assertRaises(E)`
-    a pytest.raises block and `with self.subTest(...)` its body (a failure inside fails the test,
-    as under pytest). Anything else of `self` (its other methods, mocks, setUpClass, a tearDown
-    that does something) raises Unconvertible: the class runs under pytest in the sandbox."""
+    (method name, statements, test cases) with `self.x` the name `__self_x`, `self.assertEqual(a,
+    b)` a call of a TestCase's own assertEqual that the trainer makes on plain data, `with
+    self.assertRaises(E)` a pytest.raises block and `with self.subTest(...)` its body (a failure
+    inside fails the test, as under pytest). Anything else of `self` (its other methods, mocks,
+    setUpClass, a tearDown that does something) raises Unconvertible: the class runs under pytest in
+    the sandbox."""
     if (len(stmt.bases) != 1 or ast.unparse(stmt.bases[0]) not in ("unittest.TestCase", "TestCase")
             or stmt.keywords or stmt.decorator_list):
         raise Unconvertible("a test class other than a plain unittest.TestCase")
@@ -1772,7 +1772,8 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
         if isinstance(stmt, ast.FunctionDef) and stmt.name in wrappers:
             continue  # `def test_check(): check(add)`: check's unit with that candidate
         if isinstance(stmt, ast.ClassDef) and _is_test_case(stmt, classes, set()) and not any(
-                stmt.name in map(_last_name, c.bases) for c in classes.values()):
+                stmt.name in map(_last_name, c.bases) for c in classes.values()) and not any(
+                _last_name(b) in classes for b in stmt.bases):
             try:  # a plain unittest.TestCase (no other class's base): each test method a unit
                 cases = _unittest_cases(stmt, env)
                 if not cases:
