@@ -97,8 +97,9 @@ for line in sys.stdin:
 
 def cost(before: str, rounds: int):
     with tempfile.TemporaryDirectory(prefix="gmts-bench-") as old:
-        archive = subprocess.run(["git", "-C", ROOT, "archive", before, "rewards"], check=True,
-                                 capture_output=True)
+        # gmts/ too: its finder maps gmts.rewards (and gmts.data) to the folders
+        archive = subprocess.run(["git", "-C", ROOT, "archive", before, "rewards", "gmts", "data"],
+                                 check=True, capture_output=True)
         subprocess.run(["tar", "-x", "-C", old], input=archive.stdout, check=True)
         workers = {}
         for name, root in (("before", old), ("after", ROOT)):

@@ -114,8 +114,11 @@ def humaneval(row, where):
 
 def mbpp(row, where):
     tests = _field(row, "test_list", where)
-    # judged: every test and the challenge tests; shown: the first test only (the name, the
-    # signature and the return format), so a table of the shown examples does not pass
+    # Judged: test_list and challenge_test_list (the suite's whole check). Shown: the task text and
+    # the first test, as InCoder, bigcode-evaluation-harness and EvalPlus's MBPP+ prompt it (the
+    # name, the signature and the return format). The paper's few-shot prompt shows all three
+    # tests, but most rows have an empty challenge_test_list: every judged assert would be in the
+    # question, and a table of the shown examples would score 1 (rewards/README.md, MBPP).
     judged = tests + list(row.get("challenge_test_list") or [])
     return {"question": f"{_field(row, 'text', where)}\nYour code should pass this test:\n"
                 + (tests[0] if tests else ""),

@@ -6,15 +6,19 @@ standalone script (no imports from this repo), bound read-only into the sandbox:
 change it.
 
 The run's secret token is read from TOKEN_FD (a pipe, closed at once) and kept only in the plugin's
-closures. The result is one line on RESULT_FD, once pytest has finished: `TOKEN {"collected",
-"errors", "exit", "tampered", "tests": {nodeid: outcome}}`. Outcomes: "passed" (xpass included, as
-pytest counts it), "xfailed" (only by an xfail mark of the tests'), "skipped" (only by a skip/skipif
-mark), "failed" (anything else: a failure, an error, a skip or xfail called at run time, by the
-tests or by the solution). "tampered": a function or class of pytest, pluggy, unittest or builtins,
-the set of registered plugins, or the test module's own functions, classes and their code (a test
-swapped between collection and call) changed while the tests ran, or a tracer is installed (an
-audit hook refuses every one: sys.settrace, setprofile, sys.monitoring). Items whose function is
-not the test module's own (a `test_x` the solution defines and the tests import) are deselected.
+closures. The result is lines on RESULT_FD, each `TOKEN {...}` and written when it happens (so
+nothing done later in the process changes it): `{"report": [nodeid, when, outcome]}` for each
+phase pytest reports, `{"error": nodeid}` for a collection error, `{"tampered": true}` when the
+tamper check fails, and last, once pytest has finished, `{"collected", "errors", "exit",
+"tampered", "tests": {nodeid: outcome}}`; then the process ends at once. Outcomes: "passed" (xpass
+included, as pytest counts it), "xfailed" (only by an xfail mark of the tests'), "skipped" (only by
+a skip/skipif mark), "failed" (anything else: a failure, an error, a skip or xfail called at run
+time, by the tests or by the solution). "tampered": a function or class of pytest, pluggy, unittest
+or builtins, the set of registered plugins, or the test module's own functions, classes and their
+code (a test swapped between collection and call) changed while the tests ran, or a tracer is
+installed (an audit hook refuses every one: sys.settrace, setprofile, sys.monitoring). Items whose
+function is not the test module's own (a `test_x` the solution defines and the tests import) are
+deselected.
 """
 import os
 import sys
@@ -69,17 +73,14 @@ def _tests_code(module) -> dict:
 
 
 def _tracing() -> bool:
-    """A tracer or profiler is installed (sys.settrace/setprofile, threading's, sys.monitoring), or
-    a thread still runs beside the tests: the runner has neither, and one of the solution's can
-    rewrite a test's frame or code between two checks."""
+    """A tracer or profiler is installed (sys.settrace/setprofile, threading's, sys.monitoring):
+    the runner has none, and one of the solution's can rewrite a test's frame or code between two
+    checks. A thread of the solution's is no tampering by itself (an idle daemon thread is honest):
+    what one could do is bounded by the checks before each test's call and at each report, each
+    outcome written out when reported, and the process ending once the last line is written."""
     import threading
     if sys.gettrace() is not None or sys.getprofile() is not None:
         return True
-    try:  # a thread of the solution's can swap a test's code back and forth between checks
-        if len(os.listdir("/proc/self/task")) > 1:
-            return True
-    except OSError:
-        pass
     if getattr(threading, "_trace_hook", None) or getattr(threading, "_profile_hook", None):
         return True
     monitoring = getattr(sys, "monitoring", None)
@@ -93,6 +94,12 @@ def make_plugin(token: bytes, fd: int, test_module: str):
     from _pytest.skipping import evaluate_skip_marks, xfailed_key
 
     write, dumps = os.write, json.dumps
+
+    def freeze(record: dict):
+        """One line out now: once written, nothing the solution does later in this process (a
+        thread rewriting the plugin's records after a report) changes it."""
+        write(fd, token + b" " + dumps(record).encode() + b"\n")
+
     xfail_exc = pytest.xfail.Exception
     state = {"tests": {}, "errors": 0, "collected": None, "tampered": False}
     watched = {}
@@ -155,13 +162,24 @@ def make_plugin(token: bytes, fd: int, test_module: str):
         def pytest_collectreport(self, report):
             if report.failed:
                 state["errors"] += 1
+                freeze({"error": report.nodeid})
                 explain(report)
+
+        @pytest.hookimpl(wrapper=True)
+        def pytest_runtest_call(self, item):
+            # a test swapped since the last report (by a thread of the solution's) is caught
+            # before it runs
+            if tampered(item.config):
+                state["tampered"] = True
+                freeze({"tampered": True})
+            return (yield)
 
         @pytest.hookimpl(wrapper=True)
         def pytest_runtest_makereport(self, item, call):
             rep = yield
             if tampered(item.config):
                 state["tampered"] = True
+                freeze({"tampered": True})
             if rep.passed:
                 outcome = "passed"
             elif rep.failed:
@@ -176,6 +194,7 @@ def make_plugin(token: bytes, fd: int, test_module: str):
                 by_mark = rep.when == "setup" and evaluate_skip_marks(item)
                 outcome = "skipped" if by_mark else "failed"
             phases.setdefault(item.nodeid, {})[rep.when] = outcome
+            freeze({"report": [item.nodeid, rep.when, outcome]})
             if rep.failed:
                 explain(rep)
             return rep
@@ -185,8 +204,11 @@ def make_plugin(token: bytes, fd: int, test_module: str):
             if tampered(session.config):
                 state["tampered"] = True
             state["tests"] = {nodeid: final(seen) for nodeid, seen in phases.items()}
-            line = dict(state, exit=int(exitstatus))
-            write(fd, token + b" " + dumps(line).encode() + b"\n")
+            freeze(dict(state, exit=int(exitstatus)))
+            # the verdict is out: the process ends here, so no thread of the solution's acts
+            # after it
+            sys.stdout.flush()
+            os._exit(int(exitstatus) if int(exitstatus) < 256 else 1)
 
     return Plugin()
 

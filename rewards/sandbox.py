@@ -423,7 +423,9 @@ START_S = 3.0  # a run's start (bwrap, the interpreter) beyond the cases' limits
 # of one case's stdout kept at least (twice the expected output if that is more); the child
 OUTPUT_BYTES = 8 << 20
 # reads and drops the rest, so a program's writes never fail
-REPORT_LINES = 1  # the child's units (or cases) line; the pytest runner writes one to its own file
+# the child's units (or cases) line; the pytest runner writes a line per report to its own file
+# (bounded by REPORT_BYTES only)
+REPORT_LINES = 1
 # What the trainer reads back at most. Parsing and rebuilding cost ~1-3 s per MiB for the worst
 # shapes (millions of one-item lists) on this 2-core machine under load, so 2 MiB bounds a forged
 # report to a few seconds; an honest result that large (a 300,000-int list) fails, like one that
@@ -431,7 +433,7 @@ REPORT_LINES = 1  # the child's units (or cases) line; the pytest runner writes 
 REPORT_BYTES = 2 << 20
 
 
-def _raw_report(f, max_bytes: int) -> str:
+def _raw_report(f, max_bytes: int, lines: int | None = REPORT_LINES) -> str:
     """The child's JSON lines as text, at bounded cost whatever the solution wrote to the report
     file: more than `max_bytes` (REPORT_BYTES) or more lines than the child writes is a forged
     report (or too big a result), refused (""). Parsing is left to the judge (rewards/_judge.py),
@@ -440,7 +442,7 @@ def _raw_report(f, max_bytes: int) -> str:
         return ""
     f.seek(0)
     data = f.read(max_bytes + 1)
-    if len(data) > max_bytes or data.count(b"\n") > REPORT_LINES:
+    if len(data) > max_bytes or lines is not None and data.count(b"\n") > lines:
         return ""
     return data.decode("utf-8", errors="replace")
 
@@ -534,7 +536,8 @@ def _start(spec: dict, *, mode: str, timeout: float, isolate: bool, parse: bool 
             err.seek(0)
             raw = "" if timed_out else _raw_report(rep, REPORT_BYTES)
             verdicts = read_outputs(case_files) if read_outputs and not timed_out else None
-            result = "" if timed_out or results is None else _raw_report(results, REPORT_BYTES)
+            result = ("" if timed_out or results is None
+                      else _raw_report(results, REPORT_BYTES, None))
             return ChildRun(report=parse_report(raw) if parse else [], raw=raw, timed_out=timed_out,
                             outputs=verdicts, pytest=result,
                             returncode=proc.returncode, seconds=time.monotonic() - start,
@@ -818,7 +821,8 @@ def run_python(solution: str, *, tests: str = "", entry_point: str | None = None
     run = run_child(spec, **limits, parse=False)
     passed = not run.timed_out and bool(run.raw) and _judge.verdict(
         {"tests": tests, "entry_point": entry_point, "setup": setup or "", "token": token,
-         "report": run.raw, "pytest": run.pytest, "functions": sorted(functions)})
+         "report": run.raw, "pytest": run.pytest, "functions": sorted(functions)},
+        _judge.JUDGE_TIMEOUT_S + 2 * plan.build_seconds)
     return SandboxResult(passed, plan.harness is None, run.timed_out, run.returncode, run.seconds,
                          run.stdout,
                          run.stderr, **counts)

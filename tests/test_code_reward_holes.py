@@ -92,7 +92,11 @@ PARAM_CLASS = ("import pytest\nfrom solution import add\n\nclass TestAdd:\n"
                "    @pytest.mark.parametrize('a,b,c', [(1, 2, 3), (2, 2, 4)])\n"
                "    def test_rows(self, a, b, c):\n"
                "        assert add(a, b) == c\n")
-RUNNABLE_UNKNOWN = {"pytest_class": PYTEST_CLASS, "unittest_case": UNITTEST_CLASS,
+# a plain TestCase is judged by the trainer (issue 53); one with setUpClass runs under pytest
+UNITTEST_SETUP_CLASS = UNITTEST_CLASS.replace(
+    "    def test_small(self):", "    @classmethod\n    def setUpClass(cls):\n        cls.n = 1\n\n"
+    "    def test_small(self):")
+RUNNABLE_UNKNOWN = {"pytest_class": PYTEST_CLASS, "unittest_case": UNITTEST_SETUP_CLASS,
                     "class_parametrize": PARAM_CLASS}
 NEVER_RUN = {  # test functions whose body a plain call does not run: not a pass, for any solution
     "async_test": "from solution import add\n\nasync def test_add():\n    assert add(1, 2) == 3\n",
@@ -136,14 +140,31 @@ def test_tests_whose_body_never_runs_are_not_a_pass(tests, solution, clean):
     both_zero(NOTHING[solution], NEVER_RUN[tests])
 
 
+def test_plain_unittest_case_judged_by_the_trainer(clean):
+    plan = testplan.build_plan(UNITTEST_CLASS)
+    assert (plan.harness, plan.trusted, plan.untrusted) == (None, 2, 0)
+    assert code(block(ADD_GOOD), UNITTEST_CLASS) == 1.0
+    assert trusted_code(block(ADD_GOOD), UNITTEST_CLASS) == 1.0
+    for solution in NOTHING.values():
+        both_zero(solution, UNITTEST_CLASS)
+
+
 def test_a_test_the_harness_skips_is_not_a_pass(clean):
-    # unittest's own skip, and a class whose test method never runs: the parent expects every test
+    # a skip at run time, and a class whose test method never runs: the parent expects every test
     # by name
-    skipped = UNITTEST_CLASS.replace("def test_neg(self):",
-                                     "@unittest.skip('later')\n    def test_neg(self):")
+    skipped = UNITTEST_SETUP_CLASS.replace(
+        "self.assertEqual(add(-1, -1), -2)", "self.skipTest('later')")
     assert code(block(ADD_GOOD), skipped) == 0.0
     hidden = PYTEST_CLASS + "\nTestAdd.test_zero = None\n"
     assert code(block(ADD_GOOD), hidden) == 0.0
+    # unittest's own unconditional skip mark: that test is not run, counted neither way (as pytest
+    # and unittest's runner count it); the other still judges
+    marked = UNITTEST_CLASS.replace("def test_neg(self):",
+                                    "@unittest.skip('later')\n    def test_neg(self):")
+    assert code(block(ADD_GOOD), marked) == 1.0
+    not_neg = "def add(a, b):\n    return a + b if a > 0 else 0\n"
+    assert (code(block(not_neg), marked), trusted_code(block(not_neg), marked)) == (1.0, 1.0)
+    assert code(block("def add(a, b):\n    return 0\n"), marked) == 0.0
 
 
 @pytest.mark.parametrize("tests", sorted(UNJUDGEABLE))

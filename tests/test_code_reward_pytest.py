@@ -104,11 +104,14 @@ FORMATS = {
                 await asyncio.sleep(0)
                 self.assertEqual(add(2, 3), 5)
         """),
+    # a method of the class's own (the trainer judges plain TestCases: round 4's tests)
     "unittest_main_without_guard": t("""
         import unittest
         class Adding(unittest.TestCase):
             def setUp(self):
-                self.value = add(2, 3)
+                self.value = self.compute()
+            def compute(self):
+                return add(2, 3)
             def test_add(self):
                 self.assertEqual(self.value, 5)
         unittest.main()
@@ -261,10 +264,21 @@ def test_patching_pytest_makes_it_report_a_pass_and_is_seen(forgery):
 def test_the_result_needs_the_runs_token_and_every_expected_test():
     plan = testplan.build_plan(HARNESS)
     token = "a" * 32
-    good = token + " " + FAKE_LINE + "\n"
+    # a line per phase as reported, then the summary
+    reports = "".join(f'{token} {{"report": ["gmts_tests.py::test_printed", "{when}", "passed"]}}\n'
+                      for when in ("setup", "call", "teardown"))
+    good = reports + token + " " + FAKE_LINE + "\n"
     assert testplan.pytest_verdict(plan, good, token)
     assert not testplan.pytest_verdict(plan, good, "b" * 32)  # another run's token
-    assert not testplan.pytest_verdict(plan, good + good, token)  # two lines
+    assert not testplan.pytest_verdict(plan, good + good, token)  # two summaries
+    # the summary alone, or one that says otherwise than the reports (a thread rewriting the
+    # runner's records after the reports): the reports, written when made, decide
+    assert not testplan.pytest_verdict(plan, token + " " + FAKE_LINE + "\n", token)
+    failed = good.replace('"call", "passed"', '"call", "failed"')
+    assert not testplan.pytest_verdict(plan, failed, token)
+    for line in ('{"tampered": true}', '{"error": "gmts_tests.py"}'):  # written when found
+        assert not testplan.pytest_verdict(plan, f"{token} {line}\n" + good, token)
+    assert not testplan.pytest_verdict(plan, good.replace(token, "b" * 32, 1), token)
     verdict = testplan.pytest_verdict
     assert not verdict(plan, good.replace('"collected": 1', '"collected": 2'), token)
     assert not verdict(plan, good.replace("test_printed", "test_other"), token)  # extra

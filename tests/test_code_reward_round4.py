@@ -69,18 +69,54 @@ class TestTheSolutionStaysOutOfTheTestModule:
         "rebind_a_test": (
             "import sys\ndef add(a, b):\n    g = sys._getframe(1).f_globals\n"
             "    g['test_more'] = lambda: None\n" + RIGHT_ONLY_FOR_2_3),
-        # an otherwise right solution that installs a tracer, or leaves a thread running beside
-        # the tests (either could rewrite a test's frame or code between two checks), scores 0
+        # an otherwise right solution that installs a tracer (it could rewrite a test's frame or
+        # code between two checks) scores 0
         "installs_a_tracer": ("import sys\ndef tracer(frame, event, arg):\n    return tracer\n"
                               "sys.settrace(tracer)\n" + GOOD),
         "installs_a_profiler": "import sys\nsys.setprofile(lambda *a: None)\n" + GOOD,
-        "thread_beside_the_tests": (
-            "import threading, time\nthreading.Thread(target=time.sleep, args=(30,), "
-            "daemon=True).start()\n" + GOOD),
+        # a thread that swaps a later test's code once the first test has run: caught before the
+        # call it would change
+        "thread_swaps_a_test_before_its_call": (
+            "import sys, threading, time\n"
+            "def swap(g):\n    time.sleep(0.3)\n"
+            "    g['test_more'].__code__ = (lambda: None).__code__\n"
+            "def add(a, b):\n    if (a, b) == (2, 3):\n"
+            "        threading.Thread(target=swap, args=(sys._getframe(1).f_globals,),"
+            " daemon=True).start()\n        time.sleep(0.6)\n"
+            "    return a + b if (a, b) != (10, 5) else 0\n"),
+        # a thread that rewrites the runner's records of failed tests to passed after each
+        # report: the outcomes were written out when reported
+        "thread_rewrites_results_after_the_report": (
+            "import gc, threading, time\n"
+            "def rewrite():\n    while True:\n        for o in gc.get_objects():\n"
+            "            if type(o) is dict and o and all(type(v) is dict and 'setup' in v\n"
+            "                                             for v in o.values()):\n"
+            "                for v in o.values():\n                    for k in list(v):\n"
+            "                        v[k] = 'passed'\n        time.sleep(0.005)\n"
+            "threading.Thread(target=rewrite, daemon=True).start()\n"
+            "def add(a, b):\n" + RIGHT_ONLY_FOR_2_3),
+    }
+    # threads that stay idle beside the tests (a daemon sleeping, a timer that never fires, a
+    # worker waiting on a queue) are no tampering: what a thread could do after a report is what
+    # matters, and the outcomes are written out when reported
+    IDLE_THREADS: ClassVar[dict] = {
+        "daemon_sleeping": ("import threading, time\nthreading.Thread(target=time.sleep, "
+                            "args=(30,), daemon=True).start()\n"),
+        "timer_not_daemon": "import threading\nthreading.Timer(60, print).start()\n",
+        "worker_on_a_queue": ("import queue, threading\njobs = queue.Queue()\n"
+                              "threading.Thread(target=jobs.get, daemon=True).start()\n"),
     }
 
     def test_honest(self):
         assert scores(block(self.HONEST), HARNESS) == (1.0, 0.0)  # pytest path: refused
+
+    @pytest.mark.parametrize("name", sorted(IDLE_THREADS))
+    def test_honest_with_idle_threads(self, name):
+        answer = block(self.IDLE_THREADS[name] + self.HONEST)
+        assert scores(answer, HARNESS) == (1.0, 0.0)  # pytest path: refused when trusted
+        assert scores(answer, ADD) == (1.0, 1.0)  # judged by the trainer
+        wrong = block(self.IDLE_THREADS[name] + "def add(a, b):\n" + RIGHT_ONLY_FOR_2_3)
+        assert scores(wrong, HARNESS) == (0.0, 0.0)
 
     @pytest.mark.parametrize("name", sorted(WRONG))
     def test_wrong(self, name):
@@ -204,23 +240,59 @@ class TestEachFormatsWholeProgram:
     def test_mbpp_judges_the_challenge_tests_and_shows_one(self):
         row = next(r for r in rows("mbpp.jsonl") if r["task_id"] == 11)
         problem = builtin.mbpp(row, "mbpp.jsonl:3")
+        # shown: the task text and the first test (InCoder / bigcode-evaluation-harness / MBPP+)
+        assert problem["question"].startswith(row["text"])
         assert problem["question"].count("assert") == 1
+        assert row["test_list"][0] in problem["question"]
         reference = problem["answer"]
+        # judged: test_list and challenge_test_list, all five by the trainer
+        plan = testplan.build_plan(reference["tests"], None, reference["setup"])
+        assert (plan.trusted, plan.untrusted) == (5, 0)
         assert scores(block(row["code"]), reference) == (1.0, 1.0)
         # a table of every visible example (the three test_list asserts) is not enough
         table = ("def remove_Occ(s, ch):\n    return {('hello', 'l'): 'heo', ('abcda', 'a'): 'bcd',"
                  " ('PHP', 'P'): 'H'}.get((s, ch), s)\n")
         assert scores(block(table), reference) == (0.0, 0.0)
 
-    def test_humaneval_plus_row(self):
-        row = rows("humaneval_plus.jsonl")[0]
-        path = ROWS / "humaneval_plus.jsonl"
-        (problem,) = data.load_problems(str(path))
+    @pytest.mark.parametrize("i", range(3), ids=["HumanEval/0", "HumanEval/2", "HumanEval/32"])
+    def test_humaneval_plus_rows(self, i):
+        row = rows("humaneval_plus.jsonl")[i]
+        problem = data.load_problems(str(ROWS / "humaneval_plus.jsonl"))[i]
         assert problem.answer["prompt"] == row["prompt"]
+        # the tests' own helpers (`assertion` with numpy, `_poly`) run in the trainer on the
+        # returned values: judged, under trusted_only too
+        plan = testplan.build_plan(problem.answer["tests"], problem.answer["entry_point"])
+        assert (plan.untrusted, plan.harness) == (0, None) and plan.trusted == 1
         honest = block(row["prompt"] + row["canonical_solution"])
-        # `assertion` and numpy are the tests' own helpers: pytest judges (refused when trusted)
-        assert scores(honest, problem.answer) == (1.0, 0.0)
+        assert scores(honest, problem.answer) == (1.0, 1.0)
         assert scores(block("    return True"), problem.answer) == (0.0, 0.0)
+
+    def test_humaneval_plus_float_tolerance(self):
+        # HumanEval/2 (truncate_number): assertion(..., exp, 1e-06) is np.allclose(out, exp,
+        # rtol=1e-07, atol=1e-06): an error of 1e-9 passes, one of 1e-4 fails, as in evalplus
+        row = rows("humaneval_plus.jsonl")[1]
+        reference = data.load_problems(str(ROWS / "humaneval_plus.jsonl"))[1].answer
+        close = "    return number % 1.0 + 1e-9\n"
+        assert scores(block(row["prompt"] + close), reference) == (1.0, 1.0)
+        assert scores(block(row["prompt"] + close.replace("1e-9", "1e-4")),
+                      reference) == (0.0, 0.0)
+        # HumanEval/0 has atol 0 and bool results: exact match only; 1 == True as in Python
+        row0 = rows("humaneval_plus.jsonl")[0]
+        ref0 = data.load_problems(str(ROWS / "humaneval_plus.jsonl"))[0].answer
+        as_int = row0["canonical_solution"].replace("return True", "return 1").replace(
+            "return False", "return 0")
+        assert scores(block(row0["prompt"] + as_int), ref0) == (1.0, 1.0)
+        as_str = row0["canonical_solution"].replace("return True", "return 'True'")
+        assert scores(block(row0["prompt"] + as_str), ref0) == (0.0, 0.0)
+
+    def test_a_helper_handed_the_solution_stays_with_pytest(self):
+        # a helper of the tests' that calls what it is given cannot run on data: the sandbox's
+        tests = ("def run(fn, x):\n    return fn(x)\n\n"
+                 "def check(candidate):\n    assert run(candidate, 2) == 4\n")
+        plan = testplan.build_plan(tests, "sq")
+        assert plan.trusted == 0 and plan.untrusted == 1
+        assert scores(block("def sq(x):\n    return x * x\n"),
+                      {"tests": tests, "entry_point": "sq"}) == (1.0, 0.0)
 
     def test_kodcode_row(self):
         row = rows("kodcode.jsonl")[0]
@@ -231,12 +303,50 @@ class TestEachFormatsWholeProgram:
 
     def test_bigcodebench_row(self):
         path = ROWS / "bigcodebench.jsonl"
-        (problem,) = data.load_problems(str(path), question_field="complete_prompt")
+        problem = data.load_problems(str(path), question_field="complete_prompt")[0]
         row = rows("bigcodebench.jsonl")[0]
         honest = block(row["code_prompt"] + row["canonical_solution"])
-        assert scores(honest, problem.answer) == (1.0, 0.0)  # a TestCase: pytest, refused
+        # a plain unittest.TestCase: each method judged by the trainer with unittest's asserts
+        assert scores(honest, problem.answer) == (1.0, 1.0)
         assert scores(block("import itertools\ndef task_func(numbers=[1, 2, 3]):\n"
                             "    return 8 / 3\n"), problem.answer) == (0.0, 0.0)
+        # assertAlmostEqual is unittest's: 7 places; an error of 1e-9 passes, 1e-6 fails
+        for error, score in (("1e-9", 1.0), ("1e-6", 0.0)):
+            near = honest.replace("return sum_diffs / len(permutations)",
+                                  f"return sum_diffs / len(permutations) + "
+                                  f"({error} if sum_diffs else 0)")  # 0.0 is assertEqual's
+            assert scores(near, problem.answer) == (score, score)
+
+    @pytest.mark.parametrize("wrong", [
+        "    words.sort()\n    return collections.Counter(words).most_common(n)\n",
+        "    return collections.Counter(words).most_common(max(n, 1))\n",
+        ("    if n < 1:\n        raise TypeError('n')\n"
+         "    return collections.Counter(words).most_common(n)\n"),
+        ("    if n < 1:\n        raise ValueError('n')\n"
+         "    return collections.Counter(words).most_common(n)[::-1]\n")],
+        ids=["mutates", "no_raise", "wrong_exception", "wrong_order"])
+    def test_bigcodebench_setup_raises_subtests(self, wrong):
+        # setUp's self.words, assertDictEqual/assertCountEqual, subTest, assertRaises in both forms
+        path = ROWS / "bigcodebench.jsonl"
+        problem = data.load_problems(str(path), question_field="complete_prompt")[1]
+        row = rows("bigcodebench.jsonl")[1]
+        plan = testplan.build_plan(problem.answer["tests"], "task_func")
+        assert (plan.trusted, plan.untrusted, len(plan.units)) == (7, 0, 5)
+        honest = block(row["code_prompt"] + row["canonical_solution"])
+        assert scores(honest, problem.answer) == (1.0, 1.0)
+        assert scores(block(row["code_prompt"] + wrong), problem.answer) == (0.0, 0.0)
+
+    def test_a_testcase_with_more_than_asserts_stays_with_pytest(self):
+        # a mock, a helper method of the class: the class runs under pytest (refused if trusted)
+        tests = ("import unittest\nfrom unittest.mock import patch\n\n"
+                 "class TestCases(unittest.TestCase):\n"
+                 "    @patch('os.getcwd', return_value='/x')\n"
+                 "    def test_cwd(self, mock_cwd):\n"
+                 "        self.assertEqual(task_func(), '/x')\n")
+        plan = testplan.build_plan(tests, "task_func")
+        assert plan.trusted == 0 and plan.harness_tests == ("TestCases.test_cwd",)
+        honest = block("import os\ndef task_func():\n    return os.getcwd()\n")
+        assert scores(honest, {"tests": tests, "entry_point": "task_func"}) == (1.0, 0.0)
 
 
 # ------------------------------------------------ 5. answers written the ordinary way
@@ -408,3 +518,81 @@ class TestRoundThreeLeftovers:
         assert scores(block("print('0.50')"), cases) == (1.0, 1.0)
         assert scores(block("print('0.51')"), cases) == (0.0, 0.0)
         assert scores(block("print('1/2')"), cases) == (0.0, 0.0)
+
+    # an input given to the solution and read on the other side of the same comparison (or in
+    # another argument of a helper of the tests'): read as it was before the call, so a solution
+    # that empties it cannot make the expected side agree (pytest would read it after the call)
+    SAME_INPUT: ClassVar[dict] = {
+        "expected_side_after_the_call": (
+            "x = [3, 1, 2]\nassert sort_copy(x) == sorted(x)\n", "sort_copy"),
+        "already_the_childs": (
+            ("def test_a():\n    x = [3, 1, 2]\n    assert sort_copy(x) == [1, 2, 3]\n"
+             "    assert sort_copy(x) == sorted(x)\n"), "sort_copy"),
+        "a_helper_of_the_tests": (
+            ("def ref(xs):\n    return sorted(xs)\n\n"
+             "def check(candidate):\n    x = [5, 4, 9]\n    assert candidate(x) == ref(x)\n"),
+            "sort_copy"),
+        "unittest_assert": (
+            ("import unittest\n\nclass TestCases(unittest.TestCase):\n"
+             "    def setUp(self):\n        self.x = [3, 1, 2]\n\n"
+             "    def test_sorted(self):\n"
+             "        self.assertEqual(sort_copy(self.x), sorted(self.x))\n"), "sort_copy"),
+    }
+    HONEST_SORT = "def sort_copy(a):\n    return sorted(a)\n"
+
+    @pytest.mark.parametrize("name", sorted(SAME_INPUT))
+    def test_the_same_input_on_both_sides(self, name):
+        tests, entry = self.SAME_INPUT[name]
+        reference = {"tests": tests, "entry_point": entry}
+        assert scores(block(self.HONEST_SORT), reference) == (1.0, 1.0)
+        cheat = "def sort_copy(a):\n    a.clear()\n    return []\n"
+        assert scores(block(cheat), reference) == (0.0, 0.0)
+        if name == "already_the_childs":  # honest at the first call, empties x at the second
+            second = ("def sort_copy(a):\n    if getattr(sort_copy, 'n', 0):\n        a.clear()\n"
+                      "        return []\n    sort_copy.n = 1\n    return sorted(a)\n")
+            assert scores(block(second), reference) == (0.0, 0.0)
+
+    def test_a_mutation_across_statements_still_counts(self):
+        # the in-place sort's effect is what the next statement (or the other side of an `and`)
+        # reads, as in pytest
+        for tests in ("x = [3, 1, 2]\nsort_in_place(x)\nassert x == [1, 2, 3]\n",
+                      "x = [3, 1, 2]\nassert sort_in_place(x) is None and x == [1, 2, 3]\n"):
+            assert scores(block("def sort_in_place(a):\n    a.sort()\n"), tests) == (1.0, 1.0)
+            assert scores(block("def sort_in_place(a):\n    pass\n"), tests) == (0.0, 0.0)
+
+
+# ------------------------------------------------ enums: the real `==`, as pytest has it
+
+ENUM_TESTS = ("from enum import {base}\n\nclass Color({base}):\n    RED = 1\n    GREEN = 2\n\n"
+              "def test_pick():\n    assert pick(1) == Color.RED\n"
+              "    assert Color.GREEN == pick(2)\n")
+OWN_ENUM = ("from enum import {base}\nclass Color({base}):\n    RED = 1\n    GREEN = 2\n"
+            "def pick(v):\n    return Color(v)\n")
+
+
+class TestEnumsComparedAsUnderPytest:
+    # the tests' own enum is built by the trainer; a member the solution returns equals it where
+    # pytest's `==` says so: a plain Enum only is itself (another class's member with the same
+    # name and value is not equal), an IntEnum member equals its value
+    @pytest.mark.parametrize("tests_base,own_base,expected", [
+        ("Enum", "Enum", 0.0), ("Enum", "IntEnum", 0.0), ("IntEnum", "Enum", 0.0),
+        ("IntEnum", "IntEnum", 1.0)])
+    def test_the_solutions_own_enum(self, tests_base, own_base, expected):
+        tests = ENUM_TESTS.format(base=tests_base)
+        assert testplan.build_plan(tests).harness is None  # judged by the trainer
+        answer = block(OWN_ENUM.format(base=own_base))
+        assert scores(answer, tests) == (expected, expected)
+        assert code(answer, tests.replace("def test_pick():", "def test_pick(capsys):")) == (
+            expected)  # the same under pytest itself
+
+    def test_plain_values_against_an_intenum(self):
+        tests = ENUM_TESTS.format(base="IntEnum")
+        assert scores(block("def pick(v):\n    return v\n"), tests) == (1.0, 1.0)
+        assert scores(block("def pick(v):\n    return 3 - v\n"), tests) == (0.0, 0.0)
+
+    def test_the_solutions_enum_on_both_sides(self):
+        tests = ("from solution import Color, pick\n\ndef test_pick():\n"
+                 "    assert pick(1) == Color.RED\n    assert pick(2) != Color.RED\n")
+        assert scores(block(OWN_ENUM.format(base="Enum")), tests) == (1.0, 1.0)
+        wrong = OWN_ENUM.format(base="Enum").replace("Color(v)", "Color.RED")
+        assert scores(block(wrong), tests) == (0.0, 0.0)
