@@ -317,11 +317,9 @@ def prompt_seeds(n, gen):
 
 def answers_uniforms(seeds, group_size, max_new_tokens):
     """(len(seeds) x G, max_new_tokens) float64 uniforms on the CPU, each prompt's from its seed."""
-    gen = torch.Generator()
     uniform = torch.empty((len(seeds), group_size, max_new_tokens), dtype=torch.float64)  # Q,G,T
     for prompt, seed in enumerate(seeds):
-        torch.rand((group_size, max_new_tokens), dtype=torch.float64, out=uniform[prompt],
-                   generator=gen.manual_seed(seed))
+        uniform[prompt].uniform_(generator=torch.Generator().manual_seed(seed))
     return uniform.flatten(0, 1)                                   # (Q x G, T)
 
 
