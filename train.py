@@ -65,7 +65,7 @@ from gmts.run.machine import memory_line
 from gmts.trainer import distributed
 from gmts.trainer.metrics import GradNoise, UpdateLog, rollout_figures
 from gmts.trainer.models import peak_memory_mb
-from gmts.trainer.rollout import concat_rollouts, sample_batched
+from gmts.trainer.rollout import concat_rollouts, sample
 from gmts.tools.evaluate import evaluate_during_training
 from gmts.trainer.step import (
     NON_FINITE, STEPPED, Batch, MiniBatch, accumulate_gradients, all_finite, batch_sum,
@@ -158,10 +158,10 @@ def answer_prompts(run, idx):
     cfg, G, stream, tokenizer = run.cfg, run.cfg.group_size, run.stream, run.tokenizer
     problems, prompt_ids = [stream.problems[i] for i in idx], [stream.prompt_ids[i] for i in idx]
     # 1. Rollout: G answers per prompt, with their log-probs and entropies (gmts/trainer/rollout.py)
-    roll = sample_batched(run.model, prompt_ids, group_size=G, max_new_tokens=cfg.max_new_tokens,
-                          eos_token_ids=run.eos_ids, pad_token_id=tokenizer.pad_token_id,
-                          temperature=cfg.temperature, generator=run.rollout_gen,
-                          prompts_per_call=cfg.rollout_batch_size, decode=run.decode)
+    roll = sample(run.model, prompt_ids, group_size=G, max_new_tokens=cfg.max_new_tokens,
+                  eos_token_ids=run.eos_ids, pad_token_id=tokenizer.pad_token_id,
+                  temperature=cfg.temperature, generator=run.rollout_gen,
+                  prompts_per_call=cfg.rollout_batch_size, decode=run.decode)
     texts = [tokenizer.decode(row[mask], skip_special_tokens=True)
              for row, mask in zip(roll.completion_ids.cpu(), roll.valid_mask.cpu())]
     # 2. Reward R_i: programs check each answer (rewards/), on a thread pool

@@ -4,8 +4,7 @@ import pytest
 import torch
 
 from gmts.trainer.step import completion_logprobs
-from gmts.trainer.rollout import (Rollout, _cache_keyword, completion_mask, concat_rollouts, sample,
-                                  sample_batched)
+from gmts.trainer.rollout import Rollout, _cache_keyword, completion_mask, concat_rollouts, sample
 from conftest import tiny_qwen2
 
 EOS, PAD = [5, 7], 0
@@ -124,7 +123,7 @@ def test_chunked_rollout_equals_one_call_when_greedy():
     kw = {"group_size": 2, "max_new_tokens": 6, "eos_token_ids": EOS, "pad_token_id": PAD,
           "temperature": 0.0}
     whole = sample(model, prompts(), **kw)
-    chunked = sample_batched(model, prompts(), prompts_per_call=1, **kw)
+    chunked = sample(model, prompts(), prompts_per_call=1, **kw)
     assert chunked.prompt_ids == whole.prompt_ids and chunked.completion_ids.shape[0] == 6
     width = whole.completion_ids.shape[1]
     assert torch.equal(chunked.completion_ids[:, :width], whole.completion_ids)
@@ -201,7 +200,7 @@ def test_answers_do_not_depend_on_how_the_prompts_split_into_generation_calls():
     many = [[3, 9, 11, 4], [12, 13], [20, 21, 22, 23, 24, 25], [30, 31, 32], [8]]
     kw = {"group_size": 4, "max_new_tokens": 12, "eos_token_ids": EOS, "pad_token_id": PAD,
           "temperature": 1.0}
-    rolls = [sample_batched(model, many, prompts_per_call=k,
+    rolls = [sample(model, many, prompts_per_call=k,
                             generator=torch.Generator().manual_seed(3), **kw) for k in (0, 1, 2, 3)]
     whole = rolls[0]
     assert whole.finished.any() and not whole.finished.all()      # rows of different lengths
@@ -212,7 +211,7 @@ def test_answers_do_not_depend_on_how_the_prompts_split_into_generation_calls():
         assert not roll.valid_mask[:, width:].any()
         # float64, other batch shapes and paddings: ~1e-14 apart (as in the shared-prefix test)
         torch.testing.assert_close(roll.old_logp[:, :width], whole.old_logp, rtol=1e-9, atol=1e-9)
-    other = sample_batched(model, many, generator=torch.Generator().manual_seed(4), **kw)
+    other = sample(model, many, generator=torch.Generator().manual_seed(4), **kw)
     assert not torch.equal(other.completion_ids, whole.completion_ids)
 
 

@@ -18,7 +18,7 @@ graphs (graph_bound; tests/test_compile.py counts them over rollouts of mixed pr
 """
 import torch
 
-from gmts.trainer.rollout import EagerDecode, KVLayer, draw
+from gmts.trainer.rollout import EagerDecode, KVCache, KVLayer, _cache_keyword, draw
 
 MIN_PROMPT_WIDTH = 16
 MIN_ROWS = 64             # a power of two
@@ -48,7 +48,7 @@ def graph_bound(longest_prompt, rows):
 
 
 def decode_step(model, cache, cache_kw, sampler):
-    """The compiled decode step over `cache` (a KVCache of StaticKVLayers in decoding mode):
+    """The compiled decode step over `cache` (a StaticKVCache in decoding mode):
     step(ids (n, 1), position_ids (n, 1), mask (n, max_len), u (n,)) -> rollout.draw's (token, log
     π, entropy), each (n,) and a copy (CUDA graph outputs are overwritten by the next replay). The
     forward and the sampler (temperature, top-k / top-p, the CDF and its draw) are one graph.
@@ -79,18 +79,23 @@ def decode_step(model, cache, cache_kw, sampler):
     def step(ids, position_ids, mask, u):
         torch.compiler.cudagraph_mark_step_begin()   # the previous step's outputs are consumed
         out = tuple(x.clone() for x in forward(ids, position_ids, mask, u))
-        cache.advance()                           # (outside the graph: Python ints, the position)
+        cache.advance(1)                          # (outside the graph: Python ints, the position)
         return out
     return step
 
 
 class StaticKVLayer(KVLayer):
-    """A KVLayer whose query position is its `position` tensor while decoding, not the Python int
-    `length`: a compiled graph reads it in place at every replay instead of being specialised to
-    (and recompiled for) each step's int."""
+    """A KVLayer whose query position is its cache's `position` tensor while decoding, not the
+    Python int `length`: a compiled graph reads it in place at every replay instead of being
+    specialised to (and recompiled for) each step's int."""
 
     def get_seq_length(self):
-        return self.length if self.position is None else self.position
+        return self.cache.position if self.cache.decoding else 0
+
+
+class StaticKVCache(KVCache):
+    """A KVCache of StaticKVLayers."""
+    layer = StaticKVLayer
 
 
 class CompiledDecode(EagerDecode):
@@ -99,17 +104,17 @@ class CompiledDecode(EagerDecode):
     the compiled step are kept per bucket (rows, columns, sampler settings) on the model, for the
     run: a later rollout of the same bucket reuses the same buffers (the same addresses: CUDA graphs
     are replayed, not recorded again) and the same graphs."""
-    layer = StaticKVLayer
 
     def __init__(self, model, rows, width, max_new_tokens, sampler=(1.0, 0, 1.0)):
-        width = prompt_width(width)
+        columns = prompt_width(width) + max_new_tokens
         buckets = model.__dict__.setdefault("_gmts_decode_buckets", {})  # (not a parameter)
-        key = (rows, width + max_new_tokens, tuple(sampler))
+        key = (rows, columns, tuple(sampler))
         if key not in buckets:
-            super().__init__(model, rows, width, max_new_tokens, sampler)
-            buckets[key] = (self.cache, self.cache_kw, [None])
+            cache = StaticKVCache(len(model.get_decoder().layers), rows, columns,
+                                  next(model.parameters()).device)
+            buckets[key] = (cache, {_cache_keyword(model): cache}, [None])
         self.cache, self.cache_kw, self.compiled = buckets[key]
-        self.model, self.width, self.sampler = model, width, sampler
+        self.model, self.sampler = model, sampler
         self.cache.restart()
 
     def keep_rows(self, keep):      # the live rows, then finished ones up to a power of two

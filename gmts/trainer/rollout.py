@@ -12,7 +12,6 @@ token by inverse-CDF sampling, so the samples do not depend on the batch layout
 attention without copying K and V to every query head: gqa_attention). train.py --compile decodes
 with gmts/trainer/compiled_decode.py's CompiledDecode instead of EagerDecode.
 """
-import contextlib
 import dataclasses
 import inspect
 
@@ -73,92 +72,82 @@ def kv_cache_bytes(rows, max_len, config, dtype):
     return layers * 2 * rows * kv_heads * max_len * head_dim * element
 
 
+@dataclasses.dataclass(eq=False)
 class KVLayer(CacheLayerMixin):
-    """One layer of `sample`'s KV cache: keys and values of shape (rows, kv_heads, max_len,
-    head_dim), allocated at the first write (dtype, device and heads from the model's own keys) and
-    written in place; `length`: the columns filled. The batch is the buffers' first n rows (n = the
-    keys' batch size at that write).
-
-    The prefill (`position` None) writes columns [0, q) and returns them. A decode step (`position`:
-    a (1,) long tensor, set by the decode after the prefill) writes its one column at `position`
-    with index_copy_ and returns all max_len columns, the unwritten ones masked by causality (query
-    position = `length`, advanced by the decode): one write per buffer and no slicing per step, the
-    same shapes at every step (a compiled graph replays it). Zeros, not empty: the unwritten
-    columns are read (masked: a weight of exactly 0, which would still turn a NaN into NaN)."""
+    """One decoder layer's keys and values in `cache` (a KVCache), allocated at the first write
+    (dtype, device and heads from the model's own keys) and written in place. The batch is the
+    buffers' first n rows (n = the keys' batch size at that write). Zeros, not empty: a decode step
+    reads every column, the unwritten ones masked (a weight of exactly 0, which would still turn a
+    NaN into NaN)."""
+    cache: "KVCache"
+    keys: torch.Tensor = None                  # (rows, kv_heads, columns, head_dim)
+    values: torch.Tensor = None                # (rows, kv_heads, columns, head_dim)
+    is_initialized: bool = False
     is_compileable, is_sliding = True, False
-    position = None
-
-    def __init__(self, rows, max_len):
-        super().__init__()
-        self.rows, self.max_len, self.length = rows, max_len, 0
 
     def update(self, k, v, *args, **kwargs):     # k, v (n, kv_heads, q, head_dim): q new columns
-        if not self.is_initialized:            # the first write (the prefill) allocates the buffers
-            self.keys = k.new_zeros((self.rows, k.shape[1], self.max_len, k.shape[3]))
-            self.values = v.new_zeros((self.rows, v.shape[1], self.max_len, v.shape[3]))
+        cache, n, q = self.cache, len(k), k.shape[2]
+        if not self.is_initialized:                # the first write (the prefill) allocates
+            self.keys = k.new_zeros((cache.rows, k.shape[1], cache.columns, k.shape[3]))
+            self.values = v.new_zeros((cache.rows, v.shape[1], cache.columns, v.shape[3]))
             self.is_initialized = True
-        n = len(k)
-        if self.position is not None:                        # a decode step: one column
-            keys, values = ((self.keys, self.values) if n == self.rows else   # (no slicing op)
-                            (self.keys[:n], self.values[:n]))
-            keys.index_copy_(2, self.position, k)
-            values.index_copy_(2, self.position, v)
-            return keys, values
-        cols = slice(self.length, self.length + k.shape[2])
-        self.keys[:n, :, cols], self.values[:n, :, cols], self.length = k, v, cols.stop
-        return self.keys[:n, :, :self.length], self.values[:n, :, :self.length]   # the filled part
+        keys, values = ((self.keys, self.values) if n == cache.rows else   # (no slicing op)
+                        (self.keys[:n], self.values[:n]))
+        if not cache.decoding:          # the prefill: columns [0, q), returned as they are filled
+            keys[:, :, :q], values[:, :, :q] = k, v
+            return keys[:, :, :q], values[:, :, :q]
+        keys.index_copy_(2, cache.position, k)   # a decode step: one column at `position`, every
+        values.index_copy_(2, cache.position, v)  # column returned (the same shapes at every step)
+        return keys, values
 
-    def get_mask_sizes(self, query_length):    # (kv_length, kv_offset) of the keys `update` returns
-        return (self.length + query_length, 0) if self.position is None else (self.max_len, 0)
+    def get_mask_sizes(self, query_length):   # (key columns `update` returns, their offset)
+        return (self.cache.columns if self.cache.decoding else query_length), 0
 
-    def get_seq_length(self):              # = the query's first position (the mask's causal offset)
-        return self.length
+    def get_seq_length(self):                 # the query's first column (the mask's causal offset)
+        return self.cache.length
 
     def get_max_length(self):
-        return self.max_len
+        return self.cache.columns
 
-    def lazy_initialization(self, k, v):    # (for transformers' early_initialization)
+    def lazy_initialization(self, k, v):      # (for transformers' early_initialization)
         self.update(k[:, :, :0], v[:, :, :0])
 
 
 class KVCache(Cache):
-    """`sample`'s KV cache: KVCache(layers=[KVLayer(rows, max_len), ...]), one layer per decoder
-    layer, preallocated and written in place.
+    """`sample`'s KV cache: one KVLayer per decoder layer, (rows, kv_heads, columns, head_dim) each,
+    preallocated and written in place; `length`: the columns filled; `position` (1,) long: the
+    column a decode step writes (a tensor: a compiled graph reads it in place). The prefill writes
+    its columns and attends over them; then (`decoding`) each step writes one column and attends
+    over all, the unwritten ones masked by causality.
 
     transformers' DynamicCache grows by concatenation (every decode step copies the whole cache:
-    O(L^2) traffic over an answer of L tokens) and its batch_select_indices copies it again whenever
-    rows finish. Here a step writes one column, and `select_rows` moves the rows to keep to the
-    front, in place. A transformers Cache (update, get_seq_length, get_mask_sizes, the layer flags),
-    so Qwen2, Llama and any model that calls cache.update work."""
+    O(L^2) traffic over an answer of L tokens) and its batch_select_indices copies it again
+    whenever rows finish. Here a step writes one column, and `select_rows` moves the rows to keep to
+    the front, in place. A transformers Cache, so Qwen2, Llama and any model that calls
+    cache.update work."""
+    layer = KVLayer                                      # the class of its layers
+
+    def __init__(self, n_layers, rows, columns, device):
+        self.rows, self.columns, self.length, self.decoding = rows, columns, 0, False
+        self.position = torch.zeros(1, dtype=torch.long, device=device)         # (1,)
+        super().__init__(layers=list(map(self.layer, [self] * n_layers)))
 
     def select_rows(self, idx):
-        """Keep rows `idx` (in that order) as the batch's first len(idx) rows; copies only the
-        filled columns."""
+        """Keep rows `idx` (in that order) as the batch's first; copies the filled columns."""
         for layer in self.layers:
             for buf in (layer.keys, layer.values):           # (the gather copies before the write)
-                buf[:len(idx), :, :layer.length] = buf[idx, :, :layer.length]
+                buf[:len(idx), :, :self.length] = buf[idx, :, :self.length]
 
-    position = None          # the decode steps' column, (1,) long, shared by the layers
-
-    def start_decoding(self):
-        """After the prefill: every layer writes its next column at `position`."""
-        if self.position is None:
-            self.position = torch.zeros(1, dtype=torch.long, device=self.layers[0].keys.device)
-        self.position.fill_(self.layers[0].length)
-        for layer in self.layers:
-            layer.position = self.position
-
-    def advance(self):
-        """A decode step was written: the next one writes the next column."""
-        for layer in self.layers:
-            layer.length += 1
-        self.position.add_(1)
+    def advance(self, columns):
+        """`columns` were written (the prefill's, then one per step): decode at the next one."""
+        self.length, self.decoding = self.length + columns, True
+        self.position.fill_(self.length)
 
     def restart(self):
         """Empty again for another rollout, in the same buffers (zeroed: no column of the last
         rollout is read, even masked)."""
+        self.length, self.decoding = 0, False
         for layer in self.layers:
-            layer.length, layer.position = 0, None
             if layer.is_initialized:
                 layer.keys.zero_(), layer.values.zero_()
 
@@ -188,14 +177,14 @@ def draw(logits, u, temperature=1.0, top_k=0, top_p=1.0):
     (token (n,) long, its log π (n,) float32, the entropy of softmax(z / τ) (n,) float32);
     temperature 0 = greedy. The sampler's one implementation: the eager decode calls it after the
     forward, the compiled one inside its graph."""
-    scaled = logits.float() if temperature in (0, 1) else logits.float() / temperature  # z / 1 = z
+    scaled = logits.float() if temperature in (0, 1) else logits.float() / temperature  # (n, V)
     log_probs = torch.log_softmax(scaled, dim=-1)                              # (n, V)
     if temperature == 0:                                                       # greedy
-        token = log_probs.argmax(dim=-1)
+        token = log_probs.argmax(dim=-1)                                       # (n,)
     else:                                                               # inverse CDF of u
         filtered = filter_logits(scaled, top_k, top_p) if top_k or top_p < 1 else scaled
         cdf = torch.softmax(filtered, dim=-1).double().cumsum(dim=-1)              # (n, V)
-        token = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True)[:, 0]
+        token = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True)[:, 0]   # (n,)
         token = token.clamp(max=cdf.shape[1] - 1)
     return (token, log_probs.gather(1, token[:, None])[:, 0],
             -(log_probs.exp() * log_probs).sum(dim=-1))
@@ -226,102 +215,96 @@ AttentionInterface.register(GQA, gqa_attention)
 AttentionMaskInterface.register(GQA, sdpa_mask)                        # its masks: SDPA's
 
 
-@contextlib.contextmanager
-def gqa_decoding(model):
-    """While sampling, a model on transformers' SDPA attention attends through gqa_attention (the
-    same results; the prefill and every call of more than one token go to SDPA as before)."""
-    config = model.get_decoder().config                  # the one the attention layers read
-    own = config._attn_implementation
-    config._attn_implementation = GQA if own == "sdpa" else own    # eager, flash, flex: as they are
-    try:
-        yield
-    finally:
-        config._attn_implementation = own
-
-
 class EagerDecode:
-    """`sample`'s model calls over a KVCache of `rows` rows and width + max_new_tokens columns
-    (width: the prompts' columns, the longest prompt's): prefill(ids (n, q), position_ids (n, q),
-    mask (n, width + max_new_tokens)) -> logits (n, V) of each row's next token, then one token per
-    row per step: step(ids (n, 1), position_ids (n, 1), mask, u (n,)) -> draw's (token, log π,
-    entropy). mask: 0 at a prompt's left padding, 1 on every later column (causality hides the
-    unwritten ones); the prefill's: its (n, width) prompt columns. sampler: draw's (temperature,
-    top_k, top_p). compiled_decode.CompiledDecode: the same step compiled, the sampler included."""
-    layer = KVLayer                   # the class of the cache's layers
+    """`sample`'s decode steps over a KVCache of `rows` rows and width + max_new_tokens columns
+    (width: the longest prompt's): step(ids (n, 1), position_ids (n, 1), mask (n, columns), u
+    (n,)) -> draw's (token, log π, entropy). mask: 0 at a prompt's left padding, 1 on every later
+    column. sampler: draw's (temperature, top_k, top_p). compiled_decode.CompiledDecode: the same
+    step compiled, the sampler included."""
 
     def __init__(self, model, rows, width, max_new_tokens, sampler=(1.0, 0, 1.0)):
         layers = model.get_decoder().layers       # the transformers model's, under LoRA or FSDP
-        self.cache = KVCache(layers=[self.layer(rows, width + max_new_tokens) for _ in layers])
-        self.model, self.width, self.cache_kw = model, width, {_cache_keyword(model): self.cache}
-        self.sampler = dict(zip(("temperature", "top_k", "top_p"), sampler))
+        device = next(model.parameters()).device
+        self.cache = KVCache(len(layers), rows, width + max_new_tokens, device)
+        self.model, self.sampler = model, sampler
+        self.cache_kw = {_cache_keyword(model): self.cache}         # the model's keyword for it
 
     def keep_rows(self, keep):     # finished rows leave: the live ones (keep: (n,) bool) move up
         idx = keep.nonzero().squeeze(1)
         self.cache.select_rows(idx)
         return idx
 
-    def forward(self, ids, position_ids, mask):        # -> logits (n, V) of each row's next token
-        return self.model(input_ids=ids, attention_mask=mask, position_ids=position_ids,
-                          use_cache=True, logits_to_keep=1, **self.cache_kw).logits[:, -1]
-
-    def prefill(self, ids, position_ids, mask):
-        logits = self.forward(ids, position_ids, mask)
-        self.cache.start_decoding()
-        return logits
-
     def step(self, ids, position_ids, mask, u):
-        out = draw(self.forward(ids, position_ids, mask), u, **self.sampler)
-        self.cache.advance()
-        return out
+        logits = self.model(input_ids=ids, attention_mask=mask, position_ids=position_ids,
+                            use_cache=True, **self.cache_kw).logits[:, -1]         # (n, V)
+        self.cache.advance(1)
+        return draw(logits, u, *self.sampler)
 
 
 @torch.no_grad()
 def sample(model, prompts, *, group_size, max_new_tokens, eos_token_ids, pad_token_id,
-           temperature=1.0, top_k=0, top_p=1.0, generator=None, seeds=None, share_prefix=True,
-           drop_finished=True, decode=EagerDecode):
+           temperature=1.0, top_k=0, top_p=1.0, generator=None, seeds=None, prompts_per_call=0,
+           share_prefix=True, drop_finished=True, decode=EagerDecode):
     """Sample `group_size` completions for each of the Q prompts (lists of token ids); temperature 0
     = greedy. Returns a Rollout of N = Q * group_size rows in prompt order. seeds: one per prompt
-    (drawn from `generator` when not given). share_prefix=False prefills N rows; drop_finished=False
-    keeps finished rows in the batch (both: the same samples, tests/test_rollout.py)."""
+    (drawn from `generator` when not given). prompts_per_call (0 = all): prompts per KV cache (the
+    paper's 64 x 16 answers of 2k tokens: ~90 GB on Qwen2.5-1.5B in one), the seeds drawn for all
+    at once, so the answers do not depend on it. share_prefix=False prefills N rows; drop_finished=
+    False keeps finished rows in the batch (all three: the same samples, tests/test_rollout.py)."""
     if group_size < 1 or max_new_tokens < 1 or min(map(len, prompts), default=0) < 1:
         raise ValueError(f"every prompt needs at least one token, group_size and max_new_tokens "
                          f">= 1 (got {len(prompts)} prompts, {group_size}, {max_new_tokens})")
-    with gqa_decoding(model):
-        device, n_rows = next(model.parameters()).device, len(prompts) * group_size
-        eos = torch.tensor(sorted(set(eos_token_ids)), device=device)
-        uniform = answers_uniforms(seeds or prompt_seeds(len(prompts), generator), group_size,
-                                   max_new_tokens).to(device)    # (N, T): row i draws uniform[i, t]
-        sampler = temperature, top_k, top_p
-        step = decode(model, n_rows, max(map(len, prompts)), max_new_tokens, sampler)  # KV cache
-        prefill = prompts if share_prefix else [p for p in prompts for _ in range(group_size)]
-        ids, mask = left_pad(prefill, pad_token_id, device, step.width)
-        logits = step.prefill(ids, positions(mask), mask)  # one row per prompt, or N
-        rows = torch.arange(len(ids), device=device).repeat_interleave(n_rows // len(ids))
-        step.cache.select_rows(rows)                       # each prompt's cache rows copied G times
-        first = mask[rows].sum(dim=1, keepdim=True)        # (N, 1): each answer's first position
-        mask = torch.nn.functional.pad(mask, (0, max_new_tokens), value=1)[rows]   # 1 after prompts
-        next_tok, next_logp, next_entropy = draw(logits[rows], uniform[:, 0], *sampler)
-        tokens = torch.full((n_rows, max_new_tokens), pad_token_id, dtype=torch.long, device=device)
-        logp, entropy = torch.zeros((2, n_rows, max_new_tokens), dtype=torch.float32, device=device)
-        finished = torch.zeros(n_rows, dtype=torch.bool, device=device)
-        live = torch.arange(n_rows, device=device)    # the original rows of the batch's rows
-        done, u_rows = finished.clone(), uniform      # in batch order, as `first`: no gather
+    seeds, k = seeds or prompt_seeds(len(prompts), generator), prompts_per_call
+    if 0 < k < len(prompts):                          # one call per k prompts, rows in order
+        kw = {"group_size": group_size, "max_new_tokens": max_new_tokens, "decode": decode,
+              "eos_token_ids": eos_token_ids, "pad_token_id": pad_token_id, "top_k": top_k,
+              "top_p": top_p, "temperature": temperature, "share_prefix": share_prefix,
+              "drop_finished": drop_finished}
+        return concat_rollouts([sample(model, prompts[i:i + k], seeds=seeds[i:i + k], **kw)
+                                for i in range(0, len(prompts), k)], pad_token_id)
+    device, n_rows = next(model.parameters()).device, len(prompts) * group_size   # N = Q x G
+    sampler = temperature, top_k, top_p
+    eos = torch.tensor(sorted(set(eos_token_ids)), device=device)
+    uniform = answers_uniforms(seeds, group_size, max_new_tokens).to(device)   # (N, T) float64
+    step = decode(model, n_rows, max(map(len, prompts)), max_new_tokens, sampler)  # KV cache
+    width = step.cache.columns - max_new_tokens      # the prompts' columns (compiled: bucketed)
+    prefill = prompts if share_prefix else [p for p in prompts for _ in range(group_size)]
+    ids, mask = left_pad(prefill, pad_token_id, device, width)        # (Q or N, width) each
+    logits = model(input_ids=ids, attention_mask=mask, position_ids=positions(mask),
+                   use_cache=True, logits_to_keep=1, **step.cache_kw).logits[:, -1]  # (Q or N, V)
+    step.cache.advance(width)
+    rows = torch.arange(len(ids), device=device).repeat_interleave(n_rows // len(ids))   # (N,)
+    step.cache.select_rows(rows)                       # each prompt's cache rows copied G times
+    first = mask[rows].sum(dim=1, keepdim=True)        # (N, 1): each answer's first position
+    mask = torch.nn.functional.pad(mask, (0, max_new_tokens), value=1)[rows]   # (N, columns)
+    next_tok, next_logp, next_entropy = draw(logits[rows], uniform[:, 0], *sampler)   # (N,) each
+    tokens = torch.full((n_rows, max_new_tokens), pad_token_id, dtype=torch.long, device=device)
+    logp, entropy = torch.zeros((2, n_rows, max_new_tokens), dtype=torch.float32, device=device)
+    finished = torch.zeros(n_rows, dtype=torch.bool, device=device)              # (N,)
+    live = torch.arange(n_rows, device=device)    # (n,): the original rows of the batch's rows
+    done, u_rows = finished.clone(), uniform      # in batch order, as `first`: no gather
+    config = model.get_decoder().config                # (the one the attention layers read)
+    own = config._attn_implementation                  # SDPA's decode steps: gqa_attention
+    config._attn_implementation = GQA if own == "sdpa" else own    # eager, flash: as they are
+    try:
         for t in range(max_new_tokens):
-            tokens[live, t] = next_tok      # index writes: no sync (masked after a row's end below)
+            tokens[live, t] = next_tok   # index writes: no sync (masked after a row's end below)
             logp[live, t], entropy[live, t] = next_logp, next_entropy
             done |= torch.isin(next_tok, eos)
             n_keep = int((~done).sum()) if (t + 1) % CHECK_EVERY == 0 else len(live)
             if n_keep == 0 or t == max_new_tokens - 1:
                 break
-            if drop_finished and n_keep <= len(live) // 2:    # at halvings: ~one cache copy in all
+            if drop_finished and n_keep <= len(live) // 2:   # at halvings: ~one cache copy in all
                 finished[live] = done
                 idx = step.keep_rows(~done)                     # (their cache rows move up)
                 live, next_tok, mask, first, u_rows, done = (
                     x[idx] for x in (live, next_tok, mask, first, u_rows, done))
             next_tok, next_logp, next_entropy = step.step(next_tok[:, None], first + t, mask,
                                                           u_rows[:, t + 1])
-        finished[live] = done
-    valid = completion_mask(tokens, eos, max_new_tokens)   # tokens after a row's end: padding
+    finally:
+        config._attn_implementation = own
+    finished[live] = done
+    valid = completion_mask(tokens, eos, max_new_tokens)     # (N, T): after a row's end: padding
     return Rollout(prompt_ids=list(map(list, prompts)), valid_mask=valid,
                    completion_ids=tokens.masked_fill(~valid, pad_token_id), old_logp=logp * valid,
                    entropy=entropy * valid, finished=finished, group_size=group_size)
@@ -334,18 +317,10 @@ def prompt_seeds(n, gen):
 
 def answers_uniforms(seeds, group_size, max_new_tokens):
     """(len(seeds) x G, max_new_tokens) float64 uniforms on the CPU, each prompt's from its seed."""
-    kw, gen = {"size": (group_size, max_new_tokens), "dtype": torch.float64}, torch.Generator()
-    return torch.cat([torch.rand(**kw, generator=gen.manual_seed(s)) for s in seeds])
-
-
-def sample_batched(model, prompts, *, prompts_per_call=0, generator=None, **kwargs):
-    """`sample` over chunks of `prompts_per_call` prompts (0 = all at once), as one Rollout. Chunks
-    bound the KV cache (the paper's 64 x 16 answers of 2k tokens: ~90 GB on Qwen2.5-1.5B in one
-    call); the seeds are drawn once for all, so the answers do not depend on the chunks."""
-    k = prompts_per_call or len(prompts)
-    seeds, starts = prompt_seeds(len(prompts), generator), range(0, len(prompts), k)
-    parts = [sample(model, prompts[i:i + k], seeds=seeds[i:i + k], **kwargs) for i in starts]
-    return parts[0] if len(parts) == 1 else concat_rollouts(parts, kwargs["pad_token_id"])
+    uniform = torch.empty((len(seeds), group_size, max_new_tokens), dtype=torch.float64)  # Q,G,T
+    for prompt, seed in enumerate(seeds):
+        uniform[prompt].uniform_(generator=torch.Generator().manual_seed(seed))
+    return uniform.flatten(0, 1)                                   # (Q x G, T)
 
 
 def pad_cat(tensors, value):
@@ -383,8 +358,8 @@ def _cache_keyword(model):
 
 
 def completion_mask(tokens, eos, max_len):
-    """Valid = every token up to and including the FIRST end-of-sequence token (pad may equal eos:
-    never use `tokens != pad`)."""
-    is_eos = torch.isin(tokens, eos)
-    first_eos = torch.where(is_eos.any(dim=1), is_eos.float().argmax(dim=1), max_len)
+    """(N, T) bool: every token up to and including the FIRST end-of-sequence token (pad may equal
+    eos: never use `tokens != pad`); max_len for a row without one."""
+    is_eos = torch.isin(tokens, eos)                                                     # (N, T)
+    first_eos = torch.where(is_eos.any(dim=1), is_eos.float().argmax(dim=1), max_len)    # (N,)
     return torch.arange(tokens.shape[1], device=tokens.device)[None, :] <= first_eos[:, None]
