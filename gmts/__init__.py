@@ -10,10 +10,10 @@ The package is laid out by role (README.md, "Layout"):
                         vocabulary
         options.py      the method's option names and their checks (no torch: the command line
                         checks flags first)
-    gmts/trainer/   the trainer's parts: the sampler (rollout.py), one step's machinery (step.py),
-                    the per-step diagnostics, model loading and LoRA (policy.py), the optimizer,
-                    several processes and FSDP (distributed.py, which a single process's step never
-                    enters)
+    gmts/trainer/   the trainer's parts: the sampler (rollout.py), the batch and its passes
+                    (batches.py), the per-step diagnostics, model loading and LoRA (policy.py), the
+                    optimizer, several processes and FSDP (distributed.py, which a single process's
+                    step never enters)
     gmts/run/       the run infrastructure: config, validation, run state, checkpoints, logs,
                     reporters
     gmts/tools/     the tools: evaluate, analyze, plot, memory planner, statistics, toy models

@@ -4,6 +4,7 @@ processes).
 The selected token set and the parameter update after one step on 2 processes must equal those of 1
 process on the same batch, for ETS and GMTS; and `torchrun --nproc-per-node 2 train.py` must run,
 checkpoint and resume."""
+import functools
 import json
 import os
 import subprocess
@@ -168,7 +169,7 @@ BUDGET = ("--micro-batch-tokens", "16")
 def test_two_processes_equal_one_process(tmp_path, selector, loss_norm, fsdp, extra):
     if extra:
         from gmts.run.config import parse_config
-        from gmts.trainer.step import micro_batches
+        from gmts.trainer.batches import micro_batches
         cfg = parse_config(["--group-size", str(G), *extra])
         counts = [len(micro_batches(part, torch.arange(len(part.advantages)), cfg))
                   for part in (shard(make_batch(), r, 2) for r in range(2))]
@@ -369,9 +370,10 @@ def test_gradient_norm_of_bf16_gradients_is_summed_in_float32():
     relative error <= n u = 2.4e-4 at worst (u = 2^-24), and the square root halves it; bf16 itself
     rounds the result by up to 2^-9 = 2e-3."""
     from gmts.trainer import distributed
-    from gmts.trainer.step import clip_grad_norm
+    from gmts.trainer.batches import clip_grad_norm
     gen = torch.Generator().manual_seed(0)
-    for clip in (clip_grad_norm, distributed.clip_grad_norm):
+    for clip in (clip_grad_norm, functools.partial(distributed.clip_grad_norm,
+                                                   clip_replicated=clip_grad_norm)):
         params = [torch.nn.Parameter(torch.zeros(64, 32, dtype=torch.bfloat16)) for _ in range(2)]
         for p in params:
             p.grad = torch.randn(p.shape, generator=gen).to(torch.bfloat16)

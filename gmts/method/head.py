@@ -187,7 +187,7 @@ def head_logprobs(hidden: Tensor, head_weight: Tensor, targets: Tensor, *,
                   head_bias: Tensor | None = None, temperature: float = 1.0, chunk_size: int = 1024,
                   with_entropy: bool = True) -> tuple[Tensor, Tensor | None]:
     """token_logprobs_and_entropy on flat inputs the caller built itself: hidden (n, H), targets
-    (n,) long ids in [0, V), head_bias (V,) or None. gmts/trainer/step.py's completion_logprobs
+    (n,) long ids in [0, V), head_bias (V,) or None. gmts/trainer/batches.py's completion_logprobs
     calls this with the model's own hidden states and the sampled ids, so the public function's
     shape, dtype and range checks cannot fail there and are not repeated (nor those of temperature
     and chunk_size, train.py's checked flags). Returns (logp (n,), entropy (n,) or None)."""

@@ -29,7 +29,7 @@ from gmts.trainer.policy import (add_lora, check_vocabulary, enable_gradient_che
                                  resolve_device, resolve_dtype)
 from gmts.trainer.compiled_decode import CompiledDecode
 from gmts.trainer.rollout import EagerDecode
-from gmts.trainer.step import PromptStream
+from gmts.trainer.batches import PromptStream
 
 
 # --------------------------------------------------------------------------------------------------
