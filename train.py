@@ -64,7 +64,7 @@ from gmts.trainer.policy import peak_memory_mb
 from gmts.trainer.rollout import concat_rollouts, sample_batched
 from gmts.trainer.batches import (
     NON_FINITE, STEPPED, Batch, MiniBatch, accumulate_gradients, all_finite, batch_select,
-    batch_sum, minibatch_rows, optimizer_step, scoring_pass, selected_count, several_processes)
+    batch_sum, minibatch_rows, optimizer_step, scoring_pass, selection_counts, several_processes)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -217,10 +217,9 @@ def update_policy(cfg, model, ref_model, optimizer, batch, select_gen, device, s
             # 4. Score at θ: log π_θ, E (n, T) (on-policy, θ = θ_old: the rollout's own), ω (n, T)
             logp, entropy = ((mb.old_logp, mb.entropy) if on_policy
                              else scoring_pass(model, batch, rows, cfg))
-            share = 1.0 if not cfg.beta else kl_share(     # the KL part's in ω: S / N_valid or 1
-                cfg.loss_norm, cfg.kl_coverage, selected_count(
-                    valid, mb.exclude, ratio, cfg.select_scope, mb.group_ids),
-                int(batch_sum(int(valid.sum()))))
+            counts = selection_counts(valid, mb.exclude, ratio, cfg.select_scope,
+                                      mb.group_ids) if cfg.beta else None      # (S, N_valid)
+            share = kl_share(cfg.loss_norm, cfg.kl_coverage, *counts) if cfg.beta else 1.0
             omega = token_omega(logp, mb.old_logp, mb.advantages, eps_low=cfg.eps_low,
                                 eps_high=cfg.eps_high, beta=cfg.beta, ref_logp=mb.ref_logp,
                                 kl_share=share)

@@ -92,7 +92,8 @@ class _ChunkedHeadLogProb(torch.autograd.Function):
         p_buf holds exp(s); without it (p_buf and entropy are empty), exp runs in place: the
         shifted logits are not needed any more."""
         n, sm_dtype = len(hidden), torch.promote_types(dtype, torch.float32)
-        logp, lse, entropy = (hidden.new_empty(k, dtype=sm_dtype) for k in (n, n, n * with_entropy))
+        logp, lse = hidden.new_empty(n, dtype=sm_dtype), hidden.new_empty(n, dtype=sm_dtype)
+        entropy = hidden.new_empty(n * with_entropy, dtype=sm_dtype)     # (n,), or (0,) without
         p_buf = hidden.new_empty(min(chunk_size, n) * with_entropy, len(weight), dtype=sm_dtype)
         ctx.temperature, ctx.chunk_size, ctx.dtype = temperature, chunk_size, dtype
         with torch.autocast(hidden.device.type, enabled=False):

@@ -43,17 +43,17 @@ def batch_select(scores, valid_mask, ratio, *, scope="batch", group_ids=None, bo
                          bottom=bottom, exclude=exclude)
 
 
-def selected_count(valid_mask, exclude, ratio, scope, group_ids):
-    """S, how many tokens batch_select keeps of this optimizer batch (every process's), known
-    before any score is: k = ceil(ρ · N_valid) per ranking, capped at its eligible count."""
+def selection_counts(valid_mask, exclude, ratio, scope, group_ids):
+    """(S, N_valid) of this optimizer batch (every process's): S, how many tokens batch_select
+    keeps, known before any score is (k = ceil(ρ · N_valid) per ranking, capped at its eligible
+    count); N_valid its valid tokens."""
     eligible = valid_mask if exclude is None else valid_mask & ~exclude[:, None]     # (N, T)
+    n_valid = int(batch_sum(int(valid_mask.sum())))
     if scope == "batch":
-        n_valid, n_eligible = batch_sum(torch.tensor([int(valid_mask.sum()),
-                                                      int(eligible.sum())])).tolist()
-        return budget(ratio, int(n_valid), int(n_eligible))
+        return budget(ratio, n_valid, int(batch_sum(int(eligible.sum())))), n_valid
     local = sum(budget(ratio, int(valid_mask[group_ids == g].sum()),
                        int(eligible[group_ids == g].sum())) for g in torch.unique(group_ids))
-    return int(batch_sum(int(local)))
+    return int(batch_sum(int(local))), n_valid
 
 
 def all_finite(tensors, where=True):
@@ -64,13 +64,6 @@ def all_finite(tensors, where=True):
         bad += int((~torch.isfinite(t.to_local() if hasattr(t, "to_local") else t.detach())
                     & where).sum())
     return int(batch_sum(bad)) == 0
-
-
-def even_passes(model, n_passes, backward=True):
-    """A with-block of n_passes passes that gets the function each pass's backward runs through.
-    FSDP: padded so that every process runs as many, the gradients synced on the last."""
-    return (distributed.even_passes(model, n_passes, backward) if several_processes()
-            else contextlib.nullcontext(torch.Tensor.backward))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -107,8 +100,11 @@ class Batch(Rollout):
 
     def to(self, device):
         """The same batch with its tensors on `device`."""
-        moved = {k: v.to(device) for k, v in vars(self).items() if torch.is_tensor(v)}
-        return dataclasses.replace(self, **moved)
+        moved = dataclasses.replace(self)
+        for name, value in vars(self).items():
+            if torch.is_tensor(value):
+                setattr(moved, name, value.to(device))
+        return moved
 
     def groups(self, keep, group_size):
         """The groups where keep (Q,) is True (dynamic sampling keeps the mixed ones)."""
@@ -199,20 +195,15 @@ def completion_logprobs(model, prompt_ids, completion_ids, valid_mask, *, group_
     return logp, entropy
 
 
-def answer_widths(valid_mask):
-    """(N,) each row's width: one past its last valid position (0 for a row with none)."""
-    last = valid_mask.shape[1] - valid_mask.flip(1).int().argmax(1)
-    return torch.where(valid_mask.any(1), last, torch.zeros_like(last))
-
-
 def micro_batches(batch, rows, cfg):
     """`rows` in micro-batches, longest answers first, so that each is trimmed to its own width.
 
     Any split gives the same gradient (the loss weights carry the mini-batch's normaliser).
     --micro-batch-size rows each; with --micro-batch-tokens, as many rows as fit that many padded
     tokens (rows x (widest prompt + widest answer)), a row alone if it is longer."""
-    widths, order = torch.sort(answer_widths(batch.valid_mask[rows]).cpu(), descending=True,
-                               stable=True)
+    valid = batch.valid_mask[rows]                                      # (n, T)
+    widths = valid.int().cumsum(1).argmax(1) + valid.any(1)   # (n,) one past the last valid, or 0
+    widths, order = torch.sort(widths.cpu(), descending=True, stable=True)
     rows = rows[order.to(rows.device)]                       # ties in rollout order
     if cfg.micro_batch_tokens:
         return token_budget_chunks(batch, rows, widths.tolist(), cfg)
@@ -235,7 +226,7 @@ def token_budget_chunks(batch, rows, widths, cfg):
 def micro_batch_logprobs(model, batch, rows, cfg, with_entropy=False):
     """completion_logprobs of the batch's `rows`, trimmed to their widest answer: (n, w), w <= T."""
     prompts = [batch.prompt_ids[int(i) // cfg.group_size] for i in rows]      # G answers per prompt
-    width = max(1, int(answer_widths(batch.valid_mask[rows]).max()))
+    width = int(batch.valid_mask[rows].any(0).int().cumsum(0).argmax()) + 1  # widest, 1 at least
     args = (model, prompts, batch.completion_ids[rows, :width], batch.valid_mask[rows, :width])
     kwargs = {"temperature": cfg.temperature, "chunk_size": cfg.chunk_size,
               "with_entropy": with_entropy}
@@ -255,7 +246,11 @@ def scoring_pass(model, batch, rows, cfg, with_entropy=True):
     where = torch.full((batch.valid_mask.shape[0],), -1, dtype=torch.long, device=rows.device)
     where[rows] = torch.arange(len(rows), device=rows.device)          # each row's place in `rows`
     chunks = micro_batches(batch, rows, cfg)
-    with distributed.layers_gathered(model), even_passes(model, len(chunks), backward=False):
+    passes = (distributed.even_passes(model, len(chunks), backward=False) if several_processes()
+              else contextlib.nullcontext())           # FSDP: as many passes on every process
+    gathered = (distributed.layers_gathered(model) if several_processes()
+                else contextlib.nullcontext())                  # FSDP: the layers kept gathered
+    with gathered, passes:
         for k, chunk in enumerate(chunks):
             lp, ent = micro_batch_logprobs(model, batch, chunk, cfg, with_entropy)
             if k == 0:
@@ -279,7 +274,8 @@ def accumulate_gradients(model, batch, mb, rows, weights, cfg, *, kl_weights=Non
     (π_old := this forward's log π). Returns (the summed loss, a float64 tensor; the passes)."""
     chunks = micro_batches(batch, rows, cfg)
     total = torch.zeros((), dtype=torch.float64)
-    with even_passes(model, len(chunks)) as backward:
+    with distributed.even_passes(model, len(chunks)) if several_processes() else \
+            contextlib.nullcontext(torch.Tensor.backward) as backward:   # FSDP: as many passes
         for chunk in chunks:
             logp = micro_batch_logprobs(model, batch, chunk, cfg)[0]    # (n, w) log π_θ, w <= T
             i, w = mb.position[chunk], logp.shape[1]                    # (n,) its rows in mb
@@ -296,8 +292,11 @@ def accumulate_gradients(model, batch, mb, rows, weights, cfg, *, kl_weights=Non
 def clip_grad_norm(params, max_norm):
     """clip_grad_norm_ of torch.nn.utils, the norm summed in float32 at least (bf16 keeps 3
     digits)."""
-    norms = [torch.linalg.vector_norm(p.grad, dtype=torch.promote_types(p.grad.dtype, torch.float))
-             for p in params if p.grad is not None]
+    norms = []
+    for p in params:
+        if p.grad is not None:          # each gradient's norm, float32 at least
+            dtype = torch.promote_types(p.grad.dtype, torch.float)
+            norms.append(torch.linalg.vector_norm(p.grad, dtype=dtype))
     total = torch.linalg.vector_norm(torch.stack(norms))
     torch.nn.utils.clip_grads_with_norm_(params, max_norm if max_norm > 0 else math.inf, total)
     return total
