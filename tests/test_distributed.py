@@ -404,7 +404,7 @@ def _fsdp_worker(rank, world, dtype, extra):
     import train
     from conftest import tiny_qwen2
     from gmts.run.config import parse_config
-    from gmts.trainer import distributed, step
+    from gmts.trainer import batches, distributed
     from gmts.trainer.optim import build_optimizer
     torch.set_num_threads(1)
     cfg = parse_config(["--selector", "gmts", "--group-size", str(G), "--prompts-per-step",
@@ -412,7 +412,7 @@ def _fsdp_worker(rank, world, dtype, extra):
     model = distributed.shard_model(tiny_qwen2(vocab_size=VOCAB, seed=11), dtype)
     optimizer = build_optimizer(model, cfg)
     calls, per_step, head_dtypes = count_reduce_scatters(), [], []
-    real_step, real_head = optimizer.step, step.head_logprobs
+    real_step, real_head = optimizer.step, batches.head_logprobs
 
     def counting_step(*args, **kwargs):
         per_step.append(len(calls) - sum(per_step))
@@ -421,9 +421,9 @@ def _fsdp_worker(rank, world, dtype, extra):
     def recording_head(hidden, weight, *args, **kwargs):
         head_dtypes.append((hidden.dtype, weight.dtype))
         return real_head(hidden, weight, *args, **kwargs)
-    optimizer.step, step.head_logprobs = counting_step, recording_head
+    optimizer.step, batches.head_logprobs = counting_step, recording_head
     batch = shard(make_batch(), rank, world)
-    passes = len(step.micro_batches(batch, torch.arange(len(batch.advantages)), cfg))
+    passes = len(batches.micro_batches(batch, torch.arange(len(batch.advantages)), cfg))
     grads = record_gradients(model, optimizer)
     records = train.update_policy(cfg, model, None, optimizer, batch, torch.Generator(),
                                   torch.device("cpu"))

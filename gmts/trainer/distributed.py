@@ -1,7 +1,7 @@
 """Several processes (torchrun), one batch: the method's batch-wide quantities made global. These
 are module-level collectives, each the identity on one process; the step reaches them through
-gmts/trainer/batches.py (batch_sum, batch_select, even_passes, optimizer_step) and train.py's
-train_step, behind `if several_processes()`: one process never enters this file.
+gmts/trainer/batches.py (batch_sum, batch_select, accumulate_gradients, optimizer_step) and
+train.py's train_step, behind `if several_processes()`: one process never enters this file.
 
 `torchrun --nproc-per-node N train.py ...` starts N copies of train.py. Each generates and trains on
 its own share of the step's prompts (whole groups, so advantages stay exact). What must be GLOBAL
