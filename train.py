@@ -12,13 +12,13 @@ One step, top to bottom (gmts/METHOD.md, "One RLVR step"):
 
 Everything the method needs is a pure function in gmts/method/ (tested in tests/test_method.py and,
 against an independent reference, tests/test_update_reference.py); this file wires them together.
-The machinery that makes the batch-wide quantities right when the batch is computed in pieces
-(mini-batches, micro-batches, several processes, FSDP) lives in gmts/trainer/step.py; its batch_sum
-and the like are the values themselves on one process. What a step logs comes from
-gmts/trainer/metrics.py, from update_policy's records, after the step. Setting up a run:
-gmts/run/build.py, which gets the data loader and the reward functions from here (gmts/ never
-imports data/ or rewards/); saving it: gmts/run/checkpoint.py; signals: gmts/run/signals.py;
-in-training evaluation: gmts/tools/evaluate.py.
+The batch, its mini-batches and micro-batches and the passes over them (the batch-wide quantities
+right when the batch is computed in pieces, on several processes, under FSDP) live in
+gmts/trainer/batches.py; its batch_sum and the like are the values themselves on one process.
+What a step logs comes from gmts/trainer/metrics.py, from update_policy's records, after the
+step. Setting up a run: gmts/run/build.py, which gets the data loader and the reward functions
+from here (gmts/ never imports data/ or rewards/); saving it: gmts/run/checkpoint.py; signals:
+gmts/run/signals.py; in-training evaluation: gmts/tools/evaluate.py.
 """
 import sys
 
@@ -52,8 +52,8 @@ from tqdm import tqdm
 from gmts import data
 from gmts import rewards
 from gmts.method.grpo import (
-    group_advantages, mixed_groups, overlong_penalty, relative_token_weight, token_omega,
-    token_scores)
+    group_advantages, kl_share, loss_weights, mixed_groups, overlong_penalty,
+    relative_token_weight, token_omega, token_scores)
 from gmts.run import checkpoint as ckpt, report
 from gmts.run.build import build_run
 from gmts.run.checkpoint import save, save_merged_lora
@@ -67,10 +67,9 @@ from gmts.trainer.metrics import GradNoise, UpdateLog, rollout_figures
 from gmts.trainer.models import peak_memory_mb
 from gmts.trainer.rollout import concat_rollouts, sample
 from gmts.tools.evaluate import evaluate_during_training
-from gmts.trainer.step import (
-    NON_FINITE, STEPPED, Batch, MiniBatch, accumulate_gradients, all_finite, batch_sum,
-    layers_gathered, masked_loss_inputs, minibatch_kl_share, minibatch_rows,
-    optimizer_step, run_selection, scoring_pass, use_dynamic_sampling)
+from gmts.trainer.batches import (
+    NON_FINITE, STEPPED, Batch, MiniBatch, accumulate_gradients, all_finite, batch_select,
+    batch_sum, minibatch_rows, optimizer_step, scoring_pass, selection_counts, several_processes)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -146,7 +145,8 @@ def collect_batch(run):
     """Rollout + reward + advantage for the step's prompts (this process's share under torchrun),
     with the run's model, tokenizer, generator and rewards (gmts/run/build.py's Run). Returns (the
     Batch, or None when no group has mixed rewards; every sampled answer's R (n,); rollouts)."""
-    if use_dynamic_sampling(run.cfg):
+    if run.cfg.dynamic_sampling == "on" or (run.cfg.dynamic_sampling == "auto"
+                                            and run.cfg.algo == "dapo"):    # DAPO's
         return dynamic_sampling(run)
     batch = answer_prompts(run, run.stream.take(run.cfg.prompts_per_step))
     return batch, batch.rewards, 1
@@ -208,44 +208,57 @@ def update_policy(cfg, model, ref_model, optimizer, batch, select_gen, device, s
     (gmts/METHOD.md, "Several optimizer steps per rollout batch"). Returns one record (a dict) per
     optimizer step, for gmts/trainer/metrics.py's UpdateLog. probe: --log-grad-noise's."""
     batch = batch.to(device)
-    ref_logp = reference_logprobs(cfg, model, ref_model, batch) if cfg.beta > 0 else None  # π_ref
-    exclude = (batch.advantages == 0) if cfg.exclude_zero_adv else None   # all-equal groups: A = 0
+    ref_logp = reference_logprobs(cfg, model, ref_model, batch) if cfg.beta > 0 else None  # (N, T)
+    exclude = (batch.advantages == 0) if cfg.exclude_zero_adv else None   # (N,) A = 0: left out
+    ratio = cfg.ratio if cfg.selector != "none" else 1.0        # ρ; "none" keeps every token
+    kl_all = cfg.beta > 0 and cfg.kl_coverage == "all"          # the KL term on every valid token
     params = [p for p in model.parameters() if p.requires_grad]
     records, on_policy = [], True
     for epoch in range(cfg.ppo_epochs):
         for rows in minibatch_rows(len(batch.prompt_ids), cfg.group_size, cfg.mini_batch_size,
                                    seed=cfg.seed, step=step, epoch=epoch, device=device):
             mb = MiniBatch(batch, rows, cfg.group_size, ref_logp=ref_logp, exclude=exclude)
-            # 4. Score at θ: log π_θ, E, ω (on-policy, θ = θ_old: the rollout's own log π, E)
+            valid = mb.valid_mask                                                     # (n, T)
+            # 4. Score at θ: log π_θ, E (n, T) (on-policy, θ = θ_old: the rollout's own), ω (n, T)
             logp, entropy = ((mb.old_logp, mb.entropy) if on_policy
                              else scoring_pass(model, batch, rows, cfg))
+            counts = selection_counts(valid, mb.exclude, ratio, cfg.select_scope,
+                                      mb.group_ids) if cfg.beta else None      # (S, N_valid)
+            share = kl_share(cfg.loss_norm, cfg.kl_coverage, *counts) if cfg.beta else 1.0
             omega = token_omega(logp, mb.old_logp, mb.advantages, eps_low=cfg.eps_low,
                                 eps_high=cfg.eps_high, beta=cfg.beta, ref_logp=mb.ref_logp,
-                                kl_share=minibatch_kl_share(cfg, mb) if cfg.beta else 1.0)
-            length_weight = relative_token_weight(mb.valid_mask, cfg.loss_norm)  # 1/|o_i| or None
-            finite = all_finite((logp, entropy, omega), mb.valid_mask)   # NaN/inf: no step,
-            if not finite:                                               # and zeros to rank
+                                kl_share=share)
+            length_weight = relative_token_weight(valid, cfg.loss_norm)  # (n, T) 1/|o_i| or None
+            finite = all_finite((logp, entropy, omega), valid)   # NaN/inf: no step, zeros to rank
+            if not finite:
                 logp, entropy, omega = (x.nan_to_num(0.0, 0.0, 0.0) for x in (logp, entropy, omega))
             scores = token_scores(cfg.selector, entropy, omega, weight=length_weight,
-                                  generator=select_gen)
-            # 5. Select: exactly k = ceil(ρ · N_valid) tokens of THIS mini-batch.
-            selected = run_selection(cfg, scores, mb.valid_mask, mb.group_ids, mb.exclude)
-            # 6. Masked loss, normalised over the mini-batch (its micro-batches' gradients sum up)
-            loss_inputs = masked_loss_inputs(cfg, mb, selected, on_policy=on_policy)
+                                  generator=select_gen)                       # (n, T) or None
+            # 5. Select exactly k = ceil(ρ · N_valid) tokens of THIS mini-batch (or of each group)
+            selected = batch_select(scores, valid, ratio, scope=cfg.select_scope,
+                                    group_ids=mb.group_ids, bottom=cfg.bottom, exclude=mb.exclude)
+            # 6. Masked loss: weights w·m (n, T), normalised over the mini-batch (all processes)
+            weights = loss_weights(valid, selected, cfg.loss_norm, reduce=batch_sum)
+            kl_weights = loss_weights(valid, valid, cfg.loss_norm, reduce=batch_sum) if kl_all \
+                else None
+            # rows with w > 0 and A != 0 or β != 0 (or a KL term): the only ones with a gradient
+            live = ((weights.sum(1) > 0) & ((mb.advantages != 0) | (cfg.beta != 0))
+                    | kl_all & valid.any(1))                                          # (n,)
             model.train()
             optimizer.zero_grad(set_to_none=True)
             loss, grad_norm, outcome = math.nan, math.nan, NON_FINITE
             if finite:
                 accumulate = probe.accumulate if probe else accumulate_gradients
-                loss, n_passes = accumulate(model, batch, loss_inputs, cfg)
-                # 7. Optimizer step, unless the loss or the gradient is not finite.
+                loss, n_passes = accumulate(model, batch, mb, rows[live], weights, cfg,
+                                            kl_weights=kl_weights, on_policy=on_policy)
+                # 7. Optimizer step, unless the loss or the gradient is not finite
                 loss, grad_norm, outcome = optimizer_step(model, optimizer, params, loss, n_passes,
                                                           cfg.max_grad_norm)
             on_policy &= outcome != STEPPED
             records.append({"mb": mb, "logp": logp, "entropy": entropy, "omega": omega,
                             "length_weight": length_weight, "selected": selected,
-                            "loss_weights": loss_inputs.weights, "loss": loss,
-                            "grad_norm": grad_norm, "outcome": outcome,
+                            "loss_weights": weights, "loss": loss, "grad_norm": grad_norm,
+                            "outcome": outcome,
                             "noise": probe.figures(grad_norm, outcome) if probe else {}})
     return records
 
@@ -281,7 +294,8 @@ def train_step(run, step):
     cfg, model, t_start = run.cfg, run.model, time.time()
     if not all_finite(model.parameters()):   # NaN/inf weights: no rollout to trust, no step
         return StepDone(BAD_WEIGHTS)
-    with layers_gathered(model.eval()):
+    gathered = distributed.layers_gathered if several_processes() else contextlib.nullcontext
+    with gathered(model.eval()):             # FSDP: the layers kept gathered over the rollout
         batch = collect_batch(run)
     done = StepDone(NO_SIGNAL, *batch, time_rollout_s=time.time() - t_start)
     if int(batch_sum(int(done.batch is None))):      # no group anywhere (no process may step alone)

@@ -21,7 +21,7 @@ tokens/s (generated valid tokens per second of step) is the fair rate; s/step is
 Where our gain comes from: train.py skips the forward/backward of answers whose advantage is
 exactly 0 (all-equal groups; with beta = 0 their gradient is exactly 0). The side `ours-noskip` is
 the same run with that skip off (bench/train_timed.py --no-skip: the rows with A = 0, which
-gmts/trainer/step.py's masked_loss_inputs drops, get their passes back); the share of the time
+train.update_policy drops, get their passes back); the share of the time
 saved that the skip explains is (noskip - ours) / (trl - ours) on s/step.
 
 Ours runs as a user would, train.py's main() in a subprocess (through bench/train_timed.py, which
@@ -88,7 +88,7 @@ def run_ours(args, out_dir, keep_zero_adv_rows=False):
            "0", "--log-samples", "0", "--seed", "0", "--output-dir", out_dir]
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), HF_HUB_OFFLINE="1",
                TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
-    # the same run with gmts/trainer/step.py's skip of A = 0 rows switched off
+    # the same run with gmts/trainer/batches.py's skip of A = 0 rows switched off
     if keep_zero_adv_rows:
         cmd.append("--no-skip")
     t0 = time.perf_counter()

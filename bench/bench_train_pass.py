@@ -6,10 +6,10 @@
     python bench/bench_train_pass.py --smoke --out /tmp/tp.json   # tiny random model, seconds
 
 What it times, side by side in one process, rounds alternated (old, new, tokens, old, ...):
-  old     the previous step 6 (before the length grouping), kept here verbatim in `old_accumulate`:
+  old     the previous step 6 (before the length grouping), restated in `old_accumulate`:
           rows cut into micro-batches of --micro-batch-size in rollout order, each padded to the
           batch's widest answer;
-  new     gmts.trainer.step.accumulate_gradients as train.py calls it: rows grouped by length
+  new     gmts.trainer.batches.accumulate_gradients as train.py calls it: rows grouped by length
           (longest first), each micro-batch of --micro-batch-size rows trimmed to its own width;
   tokens  the same with --micro-batch-tokens (default: --micro-batch-size x the batch's mean padded
           row, so the passes hold about as many tokens as `new`'s on average).
@@ -58,17 +58,20 @@ def batch(rows, min_len, max_len, vocab, seed=0):
     return prompts, completion, valid
 
 
-def old_accumulate(model, batch, inputs, cfg):
-    """Step 6 before the length grouping (gmts/trainer/step.py at 080566f, one process):
+def old_accumulate(model, batch, mb, rows, weights, cfg):
+    """Step 6 before the length grouping (gmts/trainer/step.py at 080566f, one process, on-policy):
     micro-batches in rollout order, every one at the batch's full completion width."""
     import torch
-    from gmts.trainer.step import completion_logprobs, micro_batch_loss
-    for chunk in torch.split(inputs.rows, cfg.micro_batch_size):
+    from gmts.method.grpo import policy_loss
+    from gmts.trainer.batches import completion_logprobs
+    for chunk in torch.split(rows, cfg.micro_batch_size):
         prompts = [batch.prompt_ids[int(i) // cfg.group_size] for i in chunk]
         logp, _ = completion_logprobs(model, prompts, batch.completion_ids[chunk],
                                       batch.valid_mask[chunk], temperature=cfg.temperature,
                                       chunk_size=cfg.chunk_size, with_entropy=False)
-        micro_batch_loss(inputs, chunk, logp).backward()
+        i = mb.position[chunk]
+        policy_loss(logp, logp.detach(), mb.advantages[i], weights[i], eps_low=cfg.eps_low,
+                    eps_high=cfg.eps_high, beta=cfg.beta).backward()
 
 
 def main():
@@ -92,13 +95,12 @@ def main():
     if args.smoke:
         (args.model, args.rows, args.min_len, args.max_len, args.reps,
          args.micro_batch_size) = "tiny", 8, 3, 24, 1, 4
-    import dataclasses
     import types
 
     import torch
     from bench.common import environment, write_results
     from gmts.method.grpo import loss_weights
-    from gmts.trainer.step import Batch, LossInputs, MiniBatch, accumulate_gradients
+    from gmts.trainer.batches import Batch, MiniBatch, accumulate_gradients
     torch.set_num_threads(args.threads)
     model = build(args.model).train()
     prompts, completion, valid = batch(args.rows, args.min_len, args.max_len,
@@ -110,14 +112,13 @@ def main():
                     valid_mask=valid, old_logp=zeros, entropy=zeros, texts=[""] * n,
                     rewards=torch.zeros(n), advantages=advantages)
     mb = MiniBatch(rollout, torch.arange(n), 1)
-    inputs = LossInputs(mb, loss_weights(valid, valid, "selected"), None, mb.rows, on_policy=True,
-                        eps_low=0.2, eps_high=0.28, beta=0.0)
+    weights = loss_weights(valid, valid, "selected")          # (n, T) on-policy: r = 1
     real = int(valid.sum()) + sum(len(p) for p in prompts)
     mean_row = sum(len(p) for p in prompts) / n + int(valid.sum()) / n
     tokens = args.micro_batch_tokens or int(args.micro_batch_size * mean_row)
     cfgs = {
         side: types.SimpleNamespace(group_size=1, micro_batch_size=args.micro_batch_size,
-                                    temperature=1.0,
+                                    temperature=1.0, eps_low=0.2, eps_high=0.28, beta=0.0,
                                         chunk_size=args.chunk_size,
                                         micro_batch_tokens=tokens if side == "tokens" else 0)
             for side in ("old", "new", "tokens")}
@@ -127,18 +128,17 @@ def main():
         out: computed.__setitem__("n", computed.get("n", 0) + kw["input_ids"].numel()),
         with_kwargs=True)
     times, norms, passes_tokens = {s: [] for s in cfgs}, {s: [] for s in cfgs}, {}
-    warm = dataclasses.replace(inputs, rows=inputs.rows[:2])
     for cfg in cfgs.values():      # warm-up: two rows through each side's code, not timed
-        accumulate_gradients(model, rollout, warm, cfg)
+        accumulate_gradients(model, rollout, mb, mb.rows[:2], weights, cfg, on_policy=True)
     for rep in range(1, args.reps + 1):
         for side, cfg in cfgs.items():
             model.zero_grad(set_to_none=True)
             computed["n"] = 0
             t0 = time.perf_counter()
             if side == "old":
-                old_accumulate(model, rollout, inputs, cfg)
+                old_accumulate(model, rollout, mb, mb.rows, weights, cfg)
             else:
-                accumulate_gradients(model, rollout, inputs, cfg)
+                accumulate_gradients(model, rollout, mb, mb.rows, weights, cfg, on_policy=True)
             seconds = time.perf_counter() - t0
             passes_tokens[side] = computed["n"]
             print(f"round {rep} {side}: {seconds:.2f} s", flush=True)

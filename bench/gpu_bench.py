@@ -30,7 +30,7 @@ Parts, in order:
               at no more peak memory. TRL is a bench-only dependency, installed on the GPU machine
               from wheels carried with the code (bench/README.md, "GPU benchmark"); where it is
               missing the part is "not run".
-  train_pass  the training pass alone (gmts.trainer.step.completion_logprobs forward + backward,
+  train_pass  the training pass alone (gmts.trainer.batches.completion_logprobs forward + backward,
               the chunked head included) on the 1.5B shape, 16 rows of GSM8K prompts + 512-token
               answers, with and without gradient checkpointing: MFU = 6 N tokens / s / the measured
               bf16 matmul peak. Goal: >= 40% without checkpointing.
@@ -399,7 +399,7 @@ def train_pass(s, shape, tok, source, peak_flops, rows, answer, reps):
     its recomputation in the backward is not counted)."""
     import torch
     from gmts.trainer.models import enable_gradient_checkpointing
-    from gmts.trainer.step import completion_logprobs
+    from gmts.trainer.batches import completion_logprobs
     from bench.common import median
     model = random_model(shape, tok, s)
     prompts = (prompt_ids(tok, source, rows) * rows)[:rows]

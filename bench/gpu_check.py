@@ -244,7 +244,7 @@ def mixed_prompts(lengths, vocab, seed=0):
 
 def check_rollout(s, model, eos, pad):
     import torch
-    from gmts.trainer.step import completion_logprobs
+    from gmts.trainer.batches import completion_logprobs
     from gmts.trainer.rollout import sample
 
     prompts = mixed_prompts(

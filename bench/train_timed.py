@@ -1,13 +1,12 @@
 """train.py as bench/bench_step.py runs it: the same main(), with the time spent scoring and
-selecting (stages 4-5: token_omega, token_scores, run_selection) added to each metrics line as
+selecting (stages 4-5: token_omega, token_scores, batch_select) added to each metrics line as
 `time_score_select_s`, and with `--no-skip` the zero-advantage skip switched off
-(gmts/trainer/step.py's masked_loss_inputs drops the rows with A = 0 when β = 0; here they get their
-passes back). The trainer has no timing lines inside its stages; these wrappers add them from
+(train.update_policy drops the rows with A = 0 when β = 0 before accumulate_gradients; here they get
+their passes back). The trainer has no timing lines inside its stages; these wrappers add them from
 outside, for the benchmark only.
 
     python bench/train_timed.py [--no-skip] TRAIN_FLAGS...
 """
-import dataclasses
 import os
 import sys
 import time
@@ -29,10 +28,10 @@ def timed(fn):
     return wrapper
 
 
-for name in ("token_omega", "token_scores", "run_selection"):  # the names train.update_policy calls
+for name in ("token_omega", "token_scores", "batch_select"):  # the names train.update_policy calls
     setattr(train, name, timed(getattr(train, name)))
-train_step, step_figures, masked_loss_inputs = (train.train_step, train.step_figures,
-                                                train.masked_loss_inputs)
+train_step, step_figures, accumulate_gradients = (train.train_step, train.step_figures,
+                                                  train.accumulate_gradients)
 
 
 def train_step_timed(run, step_number):
@@ -45,14 +44,15 @@ def step_figures_timed(run, step_number, done):
     return dict(step_figures(run, step_number, done), time_score_select_s=spent[0])
 
 
-def masked_loss_inputs_no_skip(cfg, mb, selected, on_policy):
-    """masked_loss_inputs with the rows of A = 0 kept: every row with a selected token gets its
+def accumulate_gradients_no_skip(model, batch, mb, rows, weights, cfg, *, kl_weights=None,
+                                 **loss):
+    """accumulate_gradients with the rows of A = 0 kept: every row with a selected token gets its
     pass."""
-    inputs = masked_loss_inputs(cfg, mb, selected, on_policy)
-    has_weight = inputs.weights.sum(1) > 0
-    if inputs.kl_weights is not None:
-        has_weight |= inputs.kl_weights.sum(1) > 0
-    return dataclasses.replace(inputs, rows=mb.rows[has_weight])
+    has_weight = weights.sum(1) > 0
+    if kl_weights is not None:
+        has_weight |= kl_weights.sum(1) > 0
+    return accumulate_gradients(model, batch, mb, mb.rows[has_weight], weights, cfg,
+                                kl_weights=kl_weights, **loss)
 
 
 # main() and train_step look these names up in train at each call
@@ -64,5 +64,5 @@ if __name__ == "__main__":
         print(__doc__.strip() + "\n")        # then train.py's own --help
     if "--no-skip" in argv:
         argv.remove("--no-skip")
-        train.masked_loss_inputs = masked_loss_inputs_no_skip
+        train.accumulate_gradients = accumulate_gradients_no_skip
     train.main(argv)

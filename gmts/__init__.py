@@ -10,10 +10,10 @@ The package is laid out by role (README.md, "Layout"):
                         vocabulary
         options.py      the method's option names and their checks (no torch: the command line
                         checks flags first)
-    gmts/trainer/   the trainer's parts: the sampler (rollout.py), one step's machinery (step.py),
-                    what a step logs (metrics.py), model loading and LoRA (models.py), the
-                    optimizer, several processes and FSDP (distributed.py, which a single process's
-                    step never enters)
+    gmts/trainer/   the trainer's parts: the sampler (rollout.py), the batch and its passes
+                    (batches.py), what a step logs (metrics.py), model loading and LoRA
+                    (models.py), the optimizer, several processes and FSDP (distributed.py, which a
+                    single process's step never enters)
     gmts/run/       the run infrastructure: config, validation, building a run (build.py), saving it
                     (checkpoint.py), signals, the run folder, logs, reporters
     gmts/tools/     the tools: evaluate, analyze, plot, memory planner, statistics, toy models

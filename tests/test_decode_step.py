@@ -106,7 +106,7 @@ def test_each_query_head_attends_to_its_own_kv_head():
     sums in another grouping (~1e-15 relative), but the rollout STORES float32: one rounding,
     |x| 2^-24 ~ 3e-7 at |x| ~ 5, under 1e-6; query heads paired with the other KV head moved them
     by 2e-3 here."""
-    from gmts.trainer.step import completion_logprobs
+    from gmts.trainer.batches import completion_logprobs
     model = gqa_model(kv_heads=2)
     for decode in (EagerDecode, CompiledDecode):
         roll = sample(model, prompts(), **kwargs(0, decode=decode))

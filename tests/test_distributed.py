@@ -4,6 +4,7 @@ processes).
 The selected token set and the parameter update after one step on 2 processes must equal those of 1
 process on the same batch, for ETS and GMTS; and `torchrun --nproc-per-node 2 train.py` must run,
 checkpoint and resume."""
+import functools
 import json
 import os
 import subprocess
@@ -168,7 +169,7 @@ BUDGET = ("--micro-batch-tokens", "16")
 def test_two_processes_equal_one_process(tmp_path, selector, loss_norm, fsdp, extra):
     if extra:
         from gmts.run.config import parse_config
-        from gmts.trainer.step import micro_batches
+        from gmts.trainer.batches import micro_batches
         cfg = parse_config(["--group-size", str(G), *extra])
         counts = [len(micro_batches(part, torch.arange(len(part.advantages)), cfg))
                   for part in (shard(make_batch(), r, 2) for r in range(2))]
@@ -369,9 +370,10 @@ def test_gradient_norm_of_bf16_gradients_is_summed_in_float32():
     relative error <= n u = 2.4e-4 at worst (u = 2^-24), and the square root halves it; bf16 itself
     rounds the result by up to 2^-9 = 2e-3."""
     from gmts.trainer import distributed
-    from gmts.trainer.step import clip_grad_norm
+    from gmts.trainer.batches import clip_grad_norm
     gen = torch.Generator().manual_seed(0)
-    for clip in (clip_grad_norm, distributed.clip_grad_norm):
+    for clip in (clip_grad_norm, functools.partial(distributed.clip_grad_norm,
+                                                   clip_replicated=clip_grad_norm)):
         params = [torch.nn.Parameter(torch.zeros(64, 32, dtype=torch.bfloat16)) for _ in range(2)]
         for p in params:
             p.grad = torch.randn(p.shape, generator=gen).to(torch.bfloat16)
@@ -402,7 +404,7 @@ def _fsdp_worker(rank, world, dtype, extra):
     import train
     from conftest import tiny_qwen2
     from gmts.run.config import parse_config
-    from gmts.trainer import distributed, step
+    from gmts.trainer import batches, distributed
     from gmts.trainer.optim import build_optimizer
     torch.set_num_threads(1)
     cfg = parse_config(["--selector", "gmts", "--group-size", str(G), "--prompts-per-step",
@@ -410,7 +412,7 @@ def _fsdp_worker(rank, world, dtype, extra):
     model = distributed.shard_model(tiny_qwen2(vocab_size=VOCAB, seed=11), dtype)
     optimizer = build_optimizer(model, cfg)
     calls, per_step, head_dtypes = count_reduce_scatters(), [], []
-    real_step, real_head = optimizer.step, step.head_logprobs
+    real_step, real_head = optimizer.step, batches.head_logprobs
 
     def counting_step(*args, **kwargs):
         per_step.append(len(calls) - sum(per_step))
@@ -419,9 +421,9 @@ def _fsdp_worker(rank, world, dtype, extra):
     def recording_head(hidden, weight, *args, **kwargs):
         head_dtypes.append((hidden.dtype, weight.dtype))
         return real_head(hidden, weight, *args, **kwargs)
-    optimizer.step, step.head_logprobs = counting_step, recording_head
+    optimizer.step, batches.head_logprobs = counting_step, recording_head
     batch = shard(make_batch(), rank, world)
-    passes = len(step.micro_batches(batch, torch.arange(len(batch.advantages)), cfg))
+    passes = len(batches.micro_batches(batch, torch.arange(len(batch.advantages)), cfg))
     grads = record_gradients(model, optimizer)
     records = train.update_policy(cfg, model, None, optimizer, batch, torch.Generator(),
                                   torch.device("cpu"))

@@ -455,7 +455,12 @@ def test_overlap_diagnostic_uses_the_runs_scope_bottom_and_exclude():
     lowest scores."""
     from types import SimpleNamespace
     from gmts.trainer.metrics import counterfactual_selections, overlap
-    from gmts.trainer.step import run_selection as select
+    from gmts.trainer.batches import batch_select
+
+    def select(cfg, scores, valid, group_ids, exclude, ratio=None):    # as update_policy selects
+        ratio = ratio or (cfg.ratio if cfg.selector != "none" else 1.0)
+        return batch_select(scores, valid, ratio, scope=cfg.select_scope, group_ids=group_ids,
+                            bottom=cfg.bottom, exclude=exclude)
     valid = torch.ones(4, 5, dtype=torch.bool)
     adv = torch.tensor([0.0, 0.0, 1.0, -1.0])
     entropy = torch.tensor([[9.0, 8.0, 0.1, 0.1, 0.1], [7.0, 6.0, 0.1, 0.1, 0.1],

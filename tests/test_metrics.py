@@ -2,7 +2,6 @@
 is"): n_eff on hand-made weights and its edge cases, the gradient-noise ratio on hand-made vectors,
 on identical and on opposite halves of a real batch, against separate autograd passes, and over
 simulated data-parallel ranks."""
-import dataclasses
 import math
 import threading
 
@@ -13,10 +12,9 @@ import gmts
 from gmts.tools.toy import tiny_model
 import types
 
+from gmts.trainer.batches import NOTHING, STEPPED, Batch, MiniBatch, accumulate_gradients
 from gmts.trainer.metrics import (GradNoise, GradNoiseProbe, noise_from_halves,
                                   update_answers_effective)
-from gmts.trainer.step import (NOTHING, STEPPED, Batch, LossInputs, MiniBatch,
-                               accumulate_gradients)
 
 
 def weights_for(W, tokens=3):
@@ -266,18 +264,17 @@ def real_batch(mirror=None):
 
 def trainer_pieces(prompts, completions, valid, adv, weights, micro_batch_size):
     """The trainer's own objects for one on-policy optimizer batch of all 8 rows
-    (gmts/trainer/step.py): the rollout Batch, the LossInputs of its one mini-batch (r = 1: π_old :=
+    (gmts/trainer/batches.py): the rollout Batch, its one mini-batch (on-policy, r = 1: π_old :=
     this forward's log π) and the flags the passes read."""
     zeros = torch.zeros(completions.shape, dtype=torch.float64)
     batch = Batch(problems=[None] * len(prompts), prompt_ids=prompts, completion_ids=completions,
                   valid_mask=valid, old_logp=zeros, entropy=zeros, texts=[""] * len(adv),
                   rewards=torch.zeros(len(adv)), advantages=adv)
     mb = MiniBatch(batch, torch.arange(len(adv)), G)
-    inputs = LossInputs(mb, weights, None, mb.rows, on_policy=True, eps_low=0.2, eps_high=0.28,
-                        beta=0.0)
     cfg = types.SimpleNamespace(group_size=G, micro_batch_size=micro_batch_size,
-                                micro_batch_tokens=0, temperature=1.0, chunk_size=64)
-    return batch, inputs, cfg
+                                micro_batch_tokens=0, temperature=1.0, chunk_size=64, eps_low=0.2,
+                                eps_high=0.28, beta=0.0)
+    return batch, mb, cfg
 
 
 def probe_step(model, prompts, completions, valid, adv, weights, micro_batch_size):
@@ -288,8 +285,8 @@ def probe_step(model, prompts, completions, valid, adv, weights, micro_batch_siz
     model.zero_grad(set_to_none=True)
     noise = GradNoise(model)
     probe = noise.probe
-    batch, inputs, cfg = trainer_pieces(prompts, completions, valid, adv, weights, micro_batch_size)
-    noise.accumulate(model, batch, inputs, cfg)
+    batch, mb, cfg = trainer_pieces(prompts, completions, valid, adv, weights, micro_batch_size)
+    noise.accumulate(model, batch, mb, mb.rows, weights, cfg, on_policy=True)
     norm = math.sqrt(sum(float(p.grad.pow(2).sum()) for p in params if p.grad is not None))
     return probe.metrics(), probe.metrics(grad_norm=norm)
 
@@ -298,12 +295,12 @@ def separate_halves(model, prompts, completions, valid, adv, weights):
     """g_a and g_b from two independent backward passes (no probe, no accumulation across
     halves)."""
     params = [p for p in model.parameters() if p.requires_grad]
-    batch, inputs, cfg = trainer_pieces(prompts, completions, valid, adv, weights,
-                                        micro_batch_size=4)
+    batch, mb, cfg = trainer_pieces(prompts, completions, valid, adv, weights,
+                                    micro_batch_size=4)
     out = []
     for rows in (torch.arange(4), torch.arange(4, 8)):
         model.zero_grad(set_to_none=True)
-        accumulate_gradients(model, batch, dataclasses.replace(inputs, rows=rows), cfg)
+        accumulate_gradients(model, batch, mb, rows, weights, cfg, on_policy=True)
         out.append(torch.cat([p.grad.reshape(-1) for p in params]))
     return out
 
@@ -368,9 +365,10 @@ def test_ratio_over_ranks_equals_one_process():
         sub = ([prompts[int(r) // G] for r in rows[::G]], completions[rows], valid[rows], adv[rows],
                weights[rows])
         # this rank's rows, renumbered
-        batch, inputs, cfg = trainer_pieces(*sub, micro_batch_size=1)
+        batch, mb, cfg = trainer_pieces(*sub, micro_batch_size=1)
         # over the simulated ranks
-        noise.accumulate(model, batch, inputs, cfg, reduce=reduce, rank=rank)
+        noise.accumulate(model, batch, mb, mb.rows, weights[rows], cfg, reduce=reduce, rank=rank,
+                         on_policy=True)
         flat = reduce(torch.cat([p.grad.reshape(-1) for p in params]))  # all_reduce_gradients
         return probe.groups_a, probe.groups_b, probe.metrics(grad_norm=float(flat.norm()))
 

@@ -1,6 +1,6 @@
-"""Step 6's and the scoring pass's micro-batches (gmts/trainer/step.py, micro_batches): rows grouped
-by answer length, each micro-batch trimmed to its own width, optionally cut by a token budget
-(--micro-batch-tokens).
+"""Step 6's and the scoring pass's micro-batches (gmts/trainer/batches.py, micro_batches): rows
+grouped by answer length, each micro-batch trimmed to its own width, optionally cut by a token
+budget (--micro-batch-tokens).
 
 What must hold: every row in exactly one micro-batch; the passes compute only the micro-batch's own
 width (counted on the decoder's real inputs); and none of it changes a number: the gradient and the
@@ -18,8 +18,8 @@ import torch
 
 from conftest import tiny_qwen2
 from gmts.method.grpo import loss_weights
-from gmts.trainer.step import (Batch, LossInputs, MiniBatch, accumulate_gradients,
-                               completion_logprobs, micro_batches, scoring_pass)
+from gmts.trainer.batches import (Batch, MiniBatch, accumulate_gradients, completion_logprobs,
+                                  micro_batches, scoring_pass)
 
 G, T = 2, 12
 
@@ -44,7 +44,7 @@ def spread_batch(seed=0):
 def cfg(micro_batch_size=4, micro_batch_tokens=0):
     return types.SimpleNamespace(group_size=G, micro_batch_size=micro_batch_size,
                                  micro_batch_tokens=micro_batch_tokens, temperature=0.7,
-                                 chunk_size=5)
+                                 chunk_size=5, eps_low=0.2, eps_high=0.28, beta=0.0)
 
 
 def padded_tokens(batch, chunk):
@@ -118,10 +118,8 @@ def gradient(model, batch, rows, config):
     batch's normaliser)."""
     mb = MiniBatch(batch, rows, G)
     weights = loss_weights(mb.valid_mask, mb.valid_mask, "selected")
-    inputs = LossInputs(mb, weights, None, mb.rows, on_policy=True, eps_low=0.2, eps_high=0.28,
-                        beta=0.0)
     model.zero_grad(set_to_none=True)
-    loss, passes = accumulate_gradients(model, batch, inputs, config)
+    loss, passes = accumulate_gradients(model, batch, mb, mb.rows, weights, config, on_policy=True)
     return float(loss), passes, [p.grad.clone() for p in model.parameters()]
 
 
@@ -174,7 +172,7 @@ def test_bf16_gradients_reach_the_optimizer_summed_in_float32(seed):
     64 terms of 8 or 24 bits within float64's 53). Summed in bf16 instead, each partial sum S_k is
     rounded (2^-9 |S_k| each), thousands of times this bound: the check fails."""
     from gmts.trainer.optim import MasterWeightAdamW, build_optimizer
-    from gmts.trainer.step import optimizer_step
+    from gmts.trainer.batches import optimizer_step
     model = tiny_qwen2(hidden=16, layers=2, dtype=torch.bfloat16, seed=seed)
     batch = long_batch(64, seed)
     rows = torch.arange(64)
@@ -191,10 +189,9 @@ def test_bf16_gradients_reach_the_optimizer_summed_in_float32(seed):
                                     inner_step())
     mb = MiniBatch(batch, rows, G)
     weights = loss_weights(mb.valid_mask, mb.valid_mask, "selected")
-    inputs = LossInputs(mb, weights, None, mb.rows, on_policy=True, eps_low=0.2, eps_high=0.28,
-                        beta=0.0)
     optimizer.zero_grad(set_to_none=True)
-    loss, passes = accumulate_gradients(model, batch, inputs, cfg(micro_batch_size=1))
+    loss, passes = accumulate_gradients(model, batch, mb, mb.rows, weights, cfg(micro_batch_size=1),
+                                        on_policy=True)
     assert passes == 64
     optimizer_step(model, optimizer, params, loss, passes, max_grad_norm=0.0)   # no clipping
     assert len(stepped) == 1

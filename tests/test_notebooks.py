@@ -313,10 +313,10 @@ def test_notebooks_readme_names_exist():
 def test_the_names_check_finds_stale_names():
     """The checks above on names that do not exist (a function renamed away, a flag, an
     attribute)."""
-    source = "from gmts.trainer.step import completion_logprobs\nimport train\ntrain.x(1)"
-    assert _code_names(source) == ["gmts.trainer.step.completion_logprobs", "train", "train.x"]
+    source = "from gmts.trainer.batches import completion_logprobs\nimport train\ntrain.x(1)"
+    assert _code_names(source) == ["gmts.trainer.batches.completion_logprobs", "train", "train.x"]
     assert not _resolves("train.prepare_training") and _resolves("train.collect_batch")
-    assert not _resolves("gmts.trainer.step.no_such_name") and _resolves("gmts.select_tokens")
+    assert not _resolves("gmts.trainer.batches.no_such_name") and _resolves("gmts.select_tokens")
     assert _reexports("from gmts.run.build import build_run, dataclass") == \
         ["gmts.run.build.dataclass (defined in dataclasses)"]
     text = ("`prepare_training`, `build_run`, `--no-such-flag`, `--selector gmts`, `train.py`, "

@@ -3,7 +3,7 @@ random Qwen2."""
 import pytest
 import torch
 
-from gmts.trainer.step import completion_logprobs
+from gmts.trainer.batches import completion_logprobs
 from gmts.trainer.rollout import Rollout, _cache_keyword, completion_mask, concat_rollouts, sample
 from conftest import tiny_qwen2
 

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from conftest import tiny_qwen2
-from gmts.trainer.step import completion_logprobs
+from gmts.trainer.batches import completion_logprobs
 from gmts.trainer.rollout import sample
 
 BF16_EPS = 2.0 ** -8

@@ -206,7 +206,7 @@ def test_collect_batch_keeps_only_mixed_groups(digit_model_dir):
     import train
     from gmts.run.config import parse_config
     from gmts.trainer.models import load_model, load_tokenizer
-    from gmts.trainer.step import PromptStream
+    from gmts.trainer.batches import PromptStream
     cfg = parse_config(["--model", digit_model_dir, "--data", "arithmetic", "--algo", "dapo",
                         "--group-size", "4", "--prompts-per-step", "3", "--max-new-tokens", "5",
                         "--max-sampling-tries", "5", "--micro-batch-size", "4"])
@@ -229,7 +229,7 @@ def test_overlong_shaping_moves_the_advantage_not_the_reward(digit_model_dir):
     import train
     from gmts.run.config import parse_config
     from gmts.trainer.models import load_model, load_tokenizer
-    from gmts.trainer.step import PromptStream
+    from gmts.trainer.batches import PromptStream
     cfg = parse_config(["--model", digit_model_dir, "--data", "arithmetic", "--group-size", "4",
                         "--prompts-per-step", "3", "--max-new-tokens", "6",
                         "--micro-batch-size", "4", "--overlong-buffer", "4",
@@ -283,7 +283,7 @@ def test_missing_model_and_bad_data_name_the_problem(digit_model_dir, tmp_path):
 def test_non_finite_loss_skips_updates_then_stops(digit_model_dir, tmp_path, monkeypatch):
     sys.path.insert(0, ROOT)
     # the module whose policy_loss the trainer's micro-batch loss calls
-    import gmts.trainer.step as gmts
+    import gmts.trainer.batches as gmts
     import train
     real = gmts.policy_loss
     monkeypatch.setattr(gmts, "policy_loss", lambda *a, **k: real(*a, **k) * float("nan"))

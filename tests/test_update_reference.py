@@ -4,7 +4,7 @@ The reference is written from gmts/METHOD.md's formulas alone, sharing no code w
 method: plain full logits (one row at a time, no chunked head, no padding), log_softmax, entropy, r
 = π_θ / π_old, ω, a sort-based top-k with k = ceil(ρ · N_valid), J = Σ w · m · ℓ with the chosen
 normaliser, autograd, and plain SGD. Only the partition into mini-batches is taken from
-gmts.trainer.step.minibatch_rows (a seeded shuffle is a choice, not a formula;
+gmts.trainer.batches.minibatch_rows (a seeded shuffle is a choice, not a formula;
 test_minibatch_partition checks it). Both sides run the same sequence of optimizer steps and must
 end at the same weights: this covers every selector's scores, the batch-wide threshold, each
 normaliser, the KL term with both coverages, bottom-ρ, group scope with exclude, uneven
@@ -218,7 +218,7 @@ def trainer_update(flags, tied=False, step=5):
     import train
     from gmts.run.config import parse_config
     from gmts.trainer.metrics import update_figures
-    from gmts.trainer.step import minibatch_rows
+    from gmts.trainer.batches import minibatch_rows
     cfg = parse_config(
         ["--group-size", str(G), "--prompts-per-step", str(Q), "--micro-batch-size", "4",
                         "--selector", "gmts", "--max-grad-norm", "0", "--seed", "7"] + flags)
@@ -292,7 +292,7 @@ def test_minibatch_partition():
     """Mini-batches are whole groups, every group exactly once per epoch, shuffled by (seed, step,
     epoch), listed in ascending order inside a mini-batch; one mini-batch (the default) is every row
     in order."""
-    from gmts.trainer.step import minibatch_rows
+    from gmts.trainer.batches import minibatch_rows
     parts = minibatch_rows(8, 4, 2, seed=1, step=3, epoch=0)
     assert len(parts) == 4 and all(len(p) == 8 for p in parts)
     rows = torch.cat(parts)

@@ -191,9 +191,8 @@ def _as_float(x):
 # than k on ties, a 2^24-element limit).
 
 def num_to_select(ratio, n):
-    """k = ceil(ρ · n), computed exactly on the decimal ρ the user wrote (0.3 · 10 = 3, not
-    ceil(3.0000000000000004))."""
-    return math.ceil(Fraction(repr(float(ratio))) * n)
+    """k = ceil(ρ · n) (budget with every token eligible)."""
+    return budget(ratio, n, n)
 
 
 @torch.no_grad()
@@ -230,10 +229,11 @@ def _select_per_group(scores, valid_mask, eligible, ratio, bottom, group_ids):
 
 
 def budget(ratio, n_valid, n_eligible):
-    """k = ceil(ρ · N_valid), capped at the eligible count: leaving answers out of the ranking
+    """k = ceil(ρ · N_valid), computed exactly on the decimal ρ the user wrote (0.3 · 10 = 3, not
+    ceil(3.0000000000000004)), capped at the eligible count: leaving answers out of the ranking
     (exclude) changes which tokens compete, never how many are trained on (gmts/METHOD.md,
     "Exactness notes")."""
-    return min(num_to_select(ratio, n_valid), n_eligible)
+    return min(math.ceil(Fraction(repr(float(ratio))) * n_valid), n_eligible)
 
 
 def _top_k_in(scores, valid, eligible, ratio, bottom, group_ids=None):

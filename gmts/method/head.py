@@ -92,7 +92,8 @@ class _ChunkedHeadLogProb(torch.autograd.Function):
         p_buf holds exp(s); without it (p_buf and entropy are empty), exp runs in place: the
         shifted logits are not needed any more."""
         n, sm_dtype = len(hidden), torch.promote_types(dtype, torch.float32)
-        logp, lse, entropy = (hidden.new_empty(k, dtype=sm_dtype) for k in (n, n, n * with_entropy))
+        logp, lse = hidden.new_empty(n, dtype=sm_dtype), hidden.new_empty(n, dtype=sm_dtype)
+        entropy = hidden.new_empty(n * with_entropy, dtype=sm_dtype)     # (n,), or (0,) without
         p_buf = hidden.new_empty(min(chunk_size, n) * with_entropy, len(weight), dtype=sm_dtype)
         ctx.temperature, ctx.chunk_size, ctx.dtype = temperature, chunk_size, dtype
         with torch.autocast(hidden.device.type, enabled=False):
@@ -187,7 +188,7 @@ def head_logprobs(hidden: Tensor, head_weight: Tensor, targets: Tensor, *,
                   head_bias: Tensor | None = None, temperature: float = 1.0, chunk_size: int = 1024,
                   with_entropy: bool = True) -> tuple[Tensor, Tensor | None]:
     """token_logprobs_and_entropy on flat inputs the caller built itself: hidden (n, H), targets
-    (n,) long ids in [0, V), head_bias (V,) or None. gmts/trainer/step.py's completion_logprobs
+    (n,) long ids in [0, V), head_bias (V,) or None. gmts/trainer/batches.py's completion_logprobs
     calls this with the model's own hidden states and the sampled ids, so the public function's
     shape, dtype and range checks cannot fail there and are not repeated (nor those of temperature
     and chunk_size, train.py's checked flags). Returns (logp (n,), entropy (n,) or None)."""

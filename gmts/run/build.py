@@ -25,7 +25,7 @@ from gmts.trainer.models import (add_lora, check_vocabulary, enable_gradient_che
 from gmts.trainer.compiled_decode import CompiledDecode
 from gmts.trainer.rollout import EagerDecode
 from gmts.tools.evaluate import check_eval_data
-from gmts.trainer.step import PromptStream
+from gmts.trainer.batches import PromptStream
 
 
 # --------------------------------------------------------------------------------------------------

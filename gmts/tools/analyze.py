@@ -372,7 +372,7 @@ def off_policy_steps(model, rollout, advantages, mini_batches, optimizer, *, eps
     mini_batches: lists of group (prompt) indices of `rollout`; advantages: (N,) per answer. Returns
     one dict per step: the loss, the gradient norm before clipping, and the mini-batch's clip-active
     share and mean |r - 1| at the moment it was scored."""
-    from gmts.trainer.step import completion_logprobs
+    from gmts.trainer.batches import completion_logprobs
     device = next(model.parameters()).device
     G = rollout.group_size
     adv_all = torch.as_tensor(advantages, dtype=torch.float32)

@@ -179,7 +179,7 @@ def plan(cfg, shape, *, prompt_tokens=256, device="gpu"):
     c["optimizer_foreach_temp"] = 0 if on_cpu or cfg.optimizer_offload else T * (4 if master
                                                                                     else bt)
     # float32 sums of the micro-batches' gradients when the trainable weights are narrower
-    # (gmts/trainer/step.py), held from the first backward to the optimizer step
+    # (gmts/trainer/batches.py), held from the first backward to the optimizer step
     c["gradient_sums"] = 4 * T if bt < 4 else 0
     c["reference_model"] = P * b if cfg.beta > 0 and not lora else 0
     per_token_layer = (

@@ -1,7 +1,7 @@
 """Several processes (torchrun), one batch: the method's batch-wide quantities made global. These
 are module-level collectives, each the identity on one process; the step reaches them through
-gmts/trainer/step.py's batch_sum, batch_select, layers_gathered and sum_and_clip_gradients, which on
-one process return the values themselves without entering this file.
+gmts/trainer/batches.py (batch_sum, batch_select, accumulate_gradients, optimizer_step) and
+train.py's train_step, behind `if several_processes()`: one process never enters this file.
 
 `torchrun --nproc-per-node N train.py ...` starts N copies of train.py. Each generates and trains on
 its own share of the step's prompts (whole groups, so advantages stay exact). What must be GLOBAL
@@ -186,13 +186,13 @@ def barrier():
         dist.barrier()
 
 
-def clip_grad_norm(params, max_norm):
+def clip_grad_norm(params, max_norm, clip_replicated):
     """The global gradient norm before clipping, and clipping to max_norm (0 or inf = off), like
     torch.nn.utils.clip_grad_norm_, also when some gradients are FSDP shards (their squares are
-    summed over ranks)."""
+    summed over ranks). clip_replicated(params, max_norm): the one process's clip
+    (gmts/trainer/batches.py's clip_grad_norm), for gradients every rank holds whole."""
     params = [p for p in params if p.grad is not None]
     if not any(isinstance(p.grad, DTensor) for p in params):      # every rank holds the sum
-        from gmts.trainer.step import clip_grad_norm as clip_replicated
         return clip_replicated(params, max_norm if max_norm > 0 else float("inf"))
     sharded = sum(p.grad.to_local().double().pow(2).sum() for p in params
                   if isinstance(p.grad, DTensor))
@@ -212,8 +212,8 @@ def shard_model(model, compute_dtype):
     """FSDP: shard every decoder layer over the ranks, then the model (the root: embeddings, final
     norm, head). float32 shards; gathered and computed in compute_dtype, gradients summed in
     float32, checkpoints written in compute_dtype (full_state_dicts). model.run_forward(fn, *args,
-    **kwargs) runs fn(*args, **kwargs) as a pass of the whole model (step.whole_model): its
-    parameters gathered, its backward hooked."""
+    **kwargs) runs fn(*args, **kwargs) as a pass of the whole model, its parameters gathered, its
+    backward hooked (gmts/trainer/batches.py's micro_batch_logprobs)."""
     from torch.distributed.fsdp import (MixedPrecisionPolicy, fully_shard,
                                         register_fsdp_forward_method)
     policy = MixedPrecisionPolicy(param_dtype=compute_dtype,
@@ -370,11 +370,11 @@ def even_passes(model, n_passes, backward=True):
             passes.backward(logits.sum() * 0.0)
 
 
-def sum_and_clip_gradients(model, params, n_passes, max_norm):
+def sum_and_clip_gradients(model, params, n_passes, max_norm, clip_replicated):
     """(the passes of every process, the global gradient norm before clipping): the gradients
-    summed over the processes, then clipped."""
+    summed over the processes, then clipped (clip_grad_norm)."""
     passes = int(all_reduce_sum(torch.tensor(n_passes)))
     if passes == 0:
         return 0, 0.0
     all_reduce_gradients(params)
-    return passes, clip_grad_norm(params, max_norm)
+    return passes, clip_grad_norm(params, max_norm, clip_replicated)

@@ -24,7 +24,6 @@ data-parallel ranks):
                                of the batch (whole groups each), and the noise scale it implies. One
                                parameter-sized buffer: behind --log-grad-noise.
 """
-import dataclasses
 import functools
 import math
 
@@ -32,9 +31,8 @@ import torch
 
 from gmts.method.grpo import clip_active, mixed_groups, token_scores
 from gmts.trainer import distributed
-from gmts.trainer.step import (NON_FINITE, NOTHING, STEPPED, accumulate_gradients, batch_select,
-                               batch_sum,
-                               run_selection, several_processes)
+from gmts.trainer.batches import (NON_FINITE, NOTHING, STEPPED, accumulate_gradients,
+                                  batch_select, batch_sum, several_processes)
 
 
 def batch_max(x):
@@ -138,23 +136,19 @@ class GradNoise:
     def __init__(self, model):
         self.probe = GradNoiseProbe([p for p in model.parameters() if p.requires_grad])
 
-    def accumulate(self, model, batch, inputs, cfg, *, reduce=None, rank=None):
+    def accumulate(self, model, batch, mb, rows, weights, cfg, *, reduce=None, rank=None,
+                   **loss):
         """accumulate_gradients in two halves of whole groups: half a's rows, a copy of the gradient
         so far (g_a), half b's rows, then g_b = g - g_a, before the gradients are summed and
         clipped; the halves' passes sum to the whole mini-batch's gradient. reduce, rank: the
-        processes' (default)."""
+        processes' (default); loss: accumulate_gradients' keywords."""
         reduce = reduce or (batch_sum if several_processes() else None)
         rank = distributed.rank() if rank is None else rank
-        rows_a, _ = self.probe.split(inputs.mb.rows, cfg.group_size, reduce=reduce, rank=rank)
-        in_a = torch.isin(inputs.rows, rows_a)
-        loss_a, passes_a = accumulate_gradients(model, batch,
-                                                dataclasses.replace(inputs, rows=inputs.rows[in_a]),
-                                                cfg)
+        rows_a, _ = self.probe.split(mb.rows, cfg.group_size, reduce=reduce, rank=rank)
+        in_a = torch.isin(rows, rows_a)
+        loss_a, passes_a = accumulate_gradients(model, batch, mb, rows[in_a], weights, cfg, **loss)
         self.probe.snapshot()
-        loss_b, passes_b = accumulate_gradients(model, batch,
-                                                dataclasses.replace(inputs,
-                                                                    rows=inputs.rows[~in_a]),
-                                                cfg)
+        loss_b, passes_b = accumulate_gradients(model, batch, mb, rows[~in_a], weights, cfg, **loss)
         self.probe.finish(reduce=reduce)
         return loss_a + loss_b, passes_a + passes_b
 
@@ -208,8 +202,9 @@ class UpdateLog:
             off_policy += batch_sum(torch.tensor([float(clipped[valid].sum()),
                                                   float((r[valid] - 1).abs().sum()),
                                                   float(valid.sum())], dtype=torch.float64))
-            choose = functools.partial(run_selection, cfg, valid_mask=valid, group_ids=mb.group_ids,
-                                       exclude=mb.exclude, ratio=cfg.ratio)
+            choose = functools.partial(batch_select, valid_mask=valid, ratio=cfg.ratio,
+                                       scope=cfg.select_scope, group_ids=mb.group_ids,
+                                       bottom=cfg.bottom, exclude=mb.exclude)
             step_ets, step_gms = counterfactual_selections(choose, step["entropy"], step["omega"],
                                                            step["length_weight"])
             first = ~seen[mb.rows]

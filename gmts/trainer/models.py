@@ -1,5 +1,6 @@
 """The policy model: loading it, LoRA, gradient checkpointing. Its log-probs / entropies of
-completions (completion_logprobs) live in gmts/trainer/step.py with the step's other forward passes.
+completions (completion_logprobs) live in gmts/trainer/batches.py with the step's other forward
+passes.
 
 Models load through transformers from a hub id or a local folder, so checkpoints this project writes
 (ordinary transformers folders, safetensors) load anywhere transformers and vLLM do.

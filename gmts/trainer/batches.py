@@ -1,11 +1,10 @@
-"""The machinery of one training step, kept out of train.py's story: the rollout batch and the data
-stream, mini-batches and micro-batches, the forward passes, the run's selection, the loss's inputs,
-the backward passes and the optimizer step (gmts/METHOD.md, "One RLVR step", "Several optimizer
-steps per rollout batch").
+"""The rollout batch, its mini-batches and micro-batches, and the passes over them: what train.py's
+step (train_step, update_policy) uses to cut its batch and run the model on it (gmts/METHOD.md,
+"One RLVR step", "Several optimizer steps per rollout batch").
 
 Batch-wide quantities (k, the loss's normaliser, the gradient) are sums over the whole batch. Under
-torchrun each process holds a share of it, and the first section's functions take them over every
-process (gmts/trainer/distributed.py); on one process they are the values themselves.
+torchrun each process holds a share of it; the functions that need the whole take it from
+gmts/trainer/distributed.py behind `if several_processes()`, a line a single-process reader skips.
 """
 import contextlib
 import dataclasses
@@ -14,7 +13,7 @@ import math
 import torch
 import torch.distributed as dist
 
-from gmts.method.grpo import budget, kl_share, loss_weights, policy_loss, select_tokens
+from gmts.method.grpo import budget, policy_loss, select_tokens
 from gmts.method.head import head_logprobs
 from gmts.trainer import distributed
 from gmts.trainer.rollout import Rollout, left_pad, positions
@@ -24,6 +23,7 @@ from gmts.trainer.rollout import Rollout, left_pad, positions
 # The whole batch: every process's share of it under torchrun, the values themselves on one process.
 
 def several_processes():
+    """Whether this process is one of several (torchrun)."""
     return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
 
 
@@ -32,48 +32,38 @@ def batch_sum(x):
     return distributed.all_reduce_sum(x) if several_processes() else torch.as_tensor(x)
 
 
-def batch_select(scores, valid_mask, ratio, *, bottom=False, exclude=None):
-    """grpo.select_tokens with scope "batch" over the whole batch (every process's rows)."""
-    select = distributed.select_tokens_global if several_processes() else select_tokens
-    return select(scores, valid_mask, ratio, bottom=bottom, exclude=exclude)
+def batch_select(scores, valid_mask, ratio, *, scope="batch", group_ids=None, bottom=False,
+                 exclude=None):
+    """grpo.select_tokens over the whole batch, (N, T) bool: scope "batch" ranks every process's
+    rows; "group" ranks each group where it lives (whole groups stay on one process)."""
+    if scope == "batch" and several_processes():
+        return distributed.select_tokens_global(scores, valid_mask, ratio, bottom=bottom,
+                                                exclude=exclude)
+    return select_tokens(scores, valid_mask, ratio, scope=scope, group_ids=group_ids,
+                         bottom=bottom, exclude=exclude)
 
 
-def layers_gathered(model):
-    """FSDP: the layers kept gathered over the rollout's many forwards. Nothing without FSDP."""
-    return distributed.layers_gathered(model) if several_processes() else contextlib.nullcontext()
+def selection_counts(valid_mask, exclude, ratio, scope, group_ids):
+    """(S, N_valid) of this optimizer batch (every process's): S, how many tokens batch_select
+    keeps, known before any score is (k = ceil(ρ · N_valid) per ranking, capped at its eligible
+    count); N_valid its valid tokens."""
+    eligible = valid_mask if exclude is None else valid_mask & ~exclude[:, None]     # (N, T)
+    n_valid = int(batch_sum(int(valid_mask.sum())))
+    if scope == "batch":
+        return budget(ratio, n_valid, int(batch_sum(int(eligible.sum())))), n_valid
+    local = sum(budget(ratio, int(valid_mask[group_ids == g].sum()),
+                       int(eligible[group_ids == g].sum())) for g in torch.unique(group_ids))
+    return int(batch_sum(int(local))), n_valid
 
 
-def even_passes(model, n_passes, backward=True):
-    """A with-block of n_passes passes that gets the function each pass's backward runs through.
-    FSDP: padded so that every process runs as many, the gradients synced on the last."""
-    return (distributed.even_passes(model, n_passes, backward) if several_processes()
-            else contextlib.nullcontext(torch.Tensor.backward))
-
-
-def whole_model(fn, model, *args, **kwargs):
-    """fn(model, *args, **kwargs), a pass through the model other than its forward (the decoder,
-    then the chunked head): under FSDP, with the root's parameters gathered and its backward
-    hooked (run_forward: distributed.shard_model's); else a plain call."""
-    run = getattr(model, "run_forward", None)
-    return run(fn, model, *args, **kwargs) if run else fn(model, *args, **kwargs)
-
-
-def sum_and_clip_gradients(model, params, n_passes, max_norm):
-    """(how many passes ran on every process, the gradient norm before clipping to max_norm): the
-    gradients summed over the processes first. No pass anywhere: (0, 0.0), nothing clipped."""
-    if several_processes():
-        return distributed.sum_and_clip_gradients(model, params, n_passes, max_norm)
-    return n_passes, (clip_grad_norm(params, max_norm) if n_passes else 0.0)
-
-
-def clip_grad_norm(params, max_norm):
-    """clip_grad_norm_ of torch.nn.utils, the norm summed in float32 at least (bf16 keeps 3
-    digits)."""
-    norms = [torch.linalg.vector_norm(p.grad, dtype=torch.promote_types(p.grad.dtype, torch.float))
-             for p in params if p.grad is not None]
-    total = torch.linalg.vector_norm(torch.stack(norms))
-    torch.nn.utils.clip_grads_with_norm_(params, max_norm if max_norm > 0 else math.inf, total)
-    return total
+def all_finite(tensors, where=True):
+    """Whether every tensor (a parameter: this process's shard of it) is finite where `where` (a
+    mask broadcasting to it), on every process."""
+    bad = 0
+    for t in tensors:
+        bad += int((~torch.isfinite(t.to_local() if hasattr(t, "to_local") else t.detach())
+                    & where).sum())
+    return int(batch_sum(bad)) == 0
 
 
 # --------------------------------------------------------------------------------------------------
@@ -91,9 +81,10 @@ class PromptStream:
         """This process's share (`shard`) of the next n problem indices; each epoch is a fresh
         permutation seeded by (seed, epoch)."""
         size, start = len(self.problems), self.position
-        epochs = range(start // size, (start + n) // size + 1)      # the epochs they fall in
-        order = torch.cat([torch.randperm(size, generator=torch.Generator().manual_seed(
-            self.seed * 7919 + epoch)) for epoch in epochs])
+        order = torch.zeros(0, dtype=torch.long)        # (epochs x size,) the epochs they fall in
+        for epoch in range(start // size, (start + n) // size + 1):
+            gen = torch.Generator().manual_seed(self.seed * 7919 + epoch)
+            order = torch.cat([order, torch.randperm(size, generator=gen)])
         self.position += n
         return order[start % size:start % size + n].tolist()[self.shard]
 
@@ -109,8 +100,11 @@ class Batch(Rollout):
 
     def to(self, device):
         """The same batch with its tensors on `device`."""
-        moved = {k: v.to(device) for k, v in vars(self).items() if torch.is_tensor(v)}
-        return dataclasses.replace(self, **moved)
+        moved = dataclasses.replace(self)
+        for name, value in vars(self).items():
+            if torch.is_tensor(value):
+                setattr(moved, name, value.to(device))
+        return moved
 
     def groups(self, keep, group_size):
         """The groups where keep (Q,) is True (dynamic sampling keeps the mixed ones)."""
@@ -123,11 +117,6 @@ class Batch(Rollout):
                      finished=None if self.finished is None else self.finished[on],
                      group_size=self.group_size, texts=[t for t, k in zip(self.texts, rows) if k],
                      rewards=self.rewards[rows], advantages=self.advantages[rows])
-
-
-def use_dynamic_sampling(cfg):
-    """DAPO's dynamic sampling: --dynamic-sampling on, or auto with --algo dapo."""
-    return cfg.dynamic_sampling == "on" or (cfg.dynamic_sampling == "auto" and cfg.algo == "dapo")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -187,7 +176,7 @@ def completion_logprobs(model, prompt_ids, completion_ids, valid_mask, *, group_
     """log π_θ(o_it | q, o_i,<t) (N, T) float32 (float64 for a float64 model), differentiable, 0 at
     padding; and the entropies (N, T) (no grad), or None. prompt_ids: N / group_size lists of
     ids."""
-    prompts = [p for p in prompt_ids for _ in range(group_size)]
+    prompts = prompt_ids if group_size == 1 else [p for p in prompt_ids for _ in range(group_size)]
     if len(prompts) != completion_ids.shape[0]:
         raise ValueError(f"{len(prompt_ids)} prompts x {group_size} != {len(completion_ids)} rows")
     ids, prompt_mask = left_pad(prompts, pad_id=0, device=completion_ids.device)
@@ -200,14 +189,10 @@ def completion_logprobs(model, prompt_ids, completion_ids, valid_mask, *, group_
     logp, entropy = head_logprobs(h, head.weight, completion_ids[valid_mask],
                                   head_bias=getattr(head, "bias", None), temperature=temperature,
                                   chunk_size=chunk_size, with_entropy=with_entropy)
-    return tuple(x if x is None else x.new_zeros(valid_mask.shape).masked_scatter(valid_mask, x)
-                 for x in (logp, entropy))                  # (n_valid,) -> (N, T), 0 at padding
-
-
-def answer_widths(valid_mask):
-    """(N,) each row's width: one past its last valid position (0 for a row with none)."""
-    last = valid_mask.shape[1] - valid_mask.flip(1).int().argmax(1)
-    return torch.where(valid_mask.any(1), last, torch.zeros_like(last))
+    logp = logp.new_zeros(valid_mask.shape).masked_scatter(valid_mask, logp)    # (N, T), 0 at pad
+    if with_entropy:
+        entropy = entropy.new_zeros(valid_mask.shape).masked_scatter(valid_mask, entropy)  # (N, T)
+    return logp, entropy
 
 
 def micro_batches(batch, rows, cfg):
@@ -216,8 +201,9 @@ def micro_batches(batch, rows, cfg):
     Any split gives the same gradient (the loss weights carry the mini-batch's normaliser).
     --micro-batch-size rows each; with --micro-batch-tokens, as many rows as fit that many padded
     tokens (rows x (widest prompt + widest answer)), a row alone if it is longer."""
-    widths, order = torch.sort(answer_widths(batch.valid_mask[rows]).cpu(), descending=True,
-                               stable=True)
+    valid = batch.valid_mask[rows]                                      # (n, T)
+    widths = valid.int().cumsum(1).argmax(1) + valid.any(1)   # (n,) one past the last valid, or 0
+    widths, order = torch.sort(widths.cpu(), descending=True, stable=True)
     rows = rows[order.to(rows.device)]                       # ties in rollout order
     if cfg.micro_batch_tokens:
         return token_budget_chunks(batch, rows, widths.tolist(), cfg)
@@ -240,10 +226,14 @@ def token_budget_chunks(batch, rows, widths, cfg):
 def micro_batch_logprobs(model, batch, rows, cfg, with_entropy=False):
     """completion_logprobs of the batch's `rows`, trimmed to their widest answer: (n, w), w <= T."""
     prompts = [batch.prompt_ids[int(i) // cfg.group_size] for i in rows]      # G answers per prompt
-    width = max(1, int(answer_widths(batch.valid_mask[rows]).max()))
-    return whole_model(completion_logprobs, model, prompts, batch.completion_ids[rows, :width],
-                       batch.valid_mask[rows, :width], temperature=cfg.temperature,
-                       chunk_size=cfg.chunk_size, with_entropy=with_entropy)
+    width = int(batch.valid_mask[rows].any(0).int().cumsum(0).argmax()) + 1  # widest, 1 at least
+    args = (model, prompts, batch.completion_ids[rows, :width], batch.valid_mask[rows, :width])
+    kwargs = {"temperature": cfg.temperature, "chunk_size": cfg.chunk_size,
+              "with_entropy": with_entropy}
+    # FSDP: the decoder, then the chunked head, as one pass with the root's parameters gathered
+    whole_model = getattr(model, "run_forward", None)     # (distributed.shard_model's)
+    return whole_model(completion_logprobs, *args, **kwargs) if whole_model else \
+        completion_logprobs(*args, **kwargs)
 
 
 @torch.no_grad()
@@ -256,7 +246,11 @@ def scoring_pass(model, batch, rows, cfg, with_entropy=True):
     where = torch.full((batch.valid_mask.shape[0],), -1, dtype=torch.long, device=rows.device)
     where[rows] = torch.arange(len(rows), device=rows.device)          # each row's place in `rows`
     chunks = micro_batches(batch, rows, cfg)
-    with layers_gathered(model), even_passes(model, len(chunks), backward=False):
+    passes = (distributed.even_passes(model, len(chunks), backward=False) if several_processes()
+              else contextlib.nullcontext())           # FSDP: as many passes on every process
+    gathered = (distributed.layers_gathered(model) if several_processes()
+                else contextlib.nullcontext())                  # FSDP: the layers kept gathered
+    with gathered, passes:
         for k, chunk in enumerate(chunks):
             lp, ent = micro_batch_logprobs(model, batch, chunk, cfg, with_entropy)
             if k == 0:
@@ -270,99 +264,42 @@ def scoring_pass(model, batch, rows, cfg, with_entropy=True):
 
 
 # --------------------------------------------------------------------------------------------------
-# Step 5 with the run's settings, and what step 6 needs before any score is known.
+# Step 6: the backward passes; step 7: the optimizer step.
 
-def run_selection(cfg, scores, valid_mask, group_ids, exclude, ratio=None):
-    """Step 5 with the run's flags (selector, ratio, select_scope, bottom): exactly k = ceil(ρ ·
-    N_valid) tokens of the whole optimizer batch, or of each group; (N, T) bool. ratio: the run's
-    unless given."""
-    if ratio is None:
-        ratio = cfg.ratio if cfg.selector != "none" else 1.0
-    if cfg.select_scope == "group":       # whole groups live on one process: a local ranking
-        return select_tokens(scores, valid_mask, ratio, scope="group", group_ids=group_ids,
-                             bottom=cfg.bottom, exclude=exclude)
-    return batch_select(scores, valid_mask, ratio, bottom=cfg.bottom, exclude=exclude)
-
-
-def selected_count(cfg, valid_mask, group_ids, exclude):
-    """S: how many tokens run_selection will keep in this optimizer batch, known before any score
-    is."""
-    eligible = valid_mask if exclude is None else valid_mask & ~exclude[:, None]
-    if cfg.selector == "none":
-        return int(batch_sum(int(eligible.sum())))
-    if cfg.select_scope == "batch":
-        n_valid, n_eligible = batch_sum(torch.tensor([int(valid_mask.sum()),
-                                                      int(eligible.sum())])).tolist()
-        return budget(cfg.ratio, int(n_valid), int(n_eligible))
-    local = sum(budget(cfg.ratio, int(valid_mask[group_ids == g].sum()),
-                       int(eligible[group_ids == g].sum()))
-                for g in torch.unique(group_ids))
-    return int(batch_sum(int(local)))
-
-
-def minibatch_kl_share(cfg, mb):
-    """ω's KL part relative to its policy part in this mini-batch's loss, for β > 0
-    (grpo.kl_share)."""
-    n_valid = int(batch_sum(int(mb.valid_mask.sum())))
-    return kl_share(cfg.loss_norm, cfg.kl_coverage,
-                    selected_count(cfg, mb.valid_mask, mb.group_ids, mb.exclude),
-                    n_valid)
-
-
-# --------------------------------------------------------------------------------------------------
-# Step 6: the loss's inputs, the micro-batch backward passes; step 7: the optimizer step.
-
-@dataclasses.dataclass
-class LossInputs:
-    """What step 6's loss needs for one mini-batch besides log π_θ (masked_loss_inputs)."""
-    mb: MiniBatch
-    weights: torch.Tensor         # (n, T) w·m of the policy term, the whole mini-batch's normaliser
-    # (n, T) of the KL term when it covers every valid token, else None
-    kl_weights: torch.Tensor | None
-    rows: torch.Tensor        # the rollout rows with a non-zero gradient: the only ones with a pass
-    on_policy: bool                 # θ = θ_old still: r = 1 exactly (π_old := this forward's log π)
-    eps_low: float
-    eps_high: float
-    beta: float
-
-
-def masked_loss_inputs(cfg, mb, selected, on_policy):
-    """Step 6's weights for the mini-batch (grpo.loss_weights, normalised over the whole batch).
-    Rows with nothing selected, or with A = 0 and no KL term, have exactly zero gradient: no
-    pass."""
-    weights = loss_weights(mb.valid_mask, selected, cfg.loss_norm, reduce=batch_sum)
-    kl_all = cfg.beta > 0 and cfg.kl_coverage == "all"      # the KL term on every valid token
-    kl_weights = loss_weights(mb.valid_mask, mb.valid_mask, cfg.loss_norm,
-                              reduce=batch_sum) if kl_all else None
-    has_gradient = (weights.sum(1) > 0) & ((mb.advantages != 0) | (cfg.beta != 0))  # w > 0, A or β
-    has_gradient |= kl_all & mb.valid_mask.any(1)             # or the KL term on any valid token
-    return LossInputs(mb, weights, kl_weights, mb.rows[has_gradient], on_policy, cfg.eps_low,
-                      cfg.eps_high, cfg.beta)
-
-
-def micro_batch_loss(inputs, rows, logp):
-    """-J of the rollout `rows` (one micro-batch) with their log π_θ (n, w), w <= T:
-    grpo.policy_loss on the mini-batch's slices; the micro-batches' losses sum to the
-    mini-batch's."""
-    mb, i, w = inputs.mb, inputs.mb.position[rows], logp.shape[1]
-    ref_logp, kl_weights = (x if x is None else x[i, :w] for x in (mb.ref_logp, inputs.kl_weights))
-    return policy_loss(logp, logp.detach() if inputs.on_policy else mb.old_logp[i, :w],
-                       mb.advantages[i], inputs.weights[i, :w], eps_low=inputs.eps_low,
-                       eps_high=inputs.eps_high, beta=inputs.beta, ref_logp=ref_logp,
-                       kl_weights=kl_weights)
-
-
-def accumulate_gradients(model, batch, inputs, cfg):
-    """Step 6's backward passes over the rows worth one, per micro-batch. Returns (the summed loss,
-    a float64 tensor; the number of passes)."""
-    chunks = micro_batches(batch, inputs.rows, cfg)
+def accumulate_gradients(model, batch, mb, rows, weights, cfg, *, kl_weights=None,
+                         on_policy=False):
+    """Step 6's backward passes over the rollout `rows` of the mini-batch `mb`, per micro-batch:
+    -J = grpo.policy_loss with the mini-batch's weights (n, T) (and kl_weights) sliced to it, so
+    the micro-batches' losses sum to the mini-batch's. on_policy: θ = θ_old still, r = 1 exactly
+    (π_old := this forward's log π). Returns (the summed loss, a float64 tensor; the passes)."""
+    chunks = micro_batches(batch, rows, cfg)
     total = torch.zeros((), dtype=torch.float64)
-    with even_passes(model, len(chunks)) as backward:
-        for rows in chunks:
-            loss = micro_batch_loss(inputs, rows, micro_batch_logprobs(model, batch, rows, cfg)[0])
+    with distributed.even_passes(model, len(chunks)) if several_processes() else \
+            contextlib.nullcontext(torch.Tensor.backward) as backward:   # FSDP: as many passes
+        for chunk in chunks:
+            logp = micro_batch_logprobs(model, batch, chunk, cfg)[0]    # (n, w) log π_θ, w <= T
+            i, w = mb.position[chunk], logp.shape[1]                    # (n,) its rows in mb
+            loss = policy_loss(logp, logp.detach() if on_policy else mb.old_logp[i, :w],
+                               mb.advantages[i], weights[i, :w], eps_low=cfg.eps_low,
+                               eps_high=cfg.eps_high, beta=cfg.beta,
+                               ref_logp=None if mb.ref_logp is None else mb.ref_logp[i, :w],
+                               kl_weights=None if kl_weights is None else kl_weights[i, :w])
             backward(loss)
             total += loss.detach().double().cpu()
     return total, len(chunks)
+
+
+def clip_grad_norm(params, max_norm):
+    """clip_grad_norm_ of torch.nn.utils, the norm summed in float32 at least (bf16 keeps 3
+    digits)."""
+    norms = []
+    for p in params:
+        if p.grad is not None:          # each gradient's norm, float32 at least
+            dtype = torch.promote_types(p.grad.dtype, torch.float)
+            norms.append(torch.linalg.vector_norm(p.grad, dtype=dtype))
+    total = torch.linalg.vector_norm(torch.stack(norms))
+    torch.nn.utils.clip_grads_with_norm_(params, max_norm if max_norm > 0 else math.inf, total)
+    return total
 
 
 STEPPED, NOTHING, NON_FINITE = "stepped", "nothing", "non-finite"     # what an optimizer step did
@@ -372,18 +309,14 @@ def optimizer_step(model, optimizer, params, loss, n_passes, max_grad_norm):
     """Step 7: sum the gradients over the batch, clip, step. Returns (loss, grad norm, STEPPED, or
     NOTHING when no row had a gradient, or NON_FINITE when the loss or gradient is NaN/inf: no
     step)."""
-    passes, grad_norm = sum_and_clip_gradients(model, params, n_passes, max_grad_norm)
+    if several_processes():     # the gradients summed over the processes (FSDP: theirs sharded)
+        n_passes, grad_norm = distributed.sum_and_clip_gradients(model, params, n_passes,
+                                                                 max_grad_norm, clip_grad_norm)
+    else:
+        grad_norm = clip_grad_norm(params, max_grad_norm) if n_passes else 0.0
     loss, grad_norm = float(batch_sum(loss)), float(grad_norm)
     finite = math.isfinite(loss) and math.isfinite(grad_norm)
-    if passes and finite:     # no pass anywhere: no step (AdamW's momentum would move the weights)
+    if n_passes and finite:   # no pass anywhere: no step (AdamW's momentum would move the weights)
         optimizer.step()
     optimizer.zero_grad(set_to_none=True)
-    return loss, grad_norm, NOTHING if not passes else STEPPED if finite else NON_FINITE
-
-
-def all_finite(tensors, where=True):
-    """Whether every tensor (a parameter: this process's shard of it) is finite where `where` (a
-    mask broadcasting to it), on every process."""
-    bad = sum(int((~torch.isfinite(t.to_local() if hasattr(t, "to_local") else t.detach())
-                   & where).sum()) for t in tensors)
-    return int(batch_sum(bad)) == 0
+    return loss, grad_norm, NOTHING if not n_passes else STEPPED if finite else NON_FINITE
