@@ -7,6 +7,7 @@ build_run.
 """
 import contextlib
 import copy
+import functools
 import json
 import os
 import shutil
@@ -96,8 +97,13 @@ def build_policy(cfg, resume_from, device, dtype):
     checkpoint's weights and LoRA the base + adapter. With FSDP the weights load in float32: the
     shards are the master weights."""
     load_dtype = torch.float32 if cfg.fsdp else dtype
+    prepare = enable_gradient_checkpointing if cfg.gradient_checkpointing else lambda _: None
+    # FSDP: built on the meta device, each process reading only its shards of the weights
+    shard = cfg.fsdp and functools.partial(distributed.load_sharded, compute_dtype=dtype,
+                                           device=device, prepare=prepare)
     model = load_model(resume_from if resume_from and not cfg.lora_rank else cfg.model,
-                       dtype=load_dtype, device=device)
+                       dtype=load_dtype, device=device, shard=shard or None)
+    sharded = bool(distributed.sharded_layers(model))
     ref_model = None
     if cfg.beta > 0 and not cfg.lora_rank:
         # frozen π_ref = the STARTING model, loaded as a fresh policy is (--model, also on resume):
@@ -110,9 +116,9 @@ def build_policy(cfg, resume_from, device, dtype):
                 model = PeftModel.from_pretrained(model, resume_from, is_trainable=True)
         else:
             model = add_lora(model, rank=cfg.lora_rank, alpha=cfg.lora_alpha, seed=cfg.seed)
-    if cfg.gradient_checkpointing:
-        enable_gradient_checkpointing(model)
-    if cfg.fsdp:
+    if not sharded:
+        prepare(model)
+    if cfg.fsdp and not sharded:
         distributed.shard_model(model, dtype)
     return model, ref_model, build_optimizer(model, cfg)
 
