@@ -5,7 +5,6 @@ first step's update), and a process's peak private memory is about its share, no
 import importlib.util
 import os
 
-import pytest
 import torch
 
 from conftest import ROOT, spawn_gloo

@@ -234,7 +234,7 @@ def shard_model(model, compute_dtype):
 @contextlib.contextmanager
 def parameters_on_meta():
     """Inside, every parameter a module registers is moved to the meta device (no memory) as it is
-    registered; buffers stay real (RoPE's inv_freq is computed at construction, and is no weight)."""
+    registered; buffers stay real (RoPE's inv_freq, computed at construction, is no weight)."""
     register = torch.nn.Module.register_parameter
 
     def on_meta(module, name, param):
