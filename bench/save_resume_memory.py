@@ -101,6 +101,9 @@ def child(mode, model_dir, out_dir, result, fsdp="0"):
         cfg, resume_from, saved = check_start(argv)
         run, _ = state.build_run(cfg, resume_from, saved, load_prompts=train.load_prompts,
                                  reward_functions=train.reward_functions)
+        gc.collect()
+        start = {"start_peak_rss": status("VmHWM"), "start_peak_anon": watch.stop()}
+        watch = AnonPeak()
         for p in run.model.parameters():
             p.grad = torch.zeros_like(p)
         run.optimizer.step()
@@ -111,7 +114,7 @@ def child(mode, model_dir, out_dir, result, fsdp="0"):
         watch.stop()
         before, watch = status("VmRSS"), AnonPeak()
         state.save(run, 1)
-        figures = {"rss_before": before}
+        figures = {"rss_before": before, **start}
     else:
         cfg, resume_from, saved = check_start(argv + ["--resume", out_dir])
         run, _ = state.build_run(cfg, resume_from, saved, load_prompts=train.load_prompts,
@@ -150,14 +153,22 @@ def launch(mode, world, model_dir, out_dir, work, fsdp):
     return out
 
 
-def planned(model_dir):
-    """The planner's phases (bytes) for the same flags on --device cpu."""
+def planned(model_dir, fsdp, world):
+    """The planner's host phases (bytes) of one process for the same flags on --device cpu."""
     from gmts.run.config import parse_config
     from gmts.tools import memory
-    cfg = parse_config(["--model", model_dir, *FLAGS])
+    cfg = parse_config(["--model", model_dir, *flags(fsdp)], world_size=world)
     shape = memory.model_shape(memory.load_config(model_dir))
-    _, phases, _, _ = memory.plan(cfg, shape, device="cpu")
-    return phases, shape.params
+    components, _, _, _ = memory.plan(cfg, shape, device="cpu", world=world)
+    return components["host_phases"], shape.params
+
+
+def machine():
+    """The CPU's model name and the number of cores this process may use."""
+    with open("/proc/cpuinfo") as fh:
+        name = next((line.split(":", 1)[1].strip() for line in fh
+                     if line.startswith("model name")), "?")
+    return f"{name}, {len(os.sched_getaffinity(0))} cores"
 
 
 def main():
@@ -167,8 +178,8 @@ def main():
     ap = Parser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--world", type=int, default=2, help="processes (gloo)")
     ap.add_argument("--fsdp", action="store_true",
-                    help="--fsdp instead of --optimizer-offload (measured only: the planner models "
-                         "one process holding the whole model)")
+                    help="--fsdp instead of --optimizer-offload (each process's own start, "
+                         "save and resume, planned per process)")
     ap.add_argument("--work-dir", default="/tmp/gmts_save_resume_memory")
     ap.add_argument("--out", default="")
     args = ap.parse_args()
@@ -178,30 +189,34 @@ def main():
     model_dir = random_model(os.path.join(args.work_dir, "model"))
     out_dir = os.path.join(args.work_dir, "run-fsdp" if args.fsdp else "run")
     shutil.rmtree(out_dir, ignore_errors=True)
-    phases, params = planned(model_dir)
+    phases, params = planned(model_dir, args.fsdp, args.world)
     gib = 2 ** 30
     rows = []
     for mode in ("save", "resume"):
         measured = launch(mode, args.world, model_dir, out_dir, args.work_dir, args.fsdp)
         for m in measured:
-            if mode == "save" and m["rank"] != 0:
-                continue                                    # rank 0 writes; the others wait
-            row = {"phase": mode, "rank": m["rank"], "processes": args.world,
-                   "measured_peak_rss_gib": m["peak_rss"] / gib,
-                   "measured_peak_anon_gib": m["peak_anon"] / gib}
-            if not args.fsdp:
-                row.update(planned_gib=phases[mode] / gib,
-                           error=(phases[mode] - m["peak_anon"]) / m["peak_anon"])
-            if "rss_before" in m:
-                row["rss_before_gib"] = m["rss_before"] / gib
-            print(json.dumps(row), flush=True)
-            rows.append(row)
+            start = {"peak_rss": m.pop("start_peak_rss", 0), "peak_anon": m.pop("start_peak_anon",
+                                                                                  0)}
+            for phase, figures in (("start", start), (mode, m)):
+                if not figures["peak_rss"] or (phase == "save" and m["rank"] != 0):
+                    continue                            # rank 0 writes; the others wait
+                row = {"phase": phase, "rank": m["rank"], "processes": args.world,
+                       "measured_peak_rss_gib": figures["peak_rss"] / gib,
+                       "measured_peak_anon_gib": figures["peak_anon"] / gib}
+                if phase in phases:
+                    row.update(planned_gib=phases[phase] / gib, error=(
+                        phases[phase] - figures["peak_anon"]) / figures["peak_anon"])
+                if "rss_before" in figures:
+                    row["rss_before_gib"] = figures["rss_before"] / gib
+                print(json.dumps(row), flush=True)
+                rows.append(row)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     import torch
     with open(args.out, "w") as fh:
         json.dump({"command": "python bench/save_resume_memory.py" + (
             f" --world {args.world}" if args.world != 2 else "") + (
             " --fsdp" if args.fsdp else ""), "params": params,
+                   "date": time.strftime("%Y-%m-%d", time.gmtime()), "machine": machine(),
                    "shape": SHAPE, "flags": flags(args.fsdp),
                    "torch": torch.__version__, "rows": rows}, fh, indent=1)
         fh.write("\n")

@@ -24,7 +24,7 @@ from gmts.run.fingerprint import differences, fingerprint
 from gmts.run.validate import UsageError
 from gmts.run.config import to_dict
 from gmts.trainer import distributed
-from gmts.trainer.optim import build_optimizer
+from gmts.trainer.optim import build_optimizer, check_gradient_sums
 from gmts.trainer.policy import (add_lora, check_vocabulary, enable_gradient_checkpointing,
                                  end_of_sequence_ids, load_model, load_tokenizer, peft_quiet,
                                  resolve_device, resolve_dtype)
@@ -74,7 +74,9 @@ def start_processes(cfg, state):
     device = resolve_device(cfg.device)
     if device.type == "cuda" and world > 1:
         device = torch.device("cuda", local_rank)
-    return rank, world, device, resolve_dtype(cfg.dtype, device)
+    dtype = resolve_dtype(cfg.dtype, device)
+    check_gradient_sums(cfg, dtype)             # bf16 weights: their sums in float32, or refused
+    return rank, world, device, dtype
 
 
 def load_data(cfg, resume_from, load_prompts, reward_functions):
