@@ -155,9 +155,8 @@ def launch(mode, world, model_dir, out_dir, work, fsdp):
 
 def planned(model_dir, fsdp, world):
     """The planner's host phases (bytes) of one process for the same flags on --device cpu."""
-    from gmts.run.config import parse_config
     from gmts.tools import memory
-    cfg = parse_config(["--model", model_dir, *flags(fsdp)], world_size=world)
+    cfg = memory.parse_as_processes(["--model", model_dir, *flags(fsdp)], world)
     shape = memory.model_shape(memory.load_config(model_dir))
     components, _, _, _ = memory.plan(cfg, shape, device="cpu", world=world)
     return components["host_phases"], shape.params

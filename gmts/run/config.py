@@ -17,11 +17,12 @@ from dataclasses import dataclass, field, fields
 from gmts.run.validate import REPORT_TO, TRAIN_RULES, check  # noqa: F401
 
 
-def option(default, help_text):
-    """A Config field: its default (a list: a fresh one per Config) and its --help text."""
+def option(default, help_text, switch=False):
+    """A Config field: its default (a list: a fresh one per Config) and its --help text; switch:
+    an auto | on | off field, whose flag alone means on and --no-flag off."""
     if isinstance(default, list):
         return field(default_factory=lambda: list(default), metadata={"help": help_text})
-    return field(default=default, metadata={"help": help_text})
+    return field(default=default, metadata={"help": help_text, "switch": switch})
 
 
 @dataclass
@@ -33,7 +34,9 @@ class Config:
     dtype: str = option("auto", "auto (bf16 on a GPU with bf16, else float32) | float32 | bfloat16 "
                                 "| float16")
     device: str = option("auto", "auto (cuda if available) | cpu | cuda | cuda:1 ...")
-    gradient_checkpointing: bool = option(True, "recompute activations in backward")
+    gradient_checkpointing: str = option("auto", "recompute activations in backward: auto (on "
+                                                 "where the memory plan without it does not fit "
+                                                 "the GPU; off on a CPU) | on | off", switch=True)
     lora_rank: int = option(0, "train LoRA adapters of this rank (needs peft); 0 = full "
                                "fine-tuning")
     lora_alpha: float = option(0.0, "LoRA alpha; 0 = 2 x rank (default: 0, i.e. 2 x rank)")
@@ -207,7 +210,7 @@ PRESETS = {
                      "max_new_tokens": 48,
                      "temperature": 0.5, "algo": "grpo", "beta": 0.0, "lr": 1e-5, "steps": 20,
                      "ratio": 0.2,
-                     "gradient_checkpointing": False, "save_every": 0, "keep_checkpoints": 1,
+                     "gradient_checkpointing": "off", "save_every": 0, "keep_checkpoints": 1,
                      "output_dir": "runs/cpu-demo", "eval_data": "arithmetic:test",
                      "eval_every": 20, "eval_before": True, "eval_limit": 100, "eval_samples": 2,
                      "eval_temperature": 0.5},
@@ -388,6 +391,11 @@ def add_config_flags(parser, names=None, *, defaults=None, helps=None, sections=
         if f.type is list or f.type == "list":      # repeatable: --reward a --reward b
             parser.add_argument(flag, dest=f.name, action="append", default=value,
                                 help=help_text)
+        elif f.metadata.get("switch"):               # --x [auto|on|off] (alone: on) / --no-x
+            group.add_argument(flag, dest=f.name, nargs="?", const="on", default=value,
+                               help=help_text)
+            group.add_argument("--no-" + flag[2:], dest=f.name, action="store_const",
+                               const="off", default=value, help=argparse.SUPPRESS)
         elif f.type is bool or f.type == "bool":
             # --x / --no-x
             group.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction,

@@ -94,17 +94,21 @@ def load_data(cfg, resume_from, load_prompts, reward_functions):
     return tokenizer, problems, prompt_ids, n_too_long, reward_fns
 
 
-def build_policy(cfg, resume_from, device, dtype):
+def build_policy(cfg, resume_from, device, dtype, checkpointing=None):
     """(policy, frozen reference or None, optimizer). On resume, full fine-tuning reloads the
     checkpoint's weights and LoRA the base + adapter. With FSDP the weights load in float32: the
-    shards are the master weights."""
+    shards are the master weights. checkpointing: whether to recompute activations (None:
+    --gradient-checkpointing's decision for prompts of --max-prompt-tokens)."""
+    source = resume_from if resume_from and not cfg.lora_rank else cfg.model
+    if checkpointing is None:
+        from gmts.tools.memory import decide_checkpointing
+        checkpointing = decide_checkpointing(cfg, source, device, cfg.max_prompt_tokens)[0]
     load_dtype = torch.float32 if cfg.fsdp else dtype
-    prepare = enable_gradient_checkpointing if cfg.gradient_checkpointing else lambda _: None
+    prepare = enable_gradient_checkpointing if checkpointing else lambda _: None
     # FSDP: built on the meta device, each process reading only its shards of the weights
     shard = cfg.fsdp and functools.partial(distributed.load_sharded, compute_dtype=dtype,
                                            device=device, prepare=prepare)
-    model = load_model(resume_from if resume_from and not cfg.lora_rank else cfg.model,
-                       dtype=load_dtype, device=device, shard=shard or None)
+    model = load_model(source, dtype=load_dtype, device=device, shard=shard or None)
     sharded = bool(distributed.sharded_layers(model))
     ref_model = None
     if cfg.beta > 0 and not cfg.lora_rank:
@@ -145,7 +149,12 @@ def build_run(cfg, resume_from, state, *, load_prompts, reward_functions):
         if saved is None and rank == 0:
             folder._note(f"{resume_from} was written by an older gmts without a fingerprint: the "
                          "data, tokenizer and base model cannot be compared with the run's")
-    model, ref_model, optimizer = build_policy(cfg, resume_from, device, dtype)
+    # --gradient-checkpointing auto: the memory planner's decision for this device
+    from gmts.tools.memory import decide_checkpointing
+    checkpointing, said = decide_checkpointing(
+        cfg, resume_from if resume_from and not cfg.lora_rank else cfg.model, device,
+        max(map(len, prompt_ids), default=0), world)
+    model, ref_model, optimizer = build_policy(cfg, resume_from, device, dtype, checkpointing)
     # not an IndexError later
     check_vocabulary(model, tokenizer, flag="--tokenizer" if cfg.tokenizer else "--model")
     # Each process samples its own answers; the data order is shared.
@@ -170,7 +179,8 @@ def build_run(cfg, resume_from, state, *, load_prompts, reward_functions):
               + (f" x {world} processes" if world > 1 else "")
               + f"; {len(problems)} problems from {cfg.data}"
               + (f" ({n_too_long} skipped: prompt too long)" if n_too_long else "")
-              + f"; selector {cfg.selector} ρ={cfg.ratio}; {cfg.algo}; output {cfg.output_dir}"
+              + f"; selector {cfg.selector} ρ={cfg.ratio}; {cfg.algo}; {said}"
+              + f"; output {cfg.output_dir}"
               + (f"; resuming from {resume_from} at step {start_step}" if resume_from else ""),
               flush=True)
     return run, start_step

@@ -228,6 +228,9 @@ TRAIN_RULES = [
     temperature_rule("temperature", greedy=False),
     Rule("rollout_batch_size", at_least(0), "--rollout-batch-size must be >= 0 (0 = all prompts at "
                                             "once), got {v}"),
+    # true / false: an older run's config.json (on / off)
+    Rule("gradient_checkpointing", lambda v, c: v in ("auto", "on", "off", True, False),
+         "--gradient-checkpointing must be auto, on or off, got {v!r}"),
     Rule("compile", lambda v, c: not (v and c.fsdp), "--compile cannot be combined with --fsdp "
                                                      "(the compiled decode "
          "step would trace FSDP's hooks; untested)"),
