@@ -52,20 +52,30 @@ def _loaded_and_stepped(rank, folder, checkpointing):
         model(input_ids=ids[rank:rank + 1]).logits.float().logsumexp(-1).sum().backward()
         opt.step()
     out["stepped"] = [[p.to_local().clone() for p in m.parameters()] for m in (whole, per_rank)]
+    # what the planner plans per process (gmts/tools/memory.py, fsdp_components)
+    layers = per_rank.get_decoder().layers
+    out["plan"] = {"shard": sum(p.to_local().numel() for p in per_rank.parameters()),
+                   "adamw": sum(v.to_local().numel() for state in opt.state.values()
+                                for k, v in state.items() if k in ("exp_avg", "exp_avg_sq")),
+                   "grad": sum(p.grad.to_local().numel() for p in per_rank.parameters()),
+                   "layer": sum(p.numel() for p in layers[0].parameters()),
+                   "root": sum(p.numel() for p in per_rank.parameters())
+                   - sum(p.numel() for layer in layers for p in layer.parameters())}
     return out
 
 
-def test_per_rank_load_equals_the_whole_model_load(tmp_path):
+def test_per_rank_load_equals_the_whole_model_load_and_the_plan(tmp_path):
     """float32 tied weights (the start) and bf16 untied ones (a checkpoint an FSDP run writes, its
     weights in the compute dtype) with gradient checkpointing; 67 vocabulary rows over 2
-    processes: 34 and 33."""
+    processes: 34 and 33. The same processes check the planner's shard sizes (check_plan)."""
     cases = [(save_model(tmp_path / "start", vocab=67, hidden=32, intermediate=64, layers=2,
                          tied=True, dtype=torch.float32), False),
              (save_model(tmp_path / "checkpoint", vocab=67, hidden=32, intermediate=64, layers=2,
                          tied=False, dtype=torch.bfloat16), True)]
     results = spawn_gloo(_equal_worker, tmp_path, cases)
-    for parts, (_, checkpointing) in zip(zip(*results), cases):
+    for parts, (folder, checkpointing) in zip(zip(*results), cases):
         check_equal(parts, checkpointing)
+        check_plan(parts, folder)
 
 
 def check_equal(parts, checkpointing):
@@ -82,6 +92,22 @@ def check_equal(parts, checkpointing):
                 assert a.dtype == b.dtype == torch.float32 and torch.equal(a, b), key
     rows = [part["loaded"][1][0].shape[0] for part in parts]          # the embedding's shards
     assert rows == [34, 33]
+
+
+def check_plan(parts, folder):
+    """The planner's per-process figures against the sharded model: the first process's shards
+    (the largest: ceil(rows / 2) rows of each weight), AdamW's m and v and the reduced float32
+    gradients on them, one gathered layer, the root's parameters."""
+    from transformers import AutoConfig
+    from gmts.tools import memory
+    shape = memory.model_shape(AutoConfig.from_pretrained(folder))
+    first, second = (part["plan"] for part in parts)
+    shard = memory.shard_elements(shape, 2)
+    assert first["shard"] == shard and second["shard"] < shard
+    for part in (first, second):
+        assert part["adamw"] == 2 * part["shard"] and part["grad"] == part["shard"]
+        assert part["layer"] == shape.layer_params
+        assert part["root"] == shape.params - shape.layers * shape.layer_params
 
 
 def _peak_worker(rank, world, folder):

@@ -365,21 +365,24 @@ def fsdp_components(c, shape, world, b, on_cpu):
              # the weights in b bytes where b < 4 (distributed.full_state_dicts)
              save_copies=4 * shape.params + 8 * shape.params
              + (shape.params * b if b < 4 else 0),
-             # one weight's rows at a time, read from the mapped files (load_sharded)
-             load_slice=4 * -(-shape.largest // world))
+             # a save's gather and a resume's distribution of a mapped full tensor: one whole
+             # float32 weight at a time beside the rest
+             full_weight=4 * shape.largest)
     c["head_weight_grad"] = 0       # the head's gradient is the root's, counted in the gradients
 
 
 def fsdp_host_phases(c, on_cpu):
-    """Host memory of one process under --fsdp: its start (the model built on the meta device,
-    its shards read from the mapped files, load_slice), rank 0's save (save_copies, and on CPU what
-    the process holds) and a resume (the shards, then the optimizer's and the float32 masters'
-    rows taken from the mapped trainer_state.pt). On a GPU the shards live there."""
+    """Private host memory of one process under --fsdp: its start (the model built on the meta
+    device, its own rows of each weight copied out of the mapped safetensors: distributed.
+    load_sharded), rank 0's save (save_copies, and on CPU what the process holds) and a resume (the
+    optimizer state's and the float32 masters' rows taken from the mapped trainer_state.pt). Both
+    hold one whole float32 weight at a time beside it (full_weight). On a GPU the shards live
+    there. bench/save_resume_memory.py --fsdp measures all three."""
     held = c["runtime"] + (c["weights"] + c["optimizer_state"] + c["reference_model"]
                            if on_cpu else 0)
-    start = c["runtime"] + c["load_slice"] + (c["weights"] + c["reference_model"] if on_cpu
-                                               else 0)
-    return {"start": start, "save": held + c["save_copies"], "resume": held + c["load_slice"]}
+    start = c["runtime"] + (c["weights"] + c["reference_model"] if on_cpu else 0)
+    return {"start": start, "save": held + c["save_copies"] + c["full_weight"],
+            "resume": held + c["full_weight"]}
 
 
 def kv_expansion_bytes(cfg, shape, rows, prompt_tokens, b):
