@@ -12,10 +12,14 @@ group of --world processes:
   peak resident set (VmHWM, reset with /proc/self/clear_refs just before the save) of rank 0, the
   process that writes;
 - resume: --resume from that checkpoint, up to the first step (build_run: trainer_state.pt loaded,
-  the model, the optimizer state restored): each process's VmHWM since it started.
+  the model, the optimizer state restored): each process's VmHWM since it started;
+- start (--fsdp): each process from its start to the end of build_run, the model built and
+  sharded (gmts/trainer/distributed.py, load_sharded: each process reads its own rows).
+--fsdp computes in bf16 from a bf16-stored model (as on a GPU, from a hub model): its checkpoints
+hold bf16 weights and trainer_state.pt the float32 masters.
 Both also report the peak private memory (RssAnon, sampled every 2 ms), which is what the planner
 plans: the resident set also holds the mapped checkpoint's pages, page cache that the processes
-share and the kernel frees under pressure. Planned: memory.plan's "save" and "resume" phases for
+share and the kernel frees under pressure. Planned: memory.plan's host phases of one process for
 the same flags on --device cpu; error = (planned - peak private) / peak private.
 """
 import json
@@ -39,14 +43,15 @@ FLAGS = ["--data", "arithmetic", "--device", "cpu", "--dtype", "float32", "--opt
          "--max-new-tokens", "8", "--steps", "2", "--save-every", "0", "--log-samples", "0"]
 
 
-def random_model(folder):
-    """The random model (float32) with the Qwen2.5 tokenizer, made once."""
+def random_model(folder, dtype="float32"):
+    """The random model (float32, or cast to `dtype` as hub models are stored in bf16) with the
+    Qwen2.5 tokenizer, made once."""
     if os.path.isfile(os.path.join(folder, "model.safetensors")):
         return folder
     import torch
     from transformers import AutoTokenizer, GenerationConfig, Qwen2Config, Qwen2ForCausalLM
     torch.manual_seed(0)
-    model = Qwen2ForCausalLM(Qwen2Config(**SHAPE)).float()
+    model = Qwen2ForCausalLM(Qwen2Config(**SHAPE)).to(getattr(torch, dtype))
     model.generation_config = GenerationConfig(eos_token_id=[151645, 151643], pad_token_id=151643)
     model.save_pretrained(folder)
     AutoTokenizer.from_pretrained(QWEN_TOKENIZER).save_pretrained(folder)
@@ -83,8 +88,12 @@ class AnonPeak:
 
 def flags(fsdp):
     """train.py's flags of the measured runs: --optimizer-offload, or --fsdp (plain AdamW over
-    float32 shards; FSDP does not take --optimizer-offload)."""
-    return [("--fsdp" if fsdp and f == "--optimizer-offload" else f) for f in FLAGS]
+    float32 shards; FSDP does not take --optimizer-offload) computing in bf16, as on a GPU, so
+    that its checkpoints hold bf16 weights (+ the float32 masters in trainer_state.pt)."""
+    if not fsdp:
+        return list(FLAGS)
+    swap = {"--optimizer-offload": "--fsdp", "float32": "bfloat16"}
+    return [swap.get(f, f) for f in FLAGS]
 
 
 def child(mode, model_dir, out_dir, result, fsdp="0"):
@@ -102,7 +111,8 @@ def child(mode, model_dir, out_dir, result, fsdp="0"):
         run, _ = state.build_run(cfg, resume_from, saved, load_prompts=train.load_prompts,
                                  reward_functions=train.reward_functions)
         gc.collect()
-        start = {"start_peak_rss": status("VmHWM"), "start_peak_anon": watch.stop()}
+        start = {"start_peak_rss": status("VmHWM"), "start_peak_anon": watch.stop()} \
+            if fsdp == "1" else {}
         watch = AnonPeak()
         for p in run.model.parameters():
             p.grad = torch.zeros_like(p)
@@ -185,7 +195,10 @@ def main():
     args.out = args.out or os.path.join(ROOT, "bench", "results", "save_resume_memory"
                                         + ("_fsdp" if args.fsdp else "") + ".json")
     import shutil
-    model_dir = random_model(os.path.join(args.work_dir, "model"))
+    # --fsdp: the weights stored in bf16, as a hub model's are (a whole-model load would cast
+    # them to float32 in each process's own memory)
+    model_dir = random_model(os.path.join(args.work_dir, "model-bf16" if args.fsdp else "model"),
+                             "bfloat16" if args.fsdp else "float32")
     out_dir = os.path.join(args.work_dir, "run-fsdp" if args.fsdp else "run")
     shutil.rmtree(out_dir, ignore_errors=True)
     phases, params = planned(model_dir, args.fsdp, args.world)

@@ -130,13 +130,14 @@ def _peak_worker(rank, world, folder):
 
 
 def test_a_process_holds_its_share_not_the_model(tmp_path):
-    """~51M parameters (204 MB in float32), 2 processes. Loading the whole model first, a process
-    would grow by the whole model (4 P bytes) at least; per rank it grows by its float32 shards
-    (4 P / 2) plus one weight's slice at a time (<= the largest weight) plus the model's Python
-    structures (a few MB). The bound is the midpoint of the two, so each side is clear of it by
-    (4 P - 4 P / 2 - largest) / 2, ~45 MB."""
+    """~54M parameters stored in bf16 (as hub models and an FSDP run's checkpoints are), loaded
+    as float32 shards by 2 processes. Loading the whole model first, a process would grow by the
+    whole float32 model (4 P bytes, the cast copy) at least; per rank it grows by its float32
+    shards (4 P / 2) plus at most one weight's rows at a time (<= the largest weight) plus the
+    model's Python structures (a few MB). The bound is the midpoint of the two, so each side is
+    clear of it by (4 P - 4 P / 2 - largest) / 2, ~49 MB."""
     folder = save_model(tmp_path / "model", vocab=1024, hidden=768, intermediate=3072, layers=6,
-                        tied=True, dtype=torch.float32)
+                        tied=True, dtype=torch.bfloat16)
     save_model(tmp_path / "model-small", vocab=67, hidden=32, intermediate=64, layers=2, tied=True,
                dtype=torch.float32)
     parts = spawn_gloo(_peak_worker, tmp_path, folder)
