@@ -314,3 +314,23 @@ def test_fsdp_is_planned_per_process(tiny_model_dir, capsys):
     assert "FSDP over 4 processes" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         memory.main(["--model", tiny_model_dir, "--fsdp", "--gpu-memory", "24"])
+
+
+def test_measured_fsdp_start_save_and_resume_peaks_are_within_ten_percent_of_the_plan():
+    """bench/save_resume_memory.py --fsdp's committed measurement (2 gloo processes, ~93M
+    parameters stored in bf16, computing in bf16): each process's start (the model built per
+    process), rank 0's save and each process's resume, peak private memory, against the planner's
+    per-process host phases now."""
+    import os
+    from transformers import Qwen2Config
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "bench", "results", "save_resume_memory_fsdp.json")) as fh:
+        bench = json.load(fh)
+    measured_shape = memory.model_shape(Qwen2Config(**bench["shape"]))
+    cfg = memory.parse_as_processes(bench["flags"], 2)
+    host = memory.plan(cfg, measured_shape, device="cpu", world=2)[0]["host_phases"]
+    assert {(r["phase"], r["rank"]) for r in bench["rows"]} == {
+        ("start", 0), ("start", 1), ("save", 0), ("resume", 0), ("resume", 1)}
+    for row in bench["rows"]:
+        measured = row["measured_peak_anon_gib"] * memory.GIB
+        assert abs(host[row["phase"]] - measured) <= 0.10 * measured, row

@@ -393,7 +393,7 @@ def add_config_flags(parser, names=None, *, defaults=None, helps=None, sections=
                                 help=help_text)
         elif f.metadata.get("switch"):               # --x [auto|on|off] (alone: on) / --no-x
             group.add_argument(flag, dest=f.name, nargs="?", const="on", default=value,
-                               help=help_text)
+                               metavar="auto|on|off", help=help_text)
             group.add_argument("--no-" + flag[2:], dest=f.name, action="store_const",
                                const="off", default=value, help=argparse.SUPPRESS)
         elif f.type is bool or f.type == "bool":

@@ -375,14 +375,16 @@ def fsdp_host_phases(c, on_cpu):
     """Private host memory of one process under --fsdp: its start (the model built on the meta
     device, its own rows of each weight copied out of the mapped safetensors: distributed.
     load_sharded), rank 0's save (save_copies, and on CPU what the process holds) and a resume (the
-    optimizer state's and the float32 masters' rows taken from the mapped trainer_state.pt). Both
-    hold one whole float32 weight at a time beside it (full_weight). On a GPU the shards live
-    there. bench/save_resume_memory.py --fsdp measures all three."""
+    optimizer state's and the float32 masters' rows taken from the mapped trainer_state.pt: torch's
+    set_optimizer_state_dict distributes the whole loaded state into shards beside the
+    optimizer's own before it copies them in, a second optimizer state on the device). Save and
+    resume hold one whole float32 weight at a time beside it (full_weight). On a GPU the shards
+    live there. bench/save_resume_memory.py --fsdp measures all three."""
     held = c["runtime"] + (c["weights"] + c["optimizer_state"] + c["reference_model"]
                            if on_cpu else 0)
     start = c["runtime"] + (c["weights"] + c["reference_model"] if on_cpu else 0)
     return {"start": start, "save": held + c["save_copies"] + c["full_weight"],
-            "resume": held + c["full_weight"]}
+            "resume": held + (c["optimizer_state"] if on_cpu else 0) + c["full_weight"]}
 
 
 def kv_expansion_bytes(cfg, shape, rows, prompt_tokens, b):
