@@ -12,10 +12,14 @@ group of --world processes:
   peak resident set (VmHWM, reset with /proc/self/clear_refs just before the save) of rank 0, the
   process that writes;
 - resume: --resume from that checkpoint, up to the first step (build_run: trainer_state.pt loaded,
-  the model, the optimizer state restored): each process's VmHWM since it started.
+  the model, the optimizer state restored): each process's VmHWM since it started;
+- start (--fsdp): each process from its start to the end of build_run, the model built and
+  sharded (gmts/trainer/distributed.py, load_sharded: each process reads its own rows).
+--fsdp computes in bf16 from a bf16-stored model (as on a GPU, from a hub model): its checkpoints
+hold bf16 weights and trainer_state.pt the float32 masters.
 Both also report the peak private memory (RssAnon, sampled every 2 ms), which is what the planner
 plans: the resident set also holds the mapped checkpoint's pages, page cache that the processes
-share and the kernel frees under pressure. Planned: memory.plan's "save" and "resume" phases for
+share and the kernel frees under pressure. Planned: memory.plan's host phases of one process for
 the same flags on --device cpu; error = (planned - peak private) / peak private.
 """
 import json
@@ -39,14 +43,15 @@ FLAGS = ["--data", "arithmetic", "--device", "cpu", "--dtype", "float32", "--opt
          "--max-new-tokens", "8", "--steps", "2", "--save-every", "0", "--log-samples", "0"]
 
 
-def random_model(folder):
-    """The random model (float32) with the Qwen2.5 tokenizer, made once."""
+def random_model(folder, dtype="float32"):
+    """The random model (float32, or cast to `dtype` as hub models are stored in bf16) with the
+    Qwen2.5 tokenizer, made once."""
     if os.path.isfile(os.path.join(folder, "model.safetensors")):
         return folder
     import torch
     from transformers import AutoTokenizer, GenerationConfig, Qwen2Config, Qwen2ForCausalLM
     torch.manual_seed(0)
-    model = Qwen2ForCausalLM(Qwen2Config(**SHAPE)).float()
+    model = Qwen2ForCausalLM(Qwen2Config(**SHAPE)).to(getattr(torch, dtype))
     model.generation_config = GenerationConfig(eos_token_id=[151645, 151643], pad_token_id=151643)
     model.save_pretrained(folder)
     AutoTokenizer.from_pretrained(QWEN_TOKENIZER).save_pretrained(folder)
@@ -83,8 +88,12 @@ class AnonPeak:
 
 def flags(fsdp):
     """train.py's flags of the measured runs: --optimizer-offload, or --fsdp (plain AdamW over
-    float32 shards; FSDP does not take --optimizer-offload)."""
-    return [("--fsdp" if fsdp and f == "--optimizer-offload" else f) for f in FLAGS]
+    float32 shards; FSDP does not take --optimizer-offload) computing in bf16, as on a GPU, so
+    that its checkpoints hold bf16 weights (+ the float32 masters in trainer_state.pt)."""
+    if not fsdp:
+        return list(FLAGS)
+    swap = {"--optimizer-offload": "--fsdp", "float32": "bfloat16"}
+    return [swap.get(f, f) for f in FLAGS]
 
 
 def child(mode, model_dir, out_dir, result, fsdp="0"):
@@ -102,6 +111,10 @@ def child(mode, model_dir, out_dir, result, fsdp="0"):
         cfg, resume_from, saved = check_start(argv)
         run, _ = build_run(cfg, resume_from, saved, load_prompts=train.load_prompts,
                            reward_functions=train.reward_functions)
+        gc.collect()
+        start = {"start_peak_rss": status("VmHWM"), "start_peak_anon": watch.stop()} \
+            if fsdp == "1" else {}
+        watch = AnonPeak()
         for p in run.model.parameters():
             p.grad = torch.zeros_like(p)
         run.optimizer.step()
@@ -112,7 +125,7 @@ def child(mode, model_dir, out_dir, result, fsdp="0"):
         watch.stop()
         before, watch = status("VmRSS"), AnonPeak()
         checkpoint.save(run, 1)
-        figures = {"rss_before": before}
+        figures = {"rss_before": before, **start}
     else:
         cfg, resume_from, saved = check_start(argv + ["--resume", out_dir])
         run, _ = build_run(cfg, resume_from, saved, load_prompts=train.load_prompts,
@@ -151,14 +164,21 @@ def launch(mode, world, model_dir, out_dir, work, fsdp):
     return out
 
 
-def planned(model_dir):
-    """The planner's phases (bytes) for the same flags on --device cpu."""
-    from gmts.run.config import parse_config
+def planned(model_dir, fsdp, world):
+    """The planner's host phases (bytes) of one process for the same flags on --device cpu."""
     from gmts.tools import memory
-    cfg = parse_config(["--model", model_dir, *FLAGS])
+    cfg = memory.parse_as_processes(["--model", model_dir, *flags(fsdp)], world)
     shape = memory.model_shape(memory.load_config(model_dir))
-    _, phases, _, _ = memory.plan(cfg, shape, device="cpu")
-    return phases, shape.params
+    components, _, _, _ = memory.plan(cfg, shape, device="cpu", world=world)
+    return components["host_phases"], shape.params
+
+
+def machine():
+    """The CPU's model name and the number of cores this process may use."""
+    with open("/proc/cpuinfo") as fh:
+        name = next((line.split(":", 1)[1].strip() for line in fh
+                     if line.startswith("model name")), "?")
+    return f"{name}, {len(os.sched_getaffinity(0))} cores"
 
 
 def main():
@@ -168,41 +188,48 @@ def main():
     ap = Parser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--world", type=int, default=2, help="processes (gloo)")
     ap.add_argument("--fsdp", action="store_true",
-                    help="--fsdp instead of --optimizer-offload (measured only: the planner models "
-                         "one process holding the whole model)")
+                    help="--fsdp instead of --optimizer-offload (each process's own start, "
+                         "save and resume, planned per process)")
     ap.add_argument("--work-dir", default="/tmp/gmts_save_resume_memory")
     ap.add_argument("--out", default="")
     args = ap.parse_args()
     args.out = args.out or os.path.join(ROOT, "bench", "results", "save_resume_memory"
                                         + ("_fsdp" if args.fsdp else "") + ".json")
     import shutil
-    model_dir = random_model(os.path.join(args.work_dir, "model"))
+    # --fsdp: the weights stored in bf16, as a hub model's are (a whole-model load would cast
+    # them to float32 in each process's own memory)
+    model_dir = random_model(os.path.join(args.work_dir, "model-bf16" if args.fsdp else "model"),
+                             "bfloat16" if args.fsdp else "float32")
     out_dir = os.path.join(args.work_dir, "run-fsdp" if args.fsdp else "run")
     shutil.rmtree(out_dir, ignore_errors=True)
-    phases, params = planned(model_dir)
+    phases, params = planned(model_dir, args.fsdp, args.world)
     gib = 2 ** 30
     rows = []
     for mode in ("save", "resume"):
         measured = launch(mode, args.world, model_dir, out_dir, args.work_dir, args.fsdp)
         for m in measured:
-            if mode == "save" and m["rank"] != 0:
-                continue                                    # rank 0 writes; the others wait
-            row = {"phase": mode, "rank": m["rank"], "processes": args.world,
-                   "measured_peak_rss_gib": m["peak_rss"] / gib,
-                   "measured_peak_anon_gib": m["peak_anon"] / gib}
-            if not args.fsdp:
-                row.update(planned_gib=phases[mode] / gib,
-                           error=(phases[mode] - m["peak_anon"]) / m["peak_anon"])
-            if "rss_before" in m:
-                row["rss_before_gib"] = m["rss_before"] / gib
-            print(json.dumps(row), flush=True)
-            rows.append(row)
+            start = {"peak_rss": m.pop("start_peak_rss", 0), "peak_anon": m.pop("start_peak_anon",
+                                                                                  0)}
+            for phase, figures in (("start", start), (mode, m)):
+                if not figures["peak_rss"] or (phase == "save" and m["rank"] != 0):
+                    continue                            # rank 0 writes; the others wait
+                row = {"phase": phase, "rank": m["rank"], "processes": args.world,
+                       "measured_peak_rss_gib": figures["peak_rss"] / gib,
+                       "measured_peak_anon_gib": figures["peak_anon"] / gib}
+                if phase in phases:
+                    row.update(planned_gib=phases[phase] / gib, error=(
+                        phases[phase] - figures["peak_anon"]) / figures["peak_anon"])
+                if "rss_before" in figures:
+                    row["rss_before_gib"] = figures["rss_before"] / gib
+                print(json.dumps(row), flush=True)
+                rows.append(row)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     import torch
     with open(args.out, "w") as fh:
         json.dump({"command": "python bench/save_resume_memory.py" + (
             f" --world {args.world}" if args.world != 2 else "") + (
             " --fsdp" if args.fsdp else ""), "params": params,
+                   "date": time.strftime("%Y-%m-%d", time.gmtime()), "machine": machine(),
                    "shape": SHAPE, "flags": flags(args.fsdp),
                    "torch": torch.__version__, "rows": rows}, fh, indent=1)
         fh.write("\n")

@@ -221,3 +221,116 @@ def test_the_report_says_whether_checkpointing_is_needed():
     r = memory.report(cfg, shape(), [1000, between, with_ckpt / memory.GIB / 2], 100)
     assert [f["checkpointing"] for f in r["gpus"].values()] == ["not needed", "needed",
                                                                  "not enough"]
+
+
+def test_compiled_decode_kv_caches_are_planned_as_the_code_allocates_them(monkeypatch):
+    """--compile keeps each bucket's KV cache for the run (CompiledDecode): two steps of 3 prompts
+    in calls of 2 (rows 4 and 2) whose longest prompts fall in both width buckets (16 and 32
+    columns) leave 4 caches; the planner's figure is their bytes, counted from the tensors. The
+    decode runs eagerly (torch.compile the identity): the caches are the same, no code is made."""
+    from gmts.trainer.compiled_decode import CompiledDecode
+    from gmts.trainer.rollout import sample_batched
+    from conftest import sampler_kwargs
+    monkeypatch.setattr("torch.compile", lambda fn=None, **_: fn if fn else (lambda f: f))
+    cfg = parse_config(["--prompts-per-step", "3", "--group-size", "2", "--rollout-batch-size",
+                        "2", "--max-new-tokens", "4", "--compile", "--device", "cpu",
+                        "--micro-batch-size", "2"])
+    model = tiny_qwen2()
+    for seed, lengths in enumerate([(5, 9, 20), (30, 3, 4)]):
+        prompts = [[3 + i % 50 for i in range(n)] for n in lengths]
+        sample_batched(model, prompts, prompts_per_call=cfg.rollout_batch_size,
+                       **sampler_kwargs(seed, group_size=2, max_new_tokens=4,
+                                        decode=CompiledDecode))
+    buckets = model.__dict__["_gmts_decode_buckets"]
+    assert sorted((rows, width) for rows, width, _ in buckets) == [(2, 20), (2, 36), (4, 20),
+                                                                   (4, 36)]
+    allocated = sum(layer.keys.nbytes + layer.values.nbytes
+                    for cache, _, _ in buckets.values() for layer in cache.layers)
+    shape_ = memory.model_shape(model.config)
+    assert memory.rollout_calls(cfg) == [4, 2]
+    c, phases, _, _ = memory.plan(cfg, shape_, prompt_tokens=30, device="cpu")
+    assert c["compiled_kv_caches"] == allocated > 0
+    eager = memory.plan(dataclasses.replace(cfg, compile=False), shape_, prompt_tokens=30,
+                        device="cpu")
+    assert eager[0]["compiled_kv_caches"] == 0
+    # the kept caches beside the current call's, in every phase after the first rollout
+    kept = allocated - c["kv_cache"]
+    assert phases["training"] - eager[1]["training"] == kept
+
+
+def test_gradient_checkpointing_auto_follows_the_plan(tiny_model_dir, monkeypatch):
+    """auto (the default): off on a CPU; on a GPU on only where the plan without checkpointing
+    exceeds the card's usable memory; on / off (and an older run's true / false) as given; the
+    flag alone is on, --no-gradient-checkpointing off; a bad value one line naming the flag."""
+    import torch
+    cfg = parse_config(["--model", tiny_model_dir])
+    assert cfg.gradient_checkpointing == "auto"
+    assert [parse_config(f).gradient_checkpointing for f in (
+        ["--gradient-checkpointing"], ["--no-gradient-checkpointing"],
+        ["--gradient-checkpointing", "off"], ["--preset", "cpu-demo"])] == ["on", "off", "off",
+                                                                             "off"]
+    on, said = memory.decide_checkpointing(cfg, tiny_model_dir, torch.device("cpu"), 100)
+    assert not on and said == "gradient checkpointing off (auto: on a CPU it only costs time)"
+    without = memory.plan(dataclasses.replace(cfg, gradient_checkpointing="off"),
+                          memory.model_shape(memory.load_config(tiny_model_dir)),
+                          prompt_tokens=100)[2][0]
+    card = without / (1 - memory.GPU_RESERVE)
+    for size, expected in ((card * 1.01, False), (card * 0.99, True)):
+        monkeypatch.setattr(memory, "device_bytes", lambda _device, size=size: size)
+        on, said = memory.decide_checkpointing(cfg, tiny_model_dir, torch.device("cuda"), 100)
+        assert on == expected and said.startswith(
+            f"gradient checkpointing {'on' if expected else 'off'} (auto: the memory plan")
+        for value, forced in (("on", True), ("off", False), (True, True), (False, False)):
+            assert memory.decide_checkpointing(dataclasses.replace(
+                cfg, gradient_checkpointing=value), tiny_model_dir, torch.device("cuda"),
+                100)[0] == forced
+    # the plan's own activations follow the same decision for a budget
+    checked = memory.plan(cfg, shape(), prompt_tokens=100, budget=1)[0]
+    roomy = memory.plan(cfg, shape(), prompt_tokens=100, budget=1 << 50)[0]
+    assert checked["activations"] == checked["activations_checkpointing"]
+    assert roomy["activations"] == roomy["activations_no_checkpointing"]
+    with pytest.raises(SystemExit):
+        parse_config(["--gradient-checkpointing", "maybe"])
+
+
+def test_fsdp_is_planned_per_process(tiny_model_dir, capsys):
+    """--fsdp over N processes: float32 shards of ceil(rows / N) rows (the first process's),
+    AdamW's m and v on them, float32 unsharded gradients while the passes accumulate, every layer
+    gathered in a rollout, the root and two layers in training; the CLI needs --processes.
+    (Against the sharded model on gloo: tests/test_fsdp_load.py.)"""
+    cfg = memory.parse_as_processes(["--model", tiny_model_dir, "--fsdp"], 4)
+    s = memory.model_shape(memory.load_config(tiny_model_dir))
+    c, phases, _, _ = memory.plan(cfg, s, prompt_tokens=50, world=4)
+    shard = sum(-(-rows // 4) * (n // rows) for rows, n in s.rows)
+    assert shard < s.params and c["weights"] == 4 * shard and c["optimizer_state"] == 8 * shard
+    assert c["gradients"] == 4 * s.params and c["gradient_sums"] == 0
+    assert c["fsdp_gathered_rollout"] == 2 * s.params                   # bf16 on a GPU
+    root = s.params - s.layers * s.layer_params
+    assert c["fsdp_gathered_training"] == 2 * (root + 2 * s.layer_params)
+    assert set(c["host_phases"]) == {"start", "save", "resume"}
+    one = memory.plan(dataclasses.replace(cfg, fsdp=False), s, prompt_tokens=50)[1]
+    assert phases["optimizer_step"] < one["optimizer_step"]
+    memory.main(["--model", tiny_model_dir, "--fsdp", "--processes", "4", "--gpu-memory", "24"])
+    assert "FSDP over 4 processes" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        memory.main(["--model", tiny_model_dir, "--fsdp", "--gpu-memory", "24"])
+
+
+def test_measured_fsdp_start_save_and_resume_peaks_are_within_ten_percent_of_the_plan():
+    """bench/save_resume_memory.py --fsdp's committed measurement (2 gloo processes, ~93M
+    parameters stored in bf16, computing in bf16): each process's start (the model built per
+    process), rank 0's save and each process's resume, peak private memory, against the planner's
+    per-process host phases now."""
+    import os
+    from transformers import Qwen2Config
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "bench", "results", "save_resume_memory_fsdp.json")) as fh:
+        bench = json.load(fh)
+    measured_shape = memory.model_shape(Qwen2Config(**bench["shape"]))
+    cfg = memory.parse_as_processes(bench["flags"], 2)
+    host = memory.plan(cfg, measured_shape, device="cpu", world=2)[0]["host_phases"]
+    assert {(r["phase"], r["rank"]) for r in bench["rows"]} == {
+        ("start", 0), ("start", 1), ("save", 0), ("resume", 0), ("resume", 1)}
+    for row in bench["rows"]:
+        measured = row["measured_peak_anon_gib"] * memory.GIB
+        assert abs(host[row["phase"]] - measured) <= 0.10 * measured, row

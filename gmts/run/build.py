@@ -6,6 +6,7 @@ gmts/tools/evaluate.py's. None of this is the method (gmts/METHOD.md).
 Nothing in gmts/ imports data/ or rewards/: train.py passes its data loader and reward functions to
 build_run.
 """
+import functools
 import json
 import os
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from gmts.run.fingerprint import differences, fingerprint
 from gmts.run.validate import UsageError
 from gmts.run.config import to_dict
 from gmts.trainer import distributed
-from gmts.trainer.optim import build_optimizer
+from gmts.trainer.optim import build_optimizer, check_gradient_sums
 from gmts.trainer.models import (add_lora, check_vocabulary, enable_gradient_checkpointing,
                                  end_of_sequence_ids, load_model, load_tokenizer, peft_quiet,
                                  resolve_device, resolve_dtype)
@@ -69,7 +70,9 @@ def start_processes(cfg, state):
     device = resolve_device(cfg.device)
     if device.type == "cuda" and world > 1:
         device = torch.device("cuda", local_rank)
-    return rank, world, device, resolve_dtype(cfg.dtype, device)
+    dtype = resolve_dtype(cfg.dtype, device)
+    check_gradient_sums(cfg, dtype)             # bf16 weights: their sums in float32, or refused
+    return rank, world, device, dtype
 
 
 def load_data(cfg, resume_from, load_prompts, reward_functions):
@@ -87,13 +90,22 @@ def load_data(cfg, resume_from, load_prompts, reward_functions):
     return tokenizer, problems, prompt_ids, n_too_long, reward_fns
 
 
-def build_policy(cfg, resume_from, device, dtype):
+def build_policy(cfg, resume_from, device, dtype, checkpointing=None):
     """(policy, frozen reference or None, optimizer). On resume, full fine-tuning reloads the
     checkpoint's weights and LoRA the base + adapter. With FSDP the weights load in float32: the
-    shards are the master weights."""
+    shards are the master weights. checkpointing: whether to recompute activations (None:
+    --gradient-checkpointing's decision for prompts of --max-prompt-tokens)."""
+    source = resume_from if resume_from and not cfg.lora_rank else cfg.model
+    if checkpointing is None:
+        from gmts.tools.memory import decide_checkpointing
+        checkpointing = decide_checkpointing(cfg, source, device, cfg.max_prompt_tokens)[0]
     load_dtype = torch.float32 if cfg.fsdp else dtype
-    model = load_model(resume_from if resume_from and not cfg.lora_rank else cfg.model,
-                       dtype=load_dtype, device=device)
+    prepare = enable_gradient_checkpointing if checkpointing else lambda _: None
+    # FSDP: built on the meta device, each process reading only its shards of the weights
+    shard = cfg.fsdp and functools.partial(distributed.load_sharded, compute_dtype=dtype,
+                                           device=device, prepare=prepare)
+    model = load_model(source, dtype=load_dtype, device=device, shard=shard or None)
+    sharded = bool(distributed.sharded_layers(model))
     ref_model = None
     if cfg.beta > 0 and not cfg.lora_rank:
         # frozen π_ref = the STARTING model, loaded as a fresh policy is (--model, also on resume):
@@ -106,9 +118,9 @@ def build_policy(cfg, resume_from, device, dtype):
                 model = PeftModel.from_pretrained(model, resume_from, is_trainable=True)
         else:
             model = add_lora(model, rank=cfg.lora_rank, alpha=cfg.lora_alpha, seed=cfg.seed)
-    if cfg.gradient_checkpointing:
-        enable_gradient_checkpointing(model)
-    if cfg.fsdp:
+    if not sharded:
+        prepare(model)
+    if cfg.fsdp and not sharded:
         distributed.shard_model(model, dtype)
     return model, ref_model, build_optimizer(model, cfg)
 
@@ -133,7 +145,12 @@ def build_run(cfg, resume_from, state, *, load_prompts, reward_functions):
         if saved is None and rank == 0:
             folder._note(f"{resume_from} was written by an older gmts without a fingerprint: the "
                          "data, tokenizer and base model cannot be compared with the run's")
-    model, ref_model, optimizer = build_policy(cfg, resume_from, device, dtype)
+    # --gradient-checkpointing auto: the memory planner's decision for this device
+    from gmts.tools.memory import decide_checkpointing
+    checkpointing, said = decide_checkpointing(
+        cfg, resume_from if resume_from and not cfg.lora_rank else cfg.model, device,
+        max(map(len, prompt_ids), default=0), world)
+    model, ref_model, optimizer = build_policy(cfg, resume_from, device, dtype, checkpointing)
     # not an IndexError later
     check_vocabulary(model, tokenizer, flag="--tokenizer" if cfg.tokenizer else "--model")
     # Each process samples its own answers; the data order is shared.
@@ -158,7 +175,8 @@ def build_run(cfg, resume_from, state, *, load_prompts, reward_functions):
               + (f" x {world} processes" if world > 1 else "")
               + f"; {len(problems)} problems from {cfg.data}"
               + (f" ({n_too_long} skipped: prompt too long)" if n_too_long else "")
-              + f"; selector {cfg.selector} ρ={cfg.ratio}; {cfg.algo}; output {cfg.output_dir}"
+              + f"; selector {cfg.selector} ρ={cfg.ratio}; {cfg.algo}; {said}"
+              + f"; output {cfg.output_dir}"
               + (f"; resuming from {resume_from} at step {start_step}" if resume_from else ""),
               flush=True)
     return run, start_step

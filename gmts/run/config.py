@@ -16,10 +16,11 @@ from gmts.method.options import KL_COVERAGE, LOSS_NORMS, SCOPES, SELECTORS, STD_
 from gmts.run.validate import DTYPE_NAMES, SEED_RANGE, TRAIN_RULES, check, spec_rule
 
 
-def option(default, help_text, valid=None):
+def option(default, help_text, valid=None, switch=False):
     """A Config field: its default (a list: a fresh one per Config), its --help text and the values
-    it takes on its own, a tuple of choices or a range ('>= 1', '[0, 1)': range_problem)."""
-    meta = {"help": help_text, "valid": valid}
+    it takes on its own, a tuple of choices or a range ('>= 1', '[0, 1)': range_problem); switch:
+    an auto | on | off field, whose flag alone means on and --no-flag off."""
+    meta = {"help": help_text, "valid": valid, "switch": switch}
     if isinstance(default, list):
         return field(default_factory=lambda: list(default), metadata=meta)
     return field(default=default, metadata=meta)
@@ -33,7 +34,9 @@ class Config:
     dtype: str = option("auto", "auto (bf16 on a GPU with bf16, else float32) | float32 | bfloat16 "
                                 "| float16", DTYPE_NAMES)
     device: str = option("auto", "auto (cuda if available) | cpu | cuda | cuda:1 ...")
-    gradient_checkpointing: bool = option(True, "recompute activations in backward")
+    gradient_checkpointing: str = option("auto", "recompute activations in backward: auto (on "
+                                                 "where the memory plan without it does not fit "
+                                                 "the GPU; off on a CPU) | on | off", switch=True)
     lora_rank: int = option(0, "train LoRA adapters of this rank (needs peft); 0 = full "
                                "fine-tuning", ">= 0")
     lora_alpha: float = option(0.0, "LoRA alpha; 0 = 2 x rank (default: 0, i.e. 2 x rank)", ">= 0")
@@ -210,7 +213,7 @@ PRESETS = {
                      "max_new_tokens": 48,
                      "temperature": 0.5, "algo": "grpo", "beta": 0.0, "lr": 1e-5, "steps": 20,
                      "ratio": 0.2,
-                     "gradient_checkpointing": False, "save_every": 0, "keep_checkpoints": 1,
+                     "gradient_checkpointing": "off", "save_every": 0, "keep_checkpoints": 1,
                      "output_dir": "runs/cpu-demo", "eval_data": "arithmetic:test",
                      "eval_every": 20, "eval_before": True, "eval_limit": 100, "eval_samples": 2,
                      "eval_temperature": 0.5},
@@ -382,6 +385,15 @@ def add_config_flags(parser, names=None, *, defaults=None, helps=None, sections=
             group = parser.add_argument_group(sections[f.name])
         base = f.default_factory() if f.default is dataclasses.MISSING else f.default
         default = base if defaults is None else defaults.get(f.name, base)
+        if f.metadata["switch"]:                # --x [auto|on|off] (alone: on) / --no-x
+            flag = "--" + f.name.replace("_", "-")
+            value = argparse.SUPPRESS if defaults is None else default
+            group.add_argument(flag, dest=f.name, nargs="?", const="on", default=value,
+                               metavar="auto|on|off", help=with_default(
+                                   (helps or {}).get(f.name, f.metadata["help"]), default))
+            group.add_argument("--no-" + flag[2:], dest=f.name, action="store_const",
+                               const="off", default=value, help=argparse.SUPPRESS)
+            continue
         valid = f.metadata["valid"]
         kind = ({"action": "append"} if f.type is list                # --reward a --reward b
                 else {"action": argparse.BooleanOptionalAction} if f.type is bool   # --x / --no-x

@@ -176,6 +176,9 @@ TRAIN_RULES = [
          "--reward is empty"),
     temperature_rule("temperature", greedy=False),
     temperature_rule("eval_temperature", greedy=True),
+    # true / false: an older run's config.json (on / off)
+    Rule("gradient_checkpointing", lambda v, c: v in ("auto", "on", "off", True, False),
+         "--gradient-checkpointing must be auto, on or off, got {v!r}"),
     Rule("compile", lambda v, c: not (v and c.fsdp), "--compile cannot be combined with --fsdp "
          "(the compiled decode step would trace FSDP's hooks; untested)"),
     Rule("beta", lambda v, c: c.algo != "dapo" or v == 0,

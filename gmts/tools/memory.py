@@ -90,6 +90,10 @@ class Shape:
     tied: bool
     # LoRA parameters per unit of rank: sum over the decoder's linear layers of (in + out)
     lora_per_rank: int
+    layer_params: int = 0              # one decoder layer's (FSDP gathers one at a time)
+    # (dim 0, elements) of every parameter: FSDP's shards are ceil(dim 0 / N) rows of each
+    rows: tuple = ()
+    largest: int = 0                   # the largest parameter's elements
 
 
 def load_config(model):
@@ -136,15 +140,102 @@ def model_shape(config, name=""):
                  vocab=text.vocab_size, hidden=text.hidden_size, layers=text.num_hidden_layers,
                  heads=heads, kv_heads=getattr(text, "num_key_value_heads", None) or heads,
                  head_dim=head_dim, intermediate=text.intermediate_size,
-                 tied=bool(getattr(config, "tie_word_embeddings", False)), lora_per_rank=lora)
+                 tied=bool(getattr(config, "tie_word_embeddings", False)), lora_per_rank=lora,
+                 layer_params=sum(p.numel() for p in model.get_decoder().layers[0].parameters()),
+                 rows=tuple((p.shape[0], p.numel()) for p in model.parameters()),
+                 largest=max(p.numel() for p in model.parameters()))
 
 
-def plan(cfg, shape, *, prompt_tokens=256, device="gpu"):
+def shard_elements(shape, world):
+    """Elements of one process's FSDP shards (the first process's, the largest): ceil(dim 0 /
+    world) rows of every parameter (fully_shard's torch.chunk on dim 0)."""
+    return sum(-(-rows // world) * (numel // rows) for rows, numel in shape.rows)
+
+
+def checkpointing(cfg, shape, *, prompt_tokens, device, budget=None, world=1):
+    """Whether the run recomputes activations: --gradient-checkpointing on / off as given; auto:
+    off on a CPU (it only costs time there), on a GPU on only where the plan without it exceeds
+    `budget` bytes (unknown budget: on)."""
+    value = {True: "on", False: "off"}.get(cfg.gradient_checkpointing, cfg.gradient_checkpointing)
+    if value != "auto":
+        return value == "on"
+    if device == "cpu":
+        return False
+    if budget is None:
+        return True
+    import dataclasses
+    without = dataclasses.replace(cfg, gradient_checkpointing="off")
+    return plan(without, shape, prompt_tokens=prompt_tokens, device=device, world=world)[2][0] \
+        > budget
+
+
+def device_bytes(device):
+    """The memory of the torch CUDA device `device`, in bytes."""
+    import torch
+    return torch.cuda.get_device_properties(device).total_memory
+
+
+def decide_checkpointing(cfg, model, device, prompt_tokens, world=1):
+    """(on, the line that says so) for a run of `model` (hub id or folder) on the torch device
+    `device`: --gradient-checkpointing on / off as given; auto: off where it only costs time (a
+    CPU), else on only where the plan without it (prompts of `prompt_tokens`) exceeds the usable
+    part of the device's memory (GPU_RESERVE kept free)."""
+    value = {True: "on", False: "off"}.get(cfg.gradient_checkpointing, cfg.gradient_checkpointing)
+    if value != "auto":
+        return value == "on", f"gradient checkpointing {value}"
+    if device.type != "cuda":
+        return False, "gradient checkpointing off (auto: on a CPU it only costs time)"
+    import dataclasses
+    budget = device_bytes(device) * (1 - GPU_RESERVE)
+    without = plan(dataclasses.replace(cfg, gradient_checkpointing="off"),
+                   model_shape(load_config(model)), prompt_tokens=prompt_tokens, world=world)[2][0]
+    on = without > budget
+    return on, (f"gradient checkpointing {'on' if on else 'off'} (auto: the memory plan without "
+                f"it, {without / GIB:.1f} GiB, {'exceeds' if on else 'fits'} the "
+                f"{budget / GIB:.1f} GiB usable of this GPU)")
+
+
+def compiled_kv_cache_bytes(cfg, shape, call_rows, prompt_tokens, dtype):
+    """Bytes of the KV caches --compile keeps for the run (gmts/trainer/compiled_decode.py,
+    CompiledDecode: one per bucket of rows and prompt width, never freed): each call size in
+    `call_rows` x every prompt width up to the longest prompt's (powers of two from
+    MIN_PROMPT_WIDTH: a step of short prompts uses a narrower one), each of width +
+    max_new_tokens columns."""
+    from types import SimpleNamespace
+
+    from gmts.trainer.compiled_decode import MIN_PROMPT_WIDTH, prompt_width
+    from gmts.trainer.rollout import kv_cache_bytes
+    config = SimpleNamespace(num_hidden_layers=shape.layers, num_attention_heads=shape.heads,
+                             num_key_value_heads=shape.kv_heads, head_dim=shape.head_dim)
+    widths, width = [], MIN_PROMPT_WIDTH
+    while width <= prompt_width(prompt_tokens):
+        widths.append(width)
+        width *= 2
+    return sum(kv_cache_bytes(rows, w + cfg.max_new_tokens, config, dtype)
+               for rows in call_rows for w in widths)
+
+
+def rollout_calls(cfg, world=1):
+    """The rows of the sampling calls of one process's rollout: --rollout-batch-size prompts x
+    --group-size per call, and the rest of the process's share (gmts/trainer/rollout.py,
+    sample_batched; gmts/run/state.py, rollout_rows)."""
+    share = cfg.prompts_per_step // world
+    per_call = min(cfg.rollout_batch_size or share, share)
+    return sorted({per_call * cfg.group_size} | ({share % per_call * cfg.group_size}
+                                                  if share % per_call else set()), reverse=True)
+
+
+def plan(cfg, shape, *, prompt_tokens=256, device="gpu", world=1, budget=None):
     """({component: bytes}, {phase: bytes}, (peak bytes, its phase), optimizer bytes in host memory)
     for train.py with Config `cfg` on a model of `shape`, run on `device` ("gpu" or "cpu";
-    cfg.device is not read, so a GPU run can be planned on a machine without one)."""
+    cfg.device is not read, so a GPU run can be planned on a machine without one), one process of
+    `world` (torchrun; with cfg.fsdp the model sharded over them). budget: the device's usable
+    bytes, which --gradient-checkpointing auto decides by (checkpointing)."""
     if device not in ("gpu", "cpu"):
         raise ValueError(f"device must be gpu or cpu, got {device!r}")
+    fsdp = bool(getattr(cfg, "fsdp", False)) and world > 1
+    recompute = checkpointing(cfg, shape, prompt_tokens=prompt_tokens, device=device,
+                              budget=budget, world=world)
     on_cpu = device == "cpu"
     dtype = ("float32" if on_cpu else "bfloat16") if cfg.dtype == "auto" else cfg.dtype
     b = BYTES[dtype]
@@ -156,7 +247,7 @@ def plan(cfg, shape, *, prompt_tokens=256, device="gpu"):
     # trainable parameters' bytes (peft keeps adapters float32)
     bt = 4 if lora else b
     # gmts/trainer/optim.py: MasterWeightAdamW
-    master = cfg.optimizer_offload or bt != 4
+    master = (cfg.optimizer_offload or bt != 4) and not fsdp
     L = prompt_tokens + cfg.max_new_tokens
     # tokens in one training micro-batch (padded to the longest)
     n = cfg.micro_batch_size * L
@@ -165,7 +256,7 @@ def plan(cfg, shape, *, prompt_tokens=256, device="gpu"):
     if cfg.micro_batch_tokens:
         # answer tokens at worst; one row alone may exceed it
         n = n_valid = max(cfg.micro_batch_tokens, L)
-    rows = (cfg.rollout_batch_size or cfg.prompts_per_step) * cfg.group_size
+    rows = rollout_calls(cfg, world)[0]              # the largest sampling call's
 
     c = {}
     c["weights"] = P * b + (T * 4 if lora else 0)
@@ -186,8 +277,9 @@ def plan(cfg, shape, *, prompt_tokens=256, device="gpu"):
         (7 * H + 4 * A + 4 * I + (shape.heads * L if on_cpu else 0)) * ACTIVATION_FACTOR)
     c["activations_no_checkpointing"] = int(Lyr * n * per_token_layer * b)
     c["activations_checkpointing"] = int(Lyr * n * H * b + n * per_token_layer * b)
-    c["activations"] = c["activations_checkpointing" if cfg.gradient_checkpointing
+    c["activations"] = c["activations_checkpointing" if recompute
                          else "activations_no_checkpointing"]
+    c["checkpointing"] = recompute
     chunk = min(cfg.chunk_size, n_valid)
     # z in the matmul dtype (+ its float32 copy)
     c["head_chunks"] = chunk * V * (b + (4 if b != 4 else 0))
@@ -203,6 +295,9 @@ def plan(cfg, shape, *, prompt_tokens=256, device="gpu"):
                                                    num_attention_heads=shape.heads,
                                    num_key_value_heads=shape.kv_heads, head_dim=shape.head_dim),
                                    dtype)
+    # --compile: every bucket's cache kept for the run (the current call's among them)
+    c["compiled_kv_caches"] = compiled_kv_cache_bytes(cfg, shape, rollout_calls(cfg, world),
+                                                      prompt_tokens, dtype) if cfg.compile else 0
     # logits, z / tau in float32, float64 probabilities
     c["sampler_buffers"] = rows * V * (b + 4 + 8)
     c["kv_expansion"] = kv_expansion_bytes(cfg, shape, rows, prompt_tokens, b)
@@ -218,27 +313,78 @@ def plan(cfg, shape, *, prompt_tokens=256, device="gpu"):
     c["save_copies"] = 0 if on_cpu else P * b + (V * H * 4 if not lora else 0)
     c["runtime"] = int(CPU_RUNTIME_GIB * GIB) if on_cpu else 0
     c["lora_parameters"] = T if lora else 0
+    c["fsdp_gathered_rollout"] = c["fsdp_gathered_training"] = 0
+    if fsdp:
+        fsdp_components(c, shape, world, b, on_cpu)
 
     # lives in host memory
     offloaded = c["optimizer_state"] if cfg.optimizer_offload and not on_cpu else 0
     state_here = c["optimizer_state"] - offloaded
     base = c["runtime"] + c["weights"] + c["reference_model"] + state_here
+    # the gradients the optimizer reads: FSDP's float32 shards (the unsharded sums are freed)
+    at_step = c["fsdp_shard_gradients"] if fsdp else c["gradients"]
+    # --compile: the caches of the buckets used so far stay; the current call's is among them
+    kept = max(c["compiled_kv_caches"] - c["kv_cache"], 0)
     phases = {
-        "rollout": base + c["kv_cache"] + c["sampler_buffers"] + c["kv_expansion"],
-        "evaluation": base + c["eval_kv_cache"] + c["eval_sampler_buffers"] + c["kv_expansion"]
-        * c["eval_kv_cache"] // max(c["kv_cache"], 1),
-        "training": base
+        "rollout": base + c["kv_cache"] + kept + c["sampler_buffers"] + c["kv_expansion"]
+        + c["fsdp_gathered_rollout"],
+        "evaluation": base + c["eval_kv_cache"] + kept + c["eval_sampler_buffers"]
+        + c["kv_expansion"] * c["eval_kv_cache"] // max(c["kv_cache"], 1)
+        + c["fsdp_gathered_rollout"],
+        "training": base + kept
         + c["activations"] + c["head_chunks"] + c["head_states"] + c["head_weight_grad"]
-                    + c["gradients"] + c["gradient_sums"],
-        "optimizer_step": base + c["gradient_sums"]
+                    + c["gradients"] + c["gradient_sums"] + c["fsdp_gathered_training"],
+        "optimizer_step": base + kept + c["gradient_sums"]
         + (0 if offloaded else c["optimizer_step_copies"]) + max(
-            c["gradients"], c["optimizer_foreach_temp"] + (0 if master else c["gradients"])),
+            at_step, c["optimizer_foreach_temp"] + (0 if master else at_step)),
     }
-    host = host_phases(c, on_cpu)
+    host = fsdp_host_phases(c, on_cpu) if fsdp else host_phases(c, on_cpu)
     if on_cpu:                              # the device's memory is the host's: one process
         phases.update(host)
     c["host_phases"] = host
     return c, phases, (max(phases.values()), max(phases, key=phases.get)), offloaded
+
+
+def fsdp_components(c, shape, world, b, on_cpu):
+    """One process's share under --fsdp (gmts/trainer/distributed.py, shard_model), in `c`:
+    float32 shards of every weight (shard_elements) and AdamW's m and v on them (no master copy,
+    no low-precision gradients: FSDP computes in b bytes and reduces in float32); gathered in b
+    bytes: the root's parameters (embeddings, final norm, head) for a whole pass, and two decoder
+    layers (the running one and the prefetched next) in training; every layer during a rollout
+    or an evaluation (layers_gathered). The gradients: float32 and unsharded while a step's
+    backward passes accumulate (4 P), reduce-scattered into float32 shards on the last."""
+    shard = shard_elements(shape, world)
+    root = shape.params - shape.layers * shape.layer_params
+    c.update(weights=4 * shard, gradients=4 * shape.params, gradient_sums=0,
+             optimizer_state=8 * shard, optimizer_step_copies=0,
+             optimizer_foreach_temp=0 if on_cpu else 4 * shard,
+             fsdp_shard_gradients=4 * shard, fsdp_shard_elements=shard,
+             fsdp_gathered_rollout=shape.params * b,
+             fsdp_gathered_training=(root + 2 * shape.layer_params) * b,
+             # rank 0 gathers the full float32 weights and optimizer state into host memory, and
+             # the weights in b bytes where b < 4 (distributed.full_state_dicts)
+             save_copies=4 * shape.params + 8 * shape.params
+             + (shape.params * b if b < 4 else 0),
+             # a save's gather and a resume's distribution of a mapped full tensor: one whole
+             # float32 weight at a time beside the rest
+             full_weight=4 * shape.largest)
+    c["head_weight_grad"] = 0       # the head's gradient is the root's, counted in the gradients
+
+
+def fsdp_host_phases(c, on_cpu):
+    """Private host memory of one process under --fsdp: its start (the model built on the meta
+    device, its own rows of each weight copied out of the mapped safetensors: distributed.
+    load_sharded), rank 0's save (save_copies, and on CPU what the process holds) and a resume (the
+    optimizer state's and the float32 masters' rows taken from the mapped trainer_state.pt: torch's
+    set_optimizer_state_dict distributes the whole loaded state into shards beside the
+    optimizer's own before it copies them in, a second optimizer state on the device). Save and
+    resume hold one whole float32 weight at a time beside it (full_weight). On a GPU the shards
+    live there. bench/save_resume_memory.py --fsdp measures all three."""
+    held = c["runtime"] + (c["weights"] + c["optimizer_state"] + c["reference_model"]
+                           if on_cpu else 0)
+    start = c["runtime"] + (c["weights"] + c["reference_model"] if on_cpu else 0)
+    return {"start": start, "save": held + c["save_copies"] + c["full_weight"],
+            "resume": held + (c["optimizer_state"] if on_cpu else 0) + c["full_weight"]}
 
 
 def kv_expansion_bytes(cfg, shape, rows, prompt_tokens, b):
@@ -274,49 +420,59 @@ def divisors(n):
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def largest_fitting(cfg, shape, budget, prompt_tokens, device="gpu"):
+def largest_fitting(cfg, shape, budget, prompt_tokens, device="gpu", world=1):
     """The largest --micro-batch-size and --rollout-batch-size that fit `budget` bytes, trying the
     memory savers in order (checkpointing, --optimizer-offload, LoRA r=32) until something fits;
     None if nothing does."""
     import dataclasses
-    ladder = [{}, {"gradient_checkpointing": True},
-              {"gradient_checkpointing": True, "optimizer_offload": True},
-              {"gradient_checkpointing": True, "lora_rank": cfg.lora_rank or 32,
+    ladder = [{}, {"gradient_checkpointing": "on"},
+              {"gradient_checkpointing": "on", "optimizer_offload": True},
+              {"gradient_checkpointing": "on", "lora_rank": cfg.lora_rank or 32,
                "optimizer_offload": False}]
+    if world > 1 and cfg.fsdp:         # --fsdp takes neither --optimizer-offload nor LoRA
+        ladder = ladder[:2]
     batch = (cfg.mini_batch_size * cfg.group_size if cfg.mini_batch_size else cfg.prompts_per_step
              * cfg.group_size)
     for change in ladder:
         trial = dataclasses.replace(cfg, **change)
         fit_mb = [m for m in divisors(batch) if m <= batch and
                   plan(dataclasses.replace(trial, micro_batch_size=m, rollout_batch_size=1), shape,
-                       prompt_tokens=prompt_tokens, device=device)[2][0] <= budget]
+                       prompt_tokens=prompt_tokens, device=device, world=world,
+                       budget=budget)[2][0] <= budget]
         if not fit_mb:
             continue
         mb = max(fit_mb)
         fit_rb = [r for r in range(1, cfg.prompts_per_step + 1)
                   if plan(dataclasses.replace(trial, micro_batch_size=mb, rollout_batch_size=r),
-                          shape, prompt_tokens=prompt_tokens, device=device)[2][0] <= budget]
+                          shape, prompt_tokens=prompt_tokens, device=device, world=world,
+                          budget=budget)[2][0] <= budget]
         if fit_rb:
             return {"changes": change, "micro_batch_size": mb, "rollout_batch_size": max(fit_rb)}
     return None
 
 
-def report(cfg, shape, gpu_gib, prompt_tokens, device="gpu"):
-    components, phases, (peak, phase), offloaded = plan(cfg, shape, prompt_tokens=prompt_tokens,
-                                                        device=device)
+def report(cfg, shape, gpu_gib, prompt_tokens, device="gpu", world=1):
+    """The plan for each GPU size in `gpu_gib` (GiB): --gradient-checkpointing auto decided per
+    size; the components and phases shown are the largest size's (a CPU: its own)."""
     import dataclasses
+    budgets = {str(gib): gib * GIB * (1 - GPU_RESERVE) for gib in gpu_gib}
+    largest = max(budgets.values()) if device != "cpu" else None
+    components, phases, (peak, phase), offloaded = plan(cfg, shape, prompt_tokens=prompt_tokens,
+                                                        device=device, world=world, budget=largest)
     with_ckpt, without = (plan(dataclasses.replace(cfg, gradient_checkpointing=on), shape,
-                               prompt_tokens=prompt_tokens, device=device)[2][0]
-                          for on in (True, False))
+                               prompt_tokens=prompt_tokens, device=device, world=world)[2][0]
+                          for on in ("on", "off"))
     fits = {}
-    for gib in gpu_gib:
-        budget = gib * GIB * (1 - GPU_RESERVE)
-        fits[str(gib)] = {"budget_gib": budget / GIB, "fits_as_given": peak <= budget,
-                          # whether these settings fit only with gradient checkpointing on
-                          "checkpointing": ("not needed" if without <= budget else "needed"
-                                            if with_ckpt <= budget else "not enough"),
-                          "largest": largest_fitting(cfg, shape, budget, prompt_tokens, device)}
-    return {"model": shape.name, "params": shape.params, "device": device,
+    for gib, budget in budgets.items():
+        as_given = plan(cfg, shape, prompt_tokens=prompt_tokens, device=device, world=world,
+                        budget=budget)[2][0]
+        fits[gib] = {"budget_gib": budget / GIB, "fits_as_given": as_given <= budget,
+                     # whether these settings fit only with gradient checkpointing on
+                     "checkpointing": ("not needed" if without <= budget else "needed"
+                                       if with_ckpt <= budget else "not enough"),
+                     "largest": largest_fitting(cfg, shape, budget, prompt_tokens, device,
+                                                world)}
+    return {"model": shape.name, "params": shape.params, "device": device, "processes": world,
             "prompt_tokens": prompt_tokens, "components_bytes": components, "phases_bytes": phases,
             "peak_bytes": peak, "peak_phase": phase, "host_optimizer_bytes": offloaded,
             "host_phases_bytes": components["host_phases"], "gpus": fits}
@@ -325,11 +481,14 @@ def report(cfg, shape, gpu_gib, prompt_tokens, device="gpu"):
 def format_report(r, cfg):
     g = lambda x: f"{x / GIB:8.2f}"
     c = r["components_bytes"]
+    sharded = f"FSDP over {r['processes']} processes (each): " if "fsdp_shard_elements" in c else ""
     lines = [(f"{r['model']}: {r['params'] / 1e6:.1f}M parameters; {r['device']}; micro-batch "
               f"{cfg.micro_batch_size} x ({r['prompt_tokens']} prompt + {cfg.max_new_tokens} new "
               f"tokens); rollout {cfg.rollout_batch_size or cfg.prompts_per_step} prompts x "
               f"{cfg.group_size} answers per call; checkpointing "
-              f"{'on' if cfg.gradient_checkpointing else 'off'}; "
+              f"{'on' if c['checkpointing'] else 'off'}"
+              f"{' (auto: per GPU size below)' if cfg.gradient_checkpointing == 'auto' else ''}; "
+              f"{sharded}"
               f"{'LoRA r=' + str(cfg.lora_rank) if cfg.lora_rank else 'full fine-tuning'}"
               f"{'; optimizer offload' if cfg.optimizer_offload else ''}"), "",
              "component                              GiB"]
@@ -345,6 +504,9 @@ def format_report(r, cfg):
             (f"KV cache ({cfg.rollout_batch_size or cfg.prompts_per_step} prompts per call)",
              "kv_cache"), ("sampler buffers", "sampler_buffers"),
             ("K/V expanded for one layer", "kv_expansion"),
+            ("--compile: KV caches kept (every bucket)", "compiled_kv_caches"),
+            ("FSDP: gathered in a rollout (all)", "fsdp_gathered_rollout"),
+            ("FSDP: gathered in training (root+2)", "fsdp_gathered_training"),
             ("float32 gradient sums", "gradient_sums"),
             ("evaluation KV cache", "eval_kv_cache"),
             ("evaluation sampler buffers", "eval_sampler_buffers"),
@@ -381,6 +543,21 @@ def format_report(r, cfg):
     return "\n".join(lines)
 
 
+def parse_as_processes(argv, world):
+    """train.py's Config from `argv` as one of `world` torchrun processes would parse it (its
+    checks read WORLD_SIZE: --fsdp needs several)."""
+    from gmts.run.config import parse_config
+    saved = os.environ.get("WORLD_SIZE")
+    os.environ["WORLD_SIZE"] = str(world)
+    try:
+        return parse_config(argv)
+    finally:
+        if saved is None:
+            del os.environ["WORLD_SIZE"]
+        else:
+            os.environ["WORLD_SIZE"] = saved
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     # a bad flag is one line, not a usage block
@@ -391,6 +568,9 @@ def main(argv=None):
                     help="GPU sizes in GiB to check (default: 24 40 80)")
     ap.add_argument("--prompt-tokens", type=int, default=0,
                     help="prompt length to plan for (default: --max-prompt-tokens, at most 256)")
+    ap.add_argument("--processes", type=int, default=1,
+                    help="processes of the torchrun run, one GPU each (--fsdp: planned per "
+                         "process; default: 1)")
     ap.add_argument("--json", action="store_true", help="print the estimate as JSON")
     ap.add_argument("--device", default="auto", help="plan for a GPU (auto, cuda, cuda:N) or for "
                                                      "--device cpu")
@@ -405,19 +585,19 @@ def main(argv=None):
                  f"{own.prompt_tokens}")
     if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", own.device):
         ap.error(f"--device must be auto, cuda, cuda:N (plan for a GPU) or cpu, got {own.device!r}")
-    if any(a == "--fsdp" or a.startswith("--fsdp=") for a in rest):
-        ap.error("--fsdp: the planner models one process holding the whole model; under FSDP each "
-                 "GPU holds about 1/N of the weights, gradients and optimizer state (leave --fsdp "
-                 "out and divide those rows)")
-    from gmts.run.config import parse_config
+    if own.processes < 1:
+        ap.error(f"--processes must be >= 1, got {own.processes}")
     # train.py's flags, presets and checks (--device is the planner's own)
-    cfg = parse_config(rest)
+    cfg = parse_as_processes(rest, own.processes)
+    if cfg.fsdp and own.processes < 2:
+        ap.error("--fsdp shards the model over several processes: give their number, "
+                 "--processes N (torchrun --nproc-per-node N)")
     device = "cpu" if own.device == "cpu" else "gpu"
     prompt_tokens = own.prompt_tokens or min(cfg.max_prompt_tokens, 256)
     model = cfg.model if not os.path.isdir(os.path.expanduser(cfg.model)) else os.path.expanduser(
         cfg.model)
     shape = model_shape(load_config(model), name=cfg.model)
-    r = report(cfg, shape, own.gpu_memory, prompt_tokens, device)
+    r = report(cfg, shape, own.gpu_memory, prompt_tokens, device, own.processes)
     print(json.dumps(r, indent=2) if own.json else format_report(r, cfg))
 
 

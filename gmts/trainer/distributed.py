@@ -231,6 +231,80 @@ def shard_model(model, compute_dtype):
     return model
 
 
+@contextlib.contextmanager
+def parameters_on_meta():
+    """Inside, every parameter a module registers is moved to the meta device (no memory) as it is
+    registered; buffers stay real (RoPE's inv_freq, computed at construction, is no weight)."""
+    register = torch.nn.Module.register_parameter
+
+    def on_meta(module, name, param):
+        register(module, name, param)
+        if param is not None and param.device.type != "meta":     # (a tied one: already there)
+            made = module._parameters[name]
+            module._parameters[name] = type(made)(made.to("meta"), requires_grad=made.requires_grad)
+    torch.nn.Module.register_parameter = on_meta
+    try:
+        yield
+    finally:
+        torch.nn.Module.register_parameter = register
+
+
+def safetensors_files(folder):
+    """The *.safetensors weight files of a local model folder, or [] (a hub id, .bin weights)."""
+    folder = os.path.expanduser(str(folder))
+    if not os.path.isdir(folder):
+        return []
+    return sorted(os.path.join(folder, n) for n in os.listdir(folder) if n.endswith(".safetensors"))
+
+
+def load_sharded(folder, compute_dtype, device, prepare=lambda model: None):
+    """The causal LM of the local folder `folder` (config.json, *.safetensors) sharded over the
+    processes as shard_model shards it, without any process holding the whole model: built on the
+    meta device, `prepare(model)` (gradient checkpointing), sharded, then each process reads its
+    own rows of every weight from the memory-mapped files (safetensors' slices), one weight at a
+    time. A process's host memory is its float32 shards (4 P / N bytes) plus one weight's slice.
+    The values are those of load_model(folder, dtype=float32) + shard_model, bit for bit."""
+    from safetensors import safe_open
+    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+    from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
+    config = AutoConfig.from_pretrained(folder)
+    with parameters_on_meta():
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    if os.path.isfile(os.path.join(folder, "generation_config.json")):
+        model.generation_config = GenerationConfig.from_pretrained(folder)
+    model.eval()                                            # as from_pretrained leaves it
+    files = {}
+    for path in safetensors_files(folder):
+        with safe_open(path, framework="pt") as fh:
+            files.update(dict.fromkeys(fh.keys(), path))
+    names = dict(model.named_parameters())                  # a tied weight once, by its first name
+    missing = sorted(set(names) - set(files))
+    if missing:
+        raise SystemExit(f"error: {folder}: the weight {missing[0]} is not in its *.safetensors "
+                         f"files ({len(missing)} missing)")
+    prepare(model)
+    shard_model(model, compute_dtype)
+    buffers = dict(model.named_buffers())
+    model.to_empty(device=device)                           # the shards' memory, uninitialised
+    with torch.no_grad():
+        for name, buffer in buffers.items():      # the buffers' values (a saved one's from file)
+            if name in files:
+                with safe_open(files[name], framework="pt") as fh:
+                    buffer = fh.get_tensor(name).to(buffer.dtype)
+            module_name, _, key = name.rpartition(".")
+            model.get_submodule(module_name)._buffers[key] = buffer.to(device)
+        for name, param in model.named_parameters():
+            local = param.to_local() if isinstance(param, DTensor) else param
+            start = 0
+            if isinstance(param, DTensor):
+                start = compute_local_shape_and_global_offset(
+                    param.shape, param.device_mesh, param.placements)[1][0]
+            with safe_open(files[name], framework="pt") as fh:
+                rows = fh.get_slice(name)[start:start + local.shape[0]]   # (rows, ...) only
+            local.copy_(rows.reshape(local.shape))          # cast to float32 as from_pretrained
+    return model
+
+
 def sharded_layers(model):
     """The model's FSDP modules: every decoder layer, and the model itself (the root)."""
     from torch.distributed.fsdp import FSDPModule

@@ -173,9 +173,10 @@ def weights_problem(folder):
     return None
 
 
-def load_model(name_or_path, *, dtype, device, flag="--model"):
+def load_model(name_or_path, *, dtype, device, flag="--model", shard=None):
     """The causal LM of a hub id or local folder in `dtype` on `device`; any problem is one line
-    naming `flag`."""
+    naming `flag`. shard(folder) -> model: under FSDP, where the weights are local *.safetensors,
+    the model sharded as each process reads its own part (distributed.load_sharded)."""
     from transformers import AutoModelForCausalLM
     quiet_transformers()
     problem = _local_problem(name_or_path, flag)
@@ -187,6 +188,9 @@ def load_model(name_or_path, *, dtype, device, flag="--model"):
     if problem:
         raise SystemExit(problem)
     name_or_path = hub_source(name_or_path, flag=flag)
+    from gmts.trainer.distributed import safetensors_files
+    if shard is not None and safetensors_files(name_or_path):
+        return shard(os.path.expanduser(name_or_path))
     try:
         model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=dtype)
     # OSError/ValueError for a missing one; damaged files raise many other kinds

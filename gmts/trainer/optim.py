@@ -7,8 +7,6 @@ bytes/parameter in CPU memory (`--optimizer-offload`) leaves the GPU holding onl
 and their float32 gradient sums (6 bytes/parameter): the ZeRO-offload idea in a few lines, at the
 price of a host round trip per step.
 """
-import warnings
-
 import torch
 
 
@@ -61,17 +59,36 @@ class MasterWeightAdamW:
                 p.copy_(saved.to(p.device))
 
 
+def has_grad_dtype():
+    """Whether this torch sums a parameter's gradients in a dtype of its own (Tensor.grad_dtype,
+    torch >= 2.10)."""
+    return hasattr(torch.Tensor, "grad_dtype")
+
+
+def check_gradient_sums(cfg, dtype):
+    """One line refusing a run whose trainable weights are narrower than float32 (--dtype
+    bfloat16 / float16, `dtype` what it resolved to) where torch cannot sum their gradients in
+    float32: summed in bf16, 256 micro-batches are off by 1-2%. --fsdp (float32 shards) and LoRA
+    (float32 adapters) train float32 weights."""
+    if dtype.itemsize >= 4 or cfg.fsdp or cfg.lora_rank or has_grad_dtype():
+        return
+    name = str(dtype).replace("torch.", "")
+    raise SystemExit(f"error: --dtype {cfg.dtype}" + (f" ({name} here)" if cfg.dtype == "auto"
+                                                      else "")
+                     + f": torch {torch.__version__} sums the micro-batches' {name} gradients in "
+                     f"{name} (float32 sums need Tensor.grad_dtype, torch >= 2.10); install torch "
+                     ">= 2.10 or pass --dtype float32")
+
+
 def float32_gradients(params):
     """Make each low-precision parameter's .grad float32 (Tensor.grad_dtype): each gradient that
     autograd delivers is then added in float32 (a bf16 one exactly, as its value; the chunked
-    head's float32 one unrounded). float32 and float64 parameters keep their own dtype. torch < 2.10
-    has no grad_dtype: there the sum stays in the parameters' dtype, and a warning says so."""
+    head's float32 one unrounded). float32 and float64 parameters keep their own dtype. A torch
+    without grad_dtype is refused (check_gradient_sums says so at a run's start)."""
     low = [p for p in params if p.dtype.itemsize < 4]
-    if low and not hasattr(torch.Tensor, "grad_dtype"):
-        warnings.warn(f"torch {torch.__version__} has no Tensor.grad_dtype: the micro-batches' "
-                      f"{low[0].dtype} gradients are summed in {low[0].dtype} (torch >= 2.10 sums "
-                      "them in float32)", stacklevel=3)
-        return
+    if low and not has_grad_dtype():
+        raise RuntimeError(f"torch {torch.__version__} has no Tensor.grad_dtype: {low[0].dtype} "
+                           "gradients cannot be summed in float32 (torch >= 2.10)")
     for p in low:
         p.grad_dtype = torch.float32
 
