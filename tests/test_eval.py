@@ -439,7 +439,7 @@ def test_the_evaluation_bar_moves_once_per_sampling_call(digit_model_dir, digit_
 
         def close(self):
             pass
-    monkeypatch.setattr(evaluate, "tqdm", Bar)
+    monkeypatch.setattr(evaluate, "Progress", Bar)
     model = load_model(digit_model_dir, dtype=torch.float32, device=torch.device("cpu"))
     result = evaluate.evaluate_model(model, load_tokenizer(digit_model_dir), digit_data, limit=5,
                                      samples=2, max_new_tokens=2, batch_size=2, progress=True)
