@@ -38,7 +38,8 @@ from math import isfinite
 
 from .choice import choice_reward, extract_choice, has_choice
 from .code import code_reward, code_stats, extract_code, has_code_block
-from .isolated import DEFAULT_TIMEOUT, ScoringStopped, WorkerProcess, set_interrupt_check
+from .isolated import (DEFAULT_TIMEOUT, RewardError, ScoringStopped, WorkerProcess,
+                       set_interrupt_check)
 from .math import (
     answers_equal,
     gsm8k_reward,
@@ -79,20 +80,6 @@ def get_reward(name: str, *, format_bonus: float = 0.0, trusted_only: bool = Fal
         return outcome(completion, reference) + format_bonus * float(has_format(completion))
 
     return with_format_bonus
-
-
-class RewardError(Exception):
-    """A reward that cannot be loaded or called: `str(err)` is one line naming the reward (its
-    SPEC), `details` the user's own traceback (may be empty). `for_cli()` is both, for a
-    SystemExit."""
-
-    def __init__(self, message: str, details: str = ""):
-        super().__init__(message)
-        self.details = details
-
-    def for_cli(self, note: str = "") -> str:
-        """`error: <the line><note>`, then the user's traceback."""
-        return f"error: {self}{note}" + (f"\n{self.details.rstrip()}" if self.details else "")
 
 
 @dataclass

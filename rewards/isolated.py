@@ -28,7 +28,6 @@ import signal
 import struct
 import subprocess
 import sys
-import threading
 import time
 import weakref
 
@@ -37,6 +36,20 @@ _POLL_S = 0.2              # how often a wait looks at interrupt_check
 _HEADER = struct.Struct("<Q")
 _LIVE = weakref.WeakSet()  # workers to stop when the trainer exits
 _interrupt_check = None
+
+
+class RewardError(Exception):
+    """A reward that cannot be loaded or called: `str(err)` is one line naming the reward (its
+    SPEC), `details` the user's own traceback (may be empty). `for_cli()` is both, for a
+    SystemExit."""
+
+    def __init__(self, message: str, details: str = ""):
+        super().__init__(message)
+        self.details = details
+
+    def for_cli(self, note: str = "") -> str:
+        """`error: <the line><note>`, then the user's traceback."""
+        return f"error: {self}{note}" + (f"\n{self.details.rstrip()}" if self.details else "")
 
 
 class ScoringStopped(Exception):
@@ -74,11 +87,10 @@ class WorkerProcess:
     def start(self):
         """Starts the worker and imports the rewards there: their metadata (dicts, in SPEC order).
         A reward that does not load is a RewardError (the user's traceback in its details)."""
-        from . import RewardError
         import gmts
         root = os.path.dirname(os.path.dirname(os.path.abspath(gmts.__file__)))   # gmts's parent
         boot = (f"import sys; sys.path.insert(0, {root!r}); "
-                "from gmts.rewards.isolated import serve; serve()")
+                "from gmts.rewards._reward_worker import serve; serve()")
         self.proc = subprocess.Popen([sys.executable, "-c", boot], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, start_new_session=True)
         _LIVE.add(self)
@@ -114,7 +126,6 @@ class WorkerProcess:
         """Values of the pickled `jobs` (bytes each), run in the worker. describe(k) -> (the
         reward's '--reward SPEC: fn', ' on problem P (completion ...)') for job k, for messages.
         Any failure stops the worker (the next batch starts a fresh one) and raises RewardError."""
-        from . import RewardError
         if self.proc is None:
             self.start()
         try:
@@ -140,7 +151,6 @@ class WorkerProcess:
     def _receive(self, describe, running):
         """The next message that is not a call's start or end, keeping `running` up to date;
         RewardError for a worker that died or a call that ran out of time."""
-        from . import RewardError
         fd = self.proc.stdout.fileno()
         started = time.monotonic()       # the import (no call started yet) is bounded the same way
         while True:
@@ -186,94 +196,3 @@ class WorkerProcess:
 def _stop_all():
     for worker in list(_LIVE):
         worker.stop()
-
-
-# --------------------------------------------------------------------------------------------------
-# The worker's side.
-
-def serve():
-    """The worker: imports the SPECs' rewards, then scores batches until its stdin closes."""
-    out = os.fdopen(os.dup(1), "wb", buffering=0)
-    os.dup2(2, 1)                                    # the user's prints: to stderr, not the pipe
-    inp = os.fdopen(os.dup(0), "rb", buffering=0)
-    null = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(null, 0)
-    lock = threading.Lock()
-    parent = os.getppid()
-
-    def send(obj):
-        data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-        with lock:
-            out.write(_HEADER.pack(len(data)) + data)
-
-    def watch_parent():                              # the trainer gone (kill -9): go too
-        while os.getppid() == parent:
-            time.sleep(0.5)
-        os._exit(0)
-
-    threading.Thread(target=watch_parent, daemon=True).start()
-    path, specs, trusted_only, workers = _read(inp)
-    sys.path[:] = path
-    from gmts import rewards
-    rewards._CATCH = BaseException                   # SystemExit, KeyboardInterrupt: the user's
-    try:
-        loaded = [rewards.load_reward(s, trusted_only=trusted_only) for s in specs]
-    except rewards.RewardError as err:
-        send(("failed", str(err), err.details))
-        return
-    except BaseException as err:                     # noqa: BLE001 (sys.exit at import time)
-        send(("failed", f"--reward {specs[0]}: importing it raised {rewards._one_line(err)}",
-              rewards._user_traceback(err)))
-        return
-    send(("ready", [r.metadata() for r in loaded]))
-    scorer = rewards.Scorer(workers=workers)
-    while True:
-        msg = _read(inp)
-        if msg is None:
-            return
-        _, jobs, concurrent = msg
-        try:
-            values = scorer._run([_job(loaded, k, blob, send) for k, blob in enumerate(jobs)],
-                                 concurrent)
-        except rewards.RewardError as err:
-            send(("error", str(err), err.details))
-            continue
-        send(("scores", values))
-
-
-def _read(inp):
-    head = inp.read(_HEADER.size)
-    if len(head) < _HEADER.size:
-        return None
-    size, data = _HEADER.unpack(head)[0], b""
-    while len(data) < size:
-        chunk = inp.read(size - len(data))
-        if not chunk:
-            return None
-        data += chunk
-    return pickle.loads(data)
-
-
-def _job(loaded, k, blob, send):
-    """Scorer._run's job for job k: its own unpickled copy of the arguments, the user's function
-    wrapped to announce the call's start and end."""
-    from gmts import rewards
-    index, problem_id, completion, answer, fields = pickle.loads(blob)
-    reward = loaded[index]
-    fn = reward.fn
-    if reward.is_async:
-        async def announced(*args, **kwargs):
-            send(("start", k))
-            try:
-                return await fn(*args, **kwargs)
-            finally:
-                send(("end", k))
-    else:
-        def announced(*args, **kwargs):
-            send(("start", k))
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                send(("end", k))
-    row = rewards._Row(answer, "", problem_id, fields)
-    return announced, reward, completion, row, reward.concurrent

@@ -4,7 +4,6 @@ is read from the source, those inside functions included (a lazy import is still
 import ast
 import os
 
-import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # folder -> the package name it is imported as (gmts/__init__.py maps data/ and rewards/)
@@ -86,8 +85,6 @@ def test_no_two_modules_import_each_other():
     assert circles(graph) == [], circles(graph)
 
 
-@pytest.mark.xfail(strict=True, reason="rewards/isolated.py imports RewardError from rewards/"
-                   "__init__.py, which imports rewards/isolated.py: the one circle left")
 def test_no_two_modules_import_each_other_rewards_included():
     modules = project_modules()
     assert "gmts.rewards.isolated" in modules

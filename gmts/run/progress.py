@@ -32,14 +32,24 @@ class Progress(tqdm):
     def display(self, msg=None, pos=None):
         if self.terminal:
             return super().display(msg, pos)
-        if msg == "" or (msg is None and self._state() == self._shown):   # a clear, or a copy
+        if msg == "":                           # a clear: a file keeps its lines
+            return False
+        if msg is None and self._state() == self._shown:                  # a copy
             return True
         self._shown = self._state()
-        return super().display(msg, 0)          # no cursor movement: one line per state
+        self.fp.write((msg or self.__str__()) + "\n")   # a whole line: what follows starts anew
+        self.fp.flush()
+        return True
 
     def clear(self, nolock=False):
         if self.terminal:
             super().clear(nolock)
+
+    def close(self):
+        if not (self.terminal or self.disable):
+            self.display()                      # the last state, once; no line after it
+            self.leave = False
+        super().close()
 
     @contextlib.contextmanager
     def doing(self, what):
