@@ -172,14 +172,61 @@ def needs_shared_data(*parts):
     return pytest.mark.skipif(reason is not None, reason=reason or "")
 
 
+_batch_server = []      # [(process, its stderr file)]: tests/_cli_batch.py, one per test process
+
+
+def _server():
+    if not _batch_server or _batch_server[0][0].poll() is not None:
+        import tempfile
+        err = tempfile.TemporaryFile()  # noqa: SIM115 (open while the server lives)
+        proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "tests", "_cli_batch.py")],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
+                                text=True, env=ENV, cwd=ROOT, start_new_session=True)
+        _batch_server[:] = [(proc, err)]
+    return _batch_server[0]
+
+
+def _server_stderr(err):
+    err.seek(0)
+    return err.read().decode(errors="replace")[-3000:]
+
+
 def run_batch(cases, timeout=900):
     """[(script, args)] -> [{"rc", "stdout", "stderr"}], each as its own command line
-    (tests/_cli_batch.py)."""
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "_cli_batch.py")],
-                          input=json.dumps(cases), capture_output=True, text=True, env=ENV,
-                          cwd=ROOT, timeout=timeout, check=False)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout)
+    (tests/_cli_batch.py: one warm process per test process, each case in a fork of it)."""
+    import select
+    proc, err = _server()
+    proc.stdin.write(json.dumps(cases) + "\n")
+    proc.stdin.flush()
+    if not select.select([proc.stdout], [], [], timeout)[0]:
+        os.killpg(proc.pid, 9)          # the server and the case it runs
+        proc.wait()
+        raise subprocess.TimeoutExpired(proc.args, timeout)
+    line = proc.stdout.readline()
+    assert line, _server_stderr(err)    # the server died
+    return json.loads(line)
+
+
+def run_python(argv, cwd=None, env=None, timeout=900):
+    """`python *argv` as a subprocess.CompletedProcess (`argv`: [script, *args], ["-c", code,
+    *args] or ["-m", module, *args]), in `cwd` (default ROOT) with ENV and `env` (a value None:
+    unset), run in a fork of
+    the warm process of run_batch: for a command whose start-up is not what the test is about (the
+    fork has imported torch; `env` cannot change what torch reads at its import)."""
+    script, *args = argv
+    options = {"cwd": str(cwd or ROOT),
+               "env": {k: None if v is None else str(v) for k, v in (env or {}).items()}}
+    [result] = run_batch([(str(script), [str(a) for a in args], options)], timeout)
+    return subprocess.CompletedProcess([sys.executable, *argv], result["rc"], result["stdout"],
+                                       result["stderr"])
+
+
+def pytest_sessionfinish(session):
+    for proc, err in _batch_server:     # its stdin ends: it exits
+        proc.stdin.close()
+        proc.wait(timeout=60)
+        err.close()
+    _batch_server.clear()
 
 
 def inside_start_up(proc, timeout=120):
