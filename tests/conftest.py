@@ -273,7 +273,11 @@ def spawn_gloo(worker, out_dir, *args, world=2):
     ("terminate called without an active exception", SIGABRT), so a thread still alive after
     shutdown fails here every time rather than by chance."""
     import torch.multiprocessing as mp
-    mp.spawn(_in_gloo_group, args=(world, worker, str(out_dir), args), nprocs=world, join=True)
+    # forked where the OS can (Linux): a spawned process would import torch, transformers and the
+    # test module again, some 6 CPU-seconds each; the workers seed what they build
+    method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
+    mp.start_processes(_in_gloo_group, args=(world, worker, str(out_dir), args), nprocs=world,
+                       join=True, start_method=method)
     for rank in range(world):
         with open(os.path.join(str(out_dir), f"{rank}.threads.json")) as f:
             assert json.load(f) == [], f"rank {rank}: gloo threads alive after shutdown"

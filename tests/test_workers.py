@@ -92,3 +92,33 @@ def test_the_lists_name_tests_that_exist_and_the_guard_has_its_hook():
         assert not name or any(f"def {name}" in pathlib.Path(f).read_text() for f in files), \
             prefix
     assert callable(getattr(sandbox, "_reserve_uid", None))
+
+
+
+PROBE = ("import json, os, sys\n"
+         "print(json.dumps([sys.argv, sys.path[0], os.getcwd(), os.environ.get('GMTS_PROBE'),\n"
+         "                  os.environ.get('TOKENIZERS_PARALLELISM'), __name__,\n"
+         "                  sys.stdin.read()]))\n"
+         "sys.stderr.write('to stderr\\n')\n"
+         "sys.exit(int(sys.argv[-1]))\n")
+
+
+def test_a_command_in_a_fork_is_the_command_line(tmp_path):
+    """conftest.run_python (a fork of the warm process) gives what `python ...` gives for -c, -m
+    and a script: argv, sys.path[0], the folder, the environment (a variable added, one of ENV
+    unset), an empty stdin, stdout, stderr and the exit status."""
+    from conftest import ENV, run_python
+    (tmp_path / "probe_module.py").write_text(PROBE)
+    assert "TOKENIZERS_PARALLELISM" in ENV                   # so that unsetting it shows
+    real_env = {k: v for k, v in ENV.items() if k != "TOKENIZERS_PARALLELISM"}
+    for argv in (["-c", PROBE, "a b", "3"], ["-m", "probe_module", "x", "0"],
+                 [str(tmp_path / "probe_module.py"), "--flag", "7"]):
+        forked = run_python(argv, cwd=tmp_path, timeout=300,
+                            env={"GMTS_PROBE": "set", "TOKENIZERS_PARALLELISM": None})
+        real = subprocess.run([sys.executable, *argv], cwd=tmp_path,
+                              env=dict(real_env, GMTS_PROBE="set"), stdin=subprocess.DEVNULL,
+                              capture_output=True, text=True, timeout=300, check=False)
+        assert (forked.returncode, forked.stdout, forked.stderr) == \
+            (real.returncode, real.stdout, real.stderr), argv
+        assert real.returncode == int(argv[-1])
+        assert json.loads(real.stdout)[3:5] == ["set", None], real.stdout
