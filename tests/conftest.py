@@ -210,9 +210,9 @@ def run_batch(cases, timeout=900):
 def run_python(argv, cwd=None, env=None, timeout=900):
     """`python *argv` as a subprocess.CompletedProcess (`argv`: [script, *args], ["-c", code,
     *args] or ["-m", module, *args]), in `cwd` (default ROOT) with ENV and `env` (a value None:
-    unset), run in a fork of
-    the warm process of run_batch: for a command whose start-up is not what the test is about (the
-    fork has imported torch; `env` cannot change what torch reads at its import)."""
+    unset), run in a fork of run_batch's warm process: for a command whose start-up is not what
+    the test is about (the fork has imported torch, so `env` cannot change what torch reads at its
+    import). tests/test_workers.py checks it against the command line."""
     script, *args = argv
     options = {"cwd": str(cwd or ROOT),
                "env": {k: None if v is None else str(v) for k, v in (env or {}).items()}}

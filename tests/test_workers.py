@@ -2,7 +2,8 @@
 (conftest.SANDBOX_TESTS) all run on one worker, in turn, the others beside them at a lower priority,
 the longest first, the tests of a module in RUN_MODULES on one worker; a test outside SANDBOX_TESTS
 that runs code in the sandbox fails there, saying what to do. Checked on a small suite that reuses
-this repository's pytest.ini and conftest.py, run with the README's command plus `-n 2`."""
+this repository's pytest.ini and conftest.py, run with the README's command plus `-n 2`. And a
+command run in a fork of the warm process (conftest.run_python) is the command line."""
 import glob
 import json
 import os
