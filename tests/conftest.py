@@ -172,14 +172,61 @@ def needs_shared_data(*parts):
     return pytest.mark.skipif(reason is not None, reason=reason or "")
 
 
+_batch_server = []      # [(process, its stderr file)]: tests/_cli_batch.py, one per test process
+
+
+def _server():
+    if not _batch_server or _batch_server[0][0].poll() is not None:
+        import tempfile
+        err = tempfile.TemporaryFile()  # noqa: SIM115 (open while the server lives)
+        proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "tests", "_cli_batch.py")],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
+                                text=True, env=ENV, cwd=ROOT, start_new_session=True)
+        _batch_server[:] = [(proc, err)]
+    return _batch_server[0]
+
+
+def _server_stderr(err):
+    err.seek(0)
+    return err.read().decode(errors="replace")[-3000:]
+
+
 def run_batch(cases, timeout=900):
     """[(script, args)] -> [{"rc", "stdout", "stderr"}], each as its own command line
-    (tests/_cli_batch.py)."""
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "_cli_batch.py")],
-                          input=json.dumps(cases), capture_output=True, text=True, env=ENV,
-                          cwd=ROOT, timeout=timeout, check=False)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout)
+    (tests/_cli_batch.py: one warm process per test process, each case in a fork of it)."""
+    import select
+    proc, err = _server()
+    proc.stdin.write(json.dumps(cases) + "\n")
+    proc.stdin.flush()
+    if not select.select([proc.stdout], [], [], timeout)[0]:
+        os.killpg(proc.pid, 9)          # the server and the case it runs
+        proc.wait()
+        raise subprocess.TimeoutExpired(proc.args, timeout)
+    line = proc.stdout.readline()
+    assert line, _server_stderr(err)    # the server died
+    return json.loads(line)
+
+
+def run_python(argv, cwd=None, env=None, timeout=900):
+    """`python *argv` as a subprocess.CompletedProcess (`argv`: [script, *args], ["-c", code,
+    *args] or ["-m", module, *args]), in `cwd` (default ROOT) with ENV and `env` (a value None:
+    unset), run in a fork of run_batch's warm process: for a command whose start-up is not what
+    the test is about (the fork has imported torch, so `env` cannot change what torch reads at its
+    import). tests/test_workers.py checks it against the command line."""
+    script, *args = argv
+    options = {"cwd": str(cwd or ROOT),
+               "env": {k: None if v is None else str(v) for k, v in (env or {}).items()}}
+    [result] = run_batch([(str(script), [str(a) for a in args], options)], timeout)
+    return subprocess.CompletedProcess([sys.executable, *argv], result["rc"], result["stdout"],
+                                       result["stderr"])
+
+
+def pytest_sessionfinish(session):
+    for proc, err in _batch_server:     # its stdin ends: it exits
+        proc.stdin.close()
+        proc.wait(timeout=60)
+        err.close()
+    _batch_server.clear()
 
 
 def inside_start_up(proc, timeout=120):
@@ -226,7 +273,11 @@ def spawn_gloo(worker, out_dir, *args, world=2):
     ("terminate called without an active exception", SIGABRT), so a thread still alive after
     shutdown fails here every time rather than by chance."""
     import torch.multiprocessing as mp
-    mp.spawn(_in_gloo_group, args=(world, worker, str(out_dir), args), nprocs=world, join=True)
+    # forked where the OS can (Linux): a spawned process would import torch, transformers and the
+    # test module again, some 6 CPU-seconds each; the workers seed what they build
+    method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
+    mp.start_processes(_in_gloo_group, args=(world, worker, str(out_dir), args), nprocs=world,
+                       join=True, start_method=method)
     for rank in range(world):
         with open(os.path.join(str(out_dir), f"{rank}.threads.json")) as f:
             assert json.load(f) == [], f"rank {rank}: gloo threads alive after shutdown"

@@ -8,12 +8,12 @@ import json
 import math
 import os
 import pathlib
-import subprocess
 import sys
 
 import pytest
 import torch
 
+from conftest import run_python
 from gmts.tools import analyze, plot, stats
 from gmts.trainer.rollout import sample
 from gmts.tools.toy import tiny_model
@@ -286,15 +286,10 @@ def test_summary_recall_prefers_gmts_when_one_answer_carries_the_gradient():
 
 def test_cli_end_to_end_writes_json_and_figures(digit_model_dir, digit_data, tmp_path):
     out = tmp_path / "analysis.json"
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", OMP_NUM_THREADS="1")
-    proc = subprocess.run(
-        [sys.executable, "-m", "gmts.tools.analyze", "--model", digit_model_dir, "--data",
-         digit_data,
-                           "--prompts", "3", "--group-size", "4", "--max-new-tokens", "4",
-         "--device", "cpu",
-                           "--seed", "1", "--params", "last:1", "--max-tokens-per-answer", "3",
-                           "--output", str(out)], cwd=ROOT, env=env, capture_output=True, text=True,
-                           timeout=300, check=False)
+    proc = run_python(["-m", "gmts.tools.analyze", "--model", digit_model_dir, "--data",
+                       digit_data, "--prompts", "3", "--group-size", "4", "--max-new-tokens", "4",
+                       "--device", "cpu", "--seed", "1", "--params", "last:1",
+                       "--max-tokens-per-answer", "3", "--output", out], timeout=300)
     assert proc.returncode == 0, proc.stderr
     result = json.loads(out.read_text())
     assert {"config", "summary", "answers", "objective", "params", "n_params"} <= set(result)
@@ -436,12 +431,10 @@ def test_cli_all_wrong_batch_writes_json_and_says_what_it_could_not_draw(digit_m
     wrong.write_text("".join(json.dumps({"question": f"Say {i}", "answer": "987"}) + "\n"
                              for i in range(3)))
     out = tmp_path / "out" / "analysis.json"
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", OMP_NUM_THREADS="1")
-    proc = subprocess.run(
-        [sys.executable, "-m", "gmts.tools.analyze", "--model", digit_model_dir, "--data",
-         str(wrong), "--prompts", "2", "--group-size", "4", "--max-new-tokens", "4", "--device",
-         "cpu", "--params", "last:1", "--output", str(out), "--no-progress"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
+    proc = run_python(["-m", "gmts.tools.analyze", "--model", digit_model_dir, "--data", wrong,
+                       "--prompts", "2", "--group-size", "4", "--max-new-tokens", "4", "--device",
+                       "cpu", "--params", "last:1", "--output", out, "--no-progress"],
+                      timeout=300)
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
     result = json.loads(out.read_text())
     summary = result["summary"]

@@ -18,14 +18,13 @@ import sys
 
 import pytest
 import torch
-from conftest import ENV, run_batch  # the command lines' environment, the batch runner
+from conftest import ENV, run_batch, run_python  # noqa: F401 (ENV: for the modules importing it)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def run(script, args, **kw):
-    return subprocess.run([sys.executable, os.path.join(ROOT, script), *args], capture_output=True,
-                          text=True, env=ENV, cwd=ROOT, timeout=600, **kw, check=False)
+def run(script, args):
+    return run_python([script, *args], timeout=600)
 
 
 
@@ -328,8 +327,7 @@ os.write = write
 import train
 train.main({train_args(digit_model_dir, digit_data, out, "--steps", "3")!r})
 """
-    proc = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, env=ENV,
-                          cwd=ROOT, timeout=600, check=False)
+    proc = run_python(["-c", child], timeout=600)
     line = check_one_line({"rc": proc.returncode, "stderr": "\n".join(
         x for x in proc.stderr.splitlines() if not x.startswith(("train:", "Writing")))},
                           str(out / "metrics.jsonl"))

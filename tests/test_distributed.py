@@ -15,7 +15,7 @@ import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from conftest import spawn_gloo  # a gloo group per spawned process
+from conftest import run_python, spawn_gloo  # a command in a fork, a gloo group per process
 
 Q, G, T, VOCAB = 4, 4, 7, 64
 
@@ -244,10 +244,8 @@ def test_torchrun_two_processes_train_checkpoint_and_resume(digit_model_dir, dig
                           capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0 and "Warning" not in proc.stderr, proc.stderr[-3000:]
     assert len((out / "metrics.jsonl").read_text().splitlines()) == 3
-    single = subprocess.run(
-        [sys.executable, os.path.join(ROOT, "train.py"), "--resume", str(out), "--steps", "4"],
-                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
-                            check=False)
+    single = run_python(["train.py", "--resume", out, "--steps", "4"],
+                        env={"GMTS_DIST_BACKEND": "gloo"}, timeout=600)
     assert single.returncode != 0 and "same number" in single.stderr
 
 

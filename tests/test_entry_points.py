@@ -15,7 +15,8 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ENV, inside_start_up, run_batch  # environment, batch runner, signal timing
+# the environment, batch runner, signal timing, one command line in a fork
+from conftest import ENV, inside_start_up, run_batch, run_python
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -332,8 +333,7 @@ rollout.sample = slow
 {run}
 """
     t0 = time.time()
-    proc = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, env=ENV,
-                          cwd=ROOT, timeout=300, check=False)
+    proc = run_python(["-c", child], timeout=300)
     assert time.time() - t0 < 60, "waited for the sampling"
     assert proc.returncode == 128 + signal.SIGINT and "Traceback" not in proc.stderr, proc.stderr
     # after the banner (the loading's report), the one line

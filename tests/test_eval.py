@@ -5,13 +5,13 @@ import json
 import math
 import os
 import pathlib
-import subprocess
 import sys
 from fractions import Fraction
 
 import numpy as np
 import pytest
 
+from conftest import run_python
 from gmts.tools import stats
 from gmts.tools.evaluate import compare_results, evaluate_model, parse_data_spec
 
@@ -237,10 +237,7 @@ def test_sampling_is_reproducible_and_rewards_are_wired(tiny, tmp_path):
 # The command line, end to end
 
 def run_cli(*args, cwd):
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", OMP_NUM_THREADS="1",
-               PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    return subprocess.run([sys.executable, os.path.join(ROOT, "eval.py"), *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=120, check=False)
+    return run_python(["eval.py", *args], cwd=cwd, timeout=120)
 
 
 def test_eval_cli_end_to_end_writes_summary_and_per_problem_files(tiny_model_dir, tmp_path, capsys):

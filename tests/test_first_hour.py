@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from conftest import ENV, ROOT
+from conftest import ENV, ROOT, run_python
 
 
 def test_the_in_training_evaluations_show_progress_and_print_once(
@@ -142,8 +142,7 @@ def test_every_option_of_every_entry_point_names_one_default():
     commands = entry_points()
     assert {"train.py", "eval.py", "-m gmts.tools.memory", "bench/learning_check.py",
             "bench/gpu_check.py"} <= set(commands)
-    proc = subprocess.run([sys.executable, "-c", HELP_CHILD, *commands], capture_output=True,
-                          text=True, env=ENV, cwd=ROOT, timeout=600, check=False)
+    proc = run_python(["-c", HELP_CHILD, *commands], timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     helps = json.loads(proc.stdout.splitlines()[-1])
     for script, (code, text) in helps.items():

@@ -5,10 +5,11 @@ ratios within their physical limits), never for speed."""
 import importlib.util
 import json
 import os
-import subprocess
 import sys
 
 import pytest
+
+from conftest import run_python
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
@@ -17,10 +18,8 @@ HAVE_TRL = importlib.util.find_spec("trl") is not None
 
 def test_gpu_bench_dry_run(tmp_path):
     out = tmp_path / "bench.json"
-    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
-    done = subprocess.run([sys.executable, "bench/gpu_bench.py", "--dry-run", "--out", str(out),
-                           "--work-dir", str(tmp_path / "work")], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=600, check=False)
+    done = run_python(["bench/gpu_bench.py", "--dry-run", "--out", out, "--work-dir",
+                       tmp_path / "work"], timeout=600)
     result = json.loads(out.read_text())
     parts = result["checks"]
     assert list(parts) == ["device", "rollout", "step", "train_pass"], done.stderr[-3000:]

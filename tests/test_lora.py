@@ -9,11 +9,11 @@ starting policy.
 import json
 import os
 import shutil
-import subprocess
-import sys
 
 import pytest
 import torch
+
+from conftest import run_python
 
 pytest.importorskip("peft", reason="--lora-rank needs peft (pip install peft); LoRA tests skipped")
 
@@ -31,10 +31,7 @@ def lora_args(model_dir, data, out, *extra):
 
 
 def run_train(args):
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", OMP_NUM_THREADS="1")
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), *args],
-                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=300,
-                          check=False)
+    proc = run_python(["train.py", *args], timeout=300)
     if proc.returncode != 0:
         raise AssertionError(f"train.py failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return proc

@@ -9,13 +9,12 @@ import json
 import os
 import shutil
 import signal
-import subprocess
-import sys
 
 import pytest
 
+from conftest import run_python
 from gmts.run import checkpoint as ckpt
-from test_bad_input import ENV, ROOT, read_jsonl, train_args
+from test_bad_input import ROOT, read_jsonl, train_args
 from test_run_history import ok, steps_of, train
 from test_run_safety import same_metrics
 
@@ -34,8 +33,7 @@ real, calls = ckpt.save_checkpoint, []
 {code_before}
 train.main({[str(a) for a in args]!r})
 """
-    return subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, env=ENV,
-                          cwd=ROOT, timeout=600, check=False)
+    return run_python(["-c", child], timeout=600)
 
 
 @pytest.fixture(scope="module")

@@ -18,6 +18,7 @@ import types
 
 import pytest
 
+from conftest import run_python
 from test_bad_input import ENV, ROOT, check_one_line, read_jsonl, run_batch, snapshot, train_args
 from test_run_safety import same_metrics, stderr_lines
 
@@ -189,8 +190,7 @@ def test_tilde_is_the_home_folder_in_every_check(digit_model_dir, digit_data, ba
     cwd.mkdir()
     line = [a for a in argv(digit_model_dir, digit_data, "@OUT") if a
             not in ("--output-dir", "@OUT")]
-    tilde = subprocess.run(line + ["--output-dir=~/run"], cwd=cwd, env=dict(ENV, HOME=str(home)),
-                           capture_output=True, text=True, check=False)
+    tilde = run_python(line[1:] + ["--output-dir=~/run"], cwd=cwd, env={"HOME": home})
     # ~ is the home folder in every check
     check_one_line(tilde, "already holds a run")
     assert not os.path.exists(cwd / "~")
@@ -273,12 +273,9 @@ def test_an_update_that_overflows_ends_in_the_skip_then_stop_line(
 
 def test_analyze_refuses_a_nan_model_and_writes_no_nan_json(nan_model, digit_data, tmp_path):
     out = tmp_path / "a.json"
-    analyze = subprocess.run(
-        [sys.executable, "-m", "gmts.tools.analyze", "--model", nan_model, "--data",
-                              digit_data, "--prompts", "1", "--group-size", "4", "--max-new-tokens",
-         "3",
-                              "--no-plots", "--no-progress", "--device", "cpu", "--output", out],
-                             cwd=ROOT, env=ENV, capture_output=True, text=True, check=False)
+    analyze = run_python(["-m", "gmts.tools.analyze", "--model", nan_model, "--data", digit_data,
+                          "--prompts", "1", "--group-size", "4", "--max-new-tokens", "3",
+                          "--no-plots", "--no-progress", "--device", "cpu", "--output", out])
     check_one_line(analyze, "NaN/inf")
     assert not out.exists()
 
@@ -316,9 +313,8 @@ def test_stdout_on_a_full_disk_is_one_line(digit_model_dir, digit_data, tmp_path
 
 def test_world_size_without_torchrun_is_one_line(digit_model_dir, digit_data, tmp_path):
     args = argv(digit_model_dir, digit_data, str(tmp_path / "run"), "--steps", 1)
-    for env in (dict(ENV, WORLD_SIZE="2"), dict(ENV, WORLD_SIZE="two")):
-        result = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True,
-                                check=False)
+    for world_size in ("2", "two"):
+        result = run_python(args[1:], env={"WORLD_SIZE": world_size})
         check_one_line(result, "WORLD_SIZE")
     assert not os.path.exists(tmp_path / "run" / "checkpoints")
 
@@ -377,9 +373,7 @@ def test_memory_refuses_a_config_that_is_not_a_causal_lm(tmp_path):
     from transformers import ViTConfig
     ViTConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
               intermediate_size=64).save_pretrained(tmp_path / "vit")
-    result = subprocess.run(
-        [sys.executable, "-m", "gmts.tools.memory", "--model", str(tmp_path / "vit")], cwd=ROOT,
-                            env=ENV, capture_output=True, text=True, check=False)
+    result = run_python(["-m", "gmts.tools.memory", "--model", tmp_path / "vit"])
     check_one_line(result, "not a causal language model")
 
 

@@ -21,7 +21,7 @@ import time
 import pytest
 import torch
 
-from conftest import inside_start_up
+from conftest import inside_start_up, run_python
 from test_bad_input import (ENV, ROOT, check_one_line, read_jsonl, run_batch, snapshot, tmpfs,
                             train_args)
 
@@ -177,10 +177,7 @@ def test_a_run_folder_has_one_owner_and_no_stale_lock(digit_model_dir, digit_dat
     # the file stays; its lock does not
     assert (out / ".lock").exists()
     last = int((out / "checkpoints" / "latest").read_text().strip().split("-")[1])
-    proc = subprocess.run(
-        [sys.executable, os.path.join(ROOT, "train.py"), "--resume", str(out), "--steps",
-                           str(last + 1)], capture_output=True, text=True, env=ENV, cwd=ROOT,
-                           timeout=300, check=False)
+    proc = run_python(["train.py", "--resume", out, "--steps", last + 1], timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert [m["step"] for m in read_jsonl(out / "metrics.jsonl")] == list(range(1, last + 2))
 
@@ -202,8 +199,7 @@ time.sleep(float(sys.argv[1]))
     owner = subprocess.Popen([sys.executable, "-c", child, "30"], stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True, env=ENV)
     assert owner.stdout.readline().strip() == "owner"
-    other = subprocess.run([sys.executable, "-c", child, "0"], capture_output=True, text=True,
-                           env=ENV, timeout=120, check=False)
+    other = run_python(["-c", child, "0"], timeout=120)
     check_one_line(other, f"pid {owner.pid}")
     from gmts.run.folder import owner as who
     assert who(str(tmp_path / "run")).startswith(f"pid {owner.pid} ")
@@ -211,8 +207,7 @@ time.sleep(float(sys.argv[1]))
     owner.kill()
     owner.communicate()
     assert who(str(tmp_path / "run")) is None
-    again = subprocess.run([sys.executable, "-c", child, "0"], capture_output=True, text=True,
-                           env=ENV, timeout=120, check=False)
+    again = run_python(["-c", child, "0"], timeout=120)
     assert again.returncode == 0 and again.stdout.strip() == "owner", again.stderr
     # One process may claim its own folder again (train.main twice in one process: a run, then its
     # resume).
@@ -421,8 +416,7 @@ def save_with_a_signal(*args, **kwargs):
 ckpt.save_checkpoint = save_with_a_signal
 train.main({train_args(digit_model_dir, digit_data, out, "--steps", "5")!r})
 """
-    proc = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, env=ENV,
-                          cwd=ROOT, timeout=600, check=False)
+    proc = run_python(["-c", child], timeout=600)
     assert proc.returncode == 128 + sig, proc.stderr[-2000:]
     # no extra step after the save
     assert [m["step"] for m in read_jsonl(out / "metrics.jsonl")] == [1]
@@ -460,9 +454,7 @@ def slow(*args, **kwargs):
 evaluate.evaluate_model = slow
 """
     t0 = time.time()
-    proc = subprocess.run([sys.executable, "-c", _train_as_main(args, slow_eval)],
-                          capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=600,
-                          check=False)
+    proc = run_python(["-c", _train_as_main(args, slow_eval)], timeout=600)
     assert time.time() - t0 < 60, "waited for the evaluation"
     assert proc.returncode == 128 + sig, proc.stderr[-2000:]
     name = "Ctrl-C" if sig == signal.SIGINT else "SIGTERM"
@@ -472,9 +464,7 @@ evaluate.evaluate_model = slow
                           f"interrupted ({name})")
     assert "nothing was trained" in line and "Traceback" not in proc.stderr
     assert not (out / "checkpoints").exists() and not (out / "metrics.jsonl").exists()
-    again = subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), *args],
-                           capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=600,
-                           check=False)
+    again = run_python(["train.py", *args], timeout=600)
     assert again.returncode == 0, again.stderr[-2000:]
     metrics = read_jsonl(out / "metrics.jsonl")
     assert [m["step"] for m in metrics] == [1, 2] and "eval_before_accuracy" in metrics[0]
@@ -514,8 +504,7 @@ def no_eval(*args, **kwargs):
 train.train_step, evaluate.evaluate_model = step_with_a_signal, no_eval
 train.main({args!r})
 """
-    proc = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, env=ENV,
-                          cwd=ROOT, timeout=600, check=False)
+    proc = run_python(["-c", child], timeout=600)
     assert proc.returncode == 128 + signal.SIGINT, proc.stderr[-2000:]
     metrics = read_jsonl(out / "metrics.jsonl")
     assert [m["step"] for m in metrics] == [1] and "eval_accuracy" not in metrics[0]
@@ -534,9 +523,7 @@ def test_ctrl_c_during_start_up_is_one_line_and_blocks_nothing(digit_model_dir, 
     line = check_one_line({"rc": proc.returncode, "stderr": "\n".join(stderr_lines(err))},
                           "interrupted (Ctrl-C)")
     assert proc.returncode == 128 + signal.SIGINT and "start-up" in line
-    again = subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), *args],
-                           capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=600,
-                           check=False)
+    again = run_python(["train.py", *args], timeout=600)
     assert again.returncode == 0, again.stderr[-2000:]
     assert [m["step"] for m in read_jsonl(out / "metrics.jsonl")] == [1, 2]
 
@@ -557,8 +544,7 @@ except BaseException as err:
     raise ModuleNotFoundError("Could not import module 'Qwen2ForCausalLM'") from err
 print("carried on")
 """
-    proc = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, env=ENV,
-                          cwd=ROOT, timeout=60, check=False)
+    proc = run_python(["-c", child], timeout=60)
     name = "Ctrl-C" if sig == signal.SIGINT else "SIGTERM"
     assert proc.returncode == 128 + sig, proc.stderr
     assert proc.stderr.strip() == f"train.py: interrupted ({name}); during start-up", proc.stderr

@@ -13,6 +13,7 @@ import torch
 from gmts import data
 from gmts.run import machine
 from gmts.run.validate import Rule, check, temperature_rule
+from conftest import run_python
 from test_bad_input import (ENV, ROOT, check_one_line, finished_run, read_jsonl,  # noqa: F401
                             run_batch, snapshot, train_args)
 
@@ -50,10 +51,8 @@ def test_one_temperature_rule_refuses_0_and_float32_subnormals_in_both_entry_poi
 
 def test_rank_without_world_size_is_one_line_and_notes_follow_the_trainers_rule(monkeypatch,
                                                                                tmp_path):
-    env = {k: v for k, v in ENV.items() if k not in ("WORLD_SIZE", "RANK")}
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), "--output-dir",
-                           str(tmp_path / "r"), "--steps", "1"], env=dict(env, RANK="3"),
-                          capture_output=True, text=True, cwd=ROOT, timeout=300, check=False)
+    proc = run_python(["train.py", "--output-dir", tmp_path / "r", "--steps", "1"],
+                      env={"WORLD_SIZE": None, "RANK": "3"}, timeout=300)
     check_one_line(proc, "RANK='3' is set but WORLD_SIZE is not")
     assert proc.returncode == 2 and not (tmp_path / "r").exists()
     for world, rank, main in ((None, "3", True), ("1", "3", True), ("2", "1", False),
@@ -168,8 +167,7 @@ def test_out_of_memory_names_the_flag_to_lower(digit_model_dir, digit_data, tmp_
     for (script, *args), flag in zip(cases, ("--group-size (100000)", "--samples (200000)")):
         child = (f"{limit}; import runpy, sys; sys.argv = {[script, *args]!r}; "
                  f"runpy.run_path({os.path.join(ROOT, script)!r}, run_name='__main__')")
-        proc = subprocess.run([sys.executable, "-c", child], env=ENV, cwd=ROOT,
-                              capture_output=True, text=True, timeout=600, check=False)
+        proc = run_python(["-c", child], timeout=600)
         lines = [x for x in proc.stderr.strip().splitlines() if x.startswith("error")]
         assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
         assert len(lines) == 1 and lines[0].startswith("error: out of memory ") and flag in lines[0]

@@ -10,7 +10,7 @@ import time
 import pytest
 import torch
 # ../shared/data, and the skip that says how to get it
-from conftest import SHARED_DATA, needs_shared_data
+from conftest import SHARED_DATA, needs_shared_data, run_python
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def is_timing(key):          # wall-clock and memory figures differ between any two runs
@@ -32,11 +32,8 @@ def train_args(model_dir, out, *extra):
             "--save-every", "1", *extra]
 
 
-def run_train(args, check=True, **kw):
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", OMP_NUM_THREADS="1")
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), *args],
-                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=600, **kw,
-                          check=False)
+def run_train(args, check=True):
+    proc = run_python(["train.py", *args], timeout=600)
     if check and proc.returncode != 0:
         raise AssertionError(f"train.py failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return proc
@@ -107,12 +104,10 @@ def test_deterministic_run_is_the_default_run_on_cpu_and_resumes_exactly(digit_m
     runs = {name: tmp_path / name for name in ("default", "deterministic", "split")}
     args = ["--selector", "gmts", "--beta", "0.05", "--dtype", "bfloat16"]     # a GPU's default
     run_train(train_args(digit_model_dir, runs["default"], *args))
-    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
     code = ("import sys, torch, train; train.main(sys.argv[1:]); "
             "print('deterministic algorithms:', torch.are_deterministic_algorithms_enabled())")
-    proc = subprocess.run([sys.executable, "-c", code, *train_args(
-        digit_model_dir, runs["deterministic"], *args, "--deterministic")], capture_output=True,
-        text=True, env=env, cwd=ROOT, timeout=600, check=False)
+    proc = run_python(["-c", code, *train_args(digit_model_dir, runs["deterministic"], *args,
+                                               "--deterministic")], timeout=600)
     assert proc.returncode == 0, proc.stderr
     assert "deterministic algorithms: True" in proc.stdout
     run_train(train_args(digit_model_dir, runs["split"], *args, "--steps", "1"))

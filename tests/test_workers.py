@@ -2,7 +2,8 @@
 (conftest.SANDBOX_TESTS) all run on one worker, in turn, the others beside them at a lower priority,
 the longest first, the tests of a module in RUN_MODULES on one worker; a test outside SANDBOX_TESTS
 that runs code in the sandbox fails there, saying what to do. Checked on a small suite that reuses
-this repository's pytest.ini and conftest.py, run with the README's command plus `-n 2`."""
+this repository's pytest.ini and conftest.py, run with the README's command plus `-n 2`. And a
+command run in a fork of the warm process (conftest.run_python) is the command line."""
 import glob
 import json
 import os
@@ -71,8 +72,12 @@ def test_sandbox_tests_share_one_worker_and_other_runs_fail(tmp_path):
     assert {r["nice"] for r in others} == {min(base + OTHERS_NICE, 19)}, others
     module = [r for r in ran if r["name"] == "fixture" or r["name"].startswith("module")]
     assert len(module) == 5 and len({r["worker"] for r in module}) == 1, module   # trained once
+    # the long test is queued before the plain ones: its worker runs it before any of them (its
+    # start against the other worker's would depend on how fast each worker starts on a loaded
+    # machine)
     long = next(r for r in ran if r["name"] == "long")
-    assert long["start"] <= min(r["start"] for r in others if r["name"].startswith("plain")), ran
+    assert min((r for r in others if r["worker"] == long["worker"]
+                and r["name"].startswith(("plain", "long"))), key=lambda r: r["start"]) is long, ran
     # the one failure: the sandbox run outside the group, told what to do
     assert proc.returncode == 1 and "1 failed, 20 passed" in proc.stdout, proc.stdout[-3000:]
     assert ("test_outside.py::test_unlisted_sandbox_run runs code in the code reward's sandbox: "
@@ -92,3 +97,33 @@ def test_the_lists_name_tests_that_exist_and_the_guard_has_its_hook():
         assert not name or any(f"def {name}" in pathlib.Path(f).read_text() for f in files), \
             prefix
     assert callable(getattr(sandbox, "_reserve_uid", None))
+
+
+
+PROBE = ("import json, os, sys\n"
+         "print(json.dumps([sys.argv, sys.path[0], os.getcwd(), os.environ.get('GMTS_PROBE'),\n"
+         "                  os.environ.get('TOKENIZERS_PARALLELISM'), __name__,\n"
+         "                  sys.stdin.read()]))\n"
+         "sys.stderr.write('to stderr\\n')\n"
+         "sys.exit(int(sys.argv[-1]))\n")
+
+
+def test_a_command_in_a_fork_is_the_command_line(tmp_path):
+    """conftest.run_python (a fork of the warm process) gives what `python ...` gives for -c, -m
+    and a script: argv, sys.path[0], the folder, the environment (a variable added, one of ENV
+    unset), an empty stdin, stdout, stderr and the exit status."""
+    from conftest import ENV, run_python
+    (tmp_path / "probe_module.py").write_text(PROBE)
+    assert "TOKENIZERS_PARALLELISM" in ENV                   # so that unsetting it shows
+    real_env = {k: v for k, v in ENV.items() if k != "TOKENIZERS_PARALLELISM"}
+    for argv in (["-c", PROBE, "a b", "3"], ["-m", "probe_module", "x", "0"],
+                 [str(tmp_path / "probe_module.py"), "--flag", "7"]):
+        forked = run_python(argv, cwd=tmp_path, timeout=300,
+                            env={"GMTS_PROBE": "set", "TOKENIZERS_PARALLELISM": None})
+        real = subprocess.run([sys.executable, *argv], cwd=tmp_path,
+                              env=dict(real_env, GMTS_PROBE="set"), stdin=subprocess.DEVNULL,
+                              capture_output=True, text=True, timeout=300, check=False)
+        assert (forked.returncode, forked.stdout, forked.stderr) == \
+            (real.returncode, real.stdout, real.stderr), argv
+        assert real.returncode == int(argv[-1])
+        assert json.loads(real.stdout)[3:5] == ["set", None], real.stdout

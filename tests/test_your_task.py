@@ -12,7 +12,7 @@ import sys
 import threading
 
 import pytest
-from conftest import run_batch
+from conftest import run_batch, run_python
 
 from gmts import data
 from gmts import rewards
@@ -555,8 +555,7 @@ def test_training_logs_each_reward_and_evaluates_with_the_runs_rewards(digit_mod
             "--micro-batch-size", "4", "--device", "cpu", "--reward", f"{path}:one", "--reward",
             "gsm8k", "--reward-weights", "1,0", "--eval-data", data_file, "--eval-every", "1",
             "--output-dir", str(tmp_path / "run")]
-    proc = subprocess.run(argv, capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=600,
-                          check=False)
+    proc = run_python(argv[1:], timeout=600)
     assert proc.returncode == 0, proc.stderr
     (m,) = [json.loads(line)
             for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
