@@ -305,6 +305,8 @@ TRAIN_RULES = [
     _need("eval_limit", 0),
     _need("eval_samples", 1),
     temperature_rule("eval_temperature", greedy=True),
+    Rule("eval_max_rows", at_least(0), "--eval-max-rows must be >= 0 (0 = a step's rollout "
+                                       "call), got {v}"),
     Rule("report_to", lambda v, c: v in REPORT_TO, "--report-to must be one of "
                                                    f"{', '.join(REPORT_TO)}, got {{v!r}}"),
     # Looked up, not imported (no cost): a missing backend fails here, before anything is written.
