@@ -398,6 +398,40 @@ def test_train_evaluates_in_calls_no_larger_than_its_rollout(tiny_model_dir, tmp
     assert evaluating.rows == [2, 1] * 3
 
 
+def test_train_eval_max_rows_sets_the_evaluation_calls_and_keeps_its_answers(tiny_model_dir,
+                                                                              tmp_path, capsys,
+                                                                              monkeypatch):
+    """--eval-max-rows 4 (3 problems x 2 samples): calls of 2 problems (4 rows) and 1, above the
+    rollout's 2 rows, and the same held-out answers as calls of 2 rows (one seed per problem).
+    --eval-max-rows -1 is refused."""
+    from gmts.tools import evaluate
+    import train
+    answers = []
+
+    def recorded(model, prompts, **kw):            # every call's answers, in problem order
+        roll = evaluate_sample(model, prompts, **kw)
+        answers.extend(row[mask].tolist() for row, mask in zip(roll.completion_ids,
+                                                                roll.valid_mask))
+        return roll
+    evaluate_sample, evaluating = evaluate.sample, RowCounter(recorded)
+    monkeypatch.setattr(evaluate, "sample", evaluating)
+    common = ["--model", tiny_model_dir, "--data", "arithmetic", "--steps", "1",
+              "--prompts-per-step", "2", "--group-size", "2", "--rollout-batch-size", "1",
+              "--max-new-tokens", "3", "--micro-batch-size", "2", "--device", "cpu",
+              "--eval-before", "--eval-data", "arithmetic:test", "--eval-limit", "3",
+              "--eval-samples", "2", "--eval-temperature", "1.0"]
+    seen = {}
+    for rows, calls in (("0", [2, 2, 2]), ("4", [4, 2])):
+        evaluating.rows.clear(), answers.clear()
+        train.main(common + ["--eval-max-rows", rows, "--output-dir", str(tmp_path / rows)])
+        assert evaluating.rows == calls                    # the evaluation before the first step
+        seen[rows] = list(answers)
+    assert len(seen["4"]) == 6 and seen["4"] == seen["0"]
+    with pytest.raises(SystemExit) as err:
+        train.main(common + ["--eval-max-rows", "-1", "--output-dir", str(tmp_path / "bad")])
+    assert err.value.code == 2 and "--eval-max-rows must be >= 0" in capsys.readouterr().err
+
+
 def test_eval_cli_max_rows_bounds_every_sampling_call(tiny_model_dir, tmp_path, monkeypatch):
     import eval as eval_cli
     from gmts.tools import evaluate

@@ -176,6 +176,12 @@ def test_every_phase_of_a_step_is_planned():
                            samples)
         assert e["eval_kv_cache"] * rows == e["kv_cache"] * eval_rows
         assert ph["evaluation"] <= ph["rollout"]
+    # --eval-max-rows: calls of that many rows (whole problems), beyond the rollout's 8
+    for samples, bound, eval_rows in (("2", "20", 20), ("3", "20", 18), ("32", "20", 20)):
+        e = plan("--rollout-batch-size", "2", "--group-size", "4", "--eval-samples", samples,
+                 "--eval-max-rows", bound)[0]
+        assert e["eval_kv_cache"] * rows == e["kv_cache"] * eval_rows
+        assert e["eval_sampler_buffers"] == eval_rows * V * (2 + 4 + 8)     # bf16 logits
     assert plan("--dtype", "float32")[0]["gradient_sums"] == 0
     assert plan("--lora-rank", "8")[0]["gradient_sums"] == 0        # adapters are float32
     host = plan("--optimizer-offload")[0]["host_phases"]

@@ -175,6 +175,9 @@ class Config:
     eval_limit: int = option(100, "evaluation problems", ">= 0")
     eval_samples: int = option(1, "samples per evaluation problem", ">= 1")
     eval_temperature: float = option(0.0, "evaluation temperature (0 = greedy)")
+    eval_max_rows: int = option(0, "answers one evaluation sampling call holds (its KV cache; 0 = "
+                                   "a step's rollout call: --rollout-batch-size x --group-size)",
+                                ">= 0 (0 = a step's rollout call)")
     eval_before: bool = option(False, "also evaluate before the first step (needs --eval-data; "
                                       "with --eval-every, the end prints before and after)")
     report_to: str = option("none", "also log metrics, samples and config to: none | tensorboard "
@@ -216,7 +219,7 @@ PRESETS = {
                      "gradient_checkpointing": "off", "save_every": 0, "keep_checkpoints": 1,
                      "output_dir": "runs/cpu-demo", "eval_data": "arithmetic:test",
                      "eval_every": 20, "eval_before": True, "eval_limit": 100, "eval_samples": 2,
-                     "eval_temperature": 0.5},
+                     "eval_temperature": 0.5, "eval_max_rows": 100},
     # The public reproduction's setting: Qwen2.5-1.5B-Instruct on GSM8K, 8 answers per prompt, 256
     # new tokens, ρ = 0.2, LoRA r = 32 at lr 1e-4; TRL's bnpo with the selection folded into its
     # completion mask, as the reproduction ran it (= our "selected": 1/S over the selected tokens).

@@ -62,7 +62,8 @@ LOCK_NOTE = ("That process owns this run folder while it runs: it holds an flock
 RESUMABLE = {"steps", "micro_batch_size", "micro_batch_tokens", "rollout_batch_size", "chunk_size",
              "gradient_checkpointing", "device",
              "dtype", "save_every", "keep_checkpoints", "log_samples", "eval_every", "eval_data",
-             "eval_limit", "eval_samples", "eval_temperature", "max_bad_steps", "output_dir",
+             "eval_limit", "eval_samples", "eval_temperature", "eval_max_rows", "max_bad_steps",
+             "output_dir",
              "resume", "overwrite", "report_to", "compile", "deterministic", "log_grad_noise"}
 
 # The files of a run in its folder; a fresh run must not mix its files with these.

@@ -542,7 +542,7 @@ def run_eval(cfg, model, tokenizer, eos_ids, device, progress="eval"):
     `progress` as in evaluate_model (a name: a bar on stderr that goes when done)."""
     was_training = model.training
     model.eval()
-    rows = rollout_rows(cfg)
+    rows = cfg.eval_max_rows or rollout_rows(cfg)      # answers per sampling call
     result = evaluate_model(model, tokenizer, cfg.eval_data, limit=cfg.eval_limit,
                             samples=cfg.eval_samples, temperature=cfg.eval_temperature,
                             max_new_tokens=cfg.max_new_tokens, seed=cfg.seed, eos_ids=eos_ids,
@@ -563,8 +563,8 @@ def run_eval(cfg, model, tokenizer, eos_ids, device, progress="eval"):
 def rollout_rows(cfg):
     """The most rows (answers) one sampling call of this process's rollout holds:
     --rollout-batch-size prompts (0: the process's share of --prompts-per-step) x --group-size.
-    Evaluation samples in calls of at most as many rows, so it never needs more KV cache than a step
-    does."""
+    Evaluation samples in calls of at most as many rows (unless --eval-max-rows says how many), so
+    it never needs more KV cache than a step does."""
     share = cfg.prompts_per_step // distributed.world_size()
     return min(cfg.rollout_batch_size or share, share) * cfg.group_size
 

@@ -301,10 +301,10 @@ def plan(cfg, shape, *, prompt_tokens=256, device="gpu", world=1, budget=None):
     # logits, z / tau in float32, float64 probabilities
     c["sampler_buffers"] = rows * V * (b + 4 + 8)
     c["kv_expansion"] = kv_expansion_bytes(cfg, shape, rows, prompt_tokens, b)
-    # evaluation (--eval-every / --eval-before): calls of at most the rollout's rows
-    # (gmts/tools/evaluate.py, rollout_rows; gmts/tools/evaluate.py, sampling_calls)
-    s = max(cfg.eval_samples, 1)
-    eval_rows = s * max(1, rows // s) if s <= rows else rows
+    # evaluation (--eval-every / --eval-before): calls of at most --eval-max-rows rows, else the
+    # rollout's (gmts/tools/evaluate.py: run_eval, sampling_calls)
+    s, bound = max(cfg.eval_samples, 1), cfg.eval_max_rows or rows     # rows per evaluation call
+    eval_rows = s * max(1, bound // s) if s <= bound else bound
     c["eval_kv_cache"] = c["kv_cache"] * eval_rows // rows
     c["eval_sampler_buffers"] = eval_rows * V * (b + 4 + 8)
     # save (host memory): on a GPU, safetensors holds a host copy of every weight until the file
