@@ -235,7 +235,7 @@ def test_compiled_decode_kv_caches_are_planned_as_the_code_allocates_them(monkey
     columns) leave 4 caches; the planner's figure is their bytes, counted from the tensors. The
     decode runs eagerly (torch.compile the identity): the caches are the same, no code is made."""
     from gmts.trainer.compiled_decode import CompiledDecode
-    from gmts.trainer.rollout import sample_batched
+    from gmts.trainer.rollout import sample
     from conftest import sampler_kwargs
     monkeypatch.setattr("torch.compile", lambda fn=None, **_: fn if fn else (lambda f: f))
     cfg = parse_config(["--prompts-per-step", "3", "--group-size", "2", "--rollout-batch-size",
@@ -244,9 +244,9 @@ def test_compiled_decode_kv_caches_are_planned_as_the_code_allocates_them(monkey
     model = tiny_qwen2()
     for seed, lengths in enumerate([(5, 9, 20), (30, 3, 4)]):
         prompts = [[3 + i % 50 for i in range(n)] for n in lengths]
-        sample_batched(model, prompts, prompts_per_call=cfg.rollout_batch_size,
-                       **sampler_kwargs(seed, group_size=2, max_new_tokens=4,
-                                        decode=CompiledDecode))
+        sample(model, prompts, prompts_per_call=cfg.rollout_batch_size,
+               **sampler_kwargs(seed, group_size=2, max_new_tokens=4,
+                                decode=CompiledDecode))
     buckets = model.__dict__["_gmts_decode_buckets"]
     assert sorted((rows, width) for rows, width, _ in buckets) == [(2, 20), (2, 36), (4, 20),
                                                                    (4, 36)]

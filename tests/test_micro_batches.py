@@ -210,24 +210,24 @@ def test_torch_without_grad_dtype_refuses_bf16_weights(monkeypatch):
     """torch < 2.10 (no Tensor.grad_dtype, the feature check patched) cannot sum bf16 gradients
     in float32: --dtype bfloat16 is one line at the start naming the flag and the version; float32
     weights, LoRA's float32 adapters and --fsdp's float32 shards run; the optimizer refuses too."""
-    from gmts.run import state
+    from gmts.run import build
     from gmts.run.config import parse_config
     from gmts.trainer import optim
     monkeypatch.setattr(optim, "has_grad_dtype", lambda: False)
     flags = ["--data", "arithmetic", "--device", "cpu"]
     with pytest.raises(SystemExit) as refused:
-        state.start_processes(parse_config(flags + ["--dtype", "bfloat16"]), None)
+        build.start_processes(parse_config(flags + ["--dtype", "bfloat16"]), None)
     message = str(refused.value)
     assert message.startswith("error: --dtype bfloat16: torch ") and torch.__version__ in message
     assert "\n" not in message
     for dtype in ("float32", "auto"):              # auto: float32 on a CPU
-        assert state.start_processes(parse_config(flags + ["--dtype", dtype]), None)[3] == \
+        assert build.start_processes(parse_config(flags + ["--dtype", dtype]), None)[3] == \
             torch.float32
     lora = parse_config(flags + ["--dtype", "bfloat16", "--lora-rank", "4"])
-    assert state.start_processes(lora, None)[3] == torch.bfloat16
+    assert build.start_processes(lora, None)[3] == torch.bfloat16
     fsdp = types.SimpleNamespace(dtype="bfloat16", fsdp=True, lora_rank=0)
     optim.check_gradient_sums(fsdp, torch.bfloat16)
     with pytest.raises(RuntimeError, match="grad_dtype"):
         optim.MasterWeightAdamW([torch.nn.Parameter(torch.ones(2, dtype=torch.bfloat16))])
     monkeypatch.undo()
-    state.start_processes(parse_config(flags + ["--dtype", "bfloat16"]), None)     # torch 2.10+
+    build.start_processes(parse_config(flags + ["--dtype", "bfloat16"]), None)     # torch 2.10+

@@ -218,7 +218,7 @@ def compiled_kv_cache_bytes(cfg, shape, call_rows, prompt_tokens, dtype):
 def rollout_calls(cfg, world=1):
     """The rows of the sampling calls of one process's rollout: --rollout-batch-size prompts x
     --group-size per call, and the rest of the process's share (gmts/trainer/rollout.py,
-    sample_batched; gmts/run/state.py, rollout_rows)."""
+    sample; gmts/tools/evaluate.py, rollout_rows)."""
     share = cfg.prompts_per_step // world
     per_call = min(cfg.rollout_batch_size or share, share)
     return sorted({per_call * cfg.group_size} | ({share % per_call * cfg.group_size}
