@@ -614,7 +614,8 @@ def test_gmts_run_has_no_import_cycle():
             elif isinstance(node, ast.Import):
                 deps |= {a.name.split(".")[2] for a in node.names if a.name.startswith("gmts.run.")}
         graph[name] = deps - {name}
-    assert graph["config"] == {"presets", "validate"} and not graph["validate"]
+    assert graph["config"] == {"presets", "validate"} and graph["validate"] == {"machine", "paths"}
+    assert not graph["machine"] and not graph["paths"] and not graph["presets"]
 
     def visit(node, path):
         assert node not in path, f"import cycle: {' -> '.join(path + [node])}"
