@@ -325,11 +325,12 @@ def test_a_signal_while_sampling_ends_the_command_within_seconds(inputs, digit_d
 import os, runpy, signal, sys, time
 sys.path.insert(0, {ROOT!r})
 sys.argv = ["{command}", *{argv!r}]
+from gmts.tools import evaluate
 from gmts.trainer import rollout
 def slow(*args, **kwargs):
     os.kill(os.getpid(), signal.SIGINT)
     time.sleep(120)                     # sampling for minutes
-rollout.sample = slow
+rollout.sample = evaluate.sample = slow     # where eval.py's evaluation calls it (imported already)
 {run}
 """
     t0 = time.time()

@@ -429,7 +429,8 @@ def test_train_eval_max_rows_sets_the_evaluation_calls_and_keeps_its_answers(tin
     assert len(seen["4"]) == 6 and seen["4"] == seen["0"]
     with pytest.raises(SystemExit) as err:
         train.main(common + ["--eval-max-rows", "-1", "--output-dir", str(tmp_path / "bad")])
-    assert err.value.code == 2 and "--eval-max-rows must be >= 0" in capsys.readouterr().err
+    refusal = capsys.readouterr().err
+    assert err.value.code == 2 and "--eval-max-rows must be an integer >= 0" in refusal
 
 
 def test_eval_cli_max_rows_bounds_every_sampling_call(tiny_model_dir, tmp_path, monkeypatch):

@@ -29,7 +29,7 @@ def _equal_worker(rank, world, cases):
 
 def _loaded_and_stepped(rank, folder, checkpointing):
     from gmts.trainer import distributed
-    from gmts.trainer.policy import enable_gradient_checkpointing, load_model
+    from gmts.trainer.models import enable_gradient_checkpointing, load_model
     prepare = enable_gradient_checkpointing if checkpointing else (lambda _: None)
     cpu = torch.device("cpu")
     whole = load_model(folder, dtype=torch.float32, device=cpu)      # every process, all of it
