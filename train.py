@@ -404,8 +404,8 @@ def evaluate(run, log, label, step, stop=None):
     abandon = stop.interruptible() if stop and not run.cfg.fsdp else contextlib.nullcontext()
     with reward_failures(run.cfg, step), abandon, memory_line(
             "train.py", f"evaluating {label}",
-            "lower --prompts-per-step x --group-size (the evaluation samples as many rows "
-            "at once) or --eval-samples"):
+            "lower --eval-max-rows (the rows one evaluation call samples; 0: the rollout's, "
+            "--rollout-batch-size x --group-size) or --eval-samples"):
         try:
             out = evaluate_during_training(run, "eval " + label)
         except (Interrupted, rewards.ScoringStopped):
@@ -423,10 +423,15 @@ def non_finite(done):
 
 def diverged(cfg, step, bad_in_a_row, last_saved):
     """The line that ends a run after --max-bad-steps non-finite steps in a row."""
-    last_good = ckpt.find_checkpoint(cfg.output_dir) if last_saved else "none"
     return (f"error: {bad_in_a_row} steps in a row with a non-finite loss, gradient or model "
-            f"output (NaN/inf; last at step {step}); the last checkpoint is {last_good}. Lower "
+            f"output (NaN/inf; last at step {step}); the last checkpoint is "
+            f"{last_checkpoint(cfg, last_saved)}. Lower "
             "--lr or check the data.")
+
+
+def last_checkpoint(cfg, last_saved):
+    """The run folder's newest checkpoint, or "none" when this run has saved none yet."""
+    return ckpt.find_checkpoint(cfg.output_dir) if last_saved else "none"
 
 
 def save_if_finite(run, step, bar, log, say):
@@ -435,9 +440,9 @@ def save_if_finite(run, step, bar, log, say):
     Returns whether it saved."""
     if not all_finite(run.model.parameters()):
         if run.main_process and say:
-            last_good = ckpt.find_checkpoint(run.cfg.output_dir) if log.last_saved else "none"
             print(f"gmts: no checkpoint after step {step}: the weights hold NaN/inf (the last "
-                  f"checkpoint, {last_good}, is the last good one)", file=sys.stderr, flush=True)
+                  f"checkpoint, {last_checkpoint(run.cfg, log.last_saved)}, is the last good one)",
+                  file=sys.stderr, flush=True)
         return False
     t = time.time()
     with bar.doing(f"writing checkpoint step-{step}"):

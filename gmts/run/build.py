@@ -133,8 +133,7 @@ def build_run(cfg, resume_from, state, *, load_prompts, reward_functions):
     if cfg.deterministic:
         ckpt.deterministic_kernels()
     tokenizer, problems, prompt_ids, n_too_long, reward_fns = load_data(
-        cfg, resume_from, load_prompts,
-                                                                        reward_functions)
+        cfg, resume_from, load_prompts, reward_functions)
     made_of = fingerprint(cfg, problems, prompt_ids, tokenizer)
     # before the model loads or anything is written: refuse another run's parts
     if state is not None:

@@ -23,8 +23,6 @@ class Progress(tqdm):
         self.terminal = getattr(stream, "isatty", lambda: False)()
         self._shown = None                      # (count, name, figures) of the last line written
         super().__init__(*args, **kwargs)
-        if not self.terminal:
-            self.leave = True
 
     def _state(self):
         return self.n, self.desc, str(self.postfix)
