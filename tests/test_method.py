@@ -396,17 +396,45 @@ def test_bad_input_raises_clear_errors():
         gmts.group_advantages(torch.tensor([1.0, 0.0]), 2, std="sample")
 
 
-def test_each_option_table_holds_exactly_the_options_the_command_line_accepts():
-    """grpo's tables (selector, scope, loss_norm) name the same choices, in the same order, as
-    gmts/method/options.py, which the command line checks every flag against before torch loads;
-    an unknown name is one ValueError naming the option and its choices."""
-    from gmts.method.grpo import NORMALISERS, RANKINGS, SCORES
+def test_each_option_name_the_command_line_accepts_runs_in_grpo_and_no_other():
+    """Every selector, scope and loss_norm of gmts/method/options.py (the names the command line
+    checks each flag against before torch loads) runs in grpo.py: the default written out in the
+    function that reads the option, each other name in the table beside it (SCORES, RANKINGS,
+    NORMALISERS), and no other name. An unknown name is one ValueError naming the option and its
+    choices (gmts.<name>); grpo itself, which checks nothing, reads it as its table's KeyError."""
+    from gmts.method import grpo
     from gmts.method.options import LOSS_NORMS, SCOPES, SELECTORS
-    assert tuple(SCORES) == SELECTORS and tuple(RANKINGS) == SCOPES
-    assert tuple(NORMALISERS) == LOSS_NORMS
-    valid = torch.ones(2, 3, dtype=torch.bool)
+    for default, table, names in (("gmts", grpo.SCORES, SELECTORS),
+                                  ("batch", grpo.RANKINGS, SCOPES),
+                                  ("selected", grpo.NORMALISERS, LOSS_NORMS)):
+        assert default not in table and sorted([default, *table]) == sorted(names)
+    gen = torch.Generator().manual_seed(0)
+    valid = torch.rand(4, 5, generator=gen) > 0.3
+    entropy, omega = torch.rand(4, 5, generator=gen), torch.randn(4, 5, generator=gen)
+    for selector in SELECTORS:
+        scores = grpo.token_scores(selector, entropy, omega, generator=gen)
+        assert (scores is None) == (selector == "none")
+        assert selector == "none" or (scores.shape == valid.shape and scores.dtype == torch.float32)
+    scores = grpo.token_scores("gmts", entropy, omega)
+    for scope in SCOPES:
+        selected = grpo.select_tokens(scores, valid, 0.5, scope=scope,
+                                      group_ids=torch.tensor([0, 0, 1, 1]))
+        assert 0 < int(selected.sum()) <= int(valid.sum()) and not (selected & ~valid).any()
+    for loss_norm in LOSS_NORMS:
+        weights = grpo.loss_weights(valid, valid, loss_norm)
+        assert weights.dtype == torch.float64 and (weights[valid] > 0).all()
+        assert (weights[~valid] == 0).all()
+    with pytest.raises(ValueError, match=r"unknown selector 'entropy'; choose one of \('none'"):
+        gmts.token_scores("entropy", entropy)
+    with pytest.raises(ValueError, match=r"scope must be one of \('batch', 'group'\)"):
+        gmts.select_tokens(scores, valid, 0.5, scope="row")
     with pytest.raises(ValueError, match=r"unknown loss_norm 'token'; choose one of \('selected'"):
         gmts.loss_weights(valid, valid, "token")
+    for bad in (lambda: grpo.token_scores("entropy", entropy),
+                lambda: grpo.select_tokens(scores, valid, 0.5, scope="row"),
+                lambda: grpo.loss_weights(valid, valid, "token")):
+        with pytest.raises(KeyError):
+            bad()
 
 
 def test_selection_diagnostics_count_what_each_selection_spends():

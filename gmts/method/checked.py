@@ -3,11 +3,13 @@ it. This is the method as `import gmts` exports it (gmts.select_tokens, ...), fo
 its own tensors (the notebooks, another trainer, a test). grpo.py checks nothing itself: train.py
 calls it with tensors it built (their shapes, dtypes and masks hold by construction), options the
 command line checked once (gmts/run/validate.py) and rewards the scorer checked (rewards/). Each
-function here checks, then returns grpo's result unchanged."""
+function here checks (an option's name too: grpo reads an unknown one as its table's KeyError),
+then returns grpo's result unchanged; advantages given as a list, or on another device than the
+tokens, are handed on as a tensor on the tokens' device."""
 import torch
 
 from gmts.method import grpo
-from gmts.method.options import SCOPES, STD_MODES, check
+from gmts.method.options import LOSS_NORMS, SCOPES, SELECTORS, STD_MODES, check
 
 
 def group_advantages(rewards, group_size, *, std="unbiased", eps=1e-6):
@@ -36,7 +38,7 @@ def token_omega(logp, old_logp, advantages, *, eps_low=0.2, eps_high=0.28, beta=
     """grpo.token_omega, checked: logp, old_logp (and ref_logp, needed when beta != 0) of one shape;
     advantages per row or per token."""
     _same_shape(logp=logp, old_logp=old_logp)
-    _advantages(advantages, logp)
+    advantages = _advantages(advantages, logp)
     _reference(beta, ref_logp, logp)
     return grpo.token_omega(logp, old_logp, advantages, eps_low=eps_low, eps_high=eps_high,
                             beta=beta, ref_logp=ref_logp, kl_share=kl_share)
@@ -44,13 +46,13 @@ def token_omega(logp, old_logp, advantages, *, eps_low=0.2, eps_high=0.28, beta=
 
 def clip_active(r, advantages, eps_low, eps_high):
     """grpo.clip_active, checked: advantages per row or per token of r."""
-    _advantages(advantages, r)
+    advantages = _advantages(advantages, r)
     return grpo.clip_active(r, advantages, eps_low, eps_high)
 
 
 def token_scores(selector, entropy, omega=None, *, weight=None, generator=None):
-    """grpo.token_scores, checked: "gmts" needs omega, shaped like entropy (an unknown selector is
-    grpo's own ValueError)."""
+    """grpo.token_scores, checked: a known selector; "gmts" needs omega, shaped like entropy."""
+    check(selector in SELECTORS, f"unknown selector {selector!r}; choose one of {SELECTORS}")
     if selector == "gmts":
         check(omega is not None, "selector 'gmts' needs omega (see token_omega)")
         _same_shape(entropy=entropy, omega=omega)
@@ -110,8 +112,9 @@ def _non_finite_message(scores, bad):
 
 
 def loss_weights(valid_mask, selected_mask, loss_norm="selected", *, reduce=None):
-    """grpo.loss_weights, checked: both masks of one shape, nothing selected outside valid_mask (an
-    unknown loss_norm is grpo's own ValueError)."""
+    """grpo.loss_weights, checked: a known loss_norm, both masks of one shape, nothing selected
+    outside valid_mask."""
+    check(loss_norm in LOSS_NORMS, f"unknown loss_norm {loss_norm!r}; choose one of {LOSS_NORMS}")
     _same_shape(valid_mask=valid_mask, selected_mask=selected_mask)
     check(not (selected_mask & ~valid_mask).any(),
           "selected_mask selects padding/prompt positions (not in valid_mask)")
@@ -121,7 +124,7 @@ def loss_weights(valid_mask, selected_mask, loss_norm="selected", *, reduce=None
 def token_objective(logp, old_logp, advantages, *, eps_low=0.2, eps_high=0.28, beta=0.0,
                     ref_logp=None):
     """grpo.token_objective, checked: advantages per row or per token; ref_logp when beta != 0."""
-    _advantages(advantages, logp)
+    advantages = _advantages(advantages, logp)
     check(beta == 0.0 or ref_logp is not None, f"beta={beta} needs ref_logp")
     return grpo.token_objective(logp, old_logp, advantages, eps_low=eps_low, eps_high=eps_high,
                                 beta=beta, ref_logp=ref_logp)
@@ -130,7 +133,7 @@ def token_objective(logp, old_logp, advantages, *, eps_low=0.2, eps_high=0.28, b
 def policy_loss(logp, old_logp, advantages, weights, *, eps_low=0.2, eps_high=0.28, beta=0.0,
                 ref_logp=None, kl_weights=None):
     """grpo.policy_loss, checked like token_objective."""
-    _advantages(advantages, logp)
+    advantages = _advantages(advantages, logp)
     check(beta == 0.0 or ref_logp is not None, f"beta={beta} needs ref_logp")
     return grpo.policy_loss(logp, old_logp, advantages, weights, eps_low=eps_low,
                             eps_high=eps_high, beta=beta, ref_logp=ref_logp, kl_weights=kl_weights)
@@ -142,13 +145,15 @@ def _same_shape(**tensors):
 
 
 def _advantages(advantages, like):
-    """advantages: (N,), one per row of `like` (N, T), or (N, T)."""
-    adv = torch.as_tensor(advantages)
+    """advantages: (N,), one per row of `like` (N, T), or (N, T). Returns them as a tensor on
+    like's device."""
+    adv = torch.as_tensor(advantages, device=like.device)
     if adv.dim() == 1:
         check(adv.shape[0] == like.shape[0],
               f"advantages has {adv.shape[0]} rows but the tokens have {like.shape[0]}")
     else:
         _same_shape(advantages=adv, tokens=like)
+    return adv
 
 
 def _reference(beta, ref_logp, logp):

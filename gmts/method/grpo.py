@@ -6,40 +6,34 @@ One RLVR step reads this file top to bottom:
     3. advantage  group_advantages  A_i = (R_i - mean(R_group)) / (std(R_group) + eps)
     4. score      token_omega       ω_it, the scalar in front of each token's policy gradient
                   token_scores      what the selector ranks (ETS: E, GMTS: |E·ω·w|, random, none)
-    5. select     select_tokens     the exact batch-wide top-ρ mask
+    5. select     select_tokens     the exact batch-wide top-ρ mask (budget: k; top_k_mask)
     6. loss       loss_weights      w_it, the normaliser computed once on the whole optimizer batch
-                  policy_loss       the masked, clipped surrogate (+ k3 KL)
+                  policy_loss       the masked, clipped surrogate (+ k3 KL), from token_objective
+
+Each option's default (selector gmts, scope batch, loss_norm selected) is written out in the
+function that reads the option; its other choices are the tables SCORES, RANKINGS and NORMALISERS
+beside it.
 
 Nothing here checks its arguments: train.py calls these functions with tensors it built (shapes,
-dtypes and masks hold by construction), options the command line checked once
-(gmts/run/validate.py) and rewards the scorer checked (rewards/). gmts/method/checked.py is the
-same functions with every argument checked, one ValueError naming the bad one: what `import gmts`
-exports (gmts.select_tokens, ...), for a caller building its own tensors.
+dtypes, devices and masks hold by construction), options the command line checked once
+(gmts/run/validate.py; an unknown name here is a KeyError) and rewards the scorer checked
+(rewards/). gmts/method/checked.py is the same functions with every argument checked, one
+ValueError naming the bad one: what `import gmts` exports (gmts.select_tokens, ...), for a caller
+building its own tensors.
 
-Names, each with one meaning: R a reward; A an advantage; r = π_θ / π_old the importance ratio; ρ
-(`ratio`) the share of valid tokens selected; E an entropy. Three kinds of weight, whose keyword
-names are the public interface: `weight=` (token_scores) is w_it, the token's LENGTH weight in the
-aggregated loss (relative_token_weight); `weights` / `kl_weights` (policy_loss) are the per-token
-LOSS weights w·m of the policy and KL terms (loss_weights); `kl_share=` (token_omega) is one scalar,
-the KL part's share in ω relative to the policy part (kl_share).
+Names, each with one meaning: R a reward; A an advantage, (N,) per answer or (N, T) per token (an
+(N,) one is read as (N, 1): every token of answer i gets A_i); r = π_θ / π_old the importance
+ratio; ρ (`ratio`) the share of valid tokens selected; E an entropy. Three kinds of weight, whose
+keyword names are the public interface: `weight=` (token_scores) is w_it, the token's LENGTH weight
+in the aggregated loss (relative_token_weight); `weights` / `kl_weights` (policy_loss) are the
+per-token LOSS weights w·m of the policy and KL terms (loss_weights); `kl_share=` (token_omega) is
+one scalar, the KL part's share in ω relative to the policy part (kl_share).
 """
 
 import math
 from fractions import Fraction
 
 import torch
-
-
-class Choices(dict):
-    """An option's table {name: function}, in the order of its names in gmts/method/options.py;
-    an unknown name is one ValueError naming the option and its choices."""
-
-    def __init__(self, option, **choices):
-        super().__init__(choices)
-        self.option = option
-
-    def __missing__(self, name):
-        raise ValueError(f"unknown {self.option} {name!r}; choose one of {tuple(self)}")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -57,17 +51,14 @@ def group_advantages(rewards, group_size, *, std="unbiased", eps=1e-6):
 
     std="unbiased" divides by the sample std (TRL's default, the reproduction's numbers: +2.47 /
     -0.35 in a group of eight with one correct answer); "biased" by the population std; "none" does
-    not divide (Dr. GRPO).
+    not divide (Dr. GRPO). All-equal groups: exactly 0 (METHOD.md, "Exactness notes").
     """
-    rewards = torch.as_tensor(rewards, dtype=torch.float32)
-    grouped = rewards.view(-1, group_size)                     # (Q, G)
-    centred = grouped - grouped.mean(dim=1, keepdim=True)
-    all_equal = grouped.amax(dim=1, keepdim=True) == grouped.amin(dim=1, keepdim=True)
-    centred = centred.masked_fill(all_equal, 0.0)     # exactly 0 (METHOD.md, "Exactness notes")
-    if std == "none":
-        return centred.reshape(-1)
-    spread = grouped.std(dim=1, keepdim=True, unbiased=(std == "unbiased"))
-    return (centred / (spread + eps)).reshape(-1)
+    grouped = torch.as_tensor(rewards, dtype=torch.float32).view(-1, group_size)        # (Q, G)
+    all_equal = grouped.amax(dim=1, keepdim=True) == grouped.amin(dim=1, keepdim=True)  # (Q, 1)
+    adv = (grouped - grouped.mean(dim=1, keepdim=True)).masked_fill(all_equal, 0.0)     # (Q, G)
+    if std != "none":
+        adv = adv / (grouped.std(dim=1, keepdim=True, unbiased=(std == "unbiased")) + eps)
+    return adv.reshape(-1)                                                              # (N,)
 
 
 def mixed_groups(rewards, group_size):
@@ -112,72 +103,57 @@ def token_omega(logp, old_logp, advantages, *, eps_low=0.2, eps_high=0.28, beta=
 
     logp, old_logp, ref_logp: (N, T) log-probabilities of the sampled tokens under π_θ, π_old,
     π_ref. advantages: (N,) per answer or (N, T) per token. Returns ω (N, T) in logp's dtype
-    (float32 at least). kl_share: the KL part's weight relative to the policy part in the aggregated
-    loss (gmts/METHOD.md, "Length weight in ω"): 1 when both share a normaliser; S / N_valid when
-    the policy term is divided by the selected count S and the KL term covers all N_valid tokens
-    (loss_norm "selected" with kl_coverage "all", see kl_share).
+    (float32 at least: logp is upcast first). kl_share: the KL part's weight relative to the policy
+    part in the aggregated loss (gmts/METHOD.md, "Length weight in ω"): 1 when both share a
+    normaliser; S / N_valid when the policy term is divided by the selected count S and the KL term
+    covers all N_valid tokens (loss_norm "selected" with kl_coverage "all", see kl_share).
     """
-    logp, old_logp = _as_float(logp), _as_float(old_logp)
-    adv = broadcast_advantages(advantages, logp)
-    r = torch.exp(logp - old_logp)                       # the importance ratio π_θ / π_old
-    omega = r * adv * (~clip_active(r, adv, eps_low, eps_high))
-    if beta != 0.0:
-        omega = omega + kl_share * (beta * torch.exp(_as_float(ref_logp) - logp) - beta)
+    logp = logp.to(torch.promote_types(logp.dtype, torch.float32))                     # (N, T)
+    r = torch.exp(logp - old_logp)                 # (N, T) the importance ratio π_θ / π_old
+    adv = advantages if advantages.dim() == 2 else advantages[:, None]        # (N, T) or (N, 1)
+    omega = r * adv * ~clip_active(r, adv, eps_low, eps_high)                           # (N, T)
+    if beta != 0.0:                             # + β π_ref/π_θ - β, the KL part, times kl_share
+        omega = omega + kl_share * (beta * torch.exp(ref_logp - logp) - beta)
     return omega
 
 
 def clip_active(r, advantages, eps_low, eps_high):
     """(N, T) bool: 1 - I(r, A), the tokens whose clip is active (their policy gradient is zero);
-    r = π_θ / π_old."""
-    adv = broadcast_advantages(advantages, r)
+    r = π_θ / π_old (N, T), advantages (N,) or (N, T)."""
+    adv = advantages if advantages.dim() == 2 else advantages[:, None]        # (N, T) or (N, 1)
     return ((adv > 0) & (r > 1 + eps_high)) | ((adv < 0) & (r < 1 - eps_low))
 
 
 @torch.no_grad()
 def token_scores(selector, entropy, omega=None, *, weight=None, generator=None):
-    """Scores that select_tokens ranks, (N, T) float, higher = more worth training on.
+    """Scores that select_tokens ranks, (N, T) float (float32 at least: entropy is upcast first),
+    higher = more worth training on.
 
-    none   -> None (select_tokens then keeps every valid token)
+    gmts   -> |E_it · ω_it · w_it|        (paper §3, δ_it; w_it = `weight`, the token's weight in
+                                          the aggregated loss, gmts/METHOD.md, "Length weight in
+                                          ω"; None: 1, as under a token-level mean)
+    the other selectors, SCORES:
     ets    -> E_it                       (Wang et al. 2025: entropy alone)
-    gmts   -> |E_it · ω_it · w_it|        (paper §3, δ_it; w_it = the token's weight in the
-                                          aggregated loss, gmts/METHOD.md, "Length weight in ω";
-                                          1 under a token-level mean)
     random -> Uniform(0, 1)              (the control: does ranking matter at all?)
+    none   -> None (select_tokens then keeps every valid token)
     """
-    return SCORES[selector](_as_float(entropy), omega, weight, generator)
-
-
-def _gmts_scores(entropy, omega, weight, generator):
-    """|E_it · ω_it · w_it|, w_it the token's length weight (None: 1)."""
-    score = entropy * _as_float(omega)
+    entropy = entropy.to(torch.promote_types(entropy.dtype, torch.float32))             # (N, T)
+    if selector != "gmts":
+        return SCORES[selector](entropy, generator)
+    score = entropy * omega                                                            # (N, T)
     if weight is not None:
         score = score * torch.as_tensor(weight, dtype=score.dtype, device=score.device)
     return score.abs()
 
 
-def _ets_scores(entropy, omega, weight, generator):
-    """E_it."""
-    return entropy.clone()
-
-
-def _random_scores(entropy, omega, weight, generator):
+def _random_scores(entropy, generator):
     """Uniform(0, 1) per token."""
     return torch.rand(entropy.shape, generator=generator, dtype=entropy.dtype,
                       device=entropy.device)
 
 
-SCORES = Choices("selector", none=lambda *_: None, ets=_ets_scores, gmts=_gmts_scores,
-                 random=_random_scores)
-
-
-def broadcast_advantages(advantages, like):
-    """(N,) or (N, T) advantages -> (N, T) like `like`."""
-    adv = _as_float(torch.as_tensor(advantages, device=like.device))
-    return adv[:, None].expand_as(like) if adv.dim() == 1 else adv
-
-
-def _as_float(x):
-    return x if x.dtype in (torch.float32, torch.float64) else x.float()
+SCORES = {"ets": lambda entropy, generator: entropy.clone(), "random": _random_scores,
+          "none": lambda entropy, generator: None}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -195,7 +171,6 @@ def num_to_select(ratio, n):
     return budget(ratio, n, n)
 
 
-@torch.no_grad()
 def select_tokens(scores, valid_mask, ratio, *, scope="batch", group_ids=None, bottom=False,
                   exclude=None):
     """Bool mask (N, T) of the selected tokens.
@@ -204,17 +179,20 @@ def select_tokens(scores, valid_mask, ratio, *, scope="batch", group_ids=None, b
     valid_mask (N, T) bool: real completion tokens (never prompt or padding)
     ratio      ρ in (0, 1]; k = ceil(ρ · n) with n the VALID tokens of the scope (capped at the
                eligible count)
-    scope      "batch": one ranking over all tokens; "group": one ranking per group of answers
-               (group_ids (N,)), as in the authors' GRPO-Zero fork (gmts/METHOD.md, "Scope of the
-               ranking")
+    scope      "batch": one ranking over all tokens (top_k_mask with budget's k); "group"
+               (RANKINGS): one ranking per group of answers (group_ids (N,)), as in the authors'
+               GRPO-Zero fork (gmts/METHOD.md, "Scope of the ranking")
     bottom     keep the smallest scores instead (the paper's "Bottom" ablation)
     exclude    (N,) bool: answers left out of the ranking entirely (e.g. zero-advantage groups):
                never selected, but still counted in n, so the budget is every other arm's
     """
-    eligible = valid_mask if exclude is None else valid_mask & ~exclude[:, None]
+    eligible = valid_mask if exclude is None else valid_mask & ~exclude[:, None]        # (N, T)
     if scores is None:
         return eligible.clone()
-    return RANKINGS[scope](scores, valid_mask, eligible, ratio, bottom, group_ids)
+    if scope != "batch":
+        return RANKINGS[scope](scores, valid_mask, eligible, ratio, bottom, group_ids)
+    k = budget(ratio, int(valid_mask.sum()), int(eligible.sum()))
+    return top_k_mask(scores, eligible, k, bottom)
 
 
 def _select_per_group(scores, valid_mask, eligible, ratio, bottom, group_ids):
@@ -222,10 +200,13 @@ def _select_per_group(scores, valid_mask, eligible, ratio, bottom, group_ids):
     valid tokens)."""
     selected = torch.zeros_like(valid_mask)
     for g in torch.unique(group_ids):
-        rows = group_ids == g
-        selected |= _top_k_in(scores, valid_mask & rows[:, None], eligible & rows[:, None], ratio,
-                              bottom)
+        rows = (group_ids == g)[:, None]                                                 # (N, 1)
+        k = budget(ratio, int((valid_mask & rows).sum()), int((eligible & rows).sum()))
+        selected |= top_k_mask(scores, eligible & rows, k, bottom)
     return selected
+
+
+RANKINGS = {"group": _select_per_group}
 
 
 def budget(ratio, n_valid, n_eligible):
@@ -236,23 +217,13 @@ def budget(ratio, n_valid, n_eligible):
     return min(math.ceil(Fraction(repr(float(ratio))) * n_valid), n_eligible)
 
 
-def _top_k_in(scores, valid, eligible, ratio, bottom, group_ids=None):
-    """scope="batch": one top-k over every eligible token."""
-    return top_k_mask(scores, eligible, budget(ratio, int(valid.sum()), int(eligible.sum())),
-                      bottom)
-
-
-RANKINGS = Choices("scope", batch=_top_k_in, group=_select_per_group)
-
-
 def top_k_mask(scores, eligible, k, bottom=False):
     """Exact top-k (or bottom-k) over the eligible positions; ties go to the lower flat index
     (stable sort)."""
     flat_idx = eligible.reshape(-1).nonzero().squeeze(1)    # (n,) flat positions of eligible tokens
-    values = scores.reshape(-1)[flat_idx]
-    order = torch.sort(values, descending=not bottom, stable=True).indices[:k]
-    chosen = torch.zeros(eligible.numel(), dtype=torch.bool, device=eligible.device)
-    chosen[flat_idx[order]] = True
+    order = torch.sort(scores.reshape(-1)[flat_idx], descending=not bottom, stable=True).indices
+    chosen = eligible.new_zeros(eligible.numel())                                   # (N·T,) bool
+    chosen[flat_idx[order[:k]]] = True
     return chosen.view_as(eligible)
 
 
@@ -268,13 +239,14 @@ def top_k_mask(scores, eligible, k, bottom=False):
 
 def loss_weights(valid_mask, selected_mask, loss_norm="selected", *, reduce=None):
     """Per-token weights w_it · m_it (N, T) float64 for the WHOLE optimizer batch; slice rows for
-    micro-batches.
+    micro-batches. m = selected_mask in float64: 1/S exact to 1e-16 whatever the model's dtype.
 
     reduce: sums a count over data-parallel ranks (gmts.trainer.distributed.all_reduce_sum) so the
     normaliser is global.
 
     selected           1/S on selected tokens, S = selected tokens in the batch (the paper's
                        equation; DAPO's token mean)
+    the other normalisers, NORMALISERS:
     all                1/N_valid on selected tokens: the authors' code, verl, and TRL's
                        top_entropy_quantile with loss_type bnpo / dapo (non-selected tokens stay in
                        the denominator)
@@ -284,12 +256,9 @@ def loss_weights(valid_mask, selected_mask, loss_norm="selected", *, reduce=None
                        selection folded into its completion mask; only meaningful without
                        selection: see check_loss_config)
     """
-    m = selected_mask.double()              # float64: 1/S exact to 1e-16 whatever the model's dtype
-    return NORMALISERS[loss_norm](valid_mask, m, reduce or (lambda count: count))
-
-
-def _per_selected(valid_mask, m, total):
-    """m / S, S the selected tokens of the batch (m: the selection, float64)."""
+    m, total = selected_mask.double(), reduce or (lambda count: count)               # m (N, T)
+    if loss_norm != "selected":
+        return NORMALISERS[loss_norm](valid_mask, m, total)
     return m / total(m.sum()).clamp(min=1)
 
 
@@ -308,9 +277,8 @@ def _per_answer(counted):
     return weights
 
 
-NORMALISERS = Choices("loss_norm", selected=_per_selected, all=_per_valid,
-                      sequence=_per_answer("valid"),
-                      **{"sequence-selected": _per_answer("selected")})
+NORMALISERS = {"all": _per_valid, "sequence": _per_answer("valid"),
+               "sequence-selected": _per_answer("selected")}
 
 
 def relative_token_weight(valid_mask, loss_norm):
@@ -337,13 +305,12 @@ def kl_share(loss_norm, kl_coverage, n_selected, n_valid):
 def token_objective(logp, old_logp, advantages, *, eps_low=0.2, eps_high=0.28, beta=0.0,
                     ref_logp=None):
     """Per-token parts of ℓ_it, both (N, T): the clipped surrogate and the k3 KL estimate D_it (0
-    when β = 0). logp carries the gradient; old_logp and ref_logp are constants."""
-    adv = broadcast_advantages(advantages, logp).to(logp.dtype)
-    r = torch.exp(logp - old_logp.detach())              # the importance ratio π_θ / π_old
-    surrogate = torch.minimum(r * adv, torch.clamp(r, 1 - eps_low, 1 + eps_high) * adv)
-    if beta == 0.0:
-        return surrogate, torch.zeros_like(surrogate)
-    return surrogate, _k3(logp, ref_logp)
+    when β = 0). logp carries the gradient; old_logp and ref_logp are constants; advantages (N,)
+    or (N, T), in logp's dtype."""
+    adv = (advantages if advantages.dim() == 2 else advantages[:, None]).to(logp.dtype)
+    r = torch.exp(logp - old_logp.detach())              # (N, T) the importance ratio π_θ / π_old
+    surrogate = torch.minimum(r * adv, torch.clamp(r, 1 - eps_low, 1 + eps_high) * adv)  # (N, T)
+    return surrogate, (_k3(logp, ref_logp) if beta != 0.0 else torch.zeros_like(surrogate))
 
 
 def _k3(logp, ref_logp):
@@ -355,7 +322,7 @@ def _k3(logp, ref_logp):
 
 def policy_loss(logp, old_logp, advantages, weights, *, eps_low=0.2, eps_high=0.28, beta=0.0,
                 ref_logp=None, kl_weights=None):
-    """Scalar loss to MINIMISE: -J = -Σ w·m·surrogate + β Σ w_kl·D.
+    """Scalar loss to MINIMISE: -J = -Σ w·m·surrogate + β Σ w_kl·D, over token_objective's parts.
 
     weights: (N, T) from loss_weights (rows of the full-batch tensor for a micro-batch). kl_weights:
     where the KL term applies (defaults to `weights`, i.e. selected tokens only; pass weights built
