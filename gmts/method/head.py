@@ -80,7 +80,7 @@ class _ChunkedHeadLogProb(torch.autograd.Function):
     module doc).
 
     Inputs are 2D: hidden (N, H), weight (V, H), bias (V,) or None, targets (N,); dtype is the
-    matmul dtype. Returns (logp (N,), entropy (N,) or an empty tensor). Entropy is marked
+    matmul dtype. Returns (logp (N,), entropy (N,) or None). Entropy is marked
     non-differentiable: it is a score, not part of the graph (gmts/METHOD.md, "The loss")."""
 
     @staticmethod
@@ -90,7 +90,8 @@ class _ChunkedHeadLogProb(torch.autograd.Function):
         for the backward. logp, lse and entropy (N,) are in the softmax dtype, float32 at least
         (module docstring). With entropy (a score, _entropy), a third reused (chunk, V) buffer
         p_buf holds exp(s); without it (p_buf and entropy are empty), exp runs in place: the
-        shifted logits are not needed any more."""
+        shifted logits are not needed any more (entropy is then an empty tensor, returned as
+        None)."""
         n, sm_dtype = len(hidden), torch.promote_types(dtype, torch.float32)
         logp, lse = hidden.new_empty(n, dtype=sm_dtype), hidden.new_empty(n, dtype=sm_dtype)
         entropy = hidden.new_empty(n * with_entropy, dtype=sm_dtype)     # (n,), or (0,) without
@@ -105,7 +106,7 @@ class _ChunkedHeadLogProb(torch.autograd.Function):
                 logp[s], lse[s] = target_shifted - log_sum_exp, row_max.squeeze(-1) + log_sum_exp
         ctx.save_for_backward(hidden, weight, bias, targets, lse)
         ctx.mark_non_differentiable(entropy)
-        return logp, entropy
+        return logp, (entropy if with_entropy else None)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
@@ -194,9 +195,8 @@ def head_logprobs(hidden: Tensor, head_weight: Tensor, targets: Tensor, *,
     and chunk_size, train.py's checked flags). Returns (logp (n,), entropy (n,) or None)."""
     dev = hidden.device.type  # the matmuls run in the autocast dtype when autocast is on
     dtype = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else head_weight.dtype
-    logp, entropy = _ChunkedHeadLogProb.apply(hidden, head_weight, head_bias, targets,
-                                              float(temperature), chunk_size, with_entropy, dtype)
-    return logp, (entropy if with_entropy else None)
+    return _ChunkedHeadLogProb.apply(hidden, head_weight, head_bias, targets, float(temperature),
+                                     chunk_size, with_entropy, dtype)
 
 
 @torch.no_grad()
