@@ -76,7 +76,37 @@ def test_each_bad_argument_is_one_value_error_naming_it():
         (lambda: checked.token_objective(z, z, torch.zeros(2), beta=0.1), "ref_logp"),
         (lambda: checked.policy_loss(z, z, torch.zeros(3), z), "rows"),
         (lambda: checked.policy_loss(z, z, torch.zeros(2), z, beta=0.1), "ref_logp"),
+        (lambda: checked.token_scores("entropy", z), r"unknown selector 'entropy'; choose one"),
+        (lambda: checked.loss_weights(valid, valid, "token"), r"unknown loss_norm 'token'"),
     ]
     for call, match in cases:
         with pytest.raises(ValueError, match=match):
             call()
+
+
+def test_inputs_are_handed_on_as_grpo_takes_them_from_the_trainer():
+    """grpo.py takes the trainer's tensors as built: advantages a tensor on the tokens' device,
+    log-probs and entropies float32 or float64 (head.py's). gmts.<name> hands a caller's other
+    input on so: a list of advantages as a tensor, bf16 log-probs and entropies upcast, so ω and
+    the scores are float32 and equal to grpo's on the upcast input (a bf16 ratio near 1 would
+    misplace the clip: bf16 has 8 bits of mantissa, 1.28 and 1.2734 are neighbours)."""
+    g = torch.Generator().manual_seed(0)
+    logp, old = -torch.rand(4, 6, generator=g), -torch.rand(4, 6, generator=g)
+    ref, entropy = -torch.rand(4, 6, generator=g), torch.rand(4, 6, generator=g)
+    adv = [1.5, -0.5, 0.0, 2.0]
+    adv_t = torch.tensor(adv)
+    for lp, old_lp in ((logp, old), (logp.bfloat16(), old.bfloat16())):
+        omega = gmts.token_omega(lp, old_lp, adv, beta=0.1, ref_logp=ref)
+        assert omega.dtype == torch.float32
+        assert torch.equal(omega, grpo.token_omega(lp.float(), old_lp, adv_t, beta=0.1,
+                                                   ref_logp=ref))
+        assert torch.equal(gmts.clip_active(torch.exp(lp - old_lp), adv, 0.2, 0.28),
+                           grpo.clip_active(torch.exp(lp - old_lp), adv_t, 0.2, 0.28))
+        surrogate, _ = gmts.token_objective(lp, old_lp, adv)
+        assert torch.equal(surrogate, grpo.token_objective(lp, old_lp, adv_t)[0])
+    low = entropy.bfloat16()
+    for selector in ("ets", "gmts", "random"):
+        scores = gmts.token_scores(selector, low, -logp, generator=torch.Generator().manual_seed(1))
+        assert scores.dtype == torch.float32
+        assert torch.equal(scores, grpo.token_scores(selector, low.float(), -logp,
+                                                     generator=torch.Generator().manual_seed(1)))

@@ -4,8 +4,9 @@ its own tensors (the notebooks, another trainer, a test). grpo.py checks nothing
 calls it with tensors it built (their shapes, dtypes and masks hold by construction), options the
 command line checked once (gmts/run/validate.py) and rewards the scorer checked (rewards/). Each
 function here checks (an option's name too: grpo reads an unknown one as its table's KeyError),
-then returns grpo's result unchanged; advantages given as a list, or on another device than the
-tokens, are handed on as a tensor on the tokens' device."""
+then returns grpo's result unchanged. What grpo takes as the trainer builds it is handed on so:
+advantages as a tensor on the tokens' device, log-probs and entropies in float32 at least (a
+bf16 ratio near 1 would misplace the clip; bf16 scores would tie)."""
 import torch
 
 from gmts.method import grpo
@@ -40,6 +41,7 @@ def token_omega(logp, old_logp, advantages, *, eps_low=0.2, eps_high=0.28, beta=
     _same_shape(logp=logp, old_logp=old_logp)
     advantages = _advantages(advantages, logp)
     _reference(beta, ref_logp, logp)
+    logp = _float(logp)                                         # ω in float32 at least
     return grpo.token_omega(logp, old_logp, advantages, eps_low=eps_low, eps_high=eps_high,
                             beta=beta, ref_logp=ref_logp, kl_share=kl_share)
 
@@ -56,7 +58,7 @@ def token_scores(selector, entropy, omega=None, *, weight=None, generator=None):
     if selector == "gmts":
         check(omega is not None, "selector 'gmts' needs omega (see token_omega)")
         _same_shape(entropy=entropy, omega=omega)
-    return grpo.token_scores(selector, entropy, omega, weight=weight, generator=generator)
+    return grpo.token_scores(selector, _float(entropy), omega, weight=weight, generator=generator)
 
 
 def check_ratio(ratio):
@@ -137,6 +139,11 @@ def policy_loss(logp, old_logp, advantages, weights, *, eps_low=0.2, eps_high=0.
     check(beta == 0.0 or ref_logp is not None, f"beta={beta} needs ref_logp")
     return grpo.policy_loss(logp, old_logp, advantages, weights, eps_low=eps_low,
                             eps_high=eps_high, beta=beta, ref_logp=ref_logp, kl_weights=kl_weights)
+
+
+def _float(x):
+    """x in float32 at least (float64 stays)."""
+    return x.to(torch.promote_types(x.dtype, torch.float32))
 
 
 def _same_shape(**tensors):

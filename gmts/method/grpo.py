@@ -102,13 +102,13 @@ def token_omega(logp, old_logp, advantages, *, eps_low=0.2, eps_high=0.28, beta=
         I(r, A) = 0 if (A > 0 and r > 1+ε2) or (A < 0 and r < 1-ε1) else 1
 
     logp, old_logp, ref_logp: (N, T) log-probabilities of the sampled tokens under π_θ, π_old,
-    π_ref. advantages: (N,) per answer or (N, T) per token. Returns ω (N, T) in logp's dtype
-    (float32 at least: logp is upcast first). kl_share: the KL part's weight relative to the policy
-    part in the aggregated loss (gmts/METHOD.md, "Length weight in ω"): 1 when both share a
-    normaliser; S / N_valid when the policy term is divided by the selected count S and the KL term
-    covers all N_valid tokens (loss_norm "selected" with kl_coverage "all", see kl_share).
+    π_ref, float32 or float64 (head.py's; gmts.token_omega upcasts lower precisions). advantages:
+    (N,) per answer or (N, T) per token. Returns ω (N, T) in logp's dtype. kl_share: the KL part's
+    weight relative to the policy part in the aggregated loss (gmts/METHOD.md, "Length weight in
+    ω"): 1 when both share a normaliser; S / N_valid when the policy term is divided by the
+    selected count S and the KL term covers all N_valid tokens (loss_norm "selected" with
+    kl_coverage "all", see kl_share).
     """
-    logp = logp.to(torch.promote_types(logp.dtype, torch.float32))                     # (N, T)
     r = torch.exp(logp - old_logp)                 # (N, T) the importance ratio π_θ / π_old
     adv = advantages if advantages.dim() == 2 else advantages[:, None]        # (N, T) or (N, 1)
     omega = r * adv * ~clip_active(r, adv, eps_low, eps_high)                           # (N, T)
@@ -126,8 +126,8 @@ def clip_active(r, advantages, eps_low, eps_high):
 
 @torch.no_grad()
 def token_scores(selector, entropy, omega=None, *, weight=None, generator=None):
-    """Scores that select_tokens ranks, (N, T) float (float32 at least: entropy is upcast first),
-    higher = more worth training on.
+    """Scores that select_tokens ranks, (N, T) float, higher = more worth training on. entropy
+    (N, T) float32 or float64 (head.py's; gmts.token_scores upcasts lower precisions).
 
     gmts   -> |E_it · ω_it · w_it|        (paper §3, δ_it; w_it = `weight`, the token's weight in
                                           the aggregated loss, gmts/METHOD.md, "Length weight in
@@ -137,7 +137,6 @@ def token_scores(selector, entropy, omega=None, *, weight=None, generator=None):
     random -> Uniform(0, 1)              (the control: does ranking matter at all?)
     none   -> None (select_tokens then keeps every valid token)
     """
-    entropy = entropy.to(torch.promote_types(entropy.dtype, torch.float32))             # (N, T)
     if selector != "gmts":
         return SCORES[selector](entropy, generator)
     score = entropy * omega                                                            # (N, T)
