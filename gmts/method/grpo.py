@@ -306,7 +306,7 @@ def token_objective(logp, old_logp, advantages, *, eps_low=0.2, eps_high=0.28, b
     """Per-token parts of ℓ_it, both (N, T): the clipped surrogate and the k3 KL estimate D_it (0
     when β = 0). logp carries the gradient; old_logp and ref_logp are constants; advantages (N,)
     or (N, T), in logp's dtype."""
-    adv = (advantages if advantages.dim() == 2 else advantages[:, None]).to(logp.dtype)
+    adv = (advantages if advantages.dim() == 2 else advantages[:, None]).to(logp.dtype)  # (N, T|1)
     r = torch.exp(logp - old_logp.detach())              # (N, T) the importance ratio π_θ / π_old
     surrogate = torch.minimum(r * adv, torch.clamp(r, 1 - eps_low, 1 + eps_high) * adv)  # (N, T)
     return surrogate, (_k3(logp, ref_logp) if beta != 0.0 else torch.zeros_like(surrogate))

@@ -89,9 +89,8 @@ class _ChunkedHeadLogProb(torch.autograd.Function):
         s[target] - log Σ exp(s); and lse = max + log Σ exp(s), the logsumexp of z / tau, saved
         for the backward. logp, lse and entropy (N,) are in the softmax dtype, float32 at least
         (module docstring). With entropy (a score, _entropy), a third reused (chunk, V) buffer
-        p_buf holds exp(s); without it (p_buf and entropy are empty), exp runs in place: the
-        shifted logits are not needed any more (entropy is then an empty tensor, returned as
-        None)."""
+        p_buf holds exp(s); without it (p_buf and entropy are empty, and None is returned for
+        entropy), exp runs in place: the shifted logits are not needed any more."""
         n, sm_dtype = len(hidden), torch.promote_types(dtype, torch.float32)
         logp, lse = hidden.new_empty(n, dtype=sm_dtype), hidden.new_empty(n, dtype=sm_dtype)
         entropy = hidden.new_empty(n * with_entropy, dtype=sm_dtype)     # (n,), or (0,) without
