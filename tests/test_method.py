@@ -78,6 +78,38 @@ def test_omega_on_policy_is_the_advantage():
     torch.testing.assert_close(gmts.token_omega(logp, logp, per_token), omega)
 
 
+def test_an_advantage_per_answer_is_one_per_token_repeated_bit_for_bit():
+    """grpo.py reads advantages (N,) as (N, 1), broadcast over each answer's tokens: the clip, ω,
+    ℓ's parts, the loss and its gradient equal, bit for bit, those of the (N, T) tensor repeating
+    A_i along row i (the same products, element by element, and the same sums)."""
+    from gmts.method import grpo
+    gen = torch.Generator().manual_seed(3)
+    logp = -torch.rand(4, 6, generator=gen, dtype=torch.float64)
+    old = logp + 0.4 * torch.randn(4, 6, generator=gen, dtype=torch.float64)      # some clipped
+    ref = logp + 0.3 * torch.randn(4, 6, generator=gen, dtype=torch.float64)
+    adv = torch.tensor([1.5, -0.5, 0.0, 2.0])
+    per_token = adv[:, None].expand(4, 6).contiguous()                               # (N, T)
+    kw = {"eps_low": EPS_LOW, "eps_high": EPS_HIGH, "beta": BETA, "ref_logp": ref}
+    r = torch.exp(logp - old)
+    clipped = grpo.clip_active(r, adv, EPS_LOW, EPS_HIGH)
+    assert clipped.any() and not clipped.all()
+    assert torch.equal(clipped, grpo.clip_active(r, per_token, EPS_LOW, EPS_HIGH))
+    assert torch.equal(grpo.token_omega(logp, old, adv, **kw),
+                       grpo.token_omega(logp, old, per_token, **kw))
+    for a, b in zip(grpo.token_objective(logp, old, adv, **kw),
+                    grpo.token_objective(logp, old, per_token, **kw)):
+        assert torch.equal(a, b)
+    valid = torch.rand(4, 6, generator=gen) > 0.2
+    weights = grpo.loss_weights(valid, valid)
+    losses, grads = [], []
+    for advantages in (adv, per_token):
+        lp = logp.clone().requires_grad_(True)
+        loss = grpo.policy_loss(lp, old, advantages, weights, **kw)
+        losses.append(loss.detach())
+        grads.append(torch.autograd.grad(loss, lp)[0])
+    assert torch.equal(losses[0], losses[1]) and torch.equal(grads[0], grads[1])
+
+
 # 2. Proposition 3.1
 #    -----------------------------------------------------------------------------------------------
 
