@@ -145,9 +145,8 @@ def collect_batch(run):
     """Rollout + reward + advantage for the step's prompts (this process's share under torchrun),
     with the run's model, tokenizer, generator and rewards (gmts/run/build.py's Run). Returns (the
     Batch, or None when no group has mixed rewards; every sampled answer's R (n,); rollouts)."""
-    if run.cfg.dynamic_sampling == "on" or (run.cfg.dynamic_sampling == "auto"
-                                            and run.cfg.algo == "dapo"):    # DAPO's
-        return dynamic_sampling(run)
+    if {"on": True, "off": False, "auto": run.cfg.algo == "dapo"}[run.cfg.dynamic_sampling]:
+        return dynamic_sampling(run)                                               # DAPO's
     batch = answer_prompts(run, run.stream.take(run.cfg.prompts_per_step))
     return batch, batch.rewards, 1
 
@@ -162,9 +161,9 @@ def answer_prompts(run, idx):
     cfg, G, stream, tokenizer = run.cfg, run.cfg.group_size, run.stream, run.tokenizer
     problems, prompt_ids = [stream.problems[i] for i in idx], [stream.prompt_ids[i] for i in idx]
     roll = sample(run.model, prompt_ids, group_size=G, temperature=cfg.temperature,  # 1. Rollout
-                  max_new_tokens=cfg.max_new_tokens, eos_token_ids=run.eos_ids,
+                  max_new_tokens=cfg.max_new_tokens, eos_token_ids=run.eos_ids, decode=run.decode,
                   pad_token_id=tokenizer.pad_token_id, generator=run.rollout_gen,
-                  prompts_per_call=cfg.rollout_batch_size, decode=run.decode)
+                  prompts_per_call=cfg.rollout_batch_size)
     texts, answered = [], []                     # answer i's text, the problem it answers (i // G)
     for i, (row, mask) in enumerate(zip(roll.completion_ids.cpu(), roll.valid_mask.cpu())):
         texts.append(tokenizer.decode(row[mask], skip_special_tokens=True))
@@ -228,8 +227,9 @@ def update_policy(cfg, model, ref_model, optimizer, batch, select_gen, device, s
             valid = mb.valid_mask                                                     # (n, T)
             logp, entropy = ((mb.old_logp, mb.entropy) if on_policy                  # 4. Score
                              else scoring_pass(model, batch, rows, cfg))
-            share = kl_share(cfg.loss_norm, cfg.kl_coverage, *selection_counts(   # w_kl / w_pol
-                valid, mb.exclude, ratio, cfg.select_scope, mb.group_ids)) if cfg.beta else 1.0
+            counts = selection_counts(valid, mb.exclude, ratio, cfg.select_scope,
+                                      mb.group_ids) if cfg.beta else None      # (S, N_valid)
+            share = kl_share(cfg.loss_norm, cfg.kl_coverage, *counts) if cfg.beta else 1.0
             omega = token_omega(logp, mb.old_logp, mb.advantages, eps_low=cfg.eps_low,
                                 eps_high=cfg.eps_high, beta=cfg.beta, ref_logp=mb.ref_logp,
                                 kl_share=share)
@@ -250,16 +250,15 @@ def update_policy(cfg, model, ref_model, optimizer, batch, select_gen, device, s
             optimizer.zero_grad(set_to_none=True)
             loss, grad_norm, outcome = math.nan, math.nan, NON_FINITE
             if finite:
-                accumulate = probe.accumulate if probe else accumulate_gradients
-                loss, n_passes = accumulate(model, batch, mb, rows[live], weights, cfg,
-                                            kl_weights=kl_weights, on_policy=on_policy)
+                loss, n_passes = (probe.accumulate if probe else accumulate_gradients)(
+                    model, batch, mb, rows[live], weights, cfg, kl_weights=kl_weights,
+                    on_policy=on_policy)
                 loss, grad_norm, outcome = optimizer_step(                       # 7. Step
                     model, optimizer, loss, n_passes, cfg.max_grad_norm)
             on_policy &= outcome != STEPPED
             records.append({"mb": mb, "logp": logp, "entropy": entropy, "omega": omega,
-                            "length_weight": length_weight, "selected": selected,
-                            "loss_weights": weights, "loss": loss, "grad_norm": grad_norm,
-                            "outcome": outcome,
+                            "length_weight": length_weight, "selected": selected, "loss": loss,
+                            "loss_weights": weights, "grad_norm": grad_norm, "outcome": outcome,
                             "noise": probe.figures(grad_norm, outcome) if probe else {}})
     return records
 

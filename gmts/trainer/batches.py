@@ -60,9 +60,8 @@ def all_finite(tensors, where=True):
     """Whether every tensor (a parameter: this process's shard of it) is finite where `where` (a
     mask broadcasting to it), on every process."""
     bad = 0
-    for t in tensors:
-        bad += int((~torch.isfinite(t.to_local() if hasattr(t, "to_local") else t.detach())
-                    & where).sum())
+    for t in tensors:                           # a DTensor (FSDP): this process's shard, to_local
+        bad += int((~torch.isfinite(getattr(t, "to_local", t.detach)()) & where).sum())
     return int(batch_sum(bad)) == 0
 
 
