@@ -206,9 +206,9 @@ def dynamic_sampling(run):
 def update_policy(cfg, model, ref_model, optimizer, batch, select_gen, device, step=0, probe=None):
     """Score -> select -> masked loss -> optimizer step, once per mini-batch of --mini-batch-size
     whole groups (one by default: the on-policy step), --ppo-epochs passes over the batch
-    (gmts/METHOD.md, "Several optimizer steps per rollout batch"). batch: its tensors on `device`
-    (answer_prompts'). Returns one record (a dict) per optimizer step, for
-    gmts/trainer/metrics.py's UpdateLog. probe: --log-grad-noise's.
+    (gmts/METHOD.md, "Several optimizer steps per rollout batch"). batch: its tensors (R aside)
+    on `device`, where answer_prompts builds them. Returns one record (a dict) per optimizer step,
+    for gmts/trainer/metrics.py's UpdateLog. probe: --log-grad-noise's.
 
     4. Score at θ: log π_θ, E (n, T) (on-policy, θ = θ_old: the rollout's own), ω (n, T).
     5. Select exactly k = ceil(ρ · N_valid) tokens of THIS mini-batch (or of each group).
@@ -250,9 +250,9 @@ def update_policy(cfg, model, ref_model, optimizer, batch, select_gen, device, s
             optimizer.zero_grad(set_to_none=True)
             loss, grad_norm, outcome = math.nan, math.nan, NON_FINITE
             if finite:
-                loss, n_passes = (probe.accumulate if probe else accumulate_gradients)(
-                    model, batch, mb, rows[live], weights, cfg, kl_weights=kl_weights,
-                    on_policy=on_policy)
+                accumulate = probe.accumulate if probe else accumulate_gradients
+                loss, n_passes = accumulate(model, batch, mb, rows[live], weights, cfg,
+                                            kl_weights=kl_weights, on_policy=on_policy)
                 loss, grad_norm, outcome = optimizer_step(                       # 7. Step
                     model, optimizer, loss, n_passes, cfg.max_grad_norm)
             on_policy &= outcome != STEPPED

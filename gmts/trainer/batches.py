@@ -311,7 +311,7 @@ def optimizer_step(model, optimizer, loss, n_passes, max_grad_norm):
     if several_processes():     # the gradients summed over the processes (FSDP: theirs sharded)
         n_passes, grad_norm = distributed.sum_and_clip_gradients(model, n_passes, max_grad_norm,
                                                                  clip_grad_norm)
-    else:                       # the gradients there are: the trainable parameters' (LoRA's)
+    else:                       # every parameter; a frozen one (LoRA's base) has no gradient
         grad_norm = clip_grad_norm(list(model.parameters()), max_grad_norm) if n_passes else 0.0
     loss, grad_norm = float(batch_sum(loss)), float(grad_norm)
     finite = math.isfinite(loss) and math.isfinite(grad_norm)
