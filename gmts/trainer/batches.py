@@ -8,6 +8,7 @@ gmts/trainer/distributed.py behind `if several_processes()`, a line a single-pro
 """
 import contextlib
 import dataclasses
+import functools
 import math
 
 import torch
@@ -227,13 +228,11 @@ def micro_batch_logprobs(model, batch, rows, cfg, with_entropy=False):
     Under FSDP, the decoder and then the chunked head as one pass of the whole model, the root's
     parameters gathered (distributed.shard_model's run_forward)."""
     width = int(batch.valid_mask[rows].any(0).int().cumsum(0).argmax()) + 1  # widest, 1 at least
-    args = (model, [batch.prompt_ids[i // cfg.group_size] for i in rows.tolist()],  # G per prompt
-            batch.completion_ids[rows, :width], batch.valid_mask[rows, :width])
-    kwargs = {"temperature": cfg.temperature, "chunk_size": cfg.chunk_size,
-              "with_entropy": with_entropy}
-    if hasattr(model, "run_forward"):                                   # FSDP
-        return model.run_forward(completion_logprobs, *args, **kwargs)
-    return completion_logprobs(*args, **kwargs)
+    prompts = [batch.prompt_ids[i // cfg.group_size] for i in rows.tolist()]  # G answers a prompt
+    args = (model, prompts, batch.completion_ids[rows, :width], batch.valid_mask[rows, :width])
+    logprobs = functools.partial(completion_logprobs, temperature=cfg.temperature,
+                                 chunk_size=cfg.chunk_size, with_entropy=with_entropy)
+    return model.run_forward(logprobs, *args) if hasattr(model, "run_forward") else logprobs(*args)
 
 
 @torch.no_grad()
