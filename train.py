@@ -145,34 +145,35 @@ def collect_batch(run):
     """Rollout + reward + advantage for the step's prompts (this process's share under torchrun),
     with the run's model, tokenizer, generator and rewards (gmts/run/build.py's Run). Returns (the
     Batch, or None when no group has mixed rewards; every sampled answer's R (n,); rollouts)."""
-    if run.cfg.dynamic_sampling == "on" or (run.cfg.dynamic_sampling == "auto"
-                                            and run.cfg.algo == "dapo"):    # DAPO's
-        return dynamic_sampling(run)
+    if {"on": True, "off": False, "auto": run.cfg.algo == "dapo"}[run.cfg.dynamic_sampling]:
+        return dynamic_sampling(run)                                               # DAPO's
     batch = answer_prompts(run, run.stream.take(run.cfg.prompts_per_step))
     return batch, batch.rewards, 1
 
 
 def answer_prompts(run, idx):
-    """Stages 1-3 for the stream's prompts `idx`: G answers each, their rewards R and advantages
-    A."""
+    """Stages 1-3 for the stream's prompts `idx`: G answers each, their rewards R and advantages A.
+
+    1. Rollout: G answers per prompt, with their log-probs and entropies (gmts/trainer/rollout.py).
+    2. Reward R_i: programs check each answer (rewards/), on a thread pool.
+    3. Advantage per group: A_i = (R_i - mean) / (std + eps), R after --overlong-buffer's cost; on
+       the rollout's device, with the rest of the batch (R stays on the CPU)."""
     cfg, G, stream, tokenizer = run.cfg, run.cfg.group_size, run.stream, run.tokenizer
     problems, prompt_ids = [stream.problems[i] for i in idx], [stream.prompt_ids[i] for i in idx]
-    # 1. Rollout: G answers per prompt, with their log-probs and entropies (gmts/trainer/rollout.py)
-    roll = sample(run.model, prompt_ids, group_size=G, max_new_tokens=cfg.max_new_tokens,
-                  eos_token_ids=run.eos_ids, pad_token_id=tokenizer.pad_token_id,
-                  temperature=cfg.temperature, generator=run.rollout_gen,
-                  prompts_per_call=cfg.rollout_batch_size, decode=run.decode)
-    texts = [tokenizer.decode(row[mask], skip_special_tokens=True)
-             for row, mask in zip(roll.completion_ids.cpu(), roll.valid_mask.cpu())]
-    # 2. Reward R_i: programs check each answer (rewards/), on a thread pool
-    answered = [problems[i // G] for i in range(len(texts))]
+    roll = sample(run.model, prompt_ids, group_size=G, temperature=cfg.temperature,  # 1. Rollout
+                  max_new_tokens=cfg.max_new_tokens, eos_token_ids=run.eos_ids, decode=run.decode,
+                  pad_token_id=tokenizer.pad_token_id, generator=run.rollout_gen,
+                  prompts_per_call=cfg.rollout_batch_size)
+    texts, answered = [], []                     # answer i's text, the problem it answers (i // G)
+    for i, (row, mask) in enumerate(zip(roll.completion_ids.cpu(), roll.valid_mask.cpu())):
+        texts.append(tokenizer.decode(row[mask], skip_special_tokens=True))
+        answered.append(problems[i // G])
     R = torch.tensor(rewards.as_scorer(run.reward_fns).score(texts, answered, log=True).total,
-                     dtype=torch.float32)
-    # 3. Advantage per group: A_i = (R_i - mean) / (std + eps), R after --overlong-buffer's cost
+                     dtype=torch.float32)                        # 2. Reward R_i of each answer (N,)
     shaped = R if not cfg.overlong_buffer else R + overlong_penalty(
         roll.lengths.cpu(), cfg.max_new_tokens, cfg.overlong_buffer, cfg.overlong_penalty)
-    return Batch(**vars(roll), problems=problems, texts=texts, rewards=R,
-                 advantages=group_advantages(shaped, G, std=cfg.adv_std))
+    A = group_advantages(shaped, G, std=cfg.adv_std).to(roll.valid_mask.device)  # 3. Advantage (N,)
+    return Batch(**vars(roll), problems=problems, texts=texts, rewards=R, advantages=A)
 
 
 def dynamic_sampling(run):
@@ -205,22 +206,26 @@ def dynamic_sampling(run):
 def update_policy(cfg, model, ref_model, optimizer, batch, select_gen, device, step=0, probe=None):
     """Score -> select -> masked loss -> optimizer step, once per mini-batch of --mini-batch-size
     whole groups (one by default: the on-policy step), --ppo-epochs passes over the batch
-    (gmts/METHOD.md, "Several optimizer steps per rollout batch"). Returns one record (a dict) per
-    optimizer step, for gmts/trainer/metrics.py's UpdateLog. probe: --log-grad-noise's."""
-    batch = batch.to(device)
+    (gmts/METHOD.md, "Several optimizer steps per rollout batch"). batch: its tensors (R aside)
+    on `device`, where answer_prompts builds them. Returns one record (a dict) per optimizer step,
+    for gmts/trainer/metrics.py's UpdateLog. probe: --log-grad-noise's.
+
+    4. Score at θ: log π_θ, E (n, T) (on-policy, θ = θ_old: the rollout's own), ω (n, T).
+    5. Select exactly k = ceil(ρ · N_valid) tokens of THIS mini-batch (or of each group).
+    6. Masked loss: weights w·m (n, T), normalised over the mini-batch (all processes); the rows
+       with w > 0 and A != 0 or β != 0 (or a KL term) are the only ones with a gradient.
+    7. Optimizer step, unless the loss or the gradient is not finite."""
     ref_logp = reference_logprobs(cfg, model, ref_model, batch) if cfg.beta > 0 else None  # (N, T)
     exclude = (batch.advantages == 0) if cfg.exclude_zero_adv else None   # (N,) A = 0: left out
     ratio = cfg.ratio if cfg.selector != "none" else 1.0        # ρ; "none" keeps every token
     kl_all = cfg.beta > 0 and cfg.kl_coverage == "all"          # the KL term on every valid token
-    params = [p for p in model.parameters() if p.requires_grad]
     records, on_policy = [], True
     for epoch in range(cfg.ppo_epochs):
         for rows in minibatch_rows(len(batch.prompt_ids), cfg.group_size, cfg.mini_batch_size,
                                    seed=cfg.seed, step=step, epoch=epoch, device=device):
             mb = MiniBatch(batch, rows, cfg.group_size, ref_logp=ref_logp, exclude=exclude)
             valid = mb.valid_mask                                                     # (n, T)
-            # 4. Score at θ: log π_θ, E (n, T) (on-policy, θ = θ_old: the rollout's own), ω (n, T)
-            logp, entropy = ((mb.old_logp, mb.entropy) if on_policy
+            logp, entropy = ((mb.old_logp, mb.entropy) if on_policy                  # 4. Score
                              else scoring_pass(model, batch, rows, cfg))
             counts = selection_counts(valid, mb.exclude, ratio, cfg.select_scope,
                                       mb.group_ids) if cfg.beta else None      # (S, N_valid)
@@ -234,16 +239,13 @@ def update_policy(cfg, model, ref_model, optimizer, batch, select_gen, device, s
                 logp, entropy, omega = (x.nan_to_num(0.0, 0.0, 0.0) for x in (logp, entropy, omega))
             scores = token_scores(cfg.selector, entropy, omega, weight=length_weight,
                                   generator=select_gen)                       # (n, T) or None
-            # 5. Select exactly k = ceil(ρ · N_valid) tokens of THIS mini-batch (or of each group)
-            selected = batch_select(scores, valid, ratio, scope=cfg.select_scope,
+            selected = batch_select(scores, valid, ratio, scope=cfg.select_scope,     # 5. Select
                                     group_ids=mb.group_ids, bottom=cfg.bottom, exclude=mb.exclude)
-            # 6. Masked loss: weights w·m (n, T), normalised over the mini-batch (all processes)
-            weights = loss_weights(valid, selected, cfg.loss_norm, reduce=batch_sum)
+            weights = loss_weights(valid, selected, cfg.loss_norm, reduce=batch_sum)  # 6. (n, T)
             kl_weights = loss_weights(valid, valid, cfg.loss_norm, reduce=batch_sum) if kl_all \
                 else None
-            # rows with w > 0 and A != 0 or β != 0 (or a KL term): the only ones with a gradient
             live = ((weights.sum(1) > 0) & ((mb.advantages != 0) | (cfg.beta != 0))
-                    | kl_all & valid.any(1))                                          # (n,)
+                    | kl_all & valid.any(1))                          # (n,) rows with a gradient
             model.train()
             optimizer.zero_grad(set_to_none=True)
             loss, grad_norm, outcome = math.nan, math.nan, NON_FINITE
@@ -251,14 +253,12 @@ def update_policy(cfg, model, ref_model, optimizer, batch, select_gen, device, s
                 accumulate = probe.accumulate if probe else accumulate_gradients
                 loss, n_passes = accumulate(model, batch, mb, rows[live], weights, cfg,
                                             kl_weights=kl_weights, on_policy=on_policy)
-                # 7. Optimizer step, unless the loss or the gradient is not finite
-                loss, grad_norm, outcome = optimizer_step(model, optimizer, params, loss, n_passes,
-                                                          cfg.max_grad_norm)
+                loss, grad_norm, outcome = optimizer_step(                       # 7. Step
+                    model, optimizer, loss, n_passes, cfg.max_grad_norm)
             on_policy &= outcome != STEPPED
             records.append({"mb": mb, "logp": logp, "entropy": entropy, "omega": omega,
-                            "length_weight": length_weight, "selected": selected,
-                            "loss_weights": weights, "loss": loss, "grad_norm": grad_norm,
-                            "outcome": outcome,
+                            "length_weight": length_weight, "selected": selected, "loss": loss,
+                            "loss_weights": weights, "grad_norm": grad_norm, "outcome": outcome,
                             "noise": probe.figures(grad_norm, outcome) if probe else {}})
     return records
 

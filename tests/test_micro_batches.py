@@ -193,7 +193,7 @@ def test_bf16_gradients_reach_the_optimizer_summed_in_float32(seed):
     loss, passes = accumulate_gradients(model, batch, mb, mb.rows, weights, cfg(micro_batch_size=1),
                                         on_policy=True)
     assert passes == 64
-    optimizer_step(model, optimizer, params, loss, passes, max_grad_norm=0.0)   # no clipping
+    optimizer_step(model, optimizer, loss, passes, max_grad_norm=0.0)   # no clipping
     assert len(stepped) == 1
     n, u = 64, 2.0 ** -24
     gamma = (n - 1) * u / (1 - (n - 1) * u)

@@ -8,6 +8,7 @@ gmts/trainer/distributed.py behind `if several_processes()`, a line a single-pro
 """
 import contextlib
 import dataclasses
+import functools
 import math
 
 import torch
@@ -60,9 +61,8 @@ def all_finite(tensors, where=True):
     """Whether every tensor (a parameter: this process's shard of it) is finite where `where` (a
     mask broadcasting to it), on every process."""
     bad = 0
-    for t in tensors:
-        bad += int((~torch.isfinite(t.to_local() if hasattr(t, "to_local") else t.detach())
-                    & where).sum())
+    for t in tensors:                           # a DTensor (FSDP): this process's shard, to_local
+        bad += int((~torch.isfinite(getattr(t, "to_local", t.detach)()) & where).sum())
     return int(batch_sum(bad)) == 0
 
 
@@ -116,7 +116,7 @@ class Batch(Rollout):
                      old_logp=self.old_logp[on], entropy=self.entropy[on],
                      finished=None if self.finished is None else self.finished[on],
                      group_size=self.group_size, texts=[t for t, k in zip(self.texts, rows) if k],
-                     rewards=self.rewards[rows], advantages=self.advantages[rows])
+                     rewards=self.rewards[rows], advantages=self.advantages[on])
 
 
 # --------------------------------------------------------------------------------------------------
@@ -224,16 +224,15 @@ def token_budget_chunks(batch, rows, widths, cfg):
 
 
 def micro_batch_logprobs(model, batch, rows, cfg, with_entropy=False):
-    """completion_logprobs of the batch's `rows`, trimmed to their widest answer: (n, w), w <= T."""
-    prompts = [batch.prompt_ids[int(i) // cfg.group_size] for i in rows]      # G answers per prompt
+    """completion_logprobs of the batch's `rows`, trimmed to their widest answer: (n, w), w <= T.
+    Under FSDP, the decoder and then the chunked head as one pass of the whole model, the root's
+    parameters gathered (distributed.shard_model's run_forward)."""
     width = int(batch.valid_mask[rows].any(0).int().cumsum(0).argmax()) + 1  # widest, 1 at least
+    prompts = [batch.prompt_ids[i // cfg.group_size] for i in rows.tolist()]  # G answers a prompt
     args = (model, prompts, batch.completion_ids[rows, :width], batch.valid_mask[rows, :width])
-    kwargs = {"temperature": cfg.temperature, "chunk_size": cfg.chunk_size,
-              "with_entropy": with_entropy}
-    # FSDP: the decoder, then the chunked head, as one pass with the root's parameters gathered
-    whole_model = getattr(model, "run_forward", None)     # (distributed.shard_model's)
-    return whole_model(completion_logprobs, *args, **kwargs) if whole_model else \
-        completion_logprobs(*args, **kwargs)
+    logprobs = functools.partial(completion_logprobs, temperature=cfg.temperature,
+                                 chunk_size=cfg.chunk_size, with_entropy=with_entropy)
+    return model.run_forward(logprobs, *args) if hasattr(model, "run_forward") else logprobs(*args)
 
 
 @torch.no_grad()
@@ -266,8 +265,7 @@ def scoring_pass(model, batch, rows, cfg, with_entropy=True):
 # --------------------------------------------------------------------------------------------------
 # Step 6: the backward passes; step 7: the optimizer step.
 
-def accumulate_gradients(model, batch, mb, rows, weights, cfg, *, kl_weights=None,
-                         on_policy=False):
+def accumulate_gradients(model, batch, mb, rows, weights, cfg, *, kl_weights=None, on_policy=False):
     """Step 6's backward passes over the rollout `rows` of the mini-batch `mb`, per micro-batch:
     -J = grpo.policy_loss with the mini-batch's weights (n, T) (and kl_weights) sliced to it, so
     the micro-batches' losses sum to the mini-batch's. on_policy: θ = θ_old still, r = 1 exactly
@@ -305,15 +303,15 @@ def clip_grad_norm(params, max_norm):
 STEPPED, NOTHING, NON_FINITE = "stepped", "nothing", "non-finite"     # what an optimizer step did
 
 
-def optimizer_step(model, optimizer, params, loss, n_passes, max_grad_norm):
+def optimizer_step(model, optimizer, loss, n_passes, max_grad_norm):
     """Step 7: sum the gradients over the batch, clip, step. Returns (loss, grad norm, STEPPED, or
     NOTHING when no row had a gradient, or NON_FINITE when the loss or gradient is NaN/inf: no
     step)."""
     if several_processes():     # the gradients summed over the processes (FSDP: theirs sharded)
-        n_passes, grad_norm = distributed.sum_and_clip_gradients(model, params, n_passes,
-                                                                 max_grad_norm, clip_grad_norm)
-    else:
-        grad_norm = clip_grad_norm(params, max_grad_norm) if n_passes else 0.0
+        n_passes, grad_norm = distributed.sum_and_clip_gradients(model, n_passes, max_grad_norm,
+                                                                 clip_grad_norm)
+    else:                       # every parameter; a frozen one (LoRA's base) has no gradient
+        grad_norm = clip_grad_norm(list(model.parameters()), max_grad_norm) if n_passes else 0.0
     loss, grad_norm = float(batch_sum(loss)), float(grad_norm)
     finite = math.isfinite(loss) and math.isfinite(grad_norm)
     if n_passes and finite:   # no pass anywhere: no step (AdamW's momentum would move the weights)

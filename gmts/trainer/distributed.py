@@ -444,11 +444,12 @@ def even_passes(model, n_passes, backward=True):
             passes.backward(logits.sum() * 0.0)
 
 
-def sum_and_clip_gradients(model, params, n_passes, max_norm, clip_replicated):
-    """(the passes of every process, the global gradient norm before clipping): the gradients
-    summed over the processes, then clipped (clip_grad_norm)."""
+def sum_and_clip_gradients(model, n_passes, max_norm, clip_replicated):
+    """(the passes of every process, the global gradient norm before clipping): the gradients of
+    the model's trainable parameters summed over the processes, then clipped (clip_grad_norm)."""
     passes = int(all_reduce_sum(torch.tensor(n_passes)))
     if passes == 0:
         return 0, 0.0
+    params = [p for p in model.parameters() if p.requires_grad]
     all_reduce_gradients(params)
     return passes, clip_grad_norm(params, max_norm, clip_replicated)
