@@ -97,16 +97,17 @@ class CompiledDecode(EagerDecode):
     the same graphs."""
     layer = StaticKVLayer
 
-    def __new__(cls, model, rows, width, max_new_tokens, sampler=(1.0, 0, 1.0)):
+    def __new__(cls, model, rows, width, max_new_tokens, temperature=1.0, top_k=0, top_p=1.0):
         buckets = model.__dict__.setdefault("_gmts_decode_buckets", {})  # (not a parameter)
-        key = (cls, rows, prompt_width(width) + max_new_tokens, tuple(sampler))
+        key = (cls, rows, prompt_width(width) + max_new_tokens, temperature, top_k, top_p)
         if key not in buckets:
             buckets[key] = super().__new__(cls)
         return buckets[key]
 
-    def __init__(self, model, rows, width, max_new_tokens, sampler=(1.0, 0, 1.0)):
+    def __init__(self, model, rows, width, max_new_tokens, temperature=1.0, top_k=0, top_p=1.0):
         if not hasattr(self, "compiled"):               # a new bucket's (__new__): built once
-            super().__init__(model, rows, prompt_width(width), max_new_tokens, sampler)
+            super().__init__(model, rows, prompt_width(width), max_new_tokens, temperature, top_k,
+                             top_p)
             self.compiled = None
         self.length, self.decoding = 0, False     # empty again, in the same buffers, zeroed: no
         for layer in self.layers:                 # column of the last rollout is read, even masked

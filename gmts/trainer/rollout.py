@@ -166,9 +166,8 @@ def gqa_attention(module, query, key, value, attention_mask, dropout=0.0, scalin
                                       scaling=scaling, **kwargs)
     if attention_mask is not None and attention_mask.shape[1] > 1:      # a mask per query head
         attention_mask = attention_mask.view(n, kv_heads, heads // kv_heads, -1)
-    out = torch.nn.functional.scaled_dot_product_attention(
-        query.view(n, kv_heads, heads // kv_heads, d), key, value, attn_mask=attention_mask,
-        scale=scaling)                                          # (n, kv_heads, heads / kv_heads, d)
+    out = torch.nn.functional.scaled_dot_product_attention(     # (n, kv_heads, heads / kv_heads, d)
+        query.view(n, kv_heads, -1, d), key, value, attn_mask=attention_mask, scale=scaling)
     return out.view(n, 1, heads, value.shape[-1]), None
 
 
@@ -183,8 +182,8 @@ class EagerDecode(Cache):
     head_dim) each, preallocated and written in place; `length`: the columns filled; `position`
     (1,) long: the column a decode step writes (a tensor: a compiled graph reads it in place). The
     prefill writes its columns and attends over them; then (`decoding`) each step writes one column
-    and attends over all, the unwritten ones masked by causality. sampler: draw's (temperature,
-    top_k, top_p). compiled_decode.CompiledDecode: the same, its decode step compiled.
+    and attends over all, the unwritten ones masked by causality. temperature, top_k, top_p: draw's
+    (`sampler`). compiled_decode.CompiledDecode: the same, its decode step compiled.
 
     transformers' DynamicCache grows by concatenation (every decode step copies the whole cache:
     O(L^2) traffic over an answer of L tokens) and its batch_select_indices copies it again
@@ -195,11 +194,11 @@ class EagerDecode(Cache):
     **kwargs)."""
     layer = KVLayer                                      # the class of its layers
 
-    def __init__(self, model, rows, width, max_new_tokens, sampler=(1.0, 0, 1.0)):
+    def __init__(self, model, rows, width, max_new_tokens, temperature=1.0, top_k=0, top_p=1.0):
         decoder = model.get_decoder()             # the transformers model's, under LoRA or FSDP
         forward = inspect.signature(decoder.forward).parameters
         self.keyword = "cache" if "cache" in forward else "past_key_values"
-        self.model, self.sampler, self.rows = model, sampler, rows
+        self.model, self.rows, self.sampler = model, rows, (temperature, top_k, top_p)
         self.columns, self.length, self.decoding = width + max_new_tokens, 0, False
         self.position = torch.zeros(1, dtype=torch.long, device=next(model.parameters()).device)
         super().__init__(layers=list(map(self.layer, [self] * len(decoder.layers))))
@@ -248,19 +247,17 @@ def sample(model, prompts, *, group_size, max_new_tokens, eos_token_ids, pad_tok
     if group_size < 1 or max_new_tokens < 1 or min(map(len, prompts), default=0) < 1:
         raise ValueError(f"every prompt needs at least one token, group_size and max_new_tokens "
                          f">= 1 (got {len(prompts)} prompts, {group_size}, {max_new_tokens})")
-    seeds = seeds or prompt_seeds(len(prompts), generator)
     if 0 < prompts_per_call < len(prompts):
-        return sample_in_calls(**locals())                   # (sample's arguments, seeds drawn)
+        return sample_in_calls(**locals())                                # (sample's arguments)
     device, n_rows = next(model.parameters()).device, len(prompts) * group_size   # N = Q x G
     u = torch.empty((len(prompts), group_size, max_new_tokens), dtype=torch.float64)  # (Q, G, T)
-    for prompt, seed in enumerate(seeds):                      # on the CPU, from the prompt's seed
-        u[prompt].uniform_(generator=torch.Generator().manual_seed(seed))
+    for prompt, seed in enumerate(seeds or prompt_seeds(len(prompts), generator)):   # on the CPU
+        u[prompt].uniform_(generator=torch.Generator().manual_seed(seed))   # from the prompt's seed
     u = u.flatten(0, 1).to(device)                         # (N, T): each answer's, in batch order
-    cache = decode(model, n_rows, max(map(len, prompts)), max_new_tokens,
-                   (temperature, top_k, top_p))             # the KV cache, its rows and columns
+    cache = decode(model, n_rows, max(map(len, prompts)), max_new_tokens, temperature, top_k, top_p)
     prefill = prompts if share_prefix else [p for p in prompts for _ in range(group_size)]
     ids, mask = left_pad(prefill, pad_token_id, device, cache.columns - max_new_tokens)  # (Q|N, P)
-    next_tok, next_logp, next_entropy = cache.step(ids, positions(mask), mask, u[:, 0])  # (N,)
+    tok, tok_logp, tok_entropy = cache.step(ids, positions(mask), mask, u[:, 0])  # (N,) each
     rows = torch.arange(len(ids), device=device).repeat_interleave(n_rows // len(ids))   # (N,)
     first = mask[rows].sum(dim=1, keepdim=True)        # (N, 1): each answer's first position
     mask = torch.nn.functional.pad(mask, (0, max_new_tokens), value=1)[rows]   # (N, columns)
@@ -274,16 +271,15 @@ def sample(model, prompts, *, group_size, max_new_tokens, eos_token_ids, pad_tok
     config._attn_implementation = GQA if own == "sdpa" else own
     try:
         for t in range(max_new_tokens):   # index writes: no sync (masked after a row's end below)
-            tokens[live, t], logp[live, t], entropy[live, t] = next_tok, next_logp, next_entropy
-            done |= torch.isin(next_tok, eos)
+            tokens[live, t], logp[live, t], entropy[live, t] = tok, tok_logp, tok_entropy
+            done |= torch.isin(tok, eos)
             n_keep = int((~done).sum()) if (t + 1) % CHECK_EVERY == 0 else len(live)
             if n_keep == 0 or t == max_new_tokens - 1:
                 break
             if drop_finished and n_keep <= len(live) // 2:   # at halvings: ~one cache copy in all
-                live, next_tok, mask, first, u, done = cache.keep_rows(
-                    ~done, live, next_tok, mask, first, u, done)  # (their cache rows move up)
-            next_tok, next_logp, next_entropy = cache.step(next_tok[:, None], first + t, mask,
-                                                           u[:, t + 1])
+                live, tok, mask, first, u, done = cache.keep_rows(
+                    ~done, live, tok, mask, first, u, done)     # (their cache rows move up)
+            tok, tok_logp, tok_entropy = cache.step(tok[:, None], first + t, mask, u[:, t + 1])
     finally:
         config._attn_implementation = own
     is_eos = torch.isin(tokens, eos)                                                     # (N, T)
@@ -293,10 +289,10 @@ def sample(model, prompts, *, group_size, max_new_tokens, eos_token_ids, pad_tok
                    entropy=entropy * valid, finished=is_eos.any(dim=1), group_size=group_size)
 
 
-def sample_in_calls(model, prompts, *, seeds, prompts_per_call, pad_token_id, **kw):
+def sample_in_calls(model, prompts, *, generator, seeds, prompts_per_call, pad_token_id, **kw):
     """sample(prompts_per_call=k) for k < len(prompts): one call per k prompts, their rows in
-    order, each prompt with its seed."""
-    k = prompts_per_call
+    order, each prompt with its seed (all drawn at once)."""
+    seeds, k = seeds or prompt_seeds(len(prompts), generator), prompts_per_call
     return concat_rollouts([sample(model, prompts[i:i + k], seeds=seeds[i:i + k],
                                    pad_token_id=pad_token_id, **kw)
                             for i in range(0, len(prompts), k)], pad_token_id)
