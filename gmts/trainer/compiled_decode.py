@@ -99,7 +99,7 @@ class CompiledDecode(EagerDecode):
 
     def __new__(cls, model, rows, width, max_new_tokens, temperature=1.0, top_k=0, top_p=1.0):
         buckets = model.__dict__.setdefault("_gmts_decode_buckets", {})  # (not a parameter)
-        key = (cls, rows, prompt_width(width) + max_new_tokens, temperature, top_k, top_p)
+        key = (rows, prompt_width(width) + max_new_tokens, temperature, top_k, top_p, cls)
         if key not in buckets:
             buckets[key] = super().__new__(cls)
         return buckets[key]

@@ -113,7 +113,7 @@ class KVLayer(CacheLayerMixin):
         return self.cache.columns
 
     def lazy_initialization(self, k, v):      # (for transformers' early_initialization)
-        self.update(k[:, :, :0], v[:, :, :0])
+        self.update(k[:1, :, :0], v[:1, :, :0])
 
 
 def positions(attention_mask):
@@ -204,11 +204,11 @@ class EagerDecode(Cache):
         super().__init__(layers=list(map(self.layer, [self] * len(decoder.layers))))
 
     def step(self, ids, position_ids, mask, u):
-        """The model on ids (n, q) at position_ids (n, q), mask (n, the columns so far; 0 at a
-        prompt's left padding), writing their q columns (the prefill: the prompts', then one per
-        decode step) -> draw's (token, log π, entropy) of each row's next token, each (len(u),)
-        for u (len(u),) float64: the prefill's n rows drawn len(u) / n times each (the answers of
-        a shared prompt)."""
+        """The model on ids (n, q) at position_ids (n, q), mask (n, q for the prefill, else every
+        column; 0 at a prompt's left padding), writing their q columns (the prefill: the prompts',
+        then one per decode step) -> draw's (token, log π, entropy) of each row's next token, each
+        (len(u),) for u (len(u),) float64: the prefill's n rows drawn len(u) / n times each (the
+        answers of a shared prompt)."""
         logits = self.model(input_ids=ids, attention_mask=mask, position_ids=position_ids,
                             use_cache=True, logits_to_keep=1, **{self.keyword: self}).logits[:, -1]
         self.length, self.decoding = self.length + ids.shape[1], True
