@@ -242,8 +242,10 @@ def sample(model, prompts, *, group_size, max_new_tokens, eos_token_ids, pad_tok
     ~90 GB on Qwen2.5-1.5B in one), the seeds drawn for all at once, so the answers do not depend
     on it. share_prefix=False prefills N rows; drop_finished=False keeps finished rows in the batch
     (all three: the same samples, tests/test_rollout.py). A row's tokens after its first
-    end-of-sequence token are padding (pad may equal eos: never `tokens != pad`). The decode steps
-    run under gqa_attention when the model's attention is SDPA (eager, flash: as they are)."""
+    end-of-sequence token are padding (pad may equal eos: never `tokens != pad`). decode: the KV
+    cache's class, its prompt columns the longest prompt's (CompiledDecode: bucketed). The decode
+    steps run under gqa_attention when the model's attention is SDPA (eager, flash: as they
+    are)."""
     if group_size < 1 or max_new_tokens < 1 or min(map(len, prompts), default=0) < 1:
         raise ValueError(f"every prompt needs at least one token, group_size and max_new_tokens "
                          f">= 1 (got {len(prompts)} prompts, {group_size}, {max_new_tokens})")
