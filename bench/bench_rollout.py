@@ -131,7 +131,7 @@ def run_once(method, model, prompt, G, new_tokens, eos, pad, seed, no_eos=False,
     """One rollout; returns the number of valid generated tokens."""
     import torch
     from gmts.trainer import compiled_decode
-    from gmts.trainer.rollout import completion_mask, sample
+    from gmts.trainer.rollout import sample
     gen = torch.Generator().manual_seed(seed)
     if method == "generate":
         from transformers import GenerationConfig
@@ -145,10 +145,9 @@ def run_once(method, model, prompt, G, new_tokens, eos, pad, seed, no_eos=False,
                              num_return_sequences=G, generation_config=config)
         completions = out[:, len(prompt):]
         # generate pads finished rows with pad (which may equal eos): count up to the first eos,
-        # like the trainer.
-        return int(
-            completion_mask(completions, torch.tensor([-1] if no_eos else eos),
-                            completions.shape[1]).sum())
+        # like the trainer (rollout.sample's valid_mask).
+        is_eos = torch.isin(completions, torch.tensor([-1] if no_eos else eos))
+        return int((is_eos.cumsum(dim=1) - is_eos.long() == 0).sum())
     fn = old_sampler(old_rev) if method == "old" else sample
     kw = {"decode": compiled_decode.CompiledDecode} if method == "compiled" else {}
     roll = fn(model, [prompt], group_size=G, max_new_tokens=new_tokens,

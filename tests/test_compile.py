@@ -141,16 +141,17 @@ def test_a_run_of_mixed_prompt_lengths_compiles_a_bounded_set_of_graphs(recordin
 
 def test_rows_are_never_bucketed_below_min_rows(recording_compile, monkeypatch):
     """compiled_decode.MIN_ROWS: a call of N <= MIN_ROWS rows keeps all of them (one graph per
-    width, the cache never copied after the prefill's), one of more rows stops at MIN_ROWS; the
-    samples are the eager ones either way. Bound: rows, then powers of two down to MIN_ROWS."""
+    width, the cache's rows never copied: the prefill writes each prompt's G rows itself), one of
+    more rows stops at MIN_ROWS; the samples are the eager ones either way. Bound: rows, then
+    powers of two down to MIN_ROWS."""
     from gmts.trainer import compiled_decode
-    from gmts.trainer.rollout import KVCache
+    from gmts.trainer.rollout import EagerDecode
     assert compiled_decode.MIN_ROWS == 64
     assert compiled_decode.graph_bound(30, 8) == 2 and compiled_decode.graph_bound(30, 256) == 2 * 3
     copies = []
-    real = KVCache.select_rows
-    monkeypatch.setattr(KVCache, "select_rows", lambda self, idx: (copies.append(len(idx)),
-                                                                   real(self, idx))[1])
+    real = EagerDecode.select_rows
+    monkeypatch.setattr(EagerDecode, "select_rows", lambda self, idx: (copies.append(len(idx)),
+                                                                       real(self, idx))[1])
     model = tiny_qwen2(dtype=torch.float64, seed=4)
     for seed in range(2):
         eager = sample(model, prompts(), **kwargs(seed, max_new_tokens=48))   # 12 rows, ending
@@ -158,14 +159,16 @@ def test_rows_are_never_bucketed_below_min_rows(recording_compile, monkeypatch):
         copies.clear()
         assert_same(sample(model, prompts(), **kwargs(seed, max_new_tokens=48,
                                                       decode=CompiledDecode)), eager)
-        assert copies == [12]                   # the prefill's G copies only: no row bucket
+        assert copies == []                     # no row bucket: the rows never move
     assert {n for n, _ in recording_compile} == {12}
     monkeypatch.setattr(compiled_decode, "MIN_ROWS", 4)          # N = 12 > MIN_ROWS: 12, 8, 4
     recording_compile.clear()
     torch._dynamo.reset()
     eager = sample(model, prompts(), **kwargs(0, max_new_tokens=48))
+    copies.clear()
     assert_same(sample(model, prompts(), **kwargs(0, max_new_tokens=48, decode=CompiledDecode)),
                 eager)
+    assert copies and max(copies) < 12          # the smaller buckets' rows moved up, in the cache
     sizes = [n for n, _ in recording_compile]
     assert sizes[0] == 12 and set(sizes) <= {12, 8, 4} and min(sizes) == 4, sizes
     assert len(sizes) <= compiled_decode.graph_bound(6, 12) == 3

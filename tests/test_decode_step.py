@@ -65,7 +65,7 @@ class RecordingSteps:
                 spy.decodes.append(self)
 
             def step(self, *a, **k):
-                if not ops:
+                if not ops or not self.decoding:                 # (the prefill)
                     return super().step(*a, **k)
                 with Ops() as recorded:
                     out = super().step(*a, **k)
@@ -161,8 +161,8 @@ def test_compiled_decode_keeps_its_buffers_and_graphs_across_rollouts(recording_
     short, long = prompts(), [[3] * 20, [4, 5]]            # prompt widths 16 and 32
     rolls = [sample(model, batch, **kwargs(seed, max_new_tokens=8, decode=spy.cls))
              for seed, batch in enumerate([short, short, long, short, long])]
-    address = [(d.cache.layers[0].keys.data_ptr(), d.cache.layers[-1].values.data_ptr(),
-                d.cache.position.data_ptr()) for d in spy.decodes]
+    address = [(d.layers[0].keys.data_ptr(), d.layers[-1].values.data_ptr(),
+                d.position.data_ptr()) for d in spy.decodes]
     assert address[0] == address[1] == address[3] and address[2] == address[4]
     assert address[0] != address[2]
     assert len(recording_graphs) == 2                      # one per bucket, over five rollouts
@@ -180,7 +180,7 @@ def test_a_reused_cache_reads_nothing_of_the_last_rollout():
     compiled_decode.BACKEND, backend = "eager", compiled_decode.BACKEND
     try:
         first = sample(model, prompts(), **kwargs(0, max_new_tokens=8, decode=spy.cls))
-        for layer in spy.decodes[0].cache.layers:
+        for layer in spy.decodes[0].layers:
             layer.keys.fill_(float("nan")), layer.values.fill_(float("nan"))
         again = sample(model, prompts(), **kwargs(0, max_new_tokens=8, decode=spy.cls))
     finally:

@@ -248,10 +248,10 @@ def test_compiled_decode_kv_caches_are_planned_as_the_code_allocates_them(monkey
                **sampler_kwargs(seed, group_size=2, max_new_tokens=4,
                                 decode=CompiledDecode))
     buckets = model.__dict__["_gmts_decode_buckets"]
-    assert sorted((rows, width) for rows, width, _ in buckets) == [(2, 20), (2, 36), (4, 20),
-                                                                   (4, 36)]
+    assert sorted((rows, width) for rows, width, *_ in buckets) == [(2, 20), (2, 36), (4, 20),
+                                                                    (4, 36)]
     allocated = sum(layer.keys.nbytes + layer.values.nbytes
-                    for cache, _, _ in buckets.values() for layer in cache.layers)
+                    for cache in buckets.values() for layer in cache.layers)
     shape_ = memory.model_shape(model.config)
     assert memory.rollout_calls(cfg) == [4, 2]
     c, phases, _, _ = memory.plan(cfg, shape_, prompt_tokens=30, device="cpu")

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from gmts.trainer.batches import completion_logprobs
-from gmts.trainer.rollout import Rollout, _cache_keyword, completion_mask, concat_rollouts, sample
+from gmts.trainer.rollout import EagerDecode, Rollout, concat_rollouts, sample
 from conftest import tiny_qwen2
 
 EOS, PAD = [5, 7], 0
@@ -93,10 +93,22 @@ def test_samples_follow_the_policy_distribution():
     assert chi2 < dof + 5 * (2 * dof) ** 0.5, chi2
 
 
-def test_mask_ends_at_the_first_eos_even_when_pad_equals_eos():
-    tokens = torch.tensor([[4, 5, 5, 5], [4, 4, 4, 4], [5, 1, 2, 5]])
-    mask = completion_mask(tokens, torch.tensor([5]), 4)
-    assert mask.tolist() == [[True, True, False, False], [True] * 4, [True, False, False, False]]
+def test_answers_end_at_their_first_eos_even_when_pad_is_an_eos():
+    """pad_token_id 5, itself an end-of-sequence id (Qwen's tokenizer pads with <|endoftext|>): the
+    same ends, lengths and `finished` as with another pad id. Reading `tokens != pad` as the mask
+    would drop each answer's eos; the rows that left the batch early hold pad (= eos) after it."""
+    model = tiny_qwen2(dtype=torch.float64, seed=4)
+    other = run(model, max_new_tokens=24)
+    roll = run(model, max_new_tokens=24, pad_token_id=5)
+    assert other.finished.any() and not other.finished.all()
+    assert torch.equal(roll.valid_mask, other.valid_mask)
+    assert torch.equal(roll.finished, other.finished)
+    for row, n in enumerate(roll.lengths.tolist()):
+        tokens = roll.completion_ids[row].tolist()
+        assert roll.valid_mask[row, :n].all() and not roll.valid_mask[row, n:].any()
+        assert tokens[n:] == [5] * (24 - n)
+        ends = [t for t in tokens[:n] if t in EOS]          # one eos, the last valid token
+        assert ends == ([tokens[n - 1]] if roll.finished[row] else []), (row, tokens)
 
 
 def test_rows_stop_at_eos_and_padding_is_filled():
@@ -176,9 +188,9 @@ def test_kv_cache_keyword_is_the_models_own_name_even_through_a_wrapper():
            if k in inspect.signature(model.forward).parameters]
     assert own, "the model's forward names no KV cache keyword"
     # 'cache' whenever the model takes it (transformers >= 5)
-    assert _cache_keyword(model) == own[0]
+    assert EagerDecode(model, 1, 1, 1).keyword == own[0]
     wrapped = _KwargsOnlyWrapper(model)
-    assert _cache_keyword(wrapped) == own[0]
+    assert EagerDecode(wrapped, 1, 1, 1).keyword == own[0]
     roll = run(wrapped)
     assert own[0] in wrapped.seen and not ({"cache", "past_key_values"} - {own[0]}) & wrapped.seen
     assert torch.equal(roll.completion_ids, run(model).completion_ids)
@@ -189,7 +201,7 @@ def test_kv_cache_keyword_through_a_lora_model():
     from gmts.trainer.models import add_lora
     model = tiny_qwen2(seed=4)
     lora = add_lora(model, rank=2, seed=0)
-    assert _cache_keyword(lora) == _cache_keyword(model)
+    assert EagerDecode(lora, 1, 1, 1).keyword == EagerDecode(model, 1, 1, 1).keyword
 
 
 def test_answers_do_not_depend_on_how_the_prompts_split_into_generation_calls():

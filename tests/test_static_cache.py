@@ -1,11 +1,12 @@
-"""The sampler's preallocated KV cache (gmts/trainer/rollout.py, KVCache) against the sampler it
-replaced.
+"""The sampler's preallocated KV cache (gmts/trainer/rollout.py, EagerDecode) against the sampler
+it replaced.
 
 `reference_sample` below is the previous sampler verbatim (transformers' DynamicCache, grown by
-concatenation, every finished row dropped at once with batch_select_indices). It lives HERE, not in
-gmts: the package has one sampler. The new one must draw the same samples for the same seed (the
-same uniforms: rollout.answers_uniforms), with log-probs and entropies equal to float error, on
-Qwen2 and Llama (SmolLM2's architecture) and through LoRA (peft).
+concatenation, every finished row dropped at once with batch_select_indices), with its own copies
+of the uniform table and the end-of-sequence mask. It lives HERE, not in gmts: the package has one
+sampler. The new one must draw the same samples for the same seed (the same uniforms: each prompt's
+from its seed, rollout.prompt_seeds), with log-probs and entropies equal to float error, on Qwen2
+and Llama (SmolLM2's architecture) and through LoRA (peft).
 
 Tolerances: the models run in float64. The two samplers compute the same logits from the same keys
 and values, in a different memory layout (a strided view of a preallocated buffer vs a freshly
@@ -13,12 +14,14 @@ concatenated tensor) and with different batch sizes at some steps (finished rows
 at halvings), so SDPA and the matmuls may reduce in a different order: float64 rounding, ~1e-15
 relative per operation, a few hundred operations deep, then log-softmax over 64 logits. 1e-9 leaves
 room for that; a wrong position, column or mask moves log-probs by O(0.1) on these random models."""
+import inspect
+
 import pytest
 import torch
 
 from gmts.trainer import rollout
-from gmts.trainer.rollout import (KVCache, _cache_keyword, completion_mask, filter_logits,
-                                  kv_cache_bytes, left_pad, positions, sample)
+from gmts.trainer.rollout import (EagerDecode, filter_logits, kv_cache_bytes, left_pad, positions,
+                                  sample)
 from conftest import sampler_kwargs as kwargs
 from conftest import sampler_prompts as prompts
 from conftest import tiny_qwen2
@@ -35,14 +38,18 @@ def reference_sample(model, prompts, *, group_size, max_new_tokens, eos_token_id
     (per prompt seeds)."""
     device = next(model.parameters()).device
     seeds = rollout.prompt_seeds(len(prompts), generator)
-    uniform = rollout.answers_uniforms(seeds, group_size, max_new_tokens)
+    uniform = torch.empty((len(prompts), group_size, max_new_tokens), dtype=torch.float64)
+    for prompt, seed in enumerate(seeds):
+        uniform[prompt].uniform_(generator=torch.Generator().manual_seed(seed))
+    uniform = uniform.flatten(0, 1)
     eos = torch.tensor(sorted(set(eos_token_ids)), device=device)
     n_rows = len(prompts) * group_size
     greedy = temperature == 0
     ids, mask = left_pad(prompts if share_prefix
                          else [p for p in prompts for _ in range(group_size)],
                          pad_token_id, device)
-    cache_kw = _cache_keyword(model)
+    forward = inspect.signature(model.get_decoder().forward).parameters
+    cache_kw = "cache" if "cache" in forward else "past_key_values"
     out = model(input_ids=ids, attention_mask=mask, position_ids=positions(mask), use_cache=True,
                 logits_to_keep=1)
     cache, logits = getattr(out, cache_kw), out.logits[:, -1]
@@ -86,7 +93,9 @@ def reference_sample(model, prompts, *, group_size, max_new_tokens, eos_token_id
         out = model(input_ids=next_tok[:, None], attention_mask=mask,
                     position_ids=positions(mask)[:, -1:], use_cache=True, **{cache_kw: cache})
         cache, logits = getattr(out, cache_kw), out.logits[:, -1]
-    valid = completion_mask(tokens, eos, max_new_tokens)
+    is_eos = torch.isin(tokens, eos)                        # up to and including the first eos
+    first_eos = torch.where(is_eos.any(dim=1), is_eos.float().argmax(dim=1), max_new_tokens)
+    valid = torch.arange(max_new_tokens, device=device)[None, :] <= first_eos[:, None]
     tokens = tokens.masked_fill(~valid, pad_token_id)
     return tokens, valid, logp * valid, entropy * valid, finished
 
@@ -159,14 +168,14 @@ def test_greedy_and_filtered_sampling_match_the_previous_sampler(name):
 
 
 class Spy:
-    """Records every KVCache the sampler builds, and per layer-0 write the batch size and the
-    buffer's address."""
+    """A decode class (`cls`, for sample's `decode`) that records every cache the sampler builds,
+    and per layer-0 write the batch size and the buffer's address."""
 
-    def __init__(self, monkeypatch):
+    def __init__(self):
         self.caches, self.writes = [], []
         spy = self
 
-        class Recording(KVCache):
+        class Recording(EagerDecode):
             def __init__(self, *a, **k):
                 super().__init__(*a, **k)
                 spy.caches.append(self)
@@ -179,14 +188,14 @@ class Spy:
                         (k.shape[0], k.shape[2], first.keys.data_ptr(), first.values.data_ptr()))
                     return out
                 first.update = recorded
-        monkeypatch.setattr(rollout, "KVCache", Recording)
+        self.cls = Recording
 
 
-def test_cache_is_written_in_place_and_live_rows_compacted_at_halvings(monkeypatch):
-    spy = Spy(monkeypatch)
+def test_cache_is_written_in_place_and_live_rows_compacted_at_halvings():
+    spy = Spy()
     model = tiny_qwen2(dtype=torch.float64, seed=4)
-    roll = sample(model, prompts(),
-                  **kwargs(0, group_size=8, max_new_tokens=24, eos_token_ids=list(range(1, 9))))
+    roll = sample(model, prompts(), **kwargs(0, group_size=8, max_new_tokens=24,
+                                             eos_token_ids=list(range(1, 9)), decode=spy.cls))
     (cache,) = spy.caches
     # the prefill: one row per prompt, the longest prompt's width
     assert spy.writes[0][:2] == (3, 6)
@@ -226,15 +235,15 @@ def test_kv_cache_bytes_for_a_real_config():
     assert kv_cache_bytes(1, 1, config, torch.float32) == 2 * 28_672
 
 
-def test_memory_planner_counts_the_cache_the_sampler_allocates(monkeypatch):
+def test_memory_planner_counts_the_cache_the_sampler_allocates():
     """gmts.tools.memory's KV-cache line is exactly the bytes of the buffers `sample` allocates
     (prompt width = the planner's prompt tokens; rows = prompts per call x G; columns = prompt +
     max-new-tokens)."""
     from gmts.run.config import Config
     from gmts.tools.memory import model_shape, plan
-    spy = Spy(monkeypatch)
+    spy = Spy()
     model = tiny_qwen2(seed=4)                                  # float32, as train.py on CPU
-    sample(model, prompts(), **kwargs(0, max_new_tokens=16))
+    sample(model, prompts(), **kwargs(0, max_new_tokens=16, decode=spy.cls))
     allocated = sum(
         b.numel() * b.element_size() for layer in spy.caches[0].layers for b
         in (layer.keys, layer.values))

@@ -288,7 +288,7 @@ def plan(cfg, shape, *, prompt_tokens=256, device="gpu", world=1, budget=None):
     # float32 accumulator in the head's backward
     c["head_weight_grad"] = V * H * 4 if not lora else 0
     from types import SimpleNamespace
-    # the sampler's own count of its preallocated KVCache
+    # the sampler's own count of its preallocated KV cache (rollout.EagerDecode)
     from gmts.trainer.rollout import kv_cache_bytes
     c["kv_cache"] = kv_cache_bytes(rows, L,
                                    SimpleNamespace(num_hidden_layers=Lyr,

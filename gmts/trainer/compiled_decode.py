@@ -18,7 +18,7 @@ graphs (graph_bound; tests/test_compile.py counts them over rollouts of mixed pr
 """
 import torch
 
-from gmts.trainer.rollout import EagerDecode, KVCache, KVLayer, _cache_keyword, draw
+from gmts.trainer.rollout import EagerDecode, KVLayer, draw
 
 MIN_PROMPT_WIDTH = 16
 MIN_ROWS = 64             # a power of two
@@ -47,11 +47,12 @@ def graph_bound(longest_prompt, rows):
                                   if MIN_ROWS <= 1 << i < rows})
 
 
-def decode_step(model, cache, cache_kw, sampler):
-    """The compiled decode step over `cache` (a StaticKVCache in decoding mode):
-    step(ids (n, 1), position_ids (n, 1), mask (n, max_len), u (n,)) -> rollout.draw's (token, log
-    π, entropy), each (n,) and a copy (CUDA graph outputs are overwritten by the next replay). The
-    forward and the sampler (temperature, top-k / top-p, the CDF and its draw) are one graph.
+def decode_step(cache):
+    """The compiled forward and draw of `cache`'s decode steps (a CompiledDecode, decoding):
+    (ids (n, 1), position_ids (n, 1), mask (n, columns), u (n,)) -> rollout.draw's (token, log π,
+    entropy), each (n,) (CUDA graph outputs: overwritten by the next replay, CompiledDecode.step
+    copies them). The forward and the sampler (temperature, top-k / top-p, the CDF and its draw)
+    are one graph.
 
     mode="reduce-overhead" captures CUDA graphs on a GPU (one launch per step instead of dozens of
     kernels per layer); on CPU it is the default mode. The cache's buffers and its position are
@@ -67,21 +68,16 @@ def decode_step(model, cache, cache_kw, sampler):
     for layer in cache.layers:
         for buf in (layer.keys, layer.values):
             torch._dynamo.mark_static_address(buf)
-    on_gpu = cache.layers[0].keys.device.type == "cuda"
-    sampler = dict(zip(("temperature", "top_k", "top_p"), sampler))
+    on_gpu = cache.position.device.type == "cuda"
+    model, cache_kw = cache.model, {cache.keyword: cache}
+    sampler = dict(zip(("temperature", "top_k", "top_p"), cache.sampler))
 
     @torch.compile(mode="reduce-overhead" if on_gpu else None, dynamic=False, backend=BACKEND)
     def forward(ids, position_ids, mask, u):
         logits = model(input_ids=ids, attention_mask=mask, position_ids=position_ids,
                        use_cache=True, **cache_kw).logits[:, -1]
         return draw(logits, u, **sampler)
-
-    def step(ids, position_ids, mask, u):
-        torch.compiler.cudagraph_mark_step_begin()   # the previous step's outputs are consumed
-        out = tuple(x.clone() for x in forward(ids, position_ids, mask, u))
-        cache.advance(1)                          # (outside the graph: Python ints, the position)
-        return out
-    return step
+    return forward
 
 
 class StaticKVLayer(KVLayer):
@@ -93,38 +89,45 @@ class StaticKVLayer(KVLayer):
         return self.cache.position if self.cache.decoding else 0
 
 
-class StaticKVCache(KVCache):
-    """A KVCache of StaticKVLayers."""
+class CompiledDecode(EagerDecode):
+    """rollout.EagerDecode with its decode steps compiled (decode_step): bucketed prompt widths and
+    rows, the prefill eager. One per bucket (rows, columns, sampler settings), kept on the model
+    for the run: a later rollout of the same bucket gets the same one back, emptied: the same
+    buffers and position (the same addresses: CUDA graphs are replayed, not recorded again) and
+    the same graphs."""
     layer = StaticKVLayer
 
-
-class CompiledDecode(EagerDecode):
-    """rollout.EagerDecode for the compiled step: bucketed prompt widths and rows, the prefill
-    eager, then the decode step over the static cache (decode_step). The cache, its position and
-    the compiled step are kept per bucket (rows, columns, sampler settings) on the model, for the
-    run: a later rollout of the same bucket reuses the same buffers (the same addresses: CUDA graphs
-    are replayed, not recorded again) and the same graphs."""
-
-    def __init__(self, model, rows, width, max_new_tokens, sampler=(1.0, 0, 1.0)):
-        columns = prompt_width(width) + max_new_tokens
+    def __new__(cls, model, rows, width, max_new_tokens, temperature=1.0, top_k=0, top_p=1.0):
         buckets = model.__dict__.setdefault("_gmts_decode_buckets", {})  # (not a parameter)
-        key = (rows, columns, tuple(sampler))
+        key = (rows, prompt_width(width) + max_new_tokens, temperature, top_k, top_p, cls)
         if key not in buckets:
-            cache = StaticKVCache(len(model.get_decoder().layers), rows, columns,
-                                  next(model.parameters()).device)
-            buckets[key] = (cache, {_cache_keyword(model): cache}, [None])
-        self.cache, self.cache_kw, self.compiled = buckets[key]
-        self.model, self.sampler = model, sampler
-        self.cache.restart()
+            buckets[key] = super().__new__(cls)
+        return buckets[key]
 
-    def keep_rows(self, keep):      # the live rows, then finished ones up to a power of two
+    def __init__(self, model, rows, width, max_new_tokens, temperature=1.0, top_k=0, top_p=1.0):
+        if not hasattr(self, "compiled"):               # a new bucket's (__new__): built once
+            super().__init__(model, rows, prompt_width(width), max_new_tokens, temperature, top_k,
+                             top_p)
+            self.compiled = None
+        self.length, self.decoding = 0, False     # empty again, in the same buffers, zeroed: no
+        for layer in self.layers:                 # column of the last rollout is read, even masked
+            if layer.is_initialized:
+                layer.keys.zero_(), layer.values.zero_()
+
+    def keep_rows(self, keep, *batch):    # the live rows, then finished ones up to a power of two
         idx = bucket_rows(keep)
         if len(idx) == len(keep):   # no smaller bucket (MIN_ROWS): every row stays where it is
-            return torch.arange(len(keep), device=keep.device)
-        self.cache.select_rows(idx)
-        return idx
+            return batch
+        self.select_rows(idx)
+        return [x[idx] for x in batch]
 
     def step(self, ids, position_ids, mask, u):
-        if self.compiled[0] is None:
-            self.compiled[0] = decode_step(self.model, self.cache, self.cache_kw, self.sampler)
-        return self.compiled[0](ids, position_ids, mask, u)
+        if not self.decoding:                       # the prefill: eager
+            return super().step(ids, position_ids, mask, u)
+        if self.compiled is None:
+            self.compiled = decode_step(self)
+        torch.compiler.cudagraph_mark_step_begin()   # the previous step's outputs are consumed
+        out = tuple(x.clone() for x in self.compiled(ids, position_ids, mask, u))
+        self.length += 1                 # as EagerDecode.step, outside the graph (a Python int,
+        self.position.fill_(self.length)              # and the position the graph reads)
+        return out

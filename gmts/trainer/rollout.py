@@ -4,13 +4,14 @@ Not `model.generate`: we need, for every sampled token, its log-probability and 
 distribution it was drawn from (gmts/METHOD.md, "Where E and ω come from": on-policy with β = 0 the
 scores are then known without another forward pass), and the G answers to share one prefill.
 
-Fast and still exact: each prompt is prefilled once and its KV cache rows copied G times; the KV
-cache is preallocated and written in place (KVCache); finished rows leave the batch at halvings; one
-uniform number per row per step, drawn for every row whether or not it is still live, turned into a
-token by inverse-CDF sampling, so the samples do not depend on the batch layout
-(tests/test_rollout.py). A decode step attends over the cache's KV heads as they are (grouped-query
-attention without copying K and V to every query head: gqa_attention). train.py --compile decodes
-with gmts/trainer/compiled_decode.py's CompiledDecode instead of EagerDecode.
+Fast and still exact: each prompt is prefilled once, its keys and values written to its G answers'
+rows; the KV cache is preallocated and written in place (EagerDecode: the cache and its decode
+step); finished rows leave the batch at halvings; one uniform number per row per step, drawn for
+every row whether or not it is still live, turned into a token by inverse-CDF sampling, so the
+samples do not depend on the batch layout (tests/test_rollout.py). A decode step attends over the
+cache's KV heads as they are (grouped-query attention without copying K and V to every query head:
+gqa_attention). train.py --compile decodes with gmts/trainer/compiled_decode.py's CompiledDecode
+instead of EagerDecode.
 """
 import dataclasses
 import inspect
@@ -64,8 +65,9 @@ def cache_shape(config):
 
 
 def kv_cache_bytes(rows, max_len, config, dtype):
-    """Bytes of the sampler's KVCache (allocated once): keys and values of (rows, kv_heads, max_len,
-    head_dim) per layer; dtype: the compute dtype (or its name). Used by gmts/tools/memory.py."""
+    """Bytes of the sampler's KV cache (EagerDecode, allocated once): keys and values of (rows,
+    kv_heads, max_len, head_dim) per layer; dtype: the compute dtype (or its name). Used by
+    gmts/tools/memory.py."""
     layers, kv_heads, head_dim = cache_shape(config)
     dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
     element = torch.empty((), dtype=dtype).element_size()
@@ -74,12 +76,12 @@ def kv_cache_bytes(rows, max_len, config, dtype):
 
 @dataclasses.dataclass(eq=False)
 class KVLayer(CacheLayerMixin):
-    """One decoder layer's keys and values in `cache` (a KVCache), allocated at the first write
-    (dtype, device and heads from the model's own keys) and written in place. The batch is the
-    buffers' first n rows (n = the keys' batch size at that write). Zeros, not empty: a decode step
-    reads every column, the unwritten ones masked (a weight of exactly 0, which would still turn a
-    NaN into NaN)."""
-    cache: "KVCache"
+    """One decoder layer's keys and values in `cache` (an EagerDecode), allocated at the first
+    write (dtype, device and heads from the model's own keys) and written in place. The batch is
+    the buffers' first n rows (n = the keys' batch size at that write). Zeros, not empty: a decode
+    step reads every column, the unwritten ones masked (a weight of exactly 0, which would still
+    turn a NaN into NaN)."""
+    cache: "EagerDecode"
     keys: torch.Tensor = None                  # (rows, kv_heads, columns, head_dim)
     values: torch.Tensor = None                # (rows, kv_heads, columns, head_dim)
     is_initialized: bool = False
@@ -91,11 +93,12 @@ class KVLayer(CacheLayerMixin):
             self.keys = k.new_zeros((cache.rows, k.shape[1], cache.columns, k.shape[3]))
             self.values = v.new_zeros((cache.rows, v.shape[1], cache.columns, v.shape[3]))
             self.is_initialized = True
+        if not cache.decoding:   # the prefill: columns [0, q) of each row's rows / n copies (its
+            self.keys.unflatten(0, (n, -1))[..., :q, :] = k[:, None]     # answers), attending over
+            self.values.unflatten(0, (n, -1))[..., :q, :] = v[:, None]   # its own columns
+            return k, v
         keys, values = ((self.keys, self.values) if n == cache.rows else   # (no slicing op)
                         (self.keys[:n], self.values[:n]))
-        if not cache.decoding:          # the prefill: columns [0, q), returned as they are filled
-            keys[:, :, :q], values[:, :, :q] = k, v
-            return keys[:, :, :q], values[:, :, :q]
         keys.index_copy_(2, cache.position, k)   # a decode step: one column at `position`, every
         values.index_copy_(2, cache.position, v)  # column returned (the same shapes at every step)
         return keys, values
@@ -110,46 +113,7 @@ class KVLayer(CacheLayerMixin):
         return self.cache.columns
 
     def lazy_initialization(self, k, v):      # (for transformers' early_initialization)
-        self.update(k[:, :, :0], v[:, :, :0])
-
-
-class KVCache(Cache):
-    """`sample`'s KV cache: one KVLayer per decoder layer, (rows, kv_heads, columns, head_dim) each,
-    preallocated and written in place; `length`: the columns filled; `position` (1,) long: the
-    column a decode step writes (a tensor: a compiled graph reads it in place). The prefill writes
-    its columns and attends over them; then (`decoding`) each step writes one column and attends
-    over all, the unwritten ones masked by causality.
-
-    transformers' DynamicCache grows by concatenation (every decode step copies the whole cache:
-    O(L^2) traffic over an answer of L tokens) and its batch_select_indices copies it again
-    whenever rows finish. Here a step writes one column, and `select_rows` moves the rows to keep to
-    the front, in place. A transformers Cache, so Qwen2, Llama and any model that calls
-    cache.update work."""
-    layer = KVLayer                                      # the class of its layers
-
-    def __init__(self, n_layers, rows, columns, device):
-        self.rows, self.columns, self.length, self.decoding = rows, columns, 0, False
-        self.position = torch.zeros(1, dtype=torch.long, device=device)         # (1,)
-        super().__init__(layers=list(map(self.layer, [self] * n_layers)))
-
-    def select_rows(self, idx):
-        """Keep rows `idx` (in that order) as the batch's first; copies the filled columns."""
-        for layer in self.layers:
-            for buf in (layer.keys, layer.values):           # (the gather copies before the write)
-                buf[:len(idx), :, :self.length] = buf[idx, :, :self.length]
-
-    def advance(self, columns):
-        """`columns` were written (the prefill's, then one per step): decode at the next one."""
-        self.length, self.decoding = self.length + columns, True
-        self.position.fill_(self.length)
-
-    def restart(self):
-        """Empty again for another rollout, in the same buffers (zeroed: no column of the last
-        rollout is read, even masked)."""
-        self.length, self.decoding = 0, False
-        for layer in self.layers:
-            if layer.is_initialized:
-                layer.keys.zero_(), layer.values.zero_()
+        self.update(k[:1, :, :0], v[:1, :, :0])
 
 
 def positions(attention_mask):
@@ -186,8 +150,7 @@ def draw(logits, u, temperature=1.0, top_k=0, top_p=1.0):
         cdf = torch.softmax(filtered, dim=-1).double().cumsum(dim=-1)              # (n, V)
         token = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True)[:, 0]   # (n,)
         token = token.clamp(max=cdf.shape[1] - 1)
-    return (token, log_probs.gather(1, token[:, None])[:, 0],
-            -(log_probs.exp() * log_probs).sum(dim=-1))
+    return token, log_probs.gather(1, token[:, None])[:, 0], -(log_probs.exp() * log_probs).sum(-1)
 
 
 def gqa_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
@@ -197,16 +160,14 @@ def gqa_attention(module, query, key, value, attention_mask, dropout=0.0, scalin
     they are. transformers itself expands K and V to every query head (repeat_kv: heads / kv_heads
     copies of the cache per layer and step) whenever a mask is passed (5.17; 5.25 under
     torch.compile). Returns (n, 1, heads, d), None, as transformers' attention functions do."""
-    n, heads, q, _ = query.shape
-    kv_heads = key.shape[1]
+    (n, heads, q, d), kv_heads = query.shape, key.shape[1]
     if q != 1 or heads == kv_heads or dropout or kwargs.get("softcap") is not None:
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
                                       scaling=scaling, **kwargs)
     if attention_mask is not None and attention_mask.shape[1] > 1:      # a mask per query head
         attention_mask = attention_mask.view(n, kv_heads, heads // kv_heads, -1)
-    out = torch.nn.functional.scaled_dot_product_attention(
-        query.view(n, kv_heads, heads // kv_heads, -1), key, value, attn_mask=attention_mask,
-        scale=scaling)                                          # (n, kv_heads, heads / kv_heads, d)
+    out = torch.nn.functional.scaled_dot_product_attention(     # (n, kv_heads, heads / kv_heads, d)
+        query.view(n, kv_heads, -1, d), key, value, attn_mask=attention_mask, scale=scaling)
     return out.view(n, 1, heads, value.shape[-1]), None
 
 
@@ -215,30 +176,59 @@ AttentionInterface.register(GQA, gqa_attention)
 AttentionMaskInterface.register(GQA, sdpa_mask)                        # its masks: SDPA's
 
 
-class EagerDecode:
-    """`sample`'s decode steps over a KVCache of `rows` rows and width + max_new_tokens columns
-    (width: the longest prompt's): step(ids (n, 1), position_ids (n, 1), mask (n, columns), u
-    (n,)) -> draw's (token, log π, entropy). mask: 0 at a prompt's left padding, 1 on every later
-    column. sampler: draw's (temperature, top_k, top_p). compiled_decode.CompiledDecode: the same
-    step compiled, the sampler included."""
+class EagerDecode(Cache):
+    """`sample`'s KV cache and its decode step, for `rows` rows and width + max_new_tokens columns
+    (width: the longest prompt's): one KVLayer per decoder layer, (rows, kv_heads, columns,
+    head_dim) each, preallocated and written in place; `length`: the columns filled; `position`
+    (1,) long: the column a decode step writes (a tensor: a compiled graph reads it in place). The
+    prefill writes its columns and attends over them; then (`decoding`) each step writes one column
+    and attends over all, the unwritten ones masked by causality. temperature, top_k, top_p: draw's
+    (`sampler`). compiled_decode.CompiledDecode: the same, its decode step compiled.
 
-    def __init__(self, model, rows, width, max_new_tokens, sampler=(1.0, 0, 1.0)):
-        layers = model.get_decoder().layers       # the transformers model's, under LoRA or FSDP
-        device = next(model.parameters()).device
-        self.cache = KVCache(len(layers), rows, width + max_new_tokens, device)
-        self.model, self.sampler = model, sampler
-        self.cache_kw = {_cache_keyword(model): self.cache}         # the model's keyword for it
+    transformers' DynamicCache grows by concatenation (every decode step copies the whole cache:
+    O(L^2) traffic over an answer of L tokens) and its batch_select_indices copies it again
+    whenever rows finish. Here a step writes one column, and `select_rows` moves the rows to keep to
+    the front, in place. A transformers Cache, so Qwen2, Llama and any model that calls
+    cache.update work. `keyword`: the model's forward keyword for it, `cache` in transformers 5.x,
+    `past_key_values` in 4.x, asked of the decoder (a LoRA / FSDP wrapper's forward takes
+    **kwargs)."""
+    layer = KVLayer                                      # the class of its layers
 
-    def keep_rows(self, keep):     # finished rows leave: the live ones (keep: (n,) bool) move up
-        idx = keep.nonzero().squeeze(1)
-        self.cache.select_rows(idx)
-        return idx
+    def __init__(self, model, rows, width, max_new_tokens, temperature=1.0, top_k=0, top_p=1.0):
+        decoder = model.get_decoder()             # the transformers model's, under LoRA or FSDP
+        forward = inspect.signature(decoder.forward).parameters
+        self.keyword = "cache" if "cache" in forward else "past_key_values"
+        self.model, self.rows, self.sampler = model, rows, (temperature, top_k, top_p)
+        self.columns, self.length, self.decoding = width + max_new_tokens, 0, False
+        self.position = torch.zeros(1, dtype=torch.long, device=next(model.parameters()).device)
+        super().__init__(layers=list(map(self.layer, [self] * len(decoder.layers))))
 
     def step(self, ids, position_ids, mask, u):
+        """The model on ids (n, q) at position_ids (n, q), mask (n, q for the prefill, else every
+        column; 0 at a prompt's left padding), writing their q columns (the prefill: the prompts',
+        then one per decode step) -> draw's (token, log π, entropy) of each row's next token, each
+        (len(u),) for u (len(u),) float64: the prefill's n rows drawn len(u) / n times each (the
+        answers of a shared prompt)."""
         logits = self.model(input_ids=ids, attention_mask=mask, position_ids=position_ids,
-                            use_cache=True, **self.cache_kw).logits[:, -1]         # (n, V)
-        self.cache.advance(1)
+                            use_cache=True, logits_to_keep=1, **{self.keyword: self}).logits[:, -1]
+        self.length, self.decoding = self.length + ids.shape[1], True
+        self.position.fill_(self.length)
+        if len(u) > len(ids):                            # (n, V) -> (len(u), V): each prompt's
+            logits = logits.repeat_interleave(len(u) // len(ids), dim=0)   # for its G answers
         return draw(logits, u, *self.sampler)
+
+    def keep_rows(self, keep, *batch):
+        """Finished rows leave: the live ones (keep (n,) bool) move up, in the cache and in each
+        of `batch` (tensors of the batch's n rows), returned."""
+        idx = keep.nonzero().squeeze(1)
+        self.select_rows(idx)
+        return [x[idx] for x in batch]
+
+    def select_rows(self, idx):
+        """Keep rows `idx` (in that order) as the batch's first; copies the filled columns."""
+        for layer in self.layers:
+            for buf in (layer.keys, layer.values):           # (the gather copies before the write)
+                buf[:len(idx), :, :self.length] = buf[idx, :, :self.length]
 
 
 @torch.no_grad()
@@ -247,80 +237,72 @@ def sample(model, prompts, *, group_size, max_new_tokens, eos_token_ids, pad_tok
            share_prefix=True, drop_finished=True, decode=EagerDecode):
     """Sample `group_size` completions for each of the Q prompts (lists of token ids); temperature 0
     = greedy. Returns a Rollout of N = Q * group_size rows in prompt order. seeds: one per prompt
-    (drawn from `generator` when not given). prompts_per_call (0 = all): prompts per KV cache (the
-    paper's 64 x 16 answers of 2k tokens: ~90 GB on Qwen2.5-1.5B in one), the seeds drawn for all
-    at once, so the answers do not depend on it. share_prefix=False prefills N rows; drop_finished=
-    False keeps finished rows in the batch (all three: the same samples, tests/test_rollout.py)."""
+    (drawn from `generator` when not given), each prompt's answers drawing their uniforms from it.
+    prompts_per_call (0 = all): prompts per KV cache (the paper's 64 x 16 answers of 2k tokens:
+    ~90 GB on Qwen2.5-1.5B in one), the seeds drawn for all at once, so the answers do not depend
+    on it. share_prefix=False prefills N rows; drop_finished=False keeps finished rows in the batch
+    (all three: the same samples, tests/test_rollout.py). A row's tokens after its first
+    end-of-sequence token are padding (pad may equal eos: never `tokens != pad`). decode: the KV
+    cache's class, its prompt columns the longest prompt's (CompiledDecode: bucketed). The decode
+    steps run under gqa_attention when the model's attention is SDPA (eager, flash: as they
+    are)."""
     if group_size < 1 or max_new_tokens < 1 or min(map(len, prompts), default=0) < 1:
         raise ValueError(f"every prompt needs at least one token, group_size and max_new_tokens "
                          f">= 1 (got {len(prompts)} prompts, {group_size}, {max_new_tokens})")
-    seeds, k = seeds or prompt_seeds(len(prompts), generator), prompts_per_call
-    if 0 < k < len(prompts):                          # one call per k prompts, rows in order
-        kw = {"group_size": group_size, "max_new_tokens": max_new_tokens, "decode": decode,
-              "eos_token_ids": eos_token_ids, "pad_token_id": pad_token_id, "top_k": top_k,
-              "top_p": top_p, "temperature": temperature, "share_prefix": share_prefix,
-              "drop_finished": drop_finished}
-        return concat_rollouts([sample(model, prompts[i:i + k], seeds=seeds[i:i + k], **kw)
-                                for i in range(0, len(prompts), k)], pad_token_id)
+    if 0 < prompts_per_call < len(prompts):
+        return sample_in_calls(**locals())                                # (sample's arguments)
     device, n_rows = next(model.parameters()).device, len(prompts) * group_size   # N = Q x G
-    sampler = temperature, top_k, top_p
-    eos = torch.tensor(sorted(set(eos_token_ids)), device=device)
-    uniform = answers_uniforms(seeds, group_size, max_new_tokens).to(device)   # (N, T) float64
-    step = decode(model, n_rows, max(map(len, prompts)), max_new_tokens, sampler)  # KV cache
-    width = step.cache.columns - max_new_tokens      # the prompts' columns (compiled: bucketed)
+    u = torch.empty((len(prompts), group_size, max_new_tokens), dtype=torch.float64)  # (Q, G, T)
+    for prompt, seed in enumerate(seeds or prompt_seeds(len(prompts), generator)):   # on the CPU
+        u[prompt].uniform_(generator=torch.Generator().manual_seed(seed))   # from the prompt's seed
+    u = u.flatten(0, 1).to(device)                         # (N, T): each answer's, in batch order
+    cache = decode(model, n_rows, max(map(len, prompts)), max_new_tokens, temperature, top_k, top_p)
     prefill = prompts if share_prefix else [p for p in prompts for _ in range(group_size)]
-    ids, mask = left_pad(prefill, pad_token_id, device, width)        # (Q or N, width) each
-    logits = model(input_ids=ids, attention_mask=mask, position_ids=positions(mask),
-                   use_cache=True, logits_to_keep=1, **step.cache_kw).logits[:, -1]  # (Q or N, V)
-    step.cache.advance(width)
+    ids, mask = left_pad(prefill, pad_token_id, device, cache.columns - max_new_tokens)  # (Q|N, P)
+    tok, tok_logp, tok_entropy = cache.step(ids, positions(mask), mask, u[:, 0])  # (N,) each
     rows = torch.arange(len(ids), device=device).repeat_interleave(n_rows // len(ids))   # (N,)
-    step.cache.select_rows(rows)                       # each prompt's cache rows copied G times
     first = mask[rows].sum(dim=1, keepdim=True)        # (N, 1): each answer's first position
     mask = torch.nn.functional.pad(mask, (0, max_new_tokens), value=1)[rows]   # (N, columns)
-    next_tok, next_logp, next_entropy = draw(logits[rows], uniform[:, 0], *sampler)   # (N,) each
     tokens = torch.full((n_rows, max_new_tokens), pad_token_id, dtype=torch.long, device=device)
     logp, entropy = torch.zeros((2, n_rows, max_new_tokens), dtype=torch.float32, device=device)
-    finished = torch.zeros(n_rows, dtype=torch.bool, device=device)              # (N,)
     live = torch.arange(n_rows, device=device)    # (n,): the original rows of the batch's rows
-    done, u_rows = finished.clone(), uniform      # in batch order, as `first`: no gather
+    done = torch.zeros(n_rows, dtype=torch.bool, device=device)    # (n,) in batch order, as `u`
+    eos = torch.tensor(sorted(set(eos_token_ids)), device=device)
     config = model.get_decoder().config                # (the one the attention layers read)
-    own = config._attn_implementation                  # SDPA's decode steps: gqa_attention
-    config._attn_implementation = GQA if own == "sdpa" else own    # eager, flash: as they are
+    own = config._attn_implementation
+    config._attn_implementation = GQA if own == "sdpa" else own
     try:
-        for t in range(max_new_tokens):
-            tokens[live, t] = next_tok   # index writes: no sync (masked after a row's end below)
-            logp[live, t], entropy[live, t] = next_logp, next_entropy
-            done |= torch.isin(next_tok, eos)
+        for t in range(max_new_tokens):   # index writes: no sync (masked after a row's end below)
+            tokens[live, t], logp[live, t], entropy[live, t] = tok, tok_logp, tok_entropy
+            done |= torch.isin(tok, eos)
             n_keep = int((~done).sum()) if (t + 1) % CHECK_EVERY == 0 else len(live)
             if n_keep == 0 or t == max_new_tokens - 1:
                 break
             if drop_finished and n_keep <= len(live) // 2:   # at halvings: ~one cache copy in all
-                finished[live] = done
-                idx = step.keep_rows(~done)                     # (their cache rows move up)
-                live, next_tok, mask, first, u_rows, done = (
-                    x[idx] for x in (live, next_tok, mask, first, u_rows, done))
-            next_tok, next_logp, next_entropy = step.step(next_tok[:, None], first + t, mask,
-                                                          u_rows[:, t + 1])
+                live, tok, mask, first, u, done = cache.keep_rows(
+                    ~done, live, tok, mask, first, u, done)     # (their cache rows move up)
+            tok, tok_logp, tok_entropy = cache.step(tok[:, None], first + t, mask, u[:, t + 1])
     finally:
         config._attn_implementation = own
-    finished[live] = done
-    valid = completion_mask(tokens, eos, max_new_tokens)     # (N, T): after a row's end: padding
+    is_eos = torch.isin(tokens, eos)                                                     # (N, T)
+    valid = is_eos.cumsum(dim=1) - is_eos.long() == 0     # (N, T): no end-of-sequence before t
     return Rollout(prompt_ids=list(map(list, prompts)), valid_mask=valid,
                    completion_ids=tokens.masked_fill(~valid, pad_token_id), old_logp=logp * valid,
-                   entropy=entropy * valid, finished=finished, group_size=group_size)
+                   entropy=entropy * valid, finished=is_eos.any(dim=1), group_size=group_size)
+
+
+def sample_in_calls(model, prompts, *, generator, seeds, prompts_per_call, pad_token_id, **kw):
+    """sample(prompts_per_call=k) for k < len(prompts): one call per k prompts, their rows in
+    order, each prompt with its seed (all drawn at once)."""
+    seeds, k = seeds or prompt_seeds(len(prompts), generator), prompts_per_call
+    return concat_rollouts([sample(model, prompts[i:i + k], seeds=seeds[i:i + k],
+                                   pad_token_id=pad_token_id, **kw)
+                            for i in range(0, len(prompts), k)], pad_token_id)
 
 
 def prompt_seeds(n, gen):
     """n seeds, one per prompt, from the generator `gen` (any device; None: the global one)."""
     return torch.randint(2 ** 62, (n,), generator=gen, device=gen and gen.device).tolist()
-
-
-def answers_uniforms(seeds, group_size, max_new_tokens):
-    """(len(seeds) x G, max_new_tokens) float64 uniforms on the CPU, each prompt's from its seed."""
-    uniform = torch.empty((len(seeds), group_size, max_new_tokens), dtype=torch.float64)  # Q,G,T
-    for prompt, seed in enumerate(seeds):
-        uniform[prompt].uniform_(generator=torch.Generator().manual_seed(seed))
-    return uniform.flatten(0, 1)                                   # (Q x G, T)
 
 
 def pad_cat(tensors, value):
@@ -348,18 +330,3 @@ def concat_rollouts(parts, pad_id):
     return dataclasses.replace(parts[0],
                                **{f.name: joined(f.name, [getattr(p, f.name) for p in parts])
                                             for f in dataclasses.fields(parts[0])})
-
-
-def _cache_keyword(model):
-    """The KV cache's forward keyword: `cache` in transformers 5.x, `past_key_values` in 4.x; asked
-    of the decoder (a LoRA / FSDP wrapper's forward takes **kwargs)."""
-    params = inspect.signature(model.get_decoder().forward).parameters
-    return "cache" if "cache" in params else "past_key_values"
-
-
-def completion_mask(tokens, eos, max_len):
-    """(N, T) bool: every token up to and including the FIRST end-of-sequence token (pad may equal
-    eos: never use `tokens != pad`); max_len for a row without one."""
-    is_eos = torch.isin(tokens, eos)                                                     # (N, T)
-    first_eos = torch.where(is_eos.any(dim=1), is_eos.float().argmax(dim=1), max_len)    # (N,)
-    return torch.arange(tokens.shape[1], device=tokens.device)[None, :] <= first_eos[:, None]
