@@ -1106,28 +1106,39 @@ class _Unit:
                 self.statement(s)
 
     def assign(self, target, value, given=_UNSET):
+        """`target = value`: the value computed from the names as they are before the binding
+        (`x = x + [1]`), then the target's names rebound."""
         names = _target_names(target)
-        for name in names:
-            self.env.pop(name, None)
-            self.child.discard(name)
-            self.objects.discard(name)
-            self.deferred.discard(name)
+
+        def forget():
+            for name in names:
+                self.env.pop(name, None)
+                self.child.discard(name)
+                self.objects.discard(name)
+                self.deferred.discard(name)
         if given is not _UNSET or (not self.uses_child(value)
                                    and not self.deferred & _names(value)):
             # inputs: computed here now
             result = given if given is not _UNSET else self.parent_eval(value)
+            forget()
             self.env.update(_unpack(target, result))
         elif any(isinstance(t, (ast.Tuple, ast.List)) for t in getattr(target, "elts", ())):
             raise Unconvertible("nested unpacking of the solution's values")
         elif self.is_child_value(value):  # `result = f(x)`, `s = Stack()`: bound in the child
-            self.steps.append({"run": f"{ast.unparse(target)} = {self.child_source(value)}",
-                               "binds": names})
+            source, holds = self.child_source(value), self.holds_object(value)
+            forget()
+            # a name of every later test's (setUpClass's `cls.x = f(...)`): the child keeps it
+            share = {"share": True} if set(names) & self.module_level else {}
+            self.steps.append({"run": f"{ast.unparse(target)} = {source}", "binds": names,
+                               **share})
             self.child.update(names)
-            if self.holds_object(value):  # `s = Stack()`, `v3 = v1 + v2`
+            if holds:  # `s = Stack()`, `v3 = v1 + v2`
                 self.objects.update(names)
         else:  # `r = sorted(f(x))`: the child computes f(x), the trainer the rest, while judging
             expr = self.parent_expr(self.split(value), self.placeholders())
-            self.checks.append(Check("bind", expr=expr, env=dict(self.env), names=tuple(names)))
+            env = dict(self.env)
+            forget()
+            self.checks.append(Check("bind", expr=expr, env=env, names=tuple(names)))
             self.deferred.update(names)
 
     def check_identity(self, test):
@@ -1358,80 +1369,384 @@ assertListEqual assertTupleEqual assertSetEqual assertDictEqual assertSequenceEq
 assertMultiLineEqual assertRegex assertNotRegex""".split())  # noqa: SIM905
 
 
-def _unittest_cases(stmt: ast.ClassDef, env: dict) -> list:
-    """A `unittest.TestCase` class (BigCodeBench's `TestCases`) as its runner runs it: for each test
-    method (in unittest's order: by name), a fresh instance's setUp, then the method. Returned as
-    (method name, statements, test cases) with `self.x` the name `__self_x`, `self.assertEqual(a,
-    b)` a call of a TestCase's own assertEqual that the trainer makes on plain data, `with
-    self.assertRaises(E)` a pytest.raises block and `with self.subTest(...)` its body (a failure
-    inside fails the test, as under pytest). Anything else of `self` (its other methods, mocks,
-    setUpClass, a tearDown that does something) raises Unconvertible: the class runs under pytest in
-    the sandbox."""
-    if (len(stmt.bases) != 1 or ast.unparse(stmt.bases[0]) not in ("unittest.TestCase", "TestCase")
-            or stmt.keywords or stmt.decorator_list):
-        raise Unconvertible("a test class other than a plain unittest.TestCase")
-    prefix, setup, methods = [], [], []
+_TC = "<unittest.TestCase>"  # unittest's TestCase in a class's resolution order
+_HOOKS = ("setUp", "tearDown", "setUpClass", "tearDownClass")
+_MAX_INLINE = 8  # helper methods calling helper methods: at most this deep
+# parts of an expression evaluated maybe never, or many times
+_NOT_ONCE = (ast.BoolOp, ast.IfExp, ast.Lambda, ast.comprehension)
+_MODULE_HOOKS = frozenset(("setUpModule", "tearDownModule", "setup_module", "teardown_module"))
+
+
+def _component(name: str, classes: dict) -> list:
+    """The tests' own classes linked to `name` by inheritance, either way, in file order."""
+    bases = {n: {b.id for b in c.bases if isinstance(b, ast.Name) and b.id in classes}
+             for n, c in classes.items()}
+    seen, stack = {name}, [name]
+    while stack:
+        n = stack.pop()
+        for m in bases[n] | {k for k, v in bases.items() if n in v}:
+            if m not in seen:
+                seen.add(m)
+                stack.append(m)
+    return [n for n in classes if n in seen]
+
+
+class _CaseClass:
+    """A unittest.TestCase class of the tests' own hierarchy (its bases: classes of the tests' and
+    unittest.TestCase, mixins included) as unittest runs it: methods and class attributes found by
+    Python's resolution order, test methods inherited from a base run for this class too (by name,
+    unittest's order), setUpClass once for the class (`cls.x` is this class's attribute), setUp
+    and tearDown around each test, helper methods and `super()` calls inlined with their own
+    local names. `self.x` is the name `__self_x`; a class attribute is the name `__cls_C_x` (C:
+    the class that holds it), one object for every test that reads it, as in unittest: each test
+    starts by binding `__self_x = __cls_C_x` for the class attributes it reads. Anything it cannot
+    say so raises Unconvertible (the class runs under pytest in the sandbox)."""
+
+    def __init__(self, name: str, classes: dict, counter: list):
+        self.name, self.classes, self.counter = name, classes, counter
+        self.mro = _c3(name, classes)
+        self.members = {c: _members(classes[c]) for c in self.mro if c != _TC}
+        self.mode = "self"  # or "cls" (setUpClass, tearDownClass)
+        self.set_up_class = set()  # attributes setUpClass gives this class
+
+    def lookup(self, attr: str, after: str | None = None):
+        """(member, owner) by the resolution order (after `owner` for super()), else (None,
+        None)."""
+        order = [c for c in self.mro if c != _TC]
+        if after is not None:
+            order = self.mro[self.mro.index(after) + 1:]
+            order = order[:order.index(_TC)] if _TC in order else order
+        for c in order:
+            if attr in self.members[c]:
+                return self.members[c][attr], c
+        return None, None
+
+    def tests(self) -> list:
+        """(name, method) of each test unittest runs for this class, by name."""
+        names = {n for c in self.members.values() for n in c if n.startswith("test")}
+        out = []
+        for n in sorted(names):
+            member, _ = self.lookup(n)
+            if isinstance(member, ast.FunctionDef) and not _skipped(member):
+                if member.decorator_list or [a.arg for a in member.args.args] != ["self"]:
+                    raise Unconvertible("a decorated test method, or one with parameters")
+                out.append((n, member))
+        return out
+
+    def class_attribute(self, attr: str) -> str | None:
+        """The name holding class attribute `attr` as this class sees it, or None."""
+        if attr in self.set_up_class:
+            return f"__cls_{self.name}_{attr}"
+        member, owner = self.lookup(attr)
+        if member is None:
+            return None
+        if isinstance(member, ast.FunctionDef):
+            raise Unconvertible(f"the method {attr} used as a value")
+        return f"__cls_{owner}_{attr}"
+
+    def call(self, method: str, args, keywords, after, target, depth) -> list:
+        """`self.method(*args)` (or `super().method(...)`, `after` its owner) inlined: its
+        parameters bound to fresh names, its body with those names, `return v` as `target = v`."""
+        member, owner = self.lookup(method, after)
+        if member is None:
+            if method in _HOOKS and not args and not keywords:
+                return []  # unittest.TestCase's own: it does nothing
+            raise Unconvertible(f"self.{method} is not a method of the tests'")
+        if not isinstance(member, ast.FunctionDef) or depth >= _MAX_INLINE:
+            raise Unconvertible(f"self.{method}(...) cannot be inlined")
+        want = ["classmethod"] if self.mode == "cls" else []
+        if [ast.unparse(d) for d in member.decorator_list] != want:
+            raise Unconvertible(f"a decorated method {method}")
+        a = member.args
+        if a.posonlyargs or a.vararg or a.kwonlyargs or a.kwarg or not a.args or (
+                a.args[0].arg != self.mode):
+            raise Unconvertible(f"the signature of {method}")
+        if any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda,
+                              ast.Global, ast.Nonlocal, ast.Yield, ast.YieldFrom, ast.Try))
+               for b in member.body for n in ast.walk(b)):
+            raise Unconvertible(f"{method} defines, yields or catches")
+        returns = [n for b in member.body for n in ast.walk(b) if isinstance(n, ast.Return)]
+        if returns and (len(returns) > 1 or member.body[-1] is not returns[0]):
+            raise Unconvertible(f"{method} returns other than at its end")
+        self.counter[0] += 1
+        prefix = f"__h{self.counter[0]}_"
+        params = [x.arg for x in a.args[1:]]
+        local = (set(params) | _stored(member)) - {self.mode}
+        if local & {x.arg for n in ast.walk(member) if isinstance(n, ast.Lambda)
+                    for x in n.args.posonlyargs + n.args.args + n.args.kwonlyargs}:
+            raise Unconvertible("a local name also a lambda's parameter")  # renamed: one only
+        given = dict(zip(params, args, strict=False))
+        if len(args) > len(params):
+            raise Unconvertible(f"too many arguments to {method}")
+        for k in keywords:
+            if k.arg is None or k.arg not in params or k.arg in given:
+                raise Unconvertible(f"keyword {k.arg} of {method}")
+            given[k.arg] = k.value
+        defaults = dict(zip(params[len(params) - len(a.defaults):], a.defaults, strict=True))
+        assigns = []
+        for p in params:
+            value = given.get(p, defaults.get(p))
+            if value is None or (p not in given and not _is_literal(value)):
+                raise Unconvertible(f"parameter {p} of {method}")
+            assigns.append(ast.Assign(targets=[ast.Name(id=prefix + p, ctx=ast.Store())],
+                                      value=copy.deepcopy(value), lineno=0))
+
+        class Rename(ast.NodeTransformer):
+            def visit_Name(self, node):
+                if node.id in local:
+                    node.id = prefix + node.id
+                return node
+        body = [Rename().visit(copy.deepcopy(b)) for b in member.body]
+        if returns:
+            value = body[-1].value or ast.Constant(value=None)
+            body[-1] = ast.Assign(targets=[target or ast.Name(id=prefix + "return",
+                                                              ctx=ast.Store())],
+                                  value=value, lineno=0)
+        elif target is not None:
+            body.append(ast.Assign(targets=[target], value=ast.Constant(value=None), lineno=0))
+        out = []
+        for b in assigns + body:  # the arguments are the caller's expressions: the same self
+            out += self.statement(b, owner, depth + 1)
+        return out
+
+    def method_call(self, node):
+        """`self.m(...)` / `super().m(...)`: (m, owner to search after) when m is the tests' own
+        method (or a hook), else None."""
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+            return None
+        base, attr = node.func.value, node.func.attr
+        if isinstance(base, ast.Name) and base.id == self.mode:
+            member, _ = self.lookup(attr)
+            return (attr, None) if member is not None else None
+        if (isinstance(base, ast.Call) and isinstance(base.func, ast.Name)
+                and base.func.id == "super" and not base.args and not base.keywords):
+            return attr, "super"
+        return None
+
+    def statement(self, stmt, owner: str, depth: int) -> list:
+        """One statement of a method of `owner`, rewritten as the class docstring says."""
+        if isinstance(stmt, ast.With) and len(stmt.items) == 1:
+            call = stmt.items[0].context_expr
+            method = ast.unparse(call.func) if isinstance(call, ast.Call) else ""
+            if method == "self.subTest" and self.lookup("subTest")[0] is None:
+                return [s for b in stmt.body for s in self.statement(b, owner, depth)]
+            if method in ("self.assertRaises", "self.assertRaisesRegex") and (
+                    stmt.items[0].optional_vars is None
+                    and self.lookup(method[5:])[0] is None):
+                stmt.items[0].context_expr = _pytest_raises(call, method.endswith("Regex"))
+        value = stmt.value if isinstance(stmt, (ast.Expr, ast.Assign)) else None
+        found = self.method_call(value) if value is not None else None
+        if found is not None and (isinstance(stmt, ast.Expr) or len(stmt.targets) == 1):
+            name, after = found
+            target = stmt.targets[0] if isinstance(stmt, ast.Assign) else None
+            return self.call(name, value.args, value.keywords,
+                             owner if after == "super" else None, target, depth)
+        hoisted = self.hoist(stmt, owner, depth)
+        if (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)
+                and isinstance(stmt.value.func, ast.Attribute)
+                and isinstance(stmt.value.func.value, ast.Name)
+                and stmt.value.func.value.id == "self"):
+            call, name = stmt.value, stmt.value.func.attr
+            if name in ("assertRaises", "assertRaisesRegex") and len(call.args) > 1 + (
+                    name == "assertRaisesRegex"):
+                regex = name == "assertRaisesRegex"  # the callable form: assertRaises(E, f, *a)
+                head, fn, rest = call.args[:1 + regex], call.args[1 + regex], call.args[2 + regex:]
+                body = ast.Expr(value=ast.Call(func=fn, args=rest, keywords=call.keywords))
+                raises = _pytest_raises(ast.Call(func=call.func, args=head, keywords=[]), regex)
+                stmt = ast.With(items=[ast.withitem(context_expr=raises)], body=[body], lineno=0)
+            elif name in ("assertIs", "assertIsNot") and len(call.args) == 2 and not (
+                    call.keywords):
+                op = ast.Is() if name == "assertIs" else ast.IsNot()
+                stmt = ast.Assert(test=ast.Compare(left=call.args[0], ops=[op],
+                                                   comparators=[call.args[1]]))
+            elif name in UNITTEST_ASSERTS:
+                call.func = ast.Name(id=f"__unittest_{name}", ctx=ast.Load())
+        if isinstance(stmt, (ast.For, ast.If, ast.With)):
+            for part in ("body", "orelse"):
+                if hasattr(stmt, part):
+                    setattr(stmt, part, [s for b in getattr(stmt, part)
+                                         for s in self.statement(b, owner, depth)])
+        return [*hoisted, self.attributes(stmt)]
+
+    def hoist(self, stmt, owner: str, depth: int) -> list:
+        """A helper method called inside an expression (`self.assertEqual(f(x),
+        self.expected(x))`): inlined just before the statement, its result a name. Its arguments
+        are read then, as the trainer reads the other side of a comparison before the solution's
+        call anyway (before_the_call); a call under `and`/`or`/`if`, a lambda or a comprehension
+        (evaluated maybe never, or many times) cannot be moved."""
+        out = []
+        fields = [f for f in ("test", "value", "iter", "items", "targets", "target")
+                  if getattr(stmt, f, None) is not None]
+        for f in fields:
+            part = getattr(stmt, f)
+            for node in ast.walk(ast.Tuple(elts=part, ctx=ast.Load()) if isinstance(part, list)
+                                 else part):
+                for child in ast.iter_child_nodes(node):
+                    found = self.method_call(child)
+                    if found is None:
+                        continue
+                    if any(isinstance(n, _NOT_ONCE) for n in ast.walk(
+                            ast.Tuple(elts=part, ctx=ast.Load()) if isinstance(part, list)
+                            else part)):
+                        raise Unconvertible("a helper method called conditionally or in a loop")
+                    self.counter[0] += 1
+                    name = f"__v{self.counter[0]}"
+                    out += self.call(found[0], child.args, child.keywords,
+                                     owner if found[1] == "super" else None,
+                                     ast.Name(id=name, ctx=ast.Store()), depth)
+                    for name_, value in ast.iter_fields(node):
+                        if value is child:
+                            setattr(node, name_, ast.Name(id=name, ctx=ast.Load()))
+                        elif isinstance(value, list) and any(v is child for v in value):
+                            setattr(node, name_, [ast.Name(id=name, ctx=ast.Load())
+                                                  if v is child else v for v in value])
+        return out
+
+    def attributes(self, stmt):
+        """`self.x` -> `__self_x`, `cls.x` -> `__cls_C_x` (C this class). An attribute unittest's
+        TestCase has (`self.id()`, `self.assertLogs`) is read from nowhere here: Unconvertible,
+        but setting one (`self.maxDiff = None`) only changes a failure's message."""
+        case, mode = self, self.mode
+
+        class Rewrite(ast.NodeTransformer):
+            def visit_Attribute(self, node):
+                if not (isinstance(node.value, ast.Name) and node.value.id == mode):
+                    return self.generic_visit(node)
+                member = case.lookup(node.attr)[0]
+                if isinstance(member, ast.FunctionDef) or node.attr.startswith("__") or (
+                        member is None and node.attr in _testcase_attributes()
+                        and not isinstance(node.ctx, ast.Store)):
+                    raise Unconvertible(f"{mode}.{node.attr}")
+                name = (f"__self_{node.attr}" if mode == "self"
+                        else f"__cls_{case.name}_{node.attr}")
+                return ast.copy_location(ast.Name(id=name, ctx=node.ctx), node)
+        return ast.fix_missing_locations(Rewrite().visit(stmt))
+
+    def bodies(self) -> tuple[list, list, list]:
+        """(setUpClass's statements, [(test, statements, test cases)] by name, tearDownClass's)."""
+        tests = self.tests()
+        if not tests:
+            return [], [], []
+        self.mode = "cls"
+        up = self.call("setUpClass", [], [], None, None, 0)
+        prefix = f"__cls_{self.name}_"
+        up = self.aliases(up)
+        self.set_up_class = {n.id[len(prefix):] for b in up for n in ast.walk(b)
+                             if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
+                             and n.id.startswith(prefix)}
+        down = self.aliases(self.call("tearDownClass", [], [], None, None, 0))
+        self.mode = "self"
+        out = []
+        for name, fn in tests:
+            body = [s for m in ("setUp", name, "tearDown")
+                    for s in self.call(m, [], [], None, None, 0)]
+            out.append((name, self.aliases(body), _count_cases(fn)))
+        for b in [*up, *down, *(s for _, body, _ in out for s in body)]:
+            if {"self", "cls"} & _names(b):
+                raise Unconvertible("`self` used other than for its attributes and asserts")
+        return up, out, down
+
+    def aliases(self, body: list) -> list:
+        """Each class attribute the statements read through `self` (`cls`) bound first to the
+        object attribute lookup finds (the class's, one for all its tests); a name the statements
+        bind shadows it from then on, as an instance attribute does."""
+        prefix = "__self_" if self.mode == "self" else f"__cls_{self.name}_"
+        read = sorted({n.id for b in body for n in ast.walk(b)
+                       if isinstance(n, ast.Name) and n.id.startswith(prefix)})
+        out = []
+        for name in read:
+            held = self.class_attribute(name[len(prefix):])
+            if held is not None and held != name:
+                out.append(ast.Assign(targets=[ast.Name(id=name, ctx=ast.Store())],
+                                      value=ast.Name(id=held, ctx=ast.Load()), lineno=0))
+        return out + body
+
+
+_TESTCASE_ATTRS = None
+
+
+def _testcase_attributes() -> frozenset:
+    global _TESTCASE_ATTRS
+    if _TESTCASE_ATTRS is None:
+        import unittest
+        _TESTCASE_ATTRS = frozenset(dir(unittest.TestCase())) | {"subTest"}
+    return _TESTCASE_ATTRS
+
+
+def _c3(name: str, classes: dict) -> list:
+    """Python's resolution order of a class of the tests' whose bases are classes of the tests',
+    unittest.TestCase or object (anything else raises Unconvertible); TestCase appears as _TC."""
+    def bases(n):
+        if n == _TC:
+            return []
+        out = []
+        for b in classes[n].bases:
+            if isinstance(b, ast.Name) and b.id in classes:
+                out.append(b.id)
+            elif ast.unparse(b) in ("unittest.TestCase", "TestCase"):
+                out.append(_TC)
+            elif ast.unparse(b) != "object":
+                raise Unconvertible(f"a base {ast.unparse(b)}")
+        return out
+
+    def mro(n, path):
+        if n in path:
+            raise Unconvertible("cyclic bases")
+        own = bases(n)
+        merge = [mro(b, path + (n,)) for b in own] + [list(own)]
+        out = [n]
+        while any(merge):
+            for seq in merge:
+                head = seq[0] if seq else None
+                if head and not any(head in s[1:] for s in merge):
+                    break
+            else:
+                raise Unconvertible("bases Python would refuse")
+            out.append(head)
+            merge = [[x for x in s if x != head] for s in merge]
+        return out
+    return mro(name, ())
+
+
+def _members(stmt: ast.ClassDef) -> dict:
+    """A class body of the tests' as name -> FunctionDef (a method) or expression (a class
+    attribute; the later binding wins, as Python's); anything else raises Unconvertible."""
+    if stmt.keywords or stmt.decorator_list:
+        raise Unconvertible("a class with a decorator or keywords")
+    out = {}
     for item in _without_docstring(stmt.body):
-        if isinstance(item, ast.Assign) and all(isinstance(t, ast.Name) for t in item.targets):
-            prefix += [ast.Assign(targets=[ast.Name(id=f"__self_{t.id}", ctx=ast.Store())],
-                                  value=item.value, lineno=0) for t in item.targets]
-        elif isinstance(item, ast.FunctionDef) and item.name == "setUp" and not item.decorator_list:
-            setup = item.body
-        elif isinstance(item, ast.FunctionDef) and item.name == "tearDown" and all(
-                isinstance(b, ast.Pass) for b in _without_docstring(item.body)):
-            continue
-        elif isinstance(item, ast.FunctionDef) and item.name.startswith("test"):
-            if _skipped(item):
-                continue
-            if item.decorator_list or [a.arg for a in item.args.args] != ["self"]:
-                raise Unconvertible("a decorated test method, or one with parameters")
-            methods.append(item)
+        if isinstance(item, ast.FunctionDef):
+            out[item.name] = item
+        elif isinstance(item, (ast.Assign, ast.AnnAssign)) and item.value is not None and all(
+                isinstance(t, ast.Name) for t in _targets(item)):
+            for t in _targets(item):
+                out[t.id] = item.value
         elif not isinstance(item, ast.Pass):
-            raise Unconvertible("a member of the test class other than setUp and tests")
-    out = []
-    for fn in sorted(methods, key=lambda f: f.name):
-        body = [_unittest_statement(copy.deepcopy(s)) for s in prefix + setup + fn.body]
-        body = [s for group in body for s in group]
-        if "self" in {n for s in body for n in _names(s)}:
-            raise Unconvertible("`self` used other than for its attributes and asserts")
-        out.append((fn.name, body, _count_cases(fn)))
+            raise Unconvertible("a member of the test class other than methods and attributes")
     return out
 
 
-def _unittest_statement(stmt) -> list:
-    """One statement of a unittest method rewritten as _unittest_cases says."""
-    if isinstance(stmt, ast.With) and len(stmt.items) == 1:
-        call = stmt.items[0].context_expr
-        method = ast.unparse(call.func) if isinstance(call, ast.Call) else ""
-        if method == "self.subTest":
-            return [s for b in stmt.body for s in _unittest_statement(b)]
-        if method in ("self.assertRaises", "self.assertRaisesRegex") and (
-                stmt.items[0].optional_vars is None):
-            stmt.items[0].context_expr = _pytest_raises(call, method.endswith("Regex"))
-    if (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)
-            and isinstance(stmt.value.func, ast.Attribute)
-            and isinstance(stmt.value.func.value, ast.Name)
-            and stmt.value.func.value.id == "self"):
-        call, name = stmt.value, stmt.value.func.attr
-        if name in ("assertRaises", "assertRaisesRegex") and len(call.args) > 1 + (
-                name == "assertRaisesRegex"):
-            regex = name == "assertRaisesRegex"  # the callable form: assertRaises(E, f, *args)
-            head, fn, rest = call.args[:1 + regex], call.args[1 + regex], call.args[2 + regex:]
-            body = ast.Expr(value=ast.Call(func=fn, args=rest, keywords=call.keywords))
-            raises = _pytest_raises(ast.Call(func=call.func, args=head, keywords=[]), regex)
-            stmt = ast.With(items=[ast.withitem(context_expr=raises)], body=[body], lineno=0)
-        elif name in ("assertIs", "assertIsNot") and len(call.args) == 2 and not call.keywords:
-            op = ast.Is() if name == "assertIs" else ast.IsNot()
-            stmt = ast.Assert(test=ast.Compare(left=call.args[0], ops=[op],
-                                               comparators=[call.args[1]]))
-        elif name in UNITTEST_ASSERTS:
-            call.func = ast.Name(id=f"__unittest_{name}", ctx=ast.Load())
-    if isinstance(stmt, (ast.For, ast.If, ast.With)):
-        for part in ("body", "orelse"):
-            if hasattr(stmt, part):
-                setattr(stmt, part, [s for b in getattr(stmt, part)
-                                     for s in _unittest_statement(b)])
-    return [_self_attributes(stmt)]
+def _targets(stmt) -> list:
+    return stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+
+
+def _class_values(names: list, classes: dict, make_unit) -> dict:
+    """The class attributes written in the class bodies (`data = [1, 2]`), computed here once:
+    `__cls_C_x` -> value (a bare name of an earlier attribute of the same class reads it)."""
+    values = {}
+    for c in names:
+        earlier = set()
+        for attr, expr in _members(classes[c]).items():
+            if isinstance(expr, ast.FunctionDef):
+                continue
+            expr = copy.deepcopy(expr)
+            for n in ast.walk(expr):
+                if isinstance(n, ast.Name) and n.id in earlier:
+                    n.id = f"__cls_{c}_{n.id}"
+            u = make_unit(values)
+            values[f"__cls_{c}_{attr}"] = u.parent_eval(expr)
+            earlier.add(attr)
+    return values
 
 
 def _pytest_raises(call, regex: bool):
@@ -1442,17 +1757,6 @@ def _pytest_raises(call, regex: bool):
     keywords = [ast.keyword(arg="match", value=call.args[1])] if regex else []
     return ast.Call(func=ast.Attribute(value=ast.Name(id="pytest", ctx=ast.Load()), attr="raises",
                                        ctx=ast.Load()), args=call.args[:1], keywords=keywords)
-
-
-def _self_attributes(stmt):
-    """`self.x` -> the name `__self_x` (an attribute of the test's instance: the test's own)."""
-    class Rewrite(ast.NodeTransformer):
-        def visit_Attribute(self, node):
-            if isinstance(node.value, ast.Name) and node.value.id == "self" and not (
-                    node.attr.startswith("assert") or node.attr.startswith("_")):
-                return ast.copy_location(ast.Name(id=f"__self_{node.attr}", ctx=node.ctx), node)
-            return self.generic_visit(node)
-    return ast.fix_missing_locations(Rewrite().visit(stmt))
 
 
 def _without_docstring(body) -> list:
@@ -1756,6 +2060,67 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
     # may depend on it).
     script = _Unit(env, child_names(ast.Module(body=script_stmts, type_ignores=[])), prelude,
                    modules, imports, functions)
+    def unittest_units(group: list) -> tuple[list, int]:
+        """The units of the TestCase classes in `group` (classes linked by inheritance), in file
+        order: per class with tests, setUpClass's unit, a unit per test, tearDownClass's unit
+        (_CaseClass); Unconvertible if any part is not the trainer's to judge."""
+        if _MODULE_HOOKS & defined:
+            raise Unconvertible("a module-level setUpModule")
+        for s in module.body:  # a class of the group named anywhere but as a base: mutable
+            parts = s.body if isinstance(s, ast.ClassDef) and s.name in group else [s]
+            if set(group) & {n for p in parts for n in _names(p)}:
+                raise Unconvertible("a test class named by the tests")
+        if any(c.startswith("Test") and not _is_test_case(classes[c], classes, set())
+               for c in group):
+            raise Unconvertible("a pytest class among the TestCases")
+        local_env, local_shared = dict(env), set(shared)
+        tc = _testcase()
+        local_env.update({f"__unittest_{n}": getattr(tc, n) for n in UNITTEST_ASSERTS})
+        local_env.update(_class_values(group, classes, lambda values: _Unit(
+            {**local_env, **values}, set(), [], modules, imports, functions)))
+        counter, out, cases = [0], [], 0
+
+        def unit(name, body, touched=frozenset()):
+            fn = ast.FunctionDef(name=name, args=ast.arguments(
+                posonlyargs=[], args=[], kwonlyargs=[], kw_defaults=[], defaults=[]),
+                body=body, decorator_list=[], lineno=0)
+            local = _stored(fn) | _bound_inside(fn)
+            unshared = {k: v for k, v in local_env.items() if k not in local_shared}
+            level = set(unshared) - local | touched
+            u = _Unit(unshared, (child_names(fn) - set(local_env)) | (local_shared & _names(fn))
+                      - local - touched, prelude, modules, imports, functions, level)
+            for b in body:
+                u.statement(b)
+            for n in touched:  # what setUpClass gave the class: every later test's
+                if n in u.child:
+                    local_shared.add(n)
+                    local_env.pop(n, None)
+                elif n in u.env:
+                    local_env[n] = u.env[n]
+                elif n in u.deferred:
+                    raise Unconvertible("a class attribute computed from the solution's results")
+            local_shared.update(n for n in level if n not in u.env and n in u.child)
+            if u.steps or u.checks:  # setUpClass computing only here: no unit of its own
+                out.append(Unit(u.steps, u.checks, name))
+
+        for c in group:
+            if not _is_test_case(classes[c], classes, set()):
+                continue  # a mixin: its tests run as the TestCases that inherit it
+            up, tests, down = _CaseClass(c, classes, counter).bodies()
+            mine = {n for b in up for n in _names(b) if n.startswith(f"__cls_{c}_")}
+            if up:
+                unit(f"{c}.setUpClass", up, mine)
+            for name, body, n in tests:
+                unit(f"{c}.{name}", body)
+                cases += n
+            if down:
+                unit(f"{c}.tearDownClass", down, mine)
+        env.clear()
+        env.update(local_env)
+        shared.update(local_shared)
+        return out, cases
+
+    tried, judged = set(), set()  # classes of the tests' whose TestCases were tried / judged here
     script_broken = False
     # kept: (statement, whether it tests anything in the harness)
     units, kept, harness_tests = [], [], []
@@ -1771,36 +2136,20 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
             continue
         if isinstance(stmt, ast.FunctionDef) and stmt.name in wrappers:
             continue  # `def test_check(): check(add)`: check's unit with that candidate
-        if isinstance(stmt, ast.ClassDef) and _is_test_case(stmt, classes, set()) and not any(
-                stmt.name in map(_last_name, c.bases) for c in classes.values()) and not any(
-                _last_name(b) in classes for b in stmt.bases):
-            try:  # a plain unittest.TestCase (no other class's base): each test method a unit
-                cases = _unittest_cases(stmt, env)
-                if not cases:
-                    raise Unconvertible("a TestCase without a test method")
-                tc = _testcase()
-                env.update({f"__unittest_{n}": getattr(tc, n) for n in UNITTEST_ASSERTS})
-                converted, now_shared = [], set()
-                for name, body, _ in cases:
-                    fn = ast.FunctionDef(name=name, args=ast.arguments(
-                        posonlyargs=[], args=[], kwonlyargs=[], kw_defaults=[], defaults=[]),
-                        body=body, decorator_list=[], lineno=0)
-                    local = _stored(fn) | _bound_inside(fn)
-                    unshared = {k: v for k, v in env.items() if k not in shared}
-                    level = set(unshared) - local
-                    u = _Unit(unshared, child_names(fn) | (shared & _names(fn)) - local, prelude,
-                              modules, imports, functions, level)
-                    for b in body:
-                        u.statement(b)
-                    converted.append(Unit(u.steps, u.checks, f"{stmt.name}.{name}"))
-                    now_shared |= {n for n in level if n not in u.env and n in u.child}
-                units += converted
-                shared |= now_shared
-                trusted += sum(n for _, _, n in cases)
-                continue
-            except (Unconvertible, ValueError, TypeError, SyntaxError, ArithmeticError,
-                    LookupError, RecursionError):
-                pass
+        if isinstance(stmt, ast.ClassDef) and stmt.name not in tried:
+            group = _component(stmt.name, classes)
+            tried.update(group)
+            if any(_is_test_case(classes[c], classes, set()) for c in group):
+                try:  # unittest TestCases (their bases, mixins): a unit per test, per class
+                    converted, cases = unittest_units(group)
+                    units += converted
+                    trusted += cases
+                    judged.update(group)
+                except (Unconvertible, ValueError, TypeError, SyntaxError, ArithmeticError,
+                        LookupError, RecursionError):
+                    pass
+        if isinstance(stmt, ast.ClassDef) and stmt.name in judged:
+            continue
         if _is_test_class(stmt, classes):  # run by the harness, each method reported by name
             names, cases = _class_tests(stmt, env, classes)
             harness_tests += names

@@ -596,3 +596,147 @@ class TestEnumsComparedAsUnderPytest:
         assert scores(block(OWN_ENUM.format(base="Enum")), tests) == (1.0, 1.0)
         wrong = OWN_ENUM.format(base="Enum").replace("Color(v)", "Color.RED")
         assert scores(block(wrong), tests) == (0.0, 0.0)
+
+
+# ------------------------------------------------ unittest's classes as unittest runs them
+
+SHARED_FIXTURE = """
+import unittest
+
+class TestItems(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.items = [3, 1, 2]
+
+    @classmethod
+    def tearDownClass(cls):
+        pass
+
+    def test_a_smallest(self):
+        self.assertEqual(smallest(self.items), 1)
+
+    def test_b_unchanged(self):
+        self.assertEqual(self.items, [3, 1, 2])
+"""
+SHARED_LOG = """
+import unittest
+
+class TestLog(unittest.TestCase):
+    log = []
+
+    def test_a_first(self):
+        record(self.log, 1)
+        self.assertEqual(self.log, [1])
+
+    def test_b_second(self):
+        record(self.log, 2)
+        self.assertEqual(self.log, [1, 2])
+"""
+ONCE = """
+import unittest
+
+class TestTable(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.table = build_table(3)
+
+    def test_size(self):
+        self.assertEqual(len(self.table), 3)
+
+    def test_values(self):
+        self.assertEqual(self.table, [0, 1, 4])
+"""
+HELPERS = """
+import unittest
+
+class Checks:
+    def expected(self, x):
+        return [v * 2 for v in x]
+
+    def test_doubles(self):
+        self.assertEqual(double(self.x), self.expected(self.x))
+
+class Base(unittest.TestCase):
+    def setUp(self):
+        self.x = [1, 2]
+
+class TestSmall(Checks, Base):
+    pass
+
+class TestLarge(Checks, Base):
+    def setUp(self):
+        super().setUp()
+        self.x = self.x + [100]
+"""
+
+
+class TestTestCaseClassesAsUnittestRunsThem:
+    """setUpClass once per class (its attributes one object for the class's tests), class
+    attributes shared, the tests' own bases and mixins (their tests run for every class that
+    inherits them, setUp by the resolution order, `super()`), helper methods inlined: judged by
+    the trainer, under trusted_only too."""
+
+    def test_a_real_shaped_row_with_a_base_class_and_setupclass(self):
+        path = ROWS / "bigcodebench.jsonl"
+        problem = data.load_problems(str(path), question_field="complete_prompt")[2]
+        row = rows("bigcodebench.jsonl")[2]
+        plan = testplan.build_plan(problem.answer["tests"], "task_func")
+        # BaseStats: 2 tests; TestNegative: its own 2 + the inherited test_stats
+        assert plan.harness is None and plan.untrusted == 0
+        assert [u.name for u in plan.units if ".test" in u.name] == [
+            "BaseStats.test_input_unchanged", "BaseStats.test_stats", "TestNegative.test_empty",
+            "TestNegative.test_input_unchanged", "TestNegative.test_stats"]
+        honest = block(row["code_prompt"] + row["canonical_solution"])
+        assert scores(honest, problem.answer) == (1.0, 1.0)
+        body = row["canonical_solution"]
+        for wrong in (
+                body.replace('return {', 'data.sort()\n    return {'),  # mutates its input
+                body.replace('min(data)', 'min(data, key=abs)'),  # fails the inherited test only
+                body.replace('raise ValueError("data is empty")', 'return {}'),
+                body.replace('"mode": statistics.mode(data)', '"mode": data[0]')):
+            assert scores(block(row["code_prompt"] + wrong), problem.answer) == (0.0, 0.0)
+
+    def test_a_solution_that_mutates_a_class_fixture(self):
+        # setUpClass's list is one object for both tests: sorting it in the first fails the second
+        assert testplan.build_plan(SHARED_FIXTURE).harness is None
+        assert scores(block("def smallest(xs):\n    return min(xs)\n"),
+                      SHARED_FIXTURE) == (1.0, 1.0)
+        assert scores(block("def smallest(xs):\n    xs.sort()\n    return xs[0]\n"),
+                      SHARED_FIXTURE) == (0.0, 0.0)
+
+    def test_a_class_attribute_is_one_object_for_the_class(self):
+        # the second test reads what the first appended, as unittest runs them (by name)
+        good = "def record(log, x):\n    log.append(x)\n"
+        assert scores(block(good), SHARED_LOG) == (1.0, 1.0)
+        assert scores(block("def record(log, x):\n    log[:] = [x]\n"),
+                      SHARED_LOG) == (0.0, 0.0)
+
+    def test_setupclass_calls_the_solution_once(self):
+        plan = testplan.build_plan(ONCE)
+        calls = [s for u in plan.units for s in u.steps if "build_table(" in str(s)]
+        assert len(calls) == 1 and plan.harness is None
+        assert scores(block("def build_table(n):\n    return [i * i for i in range(n)]\n"),
+                      ONCE) == (1.0, 1.0)
+        assert scores(block("def build_table(n):\n    return [i * 2 for i in range(n)]\n"),
+                      ONCE) == (0.0, 0.0)
+
+    def test_mixins_bases_super_and_helper_methods(self):
+        plan = testplan.build_plan(HELPERS)
+        assert plan.harness is None and [u.name for u in plan.units] == [
+            "TestSmall.test_doubles", "TestLarge.test_doubles"]
+        assert scores(block("def double(xs):\n    return [2 * v for v in xs]\n"),
+                      HELPERS) == (1.0, 1.0)
+        # right for TestSmall's input only: the inherited test under TestLarge's setUp fails
+        wrong = "def double(xs):\n    return [2 * v if v < 50 else v for v in xs]\n"
+        assert scores(block(wrong), HELPERS) == (0.0, 0.0)
+        # emptying the input: the helper's side is read before the call, as everywhere else
+        assert scores(block("def double(xs):\n    xs.clear()\n    return []\n"),
+                      HELPERS) == (0.0, 0.0)
+
+    @pytest.mark.parametrize("change", [
+        "\nTestItems.test_a_smallest = None\n",  # a class the module changes after defining it
+        "\ndef setUpModule():\n    pass\n"])
+    def test_what_stays_with_pytest(self, change):
+        tests = SHARED_FIXTURE + change
+        assert testplan.build_plan(tests).harness is not None
+        assert trusted(block("def smallest(xs):\n    return min(xs)\n"), tests) == 0.0
