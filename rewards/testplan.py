@@ -28,6 +28,7 @@ import fractions
 import itertools
 import math
 import re
+import threading
 import time
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -81,7 +82,11 @@ _IN = (ast.In, ast.NotIn)
 # characters of an exception message matched against pytest.raises(match=...); longer: fail
 MAX_MESSAGE = 4096
 MAX_DEPTH = 100  # nesting of a returned value (the child sends at most 64 levels)
-MAX_UNROLL = 1000  # rounds of a test's for-loop the trainer unrolls into steps
+# rounds of the tests' for-loops the trainer unrolls into steps, in all (nested loops: every inner
+# round), per plan: HumanEval+'s checks loop over up to some thousand inputs; each round costs the
+# plan's build ~1 ms here (the judge's deadline grows by twice the build time)
+MAX_UNROLL = 20_000
+_ROUNDS = threading.local()  # .left: the rounds the plan being built may still unroll
 _UNSET = object()
 # distinct values with one hash in a result: more is a forged hash-collision attack
 MAX_SAME_HASH = 32
@@ -911,11 +916,12 @@ class _Unit:
     def parent_expr(self, node, placeholders=()):
         """Validate an expression the trainer will evaluate: known names only, no private
         attributes."""
-        allowed = (set(self.env) | self.deferred | SAFE_NAMES | set(MODULES) | {"pytest"}
-                   | set(placeholders)
-                   | _bound_inside(node))
+        bound = _bound_inside(node)
         for n in ast.walk(node):
-            if isinstance(n, ast.Name) and n.id not in allowed:
+            if isinstance(n, ast.Name) and not (
+                    n.id in self.env or n.id in self.deferred or n.id in SAFE_NAMES
+                    or n.id in MODULES or n.id == "pytest" or n.id in placeholders
+                    or n.id in bound):
                 raise Unconvertible(f"name {n.id!r} cannot be evaluated by the trainer")
             if isinstance(n, ast.Attribute) and n.attr.startswith("_"):
                 raise Unconvertible("private attribute")
@@ -944,8 +950,15 @@ class _Unit:
             raise Unconvertible(f"the trainer could not evaluate {ast.unparse(node)[:60]}: "
                                 f"{e}") from None
 
-    def placeholders(self):
-        return [f"__r{i}" for i, s in enumerate(self.steps) if "eval" in s]
+    def placeholders(self) -> set:
+        """The names of the eval steps' values (`__rN`), kept as steps are added (a loop of
+        thousands of rounds asks after each)."""
+        seen = self.__dict__.setdefault("_placeholders", [set(), 0])
+        for i in range(seen[1], len(self.steps)):
+            if "eval" in self.steps[i]:
+                seen[0].add(f"__r{i}")
+        seen[1] = len(self.steps)
+        return seen[0]
 
     # ------------------------------------------------ statements
 
@@ -1010,8 +1023,10 @@ class _Unit:
     def statement(self, stmt):
         # split() rewrites it; the same test body serves every parametrize row (an assignment of
         # inputs computed here is not rewritten: HumanEval+'s lists of inputs are not copied)
+        # (an assert or an expression is copied where it is rewritten: before_the_call, parent_eval)
         if not (isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None
-                and not self.uses_child(stmt.value) and not self.deferred & _names(stmt.value)):
+                and not self.uses_child(stmt.value) and not self.deferred & _names(stmt.value)
+                or isinstance(stmt, (ast.Assert, ast.Expr))):
             stmt = copy.deepcopy(stmt)
         if isinstance(stmt, ast.Assert):
             self.check_identity(stmt.test)
@@ -1091,15 +1106,17 @@ class _Unit:
 
     def unroll(self, stmt):
         """`for x in range(2, 8): assert f(x, x + 1) == str(x)`: a loop over values the trainer
-        computes (at most MAX_UNROLL) is the sequence of its bodies, one per value, each binding the
-        target here."""
+        computes (at most MAX_UNROLL rounds in the plan) is the sequence of its bodies, one per
+        value, each binding the target here."""
         if stmt.orelse or self.uses_child(stmt.iter) or any(isinstance(n, (ast.Break, ast.Continue))
                                                             for n in ast.walk(stmt)):
             raise Unconvertible("a loop the trainer cannot unroll")
         _target_names(stmt.target)  # names, or tuples of them (`for i, (inp, exp) in ...`)
-        values = list(itertools.islice(iter(self.parent_eval(stmt.iter)), MAX_UNROLL + 1))
-        if len(values) > MAX_UNROLL:
-            raise Unconvertible(f"a loop of more than {MAX_UNROLL} rounds")
+        left = getattr(_ROUNDS, "left", MAX_UNROLL)
+        values = list(itertools.islice(iter(self.parent_eval(stmt.iter)), left + 1))
+        if len(values) > left:
+            raise Unconvertible(f"loops of more than {MAX_UNROLL} rounds in all")
+        _ROUNDS.left = left - len(values)
         for value in values:
             self.assign(stmt.target, ast.Name(id="__value", ctx=ast.Load()), given=value)
             for s in stmt.body:
@@ -1960,6 +1977,7 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
     string that is not Python raises ValueError (a data bug). `functions`: capitalised names that
     are functions of the solution's, not classes (their calls' results are judged here)."""
     started = time.monotonic()
+    _ROUNDS.left = MAX_UNROLL
     try:
         module = ast.parse(tests)
         setup_names = _defined_names(ast.parse(setup).body) if setup else set()
@@ -2179,6 +2197,7 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
                         LookupError,
                         RecursionError):
                     script.__dict__.update(saved)
+                    script.__dict__.pop("_placeholders", None)  # rebuilt from the steps kept
                     script_broken = True
             # in the harness, a bare call tests that it runs
             runs = isinstance(stmt, (ast.Expr, ast.With))

@@ -740,3 +740,50 @@ class TestTestCaseClassesAsUnittestRunsThem:
         tests = SHARED_FIXTURE + change
         assert testplan.build_plan(tests).harness is not None
         assert trusted(block("def smallest(xs):\n    return min(xs)\n"), tests) == 0.0
+
+
+# ------------------------------------------------ HumanEval+'s input lists at their real size
+
+class TestLongInputLists:
+    """A check looping over thousands of inputs (HumanEval+ has problems with over a thousand) is
+    unrolled by the trainer: every round judged, under trusted_only too (MAX_UNROLL rounds in all
+    per plan; the judge's deadline grows with the plan's build time)."""
+
+    N = 2500
+
+    def reference(self):
+        row = rows("humaneval_plus.jsonl")[0]  # HumanEval/0, has_close_elements
+        answer = data.load_problems(str(ROWS / "humaneval_plus.jsonl"))[0].answer
+        ns = {}
+        exec(row["prompt"] + row["canonical_solution"], ns)  # noqa: S102 - the row's reference
+        base = [json.loads(line.split("=", 1)[1]) for line in answer["tests"].splitlines()
+                if line.strip().startswith("inputs =")][0]
+        # the row's inputs, each shifted by a step of its own: N distinct inputs
+        inputs = [[[x + i / 8 for x in base[i % len(base)][0]], base[i % len(base)][1]]
+                  for i in range(self.N)]
+        results = [ns["has_close_elements"](*inp) for inp in inputs]
+        lines = [f"    inputs = {inputs!r}" if line.strip().startswith("inputs =") else
+                 f"    results = {results!r}" if line.strip().startswith("results =") else line
+                 for line in answer["tests"].splitlines()]
+        return row, dict(answer, tests="\n".join(lines) + "\n"), results
+
+    def test_every_round_judged_by_the_trainer(self):
+        row, reference, results = self.reference()
+        assert results.count(True) and results.count(False)
+        plan = testplan.build_plan(reference["tests"], reference["entry_point"])
+        assert (plan.trusted, plan.untrusted, plan.harness) == (1, 0, None)
+        assert sum("eval" in s for s in plan.units[0].steps) == self.N  # one call per input
+        honest = block(row["prompt"] + row["canonical_solution"])
+        assert scores(honest, reference) == (1.0, 1.0)
+        # right for the first 2,000 calls, wrong from then on: the late rounds are judged too
+        late = (row["prompt"] + "    calls.append(1)\n    if len(calls) > 2000:\n"
+                "        return not _right(numbers, threshold)\n"
+                "    return _right(numbers, threshold)\n\ncalls = []\n\n"
+                "def _right(numbers, threshold):\n" + row["canonical_solution"])
+        assert scores(block(late), reference) == (0.0, 0.0)
+
+    def test_more_rounds_than_the_plan_unrolls_go_to_pytest(self, monkeypatch):
+        _, reference, _ = self.reference()
+        monkeypatch.setattr(testplan, "MAX_UNROLL", self.N - 1)
+        plan = testplan.build_plan.__wrapped__(reference["tests"], reference["entry_point"])
+        assert plan.trusted == 0 and plan.untrusted == 1 and plan.harness is not None
