@@ -756,8 +756,8 @@ class TestLongInputLists:
         answer = data.load_problems(str(ROWS / "humaneval_plus.jsonl"))[0].answer
         ns = {}
         exec(row["prompt"] + row["canonical_solution"], ns)  # noqa: S102 - the row's reference
-        base = [json.loads(line.split("=", 1)[1]) for line in answer["tests"].splitlines()
-                if line.strip().startswith("inputs =")][0]
+        base = next(json.loads(line.split("=", 1)[1]) for line in answer["tests"].splitlines()
+                    if line.strip().startswith("inputs ="))
         # the row's inputs, each shifted by a step of its own: N distinct inputs
         inputs = [[[x + i / 8 for x in base[i % len(base)][0]], base[i % len(base)][1]]
                   for i in range(self.N)]
