@@ -510,6 +510,9 @@ class Plan:
     # seconds the plan took to build here: the judge builds it again (the tests' cost, not the
     # solution's: HumanEval+'s hundreds of inputs), so its deadline grows by that
     build_seconds: float = 0.0
+    # why the first part left to the harness could not be judged here ("" when none was): what
+    # a refusal under trusted_only says
+    refusal: str = ""
 
 
 def _names(node) -> set:
@@ -1743,6 +1746,28 @@ def _members(stmt: ast.ClassDef) -> dict:
     return out
 
 
+# unittest.mock's names: a test that patches the solution's world and asserts on the calls
+_MOCK_NAMES = frozenset("""patch Mock MagicMock NonCallableMock AsyncMock PropertyMock mock_open
+create_autospec""".split())  # noqa: SIM905
+MOCK_REASON = ("unittest.mock (@patch, patch.object, MagicMock, mock_open): a mock's call record "
+               "lives in the solution's process, where only pytest in the sandbox can read it")
+
+
+def _uses_mock(stmt) -> bool:
+    """Does this class of the tests' name unittest.mock's patch, mocks or their helpers?"""
+    return any(isinstance(n, ast.Name) and n.id in _MOCK_NAMES
+               or isinstance(n, ast.Attribute) and n.attr in _MOCK_NAMES
+               and ast.unparse(n.value) in ("mock", "unittest.mock")
+               for n in ast.walk(stmt))
+
+
+def _reason(stmt, error) -> str:
+    """One line: where a part of the tests is, and why the trainer does not judge it."""
+    name = getattr(stmt, "name", type(stmt).__name__)
+    why = str(error)[:200] or type(error).__name__
+    return f"line {getattr(stmt, 'lineno', '?')} ({name}): {why}"
+
+
 def _targets(stmt) -> list:
     return stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
 
@@ -2091,6 +2116,8 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
         if any(c.startswith("Test") and not _is_test_case(classes[c], classes, set())
                for c in group):
             raise Unconvertible("a pytest class among the TestCases")
+        if any(_uses_mock(classes[c]) for c in group):
+            raise Unconvertible(MOCK_REASON)
         local_env, local_shared = dict(env), set(shared)
         tc = _testcase()
         local_env.update({f"__unittest_{n}": getattr(tc, n) for n in UNITTEST_ASSERTS})
@@ -2139,6 +2166,7 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
         return out, cases
 
     tried, judged = set(), set()  # classes of the tests' whose TestCases were tried / judged here
+    reasons = []  # why each part left to the harness is not judged here
     script_broken = False
     # kept: (statement, whether it tests anything in the harness)
     units, kept, harness_tests = [], [], []
@@ -2164,8 +2192,8 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
                     trusted += cases
                     judged.update(group)
                 except (Unconvertible, ValueError, TypeError, SyntaxError, ArithmeticError,
-                        LookupError, RecursionError):
-                    pass
+                        LookupError, RecursionError) as e:
+                    reasons.append(_reason(stmt, e))
         if isinstance(stmt, ast.ClassDef) and stmt.name in judged:
             continue
         if _is_test_class(stmt, classes):  # run by the harness, each method reported by name
@@ -2195,7 +2223,8 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
                     continue
                 except (Unconvertible, ValueError, TypeError, SyntaxError, ArithmeticError,
                         LookupError,
-                        RecursionError):
+                        RecursionError) as e:
+                    reasons.append(_reason(stmt, e))
                     script.__dict__.update(saved)
                     script.__dict__.pop("_placeholders", None)  # rebuilt from the steps kept
                     script_broken = True
@@ -2239,7 +2268,8 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
                 trusted += len(rows) * _count_cases(stmt)
                 continue
         except (Unconvertible, ValueError, TypeError, SyntaxError, ArithmeticError, LookupError,
-                RecursionError):
+                RecursionError) as e:
+            reasons.append(_reason(stmt, e))
             # not judged here (ValueError & co.: a table the trainer could not evaluate): the
             # harness runs it
             untrusted += _count_cases(stmt) * (len(_safe_rows(stmt, env))
@@ -2268,7 +2298,8 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
                 unjudged=unjudged,
                 harness_tests=tuple(dict.fromkeys(harness_tests)),
                 check_candidate=candidates[0] if candidates else None,
-                build_seconds=time.monotonic() - started)
+                build_seconds=time.monotonic() - started,
+                refusal=reasons[0] if harness is not None and reasons else "")
 
 
 def _last_definitions(body: list) -> list:

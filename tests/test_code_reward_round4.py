@@ -787,3 +787,41 @@ class TestLongInputLists:
         monkeypatch.setattr(testplan, "MAX_UNROLL", self.N - 1)
         plan = testplan.build_plan.__wrapped__(reference["tests"], reference["entry_point"])
         assert plan.trusted == 0 and plan.untrusted == 1 and plan.harness is not None
+
+
+# (tests, an honest task_func, a wrong one): each stays with pytest, refused under trusted_only
+MOCKED = {
+    "patch_decorator": (
+        ("    @patch('os.getcwd', return_value='/x')\n    def test_cwd(self, mock_cwd):\n"
+         "        self.assertEqual(task_func(), '/x')\n"),
+        "import os\ndef task_func():\n    return os.getcwd()\n",
+        "def task_func():\n    return '/x/'\n"),
+    "mock_open": (
+        ("    def test_lines(self):\n"
+         "        with patch('builtins.open', mock_open(read_data='a\\nb\\n')):\n"
+         "            self.assertEqual(task_func('f.txt'), 2)\n"),
+        ("def task_func(path):\n    with open(path) as f:\n"
+         "        return len(f.read().splitlines())\n"),
+        "def task_func(path):\n    return 1\n"),
+    "magicmock": (
+        ("    def test_calls(self):\n        m = MagicMock(return_value=3)\n"
+         "        self.assertEqual(task_func(m), 6)\n        m.assert_called_once_with()\n"),
+        "def task_func(f):\n    return f() * 2\n",
+        "def task_func(f):\n    return 6\n"),  # right value, the mock never called
+}
+
+
+@pytest.mark.parametrize("shape", sorted(MOCKED))
+def test_mocked_testcases_are_refused_with_one_reason(shape):
+    body, honest, wrong = MOCKED[shape]
+    tests = ("import unittest\nfrom unittest.mock import MagicMock, mock_open, patch\n\n"
+             "class TestCases(unittest.TestCase):\n" + body)
+    plan = testplan.build_plan(tests, "task_func")
+    assert plan.trusted == 0 and plan.harness is not None
+    assert plan.refusal.startswith("line 4 (TestCases): unittest.mock")
+    result = sandbox.run_python(honest, tests=tests, entry_point="task_func", trusted_only=True)
+    assert result.refused and not result.passed
+    assert result.stderr == f"refused (trusted_only): {plan.refusal}"
+    reference = {"tests": tests, "entry_point": "task_func"}
+    assert scores(block(honest), reference) == (1.0, 0.0)  # pytest in the sandbox; refused
+    assert scores(block(wrong), reference) == (0.0, 0.0)
