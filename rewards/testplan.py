@@ -79,6 +79,9 @@ _KEEPS = frozenset("sorted list tuple set frozenset reversed min max".split())  
 SINGLETONS = (None, True, False, Ellipsis)
 TO_DATA = frozenset(("tolist", "item"))  # numpy's conversions of a returned array to plain data
 _IN = (ast.In, ast.NotIn)
+# the methods that change a list, dict or set in place
+_MUTATORS = frozenset("""append extend insert remove pop clear sort reverse update setdefault
+popitem add discard difference_update intersection_update symmetric_difference_update""".split())  # noqa: SIM905
 # characters of an exception message matched against pytest.raises(match=...); longer: fail
 MAX_MESSAGE = 4096
 MAX_DEPTH = 100  # nesting of a returned value (the child sends at most 64 levels)
@@ -953,6 +956,20 @@ class _Unit:
             raise Unconvertible(f"the trainer could not evaluate {ast.unparse(node)[:60]}: "
                                 f"{e}") from None
 
+    def keeps_shared(self, node):
+        """A value of the tests' shared with later tests (a module-level list, a class attribute:
+        module_level) changed here by a method (`self.log.append(1)`, `ITEMS.pop()`): the trainer
+        makes the change while building the plan, but judges every check afterwards, so an
+        earlier test's check would read the changed value. Unconvertible: pytest's."""
+        shared = {id(self.env[n]) for n in self.module_level
+                  if n in self.env and _is_mutable(self.env[n])}
+        for n in ast.walk(node):
+            if (shared and isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+                    and n.func.attr in _MUTATORS and isinstance(n.func.value, ast.Name)
+                    and n.func.value.id in self.env
+                    and id(self.env[n.func.value.id]) in shared):
+                raise Unconvertible("the tests change a value later tests share")
+
     def placeholders(self) -> set:
         """The names of the eval steps' values (`__rN`), kept as steps are added (a loop of
         thousands of rounds asks after each)."""
@@ -1059,6 +1076,7 @@ class _Unit:
                                          env=dict(self.env)))
                 return
             if not self.uses_child(stmt.value):  # the tests' own work: `coeffs.append(c)`, here
+                self.keeps_shared(stmt.value)
                 self.parent_eval(stmt.value)
                 return
             if not self.is_child_value(stmt.value):
@@ -1139,6 +1157,8 @@ class _Unit:
         if given is not _UNSET or (not self.uses_child(value)
                                    and not self.deferred & _names(value)):
             # inputs: computed here now
+            if given is _UNSET:
+                self.keeps_shared(value)
             result = given if given is not _UNSET else self.parent_eval(value)
             forget()
             self.env.update(_unpack(target, result))
@@ -1786,7 +1806,11 @@ def _class_values(names: list, classes: dict, make_unit) -> dict:
                 if isinstance(n, ast.Name) and n.id in earlier:
                     n.id = f"__cls_{c}_{n.id}"
             u = make_unit(values)
-            values[f"__cls_{c}_{attr}"] = u.parent_eval(expr)
+            value = u.parent_eval(expr)
+            if callable(value) and not isinstance(value, type):
+                # a function as a class attribute is a method of the instance: not a value
+                raise Unconvertible(f"a callable class attribute {attr}")
+            values[f"__cls_{c}_{attr}"] = value
             earlier.add(attr)
     return values
 

@@ -825,3 +825,31 @@ def test_mocked_testcases_are_refused_with_one_reason(shape):
     reference = {"tests": tests, "entry_point": "task_func"}
     assert scores(block(honest), reference) == (1.0, 0.0)  # pytest in the sandbox; refused
     assert scores(block(wrong), reference) == (0.0, 0.0)
+
+
+class TestSharedValuesTheTestsChange:
+    """The trainer runs the tests' own statements while building the plan, but judges the checks
+    that read the solution's values afterwards: a shared value (a class attribute, a module-level
+    list) that a later test changes in place would reach an earlier test's check changed. Such
+    tests go to pytest; a function class attribute is a method of the instance, not a value."""
+
+    LOG = ("import unittest\n\nclass TestLog(unittest.TestCase):\n    log = []\n\n"
+           "    def test_a(self):\n        self.assertEqual(count([]), len(self.log))\n\n"
+           "    def test_b(self):\n        self.log.append(1)\n"
+           "        self.assertEqual(count(self.log), 1)\n")
+    ITEMS = ("ITEMS = []\n\ndef test_a():\n    assert count([]) == len(ITEMS)\n\n"
+             "def test_b():\n    ITEMS.append(1)\n    assert count(ITEMS) == 1\n")
+
+    @pytest.mark.parametrize("tests", [LOG, ITEMS], ids=["class_attribute", "module_list"])
+    def test_a_later_test_changing_a_shared_value(self, tests):
+        plan = testplan.build_plan(tests)
+        assert plan.harness is not None and "later tests share" in plan.refusal
+        assert scores(block("def count(xs):\n    return len(xs)\n"), tests) == (1.0, 0.0)
+        assert scores(block("def count(xs):\n    return 1\n"), tests) == (0.0, 0.0)
+
+    def test_a_function_class_attribute(self):
+        tests = ("import unittest\n\nclass TestF(unittest.TestCase):\n    f = lambda x: x + 1\n\n"
+                 "    def test_a(self):\n        g = self.f\n"
+                 "        self.assertEqual(add(1, 1), 2)\n        self.assertEqual(g(1), 2)\n")
+        # under unittest, g is bound to the instance: g(1) is f(self, 1), a TypeError
+        assert scores(block("def add(a, b):\n    return a + b\n"), tests) == (0.0, 0.0)
