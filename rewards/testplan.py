@@ -81,7 +81,8 @@ TO_DATA = frozenset(("tolist", "item"))  # numpy's conversions of a returned arr
 _IN = (ast.In, ast.NotIn)
 # the methods that change a list, dict or set in place
 _MUTATORS = frozenset("""append extend insert remove pop clear sort reverse update setdefault
-popitem add discard difference_update intersection_update symmetric_difference_update""".split())  # noqa: SIM905
+popitem add discard difference_update intersection_update
+symmetric_difference_update""".split())  # noqa: SIM905
 # characters of an exception message matched against pytest.raises(match=...); longer: fail
 MAX_MESSAGE = 4096
 MAX_DEPTH = 100  # nesting of a returned value (the child sends at most 64 levels)
