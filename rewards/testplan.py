@@ -1418,6 +1418,26 @@ _NOT_ONCE = (ast.BoolOp, ast.IfExp, ast.Lambda, ast.comprehension)
 _MODULE_HOOKS = frozenset(("setUpModule", "tearDownModule", "setup_module", "teardown_module"))
 
 
+def _calls(node, args_only=False, skip=None) -> bool:
+    """Does node hold a call other than a builtin's or a unittest assert (of its arguments only,
+    or outside `skip`)?"""
+    if isinstance(node, list):
+        return any(_calls(n, skip=skip) for n in node)
+    if args_only:
+        return _calls([*node.args, *(k.value for k in node.keywords)])
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if n is skip:
+            continue
+        if isinstance(n, ast.Call):
+            name = ast.unparse(n.func)
+            if not (name in BUILTIN_NAMES or name.startswith(("self.assert", "__unittest_"))):
+                return True
+        stack.extend(ast.iter_child_nodes(n))
+    return False
+
+
 def _component(name: str, classes: dict) -> list:
     """The tests' own classes linked to `name` by inheritance, either way, in file order."""
     bases = {n: {b.id for b in c.bases if isinstance(b, ast.Name) and b.id in classes}
@@ -1630,6 +1650,10 @@ class _CaseClass:
                             ast.Tuple(elts=part, ctx=ast.Load()) if isinstance(part, list)
                             else part)):
                         raise Unconvertible("a helper method called conditionally or in a loop")
+                    if _calls(child, args_only=True) and _calls(part, skip=child):
+                        # `assertEqual(f(a), self.norm(f(b)))`: moving f(b) first would change
+                        # the order of the solution's calls
+                        raise Unconvertible("a helper method's call moved before another call")
                     self.counter[0] += 1
                     name = f"__v{self.counter[0]}"
                     out += self.call(found[0], child.args, child.keywords,

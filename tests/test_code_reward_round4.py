@@ -853,3 +853,16 @@ class TestSharedValuesTheTestsChange:
                  "        self.assertEqual(add(1, 1), 2)\n        self.assertEqual(g(1), 2)\n")
         # under unittest, g is bound to the instance: g(1) is f(self, 1), a TypeError
         assert scores(block("def add(a, b):\n    return a + b\n"), tests) == (0.0, 0.0)
+
+
+def test_a_helper_method_is_not_moved_before_another_call():
+    # `assertEqual(nxt(), self.norm(nxt()) - 1)`: inlining norm before the statement would call
+    # the second nxt() first; the test stays with pytest, where a counter answers 1 then 2
+    tests = ("import unittest\n\nclass TestN(unittest.TestCase):\n    def norm(self, x):\n"
+             "        return x * 1\n\n    def test_order(self):\n"
+             "        self.assertEqual(nxt(), self.norm(nxt()) - 1)\n")
+    plan = testplan.build_plan(tests)
+    assert plan.harness is not None and "moved before another call" in plan.refusal
+    counter = "n = [0]\ndef nxt():\n    n[0] += 1\n    return n[0]\n"
+    assert scores(block(counter), tests) == (1.0, 0.0)
+    assert scores(block("def nxt():\n    return 1\n"), tests) == (0.0, 0.0)
