@@ -1580,8 +1580,14 @@ class _CaseClass:
             member, _ = self.lookup(attr)
             return (attr, None) if member is not None else None
         if (isinstance(base, ast.Call) and isinstance(base.func, ast.Name)
-                and base.func.id == "super" and not base.args and not base.keywords):
-            return attr, "super"
+                and base.func.id == "super" and not base.keywords):
+            if not base.args:
+                return attr, "super"
+            # `super(Base, self)`: after Base in this class's resolution order
+            if (len(base.args) == 2 and isinstance(base.args[0], ast.Name)
+                    and base.args[0].id in self.mro and isinstance(base.args[1], ast.Name)
+                    and base.args[1].id == self.mode):
+                return attr, base.args[0].id
         return None
 
     def statement(self, stmt, owner: str, depth: int) -> list:
@@ -1601,7 +1607,7 @@ class _CaseClass:
             name, after = found
             target = stmt.targets[0] if isinstance(stmt, ast.Assign) else None
             return self.call(name, value.args, value.keywords,
-                             owner if after == "super" else None, target, depth)
+                             owner if after == "super" else after, target, depth)
         hoisted = self.hoist(stmt, owner, depth)
         if (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)
                 and isinstance(stmt.value.func, ast.Attribute)
@@ -1657,7 +1663,7 @@ class _CaseClass:
                     self.counter[0] += 1
                     name = f"__v{self.counter[0]}"
                     out += self.call(found[0], child.args, child.keywords,
-                                     owner if found[1] == "super" else None,
+                                     owner if found[1] == "super" else found[1],
                                      ast.Name(id=name, ctx=ast.Store()), depth)
                     for name_, value in ast.iter_fields(node):
                         if value is child:
@@ -2158,10 +2164,13 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
         (_CaseClass); Unconvertible if any part is not the trainer's to judge."""
         if _MODULE_HOOKS & defined:
             raise Unconvertible("a module-level setUpModule")
-        for s in module.body:  # a class of the group named anywhere but as a base: mutable
+        for s in module.body:  # a class of the group named anywhere but as a base or in
             parts = s.body if isinstance(s, ast.ClassDef) and s.name in group else [s]
-            if set(group) & {n for p in parts for n in _names(p)}:
-                raise Unconvertible("a test class named by the tests")
+            supers = {id(n.args[0]) for p in parts for n in ast.walk(p)  # `super(C, self)`
+                      if isinstance(n, ast.Call) and ast.unparse(n.func) == "super" and n.args}
+            if set(group) & {n.id for p in parts for n in ast.walk(p)
+                             if isinstance(n, ast.Name) and id(n) not in supers}:
+                raise Unconvertible("a test class named by the tests")  # it may change it
         if any(c.startswith("Test") and not _is_test_case(classes[c], classes, set())
                for c in group):
             raise Unconvertible("a pytest class among the TestCases")

@@ -866,3 +866,52 @@ def test_a_helper_method_is_not_moved_before_another_call():
     counter = "n = [0]\ndef nxt():\n    n[0] += 1\n    return n[0]\n"
     assert scores(block(counter), tests) == (1.0, 0.0)
     assert scores(block("def nxt():\n    return 1\n"), tests) == (0.0, 0.0)
+
+
+# super(C, self), two TestCase bases of one class (each base's tests run for it too), a tearDown
+# that asserts
+MORE_SHAPES = {  # each judged by the trainer, as unittest runs it
+    "old_super": '''import unittest
+class Base(unittest.TestCase):
+    def setUp(self):
+        self.xs = [2, 1]
+class TestX(Base):
+    def setUp(self):
+        super(TestX, self).setUp()
+        self.want = [1, 2]
+    def test_a(self):
+        self.assertEqual(f(self.xs), self.want)
+        self.assertRaises(ValueError, f, [])
+''',
+    "two_bases": '''import unittest
+class A(unittest.TestCase):
+    def test_a(self):
+        self.assertEqual(f([3, 1]), [1, 3])
+class B(unittest.TestCase):
+    def test_b(self):
+        with self.assertRaises(ValueError):
+            f([])
+class TestAB(A, B):
+    pass
+''',
+    "teardown_asserts": '''import unittest
+class T(unittest.TestCase):
+    def setUp(self):
+        self.calls = []
+    def tearDown(self):
+        self.assertEqual(f([2, 1]), [1, 2])
+    def test_a(self):
+        self.assertRaises(ValueError, f, [])
+''',
+}
+
+
+@pytest.mark.parametrize("shape", sorted(MORE_SHAPES))
+def test_more_testcase_shapes_judged_by_the_trainer(shape):
+    tests = MORE_SHAPES[shape]
+    plan = testplan.build_plan(tests)
+    assert plan.harness is None and plan.untrusted == 0
+    good = "def f(xs):\n    if not xs:\n        raise ValueError('e')\n    return sorted(xs)\n"
+    assert scores(block(good), tests) == (1.0, 1.0)
+    assert scores(block("def f(xs):\n    return sorted(xs)\n"), tests) == (0.0, 0.0)
+    assert scores(block(good.replace("sorted(xs)", "xs")), tests) == (0.0, 0.0)
