@@ -805,7 +805,9 @@ def run_python(solution: str, *, tests: str = "", entry_point: str | None = None
     if plan.unjudged:  # zero test cases judged is never a pass
         return SandboxResult(False, False, False, None, 0.0, "", "", unjudged=True, **counts)
     if trusted_only and plan.harness is not None:
-        return SandboxResult(False, False, False, None, 0.0, "", "", refused=True, **counts)
+        # one line saying why: the first part of the tests the trainer could not judge
+        return SandboxResult(False, False, False, None, 0.0, "",
+                             f"refused (trusted_only): {plan.refusal}", refused=True, **counts)
     spec = {"solution": solution, "setup": setup or "", "units": [u.steps for u in plan.units]}
     # `Split(...)`: a class (its objects' methods and operators run in the child) or a function
     # (its result judged here)? The run decides by what the names are once the solution ran.

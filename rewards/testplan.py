@@ -28,6 +28,7 @@ import fractions
 import itertools
 import math
 import re
+import threading
 import time
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -78,10 +79,18 @@ _KEEPS = frozenset("sorted list tuple set frozenset reversed min max".split())  
 SINGLETONS = (None, True, False, Ellipsis)
 TO_DATA = frozenset(("tolist", "item"))  # numpy's conversions of a returned array to plain data
 _IN = (ast.In, ast.NotIn)
+# the methods that change a list, dict or set in place
+_MUTATORS = frozenset("""append extend insert remove pop clear sort reverse update setdefault
+popitem add discard difference_update intersection_update
+symmetric_difference_update""".split())  # noqa: SIM905
 # characters of an exception message matched against pytest.raises(match=...); longer: fail
 MAX_MESSAGE = 4096
 MAX_DEPTH = 100  # nesting of a returned value (the child sends at most 64 levels)
-MAX_UNROLL = 1000  # rounds of a test's for-loop the trainer unrolls into steps
+# rounds of the tests' for-loops the trainer unrolls into steps, in all (nested loops: every inner
+# round), per plan: HumanEval+'s checks loop over up to some thousand inputs; each round costs the
+# plan's build ~1 ms here (the judge's deadline grows by twice the build time)
+MAX_UNROLL = 20_000
+_ROUNDS = threading.local()  # .left: the rounds the plan being built may still unroll
 _UNSET = object()
 # distinct values with one hash in a result: more is a forged hash-collision attack
 MAX_SAME_HASH = 32
@@ -505,6 +514,9 @@ class Plan:
     # seconds the plan took to build here: the judge builds it again (the tests' cost, not the
     # solution's: HumanEval+'s hundreds of inputs), so its deadline grows by that
     build_seconds: float = 0.0
+    # why the first part left to the harness could not be judged here ("" when none was): what
+    # a refusal under trusted_only says
+    refusal: str = ""
 
 
 def _names(node) -> set:
@@ -911,11 +923,12 @@ class _Unit:
     def parent_expr(self, node, placeholders=()):
         """Validate an expression the trainer will evaluate: known names only, no private
         attributes."""
-        allowed = (set(self.env) | self.deferred | SAFE_NAMES | set(MODULES) | {"pytest"}
-                   | set(placeholders)
-                   | _bound_inside(node))
+        bound = _bound_inside(node)
         for n in ast.walk(node):
-            if isinstance(n, ast.Name) and n.id not in allowed:
+            if isinstance(n, ast.Name) and not (
+                    n.id in self.env or n.id in self.deferred or n.id in SAFE_NAMES
+                    or n.id in MODULES or n.id == "pytest" or n.id in placeholders
+                    or n.id in bound):
                 raise Unconvertible(f"name {n.id!r} cannot be evaluated by the trainer")
             if isinstance(n, ast.Attribute) and n.attr.startswith("_"):
                 raise Unconvertible("private attribute")
@@ -944,8 +957,29 @@ class _Unit:
             raise Unconvertible(f"the trainer could not evaluate {ast.unparse(node)[:60]}: "
                                 f"{e}") from None
 
-    def placeholders(self):
-        return [f"__r{i}" for i, s in enumerate(self.steps) if "eval" in s]
+    def keeps_shared(self, node):
+        """A value of the tests' shared with later tests (a module-level list, a class attribute:
+        module_level) changed here by a method (`self.log.append(1)`, `ITEMS.pop()`): the trainer
+        makes the change while building the plan, but judges every check afterwards, so an
+        earlier test's check would read the changed value. Unconvertible: pytest's."""
+        shared = {id(self.env[n]) for n in self.module_level
+                  if n in self.env and _is_mutable(self.env[n])}
+        for n in ast.walk(node):
+            if (shared and isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+                    and n.func.attr in _MUTATORS and isinstance(n.func.value, ast.Name)
+                    and n.func.value.id in self.env
+                    and id(self.env[n.func.value.id]) in shared):
+                raise Unconvertible("the tests change a value later tests share")
+
+    def placeholders(self) -> set:
+        """The names of the eval steps' values (`__rN`), kept as steps are added (a loop of
+        thousands of rounds asks after each)."""
+        seen = self.__dict__.setdefault("_placeholders", [set(), 0])
+        for i in range(seen[1], len(self.steps)):
+            if "eval" in self.steps[i]:
+                seen[0].add(f"__r{i}")
+        seen[1] = len(self.steps)
+        return seen[0]
 
     # ------------------------------------------------ statements
 
@@ -1010,8 +1044,10 @@ class _Unit:
     def statement(self, stmt):
         # split() rewrites it; the same test body serves every parametrize row (an assignment of
         # inputs computed here is not rewritten: HumanEval+'s lists of inputs are not copied)
+        # (an assert or an expression is copied where it is rewritten: before_the_call, parent_eval)
         if not (isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None
-                and not self.uses_child(stmt.value) and not self.deferred & _names(stmt.value)):
+                and not self.uses_child(stmt.value) and not self.deferred & _names(stmt.value)
+                or isinstance(stmt, (ast.Assert, ast.Expr))):
             stmt = copy.deepcopy(stmt)
         if isinstance(stmt, ast.Assert):
             self.check_identity(stmt.test)
@@ -1041,6 +1077,7 @@ class _Unit:
                                          env=dict(self.env)))
                 return
             if not self.uses_child(stmt.value):  # the tests' own work: `coeffs.append(c)`, here
+                self.keeps_shared(stmt.value)
                 self.parent_eval(stmt.value)
                 return
             if not self.is_child_value(stmt.value):
@@ -1091,43 +1128,58 @@ class _Unit:
 
     def unroll(self, stmt):
         """`for x in range(2, 8): assert f(x, x + 1) == str(x)`: a loop over values the trainer
-        computes (at most MAX_UNROLL) is the sequence of its bodies, one per value, each binding the
-        target here."""
+        computes (at most MAX_UNROLL rounds in the plan) is the sequence of its bodies, one per
+        value, each binding the target here."""
         if stmt.orelse or self.uses_child(stmt.iter) or any(isinstance(n, (ast.Break, ast.Continue))
                                                             for n in ast.walk(stmt)):
             raise Unconvertible("a loop the trainer cannot unroll")
         _target_names(stmt.target)  # names, or tuples of them (`for i, (inp, exp) in ...`)
-        values = list(itertools.islice(iter(self.parent_eval(stmt.iter)), MAX_UNROLL + 1))
-        if len(values) > MAX_UNROLL:
-            raise Unconvertible(f"a loop of more than {MAX_UNROLL} rounds")
+        left = getattr(_ROUNDS, "left", MAX_UNROLL)
+        values = list(itertools.islice(iter(self.parent_eval(stmt.iter)), left + 1))
+        if len(values) > left:
+            raise Unconvertible(f"loops of more than {MAX_UNROLL} rounds in all")
+        _ROUNDS.left = left - len(values)
         for value in values:
             self.assign(stmt.target, ast.Name(id="__value", ctx=ast.Load()), given=value)
             for s in stmt.body:
                 self.statement(s)
 
     def assign(self, target, value, given=_UNSET):
+        """`target = value`: the value computed from the names as they are before the binding
+        (`x = x + [1]`), then the target's names rebound."""
         names = _target_names(target)
-        for name in names:
-            self.env.pop(name, None)
-            self.child.discard(name)
-            self.objects.discard(name)
-            self.deferred.discard(name)
+
+        def forget():
+            for name in names:
+                self.env.pop(name, None)
+                self.child.discard(name)
+                self.objects.discard(name)
+                self.deferred.discard(name)
         if given is not _UNSET or (not self.uses_child(value)
                                    and not self.deferred & _names(value)):
             # inputs: computed here now
+            if given is _UNSET:
+                self.keeps_shared(value)
             result = given if given is not _UNSET else self.parent_eval(value)
+            forget()
             self.env.update(_unpack(target, result))
         elif any(isinstance(t, (ast.Tuple, ast.List)) for t in getattr(target, "elts", ())):
             raise Unconvertible("nested unpacking of the solution's values")
         elif self.is_child_value(value):  # `result = f(x)`, `s = Stack()`: bound in the child
-            self.steps.append({"run": f"{ast.unparse(target)} = {self.child_source(value)}",
-                               "binds": names})
+            source, holds = self.child_source(value), self.holds_object(value)
+            forget()
+            # a name of every later test's (setUpClass's `cls.x = f(...)`): the child keeps it
+            share = {"share": True} if set(names) & self.module_level else {}
+            self.steps.append({"run": f"{ast.unparse(target)} = {source}", "binds": names,
+                               **share})
             self.child.update(names)
-            if self.holds_object(value):  # `s = Stack()`, `v3 = v1 + v2`
+            if holds:  # `s = Stack()`, `v3 = v1 + v2`
                 self.objects.update(names)
         else:  # `r = sorted(f(x))`: the child computes f(x), the trainer the rest, while judging
             expr = self.parent_expr(self.split(value), self.placeholders())
-            self.checks.append(Check("bind", expr=expr, env=dict(self.env), names=tuple(names)))
+            env = dict(self.env)
+            forget()
+            self.checks.append(Check("bind", expr=expr, env=env, names=tuple(names)))
             self.deferred.update(names)
 
     def check_identity(self, test):
@@ -1358,80 +1410,440 @@ assertListEqual assertTupleEqual assertSetEqual assertDictEqual assertSequenceEq
 assertMultiLineEqual assertRegex assertNotRegex""".split())  # noqa: SIM905
 
 
-def _unittest_cases(stmt: ast.ClassDef, env: dict) -> list:
-    """A `unittest.TestCase` class (BigCodeBench's `TestCases`) as its runner runs it: for each test
-    method (in unittest's order: by name), a fresh instance's setUp, then the method. Returned as
-    (method name, statements, test cases) with `self.x` the name `__self_x`, `self.assertEqual(a,
-    b)` a call of a TestCase's own assertEqual that the trainer makes on plain data, `with
-    self.assertRaises(E)` a pytest.raises block and `with self.subTest(...)` its body (a failure
-    inside fails the test, as under pytest). Anything else of `self` (its other methods, mocks,
-    setUpClass, a tearDown that does something) raises Unconvertible: the class runs under pytest in
-    the sandbox."""
-    if (len(stmt.bases) != 1 or ast.unparse(stmt.bases[0]) not in ("unittest.TestCase", "TestCase")
-            or stmt.keywords or stmt.decorator_list):
-        raise Unconvertible("a test class other than a plain unittest.TestCase")
-    prefix, setup, methods = [], [], []
-    for item in _without_docstring(stmt.body):
-        if isinstance(item, ast.Assign) and all(isinstance(t, ast.Name) for t in item.targets):
-            prefix += [ast.Assign(targets=[ast.Name(id=f"__self_{t.id}", ctx=ast.Store())],
-                                  value=item.value, lineno=0) for t in item.targets]
-        elif isinstance(item, ast.FunctionDef) and item.name == "setUp" and not item.decorator_list:
-            setup = item.body
-        elif isinstance(item, ast.FunctionDef) and item.name == "tearDown" and all(
-                isinstance(b, ast.Pass) for b in _without_docstring(item.body)):
+_TC = "<unittest.TestCase>"  # unittest's TestCase in a class's resolution order
+_HOOKS = ("setUp", "tearDown", "setUpClass", "tearDownClass")
+_MAX_INLINE = 8  # helper methods calling helper methods: at most this deep
+# parts of an expression evaluated maybe never, or many times
+_NOT_ONCE = (ast.BoolOp, ast.IfExp, ast.Lambda, ast.comprehension)
+_MODULE_HOOKS = frozenset(("setUpModule", "tearDownModule", "setup_module", "teardown_module"))
+
+
+def _calls(node, args_only=False, skip=None) -> bool:
+    """Does node hold a call other than a builtin's or a unittest assert (of its arguments only,
+    or outside `skip`)?"""
+    if isinstance(node, list):
+        return any(_calls(n, skip=skip) for n in node)
+    if args_only:
+        return _calls([*node.args, *(k.value for k in node.keywords)])
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if n is skip:
             continue
-        elif isinstance(item, ast.FunctionDef) and item.name.startswith("test"):
-            if _skipped(item):
-                continue
-            if item.decorator_list or [a.arg for a in item.args.args] != ["self"]:
-                raise Unconvertible("a decorated test method, or one with parameters")
-            methods.append(item)
+        if isinstance(n, ast.Call):
+            name = ast.unparse(n.func)
+            if not (name in BUILTIN_NAMES or name.startswith(("self.assert", "__unittest_"))):
+                return True
+        stack.extend(ast.iter_child_nodes(n))
+    return False
+
+
+def _component(name: str, classes: dict) -> list:
+    """The tests' own classes linked to `name` by inheritance, either way, in file order."""
+    bases = {n: {b.id for b in c.bases if isinstance(b, ast.Name) and b.id in classes}
+             for n, c in classes.items()}
+    seen, stack = {name}, [name]
+    while stack:
+        n = stack.pop()
+        for m in bases[n] | {k for k, v in bases.items() if n in v}:
+            if m not in seen:
+                seen.add(m)
+                stack.append(m)
+    return [n for n in classes if n in seen]
+
+
+class _CaseClass:
+    """A unittest.TestCase class of the tests' own hierarchy (its bases: classes of the tests' and
+    unittest.TestCase, mixins included) as unittest runs it: methods and class attributes found by
+    Python's resolution order, test methods inherited from a base run for this class too (by name,
+    unittest's order), setUpClass once for the class (`cls.x` is this class's attribute), setUp
+    and tearDown around each test, helper methods and `super()` calls inlined with their own
+    local names. `self.x` is the name `__self_x`; a class attribute is the name `__cls_C_x` (C:
+    the class that holds it), one object for every test that reads it, as in unittest: each test
+    starts by binding `__self_x = __cls_C_x` for the class attributes it reads. Anything it cannot
+    say so raises Unconvertible (the class runs under pytest in the sandbox)."""
+
+    def __init__(self, name: str, classes: dict, counter: list):
+        self.name, self.classes, self.counter = name, classes, counter
+        self.mro = _c3(name, classes)
+        self.members = {c: _members(classes[c]) for c in self.mro if c != _TC}
+        self.mode = "self"  # or "cls" (setUpClass, tearDownClass)
+        self.set_up_class = set()  # attributes setUpClass gives this class
+
+    def lookup(self, attr: str, after: str | None = None):
+        """(member, owner) by the resolution order (after `owner` for super()), else (None,
+        None)."""
+        order = [c for c in self.mro if c != _TC]
+        if after is not None:
+            order = self.mro[self.mro.index(after) + 1:]
+            order = order[:order.index(_TC)] if _TC in order else order
+        for c in order:
+            if attr in self.members[c]:
+                return self.members[c][attr], c
+        return None, None
+
+    def tests(self) -> list:
+        """(name, method) of each test unittest runs for this class, by name."""
+        names = {n for c in self.members.values() for n in c if n.startswith("test")}
+        out = []
+        for n in sorted(names):
+            member, _ = self.lookup(n)
+            if isinstance(member, ast.FunctionDef) and not _skipped(member):
+                if member.decorator_list or [a.arg for a in member.args.args] != ["self"]:
+                    raise Unconvertible("a decorated test method, or one with parameters")
+                out.append((n, member))
+        return out
+
+    def class_attribute(self, attr: str) -> str | None:
+        """The name holding class attribute `attr` as this class sees it, or None."""
+        if attr in self.set_up_class:
+            return f"__cls_{self.name}_{attr}"
+        member, owner = self.lookup(attr)
+        if member is None:
+            return None
+        if isinstance(member, ast.FunctionDef):
+            raise Unconvertible(f"the method {attr} used as a value")
+        return f"__cls_{owner}_{attr}"
+
+    def call(self, method: str, args, keywords, after, target, depth) -> list:
+        """`self.method(*args)` (or `super().method(...)`, `after` its owner) inlined: its
+        parameters bound to fresh names, its body with those names, `return v` as `target = v`."""
+        member, owner = self.lookup(method, after)
+        if member is None:
+            if method in _HOOKS and not args and not keywords:
+                return []  # unittest.TestCase's own: it does nothing
+            raise Unconvertible(f"self.{method} is not a method of the tests'")
+        if not isinstance(member, ast.FunctionDef) or depth >= _MAX_INLINE:
+            raise Unconvertible(f"self.{method}(...) cannot be inlined")
+        want = ["classmethod"] if self.mode == "cls" else []
+        if [ast.unparse(d) for d in member.decorator_list] != want:
+            raise Unconvertible(f"a decorated method {method}")
+        a = member.args
+        if a.posonlyargs or a.vararg or a.kwonlyargs or a.kwarg or not a.args or (
+                a.args[0].arg != self.mode):
+            raise Unconvertible(f"the signature of {method}")
+        if any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda,
+                              ast.Global, ast.Nonlocal, ast.Yield, ast.YieldFrom, ast.Try))
+               for b in member.body for n in ast.walk(b)):
+            raise Unconvertible(f"{method} defines, yields or catches")
+        returns = [n for b in member.body for n in ast.walk(b) if isinstance(n, ast.Return)]
+        if returns and (len(returns) > 1 or member.body[-1] is not returns[0]):
+            raise Unconvertible(f"{method} returns other than at its end")
+        self.counter[0] += 1
+        prefix = f"__h{self.counter[0]}_"
+        params = [x.arg for x in a.args[1:]]
+        local = (set(params) | _stored(member)) - {self.mode}
+        if local & {x.arg for n in ast.walk(member) if isinstance(n, ast.Lambda)
+                    for x in n.args.posonlyargs + n.args.args + n.args.kwonlyargs}:
+            raise Unconvertible("a local name also a lambda's parameter")  # renamed: one only
+        given = dict(zip(params, args, strict=False))
+        if len(args) > len(params):
+            raise Unconvertible(f"too many arguments to {method}")
+        for k in keywords:
+            if k.arg is None or k.arg not in params or k.arg in given:
+                raise Unconvertible(f"keyword {k.arg} of {method}")
+            given[k.arg] = k.value
+        defaults = dict(zip(params[len(params) - len(a.defaults):], a.defaults, strict=True))
+        assigns = []
+        for p in params:
+            value = given.get(p, defaults.get(p))
+            if value is None or (p not in given and not _is_literal(value)):
+                raise Unconvertible(f"parameter {p} of {method}")
+            assigns.append(ast.Assign(targets=[ast.Name(id=prefix + p, ctx=ast.Store())],
+                                      value=copy.deepcopy(value), lineno=0))
+
+        class Rename(ast.NodeTransformer):
+            def visit_Name(self, node):
+                if node.id in local:
+                    node.id = prefix + node.id
+                return node
+        body = [Rename().visit(copy.deepcopy(b)) for b in member.body]
+        if returns:
+            value = body[-1].value or ast.Constant(value=None)
+            body[-1] = ast.Assign(targets=[target or ast.Name(id=prefix + "return",
+                                                              ctx=ast.Store())],
+                                  value=value, lineno=0)
+        elif target is not None:
+            body.append(ast.Assign(targets=[target], value=ast.Constant(value=None), lineno=0))
+        out = []
+        for b in assigns + body:  # the arguments are the caller's expressions: the same self
+            out += self.statement(b, owner, depth + 1)
+        return out
+
+    def method_call(self, node):
+        """`self.m(...)` / `super().m(...)`: (m, owner to search after) when m is the tests' own
+        method (or a hook), else None."""
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+            return None
+        base, attr = node.func.value, node.func.attr
+        if isinstance(base, ast.Name) and base.id == self.mode:
+            member, _ = self.lookup(attr)
+            return (attr, None) if member is not None else None
+        if (isinstance(base, ast.Call) and isinstance(base.func, ast.Name)
+                and base.func.id == "super" and not base.keywords):
+            if not base.args:
+                return attr, "super"
+            # `super(Base, self)`: after Base in this class's resolution order
+            if (len(base.args) == 2 and isinstance(base.args[0], ast.Name)
+                    and base.args[0].id in self.mro and isinstance(base.args[1], ast.Name)
+                    and base.args[1].id == self.mode):
+                return attr, base.args[0].id
+        return None
+
+    def statement(self, stmt, owner: str, depth: int) -> list:
+        """One statement of a method of `owner`, rewritten as the class docstring says."""
+        if isinstance(stmt, ast.With) and len(stmt.items) == 1:
+            call = stmt.items[0].context_expr
+            method = ast.unparse(call.func) if isinstance(call, ast.Call) else ""
+            if method == "self.subTest" and self.lookup("subTest")[0] is None:
+                return [s for b in stmt.body for s in self.statement(b, owner, depth)]
+            if method in ("self.assertRaises", "self.assertRaisesRegex") and (
+                    stmt.items[0].optional_vars is None
+                    and self.lookup(method[5:])[0] is None):
+                stmt.items[0].context_expr = _pytest_raises(call, method.endswith("Regex"))
+        value = stmt.value if isinstance(stmt, (ast.Expr, ast.Assign)) else None
+        found = self.method_call(value) if value is not None else None
+        if found is not None and (isinstance(stmt, ast.Expr) or len(stmt.targets) == 1):
+            name, after = found
+            target = stmt.targets[0] if isinstance(stmt, ast.Assign) else None
+            return self.call(name, value.args, value.keywords,
+                             owner if after == "super" else after, target, depth)
+        hoisted = self.hoist(stmt, owner, depth)
+        if (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)
+                and isinstance(stmt.value.func, ast.Attribute)
+                and isinstance(stmt.value.func.value, ast.Name)
+                and stmt.value.func.value.id == "self"):
+            call, name = stmt.value, stmt.value.func.attr
+            if name in ("assertRaises", "assertRaisesRegex") and len(call.args) > 1 + (
+                    name == "assertRaisesRegex"):
+                regex = name == "assertRaisesRegex"  # the callable form: assertRaises(E, f, *a)
+                head, fn, rest = call.args[:1 + regex], call.args[1 + regex], call.args[2 + regex:]
+                body = ast.Expr(value=ast.Call(func=fn, args=rest, keywords=call.keywords))
+                raises = _pytest_raises(ast.Call(func=call.func, args=head, keywords=[]), regex)
+                stmt = ast.With(items=[ast.withitem(context_expr=raises)], body=[body], lineno=0)
+            elif name in ("assertIs", "assertIsNot") and len(call.args) == 2 and not (
+                    call.keywords):
+                op = ast.Is() if name == "assertIs" else ast.IsNot()
+                stmt = ast.Assert(test=ast.Compare(left=call.args[0], ops=[op],
+                                                   comparators=[call.args[1]]))
+            elif name in UNITTEST_ASSERTS:
+                call.func = ast.Name(id=f"__unittest_{name}", ctx=ast.Load())
+        if isinstance(stmt, (ast.For, ast.If, ast.With)):
+            for part in ("body", "orelse"):
+                if hasattr(stmt, part):
+                    setattr(stmt, part, [s for b in getattr(stmt, part)
+                                         for s in self.statement(b, owner, depth)])
+        return [*hoisted, self.attributes(stmt)]
+
+    def hoist(self, stmt, owner: str, depth: int) -> list:
+        """A helper method called inside an expression (`self.assertEqual(f(x),
+        self.expected(x))`): inlined just before the statement, its result a name. Its arguments
+        are read then, as the trainer reads the other side of a comparison before the solution's
+        call anyway (before_the_call); a call under `and`/`or`/`if`, a lambda or a comprehension
+        (evaluated maybe never, or many times) cannot be moved."""
+        out = []
+        fields = [f for f in ("test", "value", "iter", "items", "targets", "target")
+                  if getattr(stmt, f, None) is not None]
+        for f in fields:
+            part = getattr(stmt, f)
+            for node in ast.walk(ast.Tuple(elts=part, ctx=ast.Load()) if isinstance(part, list)
+                                 else part):
+                for child in ast.iter_child_nodes(node):
+                    found = self.method_call(child)
+                    if found is None:
+                        continue
+                    if any(isinstance(n, _NOT_ONCE) for n in ast.walk(
+                            ast.Tuple(elts=part, ctx=ast.Load()) if isinstance(part, list)
+                            else part)):
+                        raise Unconvertible("a helper method called conditionally or in a loop")
+                    if _calls(child, args_only=True) and _calls(part, skip=child):
+                        # `assertEqual(f(a), self.norm(f(b)))`: moving f(b) first would change
+                        # the order of the solution's calls
+                        raise Unconvertible("a helper method's call moved before another call")
+                    self.counter[0] += 1
+                    name = f"__v{self.counter[0]}"
+                    out += self.call(found[0], child.args, child.keywords,
+                                     owner if found[1] == "super" else found[1],
+                                     ast.Name(id=name, ctx=ast.Store()), depth)
+                    for name_, value in ast.iter_fields(node):
+                        if value is child:
+                            setattr(node, name_, ast.Name(id=name, ctx=ast.Load()))
+                        elif isinstance(value, list) and any(v is child for v in value):
+                            setattr(node, name_, [ast.Name(id=name, ctx=ast.Load())
+                                                  if v is child else v for v in value])
+        return out
+
+    def attributes(self, stmt):
+        """`self.x` -> `__self_x`, `cls.x` -> `__cls_C_x` (C this class). An attribute unittest's
+        TestCase has (`self.id()`, `self.assertLogs`) is read from nowhere here: Unconvertible,
+        but setting one (`self.maxDiff = None`) only changes a failure's message."""
+        case, mode = self, self.mode
+
+        class Rewrite(ast.NodeTransformer):
+            def visit_Attribute(self, node):
+                if not (isinstance(node.value, ast.Name) and node.value.id == mode):
+                    return self.generic_visit(node)
+                member = case.lookup(node.attr)[0]
+                if isinstance(member, ast.FunctionDef) or node.attr.startswith("__") or (
+                        member is None and node.attr in _testcase_attributes()
+                        and not isinstance(node.ctx, ast.Store)):
+                    raise Unconvertible(f"{mode}.{node.attr}")
+                name = (f"__self_{node.attr}" if mode == "self"
+                        else f"__cls_{case.name}_{node.attr}")
+                return ast.copy_location(ast.Name(id=name, ctx=node.ctx), node)
+        return ast.fix_missing_locations(Rewrite().visit(stmt))
+
+    def bodies(self) -> tuple[list, list, list]:
+        """(setUpClass's statements, [(test, statements, test cases)] by name, tearDownClass's)."""
+        tests = self.tests()
+        if not tests:
+            return [], [], []
+        self.mode = "cls"
+        up = self.call("setUpClass", [], [], None, None, 0)
+        prefix = f"__cls_{self.name}_"
+        up = self.aliases(up)
+        self.set_up_class = {n.id[len(prefix):] for b in up for n in ast.walk(b)
+                             if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
+                             and n.id.startswith(prefix)}
+        down = self.aliases(self.call("tearDownClass", [], [], None, None, 0))
+        self.mode = "self"
+        out = []
+        for name, fn in tests:
+            body = [s for m in ("setUp", name, "tearDown")
+                    for s in self.call(m, [], [], None, None, 0)]
+            out.append((name, self.aliases(body), _count_cases(fn)))
+        for b in [*up, *down, *(s for _, body, _ in out for s in body)]:
+            if {"self", "cls"} & _names(b):
+                raise Unconvertible("`self` used other than for its attributes and asserts")
+        return up, out, down
+
+    def aliases(self, body: list) -> list:
+        """Each class attribute the statements read through `self` (`cls`) bound first to the
+        object attribute lookup finds (the class's, one for all its tests); a name the statements
+        bind shadows it from then on, as an instance attribute does."""
+        prefix = "__self_" if self.mode == "self" else f"__cls_{self.name}_"
+        read = sorted({n.id for b in body for n in ast.walk(b)
+                       if isinstance(n, ast.Name) and n.id.startswith(prefix)})
+        out = []
+        for name in read:
+            held = self.class_attribute(name[len(prefix):])
+            if held is not None and held != name:
+                out.append(ast.Assign(targets=[ast.Name(id=name, ctx=ast.Store())],
+                                      value=ast.Name(id=held, ctx=ast.Load()), lineno=0))
+        return out + body
+
+
+_TESTCASE_ATTRS = None
+
+
+def _testcase_attributes() -> frozenset:
+    global _TESTCASE_ATTRS
+    if _TESTCASE_ATTRS is None:
+        import unittest
+        _TESTCASE_ATTRS = frozenset(dir(unittest.TestCase())) | {"subTest"}
+    return _TESTCASE_ATTRS
+
+
+def _c3(name: str, classes: dict) -> list:
+    """Python's resolution order of a class of the tests' whose bases are classes of the tests',
+    unittest.TestCase or object (anything else raises Unconvertible); TestCase appears as _TC."""
+    def bases(n):
+        if n == _TC:
+            return []
+        out = []
+        for b in classes[n].bases:
+            if isinstance(b, ast.Name) and b.id in classes:
+                out.append(b.id)
+            elif ast.unparse(b) in ("unittest.TestCase", "TestCase"):
+                out.append(_TC)
+            elif ast.unparse(b) != "object":
+                raise Unconvertible(f"a base {ast.unparse(b)}")
+        return out
+
+    def mro(n, path):
+        if n in path:
+            raise Unconvertible("cyclic bases")
+        own = bases(n)
+        merge = [mro(b, path + (n,)) for b in own] + [list(own)]
+        out = [n]
+        while any(merge):
+            for seq in merge:
+                head = seq[0] if seq else None
+                if head and not any(head in s[1:] for s in merge):
+                    break
+            else:
+                raise Unconvertible("bases Python would refuse")
+            out.append(head)
+            merge = [[x for x in s if x != head] for s in merge]
+        return out
+    return mro(name, ())
+
+
+def _members(stmt: ast.ClassDef) -> dict:
+    """A class body of the tests' as name -> FunctionDef (a method) or expression (a class
+    attribute; the later binding wins, as Python's); anything else raises Unconvertible."""
+    if stmt.keywords or stmt.decorator_list:
+        raise Unconvertible("a class with a decorator or keywords")
+    out = {}
+    for item in _without_docstring(stmt.body):
+        if isinstance(item, ast.FunctionDef):
+            out[item.name] = item
+        elif isinstance(item, (ast.Assign, ast.AnnAssign)) and item.value is not None and all(
+                isinstance(t, ast.Name) for t in _targets(item)):
+            for t in _targets(item):
+                out[t.id] = item.value
         elif not isinstance(item, ast.Pass):
-            raise Unconvertible("a member of the test class other than setUp and tests")
-    out = []
-    for fn in sorted(methods, key=lambda f: f.name):
-        body = [_unittest_statement(copy.deepcopy(s)) for s in prefix + setup + fn.body]
-        body = [s for group in body for s in group]
-        if "self" in {n for s in body for n in _names(s)}:
-            raise Unconvertible("`self` used other than for its attributes and asserts")
-        out.append((fn.name, body, _count_cases(fn)))
+            raise Unconvertible("a member of the test class other than methods and attributes")
     return out
 
 
-def _unittest_statement(stmt) -> list:
-    """One statement of a unittest method rewritten as _unittest_cases says."""
-    if isinstance(stmt, ast.With) and len(stmt.items) == 1:
-        call = stmt.items[0].context_expr
-        method = ast.unparse(call.func) if isinstance(call, ast.Call) else ""
-        if method == "self.subTest":
-            return [s for b in stmt.body for s in _unittest_statement(b)]
-        if method in ("self.assertRaises", "self.assertRaisesRegex") and (
-                stmt.items[0].optional_vars is None):
-            stmt.items[0].context_expr = _pytest_raises(call, method.endswith("Regex"))
-    if (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)
-            and isinstance(stmt.value.func, ast.Attribute)
-            and isinstance(stmt.value.func.value, ast.Name)
-            and stmt.value.func.value.id == "self"):
-        call, name = stmt.value, stmt.value.func.attr
-        if name in ("assertRaises", "assertRaisesRegex") and len(call.args) > 1 + (
-                name == "assertRaisesRegex"):
-            regex = name == "assertRaisesRegex"  # the callable form: assertRaises(E, f, *args)
-            head, fn, rest = call.args[:1 + regex], call.args[1 + regex], call.args[2 + regex:]
-            body = ast.Expr(value=ast.Call(func=fn, args=rest, keywords=call.keywords))
-            raises = _pytest_raises(ast.Call(func=call.func, args=head, keywords=[]), regex)
-            stmt = ast.With(items=[ast.withitem(context_expr=raises)], body=[body], lineno=0)
-        elif name in ("assertIs", "assertIsNot") and len(call.args) == 2 and not call.keywords:
-            op = ast.Is() if name == "assertIs" else ast.IsNot()
-            stmt = ast.Assert(test=ast.Compare(left=call.args[0], ops=[op],
-                                               comparators=[call.args[1]]))
-        elif name in UNITTEST_ASSERTS:
-            call.func = ast.Name(id=f"__unittest_{name}", ctx=ast.Load())
-    if isinstance(stmt, (ast.For, ast.If, ast.With)):
-        for part in ("body", "orelse"):
-            if hasattr(stmt, part):
-                setattr(stmt, part, [s for b in getattr(stmt, part)
-                                     for s in _unittest_statement(b)])
-    return [_self_attributes(stmt)]
+# unittest.mock's names: a test that patches the solution's world and asserts on the calls
+_MOCK_NAMES = frozenset("""patch Mock MagicMock NonCallableMock AsyncMock PropertyMock mock_open
+create_autospec""".split())  # noqa: SIM905
+MOCK_REASON = ("unittest.mock (@patch, patch.object, MagicMock, mock_open): a mock's call record "
+               "lives in the solution's process, where only pytest in the sandbox can read it")
+
+
+def _uses_mock(stmt) -> bool:
+    """Does this class of the tests' name unittest.mock's patch, mocks or their helpers?"""
+    return any(isinstance(n, ast.Name) and n.id in _MOCK_NAMES
+               or isinstance(n, ast.Attribute) and n.attr in _MOCK_NAMES
+               and ast.unparse(n.value) in ("mock", "unittest.mock")
+               for n in ast.walk(stmt))
+
+
+def _reason(stmt, error) -> str:
+    """One line: where a part of the tests is, and why the trainer does not judge it."""
+    name = getattr(stmt, "name", type(stmt).__name__)
+    why = str(error)[:200] or type(error).__name__
+    return f"line {getattr(stmt, 'lineno', '?')} ({name}): {why}"
+
+
+def _targets(stmt) -> list:
+    return stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+
+
+def _class_values(names: list, classes: dict, make_unit) -> dict:
+    """The class attributes written in the class bodies (`data = [1, 2]`), computed here once:
+    `__cls_C_x` -> value (a bare name of an earlier attribute of the same class reads it)."""
+    values = {}
+    for c in names:
+        earlier = set()
+        for attr, expr in _members(classes[c]).items():
+            if isinstance(expr, ast.FunctionDef):
+                continue
+            expr = copy.deepcopy(expr)
+            for n in ast.walk(expr):
+                if isinstance(n, ast.Name) and n.id in earlier:
+                    n.id = f"__cls_{c}_{n.id}"
+            u = make_unit(values)
+            value = u.parent_eval(expr)
+            if callable(value) and not isinstance(value, type):
+                # a function as a class attribute is a method of the instance: not a value
+                raise Unconvertible(f"a callable class attribute {attr}")
+            values[f"__cls_{c}_{attr}"] = value
+            earlier.add(attr)
+    return values
 
 
 def _pytest_raises(call, regex: bool):
@@ -1442,17 +1854,6 @@ def _pytest_raises(call, regex: bool):
     keywords = [ast.keyword(arg="match", value=call.args[1])] if regex else []
     return ast.Call(func=ast.Attribute(value=ast.Name(id="pytest", ctx=ast.Load()), attr="raises",
                                        ctx=ast.Load()), args=call.args[:1], keywords=keywords)
-
-
-def _self_attributes(stmt):
-    """`self.x` -> the name `__self_x` (an attribute of the test's instance: the test's own)."""
-    class Rewrite(ast.NodeTransformer):
-        def visit_Attribute(self, node):
-            if isinstance(node.value, ast.Name) and node.value.id == "self" and not (
-                    node.attr.startswith("assert") or node.attr.startswith("_")):
-                return ast.copy_location(ast.Name(id=f"__self_{node.attr}", ctx=node.ctx), node)
-            return self.generic_visit(node)
-    return ast.fix_missing_locations(Rewrite().visit(stmt))
 
 
 def _without_docstring(body) -> list:
@@ -1656,6 +2057,7 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
     string that is not Python raises ValueError (a data bug). `functions`: capitalised names that
     are functions of the solution's, not classes (their calls' results are judged here)."""
     started = time.monotonic()
+    _ROUNDS.left = MAX_UNROLL
     try:
         module = ast.parse(tests)
         setup_names = _defined_names(ast.parse(setup).body) if setup else set()
@@ -1756,6 +2158,73 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
     # may depend on it).
     script = _Unit(env, child_names(ast.Module(body=script_stmts, type_ignores=[])), prelude,
                    modules, imports, functions)
+    def unittest_units(group: list) -> tuple[list, int]:
+        """The units of the TestCase classes in `group` (classes linked by inheritance), in file
+        order: per class with tests, setUpClass's unit, a unit per test, tearDownClass's unit
+        (_CaseClass); Unconvertible if any part is not the trainer's to judge."""
+        if _MODULE_HOOKS & defined:
+            raise Unconvertible("a module-level setUpModule")
+        for s in module.body:  # a class of the group named anywhere but as a base or in
+            parts = s.body if isinstance(s, ast.ClassDef) and s.name in group else [s]
+            supers = {id(n.args[0]) for p in parts for n in ast.walk(p)  # `super(C, self)`
+                      if isinstance(n, ast.Call) and ast.unparse(n.func) == "super" and n.args}
+            if set(group) & {n.id for p in parts for n in ast.walk(p)
+                             if isinstance(n, ast.Name) and id(n) not in supers}:
+                raise Unconvertible("a test class named by the tests")  # it may change it
+        if any(c.startswith("Test") and not _is_test_case(classes[c], classes, set())
+               for c in group):
+            raise Unconvertible("a pytest class among the TestCases")
+        if any(_uses_mock(classes[c]) for c in group):
+            raise Unconvertible(MOCK_REASON)
+        local_env, local_shared = dict(env), set(shared)
+        tc = _testcase()
+        local_env.update({f"__unittest_{n}": getattr(tc, n) for n in UNITTEST_ASSERTS})
+        local_env.update(_class_values(group, classes, lambda values: _Unit(
+            {**local_env, **values}, set(), [], modules, imports, functions)))
+        counter, out, cases = [0], [], 0
+
+        def unit(name, body, touched=frozenset()):
+            fn = ast.FunctionDef(name=name, args=ast.arguments(
+                posonlyargs=[], args=[], kwonlyargs=[], kw_defaults=[], defaults=[]),
+                body=body, decorator_list=[], lineno=0)
+            local = _stored(fn) | _bound_inside(fn)
+            unshared = {k: v for k, v in local_env.items() if k not in local_shared}
+            level = set(unshared) - local | touched
+            u = _Unit(unshared, (child_names(fn) - set(local_env)) | (local_shared & _names(fn))
+                      - local - touched, prelude, modules, imports, functions, level)
+            for b in body:
+                u.statement(b)
+            for n in touched:  # what setUpClass gave the class: every later test's
+                if n in u.child:
+                    local_shared.add(n)
+                    local_env.pop(n, None)
+                elif n in u.env:
+                    local_env[n] = u.env[n]
+                elif n in u.deferred:
+                    raise Unconvertible("a class attribute computed from the solution's results")
+            local_shared.update(n for n in level if n not in u.env and n in u.child)
+            if u.steps or u.checks:  # setUpClass computing only here: no unit of its own
+                out.append(Unit(u.steps, u.checks, name))
+
+        for c in group:
+            if not _is_test_case(classes[c], classes, set()):
+                continue  # a mixin: its tests run as the TestCases that inherit it
+            up, tests, down = _CaseClass(c, classes, counter).bodies()
+            mine = {n for b in up for n in _names(b) if n.startswith(f"__cls_{c}_")}
+            if up:
+                unit(f"{c}.setUpClass", up, mine)
+            for name, body, n in tests:
+                unit(f"{c}.{name}", body)
+                cases += n
+            if down:
+                unit(f"{c}.tearDownClass", down, mine)
+        env.clear()
+        env.update(local_env)
+        shared.update(local_shared)
+        return out, cases
+
+    tried, judged = set(), set()  # classes of the tests' whose TestCases were tried / judged here
+    reasons = []  # why each part left to the harness is not judged here
     script_broken = False
     # kept: (statement, whether it tests anything in the harness)
     units, kept, harness_tests = [], [], []
@@ -1771,36 +2240,20 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
             continue
         if isinstance(stmt, ast.FunctionDef) and stmt.name in wrappers:
             continue  # `def test_check(): check(add)`: check's unit with that candidate
-        if isinstance(stmt, ast.ClassDef) and _is_test_case(stmt, classes, set()) and not any(
-                stmt.name in map(_last_name, c.bases) for c in classes.values()) and not any(
-                _last_name(b) in classes for b in stmt.bases):
-            try:  # a plain unittest.TestCase (no other class's base): each test method a unit
-                cases = _unittest_cases(stmt, env)
-                if not cases:
-                    raise Unconvertible("a TestCase without a test method")
-                tc = _testcase()
-                env.update({f"__unittest_{n}": getattr(tc, n) for n in UNITTEST_ASSERTS})
-                converted, now_shared = [], set()
-                for name, body, _ in cases:
-                    fn = ast.FunctionDef(name=name, args=ast.arguments(
-                        posonlyargs=[], args=[], kwonlyargs=[], kw_defaults=[], defaults=[]),
-                        body=body, decorator_list=[], lineno=0)
-                    local = _stored(fn) | _bound_inside(fn)
-                    unshared = {k: v for k, v in env.items() if k not in shared}
-                    level = set(unshared) - local
-                    u = _Unit(unshared, child_names(fn) | (shared & _names(fn)) - local, prelude,
-                              modules, imports, functions, level)
-                    for b in body:
-                        u.statement(b)
-                    converted.append(Unit(u.steps, u.checks, f"{stmt.name}.{name}"))
-                    now_shared |= {n for n in level if n not in u.env and n in u.child}
-                units += converted
-                shared |= now_shared
-                trusted += sum(n for _, _, n in cases)
-                continue
-            except (Unconvertible, ValueError, TypeError, SyntaxError, ArithmeticError,
-                    LookupError, RecursionError):
-                pass
+        if isinstance(stmt, ast.ClassDef) and stmt.name not in tried:
+            group = _component(stmt.name, classes)
+            tried.update(group)
+            if any(_is_test_case(classes[c], classes, set()) for c in group):
+                try:  # unittest TestCases (their bases, mixins): a unit per test, per class
+                    converted, cases = unittest_units(group)
+                    units += converted
+                    trusted += cases
+                    judged.update(group)
+                except (Unconvertible, ValueError, TypeError, SyntaxError, ArithmeticError,
+                        LookupError, RecursionError) as e:
+                    reasons.append(_reason(stmt, e))
+        if isinstance(stmt, ast.ClassDef) and stmt.name in judged:
+            continue
         if _is_test_class(stmt, classes):  # run by the harness, each method reported by name
             names, cases = _class_tests(stmt, env, classes)
             harness_tests += names
@@ -1828,8 +2281,10 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
                     continue
                 except (Unconvertible, ValueError, TypeError, SyntaxError, ArithmeticError,
                         LookupError,
-                        RecursionError):
+                        RecursionError) as e:
+                    reasons.append(_reason(stmt, e))
                     script.__dict__.update(saved)
+                    script.__dict__.pop("_placeholders", None)  # rebuilt from the steps kept
                     script_broken = True
             # in the harness, a bare call tests that it runs
             runs = isinstance(stmt, (ast.Expr, ast.With))
@@ -1871,7 +2326,8 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
                 trusted += len(rows) * _count_cases(stmt)
                 continue
         except (Unconvertible, ValueError, TypeError, SyntaxError, ArithmeticError, LookupError,
-                RecursionError):
+                RecursionError) as e:
+            reasons.append(_reason(stmt, e))
             # not judged here (ValueError & co.: a table the trainer could not evaluate): the
             # harness runs it
             untrusted += _count_cases(stmt) * (len(_safe_rows(stmt, env))
@@ -1900,7 +2356,8 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
                 unjudged=unjudged,
                 harness_tests=tuple(dict.fromkeys(harness_tests)),
                 check_candidate=candidates[0] if candidates else None,
-                build_seconds=time.monotonic() - started)
+                build_seconds=time.monotonic() - started,
+                refusal=reasons[0] if harness is not None and reasons else "")
 
 
 def _last_definitions(body: list) -> list:

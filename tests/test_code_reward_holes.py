@@ -92,10 +92,11 @@ PARAM_CLASS = ("import pytest\nfrom solution import add\n\nclass TestAdd:\n"
                "    @pytest.mark.parametrize('a,b,c', [(1, 2, 3), (2, 2, 4)])\n"
                "    def test_rows(self, a, b, c):\n"
                "        assert add(a, b) == c\n")
-# a plain TestCase is judged by the trainer (issue 53); one with setUpClass runs under pytest
+# a TestCase is judged by the trainer (issue 53), setUpClass included; one whose setUpClass calls
+# a builtin outside the trainer's safe list runs under pytest
 UNITTEST_SETUP_CLASS = UNITTEST_CLASS.replace(
-    "    def test_small(self):", "    @classmethod\n    def setUpClass(cls):\n        cls.n = 1\n\n"
-    "    def test_small(self):")
+    "    def test_small(self):", "    @classmethod\n    def setUpClass(cls):\n"
+    "        cls.n = hash(1)\n\n    def test_small(self):")
 RUNNABLE_UNKNOWN = {"pytest_class": PYTEST_CLASS, "unittest_case": UNITTEST_SETUP_CLASS,
                     "class_parametrize": PARAM_CLASS}
 NEVER_RUN = {  # test functions whose body a plain call does not run: not a pass, for any solution

@@ -104,14 +104,15 @@ FORMATS = {
                 await asyncio.sleep(0)
                 self.assertEqual(add(2, 3), 5)
         """),
-    # a method of the class's own (the trainer judges plain TestCases: round 4's tests)
+    # a method of the class's own calling a builtin outside the safe list (the trainer judges
+    # TestCases and inlines their helper methods: round 4's tests)
     "unittest_main_without_guard": t("""
         import unittest
         class Adding(unittest.TestCase):
             def setUp(self):
                 self.value = self.compute()
             def compute(self):
-                return add(2, 3)
+                return add(2, 3) + hash(0)
             def test_add(self):
                 self.assertEqual(self.value, 5)
         unittest.main()

@@ -596,9 +596,14 @@ MIXINS = [
 def test_test_classes_with_inherited_tests_run_under_pytest(case):
     good, wrong = "def add(a, b):\n    return a + b\n", "def add(a, b):\n    return a * 2 - 1\n"
     assert code(block(good), MIXINS[case]) == 1.0
-    assert trusted_code(block(good), MIXINS[case]) == 0.0  # refused: the path is pytest's
+    # pytest classes run under pytest (refused under trusted_only); unittest TestCases, their
+    # mixins and bases included, are judged by the trainer (issue 53)
+    testcase = "unittest" in MIXINS[case]
+    assert trusted_code(block(good), MIXINS[case]) == (1.0 if testcase else 0.0)
     assert code(block(wrong), MIXINS[case]) == 0.0
+    assert trusted_code(block(wrong), MIXINS[case]) == 0.0
     # every inherited test is expected by name: one that does not run is a failure
     hidden = MIXINS[case] + "\ndel AddChecks.test_add\n" if "AddChecks" in MIXINS[case] else None
-    if hidden:
+    if hidden:  # a class the module changes after defining it: pytest's, refused if trusted
         assert code(block(good), hidden) == 0.0
+        assert trusted_code(block(good), hidden) == 0.0

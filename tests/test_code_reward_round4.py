@@ -596,3 +596,322 @@ class TestEnumsComparedAsUnderPytest:
         assert scores(block(OWN_ENUM.format(base="Enum")), tests) == (1.0, 1.0)
         wrong = OWN_ENUM.format(base="Enum").replace("Color(v)", "Color.RED")
         assert scores(block(wrong), tests) == (0.0, 0.0)
+
+
+# ------------------------------------------------ unittest's classes as unittest runs them
+
+SHARED_FIXTURE = """
+import unittest
+
+class TestItems(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.items = [3, 1, 2]
+
+    @classmethod
+    def tearDownClass(cls):
+        pass
+
+    def test_a_smallest(self):
+        self.assertEqual(smallest(self.items), 1)
+
+    def test_b_unchanged(self):
+        self.assertEqual(self.items, [3, 1, 2])
+"""
+SHARED_LOG = """
+import unittest
+
+class TestLog(unittest.TestCase):
+    log = []
+
+    def test_a_first(self):
+        record(self.log, 1)
+        self.assertEqual(self.log, [1])
+
+    def test_b_second(self):
+        record(self.log, 2)
+        self.assertEqual(self.log, [1, 2])
+"""
+ONCE = """
+import unittest
+
+class TestTable(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.table = build_table(3)
+
+    def test_size(self):
+        self.assertEqual(len(self.table), 3)
+
+    def test_values(self):
+        self.assertEqual(self.table, [0, 1, 4])
+"""
+HELPERS = """
+import unittest
+
+class Checks:
+    def expected(self, x):
+        return [v * 2 for v in x]
+
+    def test_doubles(self):
+        self.assertEqual(double(self.x), self.expected(self.x))
+
+class Base(unittest.TestCase):
+    def setUp(self):
+        self.x = [1, 2]
+
+class TestSmall(Checks, Base):
+    pass
+
+class TestLarge(Checks, Base):
+    def setUp(self):
+        super().setUp()
+        self.x = self.x + [100]
+"""
+
+
+class TestTestCaseClassesAsUnittestRunsThem:
+    """setUpClass once per class (its attributes one object for the class's tests), class
+    attributes shared, the tests' own bases and mixins (their tests run for every class that
+    inherits them, setUp by the resolution order, `super()`), helper methods inlined: judged by
+    the trainer, under trusted_only too."""
+
+    def test_a_real_shaped_row_with_a_base_class_and_setupclass(self):
+        path = ROWS / "bigcodebench.jsonl"
+        problem = data.load_problems(str(path), question_field="complete_prompt")[2]
+        row = rows("bigcodebench.jsonl")[2]
+        plan = testplan.build_plan(problem.answer["tests"], "task_func")
+        # BaseStats: 2 tests; TestNegative: its own 2 + the inherited test_stats
+        assert plan.harness is None and plan.untrusted == 0
+        assert [u.name for u in plan.units if ".test" in u.name] == [
+            "BaseStats.test_input_unchanged", "BaseStats.test_stats", "TestNegative.test_empty",
+            "TestNegative.test_input_unchanged", "TestNegative.test_stats"]
+        honest = block(row["code_prompt"] + row["canonical_solution"])
+        assert scores(honest, problem.answer) == (1.0, 1.0)
+        body = row["canonical_solution"]
+        for wrong in (
+                body.replace('return {', 'data.sort()\n    return {'),  # mutates its input
+                body.replace('min(data)', 'min(data, key=abs)'),  # fails the inherited test only
+                body.replace('raise ValueError("data is empty")', 'return {}'),
+                body.replace('"mode": statistics.mode(data)', '"mode": data[0]')):
+            assert scores(block(row["code_prompt"] + wrong), problem.answer) == (0.0, 0.0)
+
+    def test_a_solution_that_mutates_a_class_fixture(self):
+        # setUpClass's list is one object for both tests: sorting it in the first fails the second
+        assert testplan.build_plan(SHARED_FIXTURE).harness is None
+        assert scores(block("def smallest(xs):\n    return min(xs)\n"),
+                      SHARED_FIXTURE) == (1.0, 1.0)
+        assert scores(block("def smallest(xs):\n    xs.sort()\n    return xs[0]\n"),
+                      SHARED_FIXTURE) == (0.0, 0.0)
+
+    def test_a_class_attribute_is_one_object_for_the_class(self):
+        # the second test reads what the first appended, as unittest runs them (by name)
+        good = "def record(log, x):\n    log.append(x)\n"
+        assert scores(block(good), SHARED_LOG) == (1.0, 1.0)
+        assert scores(block("def record(log, x):\n    log[:] = [x]\n"),
+                      SHARED_LOG) == (0.0, 0.0)
+
+    def test_setupclass_calls_the_solution_once(self):
+        plan = testplan.build_plan(ONCE)
+        calls = [s for u in plan.units for s in u.steps if "build_table(" in str(s)]
+        assert len(calls) == 1 and plan.harness is None
+        assert scores(block("def build_table(n):\n    return [i * i for i in range(n)]\n"),
+                      ONCE) == (1.0, 1.0)
+        assert scores(block("def build_table(n):\n    return [i * 2 for i in range(n)]\n"),
+                      ONCE) == (0.0, 0.0)
+
+    def test_mixins_bases_super_and_helper_methods(self):
+        plan = testplan.build_plan(HELPERS)
+        assert plan.harness is None and [u.name for u in plan.units] == [
+            "TestSmall.test_doubles", "TestLarge.test_doubles"]
+        assert scores(block("def double(xs):\n    return [2 * v for v in xs]\n"),
+                      HELPERS) == (1.0, 1.0)
+        # right for TestSmall's input only: the inherited test under TestLarge's setUp fails
+        wrong = "def double(xs):\n    return [2 * v if v < 50 else v for v in xs]\n"
+        assert scores(block(wrong), HELPERS) == (0.0, 0.0)
+        # emptying the input: the helper's side is read before the call, as everywhere else
+        assert scores(block("def double(xs):\n    xs.clear()\n    return []\n"),
+                      HELPERS) == (0.0, 0.0)
+
+    @pytest.mark.parametrize("change", [
+        "\nTestItems.test_a_smallest = None\n",  # a class the module changes after defining it
+        "\ndef setUpModule():\n    pass\n"])
+    def test_what_stays_with_pytest(self, change):
+        tests = SHARED_FIXTURE + change
+        assert testplan.build_plan(tests).harness is not None
+        assert trusted(block("def smallest(xs):\n    return min(xs)\n"), tests) == 0.0
+
+
+# ------------------------------------------------ HumanEval+'s input lists at their real size
+
+class TestLongInputLists:
+    """A check looping over thousands of inputs (HumanEval+ has problems with over a thousand) is
+    unrolled by the trainer: every round judged, under trusted_only too (MAX_UNROLL rounds in all
+    per plan; the judge's deadline grows with the plan's build time)."""
+
+    N = 2500
+
+    def reference(self):
+        row = rows("humaneval_plus.jsonl")[0]  # HumanEval/0, has_close_elements
+        answer = data.load_problems(str(ROWS / "humaneval_plus.jsonl"))[0].answer
+        ns = {}
+        exec(row["prompt"] + row["canonical_solution"], ns)  # noqa: S102 - the row's reference
+        base = next(json.loads(line.split("=", 1)[1]) for line in answer["tests"].splitlines()
+                    if line.strip().startswith("inputs ="))
+        # the row's inputs, each shifted by a step of its own: N distinct inputs
+        inputs = [[[x + i / 8 for x in base[i % len(base)][0]], base[i % len(base)][1]]
+                  for i in range(self.N)]
+        results = [ns["has_close_elements"](*inp) for inp in inputs]
+        lines = [f"    inputs = {inputs!r}" if line.strip().startswith("inputs =") else
+                 f"    results = {results!r}" if line.strip().startswith("results =") else line
+                 for line in answer["tests"].splitlines()]
+        return row, dict(answer, tests="\n".join(lines) + "\n"), results
+
+    def test_every_round_judged_by_the_trainer(self):
+        row, reference, results = self.reference()
+        assert results.count(True) and results.count(False)
+        plan = testplan.build_plan(reference["tests"], reference["entry_point"])
+        assert (plan.trusted, plan.untrusted, plan.harness) == (1, 0, None)
+        assert sum("eval" in s for s in plan.units[0].steps) == self.N  # one call per input
+        honest = block(row["prompt"] + row["canonical_solution"])
+        assert scores(honest, reference) == (1.0, 1.0)
+        # right for the first 2,000 calls, wrong from then on: the late rounds are judged too
+        late = (row["prompt"] + "    calls.append(1)\n    if len(calls) > 2000:\n"
+                "        return not _right(numbers, threshold)\n"
+                "    return _right(numbers, threshold)\n\ncalls = []\n\n"
+                "def _right(numbers, threshold):\n" + row["canonical_solution"])
+        assert scores(block(late), reference) == (0.0, 0.0)
+
+    def test_more_rounds_than_the_plan_unrolls_go_to_pytest(self, monkeypatch):
+        _, reference, _ = self.reference()
+        monkeypatch.setattr(testplan, "MAX_UNROLL", self.N - 1)
+        plan = testplan.build_plan.__wrapped__(reference["tests"], reference["entry_point"])
+        assert plan.trusted == 0 and plan.untrusted == 1 and plan.harness is not None
+
+
+# (tests, an honest task_func, a wrong one): each stays with pytest, refused under trusted_only
+MOCKED = {
+    "patch_decorator": (
+        ("    @patch('os.getcwd', return_value='/x')\n    def test_cwd(self, mock_cwd):\n"
+         "        self.assertEqual(task_func(), '/x')\n"),
+        "import os\ndef task_func():\n    return os.getcwd()\n",
+        "def task_func():\n    return '/x/'\n"),
+    "mock_open": (
+        ("    def test_lines(self):\n"
+         "        with patch('builtins.open', mock_open(read_data='a\\nb\\n')):\n"
+         "            self.assertEqual(task_func('f.txt'), 2)\n"),
+        ("def task_func(path):\n    with open(path) as f:\n"
+         "        return len(f.read().splitlines())\n"),
+        "def task_func(path):\n    return 1\n"),
+    "magicmock": (
+        ("    def test_calls(self):\n        m = MagicMock(return_value=3)\n"
+         "        self.assertEqual(task_func(m), 6)\n        m.assert_called_once_with()\n"),
+        "def task_func(f):\n    return f() * 2\n",
+        "def task_func(f):\n    return 6\n"),  # right value, the mock never called
+}
+
+
+@pytest.mark.parametrize("shape", sorted(MOCKED))
+def test_mocked_testcases_are_refused_with_one_reason(shape):
+    body, honest, wrong = MOCKED[shape]
+    tests = ("import unittest\nfrom unittest.mock import MagicMock, mock_open, patch\n\n"
+             "class TestCases(unittest.TestCase):\n" + body)
+    plan = testplan.build_plan(tests, "task_func")
+    assert plan.trusted == 0 and plan.harness is not None
+    assert plan.refusal.startswith("line 4 (TestCases): unittest.mock")
+    result = sandbox.run_python(honest, tests=tests, entry_point="task_func", trusted_only=True)
+    assert result.refused and not result.passed
+    assert result.stderr == f"refused (trusted_only): {plan.refusal}"
+    reference = {"tests": tests, "entry_point": "task_func"}
+    assert scores(block(honest), reference) == (1.0, 0.0)  # pytest in the sandbox; refused
+    assert scores(block(wrong), reference) == (0.0, 0.0)
+
+
+class TestSharedValuesTheTestsChange:
+    """The trainer runs the tests' own statements while building the plan, but judges the checks
+    that read the solution's values afterwards: a shared value (a class attribute, a module-level
+    list) that a later test changes in place would reach an earlier test's check changed. Such
+    tests go to pytest; a function class attribute is a method of the instance, not a value."""
+
+    LOG = ("import unittest\n\nclass TestLog(unittest.TestCase):\n    log = []\n\n"
+           "    def test_a(self):\n        self.assertEqual(count([]), len(self.log))\n\n"
+           "    def test_b(self):\n        self.log.append(1)\n"
+           "        self.assertEqual(count(self.log), 1)\n")
+    ITEMS = ("ITEMS = []\n\ndef test_a():\n    assert count([]) == len(ITEMS)\n\n"
+             "def test_b():\n    ITEMS.append(1)\n    assert count(ITEMS) == 1\n")
+
+    @pytest.mark.parametrize("tests", [LOG, ITEMS], ids=["class_attribute", "module_list"])
+    def test_a_later_test_changing_a_shared_value(self, tests):
+        plan = testplan.build_plan(tests)
+        assert plan.harness is not None and "later tests share" in plan.refusal
+        assert scores(block("def count(xs):\n    return len(xs)\n"), tests) == (1.0, 0.0)
+        assert scores(block("def count(xs):\n    return 1\n"), tests) == (0.0, 0.0)
+
+    def test_a_function_class_attribute(self):
+        tests = ("import unittest\n\nclass TestF(unittest.TestCase):\n    f = lambda x: x + 1\n\n"
+                 "    def test_a(self):\n        g = self.f\n"
+                 "        self.assertEqual(add(1, 1), 2)\n        self.assertEqual(g(1), 2)\n")
+        # under unittest, g is bound to the instance: g(1) is f(self, 1), a TypeError
+        assert scores(block("def add(a, b):\n    return a + b\n"), tests) == (0.0, 0.0)
+
+
+def test_a_helper_method_is_not_moved_before_another_call():
+    # `assertEqual(nxt(), self.norm(nxt()) - 1)`: inlining norm before the statement would call
+    # the second nxt() first; the test stays with pytest, where a counter answers 1 then 2
+    tests = ("import unittest\n\nclass TestN(unittest.TestCase):\n    def norm(self, x):\n"
+             "        return x * 1\n\n    def test_order(self):\n"
+             "        self.assertEqual(nxt(), self.norm(nxt()) - 1)\n")
+    plan = testplan.build_plan(tests)
+    assert plan.harness is not None and "moved before another call" in plan.refusal
+    counter = "n = [0]\ndef nxt():\n    n[0] += 1\n    return n[0]\n"
+    assert scores(block(counter), tests) == (1.0, 0.0)
+    assert scores(block("def nxt():\n    return 1\n"), tests) == (0.0, 0.0)
+
+
+# super(C, self), two TestCase bases of one class (each base's tests run for it too), a tearDown
+# that asserts
+MORE_SHAPES = {  # each judged by the trainer, as unittest runs it
+    "old_super": '''import unittest
+class Base(unittest.TestCase):
+    def setUp(self):
+        self.xs = [2, 1]
+class TestX(Base):
+    def setUp(self):
+        super(TestX, self).setUp()
+        self.want = [1, 2]
+    def test_a(self):
+        self.assertEqual(f(self.xs), self.want)
+        self.assertRaises(ValueError, f, [])
+''',
+    "two_bases": '''import unittest
+class A(unittest.TestCase):
+    def test_a(self):
+        self.assertEqual(f([3, 1]), [1, 3])
+class B(unittest.TestCase):
+    def test_b(self):
+        with self.assertRaises(ValueError):
+            f([])
+class TestAB(A, B):
+    pass
+''',
+    "teardown_asserts": '''import unittest
+class T(unittest.TestCase):
+    def setUp(self):
+        self.calls = []
+    def tearDown(self):
+        self.assertEqual(f([2, 1]), [1, 2])
+    def test_a(self):
+        self.assertRaises(ValueError, f, [])
+''',
+}
+
+
+@pytest.mark.parametrize("shape", sorted(MORE_SHAPES))
+def test_more_testcase_shapes_judged_by_the_trainer(shape):
+    tests = MORE_SHAPES[shape]
+    plan = testplan.build_plan(tests)
+    assert plan.harness is None and plan.untrusted == 0
+    good = "def f(xs):\n    if not xs:\n        raise ValueError('e')\n    return sorted(xs)\n"
+    assert scores(block(good), tests) == (1.0, 1.0)
+    assert scores(block("def f(xs):\n    return sorted(xs)\n"), tests) == (0.0, 0.0)
+    assert scores(block(good.replace("sorted(xs)", "xs")), tests) == (0.0, 0.0)
