@@ -1347,7 +1347,8 @@ def _test_methods(stmt: ast.ClassDef, classes: dict) -> list:
     (a mixin `class AddTests:` under `class TestAdd(AddTests)`), in the order Python resolves them
     (an own method replaces an inherited one of the same name)."""
     try:
-        order = _mro(stmt.name, classes, ())
+        order = _mro(stmt.name, lambda n: [_last_name(b) for b in classes[n].bases   # own classes
+                                           if isinstance(b, ast.Name) and b.id in classes])
     except ValueError:  # a hierarchy Python itself would refuse: nothing to run
         return []
     methods = {}
@@ -1359,13 +1360,13 @@ def _test_methods(stmt: ast.ClassDef, classes: dict) -> list:
     return list(methods.values())
 
 
-def _mro(name: str, classes: dict, path: tuple) -> list:
-    """C3 linearisation over the module's own classes (other bases contribute no tests)."""
+def _mro(name: str, bases_of, path: tuple = ()) -> list:
+    """C3 linearisation (Python's resolution order) of `name`, bases_of(n) giving a class's bases
+    in order; ValueError for a hierarchy Python would refuse (cyclic or inconsistent bases)."""
     if name in path:
         raise ValueError("cyclic bases")
-    bases = [_last_name(b) for b in classes[name].bases if isinstance(b, ast.Name)
-             and b.id in classes]
-    merge = [_mro(b, classes, path + (name,)) for b in bases] + [list(bases)]
+    bases = bases_of(name)
+    merge = [_mro(b, bases_of, path + (name,)) for b in bases] + [list(bases)]
     out = [name]
     while any(merge):
         for seq in merge:
@@ -1760,23 +1761,10 @@ def _c3(name: str, classes: dict) -> list:
                 raise Unconvertible(f"a base {ast.unparse(b)}")
         return out
 
-    def mro(n, path):
-        if n in path:
-            raise Unconvertible("cyclic bases")
-        own = bases(n)
-        merge = [mro(b, path + (n,)) for b in own] + [list(own)]
-        out = [n]
-        while any(merge):
-            for seq in merge:
-                head = seq[0] if seq else None
-                if head and not any(head in s[1:] for s in merge):
-                    break
-            else:
-                raise Unconvertible("bases Python would refuse")
-            out.append(head)
-            merge = [[x for x in s if x != head] for s in merge]
-        return out
-    return mro(name, ())
+    try:
+        return _mro(name, bases)
+    except ValueError as err:       # cyclic or inconsistent: bases Python would refuse
+        raise Unconvertible(str(err)) from None
 
 
 def _members(stmt: ast.ClassDef) -> dict:
