@@ -58,7 +58,10 @@ def token_scores(selector, entropy, omega=None, *, weight=None, generator=None):
     if selector == "gmts":
         check(omega is not None, "selector 'gmts' needs omega (see token_omega)")
         _same_shape(entropy=entropy, omega=omega)
-    return grpo.token_scores(selector, _float(entropy), omega, weight=weight, generator=generator)
+    entropy = _float(entropy)
+    if weight is not None:                       # w_it: a number or a tensor broadcasting to (N, T)
+        weight = torch.as_tensor(weight, dtype=entropy.dtype, device=entropy.device)
+    return grpo.token_scores(selector, entropy, omega, weight=weight, generator=generator)
 
 
 def check_ratio(ratio):

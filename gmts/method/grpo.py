@@ -127,7 +127,8 @@ def clip_active(r, advantages, eps_low, eps_high):
 @torch.no_grad()
 def token_scores(selector, entropy, omega=None, *, weight=None, generator=None):
     """Scores that select_tokens ranks, (N, T) float, higher = more worth training on. entropy
-    (N, T) float32 or float64 (head.py's; gmts.token_scores upcasts lower precisions).
+    (N, T) float32 or float64 (head.py's; gmts.token_scores upcasts lower precisions); weight a
+    tensor broadcasting to it, or None.
 
     gmts   -> |E_it · ω_it · w_it|        (paper §3, δ_it; w_it = `weight`, the token's weight in
                                           the aggregated loss, gmts/METHOD.md, "Length weight in
@@ -139,9 +140,7 @@ def token_scores(selector, entropy, omega=None, *, weight=None, generator=None):
     """
     if selector != "gmts":
         return SCORES[selector](entropy, generator)
-    score = entropy * omega                                                            # (N, T)
-    if weight is not None:
-        score = score * torch.as_tensor(weight, dtype=score.dtype, device=score.device)
+    score = entropy * omega if weight is None else entropy * omega * weight            # (N, T)
     return score.abs()
 
 

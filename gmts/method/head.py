@@ -79,18 +79,21 @@ class _ChunkedHeadLogProb(torch.autograd.Function):
     """logp[t] = log softmax(h_t W^T / tau + b / tau)[target_t] over flattened tokens, chunked (see
     module doc).
 
-    Inputs are 2D: hidden (N, H), weight (V, H), bias (V,) or None, targets (N,); dtype is the
-    matmul dtype. Returns (logp (N,), entropy (N,) or None). Entropy is marked
+    Inputs are 2D: hidden (N, H), weight (V, H), targets (N,), bias (V,) or None; the matmuls run
+    in the autocast dtype when autocast is on, else in weight's. Returns (logp (N,), entropy (N,)
+    or None). Entropy is marked
     non-differentiable: it is a score, not part of the graph (gmts/METHOD.md, "The loss")."""
 
     @staticmethod
-    def forward(ctx, hidden, weight, bias, targets, temperature, chunk_size, with_entropy, dtype):
+    def forward(ctx, hidden, weight, targets, bias, temperature, chunk_size, with_entropy):
         """Per chunk: the shifted logits s = z/tau - max (<= 0), in place in zf; log p[target] =
         s[target] - log Σ exp(s); and lse = max + log Σ exp(s), the logsumexp of z / tau, saved
         for the backward. logp, lse and entropy (N,) are in the softmax dtype, float32 at least
         (module docstring). With entropy (a score, _entropy), a third reused (chunk, V) buffer
         p_buf holds exp(s); without it (p_buf and entropy are empty, and None is returned for
         entropy), exp runs in place: the shifted logits are not needed any more."""
+        dev = hidden.device.type  # the matmuls run in the autocast dtype when autocast is on
+        dtype = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else weight.dtype
         n, sm_dtype = len(hidden), torch.promote_types(dtype, torch.float32)
         logp, lse = hidden.new_empty(n, dtype=sm_dtype), hidden.new_empty(n, dtype=sm_dtype)
         entropy = hidden.new_empty(n * with_entropy, dtype=sm_dtype)     # (n,), or (0,) without
@@ -120,7 +123,7 @@ class _ChunkedHeadLogProb(torch.autograd.Function):
         where the optimizer sums micro-batches in float32 (gmts/trainer/optim.py), so no bf16
         rounding comes before that sum; else the weight's own dtype, as the cast here would."""
         hidden, weight, bias, targets, lse = ctx.saved_tensors
-        need_h, need_w, need_b = ctx.needs_input_grad[:3]
+        need_h, need_w, _, need_b = ctx.needs_input_grad[:4]
         w, g = weight.to(ctx.dtype), grad_logp.to(lse.dtype) * (1.0 / ctx.temperature)  # g / tau
         grad_h = hidden.new_empty(hidden.shape, dtype=ctx.dtype) if need_h else None
         grad_w = hidden.new_zeros(weight.shape, dtype=lse.dtype) if need_w else None
@@ -135,7 +138,18 @@ class _ChunkedHeadLogProb(torch.autograd.Function):
                     grad_w.addmm_(z.t(), h) if z.dtype == grad_w.dtype else grad_w.add_(z.t() @ h)
                 if need_b:
                     grad_b.add_(z.sum(0, dtype=lse.dtype))
-        return grad_h.to(hidden.dtype) if need_h else None, grad_w, grad_b, *[None] * 5
+        return grad_h.to(hidden.dtype) if need_h else None, grad_w, None, grad_b, *[None] * 3
+
+
+
+# head_logprobs(hidden, head_weight, targets, head_bias, temperature, chunk_size, with_entropy),
+# every argument positional: token_logprobs_and_entropy on flat inputs the caller built itself:
+# hidden (n, H), targets (n,) long ids in [0, V), head_bias (V,) or None. Returns (logp (n,),
+# entropy (n,) or None). gmts/trainer/batches.py's completion_logprobs calls it with the model's
+# own hidden states and the sampled ids, so the public function's shape, dtype and range checks
+# cannot fail there and are not repeated (nor those of temperature and chunk_size, train.py's
+# checked flags).
+head_logprobs = _ChunkedHeadLogProb.apply
 
 
 def token_logprobs_and_entropy(hidden: Tensor, head_weight: Tensor, targets: Tensor, *,
@@ -178,24 +192,8 @@ def token_logprobs_and_entropy(hidden: Tensor, head_weight: Tensor, targets: Ten
         lo, hi = int(targets.min()), int(targets.max())
         _check(lo >= 0 and hi < vocab, f"targets must lie in [0, {vocab}), got min {lo} max {hi}")
     logp, entropy = head_logprobs(hidden.reshape(-1, width), head_weight, targets.reshape(-1),
-                                  head_bias=head_bias,
-                                  temperature=temperature, chunk_size=chunk_size,
-                                  with_entropy=with_entropy)
+                                  head_bias, temperature, chunk_size, with_entropy)
     return logp.view(targets.shape), (entropy.view(targets.shape) if with_entropy else None)
-
-
-def head_logprobs(hidden: Tensor, head_weight: Tensor, targets: Tensor, *,
-                  head_bias: Tensor | None = None, temperature: float = 1.0, chunk_size: int = 1024,
-                  with_entropy: bool = True) -> tuple[Tensor, Tensor | None]:
-    """token_logprobs_and_entropy on flat inputs the caller built itself: hidden (n, H), targets
-    (n,) long ids in [0, V), head_bias (V,) or None. gmts/trainer/batches.py's completion_logprobs
-    calls this with the model's own hidden states and the sampled ids, so the public function's
-    shape, dtype and range checks cannot fail there and are not repeated (nor those of temperature
-    and chunk_size, train.py's checked flags). Returns (logp (n,), entropy (n,) or None)."""
-    dev = hidden.device.type  # the matmuls run in the autocast dtype when autocast is on
-    dtype = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else head_weight.dtype
-    return _ChunkedHeadLogProb.apply(hidden, head_weight, head_bias, targets, float(temperature),
-                                     chunk_size, with_entropy, dtype)
 
 
 @torch.no_grad()

@@ -33,15 +33,13 @@ def batch_sum(x):
     return distributed.all_reduce_sum(x) if several_processes() else torch.as_tensor(x)
 
 
-def batch_select(scores, valid_mask, ratio, *, scope="batch", group_ids=None, bottom=False,
-                 exclude=None):
-    """grpo.select_tokens over the whole batch, (N, T) bool: scope "batch" ranks every process's
-    rows; "group" ranks each group where it lives (whole groups stay on one process)."""
+def batch_select(scores, valid_mask, ratio, *, scope="batch", group_ids=None, **kw):
+    """grpo.select_tokens over the whole batch, (N, T) bool; kw: its bottom and exclude. scope
+    "batch" ranks every process's rows; "group" ranks each group where it lives (whole groups stay
+    on one process)."""
     if scope == "batch" and several_processes():
-        return distributed.select_tokens_global(scores, valid_mask, ratio, bottom=bottom,
-                                                exclude=exclude)
-    return select_tokens(scores, valid_mask, ratio, scope=scope, group_ids=group_ids,
-                         bottom=bottom, exclude=exclude)
+        return distributed.select_tokens_global(scores, valid_mask, ratio, **kw)
+    return select_tokens(scores, valid_mask, ratio, scope=scope, group_ids=group_ids, **kw)
 
 
 def selection_counts(valid_mask, exclude, ratio, scope, group_ids):
@@ -186,9 +184,9 @@ def completion_logprobs(model, prompt_ids, completion_ids, valid_mask, *, group_
                                  use_cache=False).last_hidden_state
     h = hidden[:, ids.shape[1] - 1:-1][valid_mask]     # (n_valid, H): P-1+t predicts token t
     head = model.get_output_embeddings()
-    logp, entropy = head_logprobs(h, head.weight, completion_ids[valid_mask],
-                                  head_bias=getattr(head, "bias", None), temperature=temperature,
-                                  chunk_size=chunk_size, with_entropy=with_entropy)
+    logp, entropy = head_logprobs(h, head.weight, completion_ids[valid_mask],  # (n_valid,) each
+                                  getattr(head, "bias", None), temperature, chunk_size,
+                                  with_entropy)
     logp = logp.new_zeros(valid_mask.shape).masked_scatter(valid_mask, logp)    # (N, T), 0 at pad
     if with_entropy:
         entropy = entropy.new_zeros(valid_mask.shape).masked_scatter(valid_mask, entropy)  # (N, T)
@@ -290,11 +288,8 @@ def accumulate_gradients(model, batch, mb, rows, weights, cfg, *, kl_weights=Non
 def clip_grad_norm(params, max_norm):
     """clip_grad_norm_ of torch.nn.utils, the norm summed in float32 at least (bf16 keeps 3
     digits)."""
-    norms = []
-    for p in params:
-        if p.grad is not None:          # each gradient's norm, float32 at least
-            dtype = torch.promote_types(p.grad.dtype, torch.float)
-            norms.append(torch.linalg.vector_norm(p.grad, dtype=dtype))
+    norms = [torch.linalg.vector_norm(p.grad, dtype=torch.promote_types(p.grad.dtype, torch.float))
+             for p in params if p.grad is not None]      # each gradient's, float32 at least
     total = torch.linalg.vector_norm(torch.stack(norms))
     torch.nn.utils.clip_grads_with_norm_(params, max_norm if max_norm > 0 else math.inf, total)
     return total
