@@ -227,8 +227,9 @@ def update_policy(cfg, model, ref_model, optimizer, batch, select_gen, device, s
             valid = mb.valid_mask                                                     # (n, T)
             logp, entropy = ((mb.old_logp, mb.entropy) if on_policy                  # 4. Score
                              else scoring_pass(model, batch, rows, cfg))
-            share = kl_share(cfg.loss_norm, cfg.kl_coverage, *selection_counts(  # S, N_valid
-                valid, mb.exclude, ratio, cfg.select_scope, mb.group_ids)) if cfg.beta else 1.0
+            counts = selection_counts(valid, mb.exclude, ratio, cfg.select_scope,
+                                      mb.group_ids) if cfg.beta else None      # (S, N_valid)
+            share = kl_share(cfg.loss_norm, cfg.kl_coverage, *counts) if cfg.beta else 1.0
             omega = token_omega(logp, mb.old_logp, mb.advantages, eps_low=cfg.eps_low,
                                 eps_high=cfg.eps_high, beta=cfg.beta, ref_logp=mb.ref_logp,
                                 kl_share=share)
