@@ -81,8 +81,8 @@ class _ChunkedHeadLogProb(torch.autograd.Function):
 
     Inputs are 2D: hidden (N, H), weight (V, H), targets (N,), bias (V,) or None; the matmuls run
     in the autocast dtype when autocast is on, else in weight's. Returns (logp (N,), entropy (N,)
-    or None). Entropy is marked
-    non-differentiable: it is a score, not part of the graph (gmts/METHOD.md, "The loss")."""
+    or None). Entropy is marked non-differentiable: it is a score, not part of the graph
+    (gmts/METHOD.md, "The loss")."""
 
     @staticmethod
     def forward(ctx, hidden, weight, targets, bias, temperature, chunk_size, with_entropy):
@@ -139,7 +139,6 @@ class _ChunkedHeadLogProb(torch.autograd.Function):
                 if need_b:
                     grad_b.add_(z.sum(0, dtype=lse.dtype))
         return grad_h.to(hidden.dtype) if need_h else None, grad_w, None, grad_b, *[None] * 3
-
 
 
 # head_logprobs(hidden, head_weight, targets, head_bias, temperature, chunk_size, with_entropy),
