@@ -179,21 +179,35 @@ class _KwargsOnlyWrapper(torch.nn.Module):
 
 
 def test_kv_cache_keyword_is_the_models_own_name_even_through_a_wrapper():
-    """transformers 5.x names the KV cache `cache` and keeps `past_key_values` only as a deprecated
-    alias (removed within the range requirements.txt allows); a wrapper whose forward takes **kwargs
-    must not get the alias."""
+    """transformers >= 5.24 names the KV cache `cache` and keeps `past_key_values` only as a
+    deprecated alias (removed within the range requirements.txt allows); a wrapper whose forward
+    takes **kwargs must not get the alias."""
     import inspect
     model = tiny_qwen2(dtype=torch.float64, seed=4)
     own = [k for k in ("cache", "past_key_values")
            if k in inspect.signature(model.forward).parameters]
     assert own, "the model's forward names no KV cache keyword"
-    # 'cache' whenever the model takes it (transformers >= 5)
+    # 'cache' whenever the model takes it (transformers >= 5.24)
     assert EagerDecode(model, 1, 1, 1).keyword == own[0]
     wrapped = _KwargsOnlyWrapper(model)
     assert EagerDecode(wrapped, 1, 1, 1).keyword == own[0]
     roll = run(wrapped)
     assert own[0] in wrapped.seen and not ({"cache", "past_key_values"} - {own[0]}) & wrapped.seen
     assert torch.equal(roll.completion_ids, run(model).completion_ids)
+
+
+def test_cache_layers_answer_the_capacity_query_of_every_supported_transformers():
+    """transformers asks a cache layer its capacity (its columns: prompt width + max_new_tokens) as
+    get_max_length (>= 5.13) or get_max_cache_shape (5.4 to 5.12, abstract there: a layer class
+    without it cannot be instantiated); the eager and the compiled decode's layers answer both."""
+    from gmts.trainer.compiled_decode import CompiledDecode
+    model = tiny_qwen2(seed=4)
+    for decode in (EagerDecode, CompiledDecode):
+        assert not decode.layer.__abstractmethods__, decode.layer.__abstractmethods__
+        cache = decode(model, 4, 3, 5)
+        answers = {(layer.get_max_length(), layer.get_max_cache_shape()) for layer in cache.layers}
+        assert len(cache.layers) == 2 and answers == {(cache.columns, cache.columns)}
+    assert EagerDecode(model, 4, 3, 5).columns == 3 + 5
 
 
 def test_kv_cache_keyword_through_a_lora_model():

@@ -238,7 +238,7 @@ def enable_gradient_checkpointing(model):
     """Recompute each layer's activations in the backward pass instead of storing them (memory for
     time)."""
     kwargs = {"use_reentrant": False}
-    if hasattr(model, "activation_checkpointing_enable"):        # transformers >= 5.x name
+    if hasattr(model, "activation_checkpointing_enable"):        # its name from transformers 5.24
         model.activation_checkpointing_enable(kwargs)
     else:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)

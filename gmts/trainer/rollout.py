@@ -112,6 +112,8 @@ class KVLayer(CacheLayerMixin):
     def get_max_length(self):
         return self.cache.columns
 
+    get_max_cache_shape = get_max_length      # its name in transformers < 5.13
+
     def lazy_initialization(self, k, v):      # (for transformers' early_initialization)
         self.update(k[:1, :, :0], v[:1, :, :0])
 
@@ -189,8 +191,8 @@ class EagerDecode(Cache):
     O(L^2) traffic over an answer of L tokens) and its batch_select_indices copies it again
     whenever rows finish. Here a step writes one column, and `select_rows` moves the rows to keep to
     the front, in place. A transformers Cache, so Qwen2, Llama and any model that calls
-    cache.update work. `keyword`: the model's forward keyword for it, `cache` in transformers 5.x,
-    `past_key_values` in 4.x, asked of the decoder (a LoRA / FSDP wrapper's forward takes
+    cache.update work. `keyword`: the model's forward keyword for it, `cache` from transformers
+    5.24, `past_key_values` before, asked of the decoder (a LoRA / FSDP wrapper's forward takes
     **kwargs)."""
     layer = KVLayer                                      # the class of its layers
 
