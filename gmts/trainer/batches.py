@@ -131,11 +131,10 @@ def minibatch_rows(n_local_groups, group_size, groups_per_step, *, seed, step, e
     `groups_per_step` whole groups. One mini-batch: every row, in order (the on-policy step)."""
     if groups_per_step >= int(batch_sum(n_local_groups)):
         return [torch.arange(n_local_groups * group_size, device=device)]
-    return shuffled_minibatches(n_local_groups, group_size, groups_per_step, seed, step, epoch,
-                                device)
+    return shuffled_minibatches(**locals())                       # (minibatch_rows' arguments)
 
 
-def shuffled_minibatches(n_local_groups, group_size, groups_per_step, seed, step, epoch, device):
+def shuffled_minibatches(n_local_groups, group_size, groups_per_step, *, seed, step, epoch, device):
     """minibatch_rows with several mini-batches: the groups (numbered over the processes in order)
     shuffled with (seed, step, epoch) and cut in order, each mini-batch listing its groups in
     ascending order (its rows over the processes are the rows one process would hold)."""
