@@ -33,6 +33,8 @@ import time
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from . import mocks
+
 # Builtins the trainer evaluates itself (real builtins, whatever the solution redefines). Every
 # other builtin (print, id, next, getattr, ...) makes its test case untrusted: it would have to run
 # inside the sandbox.
@@ -491,6 +493,7 @@ class Check:
     exceptions: tuple = ()  # ((name, origin), ...): origin "builtins" or "solution"
     match: str | None = None
     names: tuple = ()  # "bind": the target names (a tuple target is unpacked)
+    at: int = -1  # the unit's steps before it: a check reading a mock comes after every call
 
 
 @dataclass
@@ -517,6 +520,9 @@ class Plan:
     # why the first part left to the harness could not be judged here ("" when none was): what
     # a refusal under trusted_only says
     refusal: str = ""
+    # unittest.mock's mocks the tests make and configure, as data (rewards/mocks.py): ["new", id,
+    # kind, {keyword: value}] and ["set", id, attribute path, value]
+    mocks: list = field(default_factory=list)
 
 
 def _names(node) -> set:
@@ -592,7 +598,11 @@ class _Unit:
         # `import solution`: its attributes are the solution's
         self.objects, self.deferred = set(modules), set()
         self.steps = [{"run": s} for s in prelude]
+        self.first = len(self.steps)  # the test's own steps start here
         self.checks = []
+        # unittest.mock allowed (a TestCase's unit): the plan's recipe, appended to (mocks.py)
+        self.mock_recipe = None
+        self.module_paths = {}  # names of modules (and their classes) the tests import: paths
 
     # ------------------------------------------------ what is whose
 
@@ -1042,6 +1052,15 @@ class _Unit:
             stack.extend(ast.iter_child_nodes(node))
 
     def statement(self, stmt):
+        """One statement of the test; each check it makes knows the steps before it."""
+        before = len(self.checks)
+        if not self.mock_statement(stmt):
+            self._statement(stmt)
+        for check in self.checks[before:]:
+            if check.at < 0:
+                check.at = len(self.steps)
+
+    def _statement(self, stmt):
         # split() rewrites it; the same test body serves every parametrize row (an assignment of
         # inputs computed here is not rewritten: HumanEval+'s lists of inputs are not copied)
         # (an assert or an expression is copied where it is rewritten: before_the_call, parent_eval)
@@ -1094,6 +1113,246 @@ class _Unit:
             self.raises_block(stmt)
         elif not isinstance(stmt, ast.Pass):
             raise Unconvertible(type(stmt).__name__)
+
+    # ------------------------------------------------ unittest.mock (rewards/mocks.py)
+
+    def mock_statement(self, stmt) -> bool:
+        """A patch block, a mock made or configured, an assert method of a mock: handled here
+        (True), else False."""
+        if isinstance(stmt, ast.With):
+            return self.patch_block(stmt)
+        if self.mock_recipe is None:
+            return False
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
+            target, value = stmt.targets[0], stmt.value
+            found = self.mock_of(target)
+            if found is not None and found[1]:  # `m.return_value.json.return_value = {...}`
+                id_, path = found
+                if any(p.startswith("_") and p not in mocks.OPERATORS for p in path):
+                    raise Unconvertible("unittest.mock: a private attribute of a mock set")
+                if self.called():
+                    raise Unconvertible("unittest.mock: a mock configured after the solution "
+                                        "ran")
+                self.mock_recipe.append(["set", id_, path, self.mock_value(value)])
+                return True
+            if (isinstance(target, ast.Name) and isinstance(value, ast.Call)
+                    and self.mock_api(value.func) in mocks.KINDS):  # `m = MagicMock(...)`
+                self.bind_mock(target.id, mocks.MockRef(self.mock_value(value)["mock"]))
+                return True
+        if (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)
+                and isinstance(stmt.value.func, ast.Attribute)
+                and self.mock_of(stmt.value.func.value) is not None):
+            if not stmt.value.func.attr.startswith("assert_") or self.uses_child(stmt.value):
+                raise Unconvertible(f"unittest.mock: {stmt.value.func.attr}() of a mock")
+            expr = copy.deepcopy(stmt.value)  # `m.assert_called_once_with(url)`, judged here
+            self.checks.append(Check("run", expr=self.parent_expr(expr), env=dict(self.env)))
+            return True
+        return False
+
+    def mock_api(self, node) -> str | None:
+        """The unittest.mock name `node` is through the tests' imports ('patch', 'patch.object',
+        'patch.dict', 'MagicMock', 'Mock', 'mock_open'), else None."""
+        parts = []
+        while isinstance(node, ast.Attribute):
+            parts.insert(0, node.attr)
+            node = node.value
+        if not isinstance(node, ast.Name) or node.id in self.child:
+            return None
+        value = self.env.get(node.id)
+        for part in parts:
+            value = getattr(value, part, None) if isinstance(value, (mocks.Api,
+                                                                     mocks.Module)) else None
+        return value.name if isinstance(value, mocks.Api) else None
+
+    def mock_of(self, node):
+        """(mock id, attribute path) for `m.return_value.json`, m a mock of the test's; else
+        None."""
+        parts = []
+        while isinstance(node, ast.Attribute):
+            parts.insert(0, node.attr)
+            node = node.value
+        if isinstance(node, ast.Name) and isinstance(self.env.get(node.id), mocks.MockRef):
+            return self.env[node.id].id, parts
+        return None
+
+    def called(self) -> bool:
+        """The test has made a step that may call the solution."""
+        return any("eval" in s or "run" in s for s in self.steps[self.first:])
+
+    def bind_mock(self, name: str, value):
+        """`as m`, `m = MagicMock()`: the name holds the mock (read only while judging)."""
+        self.child.discard(name)
+        self.objects.discard(name)
+        self.env[name] = value
+        if isinstance(value, mocks.MockRef):
+            self.deferred.add(name)
+        else:
+            self.deferred.discard(name)
+
+    def make_mock(self, kind: str, keywords: dict) -> int:
+        """A new mock of the recipe: MagicMock, Mock or mock_open, configured by keywords."""
+        if self.called():
+            raise Unconvertible("unittest.mock: a mock made after the solution ran")
+        allowed = {"read_data"} if kind == "mock_open" else None
+        for k in keywords:
+            if k is None or k.startswith("_") or (allowed is not None and k not in allowed) or (
+                    k in ("spec", "spec_set", "wraps", "unsafe", "name", "parent")):
+                raise Unconvertible(f"unittest.mock: {kind}({k}=...)")
+        specs = {k: self.mock_value(v) for k, v in keywords.items()}
+        id_ = sum(op[0] == "new" for op in self.mock_recipe)
+        self.mock_recipe.append(["new", id_, kind, specs])
+        return id_
+
+    def mock_value(self, node) -> dict:
+        """A value configuring a mock, as the recipe's data: another mock, a list, an exception
+        (its class's path, resolved in the child) or plain data computed here."""
+        if isinstance(node, ast.Name) and isinstance(self.env.get(node.id), mocks.MockRef):
+            return {"mock": self.env[node.id].id}
+        if isinstance(node, ast.Call) and self.mock_api(node.func) in mocks.KINDS:
+            if node.args:
+                raise Unconvertible("unittest.mock: a mock made with positional arguments")
+            return {"mock": self.make_mock(self.mock_api(node.func),
+                                           {k.arg: k.value for k in node.keywords})}
+        if isinstance(node, ast.List):
+            return {"list": [self.mock_value(e) for e in node.elts]}
+        evaluable = _names(node) <= set(self.env) | SAFE_NAMES | set(MODULES)
+        exc = None if evaluable else self.exception(node)
+        if exc is not None:
+            return {"exc": exc}
+        if self.uses_child(node):
+            raise Unconvertible("unittest.mock: a mock configured with the solution's values")
+        value = self.parent_eval(node)
+        if callable(value):
+            raise Unconvertible("unittest.mock: a function or class configuring a mock")
+        return {"data": encode_input(value)}
+
+    def exception(self, node):
+        """[path, args] for an exception class or instance the tests name (`ValueError`,
+        `requests.Timeout("x")`, `HTTPError`), else None."""
+        call = node if isinstance(node, ast.Call) else None
+        path = self.dotted(call.func if call else node)
+        if path is None or not path.rpartition(".")[2][:1].isupper():
+            return None
+        if path.startswith("builtins."):
+            cls = getattr(builtins, path[9:], None)
+            if not (isinstance(cls, type) and issubclass(cls, BaseException)):
+                return None
+        args = []
+        if call is not None:
+            if call.keywords or any(isinstance(a, ast.Starred) for a in call.args):
+                raise Unconvertible("unittest.mock: an exception made with keywords")
+            args = [encode_input(self.parent_eval(a)) for a in call.args]
+        return [path, args]
+
+    def dotted(self, node) -> str | None:
+        """The import path of a builtin or of a name of a module the tests import
+        (`requests.exceptions.HTTPError`, `os.environ`), else None."""
+        parts = []
+        while isinstance(node, ast.Attribute):
+            parts.insert(0, node.attr)
+            node = node.value
+        if not isinstance(node, ast.Name) or node.id in self.child:
+            return None
+        if node.id in self.module_paths:
+            return ".".join([self.module_paths[node.id], *parts])
+        if not parts and node.id in BUILTIN_NAMES and node.id not in self.env:
+            return f"builtins.{node.id}"
+        return None
+
+    def patch_target(self, node) -> str:
+        """patch.object's or patch.dict's first argument as an import path."""
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return node.value
+        path = self.dotted(node)
+        if path is None or path.startswith("builtins."):
+            raise Unconvertible(f"unittest.mock: patching {ast.unparse(node)[:60]}")
+        return path
+
+    def patch_block(self, stmt) -> bool:
+        """`with patch(t) as m, patch.dict(os.environ, {...}):`: each patch a step of the child's
+        (the target replaced by a stub of the mock's), the body, then a step undoing them. False
+        when the with-statement holds no patch."""
+        kinds = [self.mock_api(i.context_expr.func) if isinstance(i.context_expr, ast.Call)
+                 else None for i in stmt.items]
+        if not any(k and k.startswith("patch") for k in kinds):
+            return False
+        if self.mock_recipe is None:
+            raise Unconvertible("unittest.mock outside a TestCase")
+        if not all(k in ("patch", "patch.object", "patch.dict") for k in kinds):
+            raise Unconvertible("unittest.mock: patches beside other contexts")
+        for item, kind in zip(stmt.items, kinds):
+            self.patch(item.context_expr, kind, item.optional_vars)
+        for s in stmt.body:
+            self.statement(s)
+        self.steps.append({"unpatch": len(stmt.items)})
+        return True
+
+    def patch(self, call, kind: str, var):
+        """One patch(...) of a block: the child's step, and the name `as` binds."""
+        args, keywords = call.args, {k.arg: k.value for k in call.keywords}
+        if None in keywords or any(isinstance(a, ast.Starred) for a in args):
+            raise Unconvertible("unittest.mock: a patch with * or ** arguments")
+        if kind == "patch.dict":
+            values = args[1] if len(args) > 1 else keywords.get("values")
+            if var is not None or len(args) > 2 or set(keywords) - {"values", "clear"}:
+                raise Unconvertible("unittest.mock: a patch.dict of another form")
+            data = self.parent_eval(values) if values is not None else {}
+            clear = self.parent_eval(keywords["clear"]) if "clear" in keywords else False
+            if not isinstance(data, dict):
+                raise Unconvertible("unittest.mock: patch.dict with values not a dict")
+            self.steps.append({"patch_dict": self.patch_target(args[0]),
+                               "data": encode_input(data), "clear": bool(clear)})
+            return
+        if kind == "patch.object":
+            attr = self.parent_eval(args[1]) if len(args) > 1 else None
+            if not isinstance(attr, str):
+                raise Unconvertible("unittest.mock: patch.object without an attribute name")
+            target, rest = f"{self.patch_target(args[0])}.{attr}", args[2:]
+        else:
+            target = self.parent_eval(args[0]) if args else None
+            if not isinstance(target, str) or "." not in target:
+                raise Unconvertible("unittest.mock: a patch target that is not a dotted string")
+            rest = args[1:]
+        bad = set(keywords) & {"spec", "spec_set", "create", "autospec", "wraps", "unsafe"}
+        if len(rest) > 1 or bad:
+            raise Unconvertible(f"unittest.mock: patch with {sorted(bad) or 'spec'}")
+        new = rest[0] if rest else keywords.pop("new", None)
+        if new is not None:
+            if keywords:
+                raise Unconvertible("unittest.mock: patch with new= and keywords")
+            spec = self.mock_value(new)
+            if "mock" in spec:
+                step, bound = {"handle": spec["mock"]}, mocks.MockRef(spec["mock"])
+            elif "data" in spec:
+                step, bound = {"data": spec["data"]}, self.parent_eval(new)
+            else:
+                raise Unconvertible("unittest.mock: patching a target with an exception")
+        else:
+            factory = keywords.pop("new_callable", None)
+            made = "MagicMock" if factory is None else self.mock_api(factory)
+            if made not in mocks.KINDS:
+                raise Unconvertible("unittest.mock: new_callable that is not a mock of its own")
+            id_ = self.make_mock(made, keywords)
+            step, bound = {"handle": id_}, mocks.MockRef(id_)
+        self.steps.append({"patch": target, **step})
+        if var is not None:
+            if not isinstance(var, ast.Name):
+                raise Unconvertible("unittest.mock: `as` a target other than a name")
+            self.bind_mock(var.id, bound)
+
+    def mocks_in_order(self):
+        """A check reading a mock's record (`assert_called_once_with`, `call_count`) is judged
+        after the whole run, so no step that may call the solution comes after it."""
+        calls = [i for i, s in enumerate(self.steps) if i >= self.first
+                 and ("eval" in s or "run" in s)]
+        for check in self.checks:
+            if check.expr is None or not calls or check.at > calls[-1]:
+                continue
+            names = set(check.expr.co_names) | {n for c in check.expr.co_consts
+                                                if hasattr(c, "co_names") for n in c.co_names}
+            if any(isinstance(check.env.get(n), mocks.MockRef) for n in names):
+                raise Unconvertible("unittest.mock: a mock's record read before a later call of "
+                                    "the solution's")
 
     def import_(self, stmt):
         """`import random`, `from random import randint` inside a test: the trainer's own modules
@@ -1470,6 +1729,7 @@ class _CaseClass:
         self.members = {c: _members(classes[c]) for c in self.mro if c != _TC}
         self.mode = "self"  # or "cls" (setUpClass, tearDownClass)
         self.set_up_class = set()  # attributes setUpClass gives this class
+        self.patched = {}  # test name -> the method with its @patch decorators as a with-block
 
     def lookup(self, attr: str, after: str | None = None):
         """(member, owner) by the resolution order (after `owner` for super()), else (None,
@@ -1490,10 +1750,42 @@ class _CaseClass:
         for n in sorted(names):
             member, _ = self.lookup(n)
             if isinstance(member, ast.FunctionDef) and not _skipped(member):
-                if member.decorator_list or [a.arg for a in member.args.args] != ["self"]:
-                    raise Unconvertible("a decorated test method, or one with parameters")
+                if member.decorator_list or self.classes[self.name].decorator_list:
+                    self.patched[n] = self.with_patches(member)
+                elif [a.arg for a in member.args.args] != ["self"]:
+                    raise Unconvertible("a test method with parameters")
                 out.append((n, member))
         return out
+
+    def with_patches(self, member):
+        """A test method under @patch decorators (its own, then its class's: the class's are
+        outermost) as `with patch(...) as <param>, ...:` around its body, entered as unittest
+        enters them: the bottom decorator first, giving the first mock parameter; a patch with a
+        replacement (`new`) or a patch.dict passes none."""
+        if any(self.classes[c].decorator_list for c in self.mro if c not in (_TC, self.name)):
+            raise Unconvertible("unittest.mock: @patch on a base class")
+        order = [*reversed(member.decorator_list),
+                 *reversed(self.classes[self.name].decorator_list)]
+        a = member.args
+        params = [x.arg for x in a.args]
+        if (a.posonlyargs or a.vararg or a.kwonlyargs or a.kwarg or a.defaults
+                or params[:1] != ["self"] or not all(_is_patch(d) for d in order)):
+            raise Unconvertible("a decorated test method, or one with parameters")
+        names, items = iter(params[1:]), []
+        for d in order:
+            var = None
+            if not _patch_replaces(d):
+                name = next(names, None)
+                if name is None:
+                    raise Unconvertible("unittest.mock: more patches than mock parameters")
+                var = ast.Name(id=name, ctx=ast.Store())
+            items.append(ast.withitem(context_expr=copy.deepcopy(d), optional_vars=var))
+        if next(names, None) is not None:
+            raise Unconvertible("unittest.mock: more mock parameters than patches")
+        return ast.FunctionDef(name=member.name, args=ast.arguments(
+            posonlyargs=[], args=[ast.arg(arg="self")], kwonlyargs=[], kw_defaults=[],
+            defaults=[]), body=[ast.With(items=items, body=member.body, lineno=member.lineno)],
+            decorator_list=[], lineno=member.lineno)
 
     def class_attribute(self, attr: str) -> str | None:
         """The name holding class attribute `attr` as this class sees it, or None."""
@@ -1510,6 +1802,8 @@ class _CaseClass:
         """`self.method(*args)` (or `super().method(...)`, `after` its owner) inlined: its
         parameters bound to fresh names, its body with those names, `return v` as `target = v`."""
         member, owner = self.lookup(method, after)
+        if after is None and method in self.patched:
+            member = self.patched[method]
         if member is None:
             if method in _HOOKS and not args and not keywords:
                 return []  # unittest.TestCase's own: it does nothing
@@ -1770,7 +2064,7 @@ def _c3(name: str, classes: dict) -> list:
 def _members(stmt: ast.ClassDef) -> dict:
     """A class body of the tests' as name -> FunctionDef (a method) or expression (a class
     attribute; the later binding wins, as Python's); anything else raises Unconvertible."""
-    if stmt.keywords or stmt.decorator_list:
+    if stmt.keywords or not all(_is_patch(d) for d in stmt.decorator_list):
         raise Unconvertible("a class with a decorator or keywords")
     out = {}
     for item in _without_docstring(stmt.body):
@@ -1788,8 +2082,29 @@ def _members(stmt: ast.ClassDef) -> dict:
 # unittest.mock's names: a test that patches the solution's world and asserts on the calls
 _MOCK_NAMES = frozenset("""patch Mock MagicMock NonCallableMock AsyncMock PropertyMock mock_open
 create_autospec""".split())  # noqa: SIM905
-MOCK_REASON = ("unittest.mock (@patch, patch.object, MagicMock, mock_open): a mock's call record "
-               "lives in the solution's process, where only pytest in the sandbox can read it")
+
+
+def _mock_reason(error):
+    """Why a TestCase with mocks is not judged here, as one line starting `unittest.mock`."""
+    text = str(error)
+    return error if text.startswith("unittest.mock") else Unconvertible(f"unittest.mock ({text})")
+
+
+_PATCHES = frozenset(f"{m}{p}" for m in ("", "mock.", "unittest.mock.")
+                     for p in ("patch", "patch.object", "patch.dict"))
+
+
+def _is_patch(decorator) -> bool:
+    """`@patch(...)`, `@patch.object(...)`, `@patch.dict(...)` (what the name is, the plan's
+    env decides: _Unit.mock_api)."""
+    return isinstance(decorator, ast.Call) and ast.unparse(decorator.func) in _PATCHES
+
+
+def _patch_replaces(decorator) -> bool:
+    """A patch decorator that passes no mock to the test: patch.dict, or one given `new`."""
+    name = ast.unparse(decorator.func)
+    given = len(decorator.args) + any(k.arg == "new" for k in decorator.keywords)
+    return name.endswith("dict") or given > (2 if name.endswith("object") else 1)
 
 
 def _uses_mock(stmt) -> bool:
@@ -2081,6 +2396,13 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
         elif isinstance(stmt, ast.Import):
             env.update((a.asname or a.name, imports[a.name]) for a in stmt.names
                        if a.name in imports)
+        # `from unittest.mock import patch, MagicMock, call` (rewards/mocks.py)
+        elif isinstance(stmt, ast.ImportFrom) and stmt.module == "unittest.mock":
+            api = mocks.namespace()
+            env.update((a.asname or a.name, api[a.name]) for a in stmt.names if a.name in api)
+        elif isinstance(stmt, ast.ImportFrom) and stmt.module == "unittest":
+            env.update((a.asname or a.name, mocks.Module()) for a in stmt.names
+                       if a.name == "mock")
         # `from pytest import approx, raises`
         elif isinstance(stmt, ast.ImportFrom) and stmt.module == "pytest":
             for a in stmt.names:
@@ -2093,6 +2415,15 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
             except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
                 pass
     env.update(_trainer_definitions(module.body, env))
+    recipe, module_paths = [], {}  # the mocks' recipe; the modules the tests import, by name
+    for stmt in module.body:
+        if isinstance(stmt, ast.Import):
+            module_paths.update((a.asname or a.name.split(".")[0],
+                                 a.name if a.asname else a.name.split(".")[0]) for a in stmt.names)
+        elif isinstance(stmt, ast.ImportFrom) and not stmt.level and stmt.module not in (
+                "solution", "unittest", "unittest.mock", "pytest"):
+            module_paths.update((a.asname or a.name, f"{stmt.module}.{a.name}")
+                                for a in stmt.names if a.name != "*")
     imported = _defined_names(s for s in module.body if isinstance(s, (ast.Import, ast.ImportFrom)))
     defined = _defined_names(s for s in module.body
                              if not (isinstance(s, ast.ImportFrom) and s.module == "solution"))
@@ -2162,8 +2493,7 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
         if any(c.startswith("Test") and not _is_test_case(classes[c], classes, set())
                for c in group):
             raise Unconvertible("a pytest class among the TestCases")
-        if any(_uses_mock(classes[c]) for c in group):
-            raise Unconvertible(MOCK_REASON)
+        uses_mock = any(_uses_mock(classes[c]) for c in group)
         local_env, local_shared = dict(env), set(shared)
         tc = _testcase()
         local_env.update({f"__unittest_{n}": getattr(tc, n) for n in UNITTEST_ASSERTS})
@@ -2180,9 +2510,14 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
             level = set(unshared) - local | touched
             u = _Unit(unshared, (child_names(fn) - set(local_env)) | (local_shared & _names(fn))
                       - local - touched, prelude, modules, imports, functions, level)
+            if uses_mock:  # the mocks this unit makes join the plan's recipe
+                u.mock_recipe, u.module_paths = recipe, module_paths
             for b in body:
                 u.statement(b)
+            u.mocks_in_order()
             for n in touched:  # what setUpClass gave the class: every later test's
+                if isinstance(u.env.get(n), mocks.MockRef):
+                    raise Unconvertible("unittest.mock: a mock shared by a class's tests")
                 if n in u.child:
                     local_shared.add(n)
                     local_env.pop(n, None)
@@ -2239,7 +2574,8 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
                     judged.update(group)
                 except (Unconvertible, ValueError, TypeError, SyntaxError, ArithmeticError,
                         LookupError, RecursionError) as e:
-                    reasons.append(_reason(stmt, e))
+                    mocked = any(_uses_mock(classes[c]) for c in group)
+                    reasons.append(_reason(stmt, _mock_reason(e) if mocked else e))
         if isinstance(stmt, ast.ClassDef) and stmt.name in judged:
             continue
         if _is_test_class(stmt, classes):  # run by the harness, each method reported by name
@@ -2345,7 +2681,11 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
                 harness_tests=tuple(dict.fromkeys(harness_tests)),
                 check_candidate=candidates[0] if candidates else None,
                 build_seconds=time.monotonic() - started,
-                refusal=reasons[0] if harness is not None and reasons else "")
+                refusal=reasons[0] if harness is not None and reasons else "",
+                mocks=recipe if any(u.steps and any("patch" in s or "patch_dict" in s
+                                                    for s in u.steps) for u in units)
+                or any(isinstance(v, mocks.MockRef) for u in units for c in u.checks
+                       for v in c.env.values()) else [])
 
 
 def _last_definitions(body: list) -> list:
@@ -2439,9 +2779,9 @@ class _Values(dict):
         raise KeyError(key)
 
 
-def judge_unit(unit: Unit, results) -> bool:
+def judge_unit(unit: Unit, results, handles=()) -> bool:
     """Did the child's results for this unit pass every check? Any malformed or missing result:
-    no."""
+    no. handles: the run's mocks, replayed (rewards/mocks.py), for the names that hold them."""
     if not isinstance(results, list) or len(results) != len(unit.steps):
         return False
     raises_steps = {c.step for c in unit.checks if c.kind == "raises"}
@@ -2464,7 +2804,9 @@ def judge_unit(unit: Unit, results) -> bool:
             if not _raised(results[check.step], check.exceptions, check.match):
                 return False
             continue
-        scope = _Values({**check.env, **values})
+        env = {k: handles[v.id] if isinstance(v, mocks.MockRef) else v
+               for k, v in check.env.items()}
+        scope = _Values({**env, **values})
         scope.failed = values.failed
         result = eval(check.expr, _scope(scope), scope)
         if check.kind == "bind":
@@ -2477,13 +2819,13 @@ def judge_unit(unit: Unit, results) -> bool:
     return True
 
 
-def judge(plan: Plan, unit_results) -> bool:
+def judge(plan: Plan, unit_results, handles=()) -> bool:
     """Every unit passed. Exceptions while judging (a result of the wrong shape for the check) are
     failures."""
     if not isinstance(unit_results, list) or len(unit_results) != len(plan.units):
         return False
     try:
-        return all(judge_unit(u, r) for u, r in zip(plan.units, unit_results))
+        return all(judge_unit(u, r, handles) for u, r in zip(plan.units, unit_results))
     except Exception:  # noqa: BLE001 - the child's data is untrusted: anything odd is a failure
         return False
 
@@ -2574,7 +2916,12 @@ def verdict(message: dict) -> bool:
     plan = build_plan(message["tests"], message.get("entry_point"), message.get("setup") or "",
                       functions)
     units = line["units"]
-    if not judge(plan, units):
+    handles = ()
+    if plan.mocks:  # the run's requests again, on mocks of this process's: the trainer's record
+        session = mocks.Session(plan.mocks)
+        session.replay(message.get("mocks"))
+        handles = session.handles
+    if not judge(plan, units, handles):
         return False
     if plan.harness is None:
         return True
