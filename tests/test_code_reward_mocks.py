@@ -1,0 +1,178 @@
+"""unittest.mock in TestCases judged by the trainer (issue 53): the mocks and their record live in
+the trainer (rewards/mocks.py), the child's patched targets are stubs asking it over a live channel.
+Each shape: an honest answer 1.0 and a wrong one 0.0 under get_reward("code") and trusted_only."""
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from gmts import data
+from gmts.rewards import get_reward, sandbox, testplan
+
+ROWS = Path(__file__).with_name("code_rows")
+
+
+def block(src: str) -> str:
+    return f"```python\n{src}```\n"
+
+
+def scores(answer: str, reference) -> tuple[float, float]:
+    return (get_reward("code")(answer, reference),
+            get_reward("code", trusted_only=True)(answer, reference))
+
+
+def reference(body: str, imports: str = "", decorator: str = "") -> dict:
+    tests = ("import unittest\nfrom unittest.mock import patch, MagicMock, Mock, mock_open, call"
+             "\n" + imports + "\n\n" + decorator + "class TestCases(unittest.TestCase):\n"
+             + textwrap.indent(textwrap.dedent(body), "    "))
+    return {"tests": tests, "entry_point": "task_func"}
+
+
+def judged(ref: dict) -> testplan.Plan:
+    """The plan judges every test case here (no harness) and patches."""
+    plan = testplan.build_plan(ref["tests"], ref["entry_point"])
+    assert plan.harness is None and plan.untrusted == 0, plan.refusal
+    assert any("patch" in s or "patch_dict" in s for u in plan.units for s in u.steps)
+    return plan
+
+
+GET = """
+@patch('requests.get')
+def test_get(self, mock_get):
+    mock_get.return_value.json.return_value = {'k': 3}
+    mock_get.return_value.status_code = 200
+    self.assertEqual(task_func('http://x'), 3)
+    mock_get.assert_called_once_with('http://x', timeout=5)
+    self.assertEqual(mock_get.call_count, 1)
+"""
+GET_HONEST = ("import requests\ndef task_func(u):\n    r = requests.get(u, timeout=5)\n"
+              "    if r.status_code != 200:\n        return None\n    return r.json()['k']\n")
+
+# shape -> (test body, extra imports, honest task_func, wrong ones)
+SHAPES = {
+    "requests_get": (GET, "import requests", GET_HONEST, [
+        "def task_func(u):\n    return 3\n",  # the right value, never calling requests.get
+        # called twice: assert_called_once_with fails
+        "import requests\ndef task_func(u):\n    requests.get(u, timeout=5)\n"
+        "    return requests.get(u, timeout=5).json()['k']\n",
+        # other arguments
+        "import requests\ndef task_func(u):\n    return requests.get(u).json()['k']\n"]),
+    "decorator_order": ("""
+        @patch('os.path.exists')
+        @patch('os.listdir')
+        def test_list(self, mock_listdir, mock_exists):
+            mock_exists.return_value = True
+            mock_listdir.return_value = ['b.txt', 'a.txt', 'c.csv']
+            self.assertEqual(task_func('/d'), ['a.txt', 'b.txt'])
+            mock_listdir.assert_called_once_with('/d')
+            mock_exists.assert_called_once_with('/d')
+        """, "import os",
+        ("import os\ndef task_func(d):\n    if not os.path.exists(d):\n        return []\n"
+         "    return sorted(f for f in os.listdir(d) if f.endswith('.txt'))\n"),
+        ["import os\ndef task_func(d):\n    return sorted(os.listdir(d))\n",
+         "import os\ndef task_func(d):\n"
+         "    return sorted(f for f in os.listdir(d) if f.endswith('.txt'))\n"]),
+    "keywords_and_class_level": ("""
+        def test_run(self, mock_run):
+            mock_run.return_value.stdout = 'hello\\n'
+            mock_run.return_value.returncode = 0
+            self.assertEqual(task_func(['echo', 'hello']), 'hello')
+            mock_run.assert_called_once_with(['echo', 'hello'], capture_output=True, text=True)
+
+        @patch('time.sleep', return_value=None)
+        def test_sleep(self, mock_sleep, mock_run):
+            mock_run.return_value.stdout = 'x\\n'
+            self.assertEqual(task_func(['x']), 'x')
+            mock_sleep.assert_called_once_with(1)
+        """, "import subprocess",
+        ("import subprocess, time\ndef task_func(cmd):\n    time.sleep(1)\n"
+         "    out = subprocess.run(cmd, capture_output=True, text=True)\n"
+         "    return out.stdout.strip()\n"),
+        ["import subprocess\ndef task_func(cmd):\n"
+         "    return subprocess.run(cmd, capture_output=True, text=True).stdout.strip()\n"]),
+    "side_effect_list_and_exception": ("""
+        @patch('requests.get', side_effect=[requests.ConnectionError('down'), MagicMock(status_code=200)])
+        def test_retry(self, mock_get):
+            self.assertEqual(task_func('u'), 200)
+            self.assertEqual(mock_get.call_count, 2)
+
+        @patch('requests.get')
+        def test_error(self, mock_get):
+            mock_get.side_effect = requests.Timeout
+            self.assertIsNone(task_func('u'))
+        """, "import requests",
+        ("import requests\ndef task_func(u):\n    for _ in range(3):\n        try:\n"
+         "            return requests.get(u).status_code\n"
+         "        except requests.ConnectionError:\n            continue\n"
+         "        except requests.Timeout:\n            return None\n"),
+        ["import requests\ndef task_func(u):\n    try:\n        return requests.get(u).status_code"
+         "\n    except requests.RequestException:\n        return 200\n"]),
+    "mock_open": ("""
+        def test_lines(self):
+            with patch('builtins.open', mock_open(read_data='a\\nb\\n')) as m:
+                self.assertEqual(task_func('f.txt'), 2)
+            m.assert_called_once_with('f.txt')
+
+        @patch('builtins.open', new_callable=mock_open, read_data='x\\ny\\nz\\n')
+        def test_iter(self, m):
+            self.assertEqual(task_func('g.txt'), 3)
+        """, "",
+        ("def task_func(path):\n    with open(path) as f:\n"
+         "        return sum(1 for line in f if line.strip())\n"),
+        ["def task_func(path):\n    return 2\n",
+         "def task_func(path):\n    with open(path, 'rb') as f:\n        return len(f.readlines())\n"]),
+    "patch_dict_environ": ("""
+        @patch.dict(os.environ, {'APP_MODE': 'test'})
+        def test_env(self):
+            self.assertEqual(task_func(), 'test')
+
+        def test_env_block(self):
+            with patch.dict('os.environ', {'APP_MODE': 'prod'}, clear=True):
+                self.assertEqual(task_func(), 'prod')
+            self.assertEqual(task_func(), 'none')
+        """, "import os",
+        "import os\ndef task_func():\n    return os.environ.get('APP_MODE', 'none')\n",
+        ["def task_func():\n    return 'test'\n"]),
+    "smtp_context_manager": ("""
+        @patch('smtplib.SMTP')
+        def test_send(self, mock_smtp):
+            instance = MagicMock()
+            mock_smtp.return_value.__enter__.return_value = instance
+            self.assertTrue(task_func('a@x', 'hi'))
+            mock_smtp.assert_called_once_with('localhost', 25)
+            instance.sendmail.assert_called_once_with('me@x', ['a@x'], 'hi')
+        """, "import smtplib",
+        ("import smtplib\ndef task_func(to, msg):\n    with smtplib.SMTP('localhost', 25) as s:\n"
+         "        s.sendmail('me@x', [to], msg)\n    return True\n"),
+        ["import smtplib\ndef task_func(to, msg):\n    s = smtplib.SMTP('localhost', 25)\n"
+         "    s.sendmail('me@x', [to], msg)\n    return True\n"]),
+    "new_value_and_call_list": ("""
+        @patch('random.randint', new=MagicMock(side_effect=[4, 2, 6]))
+        def test_rolls(self):
+            self.assertEqual(task_func(3), [4, 2, 6])
+
+        @patch('random.choice')
+        def test_calls(self, mock_choice):
+            mock_choice.side_effect = ['a', 'b']
+            self.assertEqual(task_func(0, ['x', 'y']), 'ab')
+            self.assertEqual(mock_choice.call_args_list, [call(['x', 'y']), call(['x', 'y'])])
+        """, "import random",
+        ("import random\ndef task_func(n, letters=None):\n    if letters:\n"
+         "        return random.choice(letters) + random.choice(letters)\n"
+         "    return [random.randint(1, 6) for _ in range(n)]\n"),
+        ["def task_func(n, letters=None):\n    return 'ab' if letters else [4, 2, 6]\n"]),
+}
+
+# a class-level @patch: every test method gets its mock as the last argument
+CLASS_PATCHES = {"keywords_and_class_level": "@patch('subprocess.run')\n"}
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_mock_shapes_honest_and_wrong(shape):
+    body, imports, honest, wrongs = SHAPES[shape]
+    ref = reference(body, imports, CLASS_PATCHES.get(shape, ""))
+    judged(ref)
+    assert scores(block(honest), ref) == (1.0, 1.0)
+    for wrong in wrongs:
+        assert scores(block(wrong), ref) == (0.0, 0.0), wrong
