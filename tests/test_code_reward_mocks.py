@@ -176,3 +176,165 @@ def test_mock_shapes_honest_and_wrong(shape):
     assert scores(block(honest), ref) == (1.0, 1.0)
     for wrong in wrongs:
         assert scores(block(wrong), ref) == (0.0, 0.0), wrong
+
+
+# ------------------------------------------------ adversarial solutions
+
+ADVERSARIAL = {
+    # the record is the trainer's: unittest.mock patched in the child changes no assert
+    "patches_unittest_mock": (
+        "import unittest.mock\n"
+        "unittest.mock.NonCallableMock.assert_called_once_with = lambda *a, **k: None\n"
+        "unittest.mock.NonCallableMock.call_count = 1\n"
+        "def task_func(u):\n    return 3\n"),
+    # the stub's API that would rewrite or bypass the record is not reachable
+    "resets_the_record": (
+        "import requests\ndef task_func(u):\n    r = requests.get(u, timeout=5)\n"
+        "    requests.get(u, timeout=5)\n    requests.get.reset_mock()\n    return r.json()['k']\n"),
+    "reads_return_value_without_calling": (
+        "import requests\ndef task_func(u):\n"
+        "    return requests.get.return_value.json.return_value['k']\n"),
+    # a mock is no answer: it is not plain data
+    "returns_the_proxy": (
+        "import requests\ndef task_func(u):\n    return requests.get(u, timeout=5)\n"),
+    # junk on every fd it can write: a malformed request breaks the channel (0, no crash)
+    "writes_junk_on_every_fd": (
+        "import os\ndef task_func(u):\n    for fd in range(3, 64):\n        try:\n"
+        "            os.write(fd, b'{not json\\n[\"call\", 99999]\\n')\n"
+        "        except OSError:\n            pass\n    return 3\n"),
+    # closing the channel: its own calls fail
+    "closes_every_fd": (
+        "import os, requests\ndef task_func(u):\n    for fd in range(3, 64):\n        try:\n"
+        "            os.close(fd)\n        except OSError:\n            pass\n"
+        "    return requests.get(u, timeout=5).json()['k']\n"),
+    # reading the replies meant for the stub: the stub then waits, past the time limit
+    "reads_the_replies": (
+        "import os, requests, threading\ndef task_func(u):\n"
+        "    for fd in range(3, 64):\n"
+        "        threading.Thread(target=lambda fd=fd: os.read(fd, 1 << 16), daemon=True).start()\n"
+        "    return requests.get(u, timeout=5).json()['k']\n"),
+    # a forged request is only a call it could have made: recorded as one
+    "forges_a_request": (
+        "import os, json, requests\ndef task_func(u):\n"
+        "    r = requests.get(u, timeout=5)\n"
+        "    for fd in range(3, 64):\n        try:\n"
+        "            os.write(fd, b'[\"call\", 0, [[\"d\", \"http://x\"]], {}]\\n')\n"
+        "        except OSError:\n            pass\n    return r.json()['k']\n"),
+    # flooding the channel: the run stops (request or byte bound, or the time limit)
+    "floods": (
+        "import requests\ndef task_func(u):\n    for _ in range(10 ** 7):\n"
+        "        requests.get(u, timeout=5)\n    return 3\n"),
+}
+
+
+@pytest.mark.parametrize("attack", sorted(ADVERSARIAL))
+def test_adversarial_solutions_score_zero(attack):
+    ref = reference(GET, "import requests")
+    result = sandbox.run_python(ADVERSARIAL[attack], tests=ref["tests"], entry_point="task_func",
+                                timeout=4)
+    assert not result.passed and result.trusted
+    assert scores(block(ADVERSARIAL[attack]), dict(ref, timeout=4)) == (0.0, 0.0)
+
+
+def test_forged_requests_are_calls_in_the_record():
+    """The same forged request, by a solution that calls once: the trainer's record holds two
+    calls."""
+    plan = judged(reference(GET, "import requests"))
+    session = sandbox.mocks.Session(plan.mocks)
+    session.answer(["call", 0, [["d", "http://x"]], {"timeout": ["d", 5]}])
+    session.answer(["call", 0, [["d", "http://x"]], {}])
+    assert session.handles[0].call_count == 2
+
+
+def test_malformed_requests_raise_and_are_never_answered():
+    plan = judged(reference(GET, "import requests"))
+    session = sandbox.mocks.Session(plan.mocks)
+    for request in (["call", 7, [], {}], ["get"], "x", ["op", 0, "__del__", []],
+                    ["call", 0, [["z", 1]], {}], ["nope", 0]):
+        with pytest.raises((ValueError, IndexError, TypeError)):
+            session.answer(request)
+    assert session.handles[0].call_count == 0
+
+
+def test_missing_target_fails_as_under_unittest():
+    ref = reference("""
+        @patch('os.no_such_function')
+        def test_x(self, m):
+            m.return_value = 1
+            self.assertEqual(task_func(), 1)
+        """, "import os")
+    judged(ref)
+    honest = "import os\ndef task_func():\n    return 1\n"
+    assert scores(block(honest), ref) == (0.0, 0.0)  # AttributeError under patch, as unittest
+
+
+def test_patches_hold_only_for_the_test():
+    """A patch ends with its block and its test: the next test sees the real target."""
+    ref = reference("""
+        def test_a(self):
+            with patch('os.getcwd', return_value='/mocked'):
+                self.assertEqual(task_func(), '/mocked')
+            self.assertNotEqual(task_func(), '/mocked')
+
+        def test_b(self):
+            self.assertNotEqual(task_func(), '/mocked')
+        """, "import os")
+    judged(ref)
+    honest = "import os\ndef task_func():\n    return os.getcwd()\n"
+    assert scores(block(honest), ref) == (1.0, 1.0)
+    sticky = ("import os\n_seen = []\ndef task_func():\n    _seen.append(os.getcwd())\n"
+              "    return _seen[0]\n")
+    assert scores(block(sticky), ref) == (0.0, 0.0)
+
+
+# shapes still refused under trusted_only (pytest in the sandbox in the default mode)
+REFUSED = {
+    "side_effect_function": ("""
+        @patch('os.getcwd')
+        def test_cwd(self, m):
+            def fake():
+                return '/f'
+            m.side_effect = fake
+            self.assertEqual(task_func(), '/f')
+        """, "import os\ndef task_func():\n    return os.getcwd()\n"),
+    "autospec": ("""
+        @patch('os.getcwd', autospec=True)
+        def test_cwd(self, m):
+            m.return_value = '/a'
+            self.assertEqual(task_func(), '/a')
+        """, "import os\ndef task_func():\n    return os.getcwd()\n"),
+    "mock_as_argument": ("""
+        def test_calls(self):
+            m = MagicMock(return_value=3)
+            self.assertEqual(task_func(m), 6)
+            m.assert_called_once_with()
+        """, "def task_func(f):\n    return f() * 2\n"),
+    "configured_after_a_call": ("""
+        @patch('os.getcwd')
+        def test_cwd(self, m):
+            m.return_value = '/a'
+            self.assertEqual(task_func(), '/a')
+            m.return_value = '/b'
+            self.assertEqual(task_func(), '/b')
+        """, "import os\ndef task_func():\n    return os.getcwd()\n"),
+    "record_read_before_a_call": ("""
+        @patch('os.getcwd', return_value='/a')
+        def test_cwd(self, m):
+            task_func()
+            self.assertEqual(m.call_count, 1)
+            task_func()
+        """, "import os\ndef task_func():\n    return os.getcwd()\n"),
+}
+
+
+@pytest.mark.parametrize("shape", sorted(REFUSED))
+def test_shapes_not_judged_are_refused_with_one_reason(shape):
+    body, honest = REFUSED[shape]
+    ref = reference(body, "import os")
+    plan = testplan.build_plan(ref["tests"], "task_func")
+    assert plan.trusted == 0 and plan.harness is not None
+    assert plan.refusal.startswith("line 5 (TestCases): unittest.mock"), plan.refusal
+    result = sandbox.run_python(honest, tests=ref["tests"], entry_point="task_func",
+                                trusted_only=True)
+    assert result.refused and result.stderr == f"refused (trusted_only): {plan.refusal}"
+    assert scores(block(honest), ref) == (1.0, 0.0)  # pytest in the sandbox; refused
