@@ -52,7 +52,8 @@ class Api:
         raise AttributeError(attr)
 
     def __call__(self, *args, **kwargs):
-        raise testplan.Unconvertible(f"unittest.mock: {self.name}(...) where the trainer cannot make it")
+        raise testplan.Unconvertible(f"unittest.mock: {self.name}(...) where the trainer cannot "
+                                     "make it")
 
 
 def namespace() -> dict:
@@ -151,8 +152,8 @@ class Session:
         try:
             return ["d", testplan.encode_input(value)]
         except (testplan.Unconvertible, RecursionError):
-            return ["raise", "builtins.TypeError", [f"a mocked value of type "
-                                                    f"{type(value).__name__}"]]
+            return ["raise", "builtins.TypeError", [(f"a mocked value of type "
+                                                    f"{type(value).__name__}")]]
 
     def perform(self, request):
         """The request on this session's mocks: its value, or the exception it raised."""
@@ -213,6 +214,6 @@ class Session:
     def replay(self, log) -> None:
         """The run's requests again, in order, on these mocks (their record is then the run's)."""
         if not isinstance(log, list):
-            raise ValueError("malformed log")
+            raise TypeError("malformed log")
         for request in log:
             self.answer(request)

@@ -1,13 +1,11 @@
 """unittest.mock in TestCases judged by the trainer (issue 53): the mocks and their record live in
 the trainer (rewards/mocks.py), the child's patched targets are stubs asking it over a live channel.
 Each shape: an honest answer 1.0 and a wrong one 0.0 under get_reward("code") and trusted_only."""
-import json
 import textwrap
 from pathlib import Path
 
 import pytest
 
-from gmts import data
 from gmts.rewards import get_reward, sandbox, testplan
 
 ROWS = Path(__file__).with_name("code_rows")
@@ -54,8 +52,8 @@ SHAPES = {
     "requests_get": (GET, "import requests", GET_HONEST, [
         "def task_func(u):\n    return 3\n",  # the right value, never calling requests.get
         # called twice: assert_called_once_with fails
-        "import requests\ndef task_func(u):\n    requests.get(u, timeout=5)\n"
-        "    return requests.get(u, timeout=5).json()['k']\n",
+        ("import requests\ndef task_func(u):\n    requests.get(u, timeout=5)\n"
+        "    return requests.get(u, timeout=5).json()['k']\n"),
         # other arguments
         "import requests\ndef task_func(u):\n    return requests.get(u).json()['k']\n"]),
     "decorator_order": ("""
@@ -71,8 +69,8 @@ SHAPES = {
         ("import os\ndef task_func(d):\n    if not os.path.exists(d):\n        return []\n"
          "    return sorted(f for f in os.listdir(d) if f.endswith('.txt'))\n"),
         ["import os\ndef task_func(d):\n    return sorted(os.listdir(d))\n",
-         "import os\ndef task_func(d):\n"
-         "    return sorted(f for f in os.listdir(d) if f.endswith('.txt'))\n"]),
+         ("import os\ndef task_func(d):\n"
+         "    return sorted(f for f in os.listdir(d) if f.endswith('.txt'))\n")]),
     "keywords_and_class_level": ("""
         def test_run(self, mock_run):
             mock_run.return_value.stdout = 'hello\\n'
@@ -89,10 +87,11 @@ SHAPES = {
         ("import subprocess, time\ndef task_func(cmd):\n    time.sleep(1)\n"
          "    out = subprocess.run(cmd, capture_output=True, text=True)\n"
          "    return out.stdout.strip()\n"),
-        ["import subprocess\ndef task_func(cmd):\n"
-         "    return subprocess.run(cmd, capture_output=True, text=True).stdout.strip()\n"]),
+        [("import subprocess\ndef task_func(cmd):\n"
+         "    return subprocess.run(cmd, capture_output=True, text=True).stdout.strip()\n")]),
     "side_effect_list_and_exception": ("""
-        @patch('requests.get', side_effect=[requests.ConnectionError('down'), MagicMock(status_code=200)])
+        @patch('requests.get',
+               side_effect=[requests.ConnectionError('down'), MagicMock(status_code=200)])
         def test_retry(self, mock_get):
             self.assertEqual(task_func('u'), 200)
             self.assertEqual(mock_get.call_count, 2)
@@ -106,8 +105,8 @@ SHAPES = {
          "            return requests.get(u).status_code\n"
          "        except requests.ConnectionError:\n            continue\n"
          "        except requests.Timeout:\n            return None\n"),
-        ["import requests\ndef task_func(u):\n    try:\n        return requests.get(u).status_code"
-         "\n    except requests.RequestException:\n        return 200\n"]),
+        [("import requests\ndef task_func(u):\n    try:\n        return requests.get(u).status_code"
+         "\n    except requests.RequestException:\n        return 200\n")]),
     "mock_open": ("""
         def test_lines(self):
             with patch('builtins.open', mock_open(read_data='a\\nb\\n')) as m:
@@ -121,7 +120,8 @@ SHAPES = {
         ("def task_func(path):\n    with open(path) as f:\n"
          "        return sum(1 for line in f if line.strip())\n"),
         ["def task_func(path):\n    return 2\n",
-         "def task_func(path):\n    with open(path, 'rb') as f:\n        return len(f.readlines())\n"]),
+         ("def task_func(path):\n    with open(path, 'rb') as f:\n"
+          "        return len(f.readlines())\n")]),
     "patch_dict_environ": ("""
         @patch.dict(os.environ, {'APP_MODE': 'test'})
         def test_env(self):
@@ -145,8 +145,8 @@ SHAPES = {
         """, "import smtplib",
         ("import smtplib\ndef task_func(to, msg):\n    with smtplib.SMTP('localhost', 25) as s:\n"
          "        s.sendmail('me@x', [to], msg)\n    return True\n"),
-        ["import smtplib\ndef task_func(to, msg):\n    s = smtplib.SMTP('localhost', 25)\n"
-         "    s.sendmail('me@x', [to], msg)\n    return True\n"]),
+        [("import smtplib\ndef task_func(to, msg):\n    s = smtplib.SMTP('localhost', 25)\n"
+         "    s.sendmail('me@x', [to], msg)\n    return True\n")]),
     "new_value_and_call_list": ("""
         @patch('random.randint', new=MagicMock(side_effect=[4, 2, 6]))
         def test_rolls(self):
@@ -190,7 +190,8 @@ ADVERSARIAL = {
     # the stub's API that would rewrite or bypass the record is not reachable
     "resets_the_record": (
         "import requests\ndef task_func(u):\n    r = requests.get(u, timeout=5)\n"
-        "    requests.get(u, timeout=5)\n    requests.get.reset_mock()\n    return r.json()['k']\n"),
+        "    requests.get(u, timeout=5)\n    requests.get.reset_mock()\n"
+        "    return r.json()['k']\n"),
     "reads_return_value_without_calling": (
         "import requests\ndef task_func(u):\n"
         "    return requests.get.return_value.json.return_value['k']\n"),

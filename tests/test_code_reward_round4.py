@@ -336,17 +336,21 @@ class TestEachFormatsWholeProgram:
         assert scores(honest, problem.answer) == (1.0, 1.0)
         assert scores(block(row["code_prompt"] + wrong), problem.answer) == (0.0, 0.0)
 
-    def test_a_testcase_with_more_than_asserts_stays_with_pytest(self):
-        # a mock, a helper method of the class: the class runs under pytest (refused if trusted)
+    def test_a_mocked_testcase_is_judged_by_the_trainer(self):
+        # a mock: the trainer holds it and its record (rewards/mocks.py; more shapes in
+        # tests/test_code_reward_mocks.py)
         tests = ("import unittest\nfrom unittest.mock import patch\n\n"
                  "class TestCases(unittest.TestCase):\n"
                  "    @patch('os.getcwd', return_value='/x')\n"
                  "    def test_cwd(self, mock_cwd):\n"
-                 "        self.assertEqual(task_func(), '/x')\n")
+                 "        self.assertEqual(task_func(), '/x')\n"
+                 "        mock_cwd.assert_called_once_with()\n")
         plan = testplan.build_plan(tests, "task_func")
-        assert plan.trusted == 0 and plan.harness_tests == ("TestCases.test_cwd",)
+        assert plan.trusted == 1 and plan.harness is None and plan.mocks
         honest = block("import os\ndef task_func():\n    return os.getcwd()\n")
-        assert scores(honest, {"tests": tests, "entry_point": "task_func"}) == (1.0, 0.0)
+        assert scores(honest, {"tests": tests, "entry_point": "task_func"}) == (1.0, 1.0)
+        wrong = block("def task_func():\n    return '/x'\n")  # never calls os.getcwd
+        assert scores(wrong, {"tests": tests, "entry_point": "task_func"}) == (0.0, 0.0)
 
 
 # ------------------------------------------------ 5. answers written the ordinary way
@@ -789,20 +793,15 @@ class TestLongInputLists:
         assert plan.trusted == 0 and plan.untrusted == 1 and plan.harness is not None
 
 
-# (tests, an honest task_func, a wrong one): each stays with pytest, refused under trusted_only
+# (tests, an honest task_func, a wrong one): shapes the trainer does not judge (a mock passed to
+# the solution, a spec'd mock) stay with pytest, refused under trusted_only; the shapes it judges
+# are in tests/test_code_reward_mocks.py
 MOCKED = {
-    "patch_decorator": (
-        ("    @patch('os.getcwd', return_value='/x')\n    def test_cwd(self, mock_cwd):\n"
-         "        self.assertEqual(task_func(), '/x')\n"),
+    "autospec": (
+        ("    @patch('os.getcwd', autospec=True, return_value='/x')\n"
+         "    def test_cwd(self, mock_cwd):\n        self.assertEqual(task_func(), '/x')\n"),
         "import os\ndef task_func():\n    return os.getcwd()\n",
         "def task_func():\n    return '/x/'\n"),
-    "mock_open": (
-        ("    def test_lines(self):\n"
-         "        with patch('builtins.open', mock_open(read_data='a\\nb\\n')):\n"
-         "            self.assertEqual(task_func('f.txt'), 2)\n"),
-        ("def task_func(path):\n    with open(path) as f:\n"
-         "        return len(f.read().splitlines())\n"),
-        "def task_func(path):\n    return 1\n"),
     "magicmock": (
         ("    def test_calls(self):\n        m = MagicMock(return_value=3)\n"
          "        self.assertEqual(task_func(m), 6)\n        m.assert_called_once_with()\n"),
