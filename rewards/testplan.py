@@ -24,6 +24,7 @@ import builtins
 import collections
 import copy
 import decimal
+import dis
 import fractions
 import itertools
 import math
@@ -940,8 +941,9 @@ class _Unit:
                     or n.id in MODULES or n.id == "pytest" or n.id in placeholders
                     or n.id in bound):
                 raise Unconvertible(f"name {n.id!r} cannot be evaluated by the trainer")
-            if isinstance(n, ast.Attribute) and n.attr.startswith("_"):
-                raise Unconvertible("private attribute")
+            if isinstance(n, ast.Attribute) and n.attr.startswith("_") and not (
+                    n.attr in mocks.OPERATORS and self.mock_of(n.value) is not None):
+                raise Unconvertible("private attribute")  # but a mock's `__enter__`
             if (isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
                 and n.value.id == "pytest"
                     and n.attr != "approx"):
@@ -1139,10 +1141,18 @@ class _Unit:
                     and self.mock_api(value.func) in mocks.KINDS):  # `m = MagicMock(...)`
                 self.bind_mock(target.id, mocks.MockRef(self.mock_value(value)["mock"]))
                 return True
-        if (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)
-                and isinstance(stmt.value.func, ast.Attribute)
-                and self.mock_of(stmt.value.func.value) is not None):
-            if not stmt.value.func.attr.startswith("assert_") or self.uses_child(stmt.value):
+        if not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)
+                and isinstance(stmt.value.func, ast.Attribute)):
+            return False
+        root = stmt.value.func.value
+        while isinstance(root, ast.Attribute):
+            root = root.value
+        asserts = stmt.value.func.attr.startswith("assert_")
+        # a mock's method, or an assert method of a name bound from one while judging
+        # (`instance = m.return_value.__enter__.return_value`)
+        if self.mock_of(stmt.value.func.value) is not None or (
+                asserts and isinstance(root, ast.Name) and root.id in self.deferred):
+            if not asserts or self.uses_child(stmt.value):
                 raise Unconvertible(f"unittest.mock: {stmt.value.func.attr}() of a mock")
             expr = copy.deepcopy(stmt.value)  # `m.assert_called_once_with(url)`, judged here
             self.checks.append(Check("run", expr=self.parent_expr(expr), env=dict(self.env)))
@@ -1342,17 +1352,28 @@ class _Unit:
 
     def mocks_in_order(self):
         """A check reading a mock's record (`assert_called_once_with`, `call_count`) is judged
-        after the whole run, so no step that may call the solution comes after it."""
+        after the whole run, so no step that may call the solution comes after it. A name bound
+        from a mock by attribute reads alone (`inst = m.return_value.__enter__.return_value`: the
+        same object whenever it is read) may come before; the checks reading it then may not."""
         calls = [i for i, s in enumerate(self.steps) if i >= self.first
                  and ("eval" in s or "run" in s)]
+        held = set()  # names bound from mocks
         for check in self.checks:
-            if check.expr is None or not calls or check.at > calls[-1]:
+            if check.expr is None:
                 continue
             names = set(check.expr.co_names) | {n for c in check.expr.co_consts
                                                 if hasattr(c, "co_names") for n in c.co_names}
-            if any(isinstance(check.env.get(n), mocks.MockRef) for n in names):
+            if not any(isinstance(check.env.get(n), mocks.MockRef) or n in held for n in names):
+                continue
+            if check.kind == "bind" and not any(
+                    i.opname.startswith("CALL") for i in dis.get_instructions(check.expr)):
+                held.update(check.names)
+                continue
+            if calls and check.at <= calls[-1]:
                 raise Unconvertible("unittest.mock: a mock's record read before a later call of "
                                     "the solution's")
+            if check.kind == "bind":
+                held.update(check.names)
 
     def import_(self, stmt):
         """`import random`, `from random import randint` inside a test: the trainer's own modules

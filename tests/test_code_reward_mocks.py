@@ -1,11 +1,13 @@
 """unittest.mock in TestCases judged by the trainer (issue 53): the mocks and their record live in
 the trainer (rewards/mocks.py), the child's patched targets are stubs asking it over a live channel.
 Each shape: an honest answer 1.0 and a wrong one 0.0 under get_reward("code") and trusted_only."""
+import json
 import textwrap
 from pathlib import Path
 
 import pytest
 
+from gmts import data
 from gmts.rewards import get_reward, sandbox, testplan
 
 ROWS = Path(__file__).with_name("code_rows")
@@ -339,3 +341,52 @@ def test_shapes_not_judged_are_refused_with_one_reason(shape):
                                 trusted_only=True)
     assert result.refused and result.stderr == f"refused (trusted_only): {plan.refusal}"
     assert scores(block(honest), ref) == (1.0, 0.0)  # pytest in the sandbox; refused
+
+
+# ------------------------------------------------ BigCodeBench rows with mocks
+
+# row index -> wrong bodies of task_func (each fails at least one of the row's tests)
+ROW_WRONGS = {
+    0: ["    return requests.get(api_url, timeout=5).json()[key]\n",  # no status check
+        ("    response = requests.get(api_url)\n    if response.status_code != 200:\n"
+         "        raise ValueError('bad')\n    return response.json()[key]\n")],  # no timeout
+    1: [("    if not os.path.exists(script_path):\n        raise ValueError('missing')\n"
+         "    code = subprocess.run(['python3', script_path], check=False).returncode\n"
+         "    return code if wait else None\n"),  # runs and waits even when told not to
+        ("    if not os.path.exists(script_path):\n        raise ValueError('missing')\n"
+         "    return subprocess.run(['python3', script_path], check=True).returncode\n")],
+    2: [("    counts = {}\n    for name in sorted(os.listdir(directory)):\n"
+         "        with open(os.path.join(directory, name)) as f:\n"
+         "            n = sum(1 for line in f if line.strip())\n"
+         "        if name.endswith('.txt'):\n            counts[name] = n\n    return counts\n"),
+        ("    counts = {}\n    for name in sorted(os.listdir(directory)):\n"
+         "        if name.endswith('.txt'):\n"
+         "            with open(os.path.join(directory, name)) as f:\n"
+         "                counts[name] = len(f.readlines())\n    return counts\n")],
+    3: [("    with smtplib.SMTP(server, port) as smtp:\n"
+         "        smtp.sendmail('noreply@example.com', recipients,\n"
+         "                      f'Subject: {subject}\\n\\n{body}')\n"
+         "    return len(recipients)\n"),  # no retry
+        ("    for attempt in range(retries + 1):\n        try:\n"
+         "            with smtplib.SMTP(server, port) as smtp:\n"
+         "                smtp.sendmail('noreply@example.com', recipients, body)\n"
+         "            return len(recipients)\n        except smtplib.SMTPException:\n"
+         "            if attempt == retries:\n                raise\n            time.sleep(1)\n")],
+    4: ["    return sorted(json.loads(urllib.request.urlopen(url).read().decode('utf-8')))\n",
+        ("    with urllib.request.urlopen(url) as response:\n"
+         "        return list(json.loads(response.read().decode('utf-8')))\n")],
+}
+
+
+@pytest.mark.parametrize("index", sorted(ROW_WRONGS))
+def test_bigcodebench_rows_with_mocks(index):
+    path = ROWS / "bigcodebench_mocks.jsonl"
+    problem = data.load_problems(str(path), question_field="complete_prompt")[index]
+    row = [json.loads(line) for line in path.read_text().splitlines()][index]
+    plan = testplan.build_plan(problem.answer["tests"], "task_func")
+    assert plan.harness is None and plan.untrusted == 0 and plan.trusted >= 2, plan.refusal
+    assert plan.mocks
+    honest = block(row["code_prompt"] + row["canonical_solution"])
+    assert scores(honest, problem.answer) == (1.0, 1.0)
+    for wrong in ROW_WRONGS[index]:
+        assert scores(block(row["code_prompt"] + wrong), problem.answer) == (0.0, 0.0), wrong
