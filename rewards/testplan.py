@@ -1566,6 +1566,25 @@ def _skipped(stmt) -> bool:
                for d in stmt.decorator_list)
 
 
+def _skipped_classes(classes: dict) -> set:
+    """The tests' classes skipped by an unconditional skip on themselves or on a class of the
+    tests' they inherit from: unittest's skip is a class attribute (`__unittest_skip__`), pytest's
+    mark too (`pytestmark`), so a subclass of a skipped base is skipped with it, in both runners."""
+    def own_bases(n):
+        return [b.id for b in classes[n].bases if isinstance(b, ast.Name) and b.id in classes]
+    marked = {n for n, c in classes.items()
+              if any(ast.unparse(d.func if isinstance(d, ast.Call) else d) in _SKIPS
+                     for d in c.decorator_list)}
+    out = set()
+    for name in classes:
+        try:
+            if marked & set(_mro(name, own_bases)):
+                out.add(name)
+        except ValueError:  # a hierarchy Python refuses: left as it is
+            pass
+    return out
+
+
 def _param_rows(fn: ast.FunctionDef, env: dict) -> list[dict]:
     """The parametrize tables of a test function as keyword dicts (cartesian product over
     decorators)."""
@@ -2574,8 +2593,10 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
     units, kept, harness_tests = [], [], []
     trusted = untrusted = unjudged = 0
     shared = set()  # module-level mutable names the child holds, one object for every later test
+    skipped = _skipped_classes(classes)
     for stmt in module.body:
-        if _skipped(stmt):  # as pytest: not run, counted neither way
+        # as pytest and unittest: not run, counted neither way (with the classes inheriting one)
+        if _skipped(stmt) or isinstance(stmt, ast.ClassDef) and stmt.name in skipped:
             continue
         if _is_main_guard(stmt) or (check_def is not None
                                     and _check_call(stmt)) or _runs_tests(stmt, test_functions):
@@ -2585,7 +2606,7 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
         if isinstance(stmt, ast.FunctionDef) and stmt.name in wrappers:
             continue  # `def test_check(): check(add)`: check's unit with that candidate
         if isinstance(stmt, ast.ClassDef) and stmt.name not in tried:
-            group = _component(stmt.name, classes)
+            group = [c for c in _component(stmt.name, classes) if c not in skipped]
             tried.update(group)
             if any(_is_test_case(classes[c], classes, set()) for c in group):
                 try:  # unittest TestCases (their bases, mixins): a unit per test, per class
@@ -2703,10 +2724,7 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
                 check_candidate=candidates[0] if candidates else None,
                 build_seconds=time.monotonic() - started,
                 refusal=reasons[0] if harness is not None and reasons else "",
-                mocks=recipe if any(u.steps and any("patch" in s or "patch_dict" in s
-                                                    for s in u.steps) for u in units)
-                or any(isinstance(v, mocks.MockRef) for u in units for c in u.checks
-                       for v in c.env.values()) else [])
+                mocks=recipe)
 
 
 def _last_definitions(body: list) -> list:
@@ -2826,7 +2844,7 @@ def judge_unit(unit: Unit, results, handles=()) -> bool:
                 return False
             continue
         env = {k: handles[v.id] if isinstance(v, mocks.MockRef) else v
-               for k, v in check.env.items()}
+               for k, v in check.env.items()} if handles else check.env
         scope = _Values({**env, **values})
         scope.failed = values.failed
         result = eval(check.expr, _scope(scope), scope)

@@ -700,6 +700,35 @@ class TestTestCaseClassesAsUnittestRunsThem:
                 body.replace('"mode": statistics.mode(data)', '"mode": data[0]')):
             assert scores(block(row["code_prompt"] + wrong), problem.answer) == (0.0, 0.0)
 
+    SKIPPED_BASE = ("import unittest\n\n@unittest.skip('base')\nclass Base(unittest.TestCase):\n"
+                    "    def test_a(self):\n        self.assertEqual(f(1), 2)\n\n"
+                    "class Sub(Base):\n    def test_b(self):\n        self.assertEqual(f(2), 3)\n\n"
+                    "class Other(unittest.TestCase):\n    def test_c(self):\n"
+                    "        self.assertEqual(f(5), {})\n")
+
+    @pytest.mark.parametrize("other", ["6", "print(6) or 6"])  # the trainer's, pytest's
+    def test_a_skipped_base_skips_the_classes_inheriting_it(self, other):
+        # unittest's skip is the class attribute __unittest_skip__: Sub inherits it, so only
+        # Other runs; under unittest itself as here
+        import io
+        import unittest
+        tests = self.SKIPPED_BASE.format(other)
+        namespace = {"f": lambda x: x + 1, "__name__": "gmts_skips"}
+        exec(compile(tests, "tests.py", "exec"), namespace)  # noqa: S102 - the tests' own text
+        suite = unittest.TestSuite(unittest.defaultTestLoader.loadTestsFromTestCase(namespace[c])
+                                   for c in ("Base", "Sub", "Other"))
+        result = unittest.TextTestRunner(stream=io.StringIO()).run(suite)
+        assert (result.testsRun, len(result.skipped)) == (4, 3)  # Other.test_c alone runs
+        plan = testplan.build_plan(tests, "f")
+        assert plan.trusted + plan.untrusted == 1
+        assert [u.name for u in plan.units] == (["Other.test_c"] if other == "6" else [])
+        reference = {"tests": tests, "entry_point": "f"}
+        honest = block("def f(x):\n    return x + 1\n")
+        assert scores(honest, reference) == ((1.0, 1.0) if other == "6" else (1.0, 0.0))
+        wrong_in_skipped = block("def f(x):\n    return 6 if x == 5 else 0\n")
+        assert scores(wrong_in_skipped, reference)[0] == 1.0  # only Other.test_c is run
+        assert scores(block("def f(x):\n    return 0\n"), reference) == (0.0, 0.0)
+
     def test_a_solution_that_mutates_a_class_fixture(self):
         # setUpClass's list is one object for both tests: sorting it in the first fails the second
         assert testplan.build_plan(SHARED_FIXTURE).harness is None
