@@ -23,6 +23,7 @@ Work, in order:
      pytest runs them in a process of its own (run_pytest, rewards/_pytest_runner.py); its result
      goes to a file of the parent's.
 """
+import _thread
 import builtins
 import collections
 import ctypes
@@ -348,10 +349,16 @@ def raised(e, namespace, frozen=_BUILTIN_ITEMS):
 _mock_fds = None
 _CHANNEL = (os.write, os.read, json.dumps, json.loads, type, str, isinstance, BaseException)
 _inbox = bytearray()
+_LOCK = _thread.allocate_lock()  # one request and its reply at a time (threads of the solution's)
 
 
 def _send(request, reply=True):
     """One request to the trainer, and its reply (a line): blocks until it comes."""
+    with _LOCK:
+        return _exchange(request, reply)
+
+
+def _exchange(request, reply):
     write, read, dumps, loads = _CHANNEL[:4]
     data = (dumps(request) + "\n").encode()
     while data:

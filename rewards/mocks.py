@@ -26,6 +26,9 @@ MOCK_API = frozenset(n for n in dir(mock.MagicMock()) if not n.startswith("_")) 
 OPERATORS = frozenset("""__enter__ __exit__ __getitem__ __len__ __bool__ __eq__ __ne__ __str__
 __int__ __float__ __contains__ __lt__ __gt__ __le__ __ge__ __fspath__""".split())  # noqa: SIM905
 MAX_ITEMS = 100_000  # items of a mock iterated in the child (mock_open's lines)
+# mocks one run may reach (each attribute of a mock is a new one, ~12 KB and ~0.8 ms here): more
+# is a flood, and the run fails
+MAX_HANDLES = 1000
 KINDS = {"MagicMock": mock.MagicMock, "Mock": mock.Mock, "mock_open": mock.mock_open}
 
 
@@ -132,6 +135,8 @@ class Session:
 
     def handle(self, obj) -> int:
         if id(obj) not in self.index:
+            if len(self.handles) >= MAX_HANDLES:
+                raise ValueError("malformed: more mocks than a run may reach")
             self.index[id(obj)] = len(self.handles)
             self.handles.append(obj)
         return self.index[id(obj)]

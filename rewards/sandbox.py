@@ -465,7 +465,9 @@ class _Channel:
     request that is not JSON or that answer refuses breaks it (the run fails); the run's deadline
     holds while serving, and a child that stops reading its replies meets it too."""
 
-    MAX_LINE, MAX_BYTES, MAX_REQUESTS = 1 << 20, 16 << 20, 100_000
+    # the trainer performs each request (~30 us for a call of a mock) and the judge replays them:
+    # a flood costs both at most this much
+    MAX_LINE, MAX_BYTES, MAX_REQUESTS = 1 << 20, 16 << 20, 20_000
 
     def __init__(self, answer):
         self.answer = answer

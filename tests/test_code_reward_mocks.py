@@ -223,6 +223,10 @@ ADVERSARIAL = {
         "    for fd in range(3, 64):\n        try:\n"
         "            os.write(fd, b'[\"call\", 0, [[\"d\", \"http://x\"]], {}]\\n')\n"
         "        except OSError:\n            pass\n    return r.json()['k']\n"),
+    # a new mock per attribute: the trainer stops at MAX_HANDLES
+    "reaches_many_mocks": (
+        "import requests\ndef task_func(u):\n    for i in range(10 ** 6):\n"
+        "        getattr(requests.get, f'a{i}')\n    return 3\n"),
     # flooding the channel: the run stops (request or byte bound, or the time limit)
     "floods": (
         "import requests\ndef task_func(u):\n    for _ in range(10 ** 7):\n"
@@ -237,6 +241,32 @@ def test_adversarial_solutions_score_zero(attack):
                                 timeout=4)
     assert not result.passed and result.trusted
     assert scores(block(ADVERSARIAL[attack]), dict(ref, timeout=4)) == (0.0, 0.0)
+
+
+def test_threads_calling_a_stub_at_once():
+    """Requests from threads of the solution's are one at a time: each reply reaches its call."""
+    ref = reference("""
+        @patch('requests.get')
+        def test_many(self, mock_get):
+            mock_get.return_value.json.return_value = {'k': 2}
+            self.assertEqual(task_func([f'u{i}' for i in range(16)]), 32)
+            self.assertEqual(mock_get.call_count, 16)
+        """, "import requests")
+    judged(ref)
+    honest = ("import requests\nfrom concurrent.futures import ThreadPoolExecutor\n"
+              "def task_func(urls):\n    with ThreadPoolExecutor(8) as pool:\n"
+              "        return sum(pool.map(lambda u: requests.get(u).json()['k'], urls))\n")
+    assert scores(block(honest), ref) == (1.0, 1.0)
+
+
+def test_without_namespaces_too():
+    """The fallback sandbox (no bwrap) passes the channel the same way."""
+    ref = reference(GET, "import requests")
+    for solution, passed in ((GET_HONEST, True), ("def task_func(u):\n    return 3\n", False),
+                             (ADVERSARIAL["writes_junk_on_every_fd"], False)):
+        result = sandbox.run_python(solution, tests=ref["tests"], entry_point="task_func",
+                                    isolate=False, timeout=4)
+        assert result.passed is passed
 
 
 def test_forged_requests_are_calls_in_the_record():
