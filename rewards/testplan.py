@@ -479,6 +479,38 @@ def _contains(value, targets: set) -> bool:
     return False
 
 
+def _path(value, target: int, depth: int = 0):
+    """The indices (or str/int keys) leading from `value` to the object with id `target`."""
+    if depth > MAX_DEPTH or type(value) not in (list, tuple, dict) or _flat(value):
+        return None
+    items = value.items() if type(value) is dict else enumerate(value)
+    for k, v in items:
+        if type(k) not in (int, str):
+            continue
+        if id(v) == target:
+            return [k]
+        rest = _path(v, target, depth + 1)
+        if rest is not None:
+            return [k, *rest]
+    return None
+
+
+def _once(value) -> bool:
+    """Every mutable object inside `value` appears once (rendered for the child, a list held
+    twice would become two)."""
+    seen = set()
+
+    def walk(v):
+        if type(v) not in (list, tuple, dict, set, frozenset) or _flat(v):
+            return True
+        if _is_mutable(v):
+            if id(v) in seen:
+                return False
+            seen.add(id(v))
+        return all(walk(x) for x in (v.values() if type(v) is dict else v))
+    return walk(value)
+
+
 # ---------------------------------------------------------------- plan
 
 
@@ -599,6 +631,7 @@ class _Unit:
         # `import solution`: its attributes are the solution's
         self.objects, self.deferred = set(modules), set()
         self.steps = [{"run": s} for s in prelude]
+        self.moved = []  # (value, child name): containers of inputs bound in the child
         self.first = len(self.steps)  # the test's own steps start here
         self.checks = []
         # unittest.mock allowed (a TestCase's unit): the plan's recipe, appended to (mocks.py)
@@ -746,9 +779,11 @@ class _Unit:
         if isinstance(node, ast.Constant):
             return node
         if isinstance(node, ast.Name) and node.id in self.env and _is_mutable(self.env[node.id]):
-            value = self.env.pop(node.id)
-            self.steps.append({"run": f"{node.id} = {self.source(value)}", "binds": [node.id],
-                               "share": node.id in self.module_level})
+            value = self.env[node.id]
+            path = self.path_in_child(value) or self.move_holders(value, node.id)
+            self.env.pop(node.id)
+            self.steps.append({"run": f"{node.id} = {path or self.source(value)}",
+                               "binds": [node.id], "share": node.id in self.module_level})
             self.child.add(node.id)
             # `arr = original`: one list, two
             for other in [n for n, v in self.env.items() if v is value]:
@@ -756,7 +791,8 @@ class _Unit:
                 self.steps.append({"run": f"{other} = {node.id}", "binds": [other],
                                    "share": other in self.module_level})
                 self.child.add(other)
-            if any(_contains(v, {id(value)}) for v in self.env.values()):
+            if any(_contains(v, {id(value)}) for v in self.env.values()) or path and _contains(
+                    value, {id(v) for v in self.env.values() if _is_mutable(v)}):
                 raise Unconvertible("a mutable input is also held inside another value of the "
                                     "test's")
             return node
@@ -774,6 +810,46 @@ class _Unit:
         # would unparse an int over 4,300 digits with repr(), which refuses it); parenthesised, so
         # no operator binds into it
         return ast.Name(id=f"({self.source(value)})", ctx=ast.Load())
+
+    def path_in_child(self, value) -> str | None:
+        """`CASES[1][0]`: where a value of the tests' lies inside a container already bound in the
+        child (move_holders), as the child's expression; None if in none."""
+        for held, name in self.moved:
+            path = _path(held, id(value))
+            if path is not None:
+                return name + "".join(f"[{k!r}]" for k in path)
+        return None
+
+    def move_holders(self, value, name: str) -> str | None:
+        """An input held inside other values of the tests' (`for xs, want in self.CASES:
+        f(xs)`): those holders are bound in the child, one object each as in unittest (a later
+        read of them is the child's, mutations included), and the input is the path into one;
+        None when nothing holds it. Unconvertible where the child's copy could not be the same
+        object graph (a holder inside another, a mutable object twice)."""
+        holders = [n for n, v in self.env.items()
+                   if n != name and v is not value and _contains(v, {id(value)})]
+        if not holders:
+            return None
+        objects = {id(self.env[h]): self.env[h] for h in holders}
+        for held in objects.values():
+            if not _once(held) or any(_contains(held, {i}) for i in objects if i != id(held)):
+                raise Unconvertible("a mutable input is also held inside another value of the "
+                                    "test's")
+        for held in objects.values():
+            names = [n for n, v in self.env.items() if v is held]
+            for n in names:
+                self.env.pop(n)
+                self.child.add(n)
+            self.steps.append({"run": f"{names[0]} = {self.source(held)}", "binds": [names[0]],
+                               "share": names[0] in self.module_level})
+            for other in names[1:]:  # `__self_x = __cls_C_x`: one object, two names
+                self.steps.append({"run": f"{other} = {names[0]}", "binds": [other],
+                                   "share": other in self.module_level})
+            self.moved.append((held, names[0]))
+        path = self.path_in_child(value)
+        if path is None:
+            raise Unconvertible("a mutable input inside a value the child cannot index")
+        return path
 
     def source(self, value) -> str:
         """An input as the child will read it: its literal, or for a big one (a 5-million-item list

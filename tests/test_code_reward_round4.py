@@ -729,6 +729,36 @@ class TestTestCaseClassesAsUnittestRunsThem:
         assert scores(wrong_in_skipped, reference)[0] == 1.0  # only Other.test_c is run
         assert scores(block("def f(x):\n    return 0\n"), reference) == (0.0, 0.0)
 
+    CASES_LOOP = ("import unittest\n\nclass T(unittest.TestCase):\n"
+                  "    CASES = [([1, 2], 3), ([], 0), ([5], 5)]\n\n"
+                  "    def test_table(self):\n        for xs, want in self.CASES:\n"
+                  "            self.assertEqual(f(xs), want)\n\n"
+                  "    def test_local(self):\n        cases = [([1], 1), ([2, 2], 4)]\n"
+                  "        for xs, want in cases:\n            with self.subTest(xs=xs):\n"
+                  "                self.assertEqual(f(xs), want)\n"
+                  "        self.assertEqual(len(cases[1][0]), 2)\n")
+
+    @pytest.mark.parametrize("body", [
+        "    return sum(xs)\n",
+        "    xs.sort()\n    return sum(xs)\n",  # mutates, and no test reads it again
+        "    xs.append(0)\n    return sum(xs)\n",  # mutates what test_local reads again
+        "    return 3\n"])
+    def test_a_loop_over_a_table_of_inputs_as_unittest_runs_it(self, body):
+        # each input is the table's own object (a path into it, bound in the child): a mutation
+        # counts where the test reads the table again, as under unittest
+        import io
+        import unittest
+        solution = "def f(xs):\n" + body
+        namespace = {"__name__": "gmts_cases"}
+        exec(compile(solution + self.CASES_LOOP, "tests.py", "exec"), namespace)  # noqa: S102
+        suite = unittest.defaultTestLoader.loadTestsFromTestCase(namespace["T"])
+        expected = unittest.TextTestRunner(stream=io.StringIO()).run(suite).wasSuccessful()
+        plan = testplan.build_plan(self.CASES_LOOP, "f")
+        assert plan.harness is None and plan.trusted == 3
+        want = 1.0 if expected else 0.0
+        assert scores(block(solution), {"tests": self.CASES_LOOP, "entry_point": "f"}) == (
+            want, want)
+
     def test_a_solution_that_mutates_a_class_fixture(self):
         # setUpClass's list is one object for both tests: sorting it in the first fails the second
         assert testplan.build_plan(SHARED_FIXTURE).harness is None
