@@ -345,7 +345,8 @@ def raised(e, namespace, frozen=_BUILTIN_ITEMS):
 
 # the channel to the trainer's mocks (rewards/mocks.py): [fd this process writes requests to, fd
 # it reads replies from]; the functions it uses are taken before the solution runs (a patch of
-# os.write or json.dumps, the test's or the solution's, does not reach them)
+# os.write or json.dumps, the test's or the solution's, does not reach them; the units' results
+# and the report are written with them too)
 _mock_fds = None
 _CHANNEL = (os.write, os.read, json.dumps, json.loads, type, str, isinstance, BaseException)
 _inbox = bytearray()
@@ -523,14 +524,15 @@ def unpatch(patch):
         setattr(target, attr, original)
 
 
-def run_units(units, namespace, frozen=_BUILTIN_ITEMS) -> str:
+def run_units(units, namespace, frozen=_BUILTIN_ITEMS, dumps=json.dumps) -> str:
     """Each unit in a fresh copy of the solution's namespace. Every step runs, whatever an earlier
     one raised (the child is not told which steps the tests expect to raise). Results: {"ok":
     value[, "applied": n]} | {"ok": null} for run steps | {"exc": name, "msg": str, "mro": [[name,
     origin], ...]}, each serialised to JSON the moment its step returns (a list the solution
     returned and changes later is reported as it was returned). Returns the JSON of the list of
     units. `frozen`: the builtins' (name, object) pairs from before the solution ran, bound afresh
-    (`__gmts_builtins`) before every step."""
+    (`__gmts_builtins`) before every step; `dumps`: json.dumps taken before the solution ran (a
+    test's `@patch('json.dumps')` or the solution's rebinding does not reach the results)."""
     out, shared = [], {}  # shared: the test module's own mutable names, one object for all tests
     # the solution's names and the setup's (a helper the tests call on the expected side), bound
     # again before every step: rebinding one through a caller's frame changes no later step
@@ -557,7 +559,7 @@ def run_units(units, namespace, frozen=_BUILTIN_ITEMS) -> str:
                     if step.get("iter"):
                         value = materialise(value)
                     value, applied = read_attrs(value, step.get("attrs", ()))
-                    results.append(json.dumps({"ok": encode(value), "applied": applied}))
+                    results.append(dumps({"ok": encode(value), "applied": applied}))
                 else:
                     exec(step["run"], ns)  # noqa: S102 - the solution's step, in the sandbox
                     held.update((n, ns[n]) for n in step.get("binds", ()))
@@ -566,7 +568,7 @@ def run_units(units, namespace, frozen=_BUILTIN_ITEMS) -> str:
                     results.append('{"ok": null}')
             except BaseException as e:  # noqa: BLE001 - SystemExit in a call is a failure too
                 try:
-                    results.append(json.dumps(raised(e, namespace, frozen)))
+                    results.append(dumps(raised(e, namespace, frozen)))
                 except BaseException:  # noqa: BLE001 - e.g. a message that cannot be encoded
                     results.append('{"exc": "?", "msg": null, "mro": []}')
         while patches:  # the unit's patches end with it
@@ -744,7 +746,7 @@ def report(obj):
 
 
 def _write_report(text: str):
-    os.write(_report_fd, (text + "\n").encode())
+    _CHANNEL[0](_report_fd, (text + "\n").encode())  # os.write: a test may patch the module's
 
 
 def work(spec):
@@ -774,6 +776,7 @@ def work(spec):
             report({"units": []})
             return
     frozen = _BUILTIN_ITEMS  # a local from here on: what the solution rebinds later is not read
+    dumps = _CHANNEL[2]  # json.dumps, whatever a test patches or the solution rebinds
     sys.stdout.flush()
     # what the solution prints while the tests call it is not judged (pytest captures it): the
     # first PRINT_KEPT bytes reach the run's stdout, the rest is dropped, so a solution that prints
@@ -793,7 +796,7 @@ def work(spec):
     # their results back as data
     if names and not any(isinstance(namespace[n], type) for n in names):
         units, functions = alt["units"], ', "functions": true'
-    _write_report('{"units": ' + run_units(units, namespace, frozen) + functions + "}")
+    _write_report('{"units": ' + run_units(units, namespace, frozen, dumps) + functions + "}")
     if _mock_fds:
         _send(["end"], reply=False)
 

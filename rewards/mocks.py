@@ -113,8 +113,8 @@ class Session:
             if op[0] == "new":
                 _, id_, kind, kwargs = op
                 obj = KINDS[kind](**{k: self.value(v) for k, v in kwargs.items()})
-                assert id_ == len(self.handles)
-                self.handle(obj)
+                if id_ != self.handle(obj):
+                    raise ValueError(f"recipe: mock {id_} out of order")
             else:  # "set": the test's configuring statement
                 _, id_, path, spec = op
                 target = self.handles[id_]

@@ -149,6 +149,15 @@ SHAPES = {
          "        s.sendmail('me@x', [to], msg)\n    return True\n"),
         [("import smtplib\ndef task_func(to, msg):\n    s = smtplib.SMTP('localhost', 25)\n"
          "    s.sendmail('me@x', [to], msg)\n    return True\n")]),
+    # the child writes its results with json.dumps taken before anything ran: a test patching it
+    # reaches only the solution
+    "patches_json_dumps": ("""
+        @patch('json.dumps', return_value='{}')
+        def test_dump(self, m):
+            self.assertEqual(task_func({'a': 1}), '{}')
+            m.assert_called_once_with({'a': 1})
+        """, "import json", "import json\ndef task_func(d):\n    return json.dumps(d)\n",
+        ["def task_func(d):\n    return '{}'\n"]),
     "new_value_and_call_list": ("""
         @patch('random.randint', new=MagicMock(side_effect=[4, 2, 6]))
         def test_rolls(self):
