@@ -1882,26 +1882,9 @@ class _CaseClass:
             raise Unconvertible("unittest.mock: @patch on a base class")
         order = [*reversed(member.decorator_list),
                  *reversed(self.classes[self.name].decorator_list)]
-        a = member.args
-        params = [x.arg for x in a.args]
-        if (a.posonlyargs or a.vararg or a.kwonlyargs or a.kwarg or a.defaults
-                or params[:1] != ["self"] or not all(_is_patch(d) for d in order)):
+        if [x.arg for x in member.args.args[:1]] != ["self"]:
             raise Unconvertible("a decorated test method, or one with parameters")
-        names, items = iter(params[1:]), []
-        for d in order:
-            var = None
-            if not _patch_replaces(d):
-                name = next(names, None)
-                if name is None:
-                    raise Unconvertible("unittest.mock: more patches than mock parameters")
-                var = ast.Name(id=name, ctx=ast.Store())
-            items.append(ast.withitem(context_expr=copy.deepcopy(d), optional_vars=var))
-        if next(names, None) is not None:
-            raise Unconvertible("unittest.mock: more mock parameters than patches")
-        return ast.FunctionDef(name=member.name, args=ast.arguments(
-            posonlyargs=[], args=[ast.arg(arg="self")], kwonlyargs=[], kw_defaults=[],
-            defaults=[]), body=[ast.With(items=items, body=member.body, lineno=member.lineno)],
-            decorator_list=[], lineno=member.lineno)
+        return _with_patches(member, order, 1)
 
     def class_attribute(self, attr: str) -> str | None:
         """The name holding class attribute `attr` as this class sees it, or None."""
@@ -2214,6 +2197,34 @@ def _is_patch(decorator) -> bool:
     """`@patch(...)`, `@patch.object(...)`, `@patch.dict(...)` (what the name is, the plan's
     env decides: _Unit.mock_api)."""
     return isinstance(decorator, ast.Call) and ast.unparse(decorator.func) in _PATCHES
+
+
+def _with_patches(fn, order: list, skip: int):
+    """`fn` (its first `skip` parameters kept: `self`) with the patch decorators `order` (in the
+    order they are entered: the bottom one first) as `with patch(...) as <param>, ...:` around its
+    body; a patch with a replacement (`new`) or a patch.dict passes no mock. Every other parameter
+    must receive a mock."""
+    a = fn.args
+    params = [x.arg for x in a.args]
+    if (a.posonlyargs or a.vararg or a.kwonlyargs or a.kwarg or a.defaults
+            or not all(_is_patch(d) for d in order)):
+        raise Unconvertible("a decorated test, or one with parameters")
+    names, items = iter(params[skip:]), []
+    for d in order:
+        var = None
+        if not _patch_replaces(d):
+            name = next(names, None)
+            if name is None:
+                raise Unconvertible("unittest.mock: more patches than mock parameters")
+            var = ast.Name(id=name, ctx=ast.Store())
+        items.append(ast.withitem(context_expr=copy.deepcopy(d), optional_vars=var))
+    if next(names, None) is not None:
+        raise Unconvertible("unittest.mock: more mock parameters than patches")
+    return ast.FunctionDef(name=fn.name, args=ast.arguments(
+        posonlyargs=[], args=[ast.arg(arg=p) for p in params[:skip]], kwonlyargs=[],
+        kw_defaults=[], defaults=[]), body=[ast.With(items=items, body=fn.body,
+                                                     lineno=fn.lineno)],
+        decorator_list=[], lineno=fn.lineno)
 
 
 def _patch_replaces(decorator) -> bool:
@@ -2750,18 +2761,27 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
                 trusted += _count_cases(stmt) * len(candidates)
                 continue
             if isinstance(stmt, ast.FunctionDef) and stmt.name.startswith("test"):
-                rows = _param_rows(stmt, env)
+                mocked = _uses_mock(stmt)
+                fn = stmt
+                if stmt.decorator_list and all(_is_patch(d) for d in stmt.decorator_list):
+                    # `@patch(...)` on a test function: its mocks, as on a TestCase's method
+                    fn = _with_patches(stmt, list(reversed(stmt.decorator_list)), 0)
+                rows = _param_rows(fn, env)
                 converted, now_shared = [], set()
-                local = _stored(stmt) | _bound_inside(stmt)
+                local = _stored(fn) | _bound_inside(fn)
                 for row in rows:
                     unshared = {k: v for k, v in env.items() if k not in shared}
                     level = set(unshared) - set(row) - local
-                    u = _Unit({**unshared, **row}, child_names(stmt) - set(row)
-                              | (shared & _names(stmt)) - set(row) - local, prelude, modules,
+                    u = _Unit({**unshared, **row}, child_names(fn) - set(row)
+                              | (shared & _names(fn)) - set(row) - local, prelude, modules,
                               imports, functions, level)
-                    for s in stmt.body:
+                    if mocked:
+                        u.mock_recipe, u.module_paths = recipe, module_paths
+                    for s in fn.body:
                         u.statement(s)
-                    converted.append(Unit(u.steps, u.checks, stmt.name))
+                    if mocked:
+                        u.mocks_in_order()
+                    converted.append(Unit(u.steps, u.checks, fn.name))
                     now_shared |= {n for n in level if n not in u.env and n in u.child}
                 units += converted
                 shared |= now_shared
@@ -2769,7 +2789,8 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
                 continue
         except (Unconvertible, ValueError, TypeError, SyntaxError, ArithmeticError, LookupError,
                 RecursionError) as e:
-            reasons.append(_reason(stmt, e))
+            mocked = isinstance(stmt, ast.FunctionDef) and _uses_mock(stmt)
+            reasons.append(_reason(stmt, _mock_reason(e) if mocked else e))
             # not judged here (ValueError & co.: a table the trainer could not evaluate): the
             # harness runs it
             untrusted += _count_cases(stmt) * (len(_safe_rows(stmt, env))

@@ -429,3 +429,32 @@ def test_bigcodebench_rows_with_mocks(index):
     assert scores(honest, problem.answer) == (1.0, 1.0)
     for wrong in ROW_WRONGS[index]:
         assert scores(block(row["code_prompt"] + wrong), problem.answer) == (0.0, 0.0), wrong
+
+
+KODCODE_MOCKS = """from unittest.mock import patch
+from solution import ask_age
+
+@patch('builtins.input', return_value='41')
+def test_age(mock_input):
+    assert ask_age() == 42
+    mock_input.assert_called_once_with('age? ')
+
+def test_age_block():
+    with patch('builtins.input', side_effect=['x', '7']) as m:
+        assert ask_age() == 8
+    assert m.call_count == 2
+"""
+
+
+def test_pytest_functions_with_patches():
+    """KodCode's shape: `from solution import f` and pytest functions with `@patch` or `with
+    patch(...)`: held by the trainer as in a TestCase (a decorator's mock is the function's
+    parameter)."""
+    plan = testplan.build_plan(KODCODE_MOCKS)
+    assert plan.harness is None and plan.trusted == 3 and plan.mocks
+    honest = ("def ask_age():\n    while True:\n        s = input('age? ')\n"
+              "        if s.isdigit():\n            return int(s) + 1\n")
+    assert scores(block(honest), KODCODE_MOCKS) == (1.0, 1.0)
+    for wrong in ("def ask_age():\n    return int(input('age? ')) + 1\n",  # no retry
+                  "def ask_age():\n    return 42 if int(input()) == 41 else 8\n"):  # no prompt
+        assert scores(block(wrong), KODCODE_MOCKS) == (0.0, 0.0)
