@@ -13,15 +13,25 @@ operations in the same order give the same record) and runs the test's asserts o
 (`assert_called_once_with`, `call_count`, `call_args_list`): the record is the trainer's, and a
 request the solution forges on the channel is only a call it could have made.
 """
-from unittest import mock
+import functools
 
 from . import testplan
 
-# Mock's own API: never reachable from the child (a solution calling `reset_mock()` or reading
-# `return_value` through a stub would rewrite or bypass the record)
-MOCK_API = frozenset(n for n in dir(mock.MagicMock()) if not n.startswith("_")) | {
-    "return_value", "side_effect", "called", "call_count", "call_args", "call_args_list",
-    "mock_calls", "method_calls"}
+
+def _mock():
+    """unittest.mock, imported where a plan has mocks (not by every trainer)."""
+    from unittest import mock
+    return mock
+
+
+@functools.cache
+def mock_api() -> frozenset:
+    """Mock's own API: never reachable from the child (a solution calling `reset_mock()` or
+    reading `return_value` through a stub would rewrite or bypass the record)."""
+    return frozenset(n for n in dir(_mock().MagicMock()) if not n.startswith("_")) | {
+        "return_value", "side_effect", "called", "call_count", "call_args", "call_args_list",
+        "mock_calls", "method_calls"}
+
 # operators a stub forwards (MagicMock configures them all; a plain Mock has none)
 OPERATORS = frozenset("""__enter__ __exit__ __getitem__ __len__ __bool__ __eq__ __ne__ __str__
 __int__ __float__ __contains__ __lt__ __gt__ __le__ __ge__ __fspath__""".split())  # noqa: SIM905
@@ -29,7 +39,7 @@ MAX_ITEMS = 100_000  # items of a mock iterated in the child (mock_open's lines)
 # mocks one run may reach (each attribute of a mock is a new one, ~12 KB and ~0.8 ms here): more
 # is a flood, and the run fails
 MAX_HANDLES = 1000
-KINDS = {"MagicMock": mock.MagicMock, "Mock": mock.Mock, "mock_open": mock.mock_open}
+KINDS = ("MagicMock", "Mock", "mock_open")  # the mocks a test may make
 
 
 class MockRef:
@@ -63,6 +73,7 @@ def namespace() -> dict:
     """What `from unittest.mock import X` binds for the plan: markers, and the real `call`,
     `ANY`, `DEFAULT` and `sentinel` (values the tests' asserts compare with)."""
     out = {n: Api(n) for n in ("patch", "MagicMock", "Mock", "mock_open")}
+    mock = _mock()
     out.update(call=mock.call, ANY=mock.ANY, DEFAULT=mock.DEFAULT, sentinel=mock.sentinel)
     return out
 
@@ -112,7 +123,7 @@ class Session:
         for op in recipe:
             if op[0] == "new":
                 _, id_, kind, kwargs = op
-                obj = KINDS[kind](**{k: self.value(v) for k, v in kwargs.items()})
+                obj = getattr(_mock(), kind)(**{k: self.value(v) for k, v in kwargs.items()})
                 if id_ != self.handle(obj):
                     raise ValueError(f"recipe: mock {id_} out of order")
             else:  # "set": the test's configuring statement
@@ -152,7 +163,7 @@ class Session:
         raise ValueError("malformed argument")
 
     def reply(self, value) -> list:
-        if isinstance(value, mock.NonCallableMock):
+        if isinstance(value, _mock().NonCallableMock):
             return ["h", self.handle(value)]
         try:
             return ["d", testplan.encode_input(value)]
@@ -168,7 +179,7 @@ class Session:
         obj = self.handles[h]
         if kind == "get":
             name = request[2]
-            if type(name) is not str or name.startswith("_") or name in MOCK_API:
+            if type(name) is not str or name.startswith("_") or name in mock_api():
                 raise AttributeError(name)
             return getattr(obj, name)
         if kind == "call":
