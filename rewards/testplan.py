@@ -11,6 +11,9 @@ check(candidate)`, KodCode's `from solution import f` + `test_*` functions with
   the value the sandbox sent back (plain data of exact types, rebuilt by `decode`): ==, `is None`,
   math.isclose, pytest.approx (pytest's own), pytest.raises, and methods such as `.startswith` on a
   returned str, all evaluated here.
+- plan.mocks: unittest.mock's mocks the tests make (`@patch`, `with patch(...)`), as a recipe of
+  data; the child's patch steps put stubs in their targets, which ask the trainer's own mocks over
+  a channel while the run goes on (rewards/mocks.py); their asserts are checks here.
 The reference alone decides the plan (never the solution), so a policy cannot make a test less
 trusted. What cannot be split so (loops, helpers defined by the tests, fixtures, identity between
 two computed values, test classes, ...) stays in `plan.harness`: the tests' source minus the
