@@ -14,6 +14,8 @@ operations in the same order give the same record) and runs the test's asserts o
 request the solution forges on the channel is only a call it could have made.
 """
 import functools
+import operator
+import os
 
 from . import testplan
 
@@ -32,9 +34,15 @@ def mock_api() -> frozenset:
         "return_value", "side_effect", "called", "call_count", "call_args", "call_args_list",
         "mock_calls", "method_calls"}
 
-# operators a stub forwards (MagicMock configures them all; a plain Mock has none)
-OPERATORS = frozenset("""__enter__ __exit__ __getitem__ __len__ __bool__ __eq__ __ne__ __str__
-__int__ __float__ __contains__ __lt__ __gt__ __le__ __ge__ __fspath__""".split())  # noqa: SIM905
+# operators a stub forwards, applied here as Python applies them (a MagicMock's configured method,
+# else the default: a plain Mock is true, equal only to itself, and no context manager)
+OPERATIONS = {
+    "__enter__": lambda o: type(o).__enter__(o), "__exit__": lambda o, *a: type(o).__exit__(o, *a),
+    "__getitem__": operator.getitem, "__len__": len, "__bool__": bool, "__eq__": operator.eq,
+    "__ne__": operator.ne, "__str__": str, "__int__": int, "__float__": float,
+    "__contains__": lambda o, x: x in o, "__lt__": operator.lt, "__gt__": operator.gt,
+    "__le__": operator.le, "__ge__": operator.ge, "__fspath__": os.fspath}
+OPERATORS = frozenset(OPERATIONS)
 MAX_ITEMS = 100_000  # items of a mock iterated in the child (mock_open's lines)
 # mocks one run may reach (each attribute of a mock is a new one, ~12 KB and ~0.8 ms here): more
 # is a flood, and the run fails
@@ -191,7 +199,7 @@ class Session:
             name, args = request[2], request[3]
             if name not in OPERATORS or type(args) is not list:
                 raise ValueError("malformed operator")
-            return getattr(obj, name)(*[self.arg(a) for a in args])
+            return OPERATIONS[name](obj, *[self.arg(a) for a in args])
         if kind == "iter":
             out = []
             for item in iter(obj):

@@ -158,6 +158,17 @@ SHAPES = {
             m.assert_called_once_with({'a': 1})
         """, "import json", "import json\ndef task_func(d):\n    return json.dumps(d)\n",
         ["def task_func(d):\n    return '{}'\n"]),
+    # a plain Mock: true, no len(), as Python has it (the operators run on the trainer's mock)
+    "plain_mock_defaults": ("""
+        @patch('requests.get')
+        def test_plain(self, mock_get):
+            mock_get.return_value = Mock(status_code=200, text='ok')
+            self.assertEqual(task_func('u'), 'ok')
+        """, "import requests",
+        ("import requests\ndef task_func(u):\n    r = requests.get(u)\n"
+         "    if r and r.status_code == 200:\n        return r.text\n    return None\n"),
+        [("import requests\ndef task_func(u):\n    r = requests.get(u)\n"
+         "    return r.text if len(r) else None\n")]),
     "new_value_and_call_list": ("""
         @patch('random.randint', new=MagicMock(side_effect=[4, 2, 6]))
         def test_rolls(self):
