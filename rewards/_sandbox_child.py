@@ -23,6 +23,7 @@ Work, in order:
      pytest runs them in a process of its own (run_pytest, rewards/_pytest_runner.py); its result
      goes to a file of the parent's.
 """
+import _thread
 import builtins
 import collections
 import ctypes
@@ -340,20 +341,204 @@ def raised(e, namespace, frozen=_BUILTIN_ITEMS):
     return {"exc": mro[0][0] if mro else "?", "msg": message, "mro": mro}
 
 
-def run_units(units, namespace, frozen=_BUILTIN_ITEMS) -> str:
+# ---------------------------------------------------------------- the trainer's mocks
+
+# the channel to the trainer's mocks (rewards/mocks.py): [fd this process writes requests to, fd
+# it reads replies from]; the functions it uses are taken before the solution runs (a patch of
+# os.write or json.dumps, the test's or the solution's, does not reach them; the units' results
+# and the report are written with them too)
+_mock_fds = None
+_CHANNEL = (os.write, os.read, json.dumps, json.loads, type, str, isinstance, BaseException)
+_inbox = bytearray()
+_LOCK = _thread.allocate_lock()  # one request and its reply at a time (threads of the solution's)
+
+
+def _send(request, reply=True):
+    """One request to the trainer, and its reply (a line): blocks until it comes."""
+    with _LOCK:
+        return _exchange(request, reply)
+
+
+def _exchange(request, reply):
+    write, read, dumps, loads = _CHANNEL[:4]
+    data = (dumps(request) + "\n").encode()
+    while data:
+        data = data[write(_mock_fds[0], data):]
+    if not reply:
+        return None
+    while b"\n" not in _inbox:
+        chunk = read(_mock_fds[1], 1 << 16)
+        if not chunk:
+            raise RuntimeError("the trainer's mocks are gone")
+        _inbox.extend(chunk)
+    end = _inbox.index(b"\n")
+    line = bytes(_inbox[:end])
+    del _inbox[:end + 1]
+    return loads(line)
+
+
+def _arg(value):
+    """An argument as data for the trainer: a stub as its handle, plain data as it is encoded, an
+    object of the solution's as its type's name (the mock records it; it equals only ANY)."""
+    if _CHANNEL[4](value) is _Remote:
+        return ["h", object.__getattribute__(value, "_h")]
+    try:
+        return ["d", encode(value)]
+    except Exception:  # noqa: BLE001 - not plain data
+        name = _CHANNEL[4](value).__name__
+        return ["o", name if _CHANNEL[4](name) is str else "?"]
+
+
+def _ask(request):
+    """The trainer's reply as a value: data, a stub for a mock, or the exception raised."""
+    reply = _send(request)
+    kind = reply[0]
+    if kind == "d":
+        return decode_input(reply[1])
+    if kind == "h":
+        return _Remote(reply[1])
+    if kind == "items":
+        return [_ask_value(r) for r in reply[1]]
+    path, args = reply[1], [decode_input(a) for a in reply[2]]
+    module, _, name = path.rpartition(".")
+    try:
+        if module == "builtins":
+            cls = dict(_BUILTIN_ITEMS).get(name)
+        else:
+            import importlib
+            cls = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError):
+        cls = None
+    if not (_CHANNEL[4](cls) is type and issubclass(cls, _CHANNEL[7])):
+        raise TypeError(f"a mock's side effect {path} is not an exception class")
+    raise cls(*args)
+
+
+def _ask_value(reply):
+    return decode_input(reply[1]) if reply[0] == "d" else _Remote(reply[1]) if reply[0] == "h" \
+        else None
+
+
+class _Remote:
+    """A mock of the trainer's (a patched target, or what one returned): every attribute read,
+    call, operator and iteration is the trainer's (_ask), performed on its own mock."""
+
+    __slots__ = ("_h",)
+
+    def __init__(self, handle):
+        object.__setattr__(self, "_h", handle)
+
+    def __getattr__(self, name):
+        return _ask(["get", object.__getattribute__(self, "_h"), name])
+
+    def __setattr__(self, name, value):
+        raise AttributeError("a mock's attributes are the test's to set")
+
+    def __call__(self, *args, **kwargs):
+        return _ask(["call", object.__getattribute__(self, "_h"), [_arg(a) for a in args],
+                     {k: _arg(v) for k, v in kwargs.items()}])
+
+    def _op(self, name, *args):
+        return _ask(["op", object.__getattribute__(self, "_h"), name, [_arg(a) for a in args]])
+
+    def __enter__(self):
+        return self._op("__enter__")
+
+    def __exit__(self, *exc):
+        return self._op("__exit__", None, None, None)
+
+    def __iter__(self):
+        return iter(_ask(["iter", object.__getattribute__(self, "_h")]))
+
+    def __getitem__(self, key):
+        return self._op("__getitem__", key)
+
+    def __len__(self):
+        return self._op("__len__")
+
+    def __bool__(self):
+        return self._op("__bool__")
+
+    def __eq__(self, other):
+        return self._op("__eq__", other)
+
+    def __ne__(self, other):
+        return self._op("__ne__", other)
+
+    def __hash__(self):
+        return hash(object.__getattribute__(self, "_h"))
+
+    def __str__(self):
+        return self._op("__str__")
+
+    def __int__(self):
+        return self._op("__int__")
+
+    def __float__(self):
+        return self._op("__float__")
+
+    def __contains__(self, item):
+        return self._op("__contains__", item)
+
+    def __fspath__(self):
+        return self._op("__fspath__")
+
+    def __repr__(self):
+        return f"<mock {object.__getattribute__(self, '_h')}>"
+
+
+def _resolve(path: str):
+    import pkgutil
+    return pkgutil.resolve_name(path)
+
+
+def patch_step(step, patches):
+    """A test's patch while its block runs: the target replaced by a stub of the trainer's mock (or
+    the value it gives), or a dict updated from data (patch.dict); undone by `unpatch`. A target
+    that does not exist raises AttributeError, as under unittest."""
+    if "patch_dict" in step:
+        target = _resolve(step["patch_dict"])
+        saved = dict(target)
+        if step["clear"]:
+            target.clear()
+        target.update(decode_input(step["data"]))
+        patches.append((target, None, saved))
+    elif "patch" in step:
+        owner_path, _, attr = step["patch"].rpartition(".")
+        owner = _resolve(owner_path)
+        original = getattr(owner, attr)
+        new = _Remote(step["handle"]) if "handle" in step else decode_input(step["data"])
+        setattr(owner, attr, new)
+        patches.append((owner, attr, original))
+    else:
+        for _ in range(min(step["unpatch"], len(patches))):
+            unpatch(patches.pop())
+
+
+def unpatch(patch):
+    target, attr, original = patch
+    if attr is None:
+        target.clear()
+        target.update(original)
+    else:
+        setattr(target, attr, original)
+
+
+def run_units(units, namespace, frozen=_BUILTIN_ITEMS, dumps=json.dumps) -> str:
     """Each unit in a fresh copy of the solution's namespace. Every step runs, whatever an earlier
     one raised (the child is not told which steps the tests expect to raise). Results: {"ok":
     value[, "applied": n]} | {"ok": null} for run steps | {"exc": name, "msg": str, "mro": [[name,
     origin], ...]}, each serialised to JSON the moment its step returns (a list the solution
     returned and changes later is reported as it was returned). Returns the JSON of the list of
     units. `frozen`: the builtins' (name, object) pairs from before the solution ran, bound afresh
-    (`__gmts_builtins`) before every step."""
+    (`__gmts_builtins`) before every step; `dumps`: json.dumps taken before the solution ran (a
+    test's `@patch('json.dumps')` or the solution's rebinding does not reach the results)."""
     out, shared = [], {}  # shared: the test module's own mutable names, one object for all tests
     # the solution's names and the setup's (a helper the tests call on the expected side), bound
     # again before every step: rebinding one through a caller's frame changes no later step
     base = tuple(namespace.items())
     for steps in units:
-        ns, results = dict(namespace), []
+        ns, results, patches = dict(namespace), [], []
         # what the test bound, by name: the same objects before every step (mutations stay; a
         # rebinding by the solution, `f_globals["data"] = ...`, does not)
         held = dict(shared)
@@ -366,12 +551,15 @@ def run_units(units, namespace, frozen=_BUILTIN_ITEMS) -> str:
                 if "bind" in step:
                     ns[step["bind"]] = held[step["bind"]] = decode_input(step["data"])
                     results.append('{"ok": null}')
+                elif "patch" in step or "patch_dict" in step or "unpatch" in step:
+                    patch_step(step, patches)
+                    results.append('{"ok": null}')
                 elif "eval" in step:
                     value = eval(step["eval"], ns)
                     if step.get("iter"):
                         value = materialise(value)
                     value, applied = read_attrs(value, step.get("attrs", ()))
-                    results.append(json.dumps({"ok": encode(value), "applied": applied}))
+                    results.append(dumps({"ok": encode(value), "applied": applied}))
                 else:
                     exec(step["run"], ns)  # noqa: S102 - the solution's step, in the sandbox
                     held.update((n, ns[n]) for n in step.get("binds", ()))
@@ -380,9 +568,14 @@ def run_units(units, namespace, frozen=_BUILTIN_ITEMS) -> str:
                     results.append('{"ok": null}')
             except BaseException as e:  # noqa: BLE001 - SystemExit in a call is a failure too
                 try:
-                    results.append(json.dumps(raised(e, namespace, frozen)))
+                    results.append(dumps(raised(e, namespace, frozen)))
                 except BaseException:  # noqa: BLE001 - e.g. a message that cannot be encoded
                     results.append('{"exc": "?", "msg": null, "mro": []}')
+        while patches:  # the unit's patches end with it
+            try:
+                unpatch(patches.pop())
+            except BaseException:  # noqa: BLE001, S110 - a target the solution made unsettable
+                pass
         out.append("[" + ", ".join(results) + "]")
     return "[" + ", ".join(out) + "]"
 
@@ -553,12 +746,14 @@ def report(obj):
 
 
 def _write_report(text: str):
-    os.write(_report_fd, (text + "\n").encode())
+    _CHANNEL[0](_report_fd, (text + "\n").encode())  # os.write: a test may patch the module's
 
 
 def work(spec):
     """Everything after privileges and limits: the solution, the units or cases, then the
     harness."""
+    global _mock_fds
+    _mock_fds = spec.get("mock_fds")
     _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)  # setuid binaries cannot give privileges back
     _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # after setuid, which clears it
     if not spec["net_isolated"]:
@@ -581,6 +776,7 @@ def work(spec):
             report({"units": []})
             return
     frozen = _BUILTIN_ITEMS  # a local from here on: what the solution rebinds later is not read
+    dumps = _CHANNEL[2]  # json.dumps, whatever a test patches or the solution rebinds
     sys.stdout.flush()
     # what the solution prints while the tests call it is not judged (pytest captures it): the
     # first PRINT_KEPT bytes reach the run's stdout, the rest is dropped, so a solution that prints
@@ -600,7 +796,9 @@ def work(spec):
     # their results back as data
     if names and not any(isinstance(namespace[n], type) for n in names):
         units, functions = alt["units"], ', "functions": true'
-    _write_report('{"units": ' + run_units(units, namespace, frozen) + functions + "}")
+    _write_report('{"units": ' + run_units(units, namespace, frozen, dumps) + functions + "}")
+    if _mock_fds:
+        _send(["end"], reply=False)
 
 
 def child(spec):
@@ -656,6 +854,8 @@ def main():
     if pid == 0:
         child(spec)
     os.close(_report_fd)
+    for fd in spec.get("mock_fds") or ():  # the channel ends with the child
+        os.close(fd)
     _, status = os.waitpid(pid, 0)
     os._exit(min(255, abs(os.waitstatus_to_exitcode(status))))
 

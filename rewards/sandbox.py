@@ -31,6 +31,7 @@ import json
 import math
 import os
 import secrets
+import select
 import shutil
 import signal
 import socket
@@ -42,7 +43,7 @@ import time
 import warnings
 from dataclasses import dataclass
 
-from . import _judge
+from . import _judge, mocks
 from .testplan import CHECK_TEST, build_plan, capitalised_calls, decode
 
 _CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_sandbox_child.py")
@@ -65,6 +66,7 @@ class ChildRun:
     stderr: str
     outputs: object = None  # stdin/stdout cases: what read_outputs returned
     pytest: str = ""  # the pytest runner's result (rewards/_pytest_runner.py) as text; untrusted
+    broken: bool = False  # the child broke the mocks' channel (malformed, flooding): a failure
 
 
 # ---------------------------------------------------------------- bubblewrap
@@ -456,11 +458,84 @@ def parse_report(text: str) -> list:
         return []
 
 
+class _Channel:
+    """The live channel between the running child and the trainer's mocks (rewards/mocks.py): the
+    child writes one JSON request a line and blocks for the reply line; answer(request) makes the
+    reply here. Bounded: a line over MAX_LINE, more than MAX_BYTES or MAX_REQUESTS in all, or a
+    request that is not JSON or that answer refuses breaks it (the run fails); the run's deadline
+    holds while serving, and a child that stops reading its replies meets it too."""
+
+    # the trainer performs each request (~30 us for a call of a mock) and the judge replays them:
+    # a flood costs both at most this much
+    MAX_LINE, MAX_BYTES, MAX_REQUESTS = 1 << 20, 16 << 20, 20_000
+
+    def __init__(self, answer):
+        self.answer = answer
+        self.requests, self.child_w = os.pipe()
+        self.child_r, self.replies = os.pipe()
+        os.set_blocking(self.replies, False)
+
+    def child_ends(self) -> list:
+        return [self.child_w, self.child_r]
+
+    def close(self, ends):
+        for fd in ends:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def serve(self, deadline: float) -> str:
+        """Answer requests until the child's "end" (or the end of everything of it): "ok",
+        "timeout" or "broken"."""
+        buf, total, count = bytearray(), 0, 0
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self.requests], [], [], left)[0]:
+                return "timeout"
+            chunk = os.read(self.requests, 1 << 16)
+            if not chunk:
+                return "ok"
+            total += len(chunk)
+            buf += chunk
+            if total > self.MAX_BYTES:
+                return "broken"
+            while (end := buf.find(b"\n")) >= 0:
+                line = bytes(buf[:end])
+                del buf[:end + 1]
+                count += 1
+                try:
+                    request = json.loads(line)
+                    if request == ["end"]:
+                        return "ok"
+                    reply = (json.dumps(self.answer(request)) + "\n").encode()
+                except Exception:  # noqa: BLE001 - malformed, too deep: the run fails
+                    return "broken"
+                if count > self.MAX_REQUESTS:
+                    return "broken"
+                if not self.write(reply, deadline):
+                    return "timeout"
+            if len(buf) > self.MAX_LINE:
+                return "broken"
+
+    def write(self, data: bytes, deadline: float) -> bool:
+        while data:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([], [self.replies], [], left)[1]:
+                return False
+            try:
+                data = data[os.write(self.replies, data):]
+            except BlockingIOError:
+                continue
+            except BrokenPipeError:
+                return True  # the child is gone: its end shows at the next read
+        return True
+
+
 def _start(spec: dict, *, mode: str, timeout: float, isolate: bool, parse: bool = True,
-           outputs: int = 0, read_outputs=None) -> ChildRun:
+           outputs: int = 0, read_outputs=None, answer=None) -> ChildRun:
     """One run of the child on `spec`. `outputs` > 0: that many files for the stdin/stdout cases'
     outputs, their fds passed as spec["out_fds"]; read_outputs(files) is called on them (still open)
-    after the run."""
+    after the run. answer: the trainer's mocks answering the child's requests while it runs
+    (_Channel), or None."""
     as_root = os.getuid() == 0
     uid, holder = _reserve_uid()
     # the trainer's pid in the name: whose run a leftover folder was is visible (and tests of
@@ -511,16 +586,30 @@ def _start(spec: dict, *, mode: str, timeout: float, isolate: bool, parse: bool 
                 spec["harness"] = dict(spec["harness"], fd=results.fileno(), runner=runner,
                                        file=os.path.join(workdir, "gmts_tests.py"))
             spec["out_fds"] = [f.fileno() for f in case_files]
-            proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=out, stderr=err, cwd=cwd,
-                                    env=env,
-                                    start_new_session=True, pass_fds=(
-                                        rep.fileno(), *spec["out_fds"],
-                                        *([results.fileno()] if results else [])))
-            timed_out = False
+            channel = _Channel(answer) if answer is not None else None
+            files.callback(lambda: channel and channel.close([channel.requests,
+                                                               channel.replies]))
+            if channel is not None:
+                spec["mock_fds"] = channel.child_ends()
+            try:
+                proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=out, stderr=err,
+                                        cwd=cwd, env=env, start_new_session=True, pass_fds=(
+                                            rep.fileno(), *spec["out_fds"],
+                                            *([results.fileno()] if results else []),
+                                            *spec.get("mock_fds", ())))
+            finally:
+                if channel is not None:
+                    channel.close(channel.child_ends())
+            timed_out, broken = False, False
+            deadline = time.monotonic() + timeout
             try:
                 proc.stdin.write(json.dumps(spec).encode())
                 proc.stdin.close()
-                proc.wait(timeout=timeout)
+                if channel is not None:
+                    served = channel.serve(deadline)
+                    timed_out, broken = served == "timeout", served == "broken"
+                if not timed_out and not broken:
+                    proc.wait(timeout=max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 timed_out = True
             except BrokenPipeError:
@@ -539,7 +628,7 @@ def _start(spec: dict, *, mode: str, timeout: float, isolate: bool, parse: bool 
             result = ("" if timed_out or results is None
                       else _raw_report(results, REPORT_BYTES, None))
             return ChildRun(report=parse_report(raw) if parse else [], raw=raw, timed_out=timed_out,
-                            outputs=verdicts, pytest=result,
+                            outputs=verdicts, pytest=result, broken=broken,
                             returncode=proc.returncode, seconds=time.monotonic() - start,
                             stdout=out.read(4096).decode(errors="replace"),
                             stderr=err.read(4096).decode(errors="replace"))
@@ -615,7 +704,7 @@ def sandbox_mode() -> str:
 
 def run_child(spec: dict, *, timeout: float = 10.0, memory_mb: int = 2048, cpu_s: int | None = None,
               max_procs: int = 64, file_mb: int = 16, isolate: bool = True, parse: bool = True,
-              read_outputs=None) -> ChildRun:
+              read_outputs=None, answer=None) -> ChildRun:
     """Run the child on `spec` (solution, and units, cases or a harness; see
     rewards/_sandbox_child.py) in the sandbox. isolate=False forces the fallback without namespaces
     (for tests of that path)."""
@@ -630,7 +719,7 @@ def run_child(spec: dict, *, timeout: float = 10.0, memory_mb: int = 2048, cpu_s
         spec["case_s"] = timeout
         timeout = cases * (timeout + CASE_SLACK_S) + START_S
     return _start(spec, mode=mode, timeout=timeout, isolate=isolate, parse=parse, outputs=cases,
-                  read_outputs=read_outputs)
+                  read_outputs=read_outputs, answer=answer)
 
 
 def sandbox_info(isolate: bool = True) -> dict:
@@ -820,10 +909,13 @@ def run_python(solution: str, *, tests: str = "", entry_point: str | None = None
     token = os.urandom(16).hex()
     if plan.harness is not None:
         spec["harness"] = {"source": pytest_source(plan, setup or ""), "token": token}
-    run = run_child(spec, **limits, parse=False)
-    passed = not run.timed_out and bool(run.raw) and _judge.verdict(
+    # the tests' mocks: this process's, answering the child while it runs (rewards/mocks.py)
+    session = mocks.Session(plan.mocks) if plan.mocks else None
+    run = run_child(spec, **limits, parse=False, answer=session and session.answer)
+    passed = not run.timed_out and not run.broken and bool(run.raw) and _judge.verdict(
         {"tests": tests, "entry_point": entry_point, "setup": setup or "", "token": token,
-         "report": run.raw, "pytest": run.pytest, "functions": sorted(functions)},
+         "report": run.raw, "pytest": run.pytest, "functions": sorted(functions),
+         "mocks": session.log if session else None},
         _judge.JUDGE_TIMEOUT_S + 2 * plan.build_seconds)
     return SandboxResult(passed, plan.harness is None, run.timed_out, run.returncode, run.seconds,
                          run.stdout,

@@ -11,6 +11,9 @@ check(candidate)`, KodCode's `from solution import f` + `test_*` functions with
   the value the sandbox sent back (plain data of exact types, rebuilt by `decode`): ==, `is None`,
   math.isclose, pytest.approx (pytest's own), pytest.raises, and methods such as `.startswith` on a
   returned str, all evaluated here.
+- plan.mocks: unittest.mock's mocks the tests make (`@patch`, `with patch(...)`), as a recipe of
+  data; the child's patch steps put stubs in their targets, which ask the trainer's own mocks over
+  a channel while the run goes on (rewards/mocks.py); their asserts are checks here.
 The reference alone decides the plan (never the solution), so a policy cannot make a test less
 trusted. What cannot be split so (loops, helpers defined by the tests, fixtures, identity between
 two computed values, test classes, ...) stays in `plan.harness`: the tests' source minus the
@@ -24,6 +27,7 @@ import builtins
 import collections
 import copy
 import decimal
+import dis
 import fractions
 import itertools
 import math
@@ -32,6 +36,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 from functools import lru_cache
+
+from . import mocks
 
 # Builtins the trainer evaluates itself (real builtins, whatever the solution redefines). Every
 # other builtin (print, id, next, getattr, ...) makes its test case untrusted: it would have to run
@@ -476,6 +482,38 @@ def _contains(value, targets: set) -> bool:
     return False
 
 
+def _path(value, target: int, depth: int = 0):
+    """The indices (or str/int keys) leading from `value` to the object with id `target`."""
+    if depth > MAX_DEPTH or type(value) not in (list, tuple, dict) or _flat(value):
+        return None
+    items = value.items() if type(value) is dict else enumerate(value)
+    for k, v in items:
+        if type(k) not in (int, str):
+            continue
+        if id(v) == target:
+            return [k]
+        rest = _path(v, target, depth + 1)
+        if rest is not None:
+            return [k, *rest]
+    return None
+
+
+def _once(value) -> bool:
+    """Every mutable object inside `value` appears once (rendered for the child, a list held
+    twice would become two)."""
+    seen = set()
+
+    def walk(v):
+        if type(v) not in (list, tuple, dict, set, frozenset) or _flat(v):
+            return True
+        if _is_mutable(v):
+            if id(v) in seen:
+                return False
+            seen.add(id(v))
+        return all(walk(x) for x in (v.values() if type(v) is dict else v))
+    return walk(value)
+
+
 # ---------------------------------------------------------------- plan
 
 
@@ -491,6 +529,7 @@ class Check:
     exceptions: tuple = ()  # ((name, origin), ...): origin "builtins" or "solution"
     match: str | None = None
     names: tuple = ()  # "bind": the target names (a tuple target is unpacked)
+    at: int = -1  # the unit's steps before it: a check reading a mock comes after every call
 
 
 @dataclass
@@ -517,6 +556,9 @@ class Plan:
     # why the first part left to the harness could not be judged here ("" when none was): what
     # a refusal under trusted_only says
     refusal: str = ""
+    # unittest.mock's mocks the tests make and configure, as data (rewards/mocks.py): ["new", id,
+    # kind, {keyword: value}] and ["set", id, attribute path, value]
+    mocks: list = field(default_factory=list)
 
 
 def _names(node) -> set:
@@ -592,7 +634,12 @@ class _Unit:
         # `import solution`: its attributes are the solution's
         self.objects, self.deferred = set(modules), set()
         self.steps = [{"run": s} for s in prelude]
+        self.moved = []  # (value, child name): containers of inputs bound in the child
+        self.first = len(self.steps)  # the test's own steps start here
         self.checks = []
+        # unittest.mock allowed (a TestCase's unit): the plan's recipe, appended to (mocks.py)
+        self.mock_recipe = None
+        self.module_paths = {}  # names of modules (and their classes) the tests import: paths
 
     # ------------------------------------------------ what is whose
 
@@ -735,9 +782,11 @@ class _Unit:
         if isinstance(node, ast.Constant):
             return node
         if isinstance(node, ast.Name) and node.id in self.env and _is_mutable(self.env[node.id]):
-            value = self.env.pop(node.id)
-            self.steps.append({"run": f"{node.id} = {self.source(value)}", "binds": [node.id],
-                               "share": node.id in self.module_level})
+            value = self.env[node.id]
+            path = self.path_in_child(value) or self.move_holders(value, node.id)
+            self.env.pop(node.id)
+            self.steps.append({"run": f"{node.id} = {path or self.source(value)}",
+                               "binds": [node.id], "share": node.id in self.module_level})
             self.child.add(node.id)
             # `arr = original`: one list, two
             for other in [n for n, v in self.env.items() if v is value]:
@@ -745,7 +794,8 @@ class _Unit:
                 self.steps.append({"run": f"{other} = {node.id}", "binds": [other],
                                    "share": other in self.module_level})
                 self.child.add(other)
-            if any(_contains(v, {id(value)}) for v in self.env.values()):
+            if any(_contains(v, {id(value)}) for v in self.env.values()) or path and _contains(
+                    value, {id(v) for v in self.env.values() if _is_mutable(v)}):
                 raise Unconvertible("a mutable input is also held inside another value of the "
                                     "test's")
             return node
@@ -763,6 +813,46 @@ class _Unit:
         # would unparse an int over 4,300 digits with repr(), which refuses it); parenthesised, so
         # no operator binds into it
         return ast.Name(id=f"({self.source(value)})", ctx=ast.Load())
+
+    def path_in_child(self, value) -> str | None:
+        """`CASES[1][0]`: where a value of the tests' lies inside a container already bound in the
+        child (move_holders), as the child's expression; None if in none."""
+        for held, name in self.moved:
+            path = _path(held, id(value))
+            if path is not None:
+                return name + "".join(f"[{k!r}]" for k in path)
+        return None
+
+    def move_holders(self, value, name: str) -> str | None:
+        """An input held inside other values of the tests' (`for xs, want in self.CASES:
+        f(xs)`): those holders are bound in the child, one object each as in unittest (a later
+        read of them is the child's, mutations included), and the input is the path into one;
+        None when nothing holds it. Unconvertible where the child's copy could not be the same
+        object graph (a holder inside another, a mutable object twice)."""
+        holders = [n for n, v in self.env.items()
+                   if n != name and v is not value and _contains(v, {id(value)})]
+        if not holders:
+            return None
+        objects = {id(self.env[h]): self.env[h] for h in holders}
+        for held in objects.values():
+            if not _once(held) or any(_contains(held, {i}) for i in objects if i != id(held)):
+                raise Unconvertible("a mutable input is also held inside another value of the "
+                                    "test's")
+        for held in objects.values():
+            names = [n for n, v in self.env.items() if v is held]
+            for n in names:
+                self.env.pop(n)
+                self.child.add(n)
+            self.steps.append({"run": f"{names[0]} = {self.source(held)}", "binds": [names[0]],
+                               "share": names[0] in self.module_level})
+            for other in names[1:]:  # `__self_x = __cls_C_x`: one object, two names
+                self.steps.append({"run": f"{other} = {names[0]}", "binds": [other],
+                                   "share": other in self.module_level})
+            self.moved.append((held, names[0]))
+        path = self.path_in_child(value)
+        if path is None:
+            raise Unconvertible("a mutable input inside a value the child cannot index")
+        return path
 
     def source(self, value) -> str:
         """An input as the child will read it: its literal, or for a big one (a 5-million-item list
@@ -930,8 +1020,9 @@ class _Unit:
                     or n.id in MODULES or n.id == "pytest" or n.id in placeholders
                     or n.id in bound):
                 raise Unconvertible(f"name {n.id!r} cannot be evaluated by the trainer")
-            if isinstance(n, ast.Attribute) and n.attr.startswith("_"):
-                raise Unconvertible("private attribute")
+            if isinstance(n, ast.Attribute) and n.attr.startswith("_") and not (
+                    n.attr in mocks.OPERATORS and self.mock_of(n.value) is not None):
+                raise Unconvertible("private attribute")  # but a mock's `__enter__`
             if (isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
                 and n.value.id == "pytest"
                     and n.attr != "approx"):
@@ -1042,6 +1133,15 @@ class _Unit:
             stack.extend(ast.iter_child_nodes(node))
 
     def statement(self, stmt):
+        """One statement of the test; each check it makes knows the steps before it."""
+        before = len(self.checks)
+        if not self.mock_statement(stmt):
+            self._statement(stmt)
+        for check in self.checks[before:]:
+            if check.at < 0:
+                check.at = len(self.steps)
+
+    def _statement(self, stmt):
         # split() rewrites it; the same test body serves every parametrize row (an assignment of
         # inputs computed here is not rewritten: HumanEval+'s lists of inputs are not copied)
         # (an assert or an expression is copied where it is rewritten: before_the_call, parent_eval)
@@ -1094,6 +1194,265 @@ class _Unit:
             self.raises_block(stmt)
         elif not isinstance(stmt, ast.Pass):
             raise Unconvertible(type(stmt).__name__)
+
+    # ------------------------------------------------ unittest.mock (rewards/mocks.py)
+
+    def mock_statement(self, stmt) -> bool:
+        """A patch block, a mock made or configured, an assert method of a mock: handled here
+        (True), else False."""
+        if isinstance(stmt, ast.With):
+            return self.patch_block(stmt)
+        if self.mock_recipe is None:
+            return False
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
+            target, value = stmt.targets[0], stmt.value
+            found = self.mock_of(target)
+            if found is not None and found[1]:  # `m.return_value.json.return_value = {...}`
+                id_, path = found
+                if any(p.startswith("_") and p not in mocks.OPERATORS for p in path):
+                    raise Unconvertible("unittest.mock: a private attribute of a mock set")
+                if self.called():
+                    raise Unconvertible("unittest.mock: a mock configured after the solution "
+                                        "ran")
+                self.mock_recipe.append(["set", id_, path, self.mock_value(value)])
+                return True
+            if (isinstance(target, ast.Name) and isinstance(value, ast.Call)
+                    and self.mock_api(value.func) in mocks.KINDS):  # `m = MagicMock(...)`
+                self.bind_mock(target.id, mocks.MockRef(self.mock_value(value)["mock"]))
+                return True
+        if not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)
+                and isinstance(stmt.value.func, ast.Attribute)):
+            return False
+        root = stmt.value.func.value
+        while isinstance(root, ast.Attribute):
+            root = root.value
+        asserts = stmt.value.func.attr.startswith("assert_")
+        # a mock's method, or an assert method of a name bound from one while judging
+        # (`instance = m.return_value.__enter__.return_value`)
+        if self.mock_of(stmt.value.func.value) is not None or (
+                asserts and isinstance(root, ast.Name) and root.id in self.deferred):
+            if not asserts or self.uses_child(stmt.value):
+                raise Unconvertible(f"unittest.mock: {stmt.value.func.attr}() of a mock")
+            expr = copy.deepcopy(stmt.value)  # `m.assert_called_once_with(url)`, judged here
+            self.checks.append(Check("run", expr=self.parent_expr(expr), env=dict(self.env)))
+            return True
+        return False
+
+    def mock_api(self, node) -> str | None:
+        """The unittest.mock name `node` is through the tests' imports ('patch', 'patch.object',
+        'patch.dict', 'MagicMock', 'Mock', 'mock_open'), else None."""
+        parts = []
+        while isinstance(node, ast.Attribute):
+            parts.insert(0, node.attr)
+            node = node.value
+        if not isinstance(node, ast.Name) or node.id in self.child:
+            return None
+        value = self.env.get(node.id)
+        for part in parts:
+            value = getattr(value, part, None) if isinstance(value, (mocks.Api,
+                                                                     mocks.Module)) else None
+        return value.name if isinstance(value, mocks.Api) else None
+
+    def mock_of(self, node):
+        """(mock id, attribute path) for `m.return_value.json`, m a mock of the test's; else
+        None."""
+        parts = []
+        while isinstance(node, ast.Attribute):
+            parts.insert(0, node.attr)
+            node = node.value
+        if isinstance(node, ast.Name) and isinstance(self.env.get(node.id), mocks.MockRef):
+            return self.env[node.id].id, parts
+        return None
+
+    def called(self) -> bool:
+        """The test has made a step that may call the solution."""
+        return any("eval" in s or "run" in s for s in self.steps[self.first:])
+
+    def bind_mock(self, name: str, value):
+        """`as m`, `m = MagicMock()`: the name holds the mock (read only while judging)."""
+        self.child.discard(name)
+        self.objects.discard(name)
+        self.env[name] = value
+        if isinstance(value, mocks.MockRef):
+            self.deferred.add(name)
+        else:
+            self.deferred.discard(name)
+
+    def make_mock(self, kind: str, keywords: dict) -> int:
+        """A new mock of the recipe: MagicMock, Mock or mock_open, configured by keywords."""
+        if self.called():
+            raise Unconvertible("unittest.mock: a mock made after the solution ran")
+        allowed = {"read_data"} if kind == "mock_open" else None
+        for k in keywords:
+            if k is None or k.startswith("_") or (allowed is not None and k not in allowed) or (
+                    k in ("spec", "spec_set", "wraps", "unsafe", "name", "parent")):
+                raise Unconvertible(f"unittest.mock: {kind}({k}=...)")
+        specs = {k: self.mock_value(v) for k, v in keywords.items()}
+        id_ = sum(op[0] == "new" for op in self.mock_recipe)
+        self.mock_recipe.append(["new", id_, kind, specs])
+        return id_
+
+    def mock_value(self, node) -> dict:
+        """A value configuring a mock, as the recipe's data: another mock, a list, an exception
+        (its class's path, resolved in the child) or plain data computed here."""
+        if isinstance(node, ast.Name) and isinstance(self.env.get(node.id), mocks.MockRef):
+            return {"mock": self.env[node.id].id}
+        if isinstance(node, ast.Call) and self.mock_api(node.func) in mocks.KINDS:
+            if node.args:
+                raise Unconvertible("unittest.mock: a mock made with positional arguments")
+            return {"mock": self.make_mock(self.mock_api(node.func),
+                                           {k.arg: k.value for k in node.keywords})}
+        if isinstance(node, ast.List):
+            return {"list": [self.mock_value(e) for e in node.elts]}
+        evaluable = _names(node) <= set(self.env) | SAFE_NAMES | set(MODULES)
+        exc = None if evaluable else self.exception(node)
+        if exc is not None:
+            return {"exc": exc}
+        if self.uses_child(node):
+            raise Unconvertible("unittest.mock: a mock configured with the solution's values")
+        value = self.parent_eval(node)
+        if callable(value):
+            raise Unconvertible("unittest.mock: a function or class configuring a mock")
+        return {"data": encode_input(value)}
+
+    def exception(self, node):
+        """[path, args] for an exception class or instance the tests name (`ValueError`,
+        `requests.Timeout("x")`, `HTTPError`), else None."""
+        call = node if isinstance(node, ast.Call) else None
+        path = self.dotted(call.func if call else node)
+        if path is None or not path.rpartition(".")[2][:1].isupper():
+            return None
+        if path.startswith("builtins."):
+            cls = getattr(builtins, path[9:], None)
+            if not (isinstance(cls, type) and issubclass(cls, BaseException)):
+                return None
+        args = []
+        if call is not None:
+            if call.keywords or any(isinstance(a, ast.Starred) for a in call.args):
+                raise Unconvertible("unittest.mock: an exception made with keywords")
+            args = [encode_input(self.parent_eval(a)) for a in call.args]
+        return [path, args]
+
+    def dotted(self, node) -> str | None:
+        """The import path of a builtin or of a name of a module the tests import
+        (`requests.exceptions.HTTPError`, `os.environ`), else None."""
+        parts = []
+        while isinstance(node, ast.Attribute):
+            parts.insert(0, node.attr)
+            node = node.value
+        if not isinstance(node, ast.Name) or node.id in self.child:
+            return None
+        if node.id in self.module_paths:
+            return ".".join([self.module_paths[node.id], *parts])
+        if not parts and node.id in BUILTIN_NAMES and node.id not in self.env:
+            return f"builtins.{node.id}"
+        return None
+
+    def patch_target(self, node) -> str:
+        """patch.object's or patch.dict's first argument as an import path."""
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return node.value
+        path = self.dotted(node)
+        if path is None or path.startswith("builtins."):
+            raise Unconvertible(f"unittest.mock: patching {ast.unparse(node)[:60]}")
+        return path
+
+    def patch_block(self, stmt) -> bool:
+        """`with patch(t) as m, patch.dict(os.environ, {...}):`: each patch a step of the child's
+        (the target replaced by a stub of the mock's), the body, then a step undoing them. False
+        when the with-statement holds no patch."""
+        kinds = [self.mock_api(i.context_expr.func) if isinstance(i.context_expr, ast.Call)
+                 else None for i in stmt.items]
+        if not any(k and k.startswith("patch") for k in kinds):
+            return False
+        if self.mock_recipe is None:
+            raise Unconvertible("unittest.mock outside a TestCase")
+        if not all(k in ("patch", "patch.object", "patch.dict") for k in kinds):
+            raise Unconvertible("unittest.mock: patches beside other contexts")
+        for item, kind in zip(stmt.items, kinds):
+            self.patch(item.context_expr, kind, item.optional_vars)
+        for s in stmt.body:
+            self.statement(s)
+        self.steps.append({"unpatch": len(stmt.items)})
+        return True
+
+    def patch(self, call, kind: str, var):
+        """One patch(...) of a block: the child's step, and the name `as` binds."""
+        args, keywords = call.args, {k.arg: k.value for k in call.keywords}
+        if None in keywords or any(isinstance(a, ast.Starred) for a in args):
+            raise Unconvertible("unittest.mock: a patch with * or ** arguments")
+        if kind == "patch.dict":
+            values = args[1] if len(args) > 1 else keywords.get("values")
+            if var is not None or len(args) > 2 or set(keywords) - {"values", "clear"}:
+                raise Unconvertible("unittest.mock: a patch.dict of another form")
+            data = self.parent_eval(values) if values is not None else {}
+            clear = self.parent_eval(keywords["clear"]) if "clear" in keywords else False
+            if not isinstance(data, dict):
+                raise Unconvertible("unittest.mock: patch.dict with values not a dict")
+            self.steps.append({"patch_dict": self.patch_target(args[0]),
+                               "data": encode_input(data), "clear": bool(clear)})
+            return
+        if kind == "patch.object":
+            attr = self.parent_eval(args[1]) if len(args) > 1 else None
+            if not isinstance(attr, str):
+                raise Unconvertible("unittest.mock: patch.object without an attribute name")
+            target, rest = f"{self.patch_target(args[0])}.{attr}", args[2:]
+        else:
+            target = self.parent_eval(args[0]) if args else None
+            if not isinstance(target, str) or "." not in target:
+                raise Unconvertible("unittest.mock: a patch target that is not a dotted string")
+            rest = args[1:]
+        bad = set(keywords) & {"spec", "spec_set", "create", "autospec", "wraps", "unsafe"}
+        if len(rest) > 1 or bad:
+            raise Unconvertible(f"unittest.mock: patch with {sorted(bad) or 'spec'}")
+        new = rest[0] if rest else keywords.pop("new", None)
+        if new is not None:
+            if keywords:
+                raise Unconvertible("unittest.mock: patch with new= and keywords")
+            spec = self.mock_value(new)
+            if "mock" in spec:
+                step, bound = {"handle": spec["mock"]}, mocks.MockRef(spec["mock"])
+            elif "data" in spec:
+                step, bound = {"data": spec["data"]}, self.parent_eval(new)
+            else:
+                raise Unconvertible("unittest.mock: patching a target with an exception")
+        else:
+            factory = keywords.pop("new_callable", None)
+            made = "MagicMock" if factory is None else self.mock_api(factory)
+            if made not in mocks.KINDS:
+                raise Unconvertible("unittest.mock: new_callable that is not a mock of its own")
+            id_ = self.make_mock(made, keywords)
+            step, bound = {"handle": id_}, mocks.MockRef(id_)
+        self.steps.append({"patch": target, **step})
+        if var is not None:
+            if not isinstance(var, ast.Name):
+                raise Unconvertible("unittest.mock: `as` a target other than a name")
+            self.bind_mock(var.id, bound)
+
+    def mocks_in_order(self):
+        """A check reading a mock's record (`assert_called_once_with`, `call_count`) is judged
+        after the whole run, so no step that may call the solution comes after it. A name bound
+        from a mock by attribute reads alone (`inst = m.return_value.__enter__.return_value`: the
+        same object whenever it is read) may come before; the checks reading it then may not."""
+        calls = [i for i, s in enumerate(self.steps) if i >= self.first
+                 and ("eval" in s or "run" in s)]
+        held = set()  # names bound from mocks
+        for check in self.checks:
+            if check.expr is None:
+                continue
+            names = set(check.expr.co_names) | {n for c in check.expr.co_consts
+                                                if hasattr(c, "co_names") for n in c.co_names}
+            if not any(isinstance(check.env.get(n), mocks.MockRef) or n in held for n in names):
+                continue
+            if check.kind == "bind" and not any(
+                    i.opname.startswith("CALL") for i in dis.get_instructions(check.expr)):
+                held.update(check.names)
+                continue
+            if calls and check.at <= calls[-1]:
+                raise Unconvertible("unittest.mock: a mock's record read before a later call of "
+                                    "the solution's")
+            if check.kind == "bind":
+                held.update(check.names)
 
     def import_(self, stmt):
         """`import random`, `from random import randint` inside a test: the trainer's own modules
@@ -1286,6 +1645,25 @@ def _skipped(stmt) -> bool:
                for d in stmt.decorator_list)
 
 
+def _skipped_classes(classes: dict) -> set:
+    """The tests' classes skipped by an unconditional skip on themselves or on a class of the
+    tests' they inherit from: unittest's skip is a class attribute (`__unittest_skip__`), pytest's
+    mark too (`pytestmark`), so a subclass of a skipped base is skipped with it, in both runners."""
+    def own_bases(n):
+        return [b.id for b in classes[n].bases if isinstance(b, ast.Name) and b.id in classes]
+    marked = {n for n, c in classes.items()
+              if any(ast.unparse(d.func if isinstance(d, ast.Call) else d) in _SKIPS
+                     for d in c.decorator_list)}
+    out = set()
+    for name in classes:
+        try:
+            if marked & set(_mro(name, own_bases)):
+                out.add(name)
+        except ValueError:  # a hierarchy Python refuses: left as it is
+            pass
+    return out
+
+
 def _param_rows(fn: ast.FunctionDef, env: dict) -> list[dict]:
     """The parametrize tables of a test function as keyword dicts (cartesian product over
     decorators)."""
@@ -1470,6 +1848,7 @@ class _CaseClass:
         self.members = {c: _members(classes[c]) for c in self.mro if c != _TC}
         self.mode = "self"  # or "cls" (setUpClass, tearDownClass)
         self.set_up_class = set()  # attributes setUpClass gives this class
+        self.patched = {}  # test name -> the method with its @patch decorators as a with-block
 
     def lookup(self, attr: str, after: str | None = None):
         """(member, owner) by the resolution order (after `owner` for super()), else (None,
@@ -1490,10 +1869,25 @@ class _CaseClass:
         for n in sorted(names):
             member, _ = self.lookup(n)
             if isinstance(member, ast.FunctionDef) and not _skipped(member):
-                if member.decorator_list or [a.arg for a in member.args.args] != ["self"]:
-                    raise Unconvertible("a decorated test method, or one with parameters")
+                if member.decorator_list or self.classes[self.name].decorator_list:
+                    self.patched[n] = self.with_patches(member)
+                elif [a.arg for a in member.args.args] != ["self"]:
+                    raise Unconvertible("a test method with parameters")
                 out.append((n, member))
         return out
+
+    def with_patches(self, member):
+        """A test method under @patch decorators (its own, then its class's: the class's are
+        outermost) as `with patch(...) as <param>, ...:` around its body, entered as unittest
+        enters them: the bottom decorator first, giving the first mock parameter; a patch with a
+        replacement (`new`) or a patch.dict passes none."""
+        if any(self.classes[c].decorator_list for c in self.mro if c not in (_TC, self.name)):
+            raise Unconvertible("unittest.mock: @patch on a base class")
+        order = [*reversed(member.decorator_list),
+                 *reversed(self.classes[self.name].decorator_list)]
+        if [x.arg for x in member.args.args[:1]] != ["self"]:
+            raise Unconvertible("a decorated test method, or one with parameters")
+        return _with_patches(member, order, 1)
 
     def class_attribute(self, attr: str) -> str | None:
         """The name holding class attribute `attr` as this class sees it, or None."""
@@ -1510,6 +1904,8 @@ class _CaseClass:
         """`self.method(*args)` (or `super().method(...)`, `after` its owner) inlined: its
         parameters bound to fresh names, its body with those names, `return v` as `target = v`."""
         member, owner = self.lookup(method, after)
+        if after is None and method in self.patched:
+            member = self.patched[method]
         if member is None:
             if method in _HOOKS and not args and not keywords:
                 return []  # unittest.TestCase's own: it does nothing
@@ -1770,7 +2166,7 @@ def _c3(name: str, classes: dict) -> list:
 def _members(stmt: ast.ClassDef) -> dict:
     """A class body of the tests' as name -> FunctionDef (a method) or expression (a class
     attribute; the later binding wins, as Python's); anything else raises Unconvertible."""
-    if stmt.keywords or stmt.decorator_list:
+    if stmt.keywords or not all(_is_patch(d) for d in stmt.decorator_list):
         raise Unconvertible("a class with a decorator or keywords")
     out = {}
     for item in _without_docstring(stmt.body):
@@ -1788,8 +2184,57 @@ def _members(stmt: ast.ClassDef) -> dict:
 # unittest.mock's names: a test that patches the solution's world and asserts on the calls
 _MOCK_NAMES = frozenset("""patch Mock MagicMock NonCallableMock AsyncMock PropertyMock mock_open
 create_autospec""".split())  # noqa: SIM905
-MOCK_REASON = ("unittest.mock (@patch, patch.object, MagicMock, mock_open): a mock's call record "
-               "lives in the solution's process, where only pytest in the sandbox can read it")
+
+
+def _mock_reason(error):
+    """Why a TestCase with mocks is not judged here, as one line starting `unittest.mock`."""
+    text = str(error)
+    return error if text.startswith("unittest.mock") else Unconvertible(f"unittest.mock ({text})")
+
+
+_PATCHES = frozenset(f"{m}{p}" for m in ("", "mock.", "unittest.mock.")
+                     for p in ("patch", "patch.object", "patch.dict"))
+
+
+def _is_patch(decorator) -> bool:
+    """`@patch(...)`, `@patch.object(...)`, `@patch.dict(...)` (what the name is, the plan's
+    env decides: _Unit.mock_api)."""
+    return isinstance(decorator, ast.Call) and ast.unparse(decorator.func) in _PATCHES
+
+
+def _with_patches(fn, order: list, skip: int):
+    """`fn` (its first `skip` parameters kept: `self`) with the patch decorators `order` (in the
+    order they are entered: the bottom one first) as `with patch(...) as <param>, ...:` around its
+    body; a patch with a replacement (`new`) or a patch.dict passes no mock. Every other parameter
+    must receive a mock."""
+    a = fn.args
+    params = [x.arg for x in a.args]
+    if (a.posonlyargs or a.vararg or a.kwonlyargs or a.kwarg or a.defaults
+            or not all(_is_patch(d) for d in order)):
+        raise Unconvertible("a decorated test, or one with parameters")
+    names, items = iter(params[skip:]), []
+    for d in order:
+        var = None
+        if not _patch_replaces(d):
+            name = next(names, None)
+            if name is None:
+                raise Unconvertible("unittest.mock: more patches than mock parameters")
+            var = ast.Name(id=name, ctx=ast.Store())
+        items.append(ast.withitem(context_expr=copy.deepcopy(d), optional_vars=var))
+    if next(names, None) is not None:
+        raise Unconvertible("unittest.mock: more mock parameters than patches")
+    return ast.FunctionDef(name=fn.name, args=ast.arguments(
+        posonlyargs=[], args=[ast.arg(arg=p) for p in params[:skip]], kwonlyargs=[],
+        kw_defaults=[], defaults=[]), body=[ast.With(items=items, body=fn.body,
+                                                     lineno=fn.lineno)],
+        decorator_list=[], lineno=fn.lineno)
+
+
+def _patch_replaces(decorator) -> bool:
+    """A patch decorator that passes no mock to the test: patch.dict, or one given `new`."""
+    name = ast.unparse(decorator.func)
+    given = len(decorator.args) + any(k.arg == "new" for k in decorator.keywords)
+    return name.endswith("dict") or given > (2 if name.endswith("object") else 1)
 
 
 def _uses_mock(stmt) -> bool:
@@ -2081,6 +2526,13 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
         elif isinstance(stmt, ast.Import):
             env.update((a.asname or a.name, imports[a.name]) for a in stmt.names
                        if a.name in imports)
+        # `from unittest.mock import patch, MagicMock, call` (rewards/mocks.py)
+        elif isinstance(stmt, ast.ImportFrom) and stmt.module == "unittest.mock":
+            api = mocks.namespace()
+            env.update((a.asname or a.name, api[a.name]) for a in stmt.names if a.name in api)
+        elif isinstance(stmt, ast.ImportFrom) and stmt.module == "unittest":
+            env.update((a.asname or a.name, mocks.Module()) for a in stmt.names
+                       if a.name == "mock")
         # `from pytest import approx, raises`
         elif isinstance(stmt, ast.ImportFrom) and stmt.module == "pytest":
             for a in stmt.names:
@@ -2093,6 +2545,15 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
             except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
                 pass
     env.update(_trainer_definitions(module.body, env))
+    recipe, module_paths = [], {}  # the mocks' recipe; the modules the tests import, by name
+    for stmt in module.body:
+        if isinstance(stmt, ast.Import):
+            module_paths.update((a.asname or a.name.split(".")[0],
+                                 a.name if a.asname else a.name.split(".")[0]) for a in stmt.names)
+        elif isinstance(stmt, ast.ImportFrom) and not stmt.level and stmt.module not in (
+                "solution", "unittest", "unittest.mock", "pytest"):
+            module_paths.update((a.asname or a.name, f"{stmt.module}.{a.name}")
+                                for a in stmt.names if a.name != "*")
     imported = _defined_names(s for s in module.body if isinstance(s, (ast.Import, ast.ImportFrom)))
     defined = _defined_names(s for s in module.body
                              if not (isinstance(s, ast.ImportFrom) and s.module == "solution"))
@@ -2162,8 +2623,7 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
         if any(c.startswith("Test") and not _is_test_case(classes[c], classes, set())
                for c in group):
             raise Unconvertible("a pytest class among the TestCases")
-        if any(_uses_mock(classes[c]) for c in group):
-            raise Unconvertible(MOCK_REASON)
+        uses_mock = any(_uses_mock(classes[c]) for c in group)
         local_env, local_shared = dict(env), set(shared)
         tc = _testcase()
         local_env.update({f"__unittest_{n}": getattr(tc, n) for n in UNITTEST_ASSERTS})
@@ -2180,9 +2640,14 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
             level = set(unshared) - local | touched
             u = _Unit(unshared, (child_names(fn) - set(local_env)) | (local_shared & _names(fn))
                       - local - touched, prelude, modules, imports, functions, level)
+            if uses_mock:  # the mocks this unit makes join the plan's recipe
+                u.mock_recipe, u.module_paths = recipe, module_paths
             for b in body:
                 u.statement(b)
+            u.mocks_in_order()
             for n in touched:  # what setUpClass gave the class: every later test's
+                if isinstance(u.env.get(n), mocks.MockRef):
+                    raise Unconvertible("unittest.mock: a mock shared by a class's tests")
                 if n in u.child:
                     local_shared.add(n)
                     local_env.pop(n, None)
@@ -2218,8 +2683,10 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
     units, kept, harness_tests = [], [], []
     trusted = untrusted = unjudged = 0
     shared = set()  # module-level mutable names the child holds, one object for every later test
+    skipped = _skipped_classes(classes)
     for stmt in module.body:
-        if _skipped(stmt):  # as pytest: not run, counted neither way
+        # as pytest and unittest: not run, counted neither way (with the classes inheriting one)
+        if _skipped(stmt) or isinstance(stmt, ast.ClassDef) and stmt.name in skipped:
             continue
         if _is_main_guard(stmt) or (check_def is not None
                                     and _check_call(stmt)) or _runs_tests(stmt, test_functions):
@@ -2229,7 +2696,7 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
         if isinstance(stmt, ast.FunctionDef) and stmt.name in wrappers:
             continue  # `def test_check(): check(add)`: check's unit with that candidate
         if isinstance(stmt, ast.ClassDef) and stmt.name not in tried:
-            group = _component(stmt.name, classes)
+            group = [c for c in _component(stmt.name, classes) if c not in skipped]
             tried.update(group)
             if any(_is_test_case(classes[c], classes, set()) for c in group):
                 try:  # unittest TestCases (their bases, mixins): a unit per test, per class
@@ -2239,7 +2706,8 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
                     judged.update(group)
                 except (Unconvertible, ValueError, TypeError, SyntaxError, ArithmeticError,
                         LookupError, RecursionError) as e:
-                    reasons.append(_reason(stmt, e))
+                    mocked = any(_uses_mock(classes[c]) for c in group)
+                    reasons.append(_reason(stmt, _mock_reason(e) if mocked else e))
         if isinstance(stmt, ast.ClassDef) and stmt.name in judged:
             continue
         if _is_test_class(stmt, classes):  # run by the harness, each method reported by name
@@ -2296,18 +2764,27 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
                 trusted += _count_cases(stmt) * len(candidates)
                 continue
             if isinstance(stmt, ast.FunctionDef) and stmt.name.startswith("test"):
-                rows = _param_rows(stmt, env)
+                mocked = _uses_mock(stmt)
+                fn = stmt
+                if stmt.decorator_list and all(_is_patch(d) for d in stmt.decorator_list):
+                    # `@patch(...)` on a test function: its mocks, as on a TestCase's method
+                    fn = _with_patches(stmt, list(reversed(stmt.decorator_list)), 0)
+                rows = _param_rows(fn, env)
                 converted, now_shared = [], set()
-                local = _stored(stmt) | _bound_inside(stmt)
+                local = _stored(fn) | _bound_inside(fn)
                 for row in rows:
                     unshared = {k: v for k, v in env.items() if k not in shared}
                     level = set(unshared) - set(row) - local
-                    u = _Unit({**unshared, **row}, child_names(stmt) - set(row)
-                              | (shared & _names(stmt)) - set(row) - local, prelude, modules,
+                    u = _Unit({**unshared, **row}, child_names(fn) - set(row)
+                              | (shared & _names(fn)) - set(row) - local, prelude, modules,
                               imports, functions, level)
-                    for s in stmt.body:
+                    if mocked:
+                        u.mock_recipe, u.module_paths = recipe, module_paths
+                    for s in fn.body:
                         u.statement(s)
-                    converted.append(Unit(u.steps, u.checks, stmt.name))
+                    if mocked:
+                        u.mocks_in_order()
+                    converted.append(Unit(u.steps, u.checks, fn.name))
                     now_shared |= {n for n in level if n not in u.env and n in u.child}
                 units += converted
                 shared |= now_shared
@@ -2315,7 +2792,8 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
                 continue
         except (Unconvertible, ValueError, TypeError, SyntaxError, ArithmeticError, LookupError,
                 RecursionError) as e:
-            reasons.append(_reason(stmt, e))
+            mocked = isinstance(stmt, ast.FunctionDef) and _uses_mock(stmt)
+            reasons.append(_reason(stmt, _mock_reason(e) if mocked else e))
             # not judged here (ValueError & co.: a table the trainer could not evaluate): the
             # harness runs it
             untrusted += _count_cases(stmt) * (len(_safe_rows(stmt, env))
@@ -2345,7 +2823,8 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
                 harness_tests=tuple(dict.fromkeys(harness_tests)),
                 check_candidate=candidates[0] if candidates else None,
                 build_seconds=time.monotonic() - started,
-                refusal=reasons[0] if harness is not None and reasons else "")
+                refusal=reasons[0] if harness is not None and reasons else "",
+                mocks=recipe)
 
 
 def _last_definitions(body: list) -> list:
@@ -2439,9 +2918,9 @@ class _Values(dict):
         raise KeyError(key)
 
 
-def judge_unit(unit: Unit, results) -> bool:
+def judge_unit(unit: Unit, results, handles=()) -> bool:
     """Did the child's results for this unit pass every check? Any malformed or missing result:
-    no."""
+    no. handles: the run's mocks, replayed (rewards/mocks.py), for the names that hold them."""
     if not isinstance(results, list) or len(results) != len(unit.steps):
         return False
     raises_steps = {c.step for c in unit.checks if c.kind == "raises"}
@@ -2464,7 +2943,9 @@ def judge_unit(unit: Unit, results) -> bool:
             if not _raised(results[check.step], check.exceptions, check.match):
                 return False
             continue
-        scope = _Values({**check.env, **values})
+        env = {k: handles[v.id] if isinstance(v, mocks.MockRef) else v
+               for k, v in check.env.items()} if handles else check.env
+        scope = _Values({**env, **values})
         scope.failed = values.failed
         result = eval(check.expr, _scope(scope), scope)
         if check.kind == "bind":
@@ -2477,13 +2958,13 @@ def judge_unit(unit: Unit, results) -> bool:
     return True
 
 
-def judge(plan: Plan, unit_results) -> bool:
+def judge(plan: Plan, unit_results, handles=()) -> bool:
     """Every unit passed. Exceptions while judging (a result of the wrong shape for the check) are
     failures."""
     if not isinstance(unit_results, list) or len(unit_results) != len(plan.units):
         return False
     try:
-        return all(judge_unit(u, r) for u, r in zip(plan.units, unit_results))
+        return all(judge_unit(u, r, handles) for u, r in zip(plan.units, unit_results))
     except Exception:  # noqa: BLE001 - the child's data is untrusted: anything odd is a failure
         return False
 
@@ -2574,7 +3055,12 @@ def verdict(message: dict) -> bool:
     plan = build_plan(message["tests"], message.get("entry_point"), message.get("setup") or "",
                       functions)
     units = line["units"]
-    if not judge(plan, units):
+    handles = ()
+    if plan.mocks:  # the run's requests again, on mocks of this process's: the trainer's record
+        session = mocks.Session(plan.mocks)
+        session.replay(message.get("mocks"))
+        handles = session.handles
+    if not judge(plan, units, handles):
         return False
     if plan.harness is None:
         return True

@@ -336,17 +336,21 @@ class TestEachFormatsWholeProgram:
         assert scores(honest, problem.answer) == (1.0, 1.0)
         assert scores(block(row["code_prompt"] + wrong), problem.answer) == (0.0, 0.0)
 
-    def test_a_testcase_with_more_than_asserts_stays_with_pytest(self):
-        # a mock, a helper method of the class: the class runs under pytest (refused if trusted)
+    def test_a_mocked_testcase_is_judged_by_the_trainer(self):
+        # a mock: the trainer holds it and its record (rewards/mocks.py; more shapes in
+        # tests/test_code_reward_mocks.py)
         tests = ("import unittest\nfrom unittest.mock import patch\n\n"
                  "class TestCases(unittest.TestCase):\n"
                  "    @patch('os.getcwd', return_value='/x')\n"
                  "    def test_cwd(self, mock_cwd):\n"
-                 "        self.assertEqual(task_func(), '/x')\n")
+                 "        self.assertEqual(task_func(), '/x')\n"
+                 "        mock_cwd.assert_called_once_with()\n")
         plan = testplan.build_plan(tests, "task_func")
-        assert plan.trusted == 0 and plan.harness_tests == ("TestCases.test_cwd",)
+        assert plan.trusted == 1 and plan.harness is None and plan.mocks
         honest = block("import os\ndef task_func():\n    return os.getcwd()\n")
-        assert scores(honest, {"tests": tests, "entry_point": "task_func"}) == (1.0, 0.0)
+        assert scores(honest, {"tests": tests, "entry_point": "task_func"}) == (1.0, 1.0)
+        wrong = block("def task_func():\n    return '/x'\n")  # never calls os.getcwd
+        assert scores(wrong, {"tests": tests, "entry_point": "task_func"}) == (0.0, 0.0)
 
 
 # ------------------------------------------------ 5. answers written the ordinary way
@@ -696,6 +700,65 @@ class TestTestCaseClassesAsUnittestRunsThem:
                 body.replace('"mode": statistics.mode(data)', '"mode": data[0]')):
             assert scores(block(row["code_prompt"] + wrong), problem.answer) == (0.0, 0.0)
 
+    SKIPPED_BASE = ("import unittest\n\n@unittest.skip('base')\nclass Base(unittest.TestCase):\n"
+                    "    def test_a(self):\n        self.assertEqual(f(1), 2)\n\n"
+                    "class Sub(Base):\n    def test_b(self):\n        self.assertEqual(f(2), 3)\n\n"
+                    "class Other(unittest.TestCase):\n    def test_c(self):\n"
+                    "        self.assertEqual(f(5), {})\n")
+
+    @pytest.mark.parametrize("other", ["6", "print(6) or 6"])  # the trainer's, pytest's
+    def test_a_skipped_base_skips_the_classes_inheriting_it(self, other):
+        # unittest's skip is the class attribute __unittest_skip__: Sub inherits it, so only
+        # Other runs; under unittest itself as here
+        import io
+        import unittest
+        tests = self.SKIPPED_BASE.format(other)
+        namespace = {"f": lambda x: x + 1, "__name__": "gmts_skips"}
+        exec(compile(tests, "tests.py", "exec"), namespace)  # noqa: S102 - the tests' own text
+        suite = unittest.TestSuite(unittest.defaultTestLoader.loadTestsFromTestCase(namespace[c])
+                                   for c in ("Base", "Sub", "Other"))
+        result = unittest.TextTestRunner(stream=io.StringIO()).run(suite)
+        assert (result.testsRun, len(result.skipped)) == (4, 3)  # Other.test_c alone runs
+        plan = testplan.build_plan(tests, "f")
+        assert plan.trusted + plan.untrusted == 1
+        assert [u.name for u in plan.units] == (["Other.test_c"] if other == "6" else [])
+        reference = {"tests": tests, "entry_point": "f"}
+        honest = block("def f(x):\n    return x + 1\n")
+        assert scores(honest, reference) == ((1.0, 1.0) if other == "6" else (1.0, 0.0))
+        wrong_in_skipped = block("def f(x):\n    return 6 if x == 5 else 0\n")
+        assert scores(wrong_in_skipped, reference)[0] == 1.0  # only Other.test_c is run
+        assert scores(block("def f(x):\n    return 0\n"), reference) == (0.0, 0.0)
+
+    CASES_LOOP = ("import unittest\n\nclass T(unittest.TestCase):\n"
+                  "    CASES = [([1, 2], 3), ([], 0), ([5], 5)]\n\n"
+                  "    def test_table(self):\n        for xs, want in self.CASES:\n"
+                  "            self.assertEqual(f(xs), want)\n\n"
+                  "    def test_local(self):\n        cases = [([1], 1), ([2, 2], 4)]\n"
+                  "        for xs, want in cases:\n            with self.subTest(xs=xs):\n"
+                  "                self.assertEqual(f(xs), want)\n"
+                  "        self.assertEqual(len(cases[1][0]), 2)\n")
+
+    @pytest.mark.parametrize("body", [
+        "    return sum(xs)\n",
+        "    xs.sort()\n    return sum(xs)\n",  # mutates, and no test reads it again
+        "    xs.append(0)\n    return sum(xs)\n",  # mutates what test_local reads again
+        "    return 3\n"])
+    def test_a_loop_over_a_table_of_inputs_as_unittest_runs_it(self, body):
+        # each input is the table's own object (a path into it, bound in the child): a mutation
+        # counts where the test reads the table again, as under unittest
+        import io
+        import unittest
+        solution = "def f(xs):\n" + body
+        namespace = {"__name__": "gmts_cases"}
+        exec(compile(solution + self.CASES_LOOP, "tests.py", "exec"), namespace)  # noqa: S102
+        suite = unittest.defaultTestLoader.loadTestsFromTestCase(namespace["T"])
+        expected = unittest.TextTestRunner(stream=io.StringIO()).run(suite).wasSuccessful()
+        plan = testplan.build_plan(self.CASES_LOOP, "f")
+        assert plan.harness is None and plan.trusted == 3
+        want = 1.0 if expected else 0.0
+        assert scores(block(solution), {"tests": self.CASES_LOOP, "entry_point": "f"}) == (
+            want, want)
+
     def test_a_solution_that_mutates_a_class_fixture(self):
         # setUpClass's list is one object for both tests: sorting it in the first fails the second
         assert testplan.build_plan(SHARED_FIXTURE).harness is None
@@ -789,20 +852,15 @@ class TestLongInputLists:
         assert plan.trusted == 0 and plan.untrusted == 1 and plan.harness is not None
 
 
-# (tests, an honest task_func, a wrong one): each stays with pytest, refused under trusted_only
+# (tests, an honest task_func, a wrong one): shapes the trainer does not judge (a mock passed to
+# the solution, a spec'd mock) stay with pytest, refused under trusted_only; the shapes it judges
+# are in tests/test_code_reward_mocks.py
 MOCKED = {
-    "patch_decorator": (
-        ("    @patch('os.getcwd', return_value='/x')\n    def test_cwd(self, mock_cwd):\n"
-         "        self.assertEqual(task_func(), '/x')\n"),
+    "autospec": (
+        ("    @patch('os.getcwd', autospec=True, return_value='/x')\n"
+         "    def test_cwd(self, mock_cwd):\n        self.assertEqual(task_func(), '/x')\n"),
         "import os\ndef task_func():\n    return os.getcwd()\n",
         "def task_func():\n    return '/x/'\n"),
-    "mock_open": (
-        ("    def test_lines(self):\n"
-         "        with patch('builtins.open', mock_open(read_data='a\\nb\\n')):\n"
-         "            self.assertEqual(task_func('f.txt'), 2)\n"),
-        ("def task_func(path):\n    with open(path) as f:\n"
-         "        return len(f.read().splitlines())\n"),
-        "def task_func(path):\n    return 1\n"),
     "magicmock": (
         ("    def test_calls(self):\n        m = MagicMock(return_value=3)\n"
          "        self.assertEqual(task_func(m), 6)\n        m.assert_called_once_with()\n"),

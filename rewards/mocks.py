@@ -1,0 +1,243 @@
+"""unittest.mock in TestCases the trainer judges: the mocks and their record live here.
+
+The plan (rewards/testplan.py) turns a test's patches (`@patch('requests.get')`, `with patch(...)
+as m`, `patch.object`, `patch.dict`) into steps for the child and a recipe: the mocks the test
+makes and how its own statements configure them (`m.return_value.json.return_value = {...}`,
+`side_effect=[...]` or an exception), as data. Per run, a Session builds those MagicMocks here
+from the recipe. The child replaces each patched target with a stub; every call, attribute read,
+operator or iteration the solution applies to a stub (or to a mock one returned) comes here over a
+channel as data (_sandbox_child._ask), is performed on the Session's own mock, and its value goes
+back as data, as a handle (the value is itself a mock) or as the exception to raise. The Session
+logs each request; the judge builds the recipe again, replays the log on its own mocks (the same
+operations in the same order give the same record) and runs the test's asserts on them
+(`assert_called_once_with`, `call_count`, `call_args_list`): the record is the trainer's, and a
+request the solution forges on the channel is only a call it could have made.
+"""
+import functools
+import operator
+import os
+
+from . import testplan
+
+
+def _mock():
+    """unittest.mock, imported where a plan has mocks (not by every trainer)."""
+    from unittest import mock
+    return mock
+
+
+@functools.cache
+def mock_api() -> frozenset:
+    """Mock's own API: never reachable from the child (a solution calling `reset_mock()` or
+    reading `return_value` through a stub would rewrite or bypass the record)."""
+    return frozenset(n for n in dir(_mock().MagicMock()) if not n.startswith("_")) | {
+        "return_value", "side_effect", "called", "call_count", "call_args", "call_args_list",
+        "mock_calls", "method_calls"}
+
+# operators a stub forwards, applied here as Python applies them (a MagicMock's configured method,
+# else the default: a plain Mock is true, equal only to itself, and no context manager)
+OPERATIONS = {
+    "__enter__": lambda o: type(o).__enter__(o), "__exit__": lambda o, *a: type(o).__exit__(o, *a),
+    "__getitem__": operator.getitem, "__len__": len, "__bool__": bool, "__eq__": operator.eq,
+    "__ne__": operator.ne, "__str__": str, "__int__": int, "__float__": float,
+    "__contains__": lambda o, x: x in o, "__lt__": operator.lt, "__gt__": operator.gt,
+    "__le__": operator.le, "__ge__": operator.ge, "__fspath__": os.fspath}
+OPERATORS = frozenset(OPERATIONS)
+MAX_ITEMS = 100_000  # items of a mock iterated in the child (mock_open's lines)
+# mocks one run may reach (each attribute of a mock is a new one, ~12 KB and ~0.8 ms here): more
+# is a flood, and the run fails
+MAX_HANDLES = 1000
+KINDS = ("MagicMock", "Mock", "mock_open")  # the mocks a test may make
+
+
+class MockRef:
+    """A name of the test's bound to the recipe's mock `id` (in the plan's env)."""
+
+    def __init__(self, id_: int):
+        self.id = id_
+
+    def __repr__(self):
+        return f"MockRef({self.id})"
+
+
+class Api:
+    """unittest.mock's names in the plan's env (`patch`, `MagicMock`...): markers the plan reads
+    statically; evaluating one here is not a mock."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __getattr__(self, attr):
+        if self.name == "patch" and attr in ("object", "dict"):
+            return Api(f"patch.{attr}")
+        raise AttributeError(attr)
+
+    def __call__(self, *args, **kwargs):
+        raise testplan.Unconvertible(f"unittest.mock: {self.name}(...) where the trainer cannot "
+                                     "make it")
+
+
+def namespace() -> dict:
+    """What `from unittest.mock import X` binds for the plan: markers, and the real `call`,
+    `ANY`, `DEFAULT` and `sentinel` (values the tests' asserts compare with)."""
+    out = {n: Api(n) for n in ("patch", "MagicMock", "Mock", "mock_open")}
+    mock = _mock()
+    out.update(call=mock.call, ANY=mock.ANY, DEFAULT=mock.DEFAULT, sentinel=mock.sentinel)
+    return out
+
+
+class Module:
+    """`from unittest import mock`: `mock.patch`, `mock.call`..."""
+
+    def __init__(self):
+        for k, v in namespace().items():
+            setattr(self, k, v)
+
+    def __getattr__(self, attr):
+        raise AttributeError(attr)
+
+
+def module():
+    return Module()
+
+
+class Raise(Exception):
+    """An exception the test configures (`side_effect=requests.Timeout("x")`), raised here by the
+    mock and raised in the child as the class at `path` (resolved there: the trainer imports no
+    module of the solution's world)."""
+
+    def __init__(self, path: str, args: list):
+        super().__init__(path)
+        self.path, self.data = path, args
+
+
+class Opaque:
+    """An argument the child could not send as data (an object of the solution's): recorded as its
+    type's name; it equals nothing but ANY."""
+
+    def __init__(self, kind: str):
+        self.kind = kind
+
+    def __repr__(self):
+        return f"<{self.kind} object>"
+
+
+class Session:
+    """One run's mocks, built from the plan's recipe, answering the child's requests (answer) or
+    replaying a run's log of them (replay)."""
+
+    def __init__(self, recipe: list):
+        self.handles, self.index, self.log = [], {}, []
+        for op in recipe:
+            if op[0] == "new":
+                _, id_, kind, kwargs = op
+                obj = getattr(_mock(), kind)(**{k: self.value(v) for k, v in kwargs.items()})
+                if id_ != self.handle(obj):
+                    raise ValueError(f"recipe: mock {id_} out of order")
+            else:  # "set": the test's configuring statement
+                _, id_, path, spec = op
+                target = self.handles[id_]
+                for attr in path[:-1]:
+                    target = getattr(target, attr)
+                setattr(target, path[-1], self.value(spec))
+
+    def value(self, spec):
+        """A recipe value: {"data"}, {"mock": id}, {"exc": [path, args]}, {"list": [...]}."""
+        (tag, inner), = spec.items()
+        if tag == "data":
+            return testplan.decode(inner)
+        if tag == "mock":
+            return self.handles[inner]
+        if tag == "exc":
+            return Raise(inner[0], inner[1])
+        return [self.value(v) for v in inner]
+
+    def handle(self, obj) -> int:
+        if id(obj) not in self.index:
+            if len(self.handles) >= MAX_HANDLES:
+                raise ValueError("malformed: more mocks than a run may reach")
+            self.index[id(obj)] = len(self.handles)
+            self.handles.append(obj)
+        return self.index[id(obj)]
+
+    def arg(self, a):
+        kind, inner = a
+        if kind == "d":
+            return testplan.decode(inner)
+        if kind == "h":
+            return self.handles[inner]
+        if kind == "o" and type(inner) is str:
+            return Opaque(inner[:100])
+        raise ValueError("malformed argument")
+
+    def reply(self, value) -> list:
+        if isinstance(value, _mock().NonCallableMock):
+            return ["h", self.handle(value)]
+        try:
+            return ["d", testplan.encode_input(value)]
+        except (testplan.Unconvertible, RecursionError):
+            return ["raise", "builtins.TypeError", [(f"a mocked value of type "
+                                                    f"{type(value).__name__}")]]
+
+    def perform(self, request):
+        """The request on this session's mocks: its value, or the exception it raised."""
+        kind, h = request[0], request[1]
+        if type(h) is not int or not 0 <= h < len(self.handles):
+            raise ValueError("malformed handle")
+        obj = self.handles[h]
+        if kind == "get":
+            name = request[2]
+            if type(name) is not str or name.startswith("_") or name in mock_api():
+                raise AttributeError(name)
+            return getattr(obj, name)
+        if kind == "call":
+            args, kwargs = request[2], request[3]
+            if type(args) is not list or type(kwargs) is not dict:
+                raise ValueError("malformed call")
+            return obj(*[self.arg(a) for a in args], **{k: self.arg(v) for k, v in kwargs.items()})
+        if kind == "op":
+            name, args = request[2], request[3]
+            if name not in OPERATORS or type(args) is not list:
+                raise ValueError("malformed operator")
+            return OPERATIONS[name](obj, *[self.arg(a) for a in args])
+        if kind == "iter":
+            out = []
+            for item in iter(obj):
+                out.append(item)
+                if len(out) > MAX_ITEMS:
+                    raise ValueError("a mock iterated too long")
+            return out
+        raise ValueError("malformed request")
+
+    def answer(self, request) -> list:
+        """The reply to one request of the child's (parsed JSON); logged. A malformed request
+        raises ValueError (the run fails)."""
+        if type(request) is not list or len(request) < 2:
+            raise ValueError("malformed request")
+        self.log.append(request)
+        try:
+            value = self.perform(request)
+        except ValueError as e:
+            if str(e).startswith("malformed"):
+                raise
+            return self.raised(e)
+        except Raise as e:
+            return ["raise", e.path, e.data]
+        except Exception as e:  # noqa: BLE001 - the mock raised it (StopIteration, the test's)
+            return self.raised(e)
+        if request[0] == "iter":
+            return ["items", [self.reply(v) for v in value]]
+        return self.reply(value)
+
+    @staticmethod
+    def raised(e) -> list:
+        kind = type(e)
+        name = kind.__name__ if kind.__module__ == "builtins" else "RuntimeError"
+        return ["raise", f"builtins.{name}", [str(e)[:4096]]]
+
+    def replay(self, log) -> None:
+        """The run's requests again, in order, on these mocks (their record is then the run's)."""
+        if not isinstance(log, list):
+            raise TypeError("malformed log")
+        for request in log:
+            self.answer(request)
