@@ -32,6 +32,6 @@ atexit.register(lambda: _pool.stop())  # no orphaned helper when the trainer exi
 
 def verdict(message: dict, timeout: float = JUDGE_TIMEOUT_S) -> bool:
     """Does this run's report pass its tests? message: {"tests", "entry_point", "setup", "token",
-    "report", "pytest"} (see testplan.verdict). Made in a helper process; False past `timeout`
+    "report", "pytest"} (see _judge_worker.verdict). Made in a helper process; False past `timeout`
     seconds or the memory limit."""
     return _pool.ask(json.dumps(message) + "\n", timeout) == "1"

@@ -12,17 +12,53 @@ import os
 import resource
 import sys
 
-LIMIT = int(sys.argv[1]) << 20 if len(sys.argv) > 1 else 4 << 30
-resource.setrlimit(resource.RLIMIT_AS, (LIMIT, LIMIT))
-sys.setrecursionlimit(10_000)
-# the project's root: `rewards` is found
-sys.path[:0] = json.loads(os.environ.get("GMTS_JUDGE_PATH", "[]"))
-from rewards.testplan import verdict
 
-print("ready", flush=True)
-for line in sys.stdin:
+def verdict(message: dict) -> bool:
+    """The whole verdict on one run, from the child's report as text: every unit passed (the
+    run's requests to the tests' mocks replayed on mocks of this process's first: the record the
+    asserts read is the trainer's), and where the plan has a harness, pytest's result passes
+    (testplan.pytest_verdict)."""
+    from rewards import mocks
+    from rewards.testplan import build_plan, judge, pytest_verdict
     try:
-        passed = verdict(json.loads(line))
-    except BaseException:  # noqa: BLE001 - MemoryError, RecursionError, anything: not a pass
-        passed = False
-    print("1" if passed is True else "0", flush=True)
+        report = [json.loads(line) for line in message["report"].split("\n") if line]
+    except (ValueError, RecursionError):
+        return False
+    line = next((r for r in reversed(report) if isinstance(r, dict) and "units" in r), None)
+    if line is None:
+        return False
+    # the child ran the plan where the tests' capitalised names are the solution's functions
+    functions = frozenset(message.get("functions") or ()) if line.get("functions") is True else (
+        frozenset())
+    plan = build_plan(message["tests"], message.get("entry_point"), message.get("setup") or "",
+                      functions)
+    handles = ()
+    if plan.mocks:
+        session = mocks.Session(plan.mocks)
+        session.replay(message.get("mocks"))
+        handles = session.handles
+    if not judge(plan, line["units"], handles):
+        return False
+    if plan.harness is None:
+        return True
+    return pytest_verdict(plan, message.get("pytest") or "", message["token"])
+
+
+def main():
+    limit = int(sys.argv[1]) << 20 if len(sys.argv) > 1 else 4 << 30
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    sys.setrecursionlimit(10_000)
+    import rewards.mocks  # noqa: F401 - loaded (with testplan) before "ready"
+    print("ready", flush=True)
+    for line in sys.stdin:
+        try:
+            passed = verdict(json.loads(line))
+        except BaseException:  # noqa: BLE001 - MemoryError, RecursionError, anything: not a pass
+            passed = False
+        print("1" if passed is True else "0", flush=True)
+
+
+if __name__ == "__main__":
+    # the project's root: `rewards` is found
+    sys.path[:0] = json.loads(os.environ.get("GMTS_JUDGE_PATH", "[]"))
+    main()

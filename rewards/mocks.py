@@ -18,19 +18,14 @@ import operator
 import os
 
 from . import testplan
-
-
-def _mock():
-    """unittest.mock, imported where a plan has mocks (not by every trainer)."""
-    from unittest import mock
-    return mock
+from .testplan import unittest_mock
 
 
 @functools.cache
 def mock_api() -> frozenset:
     """Mock's own API: never reachable from the child (a solution calling `reset_mock()` or
     reading `return_value` through a stub would rewrite or bypass the record)."""
-    return frozenset(n for n in dir(_mock().MagicMock()) if not n.startswith("_")) | {
+    return frozenset(n for n in dir(unittest_mock().MagicMock()) if not n.startswith("_")) | {
         "return_value", "side_effect", "called", "call_count", "call_args", "call_args_list",
         "mock_calls", "method_calls"}
 
@@ -42,63 +37,10 @@ OPERATIONS = {
     "__ne__": operator.ne, "__str__": str, "__int__": int, "__float__": float,
     "__contains__": lambda o, x: x in o, "__lt__": operator.lt, "__gt__": operator.gt,
     "__le__": operator.le, "__ge__": operator.ge, "__fspath__": os.fspath}
-OPERATORS = frozenset(OPERATIONS)
 MAX_ITEMS = 100_000  # items of a mock iterated in the child (mock_open's lines)
 # mocks one run may reach (each attribute of a mock is a new one, ~12 KB and ~0.8 ms here): more
 # is a flood, and the run fails
 MAX_HANDLES = 1000
-KINDS = ("MagicMock", "Mock", "mock_open")  # the mocks a test may make
-
-
-class MockRef:
-    """A name of the test's bound to the recipe's mock `id` (in the plan's env)."""
-
-    def __init__(self, id_: int):
-        self.id = id_
-
-    def __repr__(self):
-        return f"MockRef({self.id})"
-
-
-class Api:
-    """unittest.mock's names in the plan's env (`patch`, `MagicMock`...): markers the plan reads
-    statically; evaluating one here is not a mock."""
-
-    def __init__(self, name: str):
-        self.name = name
-
-    def __getattr__(self, attr):
-        if self.name == "patch" and attr in ("object", "dict"):
-            return Api(f"patch.{attr}")
-        raise AttributeError(attr)
-
-    def __call__(self, *args, **kwargs):
-        raise testplan.Unconvertible(f"unittest.mock: {self.name}(...) where the trainer cannot "
-                                     "make it")
-
-
-def namespace() -> dict:
-    """What `from unittest.mock import X` binds for the plan: markers, and the real `call`,
-    `ANY`, `DEFAULT` and `sentinel` (values the tests' asserts compare with)."""
-    out = {n: Api(n) for n in ("patch", "MagicMock", "Mock", "mock_open")}
-    mock = _mock()
-    out.update(call=mock.call, ANY=mock.ANY, DEFAULT=mock.DEFAULT, sentinel=mock.sentinel)
-    return out
-
-
-class Module:
-    """`from unittest import mock`: `mock.patch`, `mock.call`..."""
-
-    def __init__(self):
-        for k, v in namespace().items():
-            setattr(self, k, v)
-
-    def __getattr__(self, attr):
-        raise AttributeError(attr)
-
-
-def module():
-    return Module()
 
 
 class Raise(Exception):
@@ -131,7 +73,8 @@ class Session:
         for op in recipe:
             if op[0] == "new":
                 _, id_, kind, kwargs = op
-                obj = getattr(_mock(), kind)(**{k: self.value(v) for k, v in kwargs.items()})
+                made = getattr(unittest_mock(), kind)      # MagicMock, Mock or mock_open
+                obj = made(**{k: self.value(v) for k, v in kwargs.items()})
                 if id_ != self.handle(obj):
                     raise ValueError(f"recipe: mock {id_} out of order")
             else:  # "set": the test's configuring statement
@@ -171,7 +114,7 @@ class Session:
         raise ValueError("malformed argument")
 
     def reply(self, value) -> list:
-        if isinstance(value, _mock().NonCallableMock):
+        if isinstance(value, unittest_mock().NonCallableMock):
             return ["h", self.handle(value)]
         try:
             return ["d", testplan.encode_input(value)]
@@ -197,7 +140,7 @@ class Session:
             return obj(*[self.arg(a) for a in args], **{k: self.arg(v) for k, v in kwargs.items()})
         if kind == "op":
             name, args = request[2], request[3]
-            if name not in OPERATORS or type(args) is not list:
+            if name not in OPERATIONS or type(args) is not list:
                 raise ValueError("malformed operator")
             return OPERATIONS[name](obj, *[self.arg(a) for a in args])
         if kind == "iter":

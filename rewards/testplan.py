@@ -37,7 +37,6 @@ import time
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from . import mocks
 
 # Builtins the trainer evaluates itself (real builtins, whatever the solution redefines). Every
 # other builtin (print, id, next, getattr, ...) makes its test case untrusted: it would have to run
@@ -157,6 +156,69 @@ def _scope(names: dict) -> dict:
 # `from pytest import raises`: only ever the context of a with-statement (raises_block)
 _RAISES = object()
 _FROM_PYTEST = {"approx": _approx, "raises": _RAISES}
+
+
+# ---------------------------------------------------------------- unittest.mock's names
+# What a plan reads of unittest.mock statically; the mocks themselves are the trainer's, made and
+# served in rewards/mocks.py.
+
+def unittest_mock():
+    """unittest.mock, imported where a plan has mocks (not by every trainer)."""
+    from unittest import mock
+    return mock
+
+
+# the operators a stub in the child forwards to the trainer's mock (mocks.OPERATIONS applies them)
+MOCK_OPERATORS = frozenset((
+    "__enter__", "__exit__", "__getitem__", "__len__", "__bool__", "__eq__", "__ne__", "__str__",
+    "__int__", "__float__", "__contains__", "__lt__", "__gt__", "__le__", "__ge__", "__fspath__"))
+MOCK_KINDS = ("MagicMock", "Mock", "mock_open")  # the mocks a test may make
+
+
+class MockRef:
+    """A name of the test's bound to the recipe's mock `id` (in the plan's env)."""
+
+    def __init__(self, id_: int):
+        self.id = id_
+
+    def __repr__(self):
+        return f"MockRef({self.id})"
+
+
+class MockApi:
+    """unittest.mock's names in the plan's env (`patch`, `MagicMock`...): markers the plan reads
+    statically; evaluating one here is not a mock."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __getattr__(self, attr):
+        if self.name == "patch" and attr in ("object", "dict"):
+            return MockApi(f"patch.{attr}")
+        raise AttributeError(attr)
+
+    def __call__(self, *args, **kwargs):
+        raise Unconvertible(f"unittest.mock: {self.name}(...) where the trainer cannot make it")
+
+
+def mock_namespace() -> dict:
+    """What `from unittest.mock import X` binds for the plan: markers, and the real `call`,
+    `ANY`, `DEFAULT` and `sentinel` (values the tests' asserts compare with)."""
+    out = {n: MockApi(n) for n in ("patch", "MagicMock", "Mock", "mock_open")}
+    mock = unittest_mock()
+    out.update(call=mock.call, ANY=mock.ANY, DEFAULT=mock.DEFAULT, sentinel=mock.sentinel)
+    return out
+
+
+class MockModule:
+    """`from unittest import mock`: `mock.patch`, `mock.call`..."""
+
+    def __init__(self):
+        for k, v in mock_namespace().items():
+            setattr(self, k, v)
+
+    def __getattr__(self, attr):
+        raise AttributeError(attr)
 
 
 # ---------------------------------------------------------------- plain data across the boundary
@@ -1021,7 +1083,7 @@ class _Unit:
                     or n.id in bound):
                 raise Unconvertible(f"name {n.id!r} cannot be evaluated by the trainer")
             if isinstance(n, ast.Attribute) and n.attr.startswith("_") and not (
-                    n.attr in mocks.OPERATORS and self.mock_of(n.value) is not None):
+                    n.attr in MOCK_OPERATORS and self.mock_of(n.value) is not None):
                 raise Unconvertible("private attribute")  # but a mock's `__enter__`
             if (isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
                 and n.value.id == "pytest"
@@ -1209,7 +1271,7 @@ class _Unit:
             found = self.mock_of(target)
             if found is not None and found[1]:  # `m.return_value.json.return_value = {...}`
                 id_, path = found
-                if any(p.startswith("_") and p not in mocks.OPERATORS for p in path):
+                if any(p.startswith("_") and p not in MOCK_OPERATORS for p in path):
                     raise Unconvertible("unittest.mock: a private attribute of a mock set")
                 if self.called():
                     raise Unconvertible("unittest.mock: a mock configured after the solution "
@@ -1217,8 +1279,8 @@ class _Unit:
                 self.mock_recipe.append(["set", id_, path, self.mock_value(value)])
                 return True
             if (isinstance(target, ast.Name) and isinstance(value, ast.Call)
-                    and self.mock_api(value.func) in mocks.KINDS):  # `m = MagicMock(...)`
-                self.bind_mock(target.id, mocks.MockRef(self.mock_value(value)["mock"]))
+                    and self.mock_api(value.func) in MOCK_KINDS):  # `m = MagicMock(...)`
+                self.bind_mock(target.id, MockRef(self.mock_value(value)["mock"]))
                 return True
         if not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)
                 and isinstance(stmt.value.func, ast.Attribute)):
@@ -1249,9 +1311,9 @@ class _Unit:
             return None
         value = self.env.get(node.id)
         for part in parts:
-            value = getattr(value, part, None) if isinstance(value, (mocks.Api,
-                                                                     mocks.Module)) else None
-        return value.name if isinstance(value, mocks.Api) else None
+            value = getattr(value, part, None) if isinstance(value, (MockApi,
+                                                                     MockModule)) else None
+        return value.name if isinstance(value, MockApi) else None
 
     def mock_of(self, node):
         """(mock id, attribute path) for `m.return_value.json`, m a mock of the test's; else
@@ -1260,7 +1322,7 @@ class _Unit:
         while isinstance(node, ast.Attribute):
             parts.insert(0, node.attr)
             node = node.value
-        if isinstance(node, ast.Name) and isinstance(self.env.get(node.id), mocks.MockRef):
+        if isinstance(node, ast.Name) and isinstance(self.env.get(node.id), MockRef):
             return self.env[node.id].id, parts
         return None
 
@@ -1273,7 +1335,7 @@ class _Unit:
         self.child.discard(name)
         self.objects.discard(name)
         self.env[name] = value
-        if isinstance(value, mocks.MockRef):
+        if isinstance(value, MockRef):
             self.deferred.add(name)
         else:
             self.deferred.discard(name)
@@ -1295,9 +1357,9 @@ class _Unit:
     def mock_value(self, node) -> dict:
         """A value configuring a mock, as the recipe's data: another mock, a list, an exception
         (its class's path, resolved in the child) or plain data computed here."""
-        if isinstance(node, ast.Name) and isinstance(self.env.get(node.id), mocks.MockRef):
+        if isinstance(node, ast.Name) and isinstance(self.env.get(node.id), MockRef):
             return {"mock": self.env[node.id].id}
-        if isinstance(node, ast.Call) and self.mock_api(node.func) in mocks.KINDS:
+        if isinstance(node, ast.Call) and self.mock_api(node.func) in MOCK_KINDS:
             if node.args:
                 raise Unconvertible("unittest.mock: a mock made with positional arguments")
             return {"mock": self.make_mock(self.mock_api(node.func),
@@ -1411,7 +1473,7 @@ class _Unit:
                 raise Unconvertible("unittest.mock: patch with new= and keywords")
             spec = self.mock_value(new)
             if "mock" in spec:
-                step, bound = {"handle": spec["mock"]}, mocks.MockRef(spec["mock"])
+                step, bound = {"handle": spec["mock"]}, MockRef(spec["mock"])
             elif "data" in spec:
                 step, bound = {"data": spec["data"]}, self.parent_eval(new)
             else:
@@ -1419,10 +1481,10 @@ class _Unit:
         else:
             factory = keywords.pop("new_callable", None)
             made = "MagicMock" if factory is None else self.mock_api(factory)
-            if made not in mocks.KINDS:
+            if made not in MOCK_KINDS:
                 raise Unconvertible("unittest.mock: new_callable that is not a mock of its own")
             id_ = self.make_mock(made, keywords)
-            step, bound = {"handle": id_}, mocks.MockRef(id_)
+            step, bound = {"handle": id_}, MockRef(id_)
         self.steps.append({"patch": target, **step})
         if var is not None:
             if not isinstance(var, ast.Name):
@@ -1442,7 +1504,7 @@ class _Unit:
                 continue
             names = set(check.expr.co_names) | {n for c in check.expr.co_consts
                                                 if hasattr(c, "co_names") for n in c.co_names}
-            if not any(isinstance(check.env.get(n), mocks.MockRef) or n in held for n in names):
+            if not any(isinstance(check.env.get(n), MockRef) or n in held for n in names):
                 continue
             if check.kind == "bind" and not any(
                     i.opname.startswith("CALL") for i in dis.get_instructions(check.expr)):
@@ -2528,10 +2590,10 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
                        if a.name in imports)
         # `from unittest.mock import patch, MagicMock, call` (rewards/mocks.py)
         elif isinstance(stmt, ast.ImportFrom) and stmt.module == "unittest.mock":
-            api = mocks.namespace()
+            api = mock_namespace()
             env.update((a.asname or a.name, api[a.name]) for a in stmt.names if a.name in api)
         elif isinstance(stmt, ast.ImportFrom) and stmt.module == "unittest":
-            env.update((a.asname or a.name, mocks.Module()) for a in stmt.names
+            env.update((a.asname or a.name, MockModule()) for a in stmt.names
                        if a.name == "mock")
         # `from pytest import approx, raises`
         elif isinstance(stmt, ast.ImportFrom) and stmt.module == "pytest":
@@ -2646,7 +2708,7 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
                 u.statement(b)
             u.mocks_in_order()
             for n in touched:  # what setUpClass gave the class: every later test's
-                if isinstance(u.env.get(n), mocks.MockRef):
+                if isinstance(u.env.get(n), MockRef):
                     raise Unconvertible("unittest.mock: a mock shared by a class's tests")
                 if n in u.child:
                     local_shared.add(n)
@@ -2943,7 +3005,7 @@ def judge_unit(unit: Unit, results, handles=()) -> bool:
             if not _raised(results[check.step], check.exceptions, check.match):
                 return False
             continue
-        env = {k: handles[v.id] if isinstance(v, mocks.MockRef) else v
+        env = {k: handles[v.id] if isinstance(v, MockRef) else v
                for k, v in check.env.items()} if handles else check.env
         scope = _Values({**env, **values})
         scope.failed = values.failed
@@ -3035,33 +3097,3 @@ def pytest_verdict(plan: Plan, text: str, token: str) -> bool:
 
 # runs HumanEval's check(candidate) under pytest (rewards/sandbox.py)
 CHECK_TEST = "test__gmts_check"
-
-
-def verdict(message: dict) -> bool:
-    """The whole verdict on one run, from the child's report as text (rewards/_judge_worker.py calls
-    this, in a helper process under a deadline and a memory limit): every unit passed, and where the
-    plan has a harness, pytest's result passes (pytest_verdict)."""
-    import json
-    try:
-        report = [json.loads(line) for line in message["report"].split("\n") if line]
-    except (ValueError, RecursionError):
-        return False
-    line = next((r for r in reversed(report) if isinstance(r, dict) and "units" in r), None)
-    if line is None:
-        return False
-    # the child ran the plan where the tests' capitalised names are the solution's functions
-    functions = frozenset(message.get("functions") or ()) if line.get("functions") is True else (
-        frozenset())
-    plan = build_plan(message["tests"], message.get("entry_point"), message.get("setup") or "",
-                      functions)
-    units = line["units"]
-    handles = ()
-    if plan.mocks:  # the run's requests again, on mocks of this process's: the trainer's record
-        session = mocks.Session(plan.mocks)
-        session.replay(message.get("mocks"))
-        handles = session.handles
-    if not judge(plan, units, handles):
-        return False
-    if plan.harness is None:
-        return True
-    return pytest_verdict(plan, message.get("pytest") or "", message["token"])

@@ -469,3 +469,12 @@ def test_pytest_functions_with_patches():
     for wrong in ("def ask_age():\n    return int(input('age? ')) + 1\n",  # no retry
                   "def ask_age():\n    return 42 if int(input()) == 41 else 8\n"):  # no prompt
         assert scores(block(wrong), KODCODE_MOCKS) == (0.0, 0.0)
+
+
+def test_the_plan_and_the_trainer_name_the_same_operators():
+    """The operators the plan lets a test configure on a mock (testplan.MOCK_OPERATORS) are the
+    ones the trainer's mocks apply for the child (mocks.OPERATIONS), and the judge's entry point
+    lives above both modules (rewards/_judge_worker.py), so neither imports the other."""
+    from gmts.rewards import _judge_worker, mocks
+    assert frozenset(mocks.OPERATIONS) == testplan.MOCK_OPERATORS
+    assert callable(_judge_worker.verdict) and not hasattr(testplan, "mocks")
