@@ -122,6 +122,32 @@ def test_lines(self):
     # later call, here the test's own `m()`, not the solution's), so 0.0 there
     "write_through_m_call": (WRITE, "", (
         "def task_func(p, s):\n    with open(p, 'w') as f:\n        f.write(s)\n"), 1.0),
+    # honest: a stub inside an argument (`[s]`) is sent as an object of the solution's (Opaque,
+    # equal only to ANY; _sandbox_child._arg encodes plain data only), so the record differs
+    "a_stub_inside_an_argument": ("""
+@patch('smtplib.SMTP')
+def test_send(self, mock_smtp):
+    a = MagicMock()
+    mock_smtp.side_effect = [a]
+    task_func()
+    a.send.assert_called_once_with([a])
+""", "import smtplib", ("import smtplib\ndef task_func():\n    s = smtplib.SMTP()\n"
+                        "    s.send([s])\n"), 1.0),
+    # honest, BigCodeBench's usual socket shape (a name bound to `m.return_value.__enter__
+    # .return_value`, then configured through it): refused under trusted_only, so 0.0 there
+    "a_name_bound_to_a_mock_path": ("""
+@patch('socket.socket')
+def test_s(self, m):
+    conn = m.return_value.__enter__.return_value
+    conn.recv.side_effect = [b'ab', b'c', b'']
+    self.assertEqual(task_func('h', 1), b'abc')
+    conn.connect.assert_called_once_with(('h', 1))
+""", "import socket", (
+        "import socket\ndef task_func(h, p):\n"
+        "    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:\n"
+        "        s.connect((h, p))\n        out = b''\n        while True:\n"
+        "            d = s.recv(1024)\n            if not d:\n                return out\n"
+        "            out += d\n"), 1.0),
 }
 
 # ------------------------------------------------ judged rightly (regression)
@@ -187,6 +213,32 @@ def test_send(self, mock_smtp):
     "returns_the_stub_where_a_value_is_expected": (GET, "import requests", (
         "import requests\ndef task_func(u):\n    r = requests.get(u, timeout=5)\n"
         "    return r.json()\n"), 0.0),
+    "print_patched": ("""
+@patch('builtins.print')
+def test_p(self, m):
+    task_func(['a', 'b'])
+    m.assert_has_calls([call('a'), call('b')])
+    self.assertEqual(m.call_count, 2)
+""", "", "def task_func(xs):\n    for x in xs:\n        print(x)\n", 1.0),
+    "print_patched_once_too_many": ("""
+@patch('builtins.print')
+def test_p(self, m):
+    task_func(['a', 'b'])
+    m.assert_has_calls([call('a'), call('b')])
+    self.assertEqual(m.call_count, 2)
+""", "", "def task_func(xs):\n    for x in xs:\n        print(x)\n    print()\n", 0.0),
+    "input_side_effect_until_stopiteration": ("""
+@patch('builtins.input', side_effect=['1', '2'])
+def test_i(self, m):
+    self.assertEqual(task_func(), 3)
+""", "", ("def task_func():\n    s = 0\n    try:\n        while True:\n"
+          "            s += int(input())\n    except StopIteration:\n        return s\n"), 1.0),
+    "mock_open_bytes_json_load": ("""
+@patch('builtins.open', new_callable=mock_open, read_data=b'{"a": 1}')
+def test_j(self, m):
+    self.assertEqual(task_func('f'), {'a': 1})
+""", "", ("import json\ndef task_func(p):\n    with open(p, 'rb') as f:\n"
+          "        return json.load(f)\n"), 1.0),
 }
 CASES = {**WRONGLY, **RIGHTLY}
 
