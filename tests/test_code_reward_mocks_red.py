@@ -148,6 +148,17 @@ def test_s(self, m):
         "        s.connect((h, p))\n        out = b''\n        while True:\n"
         "            d = s.recv(1024)\n            if not d:\n                return out\n"
         "            out += d\n"), 1.0),
+    # honest, BigCodeBench's psutil.process_iter / os.scandir shape: a mock returns a list of
+    # mocks; mocks.Session.reply encodes only plain data or one mock, so the child gets TypeError
+    "a_mock_returns_a_list_of_mocks": ("""
+@patch('os.scandir')
+def test_s(self, m):
+    a = MagicMock(path='/d/x.txt')
+    b = MagicMock(path='/d/y.py')
+    m.return_value = [a, b]
+    self.assertEqual(task_func('/d'), ['/d/x.txt'])
+""", "import os", ("import os\ndef task_func(d):\n"
+                  "    return [e.path for e in os.scandir(d) if e.path.endswith('.txt')]\n"), 1.0),
 }
 
 # ------------------------------------------------ judged rightly (regression)
