@@ -250,6 +250,28 @@ def test_j(self, m):
     self.assertEqual(task_func('f'), {'a': 1})
 """, "", ("import json\ndef task_func(p):\n    with open(p, 'rb') as f:\n"
           "        return json.load(f)\n"), 1.0),
+    # exceptions as side effects, rebuilt in the child from the test's arguments
+    "json_decode_error_as_a_side_effect": ("""
+@patch('requests.get')
+def test_s(self, m):
+    m.return_value.json.side_effect = json.JSONDecodeError('bad', 'doc', 0)
+    self.assertIsNone(task_func('u'))
+""", "import json, requests", (
+        "import requests\ndef task_func(u):\n    try:\n        return requests.get(u).json()\n"
+        "    except ValueError:\n        return None\n"), 1.0),
+    "called_process_error_keeps_its_returncode": ("""
+@patch('subprocess.run', side_effect=subprocess.CalledProcessError(3, 'x'))
+def test_s(self, m):
+    self.assertEqual(task_func(), 3)
+""", "import subprocess", (
+        "import subprocess\ndef task_func():\n    try:\n        subprocess.run(['x'], check=True)\n"
+        "    except subprocess.CalledProcessError as e:\n        return e.returncode\n"), 1.0),
+    "os_error_keeps_its_errno": ("""
+@patch('os.remove', side_effect=FileNotFoundError(2, 'No such file'))
+def test_s(self, m):
+    self.assertEqual(task_func('f'), 2)
+""", "import os", ("import os\ndef task_func(p):\n    try:\n        os.remove(p)\n"
+                  "    except OSError as e:\n        return e.errno\n"), 1.0),
 }
 CASES = {**WRONGLY, **RIGHTLY}
 
