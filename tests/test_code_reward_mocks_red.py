@@ -1,0 +1,369 @@
+"""Mocked TestCases attacked as an adversarial policy would, and honest answers an ordinary
+programmer writes (issue 53's mocks, rewards/mocks.py). Each case holds the CORRECT verdict: the one
+unittest itself gives (checked by test_expected_verdicts_are_unittests), or 0.0 for a solution that
+reaches the channel's internals. Cases the trainer judges wrongly today fail here."""
+import io
+import subprocess
+import sys
+import textwrap
+import unittest
+
+import pytest
+from test_code_reward_mocks import GET, GET_HONEST, block, reference, scores
+
+
+SMTP = """
+@patch('smtplib.SMTP')
+def test_send(self, mock_smtp):
+    instance = MagicMock()
+    mock_smtp.return_value.__enter__.return_value = instance
+    self.assertTrue(task_func('a@x', 'hi'))
+    mock_smtp.assert_called_once_with('localhost', 25)
+    instance.sendmail.assert_called_once_with('me@x', ['a@x'], 'hi')
+"""
+OPEN = """
+def test_lines(self):
+    with patch('builtins.open', mock_open(read_data='h\\na\\nb\\n')) as m:
+        self.assertEqual(task_func('f.txt'), ['a', 'b'])
+    m.assert_called_once_with('f.txt')
+"""
+SLEEP = """
+@patch('time.sleep')
+def test_a(self, m):
+    self.assertEqual(task_func(3), 'done')
+    m.assert_called_once_with(3)
+
+@patch('time.sleep')
+def test_b(self, m):
+    self.assertEqual(task_func(0), 'done')
+    m.assert_not_called()
+"""
+POPEN = """
+@patch('subprocess.Popen')
+def test_p(self, m):
+    self.assertEqual(task_func('s.py'), m.return_value)
+    m.assert_called_once_with(['python3', 's.py'])
+"""
+RUN_LS = """
+@patch('subprocess.run')
+def test_run(self, m):
+    task_func()
+    m.assert_called_once_with(['ls', '-l'])
+"""
+JSON_A = """
+@patch('requests.get')
+def test_g(self, m):
+    m.return_value.json.return_value = {'a': 1}
+    self.assertEqual(task_func('u'), 2)
+"""
+WRITE = """
+@patch('builtins.open', new_callable=mock_open)
+def test_w(self, m):
+    task_func('o.txt', 'hi')
+    m.assert_called_once_with('o.txt', 'w')
+    m().write.assert_called_once_with('hi')
+"""
+
+# name -> (test body, the tests' imports, solution, correct verdict)
+# ------------------------------------------------ judged WRONGLY today (these fail)
+WRONGLY = {
+    # a handle it was never given: `type(stub)(h)` is a stub of any mock of the recipe (mocks.py
+    # Session.perform checks only 0 <= h < len(handles)); the with-statement is skipped and
+    # `instance` (handle 1) gets the sendmail the test asks for
+    "forges_a_handle": (SMTP, "import smtplib", (
+        "import smtplib\ndef task_func(to, msg):\n    smtplib.SMTP('localhost', 25)\n"
+        "    type(smtplib.SMTP)(1).sendmail('me@x', [to], msg)\n    return True\n"), 0.0),
+    # a handle as an argument is not checked at all (mocks.py Session.arg: handles[inner], a
+    # negative index included): the mock is called with `instance`, never given to the child
+    "forges_a_handle_argument": (
+        ("@patch('smtplib.SMTP')\ndef test_send(self, mock_smtp):\n    instance = MagicMock()\n"
+         "    mock_smtp.return_value.__enter__.return_value = instance\n    task_func()\n"
+         "    mock_smtp.assert_called_once_with(instance)\n"), "import smtplib",
+        "import __main__\ndef task_func():\n    __main__._ask(['call', 0, [['h', -1]], {}])\n",
+        0.0),
+    # the stub of test_a, kept and called in test_b: unittest asserts test_a's record when test_a
+    # ends; here the asserts run after the whole run, so the later call counts for test_a
+    "calls_a_kept_stub_in_a_later_test": (SLEEP, "import time", (
+        "import time\n_kept = []\ndef task_func(n):\n    _kept.append(time.sleep)\n"
+        "    if n == 0:\n        _kept[0](3)\n    return 'done'\n"), 0.0),
+    # honest: next() on a file; the stub has no __next__ (_sandbox_child._Remote)
+    "next_on_a_mock_open_file": (OPEN, "", (
+        "def task_func(p):\n    with open(p) as f:\n        next(f)\n"
+        "        return [line.strip() for line in f]\n"), 1.0),
+    # honest: a loop left early, then the rest read; the stub's iteration takes every line at once
+    # (Session.perform "iter"), so readlines() finds none left
+    "iteration_left_early": ("""
+def test_lines(self):
+    with patch('builtins.open', mock_open(read_data='h\\na\\nb\\n')):
+        self.assertEqual(task_func('f.txt'), ['a\\n', 'b\\n'])
+""", "", ("def task_func(p):\n    with open(p) as f:\n        for line in f:\n            break\n"
+          "        return f.readlines()\n"), 1.0),
+    # honest: the function returns what Popen returned, and the test compares it with the mock
+    "returns_the_mock_the_test_expects": (POPEN, "import subprocess", (
+        "import subprocess\ndef task_func(s):\n"
+        "    return subprocess.Popen(['python3', s])\n"), 1.0),
+    # honest: a mocked method's value is one object, as the test configured it; each reply here
+    # is a fresh copy (Session.reply), so a change through one read is lost at the next
+    "changes_what_a_mock_returned": (JSON_A, "import requests", (
+        "import requests\ndef task_func(u):\n    r = requests.get(u)\n    r.json()['a'] = 2\n"
+        "    return r.json()['a']\n"), 1.0),
+    # Mock keeps references to its arguments (unittest.mock's documented behaviour): the list
+    # changed after the call is what the record holds, and the test is written for it; here the
+    # argument is a snapshot taken at the call
+    "argument_changed_after_the_call": (RUN_LS, "import subprocess", (
+        "import subprocess\ndef task_func():\n    cmd = ['ls']\n    subprocess.run(cmd)\n"
+        "    cmd.append('-l')\n"), 1.0),
+    "argument_changed_after_the_call_wrong": (RUN_LS.replace("'ls', '-l'", "'ls'"),
+                                              "import subprocess", (
+        "import subprocess\ndef task_func():\n    cmd = ['ls']\n    subprocess.run(cmd)\n"
+        "    cmd.append('-l')\n"), 0.0),
+    # honest, the unittest docs' own mock_open pattern (`m().write.assert_called_once_with`) after
+    # `m.assert_called_once_with`: refused under trusted_only (testplan: the record read before a
+    # later call, here the test's own `m()`, not the solution's), so 0.0 there
+    "write_through_m_call": (WRITE, "", (
+        "def task_func(p, s):\n    with open(p, 'w') as f:\n        f.write(s)\n"), 1.0),
+    # honest: a stub inside an argument (`[s]`) is sent as an object of the solution's (Opaque,
+    # equal only to ANY; _sandbox_child._arg encodes plain data only), so the record differs
+    "a_stub_inside_an_argument": ("""
+@patch('smtplib.SMTP')
+def test_send(self, mock_smtp):
+    a = MagicMock()
+    mock_smtp.side_effect = [a]
+    task_func()
+    a.send.assert_called_once_with([a])
+""", "import smtplib", ("import smtplib\ndef task_func():\n    s = smtplib.SMTP()\n"
+                        "    s.send([s])\n"), 1.0),
+    # honest, BigCodeBench's usual socket shape (a name bound to `m.return_value.__enter__
+    # .return_value`, then configured through it): refused under trusted_only, so 0.0 there
+    "a_name_bound_to_a_mock_path": ("""
+@patch('socket.socket')
+def test_s(self, m):
+    conn = m.return_value.__enter__.return_value
+    conn.recv.side_effect = [b'ab', b'c', b'']
+    self.assertEqual(task_func('h', 1), b'abc')
+    conn.connect.assert_called_once_with(('h', 1))
+""", "import socket", (
+        "import socket\ndef task_func(h, p):\n"
+        "    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:\n"
+        "        s.connect((h, p))\n        out = b''\n        while True:\n"
+        "            d = s.recv(1024)\n            if not d:\n                return out\n"
+        "            out += d\n"), 1.0),
+    # honest, BigCodeBench's psutil.process_iter / os.scandir shape: a mock returns a list of
+    # mocks; mocks.Session.reply encodes only plain data or one mock, so the child gets TypeError
+    "a_mock_returns_a_list_of_mocks": ("""
+@patch('os.scandir')
+def test_s(self, m):
+    a = MagicMock(path='/d/x.txt')
+    b = MagicMock(path='/d/y.py')
+    m.return_value = [a, b]
+    self.assertEqual(task_func('/d'), ['/d/x.txt'])
+""", "import os", ("import os\ndef task_func(d):\n"
+                  "    return [e.path for e in os.scandir(d) if e.path.endswith('.txt')]\n"), 1.0),
+}
+
+# ------------------------------------------------ judged rightly (regression)
+RIGHTLY = {
+    "forges_handle_zero_first": (SMTP, "import smtplib", (
+        "import smtplib\ndef task_func(to, msg):\n    smtplib.SMTP('localhost', 25)\n"
+        "    for h in range(8):\n        try:\n"
+        "            type(smtplib.SMTP)(h).sendmail('me@x', [to], msg)\n            break\n"
+        "        except Exception:\n            pass\n    return True\n"), 0.0),
+    "forges_the_end": (GET, "import requests", (
+        "import __main__\ndef task_func(u):\n    __main__._send(['end'], reply=False)\n"
+        "    return 3\n"), 0.0),
+    "module_alias": (GET, "import requests", (
+        "import requests as r\ndef task_func(u):\n    return r.get(u, timeout=5).json()['k']\n"),
+        1.0),
+    "import_at_module_level_is_not_patched": (GET, "import requests", (
+        "from requests import get\ndef task_func(u):\n    return get(u, timeout=5).json()['k']\n"),
+        0.0),
+    "json_loads_text_in_an_fstring": ("""
+@patch('requests.get')
+def test_get(self, mock_get):
+    mock_get.return_value.text = '{"k": 3}'
+    self.assertEqual(task_func('http://x'), 'k=3')
+    mock_get.assert_called_once_with('http://x')
+""", "import requests", ("import json, requests\ndef task_func(u):\n"
+                         "    d = json.loads(requests.get(u).text)\n    return f\"k={d['k']}\"\n"),
+        1.0),
+    "readline_then_iteration": (OPEN, "", (
+        "def task_func(p):\n    with open(p) as f:\n        f.readline()\n"
+        "        return [line.strip() for line in f]\n"), 1.0),
+    "csv_reader_on_a_mock_open_file": (OPEN, "", (
+        "import csv\ndef task_func(p):\n    with open(p) as f:\n        r = csv.reader(f)\n"
+        "        next(r)\n        return [x[0] for x in r]\n"), 1.0),
+    "print_to_a_mock_open_file": ("""
+@patch('builtins.open', new_callable=mock_open)
+def test_w(self, m):
+    task_func('o.txt', 'hi')
+    m.return_value.write.assert_any_call('hi')
+""", "", "def task_func(p, s):\n    with open(p, 'w') as f:\n        print(s, file=f)\n", 1.0),
+    "write_twice": (WRITE, "", (
+        "def task_func(p, s):\n    with open(p, 'w') as f:\n        f.write(s)\n"
+        "        f.write(s)\n"), 0.0),
+    "communicate_returns_a_tuple": ("""
+@patch('subprocess.Popen')
+def test_p(self, m):
+    m.return_value.communicate.return_value = (b'out', b'err')
+    self.assertEqual(task_func(), 'out')
+""", "import subprocess", (
+        "import subprocess\ndef task_func():\n"
+        "    p = subprocess.Popen(['x'], stdout=subprocess.PIPE)\n    out, err = p.communicate()\n"
+        "    return out.decode()\n"), 1.0),
+    "exception_inside_a_with_block": ("""
+@patch('smtplib.SMTP')
+def test_send(self, mock_smtp):
+    mock_smtp.return_value.__enter__.return_value.sendmail.side_effect = \\
+        smtplib.SMTPException('x')
+    self.assertFalse(task_func())
+    mock_smtp.return_value.__exit__.assert_called_once()
+""", "import smtplib", (
+        "import smtplib\ndef task_func():\n    try:\n        with smtplib.SMTP('h') as s:\n"
+        "            s.sendmail('a', ['b'], 'c')\n        return True\n"
+        "    except smtplib.SMTPException:\n        return False\n"), 1.0),
+    "returns_the_stub_where_a_value_is_expected": (GET, "import requests", (
+        "import requests\ndef task_func(u):\n    r = requests.get(u, timeout=5)\n"
+        "    return r.json()\n"), 0.0),
+    "print_patched": ("""
+@patch('builtins.print')
+def test_p(self, m):
+    task_func(['a', 'b'])
+    m.assert_has_calls([call('a'), call('b')])
+    self.assertEqual(m.call_count, 2)
+""", "", "def task_func(xs):\n    for x in xs:\n        print(x)\n", 1.0),
+    "print_patched_once_too_many": ("""
+@patch('builtins.print')
+def test_p(self, m):
+    task_func(['a', 'b'])
+    m.assert_has_calls([call('a'), call('b')])
+    self.assertEqual(m.call_count, 2)
+""", "", "def task_func(xs):\n    for x in xs:\n        print(x)\n    print()\n", 0.0),
+    "input_side_effect_until_stopiteration": ("""
+@patch('builtins.input', side_effect=['1', '2'])
+def test_i(self, m):
+    self.assertEqual(task_func(), 3)
+""", "", ("def task_func():\n    s = 0\n    try:\n        while True:\n"
+          "            s += int(input())\n    except StopIteration:\n        return s\n"), 1.0),
+    "mock_open_bytes_json_load": ("""
+@patch('builtins.open', new_callable=mock_open, read_data=b'{"a": 1}')
+def test_j(self, m):
+    self.assertEqual(task_func('f'), {'a': 1})
+""", "", ("import json\ndef task_func(p):\n    with open(p, 'rb') as f:\n"
+          "        return json.load(f)\n"), 1.0),
+    # exceptions as side effects, rebuilt in the child from the test's arguments
+    "json_decode_error_as_a_side_effect": ("""
+@patch('requests.get')
+def test_s(self, m):
+    m.return_value.json.side_effect = json.JSONDecodeError('bad', 'doc', 0)
+    self.assertIsNone(task_func('u'))
+""", "import json, requests", (
+        "import requests\ndef task_func(u):\n    try:\n        return requests.get(u).json()\n"
+        "    except ValueError:\n        return None\n"), 1.0),
+    "called_process_error_keeps_its_returncode": ("""
+@patch('subprocess.run', side_effect=subprocess.CalledProcessError(3, 'x'))
+def test_s(self, m):
+    self.assertEqual(task_func(), 3)
+""", "import subprocess", (
+        "import subprocess\ndef task_func():\n    try:\n        subprocess.run(['x'], check=True)\n"
+        "    except subprocess.CalledProcessError as e:\n        return e.returncode\n"), 1.0),
+    "os_error_keeps_its_errno": ("""
+@patch('os.remove', side_effect=FileNotFoundError(2, 'No such file'))
+def test_s(self, m):
+    self.assertEqual(task_func('f'), 2)
+""", "import os", ("import os\ndef task_func(p):\n    try:\n        os.remove(p)\n"
+                  "    except OSError as e:\n        return e.errno\n"), 1.0),
+}
+CASES = {**WRONGLY, **RIGHTLY}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_mocked_case_is_judged_as_unittest_would(name):
+    body, imports, solution, expected = CASES[name]
+    ref = dict(reference(body, imports), timeout=4)
+    assert scores(block(solution), ref) == (expected, expected), name
+
+
+# cases whose solution reaches the child's channel (__main__._ask): no unittest oracle for them
+ORACLE_SKIPS = {"forges_a_handle_argument", "forges_the_end"}
+
+
+@pytest.mark.parametrize("name", sorted(set(CASES) - ORACLE_SKIPS))
+def test_expected_verdicts_are_unittests(name):
+    """The verdict a case holds is the one unittest gives on the real mocks (in this process: the
+    solutions here touch nothing but the mocks)."""
+    body, imports, solution, expected = CASES[name]
+    solution_ns = {"__name__": "solution"}
+    exec(solution, solution_ns)  # noqa: S102 - the cases above, written here
+    tests_ns = dict(solution_ns, __name__="red_tests")
+    exec(reference(body, imports)["tests"], tests_ns)  # noqa: S102
+    suite = unittest.defaultTestLoader.loadTestsFromTestCase(tests_ns["TestCases"])
+    result = unittest.TextTestRunner(stream=io.StringIO()).run(suite)
+    assert float(result.wasSuccessful()) == expected
+
+
+# a chain of 100 child mocks with 10 KB names (1 MB on the channel, far below its 16 MiB): every
+# call of the last one makes each ancestor record a call whose dotted name holds every name below
+# it (unittest.mock's _increment_mock_call): ~85 MB kept in the trainer per call (measured)
+MEMORY_BOMB = textwrap.dedent("""
+    import requests
+    def task_func(u):
+        m = requests.get
+        for i in range(100):
+            m = getattr(m, 'a' * 10000 + str(i))
+        for _ in range(16):
+            m()
+        return 3
+    """)
+PEAK = """
+import resource, sys
+resource.setrlimit(resource.RLIMIT_AS, (3 << 30, resource.RLIM_INFINITY))
+sys.path[:0] = {paths!r}
+from test_code_reward_mocks import GET, reference
+from gmts.rewards import sandbox
+solution = {solution!r}
+ref = reference(GET, "import requests")
+r = sandbox.run_python(solution, tests=ref["tests"], entry_point="task_func", timeout=10)
+print(int(r.passed), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss >> 10)
+"""
+
+
+def trainer_peak_mb(solution: str) -> tuple[int, int]:
+    """(passed, the trainer process's peak RSS in MB) for one run, in a fresh process capped at
+    3 GB of address space (soft: the judge sets its own)."""
+    out = subprocess.run([sys.executable, "-c", PEAK.format(paths=sys.path, solution=solution)],
+                         capture_output=True, text=True, timeout=120, check=True)
+    passed, peak = map(int, out.stdout.split()[-2:])
+    return passed, peak
+
+
+def test_the_trainers_memory_is_bounded_by_the_channels_bytes():
+    """What a run may make the trainer keep is bounded by the bytes it sends (16 MiB): an honest
+    run peaks at ~230 MB here (this process imports the tests), the bomb (~1 MB sent) at ~1.6 GB
+    today; it must stay within 300 MB of the honest run."""
+    passed, honest_peak = trainer_peak_mb(GET_HONEST)
+    assert passed == 1
+    passed, bomb_peak = trainer_peak_mb(MEMORY_BOMB)
+    assert passed == 0
+    assert bomb_peak < honest_peak + 300, (honest_peak, bomb_peak)
+
+
+def test_a_flood_of_operators_on_many_mocks_is_bounded():
+    """Every operator on each of ~1000 mocks (each makes a MagicMock per magic method, which the
+    1,000-mock bound does not count): 0, and the run ends."""
+    flood = textwrap.dedent("""
+        import os, requests
+        OPS = (len, bool, str, int, float, iter, os.fspath, lambda x: x == 1, lambda x: x != 1,
+               lambda x: 1 in x, lambda x: x < 1, lambda x: x[0], lambda x: x.__enter__())
+        def task_func(u):
+            for i in range(990):
+                h = getattr(requests.get, f'a{i}')
+                for op in OPS:
+                    try:
+                        op(h)
+                    except Exception:
+                        pass
+            return 3
+        """)
+    passed, peak = trainer_peak_mb(flood)
+    assert passed == 0
+    assert peak < trainer_peak_mb(GET_HONEST)[1] + 300, peak
