@@ -34,8 +34,11 @@ def verdict(message: dict) -> bool:
                       functions)
     handles = ()
     if plan.mocks:
-        session = mocks.Session(plan.mocks)
+        # the same unit boundaries as the run's: a request on an earlier unit's mock is malformed
+        session = mocks.Session(plan.mocks, mocks.unit_handles([u.steps for u in plan.units]))
         session.replay(message.get("mocks"))
+        if not session.finished():
+            return False
         handles = session.handles
     if not judge(plan, line["units"], handles):
         return False

@@ -351,6 +351,8 @@ _mock_fds = None
 _CHANNEL = (os.write, os.read, json.dumps, json.loads, type, str, isinstance, BaseException)
 _inbox = bytearray()
 _LOCK = _thread.allocate_lock()  # one request and its reply at a time (threads of the solution's)
+_MUTABLE = (list, dict, set, bytearray)
+_sent = []  # the mutable arguments sent in this unit (by reference: see _unit_sender)
 
 
 def _send(request, reply=True):
@@ -359,22 +361,42 @@ def _send(request, reply=True):
         return _exchange(request, reply)
 
 
-def _exchange(request, reply):
-    write, read, dumps, loads = _CHANNEL[:4]
+def _exchange(request, reply, fds=None, channel=_CHANNEL, inbox=_inbox):
+    write, read, dumps, loads = channel[:4]
+    fds = fds or _mock_fds
     data = (dumps(request) + "\n").encode()
     while data:
-        data = data[write(_mock_fds[0], data):]
+        data = data[write(fds[0], data):]
     if not reply:
         return None
-    while b"\n" not in _inbox:
-        chunk = read(_mock_fds[1], 1 << 16)
+    while b"\n" not in inbox:
+        chunk = read(fds[1], 1 << 16)
         if not chunk:
             raise RuntimeError("the trainer's mocks are gone")
-        _inbox.extend(chunk)
-    end = _inbox.index(b"\n")
-    line = bytes(_inbox[:end])
-    del _inbox[:end + 1]
+        inbox.extend(chunk)
+    end = inbox.index(b"\n")
+    line = bytes(inbox[:end])
+    del inbox[:end + 1]
     return loads(line)
+
+
+def _unit_sender(fds, lock=_LOCK, exchange=_exchange, sent=_sent):
+    """The function telling the trainer that unit i begins (its earlier units' mocks are retired
+    there, this one's given; i = the number of units: they are over), made before the solution
+    runs: its references are its own, so a solution rebinding this module's names does not reach
+    it. With it go the mutable arguments the ended unit sent, as they are now: a Mock keeps
+    references to its arguments, so a list changed after the call is what its record holds."""
+    def begin(i):
+        with lock:
+            now = []
+            for value in sent:
+                try:
+                    now.append(encode(value))
+                except Exception:  # noqa: BLE001 - no longer plain data: the run fails there
+                    now.append(None)
+            sent.clear()
+            exchange(["unit", i, now], True, fds)
+    return begin
 
 
 def _arg(value):
@@ -383,7 +405,10 @@ def _arg(value):
     if _CHANNEL[4](value) is _Remote:
         return ["h", object.__getattribute__(value, "_h")]
     try:
-        return ["d", encode(value)]
+        data = ["d", encode(value)]
+        if _CHANNEL[4](value) in _MUTABLE:
+            _sent.append(value)
+        return data
     except Exception:  # noqa: BLE001 - not plain data
         name = _CHANNEL[4](value).__name__
         return ["o", name if _CHANNEL[4](name) is str else "?"]
@@ -524,7 +549,7 @@ def unpatch(patch):
         setattr(target, attr, original)
 
 
-def run_units(units, namespace, frozen=_BUILTIN_ITEMS, dumps=json.dumps) -> str:
+def run_units(units, namespace, frozen=_BUILTIN_ITEMS, dumps=json.dumps, begin=None) -> str:
     """Each unit in a fresh copy of the solution's namespace. Every step runs, whatever an earlier
     one raised (the child is not told which steps the tests expect to raise). Results: {"ok":
     value[, "applied": n]} | {"ok": null} for run steps | {"exc": name, "msg": str, "mro": [[name,
@@ -532,12 +557,16 @@ def run_units(units, namespace, frozen=_BUILTIN_ITEMS, dumps=json.dumps) -> str:
     returned and changes later is reported as it was returned). Returns the JSON of the list of
     units. `frozen`: the builtins' (name, object) pairs from before the solution ran, bound afresh
     (`__gmts_builtins`) before every step; `dumps`: json.dumps taken before the solution ran (a
-    test's `@patch('json.dumps')` or the solution's rebinding does not reach the results)."""
+    test's `@patch('json.dumps')` or the solution's rebinding does not reach the results);
+    `begin`: tells the trainer's mocks that unit i begins (_unit_sender), where the tests have
+    mocks."""
     out, shared = [], {}  # shared: the test module's own mutable names, one object for all tests
     # the solution's names and the setup's (a helper the tests call on the expected side), bound
     # again before every step: rebinding one through a caller's frame changes no later step
     base = tuple(namespace.items())
-    for steps in units:
+    for index, steps in enumerate(units):
+        if begin is not None:
+            begin(index)
         ns, results, patches = dict(namespace), [], []
         # what the test bound, by name: the same objects before every step (mutations stay; a
         # rebinding by the solution, `f_globals["data"] = ...`, does not)
@@ -577,6 +606,8 @@ def run_units(units, namespace, frozen=_BUILTIN_ITEMS, dumps=json.dumps) -> str:
             except BaseException:  # noqa: BLE001, S110 - a target the solution made unsettable
                 pass
         out.append("[" + ", ".join(results) + "]")
+    if begin is not None:
+        begin(len(units))  # the units are over
     return "[" + ", ".join(out) + "]"
 
 
@@ -773,9 +804,12 @@ def work(spec):
         run_pytest(spec.pop("harness"), spec["workdir"])
         sys.stdout.flush()
         if not spec["units"]:  # the solution ran under pytest; running it again here judges nothing
+            if _mock_fds:
+                _unit_sender(tuple(_mock_fds))(0)  # no unit: they are over
             report({"units": []})
             return
     frozen = _BUILTIN_ITEMS  # a local from here on: what the solution rebinds later is not read
+    begin = _unit_sender(tuple(_mock_fds)) if _mock_fds else None
     dumps = _CHANNEL[2]  # json.dumps, whatever a test patches or the solution rebinds
     sys.stdout.flush()
     # what the solution prints while the tests call it is not judged (pytest captures it): the
@@ -796,7 +830,8 @@ def work(spec):
     # their results back as data
     if names and not any(isinstance(namespace[n], type) for n in names):
         units, functions = alt["units"], ', "functions": true'
-    _write_report('{"units": ' + run_units(units, namespace, frozen, dumps) + functions + "}")
+    _write_report('{"units": ' + run_units(units, namespace, frozen, dumps, begin)
+                  + functions + "}")
     if _mock_fds:
         _send(["end"], reply=False)
 

@@ -41,6 +41,16 @@ MAX_ITEMS = 100_000  # items of a mock iterated in the child (mock_open's lines)
 # mocks one run may reach (each attribute of a mock is a new one, ~12 KB and ~0.8 ms here): more
 # is a flood, and the run fails
 MAX_HANDLES = 1000
+# a chain of child mocks: each call of one is recorded by every ancestor under its dotted name
+# (unittest.mock's _increment_mock_call), so names and depth bound what one request keeps here
+MUTABLE = (list, dict, set, bytearray)  # arguments a Mock's record holds by reference
+MAX_NAME = 64  # characters of an attribute name read through a stub (an identifier)
+MAX_DEPTH = 8  # mocks between a reached one and the mock its chain started at
+
+
+def unit_handles(units) -> list:
+    """Per unit (its steps), the handles its patch steps give the child."""
+    return [[s["handle"] for s in steps if "handle" in s] for steps in units]
 
 
 class Raise(Exception):
@@ -68,8 +78,12 @@ class Session:
     """One run's mocks, built from the plan's recipe, answering the child's requests (answer) or
     replaying a run's log of them (replay)."""
 
-    def __init__(self, recipe: list):
-        self.handles, self.index, self.log = [], {}, []
+    def __init__(self, recipe: list, units=None):
+        """units: per unit of the plan, the handles its patch steps give the child. A handle is
+        usable only while its unit runs (the child asks ["unit", i] as each begins, in order) and
+        only once given (a patch step's, or one replied in that unit); None: every mock of the
+        recipe is given and there are no boundaries (a direct use)."""
+        self.handles, self.index, self.log, self.depth, self.sent = [], {}, [], {}, []
         for op in recipe:
             if op[0] == "new":
                 _, id_, kind, kwargs = op
@@ -83,6 +97,9 @@ class Session:
                 for attr in path[:-1]:
                     target = getattr(target, attr)
                 setattr(target, path[-1], self.value(spec))
+        self.units = None if units is None else [frozenset(u) for u in units]
+        self.unit = -1  # the unit running: none yet
+        self.given = set(range(len(self.handles))) if units is None else set()
 
     def value(self, spec):
         """A recipe value: {"data"}, {"mock": id}, {"exc": [path, args]}, {"list": [...]}."""
@@ -95,8 +112,11 @@ class Session:
             return Raise(inner[0], inner[1])
         return [self.value(v) for v in inner]
 
-    def handle(self, obj) -> int:
+    def handle(self, obj, depth=0) -> int:
         if id(obj) not in self.index:
+            if depth > MAX_DEPTH:
+                raise ValueError("malformed: a chain of mocks too deep")
+            self.depth[len(self.handles)] = depth
             if len(self.handles) >= MAX_HANDLES:
                 raise ValueError("malformed: more mocks than a run may reach")
             self.index[id(obj)] = len(self.handles)
@@ -106,16 +126,27 @@ class Session:
     def arg(self, a):
         kind, inner = a
         if kind == "d":
-            return testplan.decode(inner)
+            value = testplan.decode(inner)
+            if type(value) in MUTABLE:  # by reference, as the child keeps it (begin's updates)
+                self.sent.append(value)
+            return value
         if kind == "h":
-            return self.handles[inner]
+            return self.handles[self.check(inner)]
         if kind == "o" and type(inner) is str:
             return Opaque(inner[:100])
         raise ValueError("malformed argument")
 
-    def reply(self, value) -> list:
+    def check(self, h) -> int:
+        """A handle the child holds now, or a malformed request."""
+        if type(h) is not int or h not in self.given:
+            raise ValueError("malformed handle")
+        return h
+
+    def reply(self, value, depth=0) -> list:
         if isinstance(value, unittest_mock().NonCallableMock):
-            return ["h", self.handle(value)]
+            h = self.handle(value, depth)
+            self.given.add(h)
+            return ["h", h]
         try:
             return ["d", testplan.encode_input(value)]
         except (testplan.Unconvertible, RecursionError):
@@ -125,12 +156,14 @@ class Session:
     def perform(self, request):
         """The request on this session's mocks: its value, or the exception it raised."""
         kind, h = request[0], request[1]
-        if type(h) is not int or not 0 <= h < len(self.handles):
-            raise ValueError("malformed handle")
-        obj = self.handles[h]
+        if kind == "unit":
+            return self.begin(h, request[2] if len(request) == 3 else None)
+        obj = self.handles[self.check(h)]
         if kind == "get":
             name = request[2]
-            if type(name) is not str or name.startswith("_") or name in mock_api():
+            if type(name) is not str or not name.isidentifier() or len(name) > MAX_NAME:
+                raise ValueError("malformed attribute name")
+            if name.startswith("_") or name in mock_api():
                 raise AttributeError(name)
             return getattr(obj, name)
         if kind == "call":
@@ -152,6 +185,31 @@ class Session:
             return out
         raise ValueError("malformed request")
 
+    def begin(self, i, now) -> None:
+        """Unit i begins (the next one, once; i = the number of units: they are over): the
+        earlier units' handles are retired, its patch steps' handles given. now: the mutable
+        arguments the ended unit sent, as they are now (changed in place here: the mocks' record
+        holds them by reference, as unittest's does)."""
+        if self.units is None or type(i) is not int or i != self.unit + 1 or i > len(
+                self.units) or type(now) is not list or len(now) != len(self.sent):
+            raise ValueError("malformed unit")
+        for held, data in zip(self.sent, now):
+            value = testplan.decode(data) if data is not None else None
+            if type(value) is not type(held):
+                raise ValueError("malformed unit: an argument changed type")
+            if type(held) in (list, bytearray):
+                held[:] = value
+            else:
+                held.clear()
+                held.update(value)
+        self.sent = []
+        self.unit, self.given = i, set(self.units[i]) if i < len(self.units) else set()
+
+    def finished(self) -> bool:
+        """Every unit began and ended (a run whose boundaries the child did not give in full
+        fails)."""
+        return self.units is None or self.unit == len(self.units)
+
     def answer(self, request) -> list:
         """The reply to one request of the child's (parsed JSON); logged. A malformed request
         raises ValueError (the run fails)."""
@@ -168,9 +226,10 @@ class Session:
             return ["raise", e.path, e.data]
         except Exception as e:  # noqa: BLE001 - the mock raised it (StopIteration, the test's)
             return self.raised(e)
+        depth = self.depth.get(request[1], 0) + 1 if type(request[1]) is int else 0
         if request[0] == "iter":
-            return ["items", [self.reply(v) for v in value]]
-        return self.reply(value)
+            return ["items", [self.reply(v, depth) for v in value]]
+        return self.reply(value, depth)
 
     @staticmethod
     def raised(e) -> list:

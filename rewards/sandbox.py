@@ -910,7 +910,7 @@ def run_python(solution: str, *, tests: str = "", entry_point: str | None = None
     if plan.harness is not None:
         spec["harness"] = {"source": pytest_source(plan, setup or ""), "token": token}
     # the tests' mocks: this process's, answering the child while it runs (rewards/mocks.py)
-    session = mocks.Session(plan.mocks) if plan.mocks else None
+    session = mocks.Session(plan.mocks, mocks.unit_handles(spec["units"])) if plan.mocks else None
     run = run_child(spec, **limits, parse=False, answer=session and session.answer)
     passed = not run.timed_out and not run.broken and bool(run.raw) and _judge.verdict(
         {"tests": tests, "entry_point": entry_point, "setup": setup or "", "token": token,

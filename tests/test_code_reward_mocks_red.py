@@ -367,3 +367,70 @@ def test_a_flood_of_operators_on_many_mocks_is_bounded():
     passed, peak = trainer_peak_mb(flood)
     assert passed == 0
     assert peak < trainer_peak_mb(GET_HONEST)[1] + 300, peak
+
+
+# ------------------------------------------------ the channel's handles and unit boundaries
+# (rewards/mocks.py Session: given handles, units begun by the child's run_units, bounded chains)
+def session_of(body: str, imports: str):
+    from gmts.rewards import mocks, testplan
+    plan = testplan.build_plan(reference(body, imports)["tests"], "task_func")
+    return mocks.Session(plan.mocks, mocks.unit_handles([u.steps for u in plan.units]))
+
+
+def test_a_handle_is_usable_only_once_given_and_while_its_unit_runs():
+    session = session_of(SLEEP, "import time")
+    with pytest.raises(ValueError, match="malformed"):
+        session.answer(["call", 0, [], {}])  # no unit began yet
+    session.answer(["unit", 0, []])
+    session.answer(["call", 0, [["d", 3]], {}])
+    for request in (["call", 1, [], {}], ["call", 0, [["h", -1]], {}],
+                    ["call", 0, [["h", 1]], {}], ["unit", 0, []], ["unit", 2, []],
+                    ["unit", "1", []], ["unit", 1], ["unit", 1, [[1]]]):
+        with pytest.raises(ValueError, match="malformed"):
+            session.answer(request)
+    session.answer(["unit", 1, []])
+    with pytest.raises(ValueError, match="malformed"):
+        session.answer(["call", 0, [], {}])  # test_a's stub, kept: retired
+    assert session.handles[0].call_count == 1 and session.handles[1].call_count == 0
+    assert not session.finished()
+    session.answer(["unit", 2, []])
+    assert session.finished()
+
+
+def test_chains_of_child_mocks_and_attribute_names_are_bounded():
+    from gmts.rewards import mocks
+    session = session_of(SLEEP, "import time")
+    session.answer(["unit", 0, []])
+    for name in ("a" * (mocks.MAX_NAME + 1), "a-b", "", 3):
+        with pytest.raises(ValueError, match="malformed"):
+            session.answer(["get", 0, name])
+    h = 0
+    for _ in range(mocks.MAX_DEPTH):
+        h = session.answer(["get", h, "a"])[1]
+    with pytest.raises(ValueError, match="malformed"):
+        session.answer(["get", h, "a"])
+
+
+# solutions reaching the child's channel to move a unit's boundary: 0, however honest otherwise
+BOUNDARY_ATTACKS = {
+    # begins test_b's unit early (to reach its mock during test_a): the child's own begin of
+    # test_b then comes out of order
+    "forges_a_unit_begin": (
+        "import time, __main__\ndef task_func(n):\n    if n:\n        time.sleep(n)\n"
+        "        __main__._ask(['unit', 1])\n    return 'done'\n"),
+    # drops the child's begins by rebinding the module's channel functions, calls test_a's stub
+    # (kept) in test_b, then begins test_b itself: the call would be test_a's
+    "suppresses_the_unit_begins": (
+        "import time, __main__\n_orig, _kept = __main__._exchange, []\n"
+        "def _x(request, reply, *a, **k):\n    if request[0] == 'unit' and request[1]:\n"
+        "        return None\n    return _orig(request, reply, *a, **k)\n"
+        "__main__._exchange = _x\n__main__._send = lambda r, reply=True: _x(r, reply)\n"
+        "def task_func(n):\n    _kept.append(time.sleep)\n    if n == 0:\n        _kept[0](3)\n"
+        "        _orig(['unit', 1, []], True)\n    return 'done'\n"),
+}
+
+
+@pytest.mark.parametrize("name", list(BOUNDARY_ATTACKS))
+def test_unit_boundaries_are_the_trainers(name):
+    ref = dict(reference(SLEEP, "import time"), timeout=4)
+    assert scores(block(BOUNDARY_ATTACKS[name]), ref) == (0.0, 0.0)
