@@ -36,8 +36,7 @@ OPERATIONS = {
     "__getitem__": operator.getitem, "__len__": len, "__bool__": bool, "__eq__": operator.eq,
     "__ne__": operator.ne, "__str__": str, "__int__": int, "__float__": float,
     "__contains__": lambda o, x: x in o, "__lt__": operator.lt, "__gt__": operator.gt,
-    "__le__": operator.le, "__ge__": operator.ge, "__fspath__": os.fspath}
-MAX_ITEMS = 100_000  # items of a mock iterated in the child (mock_open's lines)
+    "__le__": operator.le, "__ge__": operator.ge, "__fspath__": os.fspath, "__next__": next}
 # mocks one run may reach (each attribute of a mock is a new one, ~12 KB and ~0.8 ms here): more
 # is a flood, and the run fails
 MAX_HANDLES = 1000
@@ -63,6 +62,13 @@ class Raise(Exception):
         self.path, self.data = path, args
 
 
+class Iteration:
+    """An iterator over a mock, held here: the child asks for its items one at a time."""
+
+    def __init__(self, index: int):
+        self.index = index
+
+
 class Opaque:
     """An argument the child could not send as data (an object of the solution's): recorded as its
     type's name; it equals nothing but ANY."""
@@ -84,6 +90,7 @@ class Session:
         only once given (a patch step's, or one replied in that unit); None: every mock of the
         recipe is given and there are no boundaries (a direct use)."""
         self.handles, self.index, self.log, self.depth, self.sent = [], {}, [], {}, []
+        self.iters, self.live, self.iterated = [], set(), {}  # iterators; this unit's; their mock
         for op in recipe:
             if op[0] == "new":
                 _, id_, kind, kwargs = op
@@ -158,6 +165,10 @@ class Session:
         kind, h = request[0], request[1]
         if kind == "unit":
             return self.begin(h, request[2] if len(request) == 3 else None)
+        if kind == "next":  # one item of an iteration this unit began (lazy: mock_open's lines)
+            if type(h) is not int or h not in self.live:
+                raise ValueError("malformed iterator")
+            return next(self.iters[h])
         obj = self.handles[self.check(h)]
         if kind == "get":
             name = request[2]
@@ -177,12 +188,12 @@ class Session:
                 raise ValueError("malformed operator")
             return OPERATIONS[name](obj, *[self.arg(a) for a in args])
         if kind == "iter":
-            out = []
-            for item in iter(obj):
-                out.append(item)
-                if len(out) > MAX_ITEMS:
-                    raise ValueError("a mock iterated too long")
-            return out
+            if len(self.iters) >= MAX_HANDLES:
+                raise ValueError("malformed: more iterations than a run may make")
+            self.iterated[len(self.iters)] = h
+            self.iters.append(iter(obj))
+            self.live.add(len(self.iters) - 1)
+            return Iteration(len(self.iters) - 1)
         raise ValueError("malformed request")
 
     def begin(self, i, now) -> None:
@@ -202,7 +213,7 @@ class Session:
             else:
                 held.clear()
                 held.update(value)
-        self.sent = []
+        self.sent, self.live = [], set()
         self.unit, self.given = i, set(self.units[i]) if i < len(self.units) else set()
 
     def finished(self) -> bool:
@@ -227,8 +238,10 @@ class Session:
         except Exception as e:  # noqa: BLE001 - the mock raised it (StopIteration, the test's)
             return self.raised(e)
         depth = self.depth.get(request[1], 0) + 1 if type(request[1]) is int else 0
-        if request[0] == "iter":
-            return ["items", [self.reply(v, depth) for v in value]]
+        if isinstance(value, Iteration):
+            return ["it", value.index]
+        if request[0] == "next":
+            return self.reply(value, self.depth.get(self.iterated.get(request[1]), 0) + 1)
         return self.reply(value, depth)
 
     @staticmethod

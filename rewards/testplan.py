@@ -171,7 +171,8 @@ def unittest_mock():
 # the operators a stub in the child forwards to the trainer's mock (mocks.OPERATIONS applies them)
 MOCK_OPERATORS = frozenset((
     "__enter__", "__exit__", "__getitem__", "__len__", "__bool__", "__eq__", "__ne__", "__str__",
-    "__int__", "__float__", "__contains__", "__lt__", "__gt__", "__le__", "__ge__", "__fspath__"))
+    "__int__", "__float__", "__contains__", "__lt__", "__gt__", "__le__", "__ge__", "__fspath__",
+    "__next__"))
 MOCK_KINDS = ("MagicMock", "Mock", "mock_open")  # the mocks a test may make
 
 
