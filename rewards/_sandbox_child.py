@@ -410,6 +410,14 @@ def _arg(value):
             _sent.append(value)
         return data
     except Exception:  # noqa: BLE001 - not plain data
+        kind = _CHANNEL[4](value)
+        if kind in (list, tuple):  # holding a stub: `s.send([s])`
+            return ["seq", kind.__name__, [_arg(v) for v in value]]
+        if kind is dict:
+            try:
+                return ["map", [[encode(k), _arg(v)] for k, v in value.items()]]
+            except Exception:  # noqa: BLE001, S110 - a key that is not plain data
+                pass
         name = _CHANNEL[4](value).__name__
         return ["o", name if _CHANNEL[4](name) is str else "?"]
 
@@ -424,6 +432,8 @@ def _ask(request):
         return _Remote(reply[1])
     if kind == "it":
         return _RemoteIteration(reply[1])
+    if kind in ("seq", "map"):
+        return _reply_value(reply)
     path, args = reply[1], [decode_input(a) for a in reply[2]]
     module, _, name = path.rpartition(".")
     try:
@@ -437,6 +447,21 @@ def _ask(request):
     if not (_CHANNEL[4](cls) is type and issubclass(cls, _CHANNEL[7])):
         raise TypeError(f"a mock's side effect {path} is not an exception class")
     raise cls(*args)
+
+
+def _reply_value(reply):
+    """A reply that is a value: data, a stub, or a list, tuple or dict holding stubs."""
+    kind = reply[0]
+    if kind == "h":
+        return _Remote(reply[1])
+    if kind == "seq":
+        items = [_reply_value(r) for r in reply[2]]
+        return tuple(items) if reply[1] == "tuple" else items
+    if kind == "map":
+        return {decode_input(k): _reply_value(v) for k, v in reply[1]}
+    if kind == "d":
+        return decode_input(reply[1])
+    raise TypeError("a mocked value the trainer could not send")
 
 
 class _RemoteIteration:

@@ -131,7 +131,7 @@ class Session:
         return self.index[id(obj)]
 
     def arg(self, a):
-        kind, inner = a
+        kind, inner = (a[0], a[-1]) if type(a) is list and len(a) in (2, 3) else (None, None)
         if kind == "d":
             value = testplan.decode(inner)
             if type(value) in MUTABLE:  # by reference, as the child keeps it (begin's updates)
@@ -141,6 +141,10 @@ class Session:
             return self.handles[self.check(inner)]
         if kind == "o" and type(inner) is str:
             return Opaque(inner[:100])
+        if kind == "seq" and type(inner) is list:  # a list or tuple holding stubs: [seq, t, items]
+            return (tuple if a[1] == "tuple" else list)(self.arg(v) for v in a[2])
+        if kind == "map" and type(inner) is list:  # a dict holding stubs: [[key data, value]...]
+            return {testplan.decode(k): self.arg(v) for k, v in inner}
         raise ValueError("malformed argument")
 
     def check(self, h) -> int:
@@ -157,6 +161,18 @@ class Session:
         try:
             return ["d", testplan.encode_input(value)]
         except (testplan.Unconvertible, RecursionError):
+            # a list, tuple or dict holding mocks (`m.return_value = [a, b]`: os.scandir's entries)
+            if type(value) in (list, tuple) and any(isinstance(v, (
+                    unittest_mock().NonCallableMock, list, tuple, dict)) for v in value):
+                return ["seq", type(value).__name__, [self.reply(v, depth) for v in value]]
+            if type(value) is dict:
+                try:
+                    keys = [testplan.encode_input(k) for k in value]
+                except (testplan.Unconvertible, RecursionError):
+                    keys = None
+                if keys is not None:
+                    return ["map", [[k, self.reply(v, depth)]
+                                    for k, v in zip(keys, value.values())]]
             return ["raise", "builtins.TypeError", [(f"a mocked value of type "
                                                     f"{type(value).__name__}")]]
 
