@@ -32,15 +32,15 @@ def verdict(message: dict) -> bool:
         frozenset())
     plan = build_plan(message["tests"], message.get("entry_point"), message.get("setup") or "",
                       functions)
-    handles = ()
+    handles, given = (), ()
     if plan.mocks:
         # the same unit boundaries as the run's: a request on an earlier unit's mock is malformed
         session = mocks.Session(plan.mocks, mocks.unit_handles([u.steps for u in plan.units]))
         session.replay(message.get("mocks"))
         if not session.finished():
             return False
-        handles = session.handles
-    if not judge(plan, line["units"], handles):
+        handles, given = session.handles, session.given_in
+    if not judge(plan, line["units"], handles, given):
         return False
     if plan.harness is None:
         return True

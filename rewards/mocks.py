@@ -91,6 +91,7 @@ class Session:
         recipe is given and there are no boundaries (a direct use)."""
         self.handles, self.index, self.log, self.depth, self.sent = [], {}, [], {}, []
         self.iters, self.live, self.iterated = [], set(), {}  # iterators; this unit's; their mock
+        self.given_in = []  # per unit begun, the handles the child held in it
         for op in recipe:
             if op[0] == "new":
                 _, id_, kind, kwargs = op
@@ -231,6 +232,7 @@ class Session:
                 held.update(value)
         self.sent, self.live = [], set()
         self.unit, self.given = i, set(self.units[i]) if i < len(self.units) else set()
+        self.given_in.append(self.given)
 
     def finished(self) -> bool:
         """Every unit began and ended (a run whose boundaries the child did not give in full

@@ -2981,9 +2981,11 @@ class _Values(dict):
         raise KeyError(key)
 
 
-def judge_unit(unit: Unit, results, handles=()) -> bool:
+def judge_unit(unit: Unit, results, handles=(), given=frozenset()) -> bool:
     """Did the child's results for this unit pass every check? Any malformed or missing result:
-    no. handles: the run's mocks, replayed (rewards/mocks.py), for the names that hold them."""
+    no. handles: the run's mocks, replayed (rewards/mocks.py), for the names that hold them;
+    given: the handles the child held in this unit (a step returning one of them returned that
+    mock: `assertEqual(task_func(), m.return_value)`)."""
     if not isinstance(results, list) or len(results) != len(unit.steps):
         return False
     raises_steps = {c.step for c in unit.checks if c.kind == "raises"}
@@ -2994,7 +2996,12 @@ def judge_unit(unit: Unit, results, handles=()) -> bool:
         if i in raises_steps:
             continue
         # a value that raised (or is not plain data) fails only where it is used:
-        if "eval" in unit.steps[i]:
+        if "eval" in unit.steps[i] and "mock" in result:
+            if type(result["mock"]) is int and result["mock"] in given:
+                values[f"__r{i}"] = handles[result["mock"]]
+            else:
+                values.failed.add(f"__r{i}")
+        elif "eval" in unit.steps[i]:
             try:  # `assert f(x) == 3 or g(x) == 4` as Python evaluates it, short-circuits included
                 values[f"__r{i}"] = _value(unit.steps[i], result)
             except (KeyError, ValueError, TypeError, AttributeError):
@@ -3021,13 +3028,15 @@ def judge_unit(unit: Unit, results, handles=()) -> bool:
     return True
 
 
-def judge(plan: Plan, unit_results, handles=()) -> bool:
+def judge(plan: Plan, unit_results, handles=(), given=()) -> bool:
     """Every unit passed. Exceptions while judging (a result of the wrong shape for the check) are
     failures."""
     if not isinstance(unit_results, list) or len(unit_results) != len(plan.units):
         return False
     try:
-        return all(judge_unit(u, r, handles) for u, r in zip(plan.units, unit_results))
+        given = list(given) + [frozenset()] * (len(plan.units) - len(given))
+        return all(judge_unit(u, r, handles, g)
+                   for u, r, g in zip(plan.units, unit_results, given))
     except Exception:  # noqa: BLE001 - the child's data is untrusted: anything odd is a failure
         return False
 
