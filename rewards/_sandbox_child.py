@@ -353,6 +353,7 @@ _inbox = bytearray()
 _LOCK = _thread.allocate_lock()  # one request and its reply at a time (threads of the solution's)
 _MUTABLE = (list, dict, set, bytearray)
 _sent = []  # the mutable arguments sent in this unit (by reference: see _unit_sender)
+_replied = {}  # ref -> the mutable value a mock returned in this unit (_reply_data)
 
 
 def _send(request, reply=True):
@@ -380,12 +381,13 @@ def _exchange(request, reply, fds=None, channel=_CHANNEL, inbox=_inbox):
     return loads(line)
 
 
-def _unit_sender(fds, lock=_LOCK, exchange=_exchange, sent=_sent):
+def _unit_sender(fds, lock=_LOCK, exchange=_exchange, sent=_sent, replied=_replied):
     """The function telling the trainer that unit i begins (its earlier units' mocks are retired
     there, this one's given; i = the number of units: they are over), made before the solution
     runs: its references are its own, so a solution rebinding this module's names does not reach
     it. With it go the mutable arguments the ended unit sent, as they are now: a Mock keeps
-    references to its arguments, so a list changed after the call is what its record holds."""
+    references to its arguments, so a list changed after the call is what its record holds (and
+    the values its mocks returned, changed by the solution, are the mocks' again)."""
     def begin(i):
         with lock:
             now = []
@@ -395,6 +397,7 @@ def _unit_sender(fds, lock=_LOCK, exchange=_exchange, sent=_sent):
                 except Exception:  # noqa: BLE001 - no longer plain data: the run fails there
                     now.append(None)
             sent.clear()
+            replied.clear()
             exchange(["unit", i, now], True, fds)
     return begin
 
@@ -427,7 +430,7 @@ def _ask(request):
     reply = _send(request)
     kind = reply[0]
     if kind == "d":
-        return decode_input(reply[1])
+        return _reply_data(reply)
     if kind == "h":
         return _Remote(reply[1])
     if kind == "it":
@@ -460,8 +463,19 @@ def _reply_value(reply):
     if kind == "map":
         return {decode_input(k): _reply_value(v) for k, v in reply[1]}
     if kind == "d":
-        return decode_input(reply[1])
+        return _reply_data(reply)
     raise TypeError("a mocked value the trainer could not send")
+
+
+def _reply_data(reply):
+    """Data a mock returned; a mutable value is one object per ref in a unit (the trainer's
+    mock returns the same object each time), kept with the unit's arguments (_unit_sender)."""
+    if len(reply) < 3:
+        return decode_input(reply[1])
+    if reply[2] not in _replied:
+        _replied[reply[2]] = value = decode_input(reply[1])
+        _sent.append(value)
+    return _replied[reply[2]]
 
 
 class _RemoteIteration:

@@ -92,6 +92,9 @@ class Session:
         self.handles, self.index, self.log, self.depth, self.sent = [], {}, [], {}, []
         self.iters, self.live, self.iterated = [], set(), {}  # iterators; this unit's; their mock
         self.given_in = []  # per unit begun, the handles the child held in it
+        # mutable values the mocks returned in this unit (id -> ref; held): the child keeps one
+        # object per ref, so `r.json()['a'] = 2` then `r.json()['a']` reads 2, as under unittest
+        self.replied, self.held = {}, []
         for op in recipe:
             if op[0] == "new":
                 _, id_, kind, kwargs = op
@@ -160,7 +163,14 @@ class Session:
             self.given.add(h)
             return ["h", h]
         try:
-            return ["d", testplan.encode_input(value)]
+            data = ["d", testplan.encode_input(value)]
+            if type(value) in MUTABLE:  # one object, as the test configured it: its ref
+                if id(value) not in self.replied:
+                    self.replied[id(value)] = len(self.replied)
+                    self.held.append(value)  # alive: its id stays its own
+                    self.sent.append(value)  # changed by the child: the unit's end says how
+                data.append(self.replied[id(value)])
+            return data
         except (testplan.Unconvertible, RecursionError):
             # a list, tuple or dict holding mocks (`m.return_value = [a, b]`: os.scandir's entries)
             if type(value) in (list, tuple) and any(isinstance(v, (
@@ -230,7 +240,7 @@ class Session:
             else:
                 held.clear()
                 held.update(value)
-        self.sent, self.live = [], set()
+        self.sent, self.live, self.replied, self.held = [], set(), {}, []
         self.unit, self.given = i, set(self.units[i]) if i < len(self.units) else set()
         self.given_in.append(self.given)
 

@@ -107,6 +107,11 @@ def test_lines(self):
     "changes_what_a_mock_returned": (JSON_A, "import requests", (
         "import requests\ndef task_func(u):\n    r = requests.get(u)\n    r.json()['a'] = 2\n"
         "    return r.json()['a']\n"), 1.0),
+    # the same solution where the test expects the value before the change: unittest fails it
+    "changes_what_a_mock_returned_wrong": (JSON_A.replace("task_func('u'), 2", "task_func('u'), 1"),
+                                           "import requests", (
+        "import requests\ndef task_func(u):\n    r = requests.get(u)\n    r.json()['a'] = 2\n"
+        "    return r.json()['a']\n"), 0.0),
     # Mock keeps references to its arguments (unittest.mock's documented behaviour): the list
     # changed after the call is what the record holds, and the test is written for it; here the
     # argument is a snapshot taken at the call
