@@ -281,7 +281,18 @@ def test_s(self, m):
 CASES = {**WRONGLY, **RIGHTLY}
 
 
-@pytest.mark.parametrize("name", list(CASES))
+# honest idioms the plan still refuses under trusted_only (rewards/README.md, mocks): 0.0 there
+NOT_JUDGED_YET = {
+    "write_through_m_call": "the test's own m() after m's record is read: refused (record read "
+                            "before a later call)",
+    "a_name_bound_to_a_mock_path": "a mock configured through a name bound to its path "
+                                   "(conn.recv.side_effect = ...): refused",
+}
+
+
+@pytest.mark.parametrize("name", [
+    pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=NOT_JUDGED_YET[n]))
+    if n in NOT_JUDGED_YET else n for n in CASES])
 def test_mocked_case_is_judged_as_unittest_would(name):
     body, imports, solution, expected = CASES[name]
     ref = dict(reference(body, imports), timeout=4)
