@@ -702,6 +702,9 @@ class _Unit:
         self.checks = []
         # unittest.mock allowed (a TestCase's unit): the plan's recipe, appended to (mocks.py)
         self.mock_recipe = None
+        # names bound to a mock's attribute path before the solution ran (`conn =
+        # m.return_value.__enter__.return_value`): configuring through them configures that path
+        self.mock_aliases = {}
         self.module_paths = {}  # names of modules (and their classes) the tests import: paths
 
     # ------------------------------------------------ what is whose
@@ -1267,6 +1270,9 @@ class _Unit:
             return self.patch_block(stmt)
         if self.mock_recipe is None:
             return False
+        for n in ast.walk(stmt):  # a name bound again, in any form, is no longer an alias
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+                self.mock_aliases.pop(n.id, None)
         if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
             target, value = stmt.targets[0], stmt.value
             found = self.mock_of(target)
@@ -1277,8 +1283,20 @@ class _Unit:
                 if self.called():
                     raise Unconvertible("unittest.mock: a mock configured after the solution "
                                         "ran")
+                if any(a == id_ and len(path) <= len(q) and q[:len(path)] == path
+                       for a, q in self.mock_aliases.values()):  # the alias keeps the old object
+                    raise Unconvertible("unittest.mock: a mock path set again after a name was "
+                                        "bound to it")
                 self.mock_recipe.append(["set", id_, path, self.mock_value(value)])
                 return True
+            found = self.mock_of(value) if isinstance(value, ast.Attribute) else None
+            if (isinstance(target, ast.Name) and found is not None and not self.called()
+                    and not any(p.startswith("_") and p not in MOCK_OPERATORS for p in found[1])
+                    and all(p == "return_value" or p in MOCK_OPERATORS or not (
+                        p.startswith("_") or hasattr(unittest_mock().NonCallableMock, p))
+                            for p in found[1])):
+                self.mock_aliases[target.id] = found  # bound as before; configurable through
+                return False
             if (isinstance(target, ast.Name) and isinstance(value, ast.Call)
                     and self.mock_api(value.func) in MOCK_KINDS):  # `m = MagicMock(...)`
                 self.bind_mock(target.id, MockRef(self.mock_value(value)["mock"]))
@@ -1325,6 +1343,9 @@ class _Unit:
             node = node.value
         if isinstance(node, ast.Name) and isinstance(self.env.get(node.id), MockRef):
             return self.env[node.id].id, parts
+        if isinstance(node, ast.Name) and node.id in self.mock_aliases:
+            id_, path = self.mock_aliases[node.id]
+            return id_, path + parts
         return None
 
     def called(self) -> bool:

@@ -168,6 +168,23 @@ def test_s(self, m):
 
 # ------------------------------------------------ judged rightly (regression)
 RIGHTLY = {
+    # the socket shape with a wrong answer (one recv): the configured side effect is the judge's
+    "a_name_bound_to_a_mock_path_wrong": (
+        WRONGLY["a_name_bound_to_a_mock_path"][0], "import socket", (
+            "import socket\ndef task_func(h, p):\n"
+            "    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:\n"
+            "        s.connect((h, p))\n        return s.recv(1024)\n"), 0.0),
+    # a name bound to a mock's path, then the path set again: the name keeps the old object
+    # (unittest: the solution's s is the new mock, whose recv gives a mock), refused by the plan
+    "a_mock_path_set_again_after_a_name_was_bound": ("""
+@patch('socket.socket')
+def test_s(self, m):
+    conn = m.return_value.__enter__.return_value
+    m.return_value.__enter__.return_value = MagicMock()
+    conn.recv.side_effect = [b'ab', b'']
+    self.assertEqual(task_func('h', 1), b'')
+""", "import socket", ("import socket\ndef task_func(h, p):\n"
+                       "    with socket.socket() as s:\n        return s.recv(1)\n"), 0.0),
     "forges_handle_zero_first": (SMTP, "import smtplib", (
         "import smtplib\ndef task_func(to, msg):\n    smtplib.SMTP('localhost', 25)\n"
         "    for h in range(8):\n        try:\n"
@@ -285,8 +302,6 @@ CASES = {**WRONGLY, **RIGHTLY}
 NOT_JUDGED_YET = {
     "write_through_m_call": "the test's own m() after m's record is read: refused (record read "
                             "before a later call)",
-    "a_name_bound_to_a_mock_path": "a mock configured through a name bound to its path "
-                                   "(conn.recv.side_effect = ...): refused",
 }
 
 
@@ -450,3 +465,10 @@ BOUNDARY_ATTACKS = {
 def test_unit_boundaries_are_the_trainers(name):
     ref = dict(reference(SLEEP, "import time"), timeout=4)
     assert scores(block(BOUNDARY_ATTACKS[name]), ref) == (0.0, 0.0)
+
+
+def test_a_mock_path_set_again_after_a_name_was_bound_is_refused():
+    from gmts.rewards import testplan
+    body, imports = CASES["a_mock_path_set_again_after_a_name_was_bound"][:2]
+    plan = testplan.build_plan(reference(body, imports)["tests"], "task_func")
+    assert "set again after a name was bound" in plan.refusal, plan.refusal
