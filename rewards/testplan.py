@@ -158,6 +158,15 @@ _RAISES = object()
 _FROM_PYTEST = {"approx": _approx, "raises": _RAISES}
 
 
+def attribute_chain(node) -> tuple:
+    """`a.b.c` -> (the node of `a`, ["b", "c"]); any other node -> (node, [])."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.insert(0, node.attr)
+        node = node.value
+    return node, parts
+
+
 # ---------------------------------------------------------------- unittest.mock's names
 # What a plan reads of unittest.mock statically; the mocks themselves are the trainer's, made and
 # served in rewards/mocks.py.
@@ -1322,10 +1331,7 @@ class _Unit:
     def mock_api(self, node) -> str | None:
         """The unittest.mock name `node` is through the tests' imports ('patch', 'patch.object',
         'patch.dict', 'MagicMock', 'Mock', 'mock_open'), else None."""
-        parts = []
-        while isinstance(node, ast.Attribute):
-            parts.insert(0, node.attr)
-            node = node.value
+        node, parts = attribute_chain(node)
         if not isinstance(node, ast.Name) or node.id in self.child:
             return None
         value = self.env.get(node.id)
@@ -1337,10 +1343,7 @@ class _Unit:
     def mock_of(self, node):
         """(mock id, attribute path) for `m.return_value.json`, m a mock of the test's; else
         None."""
-        parts = []
-        while isinstance(node, ast.Attribute):
-            parts.insert(0, node.attr)
-            node = node.value
+        node, parts = attribute_chain(node)
         if isinstance(node, ast.Name) and isinstance(self.env.get(node.id), MockRef):
             return self.env[node.id].id, parts
         if isinstance(node, ast.Name) and node.id in self.mock_aliases:
@@ -1420,10 +1423,7 @@ class _Unit:
     def dotted(self, node) -> str | None:
         """The import path of a builtin or of a name of a module the tests import
         (`requests.exceptions.HTTPError`, `os.environ`), else None."""
-        parts = []
-        while isinstance(node, ast.Attribute):
-            parts.insert(0, node.attr)
-            node = node.value
+        node, parts = attribute_chain(node)
         if not isinstance(node, ast.Name) or node.id in self.child:
             return None
         if node.id in self.module_paths:
