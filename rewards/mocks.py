@@ -40,9 +40,9 @@ OPERATIONS = {
 # mocks one run may reach (each attribute of a mock is a new one, ~12 KB and ~0.8 ms here): more
 # is a flood, and the run fails
 MAX_HANDLES = 1000
+MUTABLE = (list, dict, set, bytearray)  # arguments a Mock's record holds by reference
 # a chain of child mocks: each call of one is recorded by every ancestor under its dotted name
 # (unittest.mock's _increment_mock_call), so names and depth bound what one request keeps here
-MUTABLE = (list, dict, set, bytearray)  # arguments a Mock's record holds by reference
 MAX_NAME = 64  # characters of an attribute name read through a stub (an identifier)
 MAX_DEPTH = 8  # mocks between a reached one and the mock its chain started at
 
@@ -127,9 +127,9 @@ class Session:
         if id(obj) not in self.index:
             if depth > MAX_DEPTH:
                 raise ValueError("malformed: a chain of mocks too deep")
-            self.depth[len(self.handles)] = depth
             if len(self.handles) >= MAX_HANDLES:
                 raise ValueError("malformed: more mocks than a run may reach")
+            self.depth[len(self.handles)] = depth
             self.index[id(obj)] = len(self.handles)
             self.handles.append(obj)
         return self.index[id(obj)]
@@ -265,12 +265,11 @@ class Session:
             return ["raise", e.path, e.data]
         except Exception as e:  # noqa: BLE001 - the mock raised it (StopIteration, the test's)
             return self.raised(e)
-        depth = self.depth.get(request[1], 0) + 1 if type(request[1]) is int else 0
         if isinstance(value, Iteration):
             return ["it", value.index]
-        if request[0] == "next":
-            return self.reply(value, self.depth.get(self.iterated.get(request[1]), 0) + 1)
-        return self.reply(value, depth)
+        # the mock the value came from (an item: the iterated mock's), one deeper in its chain
+        source = self.iterated.get(request[1]) if request[0] == "next" else request[1]
+        return self.reply(value, self.depth.get(source, 0) + 1)
 
     @staticmethod
     def raised(e) -> list:
