@@ -160,10 +160,9 @@ def answer_prompts(run, idx):
        the rollout's device, with the rest of the batch (R stays on the CPU)."""
     cfg, G, stream, tokenizer = run.cfg, run.cfg.group_size, run.stream, run.tokenizer
     problems, prompt_ids = [stream.problems[i] for i in idx], [stream.prompt_ids[i] for i in idx]
-    roll = sample(run.model, prompt_ids, group_size=G, temperature=cfg.temperature,  # 1. Rollout
-                  max_new_tokens=cfg.max_new_tokens, eos_token_ids=run.eos_ids, decode=run.decode,
-                  pad_token_id=tokenizer.pad_token_id, generator=run.rollout_gen,
-                  prompts_per_call=cfg.rollout_batch_size)
+    roll = sample(run.model, prompt_ids, group_size=G, eos_token_ids=run.eos_ids, decode=run.decode,
+        temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens, generator=run.rollout_gen,
+        pad_token_id=tokenizer.pad_token_id, prompts_per_call=cfg.rollout_batch_size)  # 1. Rollout
     texts, answered = [], []                     # answer i's text, the problem it answers (i // G)
     for i, (row, mask) in enumerate(zip(roll.completion_ids.cpu(), roll.valid_mask.cpu())):
         texts.append(tokenizer.decode(row[mask], skip_special_tokens=True))
@@ -230,31 +229,26 @@ def update_policy(cfg, model, ref_model, optimizer, batch, select_gen, device, s
             counts = selection_counts(valid, mb.exclude, ratio, cfg.select_scope,
                                       mb.group_ids) if cfg.beta else None      # (S, N_valid)
             share = kl_share(cfg.loss_norm, cfg.kl_coverage, *counts) if cfg.beta else 1.0
-            omega = token_omega(logp, mb.old_logp, mb.advantages, eps_low=cfg.eps_low,
-                                eps_high=cfg.eps_high, beta=cfg.beta, ref_logp=mb.ref_logp,
-                                kl_share=share)
+            omega = token_omega(logp, mb.old_logp, mb.advantages, eps_low=cfg.eps_low,   # (n, T)
+                eps_high=cfg.eps_high, beta=cfg.beta, ref_logp=mb.ref_logp, kl_share=share)
             length_weight = relative_token_weight(valid, cfg.loss_norm)  # (n, T) 1/|o_i| or None
             finite = all_finite((logp, entropy, omega), valid)   # NaN/inf: no step, zeros to rank
             if not finite:
                 logp, entropy, omega = (x.nan_to_num(0.0, 0.0, 0.0) for x in (logp, entropy, omega))
-            scores = token_scores(cfg.selector, entropy, omega, weight=length_weight,
-                                  generator=select_gen)                       # (n, T) or None
+            scores = token_scores(cfg.selector, entropy, omega, length_weight, select_gen)  # (n, T)
             selected = batch_select(scores, valid, ratio, scope=cfg.select_scope,     # 5. Select
                                     group_ids=mb.group_ids, bottom=cfg.bottom, exclude=mb.exclude)
-            weights = loss_weights(valid, selected, cfg.loss_norm, reduce=batch_sum)  # 6. (n, T)
-            kl_weights = loss_weights(valid, valid, cfg.loss_norm, reduce=batch_sum) if kl_all \
-                else None
-            live = ((weights.sum(1) > 0) & ((mb.advantages != 0) | (cfg.beta != 0))
-                    | kl_all & valid.any(1))                          # (n,) rows with a gradient
-            model.train()
-            optimizer.zero_grad(set_to_none=True)
+            weights = loss_weights(valid, selected, cfg.loss_norm, batch_sum)      # 6. (n, T) >= 0
+            kl_weights = loss_weights(valid, valid, cfg.loss_norm, batch_sum) if kl_all else None
+            live = weights.any(1) & ((mb.advantages != 0) | bool(cfg.beta)) | kl_all & valid.any(1)
+            model.train()             # (the gradients: None, as every optimizer step leaves them)
             loss, grad_norm, outcome = math.nan, math.nan, NON_FINITE
-            if finite:
+            if finite:                               # 6. the backward passes; 7. the optimizer step
                 accumulate = probe.accumulate if probe else accumulate_gradients
-                loss, n_passes = accumulate(model, batch, mb, rows[live], weights, cfg,
-                                            kl_weights=kl_weights, on_policy=on_policy)
-                loss, grad_norm, outcome = optimizer_step(                       # 7. Step
-                    model, optimizer, loss, n_passes, cfg.max_grad_norm)
+                loss, passes = accumulate(model, batch, mb, rows[live], weights, cfg,
+                                          kl_weights=kl_weights, on_policy=on_policy)
+                loss, grad_norm, outcome = optimizer_step(
+                    model, optimizer, loss, passes, cfg.max_grad_norm)
             on_policy &= outcome != STEPPED
             records.append({"mb": mb, "logp": logp, "entropy": entropy, "omega": omega,
                             "length_weight": length_weight, "selected": selected, "loss": loss,
@@ -301,8 +295,7 @@ def train_step(run, step):
     if int(batch_sum(int(done.batch is None))):      # no group anywhere (no process may step alone)
         return done
     done.records = update_policy(cfg, model, run.ref_model, run.optimizer, done.batch,
-                                 run.select_gen, run.device, step,
-                                 probe=GradNoise(model) if cfg.log_grad_noise else None)
+        run.select_gen, run.device, step, probe=GradNoise(model) if cfg.log_grad_noise else None)
     done.outcome, done.time_train_s = TRAINED, time.time() - t_start - done.time_rollout_s
     return done
 

@@ -52,7 +52,7 @@ def clip_active(r, advantages, eps_low, eps_high):
     return grpo.clip_active(r, advantages, eps_low, eps_high)
 
 
-def token_scores(selector, entropy, omega=None, *, weight=None, generator=None):
+def token_scores(selector, entropy, omega=None, weight=None, generator=None):
     """grpo.token_scores, checked: a known selector; "gmts" needs omega, shaped like entropy."""
     check(selector in SELECTORS, f"unknown selector {selector!r}; choose one of {SELECTORS}")
     if selector == "gmts":
@@ -116,7 +116,7 @@ def _non_finite_message(scores, bad):
             f"{where}: value {scores[where[0], where[1]].item()}")
 
 
-def loss_weights(valid_mask, selected_mask, loss_norm="selected", *, reduce=None):
+def loss_weights(valid_mask, selected_mask, loss_norm="selected", reduce=None):
     """grpo.loss_weights, checked: a known loss_norm, both masks of one shape, nothing selected
     outside valid_mask."""
     check(loss_norm in LOSS_NORMS, f"unknown loss_norm {loss_norm!r}; choose one of {LOSS_NORMS}")

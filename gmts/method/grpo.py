@@ -111,10 +111,8 @@ def token_omega(logp, old_logp, advantages, *, eps_low=0.2, eps_high=0.28, beta=
     """
     r = torch.exp(logp - old_logp)                 # (N, T) the importance ratio π_θ / π_old
     adv = advantages if advantages.dim() == 2 else advantages[:, None]        # (N, T) or (N, 1)
-    omega = r * adv * ~clip_active(r, adv, eps_low, eps_high)                           # (N, T)
-    if beta != 0.0:                             # + β π_ref/π_θ - β, the KL part, times kl_share
-        omega = omega + kl_share * (beta * torch.exp(ref_logp - logp) - beta)
-    return omega
+    omega = r * adv * ~clip_active(r, adv, eps_low, eps_high)    # (N, T); + the KL part if β != 0
+    return omega if beta == 0.0 else omega + kl_share * (beta * torch.exp(ref_logp - logp) - beta)
 
 
 def clip_active(r, advantages, eps_low, eps_high):
@@ -125,7 +123,7 @@ def clip_active(r, advantages, eps_low, eps_high):
 
 
 @torch.no_grad()
-def token_scores(selector, entropy, omega=None, *, weight=None, generator=None):
+def token_scores(selector, entropy, omega=None, weight=None, generator=None):
     """Scores that select_tokens ranks, (N, T) float, higher = more worth training on. entropy
     (N, T) float32 or float64 (head.py's; gmts.token_scores upcasts lower precisions); weight a
     tensor broadcasting to it, or None.
@@ -140,8 +138,7 @@ def token_scores(selector, entropy, omega=None, *, weight=None, generator=None):
     """
     if selector != "gmts":
         return SCORES[selector](entropy, generator)
-    score = entropy * omega if weight is None else entropy * omega * weight            # (N, T)
-    return score.abs()
+    return (entropy * omega if weight is None else entropy * omega * weight).abs()     # (N, T)
 
 
 def _random_scores(entropy, generator):
@@ -220,9 +217,8 @@ def top_k_mask(scores, eligible, k, bottom=False):
     (stable sort)."""
     flat_idx = eligible.reshape(-1).nonzero().squeeze(1)    # (n,) flat positions of eligible tokens
     order = torch.sort(scores.reshape(-1)[flat_idx], descending=not bottom, stable=True).indices
-    chosen = eligible.new_zeros(eligible.numel())                                   # (N·T,) bool
-    chosen[flat_idx[order[:k]]] = True
-    return chosen.view_as(eligible)
+    chosen = eligible.new_zeros(eligible.numel()).index_fill_(0, flat_idx[order[:k]], True)
+    return chosen.view_as(eligible)                                                  # (N, T) bool
 
 
 # --------------------------------------------------------------------------------------------------
@@ -235,7 +231,7 @@ def top_k_mask(scores, eligible, k, bottom=False):
 # summing the losses of any split of the batch into micro-batches gives exactly the full-batch loss
 # and gradient.
 
-def loss_weights(valid_mask, selected_mask, loss_norm="selected", *, reduce=None):
+def loss_weights(valid_mask, selected_mask, loss_norm="selected", reduce=None):
     """Per-token weights w_it · m_it (N, T) float64 for the WHOLE optimizer batch; slice rows for
     micro-batches. m = selected_mask in float64: 1/S exact to 1e-16 whatever the model's dtype.
 
@@ -325,13 +321,13 @@ def policy_loss(logp, old_logp, advantages, weights, *, eps_low=0.2, eps_high=0.
     weights: (N, T) from loss_weights (rows of the full-batch tensor for a micro-batch). kl_weights:
     where the KL term applies (defaults to `weights`, i.e. selected tokens only; pass weights built
     from the valid mask to apply it to every token: gmts/METHOD.md, "Normaliser", leaves the KL
-    term's coverage as a stated choice).
+    term's coverage as a stated choice). A token of weight 0 adds 0, even where its surrogate or KL
+    is infinite (not 0 · inf = NaN).
     """
     surrogate, kl = token_objective(logp, old_logp, advantages, eps_low=eps_low, eps_high=eps_high,
                                     beta=beta, ref_logp=ref_logp)
-    weights = weights.to(surrogate.dtype)
-    loss = -torch.where(weights != 0, weights * surrogate, 0.0).sum()    # not 0 * inf = NaN
+    loss = -torch.where(weights != 0, weights.to(surrogate.dtype) * surrogate, 0.0).sum()  # w=0: 0
     if beta != 0.0:
-        kl_w = weights if kl_weights is None else kl_weights.to(kl.dtype)
+        kl_w = (weights if kl_weights is None else kl_weights).to(kl.dtype)
         loss = loss + beta * torch.where(kl_w != 0, kl_w * kl, 0.0).sum()
     return loss

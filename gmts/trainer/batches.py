@@ -8,7 +8,6 @@ gmts/trainer/distributed.py behind `if several_processes()`, a line a single-pro
 """
 import contextlib
 import dataclasses
-import functools
 import math
 
 import torch
@@ -78,12 +77,11 @@ class PromptStream:
     def take(self, n):
         """This process's share (`shard`) of the next n problem indices; each epoch is a fresh
         permutation seeded by (seed, epoch)."""
-        size, start = len(self.problems), self.position
+        size, start, self.position = len(self.problems), self.position, self.position + n
         order = torch.zeros(0, dtype=torch.long)        # (epochs x size,) the epochs they fall in
         for epoch in range(start // size, (start + n) // size + 1):
             gen = torch.Generator().manual_seed(self.seed * 7919 + epoch)
             order = torch.cat([order, torch.randperm(size, generator=gen)])
-        self.position += n
         return order[start % size:start % size + n].tolist()[self.shard]
 
 
@@ -176,16 +174,21 @@ def completion_logprobs(model, prompt_ids, completion_ids, valid_mask, *, group_
     prompts = prompt_ids if group_size == 1 else [p for p in prompt_ids for _ in range(group_size)]
     if len(prompts) != completion_ids.shape[0]:
         raise ValueError(f"{len(prompt_ids)} prompts x {group_size} != {len(completion_ids)} rows")
+    return row_logprobs(model, prompts, completion_ids, valid_mask, temperature, chunk_size,
+                        with_entropy)
+
+
+def row_logprobs(model, prompts, completion_ids, valid_mask, temperature, chunk_size, with_entropy):
+    """completion_logprobs with a prompt per row (N lists of ids), every argument given, unchecked
+    (micro_batch_logprobs: the batch's own rows)."""
     ids, prompt_mask = left_pad(prompts, pad_id=0, device=completion_ids.device)
-    attention = torch.cat([prompt_mask, valid_mask.long()], dim=1)
-    hidden = model.get_decoder()(input_ids=torch.cat([ids, completion_ids], dim=1),
-                                 attention_mask=attention, position_ids=positions(attention),
-                                 use_cache=False).last_hidden_state
+    attention = torch.cat([prompt_mask, valid_mask.long()], dim=1)                  # (N, P + T)
+    hidden = model.get_decoder()(input_ids=torch.cat([ids, completion_ids], dim=1), use_cache=False,
+        attention_mask=attention, position_ids=positions(attention)).last_hidden_state
     h = hidden[:, ids.shape[1] - 1:-1][valid_mask]     # (n_valid, H): P-1+t predicts token t
     head = model.get_output_embeddings()
-    logp, entropy = head_logprobs(h, head.weight, completion_ids[valid_mask],  # (n_valid,) each
-                                  getattr(head, "bias", None), temperature, chunk_size,
-                                  with_entropy)
+    logp, entropy = head_logprobs(h, head.weight, completion_ids[valid_mask], head.bias,
+                                  temperature, chunk_size, with_entropy)    # (n_valid,) each
     logp = logp.new_zeros(valid_mask.shape).masked_scatter(valid_mask, logp)    # (N, T), 0 at pad
     if with_entropy:
         entropy = entropy.new_zeros(valid_mask.shape).masked_scatter(valid_mask, entropy)  # (N, T)
@@ -226,10 +229,10 @@ def micro_batch_logprobs(model, batch, rows, cfg, with_entropy=False):
     parameters gathered (distributed.shard_model's run_forward)."""
     width = int(batch.valid_mask[rows].any(0).int().cumsum(0).argmax()) + 1  # widest, 1 at least
     prompts = [batch.prompt_ids[i // cfg.group_size] for i in rows.tolist()]  # G answers a prompt
-    args = (model, prompts, batch.completion_ids[rows, :width], batch.valid_mask[rows, :width])
-    logprobs = functools.partial(completion_logprobs, temperature=cfg.temperature,
-                                 chunk_size=cfg.chunk_size, with_entropy=with_entropy)
-    return model.run_forward(logprobs, *args) if hasattr(model, "run_forward") else logprobs(*args)
+    args = (model, prompts, batch.completion_ids[rows, :width], batch.valid_mask[rows, :width],
+            cfg.temperature, cfg.chunk_size, with_entropy)
+    return model.run_forward(row_logprobs, *args) if hasattr(model, "run_forward") else \
+        row_logprobs(*args)
 
 
 @torch.no_grad()
@@ -275,10 +278,9 @@ def accumulate_gradients(model, batch, mb, rows, weights, cfg, *, kl_weights=Non
             logp = micro_batch_logprobs(model, batch, chunk, cfg)[0]    # (n, w) log π_θ, w <= T
             i, w = mb.position[chunk], logp.shape[1]                    # (n,) its rows in mb
             loss = policy_loss(logp, logp.detach() if on_policy else mb.old_logp[i, :w],
-                               mb.advantages[i], weights[i, :w], eps_low=cfg.eps_low,
-                               eps_high=cfg.eps_high, beta=cfg.beta,
-                               ref_logp=None if mb.ref_logp is None else mb.ref_logp[i, :w],
-                               kl_weights=None if kl_weights is None else kl_weights[i, :w])
+                mb.advantages[i], weights[i, :w], eps_low=cfg.eps_low, eps_high=cfg.eps_high,
+                beta=cfg.beta, ref_logp=None if mb.ref_logp is None else mb.ref_logp[i, :w],
+                kl_weights=None if kl_weights is None else kl_weights[i, :w])       # -J, a number
             backward(loss)
             total += loss.detach().double().cpu()
     return total, len(chunks)

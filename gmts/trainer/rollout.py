@@ -155,21 +155,21 @@ def draw(logits, u, temperature=1.0, top_k=0, top_p=1.0):
     return token, log_probs.gather(1, token[:, None])[:, 0], -(log_probs.exp() * log_probs).sum(-1)
 
 
-def gqa_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
+def gqa_attention(module, query, key, value, mask, **kwargs):
     """transformers' SDPA attention, except for one query token per row under grouped-query
     attention: query (n, heads, 1, d) is viewed as (n, kv_heads, heads / kv_heads, d), the query
     heads of each KV head as that head's query rows, so SDPA reads K and V (n, kv_heads, L, d) as
     they are. transformers itself expands K and V to every query head (repeat_kv: heads / kv_heads
     copies of the cache per layer and step) whenever a mask is passed (5.17; 5.25 under
-    torch.compile). Returns (n, 1, heads, d), None, as transformers' attention functions do."""
+    torch.compile). Returns (n, 1, heads, d), None, as transformers' attention functions do;
+    kwargs: theirs (dropout, scaling, softcap, ...)."""
     (n, heads, q, d), kv_heads = query.shape, key.shape[1]
-    if q != 1 or heads == kv_heads or dropout or kwargs.get("softcap") is not None:
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
-                                      scaling=scaling, **kwargs)
-    if attention_mask is not None and attention_mask.shape[1] > 1:      # a mask per query head
-        attention_mask = attention_mask.view(n, kv_heads, heads // kv_heads, -1)
+    if q != 1 or heads == kv_heads or kwargs.get("dropout") or kwargs.get("softcap") is not None:
+        return sdpa_attention_forward(module, query, key, value, mask, **kwargs)   # (as it is)
+    if mask is not None and mask.shape[1] > 1:                          # a mask per query head
+        mask = mask.view(n, kv_heads, heads // kv_heads, -1)
     out = torch.nn.functional.scaled_dot_product_attention(     # (n, kv_heads, heads / kv_heads, d)
-        query.view(n, kv_heads, -1, d), key, value, attn_mask=attention_mask, scale=scaling)
+        query.view(n, kv_heads, -1, d), key, value, attn_mask=mask, scale=kwargs.get("scaling"))
     return out.view(n, 1, heads, value.shape[-1]), None
 
 
