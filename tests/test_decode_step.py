@@ -117,6 +117,30 @@ def test_each_query_head_attends_to_its_own_kv_head():
         torch.testing.assert_close(roll.entropy, entropy.float(), rtol=1e-6, atol=1e-6)
 
 
+def test_gqa_attention_is_transformers_sdpa_attention_however_called():
+    """gqa_attention against transformers' sdpa_attention_forward on the same float64 inputs: one
+    query token over 2 KV heads for 4 query heads (its own path), and a 3-token query (handed on as
+    it is), the mask and transformers' keywords passed by position or by name. float64 sums of 6
+    terms in another grouping: ~1e-16 relative, under 1e-12."""
+    from types import SimpleNamespace
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    from gmts.trainer.rollout import gqa_attention
+    gen = torch.Generator().manual_seed(0)
+    module = SimpleNamespace(num_key_value_groups=2, is_causal=True, training=False)
+    for q in (1, 3):
+        query = torch.randn(2, 4, q, 8, generator=gen, dtype=torch.float64)
+        key = torch.randn(2, 2, 6, 8, generator=gen, dtype=torch.float64)
+        value = torch.randn(2, 2, 6, 8, generator=gen, dtype=torch.float64)
+        mask = torch.ones(2, 1, q, 6, dtype=torch.bool).tril(6 - q)
+        mask[0, ..., 0] = False                                  # a left-padded row
+        want, _ = sdpa_attention_forward(module, query, key, value, mask, scaling=0.3)
+        for got, none in (gqa_attention(module, query, key, value, mask, dropout=0.0, scaling=0.3),
+                          gqa_attention(module, query, key, value, attention_mask=mask,
+                                        scaling=0.3, dropout=0.0)):
+            assert none is None and got.shape == want.shape == (2, q, 4, 8)
+            torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+
+
 def test_the_compiled_decode_step_reads_the_kv_heads_as_they_are(recording_graphs):
     """The same in the graph torch.compile captures (each node's shape as dynamo traced it)."""
     model = gqa_model()

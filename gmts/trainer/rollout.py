@@ -155,7 +155,7 @@ def draw(logits, u, temperature=1.0, top_k=0, top_p=1.0):
     return token, log_probs.gather(1, token[:, None])[:, 0], -(log_probs.exp() * log_probs).sum(-1)
 
 
-def gqa_attention(module, query, key, value, mask, **kwargs):
+def gqa_attention(module, query, key, value, attention_mask, **kwargs):
     """transformers' SDPA attention, except for one query token per row under grouped-query
     attention: query (n, heads, 1, d) is viewed as (n, kv_heads, heads / kv_heads, d), the query
     heads of each KV head as that head's query rows, so SDPA reads K and V (n, kv_heads, L, d) as
@@ -165,9 +165,9 @@ def gqa_attention(module, query, key, value, mask, **kwargs):
     kwargs: theirs (dropout, scaling, softcap, ...)."""
     (n, heads, q, d), kv_heads = query.shape, key.shape[1]
     if q != 1 or heads == kv_heads or kwargs.get("dropout") or kwargs.get("softcap") is not None:
-        return sdpa_attention_forward(module, query, key, value, mask, **kwargs)   # (as it is)
-    if mask is not None and mask.shape[1] > 1:                          # a mask per query head
-        mask = mask.view(n, kv_heads, heads // kv_heads, -1)
+        return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+    mask = (attention_mask.view(n, kv_heads, heads // kv_heads, -1)     # a mask per query head
+            if attention_mask is not None and attention_mask.shape[1] > 1 else attention_mask)
     out = torch.nn.functional.scaled_dot_product_attention(     # (n, kv_heads, heads / kv_heads, d)
         query.view(n, kv_heads, -1, d), key, value, attn_mask=mask, scale=kwargs.get("scaling"))
     return out.view(n, 1, heads, value.shape[-1]), None
