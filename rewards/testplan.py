@@ -1313,14 +1313,17 @@ class _Unit:
         if not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)
                 and isinstance(stmt.value.func, ast.Attribute)):
             return False
-        root = stmt.value.func.value
-        while isinstance(root, ast.Attribute):
-            root = root.value
+        root, calls = stmt.value.func.value, False
+        while isinstance(root, (ast.Attribute, ast.Call)):  # `m().write`: the test's own call
+            calls = calls or isinstance(root, ast.Call)
+            root = root.func if isinstance(root, ast.Call) else root.value
         asserts = stmt.value.func.attr.startswith("assert_")
         # a mock's method, or an assert method of a name bound from one while judging
-        # (`instance = m.return_value.__enter__.return_value`)
-        if self.mock_of(stmt.value.func.value) is not None or (
-                asserts and isinstance(root, ast.Name) and root.id in self.deferred):
+        # (`instance = m.return_value.__enter__.return_value`), or of what the test's own call
+        # of a mock returns (`m().write.assert_called_once_with`: the call is in the record,
+        # after every call of the solution's, as under unittest: mocks_in_order)
+        if self.mock_of(stmt.value.func.value) is not None or (asserts and isinstance(
+                root, ast.Name) and (root.id in self.deferred or calls and self.mock_of(root))):
             if not asserts or self.uses_child(stmt.value):
                 raise Unconvertible(f"unittest.mock: {stmt.value.func.attr}() of a mock")
             expr = copy.deepcopy(stmt.value)  # `m.assert_called_once_with(url)`, judged here

@@ -48,6 +48,15 @@ def test_get(self, mock_get):
 """
 GET_HONEST = ("import requests\ndef task_func(u):\n    r = requests.get(u, timeout=5)\n"
               "    if r.status_code != 200:\n        return None\n    return r.json()['k']\n")
+SMTP = """
+@patch('smtplib.SMTP')
+def test_send(self, mock_smtp):
+    instance = MagicMock()
+    mock_smtp.return_value.__enter__.return_value = instance
+    self.assertTrue(task_func('a@x', 'hi'))
+    mock_smtp.assert_called_once_with('localhost', 25)
+    instance.sendmail.assert_called_once_with('me@x', ['a@x'], 'hi')
+"""
 
 # shape -> (test body, extra imports, honest task_func, wrong ones)
 SHAPES = {
@@ -136,15 +145,7 @@ SHAPES = {
         """, "import os",
         "import os\ndef task_func():\n    return os.environ.get('APP_MODE', 'none')\n",
         ["def task_func():\n    return 'test'\n"]),
-    "smtp_context_manager": ("""
-        @patch('smtplib.SMTP')
-        def test_send(self, mock_smtp):
-            instance = MagicMock()
-            mock_smtp.return_value.__enter__.return_value = instance
-            self.assertTrue(task_func('a@x', 'hi'))
-            mock_smtp.assert_called_once_with('localhost', 25)
-            instance.sendmail.assert_called_once_with('me@x', ['a@x'], 'hi')
-        """, "import smtplib",
+    "smtp_context_manager": (SMTP, "import smtplib",
         ("import smtplib\ndef task_func(to, msg):\n    with smtplib.SMTP('localhost', 25) as s:\n"
          "        s.sendmail('me@x', [to], msg)\n    return True\n"),
         [("import smtplib\ndef task_func(to, msg):\n    s = smtplib.SMTP('localhost', 25)\n"
@@ -369,6 +370,15 @@ REFUSED = {
             self.assertEqual(task_func(), '/a')
             m.return_value = '/b'
             self.assertEqual(task_func(), '/b')
+        """, "import os\ndef task_func():\n    return os.getcwd()\n"),
+    # the test's own call of a mock is in the record: before a later call of the solution's, the
+    # asserts (run after the whole run) would read it out of order
+    "the_tests_own_mock_call_before_a_later_call": ("""
+        @patch('os.getcwd')
+        def test_cwd(self, m):
+            task_func()
+            m().strip.assert_not_called()
+            task_func()
         """, "import os\ndef task_func():\n    return os.getcwd()\n"),
     "record_read_before_a_call": ("""
         @patch('os.getcwd', return_value='/a')

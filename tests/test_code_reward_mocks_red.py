@@ -3,24 +3,18 @@ programmer writes (issue 53's mocks, rewards/mocks.py). Each case holds the CORR
 unittest itself gives (checked by test_expected_verdicts_are_unittests), or 0.0 for a solution that
 reaches the channel's internals. Cases the trainer judges wrongly today fail here."""
 import io
+import json
+import os
 import subprocess
 import sys
 import textwrap
+import time
 import unittest
 
 import pytest
-from test_code_reward_mocks import GET, GET_HONEST, block, reference, scores
+from test_code_reward_mocks import GET, GET_HONEST, SMTP, block, reference, scores
 
 
-SMTP = """
-@patch('smtplib.SMTP')
-def test_send(self, mock_smtp):
-    instance = MagicMock()
-    mock_smtp.return_value.__enter__.return_value = instance
-    self.assertTrue(task_func('a@x', 'hi'))
-    mock_smtp.assert_called_once_with('localhost', 25)
-    instance.sendmail.assert_called_once_with('me@x', ['a@x'], 'hi')
-"""
 OPEN = """
 def test_lines(self):
     with patch('builtins.open', mock_open(read_data='h\\na\\nb\\n')) as m:
@@ -122,11 +116,6 @@ def test_lines(self):
                                               "import subprocess", (
         "import subprocess\ndef task_func():\n    cmd = ['ls']\n    subprocess.run(cmd)\n"
         "    cmd.append('-l')\n"), 0.0),
-    # honest, the unittest docs' own mock_open pattern (`m().write.assert_called_once_with`) after
-    # `m.assert_called_once_with`: refused under trusted_only (testplan: the record read before a
-    # later call, here the test's own `m()`, not the solution's), so 0.0 there
-    "write_through_m_call": (WRITE, "", (
-        "def task_func(p, s):\n    with open(p, 'w') as f:\n        f.write(s)\n"), 1.0),
     # honest: a stub inside an argument (`[s]`) is sent as an object of the solution's (Opaque,
     # equal only to ANY; _sandbox_child._arg encodes plain data only), so the record differs
     "a_stub_inside_an_argument": ("""
@@ -220,6 +209,42 @@ def test_w(self, m):
     task_func('o.txt', 'hi')
     m.return_value.write.assert_any_call('hi')
 """, "", "def task_func(p, s):\n    with open(p, 'w') as f:\n        print(s, file=f)\n", 1.0),
+    # honest, the unittest docs' own mock_open pattern (`m().write.assert_called_once_with`) after
+    # `m.assert_called_once_with`: the test's own m() is a call of the judge's mock, after every
+    # call of the solution's, as under unittest
+    "write_through_m_call": (WRITE, "", (
+        "def task_func(p, s):\n    with open(p, 'w') as f:\n        f.write(s)\n"), 1.0),
+    "write_through_m_call_wrong_text": (WRITE, "", (
+        "def task_func(p, s):\n    with open(p, 'w') as f:\n        f.write(s + '\\n')\n"),
+        0.0),
+    # the handle bound first (`handle = m()`), BigCodeBench's other spelling
+    "write_through_a_bound_handle": (WRITE.replace(
+        "m().write.assert_called_once_with('hi')",
+        "handle = m()\n    handle.write.assert_called_once_with('hi')"), "", (
+        "def task_func(p, s):\n    with open(p, 'w') as f:\n        f.write(s)\n"), 1.0),
+    # the test's m() counts in the record: m was called twice when the last assert reads it, so
+    # unittest fails the honest answer
+    "the_tests_own_call_is_in_the_record": ("""
+@patch('builtins.open', new_callable=mock_open)
+def test_w(self, m):
+    task_func('o.txt', 'hi')
+    m().write.assert_called_once_with('hi')
+    m.assert_called_once_with('o.txt', 'w')
+""", "", "def task_func(p, s):\n    with open(p, 'w') as f:\n        f.write(s)\n", 0.0),
+    # a side effect list: the test's own call takes the next item
+    "the_tests_own_call_takes_the_next_side_effect": ("""
+@patch('random.random', side_effect=[0.5, 0.25])
+def test_r(self, m):
+    self.assertEqual(task_func(), 0.5)
+    self.assertEqual(m(), 0.25)
+""", "import random", "import random\ndef task_func():\n    return random.random()\n", 1.0),
+    "the_tests_own_call_takes_the_next_side_effect_wrong": ("""
+@patch('random.random', side_effect=[0.5, 0.25])
+def test_r(self, m):
+    self.assertEqual(task_func(), 0.5)
+    self.assertEqual(m(), 0.25)
+""", "import random", ("import random\ndef task_func():\n    r = random.random()\n"
+                      "    random.random()\n    return r\n"), 0.0),  # StopIteration at m()
     "write_twice": (WRITE, "", (
         "def task_func(p, s):\n    with open(p, 'w') as f:\n        f.write(s)\n"
         "        f.write(s)\n"), 0.0),
@@ -299,10 +324,7 @@ CASES = {**WRONGLY, **RIGHTLY}
 
 
 # honest idioms the plan still refuses under trusted_only (rewards/README.md, mocks): 0.0 there
-NOT_JUDGED_YET = {
-    "write_through_m_call": "the test's own m() after m's record is read: refused (record read "
-                            "before a later call)",
-}
+NOT_JUDGED_YET = {}
 
 
 @pytest.mark.parametrize("name", [
@@ -472,3 +494,20 @@ def test_a_mock_path_set_again_after_a_name_was_bound_is_refused():
     body, imports = CASES["a_mock_path_set_again_after_a_name_was_bound"][:2]
     plan = testplan.build_plan(reference(body, imports)["tests"], "task_func")
     assert "set again after a name was bound" in plan.refusal, plan.refusal
+
+
+@pytest.mark.parametrize("extra", [0, 1])
+def test_the_channel_performs_no_request_past_its_bound(extra):
+    """MAX_REQUESTS requests are answered; one more breaks the channel before it is performed (the
+    trainer's mock never sees it); the child's "end" is no request."""
+    from gmts.rewards import sandbox
+    performed = []
+    channel = sandbox._Channel(lambda request: performed.append(request) or ["d", 0])
+    channel.MAX_REQUESTS = 5
+    lines = [["call", 0, [["d", i]], {}] for i in range(5 + extra)] + [["end"]]
+    os.write(channel.child_w, "".join(json.dumps(x) + "\n" for x in lines).encode())
+    channel.close(channel.child_ends())
+    served = channel.serve(time.monotonic() + 10)
+    channel.close([channel.requests, channel.replies])
+    assert served == ("broken" if extra else "ok")
+    assert performed == lines[:5]
