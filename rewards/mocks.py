@@ -95,8 +95,18 @@ class Session:
         # mutable values the mocks returned in this unit (id -> ref; held): the child keeps one
         # object per ref, so `r.json()['a'] = 2` then `r.json()['a']` reads 2, as under unittest
         self.replied, self.held = {}, []
+        # the mutable values the test configures its mocks with, one object each for the run (a
+        # value two mocks return, or a module-level one two tests give theirs, is one object, as
+        # under unittest): the child's changes come back at each unit's end (begin)
+        self.values = []
+        self.pending = iter(())  # replay_units: the log's requests not replayed yet
         for op in recipe:
-            if op[0] == "new":
+            if op[0] == "value":
+                _, vid, spec = op
+                if vid != len(self.values):
+                    raise ValueError("recipe: value out of order")
+                self.values.append(self.value(spec))
+            elif op[0] == "new":
                 _, id_, kind, kwargs = op
                 made = getattr(unittest_mock(), kind)      # MagicMock, Mock or mock_open
                 obj = made(**{k: self.value(v) for k, v in kwargs.items()})
@@ -113,10 +123,13 @@ class Session:
         self.given = set(range(len(self.handles))) if units is None else set()
 
     def value(self, spec):
-        """A recipe value: {"data"}, {"mock": id}, {"exc": [path, args]}, {"list": [...]}."""
+        """A recipe value: {"data"}, {"mock": id}, {"exc": [path, args]}, {"list": [...]},
+        {"ref": vid} (the run's one object of the recipe's "value" vid)."""
         (tag, inner), = spec.items()
         if tag == "data":
             return testplan.decode(inner)
+        if tag == "ref":
+            return self.values[inner]
         if tag == "mock":
             return self.handles[inner]
         if tag == "exc":
@@ -282,4 +295,22 @@ class Session:
         if not isinstance(log, list):
             raise TypeError("malformed log")
         for request in log:
+            self.answer(request)
+
+    def replay_units(self, log) -> None:
+        """Replay `log` unit by unit (advance): each unit's checks read the mocks and the values
+        as they were when it ended, as unittest's asserts do, not as later units leave them."""
+        if not isinstance(log, list):
+            raise TypeError("malformed log")
+        self.pending = iter(log)
+
+    def advance(self, i: int) -> None:
+        """Replay the log's requests until unit i has ended (the child began unit i + 1); i =
+        None: the rest of the log."""
+        while i is None or self.unit <= i:
+            request = next(self.pending, None)
+            if request is None:
+                if i is None:
+                    return
+                raise ValueError("malformed log: a unit never ended")
             self.answer(request)

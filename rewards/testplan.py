@@ -195,6 +195,17 @@ class MockRef:
         return f"MockRef({self.id})"
 
 
+class ValueRef:
+    """A check's name bound to the recipe's value `id` (a mutable value configuring a mock),
+    read from the run's mocks while judging: what the solution did to it is unittest's too."""
+
+    def __init__(self, id_: int):
+        self.id = id_
+
+    def __repr__(self):
+        return f"ValueRef({self.id})"
+
+
 class MockApi:
     """unittest.mock's names in the plan's env (`patch`, `MagicMock`...): markers the plan reads
     statically; evaluating one here is not a mock."""
@@ -570,6 +581,30 @@ def _path(value, target: int, depth: int = 0):
     return None
 
 
+def _inner_ids(value) -> set:
+    """The ids of the mutable objects inside `value` (not its own)."""
+    out, stack = set(), [value]
+    while stack:
+        v = stack.pop()
+        items = v.values() if type(v) is dict else v if type(v) in (list, tuple, set) else ()
+        for x in items:
+            if type(x) in (list, dict, set, bytearray):
+                out.add(id(x))
+            if type(x) in (list, dict, tuple):
+                stack.append(x)
+    return out
+
+
+def _code_names(code) -> set:
+    """The names a compiled check reads (its nested code objects' too: a comprehension's)."""
+    out, stack = set(), [code]
+    while stack:
+        c = stack.pop()
+        out.update(c.co_names, c.co_varnames)
+        stack.extend(k for k in c.co_consts if hasattr(k, "co_names"))
+    return out
+
+
 def _once(value) -> bool:
     """Every mutable object inside `value` appears once (rendered for the child, a list held
     twice would become two)."""
@@ -714,6 +749,10 @@ class _Unit:
         # names bound to a mock's attribute path before the solution ran (`conn =
         # m.return_value.__enter__.return_value`): configuring through them configures that path
         self.mock_aliases = {}
+        # the mutable values configuring the plan's mocks, shared by its units (mocks.Session's
+        # values): id -> (value id, the object, the _Unit that gave it, ids of the mutable
+        # objects inside it)
+        self.mock_values = {}
         self.module_paths = {}  # names of modules (and their classes) the tests import: paths
 
     # ------------------------------------------------ what is whose
@@ -1129,7 +1168,7 @@ class _Unit:
         makes the change while building the plan, but judges every check afterwards, so an
         earlier test's check would read the changed value. Unconvertible: pytest's."""
         shared = {id(self.env[n]) for n in self.module_level
-                  if n in self.env and _is_mutable(self.env[n])}
+                  if n in self.env and _is_mutable(self.env[n])} | set(self.mock_values)
         for n in ast.walk(node):
             if (shared and isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
                     and n.func.attr in _MUTATORS and isinstance(n.func.value, ast.Name)
@@ -1210,11 +1249,15 @@ class _Unit:
     def statement(self, stmt):
         """One statement of the test; each check it makes knows the steps before it."""
         before = len(self.checks)
+        if self.mock_values:
+            self.defer_mock_values()
         if not self.mock_statement(stmt):
             self._statement(stmt)
         for check in self.checks[before:]:
             if check.at < 0:
                 check.at = len(self.steps)
+            if self.mock_values:
+                self.read_mock_values(check)
 
     def _statement(self, stmt):
         # split() rewrites it; the same test body serves every parametrize row (an assignment of
@@ -1331,6 +1374,55 @@ class _Unit:
             return True
         return False
 
+    def mock_value_now(self, value) -> bool:
+        """Is this object of the tests' a value configuring a mock that the solution may have
+        changed by now (given in an earlier test, or in this one before a call of the
+        solution's)? Its inner objects too: None when it is one of those."""
+        for vid, obj, unit, inner in self.mock_values.values():
+            if (obj is value or id(value) in inner) and (unit is not self or self.called()):
+                return obj is value or None
+        return False
+
+    def defer_mock_values(self):
+        """A name of the tests' bound to a value configuring a mock, once the solution may have
+        changed it: read while judging (ValueRef), never computed here (an input of a later call,
+        an `if`: left to pytest)."""
+        for name, value in self.env.items():
+            if _is_mutable(value) and self.mock_value_now(value) is not False:
+                self.deferred.add(name)
+
+    def read_mock_values(self, check):
+        """The check's names bound to values configuring mocks, read while judging from the run's
+        mocks, as the unit left them (after its last call: mocks_in_order); a name bound to an
+        object inside one cannot be followed there (pytest's)."""
+        read = _code_names(check.expr) if check.expr is not None else set()
+        for name, value in list(check.env.items()):
+            if not _is_mutable(value):
+                continue
+            now = self.mock_value_now(value)
+            if now is None and name in read:
+                raise Unconvertible("unittest.mock: a value inside one configuring a mock, read "
+                                    "after the solution ran")
+            if now:
+                check.env[name] = ValueRef(self.mock_values[id(value)][0])
+
+    def hand_to_mocks(self, value) -> dict:
+        """A mutable value configuring a mock: the recipe's one object for it, by identity (a
+        value two mocks return, or two tests give theirs, is one object in the run, as under
+        unittest), as {"ref": value id}. A value inside another one, or holding one, cannot keep
+        its identity in the child: Unconvertible."""
+        entry = self.mock_values.get(id(value))
+        if entry is None:
+            inner = _inner_ids(value)
+            if not _once(value) or any(e[3] & (inner | {id(value)}) or id(e[1]) in inner
+                                       for e in self.mock_values.values()):
+                raise Unconvertible("unittest.mock: a mutable value inside another one "
+                                    "configuring a mock")
+            entry = (len(self.mock_values), value, self, inner)
+            self.mock_recipe.append(["value", entry[0], {"data": encode_input(value)}])
+            self.mock_values[id(value)] = entry
+        return {"ref": entry[0]}
+
     def mock_api(self, node) -> str | None:
         """The unittest.mock name `node` is through the tests' imports ('patch', 'patch.object',
         'patch.dict', 'MagicMock', 'Mock', 'mock_open'), else None."""
@@ -1400,9 +1492,14 @@ class _Unit:
             return {"exc": exc}
         if self.uses_child(node):
             raise Unconvertible("unittest.mock: a mock configured with the solution's values")
+        if (isinstance(node, ast.Name) and node.id in self.env
+                and id(self.env[node.id]) in self.mock_values):  # already the run's: its ref
+            return {"ref": self.mock_values[id(self.env[node.id])][0]}
         value = self.parent_eval(node)
         if callable(value):
             raise Unconvertible("unittest.mock: a function or class configuring a mock")
+        if type(value) in (list, dict, set, bytearray):
+            return self.hand_to_mocks(value)
         return {"data": encode_input(value)}
 
     def exception(self, node):
@@ -1529,7 +1626,8 @@ class _Unit:
                 continue
             names = set(check.expr.co_names) | {n for c in check.expr.co_consts
                                                 if hasattr(c, "co_names") for n in c.co_names}
-            if not any(isinstance(check.env.get(n), MockRef) or n in held for n in names):
+            if not any(isinstance(check.env.get(n), (MockRef, ValueRef)) or n in held
+                       for n in names):
                 continue
             if check.kind == "bind" and not any(
                     i.opname.startswith("CALL") for i in dis.get_instructions(check.expr)):
@@ -2632,7 +2730,8 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
             except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
                 pass
     env.update(_trainer_definitions(module.body, env))
-    recipe, module_paths = [], {}  # the mocks' recipe; the modules the tests import, by name
+    # the mocks' recipe and its mutable values (_Unit.mock_values); the modules the tests import
+    recipe, mock_values, module_paths = [], {}, {}
     for stmt in module.body:
         if isinstance(stmt, ast.Import):
             module_paths.update((a.asname or a.name.split(".")[0],
@@ -2728,7 +2827,7 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
             u = _Unit(unshared, (child_names(fn) - set(local_env)) | (local_shared & _names(fn))
                       - local - touched, prelude, modules, imports, functions, level)
             if uses_mock:  # the mocks this unit makes join the plan's recipe
-                u.mock_recipe, u.module_paths = recipe, module_paths
+                u.mock_recipe, u.module_paths, u.mock_values = recipe, module_paths, mock_values
             for b in body:
                 u.statement(b)
             u.mocks_in_order()
@@ -2867,6 +2966,7 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
                               imports, functions, level)
                     if mocked:
                         u.mock_recipe, u.module_paths = recipe, module_paths
+                        u.mock_values = mock_values
                     for s in fn.body:
                         u.statement(s)
                     if mocked:
@@ -3005,11 +3105,12 @@ class _Values(dict):
         raise KeyError(key)
 
 
-def judge_unit(unit: Unit, results, handles=(), given=frozenset()) -> bool:
+def judge_unit(unit: Unit, results, handles=(), given=frozenset(), mock_values=()) -> bool:
     """Did the child's results for this unit pass every check? Any malformed or missing result:
     no. handles: the run's mocks, replayed (rewards/mocks.py), for the names that hold them;
     given: the handles the child held in this unit (a step returning one of them returned that
-    mock: `assertEqual(task_func(), m.return_value)`)."""
+    mock: `assertEqual(task_func(), m.return_value)`); mock_values: the run's values configuring
+    the mocks (ValueRef), as the unit left them."""
     if not isinstance(results, list) or len(results) != len(unit.steps):
         return False
     raises_steps = {c.step for c in unit.checks if c.kind == "raises"}
@@ -3037,8 +3138,8 @@ def judge_unit(unit: Unit, results, handles=(), given=frozenset()) -> bool:
             if not _raised(results[check.step], check.exceptions, check.match):
                 return False
             continue
-        env = {k: handles[v.id] if isinstance(v, MockRef) else v
-               for k, v in check.env.items()} if handles else check.env
+        env = {k: handles[v.id] if isinstance(v, MockRef) else mock_values[v.id] if isinstance(
+            v, ValueRef) else v for k, v in check.env.items()} if handles else check.env
         scope = _Values({**env, **values})
         scope.failed = values.failed
         result = eval(check.expr, _scope(scope), scope)
@@ -3052,15 +3153,23 @@ def judge_unit(unit: Unit, results, handles=(), given=frozenset()) -> bool:
     return True
 
 
-def judge(plan: Plan, unit_results, handles=(), given=()) -> bool:
+def judge(plan: Plan, unit_results, session=None) -> bool:
     """Every unit passed. Exceptions while judging (a result of the wrong shape for the check) are
-    failures."""
+    failures. session: the run's mocks (rewards/mocks.py Session, replaying the run's log unit by
+    unit): unit i is judged once its requests are replayed, on the mocks as it left them."""
     if not isinstance(unit_results, list) or len(unit_results) != len(plan.units):
         return False
     try:
-        given = list(given) + [frozenset()] * (len(plan.units) - len(given))
-        return all(judge_unit(u, r, handles, g)
-                   for u, r, g in zip(plan.units, unit_results, given))
+        for i, (u, r) in enumerate(zip(plan.units, unit_results)):
+            if session is not None:
+                session.advance(i)
+            if not (judge_unit(u, r, session.handles, session.given_in[i], session.values)
+                    if session is not None else judge_unit(u, r)):
+                return False
+        if session is not None:
+            session.advance(None)  # the log's rest: nothing may follow the last unit's end
+            return session.finished()
+        return True
     except Exception:  # noqa: BLE001 - the child's data is untrusted: anything odd is a failure
         return False
 

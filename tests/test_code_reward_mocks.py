@@ -380,6 +380,16 @@ REFUSED = {
             m().strip.assert_not_called()
             task_func()
         """, "import os\ndef task_func():\n    return os.getcwd()\n"),
+    # a name bound to an object inside a value configuring a mock, read after the solution ran:
+    # the run's mocks hold the outer value, whose inner object the child may have replaced
+    "a_value_inside_a_configured_one_read_after": ("""
+        @patch('os.stat')
+        def test_s(self, m):
+            sizes = [3, 1, 2]
+            m.return_value = {'sizes': sizes}
+            self.assertEqual(task_func(), 3)
+            self.assertEqual(sizes, [3, 1, 2])
+        """, "import os\ndef task_func():\n    return max(os.stat('x')['sizes'])\n"),
     "record_read_before_a_call": ("""
         @patch('os.getcwd', return_value='/a')
         def test_cwd(self, m):

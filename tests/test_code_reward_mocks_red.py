@@ -320,7 +320,84 @@ def test_s(self, m):
 """, "import os", ("import os\ndef task_func(p):\n    try:\n        os.remove(p)\n"
                   "    except OSError as e:\n        return e.errno\n"), 1.0),
 }
-CASES = {**WRONGLY, **RIGHTLY}
+# ------------------------------------------------ identity of the values configuring mocks
+# (unittest.mock keeps references: a value two mocks return is one object, a module-level one
+# given to the mocks of two tests is one object for both, the test's own name is that object)
+TWO_MOCKS_ONE_VALUE = """
+@patch('requests.post')
+@patch('requests.get')
+def test_x(self, mock_get, mock_post):
+    data = {'n': 1}
+    mock_get.return_value.json.return_value = data
+    mock_post.return_value.json.return_value = data
+    self.assertEqual(task_func('u'), 2)
+"""
+SHARED_RESPONSE = """
+@patch('requests.get')
+def test_a(self, m):
+    m.return_value.json.return_value = RESPONSE
+    self.assertEqual(task_func('u'), ['a', 'b'])
+
+@patch('requests.get')
+def test_b(self, m):
+    m.return_value.json.return_value = RESPONSE
+    self.assertEqual(task_func('u'), ['a', 'b'])
+"""
+RESPONSE = "import requests\nRESPONSE = {'users': ['b', 'a'], 'next': None}"
+READ_AFTER = """
+@patch('requests.get')
+def test_x(self, m):
+    data = {'items': [3, 1, 2]}
+    m.return_value.json.return_value = data
+    self.assertEqual(task_func('u'), 3)
+    self.assertEqual(data, {'items': [3, 1, 2]})
+"""
+SHARED_LOG = """
+@patch('requests.get')
+def test_a(self, m):
+    m.return_value.json.return_value = LOG
+    task_func('u')
+    self.assertEqual(LOG, [1])
+
+@patch('requests.get')
+def test_b(self, m):
+    m.return_value.json.return_value = LOG
+    task_func('u')
+    self.assertEqual(LOG, [1, 1])
+"""
+IDENTITY = {
+    "two_mocks_return_one_object": (TWO_MOCKS_ONE_VALUE, "import requests", (
+        "import requests\ndef task_func(u):\n    d = requests.get(u).json()\n    d['n'] += 1\n"
+        "    return requests.post(u).json()['n']\n"), 1.0),
+    "two_mocks_return_one_object_copied": (TWO_MOCKS_ONE_VALUE, "import requests", (
+        "import requests\ndef task_func(u):\n    d = dict(requests.get(u).json())\n"
+        "    d['n'] += 1\n    return requests.post(u).json()['n']\n"), 0.0),
+    # test_a's pop empties the module-level response test_b's mock returns: KeyError there
+    "a_shared_response_popped_in_the_first_test": (SHARED_RESPONSE, RESPONSE, (
+        "import requests\ndef task_func(u):\n"
+        "    return sorted(requests.get(u).json().pop('users'))\n"), 0.0),
+    "a_shared_response_read": (SHARED_RESPONSE, RESPONSE, (
+        "import requests\ndef task_func(u):\n"
+        "    return sorted(requests.get(u).json()['users'])\n"), 1.0),
+    "a_shared_response_sorted_in_place": (SHARED_RESPONSE, RESPONSE, (
+        "import requests\ndef task_func(u):\n    users = requests.get(u).json()['users']\n"
+        "    users.sort()\n    return users\n"), 1.0),
+    # the test's own name, read after the call, is what the solution left
+    "the_tests_name_read_after_the_call": (READ_AFTER, "import requests", (
+        "import requests\ndef task_func(u):\n    return max(requests.get(u).json()['items'])\n"),
+        1.0),
+    "the_tests_name_read_after_the_call_sorted": (READ_AFTER, "import requests", (
+        "import requests\ndef task_func(u):\n    items = requests.get(u).json()['items']\n"
+        "    items.sort()\n    return items[-1]\n"), 0.0),
+    # each test's asserts read the shared list as that test left it (the judge replays the run
+    # unit by unit), not as the last test did
+    "a_shared_list_each_test_reads_as_it_left_it": (SHARED_LOG, "import requests\nLOG = []", (
+        "import requests\ndef task_func(u):\n    requests.get(u).json().append(1)\n"), 1.0),
+    "a_shared_list_appended_once": (SHARED_LOG, "import requests\nLOG = []", (
+        "import requests\ndef task_func(u):\n    log = requests.get(u).json()\n"
+        "    if not log:\n        log.append(1)\n"), 0.0),
+}
+CASES = {**WRONGLY, **RIGHTLY, **IDENTITY}
 
 
 # honest idioms the plan still refuses under trusted_only (rewards/README.md, mocks): 0.0 there
