@@ -183,6 +183,7 @@ MOCK_OPERATORS = frozenset((
     "__int__", "__float__", "__contains__", "__lt__", "__gt__", "__le__", "__ge__", "__fspath__",
     "__next__"))
 MOCK_KINDS = ("MagicMock", "Mock", "mock_open")  # the mocks a test may make
+CLEANUP = "__gmts_add_cleanup"  # `self.addCleanup` in a TestCase's unit (patcher_statement)
 
 
 class MockRef:
@@ -214,7 +215,7 @@ class MockApi:
         self.name = name
 
     def __getattr__(self, attr):
-        if self.name == "patch" and attr in ("object", "dict"):
+        if self.name == "patch" and attr in ("object", "dict", "stopall"):
             return MockApi(f"patch.{attr}")
         raise AttributeError(attr)
 
@@ -753,6 +754,10 @@ class _Unit:
         # values): id -> (value id, the object, the _Unit that gave it, ids of the mutable
         # objects inside it)
         self.mock_values = {}
+        # patchers started by hand (`self.p = patch(...)`, `p.start()`): name -> (call, kind);
+        # the ones started, in order (the child's patches: a stop undoes the last); the ones a
+        # cleanup stops (addCleanup(p.stop)), True for all (addCleanup(patch.stopall))
+        self.patchers, self.started, self.cleanups = {}, [], set()
         self.module_paths = {}  # names of modules (and their classes) the tests import: paths
 
     # ------------------------------------------------ what is whose
@@ -1322,6 +1327,8 @@ class _Unit:
             return self.patch_block(stmt)
         if self.mock_recipe is None:
             return False
+        if self.patcher_statement(stmt):
+            return True
         for n in ast.walk(stmt):  # a name bound again, in any form, is no longer an alias
             if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
                 self.mock_aliases.pop(n.id, None)
@@ -1613,6 +1620,73 @@ class _Unit:
                 raise Unconvertible("unittest.mock: `as` a target other than a name")
             self.bind_mock(var.id, bound)
 
+    def patch_call(self, node) -> str | None:
+        """`patch(...)`, `patch.object(...)`, `patch.dict(...)`: its kind, else None."""
+        kind = self.mock_api(node.func) if isinstance(node, ast.Call) else None
+        return kind if kind in ("patch", "patch.object", "patch.dict") else None
+
+    def patcher_statement(self, stmt) -> bool:
+        """A patcher started and stopped by hand, as BigCodeBench's setUp does it: `self.p =
+        patch('x')`, `self.m = self.p.start()` (or `patch('x').start()`), `self.p.stop()` in
+        tearDown, `self.addCleanup(self.p.stop)` / `patch.stopall`: the start is a patch step of
+        the child's (as a with-block's), a stop undoes it there, a cleanup at the test's end
+        (the child's patches end with the unit). True when handled."""
+        target = value = None
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(
+                stmt.targets[0], ast.Name):
+            target, value = stmt.targets[0], stmt.value
+        elif isinstance(stmt, ast.Expr):
+            value = stmt.value
+        if not isinstance(value, ast.Call):
+            return False
+        kind = self.patch_call(value)
+        if kind is not None and target is not None:  # `p = patch(...)`: not started yet
+            self.patchers[target.id] = (value, kind)
+            self.env.pop(target.id, None)
+            return True
+        func = value.func
+        if isinstance(func, ast.Name) and func.id == CLEANUP:  # self.addCleanup(...)
+            arg = value.args[0] if len(value.args) == 1 and not value.keywords else None
+            if arg is not None and self.mock_api(arg) == "patch.stopall":
+                self.cleanups.add(True)
+            elif (isinstance(arg, ast.Attribute) and arg.attr == "stop"
+                  and isinstance(arg.value, ast.Name) and arg.value.id in self.patchers):
+                self.cleanups.add(arg.value.id)
+            else:
+                raise Unconvertible("unittest.mock: a cleanup other than a patcher's stop")
+            return True
+        if self.mock_api(func) == "patch.stopall":
+            if value.args or value.keywords or target is not None:
+                raise Unconvertible("unittest.mock: patch.stopall of another form")
+            if self.started:
+                self.steps.append({"unpatch": len(self.started)})
+            self.started.clear()
+            return True
+        if not (isinstance(func, ast.Attribute) and func.attr in ("start", "stop")):
+            return False
+        owner = func.value
+        if isinstance(owner, ast.Name) and owner.id in self.patchers:
+            (call, kind), key = self.patchers[owner.id], owner.id
+        elif self.patch_call(owner) is not None and func.attr == "start":
+            call, kind, key = owner, self.patch_call(owner), object()
+        else:
+            return False
+        if value.args or value.keywords:
+            raise Unconvertible(f"unittest.mock: {func.attr}() with arguments")
+        if func.attr == "stop":
+            if target is not None or not self.started or self.started[-1] != key:
+                raise Unconvertible("unittest.mock: a patcher stopped out of order")
+            self.started.pop()
+            self.steps.append({"unpatch": 1})
+            return True
+        if key in self.started:
+            raise Unconvertible("unittest.mock: a patcher started twice")
+        if self.called():
+            raise Unconvertible("unittest.mock: a patch started after the solution ran")
+        self.patch(call, kind, target)
+        self.started.append(key)
+        return True
+
     def mocks_in_order(self):
         """A check reading a mock's record (`assert_called_once_with`, `call_count`) is judged
         after the whole run, so no step that may call the solution comes after it. A name bound
@@ -1621,6 +1695,10 @@ class _Unit:
         calls = [i for i, s in enumerate(self.steps) if i >= self.first
                  and ("eval" in s or "run" in s)]
         held = set()  # names bound from mocks
+        # every patcher started by hand is stopped by the test's end (a stop or a cleanup): one
+        # left running would patch the later tests too under unittest
+        if any(k not in self.cleanups and True not in self.cleanups for k in self.started):
+            raise Unconvertible("unittest.mock: a patch started and never stopped")
         for check in self.checks:
             if check.expr is None:
                 continue
@@ -2262,6 +2340,13 @@ class _CaseClass:
         case, mode = self, self.mode
 
         class Rewrite(ast.NodeTransformer):
+            def visit_Call(self, node):  # `self.addCleanup(self.p.stop)`: the plan's marker
+                f = node.func
+                if (mode == "self" and isinstance(f, ast.Attribute) and f.attr == "addCleanup"
+                        and isinstance(f.value, ast.Name) and f.value.id == "self"):
+                    node.func = ast.copy_location(ast.Name(id=CLEANUP, ctx=ast.Load()), f)
+                return self.generic_visit(node)
+
             def visit_Attribute(self, node):
                 if not (isinstance(node.value, ast.Name) and node.value.id == mode):
                     return self.generic_visit(node)

@@ -390,6 +390,14 @@ REFUSED = {
             self.assertEqual(task_func(), 3)
             self.assertEqual(sizes, [3, 1, 2])
         """, "import os\ndef task_func():\n    return max(os.stat('x')['sizes'])\n"),
+    # a patcher started by hand and never stopped: under unittest it patches the later tests too
+    "a_patch_started_and_never_stopped": ("""
+        def setUp(self):
+            self.m = patch('os.getcwd', return_value='/a').start()
+
+        def test_cwd(self):
+            self.assertEqual(task_func(), '/a')
+        """, "import os\ndef task_func():\n    return os.getcwd()\n"),
     "record_read_before_a_call": ("""
         @patch('os.getcwd', return_value='/a')
         def test_cwd(self, m):

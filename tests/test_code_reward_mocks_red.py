@@ -397,7 +397,51 @@ IDENTITY = {
         "import requests\ndef task_func(u):\n    log = requests.get(u).json()\n"
         "    if not log:\n        log.append(1)\n"), 0.0),
 }
-CASES = {**WRONGLY, **RIGHTLY, **IDENTITY}
+# ------------------------------------------------ patchers started by hand (BigCodeBench's setUp)
+PATCHER = """
+def setUp(self):
+    self.patcher = patch('requests.get')
+    self.mock_get = self.patcher.start()
+    self.addCleanup(self.patcher.stop)
+
+def test_a(self):
+    self.mock_get.return_value.json.return_value = {'k': 3}
+    self.assertEqual(task_func('u'), 3)
+    self.mock_get.assert_called_once_with('u', timeout=5)
+
+def test_b(self):
+    self.mock_get.return_value.json.return_value = {'k': 4}
+    self.assertEqual(task_func('v'), 4)
+"""
+PATCHERS = """
+def setUp(self):
+    self.exists = patch('os.path.exists', return_value=True).start()
+    self.listdir_patcher = patch.object(os, 'listdir')
+    self.listdir = self.listdir_patcher.start()
+    self.addCleanup(patch.stopall)
+
+def tearDown(self):
+    self.listdir_patcher.stop()
+
+def test_l(self):
+    self.listdir.return_value = ['b.txt', 'a.txt', 'c.csv']
+    self.assertEqual(task_func('/d'), ['a.txt', 'b.txt'])
+    self.exists.assert_called_once_with('/d')
+    self.listdir.assert_called_once_with('/d')
+"""
+LISTDIR = ("import os\ndef task_func(d):\n    if not os.path.exists(d):\n        return []\n"
+           "    return sorted(f for f in os.listdir(d) if f.endswith('.txt'))\n")
+STARTED = {
+    "a_patcher_started_in_setup": (PATCHER, "import requests", GET_HONEST.replace(
+        "    if r.status_code != 200:\n        return None\n", ""), 1.0),
+    "a_patcher_started_in_setup_wrong": (PATCHER, "import requests", (
+        "import requests\ndef task_func(u):\n    return requests.get(u).json()['k']\n"), 0.0),
+    "patchers_stopped_in_teardown_and_by_stopall": (PATCHERS, "import os", LISTDIR, 1.0),
+    "patchers_stopped_in_teardown_and_by_stopall_wrong": (PATCHERS, "import os", (
+        "import os\ndef task_func(d):\n"
+        "    return sorted(f for f in os.listdir(d) if f.endswith('.txt'))\n"), 0.0),
+}
+CASES = {**WRONGLY, **RIGHTLY, **IDENTITY, **STARTED}
 
 
 # honest idioms the plan still refuses under trusted_only (rewards/README.md, mocks): 0.0 there
