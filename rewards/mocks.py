@@ -13,6 +13,7 @@ operations in the same order give the same record) and runs the test's asserts o
 (`assert_called_once_with`, `call_count`, `call_args_list`): the record is the trainer's, and a
 request the solution forges on the channel is only a call it could have made.
 """
+import builtins
 import functools
 import operator
 import os
@@ -62,6 +63,16 @@ class Raise(Exception):
         self.path, self.data = path, args
 
 
+def raiser(path: str):
+    """An exception class of the tests' (its import path) as a side effect function raises it:
+    Raise, with its arguments as data (the child raises the class at `path`)."""
+    class Raised(Raise):
+        def __init__(self, *args):
+            super().__init__(path, [testplan.encode_input(a) for a in args])
+    Raised.__name__ = Raised.__qualname__ = path.rpartition(".")[2]
+    return Raised
+
+
 class Iteration:
     """An iterator over a mock, held here: the child asks for its items one at a time."""
 
@@ -99,9 +110,15 @@ class Session:
         # value two mocks return, or a module-level one two tests give theirs, is one object, as
         # under unittest): the child's changes come back at each unit's end (begin)
         self.values = []
+        self.functions = []  # the tests' side effect functions (testplan.side_effect_function)
         self.pending = iter(())  # replay_units: the log's requests not replayed yet
         for op in recipe:
-            if op[0] == "value":
+            if op[0] == "fn":
+                _, fid, spec = op
+                if fid != len(self.functions):
+                    raise ValueError("recipe: function out of order")
+                self.functions.append(self.function(spec))
+            elif op[0] == "value":
                 _, vid, spec = op
                 if vid != len(self.values):
                     raise ValueError("recipe: value out of order")
@@ -130,11 +147,24 @@ class Session:
             return testplan.decode(inner)
         if tag == "ref":
             return self.values[inner]
+        if tag == "fn":
+            return self.functions[inner]
+        if tag == "exc_class":
+            return raiser(inner)
         if tag == "mock":
             return self.handles[inner]
         if tag == "exc":
             return Raise(inner[0], inner[1])
         return [self.value(v) for v in inner]
+
+    def function(self, spec):
+        """A side effect function of the tests' (checked by the plan: its cost is linear in the
+        arguments it is called with), compiled with only the names it reads and
+        testplan.EFFECT_BUILTINS."""
+        scope = {"__builtins__": {n: getattr(builtins, n) for n in testplan.EFFECT_BUILTINS}}
+        scope.update((k, self.value(v)) for k, v in spec["names"].items())
+        exec(compile(spec["source"], "<side effect>", "exec"), scope)  # noqa: S102 - the plan's
+        return scope["__gmts_effect"]
 
     def handle(self, obj, depth=0) -> int:
         if id(obj) not in self.index:

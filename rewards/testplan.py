@@ -184,6 +184,23 @@ MOCK_OPERATORS = frozenset((
     "__next__"))
 MOCK_KINDS = ("MagicMock", "Mock", "mock_open")  # the mocks a test may make
 CLEANUP = "__gmts_add_cleanup"  # `self.addCleanup` in a TestCase's unit (patcher_statement)
+# A side effect function of the tests' (`m.side_effect = lambda url: ...`) runs in the trainer's
+# Session on the solution's arguments, live: only what costs at most linear time and memory in
+# them (each argument is one line of at most 1 MiB): these builtins, these methods, `+`/`-`,
+# comparisons, `if`, subscripts, f-strings without a format spec; no loop, comprehension, `*`,
+# `%` or `**` (`'x' * n`, `2 ** n`), no other call, no mutation of anything but its own locals.
+# (not set, dict: hash-colliding arguments would make them quadratic; not round: round(n, -10**9))
+EFFECT_BUILTINS = frozenset("""len str int float bool isinstance abs min max sorted list tuple any
+all""".split())  # noqa: SIM905
+EFFECT_METHODS = frozenset("""startswith endswith lower upper strip lstrip rstrip split rsplit
+splitlines get keys values items find rfind count index isdigit isalpha isalnum isspace encode
+decode join""".split())  # noqa: SIM905
+_EFFECT_NODES = (ast.If, ast.Return, ast.Pass, ast.Assign, ast.Constant, ast.Name, ast.Attribute,
+                 ast.Compare, ast.BoolOp, ast.UnaryOp, ast.IfExp, ast.Subscript, ast.Slice,
+                 ast.Tuple, ast.List, ast.Dict, ast.Set, ast.JoinedStr, ast.FormattedValue,
+                 ast.BinOp, ast.Call, ast.keyword, ast.Raise, ast.Load, ast.Store, ast.cmpop,
+                 ast.boolop, ast.Not, ast.USub, ast.UAdd, ast.Add, ast.Sub, ast.arguments,
+                 ast.arg, ast.Expr, ast.FunctionDef, ast.Lambda)
 
 
 class MockRef:
@@ -582,6 +599,32 @@ def _path(value, target: int, depth: int = 0):
     return None
 
 
+def _side_effect_functions(method) -> set:
+    """The ids of the lambdas and local function definitions (and what they hold) in `method`
+    that serve only as a mock's side effect (`m.side_effect = lambda p: ...`, `def fake(url):
+    ...` then `m.side_effect = fake`, `patch(..., side_effect=fake)`), which _Unit.side_effect
+    judges; any other use of a name a local def binds: none of its."""
+    uses, defs, out = {}, {}, set()
+    for n in ast.walk(method):
+        if isinstance(n, ast.FunctionDef) and n is not method:
+            defs[n.name] = n
+        elif isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
+            uses.setdefault(n.id, []).append(n)
+    effect = set()  # the ids of the values given as side effects
+    for n in ast.walk(method):
+        if isinstance(n, ast.keyword) and n.arg == "side_effect" or (
+                isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(
+                    n.targets[0], ast.Attribute) and n.targets[0].attr == "side_effect"):
+            effect.add(id(n.value))
+    for n in ast.walk(method):
+        if isinstance(n, ast.Lambda) and id(n) in effect:
+            out.update(id(x) for x in ast.walk(n))
+    for name, fn in defs.items():
+        if uses.get(name) and all(id(u) in effect for u in uses[name]):
+            out.update(id(x) for x in ast.walk(fn))
+    return out
+
+
 def _inner_ids(value) -> set:
     """The ids of the mutable objects inside `value` (not its own)."""
     out, stack = set(), [value]
@@ -758,6 +801,7 @@ class _Unit:
         # the ones started, in order (the child's patches: a stop undoes the last); the ones a
         # cleanup stops (addCleanup(p.stop)), True for all (addCleanup(patch.stopall))
         self.patchers, self.started, self.cleanups = {}, [], set()
+        self.local_functions = {}  # `def fake(url): ...` in a test: a side effect (mock_value)
         self.module_paths = {}  # names of modules (and their classes) the tests import: paths
 
     # ------------------------------------------------ what is whose
@@ -1329,6 +1373,13 @@ class _Unit:
             return False
         if self.patcher_statement(stmt):
             return True
+        if isinstance(stmt, ast.FunctionDef):  # a side effect's (_side_effect_functions)
+            if stmt.decorator_list:
+                raise Unconvertible("unittest.mock: a decorated function in a test")
+            self.local_functions[stmt.name] = stmt
+            self.env.pop(stmt.name, None)
+            self.child.discard(stmt.name)
+            return True
         for n in ast.walk(stmt):  # a name bound again, in any form, is no longer an alias
             if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
                 self.mock_aliases.pop(n.id, None)
@@ -1346,7 +1397,8 @@ class _Unit:
                        for a, q in self.mock_aliases.values()):  # the alias keeps the old object
                     raise Unconvertible("unittest.mock: a mock path set again after a name was "
                                         "bound to it")
-                self.mock_recipe.append(["set", id_, path, self.mock_value(value)])
+                self.mock_recipe.append(["set", id_, path, self.mock_value(
+                    value, path[-1] == "side_effect")])
                 return True
             found = self.mock_of(value) if isinstance(value, ast.Attribute) else None
             if (isinstance(target, ast.Name) and found is not None and not self.called()
@@ -1413,6 +1465,72 @@ class _Unit:
             if now:
                 check.env[name] = ValueRef(self.mock_values[id(value)][0])
 
+    def side_effect_function(self, fn) -> dict:
+        """A lambda or local def of the tests' as a mock's side effect: {"fn": id} of the
+        recipe's ["fn", id, {"source", "names"}], compiled by the Session with only `names` (the
+        tests' values, mocks and exception classes it reads, as recipe values) and
+        EFFECT_BUILTINS, and called there on the solution's arguments, as unittest calls it.
+        Only what EFFECT_BUILTINS' comment allows: Unconvertible otherwise."""
+        if self.called():
+            raise Unconvertible("unittest.mock: a mock configured after the solution ran")
+        fn = copy.deepcopy(fn)
+        body = [ast.Return(value=fn.body)] if isinstance(fn, ast.Lambda) else fn.body
+        a = fn.args
+        params = {x.arg for x in a.posonlyargs + a.args + a.kwonlyargs + [a.vararg, a.kwarg]
+                  if x}
+        if any(not isinstance(d, ast.Constant) for d in a.defaults + a.kw_defaults if d):
+            raise Unconvertible("unittest.mock: a side effect's default that is not a literal")
+        names, raised = {}, 0
+        tree = ast.Module(body=body, type_ignores=[])
+        local = _stored(tree) | params
+        for n in (n for b in body for n in ast.walk(b)):
+            if not isinstance(n, _EFFECT_NODES) or isinstance(n, (ast.FunctionDef, ast.Lambda)):
+                raise Unconvertible(f"unittest.mock: a side effect with {type(n).__name__}")
+            if isinstance(n, ast.Attribute) and n.attr.startswith("_"):
+                raise Unconvertible("unittest.mock: a side effect reading a private attribute")
+            if isinstance(n, ast.BinOp) and not isinstance(n.op, (ast.Add, ast.Sub)):
+                raise Unconvertible("unittest.mock: a side effect's operator")
+            if isinstance(n, ast.FormattedValue) and n.format_spec is not None:
+                raise Unconvertible("unittest.mock: a side effect's format spec")
+            if isinstance(n, ast.Assign) and not all(isinstance(t, ast.Name) for t in n.targets):
+                raise Unconvertible("unittest.mock: a side effect assigning other than names")
+            if isinstance(n, ast.Expr) and not isinstance(n.value, ast.Constant):
+                raise Unconvertible("unittest.mock: a side effect's statement")
+            if isinstance(n, ast.Raise):
+                if n.cause is not None or n.exc is None:
+                    raise Unconvertible("unittest.mock: a side effect's raise of another form")
+                exc = n.exc.func if isinstance(n.exc, ast.Call) else n.exc
+                path = self.dotted(exc)
+                if path is None or self.exception(exc) is None:
+                    raise Unconvertible("unittest.mock: a side effect raising what is not an "
+                                        "exception class of the tests'")
+                raised += 1
+                names[f"__gmts_exc{raised}"] = {"exc_class": path}
+                if isinstance(n.exc, ast.Call):
+                    n.exc.func = ast.Name(id=f"__gmts_exc{raised}", ctx=ast.Load())
+                else:
+                    n.exc = ast.Name(id=f"__gmts_exc{raised}", ctx=ast.Load())
+            if isinstance(n, ast.Call) and not (
+                    isinstance(n.func, ast.Name) and (n.func.id in EFFECT_BUILTINS
+                                                      or n.func.id.startswith("__gmts_exc"))
+                    or isinstance(n.func, ast.Attribute) and n.func.attr in EFFECT_METHODS):
+                raise Unconvertible("unittest.mock: a side effect's call")
+        for n in ast.walk(tree):
+            if not isinstance(n, ast.Name) or n.id in local or n.id in names:
+                continue
+            if n.id in EFFECT_BUILTINS and n.id not in self.env and n.id not in self.child:
+                continue
+            if n.id in self.local_functions or n.id in self.child or n.id in self.deferred and (
+                    not isinstance(self.env.get(n.id), MockRef)) or n.id not in self.env:
+                raise Unconvertible(f"unittest.mock: a side effect reading {n.id}")
+            names[n.id] = self.mock_value(n)
+        fn_def = ast.FunctionDef(name="__gmts_effect", args=a, body=body, decorator_list=[],
+                                 returns=None, type_params=[], lineno=0)
+        source = ast.unparse(ast.fix_missing_locations(fn_def))
+        fid = sum(op[0] == "fn" for op in self.mock_recipe)
+        self.mock_recipe.append(["fn", fid, {"source": source, "names": names}])
+        return {"fn": fid}
+
     def hand_to_mocks(self, value) -> dict:
         """A mutable value configuring a mock: the recipe's one object for it, by identity (a
         value two mocks return, or two tests give theirs, is one object in the run, as under
@@ -1476,14 +1594,19 @@ class _Unit:
             if k is None or k.startswith("_") or (allowed is not None and k not in allowed) or (
                     k in ("spec", "spec_set", "wraps", "unsafe", "name", "parent")):
                 raise Unconvertible(f"unittest.mock: {kind}({k}=...)")
-        specs = {k: self.mock_value(v) for k, v in keywords.items()}
+        specs = {k: self.mock_value(v, k == "side_effect") for k, v in keywords.items()}
         id_ = sum(op[0] == "new" for op in self.mock_recipe)
         self.mock_recipe.append(["new", id_, kind, specs])
         return id_
 
-    def mock_value(self, node) -> dict:
+    def mock_value(self, node, effect: bool = False) -> dict:
         """A value configuring a mock, as the recipe's data: another mock, a list, an exception
-        (its class's path, resolved in the child) or plain data computed here."""
+        (its class's path, resolved in the child), plain data computed here, or (effect: a side
+        effect) a function of the tests' (side_effect_function)."""
+        if effect and (isinstance(node, ast.Lambda) or isinstance(node, ast.Name)
+                       and node.id in self.local_functions):
+            return self.side_effect_function(
+                node if isinstance(node, ast.Lambda) else self.local_functions[node.id])
         if isinstance(node, ast.Name) and isinstance(self.env.get(node.id), MockRef):
             return {"mock": self.env[node.id].id}
         if isinstance(node, ast.Call) and self.mock_api(node.func) in MOCK_KINDS:
@@ -2182,19 +2305,23 @@ class _CaseClass:
         if a.posonlyargs or a.vararg or a.kwonlyargs or a.kwarg or not a.args or (
                 a.args[0].arg != self.mode):
             raise Unconvertible(f"the signature of {method}")
+        effects = _side_effect_functions(member)  # lambdas and local defs a mock runs
         if any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda,
                               ast.Global, ast.Nonlocal, ast.Yield, ast.YieldFrom, ast.Try))
-               for b in member.body for n in ast.walk(b)):
+               and id(n) not in effects for b in member.body for n in ast.walk(b)):
             raise Unconvertible(f"{method} defines, yields or catches")
-        returns = [n for b in member.body for n in ast.walk(b) if isinstance(n, ast.Return)]
+        returns = [n for b in member.body for n in ast.walk(b) if isinstance(n, ast.Return)
+                   and id(n) not in effects]
         if returns and (len(returns) > 1 or member.body[-1] is not returns[0]):
             raise Unconvertible(f"{method} returns other than at its end")
         self.counter[0] += 1
         prefix = f"__h{self.counter[0]}_"
         params = [x.arg for x in a.args[1:]]
         local = (set(params) | _stored(member)) - {self.mode}
-        if local & {x.arg for n in ast.walk(member) if isinstance(n, ast.Lambda)
-                    for x in n.args.posonlyargs + n.args.args + n.args.kwonlyargs}:
+        if local & {x.arg for n in ast.walk(member) if isinstance(n, ast.Lambda) or (
+                        n is not member and isinstance(n, ast.FunctionDef))
+                    for x in n.args.posonlyargs + n.args.args + n.args.kwonlyargs
+                    + [n.args.vararg, n.args.kwarg] if x}:
             raise Unconvertible("a local name also a lambda's parameter")  # renamed: one only
         given = dict(zip(params, args, strict=False))
         if len(args) > len(params):

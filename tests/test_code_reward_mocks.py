@@ -185,6 +185,29 @@ SHAPES = {
          "        return random.choice(letters) + random.choice(letters)\n"
          "    return [random.randint(1, 6) for _ in range(n)]\n"),
         ["def task_func(n, letters=None):\n    return 'ab' if letters else [4, 2, 6]\n"]),
+    # side effect functions of the tests' (a lambda, a local def), run by the trainer's mocks
+    "side_effect_functions": ("""
+        @patch('os.path.exists')
+        def test_lambda(self, m):
+            m.side_effect = lambda p: p.endswith('.txt') and not p.startswith('tmp')
+            self.assertEqual(task_func(['a.txt', 'b.py', 'tmp.txt']), ['a.txt'])
+            self.assertEqual(m.call_count, 3)
+
+        @patch('os.path.exists')
+        def test_def(self, m):
+            def fake(path):
+                if path == 'secret':
+                    raise PermissionError(13, 'denied')
+                return True
+            m.side_effect = fake
+            self.assertEqual(task_func(['x', 'secret', 'y']), ['x', 'y'])
+        """, "import os",
+        ("import os\ndef task_func(ps):\n    out = []\n    for p in ps:\n        try:\n"
+         "            if os.path.exists(p):\n                out.append(p)\n"
+         "        except PermissionError as e:\n            assert e.errno == 13\n"
+         "    return out\n"),
+        ["import os\ndef task_func(ps):\n    return [p for p in ps if os.path.exists(p)]\n",
+         "def task_func(ps):\n    return [p for p in ps if p.endswith('.txt')] or ['x', 'y']\n"]),
 }
 
 # a class-level @patch: every test method gets its mock as the last argument
@@ -343,14 +366,13 @@ def test_patches_hold_only_for_the_test():
 
 # shapes still refused under trusted_only (pytest in the sandbox in the default mode)
 REFUSED = {
-    "side_effect_function": ("""
-        @patch('os.getcwd')
-        def test_cwd(self, m):
-            def fake():
-                return '/f'
-            m.side_effect = fake
-            self.assertEqual(task_func(), '/f')
-        """, "import os\ndef task_func():\n    return os.getcwd()\n"),
+    # a side effect whose cost the solution's argument sets ('x' * n): never run by the trainer
+    "side_effect_function_of_unbounded_cost": ("""
+        @patch('os.urandom')
+        def test_u(self, m):
+            m.side_effect = lambda n: b'x' * n
+            self.assertEqual(task_func(3), b'xxx')
+        """, "import os\ndef task_func(n):\n    return os.urandom(n)\n"),
     "autospec": ("""
         @patch('os.getcwd', autospec=True)
         def test_cwd(self, m):

@@ -441,7 +441,46 @@ STARTED = {
         "import os\ndef task_func(d):\n"
         "    return sorted(f for f in os.listdir(d) if f.endswith('.txt'))\n"), 0.0),
 }
-CASES = {**WRONGLY, **RIGHTLY, **IDENTITY, **STARTED}
+# ------------------------------------------------ side effect functions of the tests'
+RETRY = """
+@patch('requests.get')
+def test_x(self, m):
+    def fake(url, timeout=None):
+        if url == 'a' and timeout == 3:
+            return resp
+        raise requests.ConnectionError('down: ' + url)
+    resp = MagicMock(status_code=200)
+    m.side_effect = fake
+    self.assertEqual(task_func(['a', 'b']), [200, 'down: b'])
+    m.assert_called_with('b', timeout=3)
+"""
+GETENV = """
+@patch('os.getenv')
+def test_env(self, m):
+    m.side_effect = lambda key, default=None: ENV.get(key, default)
+    self.assertEqual(task_func(), 'alice@/home/alice:-')
+"""
+ENV = "import os\nENV = {'USER': 'alice', 'HOME': '/home/alice'}"
+EFFECTS = {
+    "a_side_effect_def_returning_a_mock_or_raising": (RETRY, "import requests", (
+        "import requests\ndef task_func(us):\n    out = []\n    for u in us:\n        try:\n"
+        "            out.append(requests.get(u, timeout=3).status_code)\n"
+        "        except requests.ConnectionError as e:\n            out.append(str(e))\n"
+        "    return out\n"), 1.0),
+    "a_side_effect_def_returning_a_mock_or_raising_no_timeout": (RETRY, "import requests", (
+        "import requests\ndef task_func(us):\n    out = []\n    for u in us:\n        try:\n"
+        "            out.append(requests.get(u).status_code)\n"
+        "        except requests.ConnectionError as e:\n            out.append(str(e))\n"
+        "    return out\n"), 0.0),
+    "a_side_effect_lambda_reading_a_module_dict": (GETENV, ENV, (
+        "import os\ndef task_func():\n"
+        "    return f\"{os.getenv('USER')}@{os.getenv('HOME')}:{os.getenv('SHELL', '-')}\"\n"),
+        1.0),
+    "a_side_effect_lambda_reading_a_module_dict_wrong": (GETENV, ENV, (
+        "import os\ndef task_func():\n"
+        "    return f\"{os.getenv('USER')}@{os.getenv('HOME')}:{os.getenv('SHELL')}\"\n"), 0.0),
+}
+CASES = {**WRONGLY, **RIGHTLY, **IDENTITY, **STARTED, **EFFECTS}
 
 
 # honest idioms the plan still refuses under trusted_only (rewards/README.md, mocks): 0.0 there
@@ -632,3 +671,38 @@ def test_the_channel_performs_no_request_past_its_bound(extra):
     channel.close([channel.requests, channel.replies])
     assert served == ("broken" if extra else "ok")
     assert performed == lines[:5]
+
+
+# side effects whose cost or reach the solution's arguments would set: never run by the trainer
+UNBOUNDED_EFFECTS = {
+    "repeat": "lambda n: 'x' * n",
+    "power": "lambda n: 2 ** n",
+    "format_width": "lambda n: f'{1:{n}}'",
+    "percent": "lambda n: '%*d' % (n, 1)",
+    "hashing_into_a_set": "lambda xs: len(set(xs))",
+    "round_to_huge_digits": "lambda n: round(1, n)",
+    "comprehension": "lambda xs: [x for x in xs for y in xs]",
+    "a_call_of_the_tests": "lambda x: helper(x)",
+    "mutating_the_tests_list": "lambda x: LOG.append(x)",
+    "private_attribute": "lambda x: x.__class__",
+    "range": "lambda n: list(range(n))",
+}
+
+
+@pytest.mark.parametrize("name", sorted(UNBOUNDED_EFFECTS))
+def test_side_effects_of_unbounded_cost_are_refused(name):
+    from gmts.rewards import testplan
+    body = (f"@patch('os.getenv')\ndef test_x(self, m):\n    m.side_effect = "
+            f"{UNBOUNDED_EFFECTS[name]}\n    self.assertEqual(task_func(3), 3)\n")
+    imports = "import os\nLOG = []\ndef helper(x):\n    return x\n"
+    plan = testplan.build_plan(reference(body, imports)["tests"], "task_func")
+    assert plan.trusted == 0 and "unittest.mock" in plan.refusal, plan.refusal
+
+
+def test_a_side_effect_loop_in_a_def_is_refused():
+    from gmts.rewards import testplan
+    body = ("@patch('os.getenv')\ndef test_x(self, m):\n    def fake(n):\n        out = ''\n"
+            "        while len(out) < n:\n            out = out + 'x'\n        return out\n"
+            "    m.side_effect = fake\n    self.assertEqual(task_func(3), 'xxx')\n")
+    plan = testplan.build_plan(reference(body, "import os")["tests"], "task_func")
+    assert plan.trusted == 0 and "side effect with While" in plan.refusal, plan.refusal
