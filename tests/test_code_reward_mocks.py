@@ -420,6 +420,20 @@ REFUSED = {
         def test_cwd(self):
             self.assertEqual(task_func(), '/a')
         """, "import os\ndef task_func():\n    return os.getcwd()\n"),
+    # a value the run's mocks hold (given to a mock in test_a), given to the solution in test_b:
+    # a copy in the child would be a second object where unittest has one
+    "a_value_configuring_a_mock_given_to_the_solution": ("""
+        DATA = {'n': 1}
+
+        @patch('os.stat')
+        def test_a(self, m):
+            m.return_value = self.DATA
+            self.assertEqual(task_func(None), 2)
+
+        def test_b(self):
+            self.assertEqual(task_func(self.DATA), 2)
+        """, ("import os\ndef task_func(d):\n"
+              "    return (d if d is not None else os.stat('x'))['n'] + 1\n")),
     "record_read_before_a_call": ("""
         @patch('os.getcwd', return_value='/a')
         def test_cwd(self, m):
