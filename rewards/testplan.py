@@ -802,6 +802,7 @@ class _Unit:
         # cleanup stops (addCleanup(p.stop)), True for all (addCleanup(patch.stopall))
         self.patchers, self.started, self.cleanups = {}, [], set()
         self.local_functions = {}  # `def fake(url): ...` in a test: a side effect (mock_value)
+        self.effect_names = set()  # the names side effects read (bound when configured)
         self.module_paths = {}  # names of modules (and their classes) the tests import: paths
 
     # ------------------------------------------------ what is whose
@@ -1376,6 +1377,8 @@ class _Unit:
             return self.patch_block(stmt)
         if self.mock_recipe is None:
             return False
+        if self.effect_names & _stored(stmt):  # the function reads the name when called
+            raise Unconvertible("unittest.mock: a name a side effect reads bound again")
         if self.patcher_statement(stmt):
             return True
         if isinstance(stmt, ast.FunctionDef):  # a side effect's (_side_effect_functions)
@@ -1532,6 +1535,7 @@ class _Unit:
         fn_def = ast.FunctionDef(name="__gmts_effect", args=a, body=body, decorator_list=[],
                                  returns=None, type_params=[], lineno=0)
         source = ast.unparse(ast.fix_missing_locations(fn_def))
+        self.effect_names.update(n for n in names if not n.startswith("__gmts_exc"))
         fid = sum(op[0] == "fn" for op in self.mock_recipe)
         self.mock_recipe.append(["fn", fid, {"source": source, "names": names}])
         return {"fn": fid}

@@ -706,3 +706,14 @@ def test_a_side_effect_loop_in_a_def_is_refused():
             "    m.side_effect = fake\n    self.assertEqual(task_func(3), 'xxx')\n")
     plan = testplan.build_plan(reference(body, "import os")["tests"], "task_func")
     assert plan.trusted == 0 and "side effect with While" in plan.refusal, plan.refusal
+
+
+def test_a_name_a_side_effect_reads_bound_again_is_refused():
+    """A lambda reads its free names when called (unittest: the later binding); the trainer's
+    Session binds them when the test configures the side effect: a later binding is pytest's."""
+    from gmts.rewards import testplan
+    body = ("@patch('os.getenv')\ndef test_x(self, m):\n    prefix = 'a'\n"
+            "    m.side_effect = lambda k: prefix + k\n    prefix = 'b'\n"
+            "    self.assertEqual(task_func(), 'bx')\n")
+    plan = testplan.build_plan(reference(body, "import os")["tests"], "task_func")
+    assert plan.trusted == 0 and "side effect reads bound again" in plan.refusal, plan.refusal
