@@ -681,6 +681,8 @@ class Check:
     match: str | None = None
     names: tuple = ()  # "bind": the target names (a tuple target is unpacked)
     at: int = -1  # the unit's steps before it: a check reading a mock comes after every call
+    # names read from the run's mocks (ValueRef in env) -> the objects the test bound them to
+    plan_values: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -803,6 +805,10 @@ class _Unit:
         self.patchers, self.started, self.cleanups = {}, [], set()
         self.local_functions = {}  # `def fake(url): ...` in a test: a side effect (mock_value)
         self.effect_names = set()  # the names side effects read (bound when configured)
+        # names of values configuring mocks that the solution may have changed by now
+        # (defer_mock_values): checks read them from the run's mocks; computed here (an input,
+        # an `if`), the object as the test bound it
+        self.value_names = set()
         self.module_paths = {}  # names of modules (and their classes) the tests import: paths
 
     # ------------------------------------------------ what is whose
@@ -1206,7 +1212,7 @@ class _Unit:
                 return ast.literal_eval(node)
             except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
                 pass
-        if self.deferred & _names(node):
+        if (self.deferred - self.value_names) & _names(node):
             raise Unconvertible("an input computed from the solution's results")
         try:
             return eval(self.parent_expr(copy.deepcopy(node)), _scope(self.env), dict(self.env))
@@ -1456,7 +1462,8 @@ class _Unit:
         an `if`: left to pytest)."""
         for name, value in self.env.items():
             if _is_mutable(value) and self.mock_value_now(value) is not False:
-                self.deferred.add(name)
+                self.deferred.add(name)  # an assignment reading it: a check (bind)
+                self.value_names.add(name)
 
     def read_mock_values(self, check):
         """The check's names bound to values configuring mocks, read while judging from the run's
@@ -1471,6 +1478,7 @@ class _Unit:
                 raise Unconvertible("unittest.mock: a value inside one configuring a mock, read "
                                     "after the solution ran")
             if now:
+                check.plan_values[name] = value
                 check.env[name] = ValueRef(self.mock_values[id(value)][0])
 
     def side_effect_function(self, fn) -> dict:
@@ -1836,8 +1844,12 @@ class _Unit:
                 continue
             names = set(check.expr.co_names) | {n for c in check.expr.co_consts
                                                 if hasattr(c, "co_names") for n in c.co_names}
-            if not any(isinstance(check.env.get(n), (MockRef, ValueRef)) or n in held
-                       for n in names):
+            values = [n for n in names if isinstance(check.env.get(n), ValueRef)]
+            if not any(isinstance(check.env.get(n), MockRef) or n in held for n in names):
+                if values and calls and check.at <= calls[-1]:
+                    # a value configuring a mock, read before a later call: as the test bound
+                    # it (the run's object is known only as each unit ends)
+                    check.env.update((n, check.plan_values[n]) for n in values)
                 continue
             if check.kind == "bind" and not any(
                     i.opname.startswith("CALL") for i in dis.get_instructions(check.expr)):

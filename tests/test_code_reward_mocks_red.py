@@ -389,6 +389,17 @@ IDENTITY = {
     "the_tests_name_read_after_the_call_sorted": (READ_AFTER, "import requests", (
         "import requests\ndef task_func(u):\n    items = requests.get(u).json()['items']\n"
         "    items.sort()\n    return items[-1]\n"), 0.0),
+    # read between two calls: judged on the value as the test bound it (an honest solution
+    # changes nothing), not refused
+    "a_value_read_between_two_calls": ("""
+@patch('requests.get')
+def test_x(self, m):
+    data = {'a': 1, 'b': 2}
+    m.return_value.json.return_value = data
+    self.assertEqual(task_func('a'), data['a'])
+    self.assertEqual(task_func('b'), data['b'])
+""", "import requests", ("import requests\ndef task_func(k):\n"
+                         "    return requests.get('u').json()[k]\n"), 1.0),
     # each test's asserts read the shared list as that test left it (the judge replays the run
     # unit by unit), not as the last test did
     "a_shared_list_each_test_reads_as_it_left_it": (SHARED_LOG, "import requests\nLOG = []", (
