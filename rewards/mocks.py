@@ -11,7 +11,9 @@ back as data, as a handle (the value is itself a mock) or as the exception to ra
 logs each request; the judge builds the recipe again, replays the log on its own mocks (the same
 operations in the same order give the same record) and runs the test's asserts on them
 (`assert_called_once_with`, `call_count`, `call_args_list`): the record is the trainer's, and a
-request the solution forges on the channel is only a call it could have made.
+request the solution forges on the channel is only a call it could have made. The recipe's
+mutable values are one object each for the run (Session.values), and a side effect function of
+the tests' is compiled here from the plan's checked source (Session.function).
 """
 import builtins
 import functools
@@ -93,7 +95,7 @@ class Opaque:
 
 class Session:
     """One run's mocks, built from the plan's recipe, answering the child's requests (answer) or
-    replaying a run's log of them (replay)."""
+    replaying a run's log of them (replay_units, advance)."""
 
     def __init__(self, recipe: list, units=None):
         """units: per unit of the plan, the handles its patch steps give the child. A handle is
@@ -320,16 +322,10 @@ class Session:
         name = kind.__name__ if kind.__module__ == "builtins" else "RuntimeError"
         return ["raise", f"builtins.{name}", [str(e)[:4096]]]
 
-    def replay(self, log) -> None:
-        """The run's requests again, in order, on these mocks (their record is then the run's)."""
-        if not isinstance(log, list):
-            raise TypeError("malformed log")
-        for request in log:
-            self.answer(request)
-
     def replay_units(self, log) -> None:
-        """Replay `log` unit by unit (advance): each unit's checks read the mocks and the values
-        as they were when it ended, as unittest's asserts do, not as later units leave them."""
+        """The run's requests again, in order, on these mocks (their record is then the run's),
+        unit by unit (advance): each unit's checks read the mocks and the values as they were
+        when it ended, as unittest's asserts do, not as later units leave them."""
         if not isinstance(log, list):
             raise TypeError("malformed log")
         self.pending = iter(log)

@@ -1447,7 +1447,7 @@ class _Unit:
             return True
         return False
 
-    def mock_value_now(self, value) -> bool:
+    def mock_value_now(self, value) -> bool | None:
         """Is this object of the tests' a value configuring a mock that the solution may have
         changed by now (given in an earlier test, or in this one before a call of the
         solution's)? Its inner objects too: None when it is one of those."""
@@ -1458,8 +1458,9 @@ class _Unit:
 
     def defer_mock_values(self):
         """A name of the tests' bound to a value configuring a mock, once the solution may have
-        changed it: read while judging (ValueRef), never computed here (an input of a later call,
-        an `if`: left to pytest)."""
+        changed it: a check or an assignment reading it is judged with the run's object
+        (read_mock_values); what is computed here from it (an input, an `if`) reads the object
+        as the test bound it."""
         for name, value in self.env.items():
             if _is_mutable(value) and self.mock_value_now(value) is not False:
                 self.deferred.add(name)  # an assignment reading it: a check (bind)
