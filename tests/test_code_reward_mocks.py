@@ -489,6 +489,20 @@ ROW_WRONGS = {
     4: ["    return sorted(json.loads(urllib.request.urlopen(url).read().decode('utf-8')))\n",
         ("    with urllib.request.urlopen(url) as response:\n"
          "        return list(json.loads(response.read().decode('utf-8')))\n")],
+    # setUp's patcher, a side effect function raising, `m().write` read after the call
+    5: [("    try:\n        response = requests.get(url)\n"  # no timeout
+         "        response.raise_for_status()\n    except requests.HTTPError:\n        return -1\n"
+         "    items = response.json()['items']\n    with open(out_path, 'w') as f:\n"
+         "        for item in items:\n            f.write(f'{item}\\n')\n    return len(items)\n"),
+        ("    with open(out_path, 'w') as f:\n        try:\n"  # opens the file first
+         "            response = requests.get(url, timeout=10)\n"
+         "            response.raise_for_status()\n        except requests.HTTPError:\n"
+         "            return -1\n        items = response.json()['items']\n"
+         "        for item in items:\n            f.write(f'{item}\\n')\n    return len(items)\n"),
+        ("    try:\n        response = requests.get(url, timeout=10)\n"  # no status check
+         "    except requests.HTTPError:\n        return -1\n"
+         "    items = response.json()['items']\n    with open(out_path, 'w') as f:\n"
+         "        f.write('\\n'.join(items) + '\\n')\n    return len(items)\n")],
 }
 
 
@@ -542,3 +556,20 @@ def test_the_plan_and_the_trainer_name_the_same_operators():
     from gmts.rewards import _judge_worker, mocks
     assert frozenset(mocks.OPERATIONS) == testplan.MOCK_OPERATORS
     assert callable(_judge_worker.verdict) and not hasattr(testplan, "mocks")
+
+
+@pytest.mark.parametrize("index", sorted(ROW_WRONGS))
+def test_bigcodebench_mock_rows_verdicts_are_unittests(index):
+    """The verdicts above are real unittest's on real mocks (in this process: the rows' solutions
+    touch nothing but their mocks)."""
+    import io
+    import unittest
+    row = [json.loads(line) for line in (ROWS / "bigcodebench_mocks.jsonl").read_text()
+           .splitlines()][index]
+    for body, expected in [(row["canonical_solution"], True),
+                           *((w, False) for w in ROW_WRONGS[index])]:
+        ns = {"__name__": "bigcodebench_row"}
+        exec(row["code_prompt"] + body + "\n" + row["test"], ns)  # noqa: S102 - the rows here
+        suite = unittest.defaultTestLoader.loadTestsFromTestCase(ns["TestCases"])
+        result = unittest.TextTestRunner(stream=io.StringIO()).run(suite)
+        assert result.wasSuccessful() is expected, body
