@@ -189,12 +189,13 @@ CLEANUP = "__gmts_add_cleanup"  # `self.addCleanup` in a TestCase's unit (patche
 # them (each argument is one line of at most 1 MiB): these builtins, these methods, `+`/`-`,
 # comparisons, `if`, subscripts, f-strings without a format spec; no loop, comprehension, `*`,
 # `%` or `**` (`'x' * n`, `2 ** n`), no other call, no mutation of anything but its own locals.
-# (not set, dict: hash-colliding arguments would make them quadratic; not round: round(n, -10**9))
+# (not set, dict: hash-colliding arguments would make them quadratic; not round: round(n, -10**9);
+# not join: an argument as the separator of another, `sep.join(xs)`, is |sep| x len(xs))
 EFFECT_BUILTINS = frozenset("""len str int float bool isinstance abs min max sorted list tuple any
 all""".split())  # noqa: SIM905
 EFFECT_METHODS = frozenset("""startswith endswith lower upper strip lstrip rstrip split rsplit
 splitlines get keys values items find rfind count index isdigit isalpha isalnum isspace encode
-decode join""".split())  # noqa: SIM905
+decode""".split())  # noqa: SIM905
 _EFFECT_NODES = (ast.If, ast.Return, ast.Pass, ast.Assign, ast.Constant, ast.Name, ast.Attribute,
                  ast.Compare, ast.BoolOp, ast.UnaryOp, ast.IfExp, ast.Subscript, ast.Slice,
                  ast.Tuple, ast.List, ast.Dict, ast.Set, ast.JoinedStr, ast.FormattedValue,

@@ -697,6 +697,7 @@ UNBOUNDED_EFFECTS = {
     "mutating_the_tests_list": "lambda x: LOG.append(x)",
     "private_attribute": "lambda x: x.__class__",
     "range": "lambda n: list(range(n))",
+    "join_by_an_argument": "lambda sep, xs: sep.join(xs)",
 }
 
 
