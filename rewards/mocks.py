@@ -11,8 +11,11 @@ back as data, as a handle (the value is itself a mock) or as the exception to ra
 logs each request; the judge builds the recipe again, replays the log on its own mocks (the same
 operations in the same order give the same record) and runs the test's asserts on them
 (`assert_called_once_with`, `call_count`, `call_args_list`): the record is the trainer's, and a
-request the solution forges on the channel is only a call it could have made.
+request the solution forges on the channel is only a call it could have made. The recipe's
+mutable values are one object each for the run (Session.values), and a side effect function of
+the tests' is compiled here from the plan's checked source (Session.function).
 """
+import builtins
 import functools
 import operator
 import os
@@ -62,6 +65,16 @@ class Raise(Exception):
         self.path, self.data = path, args
 
 
+def raiser(path: str):
+    """An exception class of the tests' (its import path) as a side effect function raises it:
+    Raise, with its arguments as data (the child raises the class at `path`)."""
+    class Raised(Raise):
+        def __init__(self, *args):
+            super().__init__(path, [testplan.encode_input(a) for a in args])
+    Raised.__name__ = Raised.__qualname__ = path.rpartition(".")[2]
+    return Raised
+
+
 class Iteration:
     """An iterator over a mock, held here: the child asks for its items one at a time."""
 
@@ -82,7 +95,7 @@ class Opaque:
 
 class Session:
     """One run's mocks, built from the plan's recipe, answering the child's requests (answer) or
-    replaying a run's log of them (replay)."""
+    replaying a run's log of them (replay_units, advance)."""
 
     def __init__(self, recipe: list, units=None):
         """units: per unit of the plan, the handles its patch steps give the child. A handle is
@@ -95,8 +108,24 @@ class Session:
         # mutable values the mocks returned in this unit (id -> ref; held): the child keeps one
         # object per ref, so `r.json()['a'] = 2` then `r.json()['a']` reads 2, as under unittest
         self.replied, self.held = {}, []
+        # the mutable values the test configures its mocks with, one object each for the run (a
+        # value two mocks return, or a module-level one two tests give theirs, is one object, as
+        # under unittest): the child's changes come back at each unit's end (begin)
+        self.values = []
+        self.functions = []  # the tests' side effect functions (testplan.side_effect_function)
+        self.pending = iter(())  # replay_units: the log's requests not replayed yet
         for op in recipe:
-            if op[0] == "new":
+            if op[0] == "fn":
+                _, fid, spec = op
+                if fid != len(self.functions):
+                    raise ValueError("recipe: function out of order")
+                self.functions.append(self.function(spec))
+            elif op[0] == "value":
+                _, vid, spec = op
+                if vid != len(self.values):
+                    raise ValueError("recipe: value out of order")
+                self.values.append(self.value(spec))
+            elif op[0] == "new":
                 _, id_, kind, kwargs = op
                 made = getattr(unittest_mock(), kind)      # MagicMock, Mock or mock_open
                 obj = made(**{k: self.value(v) for k, v in kwargs.items()})
@@ -113,15 +142,31 @@ class Session:
         self.given = set(range(len(self.handles))) if units is None else set()
 
     def value(self, spec):
-        """A recipe value: {"data"}, {"mock": id}, {"exc": [path, args]}, {"list": [...]}."""
+        """A recipe value: {"data"}, {"mock": id}, {"exc": [path, args]}, {"list": [...]},
+        {"ref": vid} (the run's one object of the recipe's "value" vid)."""
         (tag, inner), = spec.items()
         if tag == "data":
             return testplan.decode(inner)
+        if tag == "ref":
+            return self.values[inner]
+        if tag == "fn":
+            return self.functions[inner]
+        if tag == "exc_class":
+            return raiser(inner)
         if tag == "mock":
             return self.handles[inner]
         if tag == "exc":
             return Raise(inner[0], inner[1])
         return [self.value(v) for v in inner]
+
+    def function(self, spec):
+        """A side effect function of the tests' (checked by the plan: its cost is linear in the
+        arguments it is called with), compiled with only the names it reads and
+        testplan.EFFECT_BUILTINS."""
+        scope = {"__builtins__": {n: getattr(builtins, n) for n in testplan.EFFECT_BUILTINS}}
+        scope.update((k, self.value(v)) for k, v in spec["names"].items())
+        exec(compile(spec["source"], "<side effect>", "exec"), scope)  # noqa: S102 - the plan's
+        return scope["__gmts_effect"]
 
     def handle(self, obj, depth=0) -> int:
         if id(obj) not in self.index:
@@ -277,9 +322,21 @@ class Session:
         name = kind.__name__ if kind.__module__ == "builtins" else "RuntimeError"
         return ["raise", f"builtins.{name}", [str(e)[:4096]]]
 
-    def replay(self, log) -> None:
-        """The run's requests again, in order, on these mocks (their record is then the run's)."""
+    def replay_units(self, log) -> None:
+        """The run's requests again, in order, on these mocks (their record is then the run's),
+        unit by unit (advance): each unit's checks read the mocks and the values as they were
+        when it ended, as unittest's asserts do, not as later units leave them."""
         if not isinstance(log, list):
             raise TypeError("malformed log")
-        for request in log:
+        self.pending = iter(log)
+
+    def advance(self, i: int) -> None:
+        """Replay the log's requests until unit i has ended (the child began unit i + 1); i =
+        None: the rest of the log."""
+        while i is None or self.unit <= i:
+            request = next(self.pending, None)
+            if request is None:
+                if i is None:
+                    return
+                raise ValueError("malformed log: a unit never ended")
             self.answer(request)

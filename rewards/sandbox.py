@@ -506,10 +506,10 @@ class _Channel:
                     request = json.loads(line)
                     if request == ["end"]:
                         return "ok"
+                    if count > self.MAX_REQUESTS:  # never performed: the run fails
+                        return "broken"
                     reply = (json.dumps(self.answer(request)) + "\n").encode()
                 except Exception:  # noqa: BLE001 - malformed, too deep: the run fails
-                    return "broken"
-                if count > self.MAX_REQUESTS:
                     return "broken"
                 if not self.write(reply, deadline):
                     return "timeout"

@@ -183,6 +183,25 @@ MOCK_OPERATORS = frozenset((
     "__int__", "__float__", "__contains__", "__lt__", "__gt__", "__le__", "__ge__", "__fspath__",
     "__next__"))
 MOCK_KINDS = ("MagicMock", "Mock", "mock_open")  # the mocks a test may make
+CLEANUP = "__gmts_add_cleanup"  # `self.addCleanup` in a TestCase's unit (patcher_statement)
+# A side effect function of the tests' (`m.side_effect = lambda url: ...`) runs in the trainer's
+# Session on the solution's arguments, live: only what costs at most linear time and memory in
+# them (each argument is one line of at most 1 MiB): these builtins, these methods, `+`/`-`,
+# comparisons, `if`, subscripts, f-strings without a format spec; no loop, comprehension, `*`,
+# `%` or `**` (`'x' * n`, `2 ** n`), no other call, no mutation of anything but its own locals.
+# (not set, dict: hash-colliding arguments would make them quadratic; not round: round(n, -10**9);
+# not join: an argument as the separator of another, `sep.join(xs)`, is |sep| x len(xs))
+EFFECT_BUILTINS = frozenset("""len str int float bool isinstance abs min max sorted list tuple any
+all""".split())  # noqa: SIM905
+EFFECT_METHODS = frozenset("""startswith endswith lower upper strip lstrip rstrip split rsplit
+splitlines get keys values items find rfind count index isdigit isalpha isalnum isspace encode
+decode""".split())  # noqa: SIM905
+_EFFECT_NODES = (ast.If, ast.Return, ast.Pass, ast.Assign, ast.Constant, ast.Name, ast.Attribute,
+                 ast.Compare, ast.BoolOp, ast.UnaryOp, ast.IfExp, ast.Subscript, ast.Slice,
+                 ast.Tuple, ast.List, ast.Dict, ast.Set, ast.JoinedStr, ast.FormattedValue,
+                 ast.BinOp, ast.Call, ast.keyword, ast.Raise, ast.Load, ast.Store, ast.cmpop,
+                 ast.boolop, ast.Not, ast.USub, ast.UAdd, ast.Add, ast.Sub, ast.arguments,
+                 ast.arg, ast.Expr, ast.FunctionDef, ast.Lambda)
 
 
 class MockRef:
@@ -195,6 +214,17 @@ class MockRef:
         return f"MockRef({self.id})"
 
 
+class ValueRef:
+    """A check's name bound to the recipe's value `id` (a mutable value configuring a mock),
+    read from the run's mocks while judging: what the solution did to it is unittest's too."""
+
+    def __init__(self, id_: int):
+        self.id = id_
+
+    def __repr__(self):
+        return f"ValueRef({self.id})"
+
+
 class MockApi:
     """unittest.mock's names in the plan's env (`patch`, `MagicMock`...): markers the plan reads
     statically; evaluating one here is not a mock."""
@@ -203,7 +233,7 @@ class MockApi:
         self.name = name
 
     def __getattr__(self, attr):
-        if self.name == "patch" and attr in ("object", "dict"):
+        if self.name == "patch" and attr in ("object", "dict", "stopall"):
             return MockApi(f"patch.{attr}")
         raise AttributeError(attr)
 
@@ -570,6 +600,56 @@ def _path(value, target: int, depth: int = 0):
     return None
 
 
+def _side_effect_functions(method) -> set:
+    """The ids of the lambdas and local function definitions (and what they hold) in `method`
+    that serve only as a mock's side effect (`m.side_effect = lambda p: ...`, `def fake(url):
+    ...` then `m.side_effect = fake`, `patch(..., side_effect=fake)`), which _Unit.side_effect
+    judges; any other use of a name a local def binds: none of its."""
+    uses, defs, out = {}, {}, set()
+    for n in ast.walk(method):
+        if isinstance(n, ast.FunctionDef) and n is not method:
+            defs[n.name] = n
+        elif isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
+            uses.setdefault(n.id, []).append(n)
+    effect = set()  # the ids of the values given as side effects
+    for n in ast.walk(method):
+        if isinstance(n, ast.keyword) and n.arg == "side_effect" or (
+                isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(
+                    n.targets[0], ast.Attribute) and n.targets[0].attr == "side_effect"):
+            effect.add(id(n.value))
+    for n in ast.walk(method):
+        if isinstance(n, ast.Lambda) and id(n) in effect:
+            out.update(id(x) for x in ast.walk(n))
+    for name, fn in defs.items():
+        if uses.get(name) and all(id(u) in effect for u in uses[name]):
+            out.update(id(x) for x in ast.walk(fn))
+    return out
+
+
+def _inner_ids(value) -> set:
+    """The ids of the mutable objects inside `value` (not its own)."""
+    out, stack = set(), [value]
+    while stack:
+        v = stack.pop()
+        items = v.values() if type(v) is dict else v if type(v) in (list, tuple, set) else ()
+        for x in items:
+            if type(x) in (list, dict, set, bytearray):
+                out.add(id(x))
+            if type(x) in (list, dict, tuple):
+                stack.append(x)
+    return out
+
+
+def _code_names(code) -> set:
+    """The names a compiled check reads (its nested code objects' too: a comprehension's)."""
+    out, stack = set(), [code]
+    while stack:
+        c = stack.pop()
+        out.update(c.co_names, c.co_varnames)
+        stack.extend(k for k in c.co_consts if hasattr(k, "co_names"))
+    return out
+
+
 def _once(value) -> bool:
     """Every mutable object inside `value` appears once (rendered for the child, a list held
     twice would become two)."""
@@ -602,6 +682,8 @@ class Check:
     match: str | None = None
     names: tuple = ()  # "bind": the target names (a tuple target is unpacked)
     at: int = -1  # the unit's steps before it: a check reading a mock comes after every call
+    # names read from the run's mocks (ValueRef in env) -> the objects the test bound them to
+    plan_values: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -714,6 +796,20 @@ class _Unit:
         # names bound to a mock's attribute path before the solution ran (`conn =
         # m.return_value.__enter__.return_value`): configuring through them configures that path
         self.mock_aliases = {}
+        # the mutable values configuring the plan's mocks, shared by its units (mocks.Session's
+        # values): id -> (value id, the object, the _Unit that gave it, ids of the mutable
+        # objects inside it)
+        self.mock_values = {}
+        # patchers started by hand (`self.p = patch(...)`, `p.start()`): name -> (call, kind);
+        # the ones started, in order (the child's patches: a stop undoes the last); the ones a
+        # cleanup stops (addCleanup(p.stop)), True for all (addCleanup(patch.stopall))
+        self.patchers, self.started, self.cleanups = {}, [], set()
+        self.local_functions = {}  # `def fake(url): ...` in a test: a side effect (mock_value)
+        self.effect_names = set()  # the names side effects read (bound when configured)
+        # names of values configuring mocks that the solution may have changed by now
+        # (defer_mock_values): checks read them from the run's mocks; computed here (an input,
+        # an `if`), the object as the test bound it
+        self.value_names = set()
         self.module_paths = {}  # names of modules (and their classes) the tests import: paths
 
     # ------------------------------------------------ what is whose
@@ -858,6 +954,11 @@ class _Unit:
             return node
         if isinstance(node, ast.Name) and node.id in self.env and _is_mutable(self.env[node.id]):
             value = self.env[node.id]
+            if any(e[1] is value or id(value) in e[3] for e in self.mock_values.values()):
+                # the run's mocks hold it (mocks.Session.values): a copy in the child would be
+                # a second object where unittest has one
+                raise Unconvertible("unittest.mock: a value configuring a mock given to the "
+                                    "solution")
             path = self.path_in_child(value) or self.move_holders(value, node.id)
             self.env.pop(node.id)
             self.steps.append({"run": f"{node.id} = {path or self.source(value)}",
@@ -1112,7 +1213,7 @@ class _Unit:
                 return ast.literal_eval(node)
             except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
                 pass
-        if self.deferred & _names(node):
+        if (self.deferred - self.value_names) & _names(node):
             raise Unconvertible("an input computed from the solution's results")
         try:
             return eval(self.parent_expr(copy.deepcopy(node)), _scope(self.env), dict(self.env))
@@ -1129,7 +1230,7 @@ class _Unit:
         makes the change while building the plan, but judges every check afterwards, so an
         earlier test's check would read the changed value. Unconvertible: pytest's."""
         shared = {id(self.env[n]) for n in self.module_level
-                  if n in self.env and _is_mutable(self.env[n])}
+                  if n in self.env and _is_mutable(self.env[n])} | set(self.mock_values)
         for n in ast.walk(node):
             if (shared and isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
                     and n.func.attr in _MUTATORS and isinstance(n.func.value, ast.Name)
@@ -1210,11 +1311,15 @@ class _Unit:
     def statement(self, stmt):
         """One statement of the test; each check it makes knows the steps before it."""
         before = len(self.checks)
+        if self.mock_values:
+            self.defer_mock_values()
         if not self.mock_statement(stmt):
             self._statement(stmt)
         for check in self.checks[before:]:
             if check.at < 0:
                 check.at = len(self.steps)
+            if self.mock_values:
+                self.read_mock_values(check)
 
     def _statement(self, stmt):
         # split() rewrites it; the same test body serves every parametrize row (an assignment of
@@ -1279,6 +1384,17 @@ class _Unit:
             return self.patch_block(stmt)
         if self.mock_recipe is None:
             return False
+        if self.effect_names & _stored(stmt):  # the function reads the name when called
+            raise Unconvertible("unittest.mock: a name a side effect reads bound again")
+        if self.patcher_statement(stmt):
+            return True
+        if isinstance(stmt, ast.FunctionDef):  # a side effect's (_side_effect_functions)
+            if stmt.decorator_list:
+                raise Unconvertible("unittest.mock: a decorated function in a test")
+            self.local_functions[stmt.name] = stmt
+            self.env.pop(stmt.name, None)
+            self.child.discard(stmt.name)
+            return True
         for n in ast.walk(stmt):  # a name bound again, in any form, is no longer an alias
             if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
                 self.mock_aliases.pop(n.id, None)
@@ -1296,7 +1412,8 @@ class _Unit:
                        for a, q in self.mock_aliases.values()):  # the alias keeps the old object
                     raise Unconvertible("unittest.mock: a mock path set again after a name was "
                                         "bound to it")
-                self.mock_recipe.append(["set", id_, path, self.mock_value(value)])
+                self.mock_recipe.append(["set", id_, path, self.mock_value(
+                    value, path[-1] == "side_effect")])
                 return True
             found = self.mock_of(value) if isinstance(value, ast.Attribute) else None
             if (isinstance(target, ast.Name) and found is not None and not self.called()
@@ -1313,20 +1430,142 @@ class _Unit:
         if not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)
                 and isinstance(stmt.value.func, ast.Attribute)):
             return False
-        root = stmt.value.func.value
-        while isinstance(root, ast.Attribute):
-            root = root.value
+        root, calls = stmt.value.func.value, False
+        while isinstance(root, (ast.Attribute, ast.Call)):  # `m().write`: the test's own call
+            calls = calls or isinstance(root, ast.Call)
+            root = root.func if isinstance(root, ast.Call) else root.value
         asserts = stmt.value.func.attr.startswith("assert_")
         # a mock's method, or an assert method of a name bound from one while judging
-        # (`instance = m.return_value.__enter__.return_value`)
-        if self.mock_of(stmt.value.func.value) is not None or (
-                asserts and isinstance(root, ast.Name) and root.id in self.deferred):
+        # (`instance = m.return_value.__enter__.return_value`), or of what the test's own call
+        # of a mock returns (`m().write.assert_called_once_with`: the call is in the record,
+        # after every call of the solution's, as under unittest: mocks_in_order)
+        if self.mock_of(stmt.value.func.value) is not None or (asserts and isinstance(
+                root, ast.Name) and (root.id in self.deferred or calls and self.mock_of(root))):
             if not asserts or self.uses_child(stmt.value):
                 raise Unconvertible(f"unittest.mock: {stmt.value.func.attr}() of a mock")
             expr = copy.deepcopy(stmt.value)  # `m.assert_called_once_with(url)`, judged here
             self.checks.append(Check("run", expr=self.parent_expr(expr), env=dict(self.env)))
             return True
         return False
+
+    def mock_value_now(self, value) -> bool | None:
+        """Is this object of the tests' a value configuring a mock that the solution may have
+        changed by now (given in an earlier test, or in this one before a call of the
+        solution's)? Its inner objects too: None when it is one of those."""
+        for vid, obj, unit, inner in self.mock_values.values():
+            if (obj is value or id(value) in inner) and (unit is not self or self.called()):
+                return obj is value or None
+        return False
+
+    def defer_mock_values(self):
+        """A name of the tests' bound to a value configuring a mock, once the solution may have
+        changed it: a check or an assignment reading it is judged with the run's object
+        (read_mock_values); what is computed here from it (an input, an `if`) reads the object
+        as the test bound it."""
+        for name, value in self.env.items():
+            if _is_mutable(value) and self.mock_value_now(value) is not False:
+                self.deferred.add(name)  # an assignment reading it: a check (bind)
+                self.value_names.add(name)
+
+    def read_mock_values(self, check):
+        """The check's names bound to values configuring mocks, read while judging from the run's
+        mocks, as the unit left them (after its last call: mocks_in_order); a name bound to an
+        object inside one cannot be followed there (pytest's)."""
+        read = _code_names(check.expr) if check.expr is not None else set()
+        for name, value in list(check.env.items()):
+            if not _is_mutable(value):
+                continue
+            now = self.mock_value_now(value)
+            if now is None and name in read:
+                raise Unconvertible("unittest.mock: a value inside one configuring a mock, read "
+                                    "after the solution ran")
+            if now:
+                check.plan_values[name] = value
+                check.env[name] = ValueRef(self.mock_values[id(value)][0])
+
+    def side_effect_function(self, fn) -> dict:
+        """A lambda or local def of the tests' as a mock's side effect: {"fn": id} of the
+        recipe's ["fn", id, {"source", "names"}], compiled by the Session with only `names` (the
+        tests' values, mocks and exception classes it reads, as recipe values) and
+        EFFECT_BUILTINS, and called there on the solution's arguments, as unittest calls it.
+        Only what EFFECT_BUILTINS' comment allows: Unconvertible otherwise."""
+        if self.called():
+            raise Unconvertible("unittest.mock: a mock configured after the solution ran")
+        fn = copy.deepcopy(fn)
+        body = [ast.Return(value=fn.body)] if isinstance(fn, ast.Lambda) else fn.body
+        a = fn.args
+        params = {x.arg for x in a.posonlyargs + a.args + a.kwonlyargs + [a.vararg, a.kwarg]
+                  if x}
+        if any(not isinstance(d, ast.Constant) for d in a.defaults + a.kw_defaults if d):
+            raise Unconvertible("unittest.mock: a side effect's default that is not a literal")
+        names, raised = {}, 0
+        tree = ast.Module(body=body, type_ignores=[])
+        local = _stored(tree) | params
+        for n in (n for b in body for n in ast.walk(b)):
+            if not isinstance(n, _EFFECT_NODES) or isinstance(n, (ast.FunctionDef, ast.Lambda)):
+                raise Unconvertible(f"unittest.mock: a side effect with {type(n).__name__}")
+            if isinstance(n, ast.Attribute) and n.attr.startswith("_"):
+                raise Unconvertible("unittest.mock: a side effect reading a private attribute")
+            if isinstance(n, ast.BinOp) and not isinstance(n.op, (ast.Add, ast.Sub)):
+                raise Unconvertible("unittest.mock: a side effect's operator")
+            if isinstance(n, ast.FormattedValue) and n.format_spec is not None:
+                raise Unconvertible("unittest.mock: a side effect's format spec")
+            if isinstance(n, ast.Assign) and not all(isinstance(t, ast.Name) for t in n.targets):
+                raise Unconvertible("unittest.mock: a side effect assigning other than names")
+            if isinstance(n, ast.Expr) and not isinstance(n.value, ast.Constant):
+                raise Unconvertible("unittest.mock: a side effect's statement")
+            if isinstance(n, ast.Raise):
+                if n.cause is not None or n.exc is None:
+                    raise Unconvertible("unittest.mock: a side effect's raise of another form")
+                exc = n.exc.func if isinstance(n.exc, ast.Call) else n.exc
+                path = self.dotted(exc)
+                if path is None or self.exception(exc) is None:
+                    raise Unconvertible("unittest.mock: a side effect raising what is not an "
+                                        "exception class of the tests'")
+                raised += 1
+                names[f"__gmts_exc{raised}"] = {"exc_class": path}
+                if isinstance(n.exc, ast.Call):
+                    n.exc.func = ast.Name(id=f"__gmts_exc{raised}", ctx=ast.Load())
+                else:
+                    n.exc = ast.Name(id=f"__gmts_exc{raised}", ctx=ast.Load())
+            if isinstance(n, ast.Call) and not (
+                    isinstance(n.func, ast.Name) and (n.func.id in EFFECT_BUILTINS
+                                                      or n.func.id.startswith("__gmts_exc"))
+                    or isinstance(n.func, ast.Attribute) and n.func.attr in EFFECT_METHODS):
+                raise Unconvertible("unittest.mock: a side effect's call")
+        for n in ast.walk(tree):
+            if not isinstance(n, ast.Name) or n.id in local or n.id in names:
+                continue
+            if n.id in EFFECT_BUILTINS and n.id not in self.env and n.id not in self.child:
+                continue
+            if n.id in self.local_functions or n.id in self.child or n.id in self.deferred and (
+                    not isinstance(self.env.get(n.id), MockRef)) or n.id not in self.env:
+                raise Unconvertible(f"unittest.mock: a side effect reading {n.id}")
+            names[n.id] = self.mock_value(n)
+        fn_def = ast.FunctionDef(name="__gmts_effect", args=a, body=body, decorator_list=[],
+                                 returns=None, type_params=[], lineno=0)
+        source = ast.unparse(ast.fix_missing_locations(fn_def))
+        self.effect_names.update(n for n in names if not n.startswith("__gmts_exc"))
+        fid = sum(op[0] == "fn" for op in self.mock_recipe)
+        self.mock_recipe.append(["fn", fid, {"source": source, "names": names}])
+        return {"fn": fid}
+
+    def hand_to_mocks(self, value) -> dict:
+        """A mutable value configuring a mock: the recipe's one object for it, by identity (a
+        value two mocks return, or two tests give theirs, is one object in the run, as under
+        unittest), as {"ref": value id}. A value inside another one, or holding one, cannot keep
+        its identity in the child: Unconvertible."""
+        entry = self.mock_values.get(id(value))
+        if entry is None:
+            inner = _inner_ids(value)
+            if not _once(value) or any(e[3] & (inner | {id(value)}) or id(e[1]) in inner
+                                       for e in self.mock_values.values()):
+                raise Unconvertible("unittest.mock: a mutable value inside another one "
+                                    "configuring a mock")
+            entry = (len(self.mock_values), value, self, inner)
+            self.mock_recipe.append(["value", entry[0], {"data": encode_input(value)}])
+            self.mock_values[id(value)] = entry
+        return {"ref": entry[0]}
 
     def mock_api(self, node) -> str | None:
         """The unittest.mock name `node` is through the tests' imports ('patch', 'patch.object',
@@ -1374,14 +1613,19 @@ class _Unit:
             if k is None or k.startswith("_") or (allowed is not None and k not in allowed) or (
                     k in ("spec", "spec_set", "wraps", "unsafe", "name", "parent")):
                 raise Unconvertible(f"unittest.mock: {kind}({k}=...)")
-        specs = {k: self.mock_value(v) for k, v in keywords.items()}
+        specs = {k: self.mock_value(v, k == "side_effect") for k, v in keywords.items()}
         id_ = sum(op[0] == "new" for op in self.mock_recipe)
         self.mock_recipe.append(["new", id_, kind, specs])
         return id_
 
-    def mock_value(self, node) -> dict:
+    def mock_value(self, node, effect: bool = False) -> dict:
         """A value configuring a mock, as the recipe's data: another mock, a list, an exception
-        (its class's path, resolved in the child) or plain data computed here."""
+        (its class's path, resolved in the child), plain data computed here, or (effect: a side
+        effect) a function of the tests' (side_effect_function)."""
+        if effect and (isinstance(node, ast.Lambda) or isinstance(node, ast.Name)
+                       and node.id in self.local_functions):
+            return self.side_effect_function(
+                node if isinstance(node, ast.Lambda) else self.local_functions[node.id])
         if isinstance(node, ast.Name) and isinstance(self.env.get(node.id), MockRef):
             return {"mock": self.env[node.id].id}
         if isinstance(node, ast.Call) and self.mock_api(node.func) in MOCK_KINDS:
@@ -1397,9 +1641,14 @@ class _Unit:
             return {"exc": exc}
         if self.uses_child(node):
             raise Unconvertible("unittest.mock: a mock configured with the solution's values")
+        if (isinstance(node, ast.Name) and node.id in self.env
+                and id(self.env[node.id]) in self.mock_values):  # already the run's: its ref
+            return {"ref": self.mock_values[id(self.env[node.id])][0]}
         value = self.parent_eval(node)
         if callable(value):
             raise Unconvertible("unittest.mock: a function or class configuring a mock")
+        if type(value) in (list, dict, set, bytearray):
+            return self.hand_to_mocks(value)
         return {"data": encode_input(value)}
 
     def exception(self, node):
@@ -1513,6 +1762,73 @@ class _Unit:
                 raise Unconvertible("unittest.mock: `as` a target other than a name")
             self.bind_mock(var.id, bound)
 
+    def patch_call(self, node) -> str | None:
+        """`patch(...)`, `patch.object(...)`, `patch.dict(...)`: its kind, else None."""
+        kind = self.mock_api(node.func) if isinstance(node, ast.Call) else None
+        return kind if kind in ("patch", "patch.object", "patch.dict") else None
+
+    def patcher_statement(self, stmt) -> bool:
+        """A patcher started and stopped by hand, as BigCodeBench's setUp does it: `self.p =
+        patch('x')`, `self.m = self.p.start()` (or `patch('x').start()`), `self.p.stop()` in
+        tearDown, `self.addCleanup(self.p.stop)` / `patch.stopall`: the start is a patch step of
+        the child's (as a with-block's), a stop undoes it there, a cleanup at the test's end
+        (the child's patches end with the unit). True when handled."""
+        target = value = None
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(
+                stmt.targets[0], ast.Name):
+            target, value = stmt.targets[0], stmt.value
+        elif isinstance(stmt, ast.Expr):
+            value = stmt.value
+        if not isinstance(value, ast.Call):
+            return False
+        kind = self.patch_call(value)
+        if kind is not None and target is not None:  # `p = patch(...)`: not started yet
+            self.patchers[target.id] = (value, kind)
+            self.env.pop(target.id, None)
+            return True
+        func = value.func
+        if isinstance(func, ast.Name) and func.id == CLEANUP:  # self.addCleanup(...)
+            arg = value.args[0] if len(value.args) == 1 and not value.keywords else None
+            if arg is not None and self.mock_api(arg) == "patch.stopall":
+                self.cleanups.add(True)
+            elif (isinstance(arg, ast.Attribute) and arg.attr == "stop"
+                  and isinstance(arg.value, ast.Name) and arg.value.id in self.patchers):
+                self.cleanups.add(arg.value.id)
+            else:
+                raise Unconvertible("unittest.mock: a cleanup other than a patcher's stop")
+            return True
+        if self.mock_api(func) == "patch.stopall":
+            if value.args or value.keywords or target is not None:
+                raise Unconvertible("unittest.mock: patch.stopall of another form")
+            if self.started:
+                self.steps.append({"unpatch": len(self.started)})
+            self.started.clear()
+            return True
+        if not (isinstance(func, ast.Attribute) and func.attr in ("start", "stop")):
+            return False
+        owner = func.value
+        if isinstance(owner, ast.Name) and owner.id in self.patchers:
+            (call, kind), key = self.patchers[owner.id], owner.id
+        elif self.patch_call(owner) is not None and func.attr == "start":
+            call, kind, key = owner, self.patch_call(owner), object()
+        else:
+            return False
+        if value.args or value.keywords:
+            raise Unconvertible(f"unittest.mock: {func.attr}() with arguments")
+        if func.attr == "stop":
+            if target is not None or not self.started or self.started[-1] != key:
+                raise Unconvertible("unittest.mock: a patcher stopped out of order")
+            self.started.pop()
+            self.steps.append({"unpatch": 1})
+            return True
+        if key in self.started:
+            raise Unconvertible("unittest.mock: a patcher started twice")
+        if self.called():
+            raise Unconvertible("unittest.mock: a patch started after the solution ran")
+        self.patch(call, kind, target)
+        self.started.append(key)
+        return True
+
     def mocks_in_order(self):
         """A check reading a mock's record (`assert_called_once_with`, `call_count`) is judged
         after the whole run, so no step that may call the solution comes after it. A name bound
@@ -1521,12 +1837,21 @@ class _Unit:
         calls = [i for i, s in enumerate(self.steps) if i >= self.first
                  and ("eval" in s or "run" in s)]
         held = set()  # names bound from mocks
+        # every patcher started by hand is stopped by the test's end (a stop or a cleanup): one
+        # left running would patch the later tests too under unittest
+        if any(k not in self.cleanups and True not in self.cleanups for k in self.started):
+            raise Unconvertible("unittest.mock: a patch started and never stopped")
         for check in self.checks:
             if check.expr is None:
                 continue
             names = set(check.expr.co_names) | {n for c in check.expr.co_consts
                                                 if hasattr(c, "co_names") for n in c.co_names}
+            values = [n for n in names if isinstance(check.env.get(n), ValueRef)]
             if not any(isinstance(check.env.get(n), MockRef) or n in held for n in names):
+                if values and calls and check.at <= calls[-1]:
+                    # a value configuring a mock, read before a later call: as the test bound
+                    # it (the run's object is known only as each unit ends)
+                    check.env.update((n, check.plan_values[n]) for n in values)
                 continue
             if check.kind == "bind" and not any(
                     i.opname.startswith("CALL") for i in dis.get_instructions(check.expr)):
@@ -2003,19 +2328,23 @@ class _CaseClass:
         if a.posonlyargs or a.vararg or a.kwonlyargs or a.kwarg or not a.args or (
                 a.args[0].arg != self.mode):
             raise Unconvertible(f"the signature of {method}")
+        effects = _side_effect_functions(member)  # lambdas and local defs a mock runs
         if any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda,
                               ast.Global, ast.Nonlocal, ast.Yield, ast.YieldFrom, ast.Try))
-               for b in member.body for n in ast.walk(b)):
+               and id(n) not in effects for b in member.body for n in ast.walk(b)):
             raise Unconvertible(f"{method} defines, yields or catches")
-        returns = [n for b in member.body for n in ast.walk(b) if isinstance(n, ast.Return)]
+        returns = [n for b in member.body for n in ast.walk(b) if isinstance(n, ast.Return)
+                   and id(n) not in effects]
         if returns and (len(returns) > 1 or member.body[-1] is not returns[0]):
             raise Unconvertible(f"{method} returns other than at its end")
         self.counter[0] += 1
         prefix = f"__h{self.counter[0]}_"
         params = [x.arg for x in a.args[1:]]
         local = (set(params) | _stored(member)) - {self.mode}
-        if local & {x.arg for n in ast.walk(member) if isinstance(n, ast.Lambda)
-                    for x in n.args.posonlyargs + n.args.args + n.args.kwonlyargs}:
+        if local & {x.arg for n in ast.walk(member) if isinstance(n, ast.Lambda) or (
+                        n is not member and isinstance(n, ast.FunctionDef))
+                    for x in n.args.posonlyargs + n.args.args + n.args.kwonlyargs
+                    + [n.args.vararg, n.args.kwarg] if x}:
             raise Unconvertible("a local name also a lambda's parameter")  # renamed: one only
         given = dict(zip(params, args, strict=False))
         if len(args) > len(params):
@@ -2161,6 +2490,13 @@ class _CaseClass:
         case, mode = self, self.mode
 
         class Rewrite(ast.NodeTransformer):
+            def visit_Call(self, node):  # `self.addCleanup(self.p.stop)`: the plan's marker
+                f = node.func
+                if (mode == "self" and isinstance(f, ast.Attribute) and f.attr == "addCleanup"
+                        and isinstance(f.value, ast.Name) and f.value.id == "self"):
+                    node.func = ast.copy_location(ast.Name(id=CLEANUP, ctx=ast.Load()), f)
+                return self.generic_visit(node)
+
             def visit_Attribute(self, node):
                 if not (isinstance(node.value, ast.Name) and node.value.id == mode):
                     return self.generic_visit(node)
@@ -2629,7 +2965,8 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
             except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
                 pass
     env.update(_trainer_definitions(module.body, env))
-    recipe, module_paths = [], {}  # the mocks' recipe; the modules the tests import, by name
+    # the mocks' recipe and its mutable values (_Unit.mock_values); the modules the tests import
+    recipe, mock_values, module_paths = [], {}, {}
     for stmt in module.body:
         if isinstance(stmt, ast.Import):
             module_paths.update((a.asname or a.name.split(".")[0],
@@ -2725,7 +3062,7 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
             u = _Unit(unshared, (child_names(fn) - set(local_env)) | (local_shared & _names(fn))
                       - local - touched, prelude, modules, imports, functions, level)
             if uses_mock:  # the mocks this unit makes join the plan's recipe
-                u.mock_recipe, u.module_paths = recipe, module_paths
+                u.mock_recipe, u.module_paths, u.mock_values = recipe, module_paths, mock_values
             for b in body:
                 u.statement(b)
             u.mocks_in_order()
@@ -2864,6 +3201,7 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
                               imports, functions, level)
                     if mocked:
                         u.mock_recipe, u.module_paths = recipe, module_paths
+                        u.mock_values = mock_values
                     for s in fn.body:
                         u.statement(s)
                     if mocked:
@@ -3002,11 +3340,12 @@ class _Values(dict):
         raise KeyError(key)
 
 
-def judge_unit(unit: Unit, results, handles=(), given=frozenset()) -> bool:
+def judge_unit(unit: Unit, results, handles=(), given=frozenset(), mock_values=()) -> bool:
     """Did the child's results for this unit pass every check? Any malformed or missing result:
     no. handles: the run's mocks, replayed (rewards/mocks.py), for the names that hold them;
     given: the handles the child held in this unit (a step returning one of them returned that
-    mock: `assertEqual(task_func(), m.return_value)`)."""
+    mock: `assertEqual(task_func(), m.return_value)`); mock_values: the run's values configuring
+    the mocks (ValueRef), as the unit left them."""
     if not isinstance(results, list) or len(results) != len(unit.steps):
         return False
     raises_steps = {c.step for c in unit.checks if c.kind == "raises"}
@@ -3034,8 +3373,8 @@ def judge_unit(unit: Unit, results, handles=(), given=frozenset()) -> bool:
             if not _raised(results[check.step], check.exceptions, check.match):
                 return False
             continue
-        env = {k: handles[v.id] if isinstance(v, MockRef) else v
-               for k, v in check.env.items()} if handles else check.env
+        env = {k: handles[v.id] if isinstance(v, MockRef) else mock_values[v.id] if isinstance(
+            v, ValueRef) else v for k, v in check.env.items()} if handles else check.env
         scope = _Values({**env, **values})
         scope.failed = values.failed
         result = eval(check.expr, _scope(scope), scope)
@@ -3049,15 +3388,23 @@ def judge_unit(unit: Unit, results, handles=(), given=frozenset()) -> bool:
     return True
 
 
-def judge(plan: Plan, unit_results, handles=(), given=()) -> bool:
+def judge(plan: Plan, unit_results, session=None) -> bool:
     """Every unit passed. Exceptions while judging (a result of the wrong shape for the check) are
-    failures."""
+    failures. session: the run's mocks (rewards/mocks.py Session, replaying the run's log unit by
+    unit): unit i is judged once its requests are replayed, on the mocks as it left them."""
     if not isinstance(unit_results, list) or len(unit_results) != len(plan.units):
         return False
     try:
-        given = list(given) + [frozenset()] * (len(plan.units) - len(given))
-        return all(judge_unit(u, r, handles, g)
-                   for u, r, g in zip(plan.units, unit_results, given))
+        for i, (u, r) in enumerate(zip(plan.units, unit_results)):
+            if session is not None:
+                session.advance(i)
+            if not (judge_unit(u, r, session.handles, session.given_in[i], session.values)
+                    if session is not None else judge_unit(u, r)):
+                return False
+        if session is not None:
+            session.advance(None)  # the log's rest: nothing may follow the last unit's end
+            return session.finished()
+        return True
     except Exception:  # noqa: BLE001 - the child's data is untrusted: anything odd is a failure
         return False
 

@@ -48,6 +48,15 @@ def test_get(self, mock_get):
 """
 GET_HONEST = ("import requests\ndef task_func(u):\n    r = requests.get(u, timeout=5)\n"
               "    if r.status_code != 200:\n        return None\n    return r.json()['k']\n")
+SMTP = """
+@patch('smtplib.SMTP')
+def test_send(self, mock_smtp):
+    instance = MagicMock()
+    mock_smtp.return_value.__enter__.return_value = instance
+    self.assertTrue(task_func('a@x', 'hi'))
+    mock_smtp.assert_called_once_with('localhost', 25)
+    instance.sendmail.assert_called_once_with('me@x', ['a@x'], 'hi')
+"""
 
 # shape -> (test body, extra imports, honest task_func, wrong ones)
 SHAPES = {
@@ -136,15 +145,7 @@ SHAPES = {
         """, "import os",
         "import os\ndef task_func():\n    return os.environ.get('APP_MODE', 'none')\n",
         ["def task_func():\n    return 'test'\n"]),
-    "smtp_context_manager": ("""
-        @patch('smtplib.SMTP')
-        def test_send(self, mock_smtp):
-            instance = MagicMock()
-            mock_smtp.return_value.__enter__.return_value = instance
-            self.assertTrue(task_func('a@x', 'hi'))
-            mock_smtp.assert_called_once_with('localhost', 25)
-            instance.sendmail.assert_called_once_with('me@x', ['a@x'], 'hi')
-        """, "import smtplib",
+    "smtp_context_manager": (SMTP, "import smtplib",
         ("import smtplib\ndef task_func(to, msg):\n    with smtplib.SMTP('localhost', 25) as s:\n"
          "        s.sendmail('me@x', [to], msg)\n    return True\n"),
         [("import smtplib\ndef task_func(to, msg):\n    s = smtplib.SMTP('localhost', 25)\n"
@@ -184,6 +185,29 @@ SHAPES = {
          "        return random.choice(letters) + random.choice(letters)\n"
          "    return [random.randint(1, 6) for _ in range(n)]\n"),
         ["def task_func(n, letters=None):\n    return 'ab' if letters else [4, 2, 6]\n"]),
+    # side effect functions of the tests' (a lambda, a local def), run by the trainer's mocks
+    "side_effect_functions": ("""
+        @patch('os.path.exists')
+        def test_lambda(self, m):
+            m.side_effect = lambda p: p.endswith('.txt') and not p.startswith('tmp')
+            self.assertEqual(task_func(['a.txt', 'b.py', 'tmp.txt']), ['a.txt'])
+            self.assertEqual(m.call_count, 3)
+
+        @patch('os.path.exists')
+        def test_def(self, m):
+            def fake(path):
+                if path == 'secret':
+                    raise PermissionError(13, 'denied')
+                return True
+            m.side_effect = fake
+            self.assertEqual(task_func(['x', 'secret', 'y']), ['x', 'y'])
+        """, "import os",
+        ("import os\ndef task_func(ps):\n    out = []\n    for p in ps:\n        try:\n"
+         "            if os.path.exists(p):\n                out.append(p)\n"
+         "        except PermissionError as e:\n            assert e.errno == 13\n"
+         "    return out\n"),
+        ["import os\ndef task_func(ps):\n    return [p for p in ps if os.path.exists(p)]\n",
+         "def task_func(ps):\n    return [p for p in ps if p.endswith('.txt')] or ['x', 'y']\n"]),
 }
 
 # a class-level @patch: every test method gets its mock as the last argument
@@ -342,14 +366,13 @@ def test_patches_hold_only_for_the_test():
 
 # shapes still refused under trusted_only (pytest in the sandbox in the default mode)
 REFUSED = {
-    "side_effect_function": ("""
-        @patch('os.getcwd')
-        def test_cwd(self, m):
-            def fake():
-                return '/f'
-            m.side_effect = fake
-            self.assertEqual(task_func(), '/f')
-        """, "import os\ndef task_func():\n    return os.getcwd()\n"),
+    # a side effect whose cost the solution's argument sets ('x' * n): never run by the trainer
+    "side_effect_function_of_unbounded_cost": ("""
+        @patch('os.urandom')
+        def test_u(self, m):
+            m.side_effect = lambda n: b'x' * n
+            self.assertEqual(task_func(3), b'xxx')
+        """, "import os\ndef task_func(n):\n    return os.urandom(n)\n"),
     "autospec": ("""
         @patch('os.getcwd', autospec=True)
         def test_cwd(self, m):
@@ -370,6 +393,47 @@ REFUSED = {
             m.return_value = '/b'
             self.assertEqual(task_func(), '/b')
         """, "import os\ndef task_func():\n    return os.getcwd()\n"),
+    # the test's own call of a mock is in the record: before a later call of the solution's, the
+    # asserts (run after the whole run) would read it out of order
+    "the_tests_own_mock_call_before_a_later_call": ("""
+        @patch('os.getcwd')
+        def test_cwd(self, m):
+            task_func()
+            m().strip.assert_not_called()
+            task_func()
+        """, "import os\ndef task_func():\n    return os.getcwd()\n"),
+    # a name bound to an object inside a value configuring a mock, read after the solution ran:
+    # the run's mocks hold the outer value, whose inner object the child may have replaced
+    "a_value_inside_a_configured_one_read_after": ("""
+        @patch('os.stat')
+        def test_s(self, m):
+            sizes = [3, 1, 2]
+            m.return_value = {'sizes': sizes}
+            self.assertEqual(task_func(), 3)
+            self.assertEqual(sizes, [3, 1, 2])
+        """, "import os\ndef task_func():\n    return max(os.stat('x')['sizes'])\n"),
+    # a patcher started by hand and never stopped: under unittest it patches the later tests too
+    "a_patch_started_and_never_stopped": ("""
+        def setUp(self):
+            self.m = patch('os.getcwd', return_value='/a').start()
+
+        def test_cwd(self):
+            self.assertEqual(task_func(), '/a')
+        """, "import os\ndef task_func():\n    return os.getcwd()\n"),
+    # a value the run's mocks hold (given to a mock in test_a), given to the solution in test_b:
+    # a copy in the child would be a second object where unittest has one
+    "a_value_configuring_a_mock_given_to_the_solution": ("""
+        DATA = {'n': 1}
+
+        @patch('os.stat')
+        def test_a(self, m):
+            m.return_value = self.DATA
+            self.assertEqual(task_func(None), 2)
+
+        def test_b(self):
+            self.assertEqual(task_func(self.DATA), 2)
+        """, ("import os\ndef task_func(d):\n"
+              "    return (d if d is not None else os.stat('x'))['n'] + 1\n")),
     "record_read_before_a_call": ("""
         @patch('os.getcwd', return_value='/a')
         def test_cwd(self, m):
@@ -425,6 +489,20 @@ ROW_WRONGS = {
     4: ["    return sorted(json.loads(urllib.request.urlopen(url).read().decode('utf-8')))\n",
         ("    with urllib.request.urlopen(url) as response:\n"
          "        return list(json.loads(response.read().decode('utf-8')))\n")],
+    # setUp's patcher, a side effect function raising, `m().write` read after the call
+    5: [("    try:\n        response = requests.get(url)\n"  # no timeout
+         "        response.raise_for_status()\n    except requests.HTTPError:\n        return -1\n"
+         "    items = response.json()['items']\n    with open(out_path, 'w') as f:\n"
+         "        for item in items:\n            f.write(f'{item}\\n')\n    return len(items)\n"),
+        ("    with open(out_path, 'w') as f:\n        try:\n"  # opens the file first
+         "            response = requests.get(url, timeout=10)\n"
+         "            response.raise_for_status()\n        except requests.HTTPError:\n"
+         "            return -1\n        items = response.json()['items']\n"
+         "        for item in items:\n            f.write(f'{item}\\n')\n    return len(items)\n"),
+        ("    try:\n        response = requests.get(url, timeout=10)\n"  # no status check
+         "    except requests.HTTPError:\n        return -1\n"
+         "    items = response.json()['items']\n    with open(out_path, 'w') as f:\n"
+         "        f.write('\\n'.join(items) + '\\n')\n    return len(items)\n")],
 }
 
 
@@ -478,3 +556,20 @@ def test_the_plan_and_the_trainer_name_the_same_operators():
     from gmts.rewards import _judge_worker, mocks
     assert frozenset(mocks.OPERATIONS) == testplan.MOCK_OPERATORS
     assert callable(_judge_worker.verdict) and not hasattr(testplan, "mocks")
+
+
+@pytest.mark.parametrize("index", sorted(ROW_WRONGS))
+def test_bigcodebench_mock_rows_verdicts_are_unittests(index):
+    """The verdicts above are real unittest's on real mocks (in this process: the rows' solutions
+    touch nothing but their mocks)."""
+    import io
+    import unittest
+    row = [json.loads(line) for line in (ROWS / "bigcodebench_mocks.jsonl").read_text()
+           .splitlines()][index]
+    for body, expected in [(row["canonical_solution"], True),
+                           *((w, False) for w in ROW_WRONGS[index])]:
+        ns = {"__name__": "bigcodebench_row"}
+        exec(row["code_prompt"] + body + "\n" + row["test"], ns)  # noqa: S102 - the rows here
+        suite = unittest.defaultTestLoader.loadTestsFromTestCase(ns["TestCases"])
+        result = unittest.TextTestRunner(stream=io.StringIO()).run(suite)
+        assert result.wasSuccessful() is expected, body

@@ -3,24 +3,18 @@ programmer writes (issue 53's mocks, rewards/mocks.py). Each case holds the CORR
 unittest itself gives (checked by test_expected_verdicts_are_unittests), or 0.0 for a solution that
 reaches the channel's internals. Cases the trainer judges wrongly today fail here."""
 import io
+import json
+import os
 import subprocess
 import sys
 import textwrap
+import time
 import unittest
 
 import pytest
-from test_code_reward_mocks import GET, GET_HONEST, block, reference, scores
+from test_code_reward_mocks import GET, GET_HONEST, SMTP, block, reference, scores
 
 
-SMTP = """
-@patch('smtplib.SMTP')
-def test_send(self, mock_smtp):
-    instance = MagicMock()
-    mock_smtp.return_value.__enter__.return_value = instance
-    self.assertTrue(task_func('a@x', 'hi'))
-    mock_smtp.assert_called_once_with('localhost', 25)
-    instance.sendmail.assert_called_once_with('me@x', ['a@x'], 'hi')
-"""
 OPEN = """
 def test_lines(self):
     with patch('builtins.open', mock_open(read_data='h\\na\\nb\\n')) as m:
@@ -122,11 +116,6 @@ def test_lines(self):
                                               "import subprocess", (
         "import subprocess\ndef task_func():\n    cmd = ['ls']\n    subprocess.run(cmd)\n"
         "    cmd.append('-l')\n"), 0.0),
-    # honest, the unittest docs' own mock_open pattern (`m().write.assert_called_once_with`) after
-    # `m.assert_called_once_with`: refused under trusted_only (testplan: the record read before a
-    # later call, here the test's own `m()`, not the solution's), so 0.0 there
-    "write_through_m_call": (WRITE, "", (
-        "def task_func(p, s):\n    with open(p, 'w') as f:\n        f.write(s)\n"), 1.0),
     # honest: a stub inside an argument (`[s]`) is sent as an object of the solution's (Opaque,
     # equal only to ANY; _sandbox_child._arg encodes plain data only), so the record differs
     "a_stub_inside_an_argument": ("""
@@ -220,6 +209,42 @@ def test_w(self, m):
     task_func('o.txt', 'hi')
     m.return_value.write.assert_any_call('hi')
 """, "", "def task_func(p, s):\n    with open(p, 'w') as f:\n        print(s, file=f)\n", 1.0),
+    # honest, the unittest docs' own mock_open pattern (`m().write.assert_called_once_with`) after
+    # `m.assert_called_once_with`: the test's own m() is a call of the judge's mock, after every
+    # call of the solution's, as under unittest
+    "write_through_m_call": (WRITE, "", (
+        "def task_func(p, s):\n    with open(p, 'w') as f:\n        f.write(s)\n"), 1.0),
+    "write_through_m_call_wrong_text": (WRITE, "", (
+        "def task_func(p, s):\n    with open(p, 'w') as f:\n        f.write(s + '\\n')\n"),
+        0.0),
+    # the handle bound first (`handle = m()`), BigCodeBench's other spelling
+    "write_through_a_bound_handle": (WRITE.replace(
+        "m().write.assert_called_once_with('hi')",
+        "handle = m()\n    handle.write.assert_called_once_with('hi')"), "", (
+        "def task_func(p, s):\n    with open(p, 'w') as f:\n        f.write(s)\n"), 1.0),
+    # the test's m() counts in the record: m was called twice when the last assert reads it, so
+    # unittest fails the honest answer
+    "the_tests_own_call_is_in_the_record": ("""
+@patch('builtins.open', new_callable=mock_open)
+def test_w(self, m):
+    task_func('o.txt', 'hi')
+    m().write.assert_called_once_with('hi')
+    m.assert_called_once_with('o.txt', 'w')
+""", "", "def task_func(p, s):\n    with open(p, 'w') as f:\n        f.write(s)\n", 0.0),
+    # a side effect list: the test's own call takes the next item
+    "the_tests_own_call_takes_the_next_side_effect": ("""
+@patch('random.random', side_effect=[0.5, 0.25])
+def test_r(self, m):
+    self.assertEqual(task_func(), 0.5)
+    self.assertEqual(m(), 0.25)
+""", "import random", "import random\ndef task_func():\n    return random.random()\n", 1.0),
+    "the_tests_own_call_takes_the_next_side_effect_wrong": ("""
+@patch('random.random', side_effect=[0.5, 0.25])
+def test_r(self, m):
+    self.assertEqual(task_func(), 0.5)
+    self.assertEqual(m(), 0.25)
+""", "import random", ("import random\ndef task_func():\n    r = random.random()\n"
+                      "    random.random()\n    return r\n"), 0.0),  # StopIteration at m()
     "write_twice": (WRITE, "", (
         "def task_func(p, s):\n    with open(p, 'w') as f:\n        f.write(s)\n"
         "        f.write(s)\n"), 0.0),
@@ -295,14 +320,182 @@ def test_s(self, m):
 """, "import os", ("import os\ndef task_func(p):\n    try:\n        os.remove(p)\n"
                   "    except OSError as e:\n        return e.errno\n"), 1.0),
 }
-CASES = {**WRONGLY, **RIGHTLY}
+# ------------------------------------------------ identity of the values configuring mocks
+# (unittest.mock keeps references: a value two mocks return is one object, a module-level one
+# given to the mocks of two tests is one object for both, the test's own name is that object)
+TWO_MOCKS_ONE_VALUE = """
+@patch('requests.post')
+@patch('requests.get')
+def test_x(self, mock_get, mock_post):
+    data = {'n': 1}
+    mock_get.return_value.json.return_value = data
+    mock_post.return_value.json.return_value = data
+    self.assertEqual(task_func('u'), 2)
+"""
+SHARED_RESPONSE = """
+@patch('requests.get')
+def test_a(self, m):
+    m.return_value.json.return_value = RESPONSE
+    self.assertEqual(task_func('u'), ['a', 'b'])
+
+@patch('requests.get')
+def test_b(self, m):
+    m.return_value.json.return_value = RESPONSE
+    self.assertEqual(task_func('u'), ['a', 'b'])
+"""
+RESPONSE = "import requests\nRESPONSE = {'users': ['b', 'a'], 'next': None}"
+READ_AFTER = """
+@patch('requests.get')
+def test_x(self, m):
+    data = {'items': [3, 1, 2]}
+    m.return_value.json.return_value = data
+    self.assertEqual(task_func('u'), 3)
+    self.assertEqual(data, {'items': [3, 1, 2]})
+"""
+SHARED_LOG = """
+@patch('requests.get')
+def test_a(self, m):
+    m.return_value.json.return_value = LOG
+    task_func('u')
+    self.assertEqual(LOG, [1])
+
+@patch('requests.get')
+def test_b(self, m):
+    m.return_value.json.return_value = LOG
+    task_func('u')
+    self.assertEqual(LOG, [1, 1])
+"""
+IDENTITY = {
+    "two_mocks_return_one_object": (TWO_MOCKS_ONE_VALUE, "import requests", (
+        "import requests\ndef task_func(u):\n    d = requests.get(u).json()\n    d['n'] += 1\n"
+        "    return requests.post(u).json()['n']\n"), 1.0),
+    "two_mocks_return_one_object_copied": (TWO_MOCKS_ONE_VALUE, "import requests", (
+        "import requests\ndef task_func(u):\n    d = dict(requests.get(u).json())\n"
+        "    d['n'] += 1\n    return requests.post(u).json()['n']\n"), 0.0),
+    # test_a's pop empties the module-level response test_b's mock returns: KeyError there
+    "a_shared_response_popped_in_the_first_test": (SHARED_RESPONSE, RESPONSE, (
+        "import requests\ndef task_func(u):\n"
+        "    return sorted(requests.get(u).json().pop('users'))\n"), 0.0),
+    "a_shared_response_read": (SHARED_RESPONSE, RESPONSE, (
+        "import requests\ndef task_func(u):\n"
+        "    return sorted(requests.get(u).json()['users'])\n"), 1.0),
+    "a_shared_response_sorted_in_place": (SHARED_RESPONSE, RESPONSE, (
+        "import requests\ndef task_func(u):\n    users = requests.get(u).json()['users']\n"
+        "    users.sort()\n    return users\n"), 1.0),
+    # the test's own name, read after the call, is what the solution left
+    "the_tests_name_read_after_the_call": (READ_AFTER, "import requests", (
+        "import requests\ndef task_func(u):\n    return max(requests.get(u).json()['items'])\n"),
+        1.0),
+    "the_tests_name_read_after_the_call_sorted": (READ_AFTER, "import requests", (
+        "import requests\ndef task_func(u):\n    items = requests.get(u).json()['items']\n"
+        "    items.sort()\n    return items[-1]\n"), 0.0),
+    # read between two calls: judged on the value as the test bound it (an honest solution
+    # changes nothing), not refused
+    "a_value_read_between_two_calls": ("""
+@patch('requests.get')
+def test_x(self, m):
+    data = {'a': 1, 'b': 2}
+    m.return_value.json.return_value = data
+    self.assertEqual(task_func('a'), data['a'])
+    self.assertEqual(task_func('b'), data['b'])
+""", "import requests", ("import requests\ndef task_func(k):\n"
+                         "    return requests.get('u').json()[k]\n"), 1.0),
+    # each test's asserts read the shared list as that test left it (the judge replays the run
+    # unit by unit), not as the last test did
+    "a_shared_list_each_test_reads_as_it_left_it": (SHARED_LOG, "import requests\nLOG = []", (
+        "import requests\ndef task_func(u):\n    requests.get(u).json().append(1)\n"), 1.0),
+    "a_shared_list_appended_once": (SHARED_LOG, "import requests\nLOG = []", (
+        "import requests\ndef task_func(u):\n    log = requests.get(u).json()\n"
+        "    if not log:\n        log.append(1)\n"), 0.0),
+}
+# ------------------------------------------------ patchers started by hand (BigCodeBench's setUp)
+PATCHER = """
+def setUp(self):
+    self.patcher = patch('requests.get')
+    self.mock_get = self.patcher.start()
+    self.addCleanup(self.patcher.stop)
+
+def test_a(self):
+    self.mock_get.return_value.json.return_value = {'k': 3}
+    self.assertEqual(task_func('u'), 3)
+    self.mock_get.assert_called_once_with('u', timeout=5)
+
+def test_b(self):
+    self.mock_get.return_value.json.return_value = {'k': 4}
+    self.assertEqual(task_func('v'), 4)
+"""
+PATCHERS = """
+def setUp(self):
+    self.exists = patch('os.path.exists', return_value=True).start()
+    self.listdir_patcher = patch.object(os, 'listdir')
+    self.listdir = self.listdir_patcher.start()
+    self.addCleanup(patch.stopall)
+
+def tearDown(self):
+    self.listdir_patcher.stop()
+
+def test_l(self):
+    self.listdir.return_value = ['b.txt', 'a.txt', 'c.csv']
+    self.assertEqual(task_func('/d'), ['a.txt', 'b.txt'])
+    self.exists.assert_called_once_with('/d')
+    self.listdir.assert_called_once_with('/d')
+"""
+LISTDIR = ("import os\ndef task_func(d):\n    if not os.path.exists(d):\n        return []\n"
+           "    return sorted(f for f in os.listdir(d) if f.endswith('.txt'))\n")
+STARTED = {
+    "a_patcher_started_in_setup": (PATCHER, "import requests", GET_HONEST.replace(
+        "    if r.status_code != 200:\n        return None\n", ""), 1.0),
+    "a_patcher_started_in_setup_wrong": (PATCHER, "import requests", (
+        "import requests\ndef task_func(u):\n    return requests.get(u).json()['k']\n"), 0.0),
+    "patchers_stopped_in_teardown_and_by_stopall": (PATCHERS, "import os", LISTDIR, 1.0),
+    "patchers_stopped_in_teardown_and_by_stopall_wrong": (PATCHERS, "import os", (
+        "import os\ndef task_func(d):\n"
+        "    return sorted(f for f in os.listdir(d) if f.endswith('.txt'))\n"), 0.0),
+}
+# ------------------------------------------------ side effect functions of the tests'
+RETRY = """
+@patch('requests.get')
+def test_x(self, m):
+    def fake(url, timeout=None):
+        if url == 'a' and timeout == 3:
+            return resp
+        raise requests.ConnectionError('down: ' + url)
+    resp = MagicMock(status_code=200)
+    m.side_effect = fake
+    self.assertEqual(task_func(['a', 'b']), [200, 'down: b'])
+    m.assert_called_with('b', timeout=3)
+"""
+GETENV = """
+@patch('os.getenv')
+def test_env(self, m):
+    m.side_effect = lambda key, default=None: ENV.get(key, default)
+    self.assertEqual(task_func(), 'alice@/home/alice:-')
+"""
+ENV = "import os\nENV = {'USER': 'alice', 'HOME': '/home/alice'}"
+EFFECTS = {
+    "a_side_effect_def_returning_a_mock_or_raising": (RETRY, "import requests", (
+        "import requests\ndef task_func(us):\n    out = []\n    for u in us:\n        try:\n"
+        "            out.append(requests.get(u, timeout=3).status_code)\n"
+        "        except requests.ConnectionError as e:\n            out.append(str(e))\n"
+        "    return out\n"), 1.0),
+    "a_side_effect_def_returning_a_mock_or_raising_no_timeout": (RETRY, "import requests", (
+        "import requests\ndef task_func(us):\n    out = []\n    for u in us:\n        try:\n"
+        "            out.append(requests.get(u).status_code)\n"
+        "        except requests.ConnectionError as e:\n            out.append(str(e))\n"
+        "    return out\n"), 0.0),
+    "a_side_effect_lambda_reading_a_module_dict": (GETENV, ENV, (
+        "import os\ndef task_func():\n"
+        "    return f\"{os.getenv('USER')}@{os.getenv('HOME')}:{os.getenv('SHELL', '-')}\"\n"),
+        1.0),
+    "a_side_effect_lambda_reading_a_module_dict_wrong": (GETENV, ENV, (
+        "import os\ndef task_func():\n"
+        "    return f\"{os.getenv('USER')}@{os.getenv('HOME')}:{os.getenv('SHELL')}\"\n"), 0.0),
+}
+CASES = {**WRONGLY, **RIGHTLY, **IDENTITY, **STARTED, **EFFECTS}
 
 
 # honest idioms the plan still refuses under trusted_only (rewards/README.md, mocks): 0.0 there
-NOT_JUDGED_YET = {
-    "write_through_m_call": "the test's own m() after m's record is read: refused (record read "
-                            "before a later call)",
-}
+NOT_JUDGED_YET = {}
 
 
 @pytest.mark.parametrize("name", [
@@ -472,3 +665,67 @@ def test_a_mock_path_set_again_after_a_name_was_bound_is_refused():
     body, imports = CASES["a_mock_path_set_again_after_a_name_was_bound"][:2]
     plan = testplan.build_plan(reference(body, imports)["tests"], "task_func")
     assert "set again after a name was bound" in plan.refusal, plan.refusal
+
+
+@pytest.mark.parametrize("extra", [0, 1])
+def test_the_channel_performs_no_request_past_its_bound(extra):
+    """MAX_REQUESTS requests are answered; one more breaks the channel before it is performed (the
+    trainer's mock never sees it); the child's "end" is no request."""
+    from gmts.rewards import sandbox
+    performed = []
+    channel = sandbox._Channel(lambda request: performed.append(request) or ["d", 0])
+    channel.MAX_REQUESTS = 5
+    lines = [["call", 0, [["d", i]], {}] for i in range(5 + extra)] + [["end"]]
+    os.write(channel.child_w, "".join(json.dumps(x) + "\n" for x in lines).encode())
+    channel.close(channel.child_ends())
+    served = channel.serve(time.monotonic() + 10)
+    channel.close([channel.requests, channel.replies])
+    assert served == ("broken" if extra else "ok")
+    assert performed == lines[:5]
+
+
+# side effects whose cost or reach the solution's arguments would set: never run by the trainer
+UNBOUNDED_EFFECTS = {
+    "repeat": "lambda n: 'x' * n",
+    "power": "lambda n: 2 ** n",
+    "format_width": "lambda n: f'{1:{n}}'",
+    "percent": "lambda n: '%*d' % (n, 1)",
+    "hashing_into_a_set": "lambda xs: len(set(xs))",
+    "round_to_huge_digits": "lambda n: round(1, n)",
+    "comprehension": "lambda xs: [x for x in xs for y in xs]",
+    "a_call_of_the_tests": "lambda x: helper(x)",
+    "mutating_the_tests_list": "lambda x: LOG.append(x)",
+    "private_attribute": "lambda x: x.__class__",
+    "range": "lambda n: list(range(n))",
+    "join_by_an_argument": "lambda sep, xs: sep.join(xs)",
+}
+
+
+@pytest.mark.parametrize("name", sorted(UNBOUNDED_EFFECTS))
+def test_side_effects_of_unbounded_cost_are_refused(name):
+    from gmts.rewards import testplan
+    body = (f"@patch('os.getenv')\ndef test_x(self, m):\n    m.side_effect = "
+            f"{UNBOUNDED_EFFECTS[name]}\n    self.assertEqual(task_func(3), 3)\n")
+    imports = "import os\nLOG = []\ndef helper(x):\n    return x\n"
+    plan = testplan.build_plan(reference(body, imports)["tests"], "task_func")
+    assert plan.trusted == 0 and "unittest.mock" in plan.refusal, plan.refusal
+
+
+def test_a_side_effect_loop_in_a_def_is_refused():
+    from gmts.rewards import testplan
+    body = ("@patch('os.getenv')\ndef test_x(self, m):\n    def fake(n):\n        out = ''\n"
+            "        while len(out) < n:\n            out = out + 'x'\n        return out\n"
+            "    m.side_effect = fake\n    self.assertEqual(task_func(3), 'xxx')\n")
+    plan = testplan.build_plan(reference(body, "import os")["tests"], "task_func")
+    assert plan.trusted == 0 and "side effect with While" in plan.refusal, plan.refusal
+
+
+def test_a_name_a_side_effect_reads_bound_again_is_refused():
+    """A lambda reads its free names when called (unittest: the later binding); the trainer's
+    Session binds them when the test configures the side effect: a later binding is pytest's."""
+    from gmts.rewards import testplan
+    body = ("@patch('os.getenv')\ndef test_x(self, m):\n    prefix = 'a'\n"
+            "    m.side_effect = lambda k: prefix + k\n    prefix = 'b'\n"
+            "    self.assertEqual(task_func(), 'bx')\n")
+    plan = testplan.build_plan(reference(body, "import os")["tests"], "task_func")
+    assert plan.trusted == 0 and "side effect reads bound again" in plan.refusal, plan.refusal
