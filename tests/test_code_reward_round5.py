@@ -1,0 +1,190 @@
+"""The code reward, fifth round (issue 53's kinds, new instances): each a class of cases. A wrong
+solution scores 0.0 under get_reward("code") and trusted_only=True, an honest one 1.0; each
+expected verdict is what the suite's own runner (or a plain Python run) gives, as the comments say.
+"""
+import json
+from typing import ClassVar
+
+import pytest
+
+from gmts import data
+from gmts.rewards import get_reward
+from gmts.rewards.code import extract_code
+from gmts.rewards.sandbox import _tokens_equal
+
+code = get_reward("code")
+trusted = get_reward("code", trusted_only=True)
+
+
+def block(src: str, fence: str = "```python", close: str = "```") -> str:
+    return f"Here it is:\n{fence}\n{src.strip(chr(10))}\n{close}\n"
+
+
+def scores(answer: str, reference) -> tuple[float, float]:
+    return code(answer, reference), trusted(answer, reference)
+
+
+ADD = "assert add(2, 3) == 5\nassert add(-1, 1) == 0\n"
+GOOD_ADD = "def add(a, b):\n    return a + b\n"
+
+
+# ------------------------------------------------ 5. answers written the ordinary way
+
+class TestUsageExamplesAfterTheSolution:
+    """A usage example after the definitions is not the solution, in any of its shapes (not only
+    `print(...)`): an assignment of a call, a bare call, a loop over examples, reading stdin, a
+    `main()` call. What the definitions read (a table built after them) stays."""
+
+    USAGE: ClassVar[dict] = {
+        "assignment_then_print": "\nresult = add('a', 1)\nprint(result)\n",
+        "bare_call": "\nadd('a', 1)\n",
+        "loop_over_examples": "\nfor x in [(1, 'a')]:\n    print(add(*x))\n",
+        "reads_stdin": "\na, b = map(int, input().split())\nprint(add(a, b))\n",
+        "main_call": ("\ndef main():\n    a, b = map(int, input().split())\n    print(add(a, b))\n"
+                      "\nmain()\n"),
+        "object_then_method": ("\nclass Calc:\n    def run(self, x):\n        return add(1, x)\n"
+                               "\n\nc = Calc()\nc.run('a')\nprint(c)\n"),
+    }
+
+    @pytest.mark.parametrize("name", sorted(USAGE))
+    def test_honest_with_a_failing_usage_example(self, name):
+        assert scores(block(GOOD_ADD + self.USAGE[name]), ADD) == (1.0, 1.0)
+        wrong = GOOD_ADD.replace("a + b", "a - b") + self.USAGE[name]
+        assert scores(block(wrong), ADD) == (0.0, 0.0)
+
+    @pytest.mark.parametrize("tail", [
+        "\nT = {i: i for i in range(-5, 5)}\n",  # read by add: stays
+        "\ndef build():\n    return {i: i for i in range(-5, 5)}\n\nT = build()\n"])
+    def test_what_the_definitions_read_stays(self, tail):
+        honest = "def add(a, b):\n    return T[a] + b\n" + tail
+        assert scores(block(honest), ADD) == (1.0, 1.0)
+
+    def test_a_name_the_tests_read_stays(self):
+        honest = GOOD_ADD + "\nFIVE = add(2, 3)\n"
+        assert scores(block(honest), ADD + "assert FIVE == 5\n") == (1.0, 1.0)
+
+
+class TestFenceLabels:
+    @pytest.mark.parametrize("label", ["py3", "python3.11", "ipython", "Python3", "{.py3}"])
+    def test_python_under_another_label(self, label):
+        answer = block(GOOD_ADD, fence="```" + label)
+        assert extract_code(answer, frozenset({"add"})) == GOOD_ADD
+        assert scores(answer, ADD) == (1.0, 1.0)
+        assert scores(answer.replace("a + b", "a * b"), ADD) == (0.0, 0.0)
+
+    def test_a_labelled_block_of_another_language_is_not_python(self):
+        answer = block(GOOD_ADD) + block("def add(a, b):\n    return 0\n", fence="```pyret")
+        assert scores(answer, ADD) == (1.0, 1.0)
+
+
+class TestDecimalsWrittenWithAnExponent:
+    """stdin/stdout without a tolerance: two decimals are equal when their values are exactly
+    equal, written with a point or an exponent (Python prints 1e-07); integers and other words
+    stay as written."""
+
+    @pytest.mark.parametrize("got,want,equal", [
+        (b"1e-07", b"0.0000001", True), (b"1.0E-7", b"1e-07", True), (b"1e5", b"100000.0", True),
+        (b"0.50", b"0.5", True), (b"1e-07", b"0.0000002", False), (b"1e5", b"100000", False),
+        (b"5", b"5.0", False), (b"inf", b"Infinity", False), (b"1e", b"1.0", False),
+        (b"0x1", b"1.0", False), (b"1_0.0", b"10.0", False),
+        ("\u0661.0".encode(), b"1.0", False)])  # an Arabic-Indic digit is no ASCII decimal
+    def test_tokens(self, got, want, equal):
+        assert _tokens_equal(got, want, None) is equal
+
+    def test_a_program_printing_a_small_float(self):
+        cases = {"cases": [{"input": "1 10000000\n", "output": "0.0000001\n"}]}
+        honest = block("a, b = map(int, input().split())\nprint(a / b)")  # prints 1e-07
+        assert scores(honest, cases) == (1.0, 1.0)
+        assert scores(block("print('1e-06')"), cases) == (0.0, 0.0)
+
+
+# ------------------------------------------------ 6. rows checked completely when loaded
+
+class TestRowsJudgeableWhenLoaded:
+    """A row that would raise at scoring (ending a training step) or score 0 whatever the answer
+    fails at loading with one line naming the file and the row."""
+
+    def load(self, tmp_path, row, name="rows.jsonl"):
+        path = tmp_path / name
+        path.write_text(json.dumps(row) + "\n")
+        return data.load_problems(str(path))
+
+    @pytest.mark.parametrize("row,said", [
+        ({"tests": "assert f(1) == 1\ndef (", "entry_point": "f"},
+         "tests is not valid Python: invalid syntax"),
+        ({"tests": "assert f(1) == 1\x00"}, "tests is not valid Python: source code string"),
+        ({"tests": "assert f(1) == 1", "setup": "def ("}, "setup is not valid Python"),
+        ({"tests": "def check(candidate):\n    assert candidate(1) == 1\n", "entry_point": "f",
+          "prompt": "def f(:\n"}, "prompt is not valid Python"),
+        ({"tests": "def check(candidate):\n    assert candidate(1) == 1\n",
+          "entry_point": "my f"}, "entry_point must be a Python name"),
+        ({"tests": "  \n"}, "the tests are empty"),
+        ({"tests": []}, "the tests are empty"),
+        ({"cases": []}, "cases is empty"),
+        ({"cases": json.dumps([{"input": "[1, 2]", "output": "3", "testtype": "functional"}])},
+         "testtype 'functional' call a function"),
+    ])
+    def test_a_row_that_cannot_be_judged(self, tmp_path, row, said):
+        with pytest.raises(ValueError, match=said) as info:
+            self.load(tmp_path, {"question": "q", **row})
+        assert "rows.jsonl:1" in str(info.value) and "\n" not in str(info.value)
+
+    def test_the_same_reference_raised_at_scoring(self):
+        # what the loader now refuses used to reach the reward, which raises (a data bug)
+        with pytest.raises(ValueError, match="not valid Python"):
+            code(block(GOOD_ADD), {"tests": "assert add(1, 2) == 3\ndef ("})
+
+    def test_stdin_cases_marked_stdin_load(self, tmp_path):
+        cases = [{"input": "2 3\n", "output": "5\n", "testtype": "stdin"}]
+        (problem,) = self.load(tmp_path, {"question": "q", "cases": json.dumps(cases)})
+        honest = block("a, b = map(int, input().split())\nprint(a + b)")
+        assert scores(honest, problem.answer) == (1.0, 1.0)
+
+    def test_tests_named_by_answer_field_are_checked_and_keep_the_rows_limits(self, tmp_path):
+        row = {"question": "q", "domain": "code", "checks": ["assert add(1, 2) == 3"],
+               "timeout": 3}
+        path = tmp_path / "rows.jsonl"
+        path.write_text(json.dumps(row) + "\n")
+        (problem,) = data.load_problems(str(path), answer_field="checks")
+        assert problem.answer == {"tests": "assert add(1, 2) == 3", "entry_point": None,
+                                  "setup": "", "timeout": 3.0}
+        path.write_text(json.dumps(dict(row, checks=["assert add(1, 2) == 3)"])) + "\n")
+        with pytest.raises(ValueError, match="rows.jsonl:1: tests is not valid Python"):
+            data.load_problems(str(path), answer_field="checks")
+
+
+# ------------------------------------------------ 4. each format's whole program
+
+class TestMBPPsOwnRowsFromALocalFile:
+    """MBPP's own rows (the original: text, test_list, challenge_test_list, test_setup_code; the
+    sanitized set: prompt, test_list, test_imports) read from a local file are shown and judged as
+    the built-in loader does: the text and the first test shown, every test judged."""
+
+    ORIGINAL: ClassVar[dict] = {
+        "task_id": 11, "text": "Write a python function to add two numbers.",
+        "code": GOOD_ADD, "test_list": ["assert add(1, 2) == 3", "assert add(2, 2) == 4"],
+        "test_setup_code": "", "challenge_test_list": ["assert add(10, -3) == 7"]}
+
+    def test_the_original(self, tmp_path):
+        path = tmp_path / "mbpp.jsonl"
+        path.write_text(json.dumps(self.ORIGINAL) + "\n")
+        (problem,) = data.load_problems(str(path))
+        assert problem.domain == "code" and problem.question.count("assert") == 1
+        assert problem.question.startswith(self.ORIGINAL["text"])
+        assert scores(block(GOOD_ADD), problem.answer) == (1.0, 1.0)
+        # a table of the visible tests (both of test_list) misses the challenge test
+        table = "def add(a, b):\n    return {(1, 2): 3, (2, 2): 4}.get((a, b), 0)\n"
+        assert scores(block(table), problem.answer) == (0.0, 0.0)
+
+    def test_the_sanitized_set_with_test_imports(self, tmp_path):
+        row = {"task_id": 12, "prompt": "Write a function for the floor of a quotient.",
+               "code": "def q(a, b):\n    return a // b\n",
+               "test_list": ["assert math.isclose(q(7, 2), 3)", "assert q(-7, 2) == -4"],
+               "test_imports": ["import math"]}
+        path = tmp_path / "sanitized-mbpp.jsonl"
+        path.write_text(json.dumps(row) + "\n")
+        (problem,) = data.load_problems(str(path))
+        assert problem.answer["setup"] == "import math"
+        assert scores(block(row["code"]), problem.answer) == (1.0, 1.0)
+        assert scores(block("def q(a, b):\n    return int(a / b)\n"), problem.answer) == (
+            0.0, 0.0)
