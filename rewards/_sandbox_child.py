@@ -187,6 +187,9 @@ def encode(value, depth=0, budget=None):
     numbers = _number_value(value, kind)
     if numbers is not None:
         return numbers
+    other = _other_value(value, kind, depth, budget)
+    if other is not None:
+        return other
     if kind in _VIEWS:  # d.keys(), d.values(), d.items(): their items, and which view
         return {_VIEWS[kind]: [encode(v, depth + 1, budget) for v in value]}
     if isinstance(value, _Enum):  # a member: its class's name, its name and its value
@@ -221,6 +224,38 @@ def _number_value(value, kind):
         text = str(value)
         if type(text) is str:
             return {"Decimal": text}
+    return None
+
+
+_DATETIMES = ("date", "datetime", "time", "timedelta")
+_ARRAY_KINDS = "biufcU"  # numpy dtype kinds whose tolist() is plain data
+
+
+def _other_value(value, kind, depth, budget):
+    """range; datetime's date, datetime, time and timedelta; a numpy array of numbers,
+    bools or strs (its dtype, shape and items). Whatever the class says, they cross as plain data
+    the trainer rebuilds its own value from (so a class of the solution's posing as one of these
+    gives only what a real one could). Neither module is imported here."""
+    if kind is range:
+        return {"range": [encode(value.start), encode(value.stop), encode(value.step)]}
+    module, name = getattr(kind, "__module__", None), getattr(kind, "__qualname__", None)
+    if type(module) is not str or type(name) is not str:
+        return None
+    if module == "datetime" and name in _DATETIMES:
+        if name == "timedelta":
+            parts = [value.days, value.seconds, value.microseconds]
+            return {"timedelta": parts} if all(type(p) is int for p in parts) else None
+        text = value.isoformat()  # an aware value with its UTC offset
+        return {name: text} if type(text) is str else None
+    if module == "numpy" and name == "ndarray":
+        dtype = value.dtype
+        if dtype.kind not in _ARRAY_KINDS or type(dtype.str) is not str:
+            return None
+        budget[0] -= value.size
+        if budget[0] < 0:
+            raise ValueError("result too large")
+        return {"ndarray": [dtype.str, [int(n) for n in value.shape],
+                            encode(value.tolist(), depth + 1, budget)]}
     return None
 
 

@@ -27,6 +27,7 @@ import builtins
 import collections
 import copy
 import decimal
+import datetime
 import dis
 import fractions
 import itertools
@@ -51,7 +52,7 @@ MODULES = {"math": math, "collections": collections}
 # here)
 IMPORTABLE = ("math", "cmath", "collections", "copy", "string", "itertools", "functools",
               "operator", "enum",
-              "fractions", "decimal", "statistics", "heapq", "bisect", "re", "random")
+              "fractions", "decimal", "statistics", "heapq", "bisect", "re", "random", "datetime")
 # imported only where the tests import it (HumanEval+'s `assertion` helper uses np.allclose); its
 # `random` (global state, unseeded) is never the trainer's
 LAZY_IMPORTABLE = ("numpy",)
@@ -67,7 +68,9 @@ PLAIN_ATTRS = frozenset(a for t in (int, float, complex, str, bytes, bytearray, 
                                     set, frozenset, bool, fractions.Fraction, decimal.Decimal,
                                     type({}.keys()), type({}.values()), type({}.items()),
                                     collections.Counter, collections.OrderedDict,
-                                    collections.defaultdict, collections.deque)
+                                    collections.defaultdict, collections.deque, range,
+                                    datetime.date, datetime.datetime, datetime.time,
+                                    datetime.timedelta)
                         for a in dir(t) if not a.startswith("_")) | {"name", "value"}
 _SAFE_BUILTINS = {name: getattr(builtins, name) for name in SAFE_NAMES}
 # Calls that iterate over their argument: a generator (or any iterator) the solution returns there
@@ -346,6 +349,8 @@ class _Decoder:
                 raise ValueError("malformed enum member")
             return self.steerable(_EnumMember(cls, name, self.decode(value, depth + 1),
                                               like_value))
+        if tag in ("range", "date", "datetime", "time", "timedelta", "ndarray"):
+            return self.other(tag, inner, depth)
         items = self.items(inner, depth)
         if tag == "dict_items":
             if not all(type(p) is tuple and len(p) == 2 for p in items):
@@ -356,6 +361,32 @@ class _Decoder:
             _check_collisions(items)
             return dict.fromkeys(items).keys()
         return dict(enumerate(items)).values()
+
+    def other(self, tag, inner, depth):
+        """range, datetime's naive values and numpy arrays, rebuilt here from their data."""
+        if tag == "range":
+            parts = [self.decode(v, depth + 1) for v in inner]
+            if len(parts) != 3 or not all(type(p) is int for p in parts):
+                raise ValueError("malformed range")
+            return range(*parts)
+        if tag == "timedelta":
+            if type(inner) is not list or len(inner) != 3 or not all(type(p) is int
+                                                                     for p in inner):
+                raise ValueError("malformed timedelta")
+            return self.steerable(datetime.timedelta(*inner))
+        if tag != "ndarray":
+            if type(inner) is not str or len(inner) > 64:
+                raise ValueError(f"malformed {tag}")
+            return self.steerable(getattr(datetime, tag).fromisoformat(inner))
+        dtype, shape, items = inner
+        if type(dtype) is not str or not _DTYPE.fullmatch(dtype) or type(shape) is not list or (
+                not all(type(n) is int and n >= 0 for n in shape)) or len(shape) > MAX_DEPTH:
+            raise ValueError("malformed array")
+        import numpy  # only where a solution returned an array
+        array = numpy.array(self.decode(items, depth + 1), dtype=numpy.dtype(dtype))
+        if list(array.shape) != shape:
+            raise ValueError("malformed array: its items do not have its shape")
+        return array
 
     def items(self, values, depth) -> list:
         """A list's items. Fast path, at C speed, for the common flat list of one scalar type
@@ -383,7 +414,9 @@ class _Decoder:
         return value
 
 
-_EXACT = ("bytearray", "Fraction", "Decimal", "enum", "dict_keys", "dict_values", "dict_items")
+_EXACT = ("bytearray", "Fraction", "Decimal", "enum", "dict_keys", "dict_values", "dict_items",
+          "range", "date", "datetime", "time", "timedelta", "ndarray")
+_DTYPE = re.compile(r"[<>|=]?[biufcU]\d{1,2}")  # a numpy array's dtype.str (numbers, bools, strs)
 
 
 class _EnumMember:
@@ -504,6 +537,15 @@ def render(value) -> str:
         args = (f"{render(value.numerator)}, {render(value.denominator)}"
                 if kind is fractions.Fraction else repr(str(value)))
         return f"__gmts_builtins['__import__']({module!r}).{kind.__name__}({args})"
+    if kind is range:
+        return f"__gmts_builtins['range']({value.start!r}, {value.stop!r}, {value.step!r})"
+    if kind is datetime.timedelta:
+        parts = f"{value.days!r}, {value.seconds!r}, {value.microseconds!r}"
+        return f"__gmts_builtins['__import__']('datetime').timedelta({parts})"
+    if kind in (datetime.date, datetime.datetime, datetime.time) and (
+            getattr(value, "tzinfo", None) in (None, datetime.timezone.utc)):
+        return (f"__gmts_builtins['__import__']('datetime').{kind.__name__}"
+                f".fromisoformat({value.isoformat()!r})")
     raise Unconvertible(f"input of type {kind.__name__} cannot be sent as a literal")
 
 

@@ -188,3 +188,70 @@ class TestMBPPsOwnRowsFromALocalFile:
         assert scores(block(row["code"]), problem.answer) == (1.0, 1.0)
         assert scores(block("def q(a, b):\n    return int(a / b)\n"), problem.answer) == (
             0.0, 0.0)
+
+
+class TestReturnedValuesOfTheStdlibAndNumpy:
+    """range, datetime's values and numpy arrays cross as data and are rebuilt here as what they
+    are: each honest/wrong pair verdict as plain Python gives it (the last column)."""
+
+    VALUES: ClassVar[list] = [  # (solution, tests, plain Python's verdict)
+        ("def f(n):\n    return range(n)\n",
+         "assert list(f(3)) == [0, 1, 2]\nassert f(2) == range(2)\n", True),
+        ("def f(n):\n    return range(n + 1)\n", "assert f(2) == range(2)\n", False),
+        ("def f():\n    return range(10**30)\n", "assert len(f()) == 10**30\n", False),  # Overflow
+        ("import datetime\ndef f():\n    return datetime.date(2020, 1, 2)\n",
+         "import datetime\nassert f() == datetime.date(2020, 1, 2)\nassert f().year == 2020\n",
+         True),
+        ("import datetime\ndef f():\n    return datetime.date(2020, 1, 3)\n",
+         "import datetime\nassert f() == datetime.date(2020, 1, 2)\n", False),
+        ("import datetime\ndef f():\n    return datetime.timedelta(days=2)\n",
+         "from datetime import timedelta\nassert f() == timedelta(days=2)\n", True),
+        ("import datetime\ndef f(d):\n    return d + datetime.timedelta(days=1)\n",
+         "from datetime import date\nassert f(date(2020, 1, 1)) == date(2020, 1, 2)\n", True),
+        ("def f(d):\n    return d\n",
+         "from datetime import date\nassert f(date(2020, 1, 1)) == date(2020, 1, 2)\n", False),
+        (("import datetime as d\ndef f():\n"
+         "    return d.datetime(2020, 1, 2, tzinfo=d.timezone.utc)\n"),
+         "import datetime as d\nassert f() == d.datetime(2020, 1, 2, tzinfo=d.timezone.utc)\n",
+         True),
+        ("import numpy as np\ndef f(n):\n    return np.arange(n)\n",
+         "import numpy as np\nassert np.array_equal(f(3), [0, 1, 2])\n", True),
+        ("import numpy as np\ndef f(n):\n    return np.arange(n + 1)\n",
+         "import numpy as np\nassert np.array_equal(f(3), [0, 1, 2])\n", False),
+        ("import numpy as np\ndef f(n):\n    return np.arange(n) / 3\n",
+         "import numpy as np\nassert np.allclose(f(3), [0, 1 / 3, 2 / 3])\n", True),
+        ("import numpy as np\ndef f(n):\n    return np.zeros((n, 2))\n",
+         "assert f(3).shape == (3, 2)\n", True),
+        ("import numpy as np\ndef f(n):\n    return np.arange(n)\n",
+         "assert f(3) == [0, 1, 2]\n", False),  # the truth of an array: ValueError
+    ]
+
+    @pytest.mark.parametrize("solution,tests,plain", VALUES, ids=lambda x: str(x)[-30:])
+    def test_as_plain_python_judges(self, solution, tests, plain):
+        namespace = {}
+        try:  # the verdict of the program the suites run: solution, then tests
+            exec(compile(solution + tests, "program.py", "exec"), namespace)  # noqa: S102
+            passed = True
+        except Exception:  # noqa: BLE001 - a failing assert or an error: a fail
+            passed = False
+        assert passed is plain
+        want = 1.0 if plain else 0.0
+        assert scores(block(solution), tests) == (want, want)
+
+    def test_an_object_posing_as_an_array_gives_only_what_an_array_could(self):
+        fake = ("class ndarray:\n    __module__ = 'numpy'\n    class dtype:\n        kind = 'i'\n"
+                "        str = '<i8'\n    shape = ({n},)\n    size = 3\n"
+                "    def tolist(self):\n        return [0, 1, 2]\n"
+                "def f(n):\n    return ndarray()\n")
+        tests = "import numpy as np\nassert np.array_equal(f(3), [0, 1, 2])\n"
+        assert scores(block(fake.format(n=3)), tests) == (1.0, 1.0)  # what np.arange(3) gives
+        assert scores(block(fake.format(n=2)), tests) == (0.0, 0.0)  # its shape is not its items
+
+
+@pytest.mark.xfail(strict=True, reason="numpy.testing's asserts as statements of a test function "
+                   "run under pytest in the sandbox: refused under trusted_only")
+def test_numpy_testing_asserts_judged_by_the_trainer():
+    tests = ("import numpy as np\n\ndef test_f():\n"
+             "    np.testing.assert_array_equal(f(3), np.array([0, 1, 2]))\n")
+    honest = "import numpy as np\ndef f(n):\n    return np.arange(n)\n"
+    assert scores(block(honest), tests) == (1.0, 1.0)
