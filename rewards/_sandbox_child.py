@@ -197,10 +197,13 @@ def encode(value, depth=0, budget=None):
         return {"enum": [cls if type(cls) is str else "?", name if type(name) is str else "?",
                          encode(value.__dict__.get("_value_"), depth + 1, budget),
                          isinstance(value, (int, str))]}  # IntEnum, StrEnum: equal to the value
-    item = getattr(value, "item", None)  # numpy scalars: an honest solution's np.int64(5) means 5
+    item = getattr(value, "item", None)  # numpy scalars: np.int64(5), its dtype and its value
     if (type(value).__module__ == "numpy" and callable(item)
-            and type(item()) in (bool, int, float, complex)):
-        return encode(item(), depth, budget)
+            and type(item()) in (bool, int, float, complex, str)):
+        dtype = getattr(getattr(value, "dtype", None), "str", None)
+        if type(dtype) is not str:
+            return None
+        return {"npscalar": [dtype, encode(item(), depth + 1, budget)]}
     raise TypeError(f"result of type {kind.__name__} is not plain data")
 
 

@@ -349,7 +349,7 @@ class _Decoder:
                 raise ValueError("malformed enum member")
             return self.steerable(_EnumMember(cls, name, self.decode(value, depth + 1),
                                               like_value))
-        if tag in ("range", "date", "datetime", "time", "timedelta", "ndarray"):
+        if tag in ("range", "date", "datetime", "time", "timedelta", "ndarray", "npscalar"):
             return self.other(tag, inner, depth)
         items = self.items(inner, depth)
         if tag == "dict_items":
@@ -363,7 +363,7 @@ class _Decoder:
         return dict(enumerate(items)).values()
 
     def other(self, tag, inner, depth):
-        """range, datetime's naive values and numpy arrays, rebuilt here from their data."""
+        """range, datetime's values, numpy arrays and scalars, rebuilt here from their data."""
         if tag == "range":
             parts = [self.decode(v, depth + 1) for v in inner]
             if len(parts) != 3 or not all(type(p) is int for p in parts):
@@ -374,10 +374,18 @@ class _Decoder:
                                                                      for p in inner):
                 raise ValueError("malformed timedelta")
             return self.steerable(datetime.timedelta(*inner))
-        if tag != "ndarray":
+        if tag in ("date", "datetime", "time"):
             if type(inner) is not str or len(inner) > 64:
                 raise ValueError(f"malformed {tag}")
             return self.steerable(getattr(datetime, tag).fromisoformat(inner))
+        if tag == "npscalar":  # np.True_ is not True, np.int64 is no int: as under pytest
+            dtype, item = inner
+            item = self.decode(item, depth + 1)
+            if type(dtype) is not str or not _DTYPE.fullmatch(dtype) or type(item) not in (
+                    (str,) if "U" in dtype else (bool, int, float, complex)):
+                raise ValueError("malformed numpy scalar")
+            import numpy
+            return self.steerable(numpy.dtype(dtype).type(item))
         dtype, shape, items = inner
         if type(dtype) is not str or not _DTYPE.fullmatch(dtype) or type(shape) is not list or (
                 not all(type(n) is int and n >= 0 for n in shape)) or len(shape) > MAX_DEPTH:
@@ -415,7 +423,7 @@ class _Decoder:
 
 
 _EXACT = ("bytearray", "Fraction", "Decimal", "enum", "dict_keys", "dict_values", "dict_items",
-          "range", "date", "datetime", "time", "timedelta", "ndarray")
+          "range", "date", "datetime", "time", "timedelta", "ndarray", "npscalar")
 _DTYPE = re.compile(r"[<>|=]?[biufcU]\d{1,2}")  # a numpy array's dtype.str (numbers, bools, strs)
 
 

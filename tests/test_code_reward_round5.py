@@ -224,6 +224,19 @@ class TestReturnedValuesOfTheStdlibAndNumpy:
          "assert f(3).shape == (3, 2)\n", True),
         ("import numpy as np\ndef f(n):\n    return np.arange(n)\n",
          "assert f(3) == [0, 1, 2]\n", False),  # the truth of an array: ValueError
+        # numpy scalars stay numpy scalars: equal to their values, but np.True_ is not True and
+        # np.int64 is no int
+        ("import numpy as np\ndef f(x):\n    return np.bool_(x > 0)\n",
+         "assert f(1) == True\nassert f(-1) == False\nassert f(1)\n", True),
+        ("import numpy as np\ndef f(x):\n    return np.bool_(x > 0)\n",
+         "assert f(1) is True\n", False),
+        ("import numpy as np\ndef f(x):\n    return np.int64(x)\n",
+         "assert type(f(1)) == int\n", False),
+        ("import numpy as np\ndef f(x):\n    return np.int64(x) * 2\n",
+         "assert f(1) == 2\nassert f(2) in [4, 5]\nassert [f(3)] == [6]\n", True),
+        ("import numpy as np\ndef f():\n    return np.uint64(2**64 - 1)\n",
+         "assert f() == 2**64 - 1\n", True),
+        ("import numpy as np\ndef f():\n    return np.str_('a')\n", "assert f() == 'a'\n", True),
     ]
 
     @pytest.mark.parametrize("solution,tests,plain", VALUES, ids=lambda x: str(x)[-30:])
