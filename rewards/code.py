@@ -18,6 +18,7 @@ judged here run inside the sandbox as before: such a verdict is untrusted, count
 and refused (0.0, not run) with trusted_only=True.
 """
 import ast
+import builtins
 import functools
 import re
 import threading
@@ -26,6 +27,8 @@ from .sandbox import free_names, run_python
 
 _LANGUAGES = ("python",)
 _PYTHON = re.compile(r"(?:i?python|py)(?:\d+(?:\.\d+)*)?")  # python3, py3, python3.11, ipython
+MAX_HELPERS = 64  # definitions taken from earlier blocks
+_BUILTINS = frozenset(dir(builtins))
 MAX_USAGE = 64  # trailing statements looked at for a usage example
 MAX_EXTENSIONS = 8  # later closing fences tried when a block, cut at its first one, is not Python
 
@@ -151,8 +154,52 @@ def extract_code(completion: str, names=frozenset()) -> str | None:
     if best is None:
         best = next((i for i in reversed(range(len(codes)))
                      if any(not n.startswith(("test", "Test")) for n in defined[i])), -1)
-    code = codes[best]
+    code = _with_earlier_helpers(codes[best], codes[:best % len(codes)])
     return code if code.strip() else None
+
+
+def _with_earlier_helpers(code: str, earlier: list[str]) -> str:
+    """The chosen block, after the definitions and imports of earlier blocks that it (or what is
+    taken) reads and does not bind: an answer written in parts ("first a helper: ..., then: ...")
+    is one program. The latest definition of a name wins; nothing is taken when nothing is
+    missing."""
+    try:
+        missing = free_names(ast.parse(code)) - _BUILTINS
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return code
+    if not missing or not earlier:
+        return code
+    found = {}  # name -> (block index, statement index, source)
+    for i, text in enumerate(earlier):
+        try:
+            body = ast.parse(text).body
+        except (SyntaxError, ValueError, MemoryError, RecursionError):
+            continue
+        for j, stmt in enumerate(body):
+            for name in _binds(stmt):
+                found[name] = (i, j, ast.get_source_segment(text, stmt), stmt)
+    taken, todo = {}, list(missing)
+    while todo and len(taken) < MAX_HELPERS:
+        name = todo.pop()
+        if name in found and found[name][:2] not in taken:
+            i, j, source, stmt = found[name]
+            taken[(i, j)] = source
+            todo += list(free_names(ast.Module(body=[stmt], type_ignores=[])) - _BUILTINS)
+    if not taken:
+        return code
+    return "\n\n".join([taken[k] for k in sorted(taken) if taken[k]] + [code])
+
+
+def _binds(stmt) -> list:
+    """The names a top-level definition or import binds (assignments of constants too)."""
+    if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return [stmt.name]
+    if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+        return [(a.asname or a.name).split(".")[0] for a in stmt.names if a.name != "*"]
+    if isinstance(stmt, (ast.Assign, ast.AnnAssign)):
+        targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+        return [t.id for t in targets if isinstance(t, ast.Name)]
+    return []
 
 
 def _without_usage(code: str, names=frozenset()) -> str:

@@ -268,3 +268,31 @@ def test_numpy_testing_asserts_judged_by_the_trainer():
              "    np.testing.assert_array_equal(f(3), np.array([0, 1, 2]))\n")
     honest = "import numpy as np\ndef f(n):\n    return np.arange(n)\n"
     assert scores(block(honest), tests) == (1.0, 1.0)
+
+
+class TestAnAnswerWrittenInParts:
+    """"First a helper: ```...```, then the function: ```...```": the chosen block with the
+    definitions and imports of earlier blocks that it reads and does not bind (transitively)."""
+
+    HELPER = "import math\n\ndef _norm(a):\n    return int(math.copysign(abs(a), a))\n"
+    USES = "def add(a, b):\n    return _plus(_norm(a), b)\n"
+    PLUS = "def _plus(a, b):\n    return a + b\n"
+
+    def test_helpers_in_earlier_blocks(self):
+        answer = ("First the helpers:\n" + block(self.HELPER) + "and\n" + block(self.PLUS)
+                  + "Then the function:\n" + block(self.USES))
+        code_ = extract_code(answer, frozenset({"add"}))
+        assert code_.index("import math") < code_.index("def _norm") < code_.index("def add")
+        assert scores(answer, ADD) == (1.0, 1.0)
+        wrong = answer.replace("return a + b", "return a * b")  # the helper is judged too
+        assert scores(wrong, ADD) == (0.0, 0.0)
+
+    def test_a_redefinition_in_the_chosen_block_wins(self):
+        answer = block("def _plus(a, b):\n    return 0\n") + block(self.PLUS + "\n" + self.USES
+                                                                 .replace("_norm(a)", "a"))
+        assert "return 0" not in extract_code(answer, frozenset({"add"}))
+        assert scores(answer, ADD) == (1.0, 1.0)
+
+    def test_nothing_is_taken_when_nothing_is_missing(self):
+        answer = block("import os\nX = 1\n") + block(GOOD_ADD)
+        assert extract_code(answer, frozenset({"add"})) == GOOD_ADD
