@@ -1766,6 +1766,59 @@ def _count_cases(node) -> int:
 _SKIPS = ("pytest.mark.skip", "mark.skip", "unittest.skip", "skip")
 
 
+# a conditional skip -> (the unconditional one of its family, the condition's value that skips)
+_SKIP_IFS = {"pytest.mark.skipif": ("pytest.mark.skip", True), "mark.skipif": ("mark.skip", True),
+             "unittest.skipIf": ("unittest.skip", True),
+             "unittest.skipUnless": ("unittest.skip", False)}
+_FACTS = (ast.Expression, ast.Compare, ast.BoolOp, ast.UnaryOp, ast.Not, ast.And, ast.Or,
+          ast.Constant, ast.Tuple, ast.Attribute, ast.Name, ast.Load, ast.Subscript, ast.Slice,
+          ast.cmpop)
+
+
+def _settle_skip_conditions(body, sys_imported: bool) -> None:
+    """`@pytest.mark.skipif(cond, reason=...)`, `@unittest.skipIf(cond, reason)`, `skipUnless`
+    whose condition is a fact of the interpreter, the same one the sandbox runs
+    (`sys.version_info`, `sys.platform`, `sys.maxsize`, constants): decided here as the runner
+    decides it, the mark becoming its family's unconditional skip or going. Any other condition
+    stays for pytest."""
+    for stmt in body:
+        if isinstance(stmt, ast.ClassDef):
+            _settle_skip_conditions(stmt.body, sys_imported)
+        if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        kept = []
+        for deco in stmt.decorator_list:
+            name = ast.unparse(deco.func) if isinstance(deco, ast.Call) else ""
+            value = _interpreter_fact(deco.args[0], sys_imported) if (
+                name in _SKIP_IFS and deco.args) else None
+            if value is None:
+                kept.append(deco)
+            elif bool(value) == _SKIP_IFS[name][1]:
+                kept.append(ast.Call(ast.parse(_SKIP_IFS[name][0], mode="eval").body,
+                                     deco.args[1:], deco.keywords))
+        stmt.decorator_list = kept
+
+
+def _interpreter_fact(node, sys_imported: bool):
+    """The value of a skip condition made of constants and `sys.version_info` / `platform` /
+    `maxsize` / `byteorder` (only where the tests import sys), else None."""
+    import sys
+    names = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+    if not all(isinstance(n, _FACTS) for n in ast.walk(ast.Expression(node))) or names - (
+            {"sys"} if sys_imported else set()) or any(
+            isinstance(n, ast.Attribute) and not (isinstance(n.value, ast.Name) and n.attr in (
+                "version_info", "platform", "maxsize", "byteorder")) for n in ast.walk(node)):
+        return None
+    facts = {"sys": type("sys", (), {a: getattr(sys, a) for a in (
+        "version_info", "platform", "maxsize", "byteorder")})}
+    try:
+        # the condition's nodes are checked above: constants, comparisons and sys's facts
+        return eval(compile(ast.Expression(node), "<skipif>", "eval"),
+                    {"__builtins__": {}, **facts})
+    except Exception:  # noqa: BLE001 - pytest would say why: left to it
+        return None
+
+
 def _skipped(stmt) -> bool:
     """A test function or class with an unconditional skip mark of the tests' (`@pytest.mark.skip`,
     `@pytest.mark.skip(reason=...)`, `@unittest.skip("...")`): its runner never runs it. A
@@ -2631,6 +2684,9 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
     except SyntaxError as e:
         raise ValueError(f"code tests are not valid Python ({e}): {tests[:200]!r}") from None
     module.body = _last_definitions(module.body)
+    _settle_skip_conditions(module.body, any(
+        isinstance(s, ast.Import) and any(a.name == "sys" and not a.asname for a in s.names)
+        for s in module.body))
     classes = {s.name: s for s in module.body if isinstance(s, ast.ClassDef)}
     env, prelude, from_solution, modules = _setup_values(setup), [], set(), set()
     imports = _importable()  # one per plan: the tests' random draws, in order, as in the judge

@@ -296,3 +296,53 @@ class TestAnAnswerWrittenInParts:
     def test_nothing_is_taken_when_nothing_is_missing(self):
         answer = block("import os\nX = 1\n") + block(GOOD_ADD)
         assert extract_code(answer, frozenset({"add"})) == GOOD_ADD
+
+
+# ------------------------------------------------ 8. a skip mark's condition
+
+def pytest_verdict(tmp_path, solution: str, tests: str) -> bool:
+    """The real pytest on the program (solution, then tests) in a file of its own."""
+    import subprocess
+    import sys
+    path = tmp_path / "test_program.py"
+    path.write_text(solution + "\n" + tests)
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n",
+                          "0", str(path)], check=False, capture_output=True, text=True,
+                         cwd=tmp_path, timeout=120)
+    return run.returncode == 0
+
+
+SKIPIF = {
+    "pytest_false": ("import pytest, sys\n\n@pytest.mark.skipif(sys.version_info < (3, 0), "
+                     "reason='old')\ndef test_a():\n    assert f(2) == 4\n"),
+    "pytest_true": ("import pytest\nimport sys\n\n"
+                    "@pytest.mark.skipif(sys.maxsize > 1, reason='r')\ndef test_a():\n"
+                    "    assert f(2) == 5\n\ndef test_b():\n    assert f(3) == 6\n"),
+    "unittest_skipif_false": (
+        "import sys\nimport unittest\n\nclass T(unittest.TestCase):\n"
+        "    @unittest.skipIf(sys.platform == 'win32', 'no')\n"
+        "    def test_a(self):\n        self.assertEqual(f(2), 4)\n"),
+    "unittest_skipunless_false": (
+        "import sys\nimport unittest\n\nclass T(unittest.TestCase):\n"
+        "    @unittest.skipUnless(sys.version_info < (3, 0), 'py2')\n"
+        "    def test_a(self):\n        self.assertEqual(f(2), 5)\n\n"
+        "    def test_b(self):\n        self.assertEqual(f(3), 6)\n"),
+    "class_skipif_true": (
+        "import sys\nimport unittest\n\n@unittest.skipIf(sys.version_info[0] == 3, 'py3')\n"
+        "class T(unittest.TestCase):\n    def test_a(self):\n        self.assertEqual(f(2), 5)\n\n"
+        "class U(unittest.TestCase):\n    def test_b(self):\n        self.assertEqual(f(3), 6)\n"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SKIPIF))
+def test_a_skip_condition_on_the_interpreter_is_decided_by_the_trainer(tmp_path, name):
+    tests = SKIPIF[name]
+    for solution in ("def f(x):\n    return 2 * x\n", "def f(x):\n    return x + 2\n"):
+        want = 1.0 if pytest_verdict(tmp_path, solution, tests) else 0.0
+        assert scores(block(solution), tests) == (want, want)  # judged: trusted_only too
+
+
+def test_another_skip_condition_stays_with_pytest():
+    tests = ("import pytest\nHAS = True\n\n@pytest.mark.skipif(not HAS, reason='r')\n"
+             "def test_a():\n    assert f(2) == 4\n")
+    assert scores(block("def f(x):\n    return 2 * x\n"), tests) == (1.0, 0.0)
