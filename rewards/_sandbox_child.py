@@ -747,7 +747,8 @@ def run_cases(inputs, out_fds, out_caps, max_procs, file_mb, case_s, may_kill_al
     (`out_caps[i]` bytes at most, the excess read and dropped: writes never fail), its input file is
     removed afterwards, and whatever it left running is killed before the next case (kill(-1): every
     process of the run but this one; only where the run has its own uid or pid namespace,
-    `may_kill_all`). Returns [{"exit", "timed_out"}]."""
+    `may_kill_all`). Returns [{"exit", "timed_out"}], up to the first case that timed out or
+    exited with an error (a looping answer costs one case's limit, not every case's)."""
     import select
     out = []
     cpu_s = max(1, math.ceil(case_s))
@@ -809,6 +810,8 @@ def run_cases(inputs, out_fds, out_caps, max_procs, file_mb, case_s, may_kill_al
         os.remove(f"in{i}.txt")
         out.append({"exit": None if status is None else os.waitstatus_to_exitcode(status),
                     "timed_out": timed_out})
+        if out[-1]["exit"] != 0:  # timed out or failed: the run fails whatever the other cases do
+            break
     return out
 
 

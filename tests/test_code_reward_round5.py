@@ -346,3 +346,25 @@ def test_another_skip_condition_stays_with_pytest():
     tests = ("import pytest\nHAS = True\n\n@pytest.mark.skipif(not HAS, reason='r')\n"
              "def test_a():\n    assert f(2) == 4\n")
     assert scores(block("def f(x):\n    return 2 * x\n"), tests) == (1.0, 0.0)
+
+
+# ------------------------------------------------ 7. the time limit: a wrong answer's cost
+
+def test_stdin_cases_stop_at_the_first_that_fails_to_finish():
+    """A case that timed out or exited with an error fails the run whatever the others do: the
+    child runs no more (a looping answer on 100 cases would otherwise cost 100 time limits)."""
+    from gmts.rewards import sandbox
+    inputs = [f"{i}\n" for i in range(6)]
+    looping = "n = int(input())\nif n == 1:\n    while True:\n        pass\nprint(n)\n"
+    run = sandbox.run_child({"solution": looping, "cases": inputs,
+                             "out_caps": [1 << 20] * len(inputs)}, timeout=1)
+    report = next(r["cases"] for r in run.report if "cases" in r)
+    assert [c["timed_out"] for c in report] == [False, True]  # case 2 onwards not run
+    crashing = "n = int(input())\nprint(n)\nassert n != 2\n"
+    run = sandbox.run_child({"solution": crashing, "cases": inputs,
+                             "out_caps": [1 << 20] * len(inputs)}, timeout=5)
+    report = next(r["cases"] for r in run.report if "cases" in r)
+    assert [c["exit"] for c in report] == [0, 0, 1]
+    cases = {"cases": [{"input": i, "output": i} for i in inputs], "timeout": 1}
+    assert scores(block(looping), cases) == (0.0, 0.0)
+    assert scores(block("print(int(input()))"), cases) == (1.0, 1.0)
