@@ -1851,9 +1851,11 @@ def _skipped_classes(classes: dict) -> set:
     return out
 
 
-def _param_rows(fn: ast.FunctionDef, env: dict) -> list[dict]:
+def _param_rows(fn: ast.FunctionDef, env: dict, read_again: frozenset = frozenset()) -> list[dict]:
     """The parametrize tables of a test function as keyword dicts (cartesian product over
-    decorators)."""
+    decorators). `read_again`: module-level names the tests read more than once; a table that is
+    such a name and holds lists, dicts or sets goes to pytest, which passes its very objects to
+    every test using them (a solution that mutates one changes what the others read)."""
     rows = [{}]
     for deco in fn.decorator_list:
         if not (isinstance(deco, ast.Call) and ast.unparse(deco.func) in ("pytest.mark.parametrize",
@@ -1865,6 +1867,9 @@ def _param_rows(fn: ast.FunctionDef, env: dict) -> list[dict]:
                       else env[deco.args[1].id])
         except (ValueError, TypeError, SyntaxError, KeyError, IndexError):
             raise Unconvertible("parametrize table that is not a literal") from None
+        if isinstance(deco.args[1], ast.Name) and deco.args[1].id in read_again and any(
+                _is_mutable(v) for v in values):
+            raise Unconvertible("a parametrize table other tests read too, holding mutable values")
         names = [n.strip() for n in names.split(",")] if isinstance(names, str) else list(names)
         values = [v if len(names) > 1 else (v,) for v in values]
         rows = [dict(r, **dict(zip(names, v, strict=True))) for r in rows for v in values]
@@ -2873,6 +2878,9 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
     units, kept, harness_tests = [], [], []
     trusted = untrusted = unjudged = 0
     shared = set()  # module-level mutable names the child holds, one object for every later test
+    reads = collections.Counter(n.id for n in ast.walk(module)
+                                if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load))
+    read_again = frozenset(n for n, k in reads.items() if k > 1)
     skipped = _skipped_classes(classes)
     for stmt in module.body:
         # as pytest and unittest: not run, counted neither way (with the classes inheriting one)
@@ -2959,7 +2967,7 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
                 if stmt.decorator_list and all(_is_patch(d) for d in stmt.decorator_list):
                     # `@patch(...)` on a test function: its mocks, as on a TestCase's method
                     fn = _with_patches(stmt, list(reversed(stmt.decorator_list)), 0)
-                rows = _param_rows(fn, env)
+                rows = _param_rows(fn, env, read_again)
                 converted, now_shared = [], set()
                 local = _stored(fn) | _bound_inside(fn)
                 for row in rows:

@@ -368,3 +368,49 @@ def test_stdin_cases_stop_at_the_first_that_fails_to_finish():
     cases = {"cases": [{"input": i, "output": i} for i in inputs], "timeout": 1}
     assert scores(block(looping), cases) == (0.0, 0.0)
     assert scores(block("print(int(input()))"), cases) == (1.0, 1.0)
+
+
+# ------------------------------------------------ 3. values the tests share, as pytest shares them
+
+SHARED_TABLE = ("import pytest\nCASES = [[3, 1, 2]]\n\n@pytest.mark.parametrize('xs', CASES)\n"
+                "def test_a(xs):\n    assert smallest(xs) == 1\n\n"
+                "@pytest.mark.parametrize('xs', CASES)\ndef test_b(xs):\n"
+                "    assert xs == [3, 1, 2]\n")
+HONEST_MIN = "def smallest(xs):\n    return min(xs)\n"
+SORTS = "def smallest(xs):\n    xs.sort()\n    return xs[0]\n"
+
+
+def test_a_parametrize_table_two_tests_share(tmp_path):
+    # pytest passes CASES's own lists to both tests: sorting one in test_a fails test_b
+    assert pytest_verdict(tmp_path, SORTS, SHARED_TABLE) is False
+    assert pytest_verdict(tmp_path, HONEST_MIN, SHARED_TABLE) is True
+    assert scores(block(SORTS), SHARED_TABLE) == (0.0, 0.0)
+    assert scores(block(HONEST_MIN), SHARED_TABLE) == (1.0, 0.0)  # pytest's; refused when trusted
+    # a table one test reads (or one of immutable values) is still the trainer's
+    once = SHARED_TABLE.split("@pytest.mark.parametrize('xs', CASES)\ndef test_b")[0]
+    assert scores(block(HONEST_MIN), once) == (1.0, 1.0)
+    assert scores(block(SORTS), once) == (1.0, 1.0)  # nothing reads the sorted list again
+    tuples = SHARED_TABLE.replace("[[3, 1, 2]]", "[(3, 1, 2)]").replace("[3, 1, 2]", "(3, 1, 2)")
+    assert scores(block("def smallest(xs):\n    return min(xs)\n"), tuples) == (1.0, 1.0)
+
+
+@pytest.mark.xfail(strict=True, reason="an item of a module-level value passed to the solution "
+                   "(`g(DATA[0])`) is a copy per test: a mutation a later test reads is lost")
+def test_an_item_of_a_shared_value_mutated(tmp_path):
+    tests = ("DATA = ({'a': 1},)\n\ndef test_a():\n    assert g(DATA[0]) == 1\n\n"
+             "def test_b():\n    assert DATA[0] == {'a': 1}\n")
+    pops = "def g(d):\n    return d.pop('a')\n"
+    assert pytest_verdict(tmp_path, pops, tests) is False
+    assert scores(block(pops), tests) == (0.0, 0.0)
+
+
+@pytest.mark.xfail(strict=True, reason="under pytest (the default mode's untrusted path) the "
+                   "solution can reach the test module's data through its caller's frame; the "
+                   "tamper check covers functions, classes and code, not data (trusted_only "
+                   "refuses the run)")
+def test_the_solution_rewrites_the_test_modules_data(tmp_path):
+    tests = ("EXPECTED = [5, 15]\n\ndef test_one(capsys):\n    assert add(2, 3) == EXPECTED[0]\n\n"
+             "def test_two(capsys):\n    assert add(10, 5) == EXPECTED[1]\n")
+    rewrites = ("import sys\ndef add(a, b):\n"
+                "    sys._getframe(1).f_globals['EXPECTED'][:] = [0, 0]\n    return 0\n")
+    assert scores(block(rewrites), tests) == (0.0, 0.0)
