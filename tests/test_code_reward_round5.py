@@ -414,3 +414,21 @@ def test_the_solution_rewrites_the_test_modules_data(tmp_path):
     rewrites = ("import sys\ndef add(a, b):\n"
                 "    sys._getframe(1).f_globals['EXPECTED'][:] = [0, 0]\n    return 0\n")
     assert scores(block(rewrites), tests) == (0.0, 0.0)
+
+
+def test_the_mbpp_rows_file_loaded_as_a_local_file():
+    """tests/code_rows/mbpp.jsonl (MBPP's own format) read as a local file: the same problems as
+    the built-in loader makes of those rows, and the reference solutions score 1 in both modes."""
+    from pathlib import Path
+
+    from gmts.data import builtin
+    path = Path(__file__).with_name("code_rows") / "mbpp.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line]
+    problems = data.load_problems(str(path))
+    assert len(problems) == len(rows) and all(p.domain == "code" for p in problems)
+    for row, problem in zip(rows, problems):
+        built_in = builtin.mbpp(row, "mbpp.jsonl")
+        assert problem.question == built_in["question"]
+        assert problem.answer["tests"] == built_in["answer"]["tests"]
+        assert problem.answer["setup"] == built_in["answer"]["setup"]
+        assert scores(block(row["code"]), problem.answer) == (1.0, 1.0)
