@@ -7,14 +7,14 @@ laid out like a hub repository). Data sets take `split` and the same field optio
 
 Local files: one problem per row. The question comes from `question_field` (default: the first of
 question, problem, prompt, input; or a format over the row's fields, e.g. "{Body} {Question}"), the
-reference from `answer_field` (default: answer, final_answer, target, output; for code rows: tests /
-test, with entry_point, or cases; MBPP's own rows by their test_list, as the built-in loader). A row may set "domain" (math | code | choice), "reward" (gsm8k |
-math | choice | code), "choices" (a list; the answer is then a letter, an index or the choice's
-text), "id" and "starter_code". Without a domain a row is math with the gsm8k reward (last
-\\boxed{}, else last number). The `reward=` and `domain=` options override every row. `split` is
-ignored for local files. Every problem keeps its row's other fields in `Problem.fields` (the
-question as "question", the answer column left out): what a custom reward (`--reward file.py:fn`,
-rewards/) is called with.
+reference from `answer_field` (default: answer, final_answer, target, output; for code rows: tests
+/ test, with entry_point, or cases; MBPP's own rows by their test_list, as the built-in loader). A
+row may set "domain" (math | code | choice), "reward" (gsm8k | math | choice | code), "choices" (a
+list; the answer is then a letter, an index or the choice's text), "id" and "starter_code". Without
+a domain a row is math with the gsm8k reward (last \\boxed{}, else last number). The `reward=` and
+`domain=` options override every row. `split` is ignored for local files. Every problem keeps its
+row's other fields in `Problem.fields` (the question as "question", the answer column left out):
+what a custom reward (`--reward file.py:fn`, rewards/) is called with.
 
 limit: the first `limit` problems in file order (no shuffling here: shuffle in the trainer, with its
 seed). seed: only the arithmetic task uses it.
