@@ -7,14 +7,14 @@ laid out like a hub repository). Data sets take `split` and the same field optio
 
 Local files: one problem per row. The question comes from `question_field` (default: the first of
 question, problem, prompt, input; or a format over the row's fields, e.g. "{Body} {Question}"), the
-reference from `answer_field` (default: answer, final_answer, target, output; for code rows: tests /
-test, with entry_point, or cases). A row may set "domain" (math | code | choice), "reward" (gsm8k |
-math | choice | code), "choices" (a list; the answer is then a letter, an index or the choice's
-text), "id" and "starter_code". Without a domain a row is math with the gsm8k reward (last
-\\boxed{}, else last number). The `reward=` and `domain=` options override every row. `split` is
-ignored for local files. Every problem keeps its row's other fields in `Problem.fields` (the
-question as "question", the answer column left out): what a custom reward (`--reward file.py:fn`,
-rewards/) is called with.
+reference from `answer_field` (default: answer, final_answer, target, output; for code rows: tests
+/ test, with entry_point, or cases; MBPP's own rows by their test_list, as the built-in loader). A
+row may set "domain" (math | code | choice), "reward" (gsm8k | math | choice | code), "choices" (a
+list; the answer is then a letter, an index or the choice's text), "id" and "starter_code". Without
+a domain a row is math with the gsm8k reward (last \\boxed{}, else last number). The `reward=` and
+`domain=` options override every row. `split` is ignored for local files. Every problem keeps its
+row's other fields in `Problem.fields` (the question as "question", the answer column left out):
+what a custom reward (`--reward file.py:fn`, rewards/) is called with.
 
 limit: the first `limit` problems in file order (no shuffling here: shuffle in the trainer, with its
 seed). seed: only the arithmetic task uses it.
@@ -197,28 +197,37 @@ def _format_fields(fmt: str, row: dict, where: str) -> str:
 
 
 def _local_row(row, where, question_field, answer_field, domain, reward):
-    domain = domain or row.get("domain") or ("code"
-                                             if any(k in row for k in ("tests", "test", "cases"))
-                                              else "choice" if "choices" in row else "math")
+    mbpp_row = "test_list" in row and not any(k in row for k in ("tests", "test", "cases"))
+    domain = domain or row.get("domain") or ("code" if mbpp_row or any(
+        k in row for k in ("tests", "test", "cases")) else "choice" if "choices" in row else "math")
     if domain not in DOMAINS:
         raise ValueError(f"{where}: domain must be one of {sorted(DOMAINS)}, got {domain!r}")
     # a format over the row's fields, e.g. "{Body} {Question}"
     if question_field and "{" in question_field:
         question = _format_fields(question_field, row, where)
+    elif mbpp_row and domain == "code" and not answer_field:
+        # MBPP's own rows (the original's text / sanitized's prompt): shown and judged as the
+        # built-in loader does (builtin.mbpp), sanitized's test_imports as the setup
+        question = _field_text(row, question_field, ["text", "prompt"], where)
+        converted = builtin.mbpp(dict(row, text=question, test_setup_code="\n".join(
+            filter(None, [row.get("test_setup_code")] + list(row.get("test_imports") or [])))),
+            where)
+        question = converted["question"]
     else:
-        question = _text(
-            _first(row, [question_field] if question_field else ["question", "problem", "prompt",
-                                                                                "input"], where,
-                   "question",
-                                "question_field"), where, "question")
-    if domain == "code" and not answer_field:
-        tests = _first(row, ["tests", "test", "cases"], where, "tests", "answer_field")
-        if not ("cases" in row and "tests" not in row and "test" not in row) and not (
-                isinstance(tests, str) or isinstance(tests, list)
+        question = _field_text(row, question_field, ["question", "problem", "prompt", "input"],
+                               where)
+    if mbpp_row and domain == "code" and not answer_field:
+        answer = _code_reference(dict(row, setup=converted["answer"]["setup"]),
+                                 converted["answer"]["tests"], where)
+    elif domain == "code":
+        keys = [answer_field] if answer_field else ["tests", "test", "cases"]
+        tests = _first(row, keys, where, "tests", "answer_field")
+        stdin = next(k for k in keys if row.get(k) is not None) == "cases"
+        if not stdin and not (isinstance(tests, str) or isinstance(tests, list)
                 and all(isinstance(t, str) for t in tests)):
             raise ValueError(f"{where}: the tests must be a string or a list of strings, got "
                              f"{_short(tests)}")
-        answer = _code_reference(row, tests, where, str(question))
+        answer = _code_reference(row, tests, where, str(question), stdin)
     else:
         answer = _first(row, [answer_field] if answer_field else list(ANSWER_FIELDS),
                         where, "answer", "answer_field")
@@ -255,14 +264,20 @@ ANY_CASE = re.compile(r"\bin any (?:letter )?case\b|\bcase[- ]insensitive|\bany 
                       re.IGNORECASE)
 
 
-def _code_reference(row: dict, tests, where: str, question: str = "") -> dict:
+def _field_text(row, question_field, names, where) -> str:
+    return _text(_first(row, [question_field] if question_field else names, where, "question",
+                        "question_field"), where, "question")
+
+
+def _code_reference(row: dict, tests, where: str, question: str = "",
+                    stdin: bool = False) -> dict:
     """A code row's reference for rewards.code, checked whole here (a bad row fails at loading with
     one line, never at scoring): tests (+ entry_point, setup, HumanEval's prompt) or stdin/stdout
     cases (a list of {"input", "output"}, or that list as a JSON string: LiveCodeBench's export;
     case_insensitive where the row or its statement says so), and the row's own float_tolerance,
     timeout (seconds) and memory_mb."""
     import json
-    if "cases" in row and "tests" not in row and "test" not in row:
+    if stdin:
         cases = tests
         if isinstance(cases, str):
             try:
@@ -300,7 +315,38 @@ def _code_reference(row: dict, tests, where: str, question: str = "") -> dict:
             raise ValueError(f"{where}: {key} must be a {sign} {kind.__name__}, got "
                              f"{_short(value)}")
         out[key] = kind(value)
+    _check_judgeable(out, where)
     return out
+
+
+def _check_judgeable(answer: dict, where: str) -> None:
+    """What would otherwise fail only when the row is scored (a ValueError ending a training step)
+    or score 0 whatever the answer: tests, setup or prompt that are not Python, an entry point that
+    is not a name, nothing to judge, cases that call a function rather than read stdin."""
+    import ast
+    import keyword
+    if "cases" in answer:
+        if not answer["cases"]:
+            raise ValueError(f"{where}: cases is empty: nothing to judge")
+        kinds = sorted({repr(c["testtype"]) for c in answer["cases"] if "testtype" in c}
+                       - {"'stdin'"})
+        if kinds:
+            raise ValueError(f"{where}: cases of testtype {kinds[0]} call a function (LeetCode "
+                             "style), not stdin/stdout: give them as tests")
+        return
+    if not answer["tests"].strip():
+        raise ValueError(f"{where}: the tests are empty: nothing to judge")
+    for key in ("tests", "setup", "prompt"):
+        if answer.get(key):
+            try:
+                compile(answer[key], key, "exec", ast.PyCF_ONLY_AST)
+            except (SyntaxError, ValueError) as e:
+                at = f" (line {e.lineno})" if getattr(e, "lineno", None) else ""
+                msg = getattr(e, "msg", None) or str(e)
+                raise ValueError(f"{where}: {key} is not valid Python: {msg}{at}") from None
+    entry = answer.get("entry_point")
+    if entry is not None and not (entry.isidentifier() and not keyword.iskeyword(entry)):
+        raise ValueError(f"{where}: entry_point must be a Python name, got {_short(entry)}")
 
 
 def _fields(row: dict, question: str, answer_key) -> dict:
@@ -336,6 +382,8 @@ def _builtin_records(source: str, split: str):
     out = []
     for i, (where, row) in enumerate(records):
         problem = convert(row, where)
+        if problem["domain"] == "code":
+            _check_judgeable(problem["answer"], where)
         problem["fields"] = _fields(row, problem["question"], "answer")
         out.append((f"{source}/{split}/{i}", where, problem))
     return out

@@ -187,6 +187,9 @@ def encode(value, depth=0, budget=None):
     numbers = _number_value(value, kind)
     if numbers is not None:
         return numbers
+    other = _other_value(value, kind, depth, budget)
+    if other is not None:
+        return other
     if kind in _VIEWS:  # d.keys(), d.values(), d.items(): their items, and which view
         return {_VIEWS[kind]: [encode(v, depth + 1, budget) for v in value]}
     if isinstance(value, _Enum):  # a member: its class's name, its name and its value
@@ -194,10 +197,13 @@ def encode(value, depth=0, budget=None):
         return {"enum": [cls if type(cls) is str else "?", name if type(name) is str else "?",
                          encode(value.__dict__.get("_value_"), depth + 1, budget),
                          isinstance(value, (int, str))]}  # IntEnum, StrEnum: equal to the value
-    item = getattr(value, "item", None)  # numpy scalars: an honest solution's np.int64(5) means 5
+    item = getattr(value, "item", None)  # numpy scalars: np.int64(5), its dtype and its value
     if (type(value).__module__ == "numpy" and callable(item)
-            and type(item()) in (bool, int, float, complex)):
-        return encode(item(), depth, budget)
+            and type(item()) in (bool, int, float, complex, str)):
+        dtype = getattr(getattr(value, "dtype", None), "str", None)
+        if type(dtype) is not str:
+            return None
+        return {"npscalar": [dtype, encode(item(), depth + 1, budget)]}
     raise TypeError(f"result of type {kind.__name__} is not plain data")
 
 
@@ -221,6 +227,38 @@ def _number_value(value, kind):
         text = str(value)
         if type(text) is str:
             return {"Decimal": text}
+    return None
+
+
+_DATETIMES = ("date", "datetime", "time", "timedelta")
+_ARRAY_KINDS = "biufcU"  # numpy dtype kinds whose tolist() is plain data
+
+
+def _other_value(value, kind, depth, budget):
+    """range; datetime's date, datetime, time and timedelta; a numpy array of numbers,
+    bools or strs (its dtype, shape and items). Whatever the class says, they cross as plain data
+    the trainer rebuilds its own value from (so a class of the solution's posing as one of these
+    gives only what a real one could). Neither module is imported here."""
+    if kind is range:
+        return {"range": [encode(value.start), encode(value.stop), encode(value.step)]}
+    module, name = getattr(kind, "__module__", None), getattr(kind, "__qualname__", None)
+    if type(module) is not str or type(name) is not str:
+        return None
+    if module == "datetime" and name in _DATETIMES:
+        if name == "timedelta":
+            parts = [value.days, value.seconds, value.microseconds]
+            return {"timedelta": parts} if all(type(p) is int for p in parts) else None
+        text = value.isoformat()  # an aware value with its UTC offset
+        return {name: text} if type(text) is str else None
+    if module == "numpy" and name == "ndarray":
+        dtype = value.dtype
+        if dtype.kind not in _ARRAY_KINDS or type(dtype.str) is not str:
+            return None
+        budget[0] -= value.size
+        if budget[0] < 0:
+            raise ValueError("result too large")
+        return {"ndarray": [dtype.str, [int(n) for n in value.shape],
+                            encode(value.tolist(), depth + 1, budget)]}
     return None
 
 
@@ -709,7 +747,8 @@ def run_cases(inputs, out_fds, out_caps, max_procs, file_mb, case_s, may_kill_al
     (`out_caps[i]` bytes at most, the excess read and dropped: writes never fail), its input file is
     removed afterwards, and whatever it left running is killed before the next case (kill(-1): every
     process of the run but this one; only where the run has its own uid or pid namespace,
-    `may_kill_all`). Returns [{"exit", "timed_out"}]."""
+    `may_kill_all`). Returns [{"exit", "timed_out"}], up to the first case that timed out or
+    exited with an error (a looping answer costs one case's limit, not every case's)."""
     import select
     out = []
     cpu_s = max(1, math.ceil(case_s))
@@ -771,6 +810,8 @@ def run_cases(inputs, out_fds, out_caps, max_procs, file_mb, case_s, may_kill_al
         os.remove(f"in{i}.txt")
         out.append({"exit": None if status is None else os.waitstatus_to_exitcode(status),
                     "timed_out": timed_out})
+        if out[-1]["exit"] != 0:  # timed out or failed: the run fails whatever the other cases do
+            break
     return out
 
 

@@ -18,12 +18,18 @@ judged here run inside the sandbox as before: such a verdict is untrusted, count
 and refused (0.0, not run) with trusted_only=True.
 """
 import ast
+import builtins
 import functools
+import re
 import threading
 
 from .sandbox import free_names, run_python
 
-_LANGUAGES = ("python", "py", "python3")
+_LANGUAGES = ("python",)
+_PYTHON = re.compile(r"(?:i?python|py)(?:\d+(?:\.\d+)*)?")  # python3, py3, python3.11, ipython
+MAX_HELPERS = 64  # definitions taken from earlier blocks
+_BUILTINS = frozenset(dir(builtins))
+MAX_USAGE = 64  # trailing statements looked at for a usage example
 MAX_EXTENSIONS = 8  # later closing fences tried when a block, cut at its first one, is not Python
 
 
@@ -46,9 +52,10 @@ def _fence(line: str):
 
 def _language(info: str) -> str:
     """The info string's language: `python`, `python:solution.py`, `python title="a.py"`,
-    `{.python}` are all python."""
+    `{.python}`, `py3`, `python3.11`, `ipython` are all python."""
     word = info.split()[0].lower() if info else ""
-    return word.strip("{}.").split(":")[0]
+    word = word.strip("{}.").split(":")[0]
+    return "python" if _PYTHON.fullmatch(word) else word
 
 
 def _blocks(lines: list[str]):
@@ -147,24 +154,78 @@ def extract_code(completion: str, names=frozenset()) -> str | None:
     if best is None:
         best = next((i for i in reversed(range(len(codes)))
                      if any(not n.startswith(("test", "Test")) for n in defined[i])), -1)
-    code = codes[best]
+    code = _with_earlier_helpers(codes[best], codes[:best % len(codes)])
     return code if code.strip() else None
 
 
-def _without_usage(code: str) -> str:
+def _with_earlier_helpers(code: str, earlier: list[str]) -> str:
+    """The chosen block, after the definitions and imports of earlier blocks that it (or what is
+    taken) reads and does not bind: an answer written in parts ("first a helper: ..., then: ...")
+    is one program. The latest definition of a name wins; nothing is taken when nothing is
+    missing."""
+    try:
+        missing = free_names(ast.parse(code)) - _BUILTINS
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return code
+    if not missing or not earlier:
+        return code
+    found = {}  # name -> (block index, statement index, source)
+    for i, text in enumerate(earlier):
+        try:
+            body = ast.parse(text).body
+        except (SyntaxError, ValueError, MemoryError, RecursionError):
+            continue
+        for j, stmt in enumerate(body):
+            for name in _binds(stmt):
+                found[name] = (i, j, ast.get_source_segment(text, stmt), stmt)
+    taken, todo = {}, list(missing)
+    while todo and len(taken) < MAX_HELPERS:
+        name = todo.pop()
+        if name in found and found[name][:2] not in taken:
+            i, j, source, stmt = found[name]
+            taken[(i, j)] = source
+            todo += list(free_names(ast.Module(body=[stmt], type_ignores=[])) - _BUILTINS)
+    if not taken:
+        return code
+    return "\n\n".join([taken[k] for k in sorted(taken) if taken[k]] + [code])
+
+
+def _binds(stmt) -> list:
+    """The names a top-level definition or import binds (assignments of constants too)."""
+    if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return [stmt.name]
+    if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+        return [(a.asname or a.name).split(".")[0] for a in stmt.names if a.name != "*"]
+    if isinstance(stmt, (ast.Assign, ast.AnnAssign)):
+        targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+        return [t.id for t in targets if isinstance(t, ast.Name)]
+    return []
+
+
+def _without_usage(code: str, names=frozenset()) -> str:
     """The solution without the usage example after its last definition: trailing top-level
-    `print(...)` calls, asserts and an `if __name__ == "__main__":` block
-    (what a plain `import solution` would run but the tests do not ask for: it may read stdin or
-    fail on its own example)."""
+    `print(...)` calls, asserts, an `if __name__ == "__main__":` block, and statements that use the
+    solution's functions or read stdin (`result = add(2, 3)`, `main()`, `n = int(input())`, a
+    `for` loop over examples) binding nothing its definitions or the tests (`names`) read: what a
+    plain `import solution` would run but the tests do not ask for (it may read stdin or fail on
+    its own example)."""
     try:
         body = ast.parse(code).body
     except (SyntaxError, ValueError, MemoryError, RecursionError):
         return code
-    defined = {s.name for s in body
-               if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    kinds = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+    defined = {s.name for s in body if isinstance(s, kinds)}
+    read = set(names).union(*(free_names(s) for s in body if isinstance(s, kinds)))
     cut = len(body)
-    while cut and _usage(body[cut - 1], defined):
-        cut -= 1
+    for start in range(len(body) - 1, max(-1, len(body) - MAX_USAGE - 1), -1):
+        known = set(defined)  # the solution's names and those the example bound before
+        for stmt in body[start:]:
+            if not (_usage(stmt, defined) or _example(stmt, known, read)):
+                break
+            known |= {n.id for n in ast.walk(stmt)
+                      if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+        else:
+            cut = start
     if cut == len(body) or not any(s.name in defined for s in body[:cut] if hasattr(s, "name")):
         return code
     return "\n".join(code.split("\n")[:body[cut].lineno - 1]) + "\n"
@@ -182,6 +243,22 @@ def _usage(stmt, defined: set) -> bool:
         func = stmt.value.func
         return isinstance(func, ast.Name) and func.id == "print"
     return False
+
+
+def _example(stmt, known: set, read: set) -> bool:
+    """A statement of a usage example that is not a print: it uses a function or class of the
+    solution's, a name the example bound before (`known`) or `input`, and binds no name that the
+    solution's definitions or the tests read (`TABLE = build()` that `f` reads stays)."""
+    if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Import,
+                         ast.ImportFrom, ast.Global, ast.Nonlocal)):
+        return False
+    loads, stores = set(), set()
+    for node in ast.walk(stmt):
+        if isinstance(node, ast.Name):
+            (stores if isinstance(node.ctx, ast.Store) else loads).add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            stores.add(node.name)
+    return bool(loads & (known | {"input"})) and not stores & read
 
 
 def _as_spec(reference) -> dict:
@@ -277,7 +354,8 @@ def code_reward(completion: str, reference, *, timeout: float = 10.0, memory_mb:
         return 0.0
     setup = spec.get("setup") or ""
     if spec.get("cases") is None:
-        code = _program(spec.get("prompt"), _without_usage(code))
+        code = _program(spec.get("prompt"),
+                        _without_usage(code, _called(tests, spec.get("entry_point"))))
         setup = _prompt_helpers(spec.get("prompt"), spec.get("entry_point"), setup)
     try:
         result = run_python(code, tests=tests, entry_point=spec.get("entry_point"),

@@ -30,6 +30,7 @@ import errno
 import json
 import math
 import os
+import re
 import secrets
 import select
 import shutil
@@ -741,17 +742,22 @@ def sandbox_info(isolate: bool = True) -> dict:
 
 
 
+_DECIMAL = re.compile(rb"[-+]?(?:\d+\.\d*|\.\d+|\d+(?=[eE]))(?:[eE][-+]?\d+)?")
+
+
 def _tokens_equal(got: bytes, want: bytes, tolerance: float | None, fold: bool = False) -> bool:
     """One output token against the expected one: equal bytes; with `fold`, equal ignoring case
     ("Yes" for "YES" where the statement accepts any case); two decimals written differently
-    ("0.50" for "0.5") are equal when their values are exactly equal; with a tolerance, numbers
-    may differ by it (absolute, or relative to the expected value)."""
+    ("0.50" for "0.5", "1e-07" for "0.0000001") are equal when their values are exactly equal;
+    with a tolerance, numbers may differ by it (absolute, or relative to the expected value)."""
     if got == want or (fold and got.lower() == want.lower()):
         return True
     if len(got) > 400 or len(want) > 400:  # no number is that long; Decimal would be slow
         return False
     if tolerance is None:
-        if b"." not in got or b"." not in want:
+        # decimals only (a point or an exponent in both: "1e-07" for "0.0000001"); integers and
+        # words as written
+        if not (_DECIMAL.fullmatch(got) and _DECIMAL.fullmatch(want)):
             return False
         try:
             return decimal.Decimal(got.decode()) == decimal.Decimal(want.decode())

@@ -27,6 +27,7 @@ import builtins
 import collections
 import copy
 import decimal
+import datetime
 import dis
 import fractions
 import itertools
@@ -51,7 +52,7 @@ MODULES = {"math": math, "collections": collections}
 # here)
 IMPORTABLE = ("math", "cmath", "collections", "copy", "string", "itertools", "functools",
               "operator", "enum",
-              "fractions", "decimal", "statistics", "heapq", "bisect", "re", "random")
+              "fractions", "decimal", "statistics", "heapq", "bisect", "re", "random", "datetime")
 # imported only where the tests import it (HumanEval+'s `assertion` helper uses np.allclose); its
 # `random` (global state, unseeded) is never the trainer's
 LAZY_IMPORTABLE = ("numpy",)
@@ -67,7 +68,9 @@ PLAIN_ATTRS = frozenset(a for t in (int, float, complex, str, bytes, bytearray, 
                                     set, frozenset, bool, fractions.Fraction, decimal.Decimal,
                                     type({}.keys()), type({}.values()), type({}.items()),
                                     collections.Counter, collections.OrderedDict,
-                                    collections.defaultdict, collections.deque)
+                                    collections.defaultdict, collections.deque, range,
+                                    datetime.date, datetime.datetime, datetime.time,
+                                    datetime.timedelta)
                         for a in dir(t) if not a.startswith("_")) | {"name", "value"}
 _SAFE_BUILTINS = {name: getattr(builtins, name) for name in SAFE_NAMES}
 # Calls that iterate over their argument: a generator (or any iterator) the solution returns there
@@ -376,6 +379,8 @@ class _Decoder:
                 raise ValueError("malformed enum member")
             return self.steerable(_EnumMember(cls, name, self.decode(value, depth + 1),
                                               like_value))
+        if tag in ("range", "date", "datetime", "time", "timedelta", "ndarray", "npscalar"):
+            return self.other(tag, inner, depth)
         items = self.items(inner, depth)
         if tag == "dict_items":
             if not all(type(p) is tuple and len(p) == 2 for p in items):
@@ -386,6 +391,40 @@ class _Decoder:
             _check_collisions(items)
             return dict.fromkeys(items).keys()
         return dict(enumerate(items)).values()
+
+    def other(self, tag, inner, depth):
+        """range, datetime's values, numpy arrays and scalars, rebuilt here from their data."""
+        if tag == "range":
+            parts = [self.decode(v, depth + 1) for v in inner]
+            if len(parts) != 3 or not all(type(p) is int for p in parts):
+                raise ValueError("malformed range")
+            return range(*parts)
+        if tag == "timedelta":
+            if type(inner) is not list or len(inner) != 3 or not all(type(p) is int
+                                                                     for p in inner):
+                raise ValueError("malformed timedelta")
+            return self.steerable(datetime.timedelta(*inner))
+        if tag in ("date", "datetime", "time"):
+            if type(inner) is not str or len(inner) > 64:
+                raise ValueError(f"malformed {tag}")
+            return self.steerable(getattr(datetime, tag).fromisoformat(inner))
+        if tag == "npscalar":  # np.True_ is not True, np.int64 is no int: as under pytest
+            dtype, item = inner
+            item = self.decode(item, depth + 1)
+            if type(dtype) is not str or not _DTYPE.fullmatch(dtype) or type(item) not in (
+                    (str,) if "U" in dtype else (bool, int, float, complex)):
+                raise ValueError("malformed numpy scalar")
+            import numpy
+            return self.steerable(numpy.dtype(dtype).type(item))
+        dtype, shape, items = inner
+        if type(dtype) is not str or not _DTYPE.fullmatch(dtype) or type(shape) is not list or (
+                not all(type(n) is int and n >= 0 for n in shape)) or len(shape) > MAX_DEPTH:
+            raise ValueError("malformed array")
+        import numpy  # only where a solution returned an array
+        array = numpy.array(self.decode(items, depth + 1), dtype=numpy.dtype(dtype))
+        if list(array.shape) != shape:
+            raise ValueError("malformed array: its items do not have its shape")
+        return array
 
     def items(self, values, depth) -> list:
         """A list's items. Fast path, at C speed, for the common flat list of one scalar type
@@ -413,7 +452,9 @@ class _Decoder:
         return value
 
 
-_EXACT = ("bytearray", "Fraction", "Decimal", "enum", "dict_keys", "dict_values", "dict_items")
+_EXACT = ("bytearray", "Fraction", "Decimal", "enum", "dict_keys", "dict_values", "dict_items",
+          "range", "date", "datetime", "time", "timedelta", "ndarray", "npscalar")
+_DTYPE = re.compile(r"[<>|=]?[biufcU]\d{1,2}")  # a numpy array's dtype.str (numbers, bools, strs)
 
 
 class _EnumMember:
@@ -534,6 +575,15 @@ def render(value) -> str:
         args = (f"{render(value.numerator)}, {render(value.denominator)}"
                 if kind is fractions.Fraction else repr(str(value)))
         return f"__gmts_builtins['__import__']({module!r}).{kind.__name__}({args})"
+    if kind is range:
+        return f"__gmts_builtins['range']({value.start!r}, {value.stop!r}, {value.step!r})"
+    if kind is datetime.timedelta:
+        parts = f"{value.days!r}, {value.seconds!r}, {value.microseconds!r}"
+        return f"__gmts_builtins['__import__']('datetime').timedelta({parts})"
+    if kind in (datetime.date, datetime.datetime, datetime.time) and (
+            getattr(value, "tzinfo", None) in (None, datetime.timezone.utc)):
+        return (f"__gmts_builtins['__import__']('datetime').{kind.__name__}"
+                f".fromisoformat({value.isoformat()!r})")
     raise Unconvertible(f"input of type {kind.__name__} cannot be sent as a literal")
 
 
@@ -2041,6 +2091,59 @@ def _count_cases(node) -> int:
 _SKIPS = ("pytest.mark.skip", "mark.skip", "unittest.skip", "skip")
 
 
+# a conditional skip -> (the unconditional one of its family, the condition's value that skips)
+_SKIP_IFS = {"pytest.mark.skipif": ("pytest.mark.skip", True), "mark.skipif": ("mark.skip", True),
+             "unittest.skipIf": ("unittest.skip", True),
+             "unittest.skipUnless": ("unittest.skip", False)}
+_FACTS = (ast.Expression, ast.Compare, ast.BoolOp, ast.UnaryOp, ast.Not, ast.And, ast.Or,
+          ast.Constant, ast.Tuple, ast.Attribute, ast.Name, ast.Load, ast.Subscript, ast.Slice,
+          ast.cmpop)
+
+
+def _settle_skip_conditions(body, sys_imported: bool) -> None:
+    """`@pytest.mark.skipif(cond, reason=...)`, `@unittest.skipIf(cond, reason)`, `skipUnless`
+    whose condition is a fact of the interpreter, the same one the sandbox runs
+    (`sys.version_info`, `sys.platform`, `sys.maxsize`, constants): decided here as the runner
+    decides it, the mark becoming its family's unconditional skip or going. Any other condition
+    stays for pytest."""
+    for stmt in body:
+        if isinstance(stmt, ast.ClassDef):
+            _settle_skip_conditions(stmt.body, sys_imported)
+        if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        kept = []
+        for deco in stmt.decorator_list:
+            name = ast.unparse(deco.func) if isinstance(deco, ast.Call) else ""
+            value = _interpreter_fact(deco.args[0], sys_imported) if (
+                name in _SKIP_IFS and deco.args) else None
+            if value is None:
+                kept.append(deco)
+            elif bool(value) == _SKIP_IFS[name][1]:
+                kept.append(ast.Call(ast.parse(_SKIP_IFS[name][0], mode="eval").body,
+                                     deco.args[1:], deco.keywords))
+        stmt.decorator_list = kept
+
+
+def _interpreter_fact(node, sys_imported: bool):
+    """The value of a skip condition made of constants and `sys.version_info` / `platform` /
+    `maxsize` / `byteorder` (only where the tests import sys), else None."""
+    import sys
+    names = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+    if not all(isinstance(n, _FACTS) for n in ast.walk(ast.Expression(node))) or names - (
+            {"sys"} if sys_imported else set()) or any(
+            isinstance(n, ast.Attribute) and not (isinstance(n.value, ast.Name) and n.attr in (
+                "version_info", "platform", "maxsize", "byteorder")) for n in ast.walk(node)):
+        return None
+    facts = {"sys": type("sys", (), {a: getattr(sys, a) for a in (
+        "version_info", "platform", "maxsize", "byteorder")})}
+    try:
+        # the condition's nodes are checked above: constants, comparisons and sys's facts
+        return eval(compile(ast.Expression(node), "<skipif>", "eval"),
+                    {"__builtins__": {}, **facts})
+    except Exception:  # noqa: BLE001 - pytest would say why: left to it
+        return None
+
+
 def _skipped(stmt) -> bool:
     """A test function or class with an unconditional skip mark of the tests' (`@pytest.mark.skip`,
     `@pytest.mark.skip(reason=...)`, `@unittest.skip("...")`): its runner never runs it. A
@@ -2073,9 +2176,11 @@ def _skipped_classes(classes: dict) -> set:
     return out
 
 
-def _param_rows(fn: ast.FunctionDef, env: dict) -> list[dict]:
+def _param_rows(fn: ast.FunctionDef, env: dict, read_again: frozenset = frozenset()) -> list[dict]:
     """The parametrize tables of a test function as keyword dicts (cartesian product over
-    decorators)."""
+    decorators). `read_again`: module-level names the tests read more than once; a table that is
+    such a name and holds lists, dicts or sets goes to pytest, which passes its very objects to
+    every test using them (a solution that mutates one changes what the others read)."""
     rows = [{}]
     for deco in fn.decorator_list:
         if not (isinstance(deco, ast.Call) and ast.unparse(deco.func) in ("pytest.mark.parametrize",
@@ -2087,6 +2192,9 @@ def _param_rows(fn: ast.FunctionDef, env: dict) -> list[dict]:
                       else env[deco.args[1].id])
         except (ValueError, TypeError, SyntaxError, KeyError, IndexError):
             raise Unconvertible("parametrize table that is not a literal") from None
+        if isinstance(deco.args[1], ast.Name) and deco.args[1].id in read_again and any(
+                _is_mutable(v) for v in values):
+            raise Unconvertible("a parametrize table other tests read too, holding mutable values")
         names = [n.strip() for n in names.split(",")] if isinstance(names, str) else list(names)
         values = [v if len(names) > 1 else (v,) for v in values]
         rows = [dict(r, **dict(zip(names, v, strict=True))) for r in rows for v in values]
@@ -2917,6 +3025,9 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
     except SyntaxError as e:
         raise ValueError(f"code tests are not valid Python ({e}): {tests[:200]!r}") from None
     module.body = _last_definitions(module.body)
+    _settle_skip_conditions(module.body, any(
+        isinstance(s, ast.Import) and any(a.name == "sys" and not a.asname for a in s.names)
+        for s in module.body))
     classes = {s.name: s for s in module.body if isinstance(s, ast.ClassDef)}
     env, prelude, from_solution, modules = _setup_values(setup), [], set(), set()
     imports = _importable()  # one per plan: the tests' random draws, in order, as in the judge
@@ -3104,6 +3215,9 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
     units, kept, harness_tests = [], [], []
     trusted = untrusted = unjudged = 0
     shared = set()  # module-level mutable names the child holds, one object for every later test
+    reads = collections.Counter(n.id for n in ast.walk(module)
+                                if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load))
+    read_again = frozenset(n for n, k in reads.items() if k > 1)
     skipped = _skipped_classes(classes)
     for stmt in module.body:
         # as pytest and unittest: not run, counted neither way (with the classes inheriting one)
@@ -3190,7 +3304,7 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
                 if stmt.decorator_list and all(_is_patch(d) for d in stmt.decorator_list):
                     # `@patch(...)` on a test function: its mocks, as on a TestCase's method
                     fn = _with_patches(stmt, list(reversed(stmt.decorator_list)), 0)
-                rows = _param_rows(fn, env)
+                rows = _param_rows(fn, env, read_again)
                 converted, now_shared = [], set()
                 local = _stored(fn) | _bound_inside(fn)
                 for row in rows:

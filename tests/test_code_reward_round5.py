@@ -1,0 +1,434 @@
+"""The code reward, fifth round (issue 53's kinds, new instances): each a class of cases. A wrong
+solution scores 0.0 under get_reward("code") and trusted_only=True, an honest one 1.0; each
+expected verdict is what the suite's own runner (or a plain Python run) gives, as the comments say.
+"""
+import json
+from typing import ClassVar
+
+import pytest
+
+from gmts import data
+from gmts.rewards import get_reward
+from gmts.rewards.code import extract_code
+from gmts.rewards.sandbox import _tokens_equal
+
+code = get_reward("code")
+trusted = get_reward("code", trusted_only=True)
+
+
+def block(src: str, fence: str = "```python", close: str = "```") -> str:
+    return f"Here it is:\n{fence}\n{src.strip(chr(10))}\n{close}\n"
+
+
+def scores(answer: str, reference) -> tuple[float, float]:
+    return code(answer, reference), trusted(answer, reference)
+
+
+ADD = "assert add(2, 3) == 5\nassert add(-1, 1) == 0\n"
+GOOD_ADD = "def add(a, b):\n    return a + b\n"
+
+
+# ------------------------------------------------ 5. answers written the ordinary way
+
+class TestUsageExamplesAfterTheSolution:
+    """A usage example after the definitions is not the solution, in any of its shapes (not only
+    `print(...)`): an assignment of a call, a bare call, a loop over examples, reading stdin, a
+    `main()` call. What the definitions read (a table built after them) stays."""
+
+    USAGE: ClassVar[dict] = {
+        "assignment_then_print": "\nresult = add('a', 1)\nprint(result)\n",
+        "bare_call": "\nadd('a', 1)\n",
+        "loop_over_examples": "\nfor x in [(1, 'a')]:\n    print(add(*x))\n",
+        "reads_stdin": "\na, b = map(int, input().split())\nprint(add(a, b))\n",
+        "main_call": ("\ndef main():\n    a, b = map(int, input().split())\n    print(add(a, b))\n"
+                      "\nmain()\n"),
+        "object_then_method": ("\nclass Calc:\n    def run(self, x):\n        return add(1, x)\n"
+                               "\n\nc = Calc()\nc.run('a')\nprint(c)\n"),
+    }
+
+    @pytest.mark.parametrize("name", sorted(USAGE))
+    def test_honest_with_a_failing_usage_example(self, name):
+        assert scores(block(GOOD_ADD + self.USAGE[name]), ADD) == (1.0, 1.0)
+        wrong = GOOD_ADD.replace("a + b", "a - b") + self.USAGE[name]
+        assert scores(block(wrong), ADD) == (0.0, 0.0)
+
+    @pytest.mark.parametrize("tail", [
+        "\nT = {i: i for i in range(-5, 5)}\n",  # read by add: stays
+        "\ndef build():\n    return {i: i for i in range(-5, 5)}\n\nT = build()\n"])
+    def test_what_the_definitions_read_stays(self, tail):
+        honest = "def add(a, b):\n    return T[a] + b\n" + tail
+        assert scores(block(honest), ADD) == (1.0, 1.0)
+
+    def test_a_name_the_tests_read_stays(self):
+        honest = GOOD_ADD + "\nFIVE = add(2, 3)\n"
+        assert scores(block(honest), ADD + "assert FIVE == 5\n") == (1.0, 1.0)
+
+
+class TestFenceLabels:
+    @pytest.mark.parametrize("label", ["py3", "python3.11", "ipython", "Python3", "{.py3}"])
+    def test_python_under_another_label(self, label):
+        answer = block(GOOD_ADD, fence="```" + label)
+        assert extract_code(answer, frozenset({"add"})) == GOOD_ADD
+        assert scores(answer, ADD) == (1.0, 1.0)
+        assert scores(answer.replace("a + b", "a * b"), ADD) == (0.0, 0.0)
+
+    def test_a_labelled_block_of_another_language_is_not_python(self):
+        answer = block(GOOD_ADD) + block("def add(a, b):\n    return 0\n", fence="```pyret")
+        assert scores(answer, ADD) == (1.0, 1.0)
+
+
+class TestDecimalsWrittenWithAnExponent:
+    """stdin/stdout without a tolerance: two decimals are equal when their values are exactly
+    equal, written with a point or an exponent (Python prints 1e-07); integers and other words
+    stay as written."""
+
+    @pytest.mark.parametrize("got,want,equal", [
+        (b"1e-07", b"0.0000001", True), (b"1.0E-7", b"1e-07", True), (b"1e5", b"100000.0", True),
+        (b"0.50", b"0.5", True), (b"1e-07", b"0.0000002", False), (b"1e5", b"100000", False),
+        (b"5", b"5.0", False), (b"inf", b"Infinity", False), (b"1e", b"1.0", False),
+        (b"0x1", b"1.0", False), (b"1_0.0", b"10.0", False),
+        ("\u0661.0".encode(), b"1.0", False)])  # an Arabic-Indic digit is no ASCII decimal
+    def test_tokens(self, got, want, equal):
+        assert _tokens_equal(got, want, None) is equal
+
+    def test_a_program_printing_a_small_float(self):
+        cases = {"cases": [{"input": "1 10000000\n", "output": "0.0000001\n"}]}
+        honest = block("a, b = map(int, input().split())\nprint(a / b)")  # prints 1e-07
+        assert scores(honest, cases) == (1.0, 1.0)
+        assert scores(block("print('1e-06')"), cases) == (0.0, 0.0)
+
+
+# ------------------------------------------------ 6. rows checked completely when loaded
+
+class TestRowsJudgeableWhenLoaded:
+    """A row that would raise at scoring (ending a training step) or score 0 whatever the answer
+    fails at loading with one line naming the file and the row."""
+
+    def load(self, tmp_path, row, name="rows.jsonl"):
+        path = tmp_path / name
+        path.write_text(json.dumps(row) + "\n")
+        return data.load_problems(str(path))
+
+    @pytest.mark.parametrize("row,said", [
+        ({"tests": "assert f(1) == 1\ndef (", "entry_point": "f"},
+         "tests is not valid Python: invalid syntax"),
+        ({"tests": "assert f(1) == 1\x00"}, "tests is not valid Python: source code string"),
+        ({"tests": "assert f(1) == 1", "setup": "def ("}, "setup is not valid Python"),
+        ({"tests": "def check(candidate):\n    assert candidate(1) == 1\n", "entry_point": "f",
+          "prompt": "def f(:\n"}, "prompt is not valid Python"),
+        ({"tests": "def check(candidate):\n    assert candidate(1) == 1\n",
+          "entry_point": "my f"}, "entry_point must be a Python name"),
+        ({"tests": "  \n"}, "the tests are empty"),
+        ({"tests": []}, "the tests are empty"),
+        ({"cases": []}, "cases is empty"),
+        ({"cases": json.dumps([{"input": "[1, 2]", "output": "3", "testtype": "functional"}])},
+         "testtype 'functional' call a function"),
+    ])
+    def test_a_row_that_cannot_be_judged(self, tmp_path, row, said):
+        with pytest.raises(ValueError, match=said) as info:
+            self.load(tmp_path, {"question": "q", **row})
+        assert "rows.jsonl:1" in str(info.value) and "\n" not in str(info.value)
+
+    def test_the_same_reference_raised_at_scoring(self):
+        # what the loader now refuses used to reach the reward, which raises (a data bug)
+        with pytest.raises(ValueError, match="not valid Python"):
+            code(block(GOOD_ADD), {"tests": "assert add(1, 2) == 3\ndef ("})
+
+    def test_stdin_cases_marked_stdin_load(self, tmp_path):
+        cases = [{"input": "2 3\n", "output": "5\n", "testtype": "stdin"}]
+        (problem,) = self.load(tmp_path, {"question": "q", "cases": json.dumps(cases)})
+        honest = block("a, b = map(int, input().split())\nprint(a + b)")
+        assert scores(honest, problem.answer) == (1.0, 1.0)
+
+    def test_tests_named_by_answer_field_are_checked_and_keep_the_rows_limits(self, tmp_path):
+        row = {"question": "q", "domain": "code", "checks": ["assert add(1, 2) == 3"],
+               "timeout": 3}
+        path = tmp_path / "rows.jsonl"
+        path.write_text(json.dumps(row) + "\n")
+        (problem,) = data.load_problems(str(path), answer_field="checks")
+        assert problem.answer == {"tests": "assert add(1, 2) == 3", "entry_point": None,
+                                  "setup": "", "timeout": 3.0}
+        path.write_text(json.dumps(dict(row, checks=["assert add(1, 2) == 3)"])) + "\n")
+        with pytest.raises(ValueError, match="rows.jsonl:1: tests is not valid Python"):
+            data.load_problems(str(path), answer_field="checks")
+
+
+# ------------------------------------------------ 4. each format's whole program
+
+class TestMBPPsOwnRowsFromALocalFile:
+    """MBPP's own rows (the original: text, test_list, challenge_test_list, test_setup_code; the
+    sanitized set: prompt, test_list, test_imports) read from a local file are shown and judged as
+    the built-in loader does: the text and the first test shown, every test judged."""
+
+    ORIGINAL: ClassVar[dict] = {
+        "task_id": 11, "text": "Write a python function to add two numbers.",
+        "code": GOOD_ADD, "test_list": ["assert add(1, 2) == 3", "assert add(2, 2) == 4"],
+        "test_setup_code": "", "challenge_test_list": ["assert add(10, -3) == 7"]}
+
+    def test_the_original(self, tmp_path):
+        path = tmp_path / "mbpp.jsonl"
+        path.write_text(json.dumps(self.ORIGINAL) + "\n")
+        (problem,) = data.load_problems(str(path))
+        assert problem.domain == "code" and problem.question.count("assert") == 1
+        assert problem.question.startswith(self.ORIGINAL["text"])
+        assert scores(block(GOOD_ADD), problem.answer) == (1.0, 1.0)
+        # a table of the visible tests (both of test_list) misses the challenge test
+        table = "def add(a, b):\n    return {(1, 2): 3, (2, 2): 4}.get((a, b), 0)\n"
+        assert scores(block(table), problem.answer) == (0.0, 0.0)
+
+    def test_the_sanitized_set_with_test_imports(self, tmp_path):
+        row = {"task_id": 12, "prompt": "Write a function for the floor of a quotient.",
+               "code": "def q(a, b):\n    return a // b\n",
+               "test_list": ["assert math.isclose(q(7, 2), 3)", "assert q(-7, 2) == -4"],
+               "test_imports": ["import math"]}
+        path = tmp_path / "sanitized-mbpp.jsonl"
+        path.write_text(json.dumps(row) + "\n")
+        (problem,) = data.load_problems(str(path))
+        assert problem.answer["setup"] == "import math"
+        assert scores(block(row["code"]), problem.answer) == (1.0, 1.0)
+        assert scores(block("def q(a, b):\n    return int(a / b)\n"), problem.answer) == (
+            0.0, 0.0)
+
+
+class TestReturnedValuesOfTheStdlibAndNumpy:
+    """range, datetime's values and numpy arrays cross as data and are rebuilt here as what they
+    are: each honest/wrong pair verdict as plain Python gives it (the last column)."""
+
+    VALUES: ClassVar[list] = [  # (solution, tests, plain Python's verdict)
+        ("def f(n):\n    return range(n)\n",
+         "assert list(f(3)) == [0, 1, 2]\nassert f(2) == range(2)\n", True),
+        ("def f(n):\n    return range(n + 1)\n", "assert f(2) == range(2)\n", False),
+        ("def f():\n    return range(10**30)\n", "assert len(f()) == 10**30\n", False),  # Overflow
+        ("import datetime\ndef f():\n    return datetime.date(2020, 1, 2)\n",
+         "import datetime\nassert f() == datetime.date(2020, 1, 2)\nassert f().year == 2020\n",
+         True),
+        ("import datetime\ndef f():\n    return datetime.date(2020, 1, 3)\n",
+         "import datetime\nassert f() == datetime.date(2020, 1, 2)\n", False),
+        ("import datetime\ndef f():\n    return datetime.timedelta(days=2)\n",
+         "from datetime import timedelta\nassert f() == timedelta(days=2)\n", True),
+        ("import datetime\ndef f(d):\n    return d + datetime.timedelta(days=1)\n",
+         "from datetime import date\nassert f(date(2020, 1, 1)) == date(2020, 1, 2)\n", True),
+        ("def f(d):\n    return d\n",
+         "from datetime import date\nassert f(date(2020, 1, 1)) == date(2020, 1, 2)\n", False),
+        (("import datetime as d\ndef f():\n"
+         "    return d.datetime(2020, 1, 2, tzinfo=d.timezone.utc)\n"),
+         "import datetime as d\nassert f() == d.datetime(2020, 1, 2, tzinfo=d.timezone.utc)\n",
+         True),
+        ("import numpy as np\ndef f(n):\n    return np.arange(n)\n",
+         "import numpy as np\nassert np.array_equal(f(3), [0, 1, 2])\n", True),
+        ("import numpy as np\ndef f(n):\n    return np.arange(n + 1)\n",
+         "import numpy as np\nassert np.array_equal(f(3), [0, 1, 2])\n", False),
+        ("import numpy as np\ndef f(n):\n    return np.arange(n) / 3\n",
+         "import numpy as np\nassert np.allclose(f(3), [0, 1 / 3, 2 / 3])\n", True),
+        ("import numpy as np\ndef f(n):\n    return np.zeros((n, 2))\n",
+         "assert f(3).shape == (3, 2)\n", True),
+        ("import numpy as np\ndef f(n):\n    return np.arange(n)\n",
+         "assert f(3) == [0, 1, 2]\n", False),  # the truth of an array: ValueError
+        # numpy scalars stay numpy scalars: equal to their values, but np.True_ is not True and
+        # np.int64 is no int
+        ("import numpy as np\ndef f(x):\n    return np.bool_(x > 0)\n",
+         "assert f(1) == True\nassert f(-1) == False\nassert f(1)\n", True),
+        ("import numpy as np\ndef f(x):\n    return np.bool_(x > 0)\n",
+         "assert f(1) is True\n", False),
+        ("import numpy as np\ndef f(x):\n    return np.int64(x)\n",
+         "assert type(f(1)) == int\n", False),
+        ("import numpy as np\ndef f(x):\n    return np.int64(x) * 2\n",
+         "assert f(1) == 2\nassert f(2) in [4, 5]\nassert [f(3)] == [6]\n", True),
+        ("import numpy as np\ndef f():\n    return np.uint64(2**64 - 1)\n",
+         "assert f() == 2**64 - 1\n", True),
+        ("import numpy as np\ndef f():\n    return np.str_('a')\n", "assert f() == 'a'\n", True),
+    ]
+
+    @pytest.mark.parametrize("solution,tests,plain", VALUES, ids=lambda x: str(x)[-30:])
+    def test_as_plain_python_judges(self, solution, tests, plain):
+        namespace = {}
+        try:  # the verdict of the program the suites run: solution, then tests
+            exec(compile(solution + tests, "program.py", "exec"), namespace)  # noqa: S102
+            passed = True
+        except Exception:  # noqa: BLE001 - a failing assert or an error: a fail
+            passed = False
+        assert passed is plain
+        want = 1.0 if plain else 0.0
+        assert scores(block(solution), tests) == (want, want)
+
+    def test_an_object_posing_as_an_array_gives_only_what_an_array_could(self):
+        fake = ("class ndarray:\n    __module__ = 'numpy'\n    class dtype:\n        kind = 'i'\n"
+                "        str = '<i8'\n    shape = ({n},)\n    size = 3\n"
+                "    def tolist(self):\n        return [0, 1, 2]\n"
+                "def f(n):\n    return ndarray()\n")
+        tests = "import numpy as np\nassert np.array_equal(f(3), [0, 1, 2])\n"
+        assert scores(block(fake.format(n=3)), tests) == (1.0, 1.0)  # what np.arange(3) gives
+        assert scores(block(fake.format(n=2)), tests) == (0.0, 0.0)  # its shape is not its items
+
+
+@pytest.mark.xfail(strict=True, reason="numpy.testing's asserts as statements of a test function "
+                   "run under pytest in the sandbox: refused under trusted_only")
+def test_numpy_testing_asserts_judged_by_the_trainer():
+    tests = ("import numpy as np\n\ndef test_f():\n"
+             "    np.testing.assert_array_equal(f(3), np.array([0, 1, 2]))\n")
+    honest = "import numpy as np\ndef f(n):\n    return np.arange(n)\n"
+    assert scores(block(honest), tests) == (1.0, 1.0)
+
+
+class TestAnAnswerWrittenInParts:
+    """"First a helper: ```...```, then the function: ```...```": the chosen block with the
+    definitions and imports of earlier blocks that it reads and does not bind (transitively)."""
+
+    HELPER = "import math\n\ndef _norm(a):\n    return int(math.copysign(abs(a), a))\n"
+    USES = "def add(a, b):\n    return _plus(_norm(a), b)\n"
+    PLUS = "def _plus(a, b):\n    return a + b\n"
+
+    def test_helpers_in_earlier_blocks(self):
+        answer = ("First the helpers:\n" + block(self.HELPER) + "and\n" + block(self.PLUS)
+                  + "Then the function:\n" + block(self.USES))
+        code_ = extract_code(answer, frozenset({"add"}))
+        assert code_.index("import math") < code_.index("def _norm") < code_.index("def add")
+        assert scores(answer, ADD) == (1.0, 1.0)
+        wrong = answer.replace("return a + b", "return a * b")  # the helper is judged too
+        assert scores(wrong, ADD) == (0.0, 0.0)
+
+    def test_a_redefinition_in_the_chosen_block_wins(self):
+        answer = block("def _plus(a, b):\n    return 0\n") + block(self.PLUS + "\n" + self.USES
+                                                                 .replace("_norm(a)", "a"))
+        assert "return 0" not in extract_code(answer, frozenset({"add"}))
+        assert scores(answer, ADD) == (1.0, 1.0)
+
+    def test_nothing_is_taken_when_nothing_is_missing(self):
+        answer = block("import os\nX = 1\n") + block(GOOD_ADD)
+        assert extract_code(answer, frozenset({"add"})) == GOOD_ADD
+
+
+# ------------------------------------------------ 8. a skip mark's condition
+
+def pytest_verdict(tmp_path, solution: str, tests: str) -> bool:
+    """The real pytest on the program (solution, then tests) in a file of its own."""
+    import subprocess
+    import sys
+    path = tmp_path / "test_program.py"
+    path.write_text(solution + "\n" + tests)
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n",
+                          "0", str(path)], check=False, capture_output=True, text=True,
+                         cwd=tmp_path, timeout=120)
+    return run.returncode == 0
+
+
+SKIPIF = {
+    "pytest_false": ("import pytest, sys\n\n@pytest.mark.skipif(sys.version_info < (3, 0), "
+                     "reason='old')\ndef test_a():\n    assert f(2) == 4\n"),
+    "pytest_true": ("import pytest\nimport sys\n\n"
+                    "@pytest.mark.skipif(sys.maxsize > 1, reason='r')\ndef test_a():\n"
+                    "    assert f(2) == 5\n\ndef test_b():\n    assert f(3) == 6\n"),
+    "unittest_skipif_false": (
+        "import sys\nimport unittest\n\nclass T(unittest.TestCase):\n"
+        "    @unittest.skipIf(sys.platform == 'win32', 'no')\n"
+        "    def test_a(self):\n        self.assertEqual(f(2), 4)\n"),
+    "unittest_skipunless_false": (
+        "import sys\nimport unittest\n\nclass T(unittest.TestCase):\n"
+        "    @unittest.skipUnless(sys.version_info < (3, 0), 'py2')\n"
+        "    def test_a(self):\n        self.assertEqual(f(2), 5)\n\n"
+        "    def test_b(self):\n        self.assertEqual(f(3), 6)\n"),
+    "class_skipif_true": (
+        "import sys\nimport unittest\n\n@unittest.skipIf(sys.version_info[0] == 3, 'py3')\n"
+        "class T(unittest.TestCase):\n    def test_a(self):\n        self.assertEqual(f(2), 5)\n\n"
+        "class U(unittest.TestCase):\n    def test_b(self):\n        self.assertEqual(f(3), 6)\n"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SKIPIF))
+def test_a_skip_condition_on_the_interpreter_is_decided_by_the_trainer(tmp_path, name):
+    tests = SKIPIF[name]
+    for solution in ("def f(x):\n    return 2 * x\n", "def f(x):\n    return x + 2\n"):
+        want = 1.0 if pytest_verdict(tmp_path, solution, tests) else 0.0
+        assert scores(block(solution), tests) == (want, want)  # judged: trusted_only too
+
+
+def test_another_skip_condition_stays_with_pytest():
+    tests = ("import pytest\nHAS = True\n\n@pytest.mark.skipif(not HAS, reason='r')\n"
+             "def test_a():\n    assert f(2) == 4\n")
+    assert scores(block("def f(x):\n    return 2 * x\n"), tests) == (1.0, 0.0)
+
+
+# ------------------------------------------------ 7. the time limit: a wrong answer's cost
+
+def test_stdin_cases_stop_at_the_first_that_fails_to_finish():
+    """A case that timed out or exited with an error fails the run whatever the others do: the
+    child runs no more (a looping answer on 100 cases would otherwise cost 100 time limits)."""
+    from gmts.rewards import sandbox
+    inputs = [f"{i}\n" for i in range(6)]
+    looping = "n = int(input())\nif n == 1:\n    while True:\n        pass\nprint(n)\n"
+    run = sandbox.run_child({"solution": looping, "cases": inputs,
+                             "out_caps": [1 << 20] * len(inputs)}, timeout=1)
+    report = next(r["cases"] for r in run.report if "cases" in r)
+    assert [c["timed_out"] for c in report] == [False, True]  # case 2 onwards not run
+    crashing = "n = int(input())\nprint(n)\nassert n != 2\n"
+    run = sandbox.run_child({"solution": crashing, "cases": inputs,
+                             "out_caps": [1 << 20] * len(inputs)}, timeout=5)
+    report = next(r["cases"] for r in run.report if "cases" in r)
+    assert [c["exit"] for c in report] == [0, 0, 1]
+    cases = {"cases": [{"input": i, "output": i} for i in inputs], "timeout": 1}
+    assert scores(block(looping), cases) == (0.0, 0.0)
+    assert scores(block("print(int(input()))"), cases) == (1.0, 1.0)
+
+
+# ------------------------------------------------ 3. values the tests share, as pytest shares them
+
+SHARED_TABLE = ("import pytest\nCASES = [[3, 1, 2]]\n\n@pytest.mark.parametrize('xs', CASES)\n"
+                "def test_a(xs):\n    assert smallest(xs) == 1\n\n"
+                "@pytest.mark.parametrize('xs', CASES)\ndef test_b(xs):\n"
+                "    assert xs == [3, 1, 2]\n")
+HONEST_MIN = "def smallest(xs):\n    return min(xs)\n"
+SORTS = "def smallest(xs):\n    xs.sort()\n    return xs[0]\n"
+
+
+def test_a_parametrize_table_two_tests_share(tmp_path):
+    # pytest passes CASES's own lists to both tests: sorting one in test_a fails test_b
+    assert pytest_verdict(tmp_path, SORTS, SHARED_TABLE) is False
+    assert pytest_verdict(tmp_path, HONEST_MIN, SHARED_TABLE) is True
+    assert scores(block(SORTS), SHARED_TABLE) == (0.0, 0.0)
+    assert scores(block(HONEST_MIN), SHARED_TABLE) == (1.0, 0.0)  # pytest's; refused when trusted
+    # a table one test reads (or one of immutable values) is still the trainer's
+    once = SHARED_TABLE.split("@pytest.mark.parametrize('xs', CASES)\ndef test_b")[0]
+    assert scores(block(HONEST_MIN), once) == (1.0, 1.0)
+    assert scores(block(SORTS), once) == (1.0, 1.0)  # nothing reads the sorted list again
+    tuples = SHARED_TABLE.replace("[[3, 1, 2]]", "[(3, 1, 2)]").replace("[3, 1, 2]", "(3, 1, 2)")
+    assert scores(block("def smallest(xs):\n    return min(xs)\n"), tuples) == (1.0, 1.0)
+
+
+@pytest.mark.xfail(strict=True, reason="an item of a module-level value passed to the solution "
+                   "(`g(DATA[0])`) is a copy per test: a mutation a later test reads is lost")
+def test_an_item_of_a_shared_value_mutated(tmp_path):
+    tests = ("DATA = ({'a': 1},)\n\ndef test_a():\n    assert g(DATA[0]) == 1\n\n"
+             "def test_b():\n    assert DATA[0] == {'a': 1}\n")
+    pops = "def g(d):\n    return d.pop('a')\n"
+    assert pytest_verdict(tmp_path, pops, tests) is False
+    assert scores(block(pops), tests) == (0.0, 0.0)
+
+
+@pytest.mark.xfail(strict=True, reason="under pytest (the default mode's untrusted path) the "
+                   "solution can reach the test module's data through its caller's frame; the "
+                   "tamper check covers functions, classes and code, not data (trusted_only "
+                   "refuses the run)")
+def test_the_solution_rewrites_the_test_modules_data(tmp_path):
+    tests = ("EXPECTED = [5, 15]\n\ndef test_one(capsys):\n    assert add(2, 3) == EXPECTED[0]\n\n"
+             "def test_two(capsys):\n    assert add(10, 5) == EXPECTED[1]\n")
+    rewrites = ("import sys\ndef add(a, b):\n"
+                "    sys._getframe(1).f_globals['EXPECTED'][:] = [0, 0]\n    return 0\n")
+    assert scores(block(rewrites), tests) == (0.0, 0.0)
+
+
+def test_the_mbpp_rows_file_loaded_as_a_local_file():
+    """tests/code_rows/mbpp.jsonl (MBPP's own format) read as a local file: the same problems as
+    the built-in loader makes of those rows, and the reference solutions score 1 in both modes."""
+    from pathlib import Path
+
+    from gmts.data import builtin
+    path = Path(__file__).with_name("code_rows") / "mbpp.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line]
+    problems = data.load_problems(str(path))
+    assert len(problems) == len(rows) and all(p.domain == "code" for p in problems)
+    for row, problem in zip(rows, problems):
+        built_in = builtin.mbpp(row, "mbpp.jsonl")
+        assert problem.question == built_in["question"]
+        assert problem.answer["tests"] == built_in["answer"]["tests"]
+        assert problem.answer["setup"] == built_in["answer"]["setup"]
+        assert scores(block(row["code"]), problem.answer) == (1.0, 1.0)
