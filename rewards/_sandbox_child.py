@@ -358,13 +358,18 @@ def read_attrs(value, attrs):
     return value, applied
 
 
-def raised(e, namespace, frozen=_BUILTIN_ITEMS):
+def raised(e, namespace, frozen=_BUILTIN_ITEMS, classes=()):
     """The raised exception as data: its class's name, message, and each class of its MRO with its
     origin, decided against the builtins as they were before the solution ran: "builtins" (that very
-    builtin class), "solution" (the class the solution's module binds to that name) or "other"."""
+    builtin class), "solution" (the class the solution's module binds to that name) or "other";
+    with `classes` ((path, class) resolved before the solution ran), "paths": those whose class is
+    in the MRO (by identity, the MRO Python's issubclass walks: a metaclass's `__mro__` is not
+    read)."""
     builtin = dict(frozen)
+    kind = builtin["type"]
+    whole = kind.__dict__["__mro__"].__get__(kind(e))  # the class's own MRO slot
     mro = []
-    for cls in type(e).__mro__[:32]:
+    for cls in whole[:32]:
         name = getattr(cls, "__name__", "?")
         name = name if type(name) is str else "?"
         origin = ("builtins" if builtin.get(name) is cls else "solution"
@@ -376,7 +381,25 @@ def raised(e, namespace, frozen=_BUILTIN_ITEMS):
         message = message if type(message) is str and len(message) <= MAX_MESSAGE else None
     except BaseException:  # noqa: BLE001 - a __str__ that raises: no message
         message = None
-    return {"exc": mro[0][0] if mro else "?", "msg": message, "mro": mro}
+    out = {"exc": mro[0][0] if mro else "?", "msg": message, "mro": mro}
+    if classes:
+        out["paths"] = [path for path, k in classes if any(c is k for c in whole)]
+    return out
+
+
+def resolve_classes(paths) -> tuple:
+    """((path, class), ...) for the exception classes the tests name at `paths` of modules they
+    import, resolved now, before the solution is imported (None: not there, or not a subclass of
+    BaseException, as an assertRaises of it never passes)."""
+    out = []
+    for path in paths:
+        try:
+            cls = _resolve(path)
+        except Exception:  # noqa: BLE001 - a module that fails to import: no class
+            cls = None
+        ok = isinstance(cls, type) and issubclass(cls, BaseException)
+        out.append((path, cls if ok else None))
+    return tuple(out)
 
 
 # ---------------------------------------------------------------- the trainer's mocks
@@ -640,17 +663,18 @@ def unpatch(patch):
         setattr(target, attr, original)
 
 
-def run_units(units, namespace, frozen=_BUILTIN_ITEMS, dumps=json.dumps, begin=None) -> str:
+def run_units(units, namespace, frozen=_BUILTIN_ITEMS, dumps=json.dumps, begin=None,
+              classes=()) -> str:
     """Each unit in a fresh copy of the solution's namespace. Every step runs, whatever an earlier
     one raised (the child is not told which steps the tests expect to raise). Results: {"ok":
     value[, "applied": n]} | {"ok": null} for run steps | {"exc": name, "msg": str, "mro": [[name,
-    origin], ...]}, each serialised to JSON the moment its step returns (a list the solution
-    returned and changes later is reported as it was returned). Returns the JSON of the list of
-    units. `frozen`: the builtins' (name, object) pairs from before the solution ran, bound afresh
-    (`__gmts_builtins`) before every step; `dumps`: json.dumps taken before the solution ran (a
-    test's `@patch('json.dumps')` or the solution's rebinding does not reach the results);
-    `begin`: tells the trainer's mocks that unit i begins (_unit_sender), where the tests have
-    mocks."""
+    origin], ...][, "paths": [path of `classes` in the MRO, ...]]}, each serialised to JSON the
+    moment its step returns (a list the solution returned and changes later is reported as it was
+    returned). Returns the JSON of the list of units. `frozen`: the builtins' (name, object) pairs
+    from before the solution ran, bound afresh (`__gmts_builtins`) before every step; `dumps`:
+    json.dumps taken before the solution ran (a test's `@patch('json.dumps')` or the solution's
+    rebinding does not reach the results); `begin`: tells the trainer's mocks that unit i begins
+    (_unit_sender), where the tests have mocks; `classes`: resolve_classes'."""
     out, shared = [], {}  # shared: the test module's own mutable names, one object for all tests
     # the solution's names and the setup's (a helper the tests call on the expected side), bound
     # again before every step: rebinding one through a caller's frame changes no later step
@@ -693,7 +717,7 @@ def run_units(units, namespace, frozen=_BUILTIN_ITEMS, dumps=json.dumps, begin=N
                     results.append('{"ok": null}')
             except BaseException as e:  # noqa: BLE001 - SystemExit in a call is a failure too
                 try:
-                    results.append(dumps(raised(e, namespace, frozen)))
+                    results.append(dumps(raised(e, namespace, frozen, classes)))
                 except BaseException:  # noqa: BLE001 - e.g. a message that cannot be encoded
                     results.append('{"exc": "?", "msg": null, "mro": []}')
         while patches:  # the unit's patches end with it
@@ -908,6 +932,8 @@ def work(spec):
             report({"units": []})
             return
     frozen = _BUILTIN_ITEMS  # a local from here on: what the solution rebinds later is not read
+    # the tests' exception classes of the modules they import, before the solution can rebind them
+    classes = resolve_classes(spec.get("exc_paths") or ())
     begin = _unit_sender(tuple(_mock_fds)) if _mock_fds else None
     dumps = _CHANNEL[2]  # json.dumps, whatever a test patches or the solution rebinds
     sys.stdout.flush()
@@ -929,7 +955,7 @@ def work(spec):
     # their results back as data
     if names and not any(isinstance(namespace[n], type) for n in names):
         units, functions = alt["units"], ', "functions": true'
-    _write_report('{"units": ' + run_units(units, namespace, frozen, dumps, begin)
+    _write_report('{"units": ' + run_units(units, namespace, frozen, dumps, begin, classes)
                   + functions + "}")
     if _mock_fds:
         _send(["end"], reply=False)

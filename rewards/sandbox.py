@@ -904,6 +904,10 @@ def run_python(solution: str, *, tests: str = "", entry_point: str | None = None
         return SandboxResult(False, False, False, None, 0.0, "",
                              f"refused (trusted_only): {plan.refusal}", refused=True, **counts)
     spec = {"solution": solution, "setup": setup or "", "units": [u.steps for u in plan.units]}
+    paths = sorted({p for u in plan.units for c in u.checks for p, origin in c.exceptions
+                    if origin == "module"})
+    if paths:  # the tests' exception classes of their modules, resolved before the solution runs
+        spec["exc_paths"] = paths
     # `Split(...)`: a class (its objects' methods and operators run in the child) or a function
     # (its result judged here)? The run decides by what the names are once the solution ran.
     functions = capitalised_calls(tests)

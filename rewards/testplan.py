@@ -93,6 +93,9 @@ popitem add discard difference_update intersection_update
 symmetric_difference_update""".split())  # noqa: SIM905
 # characters of an exception message matched against pytest.raises(match=...); longer: fail
 MAX_MESSAGE = 4096
+# an exception class of a module the tests import (`requests.exceptions.HTTPError`): at most this
+# many names, this many characters; longer: pytest
+MAX_EXC_PATH = (8, 200)
 MAX_DEPTH = 100  # nesting of a returned value (the child sends at most 64 levels)
 # rounds of the tests' for-loops the trainer unrolls into steps, in all (nested loops: every inner
 # round), per plan: HumanEval+'s checks loop over up to some thousand inputs; each round costs the
@@ -2038,14 +2041,20 @@ class _Unit:
         exc = call.args[0]
         expected = []
         for e in (exc.elts if isinstance(exc, ast.Tuple) else [exc]):
-            if not isinstance(e, ast.Name):
-                raise Unconvertible("exception class that is not a name")
-            builtin = getattr(builtins, e.id, None)
-            if e.id in self.child and e.id not in self.objects:
+            path = self.dotted(e)
+            if isinstance(e, ast.Name) and e.id in self.child and e.id not in self.objects:
                 expected.append((e.id, "solution"))  # `from solution import InvalidInput`
-            elif (isinstance(builtin, type) and issubclass(builtin, BaseException)
-                  and e.id not in self.env):
+            elif path is not None and path.startswith("builtins."):
+                builtin = getattr(builtins, e.id, None)
+                if not (isinstance(builtin, type) and issubclass(builtin, BaseException)):
+                    raise Unconvertible("exception class defined by the tests")
                 expected.append((e.id, "builtins"))
+            elif path is not None and path.split(".")[0] != "solution" and (
+                    path.count(".") < MAX_EXC_PATH[0] and len(path) <= MAX_EXC_PATH[1]):
+                # `requests.HTTPError`, `from subprocess import CalledProcessError`: the class at
+                # that path of a module the tests import, resolved in the child before the
+                # solution is imported (its own rebinding of the name is not read)
+                expected.append((path, "module"))
             else:
                 raise Unconvertible("exception class defined by the tests")
         match = None
@@ -3172,8 +3181,9 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
             level = set(unshared) - local | touched
             u = _Unit(unshared, (child_names(fn) - set(local_env)) | (local_shared & _names(fn))
                       - local - touched, prelude, modules, imports, functions, level)
+            u.module_paths = module_paths  # the tests' modules: their exception classes
             if uses_mock:  # the mocks this unit makes join the plan's recipe
-                u.mock_recipe, u.module_paths, u.mock_values = recipe, module_paths, mock_values
+                u.mock_recipe, u.mock_values = recipe, mock_values
             for b in body:
                 u.statement(b)
             u.mocks_in_order()
@@ -3313,9 +3323,9 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
                     u = _Unit({**unshared, **row}, child_names(fn) - set(row)
                               | (shared & _names(fn)) - set(row) - local, prelude, modules,
                               imports, functions, level)
+                    u.module_paths = module_paths
                     if mocked:
-                        u.mock_recipe, u.module_paths = recipe, module_paths
-                        u.mock_values = mock_values
+                        u.mock_recipe, u.mock_values = recipe, mock_values
                     for s in fn.body:
                         u.statement(s)
                     if mocked:
@@ -3405,12 +3415,16 @@ def _is_test(stmt, entry_point) -> bool:
 
 def _raised(result: dict, expected: tuple, match: str | None) -> bool:
     """The step raised one of `expected` (by the child's report of the raised class's MRO: each
-    class's name and whether it IS the builtin, or the solution's, of that name), with a message
+    class's name and whether it IS the builtin, or the solution's, of that name; for a class of a
+    module the tests import, its path among the child's `paths`), with a message
     that `match` finds."""
     if "exc" not in result or not isinstance(result.get("mro"), list):
         return False
     mro = {(c[0], c[1]) for c in result["mro"] if isinstance(c, list) and len(c) == 2}
-    if not any((name, origin) in mro for name, origin in expected):
+    paths = result.get("paths")
+    paths = {p for p in paths if isinstance(p, str)} if isinstance(paths, list) else set()
+    if not any(name in paths if origin == "module" else (name, origin) in mro
+               for name, origin in expected):
         return False
     if match is None:
         return True

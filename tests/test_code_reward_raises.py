@@ -1,0 +1,234 @@
+"""An exception class of a module the tests import, named with a dot or imported by name
+(`self.assertRaises(requests.HTTPError)`, `pytest.raises(json.JSONDecodeError)`, `from subprocess
+import CalledProcessError`), judged by the trainer (issue 53): the child resolves the class before
+the solution is imported and reports whether it is in the raised class's MRO, by identity. Each
+case's verdict is the runner's own (unittest, pytest) with the tests' modules as they were before
+the solution ran (test_verdicts_are_the_runners)."""
+import contextlib
+import importlib
+import io
+import subprocess
+import sys
+import textwrap
+import unittest
+
+import pytest
+from test_code_reward_mocks import block, reference, scores
+
+from gmts.rewards import testplan
+
+HTTP = """
+@patch('requests.get')
+def test_status(self, mock_get):
+    mock_get.return_value.raise_for_status.side_effect = requests.HTTPError('404')
+    with self.assertRaises(requests.HTTPError):
+        task_func('http://x')
+
+@patch('requests.get')
+def test_ok(self, mock_get):
+    mock_get.return_value.json.return_value = {'k': 3}
+    self.assertEqual(task_func('http://x'), 3)
+
+@patch('requests.get', side_effect=requests.exceptions.ConnectionError('down'))
+def test_down(self, mock_get):
+    self.assertRaises(requests.exceptions.ConnectionError, task_func, 'http://x')
+"""
+HTTP_HEAD = "import requests\n"
+HTTP_TAIL = "    return r.json()['k']\n"
+
+
+def http(body: str, head: str = "") -> str:
+    """task_func(u) around `body` (r = requests.get(u) bound), then returning r.json()['k']."""
+    return (HTTP_HEAD + head + "def task_func(u):\n    r = requests.get(u, timeout=5)\n"
+            + textwrap.indent(textwrap.dedent(body), "    ") + HTTP_TAIL)
+
+
+CALLED = """
+@patch('subprocess.check_output', side_effect=CalledProcessError(2, 'ls'))
+def test_fails(self, m):
+    with self.assertRaises(CalledProcessError):
+        task_func('ls')
+
+@patch('subprocess.check_output', return_value=b'a\\n')
+def test_runs(self, m):
+    self.assertEqual(task_func('ls'), 'a')
+"""
+CALLED_IMPORTS = "import subprocess\nfrom subprocess import CalledProcessError"
+
+KODCODE = """import json
+import pytest
+from json import JSONDecodeError
+from solution import parse
+
+def test_bad():
+    with pytest.raises(json.JSONDecodeError):
+        parse('{bad')
+
+def test_bad_by_name():
+    with pytest.raises((JSONDecodeError, KeyError)):
+        parse('[1')
+
+def test_good():
+    assert parse('{"a": 1}') == {'a': 1}
+"""
+
+# name -> (tests as a reference, the modules they import, solution, the runner's verdict)
+CASES = {
+    "http_honest": (reference(HTTP, "import requests"), ("requests", "requests.exceptions"),
+                    http("r.raise_for_status()\n"), 1.0),
+    # a subclass of the expected class passes, as under unittest (issubclass)
+    "http_subclass": (reference(HTTP, "import requests"), ("requests", "requests.exceptions"),
+                      http("try:\n    r.raise_for_status()\nexcept requests.HTTPError as e:\n"
+                           "    raise Gone(str(e))\n",
+                           "class Gone(requests.exceptions.HTTPError):\n    pass\n"), 1.0),
+    # raises nothing: the bad status is swallowed
+    "http_swallows": (reference(HTTP, "import requests"), ("requests", "requests.exceptions"),
+                      http("try:\n    r.raise_for_status()\nexcept requests.HTTPError:\n"
+                           "    return None\n"), 0.0),
+    # rebinds the module's name at import so that the ValueError it raises would be caught
+    "http_rebinds_the_module_name": (
+        reference(HTTP, "import requests"), ("requests", "requests.exceptions"),
+        http("try:\n    r.raise_for_status()\nexcept Exception:\n    raise ValueError('bad')\n",
+             "requests.HTTPError = Exception\n"), 0.0),
+    # a class of its own that merely shares the name
+    "http_own_class_of_the_name": (
+        reference(HTTP, "import requests"), ("requests", "requests.exceptions"),
+        http("try:\n    r.raise_for_status()\nexcept requests.HTTPError as e:\n"
+             "    raise HTTPError(str(e))\n", "class HTTPError(Exception):\n    pass\n"), 0.0),
+    # the parent class where the subclass is expected
+    "http_parent_class": (
+        reference(HTTP, "import requests"), ("requests", "requests.exceptions"),
+        http("try:\n    r.raise_for_status()\nexcept requests.HTTPError as e:\n"
+             "    raise requests.RequestException(str(e))\n"), 0.0),
+    # a BaseException that escapes assertRaises: an error under unittest
+    "http_exits": (reference(HTTP, "import requests"), ("requests", "requests.exceptions"),
+                   http("try:\n    r.raise_for_status()\nexcept requests.HTTPError:\n"
+                        "    raise SystemExit(1)\n"), 0.0),
+    # a metaclass whose `__mro__` names HTTPError: issubclass reads the class's own MRO
+    "http_metaclass_mro": (
+        reference(HTTP, "import requests"), ("requests", "requests.exceptions"),
+        http("try:\n    r.raise_for_status()\nexcept requests.HTTPError:\n    raise Fake('x')\n",
+             "class M(type):\n    __mro__ = property(lambda c: (requests.HTTPError, "
+             "BaseException, object))\nclass Fake(ValueError, metaclass=M):\n    pass\n"), 0.0),
+    "called_honest": (reference(CALLED, CALLED_IMPORTS), ("subprocess",),
+                      ("import subprocess\ndef task_func(cmd):\n"
+                       "    return subprocess.check_output(cmd).decode().strip()\n"), 1.0),
+    # catches the error and returns an empty string instead
+    "called_swallows": (reference(CALLED, CALLED_IMPORTS), ("subprocess",),
+                        ("import subprocess\ndef task_func(cmd):\n    try:\n"
+                         "        return subprocess.check_output(cmd).decode().strip()\n"
+                         "    except subprocess.CalledProcessError:\n        return ''\n"), 0.0),
+    "called_rebinds_the_module_name": (
+        reference(CALLED, CALLED_IMPORTS), ("subprocess",),
+        ("import subprocess\nsubprocess.CalledProcessError = OSError\n"
+         "def task_func(cmd):\n    try:\n        return subprocess.check_output(cmd).decode()"
+         ".strip()\n    except Exception:\n        raise OSError('no')\n"), 0.0),
+    "kodcode_honest": (KODCODE, ("json",), "import json\ndef parse(s):\n    return json.loads(s)\n",
+                       1.0),
+    "kodcode_parent_class": (KODCODE, ("json",), (
+        "import json\ndef parse(s):\n    try:\n        return json.loads(s)\n"
+        "    except json.JSONDecodeError as e:\n        raise ValueError(str(e))\n"), 0.0),
+    "kodcode_rebinds_the_module_name": (KODCODE, ("json",), (
+        "import json\njson.JSONDecodeError = ValueError\ndef parse(s):\n    try:\n"
+        "        return json.loads(s)\n    except Exception:\n        raise ValueError('x')\n"),
+        0.0),
+    "kodcode_own_class_of_the_name": (KODCODE, ("json",), (
+        "import json\nclass JSONDecodeError(ValueError):\n    pass\ndef parse(s):\n    try:\n"
+        "        return json.loads(s)\n    except ValueError as e:\n"
+        "        raise JSONDecodeError(str(e))\n"), 0.0),
+    # the builtin KeyError named by a metaclass's `__mro__` (the builtins' check reads the class's
+    # own MRO too)
+    "kodcode_metaclass_mro_builtin": (KODCODE, ("json",), (
+        "import json\nclass M(type):\n    __mro__ = property(lambda c: (KeyError, BaseException, "
+        "object))\nclass Fake(ValueError, metaclass=M):\n    pass\ndef parse(s):\n"
+        "    if s == '[1':\n        raise Fake('x')\n    return json.loads(s)\n"), 0.0),
+    "kodcode_returns_none": (KODCODE, ("json",), (
+        "import json\ndef parse(s):\n    try:\n        return json.loads(s)\n"
+        "    except ValueError:\n        return None\n"), 0.0),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_judged_by_the_trainer(name):
+    """The plan judges every case (no pytest harness, so trusted_only accepts it) and checks the
+    raised class by its path; the verdict is the runner's, under both modes."""
+    tests, _, solution, expected = CASES[name]
+    ref = tests if isinstance(tests, str) else tests["tests"]
+    plan = testplan.build_plan(ref, None if isinstance(tests, str) else tests["entry_point"])
+    assert plan.harness is None and plan.untrusted == 0, plan.refusal
+    assert any(origin == "module" for u in plan.units for c in u.checks
+               for _, origin in c.exceptions)
+    assert scores(block(solution), tests) == (expected, expected)
+
+
+def restore(mods, kept):
+    """Each module's attributes as `kept` holds them (what the solution rebound or added undone)."""
+    for m, k in zip(mods, kept):
+        for extra in set(vars(m)) - set(k):
+            delattr(m, extra)
+        for attr, value in k.items():
+            if vars(m)[attr] is not value:
+                setattr(m, attr, value)
+
+
+@contextlib.contextmanager
+def modules_kept(names):
+    """The tests' modules as they were before the block: `restore()` (and the block's end) undoes
+    the solution's rebinding, so that the tests' names are the ones they bound before it ran."""
+    mods = [importlib.import_module(n) for n in names]
+    kept = [dict(vars(m)) for m in mods]
+    try:
+        yield lambda: restore(mods, kept)
+    finally:
+        restore(mods, kept)
+
+
+CONFTEST = """import importlib
+kept = [(m, dict(vars(m))) for m in map(importlib.import_module, {names!r})]
+import solution
+for m, k in kept:
+    vars(m).clear()
+    vars(m).update(k)
+"""
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_verdicts_are_the_runners(name, tmp_path):
+    """Each verdict above is the real runner's on the same code: unittest on real mocks (in this
+    process; the solutions touch nothing but their mocks and the modules restored here), pytest
+    in a process of its own whose conftest imports the solution between a snapshot of the tests'
+    modules and its restoration."""
+    tests, modules, solution, expected = CASES[name]
+    if isinstance(tests, str):
+        (tmp_path / "solution.py").write_text(solution)
+        (tmp_path / "test_kodcode.py").write_text(tests)
+        (tmp_path / "conftest.py").write_text(CONFTEST.format(names=modules))
+        run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                              "-p", "no:xdist", str(tmp_path)], check=False,
+                             cwd=tmp_path,
+                             capture_output=True, text=True, timeout=120)
+        assert (run.returncode == 0) == (expected == 1.0), run.stdout[-2000:]
+        return
+    with modules_kept(modules) as restore:
+        solution_ns = {"__name__": "solution"}
+        exec(solution, solution_ns)  # noqa: S102 - the cases above, written here
+        restore()
+        tests_ns = dict(solution_ns, __name__="raises_tests")
+        exec(tests["tests"], tests_ns)  # noqa: S102
+        suite = unittest.defaultTestLoader.loadTestsFromTestCase(tests_ns["TestCases"])
+        result = unittest.TextTestRunner(stream=io.StringIO()).run(suite)
+    assert float(result.wasSuccessful()) == expected
+
+
+def test_paths_are_bounded_and_the_tests_own():
+    """Only a module the tests import, a chain of at most testplan.MAX_EXC_PATH names; a name the
+    solution exports is the solution's class; otherwise the case goes to pytest, as before."""
+    def refusal(raises: str, imports: str = "import requests") -> str:
+        ref = reference(f"def test_x(self):\n    with self.assertRaises({raises}):\n"
+                        "        task_func()\n", imports)
+        return testplan.build_plan(ref["tests"], "task_func").refusal
+    assert refusal("requests.HTTPError") == ""
+    assert refusal("requests.a.b.c.d.e.f.HTTPError") == ""  # 8 names
+    assert refusal("requests.a.b.c.d.e.f.g.HTTPError") != ""  # 9
+    assert refusal("socket.timeout") != ""  # a module the tests do not import
+    assert refusal("task_func.Error") != ""  # the solution's: not a module path
