@@ -220,7 +220,13 @@ def _local_row(row, where, question_field, answer_field, domain, reward):
         answer = _code_reference(dict(row, setup=converted["answer"]["setup"]),
                                  converted["answer"]["tests"], where)
     elif domain == "code":
-        keys = [answer_field] if answer_field else ["tests", "test", "cases"]
+        keys = [answer_field] if answer_field else list(CODE_REFERENCES)
+        given = [k for k in keys if row.get(k) is not None]
+        if len(given) > 1:  # one would be judged, the other dropped unread
+            raise ValueError(f"{where}: the row has both {given[0]!r} and {given[1]!r}, and one "
+                             f"reference is judged ({CODE_REFERENCES[given[0]]} or "
+                             f"{CODE_REFERENCES[given[1]]}, not both): keep one, or pass "
+                             "answer_field=<field name>")
         tests = _first(row, keys, where, "tests", "answer_field")
         stdin = next(k for k in keys if row.get(k) is not None) == "cases"
         if not stdin and not (isinstance(tests, str) or isinstance(tests, list)
@@ -231,6 +237,9 @@ def _local_row(row, where, question_field, answer_field, domain, reward):
     else:
         answer = _first(row, [answer_field] if answer_field else list(ANSWER_FIELDS),
                         where, "answer", "answer_field")
+    if row.get("starter_code") is not None and not isinstance(row["starter_code"], str):
+        raise ValueError(f"{where}: starter_code must be a string, got "
+                         f"{_short(row['starter_code'])}")
     out = {"question": str(question), "answer": answer, "domain": domain,
                "reward": reward or row.get("reward") or
                DOMAINS[domain], "starter_code": row.get("starter_code"), "id": row.get("id"),
@@ -256,6 +265,13 @@ def _local_row(row, where, question_field, answer_field, domain, reward):
 
 
 CODE_LIMITS = {"float_tolerance": float, "timeout": float, "memory_mb": int}  # a row's own
+# a code row's reference fields, first found judged (what each one is)
+CODE_REFERENCES = {"tests": "tests", "test": "tests", "cases": "stdin/stdout cases"}
+# fields that only one kind of reference reads: refused on the other, never dropped unread
+CASES_ONLY = ("float_tolerance", "case_insensitive")
+TESTS_ONLY = ("entry_point", "setup")
+CODE_FIELDS = (*CODE_REFERENCES, *CODE_LIMITS, *CASES_ONLY, *TESTS_ONLY, "prompt",
+               "starter_code", "domain", "reward", "choices", "id")
 
 
 # a statement that accepts "Yes"/"YES"/"yes" alike (Codeforces: "You can output the answer in any
@@ -296,7 +312,15 @@ def _code_reference(row: dict, tests, where: str, question: str = "",
                              f"{_short(fold)}")
         if fold or (fold is None and ANY_CASE.search(question)):
             out["case_insensitive"] = True
+        for key in TESTS_ONLY:
+            if row.get(key) not in (None, ""):
+                raise ValueError(f"{where}: {key} is read with tests, not with stdin/stdout "
+                                 f"cases: give tests, or leave {key} out")
     else:
+        for key in CASES_ONLY:
+            if row.get(key) is not None:
+                raise ValueError(f"{where}: {key} applies to stdin/stdout cases, not to tests "
+                                 "(their asserts say how values compare): leave it out")
         out = {"tests": tests if isinstance(tests, str) else "\n".join(tests),
                "entry_point": row.get("entry_point"), "setup": row.get("setup") or ""}
         for key in ("entry_point", "setup", "prompt"):
@@ -315,8 +339,34 @@ def _code_reference(row: dict, tests, where: str, question: str = "",
             raise ValueError(f"{where}: {key} must be a {sign} {kind.__name__}, got "
                              f"{_short(value)}")
         out[key] = kind(value)
+    _check_field_names(row, where)
     _check_judgeable(out, where)
     return out
+
+
+def _check_field_names(row: dict, where: str) -> None:
+    """A field that looks like a misspelt code field ("entrypoint", "timeOut", "memory_MB",
+    "float_tolerence"): refused, rather than kept unread while the default applies."""
+    def norm(name):
+        return re.sub(r"[^a-z0-9]", "", name.lower())
+    known = {norm(k): k for k in CODE_FIELDS}
+    for name in row:
+        if not isinstance(name, str) or name in CODE_FIELDS:
+            continue
+        near = known.get(norm(name)) or next(
+            (k for n, k in known.items() if len(n) >= 7 and _one_edit(norm(name), n)), None)
+        if near:
+            raise ValueError(f"{where}: unknown field {name!r}: did you mean {near!r}? (rename "
+                             "it; as it is, it would be ignored)")
+
+
+def _one_edit(a: str, b: str) -> bool:
+    """a and b differ by one insertion, deletion, substitution or swap of neighbours."""
+    if a == b or abs(len(a) - len(b)) > 1:
+        return False
+    i = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    return (a[i + 1:] == b[i + 1:] or a[i:] == b[i + 1:] or a[i + 1:] == b[i:]
+            or (a[i:i + 2] == b[i:i + 2][::-1] and a[i + 2:] == b[i + 2:]))
 
 
 def _check_judgeable(answer: dict, where: str) -> None:
@@ -347,6 +397,36 @@ def _check_judgeable(answer: dict, where: str) -> None:
     entry = answer.get("entry_point")
     if entry is not None and not (entry.isidentifier() and not keyword.iskeyword(entry)):
         raise ValueError(f"{where}: entry_point must be a Python name, got {_short(entry)}")
+    body = ast.parse(answer["tests"]).body
+    check = [s for s in body if isinstance(s, ast.FunctionDef) and s.name == "check"]
+    if entry and not check and not re.search(rf"\b{entry}\b", answer["tests"] + "\n"
+                                             + answer.get("setup", "")):
+        raise ValueError(f"{where}: entry_point {entry!r} is neither named by the tests nor passed "
+                         "to a check(candidate): the tests judge other names")
+    called = any(isinstance(n, ast.Name) and n.id == "check" and isinstance(n.ctx, ast.Load)
+                 for n in ast.walk(ast.Module(body=body, type_ignores=[])))
+    if not any(_tests_something(s, bool(entry) or called) for s in body):
+        raise ValueError(f"{where}: the tests hold no test (no assert, no test function or "
+                         "TestCase method, no statement that runs, no entry_point for check): "
+                         "every answer would score 0")
+
+
+def _tests_something(stmt, check_runs: bool) -> bool:
+    """Could this statement of a test module judge an answer? False only for what never does: an
+    import, a docstring, pass, an assignment, a helper function, a class without test methods, a
+    check(candidate) nothing calls (rewards/testplan.py counts none of them a test case)."""
+    import ast
+    if isinstance(stmt, (ast.Import, ast.ImportFrom, ast.Pass, ast.Assign, ast.AnnAssign)) or (
+            isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant)):
+        return False
+    if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return stmt.name.startswith("test") or (stmt.name == "check" and check_runs)
+    if isinstance(stmt, ast.ClassDef):  # its tests may come from a base defined elsewhere
+        return any(ast.unparse(b) not in ("object", "TestCase", "unittest.TestCase")
+                   for b in stmt.bases) or any(
+            isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and (s.name.startswith("test") or s.name == "runTest") for s in stmt.body)
+    return True  # an assert, a call, a loop, a with block: it runs
 
 
 def _fields(row: dict, question: str, answer_key) -> dict:

@@ -3,6 +3,7 @@ solution scores 0.0 under get_reward("code") and trusted_only=True, an honest on
 expected verdict is what the suite's own runner (or a plain Python run) gives, as the comments say.
 """
 import json
+from pathlib import Path
 from typing import ClassVar
 
 import pytest
@@ -151,6 +152,119 @@ class TestRowsJudgeableWhenLoaded:
         path.write_text(json.dumps(dict(row, checks=["assert add(1, 2) == 3)"])) + "\n")
         with pytest.raises(ValueError, match="rows.jsonl:1: tests is not valid Python"):
             data.load_problems(str(path), answer_field="checks")
+
+
+class TestEveryFieldOfACodeRowReadOrRefused:
+    """A code row's fields are each read as it says, or the load fails with one line naming the
+    file and row: two references where one is judged, tests that hold no test, fields that one kind
+    of reference never reads, an entry point the tests never name, misspelt field names."""
+
+    CASES: ClassVar[list] = [{"input": "2 3\n", "output": "5\n"}]
+
+    def load(self, tmp_path, row, **options):
+        path = tmp_path / "rows.jsonl"
+        path.write_text(json.dumps({"question": "Add two numbers.", **row}) + "\n")
+        return data.load_problems(str(path), **options)
+
+    def refused(self, tmp_path, row, said, **options):
+        with pytest.raises(ValueError, match=said) as info:
+            self.load(tmp_path, row, **options)
+        assert str(info.value).startswith(str(tmp_path / "rows.jsonl") + ":1: ")
+        assert "\n" not in str(info.value)
+
+    @pytest.mark.parametrize("row", [
+        {"tests": ADD, "cases": CASES},
+        {"test": ADD, "cases": json.dumps(CASES)},
+        {"tests": ADD, "test": "assert add(0, 0) == 0"},
+    ])
+    def test_two_references_where_one_is_judged(self, tmp_path, row):
+        first, second = (k for k in ("tests", "test", "cases") if k in row)
+        self.refused(tmp_path, row, f"both '{first}' and '{second}'")
+
+    def test_a_reference_named_by_answer_field_is_judged_alone(self, tmp_path):
+        row = {"tests": ADD, "cases": self.CASES}
+        (problem,) = self.load(tmp_path, row, answer_field="cases")
+        stdin = block("a, b = map(int, input().split())\nprint(a + b)")
+        assert scores(stdin, problem.answer) == (1.0, 1.0)
+        (problem,) = self.load(tmp_path, row, answer_field="tests")
+        assert scores(block(GOOD_ADD), problem.answer) == (1.0, 1.0)
+
+    NO_TEST: ClassVar[list] = [
+        "import math\n",
+        '"""Tests."""\nfrom solution import add\nX = add(1, 2)\n',
+        "def helper(a):\n    return add(a, a)\n",
+        "import unittest\n\nclass T(unittest.TestCase):\n    def setUp(self):\n        pass\n",
+        "def check(candidate):\n    assert candidate(2, 3) == 5\n",  # no entry point to pass
+    ]
+
+    @pytest.mark.parametrize("tests", NO_TEST)
+    def test_tests_that_hold_no_test(self, tmp_path, tests):
+        # what the reward makes of them: 0 whatever the answer
+        assert scores(block(GOOD_ADD), {"tests": tests}) == (0.0, 0.0)
+        self.refused(tmp_path, {"tests": tests}, "the tests hold no test")
+        self.refused(tmp_path, {"checks": tests, "domain": "code"}, "the tests hold no test",
+                     answer_field="checks")
+
+    def test_mbpps_own_row_without_a_test(self, tmp_path):
+        row = {"task_id": 1, "text": "Add two numbers.", "test_list": ["import math"]}
+        self.refused(tmp_path, row, "the tests hold no test")
+
+    @pytest.mark.parametrize("row", [
+        {"tests": "if add(2, 3) != 5:\n    raise AssertionError\n"},
+        {"tests": "def test_add():\n    assert add(2, 3) == 5\n"},
+        {"tests": "def check(candidate):\n    assert candidate(2, 3) == 5\n", "entry_point": "add"},
+        {"tests": "def check(candidate):\n    assert candidate(2, 3) == 5\n\ncheck(add)\n"},
+    ])
+    def test_tests_that_test_something_load_and_score(self, tmp_path, row):
+        (problem,) = self.load(tmp_path, row)
+        assert scores(block(GOOD_ADD), problem.answer)[0] == 1.0
+        assert scores(block("def add(a, b):\n    return a - b\n"), problem.answer)[0] == 0.0
+
+    @pytest.mark.parametrize("row,said", [
+        ({"tests": ADD, "float_tolerance": 1e-6}, "float_tolerance applies to stdin/stdout"),
+        ({"tests": ADD, "case_insensitive": True}, "case_insensitive applies to stdin/stdout"),
+        ({"cases": CASES, "entry_point": "add"}, "entry_point is read with tests"),
+        ({"cases": CASES, "setup": "import math"}, "setup is read with tests"),
+        ({"tests": ADD, "entry_point": "plus"}, "entry_point 'plus' is neither named by the tests"),
+        ({"tests": ADD, "starter_code": ["def add(a, b):"]}, "starter_code must be a string"),
+        ({"tests": ADD, "entrypoint": "add"}, "unknown field 'entrypoint'"),
+        ({"tests": ADD, "timeOut": 3}, "did you mean 'timeout'"),
+        ({"tests": ADD, "timeouts": 3}, "did you mean 'timeout'"),
+        ({"tests": ADD, "memory_MB": 512}, "did you mean 'memory_mb'"),
+        ({"cases": CASES, "float_tolerence": 0.1}, "did you mean 'float_tolerance'"),
+        ({"tests": ADD, "entry_piont": "add"}, "did you mean 'entry_point'"),
+        ({"cases": CASES, "caseInsensitive": True}, "did you mean 'case_insensitive'"),
+    ])
+    def test_a_field_that_would_be_dropped(self, tmp_path, row, said):
+        self.refused(tmp_path, row, said)
+
+    def test_fields_of_other_meanings_are_kept(self, tmp_path):
+        # near no code field (MBPP's text, Codeforces' limits, a suite's own keys): kept for a
+        # custom reward, the reference as the row says
+        row = {"tests": ADD, "entry_point": "add", "text": "t", "time_limit": 2.0,
+               "memory_limit": 256, "test_list": ["assert add(2, 3) == 5"], "difficulty": "easy"}
+        (problem,) = self.load(tmp_path, row)
+        assert problem.answer == {"tests": ADD, "entry_point": "add", "setup": ""}
+        assert problem.fields["time_limit"] == 2.0 and problem.fields["text"] == "t"
+
+    @pytest.mark.parametrize("name,options", [
+        ("humaneval.jsonl", {}), ("humaneval_plus.jsonl", {}), ("mbpp.jsonl", {}),
+        ("kodcode.jsonl", {}), ("bigcodebench.jsonl", {"question_field": "complete_prompt"}),
+        ("bigcodebench_mocks.jsonl", {"question_field": "complete_prompt"})])
+    def test_every_real_row_still_loads(self, name, options):
+        path = Path(__file__).parent / "code_rows" / name
+        rows = path.read_text().splitlines()
+        assert len(data.load_problems(str(path), **options)) == len(rows) > 0
+
+    def test_the_builtin_formats_are_checked_alike(self):
+        from gmts.data import _check_judgeable, builtin
+        row = {"task_id": "HumanEval/0", "prompt": "def add(a, b):\n    pass\n",
+               "entry_point": "add",
+               "test": "def check(candidate):\n    assert candidate(2, 3) == 5\n"}
+        _check_judgeable(builtin.humaneval(row, "he:1")["answer"], "he:1")
+        with pytest.raises(ValueError, match="he:1: the tests hold no test"):
+            _check_judgeable(builtin.kodcode({"question": "q", "test": "import math\n"},
+                                             "he:1")["answer"], "he:1")
 
 
 # ------------------------------------------------ 4. each format's whole program
