@@ -14,7 +14,9 @@ list; the answer is then a letter, an index or the choice's text), "id" and "sta
 a domain a row is math with the gsm8k reward (last \\boxed{}, else last number). The `reward=` and
 `domain=` options override every row. `split` is ignored for local files. Every problem keeps its
 row's other fields in `Problem.fields` (the question as "question", the answer column left out):
-what a custom reward (`--reward file.py:fn`, rewards/) is called with.
+what a custom reward (`--reward file.py:fn`, rewards/) is called with. A code row is checked whole
+when loaded: a field it would not be judged by (both tests and cases, float_tolerance on tests, a
+misspelt "entrypoint") or tests that hold no test fail with one line naming the file and row.
 
 limit: the first `limit` problems in file order (no shuffling here: shuffle in the trainer, with its
 seed). seed: only the arithmetic task uses it.
