@@ -431,6 +431,20 @@ def _tests_something(stmt, check_runs: bool) -> bool:
     return True  # an assert, a call, a loop, a with block: it runs
 
 
+def _check_reward_fits(row: dict, where: str) -> None:
+    """The reward can read the row's answer: code's tests only with the code reward (math's
+    rewards raise on them, and the code reward reads a math answer as tests that judge nothing),
+    the choice reward only a letter A-J."""
+    reward, domain = row["reward"], row["domain"]
+    if (reward == "code") != (domain == "code"):
+        what = "tests" if domain == "code" else "not tests"
+        raise ValueError(f"{where}: the {reward} reward cannot judge a {domain} row (its answer "
+                         f"is {what}): a code row takes the code reward, and only it")
+    if reward == "choice" and not re.fullmatch(r"[A-J]", str(row["answer"])):
+        raise ValueError(f"{where}: the choice reward needs a letter A-J as the answer, got "
+                         f"{_short(row['answer'])} (give the row choices, or domain='choice')")
+
+
 def _fields(row: dict, question: str, answer_key) -> dict:
     """A custom reward's **fields: the row's fields but the answer's own (the reward gets the answer
     as its second argument) and "completion", plus "question", the question text."""
@@ -525,6 +539,7 @@ def load_problems(source: str, split: str = "train", *, limit: int | None = None
     for default_id, where, row in records[:limit] if limit is not None else records:
         if row["reward"] not in ("gsm8k", "math", "choice", "code"):
             raise ValueError(f"{where}: unknown reward {row['reward']!r}")
+        _check_reward_fits(row, where)
         question = str(row["question"])
         if not question.strip():
             raise ValueError(f"{where}: empty question")

@@ -238,6 +238,28 @@ class TestEveryFieldOfACodeRowReadOrRefused:
     def test_a_field_that_would_be_dropped(self, tmp_path, row, said):
         self.refused(tmp_path, row, said)
 
+    @pytest.mark.parametrize("row,options,said", [
+        ({"answer": "42", "reward": "code"}, {}, "the code reward cannot judge a math row"),
+        ({"answer": "42"}, {"reward": "code"}, "the code reward cannot judge a math row"),
+        ({"tests": ADD, "reward": "math"}, {}, "the math reward cannot judge a code row"),
+        ({"tests": ADD}, {"reward": "gsm8k"}, "the gsm8k reward cannot judge a code row"),
+        ({"answer": "42", "reward": "choice"}, {}, "the choice reward needs a letter A-J"),
+    ])
+    def test_a_reward_that_cannot_read_the_answer(self, tmp_path, row, options, said):
+        # what the reward makes of such an answer: a raise (a step ended) or 0 whatever the answer
+        answer = row.get("answer") or {"tests": ADD}
+        reward = options.get("reward") or row["reward"]
+        try:
+            assert get_reward(reward)(block(GOOD_ADD) + "\\boxed{42}", answer) == 0.0
+        except ValueError:
+            pass
+        self.refused(tmp_path, row, said, **options)
+        # the same answers with a reward that reads them load
+        (problem,) = self.load(tmp_path, {**row, "reward": None, "choices": ["41", "42"]}
+                               if reward == "choice" else {k: v for k, v in row.items()
+                                                           if k != "reward"})
+        assert problem.reward in ("choice", "gsm8k", "code")
+
     def test_fields_of_other_meanings_are_kept(self, tmp_path):
         # near no code field (MBPP's text, Codeforces' limits, a suite's own keys): kept for a
         # custom reward, the reference as the row says
