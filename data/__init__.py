@@ -230,7 +230,10 @@ def _local_row(row, where, question_field, answer_field, domain, reward):
                              f"{CODE_REFERENCES[given[1]]}, not both): keep one, or pass "
                              "answer_field=<field name>")
         tests = _first(row, keys, where, "tests", "answer_field")
-        stdin = next(k for k in keys if row.get(k) is not None) == "cases"
+        # a field named by answer_field holding {"input", "output"} cases (CodeContests'
+        # public_tests as a list) is read as cases
+        stdin = next(k for k in keys if row.get(k) is not None) == "cases" or (
+            isinstance(tests, list) and bool(tests) and all(isinstance(t, dict) for t in tests))
         if not stdin and not (isinstance(tests, str) or isinstance(tests, list)
                 and all(isinstance(t, str) for t in tests)):
             raise ValueError(f"{where}: the tests must be a string or a list of strings, got "

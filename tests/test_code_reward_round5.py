@@ -260,6 +260,16 @@ class TestEveryFieldOfACodeRowReadOrRefused:
                                                            if k != "reward"})
         assert problem.reward in ("choice", "gsm8k", "code")
 
+    def test_cases_named_by_answer_field_are_read_as_cases(self, tmp_path):
+        row = {"domain": "code", "public": self.CASES, "timeout": 5}
+        (problem,) = self.load(tmp_path, row, answer_field="public")
+        assert problem.answer == {"cases": self.CASES, "timeout": 5.0}
+        assert scores(block("a, b = map(int, input().split())\nprint(a + b)"),
+                      problem.answer) == (1.0, 1.0)
+        assert scores(block("print(6)"), problem.answer) == (0.0, 0.0)
+        self.refused(tmp_path, dict(row, public=[{"input": "1"}]), "cases must be a list",
+                     answer_field="public")
+
     def test_fields_of_other_meanings_are_kept(self, tmp_path):
         # near no code field (MBPP's text, Codeforces' limits, a suite's own keys): kept for a
         # custom reward, the reference as the row says
