@@ -391,10 +391,11 @@ def _check_judgeable(answer: dict, where: str) -> None:
         return
     if not answer["tests"].strip():
         raise ValueError(f"{where}: the tests are empty: nothing to judge")
+    trees = {}
     for key in ("tests", "setup", "prompt"):
         if answer.get(key):
             try:
-                compile(answer[key], key, "exec", ast.PyCF_ONLY_AST)
+                trees[key] = compile(answer[key], key, "exec", ast.PyCF_ONLY_AST)
             except (SyntaxError, ValueError) as e:
                 at = f" (line {e.lineno})" if getattr(e, "lineno", None) else ""
                 msg = getattr(e, "msg", None) or str(e)
@@ -402,7 +403,7 @@ def _check_judgeable(answer: dict, where: str) -> None:
     entry = answer.get("entry_point")
     if entry is not None and not (entry.isidentifier() and not keyword.iskeyword(entry)):
         raise ValueError(f"{where}: entry_point must be a Python name, got {_short(entry)}")
-    body = ast.parse(answer["tests"]).body
+    body = trees["tests"].body
     check = [s for s in body if isinstance(s, ast.FunctionDef) and s.name == "check"]
     if entry and not check and not re.search(rf"\b{entry}\b", answer["tests"] + "\n"
                                              + answer.get("setup", "")):
