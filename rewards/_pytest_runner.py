@@ -72,6 +72,115 @@ def _tests_code(module) -> dict:
     return out
 
 
+# builtins that only read their arguments: a module-level value passed to one stays protected
+_READERS = frozenset({"len", "sorted", "list", "tuple", "set", "frozenset", "str", "repr", "int",
+                      "float", "bool", "abs", "min", "max", "sum", "any", "all", "isinstance",
+                      "type", "print", "round", "hash", "id", "reversed", "enumerate", "zip"})
+
+
+def _data_names(path: str):
+    """What the test file lets change in its module's namespace, from its source: (bound, free,
+    protected). bound: the names it binds at module level (and the solution's names it imports);
+    free: the names a function of its declares `global` (rebinding them is the tests' own);
+    protected: the module-level values its code only reads (compared, indexed, passed to a builtin
+    that reads): a value handed to anything else (the solution, a fixture, a method of its own)
+    may change, as pytest shares it. Also the solution's names the file imports (copied)."""
+    import ast
+    with open(path, encoding="utf-8") as fh:
+        tree = ast.parse(fh.read())
+    bound, free, exposed, copied = set(), set(), set(), set()
+    for node in tree.body:
+        if isinstance(node, ast.For) and getattr(node.target, "id", "") == "__gmts_name":
+            copied.update(ast.literal_eval(node.iter))  # the solution's names, as imported
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound.update((a.asname or a.name).split(".")[0] for a in node.names)
+        for sub in ast.walk(node) if not isinstance(node, (ast.FunctionDef, ast.ClassDef,
+                                                          ast.AsyncFunctionDef)) else ():
+            if isinstance(sub, ast.Name) and isinstance(sub.ctx, (ast.Store, ast.Del)):
+                bound.add(sub.id)
+    parents = {}
+    for node in ast.walk(tree):
+        for child in ast.iter_child_nodes(node):
+            parents[child] = node
+        if isinstance(node, ast.Global):
+            free.update(node.names)
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)):
+            continue
+        top = node  # the chain X, X[i], X.a, X[i][j] rooted at this name
+        while isinstance(parents.get(top), (ast.Subscript, ast.Attribute)) and (
+                parents[top].value is top):
+            top = parents[top]
+        up = parents.get(top)
+        reads = (isinstance(up, (ast.Compare, ast.BinOp, ast.UnaryOp, ast.FormattedValue))
+                 or (isinstance(up, (ast.Assert, ast.If, ast.While)) and up.test is top)
+                 or (isinstance(up, ast.Subscript) and up.slice is top)
+                 or (isinstance(up, ast.Call) and top in up.args
+                     and isinstance(up.func, ast.Name) and up.func.id in _READERS
+                     and up.func.id not in bound))
+        if not reads:
+            exposed.add(node.id)
+    assigns = [n for n in tree.body if isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign))]
+    while True:  # a value a call made (the solution's), or one holding a value that may change
+        grown = set(exposed)
+        for node in assigns:
+            if any((isinstance(n, ast.Call) and not (isinstance(n.func, ast.Name)
+                                                     and n.func.id in _READERS))
+                   or (isinstance(n, ast.Name) and n.id in grown)
+                   for n in ast.walk(node.value or ast.Constant(None))):
+                for target in getattr(node, "targets", [getattr(node, "target", None)]):
+                    grown.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+        if grown == exposed:
+            break
+        exposed = grown
+    return bound, free, bound - exposed - free, copied - bound
+
+
+_PLAIN = (list, tuple, dict, set, frozenset)
+_ATOMS = (int, float, complex, str, bytes, bool, type(None))
+
+
+def _fingerprint(value, skip: set, budget: list):
+    """A bounded deep fingerprint of a module-level value: plain containers by identity and items,
+    atoms by type and value, anything else by identity (no code of the solution's runs)."""
+    if budget[0] <= 0:
+        return "..."
+    budget[0] -= 1
+    kind = type(value)
+    if id(value) in skip or kind not in _PLAIN:
+        return (id(kind), id(value), value if kind in _ATOMS else None)
+    items = value.items() if kind is dict else value
+    return (id(kind), id(value), tuple(_fingerprint(v, skip, budget) for v in (
+        (item for pair in items for item in pair) if kind is dict else items)))
+
+
+def _reachable(values, budget: int = 100_000) -> set:
+    """ids of the plain containers reachable from these values (what the tests may hand on)."""
+    seen, stack = set(), list(values)
+    while stack and len(seen) < budget:
+        value = stack.pop()
+        if type(value) in _PLAIN and id(value) not in seen:
+            seen.add(id(value))
+            stack.extend((*value.keys(), *value.values()) if type(value) is dict else value)
+    return seen
+
+
+def _module_data(module, names) -> dict:
+    """The test module's namespace: each name's binding (by identity) and, for the protected names,
+    the fingerprint of its value."""
+    space = dict(vars(module))
+    out = {name: id(value) for name, value in space.items()
+           if not name.startswith("__") or name == "__builtins__"}
+    free, protected = names
+    skip = _reachable([v for n, v in space.items() if n not in protected])
+    budget = [100_000]
+    out.update({("data", n): _fingerprint(space[n], skip, budget)
+                for n in sorted(protected) if n in space})
+    return {k: v for k, v in out.items() if k not in free}
+
+
 def _tracing() -> bool:
     """A tracer or profiler is installed (sys.settrace/setprofile, threading's, sys.monitoring):
     the runner has none, and one of the solution's can rewrite a test's frame or code between two
@@ -87,13 +196,15 @@ def _tracing() -> bool:
     return monitoring is not None and any(monitoring.get_tool(i) is not None for i in range(6))
 
 
-def make_plugin(token: bytes, fd: int, test_module: str):
+def make_plugin(token: bytes, fd: int, test_file: str):
     import json
 
     import pytest
     from _pytest.skipping import evaluate_skip_marks, xfailed_key
 
     write, dumps = os.write, json.dumps
+    test_module = os.path.splitext(os.path.basename(test_file))[0]
+    bound, free, protected, copied = _data_names(test_file)
 
     def freeze(record: dict):
         """One line out now: once written, nothing the solution does later in this process (a
@@ -111,6 +222,7 @@ def make_plugin(token: bytes, fd: int, test_module: str):
 
     tests = {}  # the test module's functions and classes, and their code, as collected
     items_code = {}  # each collected test item -> the code its call runs
+    data = {}  # the test module's namespace and protected values, as collected
 
     def tampered(config) -> bool:
         if _tracing():
@@ -120,6 +232,8 @@ def make_plugin(token: bytes, fd: int, test_module: str):
             if key[1] is not None and now.get(key, key) is not value:
                 return True
         if tests and _tests_code(sys.modules.get(test_module)) != tests:
+            return True
+        if data and _module_data(sys.modules.get(test_module), (free, protected)) != data:
             return True
         if any(_item_code(item) != code for item, code in items_code.items()):
             return True
@@ -153,7 +267,17 @@ def make_plugin(token: bytes, fd: int, test_module: str):
                     if getattr(getattr(i, "obj", None), "__module__", None) == test_module]
             dropped = [i for i in items if i not in keep]
             items[:] = keep
-            tests.update(_tests_code(sys.modules.get(test_module)))
+            module = sys.modules.get(test_module)
+            tests.update(_tests_code(module))
+            if module is not None:
+                data.update(_module_data(module, (free, protected)))
+                # a name the file does not bind, put in its namespace by the solution's import
+                solution = vars(sys.modules.get("solution", sys))
+                if any(n not in bound and (n not in copied or solution.get(n, n) is not value)
+                       for n, value in vars(module).items()
+                       if n.isidentifier() and not n.startswith("__")):  # not @py_builtins
+                    state["tampered"] = True
+                    freeze({"tampered": True})
             items_code.update({i: _item_code(i) for i in keep})
             if dropped:
                 config.hook.pytest_deselected(items=dropped)
@@ -229,7 +353,7 @@ def main():
     os.close(token_fd)
     del sys.argv[1:]
     import pytest
-    plugin = make_plugin(token, fd, os.path.splitext(os.path.basename(test_file))[0])
+    plugin = make_plugin(token, fd, test_file)
     del token
     # Output as in a plain run: what the tests and the solution print goes to the run's stdout
     # (capsys and capfd still capture inside their tests); pytest's own report is off, and each
