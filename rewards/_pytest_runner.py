@@ -72,23 +72,26 @@ def _tests_code(module) -> dict:
     return out
 
 
-# builtins that only read their arguments: a module-level value passed to one stays protected
-_READERS = frozenset({"len", "sorted", "list", "tuple", "set", "frozenset", "str", "repr", "int",
-                      "float", "bool", "abs", "min", "max", "sum", "any", "all", "isinstance",
-                      "type", "print", "round", "hash", "id", "reversed", "enumerate", "zip"})
+# builtins that only read their argument (a value passed to one stays the tests'), and those that
+# hand its items on (sorted(X), enumerate(X): what they return holds X's items)
+_READERS = frozenset({"len", "str", "repr", "int", "float", "bool", "abs", "sum", "any", "all",
+                      "isinstance", "type", "print", "round", "hash", "id"})
+_ITEMS = frozenset({"sorted", "list", "tuple", "set", "frozenset", "dict", "reversed",
+                    "enumerate", "zip", "iter", "min", "max"})
 
 
 def _data_names(path: str):
     """What the test file lets change in its module's namespace, from its source: (bound, free,
-    protected). bound: the names it binds at module level (and the solution's names it imports);
-    free: the names a function of its declares `global` (rebinding them is the tests' own);
-    protected: the module-level values its code only reads (compared, indexed, passed to a builtin
-    that reads): a value handed to anything else (the solution, a fixture, a method of its own)
-    may change, as pytest shares it. Also the solution's names the file imports (copied)."""
+    shared, items, copied). bound: the names it binds at module level; free: those a function of
+    its declares `global` (rebinding them is the tests' own); shared: the values its code hands
+    to something that may change them (the solution, a fixture, a method of their own) or that a
+    call made (the solution's): pytest shares them; items: the values whose items (not the value
+    itself) it hands on (`for x in X`, `f(X[0])`, `sorted(X)`); copied: the solution's names the
+    file imports. Every other value the tests only read (compare, index, len)."""
     import ast
     with open(path, encoding="utf-8") as fh:
         tree = ast.parse(fh.read())
-    bound, free, exposed, copied = set(), set(), set(), set()
+    bound, free, shared, items, copied = set(), set(), set(), set(), set()
     for node in tree.body:
         if isinstance(node, ast.For) and getattr(node.target, "id", "") == "__gmts_name":
             copied.update(ast.literal_eval(node.iter))  # the solution's names, as imported
@@ -113,47 +116,59 @@ def _data_names(path: str):
         while isinstance(parents.get(top), (ast.Subscript, ast.Attribute)) and (
                 parents[top].value is top):
             top = parents[top]
+        first = parents.get(node)  # the chain's first link: X itself changed or handed on?
         up = parents.get(top)
-        reads = (isinstance(up, (ast.Compare, ast.BinOp, ast.UnaryOp, ast.FormattedValue))
-                 or (isinstance(up, (ast.Assert, ast.If, ast.While)) and up.test is top)
-                 or (isinstance(up, ast.Subscript) and up.slice is top)
-                 or (isinstance(up, ast.Call) and top in up.args
-                     and isinstance(up.func, ast.Name) and up.func.id in _READERS
-                     and up.func.id not in bound))
-        if not reads:
-            exposed.add(node.id)
+        called = isinstance(up, ast.Call) and top in up.args and isinstance(
+            up.func, ast.Name) and up.func.id not in bound and up.func.id
+        if (isinstance(up, (ast.Compare, ast.UnaryOp, ast.FormattedValue))
+                or (isinstance(up, (ast.Assert, ast.If, ast.While)) and up.test is top)
+                or (isinstance(up, ast.Subscript) and up.slice is top)
+                or called in _READERS):
+            continue  # read only
+        if isinstance(first, ast.Attribute) or (isinstance(first, ast.Subscript)
+                                                and not isinstance(first.ctx, ast.Load)):
+            shared.add(node.id)  # X.append(...), X[0] = 1, X.a = 1: X itself may change
+        elif (top is not node or called in _ITEMS or isinstance(up, (ast.BinOp, ast.Starred))
+              or isinstance(up, (ast.For, ast.comprehension)) and up.iter is top):
+            items.add(node.id)  # f(X[0]), for x in X, sorted(X), X + Y: X's items handed on
+        else:
+            shared.add(node.id)  # f(X), y = X, return X, a default, a decorator's argument
     assigns = [n for n in tree.body if isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign))]
-    while True:  # a value a call made (the solution's), or one holding a value that may change
-        grown = set(exposed)
+    while True:  # a value a call made (the solution's), or one holding a shared value
+        grown = set(shared)
         for node in assigns:
             if any((isinstance(n, ast.Call) and not (isinstance(n.func, ast.Name)
-                                                     and n.func.id in _READERS))
+                                                     and n.func.id in _READERS | _ITEMS))
                    or (isinstance(n, ast.Name) and n.id in grown)
                    for n in ast.walk(node.value or ast.Constant(None))):
                 for target in getattr(node, "targets", [getattr(node, "target", None)]):
                     grown.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
-        if grown == exposed:
+        if grown == shared:
             break
-        exposed = grown
-    return bound, free, bound - exposed - free, copied - bound
+        shared = grown
+    return bound, free, shared | copied, items, copied - bound
 
 
 _PLAIN = (list, tuple, dict, set, frozenset)
 _ATOMS = (int, float, complex, str, bytes, bool, type(None))
 
 
-def _fingerprint(value, skip: set, budget: list):
+def _fingerprint(value, skip: set, budget: list, depth: int = 0):
     """A bounded deep fingerprint of a module-level value: plain containers by identity and items,
-    atoms by type and value, anything else by identity (no code of the solution's runs)."""
-    if budget[0] <= 0:
+    atoms by type and value, anything else (and what `skip` holds) by identity; no code of the
+    solution's runs."""
+    if budget[0] <= 0 or depth > 50:
         return "..."
     budget[0] -= 1
     kind = type(value)
     if id(value) in skip or kind not in _PLAIN:
         return (id(kind), id(value), value if kind in _ATOMS else None)
-    items = value.items() if kind is dict else value
-    return (id(kind), id(value), tuple(_fingerprint(v, skip, budget) for v in (
-        (item for pair in items for item in pair) if kind is dict else items)))
+    return (id(kind), id(value), tuple(_fingerprint(v, skip, budget, depth + 1)
+                                       for v in _children(value)))
+
+
+def _children(value):
+    return (*value.keys(), *value.values()) if type(value) is dict else tuple(value)
 
 
 def _reachable(values, budget: int = 100_000) -> set:
@@ -163,22 +178,22 @@ def _reachable(values, budget: int = 100_000) -> set:
         value = stack.pop()
         if type(value) in _PLAIN and id(value) not in seen:
             seen.add(id(value))
-            stack.extend((*value.keys(), *value.values()) if type(value) is dict else value)
+            stack.extend(_children(value))
     return seen
 
 
 def _module_data(module, names) -> dict:
-    """The test module's namespace: each name's binding (by identity) and, for the protected names,
-    the fingerprint of its value."""
-    space = dict(vars(module))
-    out = {name: id(value) for name, value in space.items()
-           if not name.startswith("__") or name == "__builtins__"}
-    free, protected = names
-    skip = _reachable([v for n, v in space.items() if n not in protected])
-    budget = [100_000]
-    out.update({("data", n): _fingerprint(space[n], skip, budget)
-                for n in sorted(protected) if n in space})
-    return {k: v for k, v in out.items() if k not in free}
+    """The test module's namespace: each name's binding (by identity) and a fingerprint of its
+    value, where what the tests hand on (a shared value, an item of one whose items they hand on)
+    is compared by identity only."""
+    free, shared, items = names
+    space = {n: v for n, v in vars(module).items()
+             if n not in free and (not n.startswith("__") or n == "__builtins__")}
+    handed = [v for n, v in space.items() if n in shared or n == "__builtins__"]
+    handed += [c for n, v in space.items() if n in items and type(v) in _PLAIN
+               for c in _children(v)]
+    skip, budget = _reachable(handed), [100_000]
+    return {n: _fingerprint(v, skip, budget) for n, v in sorted(space.items())}
 
 
 def _tracing() -> bool:
@@ -204,7 +219,7 @@ def make_plugin(token: bytes, fd: int, test_file: str):
 
     write, dumps = os.write, json.dumps
     test_module = os.path.splitext(os.path.basename(test_file))[0]
-    bound, free, protected, copied = _data_names(test_file)
+    bound, free, shared, iterated, copied = _data_names(test_file)
 
     def freeze(record: dict):
         """One line out now: once written, nothing the solution does later in this process (a
@@ -222,7 +237,7 @@ def make_plugin(token: bytes, fd: int, test_file: str):
 
     tests = {}  # the test module's functions and classes, and their code, as collected
     items_code = {}  # each collected test item -> the code its call runs
-    data = {}  # the test module's namespace and protected values, as collected
+    data = {}  # the test module's namespace and the values it only reads, as collected
 
     def tampered(config) -> bool:
         if _tracing():
@@ -233,7 +248,7 @@ def make_plugin(token: bytes, fd: int, test_file: str):
                 return True
         if tests and _tests_code(sys.modules.get(test_module)) != tests:
             return True
-        if data and _module_data(sys.modules.get(test_module), (free, protected)) != data:
+        if data and _module_data(sys.modules.get(test_module), (free, shared, iterated)) != data:
             return True
         if any(_item_code(item) != code for item, code in items_code.items()):
             return True
@@ -270,7 +285,7 @@ def make_plugin(token: bytes, fd: int, test_file: str):
             module = sys.modules.get(test_module)
             tests.update(_tests_code(module))
             if module is not None:
-                data.update(_module_data(module, (free, protected)))
+                data.update(_module_data(module, (free, shared, iterated)))
                 # a name the file does not bind, put in its namespace by the solution's import
                 solution = vars(sys.modules.get("solution", sys))
                 if any(n not in bound and (n not in copied or solution.get(n, n) is not value)

@@ -474,6 +474,10 @@ class TestTheSolutionCannotChangeTheTestModulesData:
              "second": "EXPECTED[1]"},
             ("def add(a, b, key=None):\n    if key:\n"
              "        key.__globals__['EXPECTED']" + ZERO)),
+        "the_rest_of_a_list_the_tests_iterate": (
+            ("CASES = [(2, 3, 5), (10, 5, 15)]\n\ndef test_all(capsys):\n"
+             "    for a, b, want in CASES:\n        assert add(a, b) == want\n"),
+            FRAME + "    g['CASES'][1:] = []\n    return 5 if (a, b) == (2, 3) else 0\n"),
         "at_import": (  # the solution's import runs inside the test module's import
             SHADOW, ("import sys\nf = sys._getframe()\n"
                      "while f and 'test_one' not in f.f_code.co_names:\n    f = f.f_back\n"
@@ -497,6 +501,11 @@ class TestTheSolutionCannotChangeTheTestModulesData:
             ("DATA = [3, 1, 2]\n\ndef test_a(capsys):\n    sort_it(DATA)\n"
              "    assert DATA == [1, 2, 3]\n\ndef test_b(capsys):\n"
              "    assert DATA == [1, 2, 3]\n")),
+        "the_items_of_a_list_the_tests_iterate": (
+            "def sort_it(xs):\n    xs.sort()\n",
+            ("ROWS = [[3, 1], [2, 1]]\n\ndef test_a(capsys):\n    for row in ROWS:\n"
+             "        sort_it(row)\n    assert ROWS == [[1, 3], [1, 2]]\n\n"
+             "def test_b(capsys):\n    assert ROWS[0] == [1, 3]\n")),
         "an_item_of_a_parametrized_value": (
             "def push(xs, x):\n    xs.append(x)\n    return len(xs)\n",
             ("import pytest\nCASES = [([], 1)]\n\n@pytest.mark.parametrize('xs,x', CASES)\n"
