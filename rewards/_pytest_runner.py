@@ -241,7 +241,10 @@ def make_plugin(token: bytes, fd: int, test_file: str):
     items_code = {}  # each collected test item -> the code its call runs
     data = {}  # the test module's namespace and the values it only reads, as collected
 
-    def tampered(config) -> bool:
+    def tampered(config, data_too: bool = True) -> bool:
+        """data_too: the test module's data too (before and after each test's call, and at the
+        end: a change is compared with the collected state, so one made in setup or teardown is
+        seen at the next call unless undone before it runs)."""
         if _tracing():
             return True
         now = _callables([m for m in modules() if (id(m), None) in watched])
@@ -250,7 +253,8 @@ def make_plugin(token: bytes, fd: int, test_file: str):
                 return True
         if tests and _tests_code(sys.modules.get(test_module)) != tests:
             return True
-        if data and _module_data(sys.modules.get(test_module), (free, shared, iterated)) != data:
+        module = sys.modules.get(test_module)
+        if data_too and data and _module_data(module, (free, shared, iterated)) != data:
             return True
         if any(_item_code(item) != code for item, code in items_code.items()):
             return True
@@ -318,7 +322,7 @@ def make_plugin(token: bytes, fd: int, test_file: str):
         @pytest.hookimpl(wrapper=True)
         def pytest_runtest_makereport(self, item, call):
             rep = yield
-            if tampered(item.config):
+            if tampered(item.config, rep.when == "call"):
                 state["tampered"] = True
                 freeze({"tampered": True})
             if rep.passed:
