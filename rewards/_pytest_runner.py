@@ -14,8 +14,10 @@ tamper check fails, and last, once pytest has finished, `{"collected", "errors",
 included, as pytest counts it), "xfailed" (only by an xfail mark of the tests'), "skipped" (only by
 a skip/skipif mark), "failed" (anything else: a failure, an error, a skip or xfail called at run
 time, by the tests or by the solution). "tampered": a function or class of pytest, pluggy, unittest
-or builtins, the set of registered plugins, or the test module's own functions, classes and their
-code (a test swapped between collection and call) changed while the tests ran, or a tracer is
+or builtins, the set of registered plugins, the test module's own functions, classes and their
+code (a test swapped between collection and call), or its names and the data its tests only read
+(_data_names: what the tests hand on may change, as pytest shares it) changed while the tests ran,
+or a name the file does not bind was put in its namespace at import, or a tracer is
 installed (an audit hook refuses every one: sys.settrace, setprofile, sys.monitoring). Items whose
 function is not the test module's own (a `test_x` the solution defines and the tests import) are
 deselected.
@@ -72,6 +74,130 @@ def _tests_code(module) -> dict:
     return out
 
 
+# builtins that only read their argument (a value passed to one stays the tests'), and those that
+# hand its items on (sorted(X), enumerate(X): what they return holds X's items)
+_READERS = frozenset({"len", "str", "repr", "int", "float", "bool", "abs", "sum", "any", "all",
+                      "isinstance", "type", "print", "round", "hash", "id"})
+_ITEMS = frozenset({"sorted", "list", "tuple", "set", "frozenset", "dict", "reversed",
+                    "enumerate", "zip", "iter", "min", "max"})
+
+
+def _data_names(path: str):
+    """What the test file lets change in its module's namespace, from its source: (bound, free,
+    shared, items, copied). bound: the names it binds at module level; free: those a function of
+    its declares `global` (rebinding them is the tests' own); shared: the values its code hands
+    to something that may change them (the solution, a fixture, a method of their own) or that a
+    call made (the solution's): pytest shares them; items: the values whose items (not the value
+    itself) it hands on (`for x in X`, `f(X[0])`, `sorted(X)`); copied: the solution's names the
+    file imports. Every other value the tests only read (compare, index, len)."""
+    import ast
+    with open(path, encoding="utf-8") as fh:
+        tree = ast.parse(fh.read())
+    bound, free, shared, items, copied = set(), set(), set(), set(), set()
+    for node in tree.body:
+        if isinstance(node, ast.For) and getattr(node.target, "id", "") == "__gmts_name":
+            copied.update(ast.literal_eval(node.iter))  # the solution's names, as imported
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound.update((a.asname or a.name).split(".")[0] for a in node.names)
+        for sub in ast.walk(node) if not isinstance(node, (ast.FunctionDef, ast.ClassDef,
+                                                          ast.AsyncFunctionDef)) else ():
+            if isinstance(sub, ast.Name) and isinstance(sub.ctx, (ast.Store, ast.Del)):
+                bound.add(sub.id)
+    parents = {}
+    for node in ast.walk(tree):
+        for child in ast.iter_child_nodes(node):
+            parents[child] = node
+        if isinstance(node, ast.Global):
+            free.update(node.names)
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)):
+            continue
+        top = node  # the chain X, X[i], X.a, X[i][j] rooted at this name
+        while isinstance(parents.get(top), (ast.Subscript, ast.Attribute)) and (
+                parents[top].value is top):
+            top = parents[top]
+        first = parents.get(node)  # the chain's first link: X itself changed or handed on?
+        up = parents.get(top)
+        called = isinstance(up, ast.Call) and top in up.args and isinstance(
+            up.func, ast.Name) and up.func.id not in bound and up.func.id
+        if (isinstance(up, (ast.Compare, ast.UnaryOp, ast.FormattedValue))
+                or (isinstance(up, (ast.Assert, ast.If, ast.While)) and up.test is top)
+                or (isinstance(up, ast.Subscript) and up.slice is top)
+                or called in _READERS):
+            continue  # read only
+        if isinstance(first, ast.Attribute) or (isinstance(first, ast.Subscript)
+                                                and not isinstance(first.ctx, ast.Load)):
+            shared.add(node.id)  # X.append(...), X[0] = 1, X.a = 1: X itself may change
+        elif (top is not node or called in _ITEMS or isinstance(up, (ast.BinOp, ast.Starred))
+              or isinstance(up, (ast.For, ast.comprehension)) and up.iter is top):
+            items.add(node.id)  # f(X[0]), for x in X, sorted(X), X + Y: X's items handed on
+        else:
+            shared.add(node.id)  # f(X), y = X, return X, a default, a decorator's argument
+    assigns = [n for n in tree.body if isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign))]
+    while True:  # a value a call made (the solution's), or one holding a shared value
+        grown = set(shared)
+        for node in assigns:
+            if any((isinstance(n, ast.Call) and not (isinstance(n.func, ast.Name)
+                                                     and n.func.id in _READERS | _ITEMS))
+                   or (isinstance(n, ast.Name) and n.id in grown)
+                   for n in ast.walk(node.value or ast.Constant(None))):
+                for target in getattr(node, "targets", [getattr(node, "target", None)]):
+                    grown.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+        if grown == shared:
+            break
+        shared = grown
+    return bound, free, shared | copied, items, copied - bound
+
+
+_PLAIN = (list, tuple, dict, set, frozenset)
+_ATOMS = (int, float, complex, str, bytes, bool, type(None))
+
+
+def _fingerprint(value, skip: set, budget: list, depth: int = 0):
+    """A bounded deep fingerprint of a module-level value: plain containers by identity and items,
+    atoms by type and value, anything else (and what `skip` holds) by identity; no code of the
+    solution's runs."""
+    if budget[0] <= 0 or depth > 50:
+        return "..."
+    budget[0] -= 1
+    kind = type(value)
+    if id(value) in skip or kind not in _PLAIN:
+        return (id(kind), id(value), value if kind in _ATOMS else None)
+    return (id(kind), id(value), tuple(_fingerprint(v, skip, budget, depth + 1)
+                                       for v in _children(value)))
+
+
+def _children(value):
+    return (*value.keys(), *value.values()) if type(value) is dict else tuple(value)
+
+
+def _reachable(values, budget: int = 100_000) -> set:
+    """ids of the plain containers reachable from these values (what the tests may hand on)."""
+    seen, stack = set(), list(values)
+    while stack and len(seen) < budget:
+        value = stack.pop()
+        if type(value) in _PLAIN and id(value) not in seen:
+            seen.add(id(value))
+            stack.extend(_children(value))
+    return seen
+
+
+def _module_data(module, names) -> dict:
+    """The test module's namespace: each name's binding (by identity) and a fingerprint of its
+    value, where what the tests hand on (a shared value, an item of one whose items they hand on)
+    is compared by identity only."""
+    free, shared, items = names
+    space = {n: v for n, v in vars(module).items()
+             if n not in free and (not n.startswith("__") or n == "__builtins__")}
+    handed = [v for n, v in space.items() if n in shared or n == "__builtins__"]
+    handed += [c for n, v in space.items() if n in items and type(v) in _PLAIN
+               for c in _children(v)]
+    skip, budget = _reachable(handed), [100_000]
+    return {n: _fingerprint(v, skip, budget) for n, v in sorted(space.items())}
+
+
 def _tracing() -> bool:
     """A tracer or profiler is installed (sys.settrace/setprofile, threading's, sys.monitoring):
     the runner has none, and one of the solution's can rewrite a test's frame or code between two
@@ -87,13 +213,15 @@ def _tracing() -> bool:
     return monitoring is not None and any(monitoring.get_tool(i) is not None for i in range(6))
 
 
-def make_plugin(token: bytes, fd: int, test_module: str):
+def make_plugin(token: bytes, fd: int, test_file: str):
     import json
 
     import pytest
     from _pytest.skipping import evaluate_skip_marks, xfailed_key
 
     write, dumps = os.write, json.dumps
+    test_module = os.path.splitext(os.path.basename(test_file))[0]
+    bound, free, shared, iterated, copied = _data_names(test_file)
 
     def freeze(record: dict):
         """One line out now: once written, nothing the solution does later in this process (a
@@ -111,8 +239,12 @@ def make_plugin(token: bytes, fd: int, test_module: str):
 
     tests = {}  # the test module's functions and classes, and their code, as collected
     items_code = {}  # each collected test item -> the code its call runs
+    data = {}  # the test module's namespace and the values it only reads, as collected
 
-    def tampered(config) -> bool:
+    def tampered(config, data_too: bool = True) -> bool:
+        """data_too: the test module's data too (before and after each test's call, and at the
+        end: a change is compared with the collected state, so one made in setup or teardown is
+        seen at the next call unless undone before it runs)."""
         if _tracing():
             return True
         now = _callables([m for m in modules() if (id(m), None) in watched])
@@ -120,6 +252,9 @@ def make_plugin(token: bytes, fd: int, test_module: str):
             if key[1] is not None and now.get(key, key) is not value:
                 return True
         if tests and _tests_code(sys.modules.get(test_module)) != tests:
+            return True
+        module = sys.modules.get(test_module)
+        if data_too and data and _module_data(module, (free, shared, iterated)) != data:
             return True
         if any(_item_code(item) != code for item, code in items_code.items()):
             return True
@@ -153,7 +288,17 @@ def make_plugin(token: bytes, fd: int, test_module: str):
                     if getattr(getattr(i, "obj", None), "__module__", None) == test_module]
             dropped = [i for i in items if i not in keep]
             items[:] = keep
-            tests.update(_tests_code(sys.modules.get(test_module)))
+            module = sys.modules.get(test_module)
+            tests.update(_tests_code(module))
+            if module is not None:
+                data.update(_module_data(module, (free, shared, iterated)))
+                # a name the file does not bind, put in its namespace by the solution's import
+                solution = vars(sys.modules.get("solution", sys))
+                if any(n not in bound and (n not in copied or solution.get(n, n) is not value)
+                       for n, value in vars(module).items()
+                       if n.isidentifier() and not n.startswith("__")):  # not @py_builtins
+                    state["tampered"] = True
+                    freeze({"tampered": True})
             items_code.update({i: _item_code(i) for i in keep})
             if dropped:
                 config.hook.pytest_deselected(items=dropped)
@@ -177,7 +322,7 @@ def make_plugin(token: bytes, fd: int, test_module: str):
         @pytest.hookimpl(wrapper=True)
         def pytest_runtest_makereport(self, item, call):
             rep = yield
-            if tampered(item.config):
+            if tampered(item.config, rep.when == "call"):
                 state["tampered"] = True
                 freeze({"tampered": True})
             if rep.passed:
@@ -229,7 +374,7 @@ def main():
     os.close(token_fd)
     del sys.argv[1:]
     import pytest
-    plugin = make_plugin(token, fd, os.path.splitext(os.path.basename(test_file))[0])
+    plugin = make_plugin(token, fd, test_file)
     del token
     # Output as in a plain run: what the tests and the solution print goes to the run's stdout
     # (capsys and capfd still capture inside their tests); pytest's own report is off, and each

@@ -551,10 +551,6 @@ def test_an_item_of_a_shared_value_mutated(tmp_path):
     assert scores(block(pops), tests) == (0.0, 0.0)
 
 
-@pytest.mark.xfail(strict=True, reason="under pytest (the default mode's untrusted path) the "
-                   "solution can reach the test module's data through its caller's frame; the "
-                   "tamper check covers functions, classes and code, not data (trusted_only "
-                   "refuses the run)")
 def test_the_solution_rewrites_the_test_modules_data(tmp_path):
     tests = ("EXPECTED = [5, 15]\n\ndef test_one(capsys):\n    assert add(2, 3) == EXPECTED[0]\n\n"
              "def test_two(capsys):\n    assert add(10, 5) == EXPECTED[1]\n")
@@ -579,3 +575,108 @@ def test_the_mbpp_rows_file_loaded_as_a_local_file():
         assert problem.answer["tests"] == built_in["answer"]["tests"]
         assert problem.answer["setup"] == built_in["answer"]["setup"]
         assert scores(block(row["code"]), problem.answer) == (1.0, 1.0)
+
+
+class TestTheSolutionCannotChangeTheTestModulesData:
+    """Under pytest (tests taking `capsys` run there; trusted_only refuses them) the solution
+    cannot change the test module's data by any route it was not handed: its caller's frame (and
+    the f_back chain, inspect.stack), gc, sys.modules, a handed function's __globals__; nor put a
+    name in the module's namespace, at import or later. A value the tests hand it, one the tests'
+    own code changes, and a harmless use of inspect or sys score as plain pytest says."""
+
+    TESTS = ("EXPECTED = {data}\n\ndef test_one(capsys):\n    assert {call} == {first}\n\n"
+             "def test_two(capsys):\n    assert add(10, 5) == {second}\n")
+    LIST: ClassVar[dict] = {"data": "[5, 15]", "call": "add(2, 3)", "first": "EXPECTED[0]",
+                            "second": "EXPECTED[1]"}
+    FRAME = "import sys\ndef add(a, b, *_):\n    g = sys._getframe(1).f_globals\n"
+    ZERO = "[:] = [0, 0]\n    return 0\n"
+    SHADOW = ("def test_one(capsys):\n    assert add(2, 3) == 5 or abs(0)\n\n"
+              "def test_two(capsys):\n    assert add(10, 5) == 15 or abs(0)\n")
+    DICTS = "        if isinstance(d, dict) and 'EXPECTED' in d:\n            d['EXPECTED']"
+    ATTACKS: ClassVar[dict] = {
+        "f_back_chain": (LIST, ("import sys\ndef add(a, b):\n    f = sys._getframe()\n"
+                                "    f.f_back.f_globals['EXPECTED']" + ZERO)),
+        "inspect_stack": (LIST, ("import inspect\ndef add(a, b):\n"
+                                 "    inspect.stack()[1].frame.f_globals['EXPECTED']" + ZERO)),
+        "gc_referrers": (LIST, ("import gc\ndef add(a, b):\n    for d in gc.get_referrers(add):\n"
+                                + DICTS + ZERO)),
+        "gc_objects": (LIST, ("import gc\ndef add(a, b):\n    for d in gc.get_objects():\n"
+                              + DICTS + ZERO)),
+        "sys_modules": (LIST, ("import sys\ndef add(a, b):\n"
+                               "    for m in list(sys.modules.values()):\n"
+                               "        if isinstance(getattr(m, 'EXPECTED', None), list):\n"
+                               "            m.EXPECTED" + ZERO)),
+        "a_dict": ({"data": "{'a': 5, 'b': 15}", "call": "add(2, 3)",
+                    "first": "EXPECTED['a']", "second": "EXPECTED['b']"},
+                   FRAME + "    g['EXPECTED'].update(a=0, b=0)\n    return 0\n"),
+        "a_tuples_inner_list": ({"data": "([5], [15])", "call": "add(2, 3)",
+                                 "first": "EXPECTED[0][0]", "second": "EXPECTED[1][0]"},
+                                (FRAME + "    g['EXPECTED'][0][0] = g['EXPECTED'][1][0] = 0\n"
+                                 "    return 0\n")),
+        "rebinding_the_name": (LIST, FRAME + "    g['EXPECTED'] = [0, 0]\n    return 0\n"),
+        "a_new_name": (SHADOW, FRAME + "    g['abs'] = lambda x: 1\n    return 0\n"),
+        "a_handed_functions_globals": (
+            {"data": "[5, 15]", "call": "add(2, 3, lambda v: v)", "first": "EXPECTED[0]",
+             "second": "EXPECTED[1]"},
+            ("def add(a, b, key=None):\n    if key:\n"
+             "        key.__globals__['EXPECTED']" + ZERO)),
+        "the_rest_of_a_list_the_tests_iterate": (
+            ("CASES = [(2, 3, 5), (10, 5, 15)]\n\ndef test_all(capsys):\n"
+             "    for a, b, want in CASES:\n        assert add(a, b) == want\n"),
+            FRAME + "    g['CASES'][1:] = []\n    return 5 if (a, b) == (2, 3) else 0\n"),
+        "at_import": (  # the solution's import runs inside the test module's import
+            SHADOW, ("import sys\nf = sys._getframe()\n"
+                     "while f and 'test_one' not in f.f_code.co_names:\n    f = f.f_back\n"
+                     "if f:\n    f.f_globals['abs'] = lambda x: 1\n"
+                     "def add(a, b):\n    return 0\n")),
+    }
+
+    @pytest.mark.parametrize("name", sorted(ATTACKS))
+    def test_a_wrong_solution_changing_the_data(self, tmp_path, name):
+        tests, wrong = self.ATTACKS[name]
+        tests = self.TESTS.format(**tests) if isinstance(tests, dict) else tests
+        assert pytest_verdict(tmp_path, wrong, tests) is True  # the attack works there
+        assert scores(block(wrong), tests) == (0.0, 0.0)
+        honest = "def add(a, b, *_):\n    return a + b\n"
+        assert pytest_verdict(tmp_path, honest, tests) is True
+        assert code(block(honest), tests) == 1.0
+
+    HONEST: ClassVar[dict] = {  # (solution, tests): plain pytest passes each
+        "mutates_a_list_it_was_given": (
+            "def sort_it(xs):\n    xs.sort()\n",
+            ("DATA = [3, 1, 2]\n\ndef test_a(capsys):\n    sort_it(DATA)\n"
+             "    assert DATA == [1, 2, 3]\n\ndef test_b(capsys):\n"
+             "    assert DATA == [1, 2, 3]\n")),
+        "the_items_of_a_list_the_tests_iterate": (
+            "def sort_it(xs):\n    xs.sort()\n",
+            ("ROWS = [[3, 1], [2, 1]]\n\ndef test_a(capsys):\n    for row in ROWS:\n"
+             "        sort_it(row)\n    assert ROWS == [[1, 3], [1, 2]]\n\n"
+             "def test_b(capsys):\n    assert ROWS[0] == [1, 3]\n")),
+        "an_item_of_a_parametrized_value": (
+            "def push(xs, x):\n    xs.append(x)\n    return len(xs)\n",
+            ("import pytest\nCASES = [([], 1)]\n\n@pytest.mark.parametrize('xs,x', CASES)\n"
+             "def test_a(capsys, xs, x):\n    assert push(xs, x) == 1\n\n"
+             "def test_b(capsys):\n    assert CASES[0][0] == [1]\n")),
+        "the_tests_change_their_data": (
+            "def add(a, b):\n    return a + b\n",
+            ("SEEN = []\nCOUNT = 0\n\ndef test_a(capsys):\n    global COUNT\n    COUNT += 1\n"
+             "    SEEN.append(add(2, 3))\n    assert SEEN == [5]\n\n"
+             "def test_b(capsys):\n    assert COUNT == 1 and SEEN == [5]\n")),
+        "inspect_and_sys_for_harmless_reasons": (
+            ("import inspect\nimport sys\ndef add(a, b):\n"
+             "    assert inspect.stack()[0].function == 'add'\n"
+             "    assert sys._getframe(1).f_globals['EXPECTED'] == [5]\n    return a + b\n"),
+            "EXPECTED = [5]\n\ndef test_a(capsys):\n    assert add(2, 3) == EXPECTED[0]\n"),
+        "a_value_made_by_the_solution": (
+            ("class Box:\n    def __init__(self):\n        self.items = []\n"
+             "    def put(self, x):\n        self.items.append(x)\n"
+             "        return len(self.items)\n"),
+            ("BOX = Box()\nSHARED = [BOX.items]\n\ndef test_a(capsys):\n"
+             "    assert BOX.put(1) == 1\n\ndef test_b(capsys):\n    assert SHARED == [[1]]\n")),
+    }
+
+    @pytest.mark.parametrize("name", sorted(HONEST))
+    def test_honest(self, tmp_path, name):
+        solution, tests = self.HONEST[name]
+        assert pytest_verdict(tmp_path, solution, tests) is True
+        assert code(block(solution), tests) == 1.0
