@@ -84,16 +84,27 @@ _ITEMS = frozenset({"sorted", "list", "tuple", "set", "frozenset", "dict", "reve
 
 def _data_names(path: str):
     """What the test file lets change in its module's namespace, from its source: (bound, free,
-    shared, items, copied). bound: the names it binds at module level; free: those a function of
-    its declares `global` (rebinding them is the tests' own); shared: the values its code hands
-    to something that may change them (the solution, a fixture, a method of their own) or that a
-    call made (the solution's): pytest shares them; items: the values whose items (not the value
-    itself) it hands on (`for x in X`, `f(X[0])`, `sorted(X)`); copied: the solution's names the
-    file imports. Every other value the tests only read (compare, index, len)."""
+    shared, items, copied, classes). bound: the names it binds at module level; free: those a
+    function of its declares `global` (rebinding them is the tests' own); shared: the values its
+    code hands to something that may change them (the solution, a fixture, a method of their own)
+    or that a call made (the solution's): pytest shares them; items: the values whose items (not
+    the value itself) it hands on (`for x in X`, `f(X[0])`, `sorted(X)`); copied: the solution's
+    names the file imports. Every other value the tests only read (compare, index, len). A test
+    class's data (`class TestX: CASES = [...]`, read as `self.CASES`, `cls.CASES`, `TestX.CASES`
+    or `CASES` in its body) is named `.CASES` in these sets; attributes the tests assign are free.
+    classes: each class of the file -> the names its body binds."""
     import ast
     with open(path, encoding="utf-8") as fh:
         tree = ast.parse(fh.read())
     bound, free, shared, items, copied = set(), set(), set(), set(), set()
+    classes = {node.name: {name.id for a in node.body if isinstance(a, (ast.Assign, ast.AnnAssign))
+                           for target in (a.targets if isinstance(a, ast.Assign) else [a.target])
+                           for name in ast.walk(target) if isinstance(name, ast.Name)}
+               for node in tree.body if isinstance(node, ast.ClassDef)}
+    attrs = set().union(*classes.values())
+    receivers = {"self", "cls", *classes}
+    if any(isinstance(n, ast.Name) and n.id in ("setattr", "delattr") for n in ast.walk(tree)):
+        free.update("." + a for a in attrs)  # the tests set attributes by name: theirs to change
     for node in tree.body:
         if isinstance(node, ast.For) and getattr(node.target, "id", "") == "__gmts_name":
             copied.update(ast.literal_eval(node.iter))  # the solution's names, as imported
@@ -112,7 +123,15 @@ def _data_names(path: str):
         if isinstance(node, ast.Global):
             free.update(node.names)
     for node in ast.walk(tree):
-        if not (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)):
+        if isinstance(node, ast.Attribute) and node.attr in attrs and not isinstance(
+                node.ctx, ast.Load):
+            free.add("." + node.attr)  # self.X = ..., cls.X = ...: the tests' own rebinding
+        if isinstance(node, ast.Attribute) and node.attr in attrs and isinstance(
+                node.value, ast.Name) and node.value.id in receivers:
+            keys = {"." + node.attr}  # self.X, cls.X, TestX.X: the class's data
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+            keys = {node.id} | ({"." + node.id} if node.id in attrs else set())
+        else:
             continue
         top = node  # the chain X, X[i], X.a, X[i][j] rooted at this name
         while isinstance(parents.get(top), (ast.Subscript, ast.Attribute)) and (
@@ -129,13 +148,18 @@ def _data_names(path: str):
             continue  # read only
         if isinstance(first, ast.Attribute) or (isinstance(first, ast.Subscript)
                                                 and not isinstance(first.ctx, ast.Load)):
-            shared.add(node.id)  # X.append(...), X[0] = 1, X.a = 1: X itself may change
+            shared.update(keys)  # X.append(...), X[0] = 1, X.a = 1: X itself may change
         elif (top is not node or called in _ITEMS or isinstance(up, (ast.BinOp, ast.Starred))
               or isinstance(up, (ast.For, ast.comprehension)) and up.iter is top):
-            items.add(node.id)  # f(X[0]), for x in X, sorted(X), X + Y: X's items handed on
+            items.update(keys)  # f(X[0]), for x in X, sorted(X), X + Y: X's items handed on
         else:
-            shared.add(node.id)  # f(X), y = X, return X, a default, a decorator's argument
+            shared.update(keys)  # f(X), y = X, return X, a default, a decorator's argument
     assigns = [n for n in tree.body if isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign))]
+    assigns += [ast.Assign(targets=[ast.Name("." + t.id) for t in ast.walk(
+        ast.Tuple(n.targets if isinstance(n, ast.Assign) else [n.target]))
+        if isinstance(t, ast.Name)], value=n.value)
+        for c in tree.body if isinstance(c, ast.ClassDef) for n in c.body
+        if isinstance(n, (ast.Assign, ast.AnnAssign))]  # a class's data, as `.X = value`
     while True:  # a value a call made (the solution's), or one holding a shared value
         grown = set(shared)
         for node in assigns:
@@ -148,7 +172,7 @@ def _data_names(path: str):
         if grown == shared:
             break
         shared = grown
-    return bound, free, shared | copied, items, copied - bound
+    return bound, free, shared | copied, items, copied - bound, classes
 
 
 _PLAIN = (list, tuple, dict, set, frozenset)
@@ -187,10 +211,17 @@ def _reachable(values, budget: int = 100_000) -> set:
 def _module_data(module, names) -> dict:
     """The test module's namespace: each name's binding (by identity) and a fingerprint of its
     value, where what the tests hand on (a shared value, an item of one whose items they hand on)
-    is compared by identity only."""
-    free, shared, items = names
+    is compared by identity only; and each of its classes' data as `Class.X`."""
+    free, shared, items, classes = names
     space = {n: v for n, v in vars(module).items()
              if n not in free and (not n.startswith("__") or n == "__builtins__")}
+    shared, items = set(shared), set(items)
+    for cls, data in classes.items():
+        own = vars(space[cls]) if isinstance(space.get(cls), type) else {}
+        for name in data & own.keys() - {n[1:] for n in free}:
+            space[f"{cls}.{name}"] = own[name]
+            shared.update([f"{cls}.{name}"] if "." + name in shared else [])
+            items.update([f"{cls}.{name}"] if "." + name in items else [])
     handed = [v for n, v in space.items() if n in shared or n == "__builtins__"]
     handed += [c for n, v in space.items() if n in items and type(v) in _PLAIN
                for c in _children(v)]
@@ -221,7 +252,8 @@ def make_plugin(token: bytes, fd: int, test_file: str):
 
     write, dumps = os.write, json.dumps
     test_module = os.path.splitext(os.path.basename(test_file))[0]
-    bound, free, shared, iterated, copied = _data_names(test_file)
+    bound, free, shared, iterated, copied, classes = _data_names(test_file)
+    names = (free, shared, iterated, classes)
 
     def freeze(record: dict):
         """One line out now: once written, nothing the solution does later in this process (a
@@ -254,7 +286,7 @@ def make_plugin(token: bytes, fd: int, test_file: str):
         if tests and _tests_code(sys.modules.get(test_module)) != tests:
             return True
         module = sys.modules.get(test_module)
-        if data_too and data and _module_data(module, (free, shared, iterated)) != data:
+        if data_too and data and _module_data(module, names) != data:
             return True
         if any(_item_code(item) != code for item, code in items_code.items()):
             return True
@@ -291,7 +323,7 @@ def make_plugin(token: bytes, fd: int, test_file: str):
             module = sys.modules.get(test_module)
             tests.update(_tests_code(module))
             if module is not None:
-                data.update(_module_data(module, (free, shared, iterated)))
+                data.update(_module_data(module, names))
                 # a name the file does not bind, put in its namespace by the solution's import
                 solution = vars(sys.modules.get("solution", sys))
                 if any(n not in bound and (n not in copied or solution.get(n, n) is not value)

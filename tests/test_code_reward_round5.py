@@ -680,3 +680,74 @@ class TestTheSolutionCannotChangeTheTestModulesData:
         solution, tests = self.HONEST[name]
         assert pytest_verdict(tmp_path, solution, tests) is True
         assert code(block(solution), tests) == 1.0
+
+
+class TestTheSolutionCannotChangeATestClasssData:
+    """The same for a test class's own data (`class TestX: EXPECTED = [...]`, read as
+    `self.EXPECTED`, `TestX.EXPECTED` or in the class body): reached through the caller's frame,
+    gc, sys.modules or the test's instance, changing it scores 0 under pytest's path; what the
+    tests hand on or set themselves (setUpClass, `self.X = ...`, a counter) stays theirs."""
+
+    TESTS = ("class TestAdd:\n    EXPECTED = [5, 15]\n\n    def test_one(self, capsys):\n"
+             "        assert add(2, 3) == self.EXPECTED[0]\n\n"
+             "    def test_two(self, capsys):\n        assert add(10, 5) == TestAdd.EXPECTED[1]\n")
+    SELF = "import sys\ndef add(a, b):\n    me = sys._getframe(1).f_locals['self']\n"
+    ATTACKS: ClassVar[dict] = {
+        "through_self": (TESTS, SELF + "    me.EXPECTED[:] = [0, 0]\n    return 0\n"),
+        "rebinding_on_the_class": (TESTS, SELF + "    type(me).EXPECTED = [0, 0]\n    return 0\n"),
+        "gc_objects": (TESTS, ("import gc\ndef add(a, b):\n    for d in gc.get_objects():\n"
+                               "        if isinstance(d, dict) and 'EXPECTED' in d:\n"
+                               "            d['EXPECTED'][:] = [0, 0]\n    return 0\n")),
+        "sys_modules": (TESTS, ("import sys\ndef add(a, b):\n"
+                                "    for m in list(sys.modules.values()):\n"
+                                "        c = getattr(m, 'TestAdd', None)\n"
+                                "        if isinstance(c, type):\n"
+                                "            c.EXPECTED[:] = [0, 0]\n    return 0\n")),
+        "a_unittest_class_the_rest_of_its_cases": (
+            ("import unittest\n\nclass T(unittest.TestCase):\n"
+             "    CASES = [(2, 3, 5), (10, 5, 15)]\n\n    def test_all(self):\n"
+             "        for a, b, want in self.CASES:\n"
+             "            self.assertEqual(add(a, b), want)\n\n"
+             "    def test_capsys_free(self):\n        self.assertTrue(self.CASES)\n"),
+            SELF + "    me.CASES[1:] = []\n    return 5 if (a, b) == (2, 3) else 0\n"),
+    }
+
+    @pytest.mark.parametrize("name", sorted(ATTACKS))
+    def test_a_wrong_solution_changing_the_data(self, tmp_path, name):
+        tests, wrong = self.ATTACKS[name]
+        honest = "def add(a, b, *_):\n    return a + b\n"
+        assert pytest_verdict(tmp_path, honest, tests) is True
+        assert code(block(honest), tests) == 1.0
+        assert pytest_verdict(tmp_path, wrong, tests) is True  # the attack works there
+        assert code(block(wrong), tests) == 0.0
+
+    HONEST: ClassVar[dict] = {  # (solution, tests): plain pytest passes each
+        "sorts_a_class_list_it_was_given": (
+            "def sort_it(xs):\n    xs.sort()\n",
+            ("class TestSort:\n    DATA = [3, 1, 2]\n\n    def test_a(self, capsys):\n"
+             "        sort_it(self.DATA)\n        assert self.DATA == [1, 2, 3]\n\n"
+             "    def test_b(self, capsys):\n        assert TestSort.DATA == [1, 2, 3]\n")),
+        "set_up_class_and_self_assignments": (
+            "def add(a, b):\n    return a + b\n",
+            ("import unittest\n\nclass T(unittest.TestCase):\n    base = None\n"
+             "    seen = []\n\n    @classmethod\n    def setUpClass(cls):\n        cls.base = 2\n\n"
+             "    def setUp(self):\n        self.seen = [add(self.base, 3)]\n\n"
+             "    def test_a(self):\n        self.assertEqual(self.seen, [5])\n")),
+        "a_counter_the_tests_keep": (
+            "def add(a, b):\n    return a + b\n",
+            ("class TestCount:\n    calls = 0\n    log = []\n\n    def test_a(self, capsys):\n"
+             "        TestCount.calls += 1\n        self.log.append(add(2, 3))\n"
+             "        assert self.log == [5]\n\n    def test_b(self, capsys):\n"
+             "        assert TestCount.calls == 1 and self.log == [5]\n")),
+        "setattr_by_name": (
+            "def add(a, b):\n    return a + b\n",
+            ("class TestSet:\n    value = 0\n\n    def test_a(self, capsys):\n"
+             "        setattr(TestSet, 'value', add(2, 3))\n        assert TestSet.value == 5\n"
+             "\n    def test_b(self, capsys):\n        assert TestSet.value == 5\n")),
+    }
+
+    @pytest.mark.parametrize("name", sorted(HONEST))
+    def test_honest(self, tmp_path, name):
+        solution, tests = self.HONEST[name]
+        assert pytest_verdict(tmp_path, solution, tests) is True
+        assert code(block(solution), tests) == 1.0

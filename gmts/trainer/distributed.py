@@ -25,6 +25,7 @@ parameter of the whole model on every rank while a step accumulates).
 """
 import contextlib
 import datetime
+import faulthandler
 import functools
 import gc
 import math
@@ -63,7 +64,9 @@ def init_group(backend, **kwargs):
     torch.distributed.nn; ZeroRedundancyOptimizer in .optim does the same): imported after the group
     exists, they would keep it, and its gloo threads, alive past destroy_process_group into the
     interpreter's teardown, which aborts a finished run now and then ("terminate called without an
-    active exception"). Imported first, their defaults are None. End the group with shutdown()."""
+    active exception"). Imported first, their defaults are None. End the group with shutdown().
+    A process that crashes (a segfault) prints its Python stack first (faulthandler)."""
+    faulthandler.enable(all_threads=True)
     import torch.distributed.nn as _nn  # noqa: F401
     import torch.distributed.optim as _optim  # noqa: F401
     dist.init_process_group(backend, **kwargs)
