@@ -233,7 +233,8 @@ def _local_row(row, where, question_field, answer_field, domain, reward):
         # a field named by answer_field holding {"input", "output"} cases (CodeContests'
         # public_tests as a list) is read as cases
         stdin = next(k for k in keys if row.get(k) is not None) == "cases" or (
-            isinstance(tests, list) and bool(tests) and all(isinstance(t, dict) for t in tests))
+            isinstance(tests, list) and bool(tests) and all(isinstance(t, dict) for t in tests)
+        ) or (isinstance(tests, dict) and set(tests) == {"input", "output"})
         if not stdin and not (isinstance(tests, str) or isinstance(tests, list)
                 and all(isinstance(t, str) for t in tests)):
             raise ValueError(f"{where}: the tests must be a string or a list of strings, got "
@@ -275,8 +276,25 @@ CODE_REFERENCES = {"tests": "tests", "test": "tests", "cases": "stdin/stdout cas
 # fields that only one kind of reference reads: refused on the other, never dropped unread
 CASES_ONLY = ("float_tolerance", "case_insensitive")
 TESTS_ONLY = ("entry_point", "setup")
-CODE_FIELDS = (*CODE_REFERENCES, *CODE_LIMITS, *CASES_ONLY, *TESTS_ONLY, "prompt",
-               "starter_code", "domain", "reward", "choices", "id")
+# past these a limit is a unit slip (milliseconds read as seconds, bytes as MB), not a limit
+LIMIT_BOUNDS = {"timeout": 3600.0, "memory_mb": float(1 << 20)}
+LIMIT_UNITS = {"timeout": "seconds", "memory_mb": "MB"}
+# a public suite's own limit fields -> the quantity they set (Codeforces / TACO: time_limit,
+# memory_limit; CodeContests: time_limit {seconds, nanos}, memory_limit_bytes)
+SUITE_LIMITS = {"time_limit": "timeout", "memory_limit": "memory_mb",
+                "memory_limit_bytes": "memory_mb"}
+# no judge sets a test past a minute: a bare 2000 is milliseconds, not seconds
+SUITE_BOUNDS = {"time_limit": 60.0}
+# a unit written after the number ("2 seconds", "256 megabytes", "1000 ms"), in seconds or MB (a
+# suite's "megabyte" is 2**20 bytes, as memory_mb's); a bare number is in seconds or MB
+TIME_UNITS = {"": 1.0, "s": 1.0, "sec": 1.0, "secs": 1.0, "second": 1.0, "seconds": 1.0,
+              "ms": 1e-3, "millisecond": 1e-3, "milliseconds": 1e-3}
+MEMORY_UNITS = {"": 1.0, "mb": 1.0, "mib": 1.0, "megabyte": 1.0, "megabytes": 1.0,
+                "kb": 2.0 ** -10, "kib": 2.0 ** -10, "kilobyte": 2.0 ** -10,
+                "kilobytes": 2.0 ** -10, "gb": 1024.0, "gib": 1024.0, "gigabyte": 1024.0,
+                "gigabytes": 1024.0}
+CODE_FIELDS = (*CODE_REFERENCES, *CODE_LIMITS, *SUITE_LIMITS, *CASES_ONLY, *TESTS_ONLY,
+               "prompt", "starter_code", "domain", "reward", "choices", "id")
 
 
 # a statement that accepts "Yes"/"YES"/"yes" alike (Codeforces: "You can output the answer in any
@@ -305,6 +323,13 @@ def _code_reference(row: dict, tests, where: str, question: str = "",
                 cases = json.loads(cases)
             except ValueError as e:
                 raise ValueError(f"{where}: cases is a string that is not JSON ({e})") from None
+        if isinstance(cases, dict) and set(cases) == {"input", "output"} and all(
+                isinstance(v, list) for v in cases.values()):
+            # CodeContests' public_tests / private_tests: {"input": [...], "output": [...]}
+            if len(cases["input"]) != len(cases["output"]):
+                raise ValueError(f"{where}: cases hold {len(cases['input'])} inputs and "
+                                 f"{len(cases['output'])} outputs: each input needs its output")
+            cases = [{"input": i, "output": o} for i, o in zip(cases["input"], cases["output"])]
         if not isinstance(cases, list) or not all(
                 isinstance(c, dict) and isinstance(c.get("input"), str)
                 and isinstance(c.get("output"), str) for c in cases):
@@ -343,10 +368,74 @@ def _code_reference(row: dict, tests, where: str, question: str = "",
             sign = "non-negative" if key == "float_tolerance" else "positive"
             raise ValueError(f"{where}: {key} must be a {sign} {kind.__name__}, got "
                              f"{_short(value)}")
+        if value > LIMIT_BOUNDS.get(key, math.inf):
+            raise ValueError(f"{where}: {key} {value} is past {LIMIT_BOUNDS[key]:.0f} "
+                             f"({LIMIT_UNITS[key]}): a unit slip?")
         out[key] = kind(value)
+    out.update(_suite_limits(row, where, stdin))
     _check_field_names(row, where)
     _check_judgeable(out, where)
     return out
+
+
+def _suite_limits(row: dict, where: str, stdin: bool) -> dict:
+    """A public suite's own limits as the row's timeout (seconds) / memory_mb (MiB): Codeforces'
+    time_limit (seconds) and memory_limit (MB), TACO's "2 seconds" / "256 megabytes" (its "None":
+    no limit), CodeContests' time_limit {"seconds", "nanos"} and memory_limit_bytes (0: none given,
+    protobuf's unset). A suite's time limit is per test, one run of the program on one input: a
+    stdin/stdout case here, whose `timeout` is per case; on tests (one run for every test) it is
+    refused. Malformed, zero, negative or absurd: one line naming the field."""
+    out = {}
+    for key, quantity in SUITE_LIMITS.items():
+        value = row.get(key)
+        if value is None or value == "None" or (key == "memory_limit_bytes" and value == 0
+                                                and not isinstance(value, bool)):
+            continue
+        if quantity in out or row.get(quantity) is not None:
+            other = quantity if row.get(quantity) is not None else next(
+                k for k, q in SUITE_LIMITS.items() if q == quantity and k != key)
+            raise ValueError(f"{where}: both {other!r} and {key!r} set the {quantity}: keep one")
+        if quantity == "timeout" and not stdin:
+            raise ValueError(f"{where}: {key} is a suite's limit per test (one run of the "
+                             "program on one input), read with stdin/stdout cases; tests run in "
+                             "one process: give their limit as timeout (seconds for the run)")
+        amount = _limit_amount(value, key)
+        if amount is None or not 0 < amount <= SUITE_BOUNDS.get(key, LIMIT_BOUNDS[quantity]):
+            unit = "bytes" if key == "memory_limit_bytes" else LIMIT_UNITS[quantity]
+            why = ("past the bound for a unit slip" if amount and amount > 0
+                   else "not a positive amount")
+            raise ValueError(f"{where}: {key} must be a positive amount of {unit} (e.g. "
+                             f"{EXAMPLES[key]}), got {_short(value)}: {why}")
+        out[quantity] = amount if quantity == "timeout" else math.ceil(amount)
+    return out
+
+
+EXAMPLES = {"time_limit": '2, "2 seconds" or {"seconds": 2, "nanos": 0}',
+            "memory_limit": '256 or "256 megabytes"', "memory_limit_bytes": "268435456"}
+
+
+def _limit_amount(value, key: str) -> float | None:
+    """`value` of a suite's limit field in seconds or MiB, or None if it is not an amount."""
+    if isinstance(value, bool):
+        return None
+    if key == "memory_limit_bytes":
+        whole = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+        return value / 2 ** 20 if whole else None
+    if isinstance(value, dict) and key == "time_limit":  # CodeContests' protobuf Duration
+        parts = [value.get("seconds") or 0, value.get("nanos") or 0]
+        if set(value) - {"seconds", "nanos"} or not all(
+                isinstance(p, int) and not isinstance(p, bool) and p >= 0 for p in parts):
+            return None
+        return parts[0] + parts[1] / 1e9
+    units = TIME_UNITS if key == "time_limit" else MEMORY_UNITS
+    if isinstance(value, str):
+        found = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-zA-Z]*)\s*", value)
+        if not found or found[2].lower() not in units:
+            return None
+        return float(found[1]) * units[found[2].lower()]
+    if isinstance(value, (int, float)) and math.isfinite(value):
+        return float(value)
+    return None
 
 
 def _check_field_names(row: dict, where: str) -> None:
