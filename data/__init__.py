@@ -27,7 +27,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import arithmetic, builtin, templates
+from . import arithmetic, builtin, evalplus, templates
 from .decontam import decontamination_report, format_report
 from .files import data_dir, fetch, is_dataset_source, read_dataset, read_records
 
@@ -199,8 +199,12 @@ def _format_fields(fmt: str, row: dict, where: str) -> str:
 
 
 def _local_row(row, where, question_field, answer_field, domain, reward):
-    mbpp_row = "test_list" in row and not any(k in row for k in ("tests", "test", "cases"))
-    domain = domain or row.get("domain") or ("code" if mbpp_row or any(
+    # evalplus' own rows (HumanEval+: base_input, plus_input, canonical_solution): judged as
+    # evalplus judges them, by the canonical solution's values (data/evalplus.py)
+    plus_row = evalplus.is_evalplus_row(row) and not answer_field
+    mbpp_row = "test_list" in row and not plus_row and not any(
+        k in row for k in ("tests", "test", "cases"))
+    domain = domain or row.get("domain") or ("code" if plus_row or mbpp_row or any(
         k in row for k in ("tests", "test", "cases")) else "choice" if "choices" in row else "math")
     if domain not in DOMAINS:
         raise ValueError(f"{where}: domain must be one of {sorted(DOMAINS)}, got {domain!r}")
@@ -218,7 +222,13 @@ def _local_row(row, where, question_field, answer_field, domain, reward):
     else:
         question = _field_text(row, question_field, ["question", "problem", "prompt", "input"],
                                where)
-    if mbpp_row and domain == "code" and not answer_field:
+    if plus_row and domain == "code":
+        from gmts.rewards.code import DEFAULT_TIMEOUT_S
+        judged = evalplus.reference(row, where, DEFAULT_TIMEOUT_S)
+        answer = _code_reference(row, judged["tests"], where)
+        if "timeout" in judged and "timeout" not in answer:
+            answer["timeout"] = judged["timeout"]
+    elif mbpp_row and domain == "code" and not answer_field:
         answer = _code_reference(dict(row, setup=converted["answer"]["setup"]),
                                  converted["answer"]["tests"], where)
     elif domain == "code":

@@ -338,7 +338,11 @@ def check_sandbox():
         _sandbox_checked = True
 
 
-def code_reward(completion: str, reference, *, timeout: float = 10.0, memory_mb: int = 2048,
+DEFAULT_TIMEOUT_S = 10.0  # a run's wall clock (stdin/stdout: a case's) when the row sets none
+
+
+def code_reward(completion: str, reference, *, timeout: float = DEFAULT_TIMEOUT_S,
+                memory_mb: int = 2048,
                 trusted_only: bool = False) -> float:
     """1.0 if the last code block passes every test within the limits, else 0.0. Never raises on a
     completion; a malformed reference (a data bug) raises ValueError, a sandbox that cannot work

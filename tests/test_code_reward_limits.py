@@ -4,6 +4,7 @@ machine factor for every time limit, and evalplus' raw rows judged as evalplus j
 """
 import json
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -155,3 +156,91 @@ class TestTheMachineFactor:
         with pytest.raises(ValueError, match=f"^GMTS_CODE_TIME_SCALE must be a positive number.*"
                                              f"got '{value}'$"):
             code(block(ADD_STDIN), {"cases": CASES})
+
+
+# ------------------------------------------------ evalplus' raw rows
+
+def plus_rows() -> list[dict]:
+    return [json.loads(line) for line in (ROWS / "evalplus_humaneval.jsonl").read_text()
+            .splitlines()]
+
+
+class TestEvalplusRawRows:
+    """HumanEval+ rows as evalplus distributes them (base_input, plus_input, canonical_solution,
+    atol; no test): the expected value of every input is the canonical solution's, compared as
+    evalplus' untrusted_check compares (exact, else same type and length and np.allclose with the
+    row's atol, 1e-6 for floats at atol 0; find_zero by |poly(xs, x)| <= atol)."""
+
+    WRONG: ClassVar[dict] = {
+        "HumanEval/0": "def has_close_elements(numbers, threshold):\n    return False\n",
+        "HumanEval/2": "def truncate_number(number):\n    return number % 1.0 + 5e-6\n",
+        "HumanEval/8": "def sum_product(numbers):\n    return (sum(numbers), 0)\n",
+        "HumanEval/32": "def find_zero(xs):\n    return 0.0\n",
+    }
+
+    @pytest.fixture(scope="class")
+    def problems(self):
+        return data.load_problems(str(ROWS / "evalplus_humaneval.jsonl"))
+
+    @pytest.mark.parametrize("i", range(4))
+    def test_canonical_scores_1_and_a_wrong_answer_0(self, problems, i):
+        row, problem = plus_rows()[i], problems[i]
+        assert problem.domain == "code" and problem.question == row["prompt"]
+        # the whole function, as a model writes it, and the body alone (HumanEval's completion)
+        assert scores(block(row["prompt"] + row["canonical_solution"]), problem.answer) == (1, 1)
+        assert scores(block(row["canonical_solution"]), problem.answer) == (1.0, 1.0)
+        assert scores(block(self.WRONG[row["task_id"]]), problem.answer) == (0.0, 0.0)
+
+    def test_plus_inputs_are_judged(self, tmp_path, problems):
+        # right on HumanEval's three inputs of truncate_number, 1e-5 off on 999.99999 (plus)
+        answer = block("def truncate_number(number):\n    return round(number % 1.0, 3)\n")
+        assert scores(answer, problems[1].answer) == (0.0, 0.0)
+        (base_only,) = load(tmp_path, dict(plus_rows()[1], plus_input=[]))
+        assert scores(answer, base_only.answer) == (1.0, 1.0)
+
+    def test_compared_as_evalplus_compares(self, problems):
+        # atol 1e-6 (+ rtol 1e-7 of the expected value): 5e-7 off passes, 5e-6 off fails
+        near = block("def truncate_number(number):\n    return number % 1.0 + 5e-7\n")
+        assert scores(near, problems[1].answer) == (1.0, 1.0)
+        # atol 0 and ints: exact, and a list is not the expected tuple (out == exp is False)
+        as_list = block("def sum_product(numbers):\n    p = 1\n    for n in numbers:\n"
+                        "        p *= n\n    return [sum(numbers), p]\n")
+        assert scores(as_list, problems[2].answer) == (0.0, 0.0)
+        # find_zero: any zero within atol 1e-4 of the polynomial passes (evalplus' oracle), so
+        # a Newton iteration that stops at another zero than the canonical bisection still does
+        newton = block(
+            "def find_zero(xs):\n    x = 0.5\n    for _ in range(200):\n"
+            "        f = sum(c * x ** i for i, c in enumerate(xs))\n"
+            "        d = sum(i * c * x ** (i - 1) for i, c in enumerate(xs) if i)\n"
+            "        x = x - f / d if d else x + 1.0\n    return x\n")
+        assert scores(newton, problems[3].answer) == (1.0, 1.0)
+
+    def test_the_time_limit_is_evalplus_rule(self, tmp_path):
+        # evalplus: each input max(1 s, 4x the canonical's time); a run here holds every input:
+        # 4 x (3 x 1 s of sleep) + 1 s to start = 13 s, past the default 10 s; sleep returns no
+        # earlier than asked, and under load later (up to 0.1 s on the three calls, 13.4 s)
+        row = {"task_id": "HumanEval/x", "prompt": 'def f(x):\n    """x, slowly."""\n',
+               "entry_point": "f",
+               "canonical_solution": "    import time\n    time.sleep(1.0)\n    return x\n",
+               "base_input": [[1], [2], [3]], "plus_input": [], "atol": 0}
+        (problem,) = load(tmp_path, row)
+        assert 13.0 <= problem.answer["timeout"] <= 13.4
+        (fast,) = load(tmp_path, dict(row, canonical_solution="    return x\n"))
+        assert "timeout" not in fast.answer                      # the default 10 s holds
+        (own,) = load(tmp_path, dict(row, timeout=20))
+        assert own.answer["timeout"] == 20.0                     # the row's own wins
+
+    @pytest.mark.parametrize("change,said", [
+        ({"task_id": "Mbpp/2", "entry_point": "similar_elements"}, "an MBPP\\+ row as evalplus"),
+        ({"canonical_solution": None}, "needs canonical_solution as a string"),
+        ({"canonical_solution": "    return numbers[99]\n"}, "IndexError.*on input 0"),
+        ({"canonical_solution": "    return object()\n"}, "returns a object, which no literal"),
+        ({"canonical_solution": "    while True:\n        pass\n"}, "no expected values \\(timed"),
+        ({"atol": -1}, "atol must be a non-negative number"),
+        ({"base_input": "[[1.0], 0.5]"}, "base_input must be a list of argument lists"),
+        ({"base_input": [], "plus_input": []}, "base_input and plus_input are empty"),
+    ])
+    def test_a_row_that_cannot_be_judged_is_refused(self, tmp_path, monkeypatch, change, said):
+        from gmts.data import evalplus
+        monkeypatch.setattr(evalplus, "CANONICAL_TIMEOUT_S", 2.0)
+        refused(tmp_path, {**plus_rows()[0], **change}, said)
