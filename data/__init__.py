@@ -225,7 +225,7 @@ def _local_row(row, where, question_field, answer_field, domain, reward):
     if plus_row and domain == "code":
         from gmts.rewards.code import DEFAULT_TIMEOUT_S
         judged = evalplus.reference(row, where, DEFAULT_TIMEOUT_S)
-        answer = _code_reference(row, judged["tests"], where)
+        answer = _code_reference(dict(row, prompt=judged.get("prompt")), judged["tests"], where)
         if "timeout" in judged and "timeout" not in answer:
             answer["timeout"] = judged["timeout"]
     elif mbpp_row and domain == "code" and not answer_field:

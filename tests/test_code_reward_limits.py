@@ -160,9 +160,21 @@ class TestTheMachineFactor:
 
 # ------------------------------------------------ evalplus' raw rows
 
-def plus_rows() -> list[dict]:
-    return [json.loads(line) for line in (ROWS / "evalplus_humaneval.jsonl").read_text()
-            .splitlines()]
+# Mbpp/787 in MBPP+'s raw format (written here, as tests/code_rows/README.md says of the others)
+MBPP_787 = {
+    "task_id": "Mbpp/787", "entry_point": "text_match_three", "atol": 0,
+    "prompt": '"""\nWrite a function that matches a string that has an a followed by three \'b\'.\n'
+              'assert not text_match_three("ac")\n"""\n',
+    "canonical_solution": ("\nimport re\ndef text_match_three(text):\n        patterns = "
+                           "'ab{3}?'\n        return re.search(patterns,  text)\n"),
+    "base_input": [["ac"], ["dc"], ["abbbba"], ["caacabbbba"]],
+    "plus_input": [[""], ["abbb"], ["xyz"]],
+    "contract": '\n    assert isinstance(text, str), "invalid inputs" # $_CONTRACT_$\n',
+    "assertion": '\nassert not text_match_three("ac")\nassert not text_match_three("dc")\n'
+                 'assert text_match_three("abbbba")\nassert text_match_three("caacabbbba")\n'}
+
+def plus_rows(name: str = "evalplus_humaneval.jsonl") -> list[dict]:
+    return [json.loads(line) for line in (ROWS / name).read_text().splitlines()]
 
 
 class TestEvalplusRawRows:
@@ -176,6 +188,9 @@ class TestEvalplusRawRows:
         "HumanEval/2": "def truncate_number(number):\n    return number % 1.0 + 5e-6\n",
         "HumanEval/8": "def sum_product(numbers):\n    return (sum(numbers), 0)\n",
         "HumanEval/32": "def find_zero(xs):\n    return 0.0\n",
+        "Mbpp/2": "def similar_elements(a, b):\n    return tuple(set(a) | set(b))\n",
+        "Mbpp/17": "def square_perimeter(a):\n    return a * a\n",
+        "Mbpp/581": "def surface_Area(b, s):\n    return b * b + 2 * b\n",
     }
 
     @pytest.fixture(scope="class")
@@ -190,6 +205,32 @@ class TestEvalplusRawRows:
         assert scores(block(row["prompt"] + row["canonical_solution"]), problem.answer) == (1, 1)
         assert scores(block(row["canonical_solution"]), problem.answer) == (1.0, 1.0)
         assert scores(block(self.WRONG[row["task_id"]]), problem.answer) == (0.0, 0.0)
+
+    @pytest.fixture(scope="class")
+    def mbpp(self):
+        return data.load_problems(str(ROWS / "evalplus_mbpp.jsonl"))
+
+    @pytest.mark.parametrize("i", range(3))
+    def test_mbpp_plus_canonical_scores_1_and_a_wrong_answer_0(self, mbpp, i):
+        row, problem = plus_rows("evalplus_mbpp.jsonl")[i], mbpp[i]
+        assert problem.domain == "code" and "prompt" not in problem.answer
+        assert scores(block(row["canonical_solution"]), problem.answer) == (1.0, 1.0)
+        assert scores(block(self.WRONG[row["task_id"]]), problem.answer) == (0.0, 0.0)
+
+    def test_mbpp_plus_as_evalplus_converts_and_judges(self, tmp_path, mbpp):
+        # Mbpp/2's inputs are tuples (mbpp_deserialize_inputs), its outputs compared as sets
+        typed = block("def similar_elements(a, b):\n    assert type(a) is tuple\n"
+                      "    return [x for x in b if x in a]\n")
+        assert scores(typed, mbpp[0].answer) == (1.0, 1.0)
+        # Mbpp/581: the canonical's value or _special_oracle's slant-height formula
+        slant = block("import math\n\ndef surface_Area(b, h):\n"
+                      "    return round(b * b + 2 * b * math.sqrt((b / 2) ** 2 + h ** 2))\n")
+        assert scores(slant, mbpp[2].answer) == (1.0, 1.0)
+        # Mbpp/17: right on MBPP's three inputs, wrong on the plus input 3.5
+        whole = block("def square_perimeter(a):\n    return 4 * int(a)\n")
+        assert scores(whole, mbpp[1].answer) == (0.0, 0.0)
+        (base_only,) = load(tmp_path, dict(plus_rows("evalplus_mbpp.jsonl")[1], plus_input=[]))
+        assert scores(whole, base_only.answer) == (1.0, 1.0)
 
     def test_plus_inputs_are_judged(self, tmp_path, problems):
         # right on HumanEval's three inputs of truncate_number, 1e-5 off on 999.99999 (plus)
@@ -230,11 +271,15 @@ class TestEvalplusRawRows:
         (own,) = load(tmp_path, dict(row, timeout=20))
         assert own.answer["timeout"] == 20.0                     # the row's own wins
 
+    def test_a_value_no_answer_can_return_is_refused(self, tmp_path):
+        # Mbpp/787's canonical returns a re.Match (evalplus judges `is not None`): no answer's
+        # value crosses the sandbox as one, so the canonical itself would score 0
+        refused(tmp_path, MBPP_787, "returns a Match, which no answer's value can be")
+
     @pytest.mark.parametrize("change,said", [
-        ({"task_id": "Mbpp/2", "entry_point": "similar_elements"}, "an MBPP\\+ row as evalplus"),
         ({"canonical_solution": None}, "needs canonical_solution as a string"),
         ({"canonical_solution": "    return numbers[99]\n"}, "IndexError.*on input 0"),
-        ({"canonical_solution": "    return object()\n"}, "returns a object, which no literal"),
+        ({"canonical_solution": "    return object()\n"}, "returns a object, which no answer"),
         ({"canonical_solution": "    while True:\n        pass\n"}, "no expected values \\(timed"),
         ({"atol": -1}, "atol must be a non-negative number"),
         ({"base_input": "[[1.0], 0.5]"}, "base_input must be a list of argument lists"),
