@@ -21,6 +21,7 @@ misspelt "entrypoint") or tests that hold no test fail with one line naming the 
 limit: the first `limit` problems in file order (no shuffling here: shuffle in the trainer, with its
 seed). seed: only the arithmetic task uses it.
 """
+import json
 import math
 import os
 import re
@@ -240,11 +241,18 @@ def _local_row(row, where, question_field, answer_field, domain, reward):
                              f"{CODE_REFERENCES[given[1]]}, not both): keep one, or pass "
                              "answer_field=<field name>")
         tests = _first(row, keys, where, "tests", "answer_field")
-        # a field named by answer_field holding {"input", "output"} cases (CodeContests'
-        # public_tests as a list) is read as cases
-        stdin = next(k for k in keys if row.get(k) is not None) == "cases" or (
-            isinstance(tests, list) and bool(tests) and all(isinstance(t, dict) for t in tests)
-        ) or (isinstance(tests, dict) and set(tests) == {"input", "output"})
+        # a field named by answer_field holding stdin/stdout cases is read as cases: a list of
+        # {"input", "output"} (CodeContests' public_tests as a list; LiveCodeBench's
+        # public_test_cases, a JSON string of it), {"input": [...], "output": [...]}
+        # (CodeContests through datasets), {"inputs": [...], "outputs": [...]} (APPS / TACO's
+        # input_output, a JSON string)
+        if isinstance(tests, str) and tests.lstrip()[:1] in ("[", "{"):
+            try:
+                parsed = json.loads(tests)
+            except ValueError:
+                parsed = None
+            tests = parsed if _as_cases(parsed) else tests
+        stdin = next(k for k in keys if row.get(k) is not None) == "cases" or _as_cases(tests)
         if not stdin and not (isinstance(tests, str) or isinstance(tests, list)
                 and all(isinstance(t, str) for t in tests)):
             raise ValueError(f"{where}: the tests must be a string or a list of strings, got "
@@ -313,6 +321,14 @@ ANY_CASE = re.compile(r"\bin any (?:letter )?case\b|\bcase[- ]insensitive|\bany 
                       re.IGNORECASE)
 
 
+def _as_cases(value) -> bool:
+    """Is `value` stdin/stdout cases in one of the suites' shapes (see _code_reference)?"""
+    if isinstance(value, list):
+        return bool(value) and all(isinstance(v, dict) for v in value)
+    return isinstance(value, dict) and (set(value) == {"input", "output"}
+                                        or {"inputs", "outputs"} <= set(value))
+
+
 def _field_text(row, question_field, names, where) -> str:
     return _text(_first(row, [question_field] if question_field else names, where, "question",
                         "question_field"), where, "question")
@@ -333,13 +349,22 @@ def _code_reference(row: dict, tests, where: str, question: str = "",
                 cases = json.loads(cases)
             except ValueError as e:
                 raise ValueError(f"{where}: cases is a string that is not JSON ({e})") from None
-        if isinstance(cases, dict) and set(cases) == {"input", "output"} and all(
-                isinstance(v, list) for v in cases.values()):
-            # CodeContests' public_tests / private_tests: {"input": [...], "output": [...]}
-            if len(cases["input"]) != len(cases["output"]):
-                raise ValueError(f"{where}: cases hold {len(cases['input'])} inputs and "
-                                 f"{len(cases['output'])} outputs: each input needs its output")
-            cases = [{"input": i, "output": o} for i, o in zip(cases["input"], cases["output"])]
+        if isinstance(cases, dict) and cases.get("fn_name"):
+            raise ValueError(f"{where}: cases with fn_name {_short(cases['fn_name'])} call a "
+                             "function (APPS / TACO call-based), not stdin/stdout: give them as "
+                             "tests")
+        if isinstance(cases, dict) and (set(cases) == {"input", "output"} or set(cases) == {
+                "inputs", "outputs"}) and all(isinstance(v, list) for v in cases.values()):
+            # CodeContests' public_tests / private_tests: {"input": [...], "output": [...]};
+            # APPS / TACO's input_output: {"inputs": [...], "outputs": [...]}, an output
+            # sometimes a list of its lines
+            ins, outs = (cases["input"], cases["output"]) if "input" in cases else (
+                cases["inputs"], [o if not isinstance(o, list) or not all(
+                    isinstance(x, str) for x in o) else "\n".join(o) for o in cases["outputs"]])
+            if len(ins) != len(outs):
+                raise ValueError(f"{where}: cases hold {len(ins)} inputs and {len(outs)} "
+                                 "outputs: each input needs its output")
+            cases = [{"input": i, "output": o} for i, o in zip(ins, outs)]
         if not isinstance(cases, list) or not all(
                 isinstance(c, dict) and isinstance(c.get("input"), str)
                 and isinstance(c.get("output"), str) for c in cases):

@@ -85,6 +85,30 @@ class TestPublicSuitesOwnLimits:
                 "1 inputs and 0 outputs", question_field="description",
                 answer_field="public_tests", domain="code")
 
+    def test_taco_and_apps_rows_with_their_limits(self, tmp_path):
+        # TACO: input_output a JSON string {"inputs", "outputs"} (an output may be its lines),
+        # time_limit / memory_limit as strings; read only when answer_field names it
+        io = {"inputs": ["2 3\n", "-1 1\n"], "outputs": ["5\n", ["0"]]}
+        row = {"question": "Add.", "input_output": json.dumps(io), "time_limit": "1 second",
+               "memory_limit": "256 megabytes", "difficulty": "EASY"}
+        (problem,) = load(tmp_path, row, answer_field="input_output", domain="code")
+        assert problem.answer == {"cases": [CASES[0], {"input": "-1 1\n", "output": "0"}],
+                                  "timeout": 1.0, "memory_mb": 256}
+        assert scores(block(ADD_STDIN), problem.answer) == (1.0, 1.0)
+        assert scores(block("print(5)"), problem.answer) == (0.0, 0.0)
+        refused(tmp_path, dict(row, input_output=json.dumps(dict(io, fn_name="add"))),
+                "fn_name 'add' call a function", answer_field="input_output", domain="code")
+
+    def test_livecodebench_public_test_cases_named_by_answer_field(self, tmp_path):
+        # LiveCodeBench's public_test_cases: a JSON string of [{input, output, testtype}]
+        tests = json.dumps([dict(c, testtype="stdin") for c in CASES])
+        row = {"question_content": "Add.", "public_test_cases": tests, "metadata": "{}"}
+        (problem,) = load(tmp_path, row, question_field="question_content",
+                          answer_field="public_test_cases", domain="code")
+        assert "cases" in problem.answer and "timeout" not in problem.answer
+        assert scores(block(ADD_STDIN), problem.answer) == (1.0, 1.0)
+        assert scores(block("print(5)"), problem.answer) == (0.0, 0.0)
+
     def test_the_time_limit_is_the_suites(self, tmp_path):
         # 1 s per case passes under the default 10 s; Codeforces' 0.5 s fails it, 4 s passes it
         assert scores(block(SLOW_STDIN), {"cases": CASES[:1]}) == (1.0, 1.0)
