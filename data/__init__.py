@@ -300,9 +300,10 @@ LIMIT_UNITS = {"timeout": "seconds", "memory_mb": "MB"}
 # a public suite's own limit fields -> the quantity they set (Codeforces / TACO: time_limit,
 # memory_limit; CodeContests: time_limit {seconds, nanos}, memory_limit_bytes)
 SUITE_LIMITS = {"time_limit": "timeout", "memory_limit": "memory_mb",
-                "memory_limit_bytes": "memory_mb"}
+                "memory_limit_bytes": "memory_mb", "time-limit": "timeout",
+                "memory-limit": "memory_mb"}  # the last two: Codeforces-Python-Submissions
 # no judge sets a test past a minute: a bare 2000 is milliseconds, not seconds
-SUITE_BOUNDS = {"time_limit": 60.0}
+SUITE_BOUNDS = {"timeout": 60.0}
 # a unit written after the number ("2 seconds", "256 megabytes", "1000 ms"), in seconds or MB (a
 # suite's "megabyte" is 2**20 bytes, as memory_mb's); a bare number is in seconds or MB
 TIME_UNITS = {"": 1.0, "s": 1.0, "sec": 1.0, "secs": 1.0, "second": 1.0, "seconds": 1.0,
@@ -381,6 +382,11 @@ def _code_reference(row: dict, tests, where: str, question: str = "",
             if row.get(key) not in (None, ""):
                 raise ValueError(f"{where}: {key} is read with tests, not with stdin/stdout "
                                  f"cases: give tests, or leave {key} out")
+        for key, why in NOT_STDIN.items():
+            value = row.get(key)
+            if value not in (None, "", "stdio"):
+                raise ValueError(f"{where}: the problem {why.format(v=_short(value))}: leave the "
+                                 f"row out (filter on {key})")
     else:
         for key in CASES_ONLY:
             if row.get(key) is not None:
@@ -420,22 +426,22 @@ def _suite_limits(row: dict, where: str, stdin: bool) -> dict:
     protobuf's unset). A suite's time limit is per test, one run of the program on one input: a
     stdin/stdout case here, whose `timeout` is per case; on tests (one run for every test) it is
     refused. Malformed, zero, negative or absurd: one line naming the field."""
-    out = {}
+    out, read = {}, {}
     for key, quantity in SUITE_LIMITS.items():
         value = row.get(key)
         if value is None or value == "None" or (key == "memory_limit_bytes" and value == 0
                                                 and not isinstance(value, bool)):
             continue
         if quantity in out or row.get(quantity) is not None:
-            other = quantity if row.get(quantity) is not None else next(
-                k for k, q in SUITE_LIMITS.items() if q == quantity and k != key)
+            other = quantity if row.get(quantity) is not None else read[quantity]
             raise ValueError(f"{where}: both {other!r} and {key!r} set the {quantity}: keep one")
+        read[quantity] = key
         if quantity == "timeout" and not stdin:
             raise ValueError(f"{where}: {key} is a suite's limit per test (one run of the "
                              "program on one input), read with stdin/stdout cases; tests run in "
                              "one process: give their limit as timeout (seconds for the run)")
         amount = _limit_amount(value, key)
-        if amount is None or not 0 < amount <= SUITE_BOUNDS.get(key, LIMIT_BOUNDS[quantity]):
+        if amount is None or not 0 < amount <= SUITE_BOUNDS.get(quantity, LIMIT_BOUNDS[quantity]):
             unit = "bytes" if key == "memory_limit_bytes" else LIMIT_UNITS[quantity]
             why = ("past the bound for a unit slip" if amount and amount > 0
                    else "not a positive amount")
@@ -447,6 +453,15 @@ def _suite_limits(row: dict, where: str, stdin: bool) -> dict:
 
 EXAMPLES = {"time_limit": '2, "2 seconds" or {"seconds": 2, "nanos": 0}',
             "memory_limit": '256 or "256 megabytes"', "memory_limit_bytes": "268435456"}
+EXAMPLES.update({"time-limit": EXAMPLES["time_limit"], "memory-limit": EXAMPLES["memory_limit"]})
+# open-r1/codeforces: rows whose cases a token comparison of stdout cannot judge
+NOT_STDIN = {
+    "input_mode": "reads and writes files (input_mode {v}), not stdin/stdout",
+    "interaction_format": "is interactive (interaction_format): its judge answers the program as "
+                          "it runs, no fixed output to compare",
+    "generated_checker": "has a checker (generated_checker): several outputs are right, and a "
+                         "right one that is not the expected text would score 0",
+}
 
 
 def _limit_amount(value, key: str) -> float | None:
@@ -456,13 +471,13 @@ def _limit_amount(value, key: str) -> float | None:
     if key == "memory_limit_bytes":
         whole = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
         return value / 2 ** 20 if whole else None
-    if isinstance(value, dict) and key == "time_limit":  # CodeContests' protobuf Duration
+    if isinstance(value, dict) and SUITE_LIMITS[key] == "timeout":  # CodeContests' Duration
         parts = [value.get("seconds") or 0, value.get("nanos") or 0]
         if set(value) - {"seconds", "nanos"} or not all(
                 isinstance(p, int) and not isinstance(p, bool) and p >= 0 for p in parts):
             return None
         return parts[0] + parts[1] / 1e9
-    units = TIME_UNITS if key == "time_limit" else MEMORY_UNITS
+    units = TIME_UNITS if SUITE_LIMITS[key] == "timeout" else MEMORY_UNITS
     if isinstance(value, str):
         found = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-zA-Z]*)\s*", value)
         if not found or found[2].lower() not in units:
@@ -478,7 +493,9 @@ def _check_field_names(row: dict, where: str) -> None:
     "float_tolerence"): refused, rather than kept unread while the default applies."""
     def norm(name):
         return re.sub(r"[^a-z0-9]", "", name.lower())
-    known = {norm(k): k for k in CODE_FIELDS}
+    known = {}
+    for k in CODE_FIELDS:  # the first spelling of a field is the one to suggest
+        known.setdefault(norm(k), k)
     for name in row:
         if not isinstance(name, str) or name in CODE_FIELDS:
             continue

@@ -63,6 +63,8 @@ class TestPublicSuitesOwnLimits:
           "memory_limit_bytes": 256 << 20}, 2.5, 256),                                # CodeContests
         # 256,000,000 bytes are 244.14 MiB: rounded up, never below the suite's limit
         ({"cases": CASES, "time_limit": {"seconds": 1}, "memory_limit_bytes": 256000000}, 1.0, 245),
+        # MatrixStudio/Codeforces-Python-Submissions spells them with a hyphen
+        ({"cases": CASES, "time-limit": "2 seconds", "memory-limit": "256 megabytes"}, 2.0, 256),
         # protobuf's unset: CodeContests' rows without a limit
         ({"cases": CASES, "time_limit": None, "memory_limit_bytes": 0}, None, None),
         ({"tests": "assert add(2, 3) == 5\n", "memory_limit": 512}, None, 512),
@@ -84,6 +86,21 @@ class TestPublicSuitesOwnLimits:
         refused(tmp_path, dict(row, public_tests={"input": ["1 2\n"], "output": []}),
                 "1 inputs and 0 outputs", question_field="description",
                 answer_field="public_tests", domain="code")
+
+    def test_an_open_r1_codeforces_row(self, tmp_path):
+        row = {"id": "4/A", "title": "Add", "description": "Add two numbers.", "time_limit": 1.0,
+               "memory_limit": 64.0, "official_tests": CASES, "input_mode": "stdio",
+               "interaction_format": None, "generated_checker": None, "rating": 800}
+        (problem,) = load(tmp_path, row, question_field="description",
+                          answer_field="official_tests", domain="code")
+        assert problem.answer == {"cases": CASES, "timeout": 1.0, "memory_mb": 64}
+        assert scores(block(ADD_STDIN), problem.answer) == (1.0, 1.0)
+        # what a comparison of stdout with the expected text cannot judge: refused, naming why
+        for change, said in (({"input_mode": "file"}, "reads and writes files"),
+                             ({"interaction_format": "Interact."}, "is interactive"),
+                             ({"generated_checker": "def check(): ..."}, "has a checker")):
+            refused(tmp_path, {**row, **change}, said, question_field="description",
+                    answer_field="official_tests", domain="code")
 
     def test_taco_and_apps_rows_with_their_limits(self, tmp_path):
         # TACO: input_output a JSON string {"inputs", "outputs"} (an output may be its lines),
@@ -155,6 +172,9 @@ class TestPublicSuitesOwnLimits:
         ({"cases": CASES, "timeout": 5000}, "timeout 5000 is past 3600"),
         ({"cases": CASES, "memory_mb": 1 << 30}, "memory_mb .* is past"),
         ({"cases": CASES, "time_limt": 2}, "did you mean 'time_limit'"),
+        ({"cases": CASES, "time-limit": "2000"}, "time-limit .* past the bound"),
+        ({"cases": CASES, "time_limit": 1, "time-limit": "1 second"},
+         "both 'time_limit' and 'time-limit'"),
     ])
     def test_malformed_refused_at_loading(self, tmp_path, row, said):
         refused(tmp_path, row, said)
