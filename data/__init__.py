@@ -16,7 +16,9 @@ a domain a row is math with the gsm8k reward (last \\boxed{}, else last number).
 row's other fields in `Problem.fields` (the question as "question", the answer column left out):
 what a custom reward (`--reward file.py:fn`, rewards/) is called with. A code row is checked whole
 when loaded: a field it would not be judged by (both tests and cases, float_tolerance on tests, a
-misspelt "entrypoint") or tests that hold no test fail with one line naming the file and row.
+misspelt "entrypoint") or tests that hold no test fail with one line naming the file and row. A
+public suite's own limits (Codeforces' time_limit / memory_limit, CodeContests' memory_limit_bytes)
+are read in its units; evalplus' raw rows are judged as evalplus does (data/evalplus.py).
 
 limit: the first `limit` problems in file order (no shuffling here: shuffle in the trainer, with its
 seed). seed: only the arithmetic task uses it.
