@@ -232,8 +232,12 @@ def reference(row: dict, where: str, default_timeout: float) -> dict:
             math.isfinite(atol) and atol >= 0):
         raise ValueError(f"{where}: atol must be a non-negative number, got {atol!r}")
     found, seconds = _canonical_values(row, inputs, where, mbpp)
-    args = "[" + ", ".join(source(v) for v in found["inputs"]) + "]"
-    literal = "[" + ", ".join(source(v) for v in found["values"]) + "]"
+    try:
+        args = "[" + ", ".join(source(v) for v in found["inputs"]) + "]"
+        literal = "[" + ", ".join(source(v) for v in found["values"]) + "]"
+    except (ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"{where}: the canonical solution's values cannot be read back ({e})"
+                         ) from None
     if entry == "find_zero" and mbpp is None:  # evalplus' oracle for HumanEval/32: a zero
         check = (f"{POLY}\n\ndef check(candidate):\n    inputs = {args}\n"
                  f"    for i, inp in enumerate(inputs):\n"
@@ -270,8 +274,8 @@ def _canonical_values(row: dict, inputs: list, where: str, mbpp: int | None) -> 
                     timeout=CANONICAL_TIMEOUT_S, memory_mb=4096, file_mb=OUTPUT_CAP >> 20,
                     read_outputs=lambda files: [f.seek(0) or f.read(OUTPUT_CAP + 1)
                                                 for f in files])
-    try:
-        found = json.loads(run.outputs[0])
+    try:  # the last line: the canonical solution may print too
+        found = json.loads(run.outputs[0].strip().splitlines()[-1])
         if "error" in found:
             why = f"{found['error']}, on input {found['input']} of base_input + plus_input"
         else:

@@ -300,6 +300,20 @@ class TestEvalplusRawRows:
             "        x = x - f / d if d else x + 1.0\n    return x\n")
         assert scores(newton, problems[3].answer) == (1.0, 1.0)
 
+    def test_values_of_every_plain_kind_become_the_expected_ones(self, tmp_path):
+        # tuples, sets, dicts, inf, None, bytes, complex: written back as the values they were;
+        # the canonical's own print is not read as its values
+        body = ("    return [x, (x,), {x}, {x: 1.5}, float('inf'), None, True, b'ab', "
+                "complex(1, 2)]\n")
+        row = {"task_id": "HumanEval/x", "prompt": 'def f(x):\n    """x."""\n',
+               "entry_point": "f", "canonical_solution": "    print('hi')\n" + body,
+               "base_input": [[1], [2]], "plus_input": [], "atol": 0}
+        (problem,) = load(tmp_path, row)
+        good = block("def f(x):\n" + body)
+        assert scores(good, problem.answer) == (1.0, 1.0)
+        assert scores(good.replace("True", "False"), problem.answer) == (0.0, 0.0)
+        assert scores(good.replace("(x,)", "[x]"), problem.answer) == (0.0, 0.0)
+
     def test_the_time_limit_is_evalplus_rule(self, tmp_path):
         # evalplus: each input max(1 s, 4x the canonical's time); a run here holds every input:
         # 4 x (3 x 1 s of sleep) + 1 s to start = 13 s, past the default 10 s; sleep returns no
