@@ -16,18 +16,21 @@ a domain a row is math with the gsm8k reward (last \\boxed{}, else last number).
 row's other fields in `Problem.fields` (the question as "question", the answer column left out):
 what a custom reward (`--reward file.py:fn`, rewards/) is called with. A code row is checked whole
 when loaded: a field it would not be judged by (both tests and cases, float_tolerance on tests, a
-misspelt "entrypoint") or tests that hold no test fail with one line naming the file and row.
+misspelt "entrypoint") or tests that hold no test fail with one line naming the file and row. A
+public suite's own limits (Codeforces' time_limit / memory_limit, CodeContests' memory_limit_bytes)
+are read in its units; evalplus' raw rows are judged as evalplus does (data/evalplus.py).
 
 limit: the first `limit` problems in file order (no shuffling here: shuffle in the trainer, with its
 seed). seed: only the arithmetic task uses it.
 """
+import json
 import math
 import os
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import arithmetic, builtin, templates
+from . import arithmetic, builtin, evalplus, templates
 from .decontam import decontamination_report, format_report
 from .files import data_dir, fetch, is_dataset_source, read_dataset, read_records
 
@@ -199,8 +202,12 @@ def _format_fields(fmt: str, row: dict, where: str) -> str:
 
 
 def _local_row(row, where, question_field, answer_field, domain, reward):
-    mbpp_row = "test_list" in row and not any(k in row for k in ("tests", "test", "cases"))
-    domain = domain or row.get("domain") or ("code" if mbpp_row or any(
+    # evalplus' own rows (HumanEval+: base_input, plus_input, canonical_solution): judged as
+    # evalplus judges them, by the canonical solution's values (data/evalplus.py)
+    plus_row = evalplus.is_evalplus_row(row) and not answer_field
+    mbpp_row = "test_list" in row and not plus_row and not any(
+        k in row for k in ("tests", "test", "cases"))
+    domain = domain or row.get("domain") or ("code" if plus_row or mbpp_row or any(
         k in row for k in ("tests", "test", "cases")) else "choice" if "choices" in row else "math")
     if domain not in DOMAINS:
         raise ValueError(f"{where}: domain must be one of {sorted(DOMAINS)}, got {domain!r}")
@@ -218,7 +225,13 @@ def _local_row(row, where, question_field, answer_field, domain, reward):
     else:
         question = _field_text(row, question_field, ["question", "problem", "prompt", "input"],
                                where)
-    if mbpp_row and domain == "code" and not answer_field:
+    if plus_row and domain == "code":
+        from gmts.rewards.code import DEFAULT_TIMEOUT_S
+        judged = evalplus.reference(row, where, DEFAULT_TIMEOUT_S)
+        answer = _code_reference(dict(row, prompt=judged.get("prompt")), judged["tests"], where)
+        if "timeout" in judged and "timeout" not in answer:
+            answer["timeout"] = judged["timeout"]
+    elif mbpp_row and domain == "code" and not answer_field:
         answer = _code_reference(dict(row, setup=converted["answer"]["setup"]),
                                  converted["answer"]["tests"], where)
     elif domain == "code":
@@ -230,10 +243,18 @@ def _local_row(row, where, question_field, answer_field, domain, reward):
                              f"{CODE_REFERENCES[given[1]]}, not both): keep one, or pass "
                              "answer_field=<field name>")
         tests = _first(row, keys, where, "tests", "answer_field")
-        # a field named by answer_field holding {"input", "output"} cases (CodeContests'
-        # public_tests as a list) is read as cases
-        stdin = next(k for k in keys if row.get(k) is not None) == "cases" or (
-            isinstance(tests, list) and bool(tests) and all(isinstance(t, dict) for t in tests))
+        # a field named by answer_field holding stdin/stdout cases is read as cases: a list of
+        # {"input", "output"} (CodeContests' public_tests as a list; LiveCodeBench's
+        # public_test_cases, a JSON string of it), {"input": [...], "output": [...]}
+        # (CodeContests through datasets), {"inputs": [...], "outputs": [...]} (APPS / TACO's
+        # input_output, a JSON string)
+        if isinstance(tests, str) and tests.lstrip()[:1] in ("[", "{"):
+            try:
+                parsed = json.loads(tests)
+            except ValueError:
+                parsed = None
+            tests = parsed if _as_cases(parsed) else tests
+        stdin = next(k for k in keys if row.get(k) is not None) == "cases" or _as_cases(tests)
         if not stdin and not (isinstance(tests, str) or isinstance(tests, list)
                 and all(isinstance(t, str) for t in tests)):
             raise ValueError(f"{where}: the tests must be a string or a list of strings, got "
@@ -275,14 +296,40 @@ CODE_REFERENCES = {"tests": "tests", "test": "tests", "cases": "stdin/stdout cas
 # fields that only one kind of reference reads: refused on the other, never dropped unread
 CASES_ONLY = ("float_tolerance", "case_insensitive")
 TESTS_ONLY = ("entry_point", "setup")
-CODE_FIELDS = (*CODE_REFERENCES, *CODE_LIMITS, *CASES_ONLY, *TESTS_ONLY, "prompt",
-               "starter_code", "domain", "reward", "choices", "id")
+# past these a limit is a unit slip (milliseconds read as seconds, bytes as MB), not a limit
+LIMIT_BOUNDS = {"timeout": 3600.0, "memory_mb": float(1 << 20)}
+LIMIT_UNITS = {"timeout": "seconds", "memory_mb": "MB"}
+# a public suite's own limit fields -> the quantity they set (Codeforces / TACO: time_limit,
+# memory_limit; CodeContests: time_limit {seconds, nanos}, memory_limit_bytes)
+SUITE_LIMITS = {"time_limit": "timeout", "memory_limit": "memory_mb",
+                "memory_limit_bytes": "memory_mb", "time-limit": "timeout",
+                "memory-limit": "memory_mb"}  # the last two: Codeforces-Python-Submissions
+# no judge sets a test past a minute: a bare 2000 is milliseconds, not seconds
+SUITE_BOUNDS = {"timeout": 60.0}
+# a unit written after the number ("2 seconds", "256 megabytes", "1000 ms"), in seconds or MB (a
+# suite's "megabyte" is 2**20 bytes, as memory_mb's); a bare number is in seconds or MB
+TIME_UNITS = {"": 1.0, "s": 1.0, "sec": 1.0, "secs": 1.0, "second": 1.0, "seconds": 1.0,
+              "ms": 1e-3, "millisecond": 1e-3, "milliseconds": 1e-3}
+MEMORY_UNITS = {"": 1.0, "mb": 1.0, "mib": 1.0, "megabyte": 1.0, "megabytes": 1.0,
+                "kb": 2.0 ** -10, "kib": 2.0 ** -10, "kilobyte": 2.0 ** -10,
+                "kilobytes": 2.0 ** -10, "gb": 1024.0, "gib": 1024.0, "gigabyte": 1024.0,
+                "gigabytes": 1024.0}
+CODE_FIELDS = (*CODE_REFERENCES, *CODE_LIMITS, *SUITE_LIMITS, *CASES_ONLY, *TESTS_ONLY,
+               "prompt", "starter_code", "domain", "reward", "choices", "id")
 
 
 # a statement that accepts "Yes"/"YES"/"yes" alike (Codeforces: "You can output the answer in any
 # case")
 ANY_CASE = re.compile(r"\bin any (?:letter )?case\b|\bcase[- ]insensitive|\bany register\b",
                       re.IGNORECASE)
+
+
+def _as_cases(value) -> bool:
+    """Is `value` stdin/stdout cases in one of the suites' shapes (see _code_reference)?"""
+    if isinstance(value, list):
+        return bool(value) and all(isinstance(v, dict) for v in value)
+    return isinstance(value, dict) and (set(value) == {"input", "output"}
+                                        or {"inputs", "outputs"} <= set(value))
 
 
 def _field_text(row, question_field, names, where) -> str:
@@ -305,6 +352,22 @@ def _code_reference(row: dict, tests, where: str, question: str = "",
                 cases = json.loads(cases)
             except ValueError as e:
                 raise ValueError(f"{where}: cases is a string that is not JSON ({e})") from None
+        if isinstance(cases, dict) and cases.get("fn_name"):
+            raise ValueError(f"{where}: cases with fn_name {_short(cases['fn_name'])} call a "
+                             "function (APPS / TACO call-based), not stdin/stdout: give them as "
+                             "tests")
+        if isinstance(cases, dict) and (set(cases) == {"input", "output"} or set(cases) == {
+                "inputs", "outputs"}) and all(isinstance(v, list) for v in cases.values()):
+            # CodeContests' public_tests / private_tests: {"input": [...], "output": [...]};
+            # APPS / TACO's input_output: {"inputs": [...], "outputs": [...]}, an output
+            # sometimes a list of its lines
+            ins, outs = (cases["input"], cases["output"]) if "input" in cases else (
+                cases["inputs"], [o if not isinstance(o, list) or not all(
+                    isinstance(x, str) for x in o) else "\n".join(o) for o in cases["outputs"]])
+            if len(ins) != len(outs):
+                raise ValueError(f"{where}: cases hold {len(ins)} inputs and {len(outs)} "
+                                 "outputs: each input needs its output")
+            cases = [{"input": i, "output": o} for i, o in zip(ins, outs)]
         if not isinstance(cases, list) or not all(
                 isinstance(c, dict) and isinstance(c.get("input"), str)
                 and isinstance(c.get("output"), str) for c in cases):
@@ -321,6 +384,11 @@ def _code_reference(row: dict, tests, where: str, question: str = "",
             if row.get(key) not in (None, ""):
                 raise ValueError(f"{where}: {key} is read with tests, not with stdin/stdout "
                                  f"cases: give tests, or leave {key} out")
+        for key, why in NOT_STDIN.items():
+            value = row.get(key)
+            if value not in (None, "", "stdio"):
+                raise ValueError(f"{where}: the problem {why.format(v=_short(value))}: leave the "
+                                 f"row out (filter on {key})")
     else:
         for key in CASES_ONLY:
             if row.get(key) is not None:
@@ -343,10 +411,83 @@ def _code_reference(row: dict, tests, where: str, question: str = "",
             sign = "non-negative" if key == "float_tolerance" else "positive"
             raise ValueError(f"{where}: {key} must be a {sign} {kind.__name__}, got "
                              f"{_short(value)}")
+        if value > LIMIT_BOUNDS.get(key, math.inf):
+            raise ValueError(f"{where}: {key} {value} is past {LIMIT_BOUNDS[key]:.0f} "
+                             f"({LIMIT_UNITS[key]}): a unit slip?")
         out[key] = kind(value)
+    out.update(_suite_limits(row, where, stdin))
     _check_field_names(row, where)
     _check_judgeable(out, where)
     return out
+
+
+def _suite_limits(row: dict, where: str, stdin: bool) -> dict:
+    """A public suite's own limits as the row's timeout (seconds) / memory_mb (MiB): Codeforces'
+    time_limit (seconds) and memory_limit (MB), TACO's "2 seconds" / "256 megabytes" (its "None":
+    no limit), CodeContests' time_limit {"seconds", "nanos"} and memory_limit_bytes (0: none given,
+    protobuf's unset). A suite's time limit is per test, one run of the program on one input: a
+    stdin/stdout case here, whose `timeout` is per case; on tests (one run for every test) it is
+    refused. Malformed, zero, negative or absurd: one line naming the field."""
+    out, read = {}, {}
+    for key, quantity in SUITE_LIMITS.items():
+        value = row.get(key)
+        if value is None or value == "None" or (key == "memory_limit_bytes" and value == 0
+                                                and not isinstance(value, bool)):
+            continue
+        if quantity in out or row.get(quantity) is not None:
+            other = quantity if row.get(quantity) is not None else read[quantity]
+            raise ValueError(f"{where}: both {other!r} and {key!r} set the {quantity}: keep one")
+        read[quantity] = key
+        if quantity == "timeout" and not stdin:
+            raise ValueError(f"{where}: {key} is a suite's limit per test (one run of the "
+                             "program on one input), read with stdin/stdout cases; tests run in "
+                             "one process: give their limit as timeout (seconds for the run)")
+        amount = _limit_amount(value, key)
+        if amount is None or not 0 < amount <= SUITE_BOUNDS.get(quantity, LIMIT_BOUNDS[quantity]):
+            unit = "bytes" if key == "memory_limit_bytes" else LIMIT_UNITS[quantity]
+            why = ("past the bound for a unit slip" if amount and amount > 0
+                   else "not a positive amount")
+            raise ValueError(f"{where}: {key} must be a positive amount of {unit} (e.g. "
+                             f"{EXAMPLES[key]}), got {_short(value)}: {why}")
+        out[quantity] = amount if quantity == "timeout" else math.ceil(amount)
+    return out
+
+
+EXAMPLES = {"time_limit": '2, "2 seconds" or {"seconds": 2, "nanos": 0}',
+            "memory_limit": '256 or "256 megabytes"', "memory_limit_bytes": "268435456"}
+EXAMPLES.update({"time-limit": EXAMPLES["time_limit"], "memory-limit": EXAMPLES["memory_limit"]})
+# open-r1/codeforces: rows whose cases a token comparison of stdout cannot judge
+NOT_STDIN = {
+    "input_mode": "reads and writes files (input_mode {v}), not stdin/stdout",
+    "interaction_format": "is interactive (interaction_format): its judge answers the program as "
+                          "it runs, no fixed output to compare",
+    "generated_checker": "has a checker (generated_checker): several outputs are right, and a "
+                         "right one that is not the expected text would score 0",
+}
+
+
+def _limit_amount(value, key: str) -> float | None:
+    """`value` of a suite's limit field in seconds or MiB, or None if it is not an amount."""
+    if isinstance(value, bool):
+        return None
+    if key == "memory_limit_bytes":
+        whole = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+        return value / 2 ** 20 if whole else None
+    if isinstance(value, dict) and SUITE_LIMITS[key] == "timeout":  # CodeContests' Duration
+        parts = [value.get("seconds") or 0, value.get("nanos") or 0]
+        if set(value) - {"seconds", "nanos"} or not all(
+                isinstance(p, int) and not isinstance(p, bool) and p >= 0 for p in parts):
+            return None
+        return parts[0] + parts[1] / 1e9
+    units = TIME_UNITS if SUITE_LIMITS[key] == "timeout" else MEMORY_UNITS
+    if isinstance(value, str):
+        found = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-zA-Z]*)\s*", value)
+        if not found or found[2].lower() not in units:
+            return None
+        return float(found[1]) * units[found[2].lower()]
+    if isinstance(value, (int, float)) and math.isfinite(value):
+        return float(value)
+    return None
 
 
 def _check_field_names(row: dict, where: str) -> None:
@@ -354,7 +495,9 @@ def _check_field_names(row: dict, where: str) -> None:
     "float_tolerence"): refused, rather than kept unread while the default applies."""
     def norm(name):
         return re.sub(r"[^a-z0-9]", "", name.lower())
-    known = {norm(k): k for k in CODE_FIELDS}
+    known = {}
+    for k in CODE_FIELDS:  # the first spelling of a field is the one to suggest
+        known.setdefault(norm(k), k)
     for name in row:
         if not isinstance(name, str) or name in CODE_FIELDS:
             continue

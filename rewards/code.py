@@ -8,7 +8,8 @@ The reference (Problem.answer for code problems) is one of:
 - a dict {"cases": [{"input": str, "output": str}, ...]}: stdin/stdout programs (LiveCodeBench,
   Codeforces).
 - a str (= {"tests": str}) or a list of assert strings (joined with newlines).
-Optional keys "timeout" (per stdin/stdout case) and "memory_mb" override the defaults per problem;
+Optional keys "timeout" (per stdin/stdout case) and "memory_mb" override the defaults per problem
+(every time limit times GMTS_CODE_TIME_SCALE, for a slower machine: time_scale);
 "float_tolerance" (stdin/stdout) lets numeric tokens differ by that much, absolute or relative, and
 "case_insensitive" lets them differ in case; "cases" may be a JSON string. "prompt" (HumanEval):
 the judged program is the prompt followed by the answer, as HumanEval's harness runs it.
@@ -20,6 +21,8 @@ and refused (0.0, not run) with trusted_only=True.
 import ast
 import builtins
 import functools
+import math
+import os
 import re
 import threading
 
@@ -335,7 +338,11 @@ def check_sandbox():
         _sandbox_checked = True
 
 
-def code_reward(completion: str, reference, *, timeout: float = 10.0, memory_mb: int = 2048,
+DEFAULT_TIMEOUT_S = 10.0  # a run's wall clock (stdin/stdout: a case's) when the row sets none
+
+
+def code_reward(completion: str, reference, *, timeout: float = DEFAULT_TIMEOUT_S,
+                memory_mb: int = 2048,
                 trusted_only: bool = False) -> float:
     """1.0 if the last code block passes every test within the limits, else 0.0. Never raises on a
     completion; a malformed reference (a data bug) raises ValueError, a sandbox that cannot work
@@ -360,7 +367,8 @@ def code_reward(completion: str, reference, *, timeout: float = 10.0, memory_mb:
     try:
         result = run_python(code, tests=tests, entry_point=spec.get("entry_point"),
                             setup=setup,
-                            cases=spec.get("cases"), timeout=float(spec.get("timeout", timeout)),
+                            cases=spec.get("cases"),
+                            timeout=float(spec.get("timeout", timeout)) * time_scale(),
                             memory_mb=int(spec.get("memory_mb", memory_mb)),
                             trusted_only=trusted_only,
                             float_tolerance=spec.get("float_tolerance"),
@@ -370,6 +378,21 @@ def code_reward(completion: str, reference, *, timeout: float = 10.0, memory_mb:
         return 0.0
     _count(result)
     return 1.0 if result.passed else 0.0
+
+
+def time_scale() -> float:
+    """GMTS_CODE_TIME_SCALE (default 1): how many times slower this machine runs the answers than
+    the one the limits were set for (a suite's judge, the machine a row's timeout was measured on).
+    Every time limit of the code reward, the default and each row's, is multiplied by it."""
+    raw = os.environ.get("GMTS_CODE_TIME_SCALE", "").strip()
+    try:
+        value = float(raw) if raw else 1.0
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"GMTS_CODE_TIME_SCALE must be a positive number (how many times slower "
+                         f"this machine is than the limits assume), got {raw!r}")
+    return value
 
 
 @functools.lru_cache(maxsize=4096)

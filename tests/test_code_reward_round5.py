@@ -271,13 +271,13 @@ class TestEveryFieldOfACodeRowReadOrRefused:
                      answer_field="public")
 
     def test_fields_of_other_meanings_are_kept(self, tmp_path):
-        # near no code field (MBPP's text, Codeforces' limits, a suite's own keys): kept for a
-        # custom reward, the reference as the row says
-        row = {"tests": ADD, "entry_point": "add", "text": "t", "time_limit": 2.0,
-               "memory_limit": 256, "test_list": ["assert add(2, 3) == 5"], "difficulty": "easy"}
+        # near no code field (MBPP's text, a suite's own keys): kept for a custom reward, the
+        # reference as the row says (a suite's limits are read: tests/test_code_reward_limits.py)
+        row = {"tests": ADD, "entry_point": "add", "text": "t", "rating": 800, "tags": ["math"],
+               "test_list": ["assert add(2, 3) == 5"], "difficulty": "easy"}
         (problem,) = self.load(tmp_path, row)
         assert problem.answer == {"tests": ADD, "entry_point": "add", "setup": ""}
-        assert problem.fields["time_limit"] == 2.0 and problem.fields["text"] == "t"
+        assert problem.fields["rating"] == 800 and problem.fields["text"] == "t"
 
     @pytest.mark.parametrize("name,options", [
         ("humaneval.jsonl", {}), ("humaneval_plus.jsonl", {}), ("mbpp.jsonl", {}),
