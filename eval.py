@@ -321,10 +321,10 @@ def main(argv=None):
     # (gmts/run/validate.py), before any data or model loads; a bad one is one line and exit status
     # 2.
     from gmts.run.folder import lock_output
-    from gmts.run.machine import address_space_problem
+    from gmts.run.machine import address_space_problem, code_time_scale_problem
     from gmts.run.validate import UsageError, check_eval_args
-    if address_space_problem("eval.py"):
-        raise UsageError("eval.py", address_space_problem("eval.py"))
+    if address_space_problem("eval.py") or code_time_scale_problem():
+        raise UsageError("eval.py", address_space_problem("eval.py") or code_time_scale_problem())
     output = args.output if args.compare else (args.output
                                                or default_output(
                                                    args.model or "", args.data, args.seed,

@@ -97,3 +97,14 @@ def memory_line(prog, what, advice):
         if said is None:
             raise
         raise SystemExit(f"error: out of memory {what} ({said}); {advice}") from None
+
+
+def code_time_scale_problem():
+    """Why GMTS_CODE_TIME_SCALE (the code reward's time limits, rewards/code.py) is unusable, or
+    None."""
+    from gmts.rewards.code import time_scale
+    try:
+        time_scale()
+    except ValueError as err:
+        return str(err)
+    return None
