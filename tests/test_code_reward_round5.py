@@ -715,11 +715,15 @@ class TestTheSolutionCannotChangeATestClasssData:
     @pytest.mark.parametrize("name", sorted(ATTACKS))
     def test_a_wrong_solution_changing_the_data(self, tmp_path, name):
         tests, wrong = self.ATTACKS[name]
+        assert pytest_verdict(tmp_path, wrong, tests) is True  # the attack works there
+        assert code(block(wrong), tests) == 0.0
+
+    @pytest.mark.parametrize("tests", sorted({t for t, _ in ATTACKS.values()}),
+                             ids=lambda tests: "unittest" if "unittest" in tests else "pytest")
+    def test_the_honest_answer_to_the_same_tests(self, tmp_path, tests):
         honest = "def add(a, b, *_):\n    return a + b\n"
         assert pytest_verdict(tmp_path, honest, tests) is True
         assert code(block(honest), tests) == 1.0
-        assert pytest_verdict(tmp_path, wrong, tests) is True  # the attack works there
-        assert code(block(wrong), tests) == 0.0
 
     HONEST: ClassVar[dict] = {  # (solution, tests): plain pytest passes each
         "sorts_a_class_list_it_was_given": (
