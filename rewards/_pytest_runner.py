@@ -16,11 +16,11 @@ a skip/skipif mark), "failed" (anything else: a failure, an error, a skip or xfa
 time, by the tests or by the solution). "tampered": a function or class of pytest, pluggy, unittest
 or builtins, the set of registered plugins, the test module's own functions, classes and their
 code (a test swapped between collection and call), or its names and the data its tests only read
-(_data_names: what the tests hand on may change, as pytest shares it) changed while the tests ran,
-or a name the file does not bind was put in its namespace at import, or a tracer is
-installed (an audit hook refuses every one: sys.settrace, setprofile, sys.monitoring). Items whose
-function is not the test module's own (a `test_x` the solution defines and the tests import) are
-deselected.
+(its classes' too; _data_names: what the tests hand on may change, as pytest shares it) changed
+while the tests ran, or a name the file does not bind was put in its namespace at import, or a
+tracer is installed (an audit hook refuses every one: sys.settrace, setprofile, sys.monitoring).
+Items whose function is not the test module's own (a `test_x` the solution defines and the tests
+import) are deselected.
 """
 import os
 import sys
