@@ -554,16 +554,22 @@ def _check_judgeable(answer: dict, where: str) -> None:
                          "to a check(candidate): the tests judge other names")
     called = any(isinstance(n, ast.Name) and n.id == "check" and isinstance(n.ctx, ast.Load)
                  for n in ast.walk(ast.Module(body=body, type_ignores=[])))
-    if not any(_tests_something(s, bool(entry) or called) for s in body):
+    defined = {s.name for s in body + list(trees.get("setup", ast.Module(body=[])).body)
+               if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    if not any(_tests_something(s, bool(entry) or called, defined) for s in body):
         raise ValueError(f"{where}: the tests hold no test (no assert, no test function or "
-                         "TestCase method, no statement that runs, no entry_point for check): "
-                         "every answer would score 0")
+                         "TestCase method, no check that runs, no entry_point for check; a bare "
+                         "call or print of the answer judges nothing)")
 
 
-def _tests_something(stmt, check_runs: bool) -> bool:
+def _tests_something(stmt, check_runs: bool, defined=frozenset()) -> bool:
     """Could this statement of a test module judge an answer? False only for what never does: an
     import, a docstring, pass, an assignment, a helper function, a class without test methods, a
-    check(candidate) nothing calls (rewards/testplan.py counts none of them a test case)."""
+    check(candidate) nothing calls (rewards/testplan.py counts none of them a test case), and a
+    statement that only calls or prints (`f(1)`, `print(f(1))`, a loop of them): it holds no
+    assert or raise and calls nothing the tests define (`defined`: their functions and classes) or
+    that checks (a name with assert, check, raises, fail or main in it: `np.testing.assert_equal`,
+    `self.fail`, `unittest.main()`)."""
     import ast
     if isinstance(stmt, (ast.Import, ast.ImportFrom, ast.Pass, ast.Assign, ast.AnnAssign)) or (
             isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant)):
@@ -575,7 +581,14 @@ def _tests_something(stmt, check_runs: bool) -> bool:
                    for b in stmt.bases) or any(
             isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))
             and (s.name.startswith("test") or s.name == "runTest") for s in stmt.body)
-    return True  # an assert, a call, a loop, a with block: it runs
+    for node in ast.walk(stmt):  # an assert, a raise, or a call that may check: it judges
+        callee = getattr(node, "func", None) if isinstance(node, ast.Call) else None
+        name = getattr(callee, "id", None) or getattr(callee, "attr", "")
+        if isinstance(node, (ast.Assert, ast.Raise)) or name in defined or (
+                callee is not None and not isinstance(callee, (ast.Name, ast.Attribute))) or any(
+                word in name.lower() for word in ("assert", "check", "raises", "fail", "main")):
+            return True
+    return False
 
 
 def _check_reward_fits(row: dict, where: str) -> None:

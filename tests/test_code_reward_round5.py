@@ -205,6 +205,21 @@ class TestEveryFieldOfACodeRowReadOrRefused:
         self.refused(tmp_path, {"checks": tests, "domain": "code"}, "the tests hold no test",
                      answer_field="checks")
 
+    CALLS_ONLY: ClassVar[list] = [
+        "add(2, 3)\nadd(1, 1)\n",
+        "print(add(2, 3))\n",
+        "for a in range(3):\n    add(a, a)\n",
+        "result = add(2, 3)\nprint(result)\n",
+        "with open('/dev/null') as fh:\n    fh.write(str(add(2, 3)))\n",
+    ]
+
+    @pytest.mark.parametrize("tests", CALLS_ONLY)
+    def test_tests_that_only_call_or_print(self, tmp_path, tests):
+        # nothing judged: a wrong answer scores as the right one, in each mode
+        wrong = block("def add(a, b):\n    return a - b\n")
+        assert scores(block(GOOD_ADD), {"tests": tests}) == scores(wrong, {"tests": tests})
+        self.refused(tmp_path, {"tests": tests}, "the tests hold no test .* a bare call or print")
+
     def test_mbpps_own_row_without_a_test(self, tmp_path):
         row = {"task_id": 1, "text": "Add two numbers.", "test_list": ["import math"]}
         self.refused(tmp_path, row, "the tests hold no test")
@@ -214,6 +229,8 @@ class TestEveryFieldOfACodeRowReadOrRefused:
         {"tests": "def test_add():\n    assert add(2, 3) == 5\n"},
         {"tests": "def check(candidate):\n    assert candidate(2, 3) == 5\n", "entry_point": "add"},
         {"tests": "def check(candidate):\n    assert candidate(2, 3) == 5\n\ncheck(add)\n"},
+        {"tests": "def helper():\n    assert add(2, 3) == 5\n\nhelper()\n"},
+        {"tests": "import numpy as np\nnp.testing.assert_equal(add(2, 3), 5)\n"},
     ])
     def test_tests_that_test_something_load_and_score(self, tmp_path, row):
         (problem,) = self.load(tmp_path, row)
