@@ -7,6 +7,7 @@ checkpoint and resume."""
 import functools
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -208,6 +209,28 @@ def test_per_rank_top_k_would_differ():
     assert not torch.equal(per_rank, global_sel)
 
 
+def test_a_crashing_process_of_a_run_prints_its_python_stack(tmp_path):
+    """A process of a multi-process run that segfaults prints where (faulthandler, enabled by
+    init_group), so torchrun's "Signal 11 (SIGSEGV) received" comes with the Python stack."""
+    crash = ("import ctypes, faulthandler\nfaulthandler.disable()\n"
+             "from gmts.trainer import distributed\n"
+             f"distributed.init_group('gloo', init_method='file://{tmp_path}/init', rank=0, "
+             "world_size=1)\n"
+             "def deep_in_a_step():\n    ctypes.string_at(0)\n\ndeep_in_a_step()\n")
+    proc = subprocess.run([sys.executable, "-c", crash], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert proc.returncode == -signal.SIGSEGV, proc.stderr[-3000:]
+    assert "Fatal Python error: Segmentation fault" in proc.stderr, proc.stderr[-3000:]
+    assert "in deep_in_a_step" in proc.stderr, proc.stderr[-3000:]
+
+
+def failure(stderr):
+    """What a failed torchrun printed: its end, and a crashed process's Python stack
+    (faulthandler's, gmts/trainer/distributed.py's init_group), which torchrun's summary follows."""
+    crash = stderr.find("Fatal Python error")
+    return (stderr[crash:crash + 4000] + "\n...\n" if crash >= 0 else "") + stderr[-3000:]
+
+
 @pytest.mark.parametrize("fsdp", [False, True])
 def test_torchrun_two_processes_train_checkpoint_and_resume(digit_model_dir, digit_data, tmp_path,
                                                             fsdp):
@@ -223,7 +246,7 @@ def test_torchrun_two_processes_train_checkpoint_and_resume(digit_model_dir, dig
          else [])
     proc = subprocess.run(base + args, cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=600, check=False)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == 0, failure(proc.stderr)
     # nothing but the progress bar: no warning at the start or at the end (an isinstance() sweep of
     # the objects in shutdown would print a FutureWarning per process)
     assert "Warning" not in proc.stderr, proc.stderr[-3000:]
@@ -242,7 +265,7 @@ def test_torchrun_two_processes_train_checkpoint_and_resume(digit_model_dir, dig
         assert "eval_accuracy" in metrics[1]
     proc = subprocess.run(base + ["--resume", str(out), "--steps", "3"], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=600, check=False)
-    assert proc.returncode == 0 and "Warning" not in proc.stderr, proc.stderr[-3000:]
+    assert proc.returncode == 0 and "Warning" not in proc.stderr, failure(proc.stderr)
     assert len((out / "metrics.jsonl").read_text().splitlines()) == 3
     single = run_python(["train.py", "--resume", out, "--steps", "4"],
                         env={"GMTS_DIST_BACKEND": "gloo"}, timeout=600)
@@ -298,7 +321,7 @@ def test_shutdown_frees_the_process_group(digit_model_dir, tmp_path, fsdp, exit_
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
                            "--nproc-per-node", "2", str(script)], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=300, check=False)
-    assert (proc.returncode == 0) == (exit_code == 0), proc.stderr[-3000:]
+    assert (proc.returncode == 0) == (exit_code == 0), failure(proc.stderr)
     assert "terminate called" not in proc.stderr and "SIGABRT" not in proc.stderr
     for rank in range(2):
         assert json.loads((tmp_path / f"{rank}.json").read_text()) == {"freed": True,
