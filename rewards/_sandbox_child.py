@@ -235,10 +235,10 @@ _ARRAY_KINDS = "biufcU"  # numpy dtype kinds whose tolist() is plain data
 
 
 def _other_value(value, kind, depth, budget):
-    """range; datetime's date, datetime, time and timedelta; a numpy array of numbers,
-    bools or strs (its dtype, shape and items). Whatever the class says, they cross as plain data
-    the trainer rebuilds its own value from (so a class of the solution's posing as one of these
-    gives only what a real one could). Neither module is imported here."""
+    """range; datetime's date, datetime, time and timedelta; a numpy array of numbers, bools or
+    strs, or of objects that are plain data (its dtype, shape and items). Whatever the class says,
+    they cross as plain data the trainer rebuilds its own value from (so a class of the solution's
+    posing as one of these gives only what a real one could). Neither module is imported here."""
     if kind is range:
         return {"range": [encode(value.start), encode(value.stop), encode(value.step)]}
     module, name = getattr(kind, "__module__", None), getattr(kind, "__qualname__", None)
@@ -252,7 +252,8 @@ def _other_value(value, kind, depth, budget):
         return {name: text} if type(text) is str else None
     if module == "numpy" and name == "ndarray":
         dtype = value.dtype
-        if dtype.kind not in _ARRAY_KINDS or type(dtype.str) is not str:
+        # an object array: its items as they are, each plain data (a solution's object: an error)
+        if dtype.kind not in _ARRAY_KINDS + "O" or type(dtype.str) is not str:
             return None
         budget[0] -= value.size
         if budget[0] < 0:

@@ -33,6 +33,7 @@ import fractions
 import itertools
 import math
 import re
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -44,7 +45,7 @@ from functools import lru_cache
 # inside the sandbox.
 SAFE_NAMES = frozenset("""abs all any ascii bin bool bytes chr complex dict divmod enumerate filter
 float format frozenset hex int isinstance len list map max min oct ord pow range repr reversed round
-set slice sorted str sum tuple type zip bytearray""".split())  # noqa: SIM905
+set slice sorted str sum tuple type zip bytearray object""".split())  # noqa: SIM905
 BUILTIN_NAMES = frozenset(dir(builtins))
 MODULES = {"math": math, "collections": collections}
 # Modules the tests may import (`import random` inside a HumanEval check): the trainer evaluates
@@ -55,7 +56,13 @@ IMPORTABLE = ("math", "cmath", "collections", "copy", "string", "itertools", "fu
               "fractions", "decimal", "statistics", "heapq", "bisect", "re", "random", "datetime")
 # imported only where the tests import it (HumanEval+'s `assertion` helper uses np.allclose); its
 # `random` (global state, unseeded) is never the trainer's
-LAZY_IMPORTABLE = ("numpy",)
+LAZY_IMPORTABLE = ("numpy", "numpy.testing")  # a module after those it lies in
+# numpy.testing's comparisons, called here on the returned values rebuilt as arrays (numpy's own
+# semantics: shapes, NaN positions, `|a - b| <= atol + rtol * |b|`, `decimal`); not its other
+# names (`assert_raises` calls a callable, `assert_warns`...)
+NUMPY_ASSERTS = frozenset("""assert_equal assert_almost_equal assert_approx_equal
+assert_array_equal assert_array_almost_equal assert_allclose assert_array_less assert_string_equal
+assert_array_almost_equal_nulp assert_array_max_ulp""".split())  # noqa: SIM905
 # what the tests' own helper functions may name besides the tests' names (_trainer_definitions):
 # the safe builtins and the exception classes (`raise ValueError`, `except TypeError`)
 HELPER_BUILTINS = SAFE_NAMES | {n for n in BUILTIN_NAMES if isinstance(getattr(builtins, n), type)
@@ -420,10 +427,13 @@ class _Decoder:
             import numpy
             return self.steerable(numpy.dtype(dtype).type(item))
         dtype, shape, items = inner
-        if type(dtype) is not str or not _DTYPE.fullmatch(dtype) or type(shape) is not list or (
-                not all(type(n) is int and n >= 0 for n in shape)) or len(shape) > MAX_DEPTH:
+        if type(dtype) is not str or not (_DTYPE.fullmatch(dtype) or dtype == "|O") or (
+                type(shape) is not list) or not all(type(n) is int and n >= 0 for n in shape) or (
+                len(shape) > MAX_DEPTH):
             raise ValueError("malformed array")
         import numpy  # only where a solution returned an array
+        if dtype == "|O":
+            return _object_array(self.decode(items, depth + 1), shape)
         array = numpy.array(self.decode(items, depth + 1), dtype=numpy.dtype(dtype))
         if list(array.shape) != shape:
             raise ValueError("malformed array: its items do not have its shape")
@@ -458,6 +468,21 @@ class _Decoder:
 _EXACT = ("bytearray", "Fraction", "Decimal", "enum", "dict_keys", "dict_values", "dict_items",
           "range", "date", "datetime", "time", "timedelta", "ndarray", "npscalar")
 _DTYPE = re.compile(r"[<>|=]?[biufcU]\d{1,2}")  # a numpy array's dtype.str (numbers, bools, strs)
+
+
+def _object_array(items, shape: list):
+    """An object array of `shape` from its tolist(): the first len(shape) levels of lists are the
+    array's, what lies below them its items (a list item stays one object)."""
+    import numpy
+    level = [items]
+    for n in shape:
+        if not all(type(v) is list and len(v) == n for v in level):
+            raise ValueError("malformed array: its items do not have its shape")
+        level = [x for v in level for x in v]
+    array = numpy.empty(len(level), dtype=object)
+    for i, v in enumerate(level):
+        array[i] = v
+    return array.reshape(shape)
 
 
 class _EnumMember:
@@ -914,18 +939,33 @@ class _Unit:
         return self.applies_to_object(node)
 
     def is_helper_call(self, node) -> bool:
-        """A call of a helper of the tests' that the trainer runs (_trainer_definitions). A
+        """A call of a helper of the tests' that the trainer runs (_trainer_definitions), of a
+        unittest assert or of numpy.testing's comparisons (`np.testing.assert_allclose`). A
         solution's callable passed to it cannot cross as data: such a call stays the sandbox's."""
-        fn = self.env.get(node.func.id) if (isinstance(node, ast.Call)
-                                            and isinstance(node.func, ast.Name)) else None
+        fn = self.named(node.func) if isinstance(node, ast.Call) else None
         if not callable(fn) or not (getattr(fn, "__module__", None) == "tests"
-                                    or getattr(fn, "__self__", None) is _TESTCASE is not None):
+                                    or getattr(fn, "__self__", None) is _TESTCASE is not None
+                                    or _numpy_assert(fn)):
             return False
         if any(isinstance(a, ast.Attribute) and self.is_callee(a)
                or isinstance(a, ast.Name) and a.id in self.solution_names
                for a in [*node.args, *(k.value for k in node.keywords)]):
             raise Unconvertible("a solution's callable passed to a helper of the tests'")
         return True
+
+    def named(self, node):
+        """What a name of the tests' holds, or a chain of public attributes of modules from one
+        (`np.testing.assert_allclose`); None for anything else."""
+        base, attrs = attribute_chain(node)
+        if not isinstance(base, ast.Name) or base.id not in self.env or any(
+                a.startswith("_") for a in attrs):
+            return None
+        value = self.env[base.id]
+        for attr in attrs:
+            if not isinstance(value, type(math)):
+                return None
+            value = getattr(value, attr, None)
+        return value
 
     def is_builtin(self, node) -> bool:
         return (isinstance(node, ast.Name) and node.id in BUILTIN_NAMES
@@ -1932,8 +1972,12 @@ class _Unit:
         if isinstance(stmt, ast.Import):
             for a in stmt.names:
                 _lazy_import(self.imports, a.name)
-            pairs = [(a.asname or a.name, a.name, None) for a in stmt.names]
+            # `import numpy.testing` binds numpy
+            pairs = [(a.asname, a.name, None) if a.asname else (a.name.split(".")[0],
+                                                                a.name.split(".")[0], None)
+                     for a in stmt.names]
         else:
+            _lazy_import(self.imports, stmt.module)
             pairs = [(a.asname or a.name, stmt.module, a.name) for a in stmt.names]
         for bound, module, attr in pairs:
             if stmt.__class__ is ast.ImportFrom and stmt.level or module not in self.imports:
@@ -2888,12 +2932,22 @@ def _setup_values(setup: str) -> dict:
     return values
 
 
+def _numpy_assert(fn) -> bool:
+    """One of numpy.testing's comparisons (NUMPY_ASSERTS), that very function."""
+    testing = sys.modules.get("numpy.testing")
+    name = getattr(fn, "__name__", None)
+    return (testing is not None and type(name) is str and name in NUMPY_ASSERTS
+            and getattr(testing, name, None) is fn)
+
+
 def _lazy_import(imports: dict, name: str) -> None:
-    """`import numpy` in the tests: numpy joins the plan's modules (imported here on first use)."""
+    """`import numpy` in the tests: numpy joins the plan's modules (imported here on first use);
+    `numpy.testing` with it."""
     if name in LAZY_IMPORTABLE and name not in imports:
         import importlib
         try:
-            imports[name] = importlib.import_module(name)
+            for module in LAZY_IMPORTABLE[:LAZY_IMPORTABLE.index(name) + 1]:
+                imports[module] = importlib.import_module(module)
         except ImportError:
             pass
 
@@ -3064,8 +3118,9 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
                     env[a.asname or a.name] = getattr(imports[stmt.module], a.name)
         # `import random` (a Random of the plan's own), `import copy`
         elif isinstance(stmt, ast.Import):
-            env.update((a.asname or a.name, imports[a.name]) for a in stmt.names
-                       if a.name in imports)
+            env.update((a.asname, imports[a.name]) if a.asname else (
+                a.name.split(".")[0], imports[a.name.split(".")[0]]) for a in stmt.names
+                if a.name in imports and a.name.split(".")[0] in imports)
         # `from unittest.mock import patch, MagicMock, call` (rewards/mocks.py)
         elif isinstance(stmt, ast.ImportFrom) and stmt.module == "unittest.mock":
             api = mock_namespace()
