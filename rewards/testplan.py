@@ -762,6 +762,8 @@ class Check:
     at: int = -1  # the unit's steps before it: a check reading a mock comes after every call
     # names read from the run's mocks (ValueRef in env) -> the objects the test bound them to
     plan_values: dict = field(default_factory=dict)
+    # "raises" with `as name` (names): "pytest" (name.value) or "unittest" (name.exception)
+    info: str = ""
 
 
 @dataclass
@@ -889,6 +891,9 @@ class _Unit:
         # an `if`), the object as the test bound it
         self.value_names = set()
         self.module_paths = {}  # names of modules (and their classes) the tests import: paths
+        # `with pytest.raises(E) as name` / `assertRaises(E) as name`: name -> (its step,
+        # "value" or "exception")
+        self.raised = {}
 
     # ------------------------------------------------ what is whose
 
@@ -1406,6 +1411,8 @@ class _Unit:
         before = len(self.checks)
         if self.mock_values:
             self.defer_mock_values()
+        if self.raised and not isinstance(stmt, (ast.For, ast.If, ast.With)):
+            self.raised_parts(stmt)
         if not self.mock_statement(stmt):
             self._statement(stmt)
         for check in self.checks[before:]:
@@ -1447,6 +1454,15 @@ class _Unit:
                 # it passes unless it raises (its own asserts), as under the suite's harness
                 expr = self.split(self.before_the_call(stmt.value))
                 self.checks.append(Check("run", expr=self.parent_expr(expr, self.placeholders()),
+                                         env=dict(self.env)))
+                return
+            if (isinstance(stmt.value, ast.Call) and isinstance(stmt.value.func, ast.Attribute)
+                    and stmt.value.func.attr == "match"
+                    and isinstance(stmt.value.func.value, ast.Name)
+                    and stmt.value.func.value.id in self.raised):
+                # `excinfo.match(r)`: pytest's assert, on the message, here
+                self.checks.append(Check("run", expr=self.parent_expr(stmt.value,
+                                                                      self.placeholders()),
                                          env=dict(self.env)))
                 return
             if not self.uses_child(stmt.value):  # the tests' own work: `coeffs.append(c)`, here
@@ -2020,6 +2036,7 @@ class _Unit:
                 self.child.discard(name)
                 self.objects.discard(name)
                 self.deferred.discard(name)
+                self.raised.pop(name, None)
         if given is not _UNSET or (not self.uses_child(value)
                                    and not self.deferred & _names(value)):
             # inputs: computed here now
@@ -2060,7 +2077,8 @@ class _Unit:
                         continue
                     pair = operands[i], operands[i + 1]
                     if (not any(self.exact_identity(x) for x in pair)
-                            and any(self.uses_child(x) for x in pair)):
+                            and any(self.uses_child(x) or _names(x) & set(self.raised)
+                                    for x in pair)):
                         raise Unconvertible("identity between computed values")
 
     def exact_identity(self, node) -> bool:
@@ -2077,10 +2095,13 @@ class _Unit:
         solution's that merely shares E's name does not)."""
         item = stmt.items[0] if len(stmt.items) == 1 else None
         call = item.context_expr if item else None
+        unittest = isinstance(call, ast.Call) and ast.unparse(call.func) == UNITTEST_RAISES
         raises = isinstance(call, ast.Call) and (ast.unparse(call.func) == "pytest.raises" or (
-            isinstance(call.func, ast.Name) and self.env.get(call.func.id) is _RAISES))
+            isinstance(call.func, ast.Name) and self.env.get(call.func.id) is _RAISES)
+            or unittest)
+        var = item.optional_vars if item else None
         if not (raises and len(call.args) == 1
-                and item.optional_vars is None):
+                and (var is None or isinstance(var, ast.Name))):
             raise Unconvertible("with-statement other than pytest.raises")
         exc = call.args[0]
         expected = []
@@ -2123,8 +2144,52 @@ class _Unit:
                 raise Unconvertible("pytest.raises around code that is not a call of the "
                                     "solution's")
         self.steps.append({"run": "\n".join(lines), "binds": binds})
+        names = ()
+        if var is not None:  # `as excinfo` / `as cm`: what the test reads of it crosses as data
+            self.assign(var, ast.Constant(value=None))
+            self.env.pop(var.id)
+            self.deferred.add(var.id)
+            self.raised[var.id] = (len(self.steps) - 1, "exception" if unittest else "value")
+            self.steps[-1]["parts"] = []
+            names = (var.id,)
         self.checks.append(Check("raises", step=len(self.steps) - 1, exceptions=tuple(expected),
-                                 match=match))
+                                 match=match, names=names,
+                                 info="unittest" if unittest else "pytest"))
+
+    def raised_parts(self, stmt):
+        """The uses of a caught exception's name in a statement (`str(excinfo.value)`,
+        `excinfo.value.args`, `excinfo.match(r)`, `cm.exception.errno`): each attribute read of
+        the exception becomes a part the child reports with it, as data; any other use
+        (`excinfo.type`, `excinfo.value` itself, a private attribute): Unconvertible."""
+        parents = {id(c): n for n in ast.walk(stmt) for c in ast.iter_child_nodes(n)}
+        for node in ast.walk(stmt):
+            if not (isinstance(node, ast.Name) and node.id in self.raised
+                    and node.id in self.deferred):
+                continue
+            step, accessor = self.raised[node.id]
+            up = parents.get(id(node))
+            above = parents.get(id(up))
+            if (isinstance(up, ast.Attribute) and up.attr == "match" and accessor == "value"
+                    and isinstance(above, ast.Call) and above.func is up):
+                continue  # pytest's ExceptionInfo.match: searched here, in the message
+            if not (isinstance(up, ast.Attribute) and up.attr == accessor):
+                raise Unconvertible(f"a use of the caught exception's {node.id!r} other than "
+                                    f".{accessor}")
+            further = parents.get(id(above))
+            if isinstance(above, ast.Attribute) and isinstance(further, ast.Attribute) and (
+                    further.attr not in PLAIN_ATTRS):
+                # `excinfo.value.response.status_code`: an object inside the exception
+                raise Unconvertible("an attribute of an attribute of the caught exception")
+            if isinstance(above, ast.Attribute) and not above.attr.startswith("_"):
+                if above.attr not in self.steps[step]["parts"]:
+                    self.steps[step]["parts"].append(above.attr)
+            elif not (isinstance(above, ast.Call) and above.args == [up] and not above.keywords
+                      and isinstance(above.func, ast.Name) and above.func.id in ("str", "repr")
+                      and self.is_builtin(above.func)):
+                raise Unconvertible("the caught exception used other than by str(), repr() or "
+                                    "a public attribute")
+            elif above.func.id == "repr" and "__repr__" not in self.steps[step]["parts"]:
+                self.steps[step]["parts"].append("__repr__")
 
 
 def _is_raises(node) -> bool:
@@ -2359,6 +2424,7 @@ assertListEqual assertTupleEqual assertSetEqual assertDictEqual assertSequenceEq
 assertMultiLineEqual assertRegex assertNotRegex""".split())  # noqa: SIM905
 
 
+UNITTEST_RAISES = "__unittest_raises"  # `with self.assertRaises(E) as cm`, converted
 _TC = "<unittest.TestCase>"  # unittest's TestCase in a class's resolution order
 _HOOKS = ("setUp", "tearDown", "setUpClass", "tearDownClass")
 _MAX_INLINE = 8  # helper methods calling helper methods: at most this deep
@@ -2569,9 +2635,10 @@ class _CaseClass:
             if method == "self.subTest" and self.lookup("subTest")[0] is None:
                 return [s for b in stmt.body for s in self.statement(b, owner, depth)]
             if method in ("self.assertRaises", "self.assertRaisesRegex") and (
-                    stmt.items[0].optional_vars is None
-                    and self.lookup(method[5:])[0] is None):
-                stmt.items[0].context_expr = _pytest_raises(call, method.endswith("Regex"))
+                    self.lookup(method[5:])[0] is None):
+                # `as cm`: the context's `cm.exception` (raises_block)
+                stmt.items[0].context_expr = _pytest_raises(
+                    call, method.endswith("Regex"), stmt.items[0].optional_vars is not None)
         value = stmt.value if isinstance(stmt, (ast.Expr, ast.Assign)) else None
         found = self.method_call(value) if value is not None else None
         if found is not None and (isinstance(stmt, ast.Expr) or len(stmt.targets) == 1):
@@ -2860,14 +2927,16 @@ def _class_values(names: list, classes: dict, make_unit) -> dict:
     return values
 
 
-def _pytest_raises(call, regex: bool):
+def _pytest_raises(call, regex: bool, context: bool = False):
     """`self.assertRaises(E)` / `self.assertRaisesRegex(E, r)` as `pytest.raises(E[, match=r])`
-    (unittest searches the message with re.search, as pytest's match does)."""
+    (unittest searches the message with re.search, as pytest's match does); with `as cm`
+    (context), as UNITTEST_RAISES (its `cm.exception`)."""
     if call.keywords or len(call.args) != 1 + regex:
         raise Unconvertible("assertRaises with keywords")
     keywords = [ast.keyword(arg="match", value=call.args[1])] if regex else []
-    return ast.Call(func=ast.Attribute(value=ast.Name(id="pytest", ctx=ast.Load()), attr="raises",
-                                       ctx=ast.Load()), args=call.args[:1], keywords=keywords)
+    func = ast.Name(id=UNITTEST_RAISES, ctx=ast.Load()) if context else ast.Attribute(
+        value=ast.Name(id="pytest", ctx=ast.Load()), attr="raises", ctx=ast.Load())
+    return ast.Call(func=func, args=call.args[:1], keywords=keywords)
 
 
 def _without_docstring(body) -> list:
@@ -3504,6 +3573,59 @@ def _value(step: dict, result: dict):
     return value
 
 
+class _Caught:
+    """The exception a `pytest.raises(E) as excinfo` / `assertRaises(E) as cm` block caught, as
+    the child reported it: its message (`str()`, as `match` reads it), its repr and the public
+    attributes the test reads (raised_parts), each plain data rebuilt here; nothing else."""
+
+    def __init__(self, result: dict):
+        parts = result.get("parts")
+        self.__parts = parts if isinstance(parts, dict) else {}
+        self.__message = result.get("msg")
+
+    def __part(self, name):
+        part = self.__parts.get(name)
+        if not (isinstance(part, dict) and "ok" in part):  # reading it raised in the child
+            raise _StepFailed(name)
+        return decode(part["ok"])
+
+    def __str__(self):
+        if not isinstance(self.__message, str):  # none, or over MAX_MESSAGE characters
+            raise _StepFailed("message")
+        return self.__message
+
+    def __repr__(self):
+        text = self.__part("__repr__")
+        if type(text) is not str:
+            raise _StepFailed("repr")
+        return text
+
+    def __getattr__(self, attr):
+        if attr.startswith("_"):
+            raise AttributeError(attr)
+        return self.__part(attr)
+
+
+class _ExceptionInfo:
+    """pytest's ExceptionInfo as a test reads it here: `.value` and `.match(regexp)`."""
+
+    def __init__(self, caught: _Caught):
+        self.value = caught
+
+    def match(self, regexp) -> bool:
+        message = str(self.value)
+        if len(message) > MAX_MESSAGE or re.search(regexp, message) is None:
+            raise AssertionError("the message does not match")
+        return True
+
+
+class _RaisesContext:
+    """unittest's assertRaises context as a test reads it afterwards: `.exception`."""
+
+    def __init__(self, caught: _Caught):
+        self.exception = caught
+
+
 class _StepFailed(Exception):
     """A check read the value of a step that raised in the child (or returned something that is not
     data)."""
@@ -3555,6 +3677,10 @@ def judge_unit(unit: Unit, results, handles=(), given=frozenset(), mock_values=(
         if check.kind == "raises":
             if not _raised(results[check.step], check.exceptions, check.match):
                 return False
+            if check.names:  # `as excinfo`: what the test reads of it, from the child's data
+                caught = _Caught(results[check.step])
+                values[check.names[0]] = (_RaisesContext(caught) if check.info == "unittest"
+                                          else _ExceptionInfo(caught))
             continue
         env = {k: handles[v.id] if isinstance(v, MockRef) else mock_values[v.id] if isinstance(
             v, ValueRef) else v for k, v in check.env.items()} if handles else check.env

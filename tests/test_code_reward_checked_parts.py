@@ -186,3 +186,135 @@ def test_other_numpy_testing_names_stay_with_pytest():
     assert not judged_here(tests)
     honest = "def f(x):\n    if x < 0:\n        raise ValueError\n    return x\n"
     assert scores(block(honest), tests) == (1.0, 0.0)  # pytest's; refused under trusted_only
+
+
+# ------------------------------------------------ the caught exception's parts
+
+NEG = "def f(x):\n    if x < 0:\n        raise ValueError(f'negative: {x}')\n    return x\n"
+NEG_WRONG = NEG.replace("negative:", "below zero:")
+RAISES = "import pytest\n\ndef test_neg():\n    with pytest.raises(ValueError) as excinfo:\n" \
+         "        f(-1)\n"
+ASSERT_RAISES = ("import unittest\n\nclass TestCases(unittest.TestCase):\n"
+                 "    def test_neg(self):\n        with self.assertRaises(ValueError) as cm:\n"
+                 "            f(-1)\n")
+OSERR = ("import os\ndef g(path):\n    if not path.startswith('/'):\n"
+         "        raise FileNotFoundError(2, os.strerror(2), path)\n    return path\n")
+EXIT = "import sys\ndef main(args):\n    if not args:\n        sys.exit(2)\n    return 0\n"
+
+# name -> (tests, solution); the runner's verdict is the expected one
+CAUGHT = {
+    "pytest_str_in": (RAISES + "    assert 'negative' in str(excinfo.value)\n", NEG),
+    "pytest_str_in_wrong": (RAISES + "    assert 'negative' in str(excinfo.value)\n",
+                            NEG_WRONG),
+    "pytest_args": (RAISES + "    assert excinfo.value.args == ('negative: -1',)\n", NEG),
+    "pytest_args_wrong": (RAISES + "    assert excinfo.value.args == ('negative: -1',)\n",
+                          NEG.replace("{x}')", "{x}', x)")),
+    "pytest_match_statement": (RAISES + "    excinfo.match(r'^negative: -\\d$')\n", NEG),
+    "pytest_match_statement_wrong": (RAISES + "    excinfo.match(r'^negative: -\\d$')\n",
+                                     NEG_WRONG),
+    "pytest_match_asserted": (RAISES + "    assert excinfo.match('neg')\n", NEG),
+    "pytest_repr": (RAISES + "    assert repr(excinfo.value) == \"ValueError('negative: -1')\"\n",
+                    NEG),
+    "pytest_repr_of_a_subclass_wrong": (
+        RAISES + "    assert repr(excinfo.value) == \"ValueError('negative: -1')\"\n",
+        "class Neg(ValueError):\n    pass\n" + NEG.replace("raise ValueError", "raise Neg")),
+    "pytest_errno_filename": (
+        ("import pytest\n\ndef test_missing():\n    with pytest.raises(OSError) as e:\n"
+         "        g('missing')\n    assert e.value.errno == 2\n"
+         "    assert e.value.filename == 'missing'\n"), OSERR),
+    "pytest_errno_wrong": (
+        ("import pytest\n\ndef test_missing():\n    with pytest.raises(OSError) as e:\n"
+         "        g('missing')\n    assert e.value.errno == 2\n"),
+        OSERR.replace("(2, os.strerror(2)", "(13, 'denied'")),
+    "pytest_exit_code": (
+        ("import pytest\n\ndef test_usage():\n    with pytest.raises(SystemExit) as e:\n"
+         "        main([])\n    assert e.value.code == 2\n"), EXIT),
+    "pytest_exit_code_wrong": (
+        ("import pytest\n\ndef test_usage():\n    with pytest.raises(SystemExit) as e:\n"
+         "        main([])\n    assert e.value.code == 2\n"), EXIT.replace("exit(2)", "exit(1)")),
+    "pytest_two_blocks_one_name": (
+        RAISES + "    assert str(excinfo.value) == 'negative: -1'\n"
+        "    with pytest.raises(ValueError) as excinfo:\n        f(-2)\n"
+        "    assert str(excinfo.value) == 'negative: -2'\n", NEG),
+    "unittest_str_equal": (ASSERT_RAISES + "        self.assertEqual(str(cm.exception), "
+                           "'negative: -1')\n", NEG),
+    "unittest_str_equal_wrong": (ASSERT_RAISES + "        self.assertEqual(str(cm.exception), "
+                                 "'negative: -1')\n", NEG_WRONG),
+    "unittest_assert_in": (ASSERT_RAISES + "        self.assertIn('negative', "
+                           "str(cm.exception))\n", NEG),
+    "unittest_args_item": (ASSERT_RAISES + "        self.assertEqual(cm.exception.args[0], "
+                           "'negative: -1')\n", NEG),
+    "unittest_args_item_wrong": (ASSERT_RAISES + "        self.assertEqual(cm.exception.args[0], "
+                                 "'negative: -1')\n", NEG.replace("f'negative: {x}'", "x")),
+    "unittest_regex_as": (
+        ("import unittest\n\nclass TestCases(unittest.TestCase):\n    def test_neg(self):\n"
+         "        with self.assertRaisesRegex(ValueError, 'neg') as cm:\n            f(-1)\n"
+         "        self.assertEqual(cm.exception.args, ('negative: -1',))\n"), NEG),
+    "unittest_key_error_str": (
+        ("import unittest\n\nclass TestCases(unittest.TestCase):\n    def test_k(self):\n"
+         "        with self.assertRaises(KeyError) as cm:\n            h({}, 'k')\n"
+         "        self.assertEqual(str(cm.exception), \"'k'\")\n"),
+        "def h(d, k):\n    return d[k]\n"),
+    "unittest_exit_code_wrong": (
+        ("import unittest\n\nclass TestCases(unittest.TestCase):\n    def test_usage(self):\n"
+         "        with self.assertRaises(SystemExit) as cm:\n            main([])\n"
+         "        self.assertEqual(cm.exception.code, 2)\n"), EXIT.replace("exit(2)", "exit('2')")),
+}
+
+# a message, or an item of args, that is a str subclass saying "equal" and "contains" to all: the
+# runner is fooled; the trainer gets no str (only exact types cross) and fails the test
+LIAR = ("class S(str):\n    def __eq__(self, other):\n        return True\n"
+        "    def __contains__(self, other):\n        return True\n    __hash__ = str.__hash__\n")
+CAUGHT_FOOLS_THE_RUNNER = {
+    "dunder_str": (RAISES + "    assert 'negative' in str(excinfo.value)\n",
+                   LIAR + "class E(ValueError):\n    def __str__(self):\n"
+                   "        return S('wrong')\n"
+                   + NEG_WRONG.replace("raise ValueError", "raise E")),
+    "str_property": (ASSERT_RAISES + "        self.assertEqual(str(cm.exception), "
+                     "'negative: -1')\n",
+                     LIAR + "class E(ValueError):\n"
+                     "    __str__ = property(lambda self: lambda: S('wrong'))\n"
+                     + NEG_WRONG.replace("raise ValueError", "raise E")),
+    "args_item": (ASSERT_RAISES + "        self.assertEqual(cm.exception.args[0], "
+                  "'negative: -1')\n", LIAR + NEG_WRONG.replace("f'below", "S(f'below")
+                  .replace("{x}')", "{x}'))")),
+    "args_property": (RAISES + "    assert excinfo.value.args == ('negative: -1',)\n",
+                      LIAR + "class E(ValueError):\n"
+                      "    args = property(lambda self: (S('wrong'),))\n"
+                      + NEG_WRONG.replace("raise ValueError", "raise E")),
+}
+
+# uses of the caught exception the trainer does not judge: pytest's (refused under trusted_only)
+CAUGHT_REFUSED = {
+    "type_identity": RAISES + "    assert excinfo.type is ValueError\n",
+    "isinstance": ASSERT_RAISES + "        self.assertIsInstance(cm.exception, ValueError)\n",
+    "the_info_itself": RAISES + "    assert 'negative' in str(excinfo)\n",
+    "private_attribute": RAISES + "    assert excinfo.value.__cause__ is None\n",
+    "an_object_inside": RAISES + "    assert excinfo.value.args.x.y == 1\n",
+    "passed_to_the_solution": RAISES + "    assert f(len(str(excinfo.value))) == 12\n",
+}
+
+
+@pytest.mark.parametrize("name", sorted(CAUGHT))
+def test_caught_exception_as_the_runner_judges(tmp_path, name):
+    tests, solution = CAUGHT[name]
+    assert judged_here(tests), testplan.build_plan(tests, None).refusal
+    want = 1.0 if runner_passes(tmp_path, solution, tests) else 0.0
+    assert want == (0.0 if name.endswith("wrong") else 1.0)
+    assert scores(block(solution), tests) == (want, want)
+
+
+@pytest.mark.parametrize("name", sorted(CAUGHT_FOOLS_THE_RUNNER))
+def test_caught_exception_that_fools_the_runner_scores_0(tmp_path, name):
+    tests, solution = CAUGHT_FOOLS_THE_RUNNER[name]
+    assert judged_here(tests)
+    assert runner_passes(tmp_path, solution, tests)  # the runner is fooled
+    assert scores(block(solution), tests) == (0.0, 0.0)
+
+
+@pytest.mark.parametrize("name", sorted(CAUGHT_REFUSED))
+def test_other_uses_of_the_caught_exception_are_refused(tmp_path, name):
+    tests = CAUGHT_REFUSED[name]
+    assert not judged_here(tests)
+    want = 1.0 if runner_passes(tmp_path, NEG, tests) else 0.0
+    assert scores(block(NEG), tests) == (want, 0.0)  # pytest's verdict; refused under trusted_only
