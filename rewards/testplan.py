@@ -79,7 +79,17 @@ PLAIN_ATTRS = frozenset(a for t in (int, float, complex, str, bytes, bytearray, 
                                     datetime.date, datetime.datetime, datetime.time,
                                     datetime.timedelta)
                         for a in dir(t) if not a.startswith("_")) | {"name", "value"}
-_SAFE_BUILTINS = {name: getattr(builtins, name) for name in SAFE_NAMES}
+def _numpy_import(name, globals=None, locals=None, fromlist=(), level=0):
+    """The import C code runs in a check's frame (numpy's `arr.mean()` imports its helpers on first
+    call, through the frame's builtins): numpy's own modules only."""
+    if level or name.split(".")[0] != "numpy":
+        raise ImportError(f"no import of {name} in a check")
+    return builtins.__import__(name, globals, locals, fromlist, level)
+
+
+# (no name of a check reads `__import__`: parent_expr allows only SAFE_NAMES)
+_SAFE_BUILTINS = {name: getattr(builtins, name) for name in SAFE_NAMES} | {
+    "__import__": _numpy_import}
 # Calls that iterate over their argument: a generator (or any iterator) the solution returns there
 # is materialised into a list in the sandbox, and the call itself runs here on that list (list(gen)
 # == list(list(gen)) exactly).
@@ -605,6 +615,11 @@ def render(value) -> str:
         return f"__gmts_builtins['__import__']({module!r}).{kind.__name__}({args})"
     if kind is range:
         return f"__gmts_builtins['range']({value.start!r}, {value.stop!r}, {value.step!r})"
+    if _is_array(value):  # numbers, bools or strs, rebuilt in the child by its numpy
+        if value.dtype.kind not in "biufcU" or value.size > MAX_LITERAL // 10:
+            raise Unconvertible("an array input of objects, dates or over 10,000 items")
+        return (f"__gmts_builtins['__import__']('numpy').array({render(value.tolist())}, "
+                f"dtype={value.dtype.str!r}).reshape({render(tuple(value.shape))})")
     if kind is datetime.timedelta:
         parts = f"{value.days!r}, {value.seconds!r}, {value.microseconds!r}"
         return f"__gmts_builtins['__import__']('datetime').timedelta({parts})"
@@ -615,10 +630,16 @@ def render(value) -> str:
     raise Unconvertible(f"input of type {kind.__name__} cannot be sent as a literal")
 
 
+def _is_array(value) -> bool:
+    """A numpy array (exactly: not a subclass), recognised without importing numpy."""
+    kind = type(value)
+    return kind.__name__ == "ndarray" and kind.__module__ == "numpy"
+
+
 def _is_mutable(value) -> bool:
-    """Does the value hold a list, dict or set anywhere (an argument the solution could change in
-    place)?"""
-    if type(value) in (list, dict, set):
+    """Does the value hold a list, dict, set or numpy array anywhere (an argument the solution
+    could change in place)?"""
+    if type(value) in (list, dict, set) or _is_array(value):
         return True
     if type(value) in (tuple, frozenset):
         return any(_is_mutable(v) for v in value)
@@ -734,6 +755,10 @@ def _once(value) -> bool:
     seen = set()
 
     def walk(v):
+        if _is_array(v):
+            if id(v) in seen:
+                return False
+            seen.add(id(v))
         if type(v) not in (list, tuple, dict, set, frozenset) or _flat(v):
             return True
         if _is_mutable(v):

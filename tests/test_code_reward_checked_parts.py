@@ -135,6 +135,38 @@ NUMPY = {
         "    np.testing.assert_equal(f()[1], [3, 4])\n",
         ("import numpy as np\ndef f():\n    a = np.empty(2, dtype=object)\n"
          "    a[0], a[1] = [1, 2], [3, 4]\n    return a\n")),
+    # an array the tests pass in: rebuilt in the child by its numpy, one object for the test (an
+    # in-place change is what the test reads afterwards, as under pytest)
+    "array_input_not_changed": (
+        NP + "def test_f():\n    x = np.array([3, 1, 2])\n"
+        "    np.testing.assert_array_equal(f(x), np.array([1, 2, 3]))\n"
+        "    np.testing.assert_array_equal(x, [3, 1, 2])\n",
+        "import numpy as np\ndef f(x):\n    return np.sort(x)\n"),
+    "array_input_sorted_in_place_wrong": (
+        NP + "def test_f():\n    x = np.array([3, 1, 2])\n"
+        "    np.testing.assert_array_equal(f(x), np.array([1, 2, 3]))\n"
+        "    np.testing.assert_array_equal(x, [3, 1, 2])\n",
+        "def f(x):\n    x.sort()\n    return x\n"),
+    "array_input_changed_in_place": (
+        NP + "def test_f():\n    x = np.array([[3.0, 1.0]])\n    f(x)\n"
+        "    np.testing.assert_array_equal(x, [[1.0, 3.0]])\n",
+        "def f(x):\n    x.sort()\n"),
+    "array_input_changed_in_place_wrong": (
+        NP + "def test_f():\n    x = np.array([[3.0, 1.0]])\n    f(x)\n"
+        "    np.testing.assert_array_equal(x, [[1.0, 3.0]])\n",
+        "import numpy as np\ndef f(x):\n    return np.sort(x)\n"),
+    "unittest_array_inputs": (
+        UT + "    def setUp(self):\n        self.data = np.array([[1.0, 2.0], [3.0, 4.0]])\n"
+        "    def test_mean(self):\n        np.testing.assert_allclose(task_func(self.data), "
+        "self.data.mean(axis=0))\n"
+        "    def test_empty_rows(self):\n        np.testing.assert_array_equal("
+        "task_func(np.zeros((1, 2))), [0.0, 0.0])\n",
+        "import numpy as np\ndef task_func(a):\n    return a.mean(axis=0)\n"),
+    "unittest_array_inputs_wrong": (
+        UT + "    def setUp(self):\n        self.data = np.array([[1.0, 2.0], [3.0, 4.0]])\n"
+        "    def test_mean(self):\n        np.testing.assert_allclose(task_func(self.data), "
+        "self.data.mean(axis=0))\n",
+        "import numpy as np\ndef task_func(a):\n    return a.mean(axis=1)\n"),
 }
 
 # answers that the runner passes although they are wrong: an ndarray subclass or an item whose
@@ -166,7 +198,7 @@ def test_numpy_testing_as_the_runner_judges(tmp_path, name):
     tests, solution = NUMPY[name]
     assert judged_here(tests)
     want = 1.0 if runner_passes(tmp_path, solution, tests) else 0.0
-    assert want == (0.0 if "wrong" in name or "outside" in name or name in {
+    assert want == (0.0 if name.endswith(("wrong", "outside")) or name in {
         "array_equal_shape_that_broadcasts", "array_equal_nan_moved",
         "array_equal_nan_for_a_number", "allclose_default_tolerance"} else 1.0)
     assert scores(block(solution), tests) == (want, want)
