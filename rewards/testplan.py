@@ -2171,7 +2171,7 @@ class _Unit:
         self.steps.append({"run": "\n".join(lines), "binds": binds})
         names = ()
         if var is not None:  # `as excinfo` / `as cm`: what the test reads of it crosses as data
-            self.assign(var, ast.Constant(value=None))
+            self.assign(var, ast.Constant(value=None))  # what the name held is forgotten
             self.env.pop(var.id)
             self.deferred.add(var.id)
             self.raised[var.id] = (len(self.steps) - 1, "exception" if unittest else "value")
