@@ -319,6 +319,9 @@ CAUGHT_FOOLS_THE_RUNNER = {
 # uses of the caught exception the trainer does not judge: pytest's (refused under trusted_only)
 CAUGHT_REFUSED = {
     "type_identity": RAISES + "    assert excinfo.type is ValueError\n",
+    "type_name": RAISES + "    assert excinfo.typename == 'ValueError'\n",
+    "type_of_the_exception": ASSERT_RAISES + "        self.assertEqual(type(cm.exception), "
+                             "ValueError)\n",
     "isinstance": ASSERT_RAISES + "        self.assertIsInstance(cm.exception, ValueError)\n",
     "the_info_itself": RAISES + "    assert 'negative' in str(excinfo)\n",
     "private_attribute": RAISES + "    assert excinfo.value.__cause__ is None\n",
