@@ -235,10 +235,10 @@ _ARRAY_KINDS = "biufcU"  # numpy dtype kinds whose tolist() is plain data
 
 
 def _other_value(value, kind, depth, budget):
-    """range; datetime's date, datetime, time and timedelta; a numpy array of numbers,
-    bools or strs (its dtype, shape and items). Whatever the class says, they cross as plain data
-    the trainer rebuilds its own value from (so a class of the solution's posing as one of these
-    gives only what a real one could). Neither module is imported here."""
+    """range; datetime's date, datetime, time and timedelta; a numpy array of numbers, bools or
+    strs, or of objects that are plain data (its dtype, shape and items). Whatever the class says,
+    they cross as plain data the trainer rebuilds its own value from (so a class of the solution's
+    posing as one of these gives only what a real one could). Neither module is imported here."""
     if kind is range:
         return {"range": [encode(value.start), encode(value.stop), encode(value.step)]}
     module, name = getattr(kind, "__module__", None), getattr(kind, "__qualname__", None)
@@ -252,7 +252,8 @@ def _other_value(value, kind, depth, budget):
         return {name: text} if type(text) is str else None
     if module == "numpy" and name == "ndarray":
         dtype = value.dtype
-        if dtype.kind not in _ARRAY_KINDS or type(dtype.str) is not str:
+        # an object array: its items as they are, each plain data (a solution's object: an error)
+        if dtype.kind not in _ARRAY_KINDS + "O" or type(dtype.str) is not str:
             return None
         budget[0] -= value.size
         if budget[0] < 0:
@@ -376,14 +377,30 @@ def raised(e, namespace, frozen=_BUILTIN_ITEMS, classes=()):
                   if namespace.get(name) is cls
                   else "other")
         mro.append([name, origin])
-    try:
-        message = str(e)
-        message = message if type(message) is str and len(message) <= MAX_MESSAGE else None
+    text = builtin["str"]
+    try:  # the builtins as they were: a solution rebinding builtins.str forges nothing
+        message = text(e)
+        message = message if kind(message) is text and len(message) <= MAX_MESSAGE else None
     except BaseException:  # noqa: BLE001 - a __str__ that raises: no message
         message = None
     out = {"exc": mro[0][0] if mro else "?", "msg": message, "mro": mro}
     if classes:
         out["paths"] = [path for path, k in classes if any(c is k for c in whole)]
+    return out
+
+
+def exception_parts(e, names, frozen=_BUILTIN_ITEMS) -> dict:
+    """The attributes of a caught exception the test reads (`excinfo.value.args`, `.errno`,
+    `cm.exception.code`; "__repr__": its repr), each read now and encoded as data: {name: {"ok":
+    value}}, or {name: {}} where reading it raised or gave what is not data."""
+    builtin = dict(frozen)
+    out = {}
+    for name in names[:64]:
+        try:
+            value = builtin["repr"](e) if name == "__repr__" else builtin["getattr"](e, name)
+            out[name] = {"ok": encode(value)}
+        except BaseException:  # noqa: BLE001 - a property that raises: that part fails
+            out[name] = {}
     return out
 
 
@@ -717,7 +734,10 @@ def run_units(units, namespace, frozen=_BUILTIN_ITEMS, dumps=json.dumps, begin=N
                     results.append('{"ok": null}')
             except BaseException as e:  # noqa: BLE001 - SystemExit in a call is a failure too
                 try:
-                    results.append(dumps(raised(e, namespace, frozen, classes)))
+                    report = raised(e, namespace, frozen, classes)
+                    if step.get("parts"):  # `as excinfo`: what the test reads of it
+                        report["parts"] = exception_parts(e, step["parts"], frozen)
+                    results.append(dumps(report))
                 except BaseException:  # noqa: BLE001 - e.g. a message that cannot be encoded
                     results.append('{"exc": "?", "msg": null, "mro": []}')
         while patches:  # the unit's patches end with it

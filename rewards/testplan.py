@@ -33,6 +33,7 @@ import fractions
 import itertools
 import math
 import re
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -44,7 +45,7 @@ from functools import lru_cache
 # inside the sandbox.
 SAFE_NAMES = frozenset("""abs all any ascii bin bool bytes chr complex dict divmod enumerate filter
 float format frozenset hex int isinstance len list map max min oct ord pow range repr reversed round
-set slice sorted str sum tuple type zip bytearray""".split())  # noqa: SIM905
+set slice sorted str sum tuple type zip bytearray object""".split())  # noqa: SIM905
 BUILTIN_NAMES = frozenset(dir(builtins))
 MODULES = {"math": math, "collections": collections}
 # Modules the tests may import (`import random` inside a HumanEval check): the trainer evaluates
@@ -55,7 +56,13 @@ IMPORTABLE = ("math", "cmath", "collections", "copy", "string", "itertools", "fu
               "fractions", "decimal", "statistics", "heapq", "bisect", "re", "random", "datetime")
 # imported only where the tests import it (HumanEval+'s `assertion` helper uses np.allclose); its
 # `random` (global state, unseeded) is never the trainer's
-LAZY_IMPORTABLE = ("numpy",)
+LAZY_IMPORTABLE = ("numpy", "numpy.testing")  # a module after those it lies in
+# numpy.testing's comparisons, called here on the returned values rebuilt as arrays (numpy's own
+# semantics: shapes, NaN positions, `|a - b| <= atol + rtol * |b|`, `decimal`); not its other
+# names (`assert_raises` calls a callable, `assert_warns`...)
+NUMPY_ASSERTS = frozenset("""assert_equal assert_almost_equal assert_approx_equal
+assert_array_equal assert_array_almost_equal assert_allclose assert_array_less assert_string_equal
+assert_array_almost_equal_nulp assert_array_max_ulp""".split())  # noqa: SIM905
 # what the tests' own helper functions may name besides the tests' names (_trainer_definitions):
 # the safe builtins and the exception classes (`raise ValueError`, `except TypeError`)
 HELPER_BUILTINS = SAFE_NAMES | {n for n in BUILTIN_NAMES if isinstance(getattr(builtins, n), type)
@@ -72,7 +79,17 @@ PLAIN_ATTRS = frozenset(a for t in (int, float, complex, str, bytes, bytearray, 
                                     datetime.date, datetime.datetime, datetime.time,
                                     datetime.timedelta)
                         for a in dir(t) if not a.startswith("_")) | {"name", "value"}
-_SAFE_BUILTINS = {name: getattr(builtins, name) for name in SAFE_NAMES}
+def _numpy_import(name, globals=None, locals=None, fromlist=(), level=0):
+    """The import C code runs in a check's frame (numpy's `arr.mean()` imports its helpers on first
+    call, through the frame's builtins): numpy's own modules only."""
+    if level or name.split(".")[0] != "numpy":
+        raise ImportError(f"no import of {name} in a check")
+    return builtins.__import__(name, globals, locals, fromlist, level)
+
+
+# (no name of a check reads `__import__`: parent_expr allows only SAFE_NAMES)
+_SAFE_BUILTINS = {name: getattr(builtins, name) for name in SAFE_NAMES} | {
+    "__import__": _numpy_import}
 # Calls that iterate over their argument: a generator (or any iterator) the solution returns there
 # is materialised into a list in the sandbox, and the call itself runs here on that list (list(gen)
 # == list(list(gen)) exactly).
@@ -420,10 +437,13 @@ class _Decoder:
             import numpy
             return self.steerable(numpy.dtype(dtype).type(item))
         dtype, shape, items = inner
-        if type(dtype) is not str or not _DTYPE.fullmatch(dtype) or type(shape) is not list or (
-                not all(type(n) is int and n >= 0 for n in shape)) or len(shape) > MAX_DEPTH:
+        if type(dtype) is not str or not (_DTYPE.fullmatch(dtype) or dtype == "|O") or (
+                type(shape) is not list) or not all(type(n) is int and n >= 0 for n in shape) or (
+                len(shape) > MAX_DEPTH):
             raise ValueError("malformed array")
         import numpy  # only where a solution returned an array
+        if dtype == "|O":
+            return _object_array(self.decode(items, depth + 1), shape)
         array = numpy.array(self.decode(items, depth + 1), dtype=numpy.dtype(dtype))
         if list(array.shape) != shape:
             raise ValueError("malformed array: its items do not have its shape")
@@ -458,6 +478,21 @@ class _Decoder:
 _EXACT = ("bytearray", "Fraction", "Decimal", "enum", "dict_keys", "dict_values", "dict_items",
           "range", "date", "datetime", "time", "timedelta", "ndarray", "npscalar")
 _DTYPE = re.compile(r"[<>|=]?[biufcU]\d{1,2}")  # a numpy array's dtype.str (numbers, bools, strs)
+
+
+def _object_array(items, shape: list):
+    """An object array of `shape` from its tolist(): the first len(shape) levels of lists are the
+    array's, what lies below them its items (a list item stays one object)."""
+    import numpy
+    level = [items]
+    for n in shape:
+        if not all(type(v) is list and len(v) == n for v in level):
+            raise ValueError("malformed array: its items do not have its shape")
+        level = [x for v in level for x in v]
+    array = numpy.empty(len(level), dtype=object)
+    for i, v in enumerate(level):
+        array[i] = v
+    return array.reshape(shape)
 
 
 class _EnumMember:
@@ -580,6 +615,11 @@ def render(value) -> str:
         return f"__gmts_builtins['__import__']({module!r}).{kind.__name__}({args})"
     if kind is range:
         return f"__gmts_builtins['range']({value.start!r}, {value.stop!r}, {value.step!r})"
+    if _is_array(value):  # numbers, bools or strs, rebuilt in the child by its numpy
+        if value.dtype.kind not in "biufcU" or value.size > MAX_LITERAL // 10:
+            raise Unconvertible("an array input of objects, dates or over 10,000 items")
+        return (f"__gmts_builtins['__import__']('numpy').array({render(value.tolist())}, "
+                f"dtype={value.dtype.str!r}).reshape({render(tuple(value.shape))})")
     if kind is datetime.timedelta:
         parts = f"{value.days!r}, {value.seconds!r}, {value.microseconds!r}"
         return f"__gmts_builtins['__import__']('datetime').timedelta({parts})"
@@ -590,10 +630,16 @@ def render(value) -> str:
     raise Unconvertible(f"input of type {kind.__name__} cannot be sent as a literal")
 
 
+def _is_array(value) -> bool:
+    """A numpy array (exactly: not a subclass), recognised without importing numpy."""
+    kind = type(value)
+    return kind.__name__ == "ndarray" and kind.__module__ == "numpy"
+
+
 def _is_mutable(value) -> bool:
-    """Does the value hold a list, dict or set anywhere (an argument the solution could change in
-    place)?"""
-    if type(value) in (list, dict, set):
+    """Does the value hold a list, dict, set or numpy array anywhere (an argument the solution
+    could change in place)?"""
+    if type(value) in (list, dict, set) or _is_array(value):
         return True
     if type(value) in (tuple, frozenset):
         return any(_is_mutable(v) for v in value)
@@ -709,6 +755,10 @@ def _once(value) -> bool:
     seen = set()
 
     def walk(v):
+        if _is_array(v):
+            if id(v) in seen:
+                return False
+            seen.add(id(v))
         if type(v) not in (list, tuple, dict, set, frozenset) or _flat(v):
             return True
         if _is_mutable(v):
@@ -737,6 +787,8 @@ class Check:
     at: int = -1  # the unit's steps before it: a check reading a mock comes after every call
     # names read from the run's mocks (ValueRef in env) -> the objects the test bound them to
     plan_values: dict = field(default_factory=dict)
+    # "raises" with `as name` (names): "pytest" (name.value) or "unittest" (name.exception)
+    info: str = ""
 
 
 @dataclass
@@ -864,6 +916,9 @@ class _Unit:
         # an `if`), the object as the test bound it
         self.value_names = set()
         self.module_paths = {}  # names of modules (and their classes) the tests import: paths
+        # `with pytest.raises(E) as name` / `assertRaises(E) as name`: name -> (its step,
+        # "value" or "exception")
+        self.raised = {}
 
     # ------------------------------------------------ what is whose
 
@@ -914,18 +969,33 @@ class _Unit:
         return self.applies_to_object(node)
 
     def is_helper_call(self, node) -> bool:
-        """A call of a helper of the tests' that the trainer runs (_trainer_definitions). A
+        """A call of a helper of the tests' that the trainer runs (_trainer_definitions), of a
+        unittest assert or of numpy.testing's comparisons (`np.testing.assert_allclose`). A
         solution's callable passed to it cannot cross as data: such a call stays the sandbox's."""
-        fn = self.env.get(node.func.id) if (isinstance(node, ast.Call)
-                                            and isinstance(node.func, ast.Name)) else None
+        fn = self.named(node.func) if isinstance(node, ast.Call) else None
         if not callable(fn) or not (getattr(fn, "__module__", None) == "tests"
-                                    or getattr(fn, "__self__", None) is _TESTCASE is not None):
+                                    or getattr(fn, "__self__", None) is _TESTCASE is not None
+                                    or _numpy_assert(fn)):
             return False
         if any(isinstance(a, ast.Attribute) and self.is_callee(a)
                or isinstance(a, ast.Name) and a.id in self.solution_names
                for a in [*node.args, *(k.value for k in node.keywords)]):
             raise Unconvertible("a solution's callable passed to a helper of the tests'")
         return True
+
+    def named(self, node):
+        """What a name of the tests' holds, or a chain of public attributes of modules from one
+        (`np.testing.assert_allclose`); None for anything else."""
+        base, attrs = attribute_chain(node)
+        if not isinstance(base, ast.Name) or base.id not in self.env or any(
+                a.startswith("_") for a in attrs):
+            return None
+        value = self.env[base.id]
+        for attr in attrs:
+            if not isinstance(value, type(math)):
+                return None
+            value = getattr(value, attr, None)
+        return value
 
     def is_builtin(self, node) -> bool:
         return (isinstance(node, ast.Name) and node.id in BUILTIN_NAMES
@@ -1366,6 +1436,8 @@ class _Unit:
         before = len(self.checks)
         if self.mock_values:
             self.defer_mock_values()
+        if self.raised and not isinstance(stmt, (ast.For, ast.If, ast.With)):
+            self.raised_parts(stmt)
         if not self.mock_statement(stmt):
             self._statement(stmt)
         for check in self.checks[before:]:
@@ -1407,6 +1479,15 @@ class _Unit:
                 # it passes unless it raises (its own asserts), as under the suite's harness
                 expr = self.split(self.before_the_call(stmt.value))
                 self.checks.append(Check("run", expr=self.parent_expr(expr, self.placeholders()),
+                                         env=dict(self.env)))
+                return
+            if (isinstance(stmt.value, ast.Call) and isinstance(stmt.value.func, ast.Attribute)
+                    and stmt.value.func.attr == "match"
+                    and isinstance(stmt.value.func.value, ast.Name)
+                    and stmt.value.func.value.id in self.raised):
+                # `excinfo.match(r)`: pytest's assert, on the message, here
+                self.checks.append(Check("run", expr=self.parent_expr(stmt.value,
+                                                                      self.placeholders()),
                                          env=dict(self.env)))
                 return
             if not self.uses_child(stmt.value):  # the tests' own work: `coeffs.append(c)`, here
@@ -1932,8 +2013,12 @@ class _Unit:
         if isinstance(stmt, ast.Import):
             for a in stmt.names:
                 _lazy_import(self.imports, a.name)
-            pairs = [(a.asname or a.name, a.name, None) for a in stmt.names]
+            # `import numpy.testing` binds numpy
+            pairs = [(a.asname, a.name, None) if a.asname else (a.name.split(".")[0],
+                                                                a.name.split(".")[0], None)
+                     for a in stmt.names]
         else:
+            _lazy_import(self.imports, stmt.module)
             pairs = [(a.asname or a.name, stmt.module, a.name) for a in stmt.names]
         for bound, module, attr in pairs:
             if stmt.__class__ is ast.ImportFrom and stmt.level or module not in self.imports:
@@ -1976,6 +2061,7 @@ class _Unit:
                 self.child.discard(name)
                 self.objects.discard(name)
                 self.deferred.discard(name)
+                self.raised.pop(name, None)
         if given is not _UNSET or (not self.uses_child(value)
                                    and not self.deferred & _names(value)):
             # inputs: computed here now
@@ -2016,7 +2102,8 @@ class _Unit:
                         continue
                     pair = operands[i], operands[i + 1]
                     if (not any(self.exact_identity(x) for x in pair)
-                            and any(self.uses_child(x) for x in pair)):
+                            and any(self.uses_child(x) or _names(x) & set(self.raised)
+                                    for x in pair)):
                         raise Unconvertible("identity between computed values")
 
     def exact_identity(self, node) -> bool:
@@ -2033,10 +2120,13 @@ class _Unit:
         solution's that merely shares E's name does not)."""
         item = stmt.items[0] if len(stmt.items) == 1 else None
         call = item.context_expr if item else None
+        unittest = isinstance(call, ast.Call) and ast.unparse(call.func) == UNITTEST_RAISES
         raises = isinstance(call, ast.Call) and (ast.unparse(call.func) == "pytest.raises" or (
-            isinstance(call.func, ast.Name) and self.env.get(call.func.id) is _RAISES))
+            isinstance(call.func, ast.Name) and self.env.get(call.func.id) is _RAISES)
+            or unittest)
+        var = item.optional_vars if item else None
         if not (raises and len(call.args) == 1
-                and item.optional_vars is None):
+                and (var is None or isinstance(var, ast.Name))):
             raise Unconvertible("with-statement other than pytest.raises")
         exc = call.args[0]
         expected = []
@@ -2079,8 +2169,52 @@ class _Unit:
                 raise Unconvertible("pytest.raises around code that is not a call of the "
                                     "solution's")
         self.steps.append({"run": "\n".join(lines), "binds": binds})
+        names = ()
+        if var is not None:  # `as excinfo` / `as cm`: what the test reads of it crosses as data
+            self.assign(var, ast.Constant(value=None))  # what the name held is forgotten
+            self.env.pop(var.id)
+            self.deferred.add(var.id)
+            self.raised[var.id] = (len(self.steps) - 1, "exception" if unittest else "value")
+            self.steps[-1]["parts"] = []
+            names = (var.id,)
         self.checks.append(Check("raises", step=len(self.steps) - 1, exceptions=tuple(expected),
-                                 match=match))
+                                 match=match, names=names,
+                                 info="unittest" if unittest else "pytest"))
+
+    def raised_parts(self, stmt):
+        """The uses of a caught exception's name in a statement (`str(excinfo.value)`,
+        `excinfo.value.args`, `excinfo.match(r)`, `cm.exception.errno`): each attribute read of
+        the exception becomes a part the child reports with it, as data; any other use
+        (`excinfo.type`, `excinfo.value` itself, a private attribute): Unconvertible."""
+        parents = {id(c): n for n in ast.walk(stmt) for c in ast.iter_child_nodes(n)}
+        for node in ast.walk(stmt):
+            if not (isinstance(node, ast.Name) and node.id in self.raised
+                    and node.id in self.deferred):
+                continue
+            step, accessor = self.raised[node.id]
+            up = parents.get(id(node))
+            above = parents.get(id(up))
+            if (isinstance(up, ast.Attribute) and up.attr == "match" and accessor == "value"
+                    and isinstance(above, ast.Call) and above.func is up):
+                continue  # pytest's ExceptionInfo.match: searched here, in the message
+            if not (isinstance(up, ast.Attribute) and up.attr == accessor):
+                raise Unconvertible(f"a use of the caught exception's {node.id!r} other than "
+                                    f".{accessor}")
+            further = parents.get(id(above))
+            if isinstance(above, ast.Attribute) and isinstance(further, ast.Attribute) and (
+                    further.attr not in PLAIN_ATTRS):
+                # `excinfo.value.response.status_code`: an object inside the exception
+                raise Unconvertible("an attribute of an attribute of the caught exception")
+            if isinstance(above, ast.Attribute) and not above.attr.startswith("_"):
+                if above.attr not in self.steps[step]["parts"]:
+                    self.steps[step]["parts"].append(above.attr)
+            elif not (isinstance(above, ast.Call) and above.args == [up] and not above.keywords
+                      and isinstance(above.func, ast.Name) and above.func.id in ("str", "repr")
+                      and self.is_builtin(above.func)):
+                raise Unconvertible("the caught exception used other than by str(), repr() or "
+                                    "a public attribute")
+            elif above.func.id == "repr" and "__repr__" not in self.steps[step]["parts"]:
+                self.steps[step]["parts"].append("__repr__")
 
 
 def _is_raises(node) -> bool:
@@ -2315,6 +2449,7 @@ assertListEqual assertTupleEqual assertSetEqual assertDictEqual assertSequenceEq
 assertMultiLineEqual assertRegex assertNotRegex""".split())  # noqa: SIM905
 
 
+UNITTEST_RAISES = "__unittest_raises"  # `with self.assertRaises(E) as cm`, converted
 _TC = "<unittest.TestCase>"  # unittest's TestCase in a class's resolution order
 _HOOKS = ("setUp", "tearDown", "setUpClass", "tearDownClass")
 _MAX_INLINE = 8  # helper methods calling helper methods: at most this deep
@@ -2525,9 +2660,10 @@ class _CaseClass:
             if method == "self.subTest" and self.lookup("subTest")[0] is None:
                 return [s for b in stmt.body for s in self.statement(b, owner, depth)]
             if method in ("self.assertRaises", "self.assertRaisesRegex") and (
-                    stmt.items[0].optional_vars is None
-                    and self.lookup(method[5:])[0] is None):
-                stmt.items[0].context_expr = _pytest_raises(call, method.endswith("Regex"))
+                    self.lookup(method[5:])[0] is None):
+                # `as cm`: the context's `cm.exception` (raises_block)
+                stmt.items[0].context_expr = _pytest_raises(
+                    call, method.endswith("Regex"), stmt.items[0].optional_vars is not None)
         value = stmt.value if isinstance(stmt, (ast.Expr, ast.Assign)) else None
         found = self.method_call(value) if value is not None else None
         if found is not None and (isinstance(stmt, ast.Expr) or len(stmt.targets) == 1):
@@ -2816,14 +2952,16 @@ def _class_values(names: list, classes: dict, make_unit) -> dict:
     return values
 
 
-def _pytest_raises(call, regex: bool):
+def _pytest_raises(call, regex: bool, context: bool = False):
     """`self.assertRaises(E)` / `self.assertRaisesRegex(E, r)` as `pytest.raises(E[, match=r])`
-    (unittest searches the message with re.search, as pytest's match does)."""
+    (unittest searches the message with re.search, as pytest's match does); with `as cm`
+    (context), as UNITTEST_RAISES (its `cm.exception`)."""
     if call.keywords or len(call.args) != 1 + regex:
         raise Unconvertible("assertRaises with keywords")
     keywords = [ast.keyword(arg="match", value=call.args[1])] if regex else []
-    return ast.Call(func=ast.Attribute(value=ast.Name(id="pytest", ctx=ast.Load()), attr="raises",
-                                       ctx=ast.Load()), args=call.args[:1], keywords=keywords)
+    func = ast.Name(id=UNITTEST_RAISES, ctx=ast.Load()) if context else ast.Attribute(
+        value=ast.Name(id="pytest", ctx=ast.Load()), attr="raises", ctx=ast.Load())
+    return ast.Call(func=func, args=call.args[:1], keywords=keywords)
 
 
 def _without_docstring(body) -> list:
@@ -2888,12 +3026,22 @@ def _setup_values(setup: str) -> dict:
     return values
 
 
+def _numpy_assert(fn) -> bool:
+    """One of numpy.testing's comparisons (NUMPY_ASSERTS), that very function."""
+    testing = sys.modules.get("numpy.testing")
+    name = getattr(fn, "__name__", None)
+    return (testing is not None and type(name) is str and name in NUMPY_ASSERTS
+            and getattr(testing, name, None) is fn)
+
+
 def _lazy_import(imports: dict, name: str) -> None:
-    """`import numpy` in the tests: numpy joins the plan's modules (imported here on first use)."""
+    """`import numpy` in the tests: numpy joins the plan's modules (imported here on first use);
+    `numpy.testing` with it."""
     if name in LAZY_IMPORTABLE and name not in imports:
         import importlib
         try:
-            imports[name] = importlib.import_module(name)
+            for module in LAZY_IMPORTABLE[:LAZY_IMPORTABLE.index(name) + 1]:
+                imports[module] = importlib.import_module(module)
         except ImportError:
             pass
 
@@ -3064,8 +3212,9 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
                     env[a.asname or a.name] = getattr(imports[stmt.module], a.name)
         # `import random` (a Random of the plan's own), `import copy`
         elif isinstance(stmt, ast.Import):
-            env.update((a.asname or a.name, imports[a.name]) for a in stmt.names
-                       if a.name in imports)
+            env.update((a.asname, imports[a.name]) if a.asname else (
+                a.name.split(".")[0], imports[a.name.split(".")[0]]) for a in stmt.names
+                if a.name in imports and a.name.split(".")[0] in imports)
         # `from unittest.mock import patch, MagicMock, call` (rewards/mocks.py)
         elif isinstance(stmt, ast.ImportFrom) and stmt.module == "unittest.mock":
             api = mock_namespace()
@@ -3449,6 +3598,59 @@ def _value(step: dict, result: dict):
     return value
 
 
+class _Caught:
+    """The exception a `pytest.raises(E) as excinfo` / `assertRaises(E) as cm` block caught, as
+    the child reported it: its message (`str()`, as `match` reads it), its repr and the public
+    attributes the test reads (raised_parts), each plain data rebuilt here; nothing else."""
+
+    def __init__(self, result: dict):
+        parts = result.get("parts")
+        self.__parts = parts if isinstance(parts, dict) else {}
+        self.__message = result.get("msg")
+
+    def __part(self, name):
+        part = self.__parts.get(name)
+        if not (isinstance(part, dict) and "ok" in part):  # reading it raised in the child
+            raise _StepFailed(name)
+        return decode(part["ok"])
+
+    def __str__(self):
+        if not isinstance(self.__message, str):  # none, or over MAX_MESSAGE characters
+            raise _StepFailed("message")
+        return self.__message
+
+    def __repr__(self):
+        text = self.__part("__repr__")
+        if type(text) is not str:
+            raise _StepFailed("repr")
+        return text
+
+    def __getattr__(self, attr):
+        if attr.startswith("_"):
+            raise AttributeError(attr)
+        return self.__part(attr)
+
+
+class _ExceptionInfo:
+    """pytest's ExceptionInfo as a test reads it here: `.value` and `.match(regexp)`."""
+
+    def __init__(self, caught: _Caught):
+        self.value = caught
+
+    def match(self, regexp) -> bool:
+        message = str(self.value)
+        if len(message) > MAX_MESSAGE or re.search(regexp, message) is None:
+            raise AssertionError("the message does not match")
+        return True
+
+
+class _RaisesContext:
+    """unittest's assertRaises context as a test reads it afterwards: `.exception`."""
+
+    def __init__(self, caught: _Caught):
+        self.exception = caught
+
+
 class _StepFailed(Exception):
     """A check read the value of a step that raised in the child (or returned something that is not
     data)."""
@@ -3500,6 +3702,10 @@ def judge_unit(unit: Unit, results, handles=(), given=frozenset(), mock_values=(
         if check.kind == "raises":
             if not _raised(results[check.step], check.exceptions, check.match):
                 return False
+            if check.names:  # `as excinfo`: what the test reads of it, from the child's data
+                caught = _Caught(results[check.step])
+                values[check.names[0]] = (_RaisesContext(caught) if check.info == "unittest"
+                                          else _ExceptionInfo(caught))
             continue
         env = {k: handles[v.id] if isinstance(v, MockRef) else mock_values[v.id] if isinstance(
             v, ValueRef) else v for k, v in check.env.items()} if handles else check.env

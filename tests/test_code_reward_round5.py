@@ -424,9 +424,8 @@ class TestReturnedValuesOfTheStdlibAndNumpy:
         assert scores(block(fake.format(n=2)), tests) == (0.0, 0.0)  # its shape is not its items
 
 
-@pytest.mark.xfail(strict=True, reason="numpy.testing's asserts as statements of a test function "
-                   "run under pytest in the sandbox: refused under trusted_only")
 def test_numpy_testing_asserts_judged_by_the_trainer():
+    """More shapes, each against the runner: tests/test_code_reward_checked_parts.py."""
     tests = ("import numpy as np\n\ndef test_f():\n"
              "    np.testing.assert_array_equal(f(3), np.array([0, 1, 2]))\n")
     honest = "import numpy as np\ndef f(n):\n    return np.arange(n)\n"
