@@ -204,6 +204,22 @@ def test_numpy_testing_as_the_runner_judges(tmp_path, name):
     assert scores(block(solution), tests) == (want, want)
 
 
+@pytest.mark.parametrize("tests", [
+    NP + "np.testing.assert_allclose(f(3), [0.0, 0.5, 1.0])\n",
+    "from numpy.testing import assert_array_equal\n\nassert_array_equal(f(3), [0.0, 0.5, 1.0])\n",
+])
+def test_numpy_testing_at_module_level_as_a_script_runs(tests):
+    """A module-level comparison (MBPP's harness runs the program): one case the trainer judges."""
+    assert judged_here(tests)
+    honest = "def f(n):\n    return [i / (n - 1) for i in range(n)]\n"
+    wrong = "def f(n):\n    return [i / n for i in range(n)]\n"
+    for solution, want in ((honest, 1.0), (wrong, 0.0)):
+        ran = subprocess.run([sys.executable, "-c", solution + tests], capture_output=True,
+                             timeout=120, check=False)
+        assert (ran.returncode == 0) == (want == 1.0), ran.stderr
+        assert scores(block(solution), tests) == (want, want)
+
+
 @pytest.mark.parametrize("name", sorted(FOOLS_THE_RUNNER))
 def test_numpy_values_that_fool_the_runner_score_0(tmp_path, name):
     tests, solution = FOOLS_THE_RUNNER[name]
