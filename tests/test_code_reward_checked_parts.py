@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from test_code_reward_round5 import block, scores
+from test_code_reward_round5 import PLAIN_PYTEST, block, scores
 
 from gmts.rewards import testplan
 
@@ -23,7 +23,7 @@ def runner_passes(tmp_path, solution: str, tests: str) -> bool:
         command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p",
                    "no:xdist", str(path)]
     run = subprocess.run(command, check=False, capture_output=True, text=True, cwd=tmp_path,
-                         timeout=120)
+                         timeout=120, env=PLAIN_PYTEST)
     return run.returncode == 0
 
 

@@ -14,6 +14,7 @@ import unittest
 
 import pytest
 from test_code_reward_mocks import block, reference, scores
+from test_code_reward_round5 import PLAIN_PYTEST
 
 from gmts.rewards import testplan
 
@@ -205,7 +206,7 @@ def test_verdicts_are_the_runners(name, tmp_path):
         (tmp_path / "conftest.py").write_text(CONFTEST.format(names=modules))
         run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                               "-p", "no:xdist", str(tmp_path)], check=False,
-                             cwd=tmp_path,
+                             cwd=tmp_path, env=PLAIN_PYTEST,
                              capture_output=True, text=True, timeout=120)
         assert (run.returncode == 0) == (expected == 1.0), run.stdout[-2000:]
         return

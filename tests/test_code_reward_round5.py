@@ -3,6 +3,7 @@ solution scores 0.0 under get_reward("code") and trusted_only=True, an honest on
 expected verdict is what the suite's own runner (or a plain Python run) gives, as the comments say.
 """
 import json
+import os
 from pathlib import Path
 from typing import ClassVar
 
@@ -462,15 +463,20 @@ class TestAnAnswerWrittenInParts:
 
 # ------------------------------------------------ 8. a skip mark's condition
 
+# plain pytest, as a suite's harness runs it: no plugin of this environment's (xdist, anyio...),
+# whose loading costs more than most programs' run
+PLAIN_PYTEST = {**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+
+
 def pytest_verdict(tmp_path, solution: str, tests: str) -> bool:
     """The real pytest on the program (solution, then tests) in a file of its own."""
     import subprocess
     import sys
     path = tmp_path / "test_program.py"
     path.write_text(solution + "\n" + tests)
-    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n",
-                          "0", str(path)], check=False, capture_output=True, text=True,
-                         cwd=tmp_path, timeout=120)
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                          str(path)], check=False, capture_output=True, text=True,
+                         cwd=tmp_path, timeout=120, env=PLAIN_PYTEST)
     return run.returncode == 0
 
 
