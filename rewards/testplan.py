@@ -3186,6 +3186,11 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
         isinstance(s, ast.Import) and any(a.name == "sys" and not a.asname for a in s.names)
         for s in module.body))
     classes = {s.name: s for s in module.body if isinstance(s, ast.ClassDef)}
+    # a base the problem's setup defines (`class Base(unittest.TestCase)` in it): its methods are
+    # the tests' too, as the test module's namespace holds it
+    for s in (ast.parse(setup).body if setup else []):
+        if isinstance(s, ast.ClassDef) and s.name not in classes:
+            classes[s.name] = s
     env, prelude, from_solution, modules = _setup_values(setup), [], set(), set()
     imports = _importable()  # one per plan: the tests' random draws, in order, as in the judge
     for stmt in module.body:  # `import numpy as np`, `from numpy import allclose`

@@ -777,3 +777,39 @@ class TestTheSolutionCannotChangeATestClasssData:
         solution, tests = self.HONEST[name]
         assert pytest_verdict(tmp_path, solution, tests) is True
         assert code(block(solution), tests) == 1.0
+
+
+class TestABaseClassTheSetupDefines:
+    """A TestCase whose base (or mixin) the problem's setup defines runs the base's methods as
+    unittest does: the setup is the test module's too. Each verdict is real unittest's on the
+    program setup + solution + tests."""
+
+    SETUPS: ClassVar[dict] = {
+        "a_testcase_base": (
+            ("import unittest\n\nclass Base(unittest.TestCase):\n"
+             "    def check(self, a, b, want):\n        self.assertEqual(add(a, b), want)\n"),
+            ("class T(Base):\n    def test_a(self):\n        self.check(2, 3, 5)\n\n"
+             "    def test_b(self):\n        self.check(-1, 1, 0)\n")),
+        "a_base_with_set_up": (
+            ("import unittest\n\nclass Base(unittest.TestCase):\n    def setUp(self):\n"
+             "        self.total = add(2, 3)\n"),
+            "class T(Base):\n    def test_a(self):\n        self.assertEqual(self.total, 5)\n"),
+        "a_mixin_of_tests": (
+            "class AddTests:\n    def test_add(self):\n        self.assertEqual(add(2, 3), 5)\n",
+            "import unittest\n\nclass T(AddTests, unittest.TestCase):\n    pass\n"),
+    }
+
+    @pytest.mark.parametrize("name", sorted(SETUPS))
+    def test_judged_as_unittest_runs_it(self, tmp_path, name):
+        import subprocess
+        import sys
+        setup, tests = self.SETUPS[name]
+        for solution in (GOOD_ADD, "def add(a, b):\n    return a * b\n"):
+            program = tmp_path / "test_program.py"
+            program.write_text(f"{setup}\n{solution}\n{tests}")
+            ran = subprocess.run([sys.executable, "-m", "unittest", "test_program"],
+                                 capture_output=True, text=True, cwd=tmp_path, timeout=120,
+                                 check=False)
+            want = 1.0 if ran.returncode == 0 else 0.0
+            assert want == (1.0 if solution == GOOD_ADD else 0.0), ran.stderr
+            assert scores(block(solution), {"tests": tests, "setup": setup}) == (want, want)
