@@ -248,6 +248,10 @@ def _in_gloo_group(rank, world, worker, out_dir, args):
     train.py does (distributed.init_group, a barrier, distributed.shutdown); its result goes to
     out_dir/{rank}.pt, then the names of the gloo threads still alive to {rank}.threads.json."""
     from gmts.trainer import distributed
+    # A forked child's first use of torch's thread pool rebuilds the pool the fork left behind; the
+    # rebuild is not thread-safe, and transformers loads weights on 4 threads of its own ("pool
+    # INTERNAL ASSERT FAILED ... Invalid thread pool!" now and then): rebuild it here, before any.
+    torch.set_num_threads(1)
     distributed.init_group("gloo", init_method=f"file://{out_dir}/init", rank=rank,
                            world_size=world)
     try:
