@@ -220,14 +220,6 @@ def test_numpy_testing_at_module_level_as_a_script_runs(tests):
         assert scores(block(solution), tests) == (want, want)
 
 
-@pytest.mark.parametrize("name", sorted(FOOLS_THE_RUNNER))
-def test_numpy_values_that_fool_the_runner_score_0(tmp_path, name):
-    tests, solution = FOOLS_THE_RUNNER[name]
-    assert judged_here(tests)
-    assert runner_passes(tmp_path, solution, tests)  # the runner is fooled
-    assert scores(block(solution), tests) == (0.0, 0.0)
-
-
 def test_other_numpy_testing_names_stay_with_pytest():
     """assert_raises calls what it is given (a solution's callable): not judged here."""
     tests = NP + "def test_f():\n    np.testing.assert_raises(ValueError, f, -1)\n"
@@ -355,9 +347,10 @@ def test_caught_exception_as_the_runner_judges(tmp_path, name):
     assert scores(block(solution), tests) == (want, want)
 
 
-@pytest.mark.parametrize("name", sorted(CAUGHT_FOOLS_THE_RUNNER))
-def test_caught_exception_that_fools_the_runner_scores_0(tmp_path, name):
-    tests, solution = CAUGHT_FOOLS_THE_RUNNER[name]
+@pytest.mark.parametrize("name", sorted({**FOOLS_THE_RUNNER, **CAUGHT_FOOLS_THE_RUNNER}))
+def test_values_that_fool_the_runner_score_0(tmp_path, name):
+    """numpy values and caught exceptions that pass under the real runner, wrongly."""
+    tests, solution = {**FOOLS_THE_RUNNER, **CAUGHT_FOOLS_THE_RUNNER}[name]
     assert judged_here(tests)
     assert runner_passes(tmp_path, solution, tests)  # the runner is fooled
     assert scores(block(solution), tests) == (0.0, 0.0)

@@ -480,6 +480,12 @@ def pytest_verdict(tmp_path, solution: str, tests: str) -> bool:
     return run.returncode == 0
 
 
+def honest_as_under_pytest(tmp_path, solution: str, tests: str) -> None:
+    """An honest answer: plain pytest passes the program, and the code reward scores it 1.0."""
+    assert pytest_verdict(tmp_path, solution, tests) is True
+    assert code(block(solution), tests) == 1.0
+
+
 SKIPIF = {
     "pytest_false": ("import pytest, sys\n\n@pytest.mark.skipif(sys.version_info < (3, 0), "
                      "reason='old')\ndef test_a():\n    assert f(2) == 4\n"),
@@ -699,9 +705,7 @@ class TestTheSolutionCannotChangeTheTestModulesData:
 
     @pytest.mark.parametrize("name", sorted(HONEST))
     def test_honest(self, tmp_path, name):
-        solution, tests = self.HONEST[name]
-        assert pytest_verdict(tmp_path, solution, tests) is True
-        assert code(block(solution), tests) == 1.0
+        honest_as_under_pytest(tmp_path, *self.HONEST[name])
 
 
 class TestTheSolutionCannotChangeATestClasssData:
@@ -743,9 +747,7 @@ class TestTheSolutionCannotChangeATestClasssData:
     @pytest.mark.parametrize("tests", sorted({t for t, _ in ATTACKS.values()}),
                              ids=lambda tests: "unittest" if "unittest" in tests else "pytest")
     def test_the_honest_answer_to_the_same_tests(self, tmp_path, tests):
-        honest = "def add(a, b, *_):\n    return a + b\n"
-        assert pytest_verdict(tmp_path, honest, tests) is True
-        assert code(block(honest), tests) == 1.0
+        honest_as_under_pytest(tmp_path, "def add(a, b, *_):\n    return a + b\n", tests)
 
     HONEST: ClassVar[dict] = {  # (solution, tests): plain pytest passes each
         "sorts_a_class_list_it_was_given": (
@@ -774,9 +776,7 @@ class TestTheSolutionCannotChangeATestClasssData:
 
     @pytest.mark.parametrize("name", sorted(HONEST))
     def test_honest(self, tmp_path, name):
-        solution, tests = self.HONEST[name]
-        assert pytest_verdict(tmp_path, solution, tests) is True
-        assert code(block(solution), tests) == 1.0
+        honest_as_under_pytest(tmp_path, *self.HONEST[name])
 
 
 class TestABaseClassTheSetupDefines:
