@@ -323,8 +323,9 @@ def main(argv=None):
     from gmts.run.folder import lock_output
     from gmts.run.machine import address_space_problem, code_time_scale_problem
     from gmts.run.validate import UsageError, check_eval_args
-    if address_space_problem("eval.py") or code_time_scale_problem():
-        raise UsageError("eval.py", address_space_problem("eval.py") or code_time_scale_problem())
+    problem = address_space_problem("eval.py") or code_time_scale_problem()
+    if problem:
+        raise UsageError("eval.py", problem)
     output = args.output if args.compare else (args.output
                                                or default_output(
                                                    args.model or "", args.data, args.seed,
