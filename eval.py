@@ -321,9 +321,9 @@ def main(argv=None):
     # (gmts/run/validate.py), before any data or model loads; a bad one is one line and exit status
     # 2.
     from gmts.run.folder import lock_output
-    from gmts.run.machine import address_space_problem, code_time_scale_problem
+    from gmts.run.machine import address_space_problem, code_reward_env_problem
     from gmts.run.validate import UsageError, check_eval_args
-    problem = address_space_problem("eval.py") or code_time_scale_problem()
+    problem = address_space_problem("eval.py") or code_reward_env_problem()
     if problem:
         raise UsageError("eval.py", problem)
     output = args.output if args.compare else (args.output

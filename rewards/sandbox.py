@@ -18,10 +18,11 @@ Both: rlimits in the child, a wall clock in the parent that SIGKILLs the session
 environment. Memory is bounded per RUN, not per process: each run gets its own memory cgroup (v2,
 else v1) where this process may make one; without one, as root, the run may not fork (RLIMIT_NPROC =
 1), so RLIMIT_AS bounds it whole. `memory_limit()` says which. Each run gets its own uid from
-RUN_UIDS, drawn from os.urandom (never from the caller's `random`, which data-parallel ranks seed
-alike) and reserved host-wide for the run's lifetime by an abstract unix socket named after it, so
-two runs at once, in one process or in two, cannot share a uid, and so cannot signal, trace or
-starve (NPROC) each other, nor kill each other's processes when cleaning up.
+RUN_UIDS (GMTS_SANDBOX_UIDS moves them: run_uids), drawn from os.urandom (never from the caller's
+`random`, which data-parallel ranks seed alike) and reserved host-wide for the run's lifetime by
+an abstract unix socket named after it, so two runs at once, in one process or in two, cannot
+share a uid, and so cannot signal, trace or starve (NPROC) each other, nor kill each other's
+processes when cleaning up.
 """
 import ast
 import contextlib
@@ -49,7 +50,7 @@ from .testplan import CHECK_TEST, build_plan, capitalised_calls, decode
 
 _CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_sandbox_child.py")
 _RUNNER = os.path.join(os.path.dirname(_CHILD), "_pytest_runner.py")
-# one per run, unused by any account; never 0 or 65534
+# one per run, unused by any account; never 0 or 65534 (GMTS_SANDBOX_UIDS moves them: run_uids)
 RUN_UIDS = range(0x6D000000, 0x6D000000 + (1 << 24))
 TMPFS_MB = 64  # each of /work, /tmp, /dev/shm inside bwrap
 SANDBOX_DIRS = ("/tmp", "/dev/shm")
@@ -217,14 +218,35 @@ def _kill_group(proc: subprocess.Popen):
 # ---------------------------------------------------------------- a run's uid and its memory
 
 
+def run_uids() -> range:
+    """The uids a run takes its own from: GMTS_SANDBOX_UIDS=FIRST-LAST (environment, inclusive),
+    else RUN_UIDS. For a machine whose accounts use RUN_UIDS, or to keep sets of runs apart (the
+    test suite gives each pytest worker its own: tests/conftest.py). ValueError, in one line, for a
+    value that is not such a range."""
+    raw = os.environ.get("GMTS_SANDBOX_UIDS", "").strip()
+    if not raw:
+        return RUN_UIDS
+    first, _, last = raw.partition("-")
+    try:
+        uids = range(int(first), int(last) + 1)
+    except ValueError:
+        uids = range(0)
+    # above the system's and users' usual uids (65534 is nobody); 2**32 - 1 is no uid
+    if not (uids.start >= 65536 and uids.stop <= 2**32 - 1 and len(uids) >= 1024):
+        raise ValueError("GMTS_SANDBOX_UIDS must be FIRST-LAST, a range of at least 1024 uids "
+                         f"from 65536 to 4294967294, got {raw!r}")
+    return uids
+
+
 def _reserve_uid() -> tuple[int, socket.socket]:
-    """A uid from RUN_UIDS that no other run on this machine holds, and the socket that holds it: an
-    abstract unix socket (no file, released by the kernel when closed or when this process dies) is
-    bound to the uid's name; a second bind of the same name, from any process, fails with
+    """A uid from run_uids() that no other run on this machine holds, and the socket that holds it:
+    an abstract unix socket (no file, released by the kernel when closed or when this process dies)
+    is bound to the uid's name; a second bind of the same name, from any process, fails with
     EADDRINUSE."""
+    uids = run_uids()
     while True:
         # os.urandom: the caller's `random` is not touched
-        uid = RUN_UIDS[secrets.randbelow(len(RUN_UIDS))]
+        uid = uids[secrets.randbelow(len(uids))]
         holder = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             holder.bind(f"\0gmts-run-uid-{uid}")

@@ -24,20 +24,22 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", OMP_NUM_THREADS="1",
            PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
 
-# ------------------------------------------------------------------ one worker per CPU (pytest.ini)
-# pytest-xdist runs the suite on `-n auto` workers; each takes the next unit of work of the queue
-# when it is almost done with its own. A unit is one test, except:
-# - The sandbox tests (SANDBOX_TESTS: node id prefixes) are one unit, the first, so they run on one
-#   worker, one after another: their leak checks count every process and file of any run uid
-#   (rewards.sandbox.RUN_UIDS) on the machine, and their limits time a run, so another worker's
-#   sandbox run would count as theirs. Under xdist, any other test that takes a run uid fails,
-#   naming SANDBOX_TESTS.
+# ------------------------------------------------------------------ one worker per CPU, and one
+# more (pytest.ini's -n auto; pytest_xdist_auto_num_workers below)
+# pytest-xdist runs the suite on workers; each takes the next unit of work of the queue when it is
+# almost done with its own. A unit is one test, except:
+# - The sandbox tests (SANDBOX_TESTS: node id prefixes) are two units, the first two: SANDBOX_SECOND
+#   and the rest. Each runs on one worker, one test after another, at the worker's own priority.
+#   Their leak checks count the processes and files of the worker's own run uids: under xdist each
+#   worker's runs draw their uids from its own slice of the machine's (pytest_configure below), so
+#   no two workers share one. Under xdist, any other test that takes
+#   a run uid fails, naming SANDBOX_TESTS.
 # - The tests of a module in RUN_MODULES are one unit: they share a module fixture that trains a
 #   run, which each worker would train again.
-# The queue's order is the collection's: the sandbox group, then LONG_FIRST (node id prefixes, from
-# --durations on 2 cores), the longest first, then the rest in file order. A long unit started last
-# would run alone while the other workers wait.
-SANDBOX_GROUP = "sandbox"
+# The queue's order is the collection's: the sandbox groups, then LONG_FIRST (node id prefixes,
+# from --durations on 2 cores), the longest first, then the rest in file order. A long unit started
+# last would run alone while the other workers wait. The extra worker takes the CPU the sandbox
+# tests leave while their runs sleep or wait for a time limit.
 SANDBOX_TESTS = (
     "tests/test_sandbox.py",
     "tests/test_code_reward",                                   # every test_code_reward*.py
@@ -45,21 +47,39 @@ SANDBOX_TESTS = (
     "tests/test_data.py::test_local_rows_choose_their_domain",  # scores a code row
     "tests/test_data.py::test_other_builtin_formats_from_a_data_folder",   # scores code rows
 )
+# About half of the sandbox tests' time (--durations on 2 cores), on a worker of its own
+SANDBOX_SECOND = (
+    "tests/test_sandbox.py",
+    "tests/test_code_reward_round3.py",
+    "tests/test_code_reward_round5.py",
+    "tests/test_code_reward_mocks.py",
+    "tests/test_code_reward_checked_parts.py",
+)
 RUN_MODULES = ("tests/test_bad_input.py", "tests/test_lora.py", "tests/test_run_history.py",
                "tests/test_run_safety.py")
 LONG_FIRST = (
     "tests/test_notebooks.py::test_notebook_runs_top_to_bottom[03",
     "tests/test_notebooks.py::test_notebook_runs_top_to_bottom[02",
-    "tests/test_run_history.py",
+    "tests/test_learning_check.py",
+    "tests/test_bench_smoke.py",
+    "tests/test_notebooks.py::test_notebook_runs_top_to_bottom",
+    "tests/test_your_task.py::test_hub_data_set_not_in_the_cache",
     "tests/test_run_safety.py",
     "tests/test_crash_series.py",
     "tests/test_distributed.py::test_torchrun",
-    "tests/test_notebooks.py::test_notebook_runs_top_to_bottom",
+    "tests/test_run_history.py",
+    "tests/test_gpu_check.py",
+    "tests/test_your_task.py::test_the_your_task_page_runs_end_to_end",
+    "tests/test_reward_isolation.py",
+    "tests/test_workers.py",
+    "tests/test_distributed.py::test_shutdown_frees_the_process_group",
+    "tests/test_smollm2.py",
+    "tests/test_entry_points.py",
+    "tests/test_gpu_bench.py",
+    "tests/test_install.py",
     "tests/test_bad_input.py",
     "tests/test_lora.py",
-    "tests/test_learning_check.py",
     "tests/test_run_end.py",
-    "tests/test_reward_isolation.py",
 )
 
 
@@ -70,7 +90,7 @@ def in_sandbox_group(nodeid):
 def _unit(nodeid):
     """The unit of work a test belongs to (see above)."""
     if in_sandbox_group(nodeid):
-        return SANDBOX_GROUP
+        return "sandbox-2" if nodeid.startswith(SANDBOX_SECOND) else "sandbox-1"
     return nodeid.split("::")[0] if nodeid.startswith(RUN_MODULES) else nodeid
 
 
@@ -80,6 +100,26 @@ def _queue_rank(item):
         return -1
     return next((i for i, prefix in enumerate(LONG_FIRST) if item.nodeid.startswith(prefix)),
                 len(LONG_FIRST))
+
+
+def pytest_configure(config):
+    """On an xdist worker: its sandbox runs, and those of the processes it starts, draw their uids
+    from its own slice (one of `workercount`) of the machine's (GMTS_SANDBOX_UIDS, environment:
+    rewards.sandbox.run_uids), so a leak check counts only its own runs."""
+    worker = getattr(config, "workerinput", None)
+    if worker is None:
+        return
+    from gmts.rewards.sandbox import run_uids
+    uids, index = run_uids(), int(worker["workerid"].removeprefix("gw"))
+    size = len(uids) // worker["workercount"]
+    first = uids.start + index * size
+    os.environ["GMTS_SANDBOX_UIDS"] = ENV["GMTS_SANDBOX_UIDS"] = f"{first}-{first + size - 1}"
+
+
+@pytest.hookimpl(optionalhook=True)    # an xdist hook
+def pytest_xdist_auto_num_workers(config):
+    """-n auto: one worker per CPU this process may use, and one more (see above)."""
+    return len(os.sched_getaffinity(0)) + 1
 
 
 def pytest_collection_modifyitems(items):
@@ -110,9 +150,9 @@ _niced = []         # [True] once this worker has
 def pytest_runtest_protocol(item, nextitem):
     """Under xdist, a test outside SANDBOX_TESTS may not take a run uid, in its fixtures neither: it
     would run beside the sandbox tests, on another worker. Its worker (and what it starts) yields
-    the CPU to the sandbox tests' worker: the group is the longest unit of work and its tests time
-    their runs. A worker runs the group before anything else, so the niceness, which only root can
-    take back, never reaches a sandbox test."""
+    the CPU to the sandbox tests' workers: their groups are the longest units of work and their
+    tests time their runs. A worker runs its group before anything else, so the niceness, which
+    only root can take back, never reaches a sandbox test."""
     if not hasattr(item.config, "workerinput") or in_sandbox_group(item.nodeid):  # not a worker's
         return (yield)
     if not _niced:
@@ -126,7 +166,7 @@ def pytest_runtest_protocol(item, nextitem):
 
     def refuse(*args, **kwargs):
         pytest.fail(f"{item.nodeid} runs code in the code reward's sandbox: add it to "
-                    "SANDBOX_TESTS in tests/conftest.py, so that it runs on the sandbox tests' "
+                    "SANDBOX_TESTS in tests/conftest.py, so that it runs on a sandbox tests' "
                     "worker", pytrace=False)
     sandbox._reserve_uid = refuse
     try:

@@ -24,7 +24,7 @@ import time
 import pytest
 
 from gmts.rewards import code_stats, get_reward, sandbox, testplan
-from gmts.rewards.sandbox import RUN_UIDS, memory_limit, run_child, run_python
+from gmts.rewards.sandbox import memory_limit, run_child, run_python, run_uids
 
 code = get_reward("code")
 trusted_code = get_reward("code", trusted_only=True)
@@ -41,14 +41,14 @@ def _sandbox_leftovers():
             try:
                 # this process's fallback folders (named with its pid), and files of a run uid
                 mine = os.path.basename(p).startswith(f"gmts-sandbox-{os.getpid()}-")
-                if os.lstat(p).st_uid in RUN_UIDS or mine:
+                if os.lstat(p).st_uid in run_uids() or mine:
                     files.add(p)
             except OSError:
                 pass
     procs = set()
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
-            if os.stat(f"/proc/{pid}").st_uid in RUN_UIDS and sandbox.belongs_to_us(pid):
+            if os.stat(f"/proc/{pid}").st_uid in run_uids() and sandbox.belongs_to_us(pid):
                 procs.add(pid)
         except OSError:
             pass
@@ -662,6 +662,34 @@ def test_a_reserved_uid_is_refused_to_every_other_process(clean):
         assert other != uid
     finally:
         holder.close()
+
+
+@pytest.mark.parametrize("value", ["100000-101023", " 2000000000-2100000000 "])
+def test_runs_take_their_uids_from_the_machines_range(monkeypatch, value):
+    """GMTS_SANDBOX_UIDS=FIRST-LAST (inclusive) moves the runs' uids (a machine whose accounts use
+    the default ones; the suite's workers each have their own)."""
+    monkeypatch.setenv("GMTS_SANDBOX_UIDS", value)
+    first, last = map(int, value.split("-"))
+    assert sandbox.run_uids() == range(first, last + 1)
+    held = [sandbox._reserve_uid() for _ in range(50)]
+    assert all(first <= uid <= last for uid, _ in held) and len({u for u, _ in held}) == 50
+    for _, holder in held:
+        holder.close()
+    assert code(block(ADD_GOOD), ["assert add(1, 2) == 3"]) == 1.0     # a run in that range
+    assert code(block("def add(a, b):\n    return 0\n"), ["assert add(1, 2) == 3"]) == 0.0
+
+
+@pytest.mark.parametrize("value", ["5", "abc-def", "1e6-2e6", "100000", "100-200000",
+                                   "200000-100000", "100000-100999", "4294966000-4294967295",
+                                   "0-4294967294"])
+def test_a_bad_uid_range_is_one_line_naming_it(monkeypatch, value):
+    from gmts.run.machine import code_reward_env_problem
+    monkeypatch.setenv("GMTS_SANDBOX_UIDS", value)
+    said = f"GMTS_SANDBOX_UIDS must be FIRST-LAST, a range of at least 1024 uids from 65536 to " \
+           f"4294967294, got '{value}'"
+    with pytest.raises(ValueError) as err:
+        code(block(ADD_GOOD), ["assert add(1, 2) == 3"])
+    assert str(err.value) == said and code_reward_env_problem() == said
 
 
 SEEDED = """

@@ -201,14 +201,17 @@ class TestTheMachineFactor:
                                              f"got '{value}'$"):
             code(block(ADD_STDIN), {"cases": CASES})
 
-    def test_a_bad_factor_stops_both_entry_points_before_they_load(self, tmp_path):
+    @pytest.mark.parametrize("env, said", [
+        ({"GMTS_CODE_TIME_SCALE": "fast"}, "GMTS_CODE_TIME_SCALE must be a positive number"),
+        ({"GMTS_SANDBOX_UIDS": "1-2"}, "GMTS_SANDBOX_UIDS must be FIRST-LAST"),   # the runs' uids
+    ], ids=["time_scale", "uids"])
+    def test_a_bad_factor_stops_both_entry_points_before_they_load(self, tmp_path, env, said):
         from conftest import run_python
         from test_bad_input import check_one_line
-        env = {"GMTS_CODE_TIME_SCALE": "fast"}
         for args in (["train.py", "--output-dir", tmp_path / "r", "--steps", "1"],
                      ["eval.py", "--model", "x/y", "--output", tmp_path / "e.json"]):
             proc = run_python(args, env=env, timeout=300)
-            line = check_one_line(proc, "GMTS_CODE_TIME_SCALE must be a positive number")
+            line = check_one_line(proc, said)
             assert proc.returncode == 2 and line.startswith(f"{args[0]}: error: ")
         assert not (tmp_path / "r").exists() and not list(tmp_path.iterdir())
 

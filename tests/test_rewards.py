@@ -21,7 +21,7 @@ from gmts.rewards import code as code_mod
 from gmts.rewards import get_reward
 from gmts.rewards import math as math_mod
 from gmts.rewards.choice import extract_choice
-from gmts.rewards.sandbox import RUN_UIDS, belongs_to_us, run_python, sandbox_info
+from gmts.rewards.sandbox import belongs_to_us, run_python, run_uids, sandbox_info
 
 SHARED = SHARED_DATA                       # ../shared/data (tests/conftest.py says what it holds)
 GSM8K = [os.path.join(SHARED, "gsm8k", f"{s}.jsonl") for s in ("train", "test")]
@@ -270,14 +270,14 @@ def run_bad(src, tests="assert True", **kw):
 
 
 def nobody_processes():
-    """Processes of any sandbox run (each run has its own uid in RUN_UIDS; nobody for older
-    layouts)."""
+    """Processes of this process's sandbox runs (each run has its own uid in run_uids(), a slice of
+    its own on each pytest worker)."""
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             uid = os.stat(f"/proc/{pid}").st_uid
             # not another trainer's on this machine
-            if (uid in RUN_UIDS or uid == 65534) and belongs_to_us(pid):
+            if uid in run_uids() and belongs_to_us(pid):
                 found.append(pid)
         except OSError:
             pass
@@ -403,11 +403,12 @@ def test_sandbox_reports_strength_and_cleans_its_directory():
         assert info["caps"] == "0" * 16 and info["pid_namespace"] and info["net"] == "namespace"
         assert {"mnt", "pid", "net", "ipc", "uts", "user"} <= set(info["new_namespaces"])
     elif os.getuid() == 0:
-        assert info["uid"] in RUN_UIDS and info["pid_namespace"] and info["net"] == "namespace"
-    before = {d for d in os.listdir(tempfile.gettempdir()) if d.startswith("gmts-sandbox-")}
+        assert info["uid"] in run_uids() and info["pid_namespace"] and info["net"] == "namespace"
+    ours = f"gmts-sandbox-{os.getpid()}-"        # not another pytest worker's
+    before = {d for d in os.listdir(tempfile.gettempdir()) if d.startswith(ours)}
     run_python("x = 1", tests="assert x == 1", timeout=5)
     run_python("x = 1", tests="assert x == 1", timeout=5, isolate=False)
-    after = {d for d in os.listdir(tempfile.gettempdir()) if d.startswith("gmts-sandbox-")}
+    after = {d for d in os.listdir(tempfile.gettempdir()) if d.startswith(ours)}
     assert after <= before
 
 

@@ -15,9 +15,9 @@ import pytest
 from gmts import rewards
 from gmts.rewards import code_stats, get_reward, testplan
 from gmts.rewards.sandbox import (
-    RUN_UIDS,
     belongs_to_us,
     run_python,
+    run_uids,
     sandbox_info,
     sandbox_mode,
 )
@@ -48,10 +48,12 @@ def block(src):
 
 
 def _ours(path):
-    """A file a sandbox could have left (other jobs share this machine's /tmp): a run's uid, or a
-    gmts- name."""
+    """A file one of this process's sandbox runs could have left (other jobs, and other pytest
+    workers, share this machine's /tmp): a run uid of ours (conftest.pytest_configure gives each
+    worker its own), or a fallback folder named with our pid."""
     try:
-        return os.lstat(path).st_uid in RUN_UIDS or os.path.basename(path).startswith("gmts-")
+        return (os.lstat(path).st_uid in run_uids()
+                or os.path.basename(path).startswith(f"gmts-sandbox-{os.getpid()}-"))
     except OSError:
         return False
 
@@ -63,7 +65,7 @@ def leftovers():
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             # not another trainer's
-            if os.stat(f"/proc/{pid}").st_uid in RUN_UIDS and belongs_to_us(pid):
+            if os.stat(f"/proc/{pid}").st_uid in run_uids() and belongs_to_us(pid):
                 procs.add(pid)
         except OSError:
             pass

@@ -46,7 +46,7 @@ import socket
 import sys
 import time
 
-from gmts.run.machine import code_time_scale_problem, launcher_problem, main_process
+from gmts.run.machine import code_reward_env_problem, launcher_problem, main_process
 from gmts.run.paths import context_problem, output_path_problem
 from gmts.run.validate import UsageError
 
@@ -310,8 +310,9 @@ def check_start(argv, prog="train.py"):
     from gmts.run import checkpoint as ckpt
     from gmts.run.config import (Config, build_parser, parse_config, preset_data_settings,
                                   preset_note, resolve, to_dict)
-    # WORLD_SIZE without torchrun, a bad GMTS_CODE_TIME_SCALE: one line, not a traceback later
-    problem = launcher_problem() or code_time_scale_problem()
+    # WORLD_SIZE without torchrun, a bad GMTS_CODE_TIME_SCALE or GMTS_SANDBOX_UIDS: one line, not a
+    # traceback later
+    problem = launcher_problem() or code_reward_env_problem()
     if problem:
         raise UsageError(prog, problem)
     cfg = parse_config(argv)

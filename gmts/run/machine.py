@@ -99,12 +99,14 @@ def memory_line(prog, what, advice):
         raise SystemExit(f"error: out of memory {what} ({said}); {advice}") from None
 
 
-def code_time_scale_problem():
-    """Why GMTS_CODE_TIME_SCALE (the code reward's time limits, rewards/code.py) is unusable, or
-    None."""
+def code_reward_env_problem():
+    """Why GMTS_CODE_TIME_SCALE (the code reward's time limits, rewards/code.py) or
+    GMTS_SANDBOX_UIDS (its runs' uids, rewards/sandbox.py) is unusable, or None."""
     from gmts.rewards.code import time_scale
+    from gmts.rewards.sandbox import run_uids
     try:
         time_scale()
+        run_uids()
     except ValueError as err:
         return str(err)
     return None
