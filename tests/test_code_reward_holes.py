@@ -564,12 +564,16 @@ VALUE_BOMBS = {
 
 
 @pytest.mark.parametrize("case", sorted(VALUE_BOMBS))
-def test_a_returned_value_cannot_set_the_trainers_work(case, clean):
+def test_a_returned_value_cannot_set_the_trainers_work(case, clean, monkeypatch):
     tests, good, bomb = VALUE_BOMBS[case]
+    # the judge's deadline, whatever it is, bounds a verdict: a shorter one here, so that the bombs
+    # burn less of the suite's CPU; what a good verdict needs is far below it
+    monkeypatch.setattr(sandbox._judge, "JUDGE_TIMEOUT_S", 2.0)
     assert trusted_code(block(good), tests) == 1.0
     start = time.monotonic()
     both_zero(bomb, tests)
-    assert time.monotonic() - start < 2 * (LIMIT + SLACK)
+    assert time.monotonic() - start < 2 * (2.0 + SLACK)
+    assert code(block(good), tests) == 1.0 == trusted_code(block(good), tests)   # judged again
 
 
 # ------------------------------------------------------------------ 5. memory per run
