@@ -108,8 +108,9 @@ _IN = (ast.In, ast.NotIn)
 _MUTATORS = frozenset("""append extend insert remove pop clear sort reverse update setdefault
 popitem add discard difference_update intersection_update
 symmetric_difference_update""".split())  # noqa: SIM905
-# characters of an exception message matched against pytest.raises(match=...); longer: fail
-MAX_MESSAGE = 4096
+# characters of an exception message (and of its notes) matched against pytest.raises(match=...);
+# longer: fail (the search runs under the judge's deadline: rewards/_judge.py)
+MAX_MESSAGE = 1 << 16
 # an exception class of a module the tests import (`requests.exceptions.HTTPError`): at most this
 # many names, this many characters; longer: pytest
 MAX_EXC_PATH = (8, 200)
@@ -2953,14 +2954,14 @@ def _class_values(names: list, classes: dict, make_unit) -> dict:
 
 
 def _pytest_raises(call, regex: bool, context: bool = False):
-    """`self.assertRaises(E)` / `self.assertRaisesRegex(E, r)` as `pytest.raises(E[, match=r])`
-    (unittest searches the message with re.search, as pytest's match does); with `as cm`
-    (context), as UNITTEST_RAISES (its `cm.exception`)."""
+    """`self.assertRaises(E)` / `self.assertRaisesRegex(E, r)` as UNITTEST_RAISES, which
+    raises_block reads as `pytest.raises(E[, match=r])` (unittest searches the message with
+    re.search, as pytest's match does, but not the notes); with `as cm` (context), its
+    `cm.exception`."""
     if call.keywords or len(call.args) != 1 + regex:
         raise Unconvertible("assertRaises with keywords")
     keywords = [ast.keyword(arg="match", value=call.args[1])] if regex else []
-    func = ast.Name(id=UNITTEST_RAISES, ctx=ast.Load()) if context else ast.Attribute(
-        value=ast.Name(id="pytest", ctx=ast.Load()), attr="raises", ctx=ast.Load())
+    func = ast.Name(id=UNITTEST_RAISES, ctx=ast.Load())
     return ast.Call(func=func, args=call.args[:1], keywords=keywords)
 
 
@@ -3570,7 +3571,17 @@ def _is_test(stmt, entry_point) -> bool:
 # ---------------------------------------------------------------- judging
 
 
-def _raised(result: dict, expected: tuple, match: str | None) -> bool:
+def _match_text(result: dict, notes: bool):
+    """The text `match` searches: the message, with pytest (notes) also its notes (PEP 678) a line
+    each, as pytest's stringify_exception joins them; None where the child could not read them."""
+    message, extra = result.get("msg"), result.get("notes", []) if notes else []
+    if not (isinstance(message, str) and isinstance(extra, list)
+            and all(isinstance(n, str) for n in extra)):
+        return None
+    return "\n".join([message, *extra])
+
+
+def _raised(result: dict, expected: tuple, match: str | None, notes: bool) -> bool:
     """The step raised one of `expected` (by the child's report of the raised class's MRO: each
     class's name and whether it IS the builtin, or the solution's, of that name; for a class of a
     module the tests import, its path among the child's `paths`), with a message
@@ -3585,11 +3596,11 @@ def _raised(result: dict, expected: tuple, match: str | None) -> bool:
         return False
     if match is None:
         return True
-    message = result.get("msg")
+    message = _match_text(result, notes)
     # pytest matches the whole message; a message this long is refused rather than searched (the
     # regex is the tests', but the text is the solution's, and a search can take time quadratic in
     # it)
-    return (isinstance(message, str) and len(message) <= MAX_MESSAGE
+    return (message is not None and len(message) <= 2 * MAX_MESSAGE + 64
             and re.search(match, message) is not None)
 
 
@@ -3642,12 +3653,11 @@ class _Caught:
 class _ExceptionInfo:
     """pytest's ExceptionInfo as a test reads it here: `.value` and `.match(regexp)`."""
 
-    def __init__(self, caught: _Caught):
-        self.value = caught
+    def __init__(self, caught: _Caught, text: str | None):
+        self.value, self.__text = caught, text      # text: the message and its notes (_match_text)
 
     def match(self, regexp) -> bool:
-        message = str(self.value)
-        if len(message) > MAX_MESSAGE or re.search(regexp, message) is None:
+        if self.__text is None or re.search(regexp, self.__text) is None:
             raise AssertionError("the message does not match")
         return True
 
@@ -3708,12 +3718,14 @@ def judge_unit(unit: Unit, results, handles=(), given=frozenset(), mock_values=(
             return False
     for check in unit.checks:
         if check.kind == "raises":
-            if not _raised(results[check.step], check.exceptions, check.match):
+            if not _raised(results[check.step], check.exceptions, check.match,
+                           notes=check.info == "pytest"):
                 return False
             if check.names:  # `as excinfo`: what the test reads of it, from the child's data
                 caught = _Caught(results[check.step])
-                values[check.names[0]] = (_RaisesContext(caught) if check.info == "unittest"
-                                          else _ExceptionInfo(caught))
+                values[check.names[0]] = (
+                    _RaisesContext(caught) if check.info == "unittest"
+                    else _ExceptionInfo(caught, _match_text(results[check.step], notes=True)))
             continue
         env = {k: handles[v.id] if isinstance(v, MockRef) else mock_values[v.id] if isinstance(
             v, ValueRef) else v for k, v in check.env.items()} if handles else check.env

@@ -241,6 +241,16 @@ OSERR = ("import os\ndef g(path):\n    if not path.startswith('/'):\n"
          "        raise FileNotFoundError(2, os.strerror(2), path)\n    return path\n")
 EXIT = "import sys\ndef main(args):\n    if not args:\n        sys.exit(2)\n    return 0\n"
 
+NOTED = ("def f(x):\n    if x < 0:\n        err = ValueError(f'negative: {x}')\n"
+         "        err.add_note('hint: use abs')\n        raise err\n    return x\n")
+MATCH_HINT = ("import pytest\n\ndef test_neg():\n"
+              "    with pytest.raises(ValueError, match='hint: use abs'):\n        f(-1)\n")
+LONG = ("def check(rows):\n    bad = [r for r in rows if r < 0]\n    if bad:\n"
+        "        raise ValueError('bad rows: ' + ', '.join(map(str, bad)))\n")
+LONG_MATCH = ("import pytest\n\ndef test_many():\n"
+              "    with pytest.raises(ValueError, match=r'^bad rows: -1, -2'):\n"
+              "        check([-i for i in range(1, 5000)])\n")    # a message of 28,000 characters
+
 # name -> (tests, solution); the runner's verdict is the expected one
 CAUGHT = {
     "pytest_str_in": (RAISES + "    assert 'negative' in str(excinfo.value)\n", NEG),
@@ -295,6 +305,25 @@ CAUGHT = {
          "        with self.assertRaises(KeyError) as cm:\n            h({}, 'k')\n"
          "        self.assertEqual(str(cm.exception), \"'k'\")\n"),
         "def h(d, k):\n    return d[k]\n"),
+    # PEP 678's notes: pytest's `match` searches the message and its notes (stringify_exception),
+    # unittest's assertRaisesRegex the message alone
+    "pytest_match_a_note": (MATCH_HINT, NOTED),
+    "pytest_match_a_note_wrong": (MATCH_HINT, NEG),
+    "pytest_match_a_note_not_a_str_wrong": (MATCH_HINT, NOTED.replace("('hint: use abs')",
+                                                                      "(('hint: use abs',))")),
+    "pytest_excinfo_match_a_note": (RAISES + "    excinfo.match('use abs$')\n", NOTED),
+    "unittest_regex_reads_no_note_wrong": (
+        ("import unittest\n\nclass TestCases(unittest.TestCase):\n    def test_neg(self):\n"
+         "        with self.assertRaisesRegex(ValueError, 'hint'):\n            f(-1)\n"), NOTED),
+    "unittest_regex_callable_reads_no_note_wrong": (
+        ("import unittest\n\nclass TestCases(unittest.TestCase):\n    def test_neg(self):\n"
+         "        self.assertRaisesRegex(ValueError, 'hint', f, -1)\n"), NOTED),
+    "unittest_regex_callable": (
+        ("import unittest\n\nclass TestCases(unittest.TestCase):\n    def test_neg(self):\n"
+         "        self.assertRaisesRegex(ValueError, 'negative', f, -1)\n"), NOTED),
+    # a long message (a value listed in it), matched as a short one
+    "pytest_match_a_long_message": (LONG_MATCH, LONG),
+    "pytest_match_a_long_message_wrong": (LONG_MATCH, LONG.replace("'bad rows: '", "'rows: '")),
     "unittest_exit_code_wrong": (
         ("import unittest\n\nclass TestCases(unittest.TestCase):\n    def test_usage(self):\n"
          "        with self.assertRaises(SystemExit) as cm:\n            main([])\n"
