@@ -998,6 +998,22 @@ class _Unit:
             value = getattr(value, attr, None)
         return value
 
+    def type_as_builtin_name(self, node, compare):
+        """`excinfo.type is E` (`is not`, `==`, `!=`, either side; E a builtin exception class),
+        rewritten in place as `excinfo.builtin_type == 'E'` (`!=`): the raised class's name where
+        it IS that builtin (_ExceptionInfo); any other use of `excinfo.type`: Unconvertible."""
+        ops = {ast.Is: ast.Eq, ast.Eq: ast.Eq, ast.IsNot: ast.NotEq, ast.NotEq: ast.NotEq}
+        if not (isinstance(compare, ast.Compare) and len(compare.ops) == 1
+                and type(compare.ops[0]) in ops):
+            raise Unconvertible("excinfo.type other than compared with a builtin exception")
+        other = compare.comparators[0] if compare.left is node else compare.left
+        cls = getattr(builtins, other.id, None) if self.is_builtin(other) else None
+        if not (isinstance(cls, type) and issubclass(cls, BaseException)):
+            raise Unconvertible("excinfo.type other than compared with a builtin exception")
+        compare.left = ast.Attribute(value=node.value, attr="builtin_type", ctx=ast.Load())
+        compare.ops = [ops[type(compare.ops[0])]()]
+        compare.comparators = [ast.Constant(value=other.id)]
+
     def is_builtin(self, node) -> bool:
         return (isinstance(node, ast.Name) and node.id in BUILTIN_NAMES
                 and node.id not in self.child
@@ -2185,8 +2201,9 @@ class _Unit:
     def raised_parts(self, stmt):
         """The uses of a caught exception's name in a statement (`str(excinfo.value)`,
         `excinfo.value.args`, `excinfo.match(r)`, `cm.exception.errno`): each attribute read of
-        the exception becomes a part the child reports with it, as data; any other use
-        (`excinfo.type`, `excinfo.value` itself, a private attribute): Unconvertible."""
+        the exception becomes a part the child reports with it, as data; `excinfo.typename`, and
+        `excinfo.type` compared with a builtin exception class, are read from the raised class's
+        MRO; any other use (`excinfo.value` itself, a private attribute): Unconvertible."""
         parents = {id(c): n for n in ast.walk(stmt) for c in ast.iter_child_nodes(n)}
         for node in ast.walk(stmt):
             if not (isinstance(node, ast.Name) and node.id in self.raised
@@ -2198,6 +2215,12 @@ class _Unit:
             if (isinstance(up, ast.Attribute) and up.attr == "match" and accessor == "value"
                     and isinstance(above, ast.Call) and above.func is up):
                 continue  # pytest's ExceptionInfo.match: searched here, in the message
+            if isinstance(up, ast.Attribute) and accessor == "value" and up.attr in (
+                    "typename", "builtin_type"):
+                continue  # the raised class's name (read from its MRO); builtin_type: below
+            if isinstance(up, ast.Attribute) and accessor == "value" and up.attr == "type":
+                self.type_as_builtin_name(up, above)
+                continue
             if not (isinstance(up, ast.Attribute) and up.attr == accessor):
                 raise Unconvertible(f"a use of the caught exception's {node.id!r} other than "
                                     f".{accessor}")
@@ -3651,10 +3674,18 @@ class _Caught:
 
 
 class _ExceptionInfo:
-    """pytest's ExceptionInfo as a test reads it here: `.value` and `.match(regexp)`."""
+    """pytest's ExceptionInfo as a test reads it here: `.value`, `.match(regexp)`, `.typename` and
+    `.type` compared with a builtin exception class."""
 
-    def __init__(self, caught: _Caught, text: str | None):
+    def __init__(self, caught: _Caught, text: str | None, mro: list):
         self.value, self.__text = caught, text      # text: the message and its notes (_match_text)
+        # the raised class (mro: the child's [name, origin] of each class of its MRO): its name,
+        # as pytest's typename; builtin_type, its name where it IS that builtin, else None (plan
+        # building rewrites `excinfo.type is E` as `excinfo.builtin_type == 'E'`)
+        name, origin = mro[0] if isinstance(mro, list) and mro and isinstance(
+            mro[0], list) and len(mro[0]) == 2 else (None, None)
+        self.typename = name if isinstance(name, str) else None   # None: a malformed report
+        self.builtin_type = self.typename if origin == "builtins" else None
 
     def match(self, regexp) -> bool:
         if self.__text is None or re.search(regexp, self.__text) is None:
@@ -3725,7 +3756,8 @@ def judge_unit(unit: Unit, results, handles=(), given=frozenset(), mock_values=(
                 caught = _Caught(results[check.step])
                 values[check.names[0]] = (
                     _RaisesContext(caught) if check.info == "unittest"
-                    else _ExceptionInfo(caught, _match_text(results[check.step], notes=True)))
+                    else _ExceptionInfo(caught, _match_text(results[check.step], notes=True),
+                                        results[check.step].get("mro")))
             continue
         env = {k: handles[v.id] if isinstance(v, MockRef) else mock_values[v.id] if isinstance(
             v, ValueRef) else v for k, v in check.env.items()} if handles else check.env

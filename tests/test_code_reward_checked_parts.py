@@ -234,6 +234,7 @@ NEG = "def f(x):\n    if x < 0:\n        raise ValueError(f'negative: {x}')\n   
 NEG_WRONG = NEG.replace("negative:", "below zero:")
 RAISES = "import pytest\n\ndef test_neg():\n    with pytest.raises(ValueError) as excinfo:\n" \
          "        f(-1)\n"
+SUB = "class Neg(ValueError):\n    pass\n" + NEG.replace("raise ValueError", "raise Neg")
 ASSERT_RAISES = ("import unittest\n\nclass TestCases(unittest.TestCase):\n"
                  "    def test_neg(self):\n        with self.assertRaises(ValueError) as cm:\n"
                  "            f(-1)\n")
@@ -286,6 +287,18 @@ CAUGHT = {
         RAISES + "    assert str(excinfo.value) == 'negative: -1'\n"
         "    with pytest.raises(ValueError) as excinfo:\n        f(-2)\n"
         "    assert str(excinfo.value) == 'negative: -2'\n", NEG),
+    # the raised class itself: `excinfo.type` against a builtin exception class, its typename
+    "pytest_type_is": (RAISES + "    assert excinfo.type is ValueError\n", NEG),
+    "pytest_type_is_a_subclass_wrong": (RAISES + "    assert excinfo.type is ValueError\n", SUB),
+    "pytest_type_equal_reversed": (RAISES + "    assert ValueError == excinfo.type\n", NEG),
+    "pytest_type_equal_a_subclass_wrong": (RAISES + "    assert ValueError == excinfo.type\n",
+                                           SUB),
+    "pytest_type_is_not": (RAISES + "    assert excinfo.type is not KeyError\n", NEG),
+    "pytest_type_is_not_wrong": (RAISES + "    assert excinfo.type is not ValueError\n", NEG),
+    "pytest_typename": (RAISES + "    assert excinfo.typename == 'ValueError'\n", NEG),
+    "pytest_typename_of_a_subclass_wrong": (RAISES + "    assert excinfo.typename == "
+                                            "'ValueError'\n", SUB),
+    "pytest_typename_of_a_subclass": (RAISES + "    assert excinfo.typename == 'Neg'\n", SUB),
     "unittest_str_equal": (ASSERT_RAISES + "        self.assertEqual(str(cm.exception), "
                            "'negative: -1')\n", NEG),
     "unittest_str_equal_wrong": (ASSERT_RAISES + "        self.assertEqual(str(cm.exception), "
@@ -355,8 +368,11 @@ CAUGHT_FOOLS_THE_RUNNER = {
 
 # uses of the caught exception the trainer does not judge: pytest's (refused under trusted_only)
 CAUGHT_REFUSED = {
-    "type_identity": RAISES + "    assert excinfo.type is ValueError\n",
-    "type_name": RAISES + "    assert excinfo.typename == 'ValueError'\n",
+    "type_a_subclass_of": RAISES + "    assert issubclass(excinfo.type, ValueError)\n",
+    "type_against_a_class_not_builtin": ("import pytest\nimport json\n\ndef test_neg():\n"
+                                         "    with pytest.raises(ValueError) as excinfo:\n"
+                                         "        f(-1)\n"
+                                         "    assert excinfo.type is json.JSONDecodeError\n"),
     "type_of_the_exception": ASSERT_RAISES + "        self.assertEqual(type(cm.exception), "
                              "ValueError)\n",
     "isinstance": ASSERT_RAISES + "        self.assertIsInstance(cm.exception, ValueError)\n",
