@@ -2,7 +2,11 @@
 loading in the suite's units (or the row refused with one line naming file, row and field), a
 machine factor for every time limit, and evalplus' raw rows judged as evalplus judges them.
 """
+import base64
 import json
+import os
+import pickle
+import zlib
 from pathlib import Path
 from typing import ClassVar
 
@@ -18,6 +22,25 @@ ROWS = Path(__file__).parent / "code_rows"
 
 def block(src: str) -> str:
     return f"Here it is:\n```python\n{src.strip(chr(10))}\n```\n"
+
+
+def pack_pickle(pickled: bytes) -> str:
+    return base64.b64encode(zlib.compress(pickled)).decode()
+
+
+def pack(text: str) -> str:
+    """`text` packed as LiveCodeBench packs its private_test_cases."""
+    return pack_pickle(pickle.dumps(text))
+
+
+class Runs:
+    """Pickled, it says: run `touch marker` when loaded."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return os.system, (f"touch {self.marker}",)
 
 
 def scores(answer: str, reference) -> tuple[float, float]:
@@ -125,6 +148,38 @@ class TestPublicSuitesOwnLimits:
         assert "cases" in problem.answer and "timeout" not in problem.answer
         assert scores(block(ADD_STDIN), problem.answer) == (1.0, 1.0)
         assert scores(block("print(5)"), problem.answer) == (0.0, 0.0)
+
+    def test_livecodebench_private_test_cases_unpacked_as_its_loader_does(self, tmp_path):
+        # LiveCodeBench packs private_test_cases as base64 of zlib of a pickled JSON string (its
+        # loader: json.loads(pickle.loads(zlib.decompress(base64.b64decode(...)))))
+        cases = [dict(c, testtype="stdin") for c in CASES]
+        row = {"question_content": "Add.", "public_test_cases": json.dumps(cases[:1]),
+               "private_test_cases": pack(json.dumps(cases)), "metadata": "{}"}
+        (problem,) = load(tmp_path, row, question_field="question_content",
+                          answer_field="private_test_cases", domain="code")
+        assert [{k: c[k] for k in ("input", "output")} for c in problem.answer["cases"]] == CASES
+        assert scores(block(ADD_STDIN), problem.answer) == (1.0, 1.0)
+        # right on the public case, wrong on the private one
+        assert scores(block("print(5)"), problem.answer) == (0.0, 0.0)
+
+    @pytest.mark.parametrize("packed, said", [
+        # a pickle that would run a command when loaded: nothing of it runs
+        (lambda marker: pack_pickle(pickle.dumps(Runs(marker))),
+         "names posix.system, which is not a plain value"),
+        (lambda marker: pack(json.dumps({"a": 1})), "unpack to {'a': 1}, not a list of"),
+        (lambda marker: base64.b64encode(b"not zlib at all, sixteen+").decode(),
+         "do not unpack to cases: Error -3"),
+        (lambda marker: pack("[" * 4 + "]" * 4), "unpack to .*, not a list of"),
+        (lambda marker: pack("x" * 5000), "inflates past 4,096 bytes"),
+    ], ids=["runs_a_command", "a_dict", "not_zlib", "nested_lists", "inflates_past_the_bound"])
+    def test_a_packed_field_that_is_not_cases_is_refused(self, tmp_path, monkeypatch, packed,
+                                                        said):
+        monkeypatch.setattr(data, "PACKED_MAX_BYTES", 4096)
+        marker = tmp_path / "ran"
+        row = {"question_content": "Add.", "private_test_cases": packed(marker)}
+        refused(tmp_path, row, said, question_field="question_content",
+                answer_field="private_test_cases", domain="code")
+        assert not marker.exists()
 
     def test_the_time_limit_is_the_suites(self, tmp_path):
         # 1 s per case passes under the default 10 s; Codeforces' 0.5 s fails it, 4 s passes it
