@@ -62,6 +62,7 @@ LONG_FIRST = (
     "tests/test_notebooks.py::test_notebook_runs_top_to_bottom[02",
     "tests/test_learning_check.py",
     "tests/test_bench_smoke.py",
+    "tests/test_compile.py::test_inductor_decode_step",      # compiles: long where no cache is
     "tests/test_notebooks.py::test_notebook_runs_top_to_bottom",
     "tests/test_your_task.py::test_hub_data_set_not_in_the_cache",
     "tests/test_run_safety.py",
