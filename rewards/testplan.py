@@ -998,7 +998,66 @@ class _Unit:
             value = getattr(value, attr, None)
         return value
 
-    def type_as_builtin_name(self, node, compare):
+    def builtin_exceptions(self, node) -> list | None:
+        """The names of builtin exception classes `node` is (`ValueError`, a tuple of them), or
+        None."""
+        names = []
+        for e in (node.elts if isinstance(node, ast.Tuple) else [node]):
+            cls = getattr(builtins, e.id, None) if self.is_builtin(e) else None
+            if not (isinstance(cls, type) and issubclass(cls, BaseException)):
+                return None
+            names.append(e.id)
+        return names or None
+
+    def class_of_the_raised(self, var, exc, call, further) -> bool:
+        """The caught exception `exc` (`cm.exception`, `excinfo.value`) tested for its class
+        against builtin exception classes, rewritten in place to read the raised class's MRO
+        (_ExceptionInfo, _RaisesContext): `type(exc) == E` (`!=`, `is`, `is not`,
+        `self.assertEqual(type(exc), E)`) as `var.builtin_type == 'E'`; `isinstance(exc, E)` and
+        `self.assertIsInstance(exc, E)` (`NotIsInstance`) as `var.raised_a('E')`. False where the
+        use is none of these."""
+        owner = ast.Name(id=var, ctx=ast.Load())
+        if not (isinstance(call, ast.Call) and call.args and call.args[0] is exc
+                and not call.keywords and isinstance(call.func, ast.Name)):
+            return False
+        if call.func.id == "type" and self.is_builtin(call.func) and len(call.args) == 1:
+            if isinstance(further, ast.Compare):
+                self.type_as_builtin_name(ast.Attribute(value=owner, attr="type"), further,
+                                          call)
+                return True
+            if (isinstance(further, ast.Call) and isinstance(further.func, ast.Name)
+                    and further.func.id in ("__unittest_assertEqual",
+                                            "__unittest_assertNotEqual")
+                    and len(further.args) == 2 and not further.keywords):
+                other = further.args[1] if further.args[0] is call else further.args[0]
+                names = self.builtin_exceptions(other)
+                if names is None or len(names) != 1 or isinstance(other, ast.Tuple):
+                    raise Unconvertible("type() of the caught exception against a class that is "
+                                        "no builtin exception")
+                further.args = [ast.Attribute(value=owner, attr="builtin_type", ctx=ast.Load()),
+                                ast.Constant(value=names[0])]
+                return True
+            raise Unconvertible("type() of the caught exception other than compared")
+        instance = (call.func.id == "isinstance" and self.is_builtin(call.func)) or (
+            call.func.id in ("__unittest_assertIsInstance", "__unittest_assertNotIsInstance"))
+        if not (instance and len(call.args) == 2):
+            return False
+        names = self.builtin_exceptions(call.args[1])
+        if names is None:
+            raise Unconvertible("isinstance of the caught exception against a class that is no "
+                                "builtin exception")
+        test = ast.Call(func=ast.Attribute(value=owner, attr="raised_a", ctx=ast.Load()),
+                        args=[ast.Constant(value=n) for n in names], keywords=[])
+        if call.func.id == "isinstance":
+            call.func, call.args = test.func, test.args
+        else:
+            call.func = ast.Name(id="__unittest_assertTrue" if call.func.id.endswith(
+                "IsInstance") and "Not" not in call.func.id else "__unittest_assertFalse",
+                ctx=ast.Load())
+            call.args = [test]
+        return True
+
+    def type_as_builtin_name(self, node, compare, operand=None):
         """`excinfo.type is E` (`is not`, `==`, `!=`, either side; E a builtin exception class),
         rewritten in place as `excinfo.builtin_type == 'E'` (`!=`): the raised class's name where
         it IS that builtin (_ExceptionInfo); any other use of `excinfo.type`: Unconvertible."""
@@ -1006,9 +1065,10 @@ class _Unit:
         if not (isinstance(compare, ast.Compare) and len(compare.ops) == 1
                 and type(compare.ops[0]) in ops):
             raise Unconvertible("excinfo.type other than compared with a builtin exception")
-        other = compare.comparators[0] if compare.left is node else compare.left
-        cls = getattr(builtins, other.id, None) if self.is_builtin(other) else None
-        if not (isinstance(cls, type) and issubclass(cls, BaseException)):
+        operand = node if operand is None else operand     # `type(exc)`: the node compared
+        other = compare.comparators[0] if compare.left is operand else compare.left
+        names = self.builtin_exceptions(other)
+        if names is None or isinstance(other, ast.Tuple):
             raise Unconvertible("excinfo.type other than compared with a builtin exception")
         compare.left = ast.Attribute(value=node.value, attr="builtin_type", ctx=ast.Load())
         compare.ops = [ops[type(compare.ops[0])]()]
@@ -2201,11 +2261,12 @@ class _Unit:
     def raised_parts(self, stmt):
         """The uses of a caught exception's name in a statement (`str(excinfo.value)`,
         `excinfo.value.args`, `excinfo.match(r)`, `cm.exception.errno`): each attribute read of
-        the exception becomes a part the child reports with it, as data; `excinfo.typename`, and
-        `excinfo.type` compared with a builtin exception class, are read from the raised class's
-        MRO; any other use (`excinfo.value` itself, a private attribute): Unconvertible."""
+        the exception becomes a part the child reports with it, as data; its class (`.typename`,
+        `.type`, `type(...)`, `isinstance(...)` against builtin exception classes) is read from the
+        raised class's MRO (class_of_the_raised); any other use (`excinfo.value` itself, a private
+        attribute): Unconvertible."""
         parents = {id(c): n for n in ast.walk(stmt) for c in ast.iter_child_nodes(n)}
-        for node in ast.walk(stmt):
+        for node in list(ast.walk(stmt)):  # the nodes as they were: rewrites below add some
             if not (isinstance(node, ast.Name) and node.id in self.raised
                     and node.id in self.deferred):
                 continue
@@ -2215,9 +2276,10 @@ class _Unit:
             if (isinstance(up, ast.Attribute) and up.attr == "match" and accessor == "value"
                     and isinstance(above, ast.Call) and above.func is up):
                 continue  # pytest's ExceptionInfo.match: searched here, in the message
-            if isinstance(up, ast.Attribute) and accessor == "value" and up.attr in (
-                    "typename", "builtin_type"):
-                continue  # the raised class's name (read from its MRO); builtin_type: below
+            if isinstance(up, ast.Attribute) and up.attr in ("builtin_type", "raised_a") or (
+                    accessor == "value" and isinstance(up, ast.Attribute)
+                    and up.attr == "typename"):
+                continue  # the raised class, read from its MRO (below: what they rewrite)
             if isinstance(up, ast.Attribute) and accessor == "value" and up.attr == "type":
                 self.type_as_builtin_name(up, above)
                 continue
@@ -2225,6 +2287,8 @@ class _Unit:
                 raise Unconvertible(f"a use of the caught exception's {node.id!r} other than "
                                     f".{accessor}")
             further = parents.get(id(above))
+            if self.class_of_the_raised(node.id, up, above, further):
+                continue
             if isinstance(above, ast.Attribute) and isinstance(further, ast.Attribute) and (
                     further.attr not in PLAIN_ATTRS):
                 # `excinfo.value.response.status_code`: an object inside the exception
@@ -3673,19 +3737,32 @@ class _Caught:
         return self.__part(attr)
 
 
-class _ExceptionInfo:
-    """pytest's ExceptionInfo as a test reads it here: `.value`, `.match(regexp)`, `.typename` and
-    `.type` compared with a builtin exception class."""
+class _RaisedClass:
+    """The raised class as the child reported it (mro: [name, origin] of each class of its MRO):
+    `typename` (pytest's: its name), `builtin_type` (its name where it IS that builtin, else None)
+    and `raised_a(*names)` (isinstance against those builtins). Plan building rewrites a test's
+    `excinfo.type is E`, `type(cm.exception) == E` and `isinstance(cm.exception, E)` to these."""
 
-    def __init__(self, caught: _Caught, text: str | None, mro: list):
-        self.value, self.__text = caught, text      # text: the message and its notes (_match_text)
-        # the raised class (mro: the child's [name, origin] of each class of its MRO): its name,
-        # as pytest's typename; builtin_type, its name where it IS that builtin, else None (plan
-        # building rewrites `excinfo.type is E` as `excinfo.builtin_type == 'E'`)
-        name, origin = mro[0] if isinstance(mro, list) and mro and isinstance(
-            mro[0], list) and len(mro[0]) == 2 else (None, None)
+    def __init__(self, mro):
+        pairs = [tuple(c) for c in mro if isinstance(c, list) and len(c) == 2] if isinstance(
+            mro, list) else []
+        first = mro[0] if isinstance(mro, list) and mro else None
+        name, origin = first if isinstance(first, list) and len(first) == 2 else (None, None)
         self.typename = name if isinstance(name, str) else None   # None: a malformed report
         self.builtin_type = self.typename if origin == "builtins" else None
+        self.__builtins = {n for n, o in pairs if o == "builtins" and isinstance(n, str)}
+
+    def raised_a(self, *names) -> bool:
+        return any(n in self.__builtins for n in names)
+
+
+class _ExceptionInfo(_RaisedClass):
+    """pytest's ExceptionInfo as a test reads it here: `.value`, `.match(regexp)`, `.typename` and
+    `.type` compared with a builtin exception class (_RaisedClass)."""
+
+    def __init__(self, caught: _Caught, text: str | None, mro: list):
+        super().__init__(mro)
+        self.value, self.__text = caught, text      # text: the message and its notes (_match_text)
 
     def match(self, regexp) -> bool:
         if self.__text is None or re.search(regexp, self.__text) is None:
@@ -3693,10 +3770,12 @@ class _ExceptionInfo:
         return True
 
 
-class _RaisesContext:
-    """unittest's assertRaises context as a test reads it afterwards: `.exception`."""
+class _RaisesContext(_RaisedClass):
+    """unittest's assertRaises context as a test reads it afterwards: `.exception`, its class
+    (_RaisedClass)."""
 
-    def __init__(self, caught: _Caught):
+    def __init__(self, caught: _Caught, mro: list):
+        super().__init__(mro)
         self.exception = caught
 
 
@@ -3754,10 +3833,11 @@ def judge_unit(unit: Unit, results, handles=(), given=frozenset(), mock_values=(
                 return False
             if check.names:  # `as excinfo`: what the test reads of it, from the child's data
                 caught = _Caught(results[check.step])
+                mro = results[check.step].get("mro")
                 values[check.names[0]] = (
-                    _RaisesContext(caught) if check.info == "unittest"
+                    _RaisesContext(caught, mro) if check.info == "unittest"
                     else _ExceptionInfo(caught, _match_text(results[check.step], notes=True),
-                                        results[check.step].get("mro")))
+                                        mro))
             continue
         env = {k: handles[v.id] if isinstance(v, MockRef) else mock_values[v.id] if isinstance(
             v, ValueRef) else v for k, v in check.env.items()} if handles else check.env
