@@ -1009,17 +1009,29 @@ class _Unit:
             names.append(e.id)
         return names or None
 
-    def class_of_the_raised(self, var, exc, call, further) -> bool:
+    def class_of_the_raised(self, var, exc, call, further, of_type=False) -> bool:
         """The caught exception `exc` (`cm.exception`, `excinfo.value`) tested for its class
         against builtin exception classes, rewritten in place to read the raised class's MRO
         (_ExceptionInfo, _RaisesContext): `type(exc) == E` (`!=`, `is`, `is not`,
         `self.assertEqual(type(exc), E)`) as `var.builtin_type == 'E'`; `isinstance(exc, E)` and
-        `self.assertIsInstance(exc, E)` (`NotIsInstance`) as `var.raised_a('E')`. False where the
+        `self.assertIsInstance(exc, E)` (`NotIsInstance`) as `var.raised_a('E')`; with of_type,
+        `exc` is `excinfo.type` and `issubclass(exc, E)` is `var.raised_a('E')`. False where the
         use is none of these."""
         owner = ast.Name(id=var, ctx=ast.Load())
         if not (isinstance(call, ast.Call) and call.args and call.args[0] is exc
                 and not call.keywords and isinstance(call.func, ast.Name)):
             return False
+        if of_type:
+            if not (call.func.id == "issubclass" and self.is_builtin(call.func)
+                    and len(call.args) == 2):
+                return False
+            names = self.builtin_exceptions(call.args[1])
+            if names is None:
+                raise Unconvertible("issubclass of the raised class against a class that is no "
+                                    "builtin exception")
+            call.func = ast.Attribute(value=owner, attr="raised_a", ctx=ast.Load())
+            call.args = [ast.Constant(value=n) for n in names]
+            return True
         if call.func.id == "type" and self.is_builtin(call.func) and len(call.args) == 1:
             if isinstance(further, ast.Compare):
                 self.type_as_builtin_name(ast.Attribute(value=owner, attr="type"), further,
@@ -2281,7 +2293,8 @@ class _Unit:
                     and up.attr == "typename"):
                 continue  # the raised class, read from its MRO (below: what they rewrite)
             if isinstance(up, ast.Attribute) and accessor == "value" and up.attr == "type":
-                self.type_as_builtin_name(up, above)
+                if not self.class_of_the_raised(node.id, up, above, None, of_type=True):
+                    self.type_as_builtin_name(up, above)
                 continue
             if not (isinstance(up, ast.Attribute) and up.attr == accessor):
                 raise Unconvertible(f"a use of the caught exception's {node.id!r} other than "
@@ -3741,7 +3754,8 @@ class _RaisedClass:
     """The raised class as the child reported it (mro: [name, origin] of each class of its MRO):
     `typename` (pytest's: its name), `builtin_type` (its name where it IS that builtin, else None)
     and `raised_a(*names)` (isinstance against those builtins). Plan building rewrites a test's
-    `excinfo.type is E`, `type(cm.exception) == E` and `isinstance(cm.exception, E)` to these."""
+    `excinfo.type is E`, `type(cm.exception) == E`, `isinstance(cm.exception, E)` and
+    `issubclass(excinfo.type, E)` to these."""
 
     def __init__(self, mro):
         pairs = [tuple(c) for c in mro if isinstance(c, list) and len(c) == 2] if isinstance(
@@ -3758,7 +3772,7 @@ class _RaisedClass:
 
 class _ExceptionInfo(_RaisedClass):
     """pytest's ExceptionInfo as a test reads it here: `.value`, `.match(regexp)`, `.typename` and
-    `.type` compared with a builtin exception class (_RaisedClass)."""
+    `.type` compared with, or a subclass of, builtin exception classes (_RaisedClass)."""
 
     def __init__(self, caught: _Caught, text: str | None, mro: list):
         super().__init__(mro)

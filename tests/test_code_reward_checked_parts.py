@@ -300,6 +300,11 @@ CAUGHT = {
                                             "'ValueError'\n", SUB),
     "pytest_typename_of_a_subclass": (RAISES + "    assert excinfo.typename == 'Neg'\n", SUB),
     # the caught exception's class: type() compared, isinstance, assertIsInstance
+    "pytest_issubclass": (RAISES + "    assert issubclass(excinfo.type, ValueError)\n", SUB),
+    "pytest_issubclass_a_tuple": (RAISES + "    assert issubclass(excinfo.type, (KeyError, "
+                                  "ArithmeticError, Exception))\n", NEG),
+    "pytest_issubclass_wrong": (RAISES + "    assert issubclass(excinfo.type, LookupError)\n",
+                                SUB),
     "pytest_type_of_the_value": (RAISES + "    assert type(excinfo.value) is ValueError\n", NEG),
     "pytest_type_of_the_value_a_subclass_wrong": (RAISES + "    assert type(excinfo.value) is "
                                                   "ValueError\n", SUB),
@@ -394,7 +399,8 @@ CAUGHT_FOOLS_THE_RUNNER = {
 
 # uses of the caught exception the trainer does not judge: pytest's (refused under trusted_only)
 CAUGHT_REFUSED = {
-    "type_a_subclass_of": RAISES + "    assert issubclass(excinfo.type, ValueError)\n",
+    "type_a_subclass_of_a_class_not_an_exception": RAISES + "    assert issubclass(excinfo.type, "
+                                                   "object)\n",
     "type_against_a_class_not_builtin": ("import pytest\nimport json\n\ndef test_neg():\n"
                                          "    with pytest.raises(ValueError) as excinfo:\n"
                                          "        f(-1)\n"
