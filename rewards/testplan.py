@@ -1063,9 +1063,8 @@ class _Unit:
         if call.func.id == "isinstance":
             call.func, call.args = test.func, test.args
         else:
-            call.func = ast.Name(id="__unittest_assertTrue" if call.func.id.endswith(
-                "IsInstance") and "Not" not in call.func.id else "__unittest_assertFalse",
-                ctx=ast.Load())
+            call.func = ast.Name(id="__unittest_assertTrue" if call.func.id == (
+                "__unittest_assertIsInstance") else "__unittest_assertFalse", ctx=ast.Load())
             call.args = [test]
         return True
 
@@ -2763,8 +2762,7 @@ class _CaseClass:
             if method in ("self.assertRaises", "self.assertRaisesRegex") and (
                     self.lookup(method[5:])[0] is None):
                 # `as cm`: the context's `cm.exception` (raises_block)
-                stmt.items[0].context_expr = _pytest_raises(
-                    call, method.endswith("Regex"), stmt.items[0].optional_vars is not None)
+                stmt.items[0].context_expr = _pytest_raises(call, method.endswith("Regex"))
         value = stmt.value if isinstance(stmt, (ast.Expr, ast.Assign)) else None
         found = self.method_call(value) if value is not None else None
         if found is not None and (isinstance(stmt, ast.Expr) or len(stmt.targets) == 1):
@@ -3053,11 +3051,10 @@ def _class_values(names: list, classes: dict, make_unit) -> dict:
     return values
 
 
-def _pytest_raises(call, regex: bool, context: bool = False):
+def _pytest_raises(call, regex: bool):
     """`self.assertRaises(E)` / `self.assertRaisesRegex(E, r)` as UNITTEST_RAISES, which
     raises_block reads as `pytest.raises(E[, match=r])` (unittest searches the message with
-    re.search, as pytest's match does, but not the notes); with `as cm` (context), its
-    `cm.exception`."""
+    re.search, as pytest's match does, but not the notes); with `as cm`, its `cm.exception`."""
     if call.keywords or len(call.args) != 1 + regex:
         raise Unconvertible("assertRaises with keywords")
     keywords = [ast.keyword(arg="match", value=call.args[1])] if regex else []
@@ -3673,15 +3670,19 @@ def _is_test(stmt, entry_point) -> bool:
 
 def _match_text(result: dict, notes: bool):
     """The text `match` searches: the message, with pytest (notes) also its notes (PEP 678) a line
-    each, as pytest's stringify_exception joins them; None where the child could not read them."""
+    each, as pytest's stringify_exception joins them; None where the child could not read them, or
+    past the child's bounds (MAX_MESSAGE each, 64 notes): a message this long is refused rather
+    than searched (the regex is the tests', but the text is the solution's, and a search can take
+    time quadratic in it)."""
     message, extra = result.get("msg"), result.get("notes", []) if notes else []
     if not (isinstance(message, str) and isinstance(extra, list)
             and all(isinstance(n, str) for n in extra)):
         return None
-    return "\n".join([message, *extra])
+    text = "\n".join([message, *extra])
+    return text if len(text) <= 2 * MAX_MESSAGE + 64 else None
 
 
-def _raised(result: dict, expected: tuple, match: str | None, notes: bool) -> bool:
+def _raised(result: dict, expected: tuple, match: str | None, text: str | None) -> bool:
     """The step raised one of `expected` (by the child's report of the raised class's MRO: each
     class's name and whether it IS the builtin, or the solution's, of that name; for a class of a
     module the tests import, its path among the child's `paths`), with a message
@@ -3696,12 +3697,8 @@ def _raised(result: dict, expected: tuple, match: str | None, notes: bool) -> bo
         return False
     if match is None:
         return True
-    message = _match_text(result, notes)
-    # pytest matches the whole message; a message this long is refused rather than searched (the
-    # regex is the tests', but the text is the solution's, and a search can take time quadratic in
-    # it)
-    return (message is not None and len(message) <= 2 * MAX_MESSAGE + 64
-            and re.search(match, message) is not None)
+    # pytest matches the whole message (text: _match_text)
+    return text is not None and re.search(match, text) is not None
 
 
 def _value(step: dict, result: dict):
@@ -3842,16 +3839,14 @@ def judge_unit(unit: Unit, results, handles=(), given=frozenset(), mock_values=(
             return False
     for check in unit.checks:
         if check.kind == "raises":
-            if not _raised(results[check.step], check.exceptions, check.match,
-                           notes=check.info == "pytest"):
+            text = _match_text(results[check.step], notes=check.info == "pytest")
+            if not _raised(results[check.step], check.exceptions, check.match, text):
                 return False
             if check.names:  # `as excinfo`: what the test reads of it, from the child's data
                 caught = _Caught(results[check.step])
                 mro = results[check.step].get("mro")
-                values[check.names[0]] = (
-                    _RaisesContext(caught, mro) if check.info == "unittest"
-                    else _ExceptionInfo(caught, _match_text(results[check.step], notes=True),
-                                        mro))
+                values[check.names[0]] = (_RaisesContext(caught, mro) if check.info == "unittest"
+                                          else _ExceptionInfo(caught, text, mro))
             continue
         env = {k: handles[v.id] if isinstance(v, MockRef) else mock_values[v.id] if isinstance(
             v, ValueRef) else v for k, v in check.env.items()} if handles else check.env
