@@ -1193,6 +1193,22 @@ class _Unit:
                 getattr(builtins, node.id), type):
             return node  # a type as an argument (`convert(x, int)`)
         value = self.parent_eval(node)
+        if _is_mutable(value) and any(_contains(v, {id(value)}) for v in self.env.values()):
+            # `g(DATA[0])`: an item of a value of the tests', handed as the object pytest hands
+            # (its holders move to the child; a later read of them sees what the solution did)
+            if any(e[1] is value or id(value) in e[3] for e in self.mock_values.values()):
+                raise Unconvertible("unittest.mock: a value configuring a mock given to the "
+                                    "solution")
+            path = self.move_holders(value, "")
+            for other in [n for n, v in self.env.items() if v is value]:  # `d = DATA[0]`
+                self.env.pop(other)
+                self.steps.append({"run": f"{other} = {path}", "binds": [other],
+                                   "share": other in self.module_level})
+                self.child.add(other)
+            if any(_contains(v, {id(value)}) for v in self.env.values()):
+                raise Unconvertible("a mutable input is also held inside another value of the "
+                                    "test's")
+            return ast.Name(id=f"({path})", ctx=ast.Load())
         mutable = {id(v) for v in self.env.values() if _is_mutable(v)}
         if _contains(value, mutable):
             raise Unconvertible("a mutable input reached the solution inside another value")
@@ -1214,17 +1230,20 @@ class _Unit:
         """An input held inside other values of the tests' (`for xs, want in self.CASES:
         f(xs)`): those holders are bound in the child, one object each as in unittest (a later
         read of them is the child's, mutations included), and the input is the path into one;
-        None when nothing holds it. Unconvertible where the child's copy could not be the same
-        object graph (a holder inside another, a mutable object twice)."""
+        None when nothing holds it. A holder inside another (`inp` in `inputs`) becomes the path
+        into it. Unconvertible where the child's copy could not be the same object graph (a
+        mutable object twice)."""
         holders = [n for n, v in self.env.items()
                    if n != name and v is not value and _contains(v, {id(value)})]
         if not holders:
             return None
-        objects = {id(self.env[h]): self.env[h] for h in holders}
-        for held in objects.values():
-            if not _once(held) or any(_contains(held, {i}) for i in objects if i != id(held)):
-                raise Unconvertible("a mutable input is also held inside another value of the "
-                                    "test's")
+        found = {id(self.env[h]): self.env[h] for h in holders}
+        # the outermost holders move (`inputs`); one inside another (`inp`, an item of inputs,
+        # for `f(*inp)`) is then the path into it
+        objects = {i: v for i, v in found.items()
+                   if not any(_contains(o, {i}) for j, o in found.items() if j != i)}
+        if not _once(tuple(objects.values())):  # one object in two holders: two in the child
+            raise Unconvertible("a mutable input is also held inside another value of the test's")
         for held in objects.values():
             names = [n for n, v in self.env.items() if v is held]
             for n in names:
@@ -1236,6 +1255,16 @@ class _Unit:
                 self.steps.append({"run": f"{other} = {names[0]}", "binds": [other],
                                    "share": other in self.module_level})
             self.moved.append((held, names[0]))
+        for i, held in found.items():
+            if i not in objects:
+                inner = self.path_in_child(held)
+                if inner is None:
+                    raise Unconvertible("a mutable input inside a value the child cannot index")
+                for n in [n for n, v in self.env.items() if v is held]:
+                    self.env.pop(n)
+                    self.child.add(n)
+                    self.steps.append({"run": f"{n} = {inner}", "binds": [n],
+                                       "share": n in self.module_level})
         path = self.path_in_child(value)
         if path is None:
             raise Unconvertible("a mutable input inside a value the child cannot index")
@@ -1296,7 +1325,7 @@ class _Unit:
 
     def spread(self, arg) -> list:
         """`candidate(*inp)` over a tuple or list the trainer holds: its items, each an argument of
-        its own (as `candidate(inp[0], inp[1])`: literals, copies of the tests' values)."""
+        its own (as `candidate(inp[0], inp[1])`: each the tests' own object, as in pytest)."""
         if not (isinstance(arg, ast.Starred) and not self.uses_child(arg.value)
                 and not self.deferred & _names(arg.value)):
             return [arg]

@@ -569,14 +569,55 @@ def test_a_parametrize_table_two_tests_share(tmp_path):
     assert scores(block("def smallest(xs):\n    return min(xs)\n"), tuples) == (1.0, 1.0)
 
 
-@pytest.mark.xfail(strict=True, reason="an item of a module-level value passed to the solution "
-                   "(`g(DATA[0])`) is a copy per test: a mutation a later test reads is lost")
 def test_an_item_of_a_shared_value_mutated(tmp_path):
     tests = ("DATA = ({'a': 1},)\n\ndef test_a():\n    assert g(DATA[0]) == 1\n\n"
              "def test_b():\n    assert DATA[0] == {'a': 1}\n")
     pops = "def g(d):\n    return d.pop('a')\n"
+    reads = "def g(d):\n    return d['a']\n"
+    assert pytest_verdict(tmp_path, pops, tests) is False
+    assert pytest_verdict(tmp_path, reads, tests) is True
+    assert scores(block(pops), tests) == (0.0, 0.0)
+    assert scores(block(reads), tests) == (1.0, 1.0)
+
+
+ITEM_HANDED = {  # an item (at any depth) of a value the tests read again, handed to the solution
+    "module_tuple": ("DATA = ({'a': 1},)\n\ndef test_a():\n    assert g(DATA[0]) == 1\n\n"
+                     "def test_b():\n    assert DATA[0] == {'a': 1}\n"),
+    "nested_key": ("CASES = {'x': [{'a': 1}]}\n\ndef test_a():\n    assert g(CASES['x'][0]) == 1\n"
+                   "    assert CASES == {'x': [{'a': 1}]}\n"),
+    "local_list": ("def test_a():\n    rows = [{'a': 1}, {'a': 2}]\n    assert g(rows[1]) == 2\n"
+                   "    assert rows[1] == {'a': 2}\n"),
+    "unittest_attribute": ("import unittest\n\nclass T(unittest.TestCase):\n"
+                           "    ROWS = [{'a': 1}]\n\n    def test_a(self):\n"
+                           "        self.assertEqual(g(self.ROWS[0]), 1)\n\n"
+                           "    def test_b(self):\n"
+                           "        self.assertEqual(self.ROWS, [{'a': 1}])\n"),
+    "spread_from_a_loop": ("INPUTS = [({'a': 1},), ({'a': 2},)]\n\ndef test_a():\n"
+                           "    for inp in INPUTS:\n        assert g(*inp) == inp[0]['a']\n\n"
+                           "def test_b():\n    assert INPUTS[1] == ({'a': 2},)\n"),
+    "the_same_item_twice": ("DATA = [{'a': 1}]\n\ndef test_a():\n    d = DATA[0]\n"
+                            "    assert g(DATA[0]) == 1\n    assert d == {'a': 1}\n"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ITEM_HANDED))
+def test_an_item_handed_to_the_solution_is_the_tests_object(tmp_path, name):
+    """The solution gets the object pytest or unittest hands it, not a copy: a mutation the tests
+    read again fails them here as there, and reading it passes."""
+    tests = ITEM_HANDED[name]
+    for solution in ("def g(d):\n    return d.pop('a')\n", "def g(d):\n    return d['a']\n"):
+        want = 1.0 if pytest_verdict(tmp_path, solution, tests) else 0.0
+        assert scores(block(solution), tests) == (want, want), solution  # judged: trusted too
+
+
+def test_an_item_in_two_values_is_left_to_pytest(tmp_path):
+    # one dict in two lists: the child's copy would be two objects; pytest judges it
+    tests = ("X = {'a': 1}\nA = [X]\nB = [X]\n\ndef test_a():\n    assert g(A[0]) == 1\n"
+             "    assert B[0] == {'a': 1}\n")
+    pops, reads = "def g(d):\n    return d.pop('a')\n", "def g(d):\n    return d['a']\n"
     assert pytest_verdict(tmp_path, pops, tests) is False
     assert scores(block(pops), tests) == (0.0, 0.0)
+    assert scores(block(reads), tests) == (1.0, 0.0)
 
 
 def test_the_solution_rewrites_the_test_modules_data(tmp_path):
