@@ -36,6 +36,7 @@ import re
 import sys
 import threading
 import time
+import types
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -149,6 +150,10 @@ def _importable() -> dict:
              if isinstance(getattr(getattr(random, n), "__self__", None), random.Random)}
     seeded = types.SimpleNamespace(**draws, Random=SeededRandom)
     return {n: seeded if n == "random" else importlib.import_module(n) for n in IMPORTABLE}
+
+
+class _Returned(Exception):
+    """A test function's `return`, reached: its later statements do not run."""
 
 
 class Unconvertible(Exception):
@@ -889,6 +894,7 @@ class _Unit:
         # gets it, is one object for every later test too, as in pytest
         self.module_level = module_level
         self.functions = functions  # capitalised names that are functions at run time
+        self.returns = False  # a test function's body: `return` ends it (_Returned)
         self.solution_names = set(child)  # the solution's own names (and check's candidate)
         self.imports = imports if imports is not None else _importable()
         # `import solution`: its attributes are the solution's
@@ -1622,7 +1628,17 @@ class _Unit:
         elif isinstance(stmt, (ast.Import, ast.ImportFrom)):
             self.import_(stmt)
         elif isinstance(stmt, ast.With):
+            if any(isinstance(n, ast.Return) for n in ast.walk(stmt)):
+                raise Unconvertible("a return inside a with-block")
             self.raises_block(stmt)
+        elif isinstance(stmt, ast.Global) and set(stmt.names) <= self.module_level:
+            pass  # a test's `global N`: its binds of N are every later test's (module_level)
+        elif isinstance(stmt, ast.Return) and self.returns:
+            # the test ends here; its value is computed (a call of the solution's runs), and a
+            # value other than None is pytest's warning, not a failure
+            if stmt.value is not None:
+                self.statement(ast.Expr(value=stmt.value))
+            raise _Returned
         elif not isinstance(stmt, ast.Pass):
             raise Unconvertible(type(stmt).__name__)
 
@@ -3297,10 +3313,12 @@ def capitalised_calls(tests: str) -> frozenset:
 
 @lru_cache(maxsize=4096)
 def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
-               functions: frozenset = frozenset()) -> Plan:
+               functions: frozenset = frozenset(), to_harness: frozenset = frozenset()) -> Plan:
     """The plan for one problem's tests (cached: the same reference comes back every epoch). A tests
     string that is not Python raises ValueError (a data bug). `functions`: capitalised names that
-    are functions of the solution's, not classes (their calls' results are judged here)."""
+    are functions of the solution's, not classes (their calls' results are judged here).
+    `to_harness`: tests (functions, TestCase classes) left to the harness whatever they are, as
+    those sharing module-level state with a test the harness runs (_across_the_split)."""
     started = time.monotonic()
     _ROUNDS.left = MAX_UNROLL
     try:
@@ -3504,6 +3522,7 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
     script_broken = False
     # kept: (statement, whether it tests anything in the harness)
     units, kept, harness_tests = [], [], []
+    trainer_parts = {}  # test (function, TestCase class) judged here: its statements
     trusted = untrusted = unjudged = 0
     shared = set()  # module-level mutable names the child holds, one object for every later test
     reads = collections.Counter(n.id for n in ast.walk(module)
@@ -3526,10 +3545,13 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
             tried.update(group)
             if any(_is_test_case(classes[c], classes, set()) for c in group):
                 try:  # unittest TestCases (their bases, mixins): a unit per test, per class
+                    if to_harness & set(group):
+                        raise Unconvertible(SHARES_STATE)
                     converted, cases = unittest_units(group)
                     units += converted
                     trusted += cases
                     judged.update(group)
+                    trainer_parts.update((c, [classes[c] for c in group]) for c in group)
                 except (Unconvertible, ValueError, TypeError, SyntaxError, ArithmeticError,
                         LookupError, RecursionError) as e:
                     mocked = any(_uses_mock(classes[c]) for c in group)
@@ -3577,6 +3599,8 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
             kept.append((stmt, bool(cases) or runs))
             continue
         try:
+            if isinstance(stmt, ast.FunctionDef) and stmt.name in to_harness:
+                raise Unconvertible(SHARES_STATE)
             if isinstance(stmt, ast.FunctionDef) and stmt.name == "check" and candidates:
                 arg = stmt.args.args[0].arg if len(stmt.args.args) == 1 else None
                 if arg is None or stmt.decorator_list:
@@ -3591,6 +3615,7 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
                     converted.append(Unit(u.steps, u.checks, "check"))
                 units += converted
                 trusted += _count_cases(stmt) * len(candidates)
+                trainer_parts[stmt.name] = [stmt]
                 continue
             if isinstance(stmt, ast.FunctionDef) and stmt.name.startswith("test"):
                 mocked = _uses_mock(stmt)
@@ -3600,25 +3625,44 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
                     fn = _with_patches(stmt, list(reversed(stmt.decorator_list)), 0)
                 rows = _param_rows(fn, env, read_again)
                 converted, now_shared = [], set()
-                local = _stored(fn) | _bound_inside(fn)
+                # `global N`: N is the module's, its binding here every later test's
+                declared = {n for g in fn.body if isinstance(g, ast.Global) for n in g.names}
+                local = _stored(fn) - declared | _bound_inside(fn)
+                module_env, module_shared = dict(env), set(shared)  # as each row leaves them
                 for row in rows:
-                    unshared = {k: v for k, v in env.items() if k not in shared}
-                    level = set(unshared) - set(row) - local
+                    unshared = {k: v for k, v in module_env.items() if k not in module_shared}
+                    level = set(unshared) - set(row) - local | declared
                     u = _Unit({**unshared, **row}, child_names(fn) - set(row)
-                              | (shared & _names(fn)) - set(row) - local, prelude, modules,
-                              imports, functions, level)
+                              | (module_shared & _names(fn)) - set(row) - local, prelude,
+                              modules, imports, functions, level)
                     u.module_paths = module_paths
                     if mocked:
                         u.mock_recipe, u.mock_values = recipe, mock_values
-                    for s in fn.body:
-                        u.statement(s)
+                    u.returns = True
+                    try:
+                        for s in fn.body:
+                            u.statement(s)
+                    except _Returned:
+                        pass
                     if mocked:
                         u.mocks_in_order()
                     converted.append(Unit(u.steps, u.checks, fn.name))
                     now_shared |= {n for n in level if n not in u.env and n in u.child}
+                    for n in declared:
+                        if n in u.deferred:
+                            raise Unconvertible("a global computed from the solution's results")
+                        if n in u.child:  # bound in the child, with "share": the child's
+                            module_shared.add(n)
+                        elif n in u.env:
+                            module_env[n] = u.env[n]
+                            module_shared.discard(n)
                 units += converted
-                shared |= now_shared
+                env.clear()
+                env.update(module_env)
+                shared.clear()
+                shared |= module_shared | now_shared
                 trusted += len(rows) * _count_cases(stmt)
+                trainer_parts[stmt.name] = [stmt]
                 continue
         except (Unconvertible, ValueError, TypeError, SyntaxError, ArithmeticError, LookupError,
                 RecursionError) as e:
@@ -3640,6 +3684,10 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
                 # the harness must report it run (it cannot: never a pass)
                 harness_tests.append(stmt.name)
         kept.append((stmt, test))
+    across = _across_the_split(module.body, env, trainer_parts,
+                               [stmt for stmt, test in kept if test])
+    if across:  # judged here, these would not see (or make) the harness's changes: its too
+        return build_plan.__wrapped__(tests, entry_point, setup, functions, to_harness | across)
     if script.checks or len(script.steps) > len(prelude):
         units.insert(0, Unit(script.steps, script.checks, "module"))
     harness = None
@@ -3653,8 +3701,53 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
                 harness_tests=tuple(dict.fromkeys(harness_tests)),
                 check_candidate=candidates[0] if candidates else None,
                 build_seconds=time.monotonic() - started,
-                refusal=reasons[0] if harness is not None and reasons else "",
+                # the first cause, before the tests it drew to the harness (SHARES_STATE)
+                refusal=min(reasons, key=lambda r: SHARES_STATE in r)
+                if harness is not None and reasons else "",
                 mocks=recipe)
+
+
+SHARES_STATE = "module-level state shared with a test the harness runs"
+_IMMUTABLE = (int, float, complex, str, bytes, bool, type(None), range, type, type(math),
+              types.FunctionType, types.BuiltinFunctionType)
+
+
+def _immutable(value) -> bool:
+    """Can no test change the value in place (a number, a string, a tuple of them, a function)?"""
+    if type(value) in (tuple, frozenset):
+        return all(_immutable(v) for v in value)
+    return isinstance(value, _IMMUTABLE)  # a class too: a test setting its attributes is below
+
+
+def _across_the_split(body: list, env: dict, trainer_parts: dict, harness_parts: list) -> set:
+    """Tests judged here that reach module-level state a part the harness runs also reaches: a
+    mutable value, a name some test rebinds (`global`), a class whose attributes a test sets
+    (through the module's own helpers too). The harness and the trainer run apart, so pytest's one
+    namespace would not be one; those tests go to the harness (frozenset of their names)."""
+    if not trainer_parts or not harness_parts:
+        return frozenset()
+    helpers = {s.name: s for s in body if isinstance(s, (ast.FunctionDef, ast.ClassDef))
+               and s.name not in trainer_parts}
+    rebound = {n for s in body for g in ast.walk(s) if isinstance(g, (ast.Global, ast.Nonlocal))
+               for n in g.names}
+    rebound |= {a.value.id for s in body for a in ast.walk(s) if isinstance(a, ast.Attribute)
+                and isinstance(a.ctx, (ast.Store, ast.Del)) and isinstance(a.value, ast.Name)
+                and isinstance(helpers.get(a.value.id), ast.ClassDef)}
+    assigned = {n for s in body if isinstance(s, (ast.Assign, ast.AnnAssign, ast.AugAssign,
+                                                  ast.For, ast.With)) for n in _stored(s)}
+    state = rebound | {n for n in assigned if n not in env or not _immutable(env[n])}
+
+    def reach(stmts) -> set:
+        seen, todo = set(), [n for s in stmts for n in _names(s)]
+        while todo:
+            n = todo.pop()
+            if n not in seen:
+                seen.add(n)
+                todo += _names(helpers[n]) if n in helpers else []
+        return seen
+
+    reached = reach(harness_parts) & state
+    return frozenset(name for name, stmts in trainer_parts.items() if reach(stmts) & reached)
 
 
 def _last_definitions(body: list) -> list:

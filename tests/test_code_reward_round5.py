@@ -10,7 +10,7 @@ from typing import ClassVar
 import pytest
 
 from gmts import data
-from gmts.rewards import get_reward
+from gmts.rewards import get_reward, testplan
 from gmts.rewards.code import extract_code
 from gmts.rewards.sandbox import _tokens_equal
 
@@ -854,3 +854,83 @@ class TestABaseClassTheSetupDefines:
             want = 1.0 if ran.returncode == 0 else 0.0
             assert want == (1.0 if solution == GOOD_ADD else 0.0), ran.stderr
             assert scores(block(solution), {"tests": tests, "setup": setup}) == (want, want)
+
+
+# ------------------------------------------------ 3. a test's `return` and `global`, as pytest runs
+
+FLOW = {
+    "return_in_a_loop": ("def test_a():\n    for x in [1, 2, 3]:\n        if x == 3:\n"
+                         "            return\n        assert f(x) == 2 * x\n    assert False\n"),
+    "return_a_value": "def test_a():\n    assert f(1) == 2\n    return f(2)\n    assert False\n",
+    "return_at_the_end": "def test_a():\n    assert f(3) == 6\n    return None\n",
+    "global_counted_over_rows": (
+        "import pytest\nCOUNT = 0\n\n@pytest.mark.parametrize('x', [1, 2, 3])\n"
+        "def test_a(x):\n    global COUNT\n    COUNT = COUNT + 1\n    assert f(x) == 2 * x\n\n"
+        "def test_b():\n    assert COUNT == 3\n"),
+    "global_bound_to_a_result": ("LAST = None\n\ndef test_a():\n    global LAST\n"
+                                 "    LAST = f(4)\n\ndef test_b():\n    assert LAST == 8\n"),
+    "global_first_bound_by_a_test": ("def test_a():\n    global R\n    R = f(5)\n\n"
+                                     "def test_b():\n    assert R == 10\n"),
+    "global_list_handed_over": ("SEEN = None\n\ndef test_a():\n    global SEEN\n"
+                                "    SEEN = [3, 1, 2]\n    assert g(SEEN) == 1\n\n"
+                                "def test_b():\n    assert SEEN == [3, 1, 2]\n"),
+}
+FLOW_ANSWERS = ("def f(x):\n    return 2 * x\n\ndef g(xs):\n    return min(xs)\n",
+                ("def f(x):\n    return 2 * x if x < 3 else x\n\n"
+                 "def g(xs):\n    xs.sort()\n    return xs[0]\n"))
+
+
+@pytest.mark.parametrize("name", sorted(FLOW))
+def test_return_and_global_are_judged_as_pytest_runs_them(tmp_path, name):
+    """A test that returns early (its later statements never run) or rebinds a module-level name
+    (`global`, every later test reads the new value) is judged by the trainer, as pytest says."""
+    tests = FLOW[name]
+    for solution in FLOW_ANSWERS:
+        want = 1.0 if pytest_verdict(tmp_path, solution, tests) else 0.0
+        assert scores(block(solution), tests) == (want, want), solution
+    assert testplan.build_plan(tests).harness is None
+
+
+ACROSS = {  # a test the harness runs (a fixture, a branch on a result) and one the trainer judges
+    "the_harness_appends": ("ITEMS = []\n\ndef test_a():\n    if f(1) == 2:\n"
+                            "        ITEMS.append(1)\n\ndef test_b():\n    assert ITEMS == [1]\n"),
+    "the_harness_sets_a_key": ("SEEN = {}\n\ndef test_a(capsys):\n    SEEN['a'] = f(1)\n\n"
+                               "def test_b():\n    assert SEEN == {'a': 2}\n"),
+    "the_harness_rebinds": ("N = 0\n\ndef test_a(capsys):\n    global N\n    N = 6\n\n"
+                            "def test_b():\n    assert f(3) == N\n"),
+    "the_harness_sets_a_class_attribute": (
+        "class State:\n    n = 0\n\ndef test_a(capsys):\n    State.n = f(3)\n\n"
+        "def test_b():\n    assert State.n == 6\n"),
+    "through_a_helper": ("LOG = []\n\ndef note(x):\n    LOG.append(x)\n\n"
+                         "def test_a(capsys):\n    note(f(2))\n\ndef test_b():\n"
+                         "    assert LOG == [4]\n"),
+    "the_trainer_hands_it_first": ("ITEMS = [3, 1, 2]\n\ndef test_a():\n"
+                                   "    assert g(ITEMS) == 1\n\n"
+                                   "def test_b(capsys):\n    assert ITEMS == [3, 1, 2]\n"),
+    "a_unittest_class_and_a_pytest_class": (
+        "import unittest\nLOG = []\n\nclass T(unittest.TestCase):\n    def test_a(self):\n"
+        "        LOG.append(f(3))\n        self.assertEqual(LOG[-1], 6)\n\n"
+        "class TestAfter:\n    def test_b(self):\n        assert LOG == [6]\n"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ACROSS))
+def test_state_a_harness_test_shares_is_not_split(tmp_path, name):
+    """pytest runs the module in one namespace: a test the trainer would judge that reads or hands
+    over module-level state a test left to the harness also reaches runs in the harness with it, so
+    each sees the other's changes as under pytest."""
+    tests = ACROSS[name]
+    for solution in FLOW_ANSWERS:
+        want = 1.0 if pytest_verdict(tmp_path, solution, tests) else 0.0
+        assert code(block(solution), tests) == want, solution
+    plan = testplan.build_plan(tests)
+    assert plan.trusted == 0 and plan.harness is not None
+
+
+def test_state_only_one_side_reaches_stays_judged():
+    # the harness test reaches nothing of the trainer's: the trainer still judges its tests
+    tests = ("ITEMS = [3, 1, 2]\nOTHER = []\n\ndef test_a():\n    assert g(ITEMS) == 1\n\n"
+             "def test_b(capsys):\n    OTHER.append(f(1))\n    assert OTHER == [2]\n")
+    plan = testplan.build_plan(tests)
+    assert (plan.trusted, plan.untrusted) == (1, 1)
+    assert scores(block(FLOW_ANSWERS[0]), tests) == (1.0, 0.0)
