@@ -250,6 +250,12 @@ def _other_value(value, kind, depth, budget):
             return {"timedelta": parts} if all(type(p) is int for p in parts) else None
         text = value.isoformat()  # an aware value with its UTC offset
         return {name: text} if type(text) is str else None
+    sub = None
+    if not module.startswith("numpy"):  # a subclass of the solution's: its data, as ndarray's
+        base = next((b for b in kind.__mro__[1:] if getattr(b, "__module__", None) == "numpy"
+                     and getattr(b, "__qualname__", None) == "ndarray"), None)
+        if base is not None:
+            sub, value, module, name = name, base.view(value, base), "numpy", "ndarray"
     if module == "numpy" and name == "ndarray":
         dtype = value.dtype
         # an object array: its items as they are, each plain data (a solution's object: an error)
@@ -259,7 +265,7 @@ def _other_value(value, kind, depth, budget):
         if budget[0] < 0:
             raise ValueError("result too large")
         return {"ndarray": [dtype.str, [int(n) for n in value.shape],
-                            encode(value.tolist(), depth + 1, budget)]}
+                            encode(value.tolist(), depth + 1, budget), *([sub] if sub else [])]}
     return None
 
 

@@ -442,10 +442,13 @@ class _Decoder:
                 raise ValueError("malformed numpy scalar")
             import numpy
             return self.steerable(numpy.dtype(dtype).type(item))
-        dtype, shape, items = inner
+        if type(inner) is not list or len(inner) not in (3, 4):
+            raise ValueError("malformed array")
+        dtype, shape, items, *sub = inner
         if type(dtype) is not str or not (_DTYPE.fullmatch(dtype) or dtype == "|O") or (
                 type(shape) is not list) or not all(type(n) is int and n >= 0 for n in shape) or (
-                len(shape) > MAX_DEPTH):
+                len(shape) > MAX_DEPTH) or sub and not (type(sub[0]) is str and
+                                                        sub[0].isidentifier()):
             raise ValueError("malformed array")
         import numpy  # only where a solution returned an array
         if dtype == "|O":
@@ -453,7 +456,8 @@ class _Decoder:
         array = numpy.array(self.decode(items, depth + 1), dtype=numpy.dtype(dtype))
         if list(array.shape) != shape:
             raise ValueError("malformed array: its items do not have its shape")
-        return array
+        # a subclass of the solution's: the data as ndarray holds it, under a class of its name
+        return array.view(_array_subclass(sub[0])) if sub else array
 
     def items(self, values, depth) -> list:
         """A list's items. Fast path, at C speed, for the common flat list of one scalar type
@@ -634,6 +638,14 @@ def render(value) -> str:
         return (f"__gmts_builtins['__import__']('datetime').{kind.__name__}"
                 f".fromisoformat({value.isoformat()!r})")
     raise Unconvertible(f"input of type {kind.__name__} cannot be sent as a literal")
+
+
+@lru_cache(maxsize=64)
+def _array_subclass(name: str) -> type:
+    """A plain subclass of numpy.ndarray named as the solution's (`isinstance(r, np.ndarray)`
+    holds, `type(r) is np.ndarray` does not, as under pytest; none of its code)."""
+    import numpy
+    return type(name, (numpy.ndarray,), {"__module__": "solution"})
 
 
 def _is_array(value) -> bool:

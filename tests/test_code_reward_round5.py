@@ -424,6 +424,41 @@ class TestReturnedValuesOfTheStdlibAndNumpy:
         assert scores(block(fake.format(n=3)), tests) == (1.0, 1.0)  # what np.arange(3) gives
         assert scores(block(fake.format(n=2)), tests) == (0.0, 0.0)  # its shape is not its items
 
+    SUBCLASS = "import numpy as np\n\nclass Meters(np.ndarray):\n    unit = 'm'\n\n"
+
+    @pytest.mark.parametrize("tests", [
+        "import numpy as np\n\ndef test_a():\n    assert np.array_equal(f([1, 2]), [1, 2])\n",
+        ("import numpy as np\n\ndef test_a():\n    r = f([1, 2])\n"
+         "    assert np.array_equal(r * 2, [2, 4])\n    assert r.shape == (2,)\n"),
+        ("import unittest\nimport numpy as np\n\nclass T(unittest.TestCase):\n"
+         "    def test_a(self):\n"
+         "        np.testing.assert_array_equal(f([1, 2]), np.array([1, 2]))\n")],
+        ids=["array_equal", "arithmetic", "numpy_testing"])
+    def test_a_subclass_of_the_solutions_crosses_as_its_data(self, tmp_path, tests):
+        """An ndarray subclass the solution defines is its data (read as ndarray holds it, none
+        of the subclass's code) under a class of its name: judged as pytest judges it."""
+        honest = self.SUBCLASS + "def f(xs):\n    return np.asarray(xs).view(Meters)\n"
+        wrong = self.SUBCLASS + "def f(xs):\n    return np.asarray(xs[::-1]).view(Meters)\n"
+        assert pytest_verdict(tmp_path, honest, tests) is True
+        assert scores(block(honest), tests) == (1.0, 1.0)
+        assert scores(block(wrong), tests) == (0.0, 0.0)
+        # its own == and tolist are the solution's code: they cannot speak for its data
+        lying = self.SUBCLASS.replace("    unit = 'm'\n", "    def tolist(self):\n"
+                                      "        return [1, 2]\n\n    def __eq__(self, other):\n"
+                                      "        return np.ones(2, dtype=bool)\n")
+        lying += "def f(xs):\n    return np.asarray(xs[::-1]).view(Meters)\n"
+        assert scores(block(lying), tests) == (0.0, 0.0)
+
+    def test_a_subclass_is_rebuilt_under_its_name(self):
+        import numpy as np
+        r = testplan.decode({"ndarray": ["<i8", [2], [1, 2], "Meters"]})
+        assert isinstance(r, np.ndarray) and type(r) is not np.ndarray
+        assert type(r).__name__ == "Meters" and r.tolist() == [1, 2]
+        assert type(testplan.decode({"ndarray": ["<i8", [2], [1, 2]]})) is np.ndarray
+        for bad in ("not a name", 3, None):  # a forged report: no class is made of it
+            with pytest.raises(ValueError, match="malformed array"):
+                testplan.decode({"ndarray": ["<i8", [2], [1, 2], bad]})
+
 
 def test_numpy_testing_asserts_judged_by_the_trainer():
     """More shapes, each against the runner: tests/test_code_reward_checked_parts.py."""
