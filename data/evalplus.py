@@ -13,10 +13,20 @@ inputs, results, assertion), so the trainer judges them.
 Time: evalplus gives each input max(1 s, 4x the canonical solution's time on it); a run here holds
 every input, so its limit is 4x the canonical solution's total time measured at loading, plus 1 s
 to start, where that is past the reward's default.
+
+Cache: the canonical solution's values and time are kept in <data folder>/evalplus-expected/ (the
+data folder of data/files.py: $GMTS_DATA_DIR or ~/.cache/gmts), a file per row, named by the hash
+of the program that computed them (row, driver, Python version): a later load reads them back
+instead of running the row again. The time is the machine's that measured it: on another machine,
+delete the folder to measure again.
 """
+import hashlib
 import json
 import math
+import os
 import re
+import sys
+import tempfile
 
 FIELDS = ("base_input", "plus_input")  # what makes a row evalplus' own
 GT_TIME_LIMIT_FACTOR = 4.0  # evalplus.config.DEFAULT_GT_TIME_LIMIT_FACTOR
@@ -270,6 +280,10 @@ def _canonical_values(row: dict, inputs: list, where: str, mbpp: int | None) -> 
                + json.dumps(json.dumps(inputs)) + "\n"
                + f"_EP_MBPP = {mbpp!r}\n_EP_NOT_NONE = {not_none}\n"
                + DRIVER.replace("_EP_ENTRY_", row["entry_point"]))
+    cached = _cache_path(program)
+    found = _read_cached(cached)
+    if found is not None:
+        return found, float(found["seconds"])
     run = run_child({"solution": program, "cases": [""], "out_caps": [OUTPUT_CAP]},
                     timeout=CANONICAL_TIMEOUT_S, memory_mb=4096, file_mb=OUTPUT_CAP >> 20,
                     read_outputs=lambda files: [f.seek(0) or f.read(OUTPUT_CAP + 1)
@@ -279,7 +293,9 @@ def _canonical_values(row: dict, inputs: list, where: str, mbpp: int | None) -> 
         if "error" in found:
             why = f"{found['error']}, on input {found['input']} of base_input + plus_input"
         else:
-            return found, float(found["seconds"])
+            seconds = float(found["seconds"])
+            _write_cached(cached, found)
+            return found, seconds
     except (ValueError, KeyError, TypeError, IndexError):
         report = next((r["cases"] for r in run.report if isinstance(r, dict) and "cases" in r),
                       [{}]) if isinstance(run.report, list) else [{}]
@@ -288,3 +304,42 @@ def _canonical_values(row: dict, inputs: list, where: str, mbpp: int | None) -> 
                or case.get("timed_out") else f"exit code {case.get('exit', run.returncode)}")
     raise ValueError(f"{where}: the canonical solution gives no expected values ({why}): the row "
                      "cannot be judged as evalplus judges it")
+
+
+def _cache_path(program: str) -> str:
+    """Where the values `program` computes are kept (the module docstring's cache)."""
+    from gmts.data.files import data_dir
+    key = hashlib.sha256(f"{sys.version_info[:2]}\0{program}".encode()).hexdigest()
+    return os.path.join(data_dir(), "evalplus-expected", key + ".json")
+
+
+def _read_cached(path: str) -> dict | None:
+    """The kept values, or None when there are none or they are not what a run writes."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            found = json.load(f)
+        seconds = found["seconds"]
+        if (type(found["inputs"]) is list and type(found["values"]) is list
+                and len(found["inputs"]) == len(found["values"])
+                and type(seconds) in (int, float) and 0 <= seconds < math.inf):
+            return found
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return None
+
+
+def _write_cached(path: str, found: dict) -> None:
+    """Keep the values (whole or not at all: a temporary file renamed); a folder that cannot be
+    written only means the next load runs the row again."""
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump(found, f)
+            os.replace(tmp, path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+    except OSError:
+        pass

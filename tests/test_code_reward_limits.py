@@ -398,6 +398,36 @@ class TestEvalplusRawRows:
         (own,) = load(tmp_path, dict(row, timeout=20))
         assert own.answer["timeout"] == 20.0                     # the row's own wins
 
+    def test_the_canonical_values_are_kept_and_read_back(self, tmp_path, monkeypatch):
+        """A row's canonical values and time are computed once: a later load reads them from the
+        data folder's evalplus-expected/ without running anything; another row, or a damaged
+        file, is run again."""
+        from gmts.rewards import sandbox
+        monkeypatch.setenv("GMTS_DATA_DIR", str(tmp_path / "cache"))
+        row = {"task_id": "HumanEval/x", "prompt": 'def f(x):\n    """x, twice."""\n',
+               "entry_point": "f", "canonical_solution": "    return 2 * x\n",
+               "base_input": [[1], [2.5], ["ab"]], "plus_input": [[[1, 2]]], "atol": 0}
+        (first,) = load(tmp_path, row)
+        (kept,) = (tmp_path / "cache" / "evalplus-expected").glob("*.json")
+        run_child = sandbox.run_child
+
+        def never(*args, **kwargs):
+            raise AssertionError("the canonical solution ran again")
+        monkeypatch.setattr(sandbox, "run_child", never)
+        (again,) = load(tmp_path, row)
+        assert again.answer == first.answer
+        with pytest.raises(AssertionError, match="ran again"):  # another program: not kept
+            load(tmp_path, dict(row, canonical_solution="    return 3 * x\n"))
+        monkeypatch.setattr(sandbox, "run_child", run_child)
+        assert scores(block("def f(x):\n    return x * 2\n"), again.answer) == (1.0, 1.0)
+        assert scores(block("def f(x):\n    return x\n"), again.answer) == (0.0, 0.0)
+        for damage in ("{", '{"inputs": [1], "values": [], "seconds": 0.1}',
+                       '{"inputs": [], "values": [], "seconds": -1}'):
+            kept.write_text(damage)
+            (mended,) = load(tmp_path, row)
+            assert mended.answer == first.answer
+            assert json.loads(kept.read_text())["values"]  # written whole again
+
     def test_a_value_no_answer_can_return_is_refused(self, tmp_path):
         # Mbpp/787's canonical returns a re.Match (evalplus judges `is not None`): no answer's
         # value crosses the sandbox as one, so the canonical itself would score 0
