@@ -3702,6 +3702,19 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
         return build_plan.__wrapped__(tests, entry_point, setup, functions, to_harness | across)
     if script.checks or len(script.steps) > len(prelude):
         units.insert(0, Unit(script.steps, script.checks, "module"))
+    if trainer_parts and any(test for _, test in kept):
+        # pytest runs every test of the module in one process, in file order: the harness runs
+        # the tests judged here too (they must pass there as well), so the solution's own state
+        # (a counter, a cache) reaches each test it judges as under pytest
+        flags = {id(stmt): test for stmt, test in kept}
+        for stmt in {id(s): s for p in trainer_parts.values() for s in p}.values():
+            if isinstance(stmt, ast.FunctionDef) and stmt.name != "check":
+                flags[id(stmt)] = True
+                harness_tests.append(stmt.name)
+            elif isinstance(stmt, ast.ClassDef):
+                flags[id(stmt)] = _is_test_class(stmt, classes)
+                harness_tests += _class_tests(stmt, env, classes)[0] if flags[id(stmt)] else []
+        kept = [(stmt, flags[id(stmt)]) for stmt in module.body if id(stmt) in flags]
     harness = None
     if any(test for _, test in kept):
         harness = ast.unparse(ast.Module(body=[stmt for stmt, _ in kept], type_ignores=[]))

@@ -969,3 +969,34 @@ def test_state_only_one_side_reaches_stays_judged():
     plan = testplan.build_plan(tests)
     assert (plan.trusted, plan.untrusted) == (1, 1)
     assert scores(block(FLOW_ANSWERS[0]), tests) == (1.0, 0.0)
+
+
+SOLUTION_STATE = {  # the solution keeps state of its own across calls
+    "counting_wrong": ("calls = [0]\n\ndef f(x):\n    calls[0] += 1\n"
+                       "    return 2 * x if calls[0] < 3 else 0\n"),
+    "caching_honest": ("cache = {}\n\ndef f(x):\n    if x not in cache:\n"
+                       "        cache[x] = 2 * x\n    return cache[x]\n"),
+}
+SPLIT = {  # some tests judged here, one left to the harness (a fixture)
+    "functions": ("def test_a():\n    assert f(1) == 2\n\ndef test_b():\n    assert f(2) == 4\n\n"
+                  "def test_c(capsys):\n    assert f(3) == 6\n"),
+    "the_harness_first": ("def test_a(capsys):\n    assert f(1) == 2\n\ndef test_b():\n"
+                          "    assert f(2) == 4\n\ndef test_c():\n    assert f(3) == 6\n"),
+    "a_testcase_and_a_function": (
+        "import unittest\n\nclass T(unittest.TestCase):\n    def test_a(self):\n"
+        "        self.assertEqual(f(1), 2)\n\n    def test_b(self):\n"
+        "        self.assertEqual(f(2), 4)\n\ndef test_c(capsys):\n    assert f(3) == 6\n"),
+}
+
+
+@pytest.mark.parametrize("tests", sorted(SPLIT))
+def test_the_solutions_own_state_across_the_split(tmp_path, tests):
+    """pytest calls the solution's functions in one process, test after test: a solution whose
+    answers depend on its earlier calls gets, in every test, the calls before it, whether the
+    trainer judges the test or the harness runs it (the harness runs them all, in file order)."""
+    plan = testplan.build_plan(SPLIT[tests])
+    assert plan.trusted == 2 and plan.untrusted == 1  # the trainer's share is what it was
+    for name, solution in SOLUTION_STATE.items():
+        want = 1.0 if pytest_verdict(tmp_path, solution, SPLIT[tests]) else 0.0
+        assert want == (name == "caching_honest")
+        assert scores(block(solution), SPLIT[tests]) == (want, 0.0), name
