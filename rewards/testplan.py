@@ -911,6 +911,7 @@ class _Unit:
         self.imports = imports if imports is not None else _importable()
         # `import solution`: its attributes are the solution's
         self.objects, self.deferred = set(modules), set()
+        self.solution_modules = frozenset(modules)  # `import solution [as s]`: its names
         self.steps = [{"run": s} for s in prelude]
         self.moved = []  # (value, child name): containers of inputs bound in the child
         self.first = len(self.steps)  # the test's own steps start here
@@ -2279,6 +2280,9 @@ class _Unit:
             path = self.dotted(e)
             if isinstance(e, ast.Name) and e.id in self.child and e.id not in self.objects:
                 expected.append((e.id, "solution"))  # `from solution import InvalidInput`
+            elif (isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name)
+                  and e.value.id in self.solution_modules and e.value.id not in self.env):
+                expected.append((e.attr, "solution"))  # `import solution`: solution.InvalidInput
             elif path is not None and path.startswith("builtins."):
                 builtin = getattr(builtins, e.id, None)
                 if not (isinstance(builtin, type) and issubclass(builtin, BaseException)):

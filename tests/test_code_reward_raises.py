@@ -233,3 +233,37 @@ def test_paths_are_bounded_and_the_tests_own():
     assert refusal("requests.a.b.c.d.e.f.g.HTTPError") != ""  # 9
     assert refusal("socket.timeout") != ""  # a module the tests do not import
     assert refusal("task_func.Error") != ""  # the solution's: not a module path
+
+
+THROUGH_THE_MODULE = """import pytest
+import solution as s
+
+def test_bad():
+    with pytest.raises(s.ParseError):
+        s.parse('x')
+
+def test_good():
+    assert s.parse('1') == 1
+"""
+PARSE_ERROR = "class ParseError(ValueError):\n    pass\n\n"
+RAISING = "def parse(t):\n    if not t.isdigit():\n        raise {}(t)\n    return int(t)\n"
+
+
+@pytest.mark.parametrize("solution,expected", [
+    (PARSE_ERROR + RAISING.format("ParseError"), 1.0),
+    (PARSE_ERROR + "class Sub(ParseError):\n    pass\n\n" + RAISING.format("Sub"), 1.0),
+    (PARSE_ERROR + RAISING.format("ValueError"), 0.0),      # its parent: not the class named
+    ("ParseError = ValueError\n\n" + RAISING.format("KeyError"), 0.0),
+], ids=["own_class", "subclass", "parent", "other"])
+def test_a_class_of_the_solution_named_through_its_module(tmp_path, solution, expected):
+    """`import solution as s` ... `pytest.raises(s.ParseError)`: the class the solution's module
+    binds to that name, judged by the trainer from the raised class's MRO, as pytest judges it."""
+    (tmp_path / "solution.py").write_text(solution)
+    (tmp_path / "test_through.py").write_text(THROUGH_THE_MODULE)
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                          str(tmp_path)], check=False, cwd=tmp_path, env=PLAIN_PYTEST,
+                         capture_output=True, text=True, timeout=120)
+    assert (run.returncode == 0) == (expected == 1.0), run.stdout[-2000:]
+    plan = testplan.build_plan(THROUGH_THE_MODULE)
+    assert plan.harness is None and plan.trusted == 2
+    assert scores(block(solution), THROUGH_THE_MODULE) == (expected, expected)
