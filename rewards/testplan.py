@@ -1212,6 +1212,10 @@ class _Unit:
                 getattr(builtins, node.id), type):
             return node  # a type as an argument (`convert(x, int)`)
         value = self.parent_eval(node)
+        aliases = [n for n, v in self.env.items() if v is value]
+        if _is_mutable(value) and aliases and not any(
+                v is not value and _contains(v, {id(value)}) for v in self.env.values()):
+            return self.literal(ast.Name(id=aliases[0], ctx=ast.Load()))  # `g(d or e)`: d
         if _is_mutable(value) and any(_contains(v, {id(value)}) for v in self.env.values()):
             # `g(DATA[0])`: an item of a value of the tests', handed as the object pytest hands
             # (its holders move to the child; a later read of them sees what the solution did)
@@ -1219,7 +1223,7 @@ class _Unit:
                 raise Unconvertible("unittest.mock: a value configuring a mock given to the "
                                     "solution")
             path = self.move_holders(value, "")
-            for other in [n for n, v in self.env.items() if v is value]:  # `d = DATA[0]`
+            for other in aliases:  # `d = DATA[0]`: d is the child's object too
                 self.env.pop(other)
                 self.steps.append({"run": f"{other} = {path}", "binds": [other],
                                    "share": other in self.module_level})

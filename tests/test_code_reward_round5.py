@@ -630,6 +630,11 @@ ITEM_HANDED = {  # an item (at any depth) of a value the tests read again, hande
     "spread_from_a_loop": ("INPUTS = [({'a': 1},), ({'a': 2},)]\n\ndef test_a():\n"
                            "    for inp in INPUTS:\n        assert g(*inp) == inp[0]['a']\n\n"
                            "def test_b():\n    assert INPUTS[1] == ({'a': 2},)\n"),
+    "a_name_through_an_expression": ("def test_a():\n    d = {'a': 1}\n    e = {'a': 2}\n"
+                                     "    assert g(d or e) == 1\n    assert d == {'a': 1}\n"),
+    "a_module_name_through_an_expression": ("D = {'a': 1}\n\ndef test_a():\n"
+                                            "    assert g(D if D else None) == 1\n\n"
+                                            "def test_b():\n    assert D == {'a': 1}\n"),
     "the_same_item_twice": ("DATA = [{'a': 1}]\n\ndef test_a():\n    d = DATA[0]\n"
                             "    assert g(DATA[0]) == 1\n    assert d == {'a': 1}\n"),
 }
