@@ -156,6 +156,9 @@ class _Returned(Exception):
     """A test function's `return`, reached: its later statements do not run."""
 
 
+_TEST_ENDS = ast.Pass()  # in a TestCase unit's statements: the test method's end, tearDown's start
+
+
 class Unconvertible(Exception):
     """This test case cannot be judged outside the sandbox: it goes to the harness."""
 
@@ -1578,6 +1581,8 @@ class _Unit:
             self.defer_mock_values()
         if self.raised and not isinstance(stmt, (ast.For, ast.If, ast.With)):
             self.raised_parts(stmt)
+        if isinstance(stmt, ast.With) and any(isinstance(n, ast.Return) for n in ast.walk(stmt)):
+            raise Unconvertible("a return inside a with-block")  # its exit would be skipped
         if not self.mock_statement(stmt):
             self._statement(stmt)
         for check in self.checks[before:]:
@@ -1587,6 +1592,9 @@ class _Unit:
                 self.read_mock_values(check)
 
     def _statement(self, stmt):
+        if (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)
+                and ast.unparse(stmt.value.func) == "pytest.fail"):
+            stmt = ast.Assert(test=ast.Constant(value=False))  # fails where it is reached
         # split() rewrites it; the same test body serves every parametrize row (an assignment of
         # inputs computed here is not rewritten: HumanEval+'s lists of inputs are not copied)
         # (an assert or an expression is copied where it is rewritten: before_the_call, parent_eval)
@@ -1645,8 +1653,6 @@ class _Unit:
         elif isinstance(stmt, (ast.Import, ast.ImportFrom)):
             self.import_(stmt)
         elif isinstance(stmt, ast.With):
-            if any(isinstance(n, ast.Return) for n in ast.walk(stmt)):
-                raise Unconvertible("a return inside a with-block")
             self.raises_block(stmt)
         elif isinstance(stmt, ast.Global) and set(stmt.names) <= self.module_level:
             pass  # a test's `global N`: its binds of N are every later test's (module_level)
@@ -2752,7 +2758,10 @@ class _CaseClass:
             raise Unconvertible(f"{method} defines, yields or catches")
         returns = [n for b in member.body for n in ast.walk(b) if isinstance(n, ast.Return)
                    and id(n) not in effects]
-        if returns and (len(returns) > 1 or member.body[-1] is not returns[0]):
+        test = depth == 0 and method not in _HOOKS  # its `return` ends the test (_TEST_ENDS)
+        if test:
+            returns = []
+        elif returns and (len(returns) > 1 or member.body[-1] is not returns[0]):
             raise Unconvertible(f"{method} returns other than at its end")
         self.counter[0] += 1
         prefix = f"__h{self.counter[0]}_"
@@ -2848,6 +2857,8 @@ class _CaseClass:
                 body = ast.Expr(value=ast.Call(func=fn, args=rest, keywords=call.keywords))
                 raises = _pytest_raises(ast.Call(func=call.func, args=head, keywords=[]), regex)
                 stmt = ast.With(items=[ast.withitem(context_expr=raises)], body=[body], lineno=0)
+            elif name == "fail" and len(call.args) <= 1 and not call.keywords:
+                stmt = ast.Assert(test=ast.Constant(value=False))  # fails where it is reached
             elif name in ("assertIs", "assertIsNot") and len(call.args) == 2 and not (
                     call.keywords):
                 op = ast.Is() if name == "assertIs" else ast.IsNot()
@@ -2943,8 +2954,9 @@ class _CaseClass:
         self.mode = "self"
         out = []
         for name, fn in tests:
-            body = [s for m in ("setUp", name, "tearDown")
-                    for s in self.call(m, [], [], None, None, 0)]
+            body = [*self.call("setUp", [], [], None, None, 0),
+                    *self.call(name, [], [], None, None, 0), _TEST_ENDS,
+                    *self.call("tearDown", [], [], None, None, 0)]
             out.append((name, self.aliases(body), _count_cases(fn)))
         for b in [*up, *down, *(s for _, body, _ in out for s in body)]:
             if {"self", "cls"} & _names(b):
@@ -3503,7 +3515,14 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
             u.module_paths = module_paths  # the tests' modules: their exception classes
             if uses_mock:  # the mocks this unit makes join the plan's recipe
                 u.mock_recipe, u.mock_values = recipe, mock_values
-            for b in body:
+            cut = next((i for i, b in enumerate(body) if b is _TEST_ENDS), len(body))
+            u.returns = True
+            try:
+                for b in body[:cut]:
+                    u.statement(b)
+            except _Returned:
+                pass
+            for b in body[cut + 1:]:  # tearDown: it runs whether the test returned or not
                 u.statement(b)
             u.mocks_in_order()
             for n in touched:  # what setUpClass gave the class: every later test's

@@ -903,6 +903,27 @@ FLOW = {
                          "            return\n        assert f(x) == 2 * x\n    assert False\n"),
     "return_a_value": "def test_a():\n    assert f(1) == 2\n    return f(2)\n    assert False\n",
     "return_at_the_end": "def test_a():\n    assert f(3) == 6\n    return None\n",
+    "pytest_fail_not_reached": ("import pytest\n\ndef test_a():\n    for x in [1, 2]:\n"
+                                "        assert f(x) == 2 * x\n        if x == 2:\n"
+                                "            return\n    pytest.fail('not reached')\n"),
+    "pytest_fail_reached": ("import pytest\n\ndef test_a():\n    assert f(1) == 2\n"
+                            "    pytest.fail('always')\n"),
+    "a_testcase_returning_early": (
+        "import unittest\n\nclass T(unittest.TestCase):\n    def test_a(self):\n"
+        "        for x in [1, 2, 3]:\n            if x == 3:\n                return\n"
+        "            self.assertEqual(f(x), 2 * x)\n        self.fail('not reached')\n\n"
+        "    def test_b(self):\n        self.assertEqual(f(4), 8)\n"),
+    "a_testcase_returning_in_a_subtest": (
+        "import unittest\n\nclass T(unittest.TestCase):\n    def test_a(self):\n"
+        "        for x in [1, 3]:\n            with self.subTest(x=x):\n"
+        "                if x == 3:\n                    return f(x)\n"
+        "                self.assertEqual(f(x), 2 * x)\n"),
+    "a_testcase_returning_before_teardown": (
+        "import unittest\n\nclass T(unittest.TestCase):\n    def setUp(self):\n"
+        "        self.x = 1\n\n    def tearDown(self):\n"
+        "        self.assertEqual(f(self.x), 2 * self.x)\n\n"
+        "    def test_a(self):\n        self.x = 5\n        return\n\n"
+        "    def test_b(self):\n        self.assertEqual(f(self.x), 2)\n"),
     "global_counted_over_rows": (
         "import pytest\nCOUNT = 0\n\n@pytest.mark.parametrize('x', [1, 2, 3])\n"
         "def test_a(x):\n    global COUNT\n    COUNT = COUNT + 1\n    assert f(x) == 2 * x\n\n"
