@@ -664,6 +664,9 @@ def _resolve(path: str):
     return pkgutil.resolve_name(path)
 
 
+_MISSING = object()  # a patch with create=True of an attribute its target did not have
+
+
 def patch_step(step, patches):
     """A test's patch while its block runs: the target replaced by a stub of the trainer's mock (or
     the value it gives), or a dict updated from data (patch.dict); undone by `unpatch`. A target
@@ -678,7 +681,8 @@ def patch_step(step, patches):
     elif "patch" in step:
         owner_path, _, attr = step["patch"].rpartition(".")
         owner = _resolve(owner_path)
-        original = getattr(owner, attr)
+        # create=True: a missing attribute is made, and deleted again at the patch's end
+        original = getattr(owner, attr, _MISSING) if step.get("create") else getattr(owner, attr)
         new = _Remote(step["handle"]) if "handle" in step else decode_input(step["data"])
         setattr(owner, attr, new)
         patches.append((owner, attr, original))
@@ -692,6 +696,8 @@ def unpatch(patch):
     if attr is None:
         target.clear()
         target.update(original)
+    elif original is _MISSING:
+        delattr(target, attr)
     else:
         setattr(target, attr, original)
 

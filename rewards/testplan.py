@@ -2025,8 +2025,9 @@ class _Unit:
             if not isinstance(target, str) or "." not in target:
                 raise Unconvertible("unittest.mock: a patch target that is not a dotted string")
             rest = args[1:]
-        bad = set(keywords) & {"spec", "spec_set", "create", "autospec", "wraps", "unsafe"}
-        if len(rest) > 1 or bad:
+        create = self.parent_eval(keywords.pop("create")) if "create" in keywords else False
+        bad = set(keywords) & {"spec", "spec_set", "autospec", "wraps", "unsafe"}
+        if len(rest) > 1 or bad or type(create) is not bool:
             raise Unconvertible(f"unittest.mock: patch with {sorted(bad) or 'spec'}")
         new = rest[0] if rest else keywords.pop("new", None)
         if new is not None:
@@ -2046,7 +2047,7 @@ class _Unit:
                 raise Unconvertible("unittest.mock: new_callable that is not a mock of its own")
             id_ = self.make_mock(made, keywords)
             step, bound = {"handle": id_}, MockRef(id_)
-        self.steps.append({"patch": target, **step})
+        self.steps.append({"patch": target, **step, **({"create": True} if create else {})})
         if var is not None:
             if not isinstance(var, ast.Name):
                 raise Unconvertible("unittest.mock: `as` a target other than a name")

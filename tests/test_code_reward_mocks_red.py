@@ -491,7 +491,27 @@ EFFECTS = {
         "import os\ndef task_func():\n"
         "    return f\"{os.getenv('USER')}@{os.getenv('HOME')}:{os.getenv('SHELL')}\"\n"), 0.0),
 }
-CASES = {**WRONGLY, **RIGHTLY, **IDENTITY, **STARTED, **EFFECTS}
+CREATE = """
+@patch('os.gmts_helper', create=True)
+def test_created(self, m):
+    m.return_value = 7
+    self.assertEqual(task_func(), 8)
+
+def test_gone_afterwards(self):
+    self.assertFalse(there())
+"""
+CREATED = {  # patch(..., create=True): the attribute made for the test, deleted after it
+    "a_patch_that_creates_its_target": (CREATE, "import os", (
+        "import os\ndef task_func():\n    return os.gmts_helper() + 1\n"
+        "def there():\n    return hasattr(os, 'gmts_helper')\n"), 1.0),
+    "a_patch_that_creates_its_target_wrong": (CREATE, "import os", (
+        "import os\ndef task_func():\n    return os.gmts_helper()\n"
+        "def there():\n    return hasattr(os, 'gmts_helper')\n"), 0.0),
+    "a_created_target_kept_by_the_solution": (CREATE, "import os", (
+        "import os\ndef task_func():\n    return os.gmts_helper() + 1\n"
+        "def there():\n    return True\n"), 0.0),
+}
+CASES = {**WRONGLY, **RIGHTLY, **IDENTITY, **STARTED, **EFFECTS, **CREATED}
 
 
 # honest idioms the plan still refuses under trusted_only (rewards/README.md, mocks): 0.0 there
