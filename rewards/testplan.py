@@ -704,22 +704,6 @@ def _contains(value, targets: set) -> bool:
     return False
 
 
-def _path(value, target: int, depth: int = 0):
-    """The indices (or str/int keys) leading from `value` to the object with id `target`."""
-    if depth > MAX_DEPTH or type(value) not in (list, tuple, dict) or _flat(value):
-        return None
-    items = value.items() if type(value) is dict else enumerate(value)
-    for k, v in items:
-        if type(k) not in (int, str):
-            continue
-        if id(v) == target:
-            return [k]
-        rest = _path(v, target, depth + 1)
-        if rest is not None:
-            return [k, *rest]
-    return None
-
-
 def _side_effect_functions(method) -> set:
     """The ids of the lambdas and local function definitions (and what they hold) in `method`
     that serve only as a mock's side effect (`m.side_effect = lambda p: ...`, `def fake(url):
@@ -916,7 +900,8 @@ class _Unit:
         self.objects, self.deferred = set(modules), set()
         self.solution_modules = frozenset(modules)  # `import solution [as s]`: its names
         self.steps = [{"run": s} for s in prelude]
-        self.moved = []  # (value, child name): containers of inputs bound in the child
+        self.moved = []  # (value, child name): containers bound in the child (kept: their ids)
+        self.moved_paths = {}  # id of each mutable value inside those: its path in the child
         self.first = len(self.steps)  # the test's own steps start here
         self.checks = []
         # unittest.mock allowed (a TestCase's unit): the plan's recipe, appended to (mocks.py)
@@ -1215,6 +1200,15 @@ class _Unit:
                 getattr(builtins, node.id), type):
             return node  # a type as an argument (`convert(x, int)`)
         value = self.parent_eval(node)
+        path = self.path_in_child(value) if _is_mutable(value) else None
+        if path is not None:  # inside a holder moved before (`f(*inp)`, a loop over `inputs`)
+            for n in [n for n, v in self.env.items() if id(v) in self.moved_paths
+                      and _contains(v, {id(value)})]:  # `inp`, `d = inputs[0]`: the child's
+                self.steps.append({"run": f"{n} = {self.moved_paths[id(self.env[n])]}",
+                                   "binds": [n], "share": n in self.module_level})
+                self.env.pop(n)
+                self.child.add(n)
+            return ast.Name(id=f"({path})", ctx=ast.Load())
         aliases = [n for n, v in self.env.items() if v is value]
         if _is_mutable(value) and aliases and not any(
                 v is not value and _contains(v, {id(value)}) for v in self.env.values()):
@@ -1246,11 +1240,22 @@ class _Unit:
     def path_in_child(self, value) -> str | None:
         """`CASES[1][0]`: where a value of the tests' lies inside a container already bound in the
         child (move_holders), as the child's expression; None if in none."""
-        for held, name in self.moved:
-            path = _path(held, id(value))
-            if path is not None:
-                return name + "".join(f"[{k!r}]" for k in path)
-        return None
+        return self.moved_paths.get(id(value))
+
+    def index_moved(self, held, name: str):
+        """Each mutable value inside `held` (bound in the child as `name`), by id: its path there,
+        the first found (the trainer keeps `held`, so the ids stay its values')."""
+        stack = [(held, name, 0)]
+        while stack:
+            value, path, depth = stack.pop()
+            if depth > MAX_DEPTH or type(value) not in (list, tuple, dict) or _flat(value):
+                continue
+            items = value.items() if type(value) is dict else enumerate(value)
+            inner = [(v, f"{path}[{k!r}]") for k, v in items if type(k) in (int, str)]
+            for v, p in inner:
+                if _is_mutable(v):
+                    self.moved_paths.setdefault(id(v), p)
+            stack += [(v, p, depth + 1) for v, p in reversed(inner)]
 
     def move_holders(self, value, name: str) -> str | None:
         """An input held inside other values of the tests' (`for xs, want in self.CASES:
@@ -1281,6 +1286,7 @@ class _Unit:
                 self.steps.append({"run": f"{other} = {names[0]}", "binds": [other],
                                    "share": other in self.module_level})
             self.moved.append((held, names[0]))
+            self.index_moved(held, names[0])
         for i, held in found.items():
             if i not in objects:
                 inner = self.path_in_child(held)
