@@ -704,6 +704,19 @@ def _contains(value, targets: set) -> bool:
     return False
 
 
+def _returns_in(node) -> bool:
+    """Does the statement hold a `return` of its own function (not of a def or lambda in it)?"""
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, ast.Return):
+            return True
+        stack += [c for c in ast.iter_child_nodes(n)
+                  if not isinstance(c, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda,
+                                        ast.ClassDef))]
+    return False
+
+
 def _side_effect_functions(method) -> set:
     """The ids of the lambdas and local function definitions (and what they hold) in `method`
     that serve only as a mock's side effect (`m.side_effect = lambda p: ...`, `def fake(url):
@@ -1209,11 +1222,15 @@ class _Unit:
                 self.env.pop(n)
                 self.child.add(n)
             return ast.Name(id=f"({path})", ctx=ast.Load())
-        aliases = [n for n, v in self.env.items() if v is value]
+        # an expression that reads a value of the tests' (not one making a new value: a call, a
+        # comprehension) may hand over an object the tests hold
+        reads = isinstance(node, (ast.Subscript, ast.Attribute, ast.Name, ast.IfExp, ast.BoolOp))
+        aliases = [n for n, v in self.env.items() if v is value] if reads else []
         if _is_mutable(value) and aliases and not any(
                 v is not value and _contains(v, {id(value)}) for v in self.env.values()):
             return self.literal(ast.Name(id=aliases[0], ctx=ast.Load()))  # `g(d or e)`: d
-        if _is_mutable(value) and any(_contains(v, {id(value)}) for v in self.env.values()):
+        if reads and _is_mutable(value) and any(_contains(v, {id(value)})
+                                                for v in self.env.values()):
             # `g(DATA[0])`: an item of a value of the tests', handed as the object pytest hands
             # (its holders move to the child; a later read of them sees what the solution did)
             if any(e[1] is value or id(value) in e[3] for e in self.mock_values.values()):
@@ -1587,7 +1604,7 @@ class _Unit:
             self.defer_mock_values()
         if self.raised and not isinstance(stmt, (ast.For, ast.If, ast.With)):
             self.raised_parts(stmt)
-        if isinstance(stmt, ast.With) and any(isinstance(n, ast.Return) for n in ast.walk(stmt)):
+        if isinstance(stmt, ast.With) and _returns_in(stmt):
             raise Unconvertible("a return inside a with-block")  # its exit would be skipped
         if not self.mock_statement(stmt):
             self._statement(stmt)
