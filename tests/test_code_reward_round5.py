@@ -2,6 +2,7 @@
 solution scores 0.0 under get_reward("code") and trusted_only=True, an honest one 1.0; each
 expected verdict is what the suite's own runner (or a plain Python run) gives, as the comments say.
 """
+import functools
 import json
 import os
 from pathlib import Path
@@ -515,6 +516,54 @@ def pytest_verdict(tmp_path, solution: str, tests: str) -> bool:
     return run.returncode == 0
 
 
+@functools.cache
+def pytest_verdicts(programs: tuple) -> dict:
+    """The real pytest's verdict on each (solution, tests) program, as pytest_verdict gives it, all
+    in one pytest run: each program a test file of its own, judged from the junit report (a
+    failure, an error or no test at all fails it)."""
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+    import xml.etree.ElementTree as ET
+    folder = Path(tempfile.mkdtemp(prefix="gmts-verdicts-"))
+    try:
+        for i, (solution, tests) in enumerate(programs):
+            (folder / f"test_p{i}.py").write_text(solution + "\n" + tests)
+        subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                        "--continue-on-collection-errors", "--junitxml",
+                        str(folder / "report.xml"), str(folder)], check=False,
+                       capture_output=True, cwd=folder, timeout=300, env=PLAIN_PYTEST)
+        ran, failed = set(), set()
+        for case in ET.parse(folder / "report.xml").iter("testcase"):
+            file = (case.get("classname") or case.get("name") or "").split(".")[0]
+            ran.add(file)
+            if case.find("failure") is not None or case.find("error") is not None:
+                failed.add(file)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    return {p: f"test_p{i}" in ran - failed for i, p in enumerate(programs)}
+
+
+def test_the_batched_verdicts_are_pytests(tmp_path):
+    programs = tuple((GOOD_ADD, t) for t in (
+        "def test_a():\n    assert add(1, 2) == 3\n", "def test_a():\n    assert add(1, 2) == 4\n",
+        "X = add(1, 2)\n", "import no_such_module\n\ndef test_a():\n    pass\n",
+        "import pytest\n\n@pytest.mark.skip\ndef test_a():\n    assert 0\n",
+        ("class TestA:\n    def test_a(self):\n        assert add(1, 1) == 2\n\n"
+         "    def test_b(self):\n        assert add(1, 1) == 3\n")))
+    got = pytest_verdicts(programs)
+    assert [got[p] for p in programs] == [pytest_verdict(tmp_path, *p) for p in programs]
+    assert [got[p] for p in programs] == [True, False, False, False, True, False]
+
+
+def verdict(table: dict, solutions, name: str, solution: str) -> float:
+    """pytest's verdict (1.0 or 0.0) on `solution` with the tests table[name], every program of
+    the table with each of `solutions` run at once (pytest_verdicts)."""
+    programs = tuple((s, t) for t in table.values() for s in solutions)
+    return 1.0 if pytest_verdicts(programs)[(solution, table[name])] else 0.0
+
+
 def honest_as_under_pytest(tmp_path, solution: str, tests: str) -> None:
     """An honest answer: plain pytest passes the program, and the code reward scores it 1.0."""
     assert pytest_verdict(tmp_path, solution, tests) is True
@@ -640,13 +689,16 @@ ITEM_HANDED = {  # an item (at any depth) of a value the tests read again, hande
 }
 
 
+ITEM_ANSWERS = ("def g(d):\n    return d.pop('a')\n", "def g(d):\n    return d['a']\n")
+
+
 @pytest.mark.parametrize("name", sorted(ITEM_HANDED))
-def test_an_item_handed_to_the_solution_is_the_tests_object(tmp_path, name):
+def test_an_item_handed_to_the_solution_is_the_tests_object(name):
     """The solution gets the object pytest or unittest hands it, not a copy: a mutation the tests
     read again fails them here as there, and reading it passes."""
     tests = ITEM_HANDED[name]
-    for solution in ("def g(d):\n    return d.pop('a')\n", "def g(d):\n    return d['a']\n"):
-        want = 1.0 if pytest_verdict(tmp_path, solution, tests) else 0.0
+    for solution in ITEM_ANSWERS:
+        want = verdict(ITEM_HANDED, ITEM_ANSWERS, name, solution)
         assert scores(block(solution), tests) == (want, want), solution  # judged: trusted too
 
 
@@ -942,12 +994,12 @@ FLOW_ANSWERS = ("def f(x):\n    return 2 * x\n\ndef g(xs):\n    return min(xs)\n
 
 
 @pytest.mark.parametrize("name", sorted(FLOW))
-def test_return_and_global_are_judged_as_pytest_runs_them(tmp_path, name):
+def test_return_and_global_are_judged_as_pytest_runs_them(name):
     """A test that returns early (its later statements never run) or rebinds a module-level name
     (`global`, every later test reads the new value) is judged by the trainer, as pytest says."""
     tests = FLOW[name]
     for solution in FLOW_ANSWERS:
-        want = 1.0 if pytest_verdict(tmp_path, solution, tests) else 0.0
+        want = verdict(FLOW, FLOW_ANSWERS, name, solution)
         assert scores(block(solution), tests) == (want, want), solution
     assert testplan.build_plan(tests).harness is None
 
@@ -976,13 +1028,13 @@ ACROSS = {  # a test the harness runs (a fixture, a branch on a result) and one 
 
 
 @pytest.mark.parametrize("name", sorted(ACROSS))
-def test_state_a_harness_test_shares_is_not_split(tmp_path, name):
+def test_state_a_harness_test_shares_is_not_split(name):
     """pytest runs the module in one namespace: a test the trainer would judge that reads or hands
     over module-level state a test left to the harness also reaches runs in the harness with it, so
     each sees the other's changes as under pytest."""
     tests = ACROSS[name]
     for solution in FLOW_ANSWERS:
-        want = 1.0 if pytest_verdict(tmp_path, solution, tests) else 0.0
+        want = verdict(ACROSS, FLOW_ANSWERS, name, solution)
         assert code(block(solution), tests) == want, solution
     plan = testplan.build_plan(tests)
     assert plan.trusted == 0 and plan.harness is not None
@@ -1016,13 +1068,13 @@ SPLIT = {  # some tests judged here, one left to the harness (a fixture)
 
 
 @pytest.mark.parametrize("tests", sorted(SPLIT))
-def test_the_solutions_own_state_across_the_split(tmp_path, tests):
+def test_the_solutions_own_state_across_the_split(tests):
     """pytest calls the solution's functions in one process, test after test: a solution whose
     answers depend on its earlier calls gets, in every test, the calls before it, whether the
     trainer judges the test or the harness runs it (the harness runs them all, in file order)."""
     plan = testplan.build_plan(SPLIT[tests])
     assert plan.trusted == 2 and plan.untrusted == 1  # the trainer's share is what it was
     for name, solution in SOLUTION_STATE.items():
-        want = 1.0 if pytest_verdict(tmp_path, solution, SPLIT[tests]) else 0.0
+        want = verdict(SPLIT, tuple(SOLUTION_STATE.values()), tests, solution)
         assert want == (name == "caching_honest")
         assert scores(block(solution), SPLIT[tests]) == (want, 0.0), name
