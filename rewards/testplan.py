@@ -1185,22 +1185,12 @@ class _Unit:
             return node
         if isinstance(node, ast.Name) and node.id in self.env and _is_mutable(self.env[node.id]):
             value = self.env[node.id]
-            if any(e[1] is value or id(value) in e[3] for e in self.mock_values.values()):
-                # the run's mocks hold it (mocks.Session.values): a copy in the child would be
-                # a second object where unittest has one
-                raise Unconvertible("unittest.mock: a value configuring a mock given to the "
-                                    "solution")
+            self.refuse_mock_value(value)
             path = self.path_in_child(value) or self.move_holders(value, node.id)
-            self.env.pop(node.id)
-            self.steps.append({"run": f"{node.id} = {path or self.source(value)}",
-                               "binds": [node.id], "share": node.id in self.module_level})
-            self.child.add(node.id)
-            # `arr = original`: one list, two
+            self.bind_in_child(node.id, path or self.source(value))
+            # `arr = original`: one list, two names; both are the child's from now on, as in pytest
             for other in [n for n, v in self.env.items() if v is value]:
-                self.env.pop(other)  # names; both are the child's from now on, as in pytest
-                self.steps.append({"run": f"{other} = {node.id}", "binds": [other],
-                                   "share": other in self.module_level})
-                self.child.add(other)
+                self.bind_in_child(other, node.id)
             if any(_contains(v, {id(value)}) for v in self.env.values()) or path and _contains(
                     value, {id(v) for v in self.env.values() if _is_mutable(v)}):
                 raise Unconvertible("a mutable input is also held inside another value of the "
@@ -1217,10 +1207,7 @@ class _Unit:
         if path is not None:  # inside a holder moved before (`f(*inp)`, a loop over `inputs`)
             for n in [n for n, v in self.env.items() if id(v) in self.moved_paths
                       and _contains(v, {id(value)})]:  # `inp`, `d = inputs[0]`: the child's
-                self.steps.append({"run": f"{n} = {self.moved_paths[id(self.env[n])]}",
-                                   "binds": [n], "share": n in self.module_level})
-                self.env.pop(n)
-                self.child.add(n)
+                self.bind_in_child(n, self.moved_paths[id(self.env[n])])
             return ast.Name(id=f"({path})", ctx=ast.Load())
         # an expression that reads a value of the tests' (not one making a new value: a call, a
         # comprehension) may hand over an object the tests hold
@@ -1233,15 +1220,10 @@ class _Unit:
                                                 for v in self.env.values()):
             # `g(DATA[0])`: an item of a value of the tests', handed as the object pytest hands
             # (its holders move to the child; a later read of them sees what the solution did)
-            if any(e[1] is value or id(value) in e[3] for e in self.mock_values.values()):
-                raise Unconvertible("unittest.mock: a value configuring a mock given to the "
-                                    "solution")
+            self.refuse_mock_value(value)
             path = self.move_holders(value, "")
             for other in aliases:  # `d = DATA[0]`: d is the child's object too
-                self.env.pop(other)
-                self.steps.append({"run": f"{other} = {path}", "binds": [other],
-                                   "share": other in self.module_level})
-                self.child.add(other)
+                self.bind_in_child(other, path)
             if any(_contains(v, {id(value)}) for v in self.env.values()):
                 raise Unconvertible("a mutable input is also held inside another value of the "
                                     "test's")
@@ -1253,6 +1235,20 @@ class _Unit:
         # would unparse an int over 4,300 digits with repr(), which refuses it); parenthesised, so
         # no operator binds into it
         return ast.Name(id=f"({self.source(value)})", ctx=ast.Load())
+
+    def bind_in_child(self, name: str, source: str):
+        """`name = source` in the child: from then on the name is the child's (a module-level one
+        kept for every later test, "share")."""
+        self.env.pop(name, None)
+        self.steps.append({"run": f"{name} = {source}", "binds": [name],
+                           "share": name in self.module_level})
+        self.child.add(name)
+
+    def refuse_mock_value(self, value):
+        """The run's mocks hold `value` (mocks.Session.values): a copy in the child would be a
+        second object where unittest has one."""
+        if any(e[1] is value or id(value) in e[3] for e in self.mock_values.values()):
+            raise Unconvertible("unittest.mock: a value configuring a mock given to the solution")
 
     def path_in_child(self, value) -> str | None:
         """`CASES[1][0]`: where a value of the tests' lies inside a container already bound in the
@@ -1294,14 +1290,9 @@ class _Unit:
             raise Unconvertible("a mutable input is also held inside another value of the test's")
         for held in objects.values():
             names = [n for n, v in self.env.items() if v is held]
-            for n in names:
-                self.env.pop(n)
-                self.child.add(n)
-            self.steps.append({"run": f"{names[0]} = {self.source(held)}", "binds": [names[0]],
-                               "share": names[0] in self.module_level})
+            self.bind_in_child(names[0], self.source(held))
             for other in names[1:]:  # `__self_x = __cls_C_x`: one object, two names
-                self.steps.append({"run": f"{other} = {names[0]}", "binds": [other],
-                                   "share": other in self.module_level})
+                self.bind_in_child(other, names[0])
             self.moved.append((held, names[0]))
             self.index_moved(held, names[0])
         for i, held in found.items():
@@ -1310,10 +1301,7 @@ class _Unit:
                 if inner is None:
                     raise Unconvertible("a mutable input inside a value the child cannot index")
                 for n in [n for n, v in self.env.items() if v is held]:
-                    self.env.pop(n)
-                    self.child.add(n)
-                    self.steps.append({"run": f"{n} = {inner}", "binds": [n],
-                                       "share": n in self.module_level})
+                    self.bind_in_child(n, inner)
         path = self.path_in_child(value)
         if path is None:
             raise Unconvertible("a mutable input inside a value the child cannot index")
