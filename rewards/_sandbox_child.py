@@ -365,13 +365,14 @@ def read_attrs(value, attrs):
     return value, applied
 
 
-def raised(e, namespace, frozen=_BUILTIN_ITEMS, classes=()):
+def raised(e, namespace, frozen=_BUILTIN_ITEMS, classes=(), names=()):
     """The raised exception as data: its class's name, message, and each class of its MRO with its
     origin, decided against the builtins as they were before the solution ran: "builtins" (that very
-    builtin class), "solution" (the class the solution's module binds to that name) or "other";
-    with `classes` ((path, class) resolved before the solution ran), "paths": those whose class is
-    in the MRO (by identity, the MRO Python's issubclass walks: a metaclass's `__mro__` is not
-    read)."""
+    builtin class) or "other"; with `names` (of the solution's module, as the tests name its
+    classes), "names": [name, whether it is the raised class itself] of those bound now to a class
+    of the MRO; with `classes` ((path, class) resolved before the solution ran), "paths": those
+    whose class is in the MRO (by identity, the MRO Python's issubclass walks: a metaclass's
+    `__mro__` is not read)."""
     builtin = dict(frozen)
     kind = builtin["type"]
     whole = kind.__dict__["__mro__"].__get__(kind(e))  # the class's own MRO slot
@@ -379,10 +380,7 @@ def raised(e, namespace, frozen=_BUILTIN_ITEMS, classes=()):
     for cls in whole[:32]:
         name = getattr(cls, "__name__", "?")
         name = name if type(name) is str else "?"
-        origin = ("builtins" if builtin.get(name) is cls else "solution"
-                  if namespace.get(name) is cls
-                  else "other")
-        mro.append([name, origin])
+        mro.append([name, "builtins" if builtin.get(name) is cls else "other"])
     text = builtin["str"]
     try:  # the builtins as they were: a solution rebinding builtins.str forges nothing
         message = text(e)
@@ -402,6 +400,9 @@ def raised(e, namespace, frozen=_BUILTIN_ITEMS, classes=()):
         out["notes"] = None
     if classes:
         out["paths"] = [path for path, k in classes if any(c is k for c in whole)]
+    if names:
+        bound = [(n, namespace.get(n)) for n in names[:64] if type(n) is text]
+        out["names"] = [[n, k is whole[0]] for n, k in bound if any(c is k for c in whole)]
     return out
 
 
@@ -706,14 +707,14 @@ def run_units(units, namespace, frozen=_BUILTIN_ITEMS, dumps=json.dumps, begin=N
               classes=()) -> str:
     """Each unit in a fresh copy of the solution's namespace. Every step runs, whatever an earlier
     one raised (the child is not told which steps the tests expect to raise). Results: {"ok":
-    value[, "applied": n]} | {"ok": null} for run steps | {"exc": name, "msg": str, "mro": [[name,
-    origin], ...][, "paths": [path of `classes` in the MRO, ...]]}, each serialised to JSON the
-    moment its step returns (a list the solution returned and changes later is reported as it was
-    returned). Returns the JSON of the list of units. `frozen`: the builtins' (name, object) pairs
-    from before the solution ran, bound afresh (`__gmts_builtins`) before every step; `dumps`:
-    json.dumps taken before the solution ran (a test's `@patch('json.dumps')` or the solution's
-    rebinding does not reach the results); `begin`: tells the trainer's mocks that unit i begins
-    (_unit_sender), where the tests have mocks; `classes`: resolve_classes'."""
+    value[, "applied": n]} | {"ok": null} for run steps | raised's report for a step that raised,
+    each serialised to JSON the moment its step returns (a list the solution returned and changes
+    later is reported as it was returned). Returns the JSON of the list of units. `frozen`: the
+    builtins' (name, object) pairs from before the solution ran, bound afresh (`__gmts_builtins`)
+    before every step; `dumps`: json.dumps taken before the solution ran (a test's
+    `@patch('json.dumps')` or the solution's rebinding does not reach the results); `begin`: tells
+    the trainer's mocks that unit i begins (_unit_sender), where the tests have mocks; `classes`:
+    resolve_classes'."""
     out, shared = [], {}  # shared: the test module's own mutable names, one object for all tests
     # the solution's names and the setup's (a helper the tests call on the expected side), bound
     # again before every step: rebinding one through a caller's frame changes no later step
@@ -756,7 +757,7 @@ def run_units(units, namespace, frozen=_BUILTIN_ITEMS, dumps=json.dumps, begin=N
                     results.append('{"ok": null}')
             except BaseException as e:  # noqa: BLE001 - SystemExit in a call is a failure too
                 try:
-                    report = raised(e, namespace, frozen, classes)
+                    report = raised(e, namespace, frozen, classes, step.get("exc_names", ()))
                     if step.get("parts"):  # `as excinfo`: what the test reads of it
                         report["parts"] = exception_parts(e, step["parts"], frozen)
                     results.append(dumps(report))

@@ -717,6 +717,57 @@ def _returns_in(node) -> bool:
     return False
 
 
+# the builtin classes that catch a failure marker's exception (AssertionError; pytest.fail's)
+_CATCH_ASSERT = frozenset(("AssertionError", "Exception", "BaseException"))
+
+
+def _try_as_raises(stmt: ast.Try) -> list:
+    """`try: S; <fail> except E as e: H` (or the fail in `else:`), <fail> one of `assert False`,
+    `pytest.fail(...)`, `raise AssertionError(...)` (`self.fail` is `assert False` by then): the
+    same test as `with pytest.raises(E) as c: S` then H reading `c.value` for `e` (raises_block),
+    where E cannot catch the fail itself. Any other try: Unconvertible."""
+    def fail(s):
+        if isinstance(s, ast.Assert):
+            return "AssertionError" if isinstance(s.test, ast.Constant) and not s.test.value else ""
+        if isinstance(s, ast.Raise) and s.cause is None and s.exc is not None:
+            exc = s.exc.func if isinstance(s.exc, ast.Call) else s.exc
+            return "AssertionError" if ast.unparse(exc) == "AssertionError" else ""
+        return "BaseException" if (isinstance(s, ast.Expr) and isinstance(s.value, ast.Call)
+                                   and ast.unparse(s.value.func) == "pytest.fail") else ""
+    if len(stmt.handlers) != 1 or stmt.finalbody or stmt.handlers[0].type is None:
+        raise Unconvertible("a try other than one `except E` and no finally")
+    handler = stmt.handlers[0]
+    body, caught = stmt.body, handler.type
+    in_body = fail(body[-1]) if len(body) > 1 else ""
+    in_else = len(stmt.orelse) == 1 and fail(stmt.orelse[0])
+    if stmt.orelse and not in_else or not (in_body or in_else):
+        raise Unconvertible("a try whose body may end without a failure")
+    if in_body:
+        body = body[:-1]
+        names = {ast.unparse(e) for e in (caught.elts if isinstance(caught, ast.Tuple)
+                                          else [caught])}
+        if names & (_CATCH_ASSERT if in_body == "AssertionError" else {"BaseException"}):
+            raise Unconvertible("a try whose except catches its own failure")
+    var = f"__caught_{handler.name}" if handler.name else None
+    raises = ast.Call(func=ast.Attribute(value=ast.Name(id="pytest", ctx=ast.Load()),
+                                         attr="raises", ctx=ast.Load()),
+                      args=[caught], keywords=[])
+    item = ast.withitem(context_expr=raises,
+                        optional_vars=ast.Name(id=var, ctx=ast.Store()) if var else None)
+
+    class Caught(ast.NodeTransformer):  # `e` -> `c.value`
+        def visit_Name(self, node):
+            if node.id != handler.name:
+                return node
+            if not isinstance(node.ctx, ast.Load):
+                raise Unconvertible(f"the caught {handler.name!r} rebound")
+            return ast.Attribute(value=ast.Name(id=var, ctx=ast.Load()), attr="value",
+                                 ctx=ast.Load())
+    after = [Caught().visit(s) for s in handler.body] if var else handler.body
+    return [ast.fix_missing_locations(ast.copy_location(ast.With(items=[item], body=body), stmt)),
+            *after]
+
+
 def _side_effect_functions(method) -> set:
     """The ids of the lambdas and local function definitions (and what they hold) in `method`
     that serve only as a mock's side effect (`m.side_effect = lambda p: ...`, `def fake(url):
@@ -1018,25 +1069,49 @@ class _Unit:
             value = getattr(value, attr, None)
         return value
 
-    def builtin_exceptions(self, node) -> list | None:
-        """The names of builtin exception classes `node` is (`ValueError`, a tuple of them), or
-        None."""
-        names = []
+    def exception_classes(self, node) -> list | None:
+        """The classes `node` names (one, or a tuple of them), each a builtin exception class
+        (`ValueError`: "builtins.ValueError") or the solution's (`from solution import E`, `s.E`:
+        "solution.E", the class its module binds to that name), or None."""
+        keys = []
         for e in (node.elts if isinstance(node, ast.Tuple) else [node]):
+            own = self.solution_class(e)
+            if own is not None:
+                keys.append(f"solution.{own}")
+                continue
             cls = getattr(builtins, e.id, None) if self.is_builtin(e) else None
             if not (isinstance(cls, type) and issubclass(cls, BaseException)):
                 return None
-            names.append(e.id)
-        return names or None
+            keys.append(f"builtins.{e.id}")
+        return keys or None
+
+    def names_to_resolve(self, var: str, keys: list):
+        """The solution's names among `keys` ("solution.E"): the child resolves them when the
+        step `var` caught raises (_sandbox_child.raised's "names")."""
+        step = self.steps[self.raised[var][0]]
+        for key in keys:
+            origin, _, name = key.partition(".")
+            if origin == "solution" and name not in step.setdefault("exc_names", []):
+                step["exc_names"].append(name)
+
+    def solution_class(self, node) -> str | None:
+        """The name of the solution's that `node` reads (`E` from the solution, `s.E` after
+        `import solution as s`), or None."""
+        if isinstance(node, ast.Name) and node.id in self.child and node.id not in self.objects:
+            return node.id
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                and node.value.id in self.solution_modules and node.value.id not in self.env):
+            return node.attr
+        return None
 
     def class_of_the_raised(self, var, exc, call, further, of_type=False) -> bool:
         """The caught exception `exc` (`cm.exception`, `excinfo.value`) tested for its class
-        against builtin exception classes, rewritten in place to read the raised class's MRO
-        (_ExceptionInfo, _RaisesContext): `type(exc) == E` (`!=`, `is`, `is not`,
-        `self.assertEqual(type(exc), E)`) as `var.builtin_type == 'E'`; `isinstance(exc, E)` and
-        `self.assertIsInstance(exc, E)` (`NotIsInstance`) as `var.raised_a('E')`; with of_type,
-        `exc` is `excinfo.type` and `issubclass(exc, E)` is `var.raised_a('E')`. False where the
-        use is none of these."""
+        against builtin exception classes or the solution's (exception_classes), rewritten in place
+        to read the raised class's MRO (_ExceptionInfo, _RaisesContext): `type(exc) == E` (`!=`,
+        `is`, `is not`, `self.assertEqual(type(exc), E)`) as `var.raised_is('builtins.E')`;
+        `isinstance(exc, E)` and `self.assertIsInstance(exc, E)` (`NotIsInstance`) as
+        `var.raised_a('builtins.E')`; with of_type, `exc` is `excinfo.type` and
+        `issubclass(exc, E)` is `var.raised_a(...)`. False where the use is none of these."""
         owner = ast.Name(id=var, ctx=ast.Load())
         if not (isinstance(call, ast.Call) and call.args and call.args[0] is exc
                 and not call.keywords and isinstance(call.func, ast.Name)):
@@ -1045,12 +1120,13 @@ class _Unit:
             if not (call.func.id == "issubclass" and self.is_builtin(call.func)
                     and len(call.args) == 2):
                 return False
-            names = self.builtin_exceptions(call.args[1])
+            names = self.exception_classes(call.args[1])
             if names is None:
                 raise Unconvertible("issubclass of the raised class against a class that is no "
-                                    "builtin exception")
+                                    "builtin exception or the solution's")
             call.func = ast.Attribute(value=owner, attr="raised_a", ctx=ast.Load())
             call.args = [ast.Constant(value=n) for n in names]
+            self.names_to_resolve(var, names)
             return True
         if call.func.id == "type" and self.is_builtin(call.func) and len(call.args) == 1:
             if isinstance(further, ast.Compare):
@@ -1062,22 +1138,23 @@ class _Unit:
                                             "__unittest_assertNotEqual")
                     and len(further.args) == 2 and not further.keywords):
                 other = further.args[1] if further.args[0] is call else further.args[0]
-                names = self.builtin_exceptions(other)
+                names = self.exception_classes(other)
                 if names is None or len(names) != 1 or isinstance(other, ast.Tuple):
                     raise Unconvertible("type() of the caught exception against a class that is "
-                                        "no builtin exception")
-                further.args = [ast.Attribute(value=owner, attr="builtin_type", ctx=ast.Load()),
-                                ast.Constant(value=names[0])]
+                                        "no builtin exception or the solution's")
+                self.names_to_resolve(var, names)
+                further.args = [_call(owner, "raised_is", names[0]), ast.Constant(value=True)]
                 return True
             raise Unconvertible("type() of the caught exception other than compared")
         instance = (call.func.id == "isinstance" and self.is_builtin(call.func)) or (
             call.func.id in ("__unittest_assertIsInstance", "__unittest_assertNotIsInstance"))
         if not (instance and len(call.args) == 2):
             return False
-        names = self.builtin_exceptions(call.args[1])
+        names = self.exception_classes(call.args[1])
         if names is None:
             raise Unconvertible("isinstance of the caught exception against a class that is no "
-                                "builtin exception")
+                                "builtin exception or the solution's")
+        self.names_to_resolve(var, names)
         test = ast.Call(func=ast.Attribute(value=owner, attr="raised_a", ctx=ast.Load()),
                         args=[ast.Constant(value=n) for n in names], keywords=[])
         if call.func.id == "isinstance":
@@ -1089,21 +1166,24 @@ class _Unit:
         return True
 
     def type_as_builtin_name(self, node, compare, operand=None):
-        """`excinfo.type is E` (`is not`, `==`, `!=`, either side; E a builtin exception class),
-        rewritten in place as `excinfo.builtin_type == 'E'` (`!=`): the raised class's name where
-        it IS that builtin (_ExceptionInfo); any other use of `excinfo.type`: Unconvertible."""
+        """`excinfo.type is E` (`is not`, `==`, `!=`, either side; E a builtin exception class or
+        the solution's), rewritten in place as `excinfo.raised_is('builtins.E') == True` (`!=`):
+        the raised class is that class (_ExceptionInfo); any other use of `excinfo.type`:
+        Unconvertible."""
         ops = {ast.Is: ast.Eq, ast.Eq: ast.Eq, ast.IsNot: ast.NotEq, ast.NotEq: ast.NotEq}
         if not (isinstance(compare, ast.Compare) and len(compare.ops) == 1
                 and type(compare.ops[0]) in ops):
-            raise Unconvertible("excinfo.type other than compared with a builtin exception")
+            raise Unconvertible("excinfo.type other than compared with an exception class")
         operand = node if operand is None else operand     # `type(exc)`: the node compared
         other = compare.comparators[0] if compare.left is operand else compare.left
-        names = self.builtin_exceptions(other)
+        names = self.exception_classes(other)
         if names is None or isinstance(other, ast.Tuple):
-            raise Unconvertible("excinfo.type other than compared with a builtin exception")
-        compare.left = ast.Attribute(value=node.value, attr="builtin_type", ctx=ast.Load())
+            raise Unconvertible("excinfo.type other than compared with a builtin exception or "
+                                "the solution's")
+        self.names_to_resolve(node.value.id, names)
+        compare.left = _call(node.value, "raised_is", names[0])
         compare.ops = [ops[type(compare.ops[0])]()]
-        compare.comparators = [ast.Constant(value=other.id)]
+        compare.comparators = [ast.Constant(value=True)]
 
     def is_builtin(self, node) -> bool:
         return (isinstance(node, ast.Name) and node.id in BUILTIN_NAMES
@@ -1590,6 +1670,10 @@ class _Unit:
         before = len(self.checks)
         if self.mock_values:
             self.defer_mock_values()
+        if isinstance(stmt, ast.Try):  # `try: f(-1); assert False except E: ...`
+            for s in _try_as_raises(copy.deepcopy(stmt)):
+                self.statement(s)
+            return
         if self.raised and not isinstance(stmt, (ast.For, ast.If, ast.With)):
             self.raised_parts(stmt)
         if isinstance(stmt, ast.With) and _returns_in(stmt):
@@ -2300,11 +2384,9 @@ class _Unit:
         expected = []
         for e in (exc.elts if isinstance(exc, ast.Tuple) else [exc]):
             path = self.dotted(e)
-            if isinstance(e, ast.Name) and e.id in self.child and e.id not in self.objects:
-                expected.append((e.id, "solution"))  # `from solution import InvalidInput`
-            elif (isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name)
-                  and e.value.id in self.solution_modules and e.value.id not in self.env):
-                expected.append((e.attr, "solution"))  # `import solution`: solution.InvalidInput
+            own = self.solution_class(e)  # `from solution import E`, `solution.E`
+            if own is not None:
+                expected.append((own, "solution"))
             elif path is not None and path.startswith("builtins."):
                 builtin = getattr(builtins, e.id, None)
                 if not (isinstance(builtin, type) and issubclass(builtin, BaseException)):
@@ -2340,6 +2422,9 @@ class _Unit:
                 raise Unconvertible("pytest.raises around code that is not a call of the "
                                     "solution's")
         self.steps.append({"run": "\n".join(lines), "binds": binds})
+        own = [name for name, origin in expected if origin == "solution"]
+        if own:  # resolved by the child when the step raises
+            self.steps[-1]["exc_names"] = own
         names = ()
         if var is not None:  # `as excinfo` / `as cm`: what the test reads of it crosses as data
             self.assign(var, ast.Constant(value=None))  # what the name held is forgotten
@@ -2370,7 +2455,7 @@ class _Unit:
             if (isinstance(up, ast.Attribute) and up.attr == "match" and accessor == "value"
                     and isinstance(above, ast.Call) and above.func is up):
                 continue  # pytest's ExceptionInfo.match: searched here, in the message
-            if isinstance(up, ast.Attribute) and up.attr in ("builtin_type", "raised_a") or (
+            if isinstance(up, ast.Attribute) and up.attr in ("raised_is", "raised_a") or (
                     accessor == "value" and isinstance(up, ast.Attribute)
                     and up.attr == "typename"):
                 continue  # the raised class, read from its MRO (below: what they rewrite)
@@ -2398,6 +2483,12 @@ class _Unit:
                                     "a public attribute")
             elif above.func.id == "repr" and "__repr__" not in self.steps[step]["parts"]:
                 self.steps[step]["parts"].append("__repr__")
+
+
+def _call(owner, method: str, *args) -> ast.Call:
+    """`owner.method(*args)`, args constants."""
+    return ast.Call(func=ast.Attribute(value=owner, attr=method, ctx=ast.Load()),
+                    args=[ast.Constant(value=a) for a in args], keywords=[])
 
 
 def _is_raises(node) -> bool:
@@ -2765,7 +2856,7 @@ class _CaseClass:
             raise Unconvertible(f"the signature of {method}")
         effects = _side_effect_functions(member)  # lambdas and local defs a mock runs
         if any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda,
-                              ast.Global, ast.Nonlocal, ast.Yield, ast.YieldFrom, ast.Try))
+                              ast.Global, ast.Nonlocal, ast.Yield, ast.YieldFrom))
                and id(n) not in effects for b in member.body for n in ast.walk(b)):
             raise Unconvertible(f"{method} defines, yields or catches")
         returns = [n for b in member.body for n in ast.walk(b) if isinstance(n, ast.Return)
@@ -2805,6 +2896,11 @@ class _CaseClass:
                 if node.id in local:
                     node.id = prefix + node.id
                 return node
+
+            def visit_ExceptHandler(self, node):  # `except E as e`: e is a local name too
+                if node.name in local:
+                    node.name = prefix + node.name
+                return self.generic_visit(node)
         body = [Rename().visit(copy.deepcopy(b)) for b in member.body]
         if returns:
             value = body[-1].value or ast.Constant(value=None)
@@ -2878,11 +2974,13 @@ class _CaseClass:
                                                    comparators=[call.args[1]]))
             elif name in UNITTEST_ASSERTS:
                 call.func = ast.Name(id=f"__unittest_{name}", ctx=ast.Load())
-        if isinstance(stmt, (ast.For, ast.If, ast.With)):
-            for part in ("body", "orelse"):
+        if isinstance(stmt, (ast.For, ast.If, ast.With, ast.Try)):
+            for part in ("body", "orelse", "finalbody"):
                 if hasattr(stmt, part):
                     setattr(stmt, part, [s for b in getattr(stmt, part)
                                          for s in self.statement(b, owner, depth)])
+            for handler in getattr(stmt, "handlers", ()):
+                handler.body = [s for b in handler.body for s in self.statement(b, owner, depth)]
         return [*hoisted, self.attributes(stmt)]
 
     def hoist(self, stmt, owner: str, depth: int) -> list:
@@ -3869,17 +3967,14 @@ def _match_text(result: dict, notes: bool):
 
 
 def _raised(result: dict, expected: tuple, match: str | None, text: str | None) -> bool:
-    """The step raised one of `expected` (by the child's report of the raised class's MRO: each
-    class's name and whether it IS the builtin, or the solution's, of that name; for a class of a
-    module the tests import, its path among the child's `paths`), with a message
-    that `match` finds."""
-    if "exc" not in result or not isinstance(result.get("mro"), list):
+    """The step raised one of `expected` (by the child's report of the raised class: each class
+    of its MRO with whether it IS the builtin of that name; the names of the solution's module and
+    the paths of the tests' modules whose class is in the MRO), with a message that `match`
+    finds."""
+    if "exc" not in result:
         return False
-    mro = {(c[0], c[1]) for c in result["mro"] if isinstance(c, list) and len(c) == 2}
-    paths = result.get("paths")
-    paths = {p for p in paths if isinstance(p, str)} if isinstance(paths, list) else set()
-    if not any(name in paths if origin == "module" else (name, origin) in mro
-               for name, origin in expected):
+    found = _RaisedClass(result).keys
+    if not any(f"{origin}.{name}" in found for name, origin in expected):
         return False
     if match is None:
         return True
@@ -3934,31 +4029,41 @@ class _Caught:
 
 
 class _RaisedClass:
-    """The raised class as the child reported it (mro: [name, origin] of each class of its MRO):
-    `typename` (pytest's: its name), `builtin_type` (its name where it IS that builtin, else None)
-    and `raised_a(*names)` (isinstance against those builtins). Plan building rewrites a test's
-    `excinfo.type is E`, `type(cm.exception) == E`, `isinstance(cm.exception, E)` and
-    `issubclass(excinfo.type, E)` to these."""
+    """The raised class as the child reported it (_sandbox_child.raised: "mro", [name, origin] of
+    each class of its MRO; "names", [name, whether it is the class itself] of the solution's names
+    bound to a class of it; "paths", the tests' modules' classes in it): `typename` (pytest's: its
+    name), `keys` ("builtins.E", "solution.E", "module.path" of the classes it is an instance of),
+    `raised_is(key)` (it is that very class) and `raised_a(*keys)` (isinstance). Plan building
+    rewrites a test's `excinfo.type is E`, `type(cm.exception) == E`, `isinstance(cm.exception,
+    E)` and `issubclass(excinfo.type, E)` to these."""
 
-    def __init__(self, mro):
-        pairs = [tuple(c) for c in mro if isinstance(c, list) and len(c) == 2] if isinstance(
-            mro, list) else []
-        first = mro[0] if isinstance(mro, list) and mro else None
-        name, origin = first if isinstance(first, list) and len(first) == 2 else (None, None)
-        self.typename = name if isinstance(name, str) else None   # None: a malformed report
-        self.builtin_type = self.typename if origin == "builtins" else None
-        self.__builtins = {n for n, o in pairs if o == "builtins" and isinstance(n, str)}
+    def __init__(self, report: dict):
+        def pairs(field):
+            got = report.get(field)
+            return [c for c in got if isinstance(c, list) and len(c) == 2 and isinstance(
+                c[0], str)] if isinstance(got, list) else []
+        mro, names, paths = pairs("mro"), pairs("names"), report.get("paths")
+        self.typename = mro[0][0] if mro else None   # None: a malformed report
+        self.keys = ({f"builtins.{n}" for n, o in mro if o == "builtins"}
+                     | {f"solution.{n}" for n, _ in names}
+                     | {f"module.{p}" for p in (paths if isinstance(paths, list) else ())
+                        if isinstance(p, str)})
+        self.__itself = ({f"builtins.{mro[0][0]}"} if mro and mro[0][1] == "builtins" else set()
+                         ) | {f"solution.{n}" for n, first in names if first is True}
 
-    def raised_a(self, *names) -> bool:
-        return any(n in self.__builtins for n in names)
+    def raised_is(self, key) -> bool:
+        return key in self.__itself
+
+    def raised_a(self, *keys) -> bool:
+        return any(k in self.keys for k in keys)
 
 
 class _ExceptionInfo(_RaisedClass):
     """pytest's ExceptionInfo as a test reads it here: `.value`, `.match(regexp)`, `.typename` and
     `.type` compared with, or a subclass of, builtin exception classes (_RaisedClass)."""
 
-    def __init__(self, caught: _Caught, text: str | None, mro: list):
-        super().__init__(mro)
+    def __init__(self, caught: _Caught, text: str | None, report: dict):
+        super().__init__(report)
         self.value, self.__text = caught, text      # text: the message and its notes (_match_text)
 
     def match(self, regexp) -> bool:
@@ -3971,8 +4076,8 @@ class _RaisesContext(_RaisedClass):
     """unittest's assertRaises context as a test reads it afterwards: `.exception`, its class
     (_RaisedClass)."""
 
-    def __init__(self, caught: _Caught, mro: list):
-        super().__init__(mro)
+    def __init__(self, caught: _Caught, report: dict):
+        super().__init__(report)
         self.exception = caught
 
 
@@ -4030,9 +4135,10 @@ def judge_unit(unit: Unit, results, handles=(), given=frozenset(), mock_values=(
                 return False
             if check.names:  # `as excinfo`: what the test reads of it, from the child's data
                 caught = _Caught(results[check.step])
-                mro = results[check.step].get("mro")
-                values[check.names[0]] = (_RaisesContext(caught, mro) if check.info == "unittest"
-                                          else _ExceptionInfo(caught, text, mro))
+                report = results[check.step]
+                values[check.names[0]] = (_RaisesContext(caught, report)
+                                          if check.info == "unittest"
+                                          else _ExceptionInfo(caught, text, report))
             continue
         env = {k: handles[v.id] if isinstance(v, MockRef) else mock_values[v.id] if isinstance(
             v, ValueRef) else v for k, v in check.env.items()} if handles else check.env

@@ -245,25 +245,147 @@ def test_bad():
 def test_good():
     assert s.parse('1') == 1
 """
+THE_TYPE_THROUGH_THE_MODULE = """import pytest
+import solution as s
+
+def test_bad():
+    with pytest.raises(ValueError) as c:
+        s.parse('x')
+    assert c.type is s.ParseError
+
+def test_good():
+    assert s.parse('1') == 1
+"""
 PARSE_ERROR = "class ParseError(ValueError):\n    pass\n\n"
 RAISING = "def parse(t):\n    if not t.isdigit():\n        raise {}(t)\n    return int(t)\n"
 
 
-@pytest.mark.parametrize("solution,expected", [
-    (PARSE_ERROR + RAISING.format("ParseError"), 1.0),
-    (PARSE_ERROR + "class Sub(ParseError):\n    pass\n\n" + RAISING.format("Sub"), 1.0),
-    (PARSE_ERROR + RAISING.format("ValueError"), 0.0),      # its parent: not the class named
-    ("ParseError = ValueError\n\n" + RAISING.format("KeyError"), 0.0),
-], ids=["own_class", "subclass", "parent", "other"])
-def test_a_class_of_the_solution_named_through_its_module(tmp_path, solution, expected):
-    """`import solution as s` ... `pytest.raises(s.ParseError)`: the class the solution's module
-    binds to that name, judged by the trainer from the raised class's MRO, as pytest judges it."""
+@pytest.mark.parametrize("tests,solution,expected", [
+    (THROUGH_THE_MODULE, PARSE_ERROR + RAISING.format("ParseError"), 1.0),
+    (THROUGH_THE_MODULE, PARSE_ERROR + "class Sub(ParseError):\n    pass\n\n"
+     + RAISING.format("Sub"), 1.0),
+    (THROUGH_THE_MODULE, PARSE_ERROR + RAISING.format("ValueError"), 0.0),  # its parent
+    (THROUGH_THE_MODULE, "ParseError = ValueError\n\n" + RAISING.format("KeyError"), 0.0),
+    (THROUGH_THE_MODULE, "ParseError = ValueError\n\n" + RAISING.format("ValueError"), 1.0),
+    (THE_TYPE_THROUGH_THE_MODULE, PARSE_ERROR + RAISING.format("ParseError"), 1.0),
+    (THE_TYPE_THROUGH_THE_MODULE, PARSE_ERROR + "class Sub(ParseError):\n    pass\n\n"
+     + RAISING.format("Sub"), 0.0),
+    (THE_TYPE_THROUGH_THE_MODULE, "ParseError = ValueError\n\n" + RAISING.format("ValueError"),
+     1.0),
+], ids=["own_class", "subclass", "parent", "other", "alias", "type_own", "type_subclass",
+        "type_alias"])
+def test_a_class_of_the_solution_named_through_its_module(tmp_path, tests, solution, expected):
+    """`import solution as s` ... `pytest.raises(s.ParseError)` or `c.type is s.ParseError`: the
+    class the solution's module binds to that name, judged by the trainer from the raised class's
+    MRO, as pytest judges it."""
     (tmp_path / "solution.py").write_text(solution)
-    (tmp_path / "test_through.py").write_text(THROUGH_THE_MODULE)
+    (tmp_path / "test_through.py").write_text(tests)
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                           str(tmp_path)], check=False, cwd=tmp_path, env=PLAIN_PYTEST,
                          capture_output=True, text=True, timeout=120)
     assert (run.returncode == 0) == (expected == 1.0), run.stdout[-2000:]
-    plan = testplan.build_plan(THROUGH_THE_MODULE)
-    assert plan.harness is None and plan.trusted == 2
-    assert scores(block(solution), THROUGH_THE_MODULE) == (expected, expected)
+    plan = testplan.build_plan(tests)
+    assert plan.harness is None and plan.trusted == (2 if tests is THROUGH_THE_MODULE else 3)
+    assert scores(block(solution), tests) == (expected, expected)
+
+
+# ---------------------------------------------- a try in a test; the caught class of the solution's
+
+RAISER = "def f(x):\n    if x < 0:\n        raise {}('neg')\n    return x\n"
+OWN = "class E(ValueError):\n    pass\n\n\nclass F(E):\n    pass\n\n\n"
+CAUGHT_ANSWERS = (
+    RAISER.format("ValueError"),                          # the builtin the tests name
+    RAISER.replace("'neg'", "'other'").format("ValueError"),  # another message
+    "def f(x):\n    return x\n",                          # raises nothing
+    RAISER.format("TypeError"),                           # another class
+    OWN + RAISER.format("E"),                             # the solution's own class
+    OWN + RAISER.format("F"),                             # a subclass of it
+    OWN + RAISER.format("KeyError"),                      # a builtin of another family
+    "E = ValueError\n\n" + RAISER.format("ValueError"),   # its name for a builtin
+    "class _E(ValueError):\n    pass\n\n\nE = _E\n\n" + RAISER.format("E"),  # another name
+)
+TRY = {  # each the same test as `with pytest.raises(...) as c` then the handler reading c.value
+    "assert_false_in_body": ("def test_a():\n    try:\n        f(-1)\n        assert False, 'no'\n"
+                             "    except ValueError as e:\n        assert str(e) == 'neg'\n"),
+    "fail_in_else": ("def test_a():\n    try:\n        f(-1)\n    except (ValueError, TypeError)"
+                     " as e:\n        assert e.args[0] == 'neg'\n    else:\n"
+                     "        raise AssertionError('no')\n"),
+    "pytest_fail": ("import pytest\n\ndef test_a():\n    try:\n        f(-1)\n"
+                    "        pytest.fail('no')\n    except Exception as e:\n"
+                    "        assert 'neg' in str(e)\n"),
+    "in_a_loop": ("def test_a():\n    for bad in (-1, -2):\n        try:\n            f(bad)\n"
+                  "            assert False\n        except ValueError:\n            pass\n"
+                  "    assert f(3) == 3\n"),
+    "solutions_class": ("def test_a():\n    try:\n        f(-1)\n        assert False\n"
+                        "    except E as e:\n        assert str(e) == 'neg'\n"),
+    "unittest_else_fail": (
+        "import unittest\n\nclass T(unittest.TestCase):\n    def test_a(self):\n"
+        "        for bad in (-1, -2):\n            with self.subTest(bad=bad):\n"
+        "                try:\n                    f(bad)\n"
+        "                except ValueError as err:\n"
+        "                    self.assertIn('neg', str(err))\n                else:\n"
+        "                    self.fail('no')\n"),
+    "the_class_itself": ("import pytest\n\ndef test_a():\n    with pytest.raises(ValueError) as c:"
+                         "\n        f(-1)\n    assert c.type is E\n"),
+    "isinstance_of_the_value": ("import pytest\n\ndef test_a():\n    with pytest.raises(Exception)"
+                                " as c:\n        f(-1)\n    assert isinstance(c.value, E)\n"),
+    "issubclass_of_the_type": ("import pytest\n\ndef test_a():\n    with pytest.raises(Exception)"
+                               " as c:\n        f(-1)\n"
+                               "    assert issubclass(c.type, (E, IndexError))\n"),
+    "unittest_type_equal": (
+        "import unittest\n\nclass T(unittest.TestCase):\n    def test_a(self):\n"
+        "        with self.assertRaises(ValueError) as cm:\n            f(-1)\n"
+        "        self.assertEqual(type(cm.exception), E)\n"
+        "        self.assertIsInstance(cm.exception, ValueError)\n"),
+    "unittest_not_instance": (
+        "import unittest\n\nclass T(unittest.TestCase):\n    def test_a(self):\n"
+        "        with self.assertRaises(Exception) as cm:\n            f(-1)\n"
+        "        self.assertNotIsInstance(cm.exception, E)\n"),
+}
+NEEDS_E = ("solutions_class", "the_class_itself", "isinstance_of_the_value",
+           "issubclass_of_the_type", "unittest_type_equal", "unittest_not_instance")
+
+
+@pytest.mark.parametrize("name", sorted(TRY))
+def test_a_try_and_the_caught_class_judged_as_pytest_runs_them(name):
+    """A test's `try: f(-1); assert False / except E as e: ...` (the failure in the body, where
+    the except cannot catch it, or in `else:`), and the caught class compared with a class of the
+    solution's (`c.type is E`, `isinstance(c.value, E)`, `assertEqual(type(cm.exception), E)`), E
+    as the solution's module binds it when the step raised (an alias of a builtin, a class of
+    another name): judged by the trainer, as pytest says."""
+    from test_code_reward_round5 import verdict
+    tests = TRY[name]
+    answers = tuple(a for a in CAUGHT_ANSWERS if name not in NEEDS_E or "E = " in a
+                    or "class E(" in a)
+    wants = {a: verdict(TRY, answers, name, a) for a in answers}
+    assert 0.0 in wants.values() and 1.0 in wants.values()
+    for answer, want in wants.items():
+        assert scores(block(answer), tests) == (want, want), answer
+    assert testplan.build_plan(tests).harness is None
+
+
+TRY_LEFT = {  # not the same test as a raises block: pytest runs them
+    "except_catches_the_failure": ("def test_a():\n    try:\n        f(-1)\n        assert False\n"
+                                   "    except Exception:\n        pass\n"),
+    "no_failure_if_nothing_raises": ("def test_a():\n    try:\n        f(-1)\n"
+                                     "    except ValueError as e:\n"
+                                     "        assert str(e) == 'neg'\n"),
+    "two_handlers": ("def test_a():\n    try:\n        f(-1)\n        assert False\n"
+                     "    except ValueError:\n        pass\n    except TypeError:\n"
+                     "        assert False\n"),
+    "finally": ("def test_a():\n    try:\n        f(-1)\n        assert False\n"
+                "    except ValueError:\n        pass\n    finally:\n        f(0)\n"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TRY_LEFT))
+def test_a_try_of_another_meaning_is_left_to_pytest(name):
+    """`except Exception` around the body's own `assert False` (it always passes), no failure when
+    nothing raises, two handlers, a `finally`: the harness runs it (default mode, pytest's
+    verdict), trusted_only refuses it with the reason."""
+    from test_code_reward_round5 import verdict
+    plan = testplan.build_plan(TRY_LEFT[name])
+    assert plan.harness is not None and "try" in plan.refusal
+    for answer in CAUGHT_ANSWERS[:4]:
+        want = verdict(TRY_LEFT, CAUGHT_ANSWERS[:4], name, answer)
+        assert scores(block(answer), TRY_LEFT[name]) == (want, 0.0), answer
