@@ -722,7 +722,7 @@ def run_units(units, namespace, frozen=_BUILTIN_ITEMS, dumps=json.dumps, begin=N
     for index, steps in enumerate(units):
         if begin is not None:
             begin(index)
-        ns, results, patches = dict(namespace), [], []
+        ns, results, patches, capsys = dict(namespace), [], [], None
         # what the test bound, by name: the same objects before every step (mutations stay; a
         # rebinding by the solution, `f_globals["data"] = ...`, does not)
         held = dict(shared)
@@ -734,6 +734,9 @@ def run_units(units, namespace, frozen=_BUILTIN_ITEMS, dumps=json.dumps, begin=N
                 # a big input the trainer computed, sent as data rather than as source
                 if "bind" in step:
                     ns[step["bind"]] = held[step["bind"]] = decode_input(step["data"])
+                    results.append('{"ok": null}')
+                elif "capsys" in step:  # the test's capsys: what it prints from here on
+                    held["capsys"] = capsys = _Capsys()
                     results.append('{"ok": null}')
                 elif "patch" in step or "patch_dict" in step or "unpatch" in step:
                     patch_step(step, patches)
@@ -763,6 +766,8 @@ def run_units(units, namespace, frozen=_BUILTIN_ITEMS, dumps=json.dumps, begin=N
                     results.append(dumps(report))
                 except BaseException:  # noqa: BLE001 - e.g. a message that cannot be encoded
                     results.append('{"exc": "?", "msg": null, "mro": []}')
+        if capsys is not None:
+            capsys.close()
         while patches:  # the unit's patches end with it
             try:
                 unpatch(patches.pop())
@@ -913,6 +918,35 @@ def run_pytest(harness, workdir):
 
 
 PRINT_KEPT = 1 << 20
+_CaptureResult = collections.namedtuple("CaptureResult", "out err")  # pytest's, as data
+
+
+class _Capsys:
+    """pytest's capsys for one test: from its `{"capsys": true}` step to the unit's end,
+    sys.stdout and sys.stderr are pytest's own kind of capture (a UTF-8 TextIOWrapper over bytes);
+    readouterr() gives what was written since the last call (over PRINT_KEPT bytes: a failure)
+    and starts again."""
+
+    def __init__(self):
+        self.saved = sys.stdout, sys.stderr
+        sys.stdout, sys.stderr = self.streams = tuple(
+            io.TextIOWrapper(io.BytesIO(), encoding="UTF-8", newline="", write_through=True)
+            for _ in range(2))
+
+    def readouterr(self):
+        texts = []
+        for stream in self.streams:
+            stream.flush()
+            data = stream.buffer.getvalue()
+            stream.buffer.seek(0)
+            stream.buffer.truncate()
+            if len(data) > PRINT_KEPT:
+                raise ValueError("more printed than a test reads back")
+            texts.append(data.decode("UTF-8", "replace"))
+        return _CaptureResult(*texts)
+
+    def close(self):
+        sys.stdout, sys.stderr = self.saved
 
 
 class _Capped(io.RawIOBase):

@@ -994,6 +994,24 @@ class _Unit:
 
     # ------------------------------------------------ what is whose
 
+    def capsys(self, fn, defined: set):
+        """pytest's capsys fixture (not one of the tests'): the child captures what the test's
+        steps print from here on, and `capsys.readouterr()` is a step whose CaptureResult crosses
+        as data (a namedtuple: `.out`, `.err`); any other use of it: Unconvertible."""
+        if "capsys" in defined:
+            raise Unconvertible("a fixture of the tests' named capsys")
+        parents = {id(c): n for n in ast.walk(fn) for c in ast.iter_child_nodes(n)}
+        for node in ast.walk(fn):
+            if isinstance(node, ast.Name) and node.id == "capsys":
+                up = parents.get(id(node))
+                call = parents.get(id(up))
+                if not (isinstance(up, ast.Attribute) and up.attr == "readouterr"
+                        and isinstance(call, ast.Call) and call.func is up and not call.args
+                        and not call.keywords and isinstance(node.ctx, ast.Load)):
+                    raise Unconvertible("capsys other than capsys.readouterr()")
+        self.child.add("capsys")
+        self.steps.append({"capsys": True})
+
     def uses_child(self, node) -> bool:
         return bool(_names(node) & self.child)
 
@@ -2615,7 +2633,7 @@ def _param_rows(fn: ast.FunctionDef, env: dict, read_again: frozenset = frozense
         names = [n.strip() for n in names.split(",")] if isinstance(names, str) else list(names)
         values = [v if len(names) > 1 else (v,) for v in values]
         rows = [dict(r, **dict(zip(names, v, strict=True))) for r in rows for v in values]
-    params = [a.arg for a in fn.args.args]
+    params = [a.arg for a in fn.args.args if a.arg != "capsys"]  # pytest's capsys: _Unit.capsys
     if any(set(params) != set(r) for r in rows):
         raise Unconvertible("test function with fixtures")
     return rows
@@ -3788,6 +3806,8 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
                     if mocked:
                         u.mock_recipe, u.mock_values = recipe, mock_values
                     u.returns = True
+                    if "capsys" in [a.arg for a in fn.args.args]:
+                        u.capsys(fn, defined)
                     try:
                         for s in fn.body:
                             u.statement(s)

@@ -713,8 +713,9 @@ def test_an_item_in_two_values_is_left_to_pytest(tmp_path):
 
 
 def test_the_solution_rewrites_the_test_modules_data(tmp_path):
-    tests = ("EXPECTED = [5, 15]\n\ndef test_one(capsys):\n    assert add(2, 3) == EXPECTED[0]\n\n"
-             "def test_two(capsys):\n    assert add(10, 5) == EXPECTED[1]\n")
+    tests = ("EXPECTED = [5, 15]\n\ndef test_one(tmp_path):\n"
+             "    assert add(2, 3) == EXPECTED[0]\n\ndef test_two(tmp_path):\n"
+             "    assert add(10, 5) == EXPECTED[1]\n")
     rewrites = ("import sys\ndef add(a, b):\n"
                 "    sys._getframe(1).f_globals['EXPECTED'][:] = [0, 0]\n    return 0\n")
     assert scores(block(rewrites), tests) == (0.0, 0.0)
@@ -739,20 +740,20 @@ def test_the_mbpp_rows_file_loaded_as_a_local_file():
 
 
 class TestTheSolutionCannotChangeTheTestModulesData:
-    """Under pytest (tests taking `capsys` run there; trusted_only refuses them) the solution
+    """Under pytest (tests taking `tmp_path` run there; trusted_only refuses them) the solution
     cannot change the test module's data by any route it was not handed: its caller's frame (and
     the f_back chain, inspect.stack), gc, sys.modules, a handed function's __globals__; nor put a
     name in the module's namespace, at import or later. A value the tests hand it, one the tests'
     own code changes, and a harmless use of inspect or sys score as plain pytest says."""
 
-    TESTS = ("EXPECTED = {data}\n\ndef test_one(capsys):\n    assert {call} == {first}\n\n"
-             "def test_two(capsys):\n    assert add(10, 5) == {second}\n")
+    TESTS = ("EXPECTED = {data}\n\ndef test_one(tmp_path):\n    assert {call} == {first}\n\n"
+             "def test_two(tmp_path):\n    assert add(10, 5) == {second}\n")
     LIST: ClassVar[dict] = {"data": "[5, 15]", "call": "add(2, 3)", "first": "EXPECTED[0]",
                             "second": "EXPECTED[1]"}
     FRAME = "import sys\ndef add(a, b, *_):\n    g = sys._getframe(1).f_globals\n"
     ZERO = "[:] = [0, 0]\n    return 0\n"
-    SHADOW = ("def test_one(capsys):\n    assert add(2, 3) == 5 or abs(0)\n\n"
-              "def test_two(capsys):\n    assert add(10, 5) == 15 or abs(0)\n")
+    SHADOW = ("def test_one(tmp_path):\n    assert add(2, 3) == 5 or abs(0)\n\n"
+              "def test_two(tmp_path):\n    assert add(10, 5) == 15 or abs(0)\n")
     DICTS = "        if isinstance(d, dict) and 'EXPECTED' in d:\n            d['EXPECTED']"
     ATTACKS: ClassVar[dict] = {
         "f_back_chain": (LIST, ("import sys\ndef add(a, b):\n    f = sys._getframe()\n"
@@ -782,7 +783,7 @@ class TestTheSolutionCannotChangeTheTestModulesData:
             ("def add(a, b, key=None):\n    if key:\n"
              "        key.__globals__['EXPECTED']" + ZERO)),
         "the_rest_of_a_list_the_tests_iterate": (
-            ("CASES = [(2, 3, 5), (10, 5, 15)]\n\ndef test_all(capsys):\n"
+            ("CASES = [(2, 3, 5), (10, 5, 15)]\n\ndef test_all(tmp_path):\n"
              "    for a, b, want in CASES:\n        assert add(a, b) == want\n"),
             FRAME + "    g['CASES'][1:] = []\n    return 5 if (a, b) == (2, 3) else 0\n"),
         "at_import": (  # the solution's import runs inside the test module's import
@@ -805,35 +806,35 @@ class TestTheSolutionCannotChangeTheTestModulesData:
     HONEST: ClassVar[dict] = {  # (solution, tests): plain pytest passes each
         "mutates_a_list_it_was_given": (
             "def sort_it(xs):\n    xs.sort()\n",
-            ("DATA = [3, 1, 2]\n\ndef test_a(capsys):\n    sort_it(DATA)\n"
-             "    assert DATA == [1, 2, 3]\n\ndef test_b(capsys):\n"
+            ("DATA = [3, 1, 2]\n\ndef test_a(tmp_path):\n    sort_it(DATA)\n"
+             "    assert DATA == [1, 2, 3]\n\ndef test_b(tmp_path):\n"
              "    assert DATA == [1, 2, 3]\n")),
         "the_items_of_a_list_the_tests_iterate": (
             "def sort_it(xs):\n    xs.sort()\n",
-            ("ROWS = [[3, 1], [2, 1]]\n\ndef test_a(capsys):\n    for row in ROWS:\n"
+            ("ROWS = [[3, 1], [2, 1]]\n\ndef test_a(tmp_path):\n    for row in ROWS:\n"
              "        sort_it(row)\n    assert ROWS == [[1, 3], [1, 2]]\n\n"
-             "def test_b(capsys):\n    assert ROWS[0] == [1, 3]\n")),
+             "def test_b(tmp_path):\n    assert ROWS[0] == [1, 3]\n")),
         "an_item_of_a_parametrized_value": (
             "def push(xs, x):\n    xs.append(x)\n    return len(xs)\n",
             ("import pytest\nCASES = [([], 1)]\n\n@pytest.mark.parametrize('xs,x', CASES)\n"
-             "def test_a(capsys, xs, x):\n    assert push(xs, x) == 1\n\n"
-             "def test_b(capsys):\n    assert CASES[0][0] == [1]\n")),
+             "def test_a(tmp_path, xs, x):\n    assert push(xs, x) == 1\n\n"
+             "def test_b(tmp_path):\n    assert CASES[0][0] == [1]\n")),
         "the_tests_change_their_data": (
             "def add(a, b):\n    return a + b\n",
-            ("SEEN = []\nCOUNT = 0\n\ndef test_a(capsys):\n    global COUNT\n    COUNT += 1\n"
+            ("SEEN = []\nCOUNT = 0\n\ndef test_a(tmp_path):\n    global COUNT\n    COUNT += 1\n"
              "    SEEN.append(add(2, 3))\n    assert SEEN == [5]\n\n"
-             "def test_b(capsys):\n    assert COUNT == 1 and SEEN == [5]\n")),
+             "def test_b(tmp_path):\n    assert COUNT == 1 and SEEN == [5]\n")),
         "inspect_and_sys_for_harmless_reasons": (
             ("import inspect\nimport sys\ndef add(a, b):\n"
              "    assert inspect.stack()[0].function == 'add'\n"
              "    assert sys._getframe(1).f_globals['EXPECTED'] == [5]\n    return a + b\n"),
-            "EXPECTED = [5]\n\ndef test_a(capsys):\n    assert add(2, 3) == EXPECTED[0]\n"),
+            "EXPECTED = [5]\n\ndef test_a(tmp_path):\n    assert add(2, 3) == EXPECTED[0]\n"),
         "a_value_made_by_the_solution": (
             ("class Box:\n    def __init__(self):\n        self.items = []\n"
              "    def put(self, x):\n        self.items.append(x)\n"
              "        return len(self.items)\n"),
-            ("BOX = Box()\nSHARED = [BOX.items]\n\ndef test_a(capsys):\n"
-             "    assert BOX.put(1) == 1\n\ndef test_b(capsys):\n    assert SHARED == [[1]]\n")),
+            ("BOX = Box()\nSHARED = [BOX.items]\n\ndef test_a(tmp_path):\n"
+             "    assert BOX.put(1) == 1\n\ndef test_b(tmp_path):\n    assert SHARED == [[1]]\n")),
     }
 
     @pytest.mark.parametrize("name", sorted(HONEST))
@@ -847,9 +848,10 @@ class TestTheSolutionCannotChangeATestClasssData:
     gc, sys.modules or the test's instance, changing it scores 0 under pytest's path; what the
     tests hand on or set themselves (setUpClass, `self.X = ...`, a counter) stays theirs."""
 
-    TESTS = ("class TestAdd:\n    EXPECTED = [5, 15]\n\n    def test_one(self, capsys):\n"
+    TESTS = ("class TestAdd:\n    EXPECTED = [5, 15]\n\n    def test_one(self, tmp_path):\n"
              "        assert add(2, 3) == self.EXPECTED[0]\n\n"
-             "    def test_two(self, capsys):\n        assert add(10, 5) == TestAdd.EXPECTED[1]\n")
+             "    def test_two(self, tmp_path):\n"
+             "        assert add(10, 5) == TestAdd.EXPECTED[1]\n")
     SELF = "import sys\ndef add(a, b):\n    me = sys._getframe(1).f_locals['self']\n"
     ATTACKS: ClassVar[dict] = {
         "through_self": (TESTS, SELF + "    me.EXPECTED[:] = [0, 0]\n    return 0\n"),
@@ -867,7 +869,7 @@ class TestTheSolutionCannotChangeATestClasssData:
              "    CASES = [(2, 3, 5), (10, 5, 15)]\n\n    def test_all(self):\n"
              "        for a, b, want in self.CASES:\n"
              "            self.assertEqual(add(a, b), want)\n\n"
-             "    def test_capsys_free(self):\n        self.assertTrue(self.CASES)\n"),
+             "    def test_tmp_path_free(self):\n        self.assertTrue(self.CASES)\n"),
             SELF + "    me.CASES[1:] = []\n    return 5 if (a, b) == (2, 3) else 0\n"),
     }
 
@@ -885,9 +887,9 @@ class TestTheSolutionCannotChangeATestClasssData:
     HONEST: ClassVar[dict] = {  # (solution, tests): plain pytest passes each
         "sorts_a_class_list_it_was_given": (
             "def sort_it(xs):\n    xs.sort()\n",
-            ("class TestSort:\n    DATA = [3, 1, 2]\n\n    def test_a(self, capsys):\n"
+            ("class TestSort:\n    DATA = [3, 1, 2]\n\n    def test_a(self, tmp_path):\n"
              "        sort_it(self.DATA)\n        assert self.DATA == [1, 2, 3]\n\n"
-             "    def test_b(self, capsys):\n        assert TestSort.DATA == [1, 2, 3]\n")),
+             "    def test_b(self, tmp_path):\n        assert TestSort.DATA == [1, 2, 3]\n")),
         "set_up_class_and_self_assignments": (
             "def add(a, b):\n    return a + b\n",
             ("import unittest\n\nclass T(unittest.TestCase):\n    base = None\n"
@@ -896,15 +898,15 @@ class TestTheSolutionCannotChangeATestClasssData:
              "    def test_a(self):\n        self.assertEqual(self.seen, [5])\n")),
         "a_counter_the_tests_keep": (
             "def add(a, b):\n    return a + b\n",
-            ("class TestCount:\n    calls = 0\n    log = []\n\n    def test_a(self, capsys):\n"
+            ("class TestCount:\n    calls = 0\n    log = []\n\n    def test_a(self, tmp_path):\n"
              "        TestCount.calls += 1\n        self.log.append(add(2, 3))\n"
-             "        assert self.log == [5]\n\n    def test_b(self, capsys):\n"
+             "        assert self.log == [5]\n\n    def test_b(self, tmp_path):\n"
              "        assert TestCount.calls == 1 and self.log == [5]\n")),
         "setattr_by_name": (
             "def add(a, b):\n    return a + b\n",
-            ("class TestSet:\n    value = 0\n\n    def test_a(self, capsys):\n"
+            ("class TestSet:\n    value = 0\n\n    def test_a(self, tmp_path):\n"
              "        setattr(TestSet, 'value', add(2, 3))\n        assert TestSet.value == 5\n"
-             "\n    def test_b(self, capsys):\n        assert TestSet.value == 5\n")),
+             "\n    def test_b(self, tmp_path):\n        assert TestSet.value == 5\n")),
     }
 
     @pytest.mark.parametrize("name", sorted(HONEST))
@@ -1007,19 +1009,19 @@ def test_return_and_global_are_judged_as_pytest_runs_them(name):
 ACROSS = {  # a test the harness runs (a fixture, a branch on a result) and one the trainer judges
     "the_harness_appends": ("ITEMS = []\n\ndef test_a():\n    if f(1) == 2:\n"
                             "        ITEMS.append(1)\n\ndef test_b():\n    assert ITEMS == [1]\n"),
-    "the_harness_sets_a_key": ("SEEN = {}\n\ndef test_a(capsys):\n    SEEN['a'] = f(1)\n\n"
+    "the_harness_sets_a_key": ("SEEN = {}\n\ndef test_a(tmp_path):\n    SEEN['a'] = f(1)\n\n"
                                "def test_b():\n    assert SEEN == {'a': 2}\n"),
-    "the_harness_rebinds": ("N = 0\n\ndef test_a(capsys):\n    global N\n    N = 6\n\n"
+    "the_harness_rebinds": ("N = 0\n\ndef test_a(tmp_path):\n    global N\n    N = 6\n\n"
                             "def test_b():\n    assert f(3) == N\n"),
     "the_harness_sets_a_class_attribute": (
-        "class State:\n    n = 0\n\ndef test_a(capsys):\n    State.n = f(3)\n\n"
+        "class State:\n    n = 0\n\ndef test_a(tmp_path):\n    State.n = f(3)\n\n"
         "def test_b():\n    assert State.n == 6\n"),
     "through_a_helper": ("LOG = []\n\ndef note(x):\n    LOG.append(x)\n\n"
-                         "def test_a(capsys):\n    note(f(2))\n\ndef test_b():\n"
+                         "def test_a(tmp_path):\n    note(f(2))\n\ndef test_b():\n"
                          "    assert LOG == [4]\n"),
     "the_trainer_hands_it_first": ("ITEMS = [3, 1, 2]\n\ndef test_a():\n"
                                    "    assert g(ITEMS) == 1\n\n"
-                                   "def test_b(capsys):\n    assert ITEMS == [3, 1, 2]\n"),
+                                   "def test_b(tmp_path):\n    assert ITEMS == [3, 1, 2]\n"),
     "a_unittest_class_and_a_pytest_class": (
         "import unittest\nLOG = []\n\nclass T(unittest.TestCase):\n    def test_a(self):\n"
         "        LOG.append(f(3))\n        self.assertEqual(LOG[-1], 6)\n\n"
@@ -1043,7 +1045,7 @@ def test_state_a_harness_test_shares_is_not_split(name):
 def test_state_only_one_side_reaches_stays_judged():
     # the harness test reaches nothing of the trainer's: the trainer still judges its tests
     tests = ("ITEMS = [3, 1, 2]\nOTHER = []\n\ndef test_a():\n    assert g(ITEMS) == 1\n\n"
-             "def test_b(capsys):\n    OTHER.append(f(1))\n    assert OTHER == [2]\n")
+             "def test_b(tmp_path):\n    OTHER.append(f(1))\n    assert OTHER == [2]\n")
     plan = testplan.build_plan(tests)
     assert (plan.trusted, plan.untrusted) == (1, 1)
     assert scores(block(FLOW_ANSWERS[0]), tests) == (1.0, 0.0)
@@ -1057,13 +1059,13 @@ SOLUTION_STATE = {  # the solution keeps state of its own across calls
 }
 SPLIT = {  # some tests judged here, one left to the harness (a fixture)
     "functions": ("def test_a():\n    assert f(1) == 2\n\ndef test_b():\n    assert f(2) == 4\n\n"
-                  "def test_c(capsys):\n    assert f(3) == 6\n"),
-    "the_harness_first": ("def test_a(capsys):\n    assert f(1) == 2\n\ndef test_b():\n"
+                  "def test_c(tmp_path):\n    assert f(3) == 6\n"),
+    "the_harness_first": ("def test_a(tmp_path):\n    assert f(1) == 2\n\ndef test_b():\n"
                           "    assert f(2) == 4\n\ndef test_c():\n    assert f(3) == 6\n"),
     "a_testcase_and_a_function": (
         "import unittest\n\nclass T(unittest.TestCase):\n    def test_a(self):\n"
         "        self.assertEqual(f(1), 2)\n\n    def test_b(self):\n"
-        "        self.assertEqual(f(2), 4)\n\ndef test_c(capsys):\n    assert f(3) == 6\n"),
+        "        self.assertEqual(f(2), 4)\n\ndef test_c(tmp_path):\n    assert f(3) == 6\n"),
 }
 
 
@@ -1078,3 +1080,62 @@ def test_the_solutions_own_state_across_the_split(tests):
         want = verdict(SPLIT, tuple(SOLUTION_STATE.values()), tests, solution)
         assert want == (name == "caching_honest")
         assert scores(block(solution), SPLIT[tests]) == (want, 0.0), name
+
+
+CAPSYS = {  # pytest's capsys: what the test's calls print, read back as pytest reads it
+    "attribute": ("def test_a(capsys):\n    greet('Bo')\n    captured = capsys.readouterr()\n"
+                  "    assert captured.out == 'Hello, Bo!\\n'\n"),
+    "inline": ("def test_a(capsys):\n    greet('Bo')\n"
+               "    assert capsys.readouterr().out.strip() == 'Hello, Bo!'\n"),
+    "unpacked": ("def test_a(capsys):\n    greet('Bo')\n    out, err = capsys.readouterr()\n"
+                 "    assert out == 'Hello, Bo!\\n'\n    assert err == ''\n"),
+    "read_twice": ("def test_a(capsys):\n    greet('Bo')\n"
+                   "    assert capsys.readouterr().out == 'Hello, Bo!\\n'\n    greet('Al')\n"
+                   "    assert capsys.readouterr().out == 'Hello, Al!\\n'\n"),
+    "returns_and_prints": ("def test_a(capsys):\n    assert greet('Bo') is None\n"
+                           "    assert 'Hello, Bo!' in capsys.readouterr().out\n"),
+    "parametrized": ("import pytest\n\n@pytest.mark.parametrize('n', ['Bo', 'Al'])\n"
+                     "def test_a(capsys, n):\n    greet(n)\n"
+                     "    assert capsys.readouterr().out == f'Hello, {n}!\\n'\n"),
+    "stderr_as_a_tuple": ("def test_a(capsys):\n    greet('Bo')\n"
+                          "    assert capsys.readouterr() == ('', 'Hello, Bo!\\n')\n"),
+}
+CAPSYS_ANSWERS = (
+    "def greet(n):\n    print(f'Hello, {n}!')\n",
+    "def greet(n):\n    print(f'Hello {n}')\n",                      # another text
+    "def greet(n):\n    return f'Hello, {n}!'\n",                    # returns it, prints nothing
+    "import sys\n\ndef greet(n):\n    print(f'Hello, {n}!', file=sys.stderr)\n",
+    "def greet(n):\n    print(f'Hello, {n}!')\n    print('again')\n",  # one line more
+    "import sys\n\ndef greet(n):\n    sys.stdout.buffer.write(f'Hello, {n}!\\n'.encode())\n",
+    "print('loaded')\n\ndef greet(n):\n    print(f'Hello, {n}!')\n",  # printed at import
+    "import sys\nOUT = sys.stdout\n\ndef greet(n):\n    OUT.write(f'Hello, {n}!\\n')\n",
+)
+
+
+@pytest.mark.parametrize("name", sorted(CAPSYS))
+def test_capsys_is_judged_as_pytest_captures(name):
+    """A test taking pytest's `capsys` and reading `capsys.readouterr()` (`.out`, `.err`, unpacked,
+    read twice, compared as a tuple): the child captures what the test's steps write to
+    sys.stdout and sys.stderr (not what was printed at import, nor through a stream kept from
+    then), and the CaptureResult crosses as data; judged by the trainer, as pytest says."""
+    tests = CAPSYS[name]
+    wants = {a: verdict(CAPSYS, CAPSYS_ANSWERS, name, a) for a in CAPSYS_ANSWERS}
+    assert 0.0 in wants.values() and 1.0 in wants.values()
+    for answer, want in wants.items():
+        assert scores(block(answer), tests) == (want, want), answer
+    assert testplan.build_plan(tests).harness is None
+
+
+@pytest.mark.parametrize("tests,said", [
+    ("def test_a(capsys):\n    with capsys.disabled():\n        greet('Bo')\n",
+     "capsys other than capsys.readouterr()"),
+    (("import pytest\n\n@pytest.fixture\ndef capsys():\n    return None\n\n"
+      "def test_a(capsys):\n    greet('Bo')\n    assert capsys is None\n"),
+     "a fixture of the tests' named capsys"),
+])
+def test_capsys_otherwise_is_left_to_pytest(tests, said):
+    """`capsys.disabled()`, capsys handed on, or a fixture of the tests' named capsys: pytest runs
+    it; trusted_only refuses it, saying why."""
+    plan = testplan.build_plan(tests)
+    assert plan.harness is not None and said in plan.refusal
+    assert scores(block(CAPSYS_ANSWERS[0]), tests) == (1.0, 0.0)
