@@ -2661,6 +2661,58 @@ def _is_test_class(stmt, classes=None) -> bool:
     return stmt.name.startswith("Test") or _is_test_case(stmt, classes or {}, set())
 
 
+_PYTEST_HOOKS = {"setup_method": "setUp", "teardown_method": "tearDown",
+                 "setup_class": "setUpClass", "teardown_class": "tearDownClass"}
+
+
+def _as_testcase(stmt: ast.ClassDef, classes: dict) -> ast.ClassDef:
+    """A pytest test class (`class TestX:`, no base, plain methods and class attributes) as the
+    TestCase that unittest would run alike (_CaseClass), for the trainer's conversion only: its
+    tests in the order written, `setup_method(self[, method])`/`teardown_method` as setUp/tearDown
+    and `setup_class(cls)`/`teardown_class` as setUpClass/tearDownClass. What a TestCase would
+    have and a pytest class has not (`self.assertEqual`, unittest's hook names), a base, an
+    `__init__`, a test with fixtures or marks: Unconvertible."""
+    if stmt.bases or stmt.keywords or stmt.decorator_list or any(
+            stmt.name in [_last_name(b) for b in c.bases] for c in classes.values()):
+        raise Unconvertible("a pytest class with a base, a subclass or a decorator")
+    body, tests = [], []
+    for member in stmt.body:
+        if isinstance(member, ast.Expr) and isinstance(member.value, ast.Constant):
+            continue  # its docstring
+        if isinstance(member, (ast.Assign, ast.AnnAssign)):
+            body.append(member)
+            continue
+        if not isinstance(member, ast.FunctionDef) or member.name in _HOOKS or member.name in (
+                "__init__", "setup", "teardown"):
+            raise Unconvertible(f"a pytest class holding {getattr(member, 'name', 'a statement')}")
+        fn = copy.deepcopy(member)
+        first = "cls" if member.name in ("setup_class", "teardown_class") else "self"
+        params = [a.arg for a in fn.args.args]
+        if member.name in ("setup_method", "teardown_method") and len(params) == 2 and (
+                params[1] not in _names(fn)):
+            fn.args.args = fn.args.args[:1]  # pytest's `method` argument, unread
+        if member.name in _PYTEST_HOOKS:
+            fn.name = _PYTEST_HOOKS[member.name]
+            if first == "cls":
+                fn.decorator_list = [d for d in fn.decorator_list
+                                     if ast.unparse(d) != "classmethod"]
+                fn.decorator_list.append(ast.Name(id="classmethod", ctx=ast.Load()))
+        if member.name.startswith("test"):
+            if fn.decorator_list or [a.arg for a in fn.args.args] != ["self"]:
+                raise Unconvertible("a pytest class's test with marks or fixtures")
+            tests.append(fn.name)
+        attrs = {n.attr for n in ast.walk(fn) if isinstance(n, ast.Attribute)
+                 and isinstance(n.value, ast.Name) and n.value.id == first}
+        if attrs & _testcase_attributes() - _members(stmt).keys():
+            raise Unconvertible("a TestCase's method in a pytest class")
+        body.append(fn)
+    case = ast.ClassDef(name=stmt.name, bases=[ast.Attribute(
+        value=ast.Name(id="unittest", ctx=ast.Load()), attr="TestCase", ctx=ast.Load())],
+        keywords=[], body=body or [ast.Pass()], decorator_list=[], type_params=[])
+    case.gmts_pytest_order = tests
+    return ast.fix_missing_locations(ast.copy_location(case, stmt))
+
+
 def _is_test_case(stmt: ast.ClassDef, classes: dict, seen: set) -> bool:
     seen.add(stmt.name)
     for base in stmt.bases:
@@ -2818,8 +2870,10 @@ class _CaseClass:
     def tests(self) -> list:
         """(name, method) of each test unittest runs for this class, by name."""
         names = {n for c in self.members.values() for n in c if n.startswith("test")}
+        # unittest runs a class's tests by name, pytest (a class of its: _as_testcase) as written
+        written = getattr(self.classes[self.name], "gmts_pytest_order", None)
         out = []
-        for n in sorted(names):
+        for n in written or sorted(names):
             member, _ = self.lookup(n)
             if isinstance(member, ast.FunctionDef) and not _skipped(member):
                 if member.decorator_list or self.classes[self.name].decorator_list:
@@ -3723,9 +3777,26 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
                         LookupError, RecursionError) as e:
                     mocked = any(_uses_mock(classes[c]) for c in group)
                     reasons.append(_reason(stmt, _mock_reason(e) if mocked else e))
+            elif _is_test_class(stmt, classes):  # `class TestX:`, as the TestCase it would be
+                try:
+                    if to_harness & set(group):
+                        raise Unconvertible(SHARES_STATE)
+                    classes[stmt.name] = _as_testcase(stmt, classes)
+                    converted, cases = unittest_units(group)
+                    units += converted
+                    trusted += cases
+                    judged.update(group)
+                    trainer_parts[stmt.name] = [stmt]
+                except (Unconvertible, ValueError, TypeError, SyntaxError, ArithmeticError,
+                        LookupError, RecursionError) as e:
+                    reasons.append(_reason(stmt, e))
+                finally:
+                    classes[stmt.name] = stmt
         if isinstance(stmt, ast.ClassDef) and stmt.name in judged:
             continue
         if _is_test_class(stmt, classes):  # run by the harness, each method reported by name
+            # why, where the class was not tried on its own (a base or subclass of the tests')
+            reasons.append(_reason(stmt, "a test class in a hierarchy of the tests' own classes"))
             names, cases = _class_tests(stmt, env, classes)
             harness_tests += names
             untrusted += cases

@@ -97,7 +97,9 @@ PARAM_CLASS = ("import pytest\nfrom solution import add\n\nclass TestAdd:\n"
 UNITTEST_SETUP_CLASS = UNITTEST_CLASS.replace(
     "    def test_small(self):", "    @classmethod\n    def setUpClass(cls):\n"
     "        cls.n = hash(1)\n\n    def test_small(self):")
-RUNNABLE_UNKNOWN = {"pytest_class": PYTEST_CLASS, "unittest_case": UNITTEST_SETUP_CLASS,
+# a pytest class is judged by the trainer too; one whose test takes a fixture runs under pytest
+PYTEST_CLASS_FIXTURE = PYTEST_CLASS.replace("test_zero(self)", "test_zero(self, tmp_path)")
+RUNNABLE_UNKNOWN = {"pytest_class": PYTEST_CLASS_FIXTURE, "unittest_case": UNITTEST_SETUP_CLASS,
                     "class_parametrize": PARAM_CLASS}
 NEVER_RUN = {  # test functions whose body a plain call does not run: not a pass, for any solution
     "async_test": "from solution import add\n\nasync def test_add():\n    assert add(1, 2) == 3\n",
@@ -141,13 +143,14 @@ def test_tests_whose_body_never_runs_are_not_a_pass(tests, solution, clean):
     both_zero(NOTHING[solution], NEVER_RUN[tests])
 
 
-def test_plain_unittest_case_judged_by_the_trainer(clean):
-    plan = testplan.build_plan(UNITTEST_CLASS)
+@pytest.mark.parametrize("tests", [UNITTEST_CLASS, PYTEST_CLASS], ids=["unittest", "pytest"])
+def test_a_plain_test_class_judged_by_the_trainer(tests, clean):
+    plan = testplan.build_plan(tests)
     assert (plan.harness, plan.trusted, plan.untrusted) == (None, 2, 0)
-    assert code(block(ADD_GOOD), UNITTEST_CLASS) == 1.0
-    assert trusted_code(block(ADD_GOOD), UNITTEST_CLASS) == 1.0
+    assert code(block(ADD_GOOD), tests) == 1.0
+    assert trusted_code(block(ADD_GOOD), tests) == 1.0
     for solution in NOTHING.values():
-        both_zero(solution, UNITTEST_CLASS)
+        both_zero(solution, tests)
 
 
 def test_a_test_the_harness_skips_is_not_a_pass(clean):

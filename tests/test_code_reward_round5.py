@@ -1139,3 +1139,70 @@ def test_capsys_otherwise_is_left_to_pytest(tests, said):
     plan = testplan.build_plan(tests)
     assert plan.harness is not None and said in plan.refusal
     assert scores(block(CAPSYS_ANSWERS[0]), tests) == (1.0, 0.0)
+
+
+PYTEST_CLASSES = {  # `class TestX:` as pytest runs it: an instance per test, in the order written
+    "plain": ("class TestAdd:\n    def test_small(self):\n        assert add(1, 2) == 3\n\n"
+              "    def test_big(self):\n        assert add(10, 5) == 15\n"),
+    "class_attribute": ("class TestAdd:\n    CASES = [(1, 2, 3), (10, 5, 15)]\n\n"
+                        "    def test_all(self):\n        for a, b, c in self.CASES:\n"
+                        "            assert add(a, b) == c\n"),
+    "setup_method": ("class TestAdd:\n    def setup_method(self, method):\n        self.base = 10\n"
+                     "\n    def test_a(self):\n        assert add(self.base, 5) == 15\n"),
+    "setup_method_bare": ("class TestAdd:\n    def setup_method(self):\n        self.base = 10\n"
+                          "\n    def test_a(self):\n        assert add(self.base, 5) == 15\n"),
+    "setup_class": ("class TestAdd:\n    @classmethod\n    def setup_class(cls):\n"
+                    "        cls.base = add(4, 6)\n\n    def test_a(self):\n"
+                    "        assert add(self.base, 5) == 15\n"),
+    "setup_class_undecorated": ("class TestAdd:\n    def setup_class(cls):\n        cls.base = 10\n"
+                                "\n    def teardown_class(cls):\n        assert add(cls.base, 0)"
+                                " == 10\n\n    def test_a(self):\n"
+                                "        assert add(self.base, 5) == 15\n"),
+    "raises": ("import pytest\n\nclass TestAdd:\n    def test_a(self):\n"
+               "        with pytest.raises(TypeError):\n            add(1, 'a')\n"),
+    "helper_method": ("class TestAdd:\n    def check(self, a, b, c):\n"
+                      "        assert add(a, b) == c\n\n    def test_a(self):\n"
+                      "        self.check(1, 2, 3)\n"
+                      "        self.check(10, 5, 15)\n"),
+    "shared_in_written_order": ("class TestSort:\n    DATA = [3, 1, 2]\n\n    def test_b(self):\n"
+                                "        assert sort_it(self.DATA) == [1, 2, 3]\n\n"
+                                "    def test_a(self):\n        assert self.DATA == [3, 1, 2]\n"),
+}
+CLASS_ANSWERS = (
+    "def add(a, b):\n    return a + b\n\ndef sort_it(xs):\n    return sorted(xs)\n",
+    "def add(a, b):\n    return a + b if a < 5 else 0\n\ndef sort_it(xs):\n    return sorted(xs)\n",
+    "def add(a, b):\n    return a + b\n\ndef sort_it(xs):\n    xs.sort()\n    return xs\n",
+    "def add(a, b):\n    return int(a) + int(b)\n\ndef sort_it(xs):\n    return xs\n",
+)
+
+
+@pytest.mark.parametrize("name", sorted(PYTEST_CLASSES))
+def test_a_pytest_class_is_judged_as_pytest_runs_it(name):
+    """A pytest test class (no base): its tests in the order written, each on a fresh instance,
+    class attributes one object for all of them, `setup_method`/`teardown_method` and
+    `setup_class`/`teardown_class` around them: judged by the trainer, as pytest says."""
+    tests = PYTEST_CLASSES[name]
+    wants = {a: verdict(PYTEST_CLASSES, CLASS_ANSWERS, name, a) for a in CLASS_ANSWERS}
+    assert 0.0 in wants.values() and 1.0 in wants.values()
+    for answer, want in wants.items():
+        assert scores(block(answer), tests) == (want, want), answer
+    assert testplan.build_plan(tests).harness is None
+
+
+@pytest.mark.parametrize("tests,said", [
+    ("class TestAdd:\n    def test_a(self):\n        self.assertEqual(add(1, 2), 3)\n",
+     "a TestCase's method in a pytest class"),
+    (("class TestAdd:\n    def setUp(self):\n        self.b = 2\n\n    def test_a(self):\n"
+      "        assert add(1, 2) == 3\n"), "a pytest class holding setUp"),
+    (("import pytest\n\nclass TestAdd:\n    @pytest.mark.parametrize('a', [1])\n"
+      "    def test_a(self, a):\n        assert add(a, 2) == 3\n"), "with marks or fixtures"),
+    (("class Base:\n    pass\n\nclass TestAdd(Base):\n    def test_a(self):\n"
+      "        assert add(1, 2) == 3\n"), "a test class in a hierarchy"),
+])
+def test_a_pytest_class_otherwise_is_left_to_pytest(tests, said):
+    """What a TestCase has and a pytest class has not (`self.assertEqual`, a `setUp` pytest never
+    calls), a parametrized test, a base: pytest runs the class; trusted_only refuses it."""
+    plan = testplan.build_plan(tests)
+    assert plan.harness is not None and said in plan.refusal
+    want = verdict({"t": tests}, CLASS_ANSWERS[:1], "t", CLASS_ANSWERS[0])
+    assert scores(block(CLASS_ANSWERS[0]), tests) == (want, 0.0)
