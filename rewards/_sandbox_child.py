@@ -231,19 +231,24 @@ def _number_value(value, kind):
 
 
 _DATETIMES = ("date", "datetime", "time", "timedelta")
+_PATHS = ("PosixPath", "PurePosixPath", "WindowsPath", "PureWindowsPath")
 _ARRAY_KINDS = "biufcU"  # numpy dtype kinds whose tolist() is plain data
 
 
 def _other_value(value, kind, depth, budget):
-    """range; datetime's date, datetime, time and timedelta; a numpy array of numbers, bools or
-    strs, or of objects that are plain data (its dtype, shape and items). Whatever the class says,
-    they cross as plain data the trainer rebuilds its own value from (so a class of the solution's
-    posing as one of these gives only what a real one could). Neither module is imported here."""
+    """range; datetime's date, datetime, time and timedelta; pathlib's paths (their text); a numpy
+    array of numbers, bools or strs, or of objects that are plain data (its dtype, shape and
+    items). Whatever the class says, they cross as plain data the trainer rebuilds its own value
+    from (so a class of the solution's posing as one of these gives only what a real one could).
+    None of these modules is imported here."""
     if kind is range:
         return {"range": [encode(value.start), encode(value.stop), encode(value.step)]}
     module, name = getattr(kind, "__module__", None), getattr(kind, "__qualname__", None)
     if type(module) is not str or type(name) is not str:
         return None
+    if module in ("pathlib", "pathlib._local") and name in _PATHS:  # its text, as os.fspath
+        text = value.__fspath__()
+        return {"path": [name, text]} if type(text) is str else None
     if module == "datetime" and name in _DATETIMES:
         if name == "timedelta":
             parts = [value.days, value.seconds, value.microseconds]
@@ -737,6 +742,11 @@ def run_units(units, namespace, frozen=_BUILTIN_ITEMS, dumps=json.dumps, begin=N
                     results.append('{"ok": null}')
                 elif "capsys" in step:  # the test's capsys: what it prints from here on
                     held["capsys"] = capsys = _Capsys()
+                    results.append('{"ok": null}')
+                elif "tmp_path" in step:  # the test's tmp_path: a new empty folder of its own
+                    import pathlib
+                    import tempfile
+                    held["tmp_path"] = pathlib.Path(tempfile.mkdtemp(prefix="pytest-"))
                     results.append('{"ok": null}')
                 elif "patch" in step or "patch_dict" in step or "unpatch" in step:
                     patch_step(step, patches)

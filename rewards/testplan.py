@@ -408,7 +408,8 @@ class _Decoder:
                 raise ValueError("malformed enum member")
             return self.steerable(_EnumMember(cls, name, self.decode(value, depth + 1),
                                               like_value))
-        if tag in ("range", "date", "datetime", "time", "timedelta", "ndarray", "npscalar"):
+        if tag in ("range", "date", "datetime", "time", "timedelta", "ndarray", "npscalar",
+                   "path"):
             return self.other(tag, inner, depth)
         items = self.items(inner, depth)
         if tag == "dict_items":
@@ -422,7 +423,14 @@ class _Decoder:
         return dict(enumerate(items)).values()
 
     def other(self, tag, inner, depth):
-        """range, datetime's values, numpy arrays and scalars, rebuilt here from their data."""
+        """range, datetime's values, pathlib's paths, numpy arrays and scalars, rebuilt here from
+        their data."""
+        if tag == "path":
+            if not (type(inner) is list and len(inner) == 2 and inner[0] in _PATHS
+                    and type(inner[1]) is str and len(inner[1]) <= 65_536):
+                raise ValueError("malformed path")
+            import pathlib
+            return self.steerable(getattr(pathlib, _PATHS[inner[0]])(inner[1]))
         if tag == "range":
             parts = [self.decode(v, depth + 1) for v in inner]
             if len(parts) != 3 or not all(type(p) is int for p in parts):
@@ -489,7 +497,11 @@ class _Decoder:
 
 
 _EXACT = ("bytearray", "Fraction", "Decimal", "enum", "dict_keys", "dict_values", "dict_items",
-          "range", "date", "datetime", "time", "timedelta", "ndarray", "npscalar")
+          "range", "date", "datetime", "time", "timedelta", "ndarray", "npscalar", "path")
+# a pathlib path crosses as its text, rebuilt as the pure path of its flavour (nothing here touches
+# a file): equal to a path of the same text, as pathlib compares them
+_PATHS = {"PosixPath": "PurePosixPath", "PurePosixPath": "PurePosixPath",
+          "WindowsPath": "PureWindowsPath", "PureWindowsPath": "PureWindowsPath"}
 _DTYPE = re.compile(r"[<>|=]?[biufcU]\d{1,2}")  # a numpy array's dtype.str (numbers, bools, strs)
 
 
@@ -994,12 +1006,25 @@ class _Unit:
 
     # ------------------------------------------------ what is whose
 
-    def capsys(self, fn, defined: set):
-        """pytest's capsys fixture (not one of the tests'): the child captures what the test's
-        steps print from here on, and `capsys.readouterr()` is a step whose CaptureResult crosses
-        as data (a namedtuple: `.out`, `.err`); any other use of it: Unconvertible."""
-        if "capsys" in defined:
-            raise Unconvertible("a fixture of the tests' named capsys")
+    def fixtures(self, fn, defined: set):
+        """pytest's fixtures among the test's parameters (_FIXTURES; one of the tests' own of that
+        name: Unconvertible), each made by a step of the child's before the test's own."""
+        for name in _FIXTURES:
+            if name not in [a.arg for a in fn.args.args]:
+                continue
+            if name in defined:
+                raise Unconvertible(f"a fixture of the tests' named {name}")
+            if name == "capsys":
+                self.capsys(fn)
+            else:  # tmp_path: a new empty folder in the child, a pathlib.Path of the child's
+                self.child.add(name)
+                self.objects.add(name)
+                self.steps.append({"tmp_path": True})
+
+    def capsys(self, fn):
+        """pytest's capsys fixture: the child captures what the test's steps print from here on,
+        and `capsys.readouterr()` is a step whose CaptureResult crosses as data (a namedtuple:
+        `.out`, `.err`); any other use of it: Unconvertible."""
         parents = {id(c): n for n in ast.walk(fn) for c in ast.iter_child_nodes(n)}
         for node in ast.walk(fn):
             if isinstance(node, ast.Name) and node.id == "capsys":
@@ -1023,6 +1048,12 @@ class _Unit:
         solution's own nodes)."""
         if isinstance(node, ast.Name):
             return node.id in self.objects
+        if isinstance(node, ast.BinOp):  # `v1 + v2`, `tmp_path / 'a.txt'`: what it makes, too
+            return (self.is_object(node.left) or self.is_object(node.right)) and (
+                self.child_evaluable(node))
+        if isinstance(node, ast.Call) and self.is_builtin(node.func) and node.func.id == "open":
+            # `open(path).read()` on a path of the child's: the file, read there
+            return self.uses_child(node) and self.child_evaluable(node)
         if isinstance(node, ast.Call):
             name = _last_name(node.func)
             return (self.is_callee(node.func) and name[:1].isupper()
@@ -2633,7 +2664,7 @@ def _param_rows(fn: ast.FunctionDef, env: dict, read_again: frozenset = frozense
         names = [n.strip() for n in names.split(",")] if isinstance(names, str) else list(names)
         values = [v if len(names) > 1 else (v,) for v in values]
         rows = [dict(r, **dict(zip(names, v, strict=True))) for r in rows for v in values]
-    params = [a.arg for a in fn.args.args if a.arg != "capsys"]  # pytest's capsys: _Unit.capsys
+    params = [a.arg for a in fn.args.args if a.arg not in _FIXTURES]  # _Unit.fixtures
     if any(set(params) != set(r) for r in rows):
         raise Unconvertible("test function with fixtures")
     return rows
@@ -2661,6 +2692,7 @@ def _is_test_class(stmt, classes=None) -> bool:
     return stmt.name.startswith("Test") or _is_test_case(stmt, classes or {}, set())
 
 
+_FIXTURES = ("capsys", "tmp_path")  # pytest's fixtures a test function may take (_Unit.fixtures)
 _PYTEST_HOOKS = {"setup_method": "setUp", "teardown_method": "tearDown",
                  "setup_class": "setUpClass", "teardown_class": "tearDownClass"}
 
@@ -3877,8 +3909,7 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
                     if mocked:
                         u.mock_recipe, u.mock_values = recipe, mock_values
                     u.returns = True
-                    if "capsys" in [a.arg for a in fn.args.args]:
-                        u.capsys(fn, defined)
+                    u.fixtures(fn, defined)
                     try:
                         for s in fn.body:
                             u.statement(s)

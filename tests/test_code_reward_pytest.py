@@ -118,9 +118,9 @@ FORMATS = {
         unittest.main()
         """),
     "redefined_test_replaces_the_earlier": t("""
-        def test_add(tmp_path):
+        def test_add(request):
             assert add(2, 3) == 6
-        def test_add(tmp_path):
+        def test_add(request):
             assert add(2, 3) == 5
         """),
 }

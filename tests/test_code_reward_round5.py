@@ -713,8 +713,8 @@ def test_an_item_in_two_values_is_left_to_pytest(tmp_path):
 
 
 def test_the_solution_rewrites_the_test_modules_data(tmp_path):
-    tests = ("EXPECTED = [5, 15]\n\ndef test_one(tmp_path):\n"
-             "    assert add(2, 3) == EXPECTED[0]\n\ndef test_two(tmp_path):\n"
+    tests = ("EXPECTED = [5, 15]\n\ndef test_one(request):\n"
+             "    assert add(2, 3) == EXPECTED[0]\n\ndef test_two(request):\n"
              "    assert add(10, 5) == EXPECTED[1]\n")
     rewrites = ("import sys\ndef add(a, b):\n"
                 "    sys._getframe(1).f_globals['EXPECTED'][:] = [0, 0]\n    return 0\n")
@@ -740,20 +740,20 @@ def test_the_mbpp_rows_file_loaded_as_a_local_file():
 
 
 class TestTheSolutionCannotChangeTheTestModulesData:
-    """Under pytest (tests taking `tmp_path` run there; trusted_only refuses them) the solution
+    """Under pytest (tests taking `request` run there; trusted_only refuses them) the solution
     cannot change the test module's data by any route it was not handed: its caller's frame (and
     the f_back chain, inspect.stack), gc, sys.modules, a handed function's __globals__; nor put a
     name in the module's namespace, at import or later. A value the tests hand it, one the tests'
     own code changes, and a harmless use of inspect or sys score as plain pytest says."""
 
-    TESTS = ("EXPECTED = {data}\n\ndef test_one(tmp_path):\n    assert {call} == {first}\n\n"
-             "def test_two(tmp_path):\n    assert add(10, 5) == {second}\n")
+    TESTS = ("EXPECTED = {data}\n\ndef test_one(request):\n    assert {call} == {first}\n\n"
+             "def test_two(request):\n    assert add(10, 5) == {second}\n")
     LIST: ClassVar[dict] = {"data": "[5, 15]", "call": "add(2, 3)", "first": "EXPECTED[0]",
                             "second": "EXPECTED[1]"}
     FRAME = "import sys\ndef add(a, b, *_):\n    g = sys._getframe(1).f_globals\n"
     ZERO = "[:] = [0, 0]\n    return 0\n"
-    SHADOW = ("def test_one(tmp_path):\n    assert add(2, 3) == 5 or abs(0)\n\n"
-              "def test_two(tmp_path):\n    assert add(10, 5) == 15 or abs(0)\n")
+    SHADOW = ("def test_one(request):\n    assert add(2, 3) == 5 or abs(0)\n\n"
+              "def test_two(request):\n    assert add(10, 5) == 15 or abs(0)\n")
     DICTS = "        if isinstance(d, dict) and 'EXPECTED' in d:\n            d['EXPECTED']"
     ATTACKS: ClassVar[dict] = {
         "f_back_chain": (LIST, ("import sys\ndef add(a, b):\n    f = sys._getframe()\n"
@@ -783,7 +783,7 @@ class TestTheSolutionCannotChangeTheTestModulesData:
             ("def add(a, b, key=None):\n    if key:\n"
              "        key.__globals__['EXPECTED']" + ZERO)),
         "the_rest_of_a_list_the_tests_iterate": (
-            ("CASES = [(2, 3, 5), (10, 5, 15)]\n\ndef test_all(tmp_path):\n"
+            ("CASES = [(2, 3, 5), (10, 5, 15)]\n\ndef test_all(request):\n"
              "    for a, b, want in CASES:\n        assert add(a, b) == want\n"),
             FRAME + "    g['CASES'][1:] = []\n    return 5 if (a, b) == (2, 3) else 0\n"),
         "at_import": (  # the solution's import runs inside the test module's import
@@ -806,35 +806,35 @@ class TestTheSolutionCannotChangeTheTestModulesData:
     HONEST: ClassVar[dict] = {  # (solution, tests): plain pytest passes each
         "mutates_a_list_it_was_given": (
             "def sort_it(xs):\n    xs.sort()\n",
-            ("DATA = [3, 1, 2]\n\ndef test_a(tmp_path):\n    sort_it(DATA)\n"
-             "    assert DATA == [1, 2, 3]\n\ndef test_b(tmp_path):\n"
+            ("DATA = [3, 1, 2]\n\ndef test_a(request):\n    sort_it(DATA)\n"
+             "    assert DATA == [1, 2, 3]\n\ndef test_b(request):\n"
              "    assert DATA == [1, 2, 3]\n")),
         "the_items_of_a_list_the_tests_iterate": (
             "def sort_it(xs):\n    xs.sort()\n",
-            ("ROWS = [[3, 1], [2, 1]]\n\ndef test_a(tmp_path):\n    for row in ROWS:\n"
+            ("ROWS = [[3, 1], [2, 1]]\n\ndef test_a(request):\n    for row in ROWS:\n"
              "        sort_it(row)\n    assert ROWS == [[1, 3], [1, 2]]\n\n"
-             "def test_b(tmp_path):\n    assert ROWS[0] == [1, 3]\n")),
+             "def test_b(request):\n    assert ROWS[0] == [1, 3]\n")),
         "an_item_of_a_parametrized_value": (
             "def push(xs, x):\n    xs.append(x)\n    return len(xs)\n",
             ("import pytest\nCASES = [([], 1)]\n\n@pytest.mark.parametrize('xs,x', CASES)\n"
-             "def test_a(tmp_path, xs, x):\n    assert push(xs, x) == 1\n\n"
-             "def test_b(tmp_path):\n    assert CASES[0][0] == [1]\n")),
+             "def test_a(request, xs, x):\n    assert push(xs, x) == 1\n\n"
+             "def test_b(request):\n    assert CASES[0][0] == [1]\n")),
         "the_tests_change_their_data": (
             "def add(a, b):\n    return a + b\n",
-            ("SEEN = []\nCOUNT = 0\n\ndef test_a(tmp_path):\n    global COUNT\n    COUNT += 1\n"
+            ("SEEN = []\nCOUNT = 0\n\ndef test_a(request):\n    global COUNT\n    COUNT += 1\n"
              "    SEEN.append(add(2, 3))\n    assert SEEN == [5]\n\n"
-             "def test_b(tmp_path):\n    assert COUNT == 1 and SEEN == [5]\n")),
+             "def test_b(request):\n    assert COUNT == 1 and SEEN == [5]\n")),
         "inspect_and_sys_for_harmless_reasons": (
             ("import inspect\nimport sys\ndef add(a, b):\n"
              "    assert inspect.stack()[0].function == 'add'\n"
              "    assert sys._getframe(1).f_globals['EXPECTED'] == [5]\n    return a + b\n"),
-            "EXPECTED = [5]\n\ndef test_a(tmp_path):\n    assert add(2, 3) == EXPECTED[0]\n"),
+            "EXPECTED = [5]\n\ndef test_a(request):\n    assert add(2, 3) == EXPECTED[0]\n"),
         "a_value_made_by_the_solution": (
             ("class Box:\n    def __init__(self):\n        self.items = []\n"
              "    def put(self, x):\n        self.items.append(x)\n"
              "        return len(self.items)\n"),
-            ("BOX = Box()\nSHARED = [BOX.items]\n\ndef test_a(tmp_path):\n"
-             "    assert BOX.put(1) == 1\n\ndef test_b(tmp_path):\n    assert SHARED == [[1]]\n")),
+            ("BOX = Box()\nSHARED = [BOX.items]\n\ndef test_a(request):\n"
+             "    assert BOX.put(1) == 1\n\ndef test_b(request):\n    assert SHARED == [[1]]\n")),
     }
 
     @pytest.mark.parametrize("name", sorted(HONEST))
@@ -848,9 +848,9 @@ class TestTheSolutionCannotChangeATestClasssData:
     gc, sys.modules or the test's instance, changing it scores 0 under pytest's path; what the
     tests hand on or set themselves (setUpClass, `self.X = ...`, a counter) stays theirs."""
 
-    TESTS = ("class TestAdd:\n    EXPECTED = [5, 15]\n\n    def test_one(self, tmp_path):\n"
+    TESTS = ("class TestAdd:\n    EXPECTED = [5, 15]\n\n    def test_one(self, request):\n"
              "        assert add(2, 3) == self.EXPECTED[0]\n\n"
-             "    def test_two(self, tmp_path):\n"
+             "    def test_two(self, request):\n"
              "        assert add(10, 5) == TestAdd.EXPECTED[1]\n")
     SELF = "import sys\ndef add(a, b):\n    me = sys._getframe(1).f_locals['self']\n"
     ATTACKS: ClassVar[dict] = {
@@ -869,7 +869,7 @@ class TestTheSolutionCannotChangeATestClasssData:
              "    CASES = [(2, 3, 5), (10, 5, 15)]\n\n    def test_all(self):\n"
              "        for a, b, want in self.CASES:\n"
              "            self.assertEqual(add(a, b), want)\n\n"
-             "    def test_tmp_path_free(self):\n        self.assertTrue(self.CASES)\n"),
+             "    def test_fixture_free(self):\n        self.assertTrue(self.CASES)\n"),
             SELF + "    me.CASES[1:] = []\n    return 5 if (a, b) == (2, 3) else 0\n"),
     }
 
@@ -887,9 +887,9 @@ class TestTheSolutionCannotChangeATestClasssData:
     HONEST: ClassVar[dict] = {  # (solution, tests): plain pytest passes each
         "sorts_a_class_list_it_was_given": (
             "def sort_it(xs):\n    xs.sort()\n",
-            ("class TestSort:\n    DATA = [3, 1, 2]\n\n    def test_a(self, tmp_path):\n"
+            ("class TestSort:\n    DATA = [3, 1, 2]\n\n    def test_a(self, request):\n"
              "        sort_it(self.DATA)\n        assert self.DATA == [1, 2, 3]\n\n"
-             "    def test_b(self, tmp_path):\n        assert TestSort.DATA == [1, 2, 3]\n")),
+             "    def test_b(self, request):\n        assert TestSort.DATA == [1, 2, 3]\n")),
         "set_up_class_and_self_assignments": (
             "def add(a, b):\n    return a + b\n",
             ("import unittest\n\nclass T(unittest.TestCase):\n    base = None\n"
@@ -898,15 +898,15 @@ class TestTheSolutionCannotChangeATestClasssData:
              "    def test_a(self):\n        self.assertEqual(self.seen, [5])\n")),
         "a_counter_the_tests_keep": (
             "def add(a, b):\n    return a + b\n",
-            ("class TestCount:\n    calls = 0\n    log = []\n\n    def test_a(self, tmp_path):\n"
+            ("class TestCount:\n    calls = 0\n    log = []\n\n    def test_a(self, request):\n"
              "        TestCount.calls += 1\n        self.log.append(add(2, 3))\n"
-             "        assert self.log == [5]\n\n    def test_b(self, tmp_path):\n"
+             "        assert self.log == [5]\n\n    def test_b(self, request):\n"
              "        assert TestCount.calls == 1 and self.log == [5]\n")),
         "setattr_by_name": (
             "def add(a, b):\n    return a + b\n",
-            ("class TestSet:\n    value = 0\n\n    def test_a(self, tmp_path):\n"
+            ("class TestSet:\n    value = 0\n\n    def test_a(self, request):\n"
              "        setattr(TestSet, 'value', add(2, 3))\n        assert TestSet.value == 5\n"
-             "\n    def test_b(self, tmp_path):\n        assert TestSet.value == 5\n")),
+             "\n    def test_b(self, request):\n        assert TestSet.value == 5\n")),
     }
 
     @pytest.mark.parametrize("name", sorted(HONEST))
@@ -1009,19 +1009,19 @@ def test_return_and_global_are_judged_as_pytest_runs_them(name):
 ACROSS = {  # a test the harness runs (a fixture, a branch on a result) and one the trainer judges
     "the_harness_appends": ("ITEMS = []\n\ndef test_a():\n    if f(1) == 2:\n"
                             "        ITEMS.append(1)\n\ndef test_b():\n    assert ITEMS == [1]\n"),
-    "the_harness_sets_a_key": ("SEEN = {}\n\ndef test_a(tmp_path):\n    SEEN['a'] = f(1)\n\n"
+    "the_harness_sets_a_key": ("SEEN = {}\n\ndef test_a(request):\n    SEEN['a'] = f(1)\n\n"
                                "def test_b():\n    assert SEEN == {'a': 2}\n"),
-    "the_harness_rebinds": ("N = 0\n\ndef test_a(tmp_path):\n    global N\n    N = 6\n\n"
+    "the_harness_rebinds": ("N = 0\n\ndef test_a(request):\n    global N\n    N = 6\n\n"
                             "def test_b():\n    assert f(3) == N\n"),
     "the_harness_sets_a_class_attribute": (
-        "class State:\n    n = 0\n\ndef test_a(tmp_path):\n    State.n = f(3)\n\n"
+        "class State:\n    n = 0\n\ndef test_a(request):\n    State.n = f(3)\n\n"
         "def test_b():\n    assert State.n == 6\n"),
     "through_a_helper": ("LOG = []\n\ndef note(x):\n    LOG.append(x)\n\n"
-                         "def test_a(tmp_path):\n    note(f(2))\n\ndef test_b():\n"
+                         "def test_a(request):\n    note(f(2))\n\ndef test_b():\n"
                          "    assert LOG == [4]\n"),
     "the_trainer_hands_it_first": ("ITEMS = [3, 1, 2]\n\ndef test_a():\n"
                                    "    assert g(ITEMS) == 1\n\n"
-                                   "def test_b(tmp_path):\n    assert ITEMS == [3, 1, 2]\n"),
+                                   "def test_b(request):\n    assert ITEMS == [3, 1, 2]\n"),
     "a_unittest_class_and_a_pytest_class": (
         "import unittest\nLOG = []\n\nclass T(unittest.TestCase):\n    def test_a(self):\n"
         "        LOG.append(f(3))\n        self.assertEqual(LOG[-1], 6)\n\n"
@@ -1045,7 +1045,7 @@ def test_state_a_harness_test_shares_is_not_split(name):
 def test_state_only_one_side_reaches_stays_judged():
     # the harness test reaches nothing of the trainer's: the trainer still judges its tests
     tests = ("ITEMS = [3, 1, 2]\nOTHER = []\n\ndef test_a():\n    assert g(ITEMS) == 1\n\n"
-             "def test_b(tmp_path):\n    OTHER.append(f(1))\n    assert OTHER == [2]\n")
+             "def test_b(request):\n    OTHER.append(f(1))\n    assert OTHER == [2]\n")
     plan = testplan.build_plan(tests)
     assert (plan.trusted, plan.untrusted) == (1, 1)
     assert scores(block(FLOW_ANSWERS[0]), tests) == (1.0, 0.0)
@@ -1059,13 +1059,13 @@ SOLUTION_STATE = {  # the solution keeps state of its own across calls
 }
 SPLIT = {  # some tests judged here, one left to the harness (a fixture)
     "functions": ("def test_a():\n    assert f(1) == 2\n\ndef test_b():\n    assert f(2) == 4\n\n"
-                  "def test_c(tmp_path):\n    assert f(3) == 6\n"),
-    "the_harness_first": ("def test_a(tmp_path):\n    assert f(1) == 2\n\ndef test_b():\n"
+                  "def test_c(request):\n    assert f(3) == 6\n"),
+    "the_harness_first": ("def test_a(request):\n    assert f(1) == 2\n\ndef test_b():\n"
                           "    assert f(2) == 4\n\ndef test_c():\n    assert f(3) == 6\n"),
     "a_testcase_and_a_function": (
         "import unittest\n\nclass T(unittest.TestCase):\n    def test_a(self):\n"
         "        self.assertEqual(f(1), 2)\n\n    def test_b(self):\n"
-        "        self.assertEqual(f(2), 4)\n\ndef test_c(tmp_path):\n    assert f(3) == 6\n"),
+        "        self.assertEqual(f(2), 4)\n\ndef test_c(request):\n    assert f(3) == 6\n"),
 }
 
 
@@ -1206,3 +1206,48 @@ def test_a_pytest_class_otherwise_is_left_to_pytest(tests, said):
     assert plan.harness is not None and said in plan.refusal
     want = verdict({"t": tests}, CLASS_ANSWERS[:1], "t", CLASS_ANSWERS[0])
     assert scores(block(CLASS_ANSWERS[0]), tests) == (want, 0.0)
+
+
+TMP_PATH = {  # pytest's tmp_path: a new empty folder per test, files the test and answer share
+    "count_lines": ("def test_a(tmp_path):\n    p = tmp_path / 'a.txt'\n"
+                    "    p.write_text('x y\\nz\\n')\n    assert count_lines(str(p)) == 2\n"
+                    "    assert count_lines(p) == 2\n"),
+    "read_back_with_open": ("def test_a(tmp_path):\n    out = save(str(tmp_path), 'hi')\n"
+                            "    assert open(out).read() == 'HI'\n"),
+    "read_back_as_a_path": ("def test_a(tmp_path):\n    save(tmp_path, 'hi')\n"
+                            "    assert (tmp_path / 'out.txt').read_text() == 'HI'\n"
+                            "    assert (tmp_path / 'out.txt').exists()\n"),
+    "a_path_returned": ("def test_a(tmp_path):\n"
+                        "    assert save(tmp_path, 'hi') == tmp_path / 'out.txt'\n"),
+    "a_new_folder_per_row": ("import pytest\n\n@pytest.mark.parametrize('t', ['a', 'b'])\n"
+                             "def test_a(tmp_path, t):\n    save(tmp_path, t)\n"
+                             "    assert len(list(tmp_path.iterdir())) == 1\n"
+                             "    assert (tmp_path / 'out.txt').read_text() == t.upper()\n"),
+}
+TMP_PATH_ANSWERS = tuple(
+    "import os\nfrom pathlib import Path\n\n" + count + save for count in (
+        "def count_lines(path):\n    with open(path) as fh:\n        return sum(1 for _ in fh)\n\n",
+        ("def count_lines(path):\n    with open(path) as fh:\n"
+         "        return len(fh.read().split())\n\n"),
+    ) for save in (
+        ("def save(folder, text):\n    p = os.path.join(folder, 'out.txt')\n"
+         "    with open(p, 'w') as fh:\n        fh.write(text.upper())\n    return p\n"),
+        ("def save(folder, text):\n    p = Path(folder) / 'out.txt'\n"
+         "    p.write_text(text.upper())\n    return p\n"),
+        ("def save(folder, text):\n    p = Path(folder) / f'{text}.txt'\n"
+         "    p.write_text(text)\n    return p\n"),
+    ))
+
+
+@pytest.mark.parametrize("name", sorted(TMP_PATH))
+def test_tmp_path_is_judged_as_pytest_gives_it(name):
+    """A test taking pytest's `tmp_path`: a new empty folder made in the child per test (per
+    parametrize row), a pathlib.Path of the child's, so what the test does with it (`/`,
+    `write_text`, `read_text`, `open(p).read()`, `iterdir`) runs there; a path the answer returns
+    crosses as its text. Judged by the trainer, as pytest says."""
+    tests = TMP_PATH[name]
+    wants = {a: verdict(TMP_PATH, TMP_PATH_ANSWERS, name, a) for a in TMP_PATH_ANSWERS}
+    assert 0.0 in wants.values() and 1.0 in wants.values()
+    for answer, want in wants.items():
+        assert scores(block(answer), tests) == (want, want), answer
+    assert testplan.build_plan(tests).harness is None
