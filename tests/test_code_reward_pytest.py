@@ -262,6 +262,38 @@ def test_patching_pytest_makes_it_report_a_pass_and_is_seen(forgery):
     assert '"tampered": true' in run.pytest
 
 
+THEIR_PATCH = {  # the tests replace a builtin for the test's time: under pytest, theirs to do
+    "monkeypatch_by_name": ("def test_add(monkeypatch):\n"
+                            "    monkeypatch.setattr('builtins.input', lambda *a: '3')\n"
+                            "    assert add(2, int(input())) == 5\n"),
+    "monkeypatch_of_the_module": ("import builtins\n\ndef test_add(monkeypatch):\n"
+                                  "    monkeypatch.setattr(builtins, 'input', lambda *a: '3')\n"
+                                  "    monkeypatch.setattr(builtins, 'print', lambda *a: None)\n"
+                                  "    assert add(2, int(input())) == 5\n"),
+    "a_patcher_started_in_setup": (
+        "from unittest.mock import patch\n\nclass TestAdd:\n    def setup_method(self, m):\n"
+        "        self.p = patch('builtins.input', return_value='3')\n        self.p.start()\n\n"
+        "    def teardown_method(self, m):\n        self.p.stop()\n\n"
+        "    def test_add(self):\n        assert add(2, int(input())) == 5\n"),
+}
+ANOTHER_BUILTIN = ("import builtins\ndef add(a, b):\n    builtins.bin = lambda *x: '0b0'\n"
+                   "    return a + b\n")
+
+
+@pytest.mark.parametrize("name", sorted(THEIR_PATCH))
+def test_a_builtin_the_tests_replace_is_not_tampering(name):
+    """A builtin the test file replaces itself (monkeypatch, undone only at teardown; a patcher
+    started in setup_method) is the tests' to change: under the harness an honest answer passes,
+    as under pytest; a builtin the tests do not replace, changed by the solution, is still
+    tampering."""
+    from test_code_reward_round5 import verdict
+    tests = THEIR_PATCH[name]
+    assert testplan.build_plan(tests).harness is not None
+    answers = (GOOD, WRONG["zero"], ANOTHER_BUILTIN)
+    assert [verdict(THEIR_PATCH, answers, name, a) for a in answers] == [1.0, 0.0, 1.0]
+    assert [code(block(a), tests) for a in answers] == [1.0, 0.0, 0.0]
+
+
 def test_the_result_needs_the_runs_token_and_every_expected_test():
     plan = testplan.build_plan(HARNESS)
     token = "a" * 32
