@@ -1016,6 +1016,9 @@ class _Unit:
                 raise Unconvertible(f"a fixture of the tests' named {name}")
             if name == "capsys":
                 self.capsys(fn)
+            elif name == "monkeypatch":  # its setattr calls are patch blocks by now
+                self.env["__gmts_mock_patch"] = mock_namespace()["patch"]
+                self.child.discard("__gmts_mock_patch")
             else:  # tmp_path: a new empty folder in the child, a pathlib.Path of the child's
                 self.child.add(name)
                 self.objects.add(name)
@@ -2692,7 +2695,53 @@ def _is_test_class(stmt, classes=None) -> bool:
     return stmt.name.startswith("Test") or _is_test_case(stmt, classes or {}, set())
 
 
-_FIXTURES = ("capsys", "tmp_path")  # pytest's fixtures a test function may take (_Unit.fixtures)
+# pytest's fixtures a test function may take (_Unit.fixtures, _monkeypatch_as_patches)
+_FIXTURES = ("capsys", "tmp_path", "monkeypatch")
+_MP_PATCH = ast.Name(id="__gmts_mock_patch", ctx=ast.Load())  # unittest.mock's patch
+
+
+def _monkeypatch_as_patches(fn: ast.FunctionDef) -> ast.FunctionDef:
+    """A test function taking pytest's `monkeypatch`, each `monkeypatch.setattr(target, value)`
+    (a dotted string, or a module and a name) among its top-level statements made the patch block
+    it is: `with patch(target, side_effect=value):` (value a lambda or a function of the test's:
+    the trainer runs it on each call, as rewards/mocks.py does) or `new=value` (data), around the
+    rest of the test, undone at its end as monkeypatch undoes it at teardown. Any other use of
+    monkeypatch: Unconvertible."""
+    fn = copy.deepcopy(fn)
+    local = {s.name for s in fn.body if isinstance(s, ast.FunctionDef)}
+
+    def patched(body: list) -> list:
+        for i, s in enumerate(body):
+            call = s.value if isinstance(s, ast.Expr) else None
+            if not (isinstance(call, ast.Call) and ast.unparse(call.func) == "monkeypatch.setattr"):
+                continue
+            keywords = {k.arg: k.value for k in call.keywords}
+            raising = keywords.pop("raising", ast.Constant(value=True))
+            if keywords or not (isinstance(raising, ast.Constant) and raising.value is True):
+                raise Unconvertible("monkeypatch.setattr with keywords")
+            if len(call.args) == 2:
+                target, value = call.args
+                patch = ast.Call(func=_MP_PATCH, args=[target], keywords=[])
+            elif len(call.args) == 3:
+                owner, name, value = call.args
+                patch = ast.Call(func=ast.Attribute(value=_MP_PATCH, attr="object",
+                                                    ctx=ast.Load()),
+                                 args=[owner, name], keywords=[])
+            else:
+                raise Unconvertible("monkeypatch.setattr of another form")
+            runs = isinstance(value, ast.Lambda) or (isinstance(value, ast.Name)
+                                                     and value.id in local)
+            patch.keywords.append(ast.keyword(arg="side_effect" if runs else "new", value=value))
+            block = ast.With(items=[ast.withitem(context_expr=patch)],
+                             body=patched(body[i + 1:]) or [ast.Pass()])
+            return [*body[:i], ast.copy_location(block, s)]
+        return body
+    fn.body = patched(fn.body)
+    if any(isinstance(n, ast.Name) and n.id == "monkeypatch" for n in ast.walk(fn)):
+        raise Unconvertible("monkeypatch other than setattr among the test's statements")
+    return ast.fix_missing_locations(fn)
+
+
 _PYTEST_HOOKS = {"setup_method": "setUp", "teardown_method": "tearDown",
                  "setup_class": "setUpClass", "teardown_class": "tearDownClass"}
 
@@ -3893,6 +3942,8 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
                 if stmt.decorator_list and all(_is_patch(d) for d in stmt.decorator_list):
                     # `@patch(...)` on a test function: its mocks, as on a TestCase's method
                     fn = _with_patches(stmt, list(reversed(stmt.decorator_list)), 0)
+                if "monkeypatch" in [a.arg for a in fn.args.args]:
+                    fn, mocked = _monkeypatch_as_patches(fn), True
                 rows = _param_rows(fn, env, read_again)
                 converted, now_shared = [], set()
                 # `global N`: N is the module's, its binding here every later test's

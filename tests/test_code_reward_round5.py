@@ -1251,3 +1251,57 @@ def test_tmp_path_is_judged_as_pytest_gives_it(name):
     for answer, want in wants.items():
         assert scores(block(answer), tests) == (want, want), answer
     assert testplan.build_plan(tests).harness is None
+
+
+MONKEYPATCH = {  # pytest's monkeypatch.setattr: a replacement for the rest of the test
+    "by_name": ("def test_a(monkeypatch):\n"
+                "    monkeypatch.setattr('builtins.input', lambda _: '5')\n"
+                "    assert ask() == 10\n"),
+    "on_the_module": ("import builtins\n\ndef test_a(monkeypatch):\n"
+                      "    monkeypatch.setattr(builtins, 'input', lambda *a: '5')\n"
+                      "    assert ask() == 10\n"),
+    "a_function_of_the_tests": ("def test_a(monkeypatch):\n    def fake(prompt=''):\n"
+                                "        return '5'\n\n"
+                                "    monkeypatch.setattr('builtins.input', fake)\n"
+                                "    assert ask() == 10\n"),
+    "parametrized": ("import pytest\n\n"
+                     "@pytest.mark.parametrize('given,want', [('5', 10), ('2', 4)])\n"
+                     "def test_a(monkeypatch, given, want):\n"
+                     "    monkeypatch.setattr('builtins.input', lambda _: given)\n"
+                     "    assert ask() == want\n"),
+    "after_other_checks": ("def test_a(monkeypatch):\n    assert 1 + 1 == 2\n"
+                           "    monkeypatch.setattr('builtins.input', lambda _: '5')\n"
+                           "    r = ask()\n    assert r == 10\n"),
+}
+MONKEYPATCH_ANSWERS = ("def ask():\n    return int(input('n? ')) * 2\n",
+                       "def ask():\n    return int(input('n? ')) + 2\n",
+                       "def ask():\n    return int(input()) * int(input())\n",
+                       "def ask():\n    return 10\n")
+
+
+@pytest.mark.parametrize("name", sorted(MONKEYPATCH))
+def test_monkeypatch_setattr_is_judged_as_pytest_runs_it(name):
+    """A test taking pytest's `monkeypatch`, its `setattr` calls among the test's statements (a
+    dotted name, or a module and a name; a lambda, a function of the test's or data): the patch
+    block it is, for the rest of the test (rewards/mocks.py runs the replacement on each call).
+    Judged by the trainer, as pytest says."""
+    tests = MONKEYPATCH[name]
+    wants = {a: verdict(MONKEYPATCH, MONKEYPATCH_ANSWERS, name, a) for a in MONKEYPATCH_ANSWERS}
+    assert 0.0 in wants.values() and 1.0 in wants.values()
+    for answer, want in wants.items():
+        assert scores(block(answer), tests) == (want, want), answer
+    assert testplan.build_plan(tests).harness is None
+
+
+def test_monkeypatch_otherwise_is_left_to_pytest():
+    """`monkeypatch.setenv`, a setattr inside a block: pytest runs the test (a builtin the tests
+    replace is theirs there); trusted_only refuses it, saying why."""
+    for tests in (("def test_a(monkeypatch):\n    monkeypatch.setenv('X', '1')\n"
+                   "    monkeypatch.setattr('builtins.input', lambda _: '5')\n"
+                   "    assert ask() == 10\n"),
+                  ("def test_a(monkeypatch):\n    if True:\n"
+                   "        monkeypatch.setattr('builtins.input', lambda _: '5')\n"
+                   "    assert ask() == 10\n")):
+        plan = testplan.build_plan(tests)
+        assert plan.harness is not None and "monkeypatch" in plan.refusal
+        assert scores(block(MONKEYPATCH_ANSWERS[0]), tests) == (1.0, 0.0)
