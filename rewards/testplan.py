@@ -1017,8 +1017,8 @@ class _Unit:
             if name == "capsys":
                 self.capsys(fn)
             elif name == "monkeypatch":  # its setattr calls are patch blocks by now
-                self.env["__gmts_mock_patch"] = mock_namespace()["patch"]
-                self.child.discard("__gmts_mock_patch")
+                self.env[_MP_PATCH] = mock_namespace()["patch"]
+                self.child.discard(_MP_PATCH)
             else:  # tmp_path: a new empty folder in the child, a pathlib.Path of the child's
                 self.child.add(name)
                 self.objects.add(name)
@@ -2697,7 +2697,7 @@ def _is_test_class(stmt, classes=None) -> bool:
 
 # pytest's fixtures a test function may take (_Unit.fixtures, _monkeypatch_as_patches)
 _FIXTURES = ("capsys", "tmp_path", "monkeypatch")
-_MP_PATCH = ast.Name(id="__gmts_mock_patch", ctx=ast.Load())  # unittest.mock's patch
+_MP_PATCH = "__gmts_mock_patch"  # unittest.mock's patch, as a monkeypatch test names it
 
 
 def _monkeypatch_as_patches(fn: ast.FunctionDef) -> ast.FunctionDef:
@@ -2721,11 +2721,12 @@ def _monkeypatch_as_patches(fn: ast.FunctionDef) -> ast.FunctionDef:
                 raise Unconvertible("monkeypatch.setattr with keywords")
             if len(call.args) == 2:
                 target, value = call.args
-                patch = ast.Call(func=_MP_PATCH, args=[target], keywords=[])
+                patch = ast.Call(func=ast.Name(id=_MP_PATCH, ctx=ast.Load()), args=[target],
+                                 keywords=[])
             elif len(call.args) == 3:
                 owner, name, value = call.args
-                patch = ast.Call(func=ast.Attribute(value=_MP_PATCH, attr="object",
-                                                    ctx=ast.Load()),
+                patch = ast.Call(func=ast.Attribute(value=ast.Name(id=_MP_PATCH, ctx=ast.Load()),
+                                                    attr="object", ctx=ast.Load()),
                                  args=[owner, name], keywords=[])
             else:
                 raise Unconvertible("monkeypatch.setattr of another form")

@@ -564,6 +564,17 @@ def verdict(table: dict, solutions, name: str, solution: str) -> float:
     return 1.0 if pytest_verdicts(programs)[(solution, table[name])] else 0.0
 
 
+def judged_as_pytest_says(table: dict, answers: tuple, name: str) -> None:
+    """Each of `answers` scores pytest's verdict on the tests table[name] in both modes (some pass
+    and some fail there), and the trainer judges the whole file."""
+    tests = table[name]
+    wants = {a: verdict(table, answers, name, a) for a in answers}
+    assert 0.0 in wants.values() and 1.0 in wants.values()
+    for answer, want in wants.items():
+        assert scores(block(answer), tests) == (want, want), answer
+    assert testplan.build_plan(tests).harness is None
+
+
 def honest_as_under_pytest(tmp_path, solution: str, tests: str) -> None:
     """An honest answer: plain pytest passes the program, and the code reward scores it 1.0."""
     assert pytest_verdict(tmp_path, solution, tests) is True
@@ -1118,12 +1129,7 @@ def test_capsys_is_judged_as_pytest_captures(name):
     read twice, compared as a tuple): the child captures what the test's steps write to
     sys.stdout and sys.stderr (not what was printed at import, nor through a stream kept from
     then), and the CaptureResult crosses as data; judged by the trainer, as pytest says."""
-    tests = CAPSYS[name]
-    wants = {a: verdict(CAPSYS, CAPSYS_ANSWERS, name, a) for a in CAPSYS_ANSWERS}
-    assert 0.0 in wants.values() and 1.0 in wants.values()
-    for answer, want in wants.items():
-        assert scores(block(answer), tests) == (want, want), answer
-    assert testplan.build_plan(tests).harness is None
+    judged_as_pytest_says(CAPSYS, CAPSYS_ANSWERS, name)
 
 
 @pytest.mark.parametrize("tests,said", [
@@ -1181,12 +1187,7 @@ def test_a_pytest_class_is_judged_as_pytest_runs_it(name):
     """A pytest test class (no base): its tests in the order written, each on a fresh instance,
     class attributes one object for all of them, `setup_method`/`teardown_method` and
     `setup_class`/`teardown_class` around them: judged by the trainer, as pytest says."""
-    tests = PYTEST_CLASSES[name]
-    wants = {a: verdict(PYTEST_CLASSES, CLASS_ANSWERS, name, a) for a in CLASS_ANSWERS}
-    assert 0.0 in wants.values() and 1.0 in wants.values()
-    for answer, want in wants.items():
-        assert scores(block(answer), tests) == (want, want), answer
-    assert testplan.build_plan(tests).harness is None
+    judged_as_pytest_says(PYTEST_CLASSES, CLASS_ANSWERS, name)
 
 
 @pytest.mark.parametrize("tests,said", [
@@ -1245,12 +1246,7 @@ def test_tmp_path_is_judged_as_pytest_gives_it(name):
     parametrize row), a pathlib.Path of the child's, so what the test does with it (`/`,
     `write_text`, `read_text`, `open(p).read()`, `iterdir`) runs there; a path the answer returns
     crosses as its text. Judged by the trainer, as pytest says."""
-    tests = TMP_PATH[name]
-    wants = {a: verdict(TMP_PATH, TMP_PATH_ANSWERS, name, a) for a in TMP_PATH_ANSWERS}
-    assert 0.0 in wants.values() and 1.0 in wants.values()
-    for answer, want in wants.items():
-        assert scores(block(answer), tests) == (want, want), answer
-    assert testplan.build_plan(tests).harness is None
+    judged_as_pytest_says(TMP_PATH, TMP_PATH_ANSWERS, name)
 
 
 MONKEYPATCH = {  # pytest's monkeypatch.setattr: a replacement for the rest of the test
@@ -1285,12 +1281,7 @@ def test_monkeypatch_setattr_is_judged_as_pytest_runs_it(name):
     dotted name, or a module and a name; a lambda, a function of the test's or data): the patch
     block it is, for the rest of the test (rewards/mocks.py runs the replacement on each call).
     Judged by the trainer, as pytest says."""
-    tests = MONKEYPATCH[name]
-    wants = {a: verdict(MONKEYPATCH, MONKEYPATCH_ANSWERS, name, a) for a in MONKEYPATCH_ANSWERS}
-    assert 0.0 in wants.values() and 1.0 in wants.values()
-    for answer, want in wants.items():
-        assert scores(block(answer), tests) == (want, want), answer
-    assert testplan.build_plan(tests).harness is None
+    judged_as_pytest_says(MONKEYPATCH, MONKEYPATCH_ANSWERS, name)
 
 
 def test_monkeypatch_otherwise_is_left_to_pytest():
