@@ -1800,7 +1800,8 @@ class _Unit:
         elif isinstance(stmt, (ast.Import, ast.ImportFrom)):
             self.import_(stmt)
         elif isinstance(stmt, ast.With):
-            self.raises_block(stmt)
+            if not self.open_block(stmt):
+                self.raises_block(stmt)
         elif isinstance(stmt, ast.Global) and set(stmt.names) <= self.module_level:
             pass  # a test's `global N`: its binds of N are every later test's (module_level)
         elif isinstance(stmt, ast.Return) and self.returns:
@@ -2417,6 +2418,33 @@ class _Unit:
             return any(node.value is s for s in SINGLETONS)
         return (isinstance(node, ast.Name) and node.id in SAFE_NAMES and node.id not in self.env
                 and node.id not in self.child and isinstance(getattr(builtins, node.id), type))
+
+    def open_block(self, stmt) -> bool:
+        """`with open(path[, mode]) as fh:` (the real builtin): the file opened in the child, `fh`
+        an object of the child's there (`fh.write(...)`, `fh.read()` run there, on the files the
+        answer reads or wrote), the body, then the file closed. False for another with-block."""
+        item = stmt.items[0] if len(stmt.items) == 1 else None
+        call = item.context_expr if item else None
+        if not (isinstance(call, ast.Call) and self.is_builtin(call.func)
+                and call.func.id == "open" and isinstance(item.optional_vars, ast.Name)):
+            return False
+        if any(isinstance(a, ast.Starred) for a in call.args) or any(
+                k.arg is None for k in call.keywords):
+            raise Unconvertible("open() with * or ** arguments")
+        name = item.optional_vars.id
+        opened = ast.Call(func=ast.parse("__gmts_builtins['open']", mode="eval").body,
+                          args=[self._inline(copy.deepcopy(a)) for a in call.args],
+                          keywords=[ast.keyword(arg=k.arg, value=self._inline(
+                              copy.deepcopy(k.value))) for k in call.keywords])
+        self.assign(item.optional_vars, ast.Constant(value=None))  # what the name held: gone
+        self.env.pop(name, None)
+        self.steps.append({"run": f"{name} = {ast.unparse(opened)}", "binds": [name]})
+        self.child.add(name)
+        self.objects.add(name)
+        for s in stmt.body:
+            self.statement(s)
+        self.steps.append({"run": f"{name}.close()"})
+        return True
 
     def raises_block(self, stmt):
         """`with pytest.raises(E[, match=...]): body`: the body runs in the child; E is checked

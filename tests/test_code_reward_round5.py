@@ -1218,6 +1218,12 @@ TMP_PATH = {  # pytest's tmp_path: a new empty folder per test, files the test a
     "read_back_as_a_path": ("def test_a(tmp_path):\n    save(tmp_path, 'hi')\n"
                             "    assert (tmp_path / 'out.txt').read_text() == 'HI'\n"
                             "    assert (tmp_path / 'out.txt').exists()\n"),
+    "written_with_open": ("def test_a(tmp_path):\n    p = tmp_path / 'a.txt'\n"
+                          "    with open(p, 'w') as f:\n        f.write('x y\\nz\\n')\n"
+                          "    assert count_lines(str(p)) == 2\n"),
+    "read_with_open": ("def test_a(tmp_path):\n    out = save(str(tmp_path), 'hi')\n"
+                       "    with open(out, encoding='utf-8') as f:\n        data = f.read()\n"
+                       "        assert data == 'HI'\n    assert f.closed\n"),
     "a_path_returned": ("def test_a(tmp_path):\n"
                         "    assert save(tmp_path, 'hi') == tmp_path / 'out.txt'\n"),
     "a_new_folder_per_row": ("import pytest\n\n@pytest.mark.parametrize('t', ['a', 'b'])\n"
@@ -1245,7 +1251,8 @@ def test_tmp_path_is_judged_as_pytest_gives_it(name):
     """A test taking pytest's `tmp_path`: a new empty folder made in the child per test (per
     parametrize row), a pathlib.Path of the child's, so what the test does with it (`/`,
     `write_text`, `read_text`, `open(p).read()`, `iterdir`) runs there; a path the answer returns
-    crosses as its text. Judged by the trainer, as pytest says."""
+    crosses as its text; `with open(p) as f:` opens the file there, `f` the child's. Judged by
+    the trainer, as pytest says."""
     judged_as_pytest_says(TMP_PATH, TMP_PATH_ANSWERS, name)
 
 
