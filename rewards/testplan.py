@@ -2779,13 +2779,14 @@ def _as_testcase(stmt: ast.ClassDef, classes: dict) -> ast.ClassDef:
     """A pytest test class (`class TestX:`, no base, plain methods and class attributes) as the
     TestCase that unittest would run alike (_CaseClass), for the trainer's conversion only: its
     tests in the order written, `setup_method(self[, method])`/`teardown_method` as setUp/tearDown
-    and `setup_class(cls)`/`teardown_class` as setUpClass/tearDownClass. What a TestCase would
-    have and a pytest class has not (`self.assertEqual`, unittest's hook names), a base, an
-    `__init__`, a test with fixtures or marks: Unconvertible."""
+    and `setup_class(cls)`/`teardown_class` as setUpClass/tearDownClass, a test's pytest fixtures
+    (_FIXTURES) made for its unit. What a TestCase would have and a pytest class has not
+    (`self.assertEqual`, unittest's hook names), a base, an `__init__`, a test with other
+    fixtures or marks: Unconvertible."""
     if stmt.bases or stmt.keywords or stmt.decorator_list or any(
             stmt.name in [_last_name(b) for b in c.bases] for c in classes.values()):
         raise Unconvertible("a pytest class with a base, a subclass or a decorator")
-    body, tests = [], []
+    body, tests, fixtures_of = [], [], {}
     for member in stmt.body:
         if isinstance(member, ast.Expr) and isinstance(member.value, ast.Constant):
             continue  # its docstring
@@ -2808,9 +2809,14 @@ def _as_testcase(stmt: ast.ClassDef, classes: dict) -> ast.ClassDef:
                                      if ast.unparse(d) != "classmethod"]
                 fn.decorator_list.append(ast.Name(id="classmethod", ctx=ast.Load()))
         if member.name.startswith("test"):
-            if fn.decorator_list or [a.arg for a in fn.args.args] != ["self"]:
+            fixtures = tuple(params[1:])  # pytest's own (_FIXTURES): made for the test's unit
+            if fn.decorator_list or params[:1] != ["self"] or not set(fixtures) <= set(_FIXTURES):
                 raise Unconvertible("a pytest class's test with marks or fixtures")
+            fn.args.args = fn.args.args[:1]
+            if "monkeypatch" in fixtures:
+                fn = _monkeypatch_as_patches(fn)
             tests.append(fn.name)
+            fixtures_of[fn.name] = fixtures
         attrs = {n.attr for n in ast.walk(fn) if isinstance(n, ast.Attribute)
                  and isinstance(n.value, ast.Name) and n.value.id == first}
         if attrs & _testcase_attributes() - _members(stmt).keys():
@@ -2819,7 +2825,7 @@ def _as_testcase(stmt: ast.ClassDef, classes: dict) -> ast.ClassDef:
     case = ast.ClassDef(name=stmt.name, bases=[ast.Attribute(
         value=ast.Name(id="unittest", ctx=ast.Load()), attr="TestCase", ctx=ast.Load())],
         keywords=[], body=body or [ast.Pass()], decorator_list=[], type_params=[])
-    case.gmts_pytest_order = tests
+    case.gmts_pytest_order, case.gmts_fixtures = tests, fixtures_of
     return ast.fix_missing_locations(ast.copy_location(case, stmt))
 
 
@@ -3380,7 +3386,7 @@ def _patch_replaces(decorator) -> bool:
 
 def _uses_mock(stmt) -> bool:
     """Does this class of the tests' name unittest.mock's patch, mocks or their helpers?"""
-    return any(isinstance(n, ast.Name) and n.id in _MOCK_NAMES
+    return any(isinstance(n, ast.Name) and (n.id in _MOCK_NAMES or n.id == _MP_PATCH)
                or isinstance(n, ast.Attribute) and n.attr in _MOCK_NAMES
                and ast.unparse(n.value) in ("mock", "unittest.mock")
                for n in ast.walk(stmt))
@@ -3795,10 +3801,10 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
             {**local_env, **values}, set(), [], modules, imports, functions)))
         counter, out, cases = [0], [], 0
 
-        def unit(name, body, touched=frozenset()):
+        def unit(name, body, touched=frozenset(), fixtures=()):
             fn = ast.FunctionDef(name=name, args=ast.arguments(
-                posonlyargs=[], args=[], kwonlyargs=[], kw_defaults=[], defaults=[]),
-                body=body, decorator_list=[], lineno=0)
+                posonlyargs=[], args=[ast.arg(arg=f) for f in fixtures], kwonlyargs=[],
+                kw_defaults=[], defaults=[]), body=body, decorator_list=[], lineno=0)
             local = _stored(fn) | _bound_inside(fn)
             unshared = {k: v for k, v in local_env.items() if k not in local_shared}
             level = set(unshared) - local | touched
@@ -3809,6 +3815,7 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
                 u.mock_recipe, u.mock_values = recipe, mock_values
             cut = next((i for i, b in enumerate(body) if b is _TEST_ENDS), len(body))
             u.returns = True
+            u.fixtures(fn, defined)  # a pytest class's test: capsys, tmp_path, monkeypatch
             try:
                 for b in body[:cut]:
                     u.statement(b)
@@ -3838,8 +3845,9 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
             mine = {n for b in up for n in _names(b) if n.startswith(f"__cls_{c}_")}
             if up:
                 unit(f"{c}.setUpClass", up, mine)
+            fixtures = getattr(classes[c], "gmts_fixtures", {})
             for name, body, n in tests:
-                unit(f"{c}.{name}", body)
+                unit(f"{c}.{name}", body, fixtures=fixtures.get(name, ()))
                 cases += n
             if down:
                 unit(f"{c}.tearDownClass", down, mine)

@@ -97,8 +97,8 @@ PARAM_CLASS = ("import pytest\nfrom solution import add\n\nclass TestAdd:\n"
 UNITTEST_SETUP_CLASS = UNITTEST_CLASS.replace(
     "    def test_small(self):", "    @classmethod\n    def setUpClass(cls):\n"
     "        cls.n = hash(1)\n\n    def test_small(self):")
-# a pytest class is judged by the trainer too; one whose test takes a fixture runs under pytest
-PYTEST_CLASS_FIXTURE = PYTEST_CLASS.replace("test_zero(self)", "test_zero(self, tmp_path)")
+# a pytest class is judged by the trainer too; one whose test takes `request` runs under pytest
+PYTEST_CLASS_FIXTURE = PYTEST_CLASS.replace("test_zero(self)", "test_zero(self, request)")
 RUNNABLE_UNKNOWN = {"pytest_class": PYTEST_CLASS_FIXTURE, "unittest_case": UNITTEST_SETUP_CLASS,
                     "class_parametrize": PARAM_CLASS}
 NEVER_RUN = {  # test functions whose body a plain call does not run: not a pass, for any solution

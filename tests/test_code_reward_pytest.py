@@ -55,7 +55,7 @@ FORMATS = {
         class TestAdd:
             def setup_method(self):
                 self.value = add(2, 3)
-            def test_value(self, tmp_path):
+            def test_value(self, request):
                 assert self.value == 5
         """),
     "setup_class": t("""
@@ -63,7 +63,7 @@ FORMATS = {
             @classmethod
             def setup_class(cls):
                 cls.value = add(2, 3)
-            def test_value(self, tmp_path):
+            def test_value(self, request):
                 assert self.value == 5
             def test_again(self):
                 assert add(1, 1) == 2

@@ -1170,6 +1170,10 @@ PYTEST_CLASSES = {  # `class TestX:` as pytest runs it: an instance per test, in
                       "        assert add(a, b) == c\n\n    def test_a(self):\n"
                       "        self.check(1, 2, 3)\n"
                       "        self.check(10, 5, 15)\n"),
+    "a_test_taking_fixtures": ("class TestAdd:\n    def test_a(self, capsys, tmp_path):\n"
+                               "        p = tmp_path / 'n.txt'\n        p.write_text('4')\n"
+                               "        assert add(10, int(p.read_text())) == 14\n"
+                               "        assert capsys.readouterr().out == ''\n"),
     "shared_in_written_order": ("class TestSort:\n    DATA = [3, 1, 2]\n\n    def test_b(self):\n"
                                 "        assert sort_it(self.DATA) == [1, 2, 3]\n\n"
                                 "    def test_a(self):\n        assert self.DATA == [3, 1, 2]\n"),
@@ -1186,7 +1190,8 @@ CLASS_ANSWERS = (
 def test_a_pytest_class_is_judged_as_pytest_runs_it(name):
     """A pytest test class (no base): its tests in the order written, each on a fresh instance,
     class attributes one object for all of them, `setup_method`/`teardown_method` and
-    `setup_class`/`teardown_class` around them: judged by the trainer, as pytest says."""
+    `setup_class`/`teardown_class` around them, a test's capsys, tmp_path or monkeypatch made for
+    it: judged by the trainer, as pytest says."""
     judged_as_pytest_says(PYTEST_CLASSES, CLASS_ANSWERS, name)
 
 
@@ -1197,6 +1202,8 @@ def test_a_pytest_class_is_judged_as_pytest_runs_it(name):
       "        assert add(1, 2) == 3\n"), "a pytest class holding setUp"),
     (("import pytest\n\nclass TestAdd:\n    @pytest.mark.parametrize('a', [1])\n"
       "    def test_a(self, a):\n        assert add(a, 2) == 3\n"), "with marks or fixtures"),
+    ("class TestAdd:\n    def test_a(self, request):\n        assert add(1, 2) == 3\n",
+     "with marks or fixtures"),
     (("class Base:\n    pass\n\nclass TestAdd(Base):\n    def test_a(self):\n"
       "        assert add(1, 2) == 3\n"), "a test class in a hierarchy"),
 ])
