@@ -737,7 +737,9 @@ def _try_as_raises(stmt: ast.Try) -> list:
     """`try: S; <fail> except E as e: H` (or the fail in `else:`), <fail> one of `assert False`,
     `pytest.fail(...)`, `raise AssertionError(...)` (`self.fail` is `assert False` by then): the
     same test as `with pytest.raises(E) as c: S` then H reading `c.value` for `e` (raises_block),
-    where E cannot catch the fail itself. Any other try: Unconvertible."""
+    where E cannot catch the fail itself. Without a fail, S may also end normally: the with-block
+    is marked `gmts_optional` (H then counts only where S raised). Any other try:
+    Unconvertible."""
     def fail(s):
         if isinstance(s, ast.Assert):
             return "AssertionError" if isinstance(s.test, ast.Constant) and not s.test.value else ""
@@ -752,8 +754,8 @@ def _try_as_raises(stmt: ast.Try) -> list:
     body, caught = stmt.body, handler.type
     in_body = fail(body[-1]) if len(body) > 1 else ""
     in_else = len(stmt.orelse) == 1 and fail(stmt.orelse[0])
-    if stmt.orelse and not in_else or not (in_body or in_else):
-        raise Unconvertible("a try whose body may end without a failure")
+    if stmt.orelse and not in_else:
+        raise Unconvertible("a try whose else is more than a failure")
     if in_body:
         body = body[:-1]
         names = {ast.unparse(e) for e in (caught.elts if isinstance(caught, ast.Tuple)
@@ -776,8 +778,9 @@ def _try_as_raises(stmt: ast.Try) -> list:
             return ast.Attribute(value=ast.Name(id=var, ctx=ast.Load()), attr="value",
                                  ctx=ast.Load())
     after = [Caught().visit(s) for s in handler.body] if var else handler.body
-    return [ast.fix_missing_locations(ast.copy_location(ast.With(items=[item], body=body), stmt)),
-            *after]
+    block = ast.fix_missing_locations(ast.copy_location(ast.With(items=[item], body=body), stmt))
+    block.gmts_optional = not (in_body or in_else)
+    return [block, *after]
 
 
 def _side_effect_functions(method) -> set:
@@ -870,6 +873,8 @@ class Check:
     plan_values: dict = field(default_factory=dict)
     # "raises" with `as name` (names): "pytest" (name.value) or "unittest" (name.exception)
     info: str = ""
+    optional: bool = False  # "raises" of a test's try without a failure: not raising passes too
+    if_raised: int = -1  # a check of that try's `except`: judged only where step if_raised raised
 
 
 @dataclass
@@ -1723,8 +1728,16 @@ class _Unit:
         if self.mock_values:
             self.defer_mock_values()
         if isinstance(stmt, ast.Try):  # `try: f(-1); assert False except E: ...`
-            for s in _try_as_raises(copy.deepcopy(stmt)):
+            block, *handler = _try_as_raises(copy.deepcopy(stmt))
+            self.statement(block)
+            step, steps, checks = len(self.steps) - 1, len(self.steps), len(self.checks)
+            for s in handler:
                 self.statement(s)
+            if block.gmts_optional:  # the except runs only where the body raised
+                if len(self.steps) != steps:
+                    raise Unconvertible("a call of the solution's in an except that may not run")
+                for check in self.checks[checks:]:
+                    check.if_raised = step
             return
         if self.raised and not isinstance(stmt, (ast.For, ast.If, ast.With)):
             self.raised_parts(stmt)
@@ -2515,7 +2528,8 @@ class _Unit:
             names = (var.id,)
         self.checks.append(Check("raises", step=len(self.steps) - 1, exceptions=tuple(expected),
                                  match=match, names=names,
-                                 info="unittest" if unittest else "pytest"))
+                                 info="unittest" if unittest else "pytest",
+                                 optional=getattr(stmt, "gmts_optional", False)))
 
     def raised_parts(self, stmt):
         """The uses of a caught exception's name in a statement (`str(excinfo.value)`,
@@ -4339,7 +4353,13 @@ def judge_unit(unit: Unit, results, handles=(), given=frozenset(), mock_values=(
         elif "ok" not in result:
             return False
     for check in unit.checks:
+        if check.if_raised >= 0 and "exc" not in results[check.if_raised]:
+            continue  # an except of a test's try whose body ended normally: it never ran
         if check.kind == "raises":
+            if check.optional and "exc" not in results[check.step]:
+                if "ok" not in results[check.step]:
+                    return False
+                continue
             text = _match_text(results[check.step], notes=check.info == "pytest")
             if not _raised(results[check.step], check.exceptions, check.match, text):
                 return False

@@ -313,6 +313,9 @@ TRY = {  # each the same test as `with pytest.raises(...) as c` then the handler
     "pytest_fail": ("import pytest\n\ndef test_a():\n    try:\n        f(-1)\n"
                     "        pytest.fail('no')\n    except Exception as e:\n"
                     "        assert 'neg' in str(e)\n"),
+    "nothing_raised_passes_too": ("def test_a():\n    for x in (-1, 2):\n        try:\n"
+                                  "            f(x)\n        except ValueError as e:\n"
+                                  "            assert str(e) == 'neg'\n    assert f(3) == 3\n"),
     "in_a_loop": ("def test_a():\n    for bad in (-1, -2):\n        try:\n            f(bad)\n"
                   "            assert False\n        except ValueError:\n            pass\n"
                   "    assert f(3) == 3\n"),
@@ -352,7 +355,8 @@ def test_a_try_and_the_caught_class_judged_as_pytest_runs_them(name):
     the except cannot catch it, or in `else:`), and the caught class compared with a class of the
     solution's (`c.type is E`, `isinstance(c.value, E)`, `assertEqual(type(cm.exception), E)`), E
     as the solution's module binds it when the step raised (an alias of a builtin, a class of
-    another name): judged by the trainer, as pytest says."""
+    another name); a try without a failure, its except judged only where the body raised: judged
+    by the trainer, as pytest says."""
     from test_code_reward_round5 import judged_as_pytest_says
     judged_as_pytest_says(TRY, tuple(a for a in CAUGHT_ANSWERS if name not in NEEDS_E
                                      or "E = " in a or "class E(" in a), name)
@@ -361,9 +365,9 @@ def test_a_try_and_the_caught_class_judged_as_pytest_runs_them(name):
 TRY_LEFT = {  # not the same test as a raises block: pytest runs them
     "except_catches_the_failure": ("def test_a():\n    try:\n        f(-1)\n        assert False\n"
                                    "    except Exception:\n        pass\n"),
-    "no_failure_if_nothing_raises": ("def test_a():\n    try:\n        f(-1)\n"
-                                     "    except ValueError as e:\n"
-                                     "        assert str(e) == 'neg'\n"),
+    "a_call_in_an_except_that_may_not_run": ("def test_a():\n    try:\n        f(-1)\n"
+                                             "    except ValueError:\n"
+                                             "        assert f(0) == 0\n"),
     "two_handlers": ("def test_a():\n    try:\n        f(-1)\n        assert False\n"
                      "    except ValueError:\n        pass\n    except TypeError:\n"
                      "        assert False\n"),
@@ -374,12 +378,12 @@ TRY_LEFT = {  # not the same test as a raises block: pytest runs them
 
 @pytest.mark.parametrize("name", sorted(TRY_LEFT))
 def test_a_try_of_another_meaning_is_left_to_pytest(name):
-    """`except Exception` around the body's own `assert False` (it always passes), no failure when
-    nothing raises, two handlers, a `finally`: the harness runs it (default mode, pytest's
-    verdict), trusted_only refuses it with the reason."""
+    """`except Exception` around the body's own `assert False` (it always passes), a call of the
+    solution's in an except that may not run, two handlers, a `finally`: the harness runs it
+    (default mode, pytest's verdict), trusted_only refuses it with the reason."""
     from test_code_reward_round5 import verdict
     plan = testplan.build_plan(TRY_LEFT[name])
-    assert plan.harness is not None and "try" in plan.refusal
+    assert plan.harness is not None and ("try" in plan.refusal or "except" in plan.refusal)
     for answer in CAUGHT_ANSWERS[:4]:
         want = verdict(TRY_LEFT, CAUGHT_ANSWERS[:4], name, answer)
         assert scores(block(answer), TRY_LEFT[name]) == (want, 0.0), answer
