@@ -82,16 +82,15 @@ _ITEMS = frozenset({"sorted", "list", "tuple", "set", "frozenset", "dict", "reve
                     "enumerate", "zip", "iter", "min", "max"})
 
 
-def _patched_by_tests(path: str) -> set:
+def _patched_by_tests(tree) -> set:
     """(module, name) of each function the test file replaces for a while itself, named by a
     dotted string or by a module it imports (`monkeypatch.setattr('builtins.input', ...)`,
     `monkeypatch.setattr(builtins, 'open', ...)`, `setattr(builtins, 'print', ...)`,
     `patch('builtins.input')`, `patch.object(builtins, 'input')`): pytest's monkeypatch undoes its
     changes only at teardown, after the call phase's tamper check, which leaves these names alone
-    (a solution replacing one of them too changes nothing the tests' own replacement did not)."""
+    (a solution replacing one of them too changes nothing the tests' own replacement did not).
+    tree: the test file, parsed."""
     import ast
-    with open(path, encoding="utf-8") as fh:
-        tree = ast.parse(fh.read())
     imported = {}  # a module's name in the file -> its path
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -122,7 +121,7 @@ def _patched_by_tests(path: str) -> set:
     return out
 
 
-def _data_names(path: str):
+def _data_names(tree):
     """What the test file lets change in its module's namespace, from its source: (bound, free,
     shared, items, copied, classes). bound: the names it binds at module level; free: those a
     function of its declares `global` (rebinding them is the tests' own); shared: the values its
@@ -132,10 +131,8 @@ def _data_names(path: str):
     names the file imports. Every other value the tests only read (compare, index, len). A test
     class's data (`class TestX: CASES = [...]`, read as `self.CASES`, `cls.CASES`, `TestX.CASES`
     or `CASES` in its body) is named `.CASES` in these sets; attributes the tests assign are free.
-    classes: each class of the file -> the names its body binds."""
+    classes: each class of the file -> the names its body binds. tree: the test file, parsed."""
     import ast
-    with open(path, encoding="utf-8") as fh:
-        tree = ast.parse(fh.read())
     bound, free, shared, items, copied = set(), set(), set(), set(), set()
     classes = {node.name: {name.id for a in node.body if isinstance(a, (ast.Assign, ast.AnnAssign))
                            for target in (a.targets if isinstance(a, ast.Assign) else [a.target])
@@ -285,6 +282,7 @@ def _tracing() -> bool:
 
 
 def make_plugin(token: bytes, fd: int, test_file: str):
+    import ast
     import json
 
     import pytest
@@ -292,8 +290,10 @@ def make_plugin(token: bytes, fd: int, test_file: str):
 
     write, dumps = os.write, json.dumps
     test_module = os.path.splitext(os.path.basename(test_file))[0]
-    bound, free, shared, iterated, copied, classes = _data_names(test_file)
-    patched = _patched_by_tests(test_file)
+    with open(test_file, encoding="utf-8") as fh:
+        tree = ast.parse(fh.read())
+    bound, free, shared, iterated, copied, classes = _data_names(tree)
+    patched = _patched_by_tests(tree)
     names = (free, shared, iterated, classes)
 
     def freeze(record: dict):

@@ -1014,8 +1014,9 @@ class _Unit:
     def fixtures(self, fn, defined: set):
         """pytest's fixtures among the test's parameters (_FIXTURES; one of the tests' own of that
         name: Unconvertible), each made by a step of the child's before the test's own."""
+        params = [a.arg for a in fn.args.args]
         for name in _FIXTURES:
-            if name not in [a.arg for a in fn.args.args]:
+            if name not in params:
                 continue
             if name in defined:
                 raise Unconvertible(f"a fixture of the tests' named {name}")
@@ -2450,9 +2451,7 @@ class _Unit:
                           keywords=[ast.keyword(arg=k.arg, value=self._inline(
                               copy.deepcopy(k.value))) for k in call.keywords])
         self.assign(item.optional_vars, ast.Constant(value=None))  # what the name held: gone
-        self.env.pop(name, None)
-        self.steps.append({"run": f"{name} = {ast.unparse(opened)}", "binds": [name]})
-        self.child.add(name)
+        self.bind_in_child(name, ast.unparse(opened))
         self.objects.add(name)
         for s in stmt.body:
             self.statement(s)
@@ -2800,7 +2799,7 @@ def _as_testcase(stmt: ast.ClassDef, classes: dict) -> ast.ClassDef:
     if stmt.bases or stmt.keywords or stmt.decorator_list or any(
             stmt.name in [_last_name(b) for b in c.bases] for c in classes.values()):
         raise Unconvertible("a pytest class with a base, a subclass or a decorator")
-    body, tests, fixtures_of = [], [], {}
+    body, tests, fixtures_of, own = [], [], {}, _members(stmt).keys()
     for member in stmt.body:
         if isinstance(member, ast.Expr) and isinstance(member.value, ast.Constant):
             continue  # its docstring
@@ -2833,7 +2832,7 @@ def _as_testcase(stmt: ast.ClassDef, classes: dict) -> ast.ClassDef:
             fixtures_of[fn.name] = fixtures
         attrs = {n.attr for n in ast.walk(fn) if isinstance(n, ast.Attribute)
                  and isinstance(n.value, ast.Name) and n.value.id == first}
-        if attrs & _testcase_attributes() - _members(stmt).keys():
+        if attrs & _testcase_attributes() - own:
             raise Unconvertible("a TestCase's method in a pytest class")
         body.append(fn)
     case = ast.ClassDef(name=stmt.name, bases=[ast.Attribute(
@@ -3988,13 +3987,13 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
                 trainer_parts[stmt.name] = [stmt]
                 continue
             if isinstance(stmt, ast.FunctionDef) and stmt.name.startswith("test"):
-                mocked = _uses_mock(stmt)
                 fn = stmt
                 if stmt.decorator_list and all(_is_patch(d) for d in stmt.decorator_list):
                     # `@patch(...)` on a test function: its mocks, as on a TestCase's method
                     fn = _with_patches(stmt, list(reversed(stmt.decorator_list)), 0)
                 if "monkeypatch" in [a.arg for a in fn.args.args]:
-                    fn, mocked = _monkeypatch_as_patches(fn), True
+                    fn = _monkeypatch_as_patches(fn)  # patch blocks of unittest.mock
+                mocked = _uses_mock(fn)
                 rows = _param_rows(fn, env, read_again)
                 converted, now_shared = [], set()
                 # `global N`: N is the module's, its binding here every later test's
