@@ -28,6 +28,7 @@ import builtins
 import collections
 import ctypes
 import enum
+import functools
 import io
 import json
 import math
@@ -193,8 +194,8 @@ def encode(value, depth=0, budget=None):
     if kind in _VIEWS:  # d.keys(), d.values(), d.items(): their items, and which view
         return {_VIEWS[kind]: [encode(v, depth + 1, budget) for v in value]}
     if isinstance(value, _Enum):  # a member: its class's name, its name and its value
-        name, cls = value.__dict__.get("_name_"), type(value).__dict__.get("__qualname__")
-        return {"enum": [cls if type(cls) is str else "?", name if type(name) is str else "?",
+        name, cls = value.__dict__.get("_name_"), _qualname(kind)
+        return {"enum": [cls, name if type(name) is str else "?",
                          encode(value.__dict__.get("_value_"), depth + 1, budget),
                          isinstance(value, (int, str))]}  # IntEnum, StrEnum: equal to the value
     item = getattr(value, "item", None)  # numpy scalars: np.int64(5), its dtype and its value
@@ -204,7 +205,77 @@ def encode(value, depth=0, budget=None):
         if type(dtype) is not str:
             return None
         return {"npscalar": [dtype, encode(item(), depth + 1, budget)]}
+    base = _subclassed(value, kind)
+    if base is not None:  # `class Stack(list)`: its data, as its base holds it, and its name
+        return {"sub": [_qualname(kind), encode(base, depth + 1, budget)]}
     raise TypeError(f"result of type {kind.__name__} is not plain data")
+
+
+def _qualname(kind) -> str:
+    """The class's own qualified name, read from its slot (a metaclass's `__qualname__` does not
+    run)."""
+    name = _TYPE_QUALNAME(kind)
+    return name if type(name) is str else "?"
+
+
+_TYPE_QUALNAME = type.__dict__["__qualname__"].__get__
+
+
+# collections' wrappers, and the attribute holding what they wrap
+_WRAPPERS = {collections.UserList: "data", collections.UserDict: "data",
+             collections.UserString: "data", collections.ChainMap: "maps"}
+
+
+def _wrapper_copy(kind, value):
+    """A UserList (UserDict, UserString, ChainMap) of its own holding what `value` wraps."""
+    made = object.__new__(kind)
+    attr = _WRAPPERS[kind]
+    object.__getattribute__(made, "__dict__")[attr] = object.__getattribute__(
+        value, "__dict__").get(attr)
+    return made
+
+
+def _namedtuple_copy(value, base):
+    fields = base.__dict__.get("_fields")
+    if type(fields) is not tuple or len(fields) != tuple.__len__(value):
+        return None
+    copied = tuple.__getitem__(value, slice(None))  # a plain tuple of the items
+    return tuple.__new__(base, copied)
+
+
+# the types a class of the solution's may subclass whose data crosses as the base's, each with how
+# to copy an instance's data by the base's own C code (it reads the object's storage: no method the
+# subclass defines runs, so an `__eq__`, `__iter__` or `__getitem__` of its own never crosses)
+_BASE_COPIES = (
+    (int, int.__int__), (float, float.__float__),
+    (complex, lambda v: complex(complex.real.__get__(v), complex.imag.__get__(v))),
+    (str, str.__str__), (bytes, lambda v: bytes.__getitem__(v, slice(None))),
+    (bytearray, bytearray.copy), (list, list.copy),
+    (tuple, lambda v: tuple.__getitem__(v, slice(None))), (set, set.copy),
+    (frozenset, frozenset.copy),
+    (collections.Counter, lambda v: collections.Counter(dict.copy(v))),
+    (collections.OrderedDict, lambda v: collections.OrderedDict(dict.items(v))),
+    (collections.defaultdict, lambda v: collections.defaultdict(
+        collections.defaultdict.default_factory.__get__(v), dict.items(v))),
+    (collections.deque, lambda v: collections.deque(
+        collections.deque.__iter__(v), collections.deque.maxlen.__get__(v))),
+    (dict, dict.copy),
+    *((kind, functools.partial(_wrapper_copy, kind)) for kind in _WRAPPERS))
+_BASE_TYPES = {kind: copy for kind, copy in _BASE_COPIES}
+
+
+def _subclassed(value, kind):
+    """A subclass's value (`class Stack(list)`, `class Money(float)`, a namedtuple with methods
+    added) as an object of its first plain base in the MRO: that base's data, copied without
+    running the subclass's code; None where no base is plain data."""
+    for base in kind.__mro__[1:]:
+        if base.__dict__.get("_fields") is not None and base.__bases__ == (tuple,):
+            return _namedtuple_copy(value, base)
+        copy = _BASE_TYPES.get(base)
+        if copy is not None:
+            copied = copy(value)
+            return copied if type(copied) is base else None
+    return None
 
 
 _VIEWS = {type({}.keys()): "dict_keys", type({}.values()): "dict_values",
@@ -212,10 +283,10 @@ _VIEWS = {type({}.keys()): "dict_keys", type({}.values()): "dict_values",
 
 
 def _number_value(value, kind):
-    """fractions.Fraction, decimal.Decimal and bytearray, exactly. The modules are not imported here
-    (their import would cost every run): a value of theirs exists only where the solution imported
-    them. Whatever the class's parts say, they cross as plain ints and a str, and the trainer
-    builds its own Fraction or Decimal from them."""
+    """fractions.Fraction, decimal.Decimal, sympy's Integer and Rational, and bytearray, exactly.
+    The modules are not imported here (their import would cost every run): a value of theirs
+    exists only where the solution imported them. Whatever the class's parts say, they cross as
+    plain ints and a str, and the trainer builds its own value from them."""
     if kind is bytearray:
         return {"bytearray": value.hex()}
     name = kind.__dict__.get("__module__"), getattr(kind, "__qualname__", None)
@@ -227,7 +298,15 @@ def _number_value(value, kind):
         text = str(value)
         if type(text) is str:
             return {"Decimal": text}
+    if name[0] == "sympy.core.numbers" and name[1] in _SYMPY_RATIONALS:  # binomial(5, 2)
+        num, den = value.p, value.q
+        if type(num) is int and type(den) is int and den > 0:
+            return {"sympy": [hex(num), hex(den)]}
     return None
+
+
+# sympy's exact numbers: Integer (and its singletons 0, 1, -1) and Rational (and 1/2)
+_SYMPY_RATIONALS = ("Integer", "Zero", "One", "NegativeOne", "Rational", "Half")
 
 
 _DATETIMES = ("date", "datetime", "time", "timedelta")
@@ -320,6 +399,9 @@ def _stdlib_value(value, kind, depth, budget):
         return {"defaultdict": [_FACTORIES.get(factory) if factory is not None else None, pairs()]}
     if kind is _COLLECTIONS[3]:
         return {"deque": [[encode(v, depth + 1, budget) for v in value], value.maxlen]}
+    if kind in _WRAPPERS:  # UserList, UserDict, UserString: their data; ChainMap: its maps
+        data = object.__getattribute__(value, "__dict__").get(_WRAPPERS[kind])
+        return {kind.__name__: encode(data, depth + 1, budget)}
     fields = kind.__dict__.get("_fields")
     if (kind.__bases__ == (tuple,) and type(fields) is tuple and len(fields) == len(value) <= 255
             and all(type(f) is str for f in fields)):
@@ -359,8 +441,8 @@ def _has(kind, name) -> bool:
 
 def read_attrs(value, attrs):
     """Read `attrs` in turn while the value is an object of the solution's own (a linked-list node):
-    from plain data the parent reads them. A subclass of a plain type stops here too, and then fails
-    in encode."""
+    from plain data the parent reads them. A subclass of a plain type stops here too (encode sends
+    its base's data)."""
     applied = 0
     for attr in attrs:
         if isinstance(value, _PLAIN):
@@ -758,9 +840,10 @@ def run_units(units, namespace, frozen=_BUILTIN_ITEMS, dumps=json.dumps, begin=N
                         results.append(dumps({"ok": None, "mock": object.__getattribute__(
                             value, "_h")}))
                         continue
-                    if step.get("iter"):
+                    attrs = step.get("attrs", ())
+                    value, applied = read_attrs(value, attrs)
+                    if step.get("iter") and applied == len(attrs):
                         value = materialise(value)
-                    value, applied = read_attrs(value, step.get("attrs", ()))
                     results.append(dumps({"ok": encode(value), "applied": applied}))
                 else:
                     exec(step["run"], ns)  # noqa: S102 - the solution's step, in the sandbox

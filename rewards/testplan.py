@@ -344,7 +344,8 @@ class _Decoder:
                 pairs = [(self.decode(k, depth + 1), self.decode(v, depth + 1)) for k, v in inner]
                 _check_collisions([k for k, _ in pairs])
                 return dict(pairs)
-            if tag in ("Counter", "OrderedDict", "defaultdict", "deque", "namedtuple"):
+            if tag in ("Counter", "OrderedDict", "defaultdict", "deque", "namedtuple",
+                       *_WRAPPERS):
                 return self.stdlib(tag, inner, depth)
             if tag == "float" and inner in ("inf", "-inf", "nan"):
                 return float(inner)
@@ -355,6 +356,8 @@ class _Decoder:
             if tag == "complex":
                 return self.steerable(complex(self.decode(inner[0], depth + 1),
                                               self.decode(inner[1], depth + 1)))
+            if tag == "sub":
+                return self.subclass(inner, depth)
             raise ValueError(f"unknown result tag {tag!r}")
         if type(value) is int:
             return value if -_SMALL_INT < value < _SMALL_INT else self.steerable(value)
@@ -381,6 +384,15 @@ class _Decoder:
             if factory not in _FACTORIES:
                 raise ValueError(f"defaultdict factory {factory!r}")
             return collections.defaultdict(_FACTORIES[factory], pairs(items))
+        if tag in _WRAPPERS:
+            data = self.decode(inner, depth + 1)
+            if tag == "ChainMap":
+                if type(data) is not list or not all(type(m) is dict for m in data):
+                    raise ValueError("malformed ChainMap")
+                return collections.ChainMap(*data)
+            if type(data) is not _WRAPPERS[tag]:
+                raise ValueError(f"malformed {tag}")
+            return getattr(collections, tag)(data)
         if tag == "deque":
             items, maxlen = inner
             if maxlen is not None and type(maxlen) is not int:
@@ -388,6 +400,27 @@ class _Decoder:
             return collections.deque(self.items(items, depth), maxlen)
         name, fields, items = inner
         return self.steerable(_namedtuple(name, tuple(fields))(*self.items(items, depth)))
+
+    def subclass(self, inner, depth):
+        """A value of a subclass of the solution's (`class Stack(list)`): its base's data, rebuilt
+        as an object of a plain subclass of ours of that name (equal as the base compares, `type(r)
+        is list` false as under pytest; none of the solution's code)."""
+        if type(inner) is not list or len(inner) != 2 or type(inner[0]) is not str or not (
+                inner[0].replace(".", "_").isidentifier()):
+            raise ValueError("malformed subclass value")
+        name, value = inner[0], self.decode(inner[1], depth + 1)
+        base = type(value)
+        if base not in _SUBCLASSABLE and not (base.__bases__ == (tuple,)
+                                              and hasattr(base, "_fields")):
+            raise ValueError(f"a subclass of {base.__name__}")
+        cls = _plain_subclass(base, name)
+        if base is collections.defaultdict:
+            return cls(value.default_factory, value)
+        if base is collections.deque:
+            return cls(value, value.maxlen)
+        if base is collections.ChainMap:
+            return cls(*value.maps)
+        return cls._make(value) if base not in _SUBCLASSABLE else cls(value)
 
     def exact(self, tag, inner, depth):
         """bytearray, Fraction, Decimal, dict views and enum members, rebuilt as what they are (an
@@ -398,6 +431,12 @@ class _Decoder:
         if tag == "Fraction":
             num, den = (int(x, 16) for x in inner)
             return self.steerable(fractions.Fraction(num, den))
+        if tag == "sympy":  # sympy's Integer or Rational, made by sympy here
+            num, den = (int(x, 16) for x in inner)
+            if den <= 0:
+                raise ValueError("malformed sympy number")
+            import sympy
+            return self.steerable(sympy.Integer(num) if den == 1 else sympy.Rational(num, den))
         if tag == "Decimal":
             if type(inner) is not str or len(inner) > 10_000:
                 raise ValueError("malformed Decimal")
@@ -496,8 +535,9 @@ class _Decoder:
         return value
 
 
-_EXACT = ("bytearray", "Fraction", "Decimal", "enum", "dict_keys", "dict_values", "dict_items",
-          "range", "date", "datetime", "time", "timedelta", "ndarray", "npscalar", "path")
+_EXACT = ("bytearray", "Fraction", "Decimal", "sympy", "enum", "dict_keys", "dict_values",
+          "dict_items", "range", "date", "datetime", "time", "timedelta", "ndarray", "npscalar",
+          "path")
 # a pathlib path crosses as its text, rebuilt as the pure path of its flavour (nothing here touches
 # a file): equal to a path of the same text, as pathlib compares them
 _PATHS = {"PosixPath": "PurePosixPath", "PurePosixPath": "PurePosixPath",
@@ -653,6 +693,23 @@ def render(value) -> str:
         return (f"__gmts_builtins['__import__']('datetime').{kind.__name__}"
                 f".fromisoformat({value.isoformat()!r})")
     raise Unconvertible(f"input of type {kind.__name__} cannot be sent as a literal")
+
+
+# collections' wrappers, and the type of what each wraps
+_WRAPPERS = {"UserList": list, "UserDict": dict, "UserString": str, "ChainMap": list}
+# the plain types whose subclasses of the solution's cross as their data
+# (_sandbox_child._subclassed)
+_SUBCLASSABLE = (int, float, complex, str, bytes, bytearray, list, tuple, set, frozenset, dict,
+                 collections.Counter, collections.OrderedDict, collections.defaultdict,
+                 collections.deque, collections.UserList, collections.UserDict,
+                 collections.UserString, collections.ChainMap)
+
+
+@lru_cache(maxsize=256)
+def _plain_subclass(base: type, name: str) -> type:
+    """A plain subclass of `base` named as the solution's class (`isinstance(r, list)` holds,
+    `type(r) is list` does not, as under pytest; none of its code)."""
+    return type(name.rpartition(".")[2], (base,), {"__module__": "solution", "__qualname__": name})
 
 
 @lru_cache(maxsize=64)
@@ -1285,6 +1342,17 @@ class _Unit:
             return False
         return any(self.holds_object(o) for o in operands) and self.child_evaluable(node)
 
+    def child_path(self, node) -> bool:
+        """Items (and attributes) read from a child value, every key the trainer's or the child's:
+        `f()[0].val`, `r[1]`, `tree(x).children[0]`. A path of attributes only is read_attrs'."""
+        base, items = node, False
+        while isinstance(base, (ast.Attribute, ast.Subscript)) and not self.is_child_value(base):
+            if isinstance(base, ast.Attribute) and base.attr.startswith("_"):
+                return False
+            items = items or isinstance(base, ast.Subscript)
+            base = base.value
+        return items and self.is_child_value(base) and self.child_evaluable(node)
+
     def child_evaluable(self, node) -> bool:
         """Every name is the child's, a builtin, or inside a part the trainer computes and inlines;
         nothing the trainer binds only while judging, no comprehension or lambda over child
@@ -1310,8 +1378,9 @@ class _Unit:
                 and node.func.id in CHILD_BUILTINS
                 and node.func.id not in self.child and node.func.id not in self.env
                 and not node.keywords
-                and any(self.is_child_value(a) for a in node.args)
-                and all(self.is_child_value(a) or not self.uses_child(a) for a in node.args))
+                and any(self.is_child_value(a) or self.child_path(a) for a in node.args)
+                and all(self.is_child_value(a) or self.child_path(a) or not self.uses_child(a)
+                        for a in node.args))
 
     # ------------------------------------------------ the child's side
 
@@ -1547,6 +1616,19 @@ class _Unit:
         if isinstance(node,
                       (ast.Lambda, ast.GeneratorExp, ast.ListComp, ast.SetComp, ast.DictComp)):
             bound = bound | _bound_inside(node)
+        # a path of items and attributes from a child value (`f()[0].val`, `r[1].left`, `f()['a']`):
+        # read in the child as pytest reads it (a list of the solution's objects, an object's own
+        # `__getitem__`), the value at its end crossing as data
+        if self.child_path(node) and not bound:
+            return self.fetch(node, iterate=iterate)
+        # `g() is not None`: identity with a singleton, in the child (an object that cannot cross
+        # is still not None there; `is` runs no code of the solution's)
+        if (isinstance(node, ast.Compare) and len(node.ops) == 1
+                and isinstance(node.ops[0], (ast.Is, ast.IsNot)) and not bound
+                and any(isinstance(n, ast.Constant) and any(n.value is s for s in SINGLETONS)
+                        for n in (node.left, node.comparators[0]))
+                and self.child_evaluable(node)):
+            return self.fetch(node)
         # attributes read from a returned value: `head(x).next.val`
         if isinstance(node, ast.Attribute):
             attrs, base = [], node
@@ -1559,7 +1641,7 @@ class _Unit:
                 if bound:
                     raise Unconvertible("attributes of a child value inside a lambda or "
                                         "comprehension")
-                return self.fetch(base, attrs=attrs)
+                return self.fetch(base, attrs=attrs, iterate=iterate)
         # `len(obj)`, `isinstance(n, Node)`: a step on the
         if self.applies_builtin(node) and not bound:
             # solution's objects, in the child
