@@ -753,6 +753,7 @@ def _resolve(path: str):
 
 
 _MISSING = object()  # a patch with create=True of an attribute its target did not have
+_STRING_IO = io.StringIO
 
 
 def patch_step(step, patches):
@@ -771,9 +772,13 @@ def patch_step(step, patches):
         owner = _resolve(owner_path)
         # create=True: a missing attribute is made, and deleted again at the patch's end
         original = getattr(owner, attr, _MISSING) if step.get("create") else getattr(owner, attr)
-        new = _Remote(step["handle"]) if "handle" in step else decode_input(step["data"])
+        if "stream" in step:  # the test's own io.StringIO (io's, as it was before the solution)
+            new = _STRING_IO(step["stream"])
+        else:
+            new = _Remote(step["handle"]) if "handle" in step else decode_input(step["data"])
         setattr(owner, attr, new)
         patches.append((owner, attr, original))
+        return new
     else:
         for _ in range(min(step["unpatch"], len(patches))):
             unpatch(patches.pop())
@@ -831,7 +836,9 @@ def run_units(units, namespace, frozen=_BUILTIN_ITEMS, dumps=json.dumps, begin=N
                     held["tmp_path"] = pathlib.Path(tempfile.mkdtemp(prefix="pytest-"))
                     results.append('{"ok": null}')
                 elif "patch" in step or "patch_dict" in step or "unpatch" in step:
-                    patch_step(step, patches)
+                    new = patch_step(step, patches)
+                    if "as" in step:  # `as out`: the test's stream, read in later steps
+                        ns[step["as"]] = held[step["as"]] = new
                     results.append('{"ok": null}')
                 elif "eval" in step:
                     value = eval(step["eval"], ns)

@@ -16,6 +16,7 @@ mutable values are one object each for the run (Session.values), and a side effe
 the tests' is compiled here from the plan's checked source (Session.function).
 """
 import builtins
+import copy
 import functools
 import operator
 import os
@@ -63,6 +64,14 @@ class Raise(Exception):
     def __init__(self, path: str, args: list):
         super().__init__(path)
         self.path, self.data = path, args
+
+
+def _next_item(items: list):
+    """next() on `iter(items)` as the test made it (testplan.NEXT_ITEM): its next item, the list
+    holding those still to come."""
+    if not items:
+        raise StopIteration
+    return items.pop(0)
 
 
 def raiser(path: str):
@@ -145,8 +154,8 @@ class Session:
         """A recipe value: {"data"}, {"mock": id}, {"exc": [path, args]}, {"list": [...]},
         {"ref": vid} (the run's one object of the recipe's "value" vid)."""
         (tag, inner), = spec.items()
-        if tag == "data":
-            return testplan.decode(inner)
+        if tag == "data":  # a value of the run's own: the plan's recipe (cached) stays as it is
+            return testplan.decode(copy.deepcopy(inner))
         if tag == "ref":
             return self.values[inner]
         if tag == "fn":
@@ -163,7 +172,8 @@ class Session:
         """A side effect function of the tests' (checked by the plan: its cost is linear in the
         arguments it is called with), compiled with only the names it reads and
         testplan.EFFECT_BUILTINS."""
-        scope = {"__builtins__": {n: getattr(builtins, n) for n in testplan.EFFECT_BUILTINS}}
+        scope = {"__builtins__": {n: getattr(builtins, n) for n in testplan.EFFECT_BUILTINS}
+                 | {testplan.NEXT_ITEM: _next_item}}
         scope.update((k, self.value(v)) for k, v in spec["names"].items())
         exec(compile(spec["source"], "<side effect>", "exec"), scope)  # noqa: S102 - the plan's
         return scope["__gmts_effect"]

@@ -227,7 +227,9 @@ EFFECT_BUILTINS = frozenset("""len str int float bool isinstance abs min max sor
 all""".split())  # noqa: SIM905
 EFFECT_METHODS = frozenset("""startswith endswith lower upper strip lstrip rstrip split rsplit
 splitlines get keys values items find rfind count index isdigit isalpha isalnum isspace encode
-decode""".split())  # noqa: SIM905
+decode pop""".split())  # noqa: SIM905
+# `next(it)` over `it = iter([...])` in a side effect: the trainer's mocks run it on the list
+NEXT_ITEM = "__gmts_next"
 _EFFECT_NODES = (ast.If, ast.Return, ast.Pass, ast.Assign, ast.Constant, ast.Name, ast.Attribute,
                  ast.Compare, ast.BoolOp, ast.UnaryOp, ast.IfExp, ast.Subscript, ast.Slice,
                  ast.Tuple, ast.List, ast.Dict, ast.Set, ast.JoinedStr, ast.FormattedValue,
@@ -2064,13 +2066,15 @@ class _Unit:
                     n.exc = ast.Name(id=f"__gmts_exc{raised}", ctx=ast.Load())
             if isinstance(n, ast.Call) and not (
                     isinstance(n.func, ast.Name) and (n.func.id in EFFECT_BUILTINS
-                                                      or n.func.id.startswith("__gmts_exc"))
+                                                      or n.func.id.startswith("__gmts_exc")
+                                                      or n.func.id == NEXT_ITEM)
                     or isinstance(n.func, ast.Attribute) and n.func.attr in EFFECT_METHODS):
                 raise Unconvertible("unittest.mock: a side effect's call")
         for n in ast.walk(tree):
             if not isinstance(n, ast.Name) or n.id in local or n.id in names:
                 continue
-            if n.id in EFFECT_BUILTINS and n.id not in self.env and n.id not in self.child:
+            if n.id in EFFECT_BUILTINS and n.id not in self.env and n.id not in self.child or (
+                    n.id == NEXT_ITEM):
                 continue
             if n.id in self.local_functions or n.id in self.child or n.id in self.deferred and (
                     not isinstance(self.env.get(n.id), MockRef)) or n.id not in self.env:
@@ -2274,6 +2278,26 @@ class _Unit:
         if len(rest) > 1 or bad or type(create) is not bool:
             raise Unconvertible(f"unittest.mock: patch with {sorted(bad) or 'spec'}")
         new = rest[0] if rest else keywords.pop("new", None)
+        if var is None and not keywords and (isinstance(new, ast.Lambda) or isinstance(
+                new, ast.Name) and new.id in self.local_functions):
+            # `patch('builtins.input', lambda _: '5')`: called as the function is (nothing reads
+            # the replacement itself), so the mock of a side effect the trainer runs
+            keywords["side_effect"], new = new, None
+        text = self.stream_text(new, keywords.get("new_callable"))
+        if text is not None:  # `patch('sys.stdin', io.StringIO('2\n3\n'))`: a stream of the child's
+            if len(rest) > 1 or set(keywords) - {"new_callable"}:
+                raise Unconvertible("unittest.mock: a stream patched with keywords")
+            self.steps.append({"patch": target, "stream": text,
+                               **({"create": True} if create else {})})
+            if var is not None:  # `as out`: the stream itself, `out.getvalue()` read there
+                if not isinstance(var, ast.Name):
+                    raise Unconvertible("unittest.mock: `as` a target other than a name")
+                self.steps[-1]["as"] = var.id
+                self.env.pop(var.id, None)
+                self.deferred.discard(var.id)
+                self.child.add(var.id)
+                self.objects.add(var.id)
+            return
         if new is not None:
             if keywords:
                 raise Unconvertible("unittest.mock: patch with new= and keywords")
@@ -2296,6 +2320,19 @@ class _Unit:
             if not isinstance(var, ast.Name):
                 raise Unconvertible("unittest.mock: `as` a target other than a name")
             self.bind_mock(var.id, bound)
+
+    def stream_text(self, new, factory) -> str | None:
+        """The text of an `io.StringIO` the test patches in (`new=StringIO('5\n')`, or
+        `new_callable=StringIO`: empty), made in the child from it; None for anything else."""
+        if new is None and factory is not None:
+            return "" if self.dotted(factory) == "io.StringIO" else None
+        if not (isinstance(new, ast.Call) and self.dotted(new.func) == "io.StringIO"
+                and not new.keywords and len(new.args) <= 1):
+            return None
+        text = self.parent_eval(new.args[0]) if new.args else ""
+        if type(text) is not str:
+            raise Unconvertible("unittest.mock: a StringIO of what is not a str")
+        return text
 
     def patch_call(self, node) -> str | None:
         """`patch(...)`, `patch.object(...)`, `patch.dict(...)`: its kind, else None."""
@@ -2821,6 +2858,50 @@ def _is_test_class(stmt, classes=None) -> bool:
 # pytest's fixtures a test function may take (_Unit.fixtures, _monkeypatch_as_patches)
 _FIXTURES = ("capsys", "tmp_path", "monkeypatch")
 _MP_PATCH = "__gmts_mock_patch"  # unittest.mock's patch, as a monkeypatch test names it
+
+
+def _iterators_as_lists(fn: ast.FunctionDef) -> ast.FunctionDef:
+    """A test whose `it = iter(E)` (a statement of its own) is read only as `next(it)` inside its
+    lambdas and local functions (`input` replaced by `lambda _: next(it)`): the same test with
+    `it = list(E)` and NEXT_ITEM(it), which the trainer's mocks run on the list as next runs on
+    the iterator (its first item taken; StopIteration once none is left). Else `fn` itself."""
+    made = {}
+    for s in fn.body:
+        if (isinstance(s, ast.Assign) and len(s.targets) == 1
+                and isinstance(s.targets[0], ast.Name) and isinstance(s.value, ast.Call)
+                and ast.unparse(s.value.func) == "iter" and len(s.value.args) == 1
+                and not s.value.keywords):
+            made[s.targets[0].id] = None if s.targets[0].id in made else s
+    parents = {id(c): n for n in ast.walk(fn) for c in ast.iter_child_nodes(n)}
+
+    def as_next(name) -> bool:  # `next(it)` inside a lambda or local function
+        call, up = parents.get(id(name)), name
+        if not (isinstance(call, ast.Call) and ast.unparse(call.func) == "next"
+                and call.args == [name] and not call.keywords):
+            return False
+        while up is not fn:
+            up = parents[id(up)]
+            if isinstance(up, (ast.Lambda, ast.FunctionDef)) and up is not fn:
+                return True
+        return False
+    for n in ast.walk(fn):
+        if isinstance(n, ast.Name) and n.id in made and not (
+                made[n.id] is not None and n is made[n.id].targets[0] or as_next(n)):
+            made[n.id] = None
+    names = {k for k, v in made.items() if v is not None}
+    if not names or any(isinstance(n, ast.Name) and n.id in ("iter", "next", "list")
+                        and not isinstance(n.ctx, ast.Load) for n in ast.walk(fn)):
+        return fn
+    out = copy.copy(fn)
+    out.body = [b if b is _TEST_ENDS else copy.deepcopy(b) for b in fn.body]
+    for n in ast.walk(ast.Module(body=out.body, type_ignores=[])):
+        if isinstance(n, ast.Assign) and ast.unparse(n.targets[0]) in names and isinstance(
+                n.value, ast.Call) and ast.unparse(n.value.func) == "iter":
+            n.value.func = ast.Name(id="list", ctx=ast.Load())
+        elif (isinstance(n, ast.Call) and ast.unparse(n.func) == "next" and len(n.args) == 1
+              and isinstance(n.args[0], ast.Name) and n.args[0].id in names):
+            n.func = ast.Name(id=NEXT_ITEM, ctx=ast.Load())
+    return out
 
 
 def _monkeypatch_as_patches(fn: ast.FunctionDef) -> ast.FunctionDef:
@@ -3897,9 +3978,10 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
         counter, out, cases = [0], [], 0
 
         def unit(name, body, touched=frozenset(), fixtures=()):
-            fn = ast.FunctionDef(name=name, args=ast.arguments(
+            fn = _iterators_as_lists(ast.FunctionDef(name=name, args=ast.arguments(
                 posonlyargs=[], args=[ast.arg(arg=f) for f in fixtures], kwonlyargs=[],
-                kw_defaults=[], defaults=[]), body=body, decorator_list=[], lineno=0)
+                kw_defaults=[], defaults=[]), body=body, decorator_list=[], lineno=0))
+            body = fn.body
             local = _stored(fn) | _bound_inside(fn)
             unshared = {k: v for k, v in local_env.items() if k not in local_shared}
             level = set(unshared) - local | touched
@@ -4069,10 +4151,10 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
                 trainer_parts[stmt.name] = [stmt]
                 continue
             if isinstance(stmt, ast.FunctionDef) and stmt.name.startswith("test"):
-                fn = stmt
+                fn = _iterators_as_lists(stmt)
                 if stmt.decorator_list and all(_is_patch(d) for d in stmt.decorator_list):
                     # `@patch(...)` on a test function: its mocks, as on a TestCase's method
-                    fn = _with_patches(stmt, list(reversed(stmt.decorator_list)), 0)
+                    fn = _with_patches(fn, list(reversed(stmt.decorator_list)), 0)
                 if "monkeypatch" in [a.arg for a in fn.args.args]:
                     fn = _monkeypatch_as_patches(fn)  # patch blocks of unittest.mock
                 mocked = _uses_mock(fn)

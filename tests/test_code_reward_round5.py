@@ -1312,6 +1312,55 @@ def test_monkeypatch_otherwise_is_left_to_pytest():
         assert scores(block(MONKEYPATCH_ANSWERS[0]), tests) == (1.0, 0.0)
 
 
+INPUTS = {  # a test feeding input() or stdin, and reading stdout, as KodCode's tests write them
+    "next_of_an_iterator": ("def test_a(monkeypatch):\n    answers = iter(['2', '3'])\n"
+                            "    monkeypatch.setattr('builtins.input', lambda *a: next(answers))\n"
+                            "    assert add_two() == 5\n"),
+    "pop_of_a_list": ("def test_a(monkeypatch):\n    answers = ['2', '3']\n"
+                      "    monkeypatch.setattr('builtins.input', lambda *a: answers.pop(0))\n"
+                      "    assert add_two() == 5\n"),
+    "a_patched_lambda": ("from unittest.mock import patch\n\ndef test_a():\n"
+                         "    it = iter(['2', '3'])\n"
+                         "    with patch('builtins.input', lambda prompt='': next(it)):\n"
+                         "        assert add_two() == 5\n"),
+    "a_testcase_side_effect": ("import unittest\nfrom unittest.mock import patch\n\n"
+                               "class T(unittest.TestCase):\n    def test_a(self):\n"
+                               "        it = iter(['2', '3'])\n"
+                               "        with patch('builtins.input', side_effect=lambda *a: "
+                               "next(it)):\n            self.assertEqual(add_two(), 5)\n"),
+    "stdin_a_stringio": ("import io\n\ndef test_a(monkeypatch):\n"
+                         "    monkeypatch.setattr('sys.stdin', io.StringIO('2\\n3\\n'))\n"
+                         "    assert add_two() == 5\n"),
+    "stdout_read_back": ("from io import StringIO\nfrom unittest.mock import patch\n\n"
+                         "def test_a():\n    with patch('sys.stdin', StringIO('2\\n3\\n')), "
+                         "patch('sys.stdout', new_callable=StringIO) as out:\n"
+                         "        show_sum()\n    assert out.getvalue() == '5\\n'\n"),
+    "stdout_decorated": ("import io\nimport unittest\nfrom unittest.mock import patch\n\n"
+                         "class T(unittest.TestCase):\n"
+                         "    @patch('sys.stdout', new_callable=io.StringIO)\n"
+                         "    @patch('sys.stdin', io.StringIO('2\\n3\\n'))\n"
+                         "    def test_a(self, out):\n        show_sum()\n"
+                         "        self.assertEqual(out.getvalue().strip(), '5')\n"),
+}
+INPUT_ANSWERS = (
+    ("def add_two():\n    return int(input()) + int(input())\n\n"
+     "def show_sum():\n    print(add_two())\n"),
+    ("def add_two():\n    a = int(input())\n    return a + a\n\n"  # reads one input only
+     "def show_sum():\n    print(add_two(), end='')\n"),
+    ("def add_two():\n    return int(input()) + int(input()) + int(input() or 0)\n\n"  # three
+     "def show_sum():\n    import sys\n    sys.__stdout__.write('5\\n')\n"))
+
+
+@pytest.mark.parametrize("name", sorted(INPUTS))
+def test_input_and_streams_are_judged_as_pytest_runs_them(name):
+    """input() replaced by `lambda _: next(it)` over `it = iter([...])` or by `answers.pop(0)`, a
+    patch whose replacement is a lambda, sys.stdin or sys.stdout patched with an `io.StringIO`
+    (its text read back with `getvalue()`): judged by the trainer (the StringIO made in the child,
+    the side effect run by the trainer's mocks), as pytest says (one input too many: StopIteration,
+    a print to the real stdout: not captured)."""
+    judged_as_pytest_says(INPUTS, INPUT_ANSWERS, name)
+
+
 # ------------------------------------------------ 5. values of the solution's own types, returned
 
 ALWAYS_EQUAL = "    def __eq__(self, other):\n        return True\n\n    __hash__ = None\n"
