@@ -42,11 +42,11 @@ from functools import lru_cache
 
 
 # Builtins the trainer evaluates itself (real builtins, whatever the solution redefines). Every
-# other builtin (print, id, next, getattr, ...) makes its test case untrusted: it would have to run
+# other builtin (print, id, iter, getattr, ...) makes its test case untrusted: it would have to run
 # inside the sandbox.
 SAFE_NAMES = frozenset("""abs all any ascii bin bool bytes chr complex dict divmod enumerate filter
 float format frozenset hex int isinstance len list map max min oct ord pow range repr reversed round
-set slice sorted str sum tuple type zip bytearray object""".split())  # noqa: SIM905
+set slice sorted str sum tuple type zip bytearray object next callable""".split())  # noqa: SIM905
 BUILTIN_NAMES = frozenset(dir(builtins))
 MODULES = {"math": math, "collections": collections}
 # Modules the tests may import (`import random` inside a HumanEval check): the trainer evaluates
@@ -98,7 +98,7 @@ ITERATING = frozenset(
     "list tuple set frozenset sorted sum min max any all dict enumerate".split())  # noqa: SIM905
 # Builtins applied in the child when their argument is a value of the solution's (the result crosses
 # as data)
-CHILD_BUILTINS = frozenset("len str repr bool isinstance abs".split())  # noqa: SIM905
+CHILD_BUILTINS = frozenset("len str repr bool isinstance abs next callable".split())  # noqa: SIM905
 # items stay what they are
 _KEEPS = frozenset("sorted list tuple set frozenset reversed min max".split())  # noqa: SIM905
 # `x is None`: exact on rebuilt values (decode returns these objects)
@@ -1344,6 +1344,76 @@ class _Unit:
             return False
         return any(self.holds_object(o) for o in operands) and self.child_evaluable(node)
 
+    def child_method_call(self, node) -> bool:
+        """A call of a method no plain data has on what a method of an object of the solution's
+        returned (`Counter(1).inc().inc()`): the call runs in the child, as the first one does.
+        Not on a value a function returned (`f(3).mean()`: an ndarray subclass's own method would
+        decide), nor on what an operator made (`(f(3) == want).all()`)."""
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr not in PLAIN_ATTRS and not node.func.attr.startswith("_")
+                and self.child_evaluable(node)):
+            return False
+        root = node.func.value
+        while not self.is_object(root):
+            if isinstance(root, ast.Call) and isinstance(root.func, ast.Attribute):
+                root = root.func.value
+            elif isinstance(root, (ast.Attribute, ast.Subscript)):
+                root = root.value
+            else:
+                return False
+        return True
+
+    def child_comprehension(self, node) -> str | None:
+        """A comprehension reading items of a child value (`[n.val for n in f()]`, `sorted(c.n for
+        c in cs)`, `{c.name: c.n for c in cs}`; one `for`, no `if`): the child's source making its
+        list (a generator's items too), set or dict, each element the loop's name, an item or public
+        attribute of it, a tuple of those, one `is None` or a builtin of CHILD_BUILTINS applied to
+        one. Its items cross as data; what the test computes from them runs here. Else None."""
+        if not (isinstance(node, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp))
+                and len(node.generators) == 1):
+            return None
+        loop = node.generators[0]
+        if (loop.ifs or loop.is_async or not isinstance(loop.target, ast.Name)
+                or not (self.is_child_value(loop.iter) or self.child_path(loop.iter))):
+            return None
+        name = loop.target.id
+
+        def element(e) -> bool:
+            if isinstance(e, ast.Name):
+                return e.id == name
+            if isinstance(e, ast.Attribute):
+                return not e.attr.startswith("_") and element(e.value)
+            if isinstance(e, ast.Subscript):
+                return isinstance(e.slice, ast.Constant) and element(e.value)
+            if isinstance(e, ast.Tuple):
+                return all(element(x) for x in e.elts)
+            if isinstance(e, ast.Compare):  # `n is not None`: identity with a singleton
+                return (len(e.ops) == 1 and isinstance(e.ops[0], (ast.Is, ast.IsNot))
+                        and element(e.left) and isinstance(e.comparators[0], ast.Constant)
+                        and any(e.comparators[0].value is v for v in SINGLETONS))
+            return (isinstance(e, ast.Call) and isinstance(e.func, ast.Name)
+                    and e.func.id in CHILD_BUILTINS and e.func.id not in self.env
+                    and e.func.id not in self.child and not e.keywords and len(e.args) == 1
+                    and element(e.args[0]))
+        parts = [node.key, node.value] if isinstance(node, ast.DictComp) else [node.elt]
+        if not all(element(e) for e in parts):
+            return None
+        parts = [ast.unparse(self._inline_builtins(copy.deepcopy(e))) for e in parts]
+        loop_source = f"for {name} in {self.child_source(loop.iter)}"
+        if isinstance(node, ast.DictComp):
+            return f"{{{parts[0]}: {parts[1]} {loop_source}}}"
+        if isinstance(node, ast.SetComp):
+            return f"{{{parts[0]} {loop_source}}}"
+        return f"[{parts[0]} {loop_source}]"
+
+    @staticmethod
+    def _inline_builtins(node):
+        """A builtin called in the child: the real one, as it was before the solution ran."""
+        for n in ast.walk(node):
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Name):
+                n.func = ast.parse(f"__gmts_builtins[{n.func.id!r}]", mode="eval").body
+        return node
+
     def child_path(self, node) -> bool:
         """Items (and attributes) read from a child value, every key the trainer's or the child's:
         `f()[0].val`, `r[1]`, `tree(x).children[0]`. A path of attributes only is read_attrs'."""
@@ -1353,7 +1423,8 @@ class _Unit:
                 return False
             items = items or isinstance(base, ast.Subscript)
             base = base.value
-        return items and self.is_child_value(base) and self.child_evaluable(node)
+        return items and (self.is_child_value(base) or self.child_method_call(base)) and (
+            self.child_evaluable(node))
 
     def child_evaluable(self, node) -> bool:
         """Every name is the child's, a builtin, or inside a part the trainer computes and inlines;
@@ -1615,6 +1686,10 @@ class _Unit:
             if bound and not (isinstance(node, ast.Name) and node.id not in bound):
                 raise Unconvertible("a call of the solution's inside a lambda or comprehension")
             return self.fetch(node, iterate=iterate)
+        source = None if bound else self.child_comprehension(node)
+        if source is not None:  # `[n.val for n in f()]`: the values read where the objects live
+            self.steps.append({"eval": source})
+            return ast.Name(id=f"__r{len(self.steps) - 1}", ctx=ast.Load())
         if isinstance(node,
                       (ast.Lambda, ast.GeneratorExp, ast.ListComp, ast.SetComp, ast.DictComp)):
             bound = bound | _bound_inside(node)
@@ -1637,7 +1712,7 @@ class _Unit:
             while isinstance(base, ast.Attribute) and not self.is_child_value(base):
                 attrs.insert(0, base.attr)
                 base = base.value
-            if self.is_child_value(base):
+            if self.is_child_value(base) or self.child_method_call(base):
                 if any(a.startswith("_") for a in attrs):
                     raise Unconvertible("private attribute")
                 if bound:
@@ -1657,7 +1732,10 @@ class _Unit:
             if isinstance(node.func, ast.Attribute):  # a method of a returned value: it runs here
                 if node.func.attr not in PLAIN_ATTRS and self.uses_child(node.func.value):
                     # `task_func().get_title()`, `make_node(1).get_val()`: no method of plain data,
-                    # so the value is an object that cannot cross: pytest
+                    # so the value is an object that cannot cross: pytest (but a method of what an
+                    # object's method returned: the child's, child_method_call)
+                    if not bound and self.child_method_call(node):
+                        return self.fetch(node, iterate=iterate)
                     raise Unconvertible(f"method {node.func.attr} of a returned value")
                 node.func.value = self.split(node.func.value, bound=bound)
             else:
@@ -1887,8 +1965,9 @@ class _Unit:
                 self.keeps_shared(stmt.value)
                 self.parent_eval(stmt.value)
                 return
-            if not self.is_child_value(stmt.value):
+            if not (self.is_child_value(stmt.value) or self.applies_builtin(stmt.value)):
                 raise Unconvertible("statement that is not a call of the solution's")
+            # `s.push(1)`, `next(g)`: in the child, on the real builtin
             self.steps.append({"run": self.child_source(stmt.value)})
         elif isinstance(stmt, ast.If):  # on values the trainer computes: the branch taken, here
             if self.uses_child(stmt.test):

@@ -1447,3 +1447,39 @@ def test_a_value_of_the_solutions_own_type_is_judged_by_its_data(name):
     assert scores(block(honest), tests) == (1.0, 1.0)
     assert scores(block(wrong), tests) == (0.0, 0.0)
     assert testplan.build_plan(tests).harness is None
+
+
+READS = {  # what the tests read from the solution's objects, read where the objects live
+    "a_comprehension_over_returned_objects": (
+        "def test_a():\n    assert [n.val for n in nodes(2)] == [0, 1]\n"
+        "    assert all(n is not None for n in nodes(3))\n"),
+    "sorted_attributes_of_made_objects": (
+        "def test_a():\n    cs = [Counter(3), Counter(1)]\n"
+        "    assert sorted(c.n for c in cs) == [1, 3]\n"
+        "    assert {c.n: len(c.log) for c in cs} == {3: 0, 1: 0}\n"),
+    "a_method_chain_on_an_object": ("def test_a():\n    assert Counter(1).inc().inc().n == 3\n"),
+    "next_of_a_generator": ("def test_a():\n    g = evens()\n    next(g)\n"
+                            "    assert next(g) == 2\n    assert next(evens(), None) == 0\n"
+                            "    assert callable(evens)\n"),
+}
+READ_ANSWERS = (
+    ("class Node:\n    def __init__(self, val):\n        self.val = val\n\n"
+     "def nodes(k):\n    return [Node(i) for i in range(k)]\n\n"
+     "class Counter:\n    def __init__(self, n):\n        self.n, self.log = n, []\n\n"
+     "    def inc(self):\n        self.n += 1\n        return self\n\n"
+     "def evens():\n    yield from range(0, 10, 2)\n"),
+    ("class Node:\n    def __init__(self, val):\n        self.val = val + 1\n\n"
+     "def nodes(k):\n    return [Node(i) for i in range(k)]\n\n"
+     "class Counter:\n    def __init__(self, n):\n        self.n, self.log = -n, [n]\n\n"
+     "    def inc(self):\n        self.n += 3\n        return self\n\n"
+     "def evens():\n    yield from range(1, 10, 2)\n"),
+)
+
+
+@pytest.mark.parametrize("name", sorted(READS))
+def test_reads_of_the_solutions_objects_are_judged_as_pytest_runs_them(name):
+    """A comprehension reading items of a child value (`[n.val for n in nodes(2)]`, one `for`, no
+    `if`: its items cross as data), a method of what an object's method returned, `next(g)` and
+    `callable(f)` on the solution's values (in the child, on the real builtins): judged by the
+    trainer, as pytest says."""
+    judged_as_pytest_says(READS, READ_ANSWERS, name)
