@@ -35,6 +35,7 @@ import math
 import os
 import resource
 import signal
+import stat
 import sys
 import time
 import traceback
@@ -50,6 +51,45 @@ _Enum = enum.Enum
 # nothing in Python can change; work() takes them into a local before the solution is imported and
 # hands them down, so rebinding this name changes nothing either
 _BUILTIN_ITEMS = tuple(vars(builtins).items())
+_STAT, _S_ISREG, _S_ISDIR = os.stat, stat.S_ISREG, stat.S_ISDIR  # C functions: kept as they are
+
+
+def _exists(path) -> bool:
+    try:
+        _STAT(path)
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def _is(test, path) -> bool:
+    try:
+        return test(_STAT(path).st_mode)
+    except (OSError, ValueError):
+        return False
+
+
+def _join(first, *rest) -> str:
+    """posixpath.join of str paths, by syntax alone (no function the solution could replace)."""
+    out = _FSPATH(first)
+    for part in rest:
+        part = _FSPATH(part)
+        if part[:1] == "/" or not out:
+            out = part
+        elif out[-1:] == "/":
+            out += part
+        else:
+            out += "/" + part
+    return out
+
+
+_FSPATH = os.fspath
+# os.path's questions about files, asked by the tests (`os.path.exists(p)`), answered by os.stat as
+# it was before the solution ran (a replaced os.stat or os.path.exists changes nothing here), and
+# its join of a path of the child's (`os.path.join(tmp_path, 'a.txt')`)
+_FILE_QUESTIONS = (("exists", _exists), ("isfile", lambda p: _is(_S_ISREG, p)),
+                   ("isdir", lambda p: _is(_S_ISDIR, p)),
+                   ("getsize", lambda p: _STAT(p).st_size), ("join", _join))
 
 
 class _CapHeader(ctypes.Structure):
@@ -822,6 +862,7 @@ def run_units(units, namespace, frozen=_BUILTIN_ITEMS, dumps=json.dumps, begin=N
             ns.update(base)
             ns.update(held)
             ns["__gmts_builtins"] = dict(frozen)
+            ns["__gmts_files"] = dict(_FILE_QUESTIONS)
             try:
                 # a big input the trainer computed, sent as data rather than as source
                 if "bind" in step:

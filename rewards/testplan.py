@@ -96,6 +96,10 @@ _SAFE_BUILTINS = {name: getattr(builtins, name) for name in SAFE_NAMES} | {
 # == list(list(gen)) exactly).
 ITERATING = frozenset(
     "list tuple set frozenset sorted sum min max any all dict enumerate".split())  # noqa: SIM905
+# os.path's questions about files (`os.path.exists(p)`): asked in the child, of os.stat as it was
+# before the solution ran (_sandbox_child._FILE_QUESTIONS); its text functions are the trainer's
+FILE_QUESTIONS = frozenset("exists isfile isdir getsize".split())  # noqa: SIM905
+PATH_TEXT = ("join", "basename", "dirname", "splitext", "split", "normpath", "isabs", "sep")
 # Builtins applied in the child when their argument is a value of the solution's (the result crosses
 # as data)
 CHILD_BUILTINS = frozenset("len str repr bool isinstance abs next callable".split())  # noqa: SIM905
@@ -126,6 +130,19 @@ _UNSET = object()
 MAX_SAME_HASH = 32
 # elements hashed while decoding one result (~1 s); a 1M-item honest result needs ~2M
 MAX_HASH_WORK = 1 << 24
+
+
+@lru_cache(maxsize=1)
+def _os_for_tests() -> types.ModuleType:
+    """`os` as the tests' checks see it here: only `os.path`'s text functions (PATH_TEXT), which
+    compute on strings; any other name of os is the harness's (parent_expr refuses it)."""
+    import posixpath
+    path = types.ModuleType("os.path")
+    for name in PATH_TEXT:
+        setattr(path, name, getattr(posixpath, name))
+    module = types.ModuleType("os")
+    module.path = path
+    return module
 
 
 def _importable() -> dict:
@@ -1155,7 +1172,23 @@ class _Unit:
             return True
         if isinstance(node, (ast.Attribute, ast.Subscript)) and self.is_object(node.value):
             return True
+        if self.file_question(node):
+            return True
         return self.applies_to_object(node)
+
+    def file_question(self, node) -> str | None:
+        """`os.path.exists(p)` (isfile, isdir, getsize; `from os.path import exists` too) about a
+        path of the child's, or its join (`os.path.join(tmp_path, 'a.txt')`): the function's name,
+        called in the child; else None."""
+        path = self.dotted(node.func) if isinstance(node, ast.Call) else None
+        if path is None or path.rpartition(".")[0] != "os.path" or node.keywords or any(
+                str(s.get("patch", "")).startswith(("os.", "posixpath.", "genericpath."))
+                for s in self.steps):  # a test patching os: its own calls meet its mocks
+            return None
+        name = path.rpartition(".")[2]
+        asks = name in FILE_QUESTIONS and len(node.args) == 1 or name == "join" and node.args
+        return name if asks and not any(isinstance(a, ast.Starred) for a in node.args) and (
+            self.uses_child(node)) and self.child_evaluable(node) else None
 
     def is_helper_call(self, node) -> bool:
         """A call of a helper of the tests' that the trainer runs (_trainer_definitions), of a
@@ -1611,6 +1644,11 @@ class _Unit:
         if (isinstance(node, ast.expr) and not isinstance(node, (ast.Starred, ast.Slice))
                 and not self.uses_child(node)):
             return self.literal(node)
+        question = self.file_question(node)
+        if question is not None:  # answered by os.stat as it was before the solution ran
+            node.func = ast.parse(f"__gmts_files[{question!r}]", mode="eval").body
+            node.args = [self._inline(a) for a in node.args]
+            return node
         if isinstance(node, ast.Call):
             node.args = [e for a in node.args for e in self.spread(a)]
         module = self.module_of(node.func) if isinstance(node, ast.Call) else None
@@ -1776,6 +1814,9 @@ class _Unit:
             if isinstance(n, ast.Attribute) and n.attr.startswith("_") and not (
                     n.attr in MOCK_OPERATORS and self.mock_of(n.value) is not None):
                 raise Unconvertible("private attribute")  # but a mock's `__enter__`
+            if (isinstance(n, ast.Attribute) and any(self.named(n.value) is m for m in (
+                    _os_for_tests(), _os_for_tests().path)) and self.named(n) is None):
+                raise Unconvertible(f"{ast.unparse(n)} cannot be evaluated by the trainer")
             if (isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
                 and n.value.id == "pytest"
                     and n.attr != "approx"):
@@ -2587,7 +2628,8 @@ class _Unit:
             result = given if given is not _UNSET else self.parent_eval(value)
             forget()
             self.env.update(_unpack(target, result))
-        elif any(isinstance(t, (ast.Tuple, ast.List)) for t in getattr(target, "elts", ())):
+        elif any(isinstance(t, (ast.Tuple, ast.List)) for t in getattr(target, "elts", ())) and (
+                not self.is_child_value(value)):
             raise Unconvertible("nested unpacking of the solution's values")
         elif self.is_child_value(value):  # `result = f(x)`, `s = Stack()`: bound in the child
             source, holds = self.child_source(value), self.holds_object(value)
@@ -2988,14 +3030,25 @@ def _monkeypatch_as_patches(fn: ast.FunctionDef) -> ast.FunctionDef:
     (a dotted string, or a module and a name) among its top-level statements made the patch block
     it is: `with patch(target, side_effect=value):` (value a lambda or a function of the test's:
     the trainer runs it on each call, as rewards/mocks.py does) or `new=value` (data), around the
-    rest of the test, undone at its end as monkeypatch undoes it at teardown. Any other use of
-    monkeypatch: Unconvertible."""
+    rest of the test, undone at its end as monkeypatch undoes it at teardown; `setenv(k, v)`:
+    `with patch.dict('os.environ', {k: v}):`. Any other use of monkeypatch: Unconvertible."""
     fn = copy.deepcopy(fn)
     local = {s.name for s in fn.body if isinstance(s, ast.FunctionDef)}
 
     def patched(body: list) -> list:
         for i, s in enumerate(body):
             call = s.value if isinstance(s, ast.Expr) else None
+            if (isinstance(call, ast.Call) and ast.unparse(call.func) == "monkeypatch.setenv"
+                    and len(call.args) == 2 and not call.keywords):
+                # `monkeypatch.setenv(k, v)`: os.environ updated for the rest of the test
+                patch = ast.Call(func=ast.Attribute(value=ast.Name(id=_MP_PATCH, ctx=ast.Load()),
+                                                    attr="dict", ctx=ast.Load()),
+                                 args=[ast.Constant(value="os.environ"),
+                                       ast.Dict(keys=[call.args[0]], values=[call.args[1]])],
+                                 keywords=[])
+                block = ast.With(items=[ast.withitem(context_expr=patch)],
+                                 body=patched(body[i + 1:]) or [ast.Pass()])
+                return [*body[:i], ast.copy_location(block, s)]
             if not (isinstance(call, ast.Call) and ast.unparse(call.func) == "monkeypatch.setattr"):
                 continue
             keywords = {k.arg: k.value for k in call.keywords}
@@ -3035,9 +3088,9 @@ def _as_testcase(stmt: ast.ClassDef, classes: dict) -> ast.ClassDef:
     TestCase that unittest would run alike (_CaseClass), for the trainer's conversion only: its
     tests in the order written, `setup_method(self[, method])`/`teardown_method` as setUp/tearDown
     and `setup_class(cls)`/`teardown_class` as setUpClass/tearDownClass, a test's pytest fixtures
-    (_FIXTURES) made for its unit. What a TestCase would have and a pytest class has not
-    (`self.assertEqual`, unittest's hook names), a base, an `__init__`, a test with other
-    fixtures or marks: Unconvertible."""
+    (_FIXTURES) made for its unit, a test per row of its parametrize mark (_method_rows). What a
+    TestCase would have and a pytest class has not (`self.assertEqual`, unittest's hook names), a
+    base, an `__init__`, a test with other fixtures or marks: Unconvertible."""
     if stmt.bases or stmt.keywords or stmt.decorator_list or any(
             stmt.name in [_last_name(b) for b in c.bases] for c in classes.values()):
         raise Unconvertible("a pytest class with a base, a subclass or a decorator")
@@ -3063,25 +3116,63 @@ def _as_testcase(stmt: ast.ClassDef, classes: dict) -> ast.ClassDef:
                 fn.decorator_list = [d for d in fn.decorator_list
                                      if ast.unparse(d) != "classmethod"]
                 fn.decorator_list.append(ast.Name(id="classmethod", ctx=ast.Load()))
+        rows = [None]
         if member.name.startswith("test"):
-            fixtures = tuple(params[1:])  # pytest's own (_FIXTURES): made for the test's unit
+            rows, names = _method_rows(fn)
+            fixtures = tuple(p for p in params[1:] if p not in names)  # pytest's own (_FIXTURES)
             if fn.decorator_list or params[:1] != ["self"] or not set(fixtures) <= set(_FIXTURES):
                 raise Unconvertible("a pytest class's test with marks or fixtures")
             fn.args.args = fn.args.args[:1]
             if "monkeypatch" in fixtures:
                 fn = _monkeypatch_as_patches(fn)
-            tests.append(fn.name)
-            fixtures_of[fn.name] = fixtures
         attrs = {n.attr for n in ast.walk(fn) if isinstance(n, ast.Attribute)
                  and isinstance(n.value, ast.Name) and n.value.id == first}
         if attrs & _testcase_attributes() - own:
             raise Unconvertible("a TestCase's method in a pytest class")
-        body.append(fn)
+        for i, row in enumerate(rows):  # a test per parametrize row, in order
+            made = fn if row is None else copy.deepcopy(fn)
+            if row is not None:
+                made.name = f"{fn.name}__gmts_row{i}"
+                made.body.insert(0, ast.Assign(targets=[row[0]], value=row[1], lineno=0))
+            if member.name.startswith("test"):
+                tests.append(made.name)
+                fixtures_of[made.name] = fixtures
+            body.append(made)
     case = ast.ClassDef(name=stmt.name, bases=[ast.Attribute(
         value=ast.Name(id="unittest", ctx=ast.Load()), attr="TestCase", ctx=ast.Load())],
         keywords=[], body=body or [ast.Pass()], decorator_list=[], type_params=[])
     case.gmts_pytest_order, case.gmts_fixtures = tests, fixtures_of
     return ast.fix_missing_locations(ast.copy_location(case, stmt))
+
+
+def _method_rows(fn: ast.FunctionDef) -> tuple[list, tuple]:
+    """A pytest class's test method under one `@pytest.mark.parametrize(names, [rows...])` (a
+    literal list of rows; `ids=` only): each row as (target, value) to bind at the method's start
+    (`a, b = (1, 2)`: the row's own expression, evaluated as pytest evaluates it once), the
+    decorator removed from `fn`, and the names; else ([None], ()). Another mark: Unconvertible."""
+    if not fn.decorator_list:
+        return [None], ()
+    mark = fn.decorator_list[0]
+    if not (len(fn.decorator_list) == 1 and isinstance(mark, ast.Call)
+            and ast.unparse(mark.func) in ("pytest.mark.parametrize", "mark.parametrize")
+            and len(mark.args) == 2 and all(k.arg == "ids" for k in mark.keywords)
+            and isinstance(mark.args[1], (ast.List, ast.Tuple))):
+        raise Unconvertible("a pytest class's test with marks or fixtures")
+    spec, values = mark.args
+    if isinstance(spec, ast.Constant) and isinstance(spec.value, str):
+        names = tuple(n.strip() for n in spec.value.split(",") if n.strip())
+    elif isinstance(spec, (ast.List, ast.Tuple)) and all(
+            isinstance(e, ast.Constant) and isinstance(e.value, str) for e in spec.elts):
+        names = tuple(e.value for e in spec.elts)
+    else:
+        raise Unconvertible("parametrize names that are not a literal")
+    if not names or not all(n.isidentifier() for n in names) or any(
+            isinstance(e, (ast.Call, ast.Starred)) for e in values.elts):
+        raise Unconvertible("parametrize rows of another form (pytest.param)")
+    fn.decorator_list = []
+    target = (ast.Name(id=names[0], ctx=ast.Store()) if len(names) == 1 else ast.Tuple(
+        elts=[ast.Name(id=n, ctx=ast.Store()) for n in names], ctx=ast.Store()))
+    return [(copy.deepcopy(target), copy.deepcopy(e)) for e in values.elts], names
 
 
 def _is_test_case(stmt: ast.ClassDef, classes: dict, seen: set) -> bool:
@@ -3945,6 +4036,17 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
                 if a.name != "*" and not a.name.startswith("_") and hasattr(imports[stmt.module],
                                                                             a.name):
                     env[a.asname or a.name] = getattr(imports[stmt.module], a.name)
+        elif isinstance(stmt, ast.ImportFrom) and stmt.module in ("os", "os.path") and (
+                not stmt.level):  # `from os import path`, `from os.path import join`
+            path = _os_for_tests().path
+            for a in stmt.names:
+                if stmt.module == "os" and a.name == "path":
+                    env[a.asname or a.name] = path
+                elif stmt.module == "os.path" and a.name in PATH_TEXT:
+                    env[a.asname or a.name] = getattr(path, a.name)
+        elif isinstance(stmt, ast.Import) and any(a.name in ("os", "os.path") for a in stmt.names):
+            env.update((a.asname or "os", _os_for_tests().path if a.asname and a.name == "os.path"
+                        else _os_for_tests()) for a in stmt.names if a.name in ("os", "os.path"))
         # `import random` (a Random of the plan's own), `import copy`
         elif isinstance(stmt, ast.Import):
             env.update((a.asname, imports[a.name]) if a.asname else (

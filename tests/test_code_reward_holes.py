@@ -88,10 +88,12 @@ UNITTEST_CLASS = ("import unittest\nfrom solution import add\n\nclass AddCase(un
                   "    def test_small(self):\n        self.assertEqual(add(1, 2), 3)\n\n"
                   "    def test_neg(self):\n        self.assertEqual(add(-1, -1), -2)\n\n"
                   "if __name__ == '__main__':\n    unittest.main()\n")
+# two parametrize marks on a pytest class's test (one alone is the trainer's): pytest's
 PARAM_CLASS = ("import pytest\nfrom solution import add\n\nclass TestAdd:\n"
                "    @pytest.mark.parametrize('a,b,c', [(1, 2, 3), (2, 2, 4)])\n"
-               "    def test_rows(self, a, b, c):\n"
-               "        assert add(a, b) == c\n")
+               "    @pytest.mark.parametrize('d', [0])\n"
+               "    def test_rows(self, a, b, c, d):\n"
+               "        assert add(a, b) == c + d\n")
 # a TestCase is judged by the trainer (issue 53), setUpClass included; one whose setUpClass calls
 # a builtin outside the trainer's safe list runs under pytest
 UNITTEST_SETUP_CLASS = UNITTEST_CLASS.replace(

@@ -1174,6 +1174,16 @@ PYTEST_CLASSES = {  # `class TestX:` as pytest runs it: an instance per test, in
                                "        p = tmp_path / 'n.txt'\n        p.write_text('4')\n"
                                "        assert add(10, int(p.read_text())) == 14\n"
                                "        assert capsys.readouterr().out == ''\n"),
+    "parametrized_method": ("import pytest\n\nROWS = [(1, 2, 3), (10, 5, 15)]\n\n"
+                            "class TestAdd:\n    def setup_method(self):\n"
+                            "        self.calls = []\n\n"
+                            "    @pytest.mark.parametrize('a,b,want', [ROWS[0], ROWS[1]])\n"
+                            "    def test_rows(self, a, b, want):\n"
+                            "        self.calls.append(a)\n        assert add(a, b) == want\n"
+                            "        assert self.calls == [a]\n\n"
+                            "    @pytest.mark.parametrize('xs', [[3, 1, 2], [2, 1]])\n"
+                            "    def test_sort(self, xs):\n"
+                            "        assert sort_it(xs) == sorted(xs)\n"),
     "shared_in_written_order": ("class TestSort:\n    DATA = [3, 1, 2]\n\n    def test_b(self):\n"
                                 "        assert sort_it(self.DATA) == [1, 2, 3]\n\n"
                                 "    def test_a(self):\n        assert self.DATA == [3, 1, 2]\n"),
@@ -1191,7 +1201,7 @@ def test_a_pytest_class_is_judged_as_pytest_runs_it(name):
     """A pytest test class (no base): its tests in the order written, each on a fresh instance,
     class attributes one object for all of them, `setup_method`/`teardown_method` and
     `setup_class`/`teardown_class` around them, a test's capsys, tmp_path or monkeypatch made for
-    it: judged by the trainer, as pytest says."""
+    it, a test per row of its parametrize mark: judged by the trainer, as pytest says."""
     judged_as_pytest_says(PYTEST_CLASSES, CLASS_ANSWERS, name)
 
 
@@ -1200,8 +1210,8 @@ def test_a_pytest_class_is_judged_as_pytest_runs_it(name):
      "a TestCase's method in a pytest class"),
     (("class TestAdd:\n    def setUp(self):\n        self.b = 2\n\n    def test_a(self):\n"
       "        assert add(1, 2) == 3\n"), "a pytest class holding setUp"),
-    (("import pytest\n\nclass TestAdd:\n    @pytest.mark.parametrize('a', [1])\n"
-      "    def test_a(self, a):\n        assert add(a, 2) == 3\n"), "with marks or fixtures"),
+    (("import pytest\n\nclass TestAdd:\n    @pytest.mark.parametrize('a', [pytest.param(1)])\n"
+      "    def test_a(self, a):\n        assert add(a, 2) == 3\n"), "pytest.param"),
     ("class TestAdd:\n    def test_a(self, request):\n        assert add(1, 2) == 3\n",
      "with marks or fixtures"),
     (("class Base:\n    pass\n\nclass TestAdd(Base):\n    def test_a(self):\n"
@@ -1298,10 +1308,23 @@ def test_monkeypatch_setattr_is_judged_as_pytest_runs_it(name):
     judged_as_pytest_says(MONKEYPATCH, MONKEYPATCH_ANSWERS, name)
 
 
+def test_monkeypatch_setenv_is_judged_as_pytest_runs_it():
+    """`monkeypatch.setenv(k, v)`: os.environ updated in the child for the rest of the test (a
+    patch.dict), undone after it, as pytest does: judged by the trainer, as pytest says."""
+    tests = {"t": ("def test_a(monkeypatch):\n    monkeypatch.setenv('WHO', 'ann')\n"
+                   "    assert greet() == 'hi ann'\n\ndef test_b():\n"
+                   "    assert greet() == 'hi nobody'\n")}
+    answers = ("import os\n\ndef greet():\n    return 'hi ' + os.environ.get('WHO', 'nobody')\n",
+               ("import os\n\ndef greet():\n    os.environ.setdefault('WHO', 'ann')\n"
+                "    return 'hi ' + os.environ['WHO']\n"),
+               "def greet():\n    return 'hi nobody'\n")
+    judged_as_pytest_says(tests, answers, "t")
+
+
 def test_monkeypatch_otherwise_is_left_to_pytest():
-    """`monkeypatch.setenv`, a setattr inside a block: pytest runs the test (a builtin the tests
+    """`monkeypatch.delenv`, a setattr inside a block: pytest runs the test (a builtin the tests
     replace is theirs there); trusted_only refuses it, saying why."""
-    for tests in (("def test_a(monkeypatch):\n    monkeypatch.setenv('X', '1')\n"
+    for tests in (("def test_a(monkeypatch):\n    monkeypatch.delenv('X', raising=False)\n"
                    "    monkeypatch.setattr('builtins.input', lambda _: '5')\n"
                    "    assert ask() == 10\n"),
                   ("def test_a(monkeypatch):\n    if True:\n"
@@ -1458,6 +1481,7 @@ READS = {  # what the tests read from the solution's objects, read where the obj
         "    assert sorted(c.n for c in cs) == [1, 3]\n"
         "    assert {c.n: len(c.log) for c in cs} == {3: 0, 1: 0}\n"),
     "a_method_chain_on_an_object": ("def test_a():\n    assert Counter(1).inc().inc().n == 3\n"),
+    "nested_unpacking": ("def test_a():\n    a, (b, c) = pair()\n    assert a + b + c == 6\n"),
     "next_of_a_generator": ("def test_a():\n    g = evens()\n    next(g)\n"
                             "    assert next(g) == 2\n    assert next(evens(), None) == 0\n"
                             "    assert callable(evens)\n"),
@@ -1467,12 +1491,12 @@ READ_ANSWERS = (
      "def nodes(k):\n    return [Node(i) for i in range(k)]\n\n"
      "class Counter:\n    def __init__(self, n):\n        self.n, self.log = n, []\n\n"
      "    def inc(self):\n        self.n += 1\n        return self\n\n"
-     "def evens():\n    yield from range(0, 10, 2)\n"),
+     "def evens():\n    yield from range(0, 10, 2)\n\ndef pair():\n    return 1, [2, 3]\n"),
     ("class Node:\n    def __init__(self, val):\n        self.val = val + 1\n\n"
      "def nodes(k):\n    return [Node(i) for i in range(k)]\n\n"
      "class Counter:\n    def __init__(self, n):\n        self.n, self.log = -n, [n]\n\n"
      "    def inc(self):\n        self.n += 3\n        return self\n\n"
-     "def evens():\n    yield from range(1, 10, 2)\n"),
+     "def evens():\n    yield from range(1, 10, 2)\n\ndef pair():\n    return 1, [2, 4]\n"),
 )
 
 
@@ -1480,6 +1504,47 @@ READ_ANSWERS = (
 def test_reads_of_the_solutions_objects_are_judged_as_pytest_runs_them(name):
     """A comprehension reading items of a child value (`[n.val for n in nodes(2)]`, one `for`, no
     `if`: its items cross as data), a method of what an object's method returned, `next(g)` and
-    `callable(f)` on the solution's values (in the child, on the real builtins): judged by the
-    trainer, as pytest says."""
+    `callable(f)` on the solution's values (in the child, on the real builtins), a nested unpacking
+    of a returned value (bound in the child): judged by the trainer, as pytest says."""
     judged_as_pytest_says(READS, READ_ANSWERS, name)
+
+
+FILES = {  # os.path on the files a test makes its answer write, as KodCode's tests write them
+    "join_exists_read": ("import os\n\ndef test_a(tmp_path):\n"
+                         "    p = os.path.join(tmp_path, 'a.txt')\n    save(p, 'hi')\n"
+                         "    assert os.path.exists(p)\n    assert open(p).read() == 'hi'\n"),
+    "isfile_getsize": ("import os\n\ndef test_a(tmp_path):\n    p = tmp_path / 'b.txt'\n"
+                       "    save(str(p), 'hello')\n    assert os.path.isfile(p)\n"
+                       "    assert os.path.getsize(p) == 5\n    assert not os.path.isdir(p)\n"),
+    "text_functions": ("from os.path import basename, exists, join, splitext\n\n"
+                       "def test_a(tmp_path):\n    p = join(str(tmp_path), 'c.txt')\n"
+                       "    save(p, 'x')\n    assert basename(p) == 'c.txt'\n"
+                       "    assert splitext(p)[1] == '.txt'\n    assert exists(p)\n"),
+    "nothing_written_yet": ("import os\n\ndef test_a(tmp_path):\n"
+                            "    p = os.path.join(tmp_path, 'none.txt')\n"
+                            "    assert not os.path.exists(p)\n    save(p, 'hey')\n"
+                            "    assert os.path.getsize(p) == 3\n"),
+}
+FILE_ANSWERS = (
+    "def save(path, text):\n    with open(path, 'w') as f:\n        f.write(text)\n",
+    "def save(path, text):\n    with open(path, 'w') as f:\n        f.write(text[:1])\n",
+    "def save(path, text):\n    pass\n",
+)
+
+
+@pytest.mark.parametrize("name", sorted(FILES))
+def test_os_path_on_the_answers_files_is_judged_as_pytest_runs_it(name):
+    """`os.path.join` of a path of the child's (tmp_path), `exists`/`isfile`/`isdir`/`getsize` of
+    one (asked in the child of os.stat as it was before the solution ran), `basename`/`splitext`/...
+    on its text (here): judged by the trainer, as pytest says."""
+    judged_as_pytest_says(FILES, FILE_ANSWERS, name)
+
+
+def test_os_path_replaced_by_the_answer_changes_nothing():
+    """An answer replacing os.path.exists and writing nothing (pytest passes it) scores 0.0 in both
+    modes: the child asks os.stat as it was before the answer ran."""
+    tests = FILES["join_exists_read"].replace("    assert open(p).read() == 'hi'\n", "")
+    lying = ("import os.path\n\nos.path.exists = lambda p: True\n\n"
+             "def save(path, text):\n    pass\n")
+    assert verdict({"t": tests}, (lying,), "t", lying) == 1.0
+    assert scores(block(lying), tests) == (0.0, 0.0)
