@@ -868,8 +868,9 @@ def run_units(units, namespace, frozen=_BUILTIN_ITEMS, dumps=json.dumps, begin=N
                 if "bind" in step:
                     ns[step["bind"]] = held[step["bind"]] = decode_input(step["data"])
                     results.append('{"ok": null}')
-                elif "capsys" in step:  # the test's capsys: what it prints from here on
-                    held["capsys"] = capsys = _Capsys()
+                elif "capsys" in step:  # the test's capsys (capfd): what it prints from here on
+                    capsys = _Capfd() if step.get("fd") else _Capsys()
+                    held[step.get("name", "capsys")] = capsys
                     results.append('{"ok": null}')
                 elif "tmp_path" in step:  # the test's tmp_path: a new empty folder of its own
                     import pathlib
@@ -1088,6 +1089,56 @@ class _Capsys:
 
     def close(self):
         sys.stdout, sys.stderr = self.saved
+
+
+class _Capfd(_Capsys):
+    """pytest's capfd for one test: file descriptors 1 and 2 themselves write to files of their
+    own (what `os.write(1, ...)` or a C library prints is captured too), and sys.stdout and
+    sys.stderr write there as well, in order; readouterr() reads and empties them."""
+
+    def __init__(self):
+        import tempfile
+        self.saved = sys.stdout, sys.stderr
+        for stream in self.saved:
+            try:
+                stream.flush()
+            except (OSError, ValueError, AttributeError):
+                pass
+        # closed by close(), at the unit's end
+        self.files = [tempfile.TemporaryFile(buffering=0) for _ in range(2)]  # noqa: SIM115
+        self.kept = [os.dup(1), os.dup(2)]
+        for fd, file in zip((1, 2), self.files):
+            os.dup2(file.fileno(), fd)
+        sys.stdout, sys.stderr = self.streams = tuple(
+            io.TextIOWrapper(io.FileIO(fd, "w", closefd=False), encoding="UTF-8", newline="",
+                             write_through=True) for fd in (1, 2))
+
+    def readouterr(self):
+        texts = []
+        for stream, file in zip(self.streams, self.files):
+            stream.flush()
+            size = os.lseek(file.fileno(), 0, os.SEEK_END)
+            if size > PRINT_KEPT:
+                raise ValueError("more printed than a test reads back")
+            os.lseek(file.fileno(), 0, os.SEEK_SET)
+            data = os.read(file.fileno(), size) if size else b""
+            os.ftruncate(file.fileno(), 0)
+            os.lseek(file.fileno(), 0, os.SEEK_SET)
+            texts.append(data.decode("UTF-8", "replace"))
+        return _CaptureResult(*texts)
+
+    def close(self):
+        for stream in self.streams:
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        for fd, kept in zip((1, 2), self.kept):
+            os.dup2(kept, fd)
+            os.close(kept)
+        for file in self.files:
+            file.close()
+        super().close()
 
 
 class _Capped(io.RawIOBase):

@@ -1096,8 +1096,8 @@ class _Unit:
                 continue
             if name in defined:
                 raise Unconvertible(f"a fixture of the tests' named {name}")
-            if name == "capsys":
-                self.capsys(fn)
+            if name in ("capsys", "capfd"):
+                self.capsys(fn, name)
             elif name == "monkeypatch":  # its setattr calls are patch blocks by now
                 self.env[_MP_PATCH] = mock_namespace()["patch"]
                 self.child.discard(_MP_PATCH)
@@ -1106,21 +1106,25 @@ class _Unit:
                 self.objects.add(name)
                 self.steps.append({"tmp_path": True})
 
-    def capsys(self, fn):
-        """pytest's capsys fixture: the child captures what the test's steps print from here on,
-        and `capsys.readouterr()` is a step whose CaptureResult crosses as data (a namedtuple:
-        `.out`, `.err`); any other use of it: Unconvertible."""
+    def capsys(self, fn, name: str = "capsys"):
+        """pytest's capsys fixture (capfd: the file descriptors too): the child captures what the
+        test's steps print from here on, and `capsys.readouterr()` is a step whose CaptureResult
+        crosses as data (a namedtuple: `.out`, `.err`); any other use of it, or both fixtures in
+        one test (pytest refuses that): Unconvertible."""
+        if {"capsys", "capfd"} <= {a.arg for a in fn.args.args}:
+            raise Unconvertible("capsys and capfd in one test")
         parents = {id(c): n for n in ast.walk(fn) for c in ast.iter_child_nodes(n)}
         for node in ast.walk(fn):
-            if isinstance(node, ast.Name) and node.id == "capsys":
+            if isinstance(node, ast.Name) and node.id == name:
                 up = parents.get(id(node))
                 call = parents.get(id(up))
                 if not (isinstance(up, ast.Attribute) and up.attr == "readouterr"
                         and isinstance(call, ast.Call) and call.func is up and not call.args
                         and not call.keywords and isinstance(node.ctx, ast.Load)):
-                    raise Unconvertible("capsys other than capsys.readouterr()")
-        self.child.add("capsys")
-        self.steps.append({"capsys": True})
+                    raise Unconvertible(f"{name} other than {name}.readouterr()")
+        self.child.add(name)
+        self.steps.append({"capsys": True, "name": name, **({"fd": True} if name == "capfd"
+                                                            else {})})
 
     def uses_child(self, node) -> bool:
         return bool(_names(node) & self.child)
@@ -2977,7 +2981,7 @@ def _is_test_class(stmt, classes=None) -> bool:
 
 
 # pytest's fixtures a test function may take (_Unit.fixtures, _monkeypatch_as_patches)
-_FIXTURES = ("capsys", "tmp_path", "monkeypatch")
+_FIXTURES = ("capsys", "capfd", "tmp_path", "monkeypatch")
 _MP_PATCH = "__gmts_mock_patch"  # unittest.mock's patch, as a monkeypatch test names it
 
 

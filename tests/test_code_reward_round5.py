@@ -1132,6 +1132,18 @@ def test_capsys_is_judged_as_pytest_captures(name):
     judged_as_pytest_says(CAPSYS, CAPSYS_ANSWERS, name)
 
 
+CAPFD = {name: tests.replace("capsys", "capfd") for name, tests in CAPSYS.items()}
+CAPFD_ANSWERS = (*CAPSYS_ANSWERS,
+                 "import os\n\ndef greet(n):\n    os.write(1, f'Hello, {n}!\\n'.encode())\n")
+
+
+@pytest.mark.parametrize("name", sorted(CAPFD))
+def test_capfd_is_judged_as_pytest_captures(name):
+    """pytest's `capfd`: file descriptors 1 and 2 captured too (`os.write(1, ...)`, which capsys
+    misses), sys.stdout and sys.stderr writing there; judged by the trainer, as pytest says."""
+    judged_as_pytest_says(CAPFD, CAPFD_ANSWERS, name)
+
+
 @pytest.mark.parametrize("tests,said", [
     ("def test_a(capsys):\n    with capsys.disabled():\n        greet('Bo')\n",
      "capsys other than capsys.readouterr()"),
@@ -1520,6 +1532,9 @@ FILES = {  # os.path on the files a test makes its answer write, as KodCode's te
                        "def test_a(tmp_path):\n    p = join(str(tmp_path), 'c.txt')\n"
                        "    save(p, 'x')\n    assert basename(p) == 'c.txt'\n"
                        "    assert splitext(p)[1] == '.txt'\n    assert exists(p)\n"),
+    "listing_the_folder": ("def test_a(tmp_path):\n    save(str(tmp_path / 'a.txt'), 'hi')\n"
+                           "    assert sorted(p.name for p in tmp_path.iterdir()) == ['a.txt']\n"
+                           "    assert len([p for p in tmp_path.iterdir()]) == 1\n"),
     "nothing_written_yet": ("import os\n\ndef test_a(tmp_path):\n"
                             "    p = os.path.join(tmp_path, 'none.txt')\n"
                             "    assert not os.path.exists(p)\n    save(p, 'hey')\n"
