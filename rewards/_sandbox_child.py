@@ -492,6 +492,52 @@ def read_attrs(value, attrs):
     return value, applied
 
 
+_HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made by a class statement, not numpy's C type
+_TYPE_FLAGS, _TYPE_MRO = type.__dict__["__flags__"].__get__, type.__dict__["__mro__"].__get__
+_TYPE_MODULE = type.__dict__["__module__"].__get__
+
+
+def _to_data(value, name):
+    """`value.tolist()` or `.item()`: numpy's own C method for an array or a numpy scalar (an
+    ndarray subclass's `tolist` does not run), the value's method for anything else."""
+    for base in _TYPE_MRO(type(value)):
+        if not _TYPE_FLAGS(base) & _HEAPTYPE and _TYPE_MODULE(base) == "numpy" and (
+                _qualname(base) in ("ndarray", "generic")):
+            return getattr(base, name)(value)
+    return getattr(value, name)()
+
+
+_OP_TYPES = {t.__name__: t for t in (int, float, str, bool, complex)}
+
+
+def _op_value(data):
+    """An argument of a method_step's call: a builtin type by name (`astype(float)`), or data."""
+    if type(data) is dict and set(data) == {"type"}:
+        return _OP_TYPES[data["type"]]
+    return decode_input(data)
+
+
+def apply_ops(value, ops):
+    """A method_step's attribute reads and calls, applied in turn while the value cannot cross as
+    data (an object of the solution's, a DataFrame: as pytest applies them); from data (an array,
+    a subclass of a plain type) the trainer applies the rest."""
+    applied = 0
+    for op in ops:
+        try:
+            encode(value)
+            break  # data: the rest is the trainer's (too large: it fails, as returned data does)
+        except TypeError:
+            pass
+        if type(op) is str:
+            value = getattr(value, op)
+        else:
+            _, name, args, kwargs = op
+            value = getattr(value, name)(*map(_op_value, args),
+                                         **{k: _op_value(v) for k, v in kwargs.items()})
+        applied += 1
+    return value, applied
+
+
 def raised(e, namespace, frozen=_BUILTIN_ITEMS, classes=(), names=()):
     """The raised exception as data: its class's name, message, and each class of its MRO with its
     origin, decided against the builtins as they were before the solution ran: "builtins" (that very
@@ -863,6 +909,7 @@ def run_units(units, namespace, frozen=_BUILTIN_ITEMS, dumps=json.dumps, begin=N
             ns.update(held)
             ns["__gmts_builtins"] = dict(frozen)
             ns["__gmts_files"] = dict(_FILE_QUESTIONS)
+            ns["__gmts_to_data"] = _to_data
             try:
                 # a big input the trainer computed, sent as data rather than as source
                 if "bind" in step:
@@ -890,7 +937,10 @@ def run_units(units, namespace, frozen=_BUILTIN_ITEMS, dumps=json.dumps, begin=N
                             value, "_h")}))
                         continue
                     attrs = step.get("attrs", ())
-                    value, applied = read_attrs(value, attrs)
+                    if "ops" in step:  # a method_step: applied while the value is no data
+                        value, applied = apply_ops(value, step["ops"])
+                    else:
+                        value, applied = read_attrs(value, attrs)
                     if step.get("iter") and applied == len(attrs):
                         value = materialise(value)
                     results.append(dumps({"ok": encode(value), "applied": applied}))

@@ -105,6 +105,11 @@ PATH_TEXT = ("join", "basename", "dirname", "splitext", "split", "normpath", "is
 CHILD_BUILTINS = frozenset("len str repr bool isinstance abs next callable".split())  # noqa: SIM905
 # items stay what they are
 _KEEPS = frozenset("sorted list tuple set frozenset reversed min max".split())  # noqa: SIM905
+# methods a method_step applies here to data it got back (a numpy array's, with PLAIN_ATTRS): they
+# compute on the array (none writes a file or reads the solution's code)
+DATA_METHODS = frozenset("""all any argmax argmin argsort astype clip conj copy cumprod cumsum
+diagonal dot flatten item max mean min nonzero prod ptp ravel repeat reshape round squeeze std sum
+swapaxes take tolist trace transpose var""".split()) | PLAIN_ATTRS  # noqa: SIM905
 # `x is None`: exact on rebuilt values (decode returns these objects)
 SINGLETONS = (None, True, False, Ellipsis)
 TO_DATA = frozenset(("tolist", "item"))  # numpy's conversions of a returned array to plain data
@@ -1400,6 +1405,37 @@ class _Unit:
                 return False
         return True
 
+    def method_step(self, node) -> dict | None:
+        """Methods (and attributes) no plain data has, called with the trainer's data on a value of
+        the child's (`f(3).mean()`, `f(3).astype(float).tolist()`, `f()['a'].sum()`,
+        `make_node(1).get_val()`): a step whose `ops` the child applies while its value cannot
+        cross as data (an object: as pytest calls it), the rest applied here on the data (an
+        array, a subclass of a plain type: DATA_METHODS only, so an ndarray subclass's own
+        `mean` never decides). None where the receiver or an argument is of another kind."""
+        ops, base = [], node
+        while not (self.is_child_value(base) or self.child_path(base)):
+            if isinstance(base, ast.Attribute):
+                ops.insert(0, base.attr)
+                base = base.value
+                continue
+            if not (isinstance(base, ast.Call) and isinstance(base.func, ast.Attribute)):
+                return None
+            args = [*base.args, *(k.value for k in base.keywords)]
+            if any(isinstance(a, ast.Starred) for a in base.args) or any(
+                    k.arg is None for k in base.keywords) or any(
+                    self.uses_child(a) or self.deferred & _names(a) for a in args):
+                return None
+            try:
+                call = ["()", base.func.attr, [_op_arg(self.parent_eval(a)) for a in base.args],
+                        {k.arg: _op_arg(self.parent_eval(k.value)) for k in base.keywords}]
+            except (Unconvertible, ValueError, TypeError):
+                return None
+            ops.insert(0, call)
+            base = base.func.value
+        if not ops or any((op if type(op) is str else op[1]).startswith("_") for op in ops):
+            return None
+        return {"eval": self.child_source(base), "ops": ops}
+
     def child_comprehension(self, node) -> str | None:
         """A comprehension reading items of a child value (`[n.val for n in f()]`, `sorted(c.n for
         c in cs)`, `{c.name: c.n for c in cs}`; one `for`, no `if`): the child's source making its
@@ -1648,6 +1684,14 @@ class _Unit:
         if (isinstance(node, ast.expr) and not isinstance(node, (ast.Starred, ast.Slice))
                 and not self.uses_child(node)):
             return self.literal(node)
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr in TO_DATA and not node.args and not node.keywords
+                and self.is_child_value(node.func.value)):
+            # `f(3).tolist()`: numpy's own conversion of an array (an ndarray subclass's
+            # `tolist` does not run), the value's method for anything else
+            return ast.Call(func=ast.Name(id="__gmts_to_data", ctx=ast.Load()),
+                            args=[self._inline(node.func.value),
+                                  ast.Constant(value=node.func.attr)], keywords=[])
         question = self.file_question(node)
         if question is not None:  # answered by os.stat as it was before the solution ran
             node.func = ast.parse(f"__gmts_files[{question!r}]", mode="eval").body
@@ -1778,6 +1822,10 @@ class _Unit:
                     # object's method returned: the child's, child_method_call)
                     if not bound and self.child_method_call(node):
                         return self.fetch(node, iterate=iterate)
+                    step = None if bound else self.method_step(node)
+                    if step is not None:  # `f(3).mean()`, `f()['a'].tolist()`, `node(1).get()`
+                        self.steps.append(step)
+                        return ast.Name(id=f"__r{len(self.steps) - 1}", ctx=ast.Load())
                     raise Unconvertible(f"method {node.func.attr} of a returned value")
                 node.func.value = self.split(node.func.value, bound=bound)
             else:
@@ -4555,16 +4603,43 @@ def _raised(result: dict, expected: tuple, match: str | None, text: str | None) 
 
 
 def _value(step: dict, result: dict):
-    """The value of an eval step: decoded, then the attributes the child did not read (it reads them
-    only from the solution's own objects; from plain data they are read here)."""
+    """The value of an eval step: decoded, then the attributes (and a method_step's calls) the
+    child did not apply (it applies them only to what cannot cross as data; on data they are
+    applied here, a call only of DATA_METHODS)."""
     value = decode(result["ok"])
-    attrs = step.get("attrs", [])
+    attrs = step.get("attrs", step.get("ops", []))
     applied = result.get("applied", 0)
     if type(applied) is not int or not 0 <= applied <= len(attrs):
         raise ValueError(f"malformed attribute count {applied!r}")
-    for attr in attrs[applied:]:
-        value = getattr(value, attr)
+    for op in attrs[applied:]:
+        if type(op) is str:
+            value = getattr(value, op)
+            continue
+        _, name, args, kwargs = op
+        if name not in DATA_METHODS:
+            raise ValueError(f"method {name} of data")
+        value = getattr(value, name)(*(_op_value(a) for a in args),
+                                     **{k: _op_value(v) for k, v in kwargs.items()})
     return value
+
+
+_OP_TYPES = {t.__name__: t for t in (int, float, str, bool, complex)}
+
+
+def _op_arg(value):
+    """An argument of a method_step's call, as data: a builtin type (`astype(float)`) by name."""
+    if isinstance(value, type):
+        if _OP_TYPES.get(value.__name__) is not value:
+            raise Unconvertible(f"the type {value.__name__} as an argument")
+        return {"type": value.__name__}
+    return encode_input(value)
+
+
+def _op_value(data):
+    """_op_arg's argument again, here."""
+    if type(data) is dict and set(data) == {"type"}:
+        return _OP_TYPES[data["type"]]
+    return decode(data)
 
 
 class _Caught:

@@ -1563,3 +1563,48 @@ def test_os_path_replaced_by_the_answer_changes_nothing():
              "def save(path, text):\n    pass\n")
     assert verdict({"t": tests}, (lying,), "t", lying) == 1.0
     assert scores(block(lying), tests) == (0.0, 0.0)
+
+
+# ------------------------------------------------ 5. methods of what a function returned
+
+METHODS = {  # name: the test's check on what the answer's functions return
+    "array_mean": "assert arr(3).mean() == 1.0",
+    "array_conversions": "assert arr(3).astype(float).tolist() == [0.0, 1.0, 2.0]",
+    "array_tolist": "assert arr(3).tolist() == [0, 1, 2]\n    assert arr(3)[1].item() == 1",
+    "array_reshape": "assert arr(4).reshape(2, 2).tolist() == [[0, 1], [2, 3]]",
+    "an_objects_method": "assert make(4).get_val() == 4",
+    "dataframe_column_sum": "assert table()['a'].sum() == 3",
+    "dataframe_column_tolist": "assert table()['b'].tolist() == [3.0, 4.5]",
+    "dataframe_to_dict": "assert table().to_dict('list') == {'a': [1, 2], 'b': [3.0, 4.5]}",
+}
+METHOD_ANSWER = ("import numpy as np\nimport pandas as pd\n\nclass Node:\n"
+                 "    def __init__(self, v):\n        self.v = v\n\n"
+                 "    def get_val(self):\n        return self.v\n\n"
+                 "def arr(n):\n    return np.arange(n)\n\ndef make(v):\n    return Node(v)\n\n"
+                 "def table():\n    return pd.DataFrame({'a': [1, 2], 'b': [3.0, 4.5]})\n")
+# wrong data, and an ndarray subclass whose own methods give the right answers (pytest passes it)
+METHOD_LIAR = ("import numpy as np\nimport pandas as pd\n\nclass Liar(np.ndarray):\n"
+               "    def mean(self, *a, **k):\n        return 1.0\n\n"
+               "    def tolist(self):\n        return [0, 1, 2]\n\n"
+               "    def astype(self, *a, **k):\n        return np.arange(3.0)\n\n"
+               "class Node:\n    def __init__(self, v):\n        self.v = v\n\n"
+               "    def get_val(self):\n        return self.v + 1\n\n"
+               "def arr(n):\n    return np.arange(5, 5 + n).view(Liar)\n\n"
+               "def make(v):\n    return Node(v)\n\n"
+               "def table():\n    return pd.DataFrame({'a': [1, 3], 'b': [3.0, 4.0]})\n")
+
+
+@pytest.mark.parametrize("name", sorted(METHODS))
+def test_a_method_of_a_returned_value_is_judged_on_its_data(name):
+    """A method no plain data has, on what a function returned (`arr(3).mean()`,
+    `.astype(float).tolist()`, `table()['a'].sum()`, `make(4).get_val()`): an array crosses as
+    data and numpy's own method runs in the trainer (an ndarray subclass's `mean` or `tolist`
+    gains nothing), an object (a DataFrame, the answer's own) gets the call in the child, as
+    pytest makes it. Honest: pytest's 1 and 1.0 in both modes; wrong data: 0.0 in both."""
+    pytest.importorskip("pandas")
+    tests = f"def test_a():\n    {METHODS[name]}\n"
+    programs = tuple((METHOD_ANSWER, f"def test_a():\n    {c}\n") for c in METHODS.values())
+    assert pytest_verdicts(programs)[(METHOD_ANSWER, tests)] is True
+    assert scores(block(METHOD_ANSWER), tests) == (1.0, 1.0)
+    assert scores(block(METHOD_LIAR), tests) == (0.0, 0.0)
+    assert testplan.build_plan(tests).harness is None
