@@ -518,9 +518,9 @@ def _op_value(data):
 
 
 def apply_ops(value, ops):
-    """A method_step's attribute reads and calls, applied in turn while the value cannot cross as
-    data (an object of the solution's, a DataFrame: as pytest applies them); from data (an array,
-    a subclass of a plain type) the trainer applies the rest."""
+    """A method_step's (path_step's) attribute reads, calls and items, applied in turn while the
+    value cannot cross as data (an object of the solution's, a DataFrame: as pytest applies them);
+    from data (an array, a subclass of a plain type) the trainer applies the rest."""
     applied = 0
     for op in ops:
         try:
@@ -530,6 +530,10 @@ def apply_ops(value, ops):
             pass
         if type(op) is str:
             value = getattr(value, op)
+        elif op[0] == "[]":
+            value = value[decode_input(op[1])]
+        elif op[0] == "[:]":
+            value = value[slice(*(None if p is None else decode_input(p) for p in op[1:]))]
         else:
             _, name, args, kwargs = op
             value = getattr(value, name)(*map(_op_value, args),
@@ -938,7 +942,8 @@ def run_units(units, namespace, frozen=_BUILTIN_ITEMS, dumps=json.dumps, begin=N
                         continue
                     attrs = step.get("attrs", ())
                     if "ops" in step:  # a method_step: applied while the value is no data
-                        value, applied = apply_ops(value, step["ops"])
+                        attrs = step["ops"]
+                        value, applied = apply_ops(value, attrs)
                     else:
                         value, applied = read_attrs(value, attrs)
                     if step.get("iter") and applied == len(attrs):

@@ -1487,6 +1487,36 @@ class _Unit:
                 n.func = ast.parse(f"__gmts_builtins[{n.func.id!r}]", mode="eval").body
         return node
 
+    def path_step(self, node) -> dict | None:
+        """A child_path whose keys the trainer computes (`f()[0].val`, `r[1:3]`): a step whose
+        `ops` the child applies while its value cannot cross as data (a list of the answer's
+        objects, a DataFrame: as pytest reads them), the rest applied here on the data (a list
+        subclass's own `__getitem__` never answers). None for a key of the child's."""
+        ops, base = [], node
+        while not (self.is_child_value(base) or self.child_method_call(base)):
+            if isinstance(base, ast.Attribute):
+                ops.insert(0, base.attr)
+            elif isinstance(base.slice, ast.Slice):
+                parts = [base.slice.lower, base.slice.upper, base.slice.step]
+                if any(p is not None and (self.uses_child(p) or self.deferred & _names(p))
+                       for p in parts):
+                    return None
+                try:
+                    ops.insert(0, ["[:]", *[None if p is None else encode_input(
+                        self.parent_eval(p)) for p in parts]])
+                except (Unconvertible, ValueError, TypeError):
+                    return None
+            else:
+                key = base.slice
+                if self.uses_child(key) or self.deferred & _names(key):
+                    return None
+                try:
+                    ops.insert(0, ["[]", encode_input(self.parent_eval(key))])
+                except (Unconvertible, ValueError, TypeError):
+                    return None
+            base = base.value
+        return {"eval": self.child_source(base), "ops": ops}
+
     def child_path(self, node) -> bool:
         """Items (and attributes) read from a child value, every key the trainer's or the child's:
         `f()[0].val`, `r[1]`, `tree(x).children[0]`. A path of attributes only is read_attrs'."""
@@ -1783,7 +1813,13 @@ class _Unit:
         # read in the child as pytest reads it (a list of the solution's objects, an object's own
         # `__getitem__`), the value at its end crossing as data
         if self.child_path(node) and not bound:
-            return self.fetch(node, iterate=iterate)
+            step = self.path_step(node)
+            if step is None:
+                return self.fetch(node, iterate=iterate)
+            if iterate:
+                step["iter"] = True
+            self.steps.append(step)
+            return ast.Name(id=f"__r{len(self.steps) - 1}", ctx=ast.Load())
         # `g() is not None`: identity with a singleton, in the child (an object that cannot cross
         # is still not None there; `is` runs no code of the solution's)
         if (isinstance(node, ast.Compare) and len(node.ops) == 1
@@ -4614,6 +4650,12 @@ def _value(step: dict, result: dict):
     for op in attrs[applied:]:
         if type(op) is str:
             value = getattr(value, op)
+            continue
+        if op[0] == "[]":
+            value = value[decode(op[1])]
+            continue
+        if op[0] == "[:]":
+            value = value[slice(*(None if p is None else decode(p) for p in op[1:]))]
             continue
         _, name, args, kwargs = op
         if name not in DATA_METHODS:

@@ -1455,6 +1455,16 @@ RETURNED = {
         ("class Anything:\n" + ALWAYS_EQUAL + "\nclass Table:\n    columns = ('a', 'b')\n\n"
          "    def __getitem__(self, key):\n        return [Anything(), Anything()]\n\n"
          "def f():\n    return Table()\n")),
+    "items_of_a_subclass": (  # read from its data: its own `__getitem__` never answers
+        ("def test_a():\n    assert f()['a'] == 5\n    assert g()[0] == 5\n"
+         "    assert g()[1:] == [6, 7]\n"),
+        ("class Table(dict):\n    def first(self):\n        return next(iter(self))\n\n"
+         "class Row(list):\n    pass\n\ndef f():\n    return Table(a=5)\n\n"
+         "def g():\n    return Row([5, 6, 7])\n"),
+        ("class Table(dict):\n    def __getitem__(self, key):\n        return 5\n\n"
+         "class Row(list):\n    def __getitem__(self, i):\n"
+         "        return [6, 7] if isinstance(i, slice) else 5\n\n"
+         "def f():\n    return Table(a=0)\n\ndef g():\n    return Row([0])\n")),
     "sympy_numbers": (  # sympy's Integer and Rational, as sympy computes with them
         "def test_a():\n    assert f(5) == 120\n    assert g(3, 6) * 2 == 1\n",
         ("import sympy\n\ndef f(n):\n    return sympy.factorial(n)\n\n"
