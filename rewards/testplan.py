@@ -112,6 +112,13 @@ diagonal dot flatten item max mean min nonzero prod ptp ravel repeat reshape rou
 swapaxes take tolist trace transpose var""".split()) | PLAIN_ATTRS  # noqa: SIM905
 # `x is None`: exact on rebuilt values (decode returns these objects)
 SINGLETONS = (None, True, False, Ellipsis)
+
+
+def _singleton(node) -> bool:
+    """A literal None, True, False or ...: `x is <it>` means the same here and in the child."""
+    return isinstance(node, ast.Constant) and any(node.value is s for s in SINGLETONS)
+
+
 TO_DATA = frozenset(("tolist", "item"))  # numpy's conversions of a returned array to plain data
 _IN = (ast.In, ast.NotIn)
 # the methods that change a list, dict or set in place
@@ -1462,8 +1469,7 @@ class _Unit:
                 return all(element(x) for x in e.elts)
             if isinstance(e, ast.Compare):  # `n is not None`: identity with a singleton
                 return (len(e.ops) == 1 and isinstance(e.ops[0], (ast.Is, ast.IsNot))
-                        and element(e.left) and isinstance(e.comparators[0], ast.Constant)
-                        and any(e.comparators[0].value is v for v in SINGLETONS))
+                        and element(e.left) and _singleton(e.comparators[0]))
             return (isinstance(e, ast.Call) and isinstance(e.func, ast.Name)
                     and e.func.id in CHILD_BUILTINS and e.func.id not in self.env
                     and e.func.id not in self.child and not e.keywords and len(e.args) == 1
@@ -1786,6 +1792,10 @@ class _Unit:
             step["attrs"] = list(attrs)
         if iterate:
             step["iter"] = True
+        return self.placeholder(step)
+
+    def placeholder(self, step: dict) -> ast.Name:
+        """`step` appended, and the name (__rN) its value has in the trainer's expression."""
         self.steps.append(step)
         return ast.Name(id=f"__r{len(self.steps) - 1}", ctx=ast.Load())
 
@@ -1804,8 +1814,7 @@ class _Unit:
             return self.fetch(node, iterate=iterate)
         source = None if bound else self.child_comprehension(node)
         if source is not None:  # `[n.val for n in f()]`: the values read where the objects live
-            self.steps.append({"eval": source})
-            return ast.Name(id=f"__r{len(self.steps) - 1}", ctx=ast.Load())
+            return self.placeholder({"eval": source})
         if isinstance(node,
                       (ast.Lambda, ast.GeneratorExp, ast.ListComp, ast.SetComp, ast.DictComp)):
             bound = bound | _bound_inside(node)
@@ -1818,14 +1827,12 @@ class _Unit:
                 return self.fetch(node, iterate=iterate)
             if iterate:
                 step["iter"] = True
-            self.steps.append(step)
-            return ast.Name(id=f"__r{len(self.steps) - 1}", ctx=ast.Load())
+            return self.placeholder(step)
         # `g() is not None`: identity with a singleton, in the child (an object that cannot cross
         # is still not None there; `is` runs no code of the solution's)
         if (isinstance(node, ast.Compare) and len(node.ops) == 1
                 and isinstance(node.ops[0], (ast.Is, ast.IsNot)) and not bound
-                and any(isinstance(n, ast.Constant) and any(n.value is s for s in SINGLETONS)
-                        for n in (node.left, node.comparators[0]))
+                and any(_singleton(n) for n in (node.left, node.comparators[0]))
                 and self.child_evaluable(node)):
             return self.fetch(node)
         # attributes read from a returned value: `head(x).next.val`
@@ -1845,8 +1852,7 @@ class _Unit:
         if self.applies_builtin(node) and not bound:
             # solution's objects, in the child
             args = ", ".join(self.child_source(a) for a in node.args)
-            self.steps.append({"eval": f"__gmts_builtins[{node.func.id!r}]({args})"})
-            return ast.Name(id=f"__r{len(self.steps) - 1}", ctx=ast.Load())
+            return self.placeholder({"eval": f"__gmts_builtins[{node.func.id!r}]({args})"})
         if isinstance(node, ast.Call):
             self.is_helper_call(node)  # refuses a solution's callable passed to a helper
             consume = (isinstance(node.func, ast.Name) and node.func.id in ITERATING
@@ -1860,8 +1866,7 @@ class _Unit:
                         return self.fetch(node, iterate=iterate)
                     step = None if bound else self.method_step(node)
                     if step is not None:  # `f(3).mean()`, `f()['a'].tolist()`, `node(1).get()`
-                        self.steps.append(step)
-                        return ast.Name(id=f"__r{len(self.steps) - 1}", ctx=ast.Load())
+                        return self.placeholder(step)
                     raise Unconvertible(f"method {node.func.attr} of a returned value")
                 node.func.value = self.split(node.func.value, bound=bound)
             else:
@@ -2757,7 +2762,7 @@ class _Unit:
         """An operand whose identity survives rebuilding: None, True, False, ..., or a builtin type
         (`type(r) is set`: decode rebuilds exact types)."""
         if isinstance(node, ast.Constant):
-            return any(node.value is s for s in SINGLETONS)
+            return _singleton(node)
         return (isinstance(node, ast.Name) and node.id in SAFE_NAMES and node.id not in self.env
                 and node.id not in self.child and isinstance(getattr(builtins, node.id), type))
 
@@ -3998,8 +4003,7 @@ def _runs_on_data(fn, allowed: set, env: dict) -> bool:
             operands = [n.left, *n.comparators]
             for i, op in enumerate(n.ops):
                 if isinstance(op, (ast.Is, ast.IsNot)) and not any(
-                        isinstance(x, ast.Constant) and any(x.value is s for s in SINGLETONS)
-                        for x in operands[i:i + 2]):
+                        _singleton(x) for x in operands[i:i + 2]):
                     return False
     return True
 
