@@ -374,6 +374,8 @@ def _other_value(value, kind, depth, budget):
             return {"timedelta": parts} if all(type(p) is int for p in parts) else None
         text = value.isoformat()  # an aware value with its UTC offset
         return {name: text} if type(text) is str else None
+    if module == "pandas" or module.startswith("pandas."):
+        return _pandas_value(value, name, depth, budget)
     sub = None
     if not module.startswith("numpy"):  # a subclass of the solution's: its data, as ndarray's
         base = next((b for b in kind.__mro__[1:] if getattr(b, "__module__", None) == "numpy"
@@ -390,6 +392,71 @@ def _other_value(value, kind, depth, budget):
             raise ValueError("result too large")
         return {"ndarray": [dtype.str, [int(n) for n in value.shape],
                             encode(value.tolist(), depth + 1, budget), *([sub] if sub else [])]}
+    return None
+
+
+# pandas' extension dtypes whose items are plain data (None for a missing one)
+_PD_EXTENSIONS = ("Int8Dtype", "Int16Dtype", "Int32Dtype", "Int64Dtype", "UInt8Dtype",
+                  "UInt16Dtype", "UInt32Dtype", "UInt64Dtype", "Float32Dtype", "Float64Dtype",
+                  "BooleanDtype", "StringDtype")
+
+
+def _pandas_value(value, name, depth, budget):
+    """A pandas DataFrame, Series or Index (RangeIndex, MultiIndex...) of plain values: each
+    column's dtype and data (_pandas_array), the index, the names; the trainer rebuilds it with its
+    own pandas. None for any other pandas object (a MultiIndex, a Timestamp, a GroupBy)."""
+    if name == "RangeIndex":
+        parts = [value.start, value.stop, value.step]
+        return {"pdrange": [*parts, encode(value.name, depth + 1, budget)]} if all(
+            type(p) is int for p in parts) else None
+    if name in ("Index", "DatetimeIndex", "TimedeltaIndex"):
+        array = _pandas_array(value, depth, budget)
+        freq = getattr(value, "freqstr", None) if name != "Index" else None  # "D", "h"
+        return None if array is None or type(freq) not in (str, type(None)) else {
+            "pdindex": [array, encode(value.name, depth + 1, budget), freq]}
+    if name == "MultiIndex":  # each level an Index, the codes into it, the names
+        levels = [_pandas_value(v, _qualname(type(v)), depth + 1, budget) for v in value.levels]
+        return None if None in levels else {"pdmulti": [
+            levels, [encode(c, depth + 1, budget) for c in value.codes],
+            [encode(n, depth + 1, budget) for n in value.names]]}
+    if name not in ("DataFrame", "Series"):
+        return None
+    index = value.index
+    index = _pandas_value(index, _qualname(type(index)), depth + 1, budget)
+    if name == "Series":
+        array = _pandas_array(value, depth, budget)
+        return None if None in (array, index) else {
+            "series": [array, index, encode(value.name, depth + 1, budget)]}
+    columns = value.columns
+    columns = _pandas_value(columns, _qualname(type(columns)), depth + 1, budget)
+    arrays = [_pandas_array(value.iloc[:, i], depth, budget) for i in range(value.shape[1])]
+    return None if columns is None or index is None or None in arrays else {
+        "frame": [columns, index, arrays]}
+
+
+def _pandas_array(values, depth, budget):
+    """The data of a Series or an Index: {"np": array} for numpy's numbers, bools and objects (as
+    an array crosses), {"np64": [dtype, int64 array]} for its dates and durations, {"cat":
+    [categories, codes, ordered]}, {"ext": [dtype name, items]} for pandas' nullable numbers and
+    strings (None where missing). None for any other dtype (time zones, periods, intervals)."""
+    dtype = values.dtype
+    kind = type(dtype)
+    module, name = getattr(kind, "__module__", ""), _qualname(kind)
+    if type(module) is str and module.startswith("numpy"):
+        if dtype.kind in "biufcO":
+            return {"np": encode(values.to_numpy(), depth + 1, budget)}
+        if dtype.kind in "Mm":
+            return {"np64": [dtype.str, encode(values.to_numpy().view("i8"), depth + 1, budget)]}
+        return None
+    if name == "CategoricalDtype":
+        codes = values.array
+        categories = _pandas_value(codes.categories, _qualname(type(codes.categories)),
+                                   depth + 1, budget)
+        return None if categories is None else {
+            "cat": [categories, encode(codes.codes, depth + 1, budget), codes.ordered is True]}
+    if name in _PD_EXTENSIONS:
+        items = values.to_numpy(dtype=object, na_value=None)
+        return {"ext": [str(dtype), encode(items, depth + 1, budget)]}
     return None
 
 
@@ -517,15 +584,17 @@ def _op_value(data):
     return decode_input(data)
 
 
-def apply_ops(value, ops):
+def apply_ops(value, ops, data_from=0):
     """A method_step's (path_step's) attribute reads, calls and items, applied in turn while the
-    value cannot cross as data (an object of the solution's, a DataFrame: as pytest applies them);
-    from data (an array, a subclass of a plain type) the trainer applies the rest."""
+    value cannot cross as data (an object of the solution's: as pytest applies them) or a later
+    call is one the trainer does not make on data (before `data_from`); from data (an array, a
+    DataFrame, a subclass of a plain type) the trainer applies the rest."""
     applied = 0
     for op in ops:
         try:
-            encode(value)
-            break  # data: the rest is the trainer's (too large: it fails, as returned data does)
+            if applied >= data_from:
+                encode(value)
+                break  # data: the rest is the trainer's (too large: it fails, as data does)
         except TypeError:
             pass
         if type(op) is str:
@@ -943,7 +1012,7 @@ def run_units(units, namespace, frozen=_BUILTIN_ITEMS, dumps=json.dumps, begin=N
                     attrs = step.get("attrs", ())
                     if "ops" in step:  # a method_step: applied while the value is no data
                         attrs = step["ops"]
-                        value, applied = apply_ops(value, attrs)
+                        value, applied = apply_ops(value, attrs, step.get("data_from", 0))
                     else:
                         value, applied = read_attrs(value, attrs)
                     if step.get("iter") and applied == len(attrs):

@@ -57,13 +57,16 @@ IMPORTABLE = ("math", "cmath", "collections", "copy", "string", "itertools", "fu
               "fractions", "decimal", "statistics", "heapq", "bisect", "re", "random", "datetime")
 # imported only where the tests import it (HumanEval+'s `assertion` helper uses np.allclose); its
 # `random` (global state, unseeded) is never the trainer's
-LAZY_IMPORTABLE = ("numpy", "numpy.testing")  # a module after those it lies in
-# numpy.testing's comparisons, called here on the returned values rebuilt as arrays (numpy's own
-# semantics: shapes, NaN positions, `|a - b| <= atol + rtol * |b|`, `decimal`); not its other
-# names (`assert_raises` calls a callable, `assert_warns`...)
-NUMPY_ASSERTS = frozenset("""assert_equal assert_almost_equal assert_approx_equal
+LAZY_IMPORTABLE = ("numpy", "numpy.testing", "pandas", "pandas.testing")  # after those it lies in
+# numpy.testing's and pandas.testing's comparisons, called here on the returned values rebuilt as
+# arrays and frames (the library's own semantics: shapes, dtypes, NaN positions, `|a - b| <= atol +
+# rtol * |b|`, `decimal`); not their other names (`assert_raises` calls a callable...)
+LIBRARY_ASSERTS = {
+    "numpy.testing": frozenset("""assert_equal assert_almost_equal assert_approx_equal
 assert_array_equal assert_array_almost_equal assert_allclose assert_array_less assert_string_equal
-assert_array_almost_equal_nulp assert_array_max_ulp""".split())  # noqa: SIM905
+assert_array_almost_equal_nulp assert_array_max_ulp""".split()),  # noqa: SIM905
+    "pandas.testing": frozenset("""assert_frame_equal assert_series_equal assert_index_equal
+assert_extension_array_equal""".split())}  # noqa: SIM905
 # what the tests' own helper functions may name besides the tests' names (_trainer_definitions):
 # the safe builtins and the exception classes (`raise ValueError`, `except TypeError`)
 HELPER_BUILTINS = SAFE_NAMES | {n for n in BUILTIN_NAMES if isinstance(getattr(builtins, n), type)
@@ -105,11 +108,35 @@ PATH_TEXT = ("join", "basename", "dirname", "splitext", "split", "normpath", "is
 CHILD_BUILTINS = frozenset("len str repr bool isinstance abs next callable".split())  # noqa: SIM905
 # items stay what they are
 _KEEPS = frozenset("sorted list tuple set frozenset reversed min max".split())  # noqa: SIM905
-# methods a method_step applies here to data it got back (a numpy array's, with PLAIN_ATTRS): they
-# compute on the array (none writes a file or reads the solution's code)
+# methods applied here to data a value crossed as (a numpy array's and a pandas DataFrame's or
+# Series', with PLAIN_ATTRS): a method_step's on what it got back, and a method of what the test
+# computes from returned values (`(f(x) == want).all()`); they compute on the data (none writes a
+# file or reads the solution's code)
 DATA_METHODS = frozenset("""all any argmax argmin argsort astype clip conj copy cumprod cumsum
 diagonal dot flatten item max mean min nonzero prod ptp ravel repeat reshape round squeeze std sum
-swapaxes take tolist trace transpose var""".split()) | PLAIN_ATTRS  # noqa: SIM905
+swapaxes take tolist trace transpose var
+to_list to_numpy to_dict equals count nunique unique value_counts isna isnull notna notnull head
+tail sort_values sort_index reset_index set_index describe dropna fillna idxmax idxmin abs between
+drop duplicated drop_duplicates median mode quantile rank shift diff pct_change corr cov nlargest
+nsmallest isin where mask rename get keys items select_dtypes cummax cummin eq ne lt le gt ge
+apply map agg aggregate transform filter pivot pivot_table melt merge join stack unstack explode
+groupby get_group first last nth size rolling expanding resample interpolate reindex set_axis
+droplevel swaplevel rename_axis asfreq infer_objects convert_dtypes to_frame to_records iterrows
+itertuples kurt skew sem corrwith assign pipe ffill bfill compare add_prefix add_suffix sub mul
+div truediv floordiv mod pow radd rsub rmul rdiv align combine first_valid_index last_valid_index
+""".split()) | PLAIN_ATTRS  # noqa: SIM905
+# pandas' names the tests' checks may use here (`pd.DataFrame(...)`, `pd.testing`'s asserts);
+# none reads or writes a file (read_csv, to_pickle: pytest)
+PANDAS_NAMES = frozenset("""DataFrame Series Index RangeIndex DatetimeIndex TimedeltaIndex
+Categorical CategoricalDtype Timestamp Timedelta NaT NA isna isnull notna notnull to_datetime
+to_timedelta to_numeric date_range timedelta_range concat merge testing api array Int64Dtype
+Float64Dtype StringDtype BooleanDtype cut qcut crosstab pivot_table get_dummies unique factorize
+""".split())  # noqa: SIM905
+# methods that write (or read) a file, a clipboard or a database: never called here
+WRITES = frozenset("""to_csv to_excel to_pickle to_parquet to_hdf to_sql to_feather to_stata
+to_clipboard to_json to_html to_latex to_markdown to_xml to_orc to_gbq to_string tofile dump save
+savez savez_compressed savetxt load loadtxt genfromtxt fromfile memmap savefig plot hist boxplot
+""".split())  # noqa: SIM905
 # `x is None`: exact on rebuilt values (decode returns these objects)
 SINGLETONS = (None, True, False, Ellipsis)
 
@@ -389,6 +416,8 @@ class _Decoder:
                                               self.decode(inner[1], depth + 1)))
             if tag == "sub":
                 return self.subclass(inner, depth)
+            if tag in ("frame", "series", "pdindex", "pdrange", "pdmulti"):
+                return self.pandas(tag, inner, depth)
             raise ValueError(f"unknown result tag {tag!r}")
         if type(value) is int:
             return value if -_SMALL_INT < value < _SMALL_INT else self.steerable(value)
@@ -540,6 +569,112 @@ class _Decoder:
         # a subclass of the solution's: the data as ndarray holds it, under a class of its name
         return array.view(_array_subclass(sub[0])) if sub else array
 
+    def pandas(self, tag, inner, depth):
+        """A DataFrame, Series or Index rebuilt with the trainer's pandas from its data
+        (_sandbox_child._pandas_value): columns' dtypes, values, index and names."""
+        import pandas
+        if type(inner) is not list or len(inner) != {"pdrange": 4, "pdindex": 3, "series": 3,
+                                                     "frame": 3, "pdmulti": 3}[tag]:
+            raise ValueError(f"malformed {tag}")
+        if tag == "pdmulti":
+            levels = [self.pandas_index(v, depth) for v in inner[0]]
+            codes = [self.decode(c, depth + 1) for c in inner[1]]
+            names = [self.pandas_name(n, depth) for n in inner[2]]
+            if not (levels and len(levels) == len(codes) == len(names) and all(
+                    _is_array(c) and c.ndim == 1 and c.dtype.kind == "i" for c in codes)):
+                raise ValueError("malformed MultiIndex")
+            return pandas.MultiIndex(levels=levels, codes=codes, names=names,
+                                     verify_integrity=True)
+        if tag == "pdrange":
+            *parts, name = inner
+            if not all(type(p) is int for p in parts) or parts[2] == 0:
+                raise ValueError("malformed RangeIndex")
+            return pandas.RangeIndex(*parts, name=self.pandas_name(name, depth))
+        if tag == "pdindex":
+            values, dtype = self.pandas_array(inner[0], depth)
+            index = pandas.Index(values, dtype=dtype, name=self.pandas_name(inner[1], depth))
+            if inner[2] is None:
+                return index
+            if type(inner[2]) is not str or len(inner[2]) > 40 or dtype.kind not in "Mm":
+                raise ValueError("malformed index frequency")
+            return type(index)(index, freq=inner[2])  # checked against the dates by pandas
+        index = self.pandas_index(inner[1], depth)
+        if tag == "series":
+            values, dtype = self.pandas_array(inner[0], depth)
+            if len(values) != len(index):
+                raise ValueError("malformed Series: its index has another length")
+            return pandas.Series(values, index=index, dtype=dtype,
+                                 name=self.pandas_name(inner[2], depth))
+        columns = self.pandas_index(inner[0], depth)
+        if type(inner[2]) is not list or len(inner[2]) != len(columns):
+            raise ValueError("malformed DataFrame: one array per column")
+        frame = pandas.DataFrame(index=index)
+        for i, data in enumerate(inner[2]):
+            values, dtype = self.pandas_array(data, depth)
+            if len(values) != len(index):
+                raise ValueError("malformed DataFrame: a column of another length")
+            frame[i] = pandas.Series(values, index=index, dtype=dtype)
+        frame.columns = columns
+        return frame
+
+    def pandas_name(self, name, depth):
+        """A Series' or an Index's name: a hashable plain value."""
+        name = self.decode(name, depth + 1)
+        hash(name)
+        return name
+
+    def pandas_index(self, data, depth):
+        if type(data) is not dict or len(data) != 1 or not set(data) <= {"pdindex", "pdrange",
+                                                                          "pdmulti"}:
+            raise ValueError("malformed pandas index")
+        (tag, inner), = data.items()
+        return self.pandas(tag, inner, depth + 1)
+
+    def pandas_array(self, data, depth):
+        """The values and dtype of a column or an index (_sandbox_child._pandas_array)."""
+        import numpy
+        import pandas
+        if type(data) is not dict or len(data) != 1:
+            raise ValueError("malformed pandas array")
+        (tag, inner), = data.items()
+        if tag == "np":
+            values = self.decode(inner, depth + 1)
+            if not _is_array(values) or values.ndim != 1:
+                raise ValueError("malformed pandas array")
+            return values, values.dtype
+        if tag == "np64":
+            if not (type(inner) is list and len(inner) == 2 and type(inner[0]) is str
+                    and _DATES.fullmatch(inner[0])):
+                raise ValueError("malformed dates")
+            ints = self.decode(inner[1], depth + 1)
+            if not _is_array(ints) or ints.ndim != 1 or ints.dtype != numpy.int64:
+                raise ValueError("malformed dates")
+            values = ints.view(numpy.dtype(inner[0]))
+            return values, values.dtype
+        if tag == "cat":
+            if not (type(inner) is list and len(inner) == 3 and type(inner[2]) is bool):
+                raise ValueError("malformed categories")
+            categories = self.pandas_index(inner[0], depth)
+            codes = self.decode(inner[1], depth + 1)
+            if not _is_array(codes) or codes.ndim != 1 or codes.dtype.kind != "i":
+                raise ValueError("malformed categories")
+            values = pandas.Categorical.from_codes(codes, categories=categories,
+                                                   ordered=inner[2])
+            return values, values.dtype
+        if tag == "ext":
+            if not (type(inner) is list and len(inner) == 2 and type(inner[0]) is str):
+                raise ValueError("malformed pandas array")
+            try:
+                dtype = pandas.api.types.pandas_dtype(inner[0])
+            except TypeError:
+                raise ValueError(f"malformed pandas dtype {inner[0][:40]!r}") from None
+            items = self.decode(inner[1], depth + 1)
+            if type(dtype).__name__ not in _PD_EXTENSIONS or not _is_array(items) or (
+                    items.ndim != 1):
+                raise ValueError("malformed pandas array")
+            return pandas.array(items, dtype=dtype), dtype
+        raise ValueError(f"unknown pandas array tag {tag!r}")
+
     def items(self, values, depth) -> list:
         """A list's items. Fast path, at C speed, for the common flat list of one scalar type
         (json.loads made it already): small ints, strs, floats (their hashes recorded)."""
@@ -574,6 +709,12 @@ _EXACT = ("bytearray", "Fraction", "Decimal", "sympy", "enum", "dict_keys", "dic
 _PATHS = {"PosixPath": "PurePosixPath", "PurePosixPath": "PurePosixPath",
           "WindowsPath": "PureWindowsPath", "PureWindowsPath": "PureWindowsPath"}
 _DTYPE = re.compile(r"[<>|=]?[biufcU]\d{1,2}")  # a numpy array's dtype.str (numbers, bools, strs)
+# numpy's dates and durations in a pandas column (their int64 data crosses)
+_DATES = re.compile(r"[<>=]?[Mm]8\[(s|ms|us|ns)\]")
+# pandas' extension dtypes of plain items (_sandbox_child._PD_EXTENSIONS)
+_PD_EXTENSIONS = ("Int8Dtype", "Int16Dtype", "Int32Dtype", "Int64Dtype", "UInt8Dtype",
+                  "UInt16Dtype", "UInt32Dtype", "UInt64Dtype", "Float32Dtype", "Float64Dtype",
+                  "BooleanDtype", "StringDtype")
 
 
 def _object_array(items, shape: list):
@@ -723,7 +864,74 @@ def render(value) -> str:
             getattr(value, "tzinfo", None) in (None, datetime.timezone.utc)):
         return (f"__gmts_builtins['__import__']('datetime').{kind.__name__}"
                 f".fromisoformat({value.isoformat()!r})")
+    if _is_pandas(value):
+        return _render_pandas(value)
     raise Unconvertible(f"input of type {kind.__name__} cannot be sent as a literal")
+
+
+_PANDAS = ("DataFrame", "Series", "Index", "RangeIndex", "DatetimeIndex", "TimedeltaIndex",
+           "MultiIndex")
+
+
+def _is_pandas(value) -> bool:
+    """A pandas DataFrame, Series or Index (exactly: not a subclass), recognised without importing
+    pandas."""
+    kind = type(value)
+    module = kind.__module__
+    return kind.__qualname__ in _PANDAS and (module == "pandas" or module.startswith("pandas."))
+
+
+def _render_pandas(value) -> str:
+    """A DataFrame, Series or Index the tests pass in, as source the child's pandas rebuilds it
+    from: each column's dtype and items, the index, the names (up to 10,000 items)."""
+    pd = "__gmts_builtins['__import__']('pandas')"
+    name = type(value).__qualname__
+    if name == "RangeIndex":
+        return (f"{pd}.RangeIndex({value.start!r}, {value.stop!r}, {value.step!r}, "
+                f"name={render(value.name)})")
+    if name == "MultiIndex":
+        levels = ", ".join(_render_pandas(v) for v in value.levels)
+        codes = render([c.tolist() for c in value.codes])
+        return (f"{pd}.MultiIndex(levels=[{levels}], codes={codes}, "
+                f"names={render(list(value.names))})")
+    if name != "DataFrame":
+        values = _render_pandas_array(value, pd)
+        if name == "Series":
+            return (f"{pd}.Series({values}, name={render(value.name)})"
+                    f".set_axis({_render_pandas(value.index)})")
+        freq = getattr(value, "freqstr", None) if name != "Index" else None
+        return (f"{pd}.Index({values}, name={render(value.name)})" if freq is None else
+                f"{pd}.{name}({values}, name={render(value.name)}, freq={freq!r})")
+    if value.size > MAX_LITERAL // 10:
+        raise Unconvertible("a DataFrame input of over 10,000 items")
+    columns = ", ".join(f"{i}: {_render_pandas_array(value.iloc[:, i], pd)}"
+                        for i in range(value.shape[1]))
+    return (f"{pd}.DataFrame({{{columns}}}).set_axis({_render_pandas(value.index)})"
+            f".set_axis({_render_pandas(value.columns)}, axis=1)")
+
+
+def _render_pandas_array(values, pd: str) -> str:
+    """The values of a column or an index as source (their dtype kept); Unconvertible for a dtype
+    the child's data cannot carry (time zones, periods, intervals, objects that are no data)."""
+    if len(values) > MAX_LITERAL // 10:
+        raise Unconvertible("a pandas input of over 10,000 items")
+    dtype = values.dtype
+    module, kind = type(dtype).__module__, type(dtype).__name__
+    if module.startswith("numpy") and dtype.kind in "biufcO":
+        items = values.to_numpy().tolist()
+        return f"{pd}.array({render(items)}, dtype={str(dtype)!r})"
+    if module.startswith("numpy") and _DATES.fullmatch(dtype.str):
+        ints = render(values.to_numpy().view("i8").tolist())
+        return (f"__gmts_builtins['__import__']('numpy').array({ints}, dtype='i8')"
+                f".view({dtype.str!r})")
+    if kind == "CategoricalDtype":
+        codes = render(values.array.codes.tolist())
+        return (f"{pd}.Categorical.from_codes({codes}, categories="
+                f"{_render_pandas(values.array.categories)}, ordered={dtype.ordered is True!r})")
+    if kind in _PD_EXTENSIONS:
+        items = render(values.to_numpy(dtype=object, na_value=None).tolist())
+        return f"{pd}.array({items}, dtype={str(dtype)!r})"
+    raise Unconvertible(f"a pandas input of dtype {str(dtype)[:40]}")
 
 
 # collections' wrappers, and the type of what each wraps
@@ -760,7 +968,7 @@ def _is_array(value) -> bool:
 def _is_mutable(value) -> bool:
     """Does the value hold a list, dict, set or numpy array anywhere (an argument the solution
     could change in place)?"""
-    if type(value) in (list, dict, set) or _is_array(value):
+    if type(value) in (list, dict, set) or _is_array(value) or _is_pandas(value):
         return True
     if type(value) in (tuple, frozenset):
         return any(_is_mutable(v) for v in value)
@@ -1213,7 +1421,7 @@ class _Unit:
         fn = self.named(node.func) if isinstance(node, ast.Call) else None
         if not callable(fn) or not (getattr(fn, "__module__", None) == "tests"
                                     or getattr(fn, "__self__", None) is _TESTCASE is not None
-                                    or _numpy_assert(fn)):
+                                    or _library_assert(fn)):
             return False
         if any(isinstance(a, ast.Attribute) and self.is_callee(a)
                or isinstance(a, ast.Name) and a.id in self.solution_names
@@ -1441,7 +1649,12 @@ class _Unit:
             base = base.func.value
         if not ops or any((op if type(op) is str else op[1]).startswith("_") for op in ops):
             return None
-        return {"eval": self.child_source(base), "ops": ops}
+        # the child applies the calls up to the last one the trainer does not make on data
+        # (`df.query(...)`: pandas', as pytest calls it), the rest only while the value is no data
+        data_from = max((i + 1 for i, op in enumerate(ops)
+                         if type(op) is not str and op[1] not in DATA_METHODS), default=0)
+        return {"eval": self.child_source(base), "ops": ops,
+                **({"data_from": data_from} if data_from else {})}
 
     def child_comprehension(self, node) -> str | None:
         """A comprehension reading items of a child value (`[n.val for n in f()]`, `sorted(c.n for
@@ -1559,10 +1772,21 @@ class _Unit:
         return (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
                 and node.func.id in CHILD_BUILTINS
                 and node.func.id not in self.child and node.func.id not in self.env
-                and not node.keywords
+                and not node.keywords and not self.library_isinstance(node)
                 and any(self.is_child_value(a) or self.child_path(a) for a in node.args)
                 and all(self.is_child_value(a) or self.child_path(a) or not self.uses_child(a)
                         for a in node.args))
+
+    def library_isinstance(self, node) -> bool:
+        """`isinstance(df, pd.DataFrame)`, `isinstance(a, np.ndarray)`: a class of numpy's or
+        pandas', whose values cross as data: asked here of the value rebuilt (an object that cannot
+        cross fails the test)."""
+        classes = node.args[1] if node.func.id == "isinstance" and len(node.args) == 2 else None
+        classes = classes.elts if isinstance(classes, ast.Tuple) else [classes]
+        found = [self.named(c) for c in classes if c is not None]
+        return bool(found) and len(found) == len(classes) and all(
+            isinstance(c, type) and str(c.__module__).split(".")[0] in ("numpy", "pandas")
+            for c in found)
 
     # ------------------------------------------------ the child's side
 
@@ -1867,7 +2091,10 @@ class _Unit:
                     step = None if bound else self.method_step(node)
                     if step is not None:  # `f(3).mean()`, `f()['a'].tolist()`, `node(1).get()`
                         return self.placeholder(step)
-                    raise Unconvertible(f"method {node.func.attr} of a returned value")
+                    if node.func.attr not in DATA_METHODS:
+                        raise Unconvertible(f"method {node.func.attr} of a returned value")
+                    # `(f(x) == want).all()`: a method of data computed here from returned
+                    # values, each crossing as data (an object that cannot: the test fails)
                 node.func.value = self.split(node.func.value, bound=bound)
             else:
                 node.func = self.split(node.func, bound=bound)
@@ -1914,6 +2141,11 @@ class _Unit:
                 and n.value.id == "pytest"
                     and n.attr != "approx"):
                 raise Unconvertible(f"pytest.{n.attr}")
+            if isinstance(n, ast.Attribute) and (
+                    n.attr in WRITES or n.attr.startswith("read_")
+                    or self.named(n.value) is sys.modules.get("pandas", self)
+                    and n.attr not in PANDAS_NAMES):
+                raise Unconvertible(f"{ast.unparse(n)[:60]} cannot be evaluated by the trainer")
             if isinstance(n, (ast.NamedExpr, ast.Await, ast.Yield, ast.YieldFrom)):
                 raise Unconvertible(type(n).__name__)
         return compile(ast.fix_missing_locations(ast.Expression(node)), "<check>", "eval")
@@ -3938,12 +4170,13 @@ def _setup_values(setup: str) -> dict:
     return values
 
 
-def _numpy_assert(fn) -> bool:
-    """One of numpy.testing's comparisons (NUMPY_ASSERTS), that very function."""
-    testing = sys.modules.get("numpy.testing")
+def _library_assert(fn) -> bool:
+    """One of numpy.testing's or pandas.testing's comparisons (LIBRARY_ASSERTS), that very
+    function."""
     name = getattr(fn, "__name__", None)
-    return (testing is not None and type(name) is str and name in NUMPY_ASSERTS
-            and getattr(testing, name, None) is fn)
+    return type(name) is str and any(
+        name in names and getattr(sys.modules.get(module), name, None) is fn
+        for module, names in LIBRARY_ASSERTS.items())
 
 
 def _lazy_import(imports: dict, name: str) -> None:

@@ -1618,3 +1618,207 @@ def test_a_method_of_a_returned_value_is_judged_on_its_data(name):
     assert scores(block(METHOD_ANSWER), tests) == (1.0, 1.0)
     assert scores(block(METHOD_LIAR), tests) == (0.0, 0.0)
     assert testplan.build_plan(tests).harness is None
+
+
+# ------------------------------------------------ pandas values, judged by the trainer
+
+PD_HEAD = "import unittest\nimport pandas as pd\nimport numpy as np\n\n\n"
+PANDAS = {  # name: BigCodeBench-shaped tests (TestCases) on frames and series
+    "frame_equal": PD_HEAD + (
+        "class TestCases(unittest.TestCase):\n"
+        "    def setUp(self):\n"
+        "        self.df = pd.DataFrame({'a': [1, 5, 3], 'b': [1.0, 0.5, 2.0]})\n\n"
+        "    def test_total(self):\n"
+        "        original = self.df.copy()\n"
+        "        result = task_func(self.df)\n"
+        "        expected = pd.DataFrame({'a': [5, 3, 1], 'b': [0.5, 2.0, 1.0],\n"
+        "                                 'total': [5.5, 5.0, 2.0]})\n"
+        "        pd.testing.assert_frame_equal(result, expected)\n"
+        "        pd.testing.assert_frame_equal(self.df, original)\n"),
+    "frame_reads": PD_HEAD + (
+        "class TestCases(unittest.TestCase):\n"
+        "    def test_reads(self):\n"
+        "        df = task_func(pd.DataFrame({'a': [1, 5, 3], 'b': [1.0, 0.5, 2.0]}))\n"
+        "        self.assertIsInstance(df, pd.DataFrame)\n"
+        "        self.assertTrue(isinstance(df, pd.DataFrame))\n"
+        "        self.assertEqual(df.shape, (3, 3))\n"
+        "        self.assertListEqual(df.columns.tolist(), ['a', 'b', 'total'])\n"
+        "        self.assertEqual(df.iloc[0]['a'], 5)\n"
+        "        self.assertEqual(df.loc[2, 'total'], 2.0)\n"
+        "        self.assertTrue(df['total'].between(2, 6).all())\n"
+        "        self.assertTrue((df['a'] == pd.Series([5, 3, 1], name='a')).all())\n"
+        "        self.assertAlmostEqual(df['total'].sum(), 12.5)\n"
+        "        self.assertEqual(df.isnull().sum().sum(), 0)\n"
+        "        self.assertEqual(str(df['a'].dtype), 'int64')\n"),
+    "series": PD_HEAD + (
+        "class TestCases(unittest.TestCase):\n"
+        "    def test_series(self):\n"
+        "        df = task_func(pd.DataFrame({'a': [1, 5, 3], 'b': [1.0, 0.5, 2.0]}))\n"
+        "        pd.testing.assert_series_equal(df['total'],\n"
+        "                                       pd.Series([5.5, 5.0, 2.0], name='total'))\n"
+        "        self.assertEqual(df['total'].to_dict(), {0: 5.5, 1: 5.0, 2: 2.0})\n"
+        "        self.assertTrue(df.equals(df.copy()))\n"),
+    "frame_methods": PD_HEAD + (  # pandas' own methods, where the data is (query: in the child)
+        "class TestCases(unittest.TestCase):\n"
+        "    def test_methods(self):\n"
+        "        df = task_func(pd.DataFrame({'a': [1, 5, 3], 'b': [1.0, 0.5, 2.0]}))\n"
+        "        self.assertEqual(df.query('a > 2').shape[0], 2)\n"
+        "        self.assertEqual(df['a'].astype(str).str.zfill(2).tolist(), ['05', '03', '01'])\n"
+        "        self.assertEqual(df['total'].round(1).tolist(), [5.5, 5.0, 2.0])\n"
+        "        self.assertEqual(df.groupby('a')['total'].sum().to_dict(),\n"
+        "                         {1: 2.0, 3: 5.0, 5: 5.5})\n"),
+}
+PD_HONEST = ("import pandas as pd\n\ndef task_func(df):\n    out = df.copy()\n"
+             "    out['total'] = out['a'] + out['b']\n"
+             "    return out.sort_values('total', ascending=False).reset_index(drop=True)\n")
+PD_ANSWERS = (
+    PD_HONEST,
+    PD_HONEST.replace("ascending=False", "ascending=True"),  # wrong order
+    PD_HONEST.replace("out = df.copy()", "out = df"),  # changes the tests' frame
+    PD_HONEST.replace("out['a'] + out['b']", "(out['a'] + out['b']).astype(int)"),  # dtype
+    PD_HONEST.replace(".reset_index(drop=True)", ""),  # the index
+)
+
+
+@pytest.mark.parametrize("name", sorted(PANDAS))
+def test_pandas_values_are_judged_by_the_trainer(name):
+    """A DataFrame or Series the answer returns crosses as data (each column's dtype and items,
+    the index, the names) and is rebuilt by the trainer's pandas; the tests' own frames, their
+    `pd.testing` asserts and what they read from the result run in the trainer, a frame the tests
+    pass in is rebuilt in the child (an in-place change read back, as under unittest). Each answer
+    scores pytest's verdict in both modes."""
+    pytest.importorskip("pandas")
+    judged_as_pytest_says(PANDAS, PD_ANSWERS, name)
+
+
+PD_LIARS = {  # answers whose wrong frame pytest passes
+    "always_equal_subclass": (
+        "import pandas as pd\n\nclass F(pd.DataFrame):\n"
+        "    def equals(self, other):\n        return True\n\n"
+        "def task_func(df):\n    return F({'a': [0]})\n"),
+    "patched_testing": (
+        "import pandas as pd\npd.testing.assert_frame_equal = lambda *a, **k: None\n"
+        "pd.DataFrame.equals = lambda self, other: True\n\n"
+        "def task_func(df):\n    return pd.DataFrame({'a': [0]})\n"),
+}
+PD_LIAR_TESTS = PD_HEAD + (
+    "class TestCases(unittest.TestCase):\n"
+    "    def test_a(self):\n"
+    "        r = task_func(pd.DataFrame({'a': [1, 2]}))\n"
+    "        self.assertTrue(r.equals(pd.DataFrame({'a': [1, 2]})))\n")
+
+
+@pytest.mark.parametrize("name", sorted(PD_LIARS))
+def test_a_frame_that_lies_about_its_data_scores_nothing(tmp_path, name):
+    """A DataFrame subclass whose `equals` says yes, or pandas' asserts replaced in the answer's
+    process: pytest passes them; the trainer compares the data with its own pandas: 0.0."""
+    pytest.importorskip("pandas")
+    tests = PD_LIAR_TESTS + (
+        "        pd.testing.assert_frame_equal(r, pd.DataFrame({'a': [1, 2]}))\n"
+        if name == "patched_testing" else "")
+    assert pytest_verdict(tmp_path, PD_LIARS[name], tests) is True
+    assert scores(block(PD_LIARS[name]), tests) == (0.0, 0.0)
+
+
+def _child_encode():
+    """The sandbox child's encode, loaded as the standalone script it is."""
+    import importlib.util
+    path = Path(testplan.__file__).with_name("_sandbox_child.py")
+    spec = importlib.util.spec_from_file_location("gmts_sandbox_child", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.encode
+
+
+def _pandas_values():
+    pd = pytest.importorskip("pandas")
+    np = pytest.importorskip("numpy")
+    return [
+        pd.DataFrame({"i": [1, 2], "s": ["x", None], "f": [1.5, np.nan],
+                      "d": pd.to_datetime(["2020-01-01", "2021-06-30"]),
+                      "c": pd.Categorical(["u", "v"], ordered=True),
+                      "n": pd.array([1, None], dtype="Int64"), "b": [True, False],
+                      "o": pd.Series(["p", [3]], dtype=object),
+                      "t": pd.to_timedelta([1, 2], unit="s")}),
+        pd.DataFrame({"a": [3, 1, 2]}).sort_values("a"),
+        pd.DataFrame({"a": [1, 2]}, index=pd.Index(["r", "r"], name="k")),
+        pd.DataFrame(), pd.DataFrame([[1, 2]], columns=["a", "a"]),
+        pd.DataFrame({"a": [1, 2], "b": [3, 4]}).describe(),
+        pd.Series([1, 2, 3], index=pd.date_range("2020-01-01", periods=3, freq="D"), name="n"),
+        pd.Series(dtype=float), pd.Index([1, 2, 3]), pd.RangeIndex(0, 10, 2, name="r"),
+        pd.DataFrame({"k": ["x", "y", "x"], "j": [1, 1, 2], "a": [1, 2, 3]}).groupby(
+            ["k", "j"])["a"].sum(),  # a MultiIndex
+        pd.DataFrame({"a": [1, 2]}).T,
+    ]
+
+
+def _assert_same(pd, a, b):
+    if isinstance(a, pd.DataFrame):
+        pd.testing.assert_frame_equal(a, b, check_exact=True)
+    elif isinstance(a, pd.Series):
+        pd.testing.assert_series_equal(a, b, check_exact=True)
+    else:
+        pd.testing.assert_index_equal(a, b, exact=True, check_exact=True)
+    assert type(a) is type(b)
+
+
+def test_a_pandas_value_crosses_as_its_data_both_ways():
+    """A frame, series or index the answer returns is rebuilt in the trainer exactly (dtypes,
+    index and its frequency, names, missing values: pandas' own strict comparison), as is one the
+    tests pass in, rebuilt in the child from its source; what has no plain data (a Timestamp item
+    of an object column, time zones) is no data."""
+    import builtins
+    pd = pytest.importorskip("pandas")
+    encode = _child_encode()
+    for value in _pandas_values():
+        _assert_same(pd, value, testplan.decode(json.loads(json.dumps(encode(value)))))
+        _assert_same(pd, value, eval(testplan.render(value),
+                                     {"__gmts_builtins": vars(builtins)}))
+    for value in (pd.DataFrame({"a": [pd.Timestamp(0)]}, dtype=object),
+                  pd.Series([1], index=pd.MultiIndex.from_arrays(
+                      [pd.to_datetime(["2020-01-01"]).tz_localize("UTC"), [2]])),
+                  pd.DataFrame({"z": pd.to_datetime(["2020-01-01"]).tz_localize("UTC")})):
+        with pytest.raises(TypeError, match="not plain data"):
+            encode(value)
+        with pytest.raises(testplan.Unconvertible):
+            testplan.render(value)
+
+
+@pytest.mark.parametrize("data", [
+    {"series": [{"np": {"ndarray": ["<i8", [2], [1, 2]]}}, {"pdrange": [0, 3, 1, None]}, None]},
+    {"frame": [{"pdrange": [0, 2, 1, None]}, {"pdrange": [0, 1, 1, None]},
+               [{"np": {"ndarray": ["<i8", [1], [1]]}}]]},
+    {"series": [{"ext": ["object", {"ndarray": ["|O", [1], [1]]}]}, {"pdrange": [0, 1, 1, None]},
+                None]},
+    {"series": [{"np64": ["<M8[D]", {"ndarray": ["<i8", [1], [1]]}]},
+                {"pdrange": [0, 1, 1, None]}, None]},
+    {"pdindex": [{"np64": ["<M8[ns]", {"ndarray": ["<i8", [2], [0, 5]]}]}, None, "D"]},
+    {"pdindex": [{"np": {"ndarray": ["<i8", [2, 1], [[0], [5]]]}}, None, None]},
+    {"series": [{"cat": [{"pdrange": [0, 1, 1, None]}, {"ndarray": ["<i8", [1], [4]]}, False]},
+                {"pdrange": [0, 1, 1, None]}, None]},
+    {"pdmulti": [[{"pdrange": [0, 1, 1, None]}], [{"ndarray": ["<i8", [1], [3]]}], [None]]},
+    {"pdmulti": [[{"pdrange": [0, 1, 1, None]}], [], [None]]},
+])
+def test_malformed_pandas_data_is_refused(data):
+    """A report whose frame is inconsistent (lengths, a dtype outside the list, dates of another
+    unit, a frequency the dates do not have, a 2-D column, codes past the categories) fails the
+    test instead of building something pandas would not."""
+    pytest.importorskip("pandas")
+    with pytest.raises(ValueError):
+        testplan.decode(data)
+
+
+@pytest.mark.parametrize("statement", [
+    "df.to_csv('written.csv')", "df.to_pickle('written.pkl')", "np.save('written.npy', [1])",
+    "pd.read_csv('written.csv')", "df.plot()"])
+def test_the_tests_file_operations_are_not_run_by_the_trainer(tmp_path, monkeypatch, statement):
+    """The tests' own pandas and numpy calls that read or write files (`to_csv`, `read_csv`,
+    `np.save`...) are left to pytest in the sandbox: building the plan writes nothing here."""
+    pytest.importorskip("pandas")
+    monkeypatch.chdir(tmp_path)
+    tests = PD_HEAD + (
+        "class TestCases(unittest.TestCase):\n    def test_a(self):\n"
+        f"        df = pd.DataFrame({{'a': [1]}})\n        {statement}\n"
+        "        self.assertEqual(task_func(df), 1)\n")
+    assert testplan.build_plan(tests).harness is not None
+    assert list(tmp_path.iterdir()) == []
