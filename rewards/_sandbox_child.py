@@ -835,19 +835,31 @@ class _RemoteIteration:
         return _ask(["next", object.__getattribute__(self, "_i")])
 
 
+_NOTES = ("__signature__", "__doc__", "__wrapped__")  # _Remote keeps these of its own
+
+
 class _Remote:
     """A mock of the trainer's (a patched target, or what one returned): every attribute read,
     call, operator and iteration is the trainer's (_ask), performed on its own mock."""
 
-    __slots__ = ("_h",)
+    __slots__ = ("_h", "_own")
 
     def __init__(self, handle):
         object.__setattr__(self, "_h", handle)
+        object.__setattr__(self, "_own", {})
 
     def __getattr__(self, name):
+        own = object.__getattribute__(self, "_own")
+        if name in own:
+            return own[name]
         return _ask(["get", object.__getattribute__(self, "_h"), name])
 
     def __setattr__(self, name, value):
+        # a library's note on a function it holds (matplotlib's switch_backend sets pyplot.show's
+        # __signature__): kept here, as a MagicMock keeps it; nothing the trainer reads
+        if name in _NOTES:
+            object.__getattribute__(self, "_own")[name] = value
+            return
         raise AttributeError("a mock's attributes are the test's to set")
 
     def __call__(self, *args, **kwargs):

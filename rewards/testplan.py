@@ -58,6 +58,10 @@ IMPORTABLE = ("math", "cmath", "collections", "copy", "string", "itertools", "fu
 # imported only where the tests import it (HumanEval+'s `assertion` helper uses np.allclose); its
 # `random` (global state, unseeded) is never the trainer's
 LAZY_IMPORTABLE = ("numpy", "numpy.testing", "pandas", "pandas.testing")  # after those it lies in
+# libraries whose objects never cross as data and whose names the tests apply only to the answer's
+# objects (`isinstance(ax, plt.Axes)`, `plt.close()`): the tests' imports of them run in the child,
+# their names are the child's (as `import solution`'s)
+CHILD_MODULES = ("matplotlib", "seaborn")
 # numpy.testing's and pandas.testing's comparisons, called here on the returned values rebuilt as
 # arrays and frames (the library's own semantics: shapes, dtypes, NaN positions, `|a - b| <= atol +
 # rtol * |b|`, `decimal`); not their other names (`assert_raises` calls a callable...)
@@ -1660,14 +1664,16 @@ class _Unit:
         """A comprehension reading items of a child value (`[n.val for n in f()]`, `sorted(c.n for
         c in cs)`, `{c.name: c.n for c in cs}`; one `for`, no `if`): the child's source making its
         list (a generator's items too), set or dict, each element the loop's name, an item or public
-        attribute of it, a tuple of those, one `is None` or a builtin of CHILD_BUILTINS applied to
+        attribute of it, a method of it called with literals (`[p.get_height() for p in
+        ax.patches]`), a tuple of those, one `is None` or a builtin of CHILD_BUILTINS applied to
         one. Its items cross as data; what the test computes from them runs here. Else None."""
         if not (isinstance(node, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp))
                 and len(node.generators) == 1):
             return None
         loop = node.generators[0]
         if (loop.ifs or loop.is_async or not isinstance(loop.target, ast.Name)
-                or not (self.is_child_value(loop.iter) or self.child_path(loop.iter))):
+                or not (self.is_child_value(loop.iter) or self.child_path(loop.iter)
+                        or self.child_attrs(loop.iter))):
             return None
         name = loop.target.id
 
@@ -1680,6 +1686,11 @@ class _Unit:
                 return isinstance(e.slice, ast.Constant) and element(e.value)
             if isinstance(e, ast.Tuple):
                 return all(element(x) for x in e.elts)
+            if isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute):
+                # `p.get_height()`: a method of the item, called with literals, as pytest calls it
+                return (not e.func.attr.startswith("_") and not e.keywords
+                        and all(isinstance(a, ast.Constant) for a in e.args)
+                        and element(e.func.value))
             if isinstance(e, ast.Compare):  # `n is not None`: identity with a singleton
                 return (len(e.ops) == 1 and isinstance(e.ops[0], (ast.Is, ast.IsNot))
                         and element(e.left) and _singleton(e.comparators[0]))
@@ -1773,9 +1784,29 @@ class _Unit:
                 and node.func.id in CHILD_BUILTINS
                 and node.func.id not in self.child and node.func.id not in self.env
                 and not node.keywords and not self.library_isinstance(node)
-                and any(self.is_child_value(a) or self.child_path(a) for a in node.args)
-                and all(self.is_child_value(a) or self.child_path(a) or not self.uses_child(a)
-                        for a in node.args))
+                and any(self.is_child_value(a) or self.child_path(a) or self.child_attrs(a)
+                        for a in node.args)
+                and all(self.is_child_value(a) or self.child_path(a) or self.child_attrs(a)
+                        or not self.uses_child(a) for a in node.args))
+
+    def child_attrs(self, node) -> bool:
+        """Public attributes, literal items and methods called with literals, read from a child
+        value (`ax.patches`, `matplotlib.axes.Axes`, `ax.get_lines()[0]`): the child reads them
+        where a builtin of CHILD_BUILTINS or a comprehension runs there."""
+        if not isinstance(node, (ast.Attribute, ast.Subscript, ast.Call)):
+            return False
+        while True:
+            if (isinstance(node, ast.Attribute) and not node.attr.startswith("_")
+                    or isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant)):
+                node = node.value
+            elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                  and not node.func.attr.startswith("_") and not node.keywords
+                  and all(isinstance(a, ast.Constant) for a in node.args)):
+                node = node.func.value
+            else:
+                return False
+            if self.is_child_value(node):
+                return True
 
     def library_isinstance(self, node) -> bool:
         """`isinstance(df, pd.DataFrame)`, `isinstance(a, np.ndarray)`: a class of numpy's or
@@ -3831,6 +3862,14 @@ class _CaseClass:
                 op = ast.Is() if name == "assertIs" else ast.IsNot()
                 stmt = ast.Assert(test=ast.Compare(left=call.args[0], ops=[op],
                                                    comparators=[call.args[1]]))
+            elif name in ("assertIsInstance", "assertNotIsInstance") and len(
+                    call.args) == 2 and not call.keywords:
+                # as `isinstance` (its verdict): asked in the child of an object of the solution's
+                # (a class of the solution's, `plt.Axes`), here of data
+                test = ast.Call(func=ast.Name(id="isinstance", ctx=ast.Load()), args=call.args,
+                                keywords=[])
+                stmt = ast.Assert(test=test if name == "assertIsInstance" else ast.UnaryOp(
+                    op=ast.Not(), operand=test))
             elif name in UNITTEST_ASSERTS:
                 call.func = ast.Name(id=f"__unittest_{name}", ctx=ast.Load())
         if isinstance(stmt, (ast.For, ast.If, ast.With, ast.Try)):
@@ -4179,6 +4218,17 @@ def _library_assert(fn) -> bool:
         for module, names in LIBRARY_ASSERTS.items())
 
 
+def _child_module(stmt) -> bool:
+    """An import of a library whose objects never cross as data (CHILD_MODULES: matplotlib's
+    Axes): the tests' names for it are bound in the child, where the answer's objects are."""
+    if isinstance(stmt, ast.ImportFrom):
+        whole = not stmt.level and all(a.name != "*" for a in stmt.names)
+        names = [stmt.module or ""] if whole else []
+    else:
+        names = [a.name for a in stmt.names] if isinstance(stmt, ast.Import) else []
+    return bool(names) and all(n.split(".")[0] in CHILD_MODULES for n in names)
+
+
 def _lazy_import(imports: dict, name: str) -> None:
     """`import numpy` in the tests: numpy joins the plan's modules (imported here on first use);
     `numpy.testing` with it."""
@@ -4356,6 +4406,14 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
             prelude.append(ast.unparse(stmt))
             from_solution |= {a.asname or a.name for a in stmt.names}
             modules |= {a.asname or a.name for a in stmt.names if a.name == "solution"}
+        elif _child_module(stmt):  # `import matplotlib.pyplot as plt`: the child's names
+            prelude.append(ast.unparse(stmt))
+            for a in stmt.names:
+                bound = a.asname or (a.name if isinstance(stmt, ast.ImportFrom)
+                                     else a.name.split(".")[0])
+                from_solution.add(bound)
+                if not (isinstance(stmt, ast.ImportFrom) and a.name[:1].isupper()):
+                    modules.add(bound)  # a module (`plt`): its attributes are the child's
         elif isinstance(stmt, ast.ImportFrom) and stmt.module in imports and not stmt.level:
             for a in stmt.names:  # `from collections import Counter`: the trainer's own
                 if a.name != "*" and not a.name.startswith("_") and hasattr(imports[stmt.module],

@@ -1822,3 +1822,74 @@ def test_the_tests_file_operations_are_not_run_by_the_trainer(tmp_path, monkeypa
         "        self.assertEqual(task_func(df), 1)\n")
     assert testplan.build_plan(tests).harness is not None
     assert list(tmp_path.iterdir()) == []
+
+
+# ------------------------------------------------ matplotlib's objects, asked in the child
+
+MPL_HEAD = ("import unittest\nfrom unittest.mock import patch\nimport pandas as pd\n"
+            "import matplotlib\nimport matplotlib.pyplot as plt\n\n\n"
+            "class TestCases(unittest.TestCase):\n    def tearDown(self):\n"
+            "        plt.close('all')\n\n")
+MPL = {  # name: a BigCodeBench-shaped test of a plot the answer returns
+    "axes": MPL_HEAD + (
+        "    def test_axes(self):\n"
+        "        df, ax = task_func({'k': ['a', 'b'], 'v': [3, 5]})\n"
+        "        self.assertIsInstance(ax, plt.Axes)\n"
+        "        self.assertTrue(isinstance(ax, matplotlib.axes.Axes))\n"
+        "        self.assertEqual(ax.get_title(), 'Counts')\n"
+        "        self.assertEqual(len(ax.patches), 2)\n"
+        "        self.assertEqual(df.shape, (2, 2))\n"),
+    "bars": MPL_HEAD + (
+        "    def test_bars(self):\n"
+        "        df, ax = task_func({'k': ['a', 'b'], 'v': [3, 5]})\n"
+        "        heights = [p.get_height() for p in ax.patches]\n"
+        "        self.assertEqual(heights, [3, 5])\n"
+        "        labels = [t.get_text() for t in ax.get_xticklabels()]\n"
+        "        self.assertEqual(labels, ['a', 'b'])\n"),
+    "show_patched": MPL_HEAD + (
+        "    @patch('matplotlib.pyplot.show')\n"
+        "    def test_show(self, mock_show):\n"
+        "        df, ax = task_func({'k': ['a'], 'v': [1]}, show=True)\n"
+        "        self.assertEqual(ax.get_xlabel(), 'k')\n"),
+}
+MPL_HONEST = ("import pandas as pd\nimport matplotlib.pyplot as plt\n\n"
+              "def task_func(data, show=False):\n    df = pd.DataFrame(data)\n"
+              "    fig, ax = plt.subplots()\n    ax.bar(df['k'], df['v'])\n"
+              "    ax.set_title('Counts')\n    ax.set_xlabel('k')\n"
+              "    if show:\n        plt.show()\n    return df, ax\n")
+MPL_ANSWERS = (
+    MPL_HONEST,
+    MPL_HONEST.replace("'Counts'", "'counts'").replace("'k')", "'key')"),
+    MPL_HONEST.replace("df['v'])", "df['v'] + 1)"),
+    MPL_HONEST.replace("return df, ax", "return df, None"),
+)
+
+
+@pytest.mark.parametrize("name", sorted(MPL))
+def test_matplotlib_objects_are_asked_in_the_child(name):
+    """The tests' matplotlib names are bound in the child (its objects never cross as data):
+    `isinstance(ax, plt.Axes)`, `ax.get_title()`, `len(ax.patches)`, `[p.get_height() for p in
+    ax.patches]` run there as pytest runs them, their data judged here; `plt.close` in tearDown,
+    `@patch('matplotlib.pyplot.show')` (pyplot sets the mock's `__signature__`). Each answer
+    scores pytest's verdict in both modes."""
+    pytest.importorskip("matplotlib")
+    pytest.importorskip("pandas")
+    judged_as_pytest_says(MPL, MPL_ANSWERS, name)
+
+
+ISINSTANCE = {
+    "assert_is_instance": ("import unittest\n\n\nclass TestCases(unittest.TestCase):\n"
+                           "    def test_a(self):\n        n = make(1)\n"
+                           "        self.assertIsInstance(n, Node)\n"
+                           "        self.assertNotIsInstance(n, dict)\n"
+                           "        self.assertIsInstance(make(2).v, int)\n"),
+}
+NODE = "class Node:\n    def __init__(self, v):\n        self.v = v\n\ndef make(v):\n"
+ISINSTANCE_ANSWERS = (NODE + "    return Node(v)\n", NODE + "    return {'v': v}\n",
+                      NODE + "    return Node(str(v))\n")
+
+
+def test_assert_is_instance_is_isinstance():
+    """unittest's `assertIsInstance(x, C)` (`NotIsInstance`) is judged as `isinstance`: asked in
+    the child of an object of the answer's against its class, here of data."""
+    judged_as_pytest_says(ISINSTANCE, ISINSTANCE_ANSWERS, "assert_is_instance")
