@@ -54,9 +54,11 @@ MODULES = {"math": math, "collections": collections}
 # here)
 IMPORTABLE = ("math", "cmath", "collections", "copy", "string", "itertools", "functools",
               "operator", "enum",
-              "fractions", "decimal", "statistics", "heapq", "bisect", "re", "random", "datetime")
+              "fractions", "decimal", "statistics", "heapq", "bisect", "re", "random", "datetime",
+              "json", "hashlib", "base64", "binascii", "textwrap", "unicodedata", "struct",
+              "calendar")
 # imported only where the tests import it (HumanEval+'s `assertion` helper uses np.allclose); its
-# `random` (global state, unseeded) is never the trainer's
+# global random functions are a RandomState of the plan's (_plan_numpy)
 LAZY_IMPORTABLE = ("numpy", "numpy.testing", "pandas", "pandas.testing")  # after those it lies in
 # libraries whose objects never cross as data and whose names the tests apply only to the answer's
 # objects (`isinstance(ax, plt.Axes)`, `plt.close()`): the tests' imports of them run in the child,
@@ -87,17 +89,23 @@ PLAIN_ATTRS = frozenset(a for t in (int, float, complex, str, bytes, bytearray, 
                                     datetime.date, datetime.datetime, datetime.time,
                                     datetime.timedelta)
                         for a in dir(t) if not a.startswith("_")) | {"name", "value"}
-def _numpy_import(name, globals=None, locals=None, fromlist=(), level=0):
+# the modules C code (and the libraries' own code) imports on first use in a check's frame:
+# numpy's and pandas' helpers, datetime.strptime's `_strptime` and what it reads
+LATE_IMPORTS = frozenset("""numpy pandas dateutil pytz zoneinfo _strptime time locale calendar
+""".split())  # noqa: SIM905
+
+
+def _late_import(name, globals=None, locals=None, fromlist=(), level=0):
     """The import C code runs in a check's frame (numpy's `arr.mean()` imports its helpers on first
-    call, through the frame's builtins): numpy's own modules only."""
-    if level or name.split(".")[0] != "numpy":
+    call, `datetime.strptime` its `_strptime`, through the frame's builtins): LATE_IMPORTS only."""
+    if level or name.split(".")[0] not in LATE_IMPORTS:
         raise ImportError(f"no import of {name} in a check")
     return builtins.__import__(name, globals, locals, fromlist, level)
 
 
 # (no name of a check reads `__import__`: parent_expr allows only SAFE_NAMES)
 _SAFE_BUILTINS = {name: getattr(builtins, name) for name in SAFE_NAMES} | {
-    "__import__": _numpy_import}
+    "__import__": _late_import}
 # Calls that iterate over their argument: a generator (or any iterator) the solution returns there
 # is materialised into a list in the sandbox, and the call itself runs here on that list (list(gen)
 # == list(list(gen)) exactly).
@@ -870,6 +878,10 @@ def render(value) -> str:
                 f".fromisoformat({value.isoformat()!r})")
     if _is_pandas(value):
         return _render_pandas(value)
+    if kind.__module__ == "numpy" and getattr(value, "dtype", None) is not None and (
+            value.dtype.kind in "biufc"):  # a numpy scalar (`list(arr)`'s items): its dtype kept
+        return (f"__gmts_builtins['__import__']('numpy').dtype({value.dtype.str!r})"
+                f".type({render(value.item())})")
     raise Unconvertible(f"input of type {kind.__name__} cannot be sent as a literal")
 
 
@@ -2070,6 +2082,12 @@ class _Unit:
         source = None if bound else self.child_comprehension(node)
         if source is not None:  # `[n.val for n in f()]`: the values read where the objects live
             return self.placeholder({"eval": source})
+        if isinstance(node, (ast.GeneratorExp, ast.ListComp, ast.SetComp, ast.DictComp)) and (
+                not bound):
+            # the first `for`'s iterable is evaluated once, before the loop (`any(c in p for c in
+            # f(x))`): one step, materialised as the loop would iterate it
+            first = node.generators[0]
+            first.iter = self.split(first.iter, iterate=True)
         if isinstance(node,
                       (ast.Lambda, ast.GeneratorExp, ast.ListComp, ast.SetComp, ast.DictComp)):
             bound = bound | _bound_inside(node)
@@ -2122,7 +2140,12 @@ class _Unit:
                     step = None if bound else self.method_step(node)
                     if step is not None:  # `f(3).mean()`, `f()['a'].tolist()`, `node(1).get()`
                         return self.placeholder(step)
-                    if node.func.attr not in DATA_METHODS:
+                    receiver = node.func.value  # `hashlib.sha256(f(x)).hexdigest()`: made here
+                    made_here = (isinstance(receiver, ast.Call)
+                                 and not self.uses_child(receiver.func)
+                                 and self.mock_of(receiver.func) is None
+                                 and self.held(receiver.func) is not None)
+                    if node.func.attr not in DATA_METHODS and not made_here:
                         raise Unconvertible(f"method {node.func.attr} of a returned value")
                     # `(f(x) == want).all()`: a method of data computed here from returned
                     # values, each crossing as data (an object that cannot: the test fails)
@@ -2179,7 +2202,41 @@ class _Unit:
                 raise Unconvertible(f"{ast.unparse(n)[:60]} cannot be evaluated by the trainer")
             if isinstance(n, (ast.NamedExpr, ast.Await, ast.Yield, ast.YieldFrom)):
                 raise Unconvertible(type(n).__name__)
+        if self.draws_globally(node):
+            raise Unconvertible("a draw from the global random state the answer draws from")
         return compile(ast.fix_missing_locations(ast.Expression(node)), "<check>", "eval")
+
+    def global_seed(self, node) -> str | None:
+        """`random.seed(42)`, `np.random.seed(42)` (`from random import seed`...): the test seeds
+        the global random state of `random` or numpy, which both the tests' draws and the answer's
+        read under pytest: seeded here (the plan's own) and in the child at this step ("random" or
+        "numpy"). Exact unless both draw from it after the seed (pytest interleaves the two).
+        Else None."""
+        fn = self.held(node.func) if isinstance(node, ast.Call) else None
+        if fn is None or node.keywords or any(isinstance(a, ast.Starred) for a in node.args):
+            return None
+        if fn == getattr(self.imports.get("random"), "seed", None):
+            return "random"
+        numpy_random = getattr(self.imports.get("numpy"), "random", None)
+        return "numpy" if fn == getattr(numpy_random, "seed", self) else None
+
+    def held(self, node):
+        """What a name of the tests' or a chain of attributes of modules holds (named), the plan's
+        `random` included (`random.seed`)."""
+        if isinstance(node, ast.Name):
+            return self.env.get(node.id)
+        ours = self.imports.get("random")
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                and ours is not None and self.env.get(node.value.id) is ours):
+            return getattr(ours, node.attr, None) if not node.attr.startswith("_") else None
+        return self.named(node)
+
+    def draws_globally(self, node) -> bool:
+        """Does `node` reach numpy's global random state (the trainer's own; the tests' `np.random`
+        is the plan's, _plan_numpy)?"""
+        shared = getattr(getattr(sys.modules.get("numpy.random"), "mtrand", None), "_rand", self)
+        return any(isinstance(n, (ast.Name, ast.Attribute))
+                   and getattr(self.held(n), "__self__", None) is shared for n in ast.walk(node))
 
     def parent_eval(self, node):
         if isinstance(node, (ast.List, ast.Tuple, ast.Dict, ast.Set, ast.Constant)):
@@ -2357,6 +2414,13 @@ class _Unit:
                 self.checks.append(Check("run", expr=self.parent_expr(stmt.value,
                                                                       self.placeholders()),
                                          env=dict(self.env)))
+                return
+            seeded = self.global_seed(stmt.value)
+            if seeded is not None:  # `random.seed(42)`: the state the answer draws from
+                args = ", ".join(render(self.parent_eval(a)) for a in stmt.value.args)
+                self.parent_eval(stmt.value)
+                self.steps.append({"run": f"__gmts_builtins['__import__']({seeded!r})"
+                                          f"{'.random' if seeded == 'numpy' else ''}.seed({args})"})
                 return
             if not self.uses_child(stmt.value):  # the tests' own work: `coeffs.append(c)`, here
                 self.keeps_shared(stmt.value)
@@ -2650,7 +2714,7 @@ class _Unit:
         if isinstance(node, ast.List):
             return {"list": [self.mock_value(e) for e in node.elts]}
         evaluable = _names(node) <= set(self.env) | SAFE_NAMES | set(MODULES)
-        exc = None if evaluable else self.exception(node)
+        exc = None if evaluable and not self.names_exception(node) else self.exception(node)
         if exc is not None:
             return {"exc": exc}
         if self.uses_child(node):
@@ -2664,6 +2728,12 @@ class _Unit:
         if type(value) in (list, dict, set, bytearray):
             return self.hand_to_mocks(value)
         return {"data": encode_input(value)}
+
+    def names_exception(self, node) -> bool:
+        """An exception class of a module the trainer imports, or one made of it
+        (`json.JSONDecodeError('bad', 'doc', 0)`): made in the child, as other modules' are."""
+        cls = self.held(node.func if isinstance(node, ast.Call) else node)
+        return isinstance(cls, type) and issubclass(cls, BaseException)
 
     def exception(self, node):
         """[path, args] for an exception class or instance the tests name (`ValueError`,
@@ -3096,12 +3166,15 @@ class _Unit:
             if not isinstance(match, str):
                 raise Unconvertible("match= that is not a string")
         lines, binds = [], []
+        def in_child(value) -> bool:  # `f(-1)`, `acc.deposit(-1)` on what the solution returned
+            return self.is_child_value(value) or (isinstance(value, ast.Call) and self.uses_child(
+                value) and self.child_evaluable(value))
         for s in stmt.body:  # the block stops at its first exception, as in pytest: one step
-            if isinstance(s, ast.Expr) and self.is_child_value(s.value):
+            if isinstance(s, ast.Expr) and in_child(s.value):
                 lines.append(self.child_source(s.value))
             elif (isinstance(s, ast.Assign) and len(s.targets) == 1
                   and isinstance(s.targets[0], ast.Name)
-                  and self.is_child_value(s.value)):
+                  and in_child(s.value)):
                 lines.append(f"{s.targets[0].id} = {self.child_source(s.value)}")
                 binds.append(s.targets[0].id)
                 self.child.add(s.targets[0].id)
@@ -4236,9 +4309,35 @@ def _lazy_import(imports: dict, name: str) -> None:
         import importlib
         try:
             for module in LAZY_IMPORTABLE[:LAZY_IMPORTABLE.index(name) + 1]:
-                imports[module] = importlib.import_module(module)
+                if module not in imports:
+                    imports[module] = importlib.import_module(module)
+                    if module == "numpy":
+                        imports[module] = _plan_numpy(imports[module])
         except ImportError:
             pass
+
+
+def _plan_numpy(numpy) -> types.ModuleType:
+    """numpy as the tests' checks see it here: numpy's own names, but its global random functions
+    (`np.random.seed`, `rand`, `randint`...) are those of a RandomState of the plan's own, seeded 0,
+    as `random` is (the judge helper draws the same; numpy's global state, the trainer's, is
+    never read or advanced)."""
+    state = numpy.random.RandomState(0)
+    shared = numpy.random.mtrand._rand
+    random = types.ModuleType("numpy.random")
+    for name in dir(numpy.random):
+        value = getattr(numpy.random, name)
+        if getattr(value, "__self__", None) is shared:  # `np.random.rand`: _rand's method
+            value = getattr(state, name)
+        elif name in ("seed", "ranf", "sample"):  # module functions on _rand: the plan's
+            value = getattr(state, "random_sample" if name != "seed" else name)
+        elif name in ("get_bit_generator", "set_bit_generator"):
+            continue
+        setattr(random, name, value)
+    module = types.ModuleType("numpy")
+    module.__dict__.update(vars(numpy))
+    module.random = random
+    return module
 
 
 def _locals(fn) -> set:

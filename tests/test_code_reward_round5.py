@@ -1893,3 +1893,124 @@ def test_assert_is_instance_is_isinstance():
     """unittest's `assertIsInstance(x, C)` (`NotIsInstance`) is judged as `isinstance`: asked in
     the child of an object of the answer's against its class, here of data."""
     judged_as_pytest_says(ISINSTANCE, ISINSTANCE_ANSWERS, "assert_is_instance")
+
+
+# ------------------------------------------------ the global random state the answer draws from
+
+_R = __import__("random").Random(42)
+RANDOM_42 = [_R.randint(1, 100) for _ in range(3)]  # what random.seed(42) then 3 draws give
+
+
+def _numpy_42() -> list:
+    np = pytest.importorskip("numpy")
+    return np.random.RandomState(42).randint(0, 100, 3).tolist()  # np.random.seed(42)'s draws
+
+
+SEEDS = {  # name: tests that seed the state the answer's unseeded draws read
+    "unittest_random": ("import unittest\nimport random\n\n\nclass TestCases(unittest.TestCase):\n"
+                        "    def test_a(self):\n        random.seed(42)\n"
+                        f"        self.assertEqual(task_func(3), {RANDOM_42})\n"),
+    "pytest_random": ("from random import seed\n\n\ndef test_a():\n    seed(42)\n"
+                      f"    assert task_func(3) == {RANDOM_42}\n"),
+    "numpy": ("import unittest\nimport numpy as np\n\n\nclass TestCases(unittest.TestCase):\n"
+              "    def test_a(self):\n        np.random.seed(42)\n"
+              "        self.assertEqual(task_func(3, np_=True), {numpy})\n"),
+}
+SEED_ANSWERS = (
+    ("import random\nimport numpy as np\n\ndef task_func(n, np_=False):\n"
+    "    if np_:\n        return np.random.randint(0, 100, n).tolist()\n"
+    "    return [random.randint(1, 100) for _ in range(n)]\n"),
+    ("import random\nimport numpy as np\n\ndef task_func(n, np_=False):\n"
+    "    if np_:\n        return np.random.randint(0, 100, n + 1).tolist()[1:]\n"
+    "    return [random.randint(1, 100) for _ in range(n + 1)][1:]\n"),
+)
+
+
+@pytest.mark.parametrize("name", sorted(SEEDS))
+def test_a_seed_the_tests_set_is_the_answers(name):
+    """`random.seed(42)` / `np.random.seed(42)` in a test seeds the answer's global random state
+    in the child at that step (under pytest the answer draws from it): an answer drawing from it
+    scores pytest's verdict in both modes."""
+    pytest.importorskip("numpy")
+    table = {k: v.replace("{numpy}", str(_numpy_42())) for k, v in SEEDS.items()}
+    judged_as_pytest_says(table, SEED_ANSWERS, name)
+
+
+def test_the_tests_own_draws_after_a_seed(tmp_path):
+    """A test that seeds the global state and draws its inputs from it (`np.random.seed(1); x =
+    np.random.rand(3)`) draws them here from a state of the plan's own, seeded alike, so they are
+    pytest's; the answer's state is seeded in the child too. numpy's global state, the
+    trainer's, is neither read nor advanced by building the plan."""
+    np = pytest.importorskip("numpy")
+    tests = ("import numpy as np\n\n\ndef test_a():\n    np.random.seed(1)\n"
+             "    x = np.random.rand(3)\n"
+             "    assert task_func(list(x)) == round(float(x.sum()), 6)\n"
+             "    assert task_func(x.tolist()) == round(float(x.sum()), 6)\n")
+    answer = "def task_func(xs):\n    return round(float(sum(xs)), 6)\n"
+    state = np.random.get_state()[1].copy()
+    assert testplan.build_plan(tests).harness is None
+    assert (np.random.get_state()[1] == state).all()
+    assert pytest_verdict(tmp_path, answer, tests) is True
+    assert scores(block(answer), tests) == (1.0, 1.0)
+    wrong = "def task_func(xs):\n    return round(float(sum(xs[:2])), 6)\n"
+    assert scores(block(wrong), tests) == (0.0, 0.0)
+
+
+LATE = {  # name: the tests' own library calls on returned values, in the trainer
+    "strptime": ("import unittest\nfrom datetime import datetime\n\n\n"
+                 "class TestCases(unittest.TestCase):\n    def test_a(self):\n"
+                 "        r = datetime.strptime(task_func('2020-01-01', 1), '%Y-%m-%d')\n"
+                 "        self.assertEqual(r.day, 2)\n"),
+    "json": ("import unittest\nimport json\n\n\nclass TestCases(unittest.TestCase):\n"
+             "    def test_a(self):\n"
+             "        self.assertEqual(json.loads(task_func('2020-01-30', 3, True)),\n"
+             "                         {'date': '2020-02-02'})\n"),
+    "hashlib": ("import hashlib\n\n\ndef test_a():\n"
+                "    digest = hashlib.sha256(task_func('2020-01-01', 0).encode()).hexdigest()\n"
+                "    assert digest == hashlib.sha256(b'2020-01-01').hexdigest()\n"),
+}
+LATE_ANSWERS = (
+    ("import json\nfrom datetime import datetime, timedelta\n\ndef task_func(s, days, js=False):\n"
+    "    d = datetime.strptime(s, '%Y-%m-%d') + timedelta(days=days)\n"
+    "    out = d.strftime('%Y-%m-%d')\n    return json.dumps({'date': out}) if js else out\n"),
+    ("import json\nfrom datetime import datetime, timedelta\n\ndef task_func(s, days, js=False):\n"
+    "    d = datetime.strptime(s, '%Y-%m-%d') + timedelta(days=days + 1)\n"
+    "    out = d.strftime('%Y-%m-%d')\n    return json.dumps({'date': out}) if js else out\n"),
+)
+
+
+@pytest.mark.parametrize("name", sorted(LATE))
+def test_the_tests_library_calls_on_returned_values(name):
+    """`datetime.strptime` (its C code imports `_strptime` in the check's frame), `json.loads`,
+    `hashlib` on what the answer returned run in the trainer: pytest's verdict in both modes."""
+    judged_as_pytest_says(LATE, LATE_ANSWERS, name)
+
+
+ONCE = {  # name: the tests evaluate the solution's call once where pytest does
+    "comprehension_iterable": ("import string\nimport unittest\n\n\n"
+                               "class TestCases(unittest.TestCase):\n    def test_a(self):\n"
+                               "        self.assertFalse(any(c in string.punctuation\n"
+                               "                             for c in task_func('a,b.c!')))\n"
+                               "        self.assertEqual(sum(1 for c in task_func('x!y')), 2)\n"),
+    "raises_on_a_returned_object": ("import unittest\n\n\nclass TestCases(unittest.TestCase):\n"
+                                    "    def test_a(self):\n        acc = account(10)\n"
+                                    "        with self.assertRaises(ValueError):\n"
+                                    "            acc.deposit(-1)\n"
+                                    "        self.assertEqual(acc.deposit(5), 15)\n"),
+}
+ONCE_ANSWERS = tuple(
+    "import string\n\ndef task_func(text):\n"
+    f"    return ''.join(c for c in text if {keep})\n\n"
+    "class Account:\n    def __init__(self, b):\n        self.b = b\n\n"
+    f"    def deposit(self, x):\n        if x <= 0:\n            {bad}\n"
+    "        self.b += x\n        return self.b\n\ndef account(b):\n    return Account(b)\n"
+    for keep, bad in (("c not in string.punctuation", "raise ValueError('bad')"),
+                      ("c != ','", "return self.b")))
+
+
+@pytest.mark.parametrize("name", sorted(ONCE))
+def test_a_call_pytest_makes_once_is_one_step(name):
+    """The first `for`'s iterable of a comprehension is evaluated once (`any(c in p for c in
+    f(x))`): one step in the child, iterated here; a method of what the solution returned,
+    inside `assertRaises`, raises in the child. pytest's verdict in both modes."""
+    judged_as_pytest_says(ONCE, ONCE_ANSWERS, name)
