@@ -547,13 +547,18 @@ def _has(kind, name) -> bool:
 
 
 def read_attrs(value, attrs):
-    """Read `attrs` in turn while the value is an object of the solution's own (a linked-list node):
-    from plain data the parent reads them. A subclass of a plain type stops here too (encode sends
-    its base's data)."""
+    """Read `attrs` in turn while the value cannot cross as data (an object of the solution's own,
+    a linked-list node): from data (a subclass of a plain type, whose base's data encode sends; a
+    numpy array, a DataFrame) the parent reads them."""
     applied = 0
     for attr in attrs:
         if isinstance(value, _PLAIN):
             break
+        try:
+            encode(value)
+            break
+        except TypeError:
+            pass
         value = getattr(value, attr)
         applied += 1
     return value, applied

@@ -2014,3 +2014,36 @@ def test_a_call_pytest_makes_once_is_one_step(name):
     f(x))`): one step in the child, iterated here; a method of what the solution returned,
     inside `assertRaises`, raises in the child. pytest's verdict in both modes."""
     judged_as_pytest_says(ONCE, ONCE_ANSWERS, name)
+
+
+ATTRS = {  # name: attributes the tests read from a returned array or frame
+    "array": ("import unittest\nimport numpy as np\n\n\nclass TestCases(unittest.TestCase):\n"
+              "    def test_a(self):\n        r = task_func(5)\n"
+              "        self.assertEqual(r.dtype, np.float64)\n"
+              "        self.assertEqual(r.shape, (5,))\n        self.assertEqual(r.T.ndim, 1)\n"),
+    "frame": ("import unittest\nimport numpy as np\n\n\nclass TestCases(unittest.TestCase):\n"
+              "    def test_a(self):\n        df = task_func(5, frame=True)\n"
+              "        self.assertEqual(df.dtypes['x'], np.float64)\n"
+              "        self.assertEqual(df.values.shape, (5, 1))\n"),
+}
+ATTR_ANSWERS = tuple(
+    "import numpy as np\nimport pandas as pd\n\ndef task_func(n, frame=False):\n"
+    f"    r = np.linspace(0, 1, n){cast}\n"
+    "    return pd.DataFrame({'x': r}) if frame else r\n" for cast in ("", ".astype(np.float32)"))
+# a float32 array whose class says float64 (pytest passes it)
+ATTR_LIAR = ("import numpy as np\n\nclass A(np.ndarray):\n    @property\n    def dtype(self):\n"
+             "        return np.dtype(np.float64)\n\n"
+             "def task_func(n, frame=False):\n"
+             "    return np.linspace(0, 1, n).astype(np.float32).view(A)\n")
+
+
+@pytest.mark.parametrize("name", sorted(ATTRS))
+def test_attributes_of_a_returned_array_are_read_on_its_data(tmp_path, name):
+    """`r.dtype`, `r.shape`, `df.dtypes['x']` of what the answer returned: an array or a frame
+    crosses as data and the trainer reads its attributes (an ndarray subclass's own `dtype`
+    property gains nothing; pytest passes it); pytest's verdict in both modes otherwise."""
+    pytest.importorskip("pandas")
+    judged_as_pytest_says(ATTRS, ATTR_ANSWERS, name)
+    if name == "array":
+        assert pytest_verdict(tmp_path, ATTR_LIAR, ATTRS[name]) is True
+        assert scores(block(ATTR_LIAR), ATTRS[name]) == (0.0, 0.0)
