@@ -404,7 +404,7 @@ _PD_EXTENSIONS = ("Int8Dtype", "Int16Dtype", "Int32Dtype", "Int64Dtype", "UInt8D
 def _pandas_value(value, name, depth, budget):
     """A pandas DataFrame, Series or Index (RangeIndex, MultiIndex...) of plain values: each
     column's dtype and data (_pandas_array), the index, the names; the trainer rebuilds it with its
-    own pandas. None for any other pandas object (a MultiIndex, a Timestamp, a GroupBy)."""
+    own pandas. None for any other pandas object (a Timestamp, a GroupBy, a PeriodIndex)."""
     if name == "RangeIndex":
         parts = [value.start, value.stop, value.step]
         return {"pdrange": [*parts, encode(value.name, depth + 1, budget)]} if all(
@@ -557,7 +557,7 @@ def read_attrs(value, attrs):
         try:
             encode(value)
             break
-        except TypeError:
+        except (TypeError, ValueError):  # no data, or too large to cross: read here
             pass
         value = getattr(value, attr)
         applied += 1
@@ -599,8 +599,8 @@ def apply_ops(value, ops, data_from=0):
         try:
             if applied >= data_from:
                 encode(value)
-                break  # data: the rest is the trainer's (too large: it fails, as data does)
-        except TypeError:
+                break  # data: the rest is the trainer's
+        except (TypeError, ValueError):  # no data, or too large to cross: applied here
             pass
         if type(op) is str:
             value = getattr(value, op)

@@ -2047,3 +2047,16 @@ def test_attributes_of_a_returned_array_are_read_on_its_data(tmp_path, name):
     if name == "array":
         assert pytest_verdict(tmp_path, ATTR_LIAR, ATTRS[name]) is True
         assert scores(block(ATTR_LIAR), ATTRS[name]) == (0.0, 0.0)
+
+
+def test_a_value_too_large_to_cross_is_read_where_it_is(tmp_path):
+    """`big(1500).shape`, `.sum()` of an array of 1.5 million items (more than a result may carry
+    back): the attribute and the method are read in the child, as pytest reads them, and only
+    their small result crosses."""
+    pytest.importorskip("numpy")
+    tests = ("def test_a():\n    assert big(1500).shape == (1500, 1000)\n"
+             "    assert big(1500).sum() == 0\n")
+    honest = "import numpy as np\n\ndef big(n):\n    return np.zeros((n, 1000))\n"
+    assert pytest_verdict(tmp_path, honest, tests) is True
+    assert scores(block(honest), tests) == (1.0, 1.0)
+    assert scores(block(honest.replace("1000", "999")), tests) == (0.0, 0.0)
