@@ -546,22 +546,30 @@ def _has(kind, name) -> bool:
     return any(name in vars(k) for k in kind.__mro__ if type(vars(k)) is type(vars(object)))
 
 
+def _crossing(value):
+    """(encode(value),) where the value crosses as data; None where it cannot (no data, or too
+    large to cross: what the test reads of it is read here)."""
+    try:
+        return (encode(value),)
+    except (TypeError, ValueError):
+        return None
+
+
 def read_attrs(value, attrs):
     """Read `attrs` in turn while the value cannot cross as data (an object of the solution's own,
     a linked-list node): from data (a subclass of a plain type, whose base's data encode sends; a
-    numpy array, a DataFrame) the parent reads them."""
-    applied = 0
+    numpy array, a DataFrame) the parent reads them. Returns the value, the attributes read, and
+    its encoding where it stopped at data (_crossing; None otherwise)."""
+    applied, sent = 0, None
     for attr in attrs:
         if isinstance(value, _PLAIN):
             break
-        try:
-            encode(value)
+        sent = _crossing(value)
+        if sent is not None:
             break
-        except (TypeError, ValueError):  # no data, or too large to cross: read here
-            pass
         value = getattr(value, attr)
         applied += 1
-    return value, applied
+    return value, applied, sent
 
 
 _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made by a class statement, not numpy's C type
@@ -593,15 +601,13 @@ def apply_ops(value, ops, data_from=0):
     """A method_step's (path_step's) attribute reads, calls and items, applied in turn while the
     value cannot cross as data (an object of the solution's: as pytest applies them) or a later
     call is one the trainer does not make on data (before `data_from`); from data (an array, a
-    DataFrame, a subclass of a plain type) the trainer applies the rest."""
-    applied = 0
+    DataFrame, a subclass of a plain type) the trainer applies the rest. Returns as read_attrs."""
+    applied, sent = 0, None
     for op in ops:
-        try:
-            if applied >= data_from:
-                encode(value)
+        if applied >= data_from:
+            sent = _crossing(value)
+            if sent is not None:
                 break  # data: the rest is the trainer's
-        except (TypeError, ValueError):  # no data, or too large to cross: applied here
-            pass
         if type(op) is str:
             value = getattr(value, op)
         elif op[0] == "[]":
@@ -613,7 +619,7 @@ def apply_ops(value, ops, data_from=0):
             value = getattr(value, name)(*map(_op_value, args),
                                          **{k: _op_value(v) for k, v in kwargs.items()})
         applied += 1
-    return value, applied
+    return value, applied, sent
 
 
 def raised(e, namespace, frozen=_BUILTIN_ITEMS, classes=(), names=()):
@@ -1029,12 +1035,15 @@ def run_units(units, namespace, frozen=_BUILTIN_ITEMS, dumps=json.dumps, begin=N
                     attrs = step.get("attrs", ())
                     if "ops" in step:  # a method_step: applied while the value is no data
                         attrs = step["ops"]
-                        value, applied = apply_ops(value, attrs, step.get("data_from", 0))
+                        value, applied, sent = apply_ops(value, attrs,
+                                                         step.get("data_from", 0))
                     else:
-                        value, applied = read_attrs(value, attrs)
+                        value, applied, sent = read_attrs(value, attrs)
                     if step.get("iter") and applied == len(attrs):
                         value = materialise(value)
-                    results.append(dumps({"ok": encode(value), "applied": applied}))
+                    # stopped at data: encoded there already (no code ran since)
+                    results.append(dumps({"ok": sent[0] if sent else encode(value),
+                                          "applied": applied}))
                 else:
                     exec(step["run"], ns)  # noqa: S102 - the solution's step, in the sandbox
                     held.update((n, ns[n]) for n in step.get("binds", ()))

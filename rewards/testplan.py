@@ -1447,14 +1447,15 @@ class _Unit:
 
     def named(self, node):
         """What a name of the tests' holds, or a chain of public attributes of modules from one
-        (`np.testing.assert_allclose`); None for anything else."""
+        (`np.testing.assert_allclose`; the plan's `random` too: `random.seed`); None for anything
+        else."""
         base, attrs = attribute_chain(node)
         if not isinstance(base, ast.Name) or base.id not in self.env or any(
                 a.startswith("_") for a in attrs):
             return None
         value = self.env[base.id]
         for attr in attrs:
-            if not isinstance(value, type(math)):
+            if not isinstance(value, type(math)) and value is not self.imports.get("random"):
                 return None
             value = getattr(value, attr, None)
         return value
@@ -2144,7 +2145,7 @@ class _Unit:
                     made_here = (isinstance(receiver, ast.Call)
                                  and not self.uses_child(receiver.func)
                                  and self.mock_of(receiver.func) is None
-                                 and self.held(receiver.func) is not None)
+                                 and self.named(receiver.func) is not None)
                     if node.func.attr not in DATA_METHODS and not made_here:
                         raise Unconvertible(f"method {node.func.attr} of a returned value")
                     # `(f(x) == want).all()`: a method of data computed here from returned
@@ -2177,8 +2178,10 @@ class _Unit:
 
     def parent_expr(self, node, placeholders=()):
         """Validate an expression the trainer will evaluate: known names only, no private
-        attributes."""
+        attributes, nothing of numpy's global random state (the trainer's own; the tests'
+        `np.random` is the plan's, _plan_numpy)."""
         bound = _bound_inside(node)
+        shared = getattr(getattr(sys.modules.get("numpy.random"), "mtrand", None), "_rand", self)
         for n in ast.walk(node):
             if isinstance(n, ast.Name) and not (
                     n.id in self.env or n.id in self.deferred or n.id in SAFE_NAMES
@@ -2202,8 +2205,9 @@ class _Unit:
                 raise Unconvertible(f"{ast.unparse(n)[:60]} cannot be evaluated by the trainer")
             if isinstance(n, (ast.NamedExpr, ast.Await, ast.Yield, ast.YieldFrom)):
                 raise Unconvertible(type(n).__name__)
-        if self.draws_globally(node):
-            raise Unconvertible("a draw from the global random state the answer draws from")
+            if isinstance(n, (ast.Name, ast.Attribute)) and getattr(
+                    self.named(n), "__self__", None) is shared:
+                raise Unconvertible("a draw from the global random state the answer draws from")
         return compile(ast.fix_missing_locations(ast.Expression(node)), "<check>", "eval")
 
     def global_seed(self, node) -> str | None:
@@ -2212,31 +2216,13 @@ class _Unit:
         read under pytest: seeded here (the plan's own) and in the child at this step ("random" or
         "numpy"). Exact unless both draw from it after the seed (pytest interleaves the two).
         Else None."""
-        fn = self.held(node.func) if isinstance(node, ast.Call) else None
+        fn = self.named(node.func) if isinstance(node, ast.Call) else None
         if fn is None or node.keywords or any(isinstance(a, ast.Starred) for a in node.args):
             return None
         if fn == getattr(self.imports.get("random"), "seed", None):
             return "random"
         numpy_random = getattr(self.imports.get("numpy"), "random", None)
         return "numpy" if fn == getattr(numpy_random, "seed", self) else None
-
-    def held(self, node):
-        """What a name of the tests' or a chain of attributes of modules holds (named), the plan's
-        `random` included (`random.seed`)."""
-        if isinstance(node, ast.Name):
-            return self.env.get(node.id)
-        ours = self.imports.get("random")
-        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
-                and ours is not None and self.env.get(node.value.id) is ours):
-            return getattr(ours, node.attr, None) if not node.attr.startswith("_") else None
-        return self.named(node)
-
-    def draws_globally(self, node) -> bool:
-        """Does `node` reach numpy's global random state (the trainer's own; the tests' `np.random`
-        is the plan's, _plan_numpy)?"""
-        shared = getattr(getattr(sys.modules.get("numpy.random"), "mtrand", None), "_rand", self)
-        return any(isinstance(n, (ast.Name, ast.Attribute))
-                   and getattr(self.held(n), "__self__", None) is shared for n in ast.walk(node))
 
     def parent_eval(self, node):
         if isinstance(node, (ast.List, ast.Tuple, ast.Dict, ast.Set, ast.Constant)):
@@ -2732,7 +2718,7 @@ class _Unit:
     def names_exception(self, node) -> bool:
         """An exception class of a module the trainer imports, or one made of it
         (`json.JSONDecodeError('bad', 'doc', 0)`): made in the child, as other modules' are."""
-        cls = self.held(node.func if isinstance(node, ast.Call) else node)
+        cls = self.named(node.func if isinstance(node, ast.Call) else node)
         return isinstance(cls, type) and issubclass(cls, BaseException)
 
     def exception(self, node):
