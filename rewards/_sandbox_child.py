@@ -622,6 +622,27 @@ def apply_ops(value, ops, data_from=0):
     return value, applied, sent
 
 
+# a compare step's comparison where an operand cannot cross: Python's own operator, compiled from
+# this source in the step's namespace (its `bool` the builtin as it was before the solution ran)
+_COMPARISONS = tuple((op, f"__gmts_builtins['bool'](__gmts_operands[0] {op} __gmts_operands[1])")
+                     for op in ("==", "!=", "<", "<=", ">", ">="))
+
+
+def compare(left, step, ns, dumps):
+    """A compare step (`assert p == make(1, 2)`): both operands as data where both cross, each
+    written out when evaluated (the right operand's call cannot change the left's; the trainer
+    compares them); else the comparison made here, on the answer's objects, as pytest makes it
+    (their `__eq__` decides). Returns the result's JSON."""
+    first = _crossing(left)
+    first = None if first is None else dumps(first[0])
+    right = eval(step["right"], ns)
+    second = _crossing(right)
+    if first is not None and second is not None:
+        return '{"ok": ' + first + ', "right": ' + dumps(second[0]) + "}"
+    ns["__gmts_operands"] = (left, right)
+    return dumps({"compared": eval(dict(_COMPARISONS)[step["compare"]], ns)})
+
+
 def raised(e, namespace, frozen=_BUILTIN_ITEMS, classes=(), names=()):
     """The raised exception as data: its class's name, message, and each class of its MRO with its
     origin, decided against the builtins as they were before the solution ran: "builtins" (that very
@@ -1025,6 +1046,11 @@ def run_units(units, namespace, frozen=_BUILTIN_ITEMS, dumps=json.dumps, begin=N
                     if "as" in step:  # `as out`: the test's stream, read in later steps
                         ns[step["as"]] = held[step["as"]] = new
                     results.append('{"ok": null}')
+                elif "compare" in step:
+                    left = eval(step["eval"], ns)
+                    ns.update(base)  # the right operand's names as before the step, too
+                    ns.update(held)
+                    results.append(compare(left, step, ns, dumps))
                 elif "eval" in step:
                     value = eval(step["eval"], ns)
                     if _CHANNEL[4](value) is _Remote and not step.get("iter") and not step.get(

@@ -32,6 +32,7 @@ import dis
 import fractions
 import itertools
 import math
+import operator
 import re
 import sys
 import threading
@@ -63,7 +64,7 @@ LAZY_IMPORTABLE = ("numpy", "numpy.testing", "pandas", "pandas.testing")  # afte
 # libraries whose objects never cross as data and whose names the tests apply only to the answer's
 # objects (`isinstance(ax, plt.Axes)`, `plt.close()`): the tests' imports of them run in the child,
 # their names are the child's (as `import solution`'s)
-CHILD_MODULES = ("matplotlib", "seaborn")
+CHILD_MODULES = ("matplotlib", "seaborn", "tempfile", "shutil")
 # numpy.testing's and pandas.testing's comparisons, called here on the returned values rebuilt as
 # arrays and frames (the library's own semantics: shapes, dtypes, NaN positions, `|a - b| <= atol +
 # rtol * |b|`, `decimal`); not their other names (`assert_raises` calls a callable...)
@@ -115,6 +116,15 @@ ITERATING = frozenset(
 # before the solution ran (_sandbox_child._FILE_QUESTIONS); its text functions are the trainer's
 FILE_QUESTIONS = frozenset("exists isfile isdir getsize".split())  # noqa: SIM905
 PATH_TEXT = ("join", "basename", "dirname", "splitext", "split", "normpath", "isabs", "sep")
+# os's functions on files, in a test (`os.makedirs(d)`, `os.listdir(d)`): run in the child, where
+# the answer reads and writes its files (_Unit.files_in_child)
+OS_FILES = frozenset("""makedirs mkdir remove unlink rmdir removedirs rename replace listdir walk
+chdir getcwd chmod""".split())  # noqa: SIM905
+_CHILD_OS = "__gmts_os"  # os in the child, for OS_FILES
+# numpy's, pandas' and json's readers of files in a test (`pd.read_csv(out)`): run in the child, on
+# the files there (what they read crosses as data); pandas': every `read_*`
+READS = {"numpy": frozenset({"load", "loadtxt", "genfromtxt", "fromfile"}), "pandas": None,
+         "json": frozenset({"load"})}
 # Builtins applied in the child when their argument is a value of the solution's (the result crosses
 # as data)
 CHILD_BUILTINS = frozenset("len str repr bool isinstance abs next callable".split())  # noqa: SIM905
@@ -217,7 +227,49 @@ def _importable() -> dict:
     draws = {n: getattr(rng, n) for n in random.__all__
              if isinstance(getattr(getattr(random, n), "__self__", None), random.Random)}
     seeded = types.SimpleNamespace(**draws, Random=SeededRandom)
-    return {n: seeded if n == "random" else importlib.import_module(n) for n in IMPORTABLE}
+    return _Imports({n: seeded if n == "random" else importlib.import_module(n)
+                     for n in IMPORTABLE})
+
+
+class _Imports(dict):
+    """A plan's importable modules (its own `random`, numpy's global random functions on a
+    RandomState of its own: _plan_numpy), and `seeds`: which of those global states the tests
+    seeded (`random.seed(42)`), its state as seeded, and whether the answer ran
+    since (_Unit.before_step)."""
+
+    def __init__(self, modules):
+        super().__init__(modules)
+        self.seeds = {}  # "random" / "numpy" -> {"state": as seeded, "answer": ran since}
+
+    def generator(self, name):
+        """The plan's generator behind `random`'s or numpy's global functions; None if not
+        imported."""
+        module = self.get(name)
+        draw = getattr(module, "random", None) if name == "random" else getattr(
+            getattr(module, "random", None), "rand", None)
+        return getattr(draw, "__self__", None)
+
+    def state(self, name):
+        """The plan's global state `name` now, comparable, and the child's source setting it."""
+        if name == "random":
+            state = self.generator(name).getstate()
+            return state, f"__gmts_builtins['__import__']('random').setstate({state!r})"
+        kind, key, pos, gauss, cached = self.generator(name).get_state()
+        source = (f"__gmts_builtins['__import__']('numpy').random.set_state(({kind!r}, "
+                  f"{key.tolist()!r}, {pos!r}, {gauss!r}, {cached!r}))")
+        return (kind, key.tobytes(), pos, gauss, cached), source
+
+
+class _Steps(list):
+    """A unit's steps: `before` sees each step before it is appended (_Unit.before_step)."""
+
+    def __init__(self, steps, before):
+        super().__init__(steps)
+        self.before = before
+
+    def append(self, step):
+        self.before(step)
+        super().append(step)
 
 
 class _Returned(Exception):
@@ -1280,19 +1332,21 @@ class _Unit:
     methods and attributes are the solution's code and run there."""
 
     def __init__(self, env: dict, child: set, prelude: list, modules=frozenset(), imports=None,
-                 functions=frozenset(), module_level=frozenset()):
+                 functions=frozenset(), module_level=frozenset(), setup=frozenset()):
         self.env, self.child = dict(env), set(child)
+        self.setup = setup  # the problem's setup's functions and classes (the expected side's)
         # the test module's own names (not the test's locals): a mutable one, once the solution
         # gets it, is one object for every later test too, as in pytest
         self.module_level = module_level
         self.functions = functions  # capitalised names that are functions at run time
         self.returns = False  # a test function's body: `return` ends it (_Returned)
         self.solution_names = set(child)  # the solution's own names (and check's candidate)
+        self.results = set()  # names bound in the child to what a call of the solution's returned
         self.imports = imports if imports is not None else _importable()
         # `import solution`: its attributes are the solution's
         self.objects, self.deferred = set(modules), set()
         self.solution_modules = frozenset(modules)  # `import solution [as s]`: its names
-        self.steps = [{"run": s} for s in prelude]
+        self.steps = _Steps([{"run": s} for s in prelude], self.before_step)
         self.moved = []  # (value, child name): containers bound in the child (kept: their ids)
         self.moved_paths = {}  # id of each mutable value inside those: its path in the child
         self.first = len(self.steps)  # the test's own steps start here
@@ -1320,6 +1374,26 @@ class _Unit:
         # `with pytest.raises(E) as name` / `assertRaises(E) as name`: name -> (its step,
         # "value" or "exception")
         self.raised = {}
+
+    def before_step(self, step: dict):
+        """Before a step joins the unit: a seed (`random.seed(42)`) starts a record of that global
+        state; before the answer's first step after it, a state the tests drew from since is given
+        to the child, so the answer's draws follow the tests' (BigCodeBench's seed, inputs drawn,
+        the answer called), as on pytest's one stream. Later draws of the tests' come from the
+        plan's state as the answer's draws had not moved it (pytest interleaves the two)."""
+        seeds = self.imports.seeds if isinstance(self.imports, _Imports) else {}
+        if "seed" in step:
+            seeds[step["seed"]] = {"state": self.imports.state(step["seed"])[0], "answer": False}
+            return
+        if not seeds or {"bind", "capsys", "tmp_path"} & set(step):  # no code of the answer's
+            return
+        for name, seed in seeds.items():
+            if seed["answer"]:
+                continue
+            state, source = self.imports.state(name)
+            if state != seed["state"]:  # the tests drew since the seed
+                list.append(self.steps, {"run": source})
+            seed["answer"] = True
 
     # ------------------------------------------------ what is whose
 
@@ -1421,6 +1495,8 @@ class _Unit:
         path of the child's, or its join (`os.path.join(tmp_path, 'a.txt')`): the function's name,
         called in the child; else None."""
         path = self.dotted(node.func) if isinstance(node, ast.Call) else None
+        if isinstance(node, ast.Call) and ast.unparse(node.func).startswith(f"{_CHILD_OS}.path."):
+            path = f"os.path.{node.func.attr}"  # `os.path.exists('out.csv')`: files_in_child
         if path is None or path.rpartition(".")[0] != "os.path" or node.keywords or any(
                 str(s.get("patch", "")).startswith(("os.", "posixpath.", "genericpath."))
                 for s in self.steps):  # a test patching os: its own calls meet its mocks
@@ -1673,18 +1749,57 @@ class _Unit:
         return {"eval": self.child_source(base), "ops": ops,
                 **({"data_from": data_from} if data_from else {})}
 
+    def returned(self, node) -> bool:
+        """What the solution returned, read whole: a call of its callable (not of the problem's
+        setup: the expected side), a name bound to one (`p = make(1, 2)`), or a list or tuple of
+        those and literals; no input carried to it read outside its calls (such an input is judged
+        as it was before the call: before_the_call)."""
+        if isinstance(node, ast.Name):
+            return node.id in self.results
+        if isinstance(node, (ast.List, ast.Tuple)):  # short: a literal's items are never read
+            return len(node.elts) <= _MAX_SHOWN and any(self.returned(e) for e in node.elts) and (
+                all(self.returned(e) or isinstance(e, ast.Constant) for e in node.elts))
+        return (isinstance(node, ast.Call) and self.is_callee(node.func)
+                and not self.setup & _names(node.func)  # the setup's: the expected side
+                and self.child_evaluable(node) and not self.in_calls(node, False))
+
+    def compare_step(self, node) -> dict | None:
+        """A comparison of two values the solution returned (`assert p == make(1, 2)`,
+        `assertEqual(p, make(1, 2))`, `f(1) != f(2)`): one step, whose operands cross as data
+        where both can (each encoded when evaluated; the trainer compares them), and which the
+        child compares where one cannot (an object of the answer's: its `__eq__` decides, as in
+        pytest, which is as weak as pytest: both sides are the answer's). Else None; in a unit
+        with mocks (a mock returned compares with the trainer's) None too."""
+        if isinstance(node, ast.Compare) and len(node.ops) == 1:
+            op, operands = _COMPARISONS.get(type(node.ops[0])), [node.left, node.comparators[0]]
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+              and node.func.id in ("__unittest_assertEqual", "__unittest_assertNotEqual")
+              and len(node.args) == 2 and not node.keywords):
+            op = "==" if node.func.id == "__unittest_assertEqual" else "!="
+            operands = node.args
+        else:
+            return None
+        if op is None or not all(isinstance(o, (ast.Call, ast.List, ast.Tuple)) or isinstance(
+                o, ast.Name) and o.id in self.results for o in operands) or (
+                self.mock_recipe is not None or any("patch" in s for s in self.steps)
+                or not all(self.returned(o) for o in operands)):
+            return None
+        return {"eval": self.child_source(operands[0]), "compare": op,
+                "right": self.child_source(operands[1])}
+
     def child_comprehension(self, node) -> str | None:
         """A comprehension reading items of a child value (`[n.val for n in f()]`, `sorted(c.n for
-        c in cs)`, `{c.name: c.n for c in cs}`; one `for`, no `if`): the child's source making its
-        list (a generator's items too), set or dict, each element the loop's name, an item or public
+        c in cs)`, `{c.name: c.n for c in cs}`; one `for`): the child's source making its list (a
+        generator's items too), set or dict, each element the loop's name, an item or public
         attribute of it, a method of it called with literals (`[p.get_height() for p in
         ax.patches]`), a tuple of those, one `is None` or a builtin of CHILD_BUILTINS applied to
-        one. Its items cross as data; what the test computes from them runs here. Else None."""
+        one; its `if`s such elements, compared with literals (`if n.val > 0`), under `and`, `or`,
+        `not`. Its items cross as data; what the test computes from them runs here. Else None."""
         if not (isinstance(node, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp))
                 and len(node.generators) == 1):
             return None
         loop = node.generators[0]
-        if (loop.ifs or loop.is_async or not isinstance(loop.target, ast.Name)
+        if (loop.is_async or not isinstance(loop.target, ast.Name)
                 or not (self.is_child_value(loop.iter) or self.child_path(loop.iter)
                         or self.child_attrs(loop.iter))):
             return None
@@ -1711,11 +1826,24 @@ class _Unit:
                     and e.func.id in CHILD_BUILTINS and e.func.id not in self.env
                     and e.func.id not in self.child and not e.keywords and len(e.args) == 1
                     and element(e.args[0]))
+
+        def condition(e) -> bool:  # an `if` of the loop: `n.val > 0`, `p.ok and not p.hidden`
+            if isinstance(e, ast.BoolOp):
+                return all(condition(v) for v in e.values)
+            if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.Not):
+                return condition(e.operand)
+            if isinstance(e, ast.Compare) and len(e.ops) == 1 and not element(e):
+                sides = (e.left, e.comparators[0])
+                return (not isinstance(e.ops[0], (ast.Is, ast.IsNot))
+                        and any(element(x) for x in sides)
+                        and all(element(x) or isinstance(x, ast.Constant) for x in sides))
+            return element(e)
         parts = [node.key, node.value] if isinstance(node, ast.DictComp) else [node.elt]
-        if not all(element(e) for e in parts):
+        if not all(element(e) for e in parts) or not all(condition(c) for c in loop.ifs):
             return None
         parts = [ast.unparse(self._inline_builtins(copy.deepcopy(e))) for e in parts]
-        loop_source = f"for {name} in {self.child_source(loop.iter)}"
+        loop_source = f"for {name} in {self.child_source(loop.iter)}" + "".join(
+            f" if {ast.unparse(self._inline_builtins(copy.deepcopy(c)))}" for c in loop.ifs)
         if isinstance(node, ast.DictComp):
             return f"{{{parts[0]}: {parts[1]} {loop_source}}}"
         if isinstance(node, ast.SetComp):
@@ -1798,9 +1926,10 @@ class _Unit:
                 and node.func.id not in self.child and node.func.id not in self.env
                 and not node.keywords and not self.library_isinstance(node)
                 and any(self.is_child_value(a) or self.child_path(a) or self.child_attrs(a)
-                        for a in node.args)
+                        or self.child_comprehension(a) is not None for a in node.args)
                 and all(self.is_child_value(a) or self.child_path(a) or self.child_attrs(a)
-                        or not self.uses_child(a) for a in node.args))
+                        or self.child_comprehension(a) is not None or not self.uses_child(a)
+                        for a in node.args))
 
     def child_attrs(self, node) -> bool:
         """Public attributes, literal items and methods called with literals, read from a child
@@ -1897,6 +2026,7 @@ class _Unit:
         """`name = source` in the child: from then on the name is the child's (a module-level one
         kept for every later test, "share")."""
         self.env.pop(name, None)
+        self.results.discard(name)
         self.steps.append({"run": f"{name} = {source}", "binds": [name],
                            "share": name in self.module_level})
         self.child.add(name)
@@ -2080,6 +2210,11 @@ class _Unit:
             if bound and not (isinstance(node, ast.Name) and node.id not in bound):
                 raise Unconvertible("a call of the solution's inside a lambda or comprehension")
             return self.fetch(node, iterate=iterate)
+        step = None if bound else self.compare_step(node)
+        if step is not None:  # `make(1, 2) == make(1, 2)`: the answer's `__eq__` where no data
+            held = self.placeholder(step)  # assertEqual's verdict: `first == second`'s
+            return held if isinstance(node, ast.Compare) else ast.Call(
+                func=ast.Name(id="__unittest_assertTrue", ctx=ast.Load()), args=[held], keywords=[])
         source = None if bound else self.child_comprehension(node)
         if source is not None:  # `[n.val for n in f()]`: the values read where the objects live
             return self.placeholder({"eval": source})
@@ -2125,7 +2260,8 @@ class _Unit:
         # `len(obj)`, `isinstance(n, Node)`: a step on the
         if self.applies_builtin(node) and not bound:
             # solution's objects, in the child
-            args = ", ".join(self.child_source(a) for a in node.args)
+            args = ", ".join(self.child_comprehension(a) or self.child_source(a)
+                             for a in node.args)  # `len([n for n in f() if n.ok])` too
             return self.placeholder({"eval": f"__gmts_builtins[{node.func.id!r}]({args})"})
         if isinstance(node, ast.Call):
             self.is_helper_call(node)  # refuses a solution's callable passed to a helper
@@ -2273,7 +2409,7 @@ class _Unit:
         if name in self.env:
             return _is_mutable(self.env[name])
         return (name in self.child and name not in self.objects
-                and name not in self.solution_names)
+                and name not in self.solution_names and name not in self.results)
 
     def in_calls(self, node, inside: bool) -> set:
         """The carried names read inside (inside=True) or outside the solution's calls in node."""
@@ -2328,6 +2464,11 @@ class _Unit:
     def statement(self, stmt):
         """One statement of the test; each check it makes knows the steps before it."""
         before = len(self.checks)
+        stmt = self.files_in_child(stmt)
+        if isinstance(stmt, ast.Try) and stmt.finalbody and not stmt.handlers and not stmt.orelse:
+            for s in stmt.body + stmt.finalbody:  # `try: ... finally: os.remove(p)`: in order (a
+                self.statement(s)  # step that raised fails its check; every step still runs)
+            return
         if self.mock_values:
             self.defer_mock_values()
         if isinstance(stmt, ast.Try):  # `try: f(-1); assert False except E: ...`
@@ -2406,7 +2547,12 @@ class _Unit:
                 args = ", ".join(render(self.parent_eval(a)) for a in stmt.value.args)
                 self.parent_eval(stmt.value)
                 self.steps.append({"run": f"__gmts_builtins['__import__']({seeded!r})"
-                                          f"{'.random' if seeded == 'numpy' else ''}.seed({args})"})
+                                          f"{'.random' if seeded == 'numpy' else ''}.seed({args})",
+                                   "seed": seeded})
+                return
+            write = self.child_write(stmt.value)
+            if write is not None:  # `df.to_csv(path)`: the tests' file, where the answer reads it
+                self.steps.append({"run": write})
                 return
             if not self.uses_child(stmt.value):  # the tests' own work: `coeffs.append(c)`, here
                 self.keeps_shared(stmt.value)
@@ -2967,6 +3113,76 @@ class _Unit:
             if check.kind == "bind":
                 held.update(check.names)
 
+    def files_in_child(self, stmt):
+        """The tests' own work on files (`os.makedirs(d)`, `os.remove(p)`, `os.listdir(d)`:
+        OS_FILES; `os.path.exists(p)`; `pd.read_csv(p)`, `np.load(p)`: READS) runs in the child,
+        on the files the answer reads and writes: `stmt` (a copy) with those calls on the module as
+        the child has it, a name of the child's (their results cross as data; os.path's text
+        functions stay here)."""
+        os_, path = _os_for_tests(), _os_for_tests().path
+        readers = {id(self.imports[m]): m for m in READS if m in self.imports}
+        if not any(v is os_ or v is path or id(v) in readers for v in self.env.values()):
+            return stmt
+
+        def on_files(n):  # (the node naming the module, the module) in `os.remove`, `pd.read_csv`
+            if not isinstance(n, ast.Attribute):
+                return None
+            named = self.env.get(n.value.id) if isinstance(n.value, ast.Name) else None
+            if n.attr in OS_FILES and named is os_:
+                return n, "os"
+            module = readers.get(id(named)) if named is not None else None
+            if module is not None and (n.attr.startswith("read_") if READS[module] is None
+                                       else n.attr in READS[module]):
+                return n, module
+            if n.attr not in FILE_QUESTIONS:
+                return None
+            if named is path:  # `import os.path as osp`
+                return n, "os.path"
+            inner = n.value
+            return (inner, "os") if isinstance(inner, ast.Attribute) and inner.attr == "path" and (
+                isinstance(inner.value, ast.Name) and self.env.get(inner.value.id) is os_) else None
+        if not any(on_files(n) for n in ast.walk(stmt)):
+            return stmt
+        stmt = copy.deepcopy(stmt)
+        for n in list(ast.walk(stmt)):
+            found = on_files(n)
+            if found is None:
+                continue
+            at, module = found
+            name = _CHILD_OS if module.startswith("os") else f"__gmts_{module}"
+            child = ast.Name(id=name, ctx=ast.Load())
+            at.value = child if module != "os.path" else ast.Attribute(value=child, attr="path",
+                                                                       ctx=ast.Load())
+            if name not in self.child:
+                source = "os" if module.startswith("os") else module
+                self.steps.append({"run": f"{name} = __gmts_builtins['__import__']({source!r})"})
+                self.child.add(name)
+                self.solution_names.add(name)
+        return stmt
+
+    def child_write(self, node) -> str | None:
+        """`df.to_csv(path)`, `np.save(path, a)`, `json.dump(obj, fh)` (WRITES) as a statement of
+        the tests', on their own values: the child's source making the call there, on those values
+        rebuilt (the file is where the answer reads it); else None."""
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr in WRITES) or any(
+                isinstance(a, ast.Starred) for a in node.args) or any(
+                k.arg is None for k in node.keywords):
+            return None
+        module = self.module_of(node.func)
+        if module is not None:  # `np.save(path, a)`: numpy's function, in the child
+            func = ast.parse(f"__gmts_builtins['__import__']({module!r}).{node.func.attr}",
+                             mode="eval").body
+        elif not self.uses_child(node.func.value) and not self.deferred & _names(node.func):
+            func = ast.Attribute(value=self._inline(copy.deepcopy(node.func.value)),
+                                 attr=node.func.attr, ctx=ast.Load())
+        else:
+            return None
+        call = ast.Call(func=func, args=[self._inline(copy.deepcopy(a)) for a in node.args],
+                        keywords=[ast.keyword(arg=k.arg, value=self._inline(copy.deepcopy(
+                            k.value))) for k in node.keywords])
+        return ast.unparse(call)
+
     def import_(self, stmt):
         """`import random`, `from random import randint` inside a test: the trainer's own modules
         (IMPORTABLE); `from solution import f`: the solution's names, bound in the child."""
@@ -2979,6 +3195,18 @@ class _Unit:
                 self.env.pop(name, None)
                 self.deferred.discard(name)
                 self.child.add(name)
+            return
+        if _child_module(stmt):  # `import shutil` in a test: the child's, as at module level
+            self.steps.append({"run": ast.unparse(stmt)})
+            for a in stmt.names:
+                name = a.asname or (a.name if isinstance(stmt, ast.ImportFrom)
+                                    else a.name.split(".")[0])
+                self.env.pop(name, None)
+                self.deferred.discard(name)
+                self.child.add(name)
+                self.solution_names.add(name)
+                if not (isinstance(stmt, ast.ImportFrom) and a.name[:1].isupper()):
+                    self.objects.add(name)
             return
         if isinstance(stmt, ast.Import):
             for a in stmt.names:
@@ -3031,6 +3259,7 @@ class _Unit:
                 self.child.discard(name)
                 self.objects.discard(name)
                 self.deferred.discard(name)
+                self.results.discard(name)
                 self.raised.pop(name, None)
         if given is not _UNSET or (not self.uses_child(value)
                                    and not self.deferred & _names(value)):
@@ -3053,6 +3282,9 @@ class _Unit:
             self.child.update(names)
             if holds:  # `s = Stack()`, `v3 = v1 + v2`
                 self.objects.update(names)
+            if isinstance(value, ast.Call) and self.is_callee(value.func) and not (
+                    self.setup & _names(value.func)):  # `p = make(1, 2)`
+                self.results.update(names)
         else:  # `r = sorted(f(x))`: the child computes f(x), the trainer the rest, while judging
             expr = self.parent_expr(self.split(value), self.placeholders())
             env = dict(self.env)
@@ -3670,6 +3902,10 @@ assertListEqual assertTupleEqual assertSetEqual assertDictEqual assertSequenceEq
 assertMultiLineEqual assertRegex assertNotRegex""".split())  # noqa: SIM905
 
 
+_MAX_SHOWN = 16  # a list or tuple display a compare_step reads: at most this many items
+# comparisons a compare_step makes (in the child where an operand cannot cross, else here)
+_COMPARISONS = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">",
+                ast.GtE: ">="}
 UNITTEST_RAISES = "__unittest_raises"  # `with self.assertRaises(E) as cm`, converted
 _TC = "<unittest.TestCase>"  # unittest's TestCase in a class's resolution order
 _HOOKS = ("setUp", "tearDown", "setUpClass", "tearDownClass")
@@ -3804,7 +4040,9 @@ class _CaseClass:
                 a.args[0].arg != self.mode):
             raise Unconvertible(f"the signature of {method}")
         effects = _side_effect_functions(member)  # lambdas and local defs a mock runs
-        if any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda,
+        # (a lambda elsewhere, `sorted(r, key=lambda p: p[0])`: an expression, as in a test
+        # function; its parameters may not be the method's locals, below)
+        if any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef,
                               ast.Global, ast.Nonlocal, ast.Yield, ast.YieldFrom))
                and id(n) not in effects for b in member.body for n in ast.walk(b)):
             raise Unconvertible(f"{method} defines, yields or catches")
@@ -4601,7 +4839,7 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
     # cannot convert, the script breaks: that statement and every later one run in the harness (they
     # may depend on it).
     script = _Unit(env, child_names(ast.Module(body=script_stmts, type_ignores=[])), prelude,
-                   modules, imports, functions)
+                   modules, imports, functions, setup=setup_names)
     def unittest_units(group: list) -> tuple[list, int]:
         """The units of the TestCase classes in `group` (classes linked by inheritance), in file
         order: per class with tests, setUpClass's unit, a unit per test, tearDownClass's unit
@@ -4623,7 +4861,8 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
         tc = _testcase()
         local_env.update({f"__unittest_{n}": getattr(tc, n) for n in UNITTEST_ASSERTS})
         local_env.update(_class_values(group, classes, lambda values: _Unit(
-            {**local_env, **values}, set(), [], modules, imports, functions)))
+            {**local_env, **values}, set(), [], modules, imports, functions,
+            setup=setup_names)))
         counter, out, cases = [0], [], 0
 
         def unit(name, body, touched=frozenset(), fixtures=()):
@@ -4635,7 +4874,8 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
             unshared = {k: v for k, v in local_env.items() if k not in local_shared}
             level = set(unshared) - local | touched
             u = _Unit(unshared, (child_names(fn) - set(local_env)) | (local_shared & _names(fn))
-                      - local - touched, prelude, modules, imports, functions, level)
+                      - local - touched, prelude, modules, imports, functions, level,
+                      setup_names)
             u.module_paths = module_paths  # the tests' modules: their exception classes
             if uses_mock:  # the mocks this unit makes join the plan's recipe
                 u.mock_recipe, u.mock_values = recipe, mock_values
@@ -4791,7 +5031,7 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
                 # usually one: the entry point, or what the tests pass to check
                 for candidate in candidates:
                     u = _Unit(env, child_names(stmt) | {arg}, prelude + [f"{arg} = {candidate}"],
-                              modules, imports, functions)
+                              modules, imports, functions, setup=setup_names)
                     for s in stmt.body:
                         u.statement(s)
                     converted.append(Unit(u.steps, u.checks, "check"))
@@ -4818,7 +5058,7 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
                     level = set(unshared) - set(row) - local | declared
                     u = _Unit({**unshared, **row}, child_names(fn) - set(row)
                               | (module_shared & _names(fn)) - set(row) - local, prelude,
-                              modules, imports, functions, level)
+                              modules, imports, functions, level, setup_names)
                     u.module_paths = module_paths
                     if mocked:
                         u.mock_recipe, u.mock_values = recipe, mock_values
@@ -5021,7 +5261,14 @@ def _raised(result: dict, expected: tuple, match: str | None, text: str | None) 
 def _value(step: dict, result: dict):
     """The value of an eval step: decoded, then the attributes (and a method_step's calls) the
     child did not apply (it applies them only to what cannot cross as data; on data they are
-    applied here, a call only of DATA_METHODS)."""
+    applied here, a call only of DATA_METHODS); a compare_step's: the comparison of its operands'
+    data, or the child's verdict where one could not cross (a bool, nothing else)."""
+    if "compare" in step:
+        if "compared" in result:
+            if type(result["compared"]) is not bool:
+                raise ValueError("malformed comparison")
+            return result["compared"]
+        return _COMPARE[step["compare"]](decode(result["ok"]), decode(result["right"]))
     value = decode(result["ok"])
     attrs = step.get("attrs", step.get("ops", []))
     applied = result.get("applied", 0)
@@ -5046,6 +5293,8 @@ def _value(step: dict, result: dict):
 
 
 _OP_TYPES = {t.__name__: t for t in (int, float, str, bool, complex)}
+_COMPARE = {"==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le,
+            ">": operator.gt, ">=": operator.ge}
 
 
 def _op_arg(value):

@@ -1813,15 +1813,21 @@ def test_malformed_pandas_data_is_refused(data):
     "pd.read_csv('written.csv')", "df.plot()"])
 def test_the_tests_file_operations_are_not_run_by_the_trainer(tmp_path, monkeypatch, statement):
     """The tests' own pandas and numpy calls that read or write files (`to_csv`, `read_csv`,
-    `np.save`...) are left to pytest in the sandbox: building the plan writes nothing here."""
+    `np.save`...) are steps of the child's, on its files: building the plan writes nothing here,
+    and the verdict is pytest's (a read of a file nobody wrote fails the test)."""
     pytest.importorskip("pandas")
     monkeypatch.chdir(tmp_path)
     tests = PD_HEAD + (
         "class TestCases(unittest.TestCase):\n    def test_a(self):\n"
         f"        df = pd.DataFrame({{'a': [1]}})\n        {statement}\n"
         "        self.assertEqual(task_func(df), 1)\n")
-    assert testplan.build_plan(tests).harness is not None
+    assert testplan.build_plan(tests).harness is None
     assert list(tmp_path.iterdir()) == []
+    (tmp_path / "pytest").mkdir()
+    answer = "def task_func(df):\n    return len(df)\n"
+    want = 1.0 if pytest_verdict(tmp_path / "pytest", answer, tests) else 0.0
+    assert want == (0.0 if "read_csv" in statement else 1.0)
+    assert scores(block(answer), tests) == (want, want)
 
 
 # ------------------------------------------------ matplotlib's objects, asked in the child
@@ -1956,6 +1962,51 @@ def test_the_tests_own_draws_after_a_seed(tmp_path):
     assert scores(block(wrong), tests) == (0.0, 0.0)
 
 
+_R42 = __import__("random").Random(42)
+RANDOM_42_5 = [_R42.randint(1, 100) for _ in range(5)]  # random.seed(42) then 5 draws
+
+
+def _numpy_7() -> list:
+    np = pytest.importorskip("numpy")
+    return np.random.RandomState(7).randint(0, 100, 4).tolist()  # np.random.seed(7)'s draws
+
+
+INTERLEAVED = {  # name: a test draws its inputs after a seed, then the answer draws from the stream
+    "random": ("import random\n\n\ndef test_a():\n    random.seed(42)\n"
+               "    xs = [random.randint(1, 100) for _ in range(2)]\n"
+               f"    assert task_func(xs) == {sorted(RANDOM_42_5[:2]) + [RANDOM_42_5[2]]}\n\n\n"
+               f"def test_b():\n    assert task_func([0]) == [0, {RANDOM_42_5[3]}]\n"),
+    "numpy": ("import unittest\nimport numpy as np\n\n\nclass TestCases(unittest.TestCase):\n"
+              "    def test_a(self):\n        np.random.seed(7)\n"
+              "        xs = np.random.randint(0, 100, 2).tolist()\n"
+              "        self.assertEqual(task_func(xs, np_=True), {numpy})\n"),
+}
+INTERLEAVED_ANSWERS = (
+    ("import random\nimport numpy as np\n\ndef task_func(xs, np_=False):\n"
+     "    if np_:\n        return sorted(xs) + np.random.randint(0, 100, 1).tolist()\n"
+     "    return sorted(xs) + [random.randint(1, 100)]\n"),
+    ("import random\nimport numpy as np\n\ndef task_func(xs, np_=False):\n"
+     "    if np_:\n        return sorted(xs) + np.random.randint(0, 100, 2).tolist()[1:]\n"
+     "    return sorted(xs) + [random.randint(1, 100) for _ in range(2)][1:]\n"),
+    "def task_func(xs, np_=False):\n    return sorted(xs) + [0]\n",
+)
+
+
+@pytest.mark.parametrize("name", sorted(INTERLEAVED))
+def test_the_answers_draws_follow_the_tests_draws(name):
+    """A test seeds the global state, draws its inputs, then calls the answer, which draws too:
+    under pytest the answer's draws follow the test's on one stream (into the next test too);
+    the child is given the plan's state before the answer runs, so both modes score pytest's
+    verdict."""
+    pytest.importorskip("numpy")
+    numpy = _numpy_7()
+    table = {k: v.replace("{numpy}", str(sorted(numpy[:2]) + [numpy[2]]))
+             for k, v in INTERLEAVED.items()}
+    judged_as_pytest_says(table, INTERLEAVED_ANSWERS, name)
+    steps = [s.get("run", "") for u in testplan.build_plan(table[name]).units for s in u.steps]
+    assert sum("setstate(" in s or "set_state(" in s for s in steps) == 1
+
+
 LATE = {  # name: the tests' own library calls on returned values, in the trainer
     "strptime": ("import unittest\nfrom datetime import datetime\n\n\n"
                  "class TestCases(unittest.TestCase):\n    def test_a(self):\n"
@@ -2060,3 +2111,210 @@ def test_a_value_too_large_to_cross_is_read_where_it_is(tmp_path):
     assert pytest_verdict(tmp_path, honest, tests) is True
     assert scores(block(honest), tests) == (1.0, 1.0)
     assert scores(block(honest.replace("1000", "999")), tests) == (0.0, 0.0)
+
+
+# ------------------------------------------------ two values the answer returned, compared
+
+COMPARED = {  # name: tests comparing what a lowercase function returned with what another did
+    "assert": ("def test_a():\n    p = make(1, 2)\n    assert p == make(1, 2)\n"
+               "    assert p != make(2, 1)\n    assert swap(swap(p)) == p\n"),
+    "assert_equal": ("import unittest\n\n\nclass TestCases(unittest.TestCase):\n"
+                     "    def test_a(self):\n        p = make(1, 2)\n"
+                     "        self.assertEqual(swap(p), make(2, 1))\n"
+                     "        self.assertNotEqual(p, make(2, 1))\n"
+                     "        self.assertEqual(pairs(2), [make(0, 1), make(1, 2)])\n"),
+    "order": ("def test_a():\n    assert make(1, 2) < make(2, 0)\n"
+              "    assert not make(3, 0) < p0()\n"),
+}
+_PAIR = ("class _P:\n    def __init__(self, x, y):\n        self.x, self.y = x, y\n\n"
+         "    def __eq__(self, other):\n"
+         "        return isinstance(other, _P) and (self.x, self.y) == (other.x, other.y)\n\n"
+         "    def __lt__(self, other):\n        return (self.x, self.y) < (other.x, other.y)\n\n\n"
+         "def make(x, y):\n    return _P(x, y)\n\n\ndef p0():\n    return _P(0, 0)\n\n\n"
+         "def pairs(n):\n    return [_P(i, i + 1) for i in range(n)]\n\n\n"
+         "def swap(p):\n    return _P(p.y, p.x)\n")
+COMPARED_ANSWERS = (
+    _PAIR,
+    _PAIR.replace("return _P(p.y, p.x)", "return p"),  # no swap
+    _PAIR.replace("        return isinstance(other, _P) and", "        return True or"),  # lies
+    _PAIR.replace("    def __eq__", "    def _eq").replace("    def __lt__", "    def _lt"),
+    _PAIR.replace("class _P:", "class _P(tuple):\n    __new__ = lambda c, x, y: tuple.__new__("
+                  "c, (x, y))").replace("self.x, self.y = x, y", "pass").replace(
+        "(self.x, self.y)", "tuple(self)").replace("(other.x, other.y)", "tuple(other)").replace(
+        "_P(p.y, p.x)", "_P(p[1], p[0])"),  # a tuple subclass: crosses as its data
+)
+
+
+@pytest.mark.parametrize("name", sorted(COMPARED))
+def test_values_the_answer_returned_are_compared_as_pytest_compares_them(name):
+    """`assert p == make(1, 2)`, `assertEqual(swap(p), make(2, 1))`, `pairs(2) == [make(0, 1),
+    ...]`: both operands the answer's; where one cannot cross as data the child compares them
+    with the answer's own `__eq__` (`__lt__`), as pytest does; where both cross the trainer
+    compares their data (a tuple subclass's `__eq__` decides nothing)."""
+    judged_as_pytest_says(COMPARED, COMPARED_ANSWERS, name)
+
+
+def test_a_comparison_the_child_reports_is_a_bool():
+    """A compare step's result: the operands' data (compared here) or the child's verdict, which
+    must be a bool (anything else fails the check)."""
+    plan = testplan.build_plan("def test_a():\n    assert make(1, 2) == make(1, 2)\n")
+    unit = plan.units[0]
+    assert unit.steps[-1] == {"eval": "make(1, 2)", "compare": "==", "right": "make(1, 2)"}
+    ran = [{"ok": None}] * (len(unit.steps) - 1)
+    for result, want in (({"compared": True}, True), ({"compared": False}, False),
+                         ({"compared": 1}, False), ({"compared": "True"}, False),
+                         ({"ok": [1, 2], "right": [1, 2]}, True),
+                         ({"ok": [1, 2], "right": [2, 1]}, False), ({"ok": [1, 2]}, False),
+                         ({"exc": "TypeError", "msg": "", "mro": []}, False)):
+        assert testplan.judge(plan, [ran + [result]]) is want, result
+
+
+def test_an_input_carried_to_the_answer_is_still_read_before_the_call():
+    """`assert f(x) == sorted(x)` keeps reading the tests' `x` as it was before the call (an
+    answer emptying its input and returning [] fails, as before); a name bound to what the answer
+    returned is read where pytest reads it."""
+    tests = "def test_a():\n    x = [3, 1, 2]\n    assert srt(x) == sorted(x)\n"
+    assert scores(block("def srt(x):\n    x.clear()\n    return []\n"), tests) == (0.0, 0.0)
+    assert scores(block("def srt(x):\n    return sorted(x)\n"), tests) == (1.0, 1.0)
+    unit = testplan.build_plan("def test_a():\n    r = f(1)\n    assert g(r) == r\n").units[0]
+    assert unit.steps[-1] == {"eval": "g(r)", "compare": "==", "right": "r"}
+
+
+def test_the_setups_functions_stay_the_expected_side():
+    """`assert twice(3) == expected(3)` with `expected` from the problem's setup: not a comparison
+    of two values the answer returned, so an object of the answer's that equals anything cannot
+    decide it (0.0; pytest passes it); honest answers score 1.0."""
+    tests = {"tests": "assert twice(3) == expected(3)\n",
+             "setup": "def expected(x):\n    return x * 2\n"}
+    liar = ("class _Any:\n    def __eq__(self, other):\n        return True\n\n\n"
+            "def twice(x):\n    return _Any()\n")
+    assert scores(block(liar), tests) == (0.0, 0.0)
+    assert scores(block("def twice(x):\n    return 2 * x\n"), tests) == (1.0, 1.0)
+
+
+# ------------------------------------------------ the tests' own files, where the answer reads them
+
+SETUP_HEAD = ("import unittest\nimport os\nimport json\nimport shutil\nimport tempfile\n"
+             "import numpy as np\nimport pandas as pd\n\n\n")
+FILE_SETUP = {  # name: BigCodeBench-shaped tests that make files for the answer and read its files
+    "mkdtemp_to_csv": SETUP_HEAD + (
+        "class TestCases(unittest.TestCase):\n    def setUp(self):\n"
+        "        self.dir = tempfile.mkdtemp()\n"
+        "        self.src = os.path.join(self.dir, 'in.csv')\n"
+        "        pd.DataFrame({'a': [1, 2], 'b': [3, 4]}).to_csv(self.src, index=False)\n\n"
+        "    def tearDown(self):\n        shutil.rmtree(self.dir)\n\n"
+        "    def test_csv(self):\n        out = os.path.join(self.dir, 'out.csv')\n"
+        "        task_func(self.src, out)\n        self.assertTrue(os.path.exists(out))\n"
+        "        df = pd.read_csv(out)\n"
+        "        pd.testing.assert_frame_equal(df, pd.DataFrame({'a': [2, 4], 'b': [6, 8]}))\n\n"
+        "    def test_json(self):\n        out = os.path.join(self.dir, 'out.json')\n"
+        "        task_func(self.src, out)\n        with open(out) as f:\n"
+        "            self.assertEqual(json.load(f), {'a': [2, 4], 'b': [6, 8]})\n\n"
+        "    def test_npy(self):\n        out = os.path.join(self.dir, 'out.npy')\n"
+        "        task_func(self.src, out)\n"
+        "        np.testing.assert_array_equal(np.load(out), np.array([[2, 6], [4, 8]]))\n"
+        "        os.remove(out)\n        self.assertFalse(os.path.isfile(out))\n"
+        "        self.assertEqual(sorted(os.listdir(self.dir)), ['in.csv'])\n"),
+    "temporary_directory": SETUP_HEAD + (
+        "class TestCases(unittest.TestCase):\n    def setUp(self):\n"
+        "        self.tmp = tempfile.TemporaryDirectory()\n"
+        "        self.src = os.path.join(self.tmp.name, 'in.csv')\n"
+        "        with open(self.src, 'w') as f:\n            f.write('a,b\\n1,3\\n2,4\\n')\n\n"
+        "    def tearDown(self):\n        self.tmp.cleanup()\n\n"
+        "    def test_csv(self):\n        out = os.path.join(self.tmp.name, 'out.csv')\n"
+        "        task_func(self.src, out)\n"
+        "        self.assertEqual(pd.read_csv(out)['b'].tolist(), [6, 8])\n"),
+    "relative_folder": SETUP_HEAD + (
+        "class TestCases(unittest.TestCase):\n    def setUp(self):\n"
+        "        self.dir = 'test_data'\n        os.makedirs(self.dir, exist_ok=True)\n"
+        "        np.save(os.path.join(self.dir, 'in.npy'), np.array([[1, 3], [2, 4]]))\n\n"
+        "    def tearDown(self):\n        import shutil\n        shutil.rmtree(self.dir)\n\n"
+        "    def test_npy(self):\n        out = os.path.join(self.dir, 'out.npy')\n"
+        "        try:\n            task_func(os.path.join(self.dir, 'in.npy'), out)\n"
+        "            self.assertEqual(np.load(out).tolist(), [[2, 6], [4, 8]])\n"
+        "        finally:\n            os.remove(out)\n"
+        "        self.assertFalse(os.path.exists(out))\n"),
+}
+SETUP_ANSWER = ("import json\nimport numpy as np\nimport pandas as pd\n\n\n"
+               "def task_func(src, out):\n"
+               "    df = pd.DataFrame(np.load(src), columns=['a', 'b']) if src.endswith('.npy') "
+               "else pd.read_csv(src)\n    df = df * 2\n"
+               "    if out.endswith('.csv'):\n        df.to_csv(out, index=False)\n"
+               "    elif out.endswith('.json'):\n        with open(out, 'w') as f:\n"
+               "            json.dump({c: df[c].tolist() for c in df}, f)\n"
+               "    else:\n        np.save(out, df.values)\n")
+SETUP_ANSWERS = (
+    SETUP_ANSWER,
+    SETUP_ANSWER.replace("df * 2", "df * 3"),
+    SETUP_ANSWER.replace("    else:\n        np.save(out, df.values)\n", ""),  # no .npy written
+    SETUP_ANSWER + "    import os\n    os.remove(src)\n",  # deletes its input (a later read fails)
+)
+
+
+@pytest.mark.parametrize("name", sorted(FILE_SETUP))
+def test_the_tests_files_are_made_and_read_where_the_answer_is(name):
+    """`tempfile.mkdtemp()`, `TemporaryDirectory()`, `os.makedirs`, `df.to_csv(path)`,
+    `np.save`, `open(path, 'w')` in setUp, `pd.read_csv(out)`, `np.load(out)`, `json.load(f)`,
+    `os.path.exists`, `os.remove`, `os.listdir`, `shutil.rmtree` in the tests, `try: ...
+    finally:`: the tests' file work runs in the child, on the files the answer reads and writes
+    (what is read crosses as data); pytest's verdict in both modes."""
+    pytest.importorskip("pandas")
+    judged_as_pytest_says(FILE_SETUP, SETUP_ANSWERS, name)
+
+
+def test_the_tests_file_work_never_touches_the_trainers_files(tmp_path, monkeypatch):
+    """Building the plan of tests that make, write, list and remove files does nothing to the
+    trainer's own folder: the calls are steps of the child's."""
+    pytest.importorskip("pandas")
+    monkeypatch.chdir(tmp_path)
+    for tests in FILE_SETUP.values():
+        plan = testplan.build_plan(tests)
+        assert plan.harness is None
+        runs = [s.get("run", "") for u in plan.units for s in u.steps]
+        assert any(r.startswith("__gmts_") and "__import__" in r for r in runs)
+    assert list(tmp_path.iterdir()) == []
+
+
+LAMBDAS = {  # name: a TestCase's methods with lambdas among their expressions
+    "sorted_map_max": (
+        "import unittest\n\n\nclass TestCases(unittest.TestCase):\n    def setUp(self):\n"
+        "        self.people = [('a', 1), ('b', 2), ('c', 2)]\n\n"
+        "    def check(self, r, key):\n        self.assertEqual(sorted(r, key=lambda q: q[key]),\n"
+        "                         sorted(self.people, key=lambda q: q[key]))\n\n"
+        "    def test_a(self):\n        r = task_func(self.people)\n"
+        "        self.assertEqual(list(map(lambda p: p[0], r)), ['b', 'c', 'a'])\n"
+        "        self.assertTrue(all(map(lambda p: p[1] > 0, r)))\n        self.check(r, 0)\n"
+        "        f = lambda p: p[1]\n        self.assertEqual([f(x) for x in r], [2, 2, 1])\n"
+        "        self.assertEqual(max(r, key=lambda p: (p[1], p[0])), ('c', 2))\n"),
+}
+LAMBDA_ANSWERS = tuple("def task_func(people):\n    return " + body + "\n" for body in (
+    "sorted(people, key=lambda p: (-p[1], p[0]))", "sorted(people, key=lambda p: (p[1], p[0]))",
+    "sorted(people, key=lambda p: (-p[1], p[0]))[:2]"))
+
+
+def test_a_testcases_lambdas_are_expressions_as_in_a_test_function():
+    """`sorted(r, key=lambda p: p[0])`, `map(lambda ...)`, `f = lambda p: p[1]` in a TestCase's
+    test or helper method are judged as in a test function (pytest's verdict in both modes)."""
+    judged_as_pytest_says(LAMBDAS, LAMBDA_ANSWERS, "sorted_map_max")
+
+
+FILTERED = {  # name: comprehensions with `if`s over the answer's objects
+    "filters": ("def test_a():\n    assert [n.val for n in nodes(6) if n.val > 2] == [3, 4, 5]\n"
+                "    assert [n.val for n in nodes(6) if n.ok()] == [0, 2, 4]\n"
+                "    assert {n.val for n in nodes(6) if n.tag == 'x' and not n.ok()} == {3}\n"
+                "    assert sum(n.val for n in nodes(6) if n.tag is not None) == 3\n"
+                "    assert len([n for n in nodes(5) if n.val]) == 4\n"),
+}
+_NODES = ("class Node:\n    def __init__(self, v, tag=None):\n"
+          "        self.val, self.tag = v, tag\n\n"
+          "    def ok(self):\n        return self.val % 2 == 0\n\n\n"
+          "def nodes(n):\n    return [Node(i, 'x' if i % 3 == 0 else None) for i in range(n)]\n")
+FILTERED_ANSWERS = (_NODES, _NODES.replace("i % 3 == 0", "i % 2 == 0"),
+                    _NODES.replace("self.val % 2 == 0", "True"))
+
+
+def test_a_comprehensions_ifs_over_the_answers_objects_run_in_the_child():
+    """`[n.val for n in nodes(6) if n.val > 2]`, `if n.ok()`, `if n.tag == 'x' and not n.ok()`,
+    `len([n for n in nodes(5) if n.val])`: the comprehension (its `if`s too) is made in the child,
+    where the objects are; pytest's verdict in both modes."""
+    judged_as_pytest_says(FILTERED, FILTERED_ANSWERS, "filters")
