@@ -625,7 +625,7 @@ def apply_ops(value, ops, data_from=0):
 # a compare step's comparison where an operand cannot cross: Python's own operator, compiled from
 # this source in the step's namespace (its `bool` the builtin as it was before the solution ran)
 _COMPARISONS = tuple((op, f"__gmts_builtins['bool'](__gmts_operands[0] {op} __gmts_operands[1])")
-                     for op in ("==", "!=", "<", "<=", ">", ">="))
+                     for op in ("==", "!=", "<", "<=", ">", ">=", "in", "not in"))
 
 
 def compare(left, step, ns, dumps):

@@ -1765,18 +1765,17 @@ class _Unit:
 
     def compare_step(self, node) -> dict | None:
         """A comparison of two values the solution returned (`assert p == make(1, 2)`,
-        `assertEqual(p, make(1, 2))`, `f(1) != f(2)`): one step, whose operands cross as data
-        where both can (each encoded when evaluated; the trainer compares them), and which the
-        child compares where one cannot (an object of the answer's: its `__eq__` decides, as in
-        pytest, which is as weak as pytest: both sides are the answer's). Else None; in a unit
-        with mocks (a mock returned compares with the trainer's) None too."""
+        `assertEqual(p, make(1, 2))`, `f(1) != f(2)`, `make(1, 2) in pairs(3)`, `assertIn`): one
+        step, whose operands cross as data where both can (each encoded when evaluated; the
+        trainer compares them), and which the child compares where one cannot (an object of the
+        answer's: its `__eq__` decides, as in pytest, which is as weak as pytest: both sides are
+        the answer's). Else None; in a unit with mocks (a mock returned compares with the
+        trainer's) None too."""
         if isinstance(node, ast.Compare) and len(node.ops) == 1:
             op, operands = _COMPARISONS.get(type(node.ops[0])), [node.left, node.comparators[0]]
         elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
-              and node.func.id in ("__unittest_assertEqual", "__unittest_assertNotEqual")
-              and len(node.args) == 2 and not node.keywords):
-            op = "==" if node.func.id == "__unittest_assertEqual" else "!="
-            operands = node.args
+              and node.func.id in _ASSERT_COMPARES and len(node.args) == 2 and not node.keywords):
+            op, operands = _ASSERT_COMPARES[node.func.id], node.args
         else:
             return None
         if op is None or not all(isinstance(o, (ast.Call, ast.List, ast.Tuple)) or isinstance(
@@ -3903,9 +3902,12 @@ assertMultiLineEqual assertRegex assertNotRegex""".split())  # noqa: SIM905
 
 
 _MAX_SHOWN = 16  # a list or tuple display a compare_step reads: at most this many items
+# unittest's asserts a compare_step makes, each `assert first <op> second` in its verdict
+_ASSERT_COMPARES = {"__unittest_assertEqual": "==", "__unittest_assertNotEqual": "!=",
+                    "__unittest_assertIn": "in", "__unittest_assertNotIn": "not in"}
 # comparisons a compare_step makes (in the child where an operand cannot cross, else here)
 _COMPARISONS = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">",
-                ast.GtE: ">="}
+                ast.GtE: ">=", ast.In: "in", ast.NotIn: "not in"}
 UNITTEST_RAISES = "__unittest_raises"  # `with self.assertRaises(E) as cm`, converted
 _TC = "<unittest.TestCase>"  # unittest's TestCase in a class's resolution order
 _HOOKS = ("setUp", "tearDown", "setUpClass", "tearDownClass")
@@ -5294,7 +5296,8 @@ def _value(step: dict, result: dict):
 
 _OP_TYPES = {t.__name__: t for t in (int, float, str, bool, complex)}
 _COMPARE = {"==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le,
-            ">": operator.gt, ">=": operator.ge}
+            ">": operator.gt, ">=": operator.ge, "in": lambda a, b: a in b,
+            "not in": lambda a, b: a not in b}
 
 
 def _op_arg(value):

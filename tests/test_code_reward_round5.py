@@ -2123,6 +2123,10 @@ COMPARED = {  # name: tests comparing what a lowercase function returned with wh
                      "        self.assertEqual(swap(p), make(2, 1))\n"
                      "        self.assertNotEqual(p, make(2, 1))\n"
                      "        self.assertEqual(pairs(2), [make(0, 1), make(1, 2)])\n"),
+    "membership": ("import unittest\n\n\nclass TestCases(unittest.TestCase):\n"
+                   "    def test_a(self):\n        self.assertIn(make(0, 1), pairs(2))\n"
+                   "        self.assertNotIn(make(2, 1), pairs(2))\n        p = make(1, 2)\n"
+                   "        assert p in pairs(3)\n        assert make(5, 6) not in pairs(3)\n"),
     "order": ("def test_a():\n    assert make(1, 2) < make(2, 0)\n"
               "    assert not make(3, 0) < p0()\n"),
 }
@@ -2148,9 +2152,10 @@ COMPARED_ANSWERS = (
 @pytest.mark.parametrize("name", sorted(COMPARED))
 def test_values_the_answer_returned_are_compared_as_pytest_compares_them(name):
     """`assert p == make(1, 2)`, `assertEqual(swap(p), make(2, 1))`, `pairs(2) == [make(0, 1),
-    ...]`: both operands the answer's; where one cannot cross as data the child compares them
-    with the answer's own `__eq__` (`__lt__`), as pytest does; where both cross the trainer
-    compares their data (a tuple subclass's `__eq__` decides nothing)."""
+    ...]`, `make(0, 1) in pairs(2)`, `assertIn`: both operands the answer's; where one cannot
+    cross as data the child compares them with the answer's own `__eq__` (`__lt__`), as pytest
+    does; where both cross the trainer compares their data (a tuple subclass's `__eq__` decides
+    nothing)."""
     judged_as_pytest_says(COMPARED, COMPARED_ANSWERS, name)
 
 
