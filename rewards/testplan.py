@@ -3197,14 +3197,12 @@ class _Unit:
             return
         if _child_module(stmt):  # `import shutil` in a test: the child's, as at module level
             self.steps.append({"run": ast.unparse(stmt)})
-            for a in stmt.names:
-                name = a.asname or (a.name if isinstance(stmt, ast.ImportFrom)
-                                    else a.name.split(".")[0])
+            for name, is_module in _child_module_names(stmt):
                 self.env.pop(name, None)
                 self.deferred.discard(name)
                 self.child.add(name)
                 self.solution_names.add(name)
-                if not (isinstance(stmt, ast.ImportFrom) and a.name[:1].isupper()):
+                if is_module:
                     self.objects.add(name)
             return
         if isinstance(stmt, ast.Import):
@@ -4528,6 +4526,14 @@ def _child_module(stmt) -> bool:
     return bool(names) and all(n.split(".")[0] in CHILD_MODULES for n in names)
 
 
+def _child_module_names(stmt) -> list:
+    """The names a _child_module import binds, each with whether it is a module (`plt`: its
+    attributes are the child's) rather than a class (`from matplotlib.axes import Axes`)."""
+    named = isinstance(stmt, ast.ImportFrom)
+    return [(a.asname or (a.name if named else a.name.split(".")[0]),
+             not (named and a.name[:1].isupper())) for a in stmt.names]
+
+
 def _lazy_import(imports: dict, name: str) -> None:
     """`import numpy` in the tests: numpy joins the plan's modules (imported here on first use);
     `numpy.testing` with it."""
@@ -4733,11 +4739,9 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
             modules |= {a.asname or a.name for a in stmt.names if a.name == "solution"}
         elif _child_module(stmt):  # `import matplotlib.pyplot as plt`: the child's names
             prelude.append(ast.unparse(stmt))
-            for a in stmt.names:
-                bound = a.asname or (a.name if isinstance(stmt, ast.ImportFrom)
-                                     else a.name.split(".")[0])
+            for bound, is_module in _child_module_names(stmt):
                 from_solution.add(bound)
-                if not (isinstance(stmt, ast.ImportFrom) and a.name[:1].isupper()):
+                if is_module:
                     modules.add(bound)  # a module (`plt`): its attributes are the child's
         elif isinstance(stmt, ast.ImportFrom) and stmt.module in imports and not stmt.level:
             for a in stmt.names:  # `from collections import Counter`: the trainer's own
