@@ -23,15 +23,16 @@ def _judge_helper() -> Helper:
     env = dict(os.environ, GMTS_JUDGE_PATH=json.dumps([os.path.dirname(_HERE)]),
                OMP_NUM_THREADS="1")
     argv = [sys.executable, "-I", os.path.join(_HERE, "_judge_worker.py"), str(JUDGE_MEMORY_MB)]
-    return Helper(argv, env, "the code reward's judge process")
+    return Helper(argv, env, "the code reward's judge process", answers=("0", "1", "d"))
 
 
 _pool = Pool(_judge_helper)
 atexit.register(lambda: _pool.stop())  # no orphaned helper when the trainer exits
 
 
-def verdict(message: dict, timeout: float = JUDGE_TIMEOUT_S) -> bool:
+def verdict(message: dict, timeout: float = JUDGE_TIMEOUT_S) -> bool | str:
     """Does this run's report pass its tests? message: {"tests", "entry_point", "setup", "token",
     "report", "pytest"} (see _judge_worker.verdict). Made in a helper process; False past `timeout`
-    seconds or the memory limit."""
-    return _pool.ask(json.dumps(message) + "\n", timeout) == "1"
+    seconds or the memory limit; "draws" (testplan.DRAWS): the tests' draws need pytest."""
+    answer = _pool.ask(json.dumps(message) + "\n", timeout)
+    return True if answer == "1" else "draws" if answer == "d" else False

@@ -998,6 +998,35 @@ def unpatch(patch):
         setattr(target, attr, original)
 
 
+def draws_digest(key, pos, rest) -> str:
+    """A global random state's digest (testplan.draws_digest: the same text)."""
+    import hashlib
+    return hashlib.sha256(repr((list(key), pos, list(rest))).encode()).hexdigest()
+
+
+def sync_draws(step) -> bool:
+    """`random`'s or numpy's global state ({"draws": name}): is it still the one the plan last
+    gave (digest "expect": the answer drew nothing since)? Then it becomes the plan's now (key
+    None: the same key, position "pos"). A state the answer moved stays as it is: False."""
+    if step["draws"] == "random":
+        import random
+        version, internal, gauss = random.getstate()
+        if draws_digest(internal[:-1], internal[-1], (version, gauss)) != step["expect"]:
+            return False
+        key = tuple(step["key"]) if step["key"] is not None else internal[:-1]
+        random.setstate((step["rest"][0], key + (step["pos"],), step["rest"][1]))
+        return True
+    import numpy
+    kind, key, pos, has_gauss, cached = numpy.random.get_state()
+    if draws_digest(key.tolist(), int(pos), (kind, int(has_gauss), float(cached))) != (
+            step["expect"]):
+        return False
+    if step["key"] is not None:
+        key = numpy.array(step["key"], dtype=numpy.uint32)
+    numpy.random.set_state((step["rest"][0], key, step["pos"], *step["rest"][1:]))
+    return True
+
+
 def run_units(units, namespace, frozen=_BUILTIN_ITEMS, dumps=json.dumps, begin=None,
               classes=()) -> str:
     """Each unit in a fresh copy of the solution's namespace. Every step runs, whatever an earlier
@@ -1032,6 +1061,8 @@ def run_units(units, namespace, frozen=_BUILTIN_ITEMS, dumps=json.dumps, begin=N
                 if "bind" in step:
                     ns[step["bind"]] = held[step["bind"]] = decode_input(step["data"])
                     results.append('{"ok": null}')
+                elif "draws" in step:  # the tests' seeded global random state (testplan)
+                    results.append('{"ok": true}' if sync_draws(step) else '{"ok": false}')
                 elif "capsys" in step:  # the test's capsys (capfd): what it prints from here on
                     capsys = _Capfd() if step.get("fd") else _Capsys()
                     held[step.get("name", "capsys")] = capsys

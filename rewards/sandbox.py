@@ -46,7 +46,8 @@ import warnings
 from dataclasses import dataclass
 
 from . import _judge, mocks
-from .testplan import CHECK_TEST, build_plan, capitalised_calls, decode
+from .testplan import (CHECK_TEST, DRAWS, DRAWS_REASON, EVERY_TEST, build_plan,
+                       capitalised_calls, decode)
 
 _CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_sandbox_child.py")
 _RUNNER = os.path.join(os.path.dirname(_CHILD), "_pytest_runner.py")
@@ -949,6 +950,22 @@ def run_python(solution: str, *, tests: str = "", entry_point: str | None = None
          "report": run.raw, "pytest": run.pytest, "functions": sorted(functions),
          "mocks": session.log if session else None},
         _judge.JUDGE_TIMEOUT_S + 2 * plan.build_seconds)
-    return SandboxResult(passed, plan.harness is None, run.timed_out, run.returncode, run.seconds,
-                         run.stdout,
-                         run.stderr, **counts)
+    if passed == DRAWS:  # the tests drew after the answer moved their seeded state: pytest's
+        if trusted_only:
+            return SandboxResult(False, False, False, run.returncode, run.seconds, run.stdout,
+                                 f"refused (trusted_only): {DRAWS_REASON}", refused=True,
+                                 **counts)
+        plan = build_plan(tests, entry_point, setup or "", to_harness=EVERY_TEST)
+        if plan.harness is None:  # nothing pytest could run: not a pass
+            return SandboxResult(False, False, False, run.returncode, run.seconds, run.stdout,
+                                 run.stderr, **counts)
+        spec = {"solution": solution, "setup": setup or "", "units": [u.steps for u in plan.units],
+                "harness": {"source": pytest_source(plan, setup or ""), "token": token}}
+        run = run_child(spec, **limits, parse=False)
+        passed = not run.timed_out and not run.broken and bool(run.raw) and _judge.verdict(
+            {"tests": tests, "entry_point": entry_point, "setup": setup or "", "token": token,
+             "report": run.raw, "pytest": run.pytest, "every": True},
+            _judge.JUDGE_TIMEOUT_S + 2 * plan.build_seconds)
+        counts = {"cases_trusted": 0, "cases_untrusted": plan.untrusted}
+    return SandboxResult(passed is True, plan.harness is None, run.timed_out, run.returncode,
+                         run.seconds, run.stdout, run.stderr, **counts)

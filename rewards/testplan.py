@@ -25,6 +25,7 @@ run scores 0 and is counted, never passed by default.
 import ast
 import builtins
 import collections
+import collections.abc
 import copy
 import decimal
 import datetime
@@ -33,6 +34,7 @@ import fractions
 import itertools
 import math
 import operator
+import random
 import re
 import sys
 import threading
@@ -234,12 +236,13 @@ def _importable() -> dict:
 class _Imports(dict):
     """A plan's importable modules (its own `random`, numpy's global random functions on a
     RandomState of its own: _plan_numpy), and `seeds`: which of those global states the tests
-    seeded (`random.seed(42)`), its state as seeded, and whether the answer ran
-    since (_Unit.before_step)."""
+    seeded (`random.seed(42)`), the state the child was last given (_Unit.sync_draws)."""
 
     def __init__(self, modules):
         super().__init__(modules)
-        self.seeds = {}  # "random" / "numpy" -> {"state": as seeded, "answer": ran since}
+        # "random" / "numpy" -> {"sent": the child's state were the answer to draw nothing,
+        # "answer": whether the answer ran since it was given}
+        self.seeds = {}
 
     def generator(self, name):
         """The plan's generator behind `random`'s or numpy's global functions; None if not
@@ -249,15 +252,22 @@ class _Imports(dict):
             getattr(module, "random", None), "rand", None)
         return getattr(draw, "__self__", None)
 
-    def state(self, name):
-        """The plan's global state `name` now, comparable, and the child's source setting it."""
+    def state(self, name) -> tuple:
+        """The plan's global state `name` now, as plain data: (key, position, rest) with key the
+        Mersenne Twister's 624 words (rest: random's gauss_next; numpy's kind, has_gauss,
+        cached_gaussian)."""
         if name == "random":
-            state = self.generator(name).getstate()
-            return state, f"__gmts_builtins['__import__']('random').setstate({state!r})"
-        kind, key, pos, gauss, cached = self.generator(name).get_state()
-        source = (f"__gmts_builtins['__import__']('numpy').random.set_state(({kind!r}, "
-                  f"{key.tolist()!r}, {pos!r}, {gauss!r}, {cached!r}))")
-        return (kind, key.tobytes(), pos, gauss, cached), source
+            version, internal, gauss = self.generator(name).getstate()
+            return internal[:-1], internal[-1], (version, gauss)
+        kind, key, pos, has_gauss, cached = self.generator(name).get_state()
+        return tuple(key.tolist()), int(pos), (kind, int(has_gauss), float(cached))
+
+
+def draws_digest(key, pos, rest) -> str:
+    """A global random state's digest, as the child computes it of its own (_sandbox_child's
+    draws_digest, the same text)."""
+    import hashlib
+    return hashlib.sha256(repr((list(key), pos, list(rest))).encode()).hexdigest()
 
 
 class _Steps(list):
@@ -1033,6 +1043,13 @@ def _is_array(value) -> bool:
     return kind.__name__ == "ndarray" and kind.__module__ == "numpy"
 
 
+def _is_generator_of_draws(value) -> bool:
+    """A random.Random, or numpy's RandomState or Generator (the plan's global ones among them)."""
+    numpy = sys.modules.get("numpy")
+    return isinstance(value, random.Random) or numpy is not None and isinstance(
+        value, (numpy.random.RandomState, numpy.random.Generator))
+
+
 def _is_mutable(value) -> bool:
     """Does the value hold a list, dict, set or numpy array anywhere (an argument the solution
     could change in place)?"""
@@ -1268,6 +1285,9 @@ class Plan:
     # unittest.mock's mocks the tests make and configure, as data (rewards/mocks.py): ["new", id,
     # kind, {keyword: value}] and ["set", id, attribute path, value]
     mocks: list = field(default_factory=list)
+    # the plan's random generators (`random`'s, numpy's global functions') and their states once
+    # built: every verdict starts from them (a helper of the tests' drawing while judged)
+    states: tuple = ()
 
 
 def _names(node) -> set:
@@ -1342,6 +1362,7 @@ class _Unit:
         self.returns = False  # a test function's body: `return` ends it (_Returned)
         self.solution_names = set(child)  # the solution's own names (and check's candidate)
         self.results = set()  # names bound in the child to what a call of the solution's returned
+        self.made = itertools.count()  # the names of values a check's calls made now (made_now)
         self.imports = imports if imports is not None else _importable()
         # `import solution`: its attributes are the solution's
         self.objects, self.deferred = set(modules), set()
@@ -1377,23 +1398,40 @@ class _Unit:
 
     def before_step(self, step: dict):
         """Before a step joins the unit: a seed (`random.seed(42)`) starts a record of that global
-        state; before the answer's first step after it, a state the tests drew from since is given
-        to the child, so the answer's draws follow the tests' (BigCodeBench's seed, inputs drawn,
-        the answer called), as on pytest's one stream. Later draws of the tests' come from the
-        plan's state as the answer's draws had not moved it (pytest interleaves the two)."""
+        state; a step of the answer's code is preceded by sync_draws."""
         seeds = self.imports.seeds if isinstance(self.imports, _Imports) else {}
         if "seed" in step:
-            seeds[step["seed"]] = {"state": self.imports.state(step["seed"])[0], "answer": False}
+            seeds[step["seed"]] = {"sent": self.imports.state(step["seed"]), "answer": False}
             return
         if not seeds or {"bind", "capsys", "tmp_path"} & set(step):  # no code of the answer's
             return
-        for name, seed in seeds.items():
-            if seed["answer"]:
-                continue
-            state, source = self.imports.state(name)
-            if state != seed["state"]:  # the tests drew since the seed
-                list.append(self.steps, {"run": source})
+        self.sync_draws()
+        for seed in seeds.values():
             seed["answer"] = True
+
+    def sync_draws(self, end: bool = False):
+        """pytest runs the tests' draws and the answer's on one stream: where the tests drew from a
+        seeded state since the child was last given it, a step ("draws") asks the child whether
+        its state is still that one (the answer drew nothing since), and gives it the plan's now,
+        so that the answer's next draws follow the tests'. A state the answer moved: the tests'
+        draws since were not pytest's, and the unit is judged by pytest (sandbox.run_python;
+        trusted_only: refused). end: the unit ends; asked only if the answer ran since."""
+        seeds = self.imports.seeds if isinstance(self.imports, _Imports) else {}
+        for name, seed in seeds.items():
+            now = self.imports.state(name)
+            if now == seed["sent"] or end and not seed["answer"]:
+                continue
+            key, pos, rest = now
+            # the key changes only once every 624 words drawn: else the position alone
+            list.append(self.steps, {"draws": name, "expect": draws_digest(*seed["sent"]),
+                                     "key": list(key) if key != seed["sent"][0] else None,
+                                     "pos": pos, "rest": list(rest)})
+            seed["sent"], seed["answer"] = now, False
+
+    def finished(self, name: str) -> "Unit":
+        """The unit, once its last statement is planned (sync_draws at its end)."""
+        self.sync_draws(end=True)
+        return Unit(self.steps, self.checks, name)
 
     # ------------------------------------------------ what is whose
 
@@ -2311,10 +2349,13 @@ class _Unit:
                          for v in value])
         return node
 
-    def parent_expr(self, node, placeholders=()):
+    def parent_expr(self, node, placeholders=(), now=False):
         """Validate an expression the trainer will evaluate: known names only, no private
         attributes, nothing of numpy's global random state (the trainer's own; the tests'
-        `np.random` is the plan's, _plan_numpy)."""
+        `np.random` is the plan's, _plan_numpy). Evaluated later (now=False: a check, judged at
+        every verdict), its calls that move the tests' own state are made here (made_now)."""
+        if not now:
+            node = self.made_now(node, placeholders)
         bound = _bound_inside(node)
         shared = getattr(getattr(sys.modules.get("numpy.random"), "mtrand", None), "_rand", self)
         for n in ast.walk(node):
@@ -2345,6 +2386,71 @@ class _Unit:
                 raise Unconvertible("a draw from the global random state the answer draws from")
         return compile(ast.fix_missing_locations(ast.Expression(node)), "<check>", "eval")
 
+    def moves_state(self, call: ast.Call) -> bool:
+        """A call of the tests' that changes their own state: a draw (the plan's `random`, numpy's
+        global functions, a Random, RandomState or Generator of the tests'), a mutating method
+        of a list, dict or set the tests hold (`items.pop()`), or `next` / a builtin consuming an
+        iterator of theirs."""
+        func = call.func
+        if isinstance(func, ast.Attribute):
+            base, attrs = attribute_chain(func.value)  # `rng`, `self.rng`, `random`, `np.random`
+            owner = self.env.get(base.id, _UNSET) if isinstance(base, ast.Name) else _UNSET
+            for attr in attrs:
+                owner = _UNSET if attr.startswith("_") else getattr(owner, attr, _UNSET)
+            method = self.named(func)
+            if _is_generator_of_draws(getattr(method, "__self__", None)) or (
+                    _is_generator_of_draws(owner)):
+                return True
+            return func.attr in _MUTATORS and (isinstance(owner, (
+                list, dict, set, bytearray, collections.deque)) or _is_array(owner))
+        if isinstance(func, ast.Name) and _is_generator_of_draws(getattr(
+                self.env.get(func.id), "__self__", None)):  # `from random import randint`
+            return True
+        if isinstance(func, ast.Name) and self.is_builtin(func):
+            return any(isinstance(a, ast.Name) and isinstance(
+                self.env.get(a.id), collections.abc.Iterator) for a in call.args)
+        return False
+
+    def made_now(self, node, placeholders=()):
+        """A check is evaluated at every verdict, on the values of the plan the judge keeps: a call
+        in it that moves the tests' own state (moves_state: `random.random()`, `items.pop()`,
+        `next(it)`) would give another value at each. Each is made here, in Python's order, where
+        the statement stands among the tests' draws, its value bound to a name of the check's.
+        One the test makes on a value of the answer's, or only on some paths (`and`, `if`, a
+        comprehension, a lambda): Unconvertible."""
+        answers = set(placeholders) | self.deferred | _bound_inside(node)
+
+        def visit(n, sometimes):
+            if isinstance(n, (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp,
+                              ast.GeneratorExp)):
+                sometimes = True
+            if isinstance(n, ast.Dict):  # a key, then its value, pair by pair
+                pairs = [(visit(k, sometimes) if k is not None else None, visit(v, sometimes))
+                         for k, v in zip(n.keys, n.values)]
+                n.keys, n.values = [k for k, _ in pairs], [v for _, v in pairs]
+                return n
+            for name, value in ast.iter_fields(n):
+                if isinstance(value, ast.AST):
+                    setattr(n, name, visit(value, sometimes or isinstance(n, ast.IfExp)
+                                           and name != "test"))
+                elif isinstance(value, list):  # `a and b`, `a < b < c`: b, c only on some paths
+                    short = isinstance(n, ast.BoolOp) or isinstance(n, ast.Compare) and (
+                        name == "comparators")
+                    setattr(n, name, [visit(v, sometimes or short and i > 0)
+                                      if isinstance(v, ast.AST) else v
+                                      for i, v in enumerate(value)])
+            if not (isinstance(n, ast.Call) and self.moves_state(n)):
+                return n
+            if sometimes or answers & _names(n):
+                why = "made on some paths only" if sometimes else "made on the answer's values"
+                raise Unconvertible(f"{ast.unparse(n)[:60]}: a change of the tests' own state "
+                                    f"{why}")
+            name = f"__gmts_now{next(self.made)}"
+            self.env[name] = self.parent_eval(n)
+            return ast.Name(name, ast.Load())
+
+        return visit(node, False)
+
     def global_seed(self, node) -> str | None:
         """`random.seed(42)`, `np.random.seed(42)` (`from random import seed`...): the test seeds
         the global random state of `random` or numpy, which both the tests' draws and the answer's
@@ -2368,7 +2474,8 @@ class _Unit:
         if (self.deferred - self.value_names) & _names(node):
             raise Unconvertible("an input computed from the solution's results")
         try:
-            return eval(self.parent_expr(copy.deepcopy(node)), _scope(self.env), dict(self.env))
+            return eval(self.parent_expr(copy.deepcopy(node), now=True), _scope(self.env),
+                        dict(self.env))
         except Unconvertible:
             raise
         # the test's own expression failed here: leave it to the harness
@@ -4700,7 +4807,9 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
     string that is not Python raises ValueError (a data bug). `functions`: capitalised names that
     are functions of the solution's, not classes (their calls' results are judged here).
     `to_harness`: tests (functions, TestCase classes) left to the harness whatever they are, as
-    those sharing module-level state with a test the harness runs (_across_the_split)."""
+    those sharing module-level state with a test the harness runs (_across_the_split); EVERY_TEST:
+    all of them, the module's own statements too (the answer drew where the tests' draws follow:
+    DRAWS)."""
     started = time.monotonic()
     _ROUNDS.left = MAX_UNROLL
     try:
@@ -4908,7 +5017,7 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
                     raise Unconvertible("a class attribute computed from the solution's results")
             local_shared.update(n for n in level if n not in u.env and n in u.child)
             if u.steps or u.checks:  # setUpClass computing only here: no unit of its own
-                out.append(Unit(u.steps, u.checks, name))
+                out.append(u.finished(name))
 
         for c in group:
             if not _is_test_case(classes[c], classes, set()):
@@ -4930,7 +5039,8 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
 
     tried, judged = set(), set()  # classes of the tests' whose TestCases were tried / judged here
     reasons = []  # why each part left to the harness is not judged here
-    script_broken = False
+    every = EVERY_TEST <= to_harness
+    script_broken = every  # the module's own statements too
     # kept: (statement, whether it tests anything in the harness)
     units, kept, harness_tests = [], [], []
     trainer_parts = {}  # test (function, TestCase class) judged here: its statements
@@ -4956,7 +5066,7 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
             tried.update(group)
             if any(_is_test_case(classes[c], classes, set()) for c in group):
                 try:  # unittest TestCases (their bases, mixins): a unit per test, per class
-                    if to_harness & set(group):
+                    if every or to_harness & set(group):
                         raise Unconvertible(SHARES_STATE)
                     converted, cases = unittest_units(group)
                     units += converted
@@ -4969,7 +5079,7 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
                     reasons.append(_reason(stmt, _mock_reason(e) if mocked else e))
             elif _is_test_class(stmt, classes):  # `class TestX:`, as the TestCase it would be
                 try:
-                    if to_harness & set(group):
+                    if every or to_harness & set(group):
                         raise Unconvertible(SHARES_STATE)
                     classes[stmt.name] = _as_testcase(stmt, classes)
                     converted, cases = unittest_units(group)
@@ -5027,7 +5137,8 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
             kept.append((stmt, bool(cases) or runs))
             continue
         try:
-            if isinstance(stmt, ast.FunctionDef) and stmt.name in to_harness:
+            if isinstance(stmt, ast.FunctionDef) and (stmt.name in to_harness or every and (
+                    stmt.name.startswith("test") or stmt.name == "check")):
                 raise Unconvertible(SHARES_STATE)
             if isinstance(stmt, ast.FunctionDef) and stmt.name == "check" and candidates:
                 arg = stmt.args.args[0].arg if len(stmt.args.args) == 1 else None
@@ -5040,7 +5151,7 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
                               modules, imports, functions, setup=setup_names)
                     for s in stmt.body:
                         u.statement(s)
-                    converted.append(Unit(u.steps, u.checks, "check"))
+                    converted.append(u.finished("check"))
                 units += converted
                 trusted += _count_cases(stmt) * len(candidates)
                 trainer_parts[stmt.name] = [stmt]
@@ -5077,7 +5188,7 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
                         pass
                     if mocked:
                         u.mocks_in_order()
-                    converted.append(Unit(u.steps, u.checks, fn.name))
+                    converted.append(u.finished(fn.name))
                     now_shared |= {n for n in level if n not in u.env and n in u.child}
                     for n in declared:
                         if n in u.deferred:
@@ -5120,7 +5231,7 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
     if across:  # judged here, these would not see (or make) the harness's changes: its too
         return build_plan.__wrapped__(tests, entry_point, setup, functions, to_harness | across)
     if script.checks or len(script.steps) > len(prelude):
-        units.insert(0, Unit(script.steps, script.checks, "module"))
+        units.insert(0, script.finished("module"))
     if trainer_parts and any(test for _, test in kept):
         # pytest runs every test of the module in one process, in file order: the harness runs
         # the tests judged here too (they must pass there as well), so the solution's own state
@@ -5140,11 +5251,14 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
     if trusted + untrusted == 0:
         # no test case at all (only helpers, imports, a docstring): zero judged is never a pass
         unjudged += 1
+    generators = [g for g in map(imports.generator, ("random", "numpy")) if g is not None]
     return Plan(units=units, harness=harness, trusted=trusted, untrusted=untrusted,
                 unjudged=unjudged,
                 harness_tests=tuple(dict.fromkeys(harness_tests)),
                 check_candidate=candidates[0] if candidates else None,
                 build_seconds=time.monotonic() - started,
+                states=tuple((g, g.getstate() if isinstance(g, random.Random) else g.get_state())
+                             for g in generators),
                 # the first cause, before the tests it drew to the harness (SHARES_STATE)
                 refusal=min(reasons, key=lambda r: SHARES_STATE in r)
                 if harness is not None and reasons else "",
@@ -5152,6 +5266,8 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
 
 
 SHARES_STATE = "module-level state shared with a test the harness runs"
+# build_plan's to_harness for every test
+EVERY_TEST = frozenset({"*"})
 _IMMUTABLE = (int, float, complex, str, bytes, bool, type(None), range, type, type(math),
               types.FunctionType, types.BuiltinFunctionType)
 
@@ -5486,23 +5602,46 @@ def judge_unit(unit: Unit, results, handles=(), given=frozenset(), mock_values=(
     return True
 
 
-def judge(plan: Plan, unit_results, session=None) -> bool:
-    """Every unit passed. Exceptions while judging (a result of the wrong shape for the check) are
-    failures. session: the run's mocks (rewards/mocks.py Session, replaying the run's log unit by
-    unit): unit i is judged once its requests are replayed, on the mocks as it left them."""
+# judge's verdict where a unit's tests drew after the answer moved the state they share
+# (_Unit.sync_draws): those draws were not pytest's; pytest's harness judges instead
+DRAWS = "draws"
+DRAWS_REASON = ("the answer drew from a random state the tests seeded, and the tests drew from it "
+                "after (pytest's one stream)")
+
+
+def _moved(unit: Unit, results) -> bool:
+    """Did the child report a seeded state the answer moved before the tests drew again?"""
+    return isinstance(results, list) and len(results) == len(unit.steps) and any(
+        "draws" in step and result != {"ok": True} for step, result in zip(unit.steps, results))
+
+
+def judge(plan: Plan, unit_results, session=None) -> bool | str:
+    """Every unit passed: True. Exceptions while judging (a result of the wrong shape for the
+    check) are failures. session: the run's mocks (rewards/mocks.py Session, replaying the run's
+    log unit by unit): unit i is judged once its requests are replayed, on the mocks as it left
+    them. DRAWS where every other unit passed and one or more drew after the answer moved their
+    shared state (_moved): those are not judged here."""
     if not isinstance(unit_results, list) or len(unit_results) != len(plan.units):
         return False
+    for generator, state in plan.states:
+        (generator.setstate if isinstance(generator, random.Random) else generator.set_state)(
+            state)
+    moved = False
     try:
         for i, (u, r) in enumerate(zip(plan.units, unit_results)):
             if session is not None:
                 session.advance(i)
+            if _moved(u, r):
+                moved = True
+                continue
             if not (judge_unit(u, r, session.handles, session.given_in[i], session.values)
                     if session is not None else judge_unit(u, r)):
                 return False
         if session is not None:
             session.advance(None)  # the log's rest: nothing may follow the last unit's end
-            return session.finished()
-        return True
+            if not session.finished():
+                return False
+        return DRAWS if moved else True
     except Exception:  # noqa: BLE001 - the child's data is untrusted: anything odd is a failure
         return False
 
