@@ -15,7 +15,8 @@ Work, in order:
   2. rlimits (memory, CPU, file size, fds, processes, no core dumps).
   3. `units`: lists of steps ({"run": stmt} or {"eval": expr}, with "iter": materialise a returned
      iterator, "attrs": attributes to read while the value is an object of the solution's) evaluated
-     in a copy of the solution's namespace, every step whatever an earlier one raised; each eval's
+     in a copy of the solution's namespace ({"draws": ...}: the tests' seeded random state, checked
+     and given: sync_draws), every step whatever an earlier one raised; each eval's
      value goes back as plain data (exact types only), or the exception with its MRO. `cases`: the
      solution runs as a script once per stdin; its stdout goes back. Report line: {"units": [...]}
      or {"cases": [...]}.
@@ -714,6 +715,21 @@ def resolve_classes(paths) -> tuple:
     return tuple(out)
 
 
+def resolve_stdlib(paths) -> tuple:
+    """((path, class), ...) for the standard library's classes the tests pass to the answer's
+    values (`types.GeneratorType`, `collections.abc.Iterator`: testplan.stdlib_class), resolved
+    now, before the solution is imported; a path that is not a class is left out."""
+    out = []
+    for path in paths:
+        try:
+            cls = _resolve(path)
+        except Exception:  # noqa: BLE001, S112 - not there: the step naming it raises KeyError
+            continue
+        if isinstance(cls, type):
+            out.append((path, cls))
+    return tuple(out)
+
+
 # ---------------------------------------------------------------- the trainer's mocks
 
 # the channel to the trainer's mocks (rewards/mocks.py): [fd this process writes requests to, fd
@@ -1028,7 +1044,7 @@ def sync_draws(step) -> bool:
 
 
 def run_units(units, namespace, frozen=_BUILTIN_ITEMS, dumps=json.dumps, begin=None,
-              classes=()) -> str:
+              classes=(), stdlib=()) -> str:
     """Each unit in a fresh copy of the solution's namespace. Every step runs, whatever an earlier
     one raised (the child is not told which steps the tests expect to raise). Results: {"ok":
     value[, "applied": n]} | {"ok": null} for run steps | raised's report for a step that raised,
@@ -1038,7 +1054,7 @@ def run_units(units, namespace, frozen=_BUILTIN_ITEMS, dumps=json.dumps, begin=N
     before every step; `dumps`: json.dumps taken before the solution ran (a test's
     `@patch('json.dumps')` or the solution's rebinding does not reach the results); `begin`: tells
     the trainer's mocks that unit i begins (_unit_sender), where the tests have mocks; `classes`:
-    resolve_classes'."""
+    resolve_classes'; `stdlib`: resolve_stdlib's (`__gmts_classes`)."""
     out, shared = [], {}  # shared: the test module's own mutable names, one object for all tests
     # the solution's names and the setup's (a helper the tests call on the expected side), bound
     # again before every step: rebinding one through a caller's frame changes no later step
@@ -1055,6 +1071,7 @@ def run_units(units, namespace, frozen=_BUILTIN_ITEMS, dumps=json.dumps, begin=N
             ns.update(held)
             ns["__gmts_builtins"] = dict(frozen)
             ns["__gmts_files"] = dict(_FILE_QUESTIONS)
+            ns["__gmts_classes"] = dict(stdlib)
             ns["__gmts_to_data"] = _to_data
             try:
                 # a big input the trainer computed, sent as data rather than as source
@@ -1410,6 +1427,9 @@ def work(spec):
     frozen = _BUILTIN_ITEMS  # a local from here on: what the solution rebinds later is not read
     # the tests' exception classes of the modules they import, before the solution can rebind them
     classes = resolve_classes(spec.get("exc_paths") or ())
+    # the standard library's classes the tests pass (`isinstance(r, types.GeneratorType)`), as
+    # they are before the solution could rebind them
+    stdlib = resolve_stdlib(spec.get("class_paths") or ())
     begin = _unit_sender(tuple(_mock_fds)) if _mock_fds else None
     dumps = _CHANNEL[2]  # json.dumps, whatever a test patches or the solution rebinds
     sys.stdout.flush()
@@ -1431,8 +1451,8 @@ def work(spec):
     # their results back as data
     if names and not any(isinstance(namespace[n], type) for n in names):
         units, functions = alt["units"], ', "functions": true'
-    _write_report('{"units": ' + run_units(units, namespace, frozen, dumps, begin, classes)
-                  + functions + "}")
+    _write_report('{"units": ' + run_units(units, namespace, frozen, dumps, begin, classes,
+                                           stdlib) + functions + "}")
     if _mock_fds:
         _send(["end"], reply=False)
 

@@ -56,7 +56,7 @@ MODULES = {"math": math, "collections": collections}
 # them itself, as it does math; pure computation only (no files, no global state a test could change
 # here)
 IMPORTABLE = ("math", "cmath", "collections", "copy", "string", "itertools", "functools",
-              "operator", "enum",
+              "operator", "enum", "types", "numbers", "collections.abc",
               "fractions", "decimal", "statistics", "heapq", "bisect", "re", "random", "datetime",
               "json", "hashlib", "base64", "binascii", "textwrap", "unicodedata", "struct",
               "calendar")
@@ -176,6 +176,9 @@ _IN = (ast.In, ast.NotIn)
 _MUTATORS = frozenset("""append extend insert remove pop clear sort reverse update setdefault
 popitem add discard difference_update intersection_update
 symmetric_difference_update""".split())  # noqa: SIM905
+# more functions and methods that change their list in place (heapq's, bisect's, a deque's)
+_IN_PLACE = frozenset("""heappush heappop heapify heapreplace heappushpop insort insort_left
+insort_right popleft appendleft extendleft rotate""".split())  # noqa: SIM905
 # characters of an exception message (and of its notes) matched against pytest.raises(match=...);
 # longer: fail (the search runs under the judge's deadline: rewards/_judge.py)
 MAX_MESSAGE = 1 << 16
@@ -944,7 +947,26 @@ def render(value) -> str:
             value.dtype.kind in "biufc"):  # a numpy scalar (`list(arr)`'s items): its dtype kept
         return (f"__gmts_builtins['__import__']('numpy').dtype({value.dtype.str!r})"
                 f".type({render(value.item())})")
+    path = stdlib_class(value) if kind is type or isinstance(value, type) else None
+    if path is not None:  # resolved in the child before the solution runs (resolve_stdlib)
+        return f"__gmts_classes[{path!r}]"
     raise Unconvertible(f"input of type {kind.__name__} cannot be sent as a literal")
+
+
+# modules whose classes the tests may pass to the answer's values (`isinstance(r, types.X)`)
+STDLIB_CLASSES = ("types", "collections.abc", "collections", "numbers", "datetime", "decimal",
+                  "fractions", "enum", "io", "pathlib", "re")
+
+
+def stdlib_class(value) -> str | None:
+    """`module:Name` of a class of STDLIB_CLASSES (`types:GeneratorType`), or None."""
+    import importlib
+    for module in STDLIB_CLASSES:
+        names = vars(importlib.import_module(module))
+        name = next((n for n, v in names.items() if v is value and not n.startswith("_")), None)
+        if name is not None:
+            return f"{module}:{name}"
+    return None
 
 
 _PANDAS = ("DataFrame", "Series", "Index", "RangeIndex", "DatetimeIndex", "TimedeltaIndex",
@@ -1286,7 +1308,7 @@ class Plan:
     # kind, {keyword: value}] and ["set", id, attribute path, value]
     mocks: list = field(default_factory=list)
     # the plan's random generators (`random`'s, numpy's global functions') and their states once
-    # built: every verdict starts from them (a helper of the tests' drawing while judged)
+    # built: every verdict starts from them, whatever a check drew at the one before
     states: tuple = ()
 
 
@@ -2389,27 +2411,30 @@ class _Unit:
     def moves_state(self, call: ast.Call) -> bool:
         """A call of the tests' that changes their own state: a draw (the plan's `random`, numpy's
         global functions, a Random, RandomState or Generator of the tests'), a mutating method
-        of a list, dict or set the tests hold (`items.pop()`), or `next` / a builtin consuming an
-        iterator of theirs."""
+        of a list, dict, set or deque the tests hold (`items.pop()`, `q.popleft()`), heapq's and
+        bisect's functions changing a list in place (`heapq.heappop(h)`), or any call given an
+        iterator of theirs (`next(it)`, `list(it)`, `islice(it, 2)`, `gen.send(1)`)."""
         func = call.func
-        if isinstance(func, ast.Attribute):
-            base, attrs = attribute_chain(func.value)  # `rng`, `self.rng`, `random`, `np.random`
-            owner = self.env.get(base.id, _UNSET) if isinstance(base, ast.Name) else _UNSET
-            for attr in attrs:
-                owner = _UNSET if attr.startswith("_") else getattr(owner, attr, _UNSET)
-            method = self.named(func)
-            if _is_generator_of_draws(getattr(method, "__self__", None)) or (
-                    _is_generator_of_draws(owner)):
-                return True
-            return func.attr in _MUTATORS and (isinstance(owner, (
-                list, dict, set, bytearray, collections.deque)) or _is_array(owner))
-        if isinstance(func, ast.Name) and _is_generator_of_draws(getattr(
-                self.env.get(func.id), "__self__", None)):  # `from random import randint`
+        args = [a.value if isinstance(a, ast.Starred) else a for a in call.args]
+        if any(isinstance(a, ast.Name) and isinstance(self.env.get(a.id), collections.abc.Iterator)
+               for a in args + [k.value for k in call.keywords]):
             return True
-        if isinstance(func, ast.Name) and self.is_builtin(func):
-            return any(isinstance(a, ast.Name) and isinstance(
-                self.env.get(a.id), collections.abc.Iterator) for a in call.args)
-        return False
+        fn = self.named(func) if isinstance(func, ast.Attribute) else (
+            self.env.get(func.id) if isinstance(func, ast.Name) else None)
+        if _is_generator_of_draws(getattr(fn, "__self__", None)) or (
+                getattr(fn, "__module__", None) in ("heapq", "_heapq", "bisect", "_bisect")
+                and getattr(fn, "__name__", "") in _IN_PLACE):
+            return True
+        if not isinstance(func, ast.Attribute):
+            return False
+        base, attrs = attribute_chain(func.value)  # `rng`, `self.rng`, `items`, `self.queue`
+        owner = self.env.get(base.id, _UNSET) if isinstance(base, ast.Name) else _UNSET
+        for attr in attrs:
+            owner = _UNSET if attr.startswith("_") else getattr(owner, attr, _UNSET)
+        if _is_generator_of_draws(owner) or isinstance(owner, collections.abc.Iterator):
+            return True
+        return func.attr in _MUTATORS | _IN_PLACE and (isinstance(owner, (
+            list, dict, set, bytearray, collections.deque)) or _is_array(owner))
 
     def made_now(self, node, placeholders=()):
         """A check is evaluated at every verdict, on the values of the plan the judge keeps: a call
@@ -4693,13 +4718,34 @@ def _locals(fn) -> set:
     return out | _bound_inside(fn)
 
 
+def _changes_free(node, free: set) -> bool:
+    """Does this node of a helper change a value outside it (`seen.add(x)`, `counts[k] += 1`,
+    `heapq.heappush(h, x)`, `del cache[k]`, `obj.n = 1` on a name it does not bind)? Run at every
+    verdict on the plan the judge keeps, the change would carry into the next answer's."""
+    def base(n):
+        return attribute_chain(n.value if isinstance(n, ast.Subscript) else n)[0]
+    if isinstance(node, ast.Call):
+        func = node.func
+        if isinstance(func, ast.Attribute) and func.attr in _MUTATORS | _IN_PLACE and isinstance(
+                base(func.value), ast.Name) and base(func.value).id in free:
+            return True
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        return name in _IN_PLACE and any(isinstance(a, ast.Name) and a.id in free
+                                         for a in node.args)
+    targets = (node.targets if isinstance(node, (ast.Assign, ast.Delete)) else
+               [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else [])
+    return any(isinstance(t, (ast.Subscript, ast.Attribute)) and isinstance(base(t), ast.Name)
+               and base(t).id in free for t in targets)
+
+
 def _runs_on_data(fn, allowed: set, env: dict) -> bool:
     """A helper of the tests' (HumanEval+'s `assertion`, `is_floats`, `_poly`) that the trainer
     can run on the plain data the sandbox returns: every free name is the tests' own (their modules,
     constants, other such helpers), a safe builtin or an exception class; no import, global,
     yield or await, no private attribute, no `random` of numpy (unseeded), no call of a parameter
-    (a solution function passed in would not cross as data), and `is` only against None, True,
-    False or `...` (rebuilt values keep no other identity)."""
+    (a solution function passed in would not cross as data), `is` only against None, True,
+    False or `...` (rebuilt values keep no other identity); nothing outside it changed
+    (_changes_free), no draw, no iterator of the tests' consumed (it runs at every verdict)."""
     if fn.decorator_list or isinstance(fn, ast.AsyncFunctionDef):
         return False
     a = fn.args
@@ -4707,7 +4753,13 @@ def _runs_on_data(fn, allowed: set, env: dict) -> bool:
     free = _names(fn) - _locals(fn)
     if not free <= allowed:
         return False
+    if any(_is_generator_of_draws(v) or _is_generator_of_draws(getattr(v, "__self__", None))
+           or _is_generator_of_draws(getattr(getattr(v, "random", None), "__self__", None))
+           or isinstance(v, collections.abc.Iterator) for v in map(env.get, free)):
+        return False  # it would draw or consume at every verdict (the judge keeps the plan)
     for n in ast.walk(fn):
+        if _changes_free(n, free):
+            return False
         if isinstance(n, (ast.Import, ast.ImportFrom, ast.Global, ast.Nonlocal, ast.Yield,
                           ast.YieldFrom, ast.Await, ast.AsyncFunctionDef)):
             return False

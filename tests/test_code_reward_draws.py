@@ -40,11 +40,18 @@ CHECK_STATE = {  # name: (tests, the values an answer pytest passes returns, in 
                  "    assert f(1) == items.pop()\n"), [3, 2]),
     "iterator": (("def test_a():\n    it = map(abs, [-4, -5])\n    assert f(0) == next(it)\n"
                  "    assert f(1) == sum(it)\n"), [4, 5]),
+    "heappop": (("import heapq\n\ndef test_a():\n    h = [3, 1, 2]\n    heapq.heapify(h)\n"
+                 "    assert f(0) == heapq.heappop(h)\n    assert f(1) == heapq.heappop(h)\n"),
+                [1, 2]),
+    "deque": (("from collections import deque\n\ndef test_a():\n    q = deque([4, 5])\n"
+               "    assert f(0) == q.popleft()\n    assert f(1) == q.popleft()\n"), [4, 5]),
+    "islice": (("import itertools\n\ndef test_a():\n    it = map(abs, [-1, -2, -3])\n"
+                "    assert f(0) == list(itertools.islice(it, 2))\n    assert f(1) == list(it)\n"),
+               [[1, 2], [3]]),
+    "insort": (("import bisect\n\ndef test_a():\n    a = [1, 3]\n"
+                "    assert f(0) == [bisect.insort(a, 2), a]\n"), [[None, [1, 2, 3]]]),
     "numpy_draw": (("import numpy as np\n\ndef test_a():\n    np.random.seed(2)\n"
                    "    assert f(0) == np.random.randint(0, 100)\n"), None),
-    "helper_draws": (("import random\n\ndef draw():\n    return random.random()\n\n"
-                     "def test_a():\n    random.seed(5)\n    assert f(0) == draw()\n"),
-                     [_draws(5, 1, lambda r: r.random())[0]]),
 }
 
 
@@ -58,10 +65,10 @@ def _results(steps: list, values: list) -> list:
 
 @pytest.mark.parametrize("name", sorted(CHECK_STATE))
 def test_a_check_changing_the_tests_state_gives_one_verdict_at_every_verdict(name):
-    """`assert f(x) == random.random()`, `items.pop()`, `next(it)`, a helper that draws: the judge
+    """`assert f(x) == random.random()`, `items.pop()`, `heappop(h)`, `next(it)`: the judge
     evaluates a check once per verdict on the plan it keeps; each such call is made once, where
-    the statement stands (or from the plan's state as built), so the second answer of a group is
-    judged as the first. A wrong value fails every time."""
+    the statement stands, so the second answer of a group is judged as the first. A wrong value
+    fails every time."""
     tests, values = CHECK_STATE[name]
     if values is None:
         numpy = pytest.importorskip("numpy")
@@ -70,7 +77,7 @@ def test_a_check_changing_the_tests_state_gives_one_verdict_at_every_verdict(nam
     assert plan.harness is None
     steps = plan.units[0].steps
     assert _verdicts(tests, _results(steps, values)) == [True] * 3
-    assert _verdicts(tests, _results(steps, [v + 1 for v in values])) == [False] * 3
+    assert _verdicts(tests, _results(steps, [[v] for v in values])) == [False] * 3
 
 
 @pytest.mark.parametrize("tests", [
@@ -82,6 +89,40 @@ def test_a_change_of_state_on_some_paths_or_on_the_answers_values_is_pytests(tes
     cannot be made while planning: the harness runs that test."""
     plan = testplan.build_plan(tests)
     assert plan.harness is not None and "a change of the tests' own state" in plan.refusal
+
+
+HELPERS = {  # name: tests whose helper changes the tests' state, or draws, each time it runs
+    "adds_to_a_set": ("seen = set()\n\ndef record(x):\n    assert x not in seen\n"
+                      "    seen.add(x)\n\ndef test_a():\n    record(f(1))\n    record(f(2))\n"),
+    "appends_then_counted": ("calls = []\n\ndef verify(x, want):\n    calls.append(x)\n"
+                             "    assert x == want\n\ndef test_a():\n    verify(f(1), 1)\n"
+                             "    verify(f(2), 2)\n    assert len(calls) == 2\n"),
+    "counts_in_a_dict": ("counts = {}\n\ndef tally(x):\n    counts[x] = counts.get(x, 0) + 1\n"
+                         "    assert counts[x] == 1\n\ndef test_a():\n    tally(f(1))\n"
+                         "    tally(f(2))\n"),
+    "draws": ("import random\n\ndef noise():\n    return random.random()\n\n"
+              "def test_a():\n    random.seed(5)\n    assert abs(f(2) - 2 - noise()) < 1e-9\n"),
+}
+HELPER_ANSWERS = (
+    f"def f(i):\n    return i + {_draws(5, 1, lambda r: r.random())[0]!r}\n",
+    "def f(i):\n    return 1\n",
+    "def f(i):\n    return i\n",
+)
+
+
+@pytest.mark.parametrize("name", sorted(HELPERS))
+def test_a_helper_changing_the_tests_state_is_pytests(name):
+    """A helper of the tests' that adds to a set, appends to a list, counts in a dict or draws
+    would run at every verdict on the plan the judge keeps (the second answer of a group failing
+    where the first passed): pytest runs that test, the same answer scored twice gets pytest's
+    verdict twice; trusted_only refuses it."""
+    tests = HELPERS[name]
+    plan = testplan.build_plan(tests)
+    assert plan.harness is not None
+    wants = {a: verdict(HELPERS, HELPER_ANSWERS, name, a) for a in HELPER_ANSWERS}
+    assert set(wants.values()) == {0.0, 1.0}
+    for answer, want in wants.items():
+        assert [scores(block(answer), tests) for _ in range(2)] == [(want, 0.0)] * 2, answer
 
 
 R3, R4 = _draws(3, 3), _draws(4, 3)

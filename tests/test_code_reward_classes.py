@@ -1,0 +1,47 @@
+"""The code reward and the standard library's classes the tests pass to what the answer returned
+(`isinstance(r, types.GeneratorType)`, `assertIsInstance(r, collections.abc.Iterator)`): the child
+applies them, each class resolved before the solution is imported. Expected verdicts are the real
+pytest's (test_code_reward_round5)."""
+import pytest
+from test_code_reward_round5 import block, judged_as_pytest_says, scores
+
+from gmts.rewards import testplan
+
+CLASSES = {  # name: tests asking what kind of object the answer returned
+    "generator": ("import types\n\n\ndef test_a():\n"
+                  "    assert isinstance(g(3), types.GeneratorType)\n"
+                  "    assert list(g(3)) == [0, 1, 2]\n"),
+    "iterator": ("import collections\nimport unittest\n\n\nclass T(unittest.TestCase):\n"
+                 "    def test_a(self):\n"
+                 "        self.assertIsInstance(g(3), collections.abc.Iterator)\n"
+                 "        self.assertEqual(sum(g(4)), 6)\n"),
+    "from_import": ("from collections.abc import Iterable\nfrom types import GeneratorType\n\n\n"
+                    "def test_a():\n    assert isinstance(g(2), (GeneratorType, Iterable))\n"
+                    "    assert not isinstance(g(2), list)\n"),
+    "number": ("import numbers\n\n\ndef test_a():\n    assert isinstance(h(2), numbers.Number)\n"
+               "    assert not isinstance(h(2), numbers.Integral)\n"),
+}
+ANSWERS = (
+    "def g(n):\n    yield from range(n)\n\ndef h(x):\n    return x / 4\n",
+    "def g(n):\n    return list(range(n))\n\ndef h(x):\n    return x // 4\n",
+    "def g(n):\n    return iter(range(n))\n\ndef h(x):\n    return str(x / 4)\n",
+)
+
+
+@pytest.mark.parametrize("name", sorted(CLASSES))
+def test_a_standard_library_class_is_applied_in_the_child(name):
+    """A generator, an iterator and a list, a float, an int and a str: pytest's verdict in both
+    modes, the trainer judging the whole file."""
+    judged_as_pytest_says(CLASSES, ANSWERS, name)
+
+
+def test_the_class_is_the_one_before_the_solution_ran():
+    """An answer that rebinds `types.GeneratorType` to `list` at import and returns a list: the
+    class was resolved before, the check fails (pytest, whose module is the answer's too, passes
+    it)."""
+    forged = ("import types\ntypes.GeneratorType = list\n\n"
+              "def g(n):\n    return list(range(n))\n")
+    tests = "import types\n\n\ndef test_a():\n    assert isinstance(g(3), types.GeneratorType)\n"
+    assert testplan.build_plan(tests).harness is None
+    assert scores(block(forged), tests) == (0.0, 0.0)
+    assert scores(block(ANSWERS[0]), tests) == (1.0, 1.0)
