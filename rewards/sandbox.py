@@ -964,6 +964,7 @@ def run_python(solution: str, *, tests: str = "", entry_point: str | None = None
         if plan.harness is None:  # nothing pytest could run: not a pass
             return SandboxResult(False, False, False, run.returncode, run.seconds, run.stdout,
                                  run.stderr, **counts)
+        token = os.urandom(16).hex()  # a run of its own: a token of its own
         spec = {"solution": solution, "setup": setup or "", "units": [u.steps for u in plan.units],
                 "harness": {"source": pytest_source(plan, setup or ""), "token": token}}
         run = run_child(spec, **limits, parse=False)

@@ -947,7 +947,9 @@ def render(value) -> str:
             value.dtype.kind in "biufc"):  # a numpy scalar (`list(arr)`'s items): its dtype kept
         return (f"__gmts_builtins['__import__']('numpy').dtype({value.dtype.str!r})"
                 f".type({render(value.item())})")
-    path = stdlib_class(value) if kind is type or isinstance(value, type) else None
+    if isinstance(value, type) and getattr(builtins, value.__name__, None) is value:
+        return f"__gmts_builtins[{value.__name__!r}]"  # `t = int`: as before the solution ran
+    path = stdlib_class(value) if isinstance(value, type) else None
     if path is not None:  # resolved in the child before the solution runs (resolve_stdlib)
         return f"__gmts_classes[{path!r}]"
     raise Unconvertible(f"input of type {kind.__name__} cannot be sent as a literal")

@@ -7,7 +7,8 @@ from test_code_reward_round5 import block, judged_as_pytest_says, scores
 
 from gmts.rewards import testplan
 
-CLASSES = {  # name: tests asking what kind of object the answer returned
+CLASSES = {  # name: tests asking what kind of object the answer returned (a builtin class bound
+    # to a name of the tests' too)
     "generator": ("import types\n\n\ndef test_a():\n"
                   "    assert isinstance(g(3), types.GeneratorType)\n"
                   "    assert list(g(3)) == [0, 1, 2]\n"),
@@ -18,6 +19,8 @@ CLASSES = {  # name: tests asking what kind of object the answer returned
     "from_import": ("from collections.abc import Iterable\nfrom types import GeneratorType\n\n\n"
                     "def test_a():\n    assert isinstance(g(2), (GeneratorType, Iterable))\n"
                     "    assert not isinstance(g(2), list)\n"),
+    "builtins_bound": ("def test_a():\n    kinds = (int, float)\n"
+                       "    assert isinstance(h(2), kinds)\n"),
     "number": ("import numbers\n\n\ndef test_a():\n    assert isinstance(h(2), numbers.Number)\n"
                "    assert not isinstance(h(2), numbers.Integral)\n"),
 }
