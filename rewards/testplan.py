@@ -1309,9 +1309,6 @@ class Plan:
     # unittest.mock's mocks the tests make and configure, as data (rewards/mocks.py): ["new", id,
     # kind, {keyword: value}] and ["set", id, attribute path, value]
     mocks: list = field(default_factory=list)
-    # the plan's random generators (`random`'s, numpy's global functions') and their states once
-    # built: every verdict starts from them, whatever a check drew at the one before
-    states: tuple = ()
 
 
 def _names(node) -> set:
@@ -5305,14 +5302,11 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
     if trusted + untrusted == 0:
         # no test case at all (only helpers, imports, a docstring): zero judged is never a pass
         unjudged += 1
-    generators = [g for g in map(imports.generator, ("random", "numpy")) if g is not None]
     return Plan(units=units, harness=harness, trusted=trusted, untrusted=untrusted,
                 unjudged=unjudged,
                 harness_tests=tuple(dict.fromkeys(harness_tests)),
                 check_candidate=candidates[0] if candidates else None,
                 build_seconds=time.monotonic() - started,
-                states=tuple((g, g.getstate() if isinstance(g, random.Random) else g.get_state())
-                             for g in generators),
                 # the first cause, before the tests it drew to the harness (SHARES_STATE)
                 refusal=min(reasons, key=lambda r: SHARES_STATE in r)
                 if harness is not None and reasons else "",
@@ -5677,9 +5671,6 @@ def judge(plan: Plan, unit_results, session=None) -> bool | str:
     shared state (_moved): those are not judged here."""
     if not isinstance(unit_results, list) or len(unit_results) != len(plan.units):
         return False
-    for generator, state in plan.states:
-        (generator.setstate if isinstance(generator, random.Random) else generator.set_state)(
-            state)
     moved = False
     try:
         for i, (u, r) in enumerate(zip(plan.units, unit_results)):
