@@ -2511,14 +2511,18 @@ class _Unit:
         """A value of the tests' shared with later tests (a module-level list, a class attribute:
         module_level) changed here by a method (`self.log.append(1)`, `ITEMS.pop()`): the trainer
         makes the change while building the plan, but judges every check afterwards, so an
-        earlier test's check would read the changed value. Unconvertible: pytest's."""
+        earlier test's check would read the changed value. heapq's and bisect's functions too
+        (`heapq.heappush(H, 0)`), and a deque's methods. Unconvertible: pytest's."""
         shared = {id(self.env[n]) for n in self.module_level
                   if n in self.env and _is_mutable(self.env[n])} | set(self.mock_values)
-        for n in ast.walk(node):
-            if (shared and isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
-                    and n.func.attr in _MUTATORS and isinstance(n.func.value, ast.Name)
-                    and n.func.value.id in self.env
-                    and id(self.env[n.func.value.id]) in shared):
+        for n in ast.walk(node) if shared else ():
+            if not isinstance(n, ast.Call):
+                continue
+            changed = [n.func.value] if isinstance(n.func, ast.Attribute) and (
+                n.func.attr in _MUTATORS | _IN_PLACE) else []
+            changed += n.args[:1] if _last_name(n.func) in _IN_PLACE else []
+            if any(isinstance(c, ast.Name) and c.id in self.env and id(self.env[c.id]) in shared
+                   for c in changed):
                 raise Unconvertible("the tests change a value later tests share")
 
     def placeholders(self) -> set:
@@ -4943,6 +4947,10 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
             except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
                 pass
     env.update(_trainer_definitions(module.body, env))
+    if not EVERY_TEST <= to_harness and _draws_out_of_order(module.body, env):
+        plan = build_plan.__wrapped__(tests, entry_point, setup, functions, to_harness | EVERY_TEST)
+        plan.refusal = plan.refusal and OUT_OF_ORDER
+        return plan
     # the mocks' recipe and its mutable values (_Unit.mock_values); the modules the tests import
     recipe, mock_values, module_paths = [], {}, {}
     for stmt in module.body:
@@ -5101,7 +5109,27 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
                                 if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load))
     read_again = frozenset(n for n, k in reads.items() if k > 1)
     skipped = _skipped_classes(classes)
-    for stmt in module.body:
+    at = {id(s): i for i, s in enumerate(module.body)}  # file order, for the harness and reasons
+
+    def refuse(stmt, why):
+        reasons.append((at[id(stmt)], _reason(stmt, why)))
+
+    # as pytest: importing the module runs its own statements (a seed, a draw, a list built), then
+    # the tests run, in file order
+    literals, imported_all = set(env), False
+    for stmt in sorted(module.body, key=lambda s: not _module_statement(s, script_kinds)):
+        if not imported_all and not _module_statement(stmt, script_kinds):
+            # the module's constants as its statements left them (`L.append(2)` after `L = [1]`)
+            imported_all = True
+            for n in literals & _stored(ast.Module(body=script_stmts, type_ignores=[])):
+                if n in script.child:  # the solution was given it: the child's, one object
+                    shared.add(n)
+                    env.pop(n, None)
+                    for step in script.steps:  # kept in the child for every test
+                        if n in step.get("binds", ()):
+                            step["share"] = True
+                elif n in script.env:
+                    env[n] = script.env[n]
         # as pytest and unittest: not run, counted neither way (with the classes inheriting one)
         if _skipped(stmt) or isinstance(stmt, ast.ClassDef) and stmt.name in skipped:
             continue
@@ -5127,7 +5155,7 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
                 except (Unconvertible, ValueError, TypeError, SyntaxError, ArithmeticError,
                         LookupError, RecursionError) as e:
                     mocked = any(_uses_mock(classes[c]) for c in group)
-                    reasons.append(_reason(stmt, _mock_reason(e) if mocked else e))
+                    refuse(stmt, _mock_reason(e) if mocked else e)
             elif _is_test_class(stmt, classes):  # `class TestX:`, as the TestCase it would be
                 try:
                     if every or to_harness & set(group):
@@ -5140,14 +5168,14 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
                     trainer_parts[stmt.name] = [stmt]
                 except (Unconvertible, ValueError, TypeError, SyntaxError, ArithmeticError,
                         LookupError, RecursionError) as e:
-                    reasons.append(_reason(stmt, e))
+                    refuse(stmt, e)
                 finally:
                     classes[stmt.name] = stmt
         if isinstance(stmt, ast.ClassDef) and stmt.name in judged:
             continue
         if _is_test_class(stmt, classes):  # run by the harness, each method reported by name
             # why, where the class was not tried on its own (a base or subclass of the tests')
-            reasons.append(_reason(stmt, "a test class in a hierarchy of the tests' own classes"))
+            refuse(stmt, "a test class in a hierarchy of the tests' own classes")
             names, cases = _class_tests(stmt, env, classes)
             harness_tests += names
             untrusted += cases
@@ -5178,7 +5206,7 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
                 except (Unconvertible, ValueError, TypeError, SyntaxError, ArithmeticError,
                         LookupError,
                         RecursionError) as e:
-                    reasons.append(_reason(stmt, e))
+                    refuse(stmt, e)
                     script.__dict__.update(saved)
                     script.__dict__.pop("_placeholders", None)  # rebuilt from the steps kept
                     script_broken = True
@@ -5260,7 +5288,7 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
         except (Unconvertible, ValueError, TypeError, SyntaxError, ArithmeticError, LookupError,
                 RecursionError) as e:
             mocked = isinstance(stmt, ast.FunctionDef) and _uses_mock(stmt)
-            reasons.append(_reason(stmt, _mock_reason(e) if mocked else e))
+            refuse(stmt, _mock_reason(e) if mocked else e)
             # not judged here (ValueError & co.: a table the trainer could not evaluate): the
             # harness runs it
             untrusted += _count_cases(stmt) * (len(_safe_rows(stmt, env))
@@ -5277,6 +5305,8 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
                 # the harness must report it run (it cannot: never a pass)
                 harness_tests.append(stmt.name)
         kept.append((stmt, test))
+    kept.sort(key=lambda k: at[id(k[0])])
+    reasons = [r for _, r in sorted(reasons, key=lambda r: r[0])]
     across = _across_the_split(module.body, env, trainer_parts,
                                [stmt for stmt, test in kept if test])
     if across:  # judged here, these would not see (or make) the harness's changes: its too
@@ -5314,6 +5344,8 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
 
 
 SHARES_STATE = "module-level state shared with a test the harness runs"
+OUT_OF_ORDER = ("a decorator, a default or a class body draws from a random state the tests "
+                "seed, at import under pytest")
 # build_plan's to_harness for every test
 EVERY_TEST = frozenset({"*"})
 _IMMUTABLE = (int, float, complex, str, bytes, bool, type(None), range, type, type(math),
@@ -5380,6 +5412,49 @@ def _safe_rows(fn, env, method=False) -> list:
         return _param_rows(fn, env) or [{}]
     except Unconvertible:
         return [{}]
+
+
+def _draws_out_of_order(body: list, env: dict) -> bool:
+    """Does code pytest runs as it imports the module draw from a global random state the tests
+    seed, where the plan draws it at another time: a decorator's or a default's arguments
+    (`@pytest.mark.parametrize("x", [random.random()])`), a class body after a test (its tests
+    draw first here, after it under pytest)?"""
+    def draws(nodes) -> bool:
+        for n in (n for node in nodes for n in ast.walk(node)):
+            if isinstance(n, ast.Call):
+                base, attrs = attribute_chain(n.func)
+                value = env.get(base.id) if isinstance(base, ast.Name) else None
+                for attr in attrs:
+                    value = None if attr.startswith("_") else getattr(value, attr, None)
+                if _is_generator_of_draws(getattr(value, "__self__", None)):
+                    return True
+        return False
+
+    def headers(node) -> list:  # decorators and defaults of it and of the functions it holds
+        return [x for d in ast.walk(node)
+                if isinstance(d, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                for x in d.decorator_list + (d.args.defaults + [k for k in d.args.kw_defaults if k]
+                                             if not isinstance(d, ast.ClassDef) else d.bases)]
+    if not any(isinstance(n, ast.Call) and _last_name(n.func) == "seed"
+               for s in body for n in ast.walk(s)):
+        return False
+    tested = False  # a test function or class comes earlier in the file
+    for stmt in body:
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            if draws(headers(stmt)) or tested and isinstance(stmt, ast.ClassDef) and draws(
+                    b for b in stmt.body
+                    if not isinstance(b, (ast.FunctionDef, ast.AsyncFunctionDef))):
+                return True
+            tested = tested or stmt.name.startswith(("test", "Test")) or (
+                isinstance(stmt, ast.ClassDef) and bool(stmt.bases))
+    return False
+
+
+def _module_statement(stmt, kinds) -> bool:
+    """Is this one of the module's own statements (run as the module is imported, before any test):
+    an assert, an assignment, a call, a with block; not a definition, an import or a docstring."""
+    return isinstance(stmt, kinds) and not (isinstance(stmt, ast.Expr)
+                                            and isinstance(stmt.value, ast.Constant))
 
 
 def _is_test(stmt, entry_point) -> bool:
