@@ -5006,6 +5006,13 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
                       if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))
                       and s.name.startswith("test")}
     checks_called = bool(candidates) and check_def is not None
+    # a test function the tests name (`test_a.data = [1, 2]`, `helper = test_a`) but in a bare
+    # call that runs it (`test_a()`, under `if __name__ == "__main__":` too): pytest's, with what
+    # the module does to it
+    calls = {id(s.value.func) for s in module.body if _runs_tests(s, test_functions)}
+    named_tests = {n.id for s in module.body if not _is_main_guard(s) for n in ast.walk(s)
+                   if isinstance(n, ast.Name) and n.id in test_functions and id(n) not in calls}
+    foreign |= named_tests  # the tests' own functions, never the solution's
     script_kinds = (ast.Assert, ast.Assign, ast.AnnAssign, ast.Expr, ast.With)
     script_stmts = [s for s in module.body if isinstance(s, script_kinds)]
     # The module's own statements (MBPP's asserts, `lst = [3, 1, 2]; sort_in_place(lst); assert lst
@@ -5235,6 +5242,8 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
                 trusted += _count_cases(stmt) * len(candidates)
                 trainer_parts[stmt.name] = [stmt]
                 continue
+            if isinstance(stmt, ast.FunctionDef) and stmt.name in named_tests:
+                raise Unconvertible("a test function named by the tests")
             if isinstance(stmt, ast.FunctionDef) and stmt.name.startswith("test"):
                 fn = _iterators_as_lists(stmt)
                 if stmt.decorator_list and all(_is_patch(d) for d in stmt.decorator_list):

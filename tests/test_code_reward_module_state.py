@@ -164,3 +164,28 @@ def test_a_list_heapq_or_bisect_changes_in_place_is_pytests(name):
     for answer, want in wants.items():
         assert scores(block(answer), tests) == (want, 0.0), answer
     assert "the tests change a value later tests share" in testplan.build_plan(tests).refusal
+
+
+NAMED = {  # name: tests whose module does something with a test function
+    "attribute_set_after": "def test_a():\n    assert f(test_a.n) == 6\n\ntest_a.n = 3\n",
+    "aliased": "def test_a():\n    assert f(3) == 6\n\ncheck_it = test_a\n",
+    "called_by_a_test": ("def test_a():\n    assert f(3) == 6\n\n"
+                         "def test_b():\n    test_a()\n    assert f(1) == 2\n"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(NAMED))
+def test_a_test_function_the_module_names_is_pytests(name):
+    """A test function the module names (an attribute set on it, an alias, a call from another
+    test) is the tests' own function, never the solution's: pytest's verdict in the default mode
+    (the honest answer 0.0 before: the child had no such name), refused by trusted_only. A bare
+    `test_a()` after it, under `if __name__ == "__main__":` too, stays the trainer's."""
+    tests = NAMED[name]
+    wants = {a: verdict(NAMED, ANSWERS, name, a) for a in ANSWERS}
+    assert 0.0 in wants.values() and 1.0 in wants.values()
+    for answer, want in wants.items():
+        assert scores(block(answer), tests) == (want, 0.0), answer
+    assert "a test function named by the tests" in testplan.build_plan(tests).refusal
+    for runs in ("test_a()\n", 'if __name__ == "__main__":\n    test_a()\n'):
+        plan = testplan.build_plan("def test_a():\n    assert f(3) == 6\n\n" + runs)
+        assert plan.harness is None and plan.trusted == 1
