@@ -77,17 +77,24 @@ ANSWERS = (
 )
 
 
+def _judged(table: dict, name: str, trusted: bool) -> testplan.Plan:
+    """Each of ANSWERS scores pytest's verdict on the tests table[name] (some pass there, some
+    fail) in the default mode, and in trusted_only too (trusted) or 0.0 (refused); the plan."""
+    tests = table[name]
+    wants = {a: verdict(table, ANSWERS, name, a) for a in ANSWERS}
+    assert 0.0 in wants.values() and 1.0 in wants.values()
+    for answer, want in wants.items():
+        assert scores(block(answer), tests) == (want, want if trusted else 0.0), answer
+    return testplan.build_plan(tests)
+
+
 @pytest.mark.parametrize("name", sorted(AFTER_THE_TESTS))
 def test_module_statements_after_the_tests_run_first(name):
     """A seed or a draw after a test, a list grown or sorted by the answer after it, a list a
     test changes after the answer held it: each answer scores pytest's verdict in both modes, the
     trainer judging the whole file."""
-    tests = AFTER_THE_TESTS[name]
-    wants = {a: verdict(AFTER_THE_TESTS, ANSWERS, name, a) for a in ANSWERS}
-    assert 0.0 in wants.values() and 1.0 in wants.values()
-    for answer, want in wants.items():
-        assert scores(block(answer), tests) == (want, want), answer
-    assert testplan.build_plan(tests).harness is None
+    plan = _judged(AFTER_THE_TESTS, name, trusted=True)
+    assert plan.harness is None
 
 
 AT_IMPORT = {  # name: tests where a decorator or a class body draws as pytest imports them
@@ -113,12 +120,7 @@ def test_a_draw_made_at_import_leaves_the_file_to_pytest(name):
     """A draw in a decorator, a default or a class body after a test, in a file that seeds: pytest
     makes it at import, before any test's; the default mode runs the whole file under pytest (its
     verdict), trusted_only refuses, saying why."""
-    tests = AT_IMPORT[name]
-    wants = {a: verdict(AT_IMPORT, ANSWERS, name, a) for a in ANSWERS}
-    assert 0.0 in wants.values() and 1.0 in wants.values()
-    for answer, want in wants.items():
-        assert scores(block(answer), tests) == (want, 0.0), answer
-    plan = testplan.build_plan(tests)
+    plan = _judged(AT_IMPORT, name, trusted=False)
     assert plan.units == [] and plan.refusal == testplan.OUT_OF_ORDER
 
 
@@ -158,12 +160,8 @@ def test_a_list_heapq_or_bisect_changes_in_place_is_pytests(name):
     """heapq's and bisect's functions change a module-level list or a class attribute in place,
     as `append` does: an earlier test's check, judged after the plan is built, would read the
     changed list. pytest's verdict in the default mode, refused by trusted_only."""
-    tests = CHANGED_IN_PLACE[name]
-    wants = {a: verdict(CHANGED_IN_PLACE, ANSWERS, name, a) for a in ANSWERS}
-    assert 0.0 in wants.values() and 1.0 in wants.values()
-    for answer, want in wants.items():
-        assert scores(block(answer), tests) == (want, 0.0), answer
-    assert "the tests change a value later tests share" in testplan.build_plan(tests).refusal
+    plan = _judged(CHANGED_IN_PLACE, name, trusted=False)
+    assert "the tests change a value later tests share" in plan.refusal
 
 
 NAMED = {  # name: tests whose module does something with a test function
@@ -180,12 +178,8 @@ def test_a_test_function_the_module_names_is_pytests(name):
     test) is the tests' own function, never the solution's: pytest's verdict in the default mode
     (the honest answer 0.0 before: the child had no such name), refused by trusted_only. A bare
     `test_a()` after it, under `if __name__ == "__main__":` too, stays the trainer's."""
-    tests = NAMED[name]
-    wants = {a: verdict(NAMED, ANSWERS, name, a) for a in ANSWERS}
-    assert 0.0 in wants.values() and 1.0 in wants.values()
-    for answer, want in wants.items():
-        assert scores(block(answer), tests) == (want, 0.0), answer
-    assert "a test function named by the tests" in testplan.build_plan(tests).refusal
+    plan = _judged(NAMED, name, trusted=False)
+    assert "a test function named by the tests" in plan.refusal
     for runs in ("test_a()\n", 'if __name__ == "__main__":\n    test_a()\n'):
         plan = testplan.build_plan("def test_a():\n    assert f(3) == 6\n\n" + runs)
         assert plan.harness is None and plan.trusted == 1
