@@ -5439,11 +5439,16 @@ def _draws_out_of_order(body: list, env: dict) -> bool:
                     return True
         return False
 
-    def headers(node) -> list:  # decorators and defaults of it and of the functions it holds
-        return [x for d in ast.walk(node)
-                if isinstance(d, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
-                for x in d.decorator_list + (d.args.defaults + [k for k in d.args.kw_defaults if k]
-                                             if not isinstance(d, ast.ClassDef) else d.bases)]
+    def headers(node) -> list:
+        """What runs as the definition runs: decorators, defaults; a class's bases and its
+        methods' headers (not what runs when a function is called)."""
+        if not isinstance(node, ast.ClassDef):
+            return node.decorator_list + node.args.defaults + [
+                k for k in node.args.kw_defaults if k]
+        return node.decorator_list + node.bases + [k.value for k in node.keywords] + [
+            x for b in node.body
+            if isinstance(b, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+            for x in headers(b)]
     if not any(isinstance(n, ast.Call) and _last_name(n.func) == "seed"
                for s in body for n in ast.walk(s)):
         return False
