@@ -2513,8 +2513,9 @@ class _Unit:
         makes the change while building the plan, but judges every check afterwards, so an
         earlier test's check would read the changed value. heapq's and bisect's functions too
         (`heapq.heappush(H, 0)`), and a deque's methods. Unconvertible: pytest's."""
-        shared = {id(self.env[n]) for n in self.module_level
-                  if n in self.env and _is_mutable(self.env[n])} | set(self.mock_values)
+        shared = {id(self.env[n]) for n in self.module_level if n in self.env and (
+            _is_mutable(self.env[n]) or isinstance(self.env[n], (collections.deque, bytearray)))}
+        shared |= set(self.mock_values)
         for n in ast.walk(node) if shared else ():
             if not isinstance(n, ast.Call):
                 continue

@@ -152,14 +152,20 @@ CHANGED_IN_PLACE = {  # name: tests where a test changes a list later tests (and
                         "        self.assertEqual(f(2), 2 * len(self.H))\n\n"
                         "    def test_b(self):\n        heapq.heappush(self.H, 0)\n"
                         "        self.assertEqual(f(0), self.H[0])\n"),
+    "deque_attribute": ("from collections import deque\nimport unittest\n\n"
+                        "class T(unittest.TestCase):\n    Q = deque([1, 5])\n\n"
+                        "    def test_a(self):\n        self.assertEqual(f(2), 2 * len(self.Q))\n\n"
+                        "    def test_b(self):\n        self.Q.appendleft(0)\n"
+                        "        self.assertEqual(f(0), self.Q[0])\n"),
 }
 
 
 @pytest.mark.parametrize("name", sorted(CHANGED_IN_PLACE))
 def test_a_list_heapq_or_bisect_changes_in_place_is_pytests(name):
     """heapq's and bisect's functions change a module-level list or a class attribute in place,
-    as `append` does: an earlier test's check, judged after the plan is built, would read the
-    changed list. pytest's verdict in the default mode, refused by trusted_only."""
+    as `append` does, and a deque's methods a deque: an earlier test's check, judged after the
+    plan is built, would read the changed value. pytest's verdict in the default mode, refused by
+    trusted_only."""
     plan = _judged(CHANGED_IN_PLACE, name, trusted=False)
     assert "the tests change a value later tests share" in plan.refusal
 
