@@ -1582,18 +1582,8 @@ class _Unit:
 
     def named(self, node):
         """What a name of the tests' holds, or a chain of public attributes of modules from one
-        (`np.testing.assert_allclose`; the plan's `random` too: `random.seed`); None for anything
-        else."""
-        base, attrs = attribute_chain(node)
-        if not isinstance(base, ast.Name) or base.id not in self.env or any(
-                a.startswith("_") for a in attrs):
-            return None
-        value = self.env[base.id]
-        for attr in attrs:
-            if not isinstance(value, type(math)) and value is not self.imports.get("random"):
-                return None
-            value = getattr(value, attr, None)
-        return value
+        (_named)."""
+        return _named(node, self.env, self.imports)
 
     def exception_classes(self, node) -> list | None:
         """The classes `node` names (one, or a tuple of them), each a builtin exception class
@@ -4948,7 +4938,7 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
             except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
                 pass
     env.update(_trainer_definitions(module.body, env))
-    if not EVERY_TEST <= to_harness and _draws_out_of_order(module.body, env):
+    if not EVERY_TEST <= to_harness and _draws_out_of_order(module.body, env, imports):
         plan = build_plan.__wrapped__(tests, entry_point, setup, functions, to_harness | EVERY_TEST)
         plan.refusal = plan.refusal and OUT_OF_ORDER
         return plan
@@ -5424,21 +5414,31 @@ def _safe_rows(fn, env, method=False) -> list:
         return [{}]
 
 
-def _draws_out_of_order(body: list, env: dict) -> bool:
+def _named(node, env: dict, imports: dict):
+    """What a name of the tests' holds, or a chain of public attributes of modules from one
+    (`np.testing.assert_allclose`; the plan's `random` too: `random.seed`); None for anything
+    else."""
+    base, attrs = attribute_chain(node)
+    if not isinstance(base, ast.Name) or base.id not in env or any(
+            a.startswith("_") for a in attrs):
+        return None
+    value = env[base.id]
+    for attr in attrs:
+        if not isinstance(value, type(math)) and value is not imports.get("random"):
+            return None
+        value = getattr(value, attr, None)
+    return value
+
+
+def _draws_out_of_order(body: list, env: dict, imports: dict) -> bool:
     """Does code pytest runs as it imports the module draw from a global random state the tests
     seed, where the plan draws it at another time: a decorator's or a default's arguments
     (`@pytest.mark.parametrize("x", [random.random()])`), a class body after a test (its tests
     draw first here, after it under pytest)?"""
     def draws(nodes) -> bool:
-        for n in (n for node in nodes for n in ast.walk(node)):
-            if isinstance(n, ast.Call):
-                base, attrs = attribute_chain(n.func)
-                value = env.get(base.id) if isinstance(base, ast.Name) else None
-                for attr in attrs:
-                    value = None if attr.startswith("_") else getattr(value, attr, None)
-                if _is_generator_of_draws(getattr(value, "__self__", None)):
-                    return True
-        return False
+        return any(isinstance(n, ast.Call) and _is_generator_of_draws(
+            getattr(_named(n.func, env, imports), "__self__", None))
+            for node in nodes for n in ast.walk(node))
 
     def headers(node) -> list:
         """What runs as the definition runs: decorators, defaults; a class's bases and its
