@@ -92,6 +92,8 @@ PLAIN_ATTRS = frozenset(a for t in (int, float, complex, str, bytes, bytearray, 
                                     datetime.date, datetime.datetime, datetime.time,
                                     datetime.timedelta)
                         for a in dir(t) if not a.startswith("_")) | {"name", "value"}
+# what a test reads of a returned value's type (`type(r).__name__`): strings (_Unit.type_name)
+TYPE_NAMES = frozenset(("__name__", "__qualname__", "__module__"))
 # the modules C code (and the libraries' own code) imports on first use in a check's frame:
 # numpy's and pandas' helpers, datetime.strptime's `_strptime` and what it reads
 LATE_IMPORTS = frozenset("""numpy pandas dateutil pytz zoneinfo _strptime time locale calendar
@@ -311,7 +313,23 @@ class _Pytest:
 # The test's expression runs here over values the solution chose, so the solution sets its cost (`3
 # ** f(x)`, `math.gcd` of two huge ints, `sum(lists, [])`): verdicts are made in helper processes
 # under a deadline and a memory limit (rewards/_judge.py), not here.
-_PARENT_GLOBALS = {"__builtins__": _SAFE_BUILTINS, **MODULES, "pytest": _Pytest}
+# `n += v` as the trainer computes it (_Unit.augmented): operator's in-place function, so a list
+# is extended in place and an int rebound, as Python does
+AUGMENTED = "__gmts_augmented"
+_AUGMENTED_OPS = {ast.Add: "iadd", ast.Sub: "isub", ast.Mult: "imul", ast.Div: "itruediv",
+                  ast.FloorDiv: "ifloordiv", ast.Mod: "imod", ast.Pow: "ipow",
+                  ast.LShift: "ilshift", ast.RShift: "irshift", ast.BitOr: "ior",
+                  ast.BitXor: "ixor", ast.BitAnd: "iand", ast.MatMult: "imatmul"}
+
+
+def _augmented(op: str, target, value):
+    return getattr(operator, op)(target, value)
+
+
+_PARENT_GLOBALS = {"__builtins__": _SAFE_BUILTINS, **MODULES, "pytest": _Pytest,
+                   AUGMENTED: _augmented}
+
+
 def _scope(names: dict) -> dict:
     """Globals for evaluating a test's expression here: the names also as globals, so that a
     comprehension or generator in it sees them (`''.join(choice(letters) for _ in range(n))`)."""
@@ -1082,6 +1100,11 @@ def _is_mutable(value) -> bool:
     if type(value) in (tuple, frozenset):
         return any(_is_mutable(v) for v in value)
     return False
+
+
+def _changeable(value) -> bool:
+    """Could the tests change the value in place (_is_mutable, a deque, a bytearray)?"""
+    return _is_mutable(value) or isinstance(value, (collections.deque, bytearray))
 
 
 def _more_items_than(value, limit: int) -> bool:
@@ -1856,6 +1879,8 @@ class _Unit:
         def element(e) -> bool:
             if isinstance(e, ast.Name):
                 return e.id == name
+            if self.type_of(e) is not None:  # `type(n).__name__`: read through the real `type`
+                return element(self.type_of(e))
             if isinstance(e, ast.Attribute):
                 return not e.attr.startswith("_") and element(e.value)
             if isinstance(e, ast.Subscript):
@@ -1889,14 +1914,28 @@ class _Unit:
         parts = [node.key, node.value] if isinstance(node, ast.DictComp) else [node.elt]
         if not all(element(e) for e in parts) or not all(condition(c) for c in loop.ifs):
             return None
-        parts = [ast.unparse(self._inline_builtins(copy.deepcopy(e))) for e in parts]
+        parts = [ast.unparse(self._inline_builtins(self.real_type(e))) for e in parts]
         loop_source = f"for {name} in {self.child_source(loop.iter)}" + "".join(
-            f" if {ast.unparse(self._inline_builtins(copy.deepcopy(c)))}" for c in loop.ifs)
+            f" if {ast.unparse(self._inline_builtins(self.real_type(c)))}" for c in loop.ifs)
         if isinstance(node, ast.DictComp):
             return f"{{{parts[0]}: {parts[1]} {loop_source}}}"
         if isinstance(node, ast.SetComp):
             return f"{{{parts[0]} {loop_source}}}"
         return f"[{parts[0]} {loop_source}]"
+
+    def real_type(self, node):
+        """A copy of `node` with each `x.__class__.__name__` read as `type(x).__name__`."""
+        unit = self
+
+        class Real(ast.NodeTransformer):
+            def visit_Attribute(self, n):
+                of = unit.type_of(n)
+                if of is None:
+                    return self.generic_visit(n)
+                call = ast.Call(func=ast.Name(id="type", ctx=ast.Load()), args=[self.visit(of)],
+                                keywords=[])
+                return ast.Attribute(value=call, attr=n.attr, ctx=ast.Load())
+        return Real().visit(copy.deepcopy(node))
 
     @staticmethod
     def _inline_builtins(node):
@@ -2230,6 +2269,28 @@ class _Unit:
         name = next((n for n, m in self.imports.items() if m is value and n != "random"), None)
         return name if name is not None and isinstance(value, type(math)) else None
 
+    def type_name(self, node) -> str | None:
+        """`type(x).__name__`, `x.__class__.__qualname__` (and `__module__`) of a value of the
+        child's: the child's source reading it through the real `type` (a `__class__` the answer
+        defines decides nothing), whose string crosses as data; else None."""
+        of = self.type_of(node)
+        if of is None or not (self.uses_child(of) and self.child_evaluable(of)):
+            return None
+        return f"__gmts_builtins['type']({self.child_source(of)}).{node.attr}"
+
+    def type_of(self, node):
+        """`x` of `type(x).__name__` or `x.__class__.__name__` (a name of TYPE_NAMES); else None."""
+        if not (isinstance(node, ast.Attribute) and node.attr in TYPE_NAMES):
+            return None
+        owner = node.value
+        if (isinstance(owner, ast.Call) and self.is_builtin(owner.func) and owner.func.id == "type"
+                and len(owner.args) == 1 and not owner.keywords
+                and not isinstance(owner.args[0], ast.Starred)):
+            return owner.args[0]
+        if isinstance(owner, ast.Attribute) and owner.attr == "__class__":
+            return owner.value
+        return None
+
     def fetch(self, node, attrs=(), iterate=False):
         """A child value (then `attrs` read from it while it is a solution object): a step, and a
         placeholder."""
@@ -2254,6 +2315,9 @@ class _Unit:
         would call many times is not."""
         if not self.uses_child(node):
             return node
+        source = None if bound else self.type_name(node)
+        if source is not None:  # `type(f(3)).__name__`: the string the child's value names
+            return self.placeholder({"eval": source})
         if self.is_child_value(node):
             if bound and not (isinstance(node, ast.Name) and node.id not in bound):
                 raise Unconvertible("a call of the solution's inside a lambda or comprehension")
@@ -2372,7 +2436,7 @@ class _Unit:
         for n in ast.walk(node):
             if isinstance(n, ast.Name) and not (
                     n.id in self.env or n.id in self.deferred or n.id in SAFE_NAMES
-                    or n.id in MODULES or n.id == "pytest" or n.id in placeholders
+                    or n.id in MODULES or n.id in ("pytest", AUGMENTED) or n.id in placeholders
                     or n.id in bound):
                 raise Unconvertible(f"name {n.id!r} cannot be evaluated by the trainer")
             if isinstance(n, ast.Attribute) and n.attr.startswith("_") and not (
@@ -2460,6 +2524,7 @@ class _Unit:
                 raise Unconvertible(f"{ast.unparse(n)[:60]}: a change of the tests' own state "
                                     f"{why}")
             name = f"__gmts_now{next(self.made)}"
+            self.before_change(n)  # `items.pop()`: what the checks before it read stays
             self.env[name] = self.parent_eval(n)
             return ast.Name(name, ast.Load())
 
@@ -2497,24 +2562,44 @@ class _Unit:
             raise Unconvertible(f"the trainer could not evaluate {ast.unparse(node)[:60]}: "
                                 f"{e}") from None
 
-    def keeps_shared(self, node):
-        """A value of the tests' shared with later tests (a module-level list, a class attribute:
-        module_level) changed here by a method (`self.log.append(1)`, `ITEMS.pop()`): the trainer
-        makes the change while building the plan, but judges every check afterwards, so an
-        earlier test's check would read the changed value. heapq's and bisect's functions too
-        (`heapq.heappush(H, 0)`), and a deque's methods. Unconvertible: pytest's."""
-        shared = {id(self.env[n]) for n in self.module_level if n in self.env and (
-            _is_mutable(self.env[n]) or isinstance(self.env[n], (collections.deque, bytearray)))}
-        shared |= set(self.mock_values)
-        for n in ast.walk(node) if shared else ():
+    def changed_in_place(self, node) -> set:
+        """The names of the unit's values that a call in `node` changes in place: a method of
+        _MUTATORS or _IN_PLACE on a name (`L.append(1)`, `Q.appendleft(0)`), the first argument
+        of heapq's and bisect's functions (`heapq.heappush(H, 0)`), the target of `n += v`
+        (AUGMENTED)."""
+        out = set()
+        for n in ast.walk(node):
             if not isinstance(n, ast.Call):
                 continue
             changed = [n.func.value] if isinstance(n.func, ast.Attribute) and (
                 n.func.attr in _MUTATORS | _IN_PLACE) else []
             changed += n.args[:1] if _last_name(n.func) in _IN_PLACE else []
-            if any(isinstance(c, ast.Name) and c.id in self.env and id(self.env[c.id]) in shared
-                   for c in changed):
-                raise Unconvertible("the tests change a value later tests share")
+            changed += n.args[1:2] if _last_name(n.func) == AUGMENTED else []
+            out |= {c.id for c in changed if isinstance(c, ast.Name) and c.id in self.env}
+        return out
+
+    def before_change(self, node):
+        """Before the trainer makes the tests' own in-place change (`L.append(2)`, `L += [2]`)
+        while building the plan. A value shared with later tests (a module-level list, a class
+        attribute: module_level): every check is judged afterwards, so an earlier test's check
+        would read the changed value: Unconvertible, pytest's. A value of this test's that a
+        check or step made before holds: the unit's mutable values are copied first (one memo:
+        `M = L` still sees the change), the earlier ones keep what they read."""
+        changed = self.changed_in_place(node)
+        if not changed:
+            return
+        shared = {id(self.env[n]) for n in self.module_level
+                  if n in self.env and _changeable(self.env[n])}
+        if any(id(self.env[n]) in shared or id(self.env[n]) in self.mock_values for n in changed):
+            raise Unconvertible("the tests change a value later tests share")
+        made = (len(self.checks), len(self.steps))
+        if self.__dict__.get("_copied") != made:
+            self._copied, memo = made, {}
+            # a value configuring a mock (or inside one) is the run's one object: not copied
+            mocked = {i for e in self.mock_values.values() for i in (id(e[1]), *e[3])}
+            for k, v in self.env.items():
+                if _changeable(v) and not ({id(v)} | _inner_ids(v)) & mocked:
+                    self.env[k] = copy.deepcopy(v, memo)
 
     def placeholders(self) -> set:
         """The names of the eval steps' values (`__rN`), kept as steps are added (a loop of
@@ -2643,6 +2728,8 @@ class _Unit:
             if len(targets) != 1:
                 raise Unconvertible("chained assignment")
             self.assign(targets[0], stmt.value)
+        elif isinstance(stmt, ast.AugAssign):
+            self.augmented(stmt)
         elif isinstance(stmt, ast.For):
             self.unroll(stmt)
         elif isinstance(stmt, ast.Expr):
@@ -2680,7 +2767,7 @@ class _Unit:
                 self.steps.append({"run": write})
                 return
             if not self.uses_child(stmt.value):  # the tests' own work: `coeffs.append(c)`, here
-                self.keeps_shared(stmt.value)
+                self.before_change(stmt.value)
                 self.parent_eval(stmt.value)
                 return
             if not (self.is_child_value(stmt.value) or self.applies_builtin(stmt.value)):
@@ -3388,7 +3475,7 @@ class _Unit:
                                    and not self.deferred & _names(value)):
             # inputs: computed here now
             if given is _UNSET:
-                self.keeps_shared(value)
+                self.before_change(value)
             result = given if given is not _UNSET else self.parent_eval(value)
             forget()
             self.env.update(_unpack(target, result))
@@ -3414,6 +3501,26 @@ class _Unit:
             forget()
             self.checks.append(Check("bind", expr=expr, env=env, names=tuple(names)))
             self.deferred.update(names)
+
+    def augmented(self, stmt):
+        """`n += v` (any operator) on a name: run as written in the child where n is the child's,
+        else `n = __gmts_augmented("iadd", n, v)` (operator's in-place function: a list extended
+        in place, an int rebound, as Python runs it)."""
+        if not isinstance(stmt.target, ast.Name):
+            raise Unconvertible("an augmented assignment to something other than a name")
+        name = stmt.target.id
+        if name in self.child:
+            if not self.child_evaluable(stmt.value):
+                raise Unconvertible("an augmented assignment of the child's from the trainer's")
+            share = {"share": True} if name in self.module_level else {}
+            self.steps.append({"run": ast.unparse(ast.AugAssign(
+                target=stmt.target, op=stmt.op, value=ast.parse(
+                    self.child_source(stmt.value), mode="eval").body)), "binds": [name], **share})
+            return
+        self.assign(ast.Name(id=name, ctx=ast.Store()), ast.Call(
+            func=ast.Name(id=AUGMENTED, ctx=ast.Load()), keywords=[], args=[
+                ast.Constant(value=_AUGMENTED_OPS[type(stmt.op)]),
+                ast.Name(id=name, ctx=ast.Load()), stmt.value]))
 
     def check_identity(self, test):
         """`is` between two values the trainer rebuilds separately is meaningless (`result is not
@@ -4167,11 +4274,14 @@ class _CaseClass:
             raise Unconvertible(f"the signature of {method}")
         effects = _side_effect_functions(member)  # lambdas and local defs a mock runs
         # (a lambda elsewhere, `sorted(r, key=lambda p: p[0])`: an expression, as in a test
-        # function; its parameters may not be the method's locals, below)
+        # function; its parameters are its own inside it, Rename below)
         if any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef,
-                              ast.Global, ast.Nonlocal, ast.Yield, ast.YieldFrom))
+                              ast.Nonlocal, ast.Yield, ast.YieldFrom))
                and id(n) not in effects for b in member.body for n in ast.walk(b)):
             raise Unconvertible(f"{method} defines, yields or catches")
+        # `global N`: N is the module's, not renamed; its binding every later test's (the unit)
+        declared = {x for b in member.body for n in ast.walk(b) if isinstance(n, ast.Global)
+                    and id(n) not in effects for x in n.names}
         returns = [n for b in member.body for n in ast.walk(b) if isinstance(n, ast.Return)
                    and id(n) not in effects]
         test = depth == 0 and method not in _HOOKS  # its `return` ends the test (_TEST_ENDS)
@@ -4182,12 +4292,9 @@ class _CaseClass:
         self.counter[0] += 1
         prefix = f"__h{self.counter[0]}_"
         params = [x.arg for x in a.args[1:]]
-        local = (set(params) | _stored(member)) - {self.mode}
-        if local & {x.arg for n in ast.walk(member) if isinstance(n, ast.Lambda) or (
-                        n is not member and isinstance(n, ast.FunctionDef))
-                    for x in n.args.posonlyargs + n.args.args + n.args.kwonlyargs
-                    + [n.args.vararg, n.args.kwarg] if x}:
-            raise Unconvertible("a local name also a lambda's parameter")  # renamed: one only
+        if declared & {*params, self.mode}:
+            raise Unconvertible(f"a parameter of {method} declared global")
+        local = (set(params) | _stored(member)) - {self.mode} - declared
         given = dict(zip(params, args, strict=False))
         if len(args) > len(params):
             raise Unconvertible(f"too many arguments to {method}")
@@ -4205,15 +4312,34 @@ class _CaseClass:
                                       value=copy.deepcopy(value), lineno=0))
 
         class Rename(ast.NodeTransformer):
+            hidden = frozenset()  # inside a lambda or local def: its parameters, not renamed
+
             def visit_Name(self, node):
-                if node.id in local:
+                if node.id in local and node.id not in self.hidden:
                     node.id = prefix + node.id
                 return node
 
             def visit_ExceptHandler(self, node):  # `except E as e`: e is a local name too
-                if node.name in local:
+                if node.name in local and node.name not in self.hidden:
                     node.name = prefix + node.name
                 return self.generic_visit(node)
+
+            def visit_Lambda(self, node):  # `lambda x: x + 1` beside a local x: the parameter
+                a = node.args  # defaults are read where the lambda is made
+                a.defaults = [self.visit(d) for d in a.defaults]
+                a.kw_defaults = [d and self.visit(d) for d in a.kw_defaults]
+                if isinstance(node, ast.FunctionDef):
+                    node.decorator_list = [self.visit(d) for d in node.decorator_list]
+                outer = self.hidden
+                self.hidden = outer | {x.arg for x in (*a.posonlyargs, *a.args, *a.kwonlyargs,
+                                                       a.vararg, a.kwarg) if x}
+                if isinstance(node, ast.Lambda):
+                    node.body = self.visit(node.body)
+                else:
+                    node.body = [self.visit(b) for b in node.body]
+                self.hidden = outer
+                return node
+            visit_FunctionDef = visit_Lambda
         body = [Rename().visit(copy.deepcopy(b)) for b in member.body]
         if returns:
             value = body[-1].value or ast.Constant(value=None)
@@ -5042,9 +5168,10 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
                 posonlyargs=[], args=[ast.arg(arg=f) for f in fixtures], kwonlyargs=[],
                 kw_defaults=[], defaults=[]), body=body, decorator_list=[], lineno=0))
             body = fn.body
-            local = _stored(fn) | _bound_inside(fn)
+            declared = {x for n in ast.walk(fn) if isinstance(n, ast.Global) for x in n.names}
+            local = _stored(fn) - declared | _bound_inside(fn)
             unshared = {k: v for k, v in local_env.items() if k not in local_shared}
-            level = set(unshared) - local | touched
+            level = set(unshared) - local | touched | declared
             u = _Unit(unshared, (child_names(fn) - set(local_env)) | (local_shared & _names(fn))
                       - local - touched, prelude, modules, imports, functions, level,
                       setup_names)
@@ -5062,16 +5189,18 @@ def build_plan(tests: str, entry_point: str | None = None, setup: str = "",
             for b in body[cut + 1:]:  # tearDown: it runs whether the test returned or not
                 u.statement(b)
             u.mocks_in_order()
-            for n in touched:  # what setUpClass gave the class: every later test's
-                if isinstance(u.env.get(n), MockRef):
+            for n in touched | declared:  # what setUpClass gave the class, a test's globals:
+                if isinstance(u.env.get(n), MockRef):  # every later test's
                     raise Unconvertible("unittest.mock: a mock shared by a class's tests")
                 if n in u.child:
                     local_shared.add(n)
                     local_env.pop(n, None)
                 elif n in u.env:
                     local_env[n] = u.env[n]
+                    local_shared.discard(n)
                 elif n in u.deferred:
-                    raise Unconvertible("a class attribute computed from the solution's results")
+                    raise Unconvertible("a class attribute or global computed from the "
+                                        "solution's results")
             local_shared.update(n for n in level if n not in u.env and n in u.child)
             if u.steps or u.checks:  # setUpClass computing only here: no unit of its own
                 out.append(u.finished(name))
@@ -5689,6 +5818,9 @@ def judge_unit(unit: Unit, results, handles=(), given=frozenset(), mock_values=(
         return False
     raises_steps = {c.step for c in unit.checks if c.kind == "raises"}
     values = _Values()
+    # `acc += v` judged here changes its operand in place: the plan's values stay as built, this
+    # verdict's copies (one memo: names bound to one value still share it)
+    copies = {} if any(AUGMENTED in getattr(c.expr, "co_names", ()) for c in unit.checks) else None
     for i, result in enumerate(results):
         if not isinstance(result, dict):
             return False
@@ -5727,6 +5859,8 @@ def judge_unit(unit: Unit, results, handles=(), given=frozenset(), mock_values=(
             continue
         env = {k: handles[v.id] if isinstance(v, MockRef) else mock_values[v.id] if isinstance(
             v, ValueRef) else v for k, v in check.env.items()} if handles else check.env
+        if copies is not None:
+            env = {k: copy.deepcopy(v, copies) if _changeable(v) else v for k, v in env.items()}
         scope = _Values({**env, **values})
         scope.failed = values.failed
         result = eval(check.expr, _scope(scope), scope)

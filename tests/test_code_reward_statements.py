@@ -1,0 +1,107 @@
+"""The code reward and the tests' own statements as Python runs them: a lambda's parameter beside
+a TestCase method's local of the same name (the trainer renames a method's locals when it inlines
+it; the parameter is the lambda's own inside it, its defaults read where it is made), `n += v`
+(operator's in-place function: a list extended in place, an int rebound), a value of the test's
+changed in place after a check read it (the check keeps what it read), `global N` in a TestCase
+method. Expected verdicts are the real pytest's (test_code_reward_round5)."""
+import pytest
+from test_code_reward_round5 import block, judged_as_pytest_says, scores
+
+_CASE = "import unittest\n\n\nclass T(unittest.TestCase):\n"
+SCOPES = {  # name: tests where a lambda's parameter is also a local name of the method
+    "beside_a_local": (_CASE + "    def test_a(self):\n        x = 3\n"
+                       "        g = lambda x: x + 1\n"
+                       "        self.assertEqual(f(g(2)), [3, 2, 1])\n"
+                       "        self.assertEqual(x, 3)\n"),
+    "given_to_the_answer": (_CASE + "    def test_a(self):\n        x = 3\n"
+                            "        self.assertEqual(f(x, key=lambda x: -x), [3, 2, 1])\n"),
+    "a_default_of_the_local": (_CASE + "    def test_a(self):\n        x = 2\n"
+                               "        g = lambda y, x=x: y + x\n"
+                               "        self.assertEqual(f(g(1)), [3, 2, 1])\n"),
+    "a_closure_beside_it": (_CASE + "    def test_a(self):\n        k, x = 1, 0\n"
+                            "        g = lambda x: x + k\n"
+                            "        self.assertEqual(f(g(2) + x), [3, 2, 1])\n"),
+    "in_a_helper_method": (_CASE + "    def check(self, n):\n        twice = lambda n: n * 2\n"
+                           "        self.assertEqual(f(twice(n) - n), list(range(n, 0, -1)))\n\n"
+                           "    def test_a(self):\n        self.check(3)\n        self.check(1)\n"),
+    "a_sort_key": (_CASE + "    def test_a(self):\n        p = 0\n"
+                   "        r = sorted([(1, 'b'), (0, 'a')], key=lambda p: p[0])\n"
+                   "        self.assertEqual(f(3 + p), [3, 2, 1])\n"
+                   "        self.assertEqual(r[0][1], 'a')\n"),
+}
+ANSWERS = (
+    ("def f(n, key=None):\n    r = list(range(n, 0, -1))\n"
+     "    return sorted(r, key=key) if key else r\n"),
+    "def f(n, key=None):\n    return list(range(n))\n",
+    "def f(n, key=None):\n    return sorted(range(1, n + 1), key=key, reverse=key is None)\n",
+)
+
+
+@pytest.mark.parametrize("name", sorted(SCOPES))
+def test_a_lambdas_parameter_beside_a_local_of_the_same_name(name):
+    """pytest's verdict in both modes, the trainer judging the whole file (refused before as "a
+    local name also a lambda's parameter")."""
+    judged_as_pytest_says(SCOPES, ANSWERS, name)
+
+
+IN_PLACE = {  # name: tests binding with `op=`, or changing a value of theirs after a check read it
+    "an_int": ("def test_a():\n    n = 1\n    n += 2\n    n **= 2\n    n //= 3\n"
+               "    assert f(n) == [3, 2, 1]\n"),
+    "a_str": (_CASE + "    def test_a(self):\n        s = 'a'\n        s += 'bc'\n"
+              "        self.assertEqual(f(len(s)), [3, 2, 1])\n"),
+    "a_total_of_results": ("def test_a():\n    total = 0\n    for i in range(1, 4):\n"
+                           "        total += f(i)[0]\n    assert total == 6\n"),
+    "a_list_of_results": ("def test_a():\n    acc = []\n    for i in range(1, 3):\n"
+                          "        acc += f(i)\n    assert acc == [1, 2, 1]\n"),
+    "an_alias_sees_it": ("def test_a():\n    xs = [1]\n    ys = xs\n    xs += [2]\n"
+                         "    assert ys == [1, 2] and f(len(ys)) == [2, 1]\n"),
+    "a_result_extended": "def test_a():\n    r = f(2)\n    r += [0]\n    assert r == [2, 1, 0]\n",
+    "after_a_check": ("def test_a():\n    xs = [1]\n    assert len(xs) == 1 and f(1) == [1]\n"
+                      "    xs += [2]\n    assert len(xs) == 2 and f(2) == [2, 1]\n"),
+    "appended_after_a_check": ("def test_a():\n    xs = []\n    for i in range(1, 4):\n"
+                               "        xs.append(i)\n"
+                               "        assert len(xs) == i and f(i) == xs[::-1]\n"),
+    "popped_in_a_check": ("def test_a():\n    xs = [1, 2, 3]\n"
+                          "    assert len(xs) == 3 and f(1) == [1]\n    assert xs.pop() == 3\n"
+                          "    assert f(len(xs)) == [2, 1] and xs == [1, 2]\n"),
+    "updated_after_a_check": ("def test_a():\n    d = {'a': 1}\n"
+                              "    assert d == {'a': 1} and f(1) == [1]\n    d.update(b=2)\n"
+                              "    assert len(d) == 2 and f(2) == [2, 1]\n"),
+    "inside_another": ("def test_a():\n    xs = [1]\n    rows = [xs]\n"
+                       "    assert rows == [[1]] and f(1) == [1]\n    xs.append(2)\n"
+                       "    assert rows == [[1, 2]]\n"),
+    "an_array": ("import numpy as np\n\n\ndef test_a():\n    a = np.zeros(2)\n"
+                 "    assert a.sum() == 0 and f(2) == [2, 1]\n    a += 1\n"
+                 "    assert a.sum() == 2\n"),
+    "a_global_in_setup": ("import unittest\nN = 0\n\n\nclass T(unittest.TestCase):\n"
+                          "    def setUp(self):\n        global N\n        N += 1\n\n"
+                          "    def test_a(self):\n        self.assertEqual(f(N), [1])\n\n"
+                          "    def test_b(self):\n        self.assertEqual(f(N), [2, 1])\n"),
+    "a_global_then_a_function": ("import unittest\nN = 0\n\n\nclass T(unittest.TestCase):\n"
+                                 "    def test_a(self):\n        global N\n        N = 2\n"
+                                 "        self.assertEqual(f(N), [2, 1])\n\n\n"
+                                 "def test_c():\n    assert f(N + 1) == [3, 2, 1]\n"),
+    "a_global_in_a_helper": ("import unittest\nN = 0\n\n\nclass T(unittest.TestCase):\n"
+                             "    def bump(self, k):\n        global N\n        N = N + k\n"
+                             "        return N\n\n    def test_a(self):\n"
+                             "        self.assertEqual(f(self.bump(2)), [2, 1])\n\n"
+                             "    def test_b(self):\n"
+                             "        self.assertEqual(len(f(self.bump(1))), 3)\n"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(IN_PLACE))
+def test_an_in_place_change_and_a_global_as_python_runs_them(name):
+    """pytest's verdict in both modes, the trainer judging the whole file (before: `op=` and a
+    TestCase's `global` refused, and an honest answer 0.0 in both modes where a list, dict or
+    array was changed after a check read it)."""
+    judged_as_pytest_says(IN_PLACE, ANSWERS, name)
+
+
+def test_an_in_place_change_is_made_on_the_verdicts_own_copy():
+    """`acc += f(i)` is judged at every verdict: the plan's `acc` stays as built, so the same
+    answer scores the same each time (and a wrong one in between changes nothing)."""
+    tests = IN_PLACE["a_list_of_results"]
+    for answer in (ANSWERS[0], ANSWERS[1], ANSWERS[0], ANSWERS[0]):
+        want = 1.0 if answer == ANSWERS[0] else 0.0
+        assert scores(block(answer), tests) == (want, want)
