@@ -313,21 +313,25 @@ class _Pytest:
 # The test's expression runs here over values the solution chose, so the solution sets its cost (`3
 # ** f(x)`, `math.gcd` of two huge ints, `sum(lists, [])`): verdicts are made in helper processes
 # under a deadline and a memory limit (rewards/_judge.py), not here.
-# `n += v` as the trainer computes it (_Unit.augmented): operator's in-place function, so a list
-# is extended in place and an int rebound, as Python does
-AUGMENTED = "__gmts_augmented"
+# a test's `n += v`, `d[k] = v`, `del d[k]` as the trainer runs them (_Unit.augmented,
+# _Unit.item_statement): operator's functions (an in-place one: a list extended in place, an int
+# rebound, as Python does), "setitem" and "delitem" returning the container they changed
+IN_PLACE_OP = "__gmts_in_place"
 _AUGMENTED_OPS = {ast.Add: "iadd", ast.Sub: "isub", ast.Mult: "imul", ast.Div: "itruediv",
                   ast.FloorDiv: "ifloordiv", ast.Mod: "imod", ast.Pow: "ipow",
                   ast.LShift: "ilshift", ast.RShift: "irshift", ast.BitOr: "ior",
                   ast.BitXor: "ixor", ast.BitAnd: "iand", ast.MatMult: "imatmul"}
 
 
-def _augmented(op: str, target, value):
-    return getattr(operator, op)(target, value)
+def _in_place(op: str, target, *args):
+    if op not in _AUGMENTED_OPS.values() and op not in ("setitem", "delitem"):
+        raise ValueError(op)
+    result = getattr(operator, op)(target, *args)
+    return target if op in ("setitem", "delitem") else result
 
 
 _PARENT_GLOBALS = {"__builtins__": _SAFE_BUILTINS, **MODULES, "pytest": _Pytest,
-                   AUGMENTED: _augmented}
+                   IN_PLACE_OP: _in_place}
 
 
 def _scope(names: dict) -> dict:
@@ -1360,6 +1364,19 @@ def _stored(node) -> set:
 def _last_name(node) -> str:
     return node.id if isinstance(node, ast.Name) else node.attr if isinstance(node,
                                                                               ast.Attribute) else ""
+
+
+def _in_place_call(op: str, *args) -> ast.Call:
+    """`__gmts_in_place(op, *args)` (IN_PLACE_OP)."""
+    return ast.Call(func=ast.Name(id=IN_PLACE_OP, ctx=ast.Load()), keywords=[],
+                    args=[ast.Constant(value=op), *args])
+
+
+def _root(node):
+    """The node an item or attribute chain starts from (`d['a'].x[0]` -> `d`)."""
+    while isinstance(node, (ast.Subscript, ast.Attribute)):
+        node = node.value
+    return node
 
 
 def _target_names(target) -> list:
@@ -2436,7 +2453,7 @@ class _Unit:
         for n in ast.walk(node):
             if isinstance(n, ast.Name) and not (
                     n.id in self.env or n.id in self.deferred or n.id in SAFE_NAMES
-                    or n.id in MODULES or n.id in ("pytest", AUGMENTED) or n.id in placeholders
+                    or n.id in MODULES or n.id in ("pytest", IN_PLACE_OP) or n.id in placeholders
                     or n.id in bound):
                 raise Unconvertible(f"name {n.id!r} cannot be evaluated by the trainer")
             if isinstance(n, ast.Attribute) and n.attr.startswith("_") and not (
@@ -2565,8 +2582,9 @@ class _Unit:
     def changed_in_place(self, node) -> set:
         """The names of the unit's values that a call in `node` changes in place: a method of
         _MUTATORS or _IN_PLACE on a name (`L.append(1)`, `Q.appendleft(0)`), the first argument
-        of heapq's and bisect's functions (`heapq.heappush(H, 0)`), the target of `n += v`
-        (AUGMENTED)."""
+        of heapq's and bisect's functions (`heapq.heappush(H, 0)`), the target of `n += v`,
+        `d[k] = v`, `del d[k]` (IN_PLACE_OP); each by the name it is reached from (`d['a']`:
+        d)."""
         out = set()
         for n in ast.walk(node):
             if not isinstance(n, ast.Call):
@@ -2574,7 +2592,8 @@ class _Unit:
             changed = [n.func.value] if isinstance(n.func, ast.Attribute) and (
                 n.func.attr in _MUTATORS | _IN_PLACE) else []
             changed += n.args[:1] if _last_name(n.func) in _IN_PLACE else []
-            changed += n.args[1:2] if _last_name(n.func) == AUGMENTED else []
+            changed += n.args[1:2] if _last_name(n.func) == IN_PLACE_OP else []
+            changed = [_root(c) for c in changed]
             out |= {c.id for c in changed if isinstance(c, ast.Name) and c.id in self.env}
         return out
 
@@ -2727,7 +2746,14 @@ class _Unit:
                 return
             if len(targets) != 1:
                 raise Unconvertible("chained assignment")
-            self.assign(targets[0], stmt.value)
+            if isinstance(targets[0], ast.Subscript):  # `d['b'] = 2`
+                self.item_statement(targets[0], stmt.value)
+            else:
+                self.assign(targets[0], stmt.value)
+        elif isinstance(stmt, ast.Delete) and all(isinstance(t, ast.Subscript)
+                                                  for t in stmt.targets):
+            for target in stmt.targets:  # `del d['a']`
+                self.item_statement(target)
         elif isinstance(stmt, ast.AugAssign):
             self.augmented(stmt)
         elif isinstance(stmt, ast.For):
@@ -3503,24 +3529,67 @@ class _Unit:
             self.deferred.update(names)
 
     def augmented(self, stmt):
-        """`n += v` (any operator) on a name: run as written in the child where n is the child's,
-        else `n = __gmts_augmented("iadd", n, v)` (operator's in-place function: a list extended
-        in place, an int rebound, as Python runs it)."""
-        if not isinstance(stmt.target, ast.Name):
-            raise Unconvertible("an augmented assignment to something other than a name")
-        name = stmt.target.id
+        """`n += v` (any operator): run as written in the child where n is the child's, else
+        `n = __gmts_in_place("iadd", n, v)` (operator's in-place function: a list extended in
+        place, an int rebound, as Python runs it); `d[k] += v` as `d[k] = d[k] + v` in place
+        (a key without calls: Python evaluates it once)."""
+        target = stmt.target
+        if isinstance(target, ast.Subscript) and not any(
+                isinstance(n, (ast.Call, ast.NamedExpr)) for n in ast.walk(target)):
+            read = copy.deepcopy(target)
+            read.ctx = ast.Load()
+            self.item_statement(target, _in_place_call(
+                _AUGMENTED_OPS[type(stmt.op)], read, stmt.value))
+            return
+        if not isinstance(target, ast.Name):
+            raise Unconvertible("an augmented assignment to something other than a name or item")
+        name = target.id
         if name in self.child:
             if not self.child_evaluable(stmt.value):
                 raise Unconvertible("an augmented assignment of the child's from the trainer's")
             share = {"share": True} if name in self.module_level else {}
             self.steps.append({"run": ast.unparse(ast.AugAssign(
-                target=stmt.target, op=stmt.op, value=ast.parse(
+                target=target, op=stmt.op, value=ast.parse(
                     self.child_source(stmt.value), mode="eval").body)), "binds": [name], **share})
             return
-        self.assign(ast.Name(id=name, ctx=ast.Store()), ast.Call(
-            func=ast.Name(id=AUGMENTED, ctx=ast.Load()), keywords=[], args=[
-                ast.Constant(value=_AUGMENTED_OPS[type(stmt.op)]),
-                ast.Name(id=name, ctx=ast.Load()), stmt.value]))
+        self.assign(ast.Name(id=name, ctx=ast.Store()), _in_place_call(
+            _AUGMENTED_OPS[type(stmt.op)], ast.Name(id=name, ctx=ast.Load()), stmt.value))
+
+    def item_statement(self, target, value=None):
+        """`d[k] = v` (or `del d[k]`, value None) on an item of a value of the child's: run there
+        as written; on the tests' own value (a list, dict, set, array, frame: _changeable):
+        `d = __gmts_in_place("setitem", d, k, v)` (the container, changed in place: a check
+        made before keeps what it read, _Unit.before_change), judged with each verdict's copies
+        where v is computed from the answer's; an item of an item (`d['a']['x'] = 2`) only of
+        values computed here now. Anything else (`os.environ['K'] = v`): Unconvertible."""
+        root = _root(target)
+        parts = [target] if value is None else [target, value]
+        if isinstance(root, ast.Name) and root.id in self.child:
+            if not all(self.child_evaluable(p) for p in parts):
+                raise Unconvertible("an item of the child's set from the trainer's values")
+            source = self.child_source(target)
+            self.steps.append({"run": f"del {source}" if value is None else
+                               f"{source} = {self.child_source(value)}"})
+            return
+        if not (isinstance(root, ast.Name) and _changeable(self.env.get(root.id))
+                or isinstance(root, ast.Name) and root.id in self.deferred
+                and isinstance(target.value, ast.Name)):
+            raise Unconvertible(f"an item of {ast.unparse(root)[:40]} set by the tests")
+        key = target.slice
+        if isinstance(key, ast.Slice):  # `xs[1:] = [9]`: the slice object
+            key = ast.Call(func=ast.Name(id="slice", ctx=ast.Load()), keywords=[], args=[
+                k or ast.Constant(value=None) for k in (key.lower, key.upper, key.step)])
+        container = copy.deepcopy(target.value)
+        container.ctx = ast.Load()
+        call = _in_place_call("delitem" if value is None else "setitem", container, key,
+                              *([] if value is None else [value]))
+        if isinstance(target.value, ast.Name):
+            self.assign(ast.Name(id=root.id, ctx=ast.Store()), call)
+            return
+        if self.uses_child(call) or self.deferred & _names(call):
+            raise Unconvertible("an item of an item set from the answer's values")
+        self.before_change(call)
+        self.parent_eval(call)
 
     def check_identity(self, test):
         """`is` between two values the trainer rebuilds separately is meaningless (`result is not
@@ -5818,9 +5887,10 @@ def judge_unit(unit: Unit, results, handles=(), given=frozenset(), mock_values=(
         return False
     raises_steps = {c.step for c in unit.checks if c.kind == "raises"}
     values = _Values()
-    # `acc += v` judged here changes its operand in place: the plan's values stay as built, this
-    # verdict's copies (one memo: names bound to one value still share it)
-    copies = {} if any(AUGMENTED in getattr(c.expr, "co_names", ()) for c in unit.checks) else None
+    # `acc += v`, `d[k] = v` judged here change their operand in place: the plan's values stay as
+    # built, this verdict's copies (one memo: names bound to one value still share it)
+    copies = {} if any(IN_PLACE_OP in getattr(c.expr, "co_names", ())
+                       for c in unit.checks) else None
     for i, result in enumerate(results):
         if not isinstance(result, dict):
             return False

@@ -1,11 +1,16 @@
 """The code reward and the tests' own statements as Python runs them: a lambda's parameter beside
 a TestCase method's local of the same name (the trainer renames a method's locals when it inlines
 it; the parameter is the lambda's own inside it, its defaults read where it is made), `n += v`
-(operator's in-place function: a list extended in place, an int rebound), a value of the test's
-changed in place after a check read it (the check keeps what it read), `global N` in a TestCase
-method. Expected verdicts are the real pytest's (test_code_reward_round5)."""
+(operator's in-place function: a list extended in place, an int rebound), `d[k] = v`, `del d[k]`
+and `d[k] += v` on the test's values or the answer's, a value of the test's changed in place after
+a check read it (the check keeps what it read), `global N` in a TestCase method. Expected
+verdicts are the real pytest's (test_code_reward_round5)."""
+import os
+
 import pytest
 from test_code_reward_round5 import block, judged_as_pytest_says, scores
+
+from gmts.rewards import testplan
 
 _CASE = "import unittest\n\n\nclass T(unittest.TestCase):\n"
 SCOPES = {  # name: tests where a lambda's parameter is also a local name of the method
@@ -105,3 +110,60 @@ def test_an_in_place_change_is_made_on_the_verdicts_own_copy():
     for answer in (ANSWERS[0], ANSWERS[1], ANSWERS[0], ANSWERS[0]):
         want = 1.0 if answer == ANSWERS[0] else 0.0
         assert scores(block(answer), tests) == (want, want)
+
+
+ITEMS = {  # name: tests setting or deleting an item of a value of theirs or of the answer's
+    "an_item_set": ("def test_a():\n    d = {'a': 1}\n    d['b'] = 2\n"
+                    "    assert f(len(d)) == [2, 1] and d == {'a': 1, 'b': 2}\n"),
+    "a_list_item": ("def test_a():\n    xs = [1, 2]\n    xs[0] = 3\n"
+                    "    assert f(xs[0]) == [3, 2, 1]\n"),
+    "a_slice": ("def test_a():\n    xs = [1, 2, 3]\n    xs[1:] = [9]\n"
+                "    assert f(len(xs)) == [2, 1] and xs == [1, 9]\n"),
+    "deleted": ("def test_a():\n    d = {'a': 1, 'b': 2}\n    del d['a']\n"
+                "    assert f(len(d)) == [1]\n"),
+    "an_item_of_an_item": ("def test_a():\n    d = {'a': {'x': 1}}\n    d['a']['x'] = 2\n"
+                           "    assert f(d['a']['x']) == [2, 1]\n"),
+    "an_item_plus": ("def test_a():\n    d = {'a': 1}\n    d['a'] += 2\n"
+                     "    assert f(d['a']) == [3, 2, 1]\n"),
+    "an_item_of_a_result": "def test_a():\n    r = f(2)\n    r[1] = 0\n    assert r == [2, 0]\n",
+    "set_after_a_check": ("def test_a():\n    d = {}\n    assert d == {} and f(0) == []\n"
+                          "    d['a'] = 1\n    assert f(len(d)) == [1] and d == {'a': 1}\n"),
+    "set_from_a_result": ("def test_a():\n    d = {}\n    e = d\n    d['r'] = f(2)\n"
+                          "    assert e == {'r': [2, 1]}\n"),
+    "set_in_a_loop": ("def test_a():\n    d = {}\n    for i in range(1, 4):\n"
+                      "        d[i] = f(i)[0]\n        assert d[i] == i and len(d) == i\n"),
+    "a_frame_column": ("import pandas as pd\n\n\ndef test_a():\n"
+                       "    df = pd.DataFrame({'a': [1, 2]})\n    df['b'] = df['a'] * 2\n"
+                       "    df.loc[0, 'a'] = 5\n    assert f(len(df.columns)) == [2, 1]\n"
+                       "    assert df['a'].tolist() == [5, 2]\n"),
+    "an_attribute_of_the_test": (_CASE + "    def setUp(self):\n        self.d = {'a': 1}\n\n"
+                                 "    def test_a(self):\n        self.d['b'] = 2\n"
+                                 "        self.assertEqual(f(len(self.d)), [2, 1])\n\n"
+                                 "    def test_b(self):\n"
+                                 "        self.assertEqual(f(len(self.d)), [1])\n"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ITEMS))
+def test_an_item_set_or_deleted_by_the_tests(name):
+    """pytest's verdict in both modes, the trainer judging the whole file (refused before as
+    "assignment to something other than names")."""
+    judged_as_pytest_says(ITEMS, ANSWERS, name)
+
+
+def test_an_item_of_what_is_not_the_tests_value_stays_with_pytest():
+    """`os.environ['K'] = v` (the process's environment), an item of a class attribute later tests
+    read: pytest's verdict in the default mode, refused under trusted_only with the reason; the
+    trainer's own environment untouched."""
+    environ = ("import os\n\n\ndef test_a():\n    os.environ['GMTS_ITEM_SET'] = '3'\n"
+               "    assert f(int(os.environ['GMTS_ITEM_SET'])) == [3, 2, 1]\n")
+    shared = (_CASE + "    D = {'a': 1}\n\n    def test_a(self):\n        self.D['b'] = 2\n"
+              "        self.assertEqual(f(len(self.D)), [2, 1])\n\n"
+              "    def test_b(self):\n        self.assertEqual(len(self.D), 2)\n")
+    for tests, why in ((environ, "an item of os set by the tests"),
+                       (shared, "the tests change a value later tests share")):
+        plan = testplan.build_plan(tests)
+        assert plan.untrusted and why in plan.refusal
+        assert scores(block(ANSWERS[0]), tests) == (1.0, 0.0)
+        assert scores(block(ANSWERS[1]), tests) == (0.0, 0.0)
+    assert "GMTS_ITEM_SET" not in os.environ
