@@ -291,6 +291,14 @@ class _Returned(Exception):
     """A test function's `return`, reached: its later statements do not run."""
 
 
+class _Break(Exception):
+    """A `break` reached in a loop the trainer unrolls (_Unit.unroll)."""
+
+
+class _Continue(Exception):
+    """A `continue` reached in a loop the trainer unrolls."""
+
+
 _TEST_ENDS = ast.Pass()  # in a TestCase unit's statements: the test method's end, tearDown's start
 
 
@@ -1940,6 +1948,60 @@ class _Unit:
             return f"{{{parts[0]} {loop_source}}}"
         return f"[{parts[0]} {loop_source}]"
 
+    def comprehension_items(self, node):
+        """`all(p.get_height() > 0 for p in ax.patches)`: a comprehension over a value of the
+        child's that child_comprehension cannot read there whole: the parts of its items it reads
+        (`p.get_height()`, child_comprehension's elements) are read in the child, one tuple per
+        item its `if`s keep, crossing as data; the rest (`> 0`, `all`) runs here over them, the
+        same comprehension with those parts as names. None where it uses the loop's name or a
+        value of the child's otherwise."""
+        if not (isinstance(node, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp))
+                and len(node.generators) == 1):
+            return None
+        loop, counter = node.generators[0], None
+        if (isinstance(loop.target, ast.Tuple) and len(loop.target.elts) == 2
+                and all(isinstance(t, ast.Name) for t in loop.target.elts)
+                and isinstance(loop.iter, ast.Call) and self.is_builtin(loop.iter.func)
+                and loop.iter.func.id == "enumerate" and len(loop.iter.args) == 1
+                and not loop.iter.keywords and not loop.ifs):
+            # `for i, p in enumerate(ax.patches)`: p's parts read there, i counted here
+            counter = loop.target.elts[0]
+            loop = ast.comprehension(target=loop.target.elts[1], iter=loop.iter.args[0], ifs=[],
+                                     is_async=0)
+        if not isinstance(loop.target, ast.Name):
+            return None
+        name, bare = loop.target.id, ast.comprehension(target=loop.target, iter=loop.iter, ifs=[],
+                                                       is_async=0)
+        parts, unit = [], self
+
+        class Parts(ast.NodeTransformer):
+            def visit(self, n):
+                if isinstance(n, ast.expr) and name in _names(n) and unit.child_comprehension(
+                        ast.ListComp(elt=n, generators=[bare])) is not None:
+                    parts.append(n)  # read in the child
+                    return ast.Name(id=f"__gmts_item{len(parts) - 1}", ctx=ast.Load())
+                return super().visit(n)
+        keyed = isinstance(node, ast.DictComp)
+        outs = [Parts().visit(copy.deepcopy(e)) for e in ((node.key, node.value) if keyed
+                                                          else (node.elt,))]
+        if not parts or any(name in _names(e) or self.uses_child(e) for e in outs):
+            return None
+        source = self.child_comprehension(ast.ListComp(
+            elt=ast.Tuple(elts=parts, ctx=ast.Load()), generators=[loop]))
+        if source is None:
+            return None
+        target = ast.Tuple(elts=[ast.Name(id=f"__gmts_item{i}", ctx=ast.Store())
+                                 for i in range(len(parts))], ctx=ast.Store())
+        rows = self.placeholder({"eval": source})
+        if counter is not None:
+            target = ast.Tuple(elts=[counter, target], ctx=ast.Store())
+            rows = ast.Call(func=ast.Name(id="enumerate", ctx=ast.Load()), args=[rows],
+                            keywords=[])
+        rows = [ast.comprehension(target=target, iter=rows, ifs=[], is_async=0)]
+        if keyed:
+            return ast.DictComp(key=outs[0], value=outs[1], generators=rows)
+        return type(node)(elt=outs[0], generators=rows)
+
     def real_type(self, node):
         """A copy of `node` with each `x.__class__.__name__` read as `type(x).__name__`."""
         unit = self
@@ -2347,6 +2409,9 @@ class _Unit:
         source = None if bound else self.child_comprehension(node)
         if source is not None:  # `[n.val for n in f()]`: the values read where the objects live
             return self.placeholder({"eval": source})
+        items = None if bound else self.comprehension_items(node)
+        if items is not None:  # `all(p.get_height() > 0 for p in ax.patches)`
+            return items
         if isinstance(node, (ast.GeneratorExp, ast.ListComp, ast.SetComp, ast.DictComp)) and (
                 not bound):
             # the first `for`'s iterable is evaluated once, before the loop (`any(c in p for c in
@@ -2756,13 +2821,21 @@ class _Unit:
                 self.item_statement(target)
         elif isinstance(stmt, ast.AugAssign):
             self.augmented(stmt)
-        elif isinstance(stmt, ast.For):
+        elif isinstance(stmt, (ast.For, ast.While)):
             self.unroll(stmt)
+        elif isinstance(stmt, ast.Break):  # in a loop unroll runs: its `else` does not run
+            raise _Break
+        elif isinstance(stmt, ast.Continue):
+            raise _Continue
         elif isinstance(stmt, ast.Expr):
             if isinstance(stmt.value, ast.Constant) or (isinstance(stmt.value, ast.Name)
                                                         and stmt.value.id in BUILTIN_NAMES
                                                         - self.child):
                 return  # a docstring, or a bare builtin name (`print` on its own line): no effect
+            if (isinstance(stmt.value, ast.Call) and self.is_builtin(stmt.value.func)
+                    and stmt.value.func.id == "print"):
+                self.print_(stmt.value)
+                return
             if self.is_helper_call(stmt.value) and (self.uses_child(stmt.value)
                                                     or self.deferred & _names(stmt.value)):
                 # `assertion(candidate(*inp), exp, 0)`: the tests' helper runs here on the values;
@@ -3469,20 +3542,107 @@ class _Unit:
     def unroll(self, stmt):
         """`for x in range(2, 8): assert f(x, x + 1) == str(x)`: a loop over values the trainer
         computes (at most MAX_UNROLL rounds in the plan) is the sequence of its bodies, one per
-        value, each binding the target here."""
-        if stmt.orelse or self.uses_child(stmt.iter) or any(isinstance(n, (ast.Break, ast.Continue))
-                                                            for n in ast.walk(stmt)):
-            raise Unconvertible("a loop the trainer cannot unroll")
-        _target_names(stmt.target)  # names, or tuples of them (`for i, (inp, exp) in ...`)
-        left = getattr(_ROUNDS, "left", MAX_UNROLL)
-        values = list(itertools.islice(iter(self.parent_eval(stmt.iter)), left + 1))
-        if len(values) > left:
-            raise Unconvertible(f"loops of more than {MAX_UNROLL} rounds in all")
-        _ROUNDS.left = left - len(values)
-        for value in values:
-            self.assign(stmt.target, ast.Name(id="__value", ctx=ast.Load()), given=value)
-            for s in stmt.body:
-                self.statement(s)
+        value, each binding the target here; `while i < 3:` the same, its condition computed here
+        before each round. `break` and `continue` (under an `if` the trainer decides) and the
+        loop's `else` as Python runs them. A `for` over a value of the answer's whose body only
+        checks: checked_loop."""
+        if any(isinstance(n, (ast.With, ast.Try, ast.TryStar)) and any(
+                isinstance(m, (ast.Break, ast.Continue)) for m in ast.walk(n))
+               for b in stmt.body for n in ast.walk(b)):
+            raise Unconvertible("a break or continue inside a with or try block")
+        if isinstance(stmt, ast.For) and (self.uses_child(stmt.iter)
+                                          or self.deferred & _names(stmt.iter)):
+            self.checked_loop(stmt)
+            return
+        if isinstance(stmt, ast.For):
+            _target_names(stmt.target)  # names, or tuples of them (`for i, (inp, exp) in ...`)
+            values = iter(self.parent_eval(stmt.iter))
+        elif self.uses_child(stmt.test):
+            raise Unconvertible("a while loop on the solution's values")
+        broke = False
+        while not broke:
+            left = getattr(_ROUNDS, "left", MAX_UNROLL)
+            if isinstance(stmt, ast.For):
+                value = next(values, _UNSET)
+                if value is _UNSET:
+                    break
+            elif not self.parent_eval(stmt.test):
+                break
+            if left == 0:
+                raise Unconvertible(f"loops of more than {MAX_UNROLL} rounds in all")
+            _ROUNDS.left = left - 1
+            if isinstance(stmt, ast.For):
+                self.assign(stmt.target, ast.Name(id="__value", ctx=ast.Load()), given=value)
+            try:
+                for s in stmt.body:
+                    self.statement(s)
+            except _Continue:
+                pass
+            except _Break:
+                broke = True
+        for s in () if broke else stmt.orelse:
+            self.statement(s)
+
+    def print_(self, call):
+        """A test's `print(...)`: run in the child on the real builtin, so what an object of the
+        answer's prints (its `__str__`) or raises is pytest's, and capsys reads the line; `file=`
+        sys.stdout or sys.stderr. An argument computed here from the answer's results (a value
+        the child does not hold): Unconvertible."""
+        parts = []
+        for a in call.args:
+            if isinstance(a, ast.Starred) or self.deferred & _names(a) or not (
+                    self.child_evaluable(a)):
+                raise Unconvertible("print of a value computed from the solution's results")
+            parts.append(self.child_source(a))
+        for k in call.keywords:
+            if k.arg == "file" and ast.unparse(k.value) in ("sys.stdout", "sys.stderr") and (
+                    "sys" not in self.env):  # the tests' `import sys`: the child's own
+                parts.append(f"file=__gmts_builtins['__import__']('sys').{k.value.attr}")
+            elif k.arg in ("sep", "end", "flush") and not self.uses_child(k.value) and not (
+                    self.deferred & _names(k.value)):
+                parts.append(f"{k.arg}={self.child_source(k.value)}")
+            else:
+                raise Unconvertible(f"print with {k.arg}=")
+        self.steps.append({"run": f"__gmts_builtins['print']({', '.join(parts)})"})
+
+    def checked_loop(self, stmt):
+        """`for a, b in zip(f(3), want): assert a == b` (`self.assertEqual(...)`, in a subTest
+        too): a loop over a value of the answer's (its length is the answer's) whose body only
+        checks is the check `all(... for a, b in zip(f(3), want))`, its conditions in order, the
+        first failing one ending it, as the loop's first failing assert does. Its names are
+        unbound after it (a later read: Unconvertible). Any other body: Unconvertible."""
+        def conditions(body) -> list:
+            out = []
+            for s in body:
+                if isinstance(s, ast.Assert):
+                    out.append(s.test)
+                elif (isinstance(s, ast.Expr) and isinstance(s.value, ast.Call)
+                      and isinstance(s.value.func, ast.Name)
+                      and s.value.func.id.startswith("__unittest_assert")
+                      and s.value.func.id in self.env):  # None, or it raises
+                    out.append(ast.Compare(left=s.value, ops=[ast.Is()],
+                                           comparators=[ast.Constant(value=None)]))
+                elif isinstance(s, ast.With) and all(
+                        ast.unparse(i.context_expr.func) in ("self.subTest", "__unittest_subTest")
+                        for i in s.items if isinstance(i.context_expr, ast.Call)) and all(
+                        isinstance(i.context_expr, ast.Call) and not i.optional_vars
+                        for i in s.items):
+                    out += conditions(s.body)
+                elif not isinstance(s, ast.Pass):
+                    raise Unconvertible("a loop over the solution's values")
+            return out
+        if stmt.orelse or not isinstance(stmt.target, (ast.Name, ast.Tuple, ast.List)):
+            raise Unconvertible("a loop over the solution's values")
+        tests = conditions(stmt.body) or [ast.Constant(value=True)]  # `pass`: it iterates
+        test = tests[0] if len(tests) == 1 else ast.BoolOp(op=ast.And(), values=tests)
+        check = ast.Call(func=ast.Name(id="all", ctx=ast.Load()), keywords=[], args=[
+            ast.GeneratorExp(elt=test, generators=[ast.comprehension(
+                target=stmt.target, iter=stmt.iter, ifs=[], is_async=0)])])
+        self.statement(ast.fix_missing_locations(ast.Assert(test=check)))
+        for name in _target_names(stmt.target):  # Python leaves them bound to the last item
+            self.env.pop(name, None)
+            self.child.discard(name)
+            self.deferred.discard(name)
 
     def assign(self, target, value, given=_UNSET):
         """`target = value`: the value computed from the names as they are before the binding

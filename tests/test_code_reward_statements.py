@@ -3,8 +3,10 @@ a TestCase method's local of the same name (the trainer renames a method's local
 it; the parameter is the lambda's own inside it, its defaults read where it is made), `n += v`
 (operator's in-place function: a list extended in place, an int rebound), `d[k] = v`, `del d[k]`
 and `d[k] += v` on the test's values or the answer's, a value of the test's changed in place after
-a check read it (the check keeps what it read), `global N` in a TestCase method. Expected
-verdicts are the real pytest's (test_code_reward_round5)."""
+a check read it (the check keeps what it read), `global N` in a TestCase method, `while`,
+`break`, `continue` and a loop's `else`, `print(...)`, a loop over the answer's values whose body
+only checks, a comprehension reading parts of the answer's objects (`p.get_height() > 0`).
+Expected verdicts are the real pytest's (test_code_reward_round5)."""
 import os
 
 import pytest
@@ -167,3 +169,96 @@ def test_an_item_of_what_is_not_the_tests_value_stays_with_pytest():
         assert scores(block(ANSWERS[0]), tests) == (1.0, 0.0)
         assert scores(block(ANSWERS[1]), tests) == (0.0, 0.0)
     assert "GMTS_ITEM_SET" not in os.environ
+
+
+FLOW = {  # name: tests with loops the trainer unrolls, prints, and loops over the answer's values
+    "a_while_loop": ("def test_a():\n    i = 1\n    while i < 4:\n"
+                     "        assert len(f(i)) == i and f(i)[0] == i\n        i += 1\n"),
+    "break_and_else": ("def test_a():\n    i = 0\n    while i < 9:\n        if i == 3:\n"
+                       "            break\n        i += 1\n    else:\n        assert False\n"
+                       "    for j in range(2):\n        pass\n    else:\n        i += j\n"
+                       "    assert f(i) == [4, 3, 2, 1]\n"),
+    "continue_and_nested_break": ("def test_a():\n    hits = 0\n    for i in range(4):\n"
+                                  "        if i % 2:\n            continue\n"
+                                  "        for j in range(9):\n            if j > i:\n"
+                                  "                break\n            hits += 1\n"
+                                  "    assert f(hits) == [4, 3, 2, 1]\n"),
+    "a_print": ("def test_a():\n    r = f(3)\n    print('got', r, sep=': ', end='\\n')\n"
+                "    assert r == [3, 2, 1]\n"),
+    "a_print_capsys_reads": ("def test_a(capsys):\n    print(f(2))\n"
+                             "    assert capsys.readouterr().out == '[2, 1]\\n'\n"),
+    "a_print_in_a_testcase": ("import sys\n" + _CASE + "    def test_a(self):\n"
+                              "        print(f(1), file=sys.stderr)\n"
+                              "        self.assertEqual(f(1), [1])\n"),
+    "a_loop_over_a_result": ("def test_a():\n    for a, b in zip(f(3), [3, 2, 1]):\n"
+                             "        assert a == b\n        assert a > 0\n"),
+    "a_loop_in_subtests": (_CASE + "    def test_a(self):\n        r = f(3)\n"
+                           "        for i, x in enumerate(r):\n"
+                           "            with self.subTest(i=i):\n"
+                           "                self.assertEqual(x, 3 - i)\n"
+                           "        self.assertEqual(len(r), 3)\n"),
+    "a_loop_over_a_computed_result": ("def test_a():\n    r = sorted(f(3))\n"
+                                      "    for a, b in zip(r, [1, 2, 3]):\n"
+                                      "        assert a == b\n"),
+}
+OBJECTS = {  # name: tests reading parts of the answer's objects in a comprehension or loop
+    "all_greater": "def test_a():\n    assert all(n.val > 0 for n in g(3))\n",
+    "a_loop": "def test_a():\n    for n in g(3):\n        assert n.val > 0 and n.label() != ''\n",
+    "a_sum": "def test_a():\n    assert sum(n.val * 2 for n in g(3)) == 12\n",
+    "enumerated": ("def test_a():\n    d = {i: n.val - i for i, n in enumerate(g(3))}\n"
+                   "    assert d == {0: 1, 1: 1, 2: 1}\n"),
+    "filtered": "def test_a():\n    assert [n.val + 1 for n in g(4) if n.val > 2] == [4, 5]\n",
+}
+OBJECT_ANSWERS = (
+    ("class Node:\n    def __init__(self, v):\n        self.val = v\n\n"
+     "    def label(self):\n        return f'N{self.val}'\n\n"
+     "def g(n):\n    return [Node(i + 1) for i in range(n)]\n"),
+    ("class Node:\n    def __init__(self, v):\n        self.val = v\n\n"
+     "    def label(self):\n        return ''\n\n"
+     "def g(n):\n    return [Node(i) for i in range(n)]\n"),
+)
+
+
+@pytest.mark.parametrize("name", sorted(FLOW))
+def test_loops_and_prints_as_python_runs_them(name):
+    """pytest's verdict in both modes, the trainer judging the whole file (refused before: a
+    while, a break or continue, a loop's else, a print, a loop over the answer's values)."""
+    judged_as_pytest_says(FLOW, ANSWERS, name)
+
+
+@pytest.mark.parametrize("name", sorted(OBJECTS))
+def test_parts_of_the_answers_objects_read_in_the_child(name):
+    """`all(n.val > 0 for n in g(3))`: the objects' parts read in the child, the rest here;
+    pytest's verdict in both modes (before: an honest answer 0.0 in both modes, its objects
+    crossing as no data)."""
+    judged_as_pytest_says(OBJECTS, OBJECT_ANSWERS, name)
+
+
+def test_a_print_runs_the_answers_str_in_the_child():
+    """An object whose `__str__` raises, printed by the test: pytest's failure, in both modes;
+    what it prints reaches capsys."""
+    def answer(body: str) -> str:
+        return OBJECT_ANSWERS[0].replace("    def label", f"    def __str__(self):\n{body}\n"
+                                                        "    def label")
+    tests = "def test_a():\n    print(g(1)[0])\n    assert g(1)[0].val == 1\n"
+    assert testplan.build_plan(tests).harness is None
+    assert scores(block(answer("        return 1 / 0\n")), tests) == (0.0, 0.0)
+    assert scores(block(OBJECT_ANSWERS[0]), tests) == (1.0, 1.0)
+    tests = ("def test_a(capsys):\n    print(g(2)[1], 'x')\n"
+             "    assert capsys.readouterr().out == 'N2 x\\n'\n")
+    assert testplan.build_plan(tests).harness is None
+    assert scores(block(answer("        return self.label()\n")), tests) == (1.0, 1.0)
+    assert scores(block(OBJECT_ANSWERS[0]), tests) == (0.0, 0.0)
+
+
+def test_a_loop_over_the_answers_values_that_binds_stays_with_pytest():
+    """A loop over a result whose body binds a name, or whose name a later statement reads:
+    pytest's verdict, refused under trusted_only; more than MAX_UNROLL rounds: the same."""
+    for tests in (("def test_a():\n    for x in f(3):\n        y = x + 1\n"
+                   "        assert y > 1\n"),
+                  "def test_a():\n    for x in f(3):\n        assert x > 0\n    assert x == 1\n",
+                  ("def test_a():\n    i = 0\n    while i < 30000:\n        i += 1\n"
+                   "    assert f(1) == [1]\n")):
+        assert testplan.build_plan(tests).trusted == 0
+        assert scores(block(ANSWERS[0]), tests) == (1.0, 0.0)
+        assert scores(block(ANSWERS[1]), tests) == (0.0, 0.0)

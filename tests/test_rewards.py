@@ -314,7 +314,8 @@ def test_fork_bomb_is_contained_and_cleaned_up():
                "    except OSError:\n"
                "        break\n    if pid == 0:\n        time.sleep(30)\n        os._exit(0)\n"
                "    n += 1\nCOUNT = n\n")
-    result = run_python(counter, tests="print('COUNT', COUNT)", timeout=LIMIT, max_procs=16)
+    result = run_python(counter, tests="assert COUNT >= 0\nprint('COUNT', COUNT)", timeout=LIMIT,
+                        max_procs=16)
     assert result.passed, result.stderr
     assert int(result.stdout.split()[-1]) <= 16
 

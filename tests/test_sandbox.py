@@ -178,9 +178,9 @@ def test_io_attack_scores_zero(attack, clean):
 
 
 def test_untrusted_tests_are_counted_and_refused_on_request(clean):
-    """A harness the parent cannot split (a while loop; a for loop over values it computes is
-    unrolled) still runs, flagged; trusted_only refuses it."""
-    loop = {"tests": "def check(candidate):\n    i = 0\n    while i < 3:\n"
+    """A harness the parent cannot split (a while loop on the answer's values; one on values it
+    computes is unrolled) still runs, flagged; trusted_only refuses it."""
+    loop = {"tests": "def check(candidate):\n    i = 0\n    while candidate(i, i) < 6:\n"
                      "        assert candidate(i, i) == 2 * i\n"
                      "        i += 1\n", "entry_point": "add"}
     plan = testplan.build_plan(loop["tests"], "add")
