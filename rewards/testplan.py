@@ -1393,6 +1393,8 @@ def _target_names(target) -> list:
         return [target.id]
     if isinstance(target, (ast.Tuple, ast.List)):
         return [n for t in target.elts for n in _target_names(t)]
+    if isinstance(target, ast.Starred):  # `a, *rest = ...`
+        return _target_names(target.value)
     raise Unconvertible("assignment to something other than names")
 
 
@@ -1400,10 +1402,19 @@ def _unpack(target, value) -> list:
     """(name, value) pairs as Python binds `target = value` (a starred target: the sandbox's)."""
     if isinstance(target, ast.Name):
         return [(target.id, value)]
+    starred = [i for i, t in enumerate(target.elts) if isinstance(t, ast.Starred)]
     try:
-        values = list(itertools.islice(iter(value), len(target.elts) + 1))
+        values = list(iter(value) if starred else itertools.islice(iter(value),
+                                                                     len(target.elts) + 1))
     except TypeError:
         raise Unconvertible("unpacking a value that is not iterable") from None
+    if starred:  # `a, *rest, z = v`: the starred name a list of what the others leave
+        k, after = starred[0], len(target.elts) - starred[0] - 1
+        if len(starred) > 1 or len(values) < len(target.elts) - 1:
+            raise Unconvertible("unpacking of the wrong length")
+        values = [*values[:k], values[k:len(values) - after], *values[len(values) - after:]]
+        target = ast.Tuple(elts=[t.value if isinstance(t, ast.Starred) else t
+                                 for t in target.elts], ctx=ast.Store())
     if len(values) != len(target.elts):
         raise Unconvertible("unpacking of the wrong length")
     return [pair for t, v in zip(target.elts, values) for pair in _unpack(t, v)]
@@ -2836,6 +2847,15 @@ class _Unit:
                     and stmt.value.func.id == "print"):
                 self.print_(stmt.value)
                 return
+            if (isinstance(stmt.value, ast.Call) and ast.unparse(stmt.value.func) == "time.sleep"
+                    and self.module_paths.get("time") == "time" and len(stmt.value.args) == 1
+                    and not stmt.value.keywords and not self.uses_child(stmt.value)
+                    and not self.deferred & _names(stmt.value)):
+                # `time.sleep(0.1)` (the tests' `import time`): the child waits, as under pytest
+                seconds = self.child_source(stmt.value.args[0])
+                self.steps.append(
+                    {"run": f"__gmts_builtins['__import__']('time').sleep({seconds})"})
+                return
             if self.is_helper_call(stmt.value) and (self.uses_child(stmt.value)
                                                     or self.deferred & _names(stmt.value)):
                 # `assertion(candidate(*inp), exp, 0)`: the tests' helper runs here on the values;
@@ -3665,9 +3685,9 @@ class _Unit:
             result = given if given is not _UNSET else self.parent_eval(value)
             forget()
             self.env.update(_unpack(target, result))
-        elif any(isinstance(t, (ast.Tuple, ast.List)) for t in getattr(target, "elts", ())) and (
-                not self.is_child_value(value)):
-            raise Unconvertible("nested unpacking of the solution's values")
+        elif any(isinstance(t, (ast.Tuple, ast.List, ast.Starred))
+                 for t in getattr(target, "elts", ())) and not self.is_child_value(value):
+            raise Unconvertible("nested or starred unpacking of the solution's values")
         elif self.is_child_value(value):  # `result = f(x)`, `s = Stack()`: bound in the child
             source, holds = self.child_source(value), self.holds_object(value)
             forget()

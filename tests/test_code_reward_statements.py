@@ -4,8 +4,9 @@ it; the parameter is the lambda's own inside it, its defaults read where it is m
 (operator's in-place function: a list extended in place, an int rebound), `d[k] = v`, `del d[k]`
 and `d[k] += v` on the test's values or the answer's, a value of the test's changed in place after
 a check read it (the check keeps what it read), `global N` in a TestCase method, `while`,
-`break`, `continue` and a loop's `else`, `print(...)`, a loop over the answer's values whose body
-only checks, a comprehension reading parts of the answer's objects (`p.get_height() > 0`).
+`break`, `continue` and a loop's `else`, `print(...)`, `time.sleep`, `a, *rest = ...`, a loop
+over the answer's values whose body only checks, a comprehension reading parts of the answer's
+objects (`p.get_height() > 0`).
 Expected verdicts are the real pytest's (test_code_reward_round5)."""
 import os
 
@@ -200,6 +201,13 @@ FLOW = {  # name: tests with loops the trainer unrolls, prints, and loops over t
     "a_loop_over_a_computed_result": ("def test_a():\n    r = sorted(f(3))\n"
                                       "    for a, b in zip(r, [1, 2, 3]):\n"
                                       "        assert a == b\n"),
+    "a_sleep": "import time\n\n\ndef test_a():\n    time.sleep(0.01)\n    assert f(1) == [1]\n",
+    "a_starred_result": ("def test_a():\n    a, *rest = f(3)\n"
+                         "    assert a == 3 and rest == [2, 1]\n"),
+    "a_starred_middle": ("def test_a():\n    a, *mid, z = f(4)\n"
+                         "    assert (a, mid, z) == (4, [3, 2], 1)\n"),
+    "starred_in_a_loop": ("def test_a():\n    for a, *rest in [(1, 2), (3, 4, 5, 6)]:\n"
+                          "        assert f(a)[0] == a and len(rest) == a\n"),
 }
 OBJECTS = {  # name: tests reading parts of the answer's objects in a comprehension or loop
     "all_greater": "def test_a():\n    assert all(n.val > 0 for n in g(3))\n",
@@ -222,7 +230,8 @@ OBJECT_ANSWERS = (
 @pytest.mark.parametrize("name", sorted(FLOW))
 def test_loops_and_prints_as_python_runs_them(name):
     """pytest's verdict in both modes, the trainer judging the whole file (refused before: a
-    while, a break or continue, a loop's else, a print, a loop over the answer's values)."""
+    while, a break or continue, a loop's else, a print, a sleep, a starred target, a loop over the
+    answer's values)."""
     judged_as_pytest_says(FLOW, ANSWERS, name)
 
 
