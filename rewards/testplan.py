@@ -1606,7 +1606,57 @@ class _Unit:
             return True
         if self.file_question(node):
             return True
-        return self.applies_to_object(node)
+        return self.applies_to_object(node) or self.calls_over_data(node)
+
+    def calls_over_data(self, node) -> bool:
+        """`[f(x) for x in inputs]`, `{k: f(k) for k in keys}`: a list, set or dict comprehension
+        over values the trainer computes whose items are calls of the solution's on the loop's
+        names, the tests' values and literals: the child makes it whole (calls_source), as it
+        makes `f(x)`. Not a generator (`all(...)` stops at its first false item; a list built
+        whole would call on)."""
+        if not (isinstance(node, (ast.ListComp, ast.SetComp, ast.DictComp))
+                and len(node.generators) == 1):
+            return False
+        loop = node.generators[0]
+        call = node.value if isinstance(node, ast.DictComp) else node.elt
+        if (loop.is_async or self.uses_child(loop.iter) or self.deferred & _names(node)
+                or not (isinstance(call, ast.Call) and self.is_callee(call.func))
+                or any(self.uses_child(c) for c in loop.ifs)):
+            return False
+        try:
+            bound = set(_target_names(loop.target))
+        except Unconvertible:
+            return False
+        parts = [node.key, node.value] if isinstance(node, ast.DictComp) else [node.elt]
+        return not any(
+            isinstance(n, (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp,
+                           ast.NamedExpr, ast.Await, ast.Starred))
+            or isinstance(n, ast.Name) and not (n.id in bound or n.id in self.child
+                                                or n.id in self.env or self.is_builtin(n))
+            for p in [*parts, *loop.ifs] for n in ast.walk(p))
+
+    def calls_source(self, node) -> str:
+        """The child's source of a calls_over_data comprehension: its iterable and the tests'
+        values as the child sees them (literal), builtin functions the real ones."""
+        loop, unit = node.generators[0], self
+        bound = set(_target_names(loop.target))
+
+        class Inline(ast.NodeTransformer):
+            def visit_Name(self, n):
+                if n.id in bound or n.id in unit.child:
+                    return n
+                if unit.is_builtin(n):
+                    return (ast.parse(f"__gmts_builtins[{n.id!r}]", mode="eval").body
+                            if isinstance(getattr(builtins, n.id), type(len)) else n)
+                return unit.literal(n)
+        node = copy.deepcopy(node)
+        node.generators[0].iter = ast.parse(self.child_source(loop.iter), mode="eval").body
+        node.generators[0].ifs = [Inline().visit(c) for c in node.generators[0].ifs]
+        if isinstance(node, ast.DictComp):
+            node.key, node.value = Inline().visit(node.key), Inline().visit(node.value)
+        else:
+            node.elt = Inline().visit(node.elt)
+        return ast.unparse(node)
 
     def file_question(self, node) -> str | None:
         """`os.path.exists(p)` (isfile, isdir, getsize; `from os.path import exists` too) about a
@@ -2288,6 +2338,8 @@ class _Unit:
         return ast.unparse(self._inline(copy.deepcopy(node)))
 
     def _inline(self, node):
+        if self.calls_over_data(node):  # `[f(x) for x in inputs]`
+            return ast.parse(self.calls_source(node), mode="eval").body
         if self.is_builtin(node) and isinstance(getattr(builtins, node.id), type(len)):
             # a builtin function the child applies (`sorted(cards, key=len)`): the real one, as it
             # was before the solution ran

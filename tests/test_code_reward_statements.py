@@ -6,8 +6,8 @@ and `d[k] += v` on the test's values or the answer's, a value of the test's chan
 a check read it (the check keeps what it read), `global N` in a TestCase method, `while`,
 `break`, `continue` and a loop's `else`, `print(...)`, `time.sleep`, `a, *rest = ...`, a loop
 over the answer's values whose body only checks, a comprehension reading parts of the answer's
-objects (`p.get_height() > 0`).
-Expected verdicts are the real pytest's (test_code_reward_round5)."""
+objects (`p.get_height() > 0`), a list or dict comprehension of the answer's calls (`[f(x) for x in
+inputs]`). Expected verdicts are the real pytest's (test_code_reward_round5)."""
 import os
 
 import pytest
@@ -271,3 +271,39 @@ def test_a_loop_over_the_answers_values_that_binds_stays_with_pytest():
         assert testplan.build_plan(tests).trusted == 0
         assert scores(block(ANSWERS[0]), tests) == (1.0, 0.0)
         assert scores(block(ANSWERS[1]), tests) == (0.0, 0.0)
+
+
+CALLS = {  # name: tests building a list, set or dict of the answer's results in a comprehension
+    "a_list": "def test_a():\n    assert [f(x) for x in range(1, 3)] == [[1], [2, 1]]\n",
+    "assigned_with_keywords": ("def test_a():\n    inputs = [1, 2]\n"
+                               "    results = [f(x, key=abs) for x in inputs]\n"
+                               "    assert results == [[1], [1, 2]]\n"),
+    "a_dict_with_an_if": ("def test_a():\n    d = {k: f(k) for k in (0, 1, 2) if k > 0}\n"
+                          "    assert d == {1: [1], 2: [2, 1]}\n"),
+    "a_value_of_the_tests": ("def test_a():\n    n = 3\n    assert [f(n) for _ in 'ab'] == "
+                             "[[3, 2, 1]] * 2\n"),
+    "in_a_testcase": (_CASE + "    def test_a(self):\n        cases = [(1, [1]), (2, [2, 1])]\n"
+                      "        self.assertEqual([f(n) for n, _ in cases],\n"
+                      "                         [w for _, w in cases])\n"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CALLS))
+def test_a_comprehension_of_the_answers_calls(name):
+    """The child makes the comprehension whole (the iterable and the tests' values as it sees
+    them), its items crossing as data: pytest's verdict in both modes (refused before as "a call
+    of the solution's inside a lambda or comprehension")."""
+    judged_as_pytest_says(CALLS, ANSWERS, name)
+
+
+def test_the_inputs_a_comprehension_hands_over_are_the_childs():
+    """`[f(d) for d in data]` with an answer that changes each list: the test reads `data` after
+    as pytest does (changed by an answer that changes it, unchanged otherwise)."""
+    changes = "def f(d):\n    d.append(0)\n    return len(d)\n"
+    keeps = "def f(d):\n    return len(d) + 1\n"
+    for after, wants in (("[[1, 0], [2, 3, 0]]", (1.0, 0.0)), ("[[1], [2, 3]]", (0.0, 1.0))):
+        tests = ("def test_a():\n    data = [[1], [2, 3]]\n    lens = [f(d) for d in data]\n"
+                 f"    assert lens == [2, 3] and data == {after}\n")
+        assert testplan.build_plan(tests).harness is None
+        for answer, want in zip((changes, keeps), wants, strict=True):
+            assert scores(block(answer), tests) == (want, want)
