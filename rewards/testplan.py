@@ -1643,12 +1643,7 @@ class _Unit:
 
         class Inline(ast.NodeTransformer):
             def visit_Name(self, n):
-                if n.id in bound or n.id in unit.child:
-                    return n
-                if unit.is_builtin(n):
-                    return (ast.parse(f"__gmts_builtins[{n.id!r}]", mode="eval").body
-                            if isinstance(getattr(builtins, n.id), type(len)) else n)
-                return unit.literal(n)
+                return n if n.id in bound or n.id in unit.child else unit._inline(n)
         node = copy.deepcopy(node)
         node.generators[0].iter = ast.parse(self.child_source(loop.iter), mode="eval").body
         node.generators[0].ifs = [Inline().visit(c) for c in node.generators[0].ifs]
@@ -3662,8 +3657,7 @@ class _Unit:
         the child does not hold): Unconvertible."""
         parts = []
         for a in call.args:
-            if isinstance(a, ast.Starred) or self.deferred & _names(a) or not (
-                    self.child_evaluable(a)):
+            if not self.child_evaluable(a):  # a starred argument, a name bound while judging
                 raise Unconvertible("print of a value computed from the solution's results")
             parts.append(self.child_source(a))
         for k in call.keywords:
@@ -3711,38 +3705,26 @@ class _Unit:
             ast.GeneratorExp(elt=test, generators=[ast.comprehension(
                 target=stmt.target, iter=stmt.iter, ifs=[], is_async=0)])])
         self.statement(ast.fix_missing_locations(ast.Assert(test=check)))
-        for name in _target_names(stmt.target):  # Python leaves them bound to the last item
-            self.env.pop(name, None)
-            self.child.discard(name)
-            self.deferred.discard(name)
+        self.unbind(_target_names(stmt.target))  # Python leaves them bound to the last item
 
     def assign(self, target, value, given=_UNSET):
         """`target = value`: the value computed from the names as they are before the binding
         (`x = x + [1]`), then the target's names rebound."""
         names = _target_names(target)
-
-        def forget():
-            for name in names:
-                self.env.pop(name, None)
-                self.child.discard(name)
-                self.objects.discard(name)
-                self.deferred.discard(name)
-                self.results.discard(name)
-                self.raised.pop(name, None)
         if given is not _UNSET or (not self.uses_child(value)
                                    and not self.deferred & _names(value)):
             # inputs: computed here now
             if given is _UNSET:
                 self.before_change(value)
             result = given if given is not _UNSET else self.parent_eval(value)
-            forget()
+            self.unbind(names)
             self.env.update(_unpack(target, result))
         elif any(isinstance(t, (ast.Tuple, ast.List, ast.Starred))
                  for t in getattr(target, "elts", ())) and not self.is_child_value(value):
             raise Unconvertible("nested or starred unpacking of the solution's values")
         elif self.is_child_value(value):  # `result = f(x)`, `s = Stack()`: bound in the child
             source, holds = self.child_source(value), self.holds_object(value)
-            forget()
+            self.unbind(names)
             # a name of every later test's (setUpClass's `cls.x = f(...)`): the child keeps it
             share = {"share": True} if set(names) & self.module_level else {}
             self.steps.append({"run": f"{ast.unparse(target)} = {source}", "binds": names,
@@ -3756,9 +3738,20 @@ class _Unit:
         else:  # `r = sorted(f(x))`: the child computes f(x), the trainer the rest, while judging
             expr = self.parent_expr(self.split(value), self.placeholders())
             env = dict(self.env)
-            forget()
+            self.unbind(names)
             self.checks.append(Check("bind", expr=expr, env=env, names=tuple(names)))
             self.deferred.update(names)
+
+    def unbind(self, names):
+        """Forget what the unit knew of each name (before it is bound again, or where Python
+        leaves it bound to what the plan does not hold)."""
+        for name in names:
+            self.env.pop(name, None)
+            self.child.discard(name)
+            self.objects.discard(name)
+            self.deferred.discard(name)
+            self.results.discard(name)
+            self.raised.pop(name, None)
 
     def augmented(self, stmt):
         """`n += v` (any operator): run as written in the child where n is the child's, else
